@@ -1,0 +1,372 @@
+//! The channel that brings results out of the lab guest.
+//!
+//! The guest's second serial port (`/dev/ttyS1`) is connected to a file on
+//! the host. After the program under test has finished, the guest writes a
+//! line-oriented stream to it:
+//!
+//! ```text
+//! BOOTSCOPE-LAB 1                       header, always first
+//! KVM 1                                 whether /dev/kvm existed (1 or 0)
+//! FILE <index> <size> <sha256> gzip     output <index> follows:
+//! <base64 lines>                        its gzip-compressed contents
+//! END <index>
+//! MISSING <index>                       output <index> was not created
+//! EXIT <code>                           the program's exit status, always last
+//! ```
+//!
+//! Outputs are named by their index in the list the host asked for, so paths
+//! never have to be escaped. Files are compressed because the emulated UART
+//! moves well under 1 MB/s and bootscope's JSON timelines shrink more than
+//! tenfold; base64 keeps the stream plain text, so no tty setting can mangle
+//! it. Size and SHA-256 of the uncompressed contents are computed in the
+//! guest and checked on the host; a stream without its `EXIT` record was cut
+//! short and is reported as such.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::{sha256, util, LabError, Result};
+
+/// First line of every stream; the number is the format version.
+pub(crate) const HEADER: &str = "BOOTSCOPE-LAB 1";
+
+/// What the guest reported.
+#[derive(Debug, Default)]
+pub(crate) struct Report {
+    /// Exit status of the program under test.
+    pub exit_code: i32,
+    /// Whether `/dev/kvm` existed in the guest.
+    pub nested_kvm: bool,
+    /// Contents of each output that exists, by index, verified.
+    pub files: BTreeMap<usize, Vec<u8>>,
+}
+
+/// Shell code for the guest's `/init`: defines `lab_send INDEX PATH`, which
+/// writes one `FILE`/`MISSING` record to standard output.
+pub(crate) const GUEST_SEND_FUNCTION: &str = r#"lab_send() {
+	if [ -f "$2" ]; then
+		lab_size=$(stat -c %s "$2")
+		lab_sum=$(sha256sum < "$2")
+		echo "FILE $1 $lab_size ${lab_sum%% *} gzip"
+		gzip -c < "$2" | base64
+		echo "END $1"
+	else
+		echo "MISSING $1"
+	fi
+}
+"#;
+
+/// Parses and verifies a stream. `outputs` are the host paths of the
+/// requested outputs (for error messages and the index range); `stream_path`
+/// is where the stream was read from; `scratch` is a directory for
+/// decompression.
+pub(crate) fn parse(data: &[u8], stream_path: &Path, outputs: &[PathBuf], scratch: &Path) -> Result<Report> {
+    let corrupt = |line: usize, reason: String| LabError::StreamCorrupt {
+        path: stream_path.to_path_buf(),
+        line,
+        reason,
+    };
+    let truncated = |reason: String| LabError::StreamTruncated {
+        path: stream_path.to_path_buf(),
+        reason,
+    };
+    let text = String::from_utf8_lossy(data);
+    let mut lines = text
+        .split('\n')
+        .map(|l| l.trim_end_matches('\r'))
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .filter(|(_, l)| !l.is_empty())
+        .peekable();
+
+    match lines.next() {
+        None => {
+            return Err(truncated(
+                "the guest sent nothing, so it never finished running the program".into(),
+            ))
+        }
+        Some((_, HEADER)) => {}
+        Some((n, other)) => {
+            return Err(corrupt(n, format!("expected {HEADER:?}, found {:?}", shorten(other))));
+        }
+    }
+
+    let mut report = Report::default();
+    let mut exit_code = None;
+    while let Some((n, line)) = lines.next() {
+        if exit_code.is_some() {
+            return Err(corrupt(n, format!("unexpected {:?} after the EXIT record", shorten(line))));
+        }
+        let fields: Vec<&str> = line.split(' ').collect();
+        match fields.as_slice() {
+            ["KVM", flag] => report.nested_kvm = *flag == "1",
+            ["EXIT", code] => {
+                exit_code = Some(
+                    code.parse::<i32>()
+                        .map_err(|_| corrupt(n, format!("bad exit code {code:?}")))?,
+                );
+            }
+            ["MISSING", index] => {
+                parse_index(index, outputs).map_err(|r| corrupt(n, r))?;
+            }
+            ["FILE", index, size, sum, "gzip"] => {
+                let index = parse_index(index, outputs).map_err(|r| corrupt(n, r))?;
+                let size: u64 = size
+                    .parse()
+                    .map_err(|_| corrupt(n, format!("bad size {size:?}")))?;
+                let end = format!("END {index}");
+                let mut encoded = Vec::new();
+                let mut ended = false;
+                for (m, body) in lines.by_ref() {
+                    if body == end {
+                        ended = true;
+                        break;
+                    }
+                    decode_base64_line(body, &mut encoded).map_err(|r| corrupt(m, r))?;
+                }
+                let host_path = &outputs[index];
+                if !ended {
+                    return Err(truncated(format!(
+                        "the contents of {} stop before their end marker",
+                        host_path.display()
+                    )));
+                }
+                let contents = gunzip(&encoded, scratch).map_err(|reason| LabError::OutputDamaged {
+                    path: host_path.clone(),
+                    reason,
+                })?;
+                if contents.len() as u64 != size {
+                    return Err(LabError::OutputDamaged {
+                        path: host_path.clone(),
+                        reason: format!("the guest sent {size} bytes, {} arrived", contents.len()),
+                    });
+                }
+                let actual = sha256::hex_digest(&contents);
+                if !actual.eq_ignore_ascii_case(sum) {
+                    return Err(LabError::OutputDamaged {
+                        path: host_path.clone(),
+                        reason: format!("SHA-256 is {actual}, the guest computed {sum}"),
+                    });
+                }
+                report.files.insert(index, contents);
+            }
+            _ => return Err(corrupt(n, format!("unknown record {:?}", shorten(line)))),
+        }
+    }
+    match exit_code {
+        Some(code) => {
+            report.exit_code = code;
+            Ok(report)
+        }
+        None => Err(truncated("it has no EXIT record".into())),
+    }
+}
+
+fn parse_index(text: &str, outputs: &[PathBuf]) -> std::result::Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(i) if i < outputs.len() => Ok(i),
+        _ => Err(format!(
+            "output index {text:?} is not one of the {} requested outputs",
+            outputs.len()
+        )),
+    }
+}
+
+fn shorten(line: &str) -> String {
+    line.chars().take(80).collect()
+}
+
+/// Decodes one line of standard base64 (with padding) and appends the bytes.
+fn decode_base64_line(line: &str, out: &mut Vec<u8>) -> std::result::Result<(), String> {
+    fn value(c: u8) -> Option<u32> {
+        match c {
+            b'A'..=b'Z' => Some(u32::from(c - b'A')),
+            b'a'..=b'z' => Some(u32::from(c - b'a') + 26),
+            b'0'..=b'9' => Some(u32::from(c - b'0') + 52),
+            b'+' => Some(62),
+            b'/' => Some(63),
+            _ => None,
+        }
+    }
+    let bytes = line.trim().as_bytes();
+    if bytes.len() % 4 != 0 {
+        return Err(format!("base64 line has {} characters, not a multiple of 4", bytes.len()));
+    }
+    for quad in bytes.chunks_exact(4) {
+        let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
+        if pad > 2 {
+            return Err("too much base64 padding".into());
+        }
+        let mut acc = 0u32;
+        for &c in &quad[..4 - pad] {
+            let v = value(c).ok_or_else(|| format!("invalid base64 character {:?}", c as char))?;
+            acc = (acc << 6) | v;
+        }
+        acc <<= 6 * pad as u32;
+        let decoded = [(acc >> 16) as u8, (acc >> 8) as u8, acc as u8];
+        out.extend_from_slice(&decoded[..3 - pad]);
+    }
+    Ok(())
+}
+
+/// Decompresses gzip data with the host's `gzip` (an essential Debian
+/// package), going through a file in `scratch` so large outputs cannot
+/// deadlock on pipes.
+fn gunzip(data: &[u8], scratch: &Path) -> std::result::Result<Vec<u8>, String> {
+    let tmp = scratch.join("transfer.gz");
+    util::write_atomically(&tmp, data, 0o600).map_err(|e| e.to_string())?;
+    let out = Command::new("gzip")
+        .arg("-dc")
+        .arg(&tmp)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output();
+    let _ = std::fs::remove_file(&tmp);
+    let out = out.map_err(|e| format!("cannot run `gzip` on the host ({e}); install it with `apt-get install gzip`"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "the compressed data is damaged: gzip says {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(out.stdout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn encode(data: &[u8]) -> String {
+        const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for chunk in data.chunks(3) {
+            let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut child = Command::new("gzip")
+            .arg("-c")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let input = data.to_vec();
+        let writer = std::thread::spawn(move || stdin.write_all(&input));
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap().unwrap();
+        out.stdout
+    }
+
+    fn stream(files: &[(usize, &[u8])], exit: Option<i32>) -> Vec<u8> {
+        let mut s = format!("{HEADER}\r\nKVM 1\r\n");
+        for (i, data) in files {
+            s += &format!("FILE {i} {} {} gzip\n", data.len(), sha256::hex_digest(data));
+            let enc = encode(&gzip(data));
+            for line in enc.as_bytes().chunks(76) {
+                s += std::str::from_utf8(line).unwrap();
+                s += "\n";
+            }
+            s += &format!("END {i}\n");
+        }
+        s += "MISSING 2\n";
+        if let Some(code) = exit {
+            s += &format!("EXIT {code}\n");
+        }
+        s.into_bytes()
+    }
+
+    fn gzip_available() -> bool {
+        Command::new("gzip").arg("--version").output().is_ok()
+    }
+
+    #[test]
+    fn base64_round_trip() {
+        for len in 0..40 {
+            let data: Vec<u8> = (0..len).map(|i| (i * 37 + 5) as u8).collect();
+            let mut out = Vec::new();
+            decode_base64_line(&encode(&data), &mut out).unwrap();
+            assert_eq!(out, data);
+        }
+        let mut out = Vec::new();
+        assert!(decode_base64_line("abc", &mut out).is_err());
+        assert!(decode_base64_line("ab!d", &mut out).is_err());
+    }
+
+    #[test]
+    fn good_stream() {
+        if !gzip_available() {
+            println!("SKIP good_stream: gzip is not installed");
+            return;
+        }
+        let dir = util::TempDir::new("transport-test").unwrap();
+        let outputs = vec![PathBuf::from("/o/a"), PathBuf::from("/o/b"), PathBuf::from("/o/c")];
+        let binary: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
+        let data = stream(&[(0, b"hello\n"), (1, &binary)], Some(3));
+        let report = parse(&data, Path::new("s"), &outputs, dir.path()).unwrap();
+        assert_eq!(report.exit_code, 3);
+        assert!(report.nested_kvm);
+        assert_eq!(report.files.len(), 2);
+        assert_eq!(report.files[&0], b"hello\n");
+        assert_eq!(report.files[&1], binary);
+        // An empty file is sent as a gzip stream of nothing.
+        let data = stream(&[(0, b"")], Some(0));
+        let report = parse(&data, Path::new("s"), &outputs, dir.path()).unwrap();
+        assert_eq!(report.files[&0], b"");
+    }
+
+    #[test]
+    fn truncated_and_corrupt_streams() {
+        if !gzip_available() {
+            println!("SKIP truncated_and_corrupt_streams: gzip is not installed");
+            return;
+        }
+        let dir = util::TempDir::new("transport-test").unwrap();
+        let outputs = vec![PathBuf::from("/o/a"), PathBuf::from("/o/b"), PathBuf::from("/o/c")];
+        let parse = |d: &[u8]| parse(d, Path::new("s"), &outputs, dir.path());
+
+        let err = parse(b"").unwrap_err();
+        assert!(matches!(err, LabError::StreamTruncated { .. }), "{err}");
+
+        let no_exit = stream(&[(0, b"x")], None);
+        let err = parse(&no_exit).unwrap_err();
+        assert!(err.to_string().contains("no EXIT record"), "{err}");
+
+        let full = stream(&[(0, &[7u8; 3000])], Some(0));
+        let cut = &full[..full.len() / 2];
+        let err = parse(cut).unwrap_err();
+        assert!(matches!(err, LabError::StreamTruncated { .. }), "{err}");
+        assert!(err.to_string().contains("/o/a"), "{err}");
+
+        // Flip one base64 character inside the body.
+        let mut bad = full.clone();
+        let pos = bad.windows(5).position(|w| w == b"gzip\n").unwrap() + 10;
+        bad[pos] = if bad[pos] == b'A' { b'B' } else { b'A' };
+        let err = parse(&bad).unwrap_err();
+        assert!(matches!(err, LabError::OutputDamaged { .. }), "{err}");
+
+        let wrong_size = String::from_utf8(full.clone()).unwrap().replace("FILE 0 3000", "FILE 0 2999");
+        let err = parse(wrong_size.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("2999"), "{err}");
+
+        let err = parse(b"garbage\nEXIT 0\n").unwrap_err();
+        assert!(matches!(err, LabError::StreamCorrupt { line: 1, .. }), "{err}");
+
+        let bad_index = format!("{HEADER}\nMISSING 9\nEXIT 0\n");
+        let err = parse(bad_index.as_bytes()).unwrap_err();
+        assert!(matches!(err, LabError::StreamCorrupt { line: 2, .. }), "{err}");
+    }
+}

@@ -1,0 +1,292 @@
+//! Small helpers shared by the lab modules.
+
+use std::ffi::OsStr;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::{LabError, Result};
+
+/// Distinguishes temporary names made by one process.
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A name that is unique among the temporary files and directories this
+/// process and other processes create at the same time.
+fn unique_suffix() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{}-{}-{:08x}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        nanos
+    )
+}
+
+/// A private temporary directory, removed with its contents when dropped.
+#[derive(Debug)]
+pub(crate) struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// Creates `$TMPDIR/bootscope-<label>-<unique>` with mode 0700.
+    pub(crate) fn new(label: &str) -> Result<Self> {
+        let base = std::env::temp_dir();
+        let path = base.join(format!("bootscope-{label}-{}", unique_suffix()));
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .map_err(|e| LabError::io("create temporary directory", &path, e))?;
+        Ok(TempDir { path })
+    }
+
+    /// The directory's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        // Nothing useful can be done about a failure while dropping; the
+        // directory lives under the system's temporary directory anyway.
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A file created next to its final path and renamed over it on
+/// [`AtomicFile::commit`], so readers never see a half-written file.
+/// Dropping it without committing removes the temporary file.
+pub(crate) struct AtomicFile {
+    file: File,
+    tmp: PathBuf,
+    dest: PathBuf,
+    committed: bool,
+}
+
+impl AtomicFile {
+    /// Creates the temporary file for `dest` with permission bits `mode`.
+    pub(crate) fn create(dest: &Path, mode: u32) -> Result<Self> {
+        let name = dest.file_name().ok_or_else(|| {
+            LabError::io(
+                "write",
+                dest,
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file"),
+            )
+        })?;
+        let dir = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".tmp-{}", unique_suffix()));
+        let tmp = dir.join(tmp_name);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)
+            .map_err(|e| LabError::io("create", &tmp, e))?;
+        Ok(AtomicFile {
+            file,
+            tmp,
+            dest: dest.to_path_buf(),
+            committed: false,
+        })
+    }
+
+    /// Appends `data`.
+    pub(crate) fn write_all(&mut self, data: &[u8]) -> Result<()> {
+        self.file
+            .write_all(data)
+            .map_err(|e| LabError::io("write", &self.tmp, e))
+    }
+
+    /// The open temporary file, e.g. to wrap it in a buffered writer.
+    pub(crate) fn file_mut(&mut self) -> &mut File {
+        &mut self.file
+    }
+
+    /// Flushes the data to disk and renames the file into place.
+    pub(crate) fn commit(mut self) -> Result<()> {
+        self.file
+            .sync_all()
+            .map_err(|e| LabError::io("flush", &self.tmp, e))?;
+        fs::rename(&self.tmp, &self.dest)
+            .map_err(|e| LabError::io("rename into place", &self.dest, e))?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Writes `data` to `dest` atomically: temporary file, fsync, rename.
+pub(crate) fn write_atomically(dest: &Path, data: &[u8], mode: u32) -> Result<()> {
+    let mut f = AtomicFile::create(dest, mode)?;
+    f.write_all(data)?;
+    f.commit()
+}
+
+/// Quotes `s` for a POSIX shell: single quotes, with embedded single quotes
+/// written as `'\''`. Works for arbitrary bytes except NUL.
+pub(crate) fn shell_quote(s: &OsStr) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len() + 2);
+    out.push(b'\'');
+    for &b in s.as_bytes() {
+        if b == b'\'' {
+            out.extend_from_slice(b"'\\''");
+        } else {
+            out.push(b);
+        }
+    }
+    out.push(b'\'');
+    out
+}
+
+/// Joins `path` onto `cwd` (if relative) and removes `.` and `..`
+/// components lexically, without touching the file system.
+pub(crate) fn absolute_lexical(cwd: &Path, path: &Path) -> PathBuf {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        cwd.join(path)
+    };
+    let mut out = PathBuf::from("/");
+    for component in joined.components() {
+        match component {
+            Component::Normal(part) => out.push(part),
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// Whether an absolute path has no `.` or `..` components and no doubled
+/// separators, i.e. it can be reproduced as-is in a guest's file system.
+pub(crate) fn is_clean_absolute(path: &Path) -> bool {
+    path.is_absolute()
+        && !path
+            .components()
+            .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
+        && !path.as_os_str().as_bytes().windows(2).any(|w| w == b"//")
+}
+
+/// Compares kernel version strings the way people read them: runs of
+/// digits numerically, everything else byte-wise (`6.10.0` > `6.9.12`).
+pub(crate) fn compare_versions(a: &str, b: &str) -> std::cmp::Ordering {
+    fn chunks(s: &str) -> Vec<(bool, &str)> {
+        let mut out = Vec::new();
+        let bytes = s.as_bytes();
+        let mut start = 0;
+        while start < bytes.len() {
+            let digit = bytes[start].is_ascii_digit();
+            let mut end = start + 1;
+            while end < bytes.len() && bytes[end].is_ascii_digit() == digit {
+                end += 1;
+            }
+            out.push((digit, &s[start..end]));
+            start = end;
+        }
+        out
+    }
+    let (ca, cb) = (chunks(a), chunks(b));
+    for ((da, sa), (db, sb)) in ca.iter().zip(cb.iter()) {
+        let ord = if *da && *db {
+            let ta = sa.trim_start_matches('0');
+            let tb = sb.trim_start_matches('0');
+            ta.len().cmp(&tb.len()).then_with(|| ta.cmp(tb))
+        } else {
+            sa.cmp(sb)
+        };
+        if ord != std::cmp::Ordering::Equal {
+            return ord;
+        }
+    }
+    ca.len().cmp(&cb.len())
+}
+
+/// Finds `program` the way `execvp` would: as given if it contains a `/`,
+/// otherwise in the directories of `$PATH`.
+pub(crate) fn find_in_path(program: &Path) -> Option<PathBuf> {
+    if program.as_os_str().as_bytes().contains(&b'/') {
+        return program.is_file().then(|| program.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable_file(candidate))
+}
+
+fn is_executable_file(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cmp::Ordering;
+
+    #[test]
+    fn versions_compare_numerically() {
+        assert_eq!(compare_versions("6.10.0-1-amd64", "6.9.12-1-amd64"), Ordering::Greater);
+        assert_eq!(compare_versions("6.1.0-56-amd64", "6.1.0-9-amd64"), Ordering::Greater);
+        assert_eq!(compare_versions("6.1.0-56-amd64", "6.1.0-56-amd64"), Ordering::Equal);
+        assert_eq!(compare_versions("6.1.0", "6.1.0-1"), Ordering::Less);
+    }
+
+    #[test]
+    fn quoting_survives_quotes() {
+        assert_eq!(shell_quote(OsStr::new("a b")), b"'a b'");
+        assert_eq!(shell_quote(OsStr::new("it's")), b"'it'\\''s'");
+        assert_eq!(shell_quote(OsStr::new("")), b"''");
+    }
+
+    #[test]
+    fn lexical_paths() {
+        let cwd = Path::new("/home/u/src");
+        assert_eq!(absolute_lexical(cwd, Path::new("out.json")), Path::new("/home/u/src/out.json"));
+        assert_eq!(absolute_lexical(cwd, Path::new("../x/./y")), Path::new("/home/u/x/y"));
+        assert_eq!(absolute_lexical(cwd, Path::new("/a/../b")), Path::new("/b"));
+        assert!(is_clean_absolute(Path::new("/a/b")));
+        assert!(!is_clean_absolute(Path::new("/a/../b")));
+        assert!(!is_clean_absolute(Path::new("/a//b")));
+        assert!(!is_clean_absolute(Path::new("a/b")));
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_cleans_up() {
+        let dir = TempDir::new("util-test").unwrap();
+        let dest = dir.path().join("out.txt");
+        write_atomically(&dest, b"one", 0o644).unwrap();
+        write_atomically(&dest, b"two", 0o644).unwrap();
+        assert_eq!(fs::read(&dest).unwrap(), b"two");
+        {
+            let mut f = AtomicFile::create(&dest, 0o644).unwrap();
+            f.write_all(b"abandoned").unwrap();
+        }
+        assert_eq!(fs::read(&dest).unwrap(), b"two");
+        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("out.txt")]);
+    }
+}

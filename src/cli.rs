@@ -1,0 +1,391 @@
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+use bootscope_vmm::console::{merge_patterns, MilestonePattern};
+use bootscope_vmm::host::{self, HostRoot, KvmFlavour};
+use bootscope_vmm::timeline::{vmm_marks, Clock, Recorder, TimelineDoc};
+use bootscope_vmm::vm::{self, VmConfig, VmError};
+
+/// Exit status for bad input.
+pub const EXIT_USAGE: i32 = 2;
+/// Exit status for a failed run.
+pub const EXIT_FAILURE: i32 = 1;
+
+/// The default kernel command line: serial console, reset through the
+/// keyboard controller, no PCI probing (there is no PCI bus), and no port 0x80
+/// I/O delays (they would pollute the boot-marker port).
+pub const DEFAULT_CMDLINE: &str =
+    "console=ttyS0 reboot=k panic=-1 pci=off io_delay=none i8042.noaux i8042.nomux i8042.dumbkbd";
+
+#[derive(Parser)]
+#[command(name = "bootscope", version, about = "See, and shorten, how a virtual machine boots")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Boot a kernel under bootscope's own VMM and print its boot timeline.
+    Run(RunArgs),
+    /// Say what this host offers (KVM flavour, tracefs, BPF, BTF, NUMA, huge
+    /// pages, QEMU).
+    Doctor {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run `bootscope ARGS...` inside the lab: QEMU's emulator with nested
+    /// real KVM (AMD SVM + NPT).
+    Lab(LabArgs),
+    /// Boot the built-in default guest on host KVM if it can boot a stock
+    /// kernel, else in the lab, and print its timeline.
+    Demo {
+        /// Where to write the timeline JSON.
+        #[arg(long)]
+        timeline: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+struct RunArgs {
+    /// Kernel image (bzImage or ELF vmlinux with a PVH note); default: the
+    /// Debian kernel with the project's default initramfs.
+    #[arg(long)]
+    kernel: Option<PathBuf>,
+    /// Initial ramdisk.
+    #[arg(long)]
+    initrd: Option<PathBuf>,
+    /// Kernel command line.
+    #[arg(long, default_value = DEFAULT_CMDLINE)]
+    cmdline: String,
+    /// Guest memory (e.g. 512M, 2G; a bare number is MiB).
+    #[arg(long, default_value = "256M")]
+    memory: String,
+    /// Number of vCPUs.
+    #[arg(long, default_value_t = 1)]
+    vcpus: u32,
+    /// Where the guest console goes: stdout, null or a file path.
+    #[arg(long, default_value = "stdout")]
+    serial: String,
+    /// Write the boot timeline (JSON, schema in docs/timeline-schema.md).
+    #[arg(long)]
+    timeline: Option<PathBuf>,
+    /// Extra console milestone NAME=REGEX (repeatable; a default's name
+    /// replaces it).
+    #[arg(long = "serial-pattern", value_name = "NAME=REGEX")]
+    serial_patterns: Vec<String>,
+    /// Do not match the built-in console milestones.
+    #[arg(long)]
+    no_default_patterns: bool,
+    /// Stop the guest after this many seconds (exit status 1).
+    #[arg(long)]
+    timeout: Option<f64>,
+    /// On a PVM host, run a non-PVM kernel anyway through the instruction
+    /// emulator (very slow).
+    #[arg(long)]
+    allow_emulation: bool,
+    /// Do not print the summary table.
+    #[arg(long)]
+    no_summary: bool,
+}
+
+#[derive(clap::Args)]
+struct LabArgs {
+    /// Memory of the lab machine (the outer QEMU guest).
+    #[arg(long, default_value = "2G")]
+    memory: String,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 600.0)]
+    timeout: f64,
+    /// The bootscope command to run inside, after `--`.
+    #[arg(last = true, required = true)]
+    args: Vec<OsString>,
+}
+
+/// A CLI error: the message and the exit status it maps to.
+struct Failure {
+    code: i32,
+    error: anyhow::Error,
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure {
+            code: EXIT_FAILURE,
+            error: e.into(),
+        }
+    }
+}
+
+fn usage(error: anyhow::Error) -> Failure {
+    Failure {
+        code: EXIT_USAGE,
+        error,
+    }
+}
+
+pub fn main() -> i32 {
+    let clock = Clock::start();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { EXIT_USAGE } else { 0 };
+        }
+    };
+    let result = match cli.command {
+        Command::Run(args) => cmd_run(args, clock),
+        Command::Doctor { json } => cmd_doctor(json),
+        Command::Lab(args) => cmd_lab(args),
+        Command::Demo { timeline } => cmd_demo(timeline, clock),
+    };
+    match result {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("bootscope: error: {:#}", f.error);
+            f.code
+        }
+    }
+}
+
+/// Parses 512M, 2G, 1048576K, 64MiB; a bare number is MiB.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let (num, mult) = if let Some(n) = lower.strip_suffix("gib").or(lower.strip_suffix("g")) {
+        (n, 1u64 << 30)
+    } else if let Some(n) = lower.strip_suffix("mib").or(lower.strip_suffix("m")) {
+        (n, 1 << 20)
+    } else if let Some(n) = lower.strip_suffix("kib").or(lower.strip_suffix("k")) {
+        (n, 1 << 10)
+    } else if let Some(n) = lower.strip_suffix('b') {
+        (n, 1)
+    } else {
+        (lower.as_str(), 1 << 20)
+    };
+    let v: u64 = num
+        .trim()
+        .parse()
+        .with_context(|| format!("size {s:?} is not a number with an optional K, M or G suffix (for example 512M)"))?;
+    v.checked_mul(mult)
+        .with_context(|| format!("size {s:?} is too large"))
+}
+
+fn check_output_path(flag: &str, p: &Path) -> Result<()> {
+    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        bail!("{flag} {}: directory {} does not exist; create it first", p.display(), dir.display());
+    }
+    if p.is_dir() {
+        bail!("{flag} {} is a directory; give a file name", p.display());
+    }
+    Ok(())
+}
+
+/// Writes a file through a temporary sibling and a rename, so a reader never
+/// sees half of it.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    let res = (|| -> std::io::Result<()> {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = res {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {}", path.display()));
+    }
+    Ok(())
+}
+
+fn default_cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("bootscope");
+    }
+    if let Some(h) = std::env::var_os("HOME") {
+        return PathBuf::from(h).join(".cache/bootscope");
+    }
+    std::env::temp_dir().join("bootscope")
+}
+
+/// The default guest: Debian's kernel and the project's busybox initramfs.
+fn default_guest() -> Result<(PathBuf, PathBuf)> {
+    let kernel = bootscope_lab::guest::find_debian_kernel().context("no default guest kernel")?;
+    let dir = default_cache_dir();
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create cache directory {}", dir.display()))?;
+    let initrd = dir.join("default-guest.cpio");
+    bootscope_lab::guest::build_default_initramfs(&initrd).context("cannot build the default guest initramfs")?;
+    Ok((kernel.vmlinuz, initrd))
+}
+
+fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
+    let recorder = Arc::new(Recorder::new(clock));
+    recorder.push(bootscope_vmm::timeline::PhaseMark {
+        name: vmm_marks::PROCESS_START.into(),
+        source: bootscope_vmm::timeline::MarkSource::Vmm,
+        t_ns: 0,
+        value: None,
+        vcpu: None,
+    });
+    let memory_bytes = parse_size(&args.memory).map_err(|e| usage(e.context("--memory")))?;
+    if let Some(t) = &args.timeline {
+        check_output_path("--timeline", t).map_err(usage)?;
+    }
+    let mut patterns = Vec::new();
+    for spec in &args.serial_patterns {
+        patterns.push(MilestonePattern::parse(spec).map_err(|e| usage(e.into()))?);
+    }
+    let patterns = merge_patterns(patterns, !args.no_default_patterns);
+    let timeout = match args.timeout {
+        Some(t) if !(t > 0.0 && t.is_finite()) => {
+            return Err(usage(anyhow::anyhow!("--timeout must be a positive number of seconds")))
+        }
+        Some(t) => Some(Duration::from_secs_f64(t)),
+        None => None,
+    };
+    let (kernel, initrd) = match args.kernel.clone() {
+        Some(k) => (k, args.initrd.clone()),
+        None => {
+            let (k, i) = default_guest().map_err(usage)?;
+            eprintln!("bootscope: default guest: kernel {} initrd {}", k.display(), i.display());
+            (k, Some(args.initrd.clone().unwrap_or(i)))
+        }
+    };
+    let console: Box<dyn Write + Send> = match args.serial.as_str() {
+        "stdout" | "-" => Box::new(std::io::stdout()),
+        "null" => Box::new(std::io::sink()),
+        path => {
+            let p = Path::new(path);
+            check_output_path("--serial", p).map_err(usage)?;
+            Box::new(File::create(p).with_context(|| format!("cannot create --serial file {path}")).map_err(usage)?)
+        }
+    };
+    let cfg = VmConfig {
+        kernel,
+        initrd,
+        cmdline: args.cmdline.clone(),
+        memory_bytes,
+        vcpus: args.vcpus,
+        console,
+        patterns,
+        timeout,
+        allow_emulation: args.allow_emulation,
+    };
+    let report = match vm::run(cfg, recorder.clone()) {
+        Ok(r) => r,
+        Err(VmError::Config(e)) => return Err(usage(e.into())),
+        Err(e) => return Err(e.into()),
+    };
+    let mut doc = report.timeline;
+    recorder.vmm(vmm_marks::VMM_EXIT);
+    doc.marks = recorder.snapshot();
+    doc.phases = bootscope_vmm::timeline::derive_phases(&doc.marks);
+    finish_run(&args, &doc)
+}
+
+fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {
+    if let Some(path) = &args.timeline {
+        let json = serde_json::to_vec_pretty(doc)?;
+        write_atomically(path, &json)?;
+    }
+    if !args.no_summary {
+        eprintln!();
+        eprintln!("bootscope: boot timeline of {} ({})", doc.guest.kernel, doc.guest.kernel_format);
+        eprint!("{}", doc.summary_table());
+        if let Some(exits) = doc.kvm_stats.get("exits") {
+            eprintln!("KVM exits (KVM's own statistics): {exits}");
+        }
+        eprintln!("outcome: {}", doc.outcome.detail);
+    }
+    if doc.outcome.clean {
+        Ok(0)
+    } else {
+        Err(Failure {
+            code: EXIT_FAILURE,
+            error: anyhow::anyhow!("the guest did not shut down cleanly: {}", doc.outcome.detail),
+        })
+    }
+}
+
+fn cmd_doctor(json: bool) -> Result<i32, Failure> {
+    let findings = host::doctor(&HostRoot::default());
+    if json {
+        println!("{}", serde_json::to_string_pretty(&findings)?);
+    } else {
+        for f in &findings {
+            println!("{:<10} {:<4} {}", f.item, if f.ok { "ok" } else { "--" }, f.detail);
+        }
+    }
+    Ok(0)
+}
+
+fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
+    let memory = parse_size(&args.memory).map_err(|e| usage(e.context("--memory")))?;
+    if !(args.timeout > 0.0 && args.timeout.is_finite()) {
+        return Err(usage(anyhow::anyhow!("--timeout must be a positive number of seconds")));
+    }
+    let exe = std::env::current_exe().context("cannot find the bootscope executable")?;
+    let cfg = bootscope_lab::outer::LabConfig {
+        memory_mib: memory >> 20,
+        bootscope_exe: exe,
+        args: args.args,
+        timeout: Duration::from_secs_f64(args.timeout),
+        ..bootscope_lab::outer::LabConfig::default()
+    };
+    let outcome = bootscope_lab::outer::run_lab(&cfg)?;
+    Ok(outcome.exit_code)
+}
+
+fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
+    let flavour = host::kvm_flavour(&HostRoot::default());
+    let mut run_args: Vec<OsString> = vec!["run".into(), "--timeout".into(), "300".into()];
+    if let Some(t) = &timeline {
+        check_output_path("--timeline", t).map_err(usage)?;
+        run_args.push("--timeline".into());
+        run_args.push(t.clone().into());
+    }
+    if flavour.boots_stock_kernels() {
+        eprintln!("bootscope: host KVM is {flavour}: booting the default guest natively");
+        let args = RunArgs::try_parse_from(std::iter::once(OsString::from("run")).chain(run_args.into_iter().skip(1)))
+            .map_err(|e| usage(e.into()))?;
+        cmd_run(args, clock)
+    } else {
+        let why = match flavour {
+            KvmFlavour::Pvm => "host KVM is PVM, which cannot boot a stock kernel",
+            _ => "host has no usable KVM",
+        };
+        eprintln!("bootscope: {why}: booting the default guest in the lab (nested KVM under QEMU's emulator)");
+        cmd_lab(LabArgs {
+            memory: "2G".into(),
+            timeout: 900.0,
+            args: run_args,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
+        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_size("128").unwrap(), 128 << 20);
+        assert_eq!(parse_size("4096b").unwrap(), 4096);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("99999999999G").is_err());
+    }
+}

@@ -1,0 +1,9 @@
+//! `bootscope`: the command line over the VMM, the lab and (later) the
+//! profiler. Only this crate uses anyhow; the libraries return typed errors.
+
+mod cli;
+
+fn main() {
+    let code = cli::main();
+    std::process::exit(code);
+}

@@ -1,0 +1,306 @@
+//! The guest console: where serial output goes, and the milestones matched in
+//! it (libguestfs boot-analysis style: a timestamp per matching line).
+
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use regex::Regex;
+
+use crate::timeline::{vmm_marks, MarkSource, Recorder};
+
+/// The patterns matched by default: the kernel banner, the end of kernel
+/// init, and the hand-over to the init process.
+pub const DEFAULT_PATTERNS: &[(&str, &str)] = &[
+    ("kernel banner", r"Linux version \S+"),
+    ("free initmem", r"Freeing unused kernel"),
+    ("run init", r"Run \S+ as init process"),
+];
+
+/// Longest console line kept for matching; longer lines are cut, not lost.
+const MAX_LINE: usize = 4096;
+
+/// A named regular expression matched against each console line.
+#[derive(Clone, Debug)]
+pub struct MilestonePattern {
+    pub name: String,
+    pub regex: Regex,
+}
+
+/// Error for a `--serial-pattern` argument.
+#[derive(Debug, thiserror::Error)]
+pub enum PatternError {
+    /// `--serial-pattern {0:?}` must be NAME=REGEX (for example
+    /// "udev=Starting udev")
+    #[error("--serial-pattern {0:?} must be NAME=REGEX (for example \"udev=Starting udev\")")]
+    Syntax(String),
+    /// The regular expression does not compile.
+    #[error("--serial-pattern {name:?}: invalid regular expression: {source}")]
+    Regex {
+        name: String,
+        #[source]
+        source: regex::Error,
+    },
+}
+
+impl MilestonePattern {
+    pub fn new(name: &str, regex: &str) -> Result<Self, PatternError> {
+        Ok(Self {
+            name: name.to_string(),
+            regex: Regex::new(regex).map_err(|source| PatternError::Regex {
+                name: name.to_string(),
+                source,
+            })?,
+        })
+    }
+
+    /// Parses `NAME=REGEX`.
+    pub fn parse(spec: &str) -> Result<Self, PatternError> {
+        let (name, re) = spec
+            .split_once('=')
+            .filter(|(n, r)| !n.trim().is_empty() && !r.is_empty())
+            .ok_or_else(|| PatternError::Syntax(spec.to_string()))?;
+        Self::new(name.trim(), re)
+    }
+
+    pub fn defaults() -> Vec<Self> {
+        DEFAULT_PATTERNS
+            .iter()
+            .map(|(n, r)| Self::new(n, r).expect("built-in patterns compile"))
+            .collect()
+    }
+}
+
+/// Merges user patterns into the defaults: a user pattern with a default's
+/// name replaces it.
+pub fn merge_patterns(user: Vec<MilestonePattern>, keep_defaults: bool) -> Vec<MilestonePattern> {
+    let mut out: Vec<MilestonePattern> = if keep_defaults {
+        MilestonePattern::defaults()
+    } else {
+        Vec::new()
+    };
+    for p in user {
+        out.retain(|d| d.name != p.name);
+        out.push(p);
+    }
+    out
+}
+
+/// Splits console bytes into lines and reports the first match of each
+/// pattern.
+#[derive(Debug)]
+pub struct LineMatcher {
+    patterns: Vec<(MilestonePattern, bool)>,
+    line: Vec<u8>,
+}
+
+impl LineMatcher {
+    pub fn new(patterns: Vec<MilestonePattern>) -> Self {
+        Self {
+            patterns: patterns.into_iter().map(|p| (p, false)).collect(),
+            line: Vec::new(),
+        }
+    }
+
+    /// Feeds bytes; returns the names of patterns that matched a line
+    /// completed by these bytes (each pattern fires once).
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
+        let mut hits = Vec::new();
+        for &b in bytes {
+            if b == b'\n' {
+                self.finish_line(&mut hits);
+            } else if self.line.len() < MAX_LINE {
+                self.line.push(b);
+            }
+        }
+        hits
+    }
+
+    /// Matches a final line that had no newline.
+    pub fn flush(&mut self) -> Vec<String> {
+        let mut hits = Vec::new();
+        if !self.line.is_empty() {
+            self.finish_line(&mut hits);
+        }
+        hits
+    }
+
+    fn finish_line(&mut self, hits: &mut Vec<String>) {
+        let text = String::from_utf8_lossy(&self.line);
+        for (p, fired) in self.patterns.iter_mut() {
+            if !*fired && p.regex.is_match(&text) {
+                *fired = true;
+                hits.push(p.name.clone());
+            }
+        }
+        self.line.clear();
+    }
+}
+
+/// Guest states recognised from the console that change how the run ends.
+#[derive(Debug, Default)]
+pub struct ConsoleEvents {
+    /// The kernel halted ("reboot: System halted" / "reboot: Power down"):
+    /// without ACPI a `poweroff` ends in a halt loop with interrupts off, which
+    /// never exits to the VMM.
+    pub halted: AtomicBool,
+    /// The kernel panicked ("Kernel panic - not syncing").
+    pub panicked: AtomicBool,
+    /// The panic line, for the report.
+    pub panic_line: Mutex<Option<String>>,
+}
+
+/// Lines that say the kernel halted.
+const HALT_PATTERN: &str = r"reboot: (System halted|Power down)";
+/// The kernel's panic banner.
+const PANIC_PATTERN: &str = r"Kernel panic - not syncing";
+
+/// The serial device's output: forwards bytes to the user's chosen sink and
+/// timestamps the first byte and every milestone.
+pub struct ConsoleSink {
+    out: Box<dyn Write + Send>,
+    matcher: LineMatcher,
+    recorder: Arc<Recorder>,
+    seen_first_byte: bool,
+    events: Arc<ConsoleEvents>,
+    state_line: Vec<u8>,
+    halt_re: Regex,
+    panic_re: Regex,
+}
+
+impl ConsoleSink {
+    pub fn new(
+        out: Box<dyn Write + Send>,
+        patterns: Vec<MilestonePattern>,
+        recorder: Arc<Recorder>,
+    ) -> Self {
+        Self {
+            out,
+            matcher: LineMatcher::new(patterns),
+            recorder,
+            seen_first_byte: false,
+            events: Arc::new(ConsoleEvents::default()),
+            state_line: Vec::new(),
+            halt_re: Regex::new(HALT_PATTERN).expect("built-in pattern compiles"),
+            panic_re: Regex::new(PANIC_PATTERN).expect("built-in pattern compiles"),
+        }
+    }
+
+    /// Halt and panic flags, shared with the VMM's run loop.
+    pub fn events(&self) -> Arc<ConsoleEvents> {
+        self.events.clone()
+    }
+
+    fn watch_state(&mut self, buf: &[u8]) {
+        for &b in buf {
+            if b != b'\n' {
+                if self.state_line.len() < MAX_LINE {
+                    self.state_line.push(b);
+                }
+                continue;
+            }
+            let line = String::from_utf8_lossy(&self.state_line).into_owned();
+            if self.panic_re.is_match(&line) && !self.events.panicked.swap(true, Ordering::SeqCst) {
+                let text = line.trim().to_string();
+                *self.events.panic_line.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
+                self.recorder.guest("serial: kernel panic".into(), MarkSource::Serial, None, None);
+            }
+            if self.halt_re.is_match(&line) && !self.events.halted.swap(true, Ordering::SeqCst) {
+                self.recorder.guest("serial: kernel halted".into(), MarkSource::Serial, None, None);
+            }
+            self.state_line.clear();
+        }
+    }
+
+    fn record(&self, hits: Vec<String>) {
+        for name in hits {
+            self.recorder
+                .guest(format!("serial: {name}"), MarkSource::Serial, None, None);
+        }
+    }
+
+    /// Matches whatever is left in the line buffer (at shutdown).
+    pub fn finish(&mut self) {
+        let hits = self.matcher.flush();
+        self.record(hits);
+        let _ = self.out.flush();
+    }
+}
+
+impl Write for ConsoleSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if !self.seen_first_byte && !buf.is_empty() {
+            self.seen_first_byte = true;
+            self.recorder.vmm_once(vmm_marks::FIRST_SERIAL_BYTE);
+        }
+        let hits = self.matcher.feed(buf);
+        self.record(hits);
+        self.watch_state(buf);
+        // A console that cannot be written (closed pipe) must not stop the
+        // guest: the bytes are dropped, the milestones still recorded.
+        let _ = self.out.write_all(buf);
+        if buf.contains(&b'\n') {
+            let _ = self.out.flush();
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let _ = self.out.flush();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_patterns_match_real_kernel_lines() {
+        let mut m = LineMatcher::new(MilestonePattern::defaults());
+        let log = b"[    0.000000] Linux version 6.1.0-28-amd64 (debian-kernel@lists.debian.org)\n\
+[    1.234] Freeing unused kernel image (initmem) memory: 2800K\n\
+[    1.300] Run /init as init process\n";
+        let hits = m.feed(log);
+        assert_eq!(hits, ["kernel banner", "free initmem", "run init"]);
+    }
+
+    #[test]
+    fn each_pattern_fires_once_and_lines_may_be_split() {
+        let mut m = LineMatcher::new(MilestonePattern::defaults());
+        assert!(m.feed(b"Run /ini").is_empty());
+        assert_eq!(m.feed(b"t as init process\r\n"), ["run init"]);
+        assert!(m.feed(b"Run /init as init process\n").is_empty());
+    }
+
+    #[test]
+    fn unterminated_last_line_matches_on_flush() {
+        let mut m = LineMatcher::new(vec![MilestonePattern::parse("done=^bye").unwrap()]);
+        assert!(m.feed(b"bye").is_empty());
+        assert_eq!(m.flush(), ["done"]);
+    }
+
+    #[test]
+    fn parse_rejects_bad_specs() {
+        assert!(matches!(
+            MilestonePattern::parse("nothing"),
+            Err(PatternError::Syntax(_))
+        ));
+        assert!(matches!(
+            MilestonePattern::parse("=x"),
+            Err(PatternError::Syntax(_))
+        ));
+        assert!(matches!(
+            MilestonePattern::parse("bad=("),
+            Err(PatternError::Regex { .. })
+        ));
+    }
+
+    #[test]
+    fn user_pattern_replaces_default_of_same_name() {
+        let p = merge_patterns(vec![MilestonePattern::parse("run init=^INIT").unwrap()], true);
+        assert_eq!(p.len(), DEFAULT_PATTERNS.len());
+        assert_eq!(p.last().unwrap().regex.as_str(), "^INIT");
+        assert_eq!(merge_patterns(vec![], false).len(), 0);
+    }
+}

@@ -1,0 +1,187 @@
+//! The legacy devices a Linux guest needs to boot and to say it is done:
+//! COM1 (vm-superio 16550), the i8042 reset line (vm-superio), and the
+//! boot-marker sinks (debug port 0x80, port 0xf4, the boot-timer MMIO word).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use vm_superio::{I8042Device, Serial, Trigger};
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::console::ConsoleSink;
+use crate::layout;
+use crate::timeline::{boot_time_port_mark_name, debug_port_mark_name, MarkSource, Recorder};
+
+/// Interrupt trigger backed by an eventfd that KVM turns into an IRQ
+/// (irqfd).
+pub struct EventFdTrigger(pub EventFd);
+
+impl Trigger for EventFdTrigger {
+    type E = io::Error;
+    fn trigger(&self) -> io::Result<()> {
+        self.0.write(1)
+    }
+}
+
+/// Trigger that only remembers it fired (the i8042 reset line).
+#[derive(Clone, Default)]
+pub struct FlagTrigger(pub Arc<AtomicBool>);
+
+impl Trigger for FlagTrigger {
+    type E = io::Error;
+    fn trigger(&self) -> io::Result<()> {
+        self.0.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// Counts of guest writes to the marker ports, by value.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MarkerCounts {
+    /// Writes to port 0x80 by value ("0x40" -> count).
+    pub debug_port: BTreeMap<String, u64>,
+    /// Writes to port 0xf4 by value.
+    pub boot_time_port: BTreeMap<String, u64>,
+    /// Boot-timer writes of the magic value.
+    pub boot_timer: u64,
+}
+
+impl MarkerCounts {
+    pub fn debug_port_total(&self) -> u64 {
+        self.debug_port.values().sum()
+    }
+}
+
+/// All emulated devices, shared by the vCPU threads.
+pub struct Devices {
+    serial: Mutex<Serial<EventFdTrigger, vm_superio::serial::NoEvents, ConsoleSink>>,
+    i8042: Mutex<I8042Device<FlagTrigger>>,
+    reset_requested: Arc<AtomicBool>,
+    recorder: Arc<Recorder>,
+    counts: Mutex<MarkerCounts>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Device state stays usable after a panicking vCPU thread.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Devices {
+    pub fn new(serial_irq: EventFd, console: ConsoleSink, recorder: Arc<Recorder>) -> Self {
+        let reset = FlagTrigger::default();
+        let reset_requested = reset.0.clone();
+        Self {
+            serial: Mutex::new(Serial::new(EventFdTrigger(serial_irq), console)),
+            i8042: Mutex::new(I8042Device::new(reset)),
+            reset_requested,
+            recorder,
+            counts: Mutex::new(MarkerCounts::default()),
+        }
+    }
+
+    /// Whether the guest pulsed the i8042 reset line.
+    pub fn reset_requested(&self) -> bool {
+        self.reset_requested.load(Ordering::SeqCst)
+    }
+
+    pub fn marker_counts(&self) -> MarkerCounts {
+        lock(&self.counts).clone()
+    }
+
+    /// Flushes the console and matches its last partial line.
+    pub fn finish_console(&self) {
+        lock(&self.serial).writer_mut().finish();
+    }
+
+    pub fn console_events(&self) -> Arc<crate::console::ConsoleEvents> {
+        lock(&self.serial).writer().events()
+    }
+
+    /// Port read. Absent ports read as all ones, as on real hardware.
+    pub fn pio_read(&self, port: u16, data: &mut [u8]) {
+        data.fill(0xff);
+        match port {
+            p if (layout::SERIAL_PORT_BASE..layout::SERIAL_PORT_BASE + 8).contains(&p) && data.len() == 1 => {
+                data[0] = lock(&self.serial).read((p - layout::SERIAL_PORT_BASE) as u8);
+            }
+            layout::I8042_DATA_PORT | layout::I8042_COMMAND_PORT if data.len() == 1 => {
+                data[0] = lock(&self.i8042).read((port - layout::I8042_DATA_PORT) as u8);
+            }
+            _ => {}
+        }
+    }
+
+    /// Port write.
+    pub fn pio_write(&self, port: u16, data: &[u8], vcpu: u32) {
+        let Some(&value) = data.first() else { return };
+        match port {
+            p if (layout::SERIAL_PORT_BASE..layout::SERIAL_PORT_BASE + 8).contains(&p) => {
+                // An interrupt that cannot be delivered is not worth stopping
+                // the guest for; the byte was still emitted.
+                let _ = lock(&self.serial).write((p - layout::SERIAL_PORT_BASE) as u8, value);
+            }
+            layout::I8042_DATA_PORT | layout::I8042_COMMAND_PORT => {
+                let _ = lock(&self.i8042).write((port - layout::I8042_DATA_PORT) as u8, value);
+            }
+            layout::DEBUG_PORT => {
+                let first = {
+                    let mut c = lock(&self.counts);
+                    let n = c.debug_port.entry(format!("0x{value:02x}")).or_insert(0);
+                    *n += 1;
+                    *n == 1
+                };
+                if first {
+                    self.recorder.guest(
+                        debug_port_mark_name(value),
+                        MarkSource::DebugPort,
+                        Some(value),
+                        Some(vcpu),
+                    );
+                }
+            }
+            layout::BOOT_TIME_PORT => {
+                let first = {
+                    let mut c = lock(&self.counts);
+                    let n = c.boot_time_port.entry(format!("{value}")).or_insert(0);
+                    *n += 1;
+                    *n == 1
+                };
+                if first {
+                    self.recorder.guest(
+                        boot_time_port_mark_name(value),
+                        MarkSource::BootTimePort,
+                        Some(value),
+                        Some(vcpu),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// MMIO read: nothing is mapped, reads see all ones.
+    pub fn mmio_read(&self, _addr: u64, data: &mut [u8]) {
+        data.fill(0xff);
+    }
+
+    /// MMIO write: only the boot timer listens.
+    pub fn mmio_write(&self, addr: u64, data: &[u8], vcpu: u32) {
+        if addr == layout::BOOT_TIMER_MMIO && data.first() == Some(&layout::BOOT_TIMER_MAGIC) {
+            let first = {
+                let mut c = lock(&self.counts);
+                c.boot_timer += 1;
+                c.boot_timer == 1
+            };
+            if first {
+                self.recorder.guest(
+                    "boot timer: guest boot done (123)".to_string(),
+                    MarkSource::BootTimer,
+                    Some(layout::BOOT_TIMER_MAGIC),
+                    Some(vcpu),
+                );
+            }
+        }
+    }
+}

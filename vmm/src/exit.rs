@@ -1,0 +1,214 @@
+//! What to do with each `KVM_RUN` exit, kept apart from the ioctl so tests can
+//! feed made-up exits.
+
+use std::sync::atomic::Ordering;
+
+use kvm_ioctls::VcpuExit;
+
+use crate::devices::Devices;
+use crate::timeline::StopReason;
+
+/// The vCPU loop's next step.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ExitAction {
+    /// Re-enter the guest.
+    Continue,
+    /// Stop the VM.
+    Stop(StopReason, String),
+}
+
+/// KVM_SYSTEM_EVENT types.
+const SYSTEM_EVENT_SHUTDOWN: u32 = 1;
+const SYSTEM_EVENT_RESET: u32 = 2;
+const SYSTEM_EVENT_CRASH: u32 = 3;
+
+/// Handles one exit of vCPU `vcpu`.
+pub fn handle_exit(exit: VcpuExit<'_>, devices: &Devices, vcpu: u32) -> ExitAction {
+    match exit {
+        VcpuExit::IoIn(port, data) => {
+            devices.pio_read(port, data);
+            ExitAction::Continue
+        }
+        VcpuExit::IoOut(port, data) => {
+            devices.pio_write(port, data, vcpu);
+            if devices.reset_requested() {
+                return ExitAction::Stop(
+                    StopReason::I8042Reset,
+                    format!("guest reset through the i8042 controller (vcpu{vcpu})"),
+                );
+            }
+            let ev = devices.console_events();
+            if ev.halted.load(Ordering::SeqCst) {
+                return ExitAction::Stop(
+                    StopReason::GuestHalt,
+                    "guest kernel halted (\"reboot: System halted\" on the console)".into(),
+                );
+            }
+            ExitAction::Continue
+        }
+        VcpuExit::MmioRead(addr, data) => {
+            devices.mmio_read(addr, data);
+            ExitAction::Continue
+        }
+        VcpuExit::MmioWrite(addr, data) => {
+            devices.mmio_write(addr, data, vcpu);
+            ExitAction::Continue
+        }
+        VcpuExit::Shutdown => ExitAction::Stop(
+            StopReason::TripleFault,
+            format!("guest shut down (triple fault on vcpu{vcpu})"),
+        ),
+        VcpuExit::SystemEvent(kind, _) => {
+            let what = match kind {
+                SYSTEM_EVENT_SHUTDOWN => "shutdown",
+                SYSTEM_EVENT_RESET => "reset",
+                SYSTEM_EVENT_CRASH => "crash",
+                _ => "unknown event",
+            };
+            let reason = if kind == SYSTEM_EVENT_CRASH {
+                StopReason::GuestPanic
+            } else {
+                StopReason::SystemEvent
+            };
+            ExitAction::Stop(reason, format!("guest system event: {what} (vcpu{vcpu})"))
+        }
+        // With the in-kernel irqchip HLT stays in the kernel; a userspace
+        // HLT exit means nothing can wake this vCPU.
+        VcpuExit::Hlt => ExitAction::Stop(
+            StopReason::GuestHalt,
+            format!("vcpu{vcpu} halted with no way to wake"),
+        ),
+        VcpuExit::FailEntry(reason, cpu) => ExitAction::Stop(
+            StopReason::Error,
+            format!("KVM could not enter the guest on vcpu{vcpu} (hardware reason {reason:#x}, cpu {cpu})"),
+        ),
+        VcpuExit::InternalError => ExitAction::Stop(
+            StopReason::Error,
+            format!("KVM internal error on vcpu{vcpu} (often an instruction KVM cannot emulate)"),
+        ),
+        VcpuExit::Intr | VcpuExit::IrqWindowOpen => ExitAction::Continue,
+        other => ExitAction::Stop(
+            StopReason::Error,
+            format!("unexpected exit on vcpu{vcpu}: {other:?}"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use vmm_sys_util::eventfd::EventFd;
+
+    use crate::console::{ConsoleSink, MilestonePattern};
+    use crate::timeline::{Clock, MarkSource, Recorder};
+
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<Vec<u8>>>);
+    impl Write for Capture {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn devices() -> (Devices, Arc<Recorder>, Capture, EventFd) {
+        let rec = Arc::new(Recorder::new(Clock::start()));
+        let cap = Capture::default();
+        let irq = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+        let sink = ConsoleSink::new(Box::new(cap.clone()), MilestonePattern::defaults(), rec.clone());
+        (Devices::new(irq.try_clone().unwrap(), sink, rec.clone()), rec, cap, irq)
+    }
+
+    #[test]
+    fn serial_bytes_reach_console_and_milestones() {
+        let (d, rec, cap, _irq) = devices();
+        for b in b"Linux version 6.1.0 (x)\n" {
+            assert_eq!(handle_exit(VcpuExit::IoOut(0x3f8, &[*b]), &d, 0), ExitAction::Continue);
+        }
+        assert_eq!(&cap.0.lock().unwrap()[..], b"Linux version 6.1.0 (x)\n");
+        let marks = rec.snapshot();
+        assert!(marks.iter().any(|m| m.name == "vmm: first serial byte"));
+        assert!(marks.iter().any(|m| m.name == "serial: kernel banner" && m.source == MarkSource::Serial));
+    }
+
+    #[test]
+    fn serial_line_status_reads_ready() {
+        let (d, _, _, _) = devices();
+        let mut lsr = [0u8];
+        handle_exit(VcpuExit::IoIn(0x3fd, &mut lsr), &d, 0);
+        // THR empty and transmitter empty.
+        assert_eq!(lsr[0] & 0x60, 0x60);
+        let mut absent = [0u8; 2];
+        handle_exit(VcpuExit::IoIn(0x1234, &mut absent), &d, 0);
+        assert_eq!(absent, [0xff, 0xff]);
+    }
+
+    #[test]
+    fn i8042_reset_stops() {
+        let (d, _, _, _) = devices();
+        assert_eq!(handle_exit(VcpuExit::IoOut(0x64, &[0xd1]), &d, 0), ExitAction::Continue);
+        assert!(matches!(
+            handle_exit(VcpuExit::IoOut(0x64, &[0xfe]), &d, 1),
+            ExitAction::Stop(StopReason::I8042Reset, _)
+        ));
+    }
+
+    #[test]
+    fn triple_fault_and_system_events() {
+        let (d, _, _, _) = devices();
+        assert!(matches!(handle_exit(VcpuExit::Shutdown, &d, 0), ExitAction::Stop(StopReason::TripleFault, _)));
+        assert!(matches!(
+            handle_exit(VcpuExit::SystemEvent(2, &[]), &d, 0),
+            ExitAction::Stop(StopReason::SystemEvent, _)
+        ));
+        assert!(matches!(
+            handle_exit(VcpuExit::SystemEvent(3, &[]), &d, 0),
+            ExitAction::Stop(StopReason::GuestPanic, _)
+        ));
+        assert!(matches!(handle_exit(VcpuExit::InternalError, &d, 0), ExitAction::Stop(StopReason::Error, _)));
+        assert!(matches!(handle_exit(VcpuExit::FailEntry(7, 0), &d, 0), ExitAction::Stop(StopReason::Error, _)));
+    }
+
+    #[test]
+    fn marker_ports_count_every_write_and_mark_first() {
+        let (d, rec, _, _) = devices();
+        for _ in 0..5 {
+            handle_exit(VcpuExit::IoOut(0x80, &[0x40]), &d, 0);
+        }
+        handle_exit(VcpuExit::IoOut(0x80, &[0x60]), &d, 1);
+        handle_exit(VcpuExit::IoOut(0xf4, &[6]), &d, 0);
+        handle_exit(VcpuExit::MmioWrite(0xd000_0000, &[123, 0, 0, 0]), &d, 0);
+        handle_exit(VcpuExit::MmioWrite(0xd000_0000, &[5, 0, 0, 0]), &d, 0);
+        let c = d.marker_counts();
+        assert_eq!(c.debug_port["0x40"], 5);
+        assert_eq!(c.debug_port_total(), 6);
+        assert_eq!(c.boot_time_port["6"], 1);
+        assert_eq!(c.boot_timer, 1);
+        let marks = rec.snapshot();
+        assert_eq!(marks.iter().filter(|m| m.source == MarkSource::DebugPort).count(), 2);
+        let user = marks.iter().find(|m| m.value == Some(0x60)).unwrap();
+        assert_eq!(user.vcpu, Some(1));
+        assert!(marks.iter().any(|m| m.source == MarkSource::BootTimer));
+        assert!(marks.iter().any(|m| m.name == "port 0xf4: linux_start_kernel (6)"));
+    }
+
+    #[test]
+    fn console_halt_and_panic() {
+        let (d, _, _, _) = devices();
+        for b in b"[ 1.0] Kernel panic - not syncing: Attempted to kill init!\n" {
+            handle_exit(VcpuExit::IoOut(0x3f8, &[*b]), &d, 0);
+        }
+        assert!(d.console_events().panicked.load(Ordering::SeqCst));
+        let mut last = ExitAction::Continue;
+        for b in b"[ 2.0] reboot: System halted\n" {
+            last = handle_exit(VcpuExit::IoOut(0x3f8, &[*b]), &d, 0);
+        }
+        assert!(matches!(last, ExitAction::Stop(StopReason::GuestHalt, _)));
+    }
+}

@@ -1,0 +1,389 @@
+//! What this host offers: the KVM flavour and the facilities bootscope uses.
+//! Every probe takes an injectable root so tests can use a fake tree.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// Which KVM backend the host runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvmFlavour {
+    /// Intel VT-x (kvm_intel).
+    Vmx,
+    /// AMD-V (kvm_amd).
+    Svm,
+    /// Pagetable-based Virtual Machine (kvm_pvm): only PVM guests run at full
+    /// speed; anything else goes through the instruction emulator.
+    Pvm,
+    /// No usable /dev/kvm.
+    None,
+}
+
+impl KvmFlavour {
+    /// Whether a stock (non-PVM) Linux kernel boots at full speed.
+    pub fn boots_stock_kernels(self) -> bool {
+        matches!(self, KvmFlavour::Vmx | KvmFlavour::Svm)
+    }
+}
+
+impl fmt::Display for KvmFlavour {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KvmFlavour::Vmx => "VMX (Intel VT-x, kvm_intel)",
+            KvmFlavour::Svm => "SVM (AMD-V, kvm_amd)",
+            KvmFlavour::Pvm => "PVM (kvm_pvm)",
+            KvmFlavour::None => "none",
+        })
+    }
+}
+
+/// Roots of the files the probes read (`/` in production).
+#[derive(Clone, Debug)]
+pub struct HostRoot(pub PathBuf);
+
+impl Default for HostRoot {
+    fn default() -> Self {
+        Self(PathBuf::from("/"))
+    }
+}
+
+impl HostRoot {
+    fn path(&self, p: &str) -> PathBuf {
+        self.0.join(p.trim_start_matches('/'))
+    }
+}
+
+/// Detects the KVM flavour from loaded modules, falling back to CPU flags.
+pub fn kvm_flavour(root: &HostRoot) -> KvmFlavour {
+    if !root.path("/dev/kvm").exists() {
+        return KvmFlavour::None;
+    }
+    let module = |m: &str| root.path(&format!("/sys/module/{m}")).exists();
+    if module("kvm_pvm") {
+        return KvmFlavour::Pvm;
+    }
+    if module("kvm_intel") {
+        return KvmFlavour::Vmx;
+    }
+    if module("kvm_amd") {
+        return KvmFlavour::Svm;
+    }
+    let cpuinfo = std::fs::read_to_string(root.path("/proc/cpuinfo")).unwrap_or_default();
+    let has_flag = |f: &str| {
+        cpuinfo
+            .lines()
+            .filter(|l| l.starts_with("flags"))
+            .any(|l| l.split_whitespace().any(|w| w == f))
+    };
+    if has_flag("vmx") {
+        KvmFlavour::Vmx
+    } else if has_flag("svm") {
+        KvmFlavour::Svm
+    } else {
+        KvmFlavour::None
+    }
+}
+
+/// One line of `bootscope doctor`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    pub item: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// A huge page pool.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct HugePagePool {
+    pub size_kib: u64,
+    pub total: u64,
+    pub free: u64,
+}
+
+/// Lists huge page pools under sysfs.
+pub fn huge_page_pools(root: &HostRoot) -> Vec<HugePagePool> {
+    let mut pools = Vec::new();
+    let dir = root.path("/sys/kernel/mm/hugepages");
+    let Ok(rd) = std::fs::read_dir(&dir) else { return pools };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(size) = name
+            .strip_prefix("hugepages-")
+            .and_then(|s| s.strip_suffix("kB"))
+            .and_then(|s| s.parse().ok())
+        else {
+            continue;
+        };
+        let read = |f: &str| {
+            std::fs::read_to_string(e.path().join(f))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        pools.push(HugePagePool {
+            size_kib: size,
+            total: read("nr_hugepages"),
+            free: read("free_hugepages"),
+        });
+    }
+    pools.sort_by_key(|p| p.size_kib);
+    pools
+}
+
+/// NUMA node ids under sysfs.
+pub fn numa_nodes(root: &HostRoot) -> Vec<u32> {
+    let mut nodes: Vec<u32> = std::fs::read_dir(root.path("/sys/devices/system/node"))
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .strip_prefix("node")
+                        .and_then(|n| n.parse().ok())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    nodes.sort_unstable();
+    nodes
+}
+
+/// Finds the tracefs mount (either location).
+pub fn tracefs(root: &HostRoot) -> Option<PathBuf> {
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .map(|p| root.path(p))
+        .find(|p| p.join("events").is_dir())
+}
+
+/// Tries to create a tiny BPF map: the only reliable test of BPF rights.
+pub fn bpf_works() -> Result<(), String> {
+    #[repr(C)]
+    struct MapCreate {
+        map_type: u32,
+        key_size: u32,
+        value_size: u32,
+        max_entries: u32,
+        map_flags: u32,
+    }
+    const BPF_MAP_CREATE: libc::c_long = 0;
+    const BPF_MAP_TYPE_ARRAY: u32 = 2;
+    let attr = MapCreate {
+        map_type: BPF_MAP_TYPE_ARRAY,
+        key_size: 4,
+        value_size: 8,
+        max_entries: 1,
+        map_flags: 0,
+    };
+    // SAFETY: bpf(BPF_MAP_CREATE) reads `size` bytes of a properly laid out
+    // attribute struct that lives across the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_CREATE,
+            &attr as *const MapCreate,
+            std::mem::size_of::<MapCreate>() as u32,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    // SAFETY: fd is a descriptor we own and close once.
+    unsafe { libc::close(fd as i32) };
+    Ok(())
+}
+
+/// Searches PATH for a program.
+pub fn which(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// Every check `bootscope doctor` prints.
+pub fn doctor(root: &HostRoot) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let flavour = kvm_flavour(root);
+    let kvm_detail = match flavour {
+        KvmFlavour::Vmx | KvmFlavour::Svm => format!("{flavour}: stock kernels boot at full speed"),
+        KvmFlavour::Pvm => format!(
+            "{flavour}: only PVM guest kernels run natively; a stock kernel runs through the \
+             instruction emulator and never finishes booting; use `bootscope lab` for real KVM"
+        ),
+        KvmFlavour::None => "no /dev/kvm: load kvm_intel or kvm_amd, or use `bootscope lab`".into(),
+    };
+    out.push(Finding {
+        item: "kvm".into(),
+        ok: flavour.boots_stock_kernels(),
+        detail: kvm_detail,
+    });
+    let devkvm = root.path("/dev/kvm");
+    let open = std::fs::OpenOptions::new().read(true).write(true).open(&devkvm);
+    out.push(Finding {
+        item: "/dev/kvm".into(),
+        ok: open.is_ok(),
+        detail: match open {
+            Ok(_) => "opens read-write".into(),
+            Err(e) => format!("cannot open: {e} (run as root or join the kvm group)"),
+        },
+    });
+    let tf = tracefs(root);
+    out.push(Finding {
+        item: "tracefs".into(),
+        ok: tf.is_some(),
+        detail: match &tf {
+            Some(p) => {
+                let exit = p.join("events/kvm/kvm_exit").is_dir();
+                let pio = p.join("events/kvm/kvm_pio").is_dir();
+                format!(
+                    "{} (kvm:kvm_exit {}, kvm:kvm_pio {}){}",
+                    p.display(),
+                    if exit { "present" } else { "missing" },
+                    if pio { "present" } else { "missing" },
+                    if flavour == KvmFlavour::Pvm {
+                        "; on PVM kvm:kvm_exit never fires"
+                    } else {
+                        ""
+                    }
+                )
+            }
+            None => "not mounted: mount -t tracefs nodev /sys/kernel/tracing".into(),
+        },
+    });
+    let bpf = bpf_works();
+    out.push(Finding {
+        item: "bpf".into(),
+        ok: bpf.is_ok(),
+        detail: match bpf {
+            Ok(()) => "can create BPF maps".into(),
+            Err(e) => format!("cannot create a BPF map: {e} (needs root or CAP_BPF)"),
+        },
+    });
+    let btf = root.path("/sys/kernel/btf/vmlinux");
+    out.push(Finding {
+        item: "btf".into(),
+        ok: btf.exists(),
+        detail: if btf.exists() {
+            format!("{} present (CO-RE programs load)", btf.display())
+        } else {
+            "no /sys/kernel/btf/vmlinux: the kernel lacks CONFIG_DEBUG_INFO_BTF".into()
+        },
+    });
+    let nodes = numa_nodes(root);
+    out.push(Finding {
+        item: "numa".into(),
+        ok: !nodes.is_empty(),
+        detail: format!(
+            "{} node(s): {}",
+            nodes.len(),
+            nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ")
+        ),
+    });
+    let pools = huge_page_pools(root);
+    out.push(Finding {
+        item: "hugepages".into(),
+        ok: !pools.is_empty(),
+        detail: if pools.is_empty() {
+            "no huge page pools".into()
+        } else {
+            pools
+                .iter()
+                .map(|p| format!("{} KiB: {} total, {} free", p.size_kib, p.total, p.free))
+                .collect::<Vec<_>>()
+                .join("; ")
+        },
+    });
+    let qemu = which("qemu-system-x86_64");
+    out.push(Finding {
+        item: "qemu".into(),
+        ok: qemu.is_some(),
+        detail: match qemu {
+            Some(p) => format!("{} (needed by `bootscope lab`)", p.display()),
+            None => "qemu-system-x86_64 not found: apt-get install qemu-system-x86 (needed by `bootscope lab`)".into(),
+        },
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(files: &[&str]) -> tempdir::TempTree {
+        let t = tempdir::TempTree::new();
+        for f in files {
+            let p = t.0.join(f.trim_start_matches('/'));
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            if f.ends_with('/') {
+                std::fs::create_dir_all(&p).unwrap();
+            } else {
+                std::fs::write(&p, "").unwrap();
+            }
+        }
+        t
+    }
+
+    mod tempdir {
+        pub struct TempTree(pub std::path::PathBuf);
+        impl TempTree {
+            pub fn new() -> Self {
+                use std::sync::atomic::{AtomicU32, Ordering};
+                static N: AtomicU32 = AtomicU32::new(0);
+                let p = std::env::temp_dir().join(format!(
+                    "bootscope-host-{}-{}",
+                    std::process::id(),
+                    N.fetch_add(1, Ordering::SeqCst)
+                ));
+                std::fs::create_dir_all(&p).unwrap();
+                Self(p)
+            }
+        }
+        impl Drop for TempTree {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn flavour_from_modules() {
+        let t = tree(&["/dev/kvm", "/sys/module/kvm/", "/sys/module/kvm_pvm/"]);
+        assert_eq!(kvm_flavour(&HostRoot(t.0.clone())), KvmFlavour::Pvm);
+        let t = tree(&["/dev/kvm", "/sys/module/kvm_amd/"]);
+        assert_eq!(kvm_flavour(&HostRoot(t.0.clone())), KvmFlavour::Svm);
+        let t = tree(&["/dev/kvm", "/sys/module/kvm_intel/"]);
+        assert_eq!(kvm_flavour(&HostRoot(t.0.clone())), KvmFlavour::Vmx);
+        let t = tree(&["/sys/module/kvm_intel/"]);
+        assert_eq!(kvm_flavour(&HostRoot(t.0.clone())), KvmFlavour::None);
+    }
+
+    #[test]
+    fn flavour_from_cpu_flags() {
+        let t = tree(&["/dev/kvm"]);
+        std::fs::create_dir_all(t.0.join("proc")).unwrap();
+        std::fs::write(t.0.join("proc/cpuinfo"), "flags\t\t: fpu svm lm\n").unwrap();
+        assert_eq!(kvm_flavour(&HostRoot(t.0.clone())), KvmFlavour::Svm);
+    }
+
+    #[test]
+    fn pools_and_nodes() {
+        let t = tree(&["/sys/devices/system/node/node0/", "/sys/devices/system/node/node1/", "/sys/devices/system/node/possible"]);
+        let dir = t.0.join("sys/kernel/mm/hugepages/hugepages-2048kB");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("nr_hugepages"), "16\n").unwrap();
+        std::fs::write(dir.join("free_hugepages"), "4\n").unwrap();
+        let root = HostRoot(t.0.clone());
+        assert_eq!(numa_nodes(&root), [0, 1]);
+        assert_eq!(huge_page_pools(&root), [HugePagePool { size_kib: 2048, total: 16, free: 4 }]);
+    }
+}

@@ -1,0 +1,62 @@
+//! Every guest-physical address the VMM uses, in one place.
+//!
+//! The low-memory layout follows the conventions Linux expects of a boot
+//! loader (zero page below 0x10000, command line below the EBDA, MP table in
+//! the EBDA) and leaves the classic PC hole 0xa0000-0xfffff alone.
+
+/// Global descriptor table.
+pub const GDT_START: u64 = 0x500;
+/// Interrupt descriptor table (empty: the kernel installs its own).
+pub const IDT_START: u64 = 0x520;
+/// PVH `hvm_start_info`, followed by its memory map.
+pub const PVH_INFO_START: u64 = 0x6000;
+/// PVH memory map entries (after the 56-byte start info).
+pub const PVH_MEMMAP_START: u64 = PVH_INFO_START + 0x40;
+/// The Linux zero page (`struct boot_params`).
+pub const ZERO_PAGE_START: u64 = 0x7000;
+/// Initial stack pointer for the boot vCPU.
+pub const BOOT_STACK_POINTER: u64 = 0x8ff0;
+/// Level 4 page map of the identity page tables.
+pub const PML4_START: u64 = 0x9000;
+/// Page directory pointer table.
+pub const PDPTE_START: u64 = 0xa000;
+/// First of four page directories (2 MiB pages, identity map of 4 GiB).
+pub const PDE_START: u64 = 0xb000;
+/// Kernel command line.
+pub const CMDLINE_START: u64 = 0x20000;
+/// Largest command line we place (the bzImage header may ask for less).
+pub const CMDLINE_MAX_SIZE: usize = 0x10000;
+/// Start of the extended BIOS data area, where the MP table lives.
+pub const EBDA_START: u64 = 0x9fc00;
+/// End of usable low memory (start of the VGA/BIOS hole).
+pub const LOW_MEMORY_END: u64 = 0xa0000;
+/// Where high memory (and the protected-mode kernel) starts.
+pub const HIMEM_START: u64 = 0x10_0000;
+/// Start of the 32-bit MMIO gap below 4 GiB: guest RAM is split around it.
+pub const MMIO_GAP_START: u64 = 0xc000_0000;
+/// End of the 32-bit MMIO gap.
+pub const MMIO_GAP_END: u64 = 0x1_0000_0000;
+/// Firecracker's boot-timer device: the guest writes 123 here.
+pub const BOOT_TIMER_MMIO: u64 = 0xd000_0000;
+/// Value a guest writes to the boot timer to say "userspace started".
+pub const BOOT_TIMER_MAGIC: u8 = 123;
+/// Local APIC default base.
+pub const APIC_DEFAULT_BASE: u64 = 0xfee0_0000;
+/// I/O APIC default base.
+pub const IOAPIC_DEFAULT_BASE: u64 = 0xfec0_0000;
+/// Identity map page used by KVM on Intel (must not overlap RAM in use).
+pub const KVM_IDENTITY_MAP_START: u64 = 0xfffb_c000;
+/// Task state segment pages used by KVM on Intel (3 pages after the map).
+pub const KVM_TSS_START: u64 = KVM_IDENTITY_MAP_START + 0x1000;
+
+/// COM1 base port.
+pub const SERIAL_PORT_BASE: u16 = 0x3f8;
+/// COM1 interrupt line.
+pub const SERIAL_IRQ: u32 = 4;
+/// i8042 keyboard controller data and command ports.
+pub const I8042_DATA_PORT: u16 = 0x60;
+pub const I8042_COMMAND_PORT: u16 = 0x64;
+/// Debug port used for POST codes (Cloud Hypervisor's boot markers).
+pub const DEBUG_PORT: u16 = 0x80;
+/// qemu-boot-time's marker port.
+pub const BOOT_TIME_PORT: u16 = 0xf4;

@@ -1,0 +1,17 @@
+//! bootscope's virtual machine monitor: boots a real Linux kernel (bzImage or
+//! ELF/PVH) under KVM and timestamps every boot phase on one clock.
+//!
+//! The crate knows nothing of eBPF or terminals; it produces a
+//! [`timeline::TimelineDoc`] that the profiler and the UI consume.
+
+pub mod bootparams;
+pub mod console;
+pub mod devices;
+pub mod exit;
+pub mod host;
+pub mod kvm_stats;
+pub mod layout;
+pub mod loader;
+pub mod timeline;
+pub mod vm;
+pub mod x86;

@@ -1,0 +1,466 @@
+//! Kernel and initrd loading: format detection by content, the Linux x86 boot
+//! protocol (bzImage) and ELF `vmlinux` with or without a PVH entry note.
+//!
+//! Parsing and copying is linux-loader's; this module adds the checks a user
+//! needs to hear about in plain words (truncated image, no entry point, too
+//! little memory, a command line longer than the kernel accepts).
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use linux_loader::loader::bootparam::setup_header;
+use linux_loader::loader::{bzimage::BzImage, elf::Elf, KernelLoader, PvhBootCapability};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use crate::layout;
+
+/// x86 `COMMAND_LINE_SIZE`: the most an ELF/PVH kernel accepts.
+pub const DEFAULT_CMDLINE_MAX: usize = 2048;
+/// Setup header magic "HdrS".
+const HDRS_MAGIC: u32 = 0x5372_6448;
+/// xloadflags bit: the kernel has a 64-bit entry point at +0x200.
+const XLF_KERNEL_64: u16 = 1;
+/// Where the boot protocol puts the 64-bit entry in the protected-mode code.
+const BZIMAGE_64BIT_ENTRY_OFFSET: u64 = 0x200;
+/// Highest initrd address for kernels older than boot protocol 2.03.
+const DEFAULT_INITRD_ADDR_MAX: u64 = 0x37ff_ffff;
+
+/// What kind of kernel image a file is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelFormat {
+    BzImage,
+    Elf,
+}
+
+impl KernelFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelFormat::BzImage => "bzimage",
+            KernelFormat::Elf => "elf",
+        }
+    }
+}
+
+/// How the boot vCPU enters the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryMode {
+    /// 64-bit Linux boot protocol: long mode, RSI = zero page.
+    Linux64,
+    /// PVH: 32-bit protected mode, paging off, EBX = `hvm_start_info`.
+    Pvh,
+}
+
+/// Where the kernel was put and how to enter it.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadedKernel {
+    pub format: KernelFormat,
+    pub entry: GuestAddress,
+    pub mode: EntryMode,
+    /// First byte past the loaded image (lowest address an initrd may use).
+    pub end: u64,
+    /// The image's setup header (bzImage only), to seed the zero page.
+    pub setup_header: Option<setup_header>,
+    /// Longest command line (without the NUL) the kernel accepts.
+    pub cmdline_max: usize,
+}
+
+/// Where the initrd was put.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadedInitrd {
+    pub addr: u64,
+    pub size: u64,
+}
+
+/// Errors of kernel, initrd and command line loading.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The kernel file cannot be opened or read.
+    #[error("cannot read kernel {path}: {source} (check the path and its permissions)")]
+    KernelRead {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is neither a bzImage nor an ELF kernel.
+    #[error(
+        "{path} is not a Linux kernel: {detail}; pass a bzImage (such as /boot/vmlinuz-*) \
+         or an ELF vmlinux"
+    )]
+    NotAKernel { path: PathBuf, detail: String },
+    /// The bzImage is shorter than its own header says.
+    #[error(
+        "{path} is a truncated bzImage: the header describes {expected} bytes but the file has \
+         {actual}; copy the kernel again"
+    )]
+    TruncatedBzImage {
+        path: PathBuf,
+        expected: u64,
+        actual: u64,
+    },
+    /// The bzImage predates the 64-bit boot protocol.
+    #[error(
+        "{path} uses boot protocol {version:#06x} without a 64-bit entry point; bootscope needs \
+         a 64-bit kernel with boot protocol 2.12 or later"
+    )]
+    No64BitEntry { path: PathBuf, version: u16 },
+    /// The ELF has neither a PVH note nor an entry address.
+    #[error(
+        "{path} is an ELF file without an entry point (no PVH note and e_entry is 0); pass a \
+         vmlinux built with CONFIG_PVH=y or a bzImage"
+    )]
+    ElfNoEntry { path: PathBuf },
+    /// The ELF is not for x86-64.
+    #[error("{path} is an ELF file for machine {machine}, not x86-64")]
+    ElfWrongMachine { path: PathBuf, machine: u16 },
+    /// linux-loader refused the image.
+    #[error("cannot load kernel {path}: {source}")]
+    Loader {
+        path: PathBuf,
+        #[source]
+        source: linux_loader::loader::Error,
+    },
+    /// The kernel does not fit in guest memory.
+    #[error(
+        "guest memory ({memory_mib} MiB) is too small for kernel {path}: it needs at least \
+         {needed_mib} MiB; raise --memory"
+    )]
+    MemoryTooSmall {
+        path: PathBuf,
+        memory_mib: u64,
+        needed_mib: u64,
+    },
+    /// The initrd cannot be opened or read.
+    #[error("cannot read initrd {path}: {source} (check the path and its permissions)")]
+    InitrdRead {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The initrd does not fit where the kernel can reach it.
+    #[error(
+        "initrd {path} ({size_mib} MiB) does not fit in guest memory below the kernel's limit \
+         ({available_mib} MiB free after the kernel); raise --memory or shrink the initrd"
+    )]
+    InitrdTooLarge {
+        path: PathBuf,
+        size_mib: u64,
+        available_mib: u64,
+    },
+    /// The command line is longer than the kernel accepts.
+    #[error(
+        "the kernel command line is {len} bytes but this kernel accepts at most {max}; shorten \
+         --cmdline"
+    )]
+    CmdlineTooLong { len: usize, max: usize },
+    /// The command line contains a byte the kernel cannot take.
+    #[error("the kernel command line contains a NUL or non-ASCII byte; remove it")]
+    CmdlineInvalid,
+    /// Writing to guest memory failed.
+    #[error("cannot write {what} to guest memory: {detail}")]
+    GuestWrite { what: &'static str, detail: String },
+}
+
+fn read_at(file: &mut File, offset: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+    file.seek(SeekFrom::Start(offset))?;
+    let mut done = 0;
+    while done < buf.len() {
+        let n = file.read(&mut buf[done..])?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    Ok(done)
+}
+
+/// Facts read from a kernel file without loading it.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelProbe {
+    pub format: KernelFormat,
+    pub file_size: u64,
+    /// bzImage: setup header.
+    pub setup_header: Option<setup_header>,
+    /// Memory the kernel needs to boot, in bytes (bzImage: the relocation
+    /// target plus `init_size`; ELF: the highest loaded address).
+    pub min_memory: u64,
+}
+
+/// Detects the kernel format by content and checks it is loadable.
+pub fn probe_kernel(path: &Path) -> Result<KernelProbe, LoadError> {
+    let read_err = |source| LoadError::KernelRead {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = File::open(path).map_err(read_err)?;
+    let meta = file.metadata().map_err(read_err)?;
+    if !meta.is_file() {
+        return Err(LoadError::NotAKernel {
+            path: path.to_path_buf(),
+            detail: "it is not a regular file".into(),
+        });
+    }
+    let file_size = meta.len();
+    let mut head = [0u8; 0x280];
+    let n = read_at(&mut file, 0, &mut head).map_err(read_err)?;
+    let head = &head[..n];
+    if head.len() >= 4 && &head[..4] == b"\x7fELF" {
+        return probe_elf(path, &mut file, file_size, head);
+    }
+    if head.len() >= 0x206 && u32::from_le_bytes([head[0x202], head[0x203], head[0x204], head[0x205]]) == HDRS_MAGIC {
+        return probe_bzimage(path, file_size, head);
+    }
+    let detail = if file_size == 0 {
+        "the file is empty".to_string()
+    } else if head.len() >= 0x202 && head[0x1fe] == 0x55 && head[0x1ff] == 0xaa {
+        "it has a boot sector but no \"HdrS\" setup header (an old zImage or a disk image)"
+            .to_string()
+    } else {
+        "no ELF magic and no \"HdrS\" setup header at offset 0x202".to_string()
+    };
+    Err(LoadError::NotAKernel {
+        path: path.to_path_buf(),
+        detail,
+    })
+}
+
+fn probe_bzimage(path: &Path, file_size: u64, head: &[u8]) -> Result<KernelProbe, LoadError> {
+    let mut hdr = setup_header::default();
+    let hdr_len = std::mem::size_of::<setup_header>();
+    let avail = head.len().saturating_sub(0x1f1).min(hdr_len);
+    // setup_header is plain old data read byte for byte from the image.
+    vm_memory::ByteValued::as_mut_slice(&mut hdr)[..avail].copy_from_slice(&head[0x1f1..0x1f1 + avail]);
+    let version = hdr.version;
+    let setup_sects = if hdr.setup_sects == 0 { 4 } else { hdr.setup_sects as u64 };
+    let setup_bytes = (setup_sects + 1) * 512;
+    // syssize counts 16-byte paragraphs of protected-mode code.
+    let expected = setup_bytes + u64::from(hdr.syssize) * 16;
+    if file_size < expected || file_size <= setup_bytes {
+        return Err(LoadError::TruncatedBzImage {
+            path: path.to_path_buf(),
+            expected: expected.max(setup_bytes + 1),
+            actual: file_size,
+        });
+    }
+    if version < 0x020c || hdr.xloadflags & XLF_KERNEL_64 == 0 {
+        return Err(LoadError::No64BitEntry {
+            path: path.to_path_buf(),
+            version,
+        });
+    }
+    // The decompressor extracts the kernel at pref_address (for relocatable
+    // kernels) and needs init_size bytes there.
+    let load = if hdr.pref_address != 0 {
+        hdr.pref_address
+    } else {
+        u64::from(hdr.code32_start)
+    };
+    let min_memory = load
+        .max(u64::from(hdr.code32_start) + file_size - setup_bytes)
+        .saturating_add(u64::from(hdr.init_size));
+    Ok(KernelProbe {
+        format: KernelFormat::BzImage,
+        file_size,
+        setup_header: Some(hdr),
+        min_memory,
+    })
+}
+
+fn probe_elf(path: &Path, file: &mut File, file_size: u64, head: &[u8]) -> Result<KernelProbe, LoadError> {
+    let not = |detail: &str| LoadError::NotAKernel {
+        path: path.to_path_buf(),
+        detail: detail.to_string(),
+    };
+    if head.len() < 64 {
+        return Err(not("the ELF header is truncated"));
+    }
+    if head[4] != 2 {
+        return Err(not("it is a 32-bit ELF file; an x86-64 vmlinux is ELF64"));
+    }
+    let machine = u16::from_le_bytes([head[18], head[19]]);
+    if machine != 62 {
+        return Err(LoadError::ElfWrongMachine {
+            path: path.to_path_buf(),
+            machine,
+        });
+    }
+    let phoff = u64::from_le_bytes(head[32..40].try_into().unwrap_or_default());
+    let phentsize = u16::from_le_bytes([head[54], head[55]]) as u64;
+    let phnum = u16::from_le_bytes([head[56], head[57]]) as u64;
+    if phnum == 0 || phentsize < 56 || phoff.saturating_add(phnum * phentsize) > file_size {
+        return Err(not("its program headers are missing or run past the end of the file"));
+    }
+    let mut min_memory = 0u64;
+    for i in 0..phnum {
+        let mut ph = [0u8; 56];
+        let n = read_at(file, phoff + i * phentsize, &mut ph).map_err(|source| LoadError::KernelRead {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if n < 56 {
+            return Err(not("a program header is truncated"));
+        }
+        let p_type = u32::from_le_bytes(ph[0..4].try_into().unwrap_or_default());
+        let p_offset = u64::from_le_bytes(ph[8..16].try_into().unwrap_or_default());
+        let p_paddr = u64::from_le_bytes(ph[24..32].try_into().unwrap_or_default());
+        let p_filesz = u64::from_le_bytes(ph[32..40].try_into().unwrap_or_default());
+        let p_memsz = u64::from_le_bytes(ph[40..48].try_into().unwrap_or_default());
+        if p_type == 1 {
+            if p_offset.saturating_add(p_filesz) > file_size {
+                return Err(not(
+                    "a loadable segment runs past the end of the file (truncated?)",
+                ));
+            }
+            min_memory = min_memory.max(p_paddr.saturating_add(p_memsz.max(p_filesz)));
+        }
+    }
+    Ok(KernelProbe {
+        format: KernelFormat::Elf,
+        file_size,
+        setup_header: None,
+        min_memory,
+    })
+}
+
+/// Loads the kernel into guest memory.
+pub fn load_kernel(
+    mem: &GuestMemoryMmap,
+    path: &Path,
+    memory_bytes: u64,
+) -> Result<LoadedKernel, LoadError> {
+    let probe = probe_kernel(path)?;
+    let needed = probe.min_memory.max(layout::HIMEM_START + (1 << 20));
+    if memory_bytes < needed {
+        return Err(LoadError::MemoryTooSmall {
+            path: path.to_path_buf(),
+            memory_mib: memory_bytes >> 20,
+            needed_mib: needed.div_ceil(1 << 20),
+        });
+    }
+    let mut file = File::open(path).map_err(|source| LoadError::KernelRead {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let loader_err = |source| LoadError::Loader {
+        path: path.to_path_buf(),
+        source,
+    };
+    match probe.format {
+        KernelFormat::BzImage => {
+            let res = BzImage::load(mem, None, &mut file, Some(GuestAddress(layout::HIMEM_START)))
+                .map_err(loader_err)?;
+            let hdr = res.setup_header.or(probe.setup_header);
+            let cmdline_max = hdr
+                .map(|h| {
+                    if h.version >= 0x0206 && h.cmdline_size > 0 {
+                        h.cmdline_size as usize
+                    } else {
+                        255
+                    }
+                })
+                .unwrap_or(255);
+            Ok(LoadedKernel {
+                format: KernelFormat::BzImage,
+                entry: GuestAddress(res.kernel_load.0 + BZIMAGE_64BIT_ENTRY_OFFSET),
+                mode: EntryMode::Linux64,
+                end: res.kernel_end,
+                setup_header: hdr,
+                cmdline_max,
+            })
+        }
+        KernelFormat::Elf => {
+            let res = Elf::load(mem, None, &mut file, None).map_err(|e| match e {
+                linux_loader::loader::Error::Elf(linux_loader::loader::elf::Error::InvalidEntryAddress) => {
+                    LoadError::ElfNoEntry {
+                        path: path.to_path_buf(),
+                    }
+                }
+                other => loader_err(other),
+            })?;
+            let (entry, mode) = match res.pvh_boot_cap {
+                PvhBootCapability::PvhEntryPresent(addr) => (addr, EntryMode::Pvh),
+                _ if res.kernel_load.0 >= layout::HIMEM_START => (res.kernel_load, EntryMode::Linux64),
+                _ => {
+                    return Err(LoadError::ElfNoEntry {
+                        path: path.to_path_buf(),
+                    })
+                }
+            };
+            Ok(LoadedKernel {
+                format: KernelFormat::Elf,
+                entry,
+                mode,
+                end: res.kernel_end.max(probe.min_memory),
+                setup_header: None,
+                cmdline_max: DEFAULT_CMDLINE_MAX - 1,
+            })
+        }
+    }
+}
+
+/// End of the guest RAM block that starts at `HIMEM_START` (below the MMIO
+/// gap).
+pub fn low_ram_end(memory_bytes: u64) -> u64 {
+    memory_bytes.min(layout::MMIO_GAP_START)
+}
+
+/// Loads the initrd as high as the kernel allows, page aligned.
+pub fn load_initrd(
+    mem: &GuestMemoryMmap,
+    path: &Path,
+    kernel: &LoadedKernel,
+    memory_bytes: u64,
+) -> Result<LoadedInitrd, LoadError> {
+    let read_err = |source| LoadError::InitrdRead {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = File::open(path).map_err(read_err)?;
+    let meta = file.metadata().map_err(read_err)?;
+    if !meta.is_file() {
+        return Err(read_err(std::io::Error::other("not a regular file")));
+    }
+    let size = meta.len();
+    let addr_max = kernel
+        .setup_header
+        .filter(|h| h.version >= 0x0203 && h.initrd_addr_max != 0)
+        .map(|h| u64::from(h.initrd_addr_max))
+        .unwrap_or(DEFAULT_INITRD_ADDR_MAX);
+    let top = low_ram_end(memory_bytes).min(addr_max.saturating_add(1));
+    let bottom = kernel.end.next_multiple_of(4096);
+    let available = top.saturating_sub(bottom);
+    if size > available {
+        return Err(LoadError::InitrdTooLarge {
+            path: path.to_path_buf(),
+            size_mib: size.div_ceil(1 << 20),
+            available_mib: available >> 20,
+        });
+    }
+    let addr = (top - size) & !0xfff;
+    mem.read_exact_volatile_from(GuestAddress(addr), &mut file, size as usize)
+        .map_err(|e| LoadError::GuestWrite {
+            what: "initrd",
+            detail: e.to_string(),
+        })?;
+    Ok(LoadedInitrd { addr, size })
+}
+
+/// Checks the command line against the kernel's limit and writes it.
+pub fn load_cmdline(mem: &GuestMemoryMmap, cmdline: &str, max: usize) -> Result<(), LoadError> {
+    if cmdline.len() > max {
+        return Err(LoadError::CmdlineTooLong {
+            len: cmdline.len(),
+            max,
+        });
+    }
+    if cmdline.bytes().any(|b| b == 0 || !b.is_ascii()) {
+        return Err(LoadError::CmdlineInvalid);
+    }
+    let mut bytes = cmdline.as_bytes().to_vec();
+    bytes.push(0);
+    mem.write_slice(&bytes, GuestAddress(layout::CMDLINE_START))
+        .map_err(|e| LoadError::GuestWrite {
+            what: "command line",
+            detail: e.to_string(),
+        })
+}

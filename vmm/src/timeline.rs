@@ -1,0 +1,482 @@
+//! Boot phase marks on one monotonic clock, and the phases derived from them.
+//!
+//! Every mark, whether the VMM itself records it (memory ready, first
+//! `KVM_RUN`) or the guest reports it (debug port 0x80, the boot timer, port
+//! 0xf4, a console line), is a [`PhaseMark`] with nanoseconds since VMM start.
+//! Phases are the intervals between well-known marks. The JSON form is the
+//! versioned schema documented in `docs/timeline-schema.md`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the timeline JSON schema; bump on any incompatible change.
+pub const TIMELINE_SCHEMA_VERSION: u32 = 1;
+/// Value of the `schema` field, so a reader can tell what a file is.
+pub const TIMELINE_SCHEMA_NAME: &str = "bootscope.timeline";
+
+/// Names of the marks the VMM records itself.
+pub mod vmm_marks {
+    pub const PROCESS_START: &str = "vmm: process start";
+    pub const MEMORY_READY: &str = "vmm: memory ready";
+    pub const KERNEL_LOADED: &str = "vmm: kernel and initrd loaded";
+    pub const VCPUS_CREATED: &str = "vmm: vcpus created";
+    pub const FIRST_KVM_RUN: &str = "vmm: first KVM_RUN";
+    pub const FIRST_SERIAL_BYTE: &str = "vmm: first serial byte";
+    pub const GUEST_SHUTDOWN: &str = "vmm: guest shutdown";
+    pub const VMM_EXIT: &str = "vmm: exit";
+}
+
+/// Who produced a mark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MarkSource {
+    /// The VMM itself.
+    Vmm,
+    /// A guest write to I/O port 0x80.
+    DebugPort,
+    /// A guest write of 123 to the boot-timer MMIO address.
+    BootTimer,
+    /// A guest write to I/O port 0xf4 (qemu-boot-time).
+    BootTimePort,
+    /// A console line that matched a milestone pattern.
+    Serial,
+}
+
+/// One instant in the boot.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseMark {
+    pub name: String,
+    pub source: MarkSource,
+    /// Nanoseconds since VMM start.
+    pub t_ns: u64,
+    /// The byte the guest wrote, for port and MMIO marks.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub value: Option<u8>,
+    /// The vCPU that produced the mark, for guest marks.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub vcpu: Option<u32>,
+}
+
+/// A named interval between two marks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Phase {
+    pub name: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub duration_ns: u64,
+    /// Mark that opened the phase.
+    pub from: String,
+    /// Mark that closed it.
+    pub to: String,
+}
+
+/// Monotonic clock whose zero is VMM start.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    origin: Instant,
+}
+
+impl Clock {
+    pub fn start() -> Self {
+        Self {
+            origin: Instant::now(),
+        }
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Thread-safe collector of marks, shared by the vCPU threads and devices.
+#[derive(Debug)]
+pub struct Recorder {
+    clock: Clock,
+    marks: Mutex<Vec<PhaseMark>>,
+}
+
+impl Recorder {
+    pub fn new(clock: Clock) -> Self {
+        Self {
+            clock,
+            marks: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// Records a VMM-side mark now.
+    pub fn vmm(&self, name: &str) {
+        self.push(PhaseMark {
+            name: name.to_string(),
+            source: MarkSource::Vmm,
+            t_ns: self.clock.now_ns(),
+            value: None,
+            vcpu: None,
+        });
+    }
+
+    /// Records a VMM-side mark only if no mark of that name exists yet.
+    pub fn vmm_once(&self, name: &str) {
+        let t_ns = self.clock.now_ns();
+        let mut marks = self.lock();
+        if !marks.iter().any(|m| m.name == name) {
+            marks.push(PhaseMark {
+                name: name.to_string(),
+                source: MarkSource::Vmm,
+                t_ns,
+                value: None,
+                vcpu: None,
+            });
+        }
+    }
+
+    /// Records a guest-side mark now.
+    pub fn guest(&self, name: String, source: MarkSource, value: Option<u8>, vcpu: Option<u32>) {
+        self.push(PhaseMark {
+            name,
+            source,
+            t_ns: self.clock.now_ns(),
+            value,
+            vcpu,
+        });
+    }
+
+    pub fn push(&self, mark: PhaseMark) {
+        self.lock().push(mark);
+    }
+
+    pub fn snapshot(&self) -> Vec<PhaseMark> {
+        let mut marks = self.lock().clone();
+        marks.sort_by_key(|m| m.t_ns);
+        marks
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<PhaseMark>> {
+        // A panic while holding the lock cannot leave the Vec inconsistent.
+        self.marks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Name for a debug-port (0x80) value, after Cloud Hypervisor's ranges.
+pub fn debug_port_mark_name(value: u8) -> String {
+    let range = match value {
+        0x00..=0x1f => "firmware",
+        0x20..=0x3f => "bootloader",
+        0x40..=0x5f => "kernel",
+        0x60..=0x7f => "userspace",
+        _ => "custom",
+    };
+    format!("port 0x80: {range} 0x{value:02x}")
+}
+
+/// Name for a qemu-boot-time port 0xf4 value.
+pub fn boot_time_port_mark_name(value: u8) -> String {
+    let what = match value {
+        1 => "fw_start",
+        2 => "fw_end",
+        3 => "bootloader_start",
+        4 => "bootloader_end",
+        5 => "linux_start_boot",
+        6 => "linux_start_kernel",
+        7 => "linux_start_user",
+        _ => "unknown",
+    };
+    format!("port 0xf4: {what} ({value})")
+}
+
+/// True when the mark says the guest kernel proper started running.
+pub fn is_kernel_start(mark: &PhaseMark) -> bool {
+    match mark.source {
+        MarkSource::DebugPort => matches!(mark.value, Some(0x40..=0x5f)),
+        MarkSource::BootTimePort => mark.value == Some(6),
+        MarkSource::Serial => mark.name.contains("kernel banner"),
+        _ => false,
+    }
+}
+
+/// True when the mark says guest userspace started.
+pub fn is_userspace_start(mark: &PhaseMark) -> bool {
+    match mark.source {
+        MarkSource::DebugPort => matches!(mark.value, Some(0x60..=0x7f)),
+        MarkSource::BootTimePort => mark.value == Some(7),
+        MarkSource::BootTimer => true,
+        MarkSource::Serial => mark.name.contains("run init"),
+        _ => false,
+    }
+}
+
+/// Derives the named boot phases from a sorted list of marks.
+///
+/// - `vmm setup`: VMM start to the first `KVM_RUN`;
+/// - `firmware/boot loader`: first `KVM_RUN` to the kernel's first sign of
+///   life (only when the guest reports one separately);
+/// - `kernel`: first `KVM_RUN` (or the kernel-start mark) to userspace start;
+/// - `userspace`: userspace start to guest shutdown;
+/// - `vmm teardown`: guest shutdown to VMM exit.
+pub fn derive_phases(marks: &[PhaseMark]) -> Vec<Phase> {
+    let first = |pred: &dyn Fn(&PhaseMark) -> bool| marks.iter().find(|m| pred(m));
+    let named = |name: &str| first(&|m: &PhaseMark| m.name == name && m.source == MarkSource::Vmm);
+    let start = named(vmm_marks::PROCESS_START);
+    let run = named(vmm_marks::FIRST_KVM_RUN);
+    // A kernel-start mark from the guest splits pre-kernel time off, but only
+    // when it is a dedicated marker (a console banner comes after the
+    // decompressor and early boot, so it would misattribute that time).
+    let kernel_marker = first(&|m: &PhaseMark| is_kernel_start(m) && m.source != MarkSource::Serial);
+    let user = first(&is_userspace_start);
+    let shutdown = named(vmm_marks::GUEST_SHUTDOWN);
+    let exit = named(vmm_marks::VMM_EXIT);
+
+    let mut phases = Vec::new();
+    let mut add = |name: &str, a: Option<&PhaseMark>, b: Option<&PhaseMark>| {
+        if let (Some(a), Some(b)) = (a, b) {
+            if b.t_ns >= a.t_ns {
+                phases.push(Phase {
+                    name: name.to_string(),
+                    start_ns: a.t_ns,
+                    end_ns: b.t_ns,
+                    duration_ns: b.t_ns - a.t_ns,
+                    from: a.name.clone(),
+                    to: b.name.clone(),
+                });
+            }
+        }
+    };
+    add("vmm setup", start, run);
+    if let Some(k) = kernel_marker {
+        add("firmware/boot loader", run, Some(k));
+        add("kernel", Some(k), user.or(shutdown));
+    } else {
+        add("kernel", run, user.or(shutdown));
+    }
+    if user.is_some() {
+        add("userspace", user, shutdown);
+    }
+    add("vmm teardown", shutdown, exit);
+    phases
+}
+
+/// Why the guest stopped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The guest asked for a reset through the i8042 controller.
+    I8042Reset,
+    /// The guest triple-faulted (KVM_EXIT_SHUTDOWN).
+    TripleFault,
+    /// KVM reported a system event (reset, shutdown or crash).
+    SystemEvent,
+    /// The kernel halted after `poweroff` (no ACPI power-off path), seen on
+    /// the console.
+    GuestHalt,
+    /// The kernel panicked.
+    GuestPanic,
+    /// The guest ran past `--timeout`.
+    Timeout,
+    /// The guest was stopped for running under instruction emulation on a
+    /// PVM host.
+    PvmEmulation,
+    /// An error in the VMM or an unexpected exit.
+    Error,
+}
+
+impl StopReason {
+    /// Whether this is a clean end of the guest (exit status 0).
+    pub fn is_clean(&self) -> bool {
+        matches!(
+            self,
+            StopReason::I8042Reset
+                | StopReason::TripleFault
+                | StopReason::SystemEvent
+                | StopReason::GuestHalt
+        )
+    }
+}
+
+/// What the guest was.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GuestInfo {
+    pub kernel: String,
+    pub kernel_format: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub initrd: Option<String>,
+    pub cmdline: String,
+    pub memory_bytes: u64,
+    pub vcpus: u32,
+}
+
+/// How the run ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub reason: StopReason,
+    pub clean: bool,
+    pub detail: String,
+}
+
+/// The whole timeline document (`--timeline FILE.json`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TimelineDoc {
+    pub schema: String,
+    pub version: u32,
+    /// What `t_ns` counts from.
+    pub clock: String,
+    pub vmm: String,
+    pub host_kvm: String,
+    pub guest: GuestInfo,
+    pub outcome: Outcome,
+    pub marks: Vec<PhaseMark>,
+    pub phases: Vec<Phase>,
+    /// KVM's own per-VM statistics summed over vCPUs (KVM_GET_STATS_FD),
+    /// empty where the kernel does not offer them.
+    pub kvm_stats: BTreeMap<String, u64>,
+}
+
+impl TimelineDoc {
+    pub fn phase(&self, name: &str) -> Option<&Phase> {
+        self.phases.iter().find(|p| p.name == name)
+    }
+
+    /// The summary table printed at exit: every mark-to-mark interval, then
+    /// the derived phases.
+    pub fn summary_table(&self) -> String {
+        let total = self.marks.last().map(|m| m.t_ns).unwrap_or(0).max(1);
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let share = |ns: u64| 100.0 * ns as f64 / total as f64;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<44} {:>10} {:>12} {:>7}",
+            "phase", "start ms", "duration ms", "share"
+        );
+        for (i, m) in self.marks.iter().enumerate() {
+            let end = self.marks.get(i + 1).map(|n| n.t_ns).unwrap_or(m.t_ns);
+            let d = end - m.t_ns;
+            let _ = writeln!(
+                out,
+                "{:<44} {:>10.3} {:>12.3} {:>6.1}%",
+                truncate(&m.name, 44),
+                ms(m.t_ns),
+                ms(d),
+                share(d)
+            );
+        }
+        let _ = writeln!(out, "{}", "-".repeat(76));
+        for p in &self.phases {
+            let _ = writeln!(
+                out,
+                "{:<44} {:>10.3} {:>12.3} {:>6.1}%",
+                p.name,
+                ms(p.start_ns),
+                ms(p.duration_ns),
+                share(p.duration_ns)
+            );
+        }
+        let _ = writeln!(out, "{:<44} {:>10} {:>12.3}", "total", "", ms(total));
+        out
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n - 1).collect();
+        t.push('…');
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(name: &str, source: MarkSource, t_ns: u64, value: Option<u8>) -> PhaseMark {
+        PhaseMark {
+            name: name.into(),
+            source,
+            t_ns,
+            value,
+            vcpu: None,
+        }
+    }
+
+    fn boot(marks_extra: Vec<PhaseMark>) -> Vec<PhaseMark> {
+        let mut v = vec![
+            mark(vmm_marks::PROCESS_START, MarkSource::Vmm, 0, None),
+            mark(vmm_marks::FIRST_KVM_RUN, MarkSource::Vmm, 10, None),
+            mark(vmm_marks::GUEST_SHUTDOWN, MarkSource::Vmm, 100, None),
+            mark(vmm_marks::VMM_EXIT, MarkSource::Vmm, 105, None),
+        ];
+        v.extend(marks_extra);
+        v.sort_by_key(|m| m.t_ns);
+        v
+    }
+
+    #[test]
+    fn phases_from_debug_port_marks() {
+        let marks = boot(vec![
+            mark(&debug_port_mark_name(0x40), MarkSource::DebugPort, 20, Some(0x40)),
+            mark(&debug_port_mark_name(0x60), MarkSource::DebugPort, 70, Some(0x60)),
+        ]);
+        let p = derive_phases(&marks);
+        let names: Vec<_> = p.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["vmm setup", "firmware/boot loader", "kernel", "userspace", "vmm teardown"]
+        );
+        let kernel = &p[2];
+        assert_eq!((kernel.start_ns, kernel.end_ns, kernel.duration_ns), (20, 70, 50));
+        assert_eq!(p[3].duration_ns, 30);
+    }
+
+    #[test]
+    fn serial_banner_does_not_split_kernel_phase() {
+        let marks = boot(vec![
+            mark("serial: kernel banner", MarkSource::Serial, 30, None),
+            mark("serial: free initmem", MarkSource::Serial, 31, None),
+            mark("serial: run init", MarkSource::Serial, 80, None),
+        ]);
+        let p = derive_phases(&marks);
+        let kernel = p.iter().find(|p| p.name == "kernel").unwrap();
+        assert_eq!((kernel.start_ns, kernel.end_ns), (10, 80));
+        assert!(p.iter().all(|p| p.name != "firmware/boot loader"));
+        // A port marker after a banner still splits the phase.
+        let mut with_port = marks.clone();
+        with_port.push(mark(&debug_port_mark_name(0x40), MarkSource::DebugPort, 40, Some(0x40)));
+        with_port.sort_by_key(|m| m.t_ns);
+        let p = derive_phases(&with_port);
+        let kernel = p.iter().find(|p| p.name == "kernel").unwrap();
+        assert_eq!((kernel.start_ns, kernel.end_ns), (40, 80));
+    }
+
+    #[test]
+    fn no_userspace_mark_means_kernel_runs_to_shutdown() {
+        let p = derive_phases(&boot(vec![]));
+        let kernel = p.iter().find(|p| p.name == "kernel").unwrap();
+        assert_eq!(kernel.end_ns, 100);
+        assert!(p.iter().all(|p| p.name != "userspace"));
+    }
+
+    #[test]
+    fn port_names_follow_ranges() {
+        assert_eq!(debug_port_mark_name(0x05), "port 0x80: firmware 0x05");
+        assert_eq!(debug_port_mark_name(0x41), "port 0x80: kernel 0x41");
+        assert_eq!(debug_port_mark_name(0x7f), "port 0x80: userspace 0x7f");
+        assert_eq!(debug_port_mark_name(0x80), "port 0x80: custom 0x80");
+        assert_eq!(boot_time_port_mark_name(6), "port 0xf4: linux_start_kernel (6)");
+    }
+
+    #[test]
+    fn recorder_once_keeps_first() {
+        let r = Recorder::new(Clock::start());
+        r.vmm_once("x");
+        r.vmm_once("x");
+        assert_eq!(r.snapshot().len(), 1);
+    }
+}

@@ -1,0 +1,447 @@
+//! Building and running a VM: memory, kernel, vCPUs, devices, and the run
+//! loop that ends with a [`TimelineDoc`].
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use kvm_bindings::{kvm_pit_config, KVM_MAX_CPUID_ENTRIES, KVM_PIT_SPEAKER_DUMMY};
+use kvm_ioctls::{Kvm, VcpuFd, VmFd};
+use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::bootparams;
+use crate::console::{ConsoleSink, MilestonePattern};
+use crate::devices::{Devices, MarkerCounts};
+use crate::exit::{handle_exit, ExitAction};
+use crate::host::{self, KvmFlavour};
+use crate::kvm_stats::{self, StatsFd};
+use crate::layout;
+use crate::loader::{self, EntryMode, KernelFormat, LoadError};
+use crate::timeline::{
+    derive_phases, vmm_marks, GuestInfo, Outcome, Recorder, StopReason, TimelineDoc,
+    TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION,
+};
+use crate::x86::{cpuid, mptable, regs};
+
+/// Smallest guest we accept: the kernel, its page tables and an initrd need
+/// room to breathe.
+pub const MIN_MEMORY: u64 = 16 << 20;
+/// On a PVM host, this many emulated instructions while the guest is still
+/// booting means it is not a PVM guest and will not finish.
+pub const PVM_EMULATION_LIMIT: u64 = 200_000;
+/// How long a guest may run on a PVM host before the emulation check.
+pub const PVM_GRACE: Duration = Duration::from_millis(300);
+
+/// Everything `bootscope run` configures.
+pub struct VmConfig {
+    pub kernel: PathBuf,
+    pub initrd: Option<PathBuf>,
+    pub cmdline: String,
+    pub memory_bytes: u64,
+    pub vcpus: u32,
+    pub console: Box<dyn Write + Send>,
+    pub patterns: Vec<MilestonePattern>,
+    /// Stop the guest after this long (None: no limit).
+    pub timeout: Option<Duration>,
+    /// Run a non-PVM guest on a PVM host anyway (slowly, through the
+    /// emulator).
+    pub allow_emulation: bool,
+}
+
+/// Configuration errors: bad input, reported with exit status 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// `--vcpus 0`.
+    #[error("--vcpus must be at least 1")]
+    ZeroVcpus,
+    /// More vCPUs than KVM or the MP table allow.
+    #[error("--vcpus {requested} is more than this host allows (at most {max}: {why})")]
+    TooManyVcpus { requested: u32, max: u32, why: String },
+    /// Less memory than any kernel needs.
+    #[error("--memory {given_mib} MiB is too small; give at least {min_mib} MiB")]
+    MemoryTooSmall { given_mib: u64, min_mib: u64 },
+    /// Memory not a multiple of the page size.
+    #[error("--memory must be a multiple of 4 KiB (got {0} bytes)")]
+    MemoryUnaligned(u64),
+    /// Kernel, initrd or command line problem.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+}
+
+/// Failures of the VMM or KVM (exit status 1).
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    /// The input was wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// /dev/kvm could not be used.
+    #[error("cannot open /dev/kvm: {0} (is KVM available? run `bootscope doctor`)")]
+    OpenKvm(#[source] kvm_ioctls::Error),
+    /// A KVM ioctl failed.
+    #[error("KVM {what} failed: {source}")]
+    Kvm {
+        what: &'static str,
+        #[source]
+        source: kvm_ioctls::Error,
+    },
+    /// Guest memory could not be allocated.
+    #[error("cannot allocate {mib} MiB of guest memory: {detail}")]
+    Memory { mib: u64, detail: String },
+    /// Writing boot structures failed.
+    #[error("cannot set up guest boot data: {0}")]
+    BootData(String),
+    /// A host resource failed.
+    #[error("{what}: {source}")]
+    Host {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The stock kernel would run under PVM's emulator forever.
+    #[error(
+        "this host's KVM is PVM (kvm_pvm) and {kernel} is not a PVM guest: its instructions \
+         are being emulated one by one ({emulated} so far) and it would never finish booting. \
+         Run it under real KVM with `bootscope lab -- run ...`, or pass --allow-emulation to \
+         run it anyway"
+    )]
+    PvmEmulation { kernel: String, emulated: u64 },
+}
+
+fn kvm_err(what: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VmError {
+    move |source| VmError::Kvm { what, source }
+}
+
+/// Checks the numbers before touching KVM.
+pub fn validate(cfg: &VmConfig, max_vcpus: u32) -> Result<(), ConfigError> {
+    if cfg.vcpus == 0 {
+        return Err(ConfigError::ZeroVcpus);
+    }
+    let max = max_vcpus.min(mptable::MAX_VCPUS);
+    if cfg.vcpus > max {
+        let why = if max_vcpus < mptable::MAX_VCPUS {
+            "KVM_CAP_MAX_VCPUS".to_string()
+        } else {
+            "the MP table's space".to_string()
+        };
+        return Err(ConfigError::TooManyVcpus {
+            requested: cfg.vcpus,
+            max,
+            why,
+        });
+    }
+    if cfg.memory_bytes < MIN_MEMORY {
+        return Err(ConfigError::MemoryTooSmall {
+            given_mib: cfg.memory_bytes >> 20,
+            min_mib: MIN_MEMORY >> 20,
+        });
+    }
+    if cfg.memory_bytes % 4096 != 0 {
+        return Err(ConfigError::MemoryUnaligned(cfg.memory_bytes));
+    }
+    Ok(())
+}
+
+/// The result of a run.
+pub struct RunReport {
+    pub timeline: TimelineDoc,
+    pub marker_counts: MarkerCounts,
+}
+
+enum VcpuEvent {
+    Stop(StopReason, String),
+}
+
+/// Signal used to kick vCPU threads out of KVM_RUN.
+fn kick_signal() -> i32 {
+    vmm_sys_util::signal::SIGRTMIN() + 2
+}
+
+extern "C" fn noop_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
+
+/// Boots the guest and runs it to the end.
+pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmError> {
+    let flavour = host::kvm_flavour(&host::HostRoot::default());
+    let kvm = Kvm::new().map_err(VmError::OpenKvm)?;
+    let max_vcpus = kvm.get_max_vcpus() as u32;
+    validate(&cfg, max_vcpus)?;
+    // Probe before allocating so a bad kernel fails fast.
+    loader::probe_kernel(&cfg.kernel).map_err(ConfigError::from)?;
+
+    let vm = kvm.create_vm().map_err(kvm_err("KVM_CREATE_VM"))?;
+    let mem = GuestMemoryMmap::<()>::from_ranges(&bootparams::ram_ranges(cfg.memory_bytes)).map_err(|e| {
+        VmError::Memory {
+            mib: cfg.memory_bytes >> 20,
+            detail: e.to_string(),
+        }
+    })?;
+    for (slot, region) in mem.iter().enumerate() {
+        let host_addr = mem
+            .get_host_address(region.start_addr())
+            .map_err(|e| VmError::Memory {
+                mib: cfg.memory_bytes >> 20,
+                detail: e.to_string(),
+            })?;
+        let region_desc = kvm_bindings::kvm_userspace_memory_region {
+            slot: slot as u32,
+            guest_phys_addr: region.start_addr().0,
+            memory_size: region.len(),
+            userspace_addr: host_addr as u64,
+            flags: 0,
+        };
+        // SAFETY: the region is a live mapping owned by `mem`, which outlives
+        // the VM (it is dropped after the vCPU threads are joined).
+        unsafe { vm.set_user_memory_region(region_desc) }.map_err(kvm_err("KVM_SET_USER_MEMORY_REGION"))?;
+    }
+    recorder.vmm(vmm_marks::MEMORY_READY);
+
+    // Intel needs these two; other backends ignore or refuse them harmlessly.
+    let _ = vm.set_identity_map_address(layout::KVM_IDENTITY_MAP_START);
+    let _ = vm.set_tss_address(layout::KVM_TSS_START as usize);
+    vm.create_irq_chip().map_err(kvm_err("KVM_CREATE_IRQCHIP"))?;
+    let pit = kvm_pit_config {
+        flags: KVM_PIT_SPEAKER_DUMMY,
+        ..Default::default()
+    };
+    vm.create_pit2(pit).map_err(kvm_err("KVM_CREATE_PIT2"))?;
+
+    let kernel = loader::load_kernel(&mem, &cfg.kernel, cfg.memory_bytes).map_err(ConfigError::from)?;
+    let initrd = match &cfg.initrd {
+        Some(p) => Some(loader::load_initrd(&mem, p, &kernel, cfg.memory_bytes).map_err(ConfigError::from)?),
+        None => None,
+    };
+    loader::load_cmdline(&mem, &cfg.cmdline, kernel.cmdline_max).map_err(ConfigError::from)?;
+    match kernel.mode {
+        EntryMode::Linux64 => {
+            let params = bootparams::build_zero_page(&kernel, initrd.as_ref(), cfg.cmdline.len(), cfg.memory_bytes);
+            bootparams::write_zero_page(&mem, &params).map_err(|e| VmError::BootData(e.to_string()))?;
+        }
+        EntryMode::Pvh => {
+            bootparams::write_pvh_start_info(&mem, initrd.as_ref(), cfg.memory_bytes)
+                .map_err(|e| VmError::BootData(e.to_string()))?;
+        }
+    }
+    mptable::setup(&mem, cfg.vcpus).map_err(|e| VmError::BootData(e.to_string()))?;
+    recorder.vmm(vmm_marks::KERNEL_LOADED);
+
+    // Devices.
+    let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(|source| VmError::Host {
+        what: "cannot create the serial interrupt eventfd",
+        source,
+    })?;
+    vm.register_irqfd(&serial_irq, layout::SERIAL_IRQ)
+        .map_err(kvm_err("KVM_IRQFD"))?;
+    let console = std::mem::replace(&mut cfg.console, Box::new(std::io::sink()));
+    let sink = ConsoleSink::new(console, std::mem::take(&mut cfg.patterns), recorder.clone());
+    let devices = Arc::new(Devices::new(serial_irq, sink, recorder.clone()));
+
+    // vCPUs.
+    let supported_cpuid = kvm
+        .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
+        .map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
+    let msr_list = kvm.get_msr_index_list().map_err(kvm_err("KVM_GET_MSR_INDEX_LIST"))?;
+    let msrs = regs::supported_boot_msrs(msr_list.as_slice())
+        .map_err(|e| VmError::BootData(format!("MSR list: {e:?}")))?;
+    let mut vcpus = Vec::new();
+    let mut stats = Vec::new();
+    for index in 0..cfg.vcpus {
+        let vcpu = vm.create_vcpu(u64::from(index)).map_err(kvm_err("KVM_CREATE_VCPU"))?;
+        let mut cpuid = supported_cpuid.clone();
+        cpuid::configure_vcpu_cpuid(cpuid.as_mut_slice(), index, cfg.vcpus);
+        vcpu.set_cpuid2(&cpuid).map_err(kvm_err("KVM_SET_CPUID2"))?;
+        vcpu.set_msrs(&msrs).map_err(kvm_err("KVM_SET_MSRS"))?;
+        let mut lapic = vcpu.get_lapic().map_err(kvm_err("KVM_GET_LAPIC"))?;
+        regs::configure_lint(&mut lapic);
+        vcpu.set_lapic(&lapic).map_err(kvm_err("KVM_SET_LAPIC"))?;
+        vcpu.set_fpu(&regs::boot_fpu()).map_err(kvm_err("KVM_SET_FPU"))?;
+        if index == 0 {
+            let sregs = vcpu.get_sregs().map_err(kvm_err("KVM_GET_SREGS"))?;
+            let sregs = regs::setup_memory_and_sregs(&mem, kernel.mode, sregs)
+                .map_err(|e| VmError::BootData(e.to_string()))?;
+            vcpu.set_sregs(&sregs).map_err(kvm_err("KVM_SET_SREGS"))?;
+            vcpu.set_regs(&regs::boot_regs(kernel.mode, kernel.entry.0))
+                .map_err(kvm_err("KVM_SET_REGS"))?;
+        }
+        // Older kernels lack binary stats; the timeline then has none.
+        if let Ok(s) = StatsFd::open(&vcpu) {
+            stats.push(s);
+        }
+        vcpus.push(vcpu);
+    }
+    recorder.vmm(vmm_marks::VCPUS_CREATED);
+
+    vmm_sys_util::signal::register_signal_handler(kick_signal(), noop_handler).map_err(|e| VmError::Host {
+        what: "cannot install the vCPU kick signal handler",
+        source: std::io::Error::from_raw_os_error(e.errno()),
+    })?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel::<VcpuEvent>();
+    let mut threads: Vec<JoinHandle<()>> = Vec::new();
+    for (index, vcpu) in vcpus.into_iter().enumerate() {
+        let t = spawn_vcpu(index as u32, vcpu, devices.clone(), recorder.clone(), stop.clone(), tx.clone())
+            .map_err(|source| VmError::Host {
+                what: "cannot start a vCPU thread",
+                source,
+            })?;
+        threads.push(t);
+    }
+    drop(tx);
+
+    // Wait for the guest to end, the timeout, or PVM emulation.
+    let started = Instant::now();
+    let mut pvm_checked = false;
+    let mut pvm_error = None;
+    let (reason, detail) = loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(VcpuEvent::Stop(r, d)) => break (r, d),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break (StopReason::Error, "all vCPU threads ended".to_string())
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if let Some(t) = cfg.timeout {
+            if started.elapsed() >= t {
+                break (
+                    StopReason::Timeout,
+                    format!("guest still running after --timeout {:.1} s", t.as_secs_f64()),
+                );
+            }
+        }
+        if flavour == KvmFlavour::Pvm && !cfg.allow_emulation && !pvm_checked && started.elapsed() >= PVM_GRACE {
+            let emulated = sum_stats(&stats).get("insn_emulation").copied().unwrap_or(0);
+            if emulated >= PVM_EMULATION_LIMIT {
+                pvm_error = Some(emulated);
+                break (
+                    StopReason::PvmEmulation,
+                    format!("stopped: {emulated} instructions emulated (not a PVM guest)"),
+                );
+            }
+            pvm_checked = emulated > 0 && started.elapsed() >= PVM_GRACE * 4;
+        }
+    };
+    recorder.vmm(vmm_marks::GUEST_SHUTDOWN);
+    stop.store(true, Ordering::SeqCst);
+    for t in &threads {
+        kick_until_done(t);
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    devices.finish_console();
+    let kvm_stats = sum_stats(&stats);
+    if let Some(emulated) = pvm_error {
+        return Err(VmError::PvmEmulation {
+            kernel: cfg.kernel.display().to_string(),
+            emulated,
+        });
+    }
+
+    let events = devices.console_events();
+    let (reason, detail) = if events.panicked.load(Ordering::SeqCst) && reason != StopReason::Error {
+        let line = events
+            .panic_line
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_default();
+        (StopReason::GuestPanic, format!("guest kernel panicked: {line}"))
+    } else {
+        (reason, detail)
+    };
+    let marks = recorder.snapshot();
+    let timeline = TimelineDoc {
+        schema: TIMELINE_SCHEMA_NAME.into(),
+        version: TIMELINE_SCHEMA_VERSION,
+        clock: "CLOCK_MONOTONIC nanoseconds since VMM start".into(),
+        vmm: format!("bootscope {}", env!("CARGO_PKG_VERSION")),
+        host_kvm: format!("{flavour:?}").to_lowercase(),
+        guest: GuestInfo {
+            kernel: cfg.kernel.display().to_string(),
+            kernel_format: match kernel.format {
+                KernelFormat::BzImage => "bzimage".into(),
+                KernelFormat::Elf if kernel.mode == EntryMode::Pvh => "elf-pvh".into(),
+                KernelFormat::Elf => "elf".into(),
+            },
+            initrd: cfg.initrd.as_ref().map(|p| p.display().to_string()),
+            cmdline: cfg.cmdline.clone(),
+            memory_bytes: cfg.memory_bytes,
+            vcpus: cfg.vcpus,
+        },
+        outcome: Outcome {
+            clean: reason.is_clean(),
+            reason,
+            detail,
+        },
+        phases: derive_phases(&marks),
+        marks,
+        kvm_stats,
+    };
+    drop(mem);
+    Ok(RunReport {
+        timeline,
+        marker_counts: devices.marker_counts(),
+    })
+}
+
+fn sum_stats(stats: &[StatsFd]) -> BTreeMap<String, u64> {
+    let mut total = BTreeMap::new();
+    for s in stats {
+        if let Ok(v) = s.read() {
+            kvm_stats::accumulate(&mut total, &v);
+        }
+    }
+    total
+}
+
+fn kick_until_done(t: &JoinHandle<()>) {
+    use std::os::unix::thread::JoinHandleExt;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !t.is_finished() && Instant::now() < deadline {
+        // SAFETY: the pthread handle belongs to a thread we spawned and have
+        // not joined yet, so it is valid.
+        unsafe { libc::pthread_kill(t.as_pthread_t(), kick_signal()) };
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn spawn_vcpu(
+    index: u32,
+    mut vcpu: VcpuFd,
+    devices: Arc<Devices>,
+    recorder: Arc<Recorder>,
+    stop: Arc<AtomicBool>,
+    tx: mpsc::Sender<VcpuEvent>,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(format!("vcpu{index}")).spawn(move || {
+        if index == 0 {
+            recorder.vmm_once(vmm_marks::FIRST_KVM_RUN);
+        }
+        while !stop.load(Ordering::SeqCst) {
+            match vcpu.run() {
+                Ok(exit) => match handle_exit(exit, &devices, index) {
+                    ExitAction::Continue => {}
+                    ExitAction::Stop(reason, detail) => {
+                        let _ = tx.send(VcpuEvent::Stop(reason, detail));
+                        break;
+                    }
+                },
+                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {}
+                Err(e) => {
+                    let _ = tx.send(VcpuEvent::Stop(
+                        StopReason::Error,
+                        format!("KVM_RUN failed on vcpu{index}: {e}"),
+                    ));
+                    break;
+                }
+            }
+        }
+    })
+}
+
+/// Keeps the VM file descriptor type reachable for callers that need it.
+pub type Vm = VmFd;

@@ -1,0 +1,5 @@
+//! x86-64 vCPU and platform set-up, done the way production microVMs do it.
+
+pub mod cpuid;
+pub mod mptable;
+pub mod regs;
