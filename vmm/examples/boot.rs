@@ -16,7 +16,7 @@ fn main() {
         kernel: kernel.into(),
         initrd: None,
         cmdline,
-        memory_bytes: 64 << 20,
+        memory_bytes: 256 << 20,
         vcpus: 1,
         console: Box::new(std::io::stdout()),
         patterns: MilestonePattern::defaults(),

@@ -1,0 +1,264 @@
+//! Boots the tiny fixture kernels (vmm/tests/fixtures) under real KVM.
+//!
+//! They need /dev/kvm; where it is absent each test says so and skips. On a
+//! PVM host the fixtures run through KVM's instruction emulator, which is fine
+//! for a few thousand instructions.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bootscope_vmm::console::MilestonePattern;
+use bootscope_vmm::loader::LoadError;
+use bootscope_vmm::timeline::{Clock, MarkSource, Recorder, StopReason};
+use bootscope_vmm::vm::{run, ConfigError, RunReport, VmConfig, VmError};
+
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Capture {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn kvm_available() -> bool {
+    match std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("SKIP: /dev/kvm cannot be opened ({e}); these tests need KVM");
+            false
+        }
+    }
+}
+
+fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
+    VmConfig {
+        kernel: fixture(kernel),
+        initrd: None,
+        cmdline: cmdline.into(),
+        memory_bytes: 64 << 20,
+        vcpus: 1,
+        console: Box::new(console),
+        patterns: MilestonePattern::defaults(),
+        timeout: Some(Duration::from_secs(20)),
+        allow_emulation: false,
+    }
+}
+
+fn boot(cfg: VmConfig) -> Result<RunReport, VmError> {
+    run(cfg, Arc::new(Recorder::new(Clock::start())))
+}
+
+#[test]
+fn bzimage_boots_and_reports_every_marker() {
+    if !kvm_available() {
+        return;
+    }
+    let out = Capture::default();
+    let r = boot(config("mini-bzimage-reset.bin", "console=ttyS0", out.clone())).unwrap();
+    let text = out.text();
+    assert!(text.contains("Linux version 0.0.0-bootscope-fixture"), "{text}");
+    assert!(text.contains("fixture: userspace reached"), "{text}");
+    let t = &r.timeline;
+    assert_eq!(t.outcome.reason, StopReason::I8042Reset);
+    assert!(t.outcome.clean);
+    assert_eq!(t.guest.kernel_format, "bzimage");
+    let names: Vec<&str> = t.marks.iter().map(|m| m.name.as_str()).collect();
+    for expected in [
+        "vmm: memory ready",
+        "vmm: kernel and initrd loaded",
+        "vmm: vcpus created",
+        "vmm: first KVM_RUN",
+        "vmm: first serial byte",
+        "serial: kernel banner",
+        "serial: free initmem",
+        "serial: run init",
+        "port 0x80: kernel 0x40",
+        "port 0x80: userspace 0x60",
+        "port 0xf4: linux_start_kernel (6)",
+        "port 0xf4: linux_start_user (7)",
+        "boot timer: guest boot done (123)",
+        "vmm: guest shutdown",
+    ] {
+        assert!(names.contains(&expected), "missing {expected:?} in {names:?}");
+    }
+    // Marks are in time order and guest marks follow the first KVM_RUN.
+    assert!(t.marks.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
+    let run_at = t.marks.iter().find(|m| m.name == "vmm: first KVM_RUN").unwrap().t_ns;
+    assert!(t.marks.iter().filter(|m| m.source != MarkSource::Vmm).all(|m| m.t_ns >= run_at));
+    for phase in ["firmware/boot loader", "kernel", "userspace"] {
+        assert!(t.phase(phase).is_some(), "phase {phase} missing: {:?}", t.phases);
+    }
+    assert_eq!(r.marker_counts.debug_port_total(), 2);
+    assert_eq!(r.marker_counts.boot_timer, 1);
+}
+
+#[test]
+fn pvh_elf_gets_start_info_and_cmdline() {
+    if !kvm_available() {
+        return;
+    }
+    let out = Capture::default();
+    let r = boot(config("mini-pvh.elf", "console=ttyS0 marker=pvh-ok", out.clone())).unwrap();
+    let text = out.text();
+    assert!(text.contains("pvh: start_info ok"), "{text}");
+    assert!(text.contains("console=ttyS0 marker=pvh-ok"), "{text}");
+    assert_eq!(r.timeline.guest.kernel_format, "elf-pvh");
+    assert!(r.timeline.outcome.clean);
+}
+
+#[test]
+fn bzimage_receives_the_command_line() {
+    if !kvm_available() {
+        return;
+    }
+    let out = Capture::default();
+    boot(config("mini-bzimage-cmdline.bin", "console=ttyS0 bootscope.test=42", out.clone())).unwrap();
+    assert!(out.text().contains("console=ttyS0 bootscope.test=42"), "{}", out.text());
+}
+
+#[test]
+fn triple_fault_ends_the_vm() {
+    if !kvm_available() {
+        return;
+    }
+    let r = boot(config("mini-bzimage-triple.bin", "", Capture::default())).unwrap();
+    assert_eq!(r.timeline.outcome.reason, StopReason::TripleFault);
+}
+
+#[test]
+fn every_port_write_is_counted() {
+    if !kvm_available() {
+        return;
+    }
+    let r = boot(config("mini-bzimage-ports.bin", "", Capture::default())).unwrap();
+    assert_eq!(r.marker_counts.debug_port.get("0x90"), Some(&1000));
+    // One mark for the value, not a thousand.
+    assert_eq!(r.timeline.marks.iter().filter(|m| m.value == Some(0x90)).count(), 1);
+}
+
+#[test]
+fn halted_guest_times_out() {
+    if !kvm_available() {
+        return;
+    }
+    let mut cfg = config("mini-bzimage-hlt.bin", "", Capture::default());
+    cfg.timeout = Some(Duration::from_millis(500));
+    let r = boot(cfg).unwrap();
+    assert_eq!(r.timeline.outcome.reason, StopReason::Timeout);
+    assert!(!r.timeline.outcome.clean);
+}
+
+#[test]
+fn several_vcpus_start_and_stop() {
+    if !kvm_available() {
+        return;
+    }
+    let mut cfg = config("mini-bzimage-reset.bin", "", Capture::default());
+    cfg.vcpus = 4;
+    let r = boot(cfg).unwrap();
+    assert!(r.timeline.outcome.clean);
+    assert_eq!(r.timeline.guest.vcpus, 4);
+}
+
+#[test]
+fn kvm_statistics_agree_with_the_marker_count() {
+    if !kvm_available() {
+        return;
+    }
+    let r = boot(config("mini-bzimage-ports.bin", "", Capture::default())).unwrap();
+    let exits = r.timeline.kvm_stats.get("exits").copied();
+    if let Some(exits) = exits {
+        // Every port write exits to the VMM: KVM's own exit count is at
+        // least the number of marker writes we counted.
+        assert!(exits >= 1000, "KVM counted {exits} exits for 1000+ port writes");
+    } else {
+        eprintln!("SKIP part: this kernel has no KVM binary statistics");
+    }
+}
+
+#[test]
+fn bad_kernels_are_rejected_with_clear_errors() {
+    if !kvm_available() {
+        return;
+    }
+    let err = |k: &str| match boot(config(k, "", Capture::default())) {
+        Err(VmError::Config(ConfigError::Load(e))) => e,
+        Err(e) => panic!("{k}: wrong error {e}"),
+        Ok(_) => panic!("{k}: booted"),
+    };
+    assert!(matches!(err("not-a-kernel.bin"), LoadError::NotAKernel { .. }));
+    assert!(matches!(err("truncated-bzimage.bin"), LoadError::TruncatedBzImage { .. }));
+    assert!(matches!(err("mini-noentry.elf"), LoadError::ElfNoEntry { .. }));
+    assert!(matches!(err("does-not-exist"), LoadError::KernelRead { .. }));
+    let long = "x".repeat(5000);
+    match boot(config("mini-bzimage-reset.bin", &long, Capture::default())) {
+        Err(VmError::Config(ConfigError::Load(LoadError::CmdlineTooLong { len: 5000, .. }))) => {}
+        other => panic!("long cmdline: {:?}", other.err()),
+    }
+}
+
+#[test]
+fn bad_numbers_are_rejected() {
+    if !kvm_available() {
+        return;
+    }
+    let mut cfg = config("mini-bzimage-reset.bin", "", Capture::default());
+    cfg.vcpus = 0;
+    assert!(matches!(boot(cfg), Err(VmError::Config(ConfigError::ZeroVcpus))));
+    let mut cfg = config("mini-bzimage-reset.bin", "", Capture::default());
+    cfg.vcpus = 100_000;
+    assert!(matches!(boot(cfg), Err(VmError::Config(ConfigError::TooManyVcpus { .. }))));
+    let mut cfg = config("mini-bzimage-reset.bin", "", Capture::default());
+    cfg.memory_bytes = 1 << 20;
+    assert!(matches!(boot(cfg), Err(VmError::Config(ConfigError::MemoryTooSmall { .. }))));
+}
+
+#[test]
+fn initrd_too_large_for_memory() {
+    if !kvm_available() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("bootscope-initrd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let big = dir.join("big.img");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(80 << 20).unwrap();
+    let mut cfg = config("mini-bzimage-reset.bin", "", Capture::default());
+    cfg.initrd = Some(big);
+    let res = boot(cfg);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(matches!(res, Err(VmError::Config(ConfigError::Load(LoadError::InitrdTooLarge { .. })))));
+}
+
+#[test]
+fn initrd_is_placed_and_announced() {
+    if !kvm_available() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("bootscope-initrd-ok-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let small = dir.join("small.img");
+    std::fs::write(&small, vec![0x5a; 3 << 20]).unwrap();
+    let mut cfg = config("mini-bzimage-reset.bin", "", Capture::default());
+    cfg.initrd = Some(small);
+    let r = boot(cfg);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(r.unwrap().timeline.outcome.clean);
+}
