@@ -336,20 +336,27 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
         return Err(usage(anyhow::anyhow!("--timeout must be a positive number of seconds")));
     }
     let exe = std::env::current_exe().context("cannot find the bootscope executable")?;
-    let cfg = bootscope_lab::outer::LabConfig {
-        memory_mib: memory >> 20,
-        bootscope_exe: exe,
-        args: args.args,
-        timeout: Duration::from_secs_f64(args.timeout),
-        ..bootscope_lab::outer::LabConfig::default()
-    };
+    let mut cfg = bootscope_lab::outer::LabConfig::new(exe, args.args);
+    cfg.memory_mib = memory >> 20;
+    cfg.timeout = Duration::from_secs_f64(args.timeout);
     let outcome = bootscope_lab::outer::run_lab(&cfg)?;
     Ok(outcome.exit_code)
 }
 
 fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
     let flavour = host::kvm_flavour(&HostRoot::default());
-    let mut run_args: Vec<OsString> = vec!["run".into(), "--timeout".into(), "300".into()];
+    // The default guest is prepared on this host, so the lab only carries the
+    // two files in.
+    let (kernel, initrd) = default_guest().map_err(usage)?;
+    let mut run_args: Vec<OsString> = vec![
+        "run".into(),
+        "--kernel".into(),
+        kernel.into(),
+        "--initrd".into(),
+        initrd.into(),
+        "--timeout".into(),
+        "300".into(),
+    ];
     if let Some(t) = &timeline {
         check_output_path("--timeline", t).map_err(usage)?;
         run_args.push("--timeline".into());
@@ -357,15 +364,22 @@ fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
     }
     if flavour.boots_stock_kernels() {
         eprintln!("bootscope: host KVM is {flavour}: booting the default guest natively");
-        let args = RunArgs::try_parse_from(std::iter::once(OsString::from("run")).chain(run_args.into_iter().skip(1)))
-            .map_err(|e| usage(e.into()))?;
-        cmd_run(args, clock)
+        let argv = std::iter::once(OsString::from("bootscope")).chain(run_args);
+        match Cli::try_parse_from(argv) {
+            Ok(Cli {
+                command: Command::Run(args),
+            }) => cmd_run(args, clock),
+            Ok(_) => unreachable!("the demo builds a run command"),
+            Err(e) => Err(usage(e.into())),
+        }
     } else {
         let why = match flavour {
             KvmFlavour::Pvm => "host KVM is PVM, which cannot boot a stock kernel",
             _ => "host has no usable KVM",
         };
-        eprintln!("bootscope: {why}: booting the default guest in the lab (nested KVM under QEMU's emulator)");
+        eprintln!(
+            "bootscope: {why}: booting the default guest in the lab (nested KVM under QEMU's emulator)"
+        );
         cmd_lab(LabArgs {
             memory: "2G".into(),
             timeout: 900.0,

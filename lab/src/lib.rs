@@ -18,7 +18,6 @@
 //! and compares VMMs side by side within one run; it does not measure
 //! absolute boot times.
 
-use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -32,7 +31,7 @@ mod transport;
 mod util;
 
 pub use guest::{build_default_initramfs, find_debian_kernel, DebianKernel};
-pub use outer::{run_lab, run_lab_with_console, LabConfig, LabOutcome};
+pub use outer::{check_prerequisites, run_lab, run_lab_with_console, LabConfig, LabOutcome};
 
 /// Result type of this crate.
 pub type Result<T, E = LabError> = std::result::Result<T, E>;
@@ -270,9 +269,4 @@ impl LabError {
             source,
         }
     }
-}
-
-/// Makes an [`OsString`] from a string literal (handy for argument lists).
-pub fn os(s: &str) -> OsString {
-    OsString::from(s)
 }

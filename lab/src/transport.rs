@@ -71,7 +71,13 @@ pub(crate) fn parse(data: &[u8], stream_path: &Path, outputs: &[PathBuf], scratc
         path: stream_path.to_path_buf(),
         reason,
     };
-    let text = String::from_utf8_lossy(data);
+    // A last line without its newline was cut off mid-write: ignore it, so
+    // the records before it decide which error describes the truncation.
+    let complete = match data.iter().rposition(|&b| b == b'\n') {
+        Some(last_newline) => &data[..=last_newline],
+        None => &[],
+    };
+    let text = String::from_utf8_lossy(complete);
     let mut lines = text
         .split('\n')
         .map(|l| l.trim_end_matches('\r'))
@@ -345,17 +351,24 @@ mod tests {
         let err = parse(&no_exit).unwrap_err();
         assert!(err.to_string().contains("no EXIT record"), "{err}");
 
-        let full = stream(&[(0, &[7u8; 3000])], Some(0));
-        let cut = &full[..full.len() / 2];
-        let err = parse(cut).unwrap_err();
+        let varied: Vec<u8> = (0..3000u32).map(|i| (i * i % 251) as u8).collect();
+        let full = stream(&[(0, &varied)], Some(0));
+        let end = full.windows(5).position(|w| w == b"END 0").unwrap();
+        let in_body = &full[..end - 3];
+        let err = parse(in_body).unwrap_err();
         assert!(matches!(err, LabError::StreamTruncated { .. }), "{err}");
         assert!(err.to_string().contains("/o/a"), "{err}");
+        for cut in 1..full.len() {
+            let err = parse(&full[..cut]).unwrap_err();
+            assert!(matches!(err, LabError::StreamTruncated { .. }), "cut at {cut}: {err}");
+        }
 
-        // Flip one base64 character inside the body.
+        // Change one base64 character in the compressed data (past the
+        // gzip header, whose time stamp nobody checks).
         let mut bad = full.clone();
-        let pos = bad.windows(5).position(|w| w == b"gzip\n").unwrap() + 10;
+        let pos = bad.windows(5).position(|w| w == b"gzip\n").unwrap() + 60;
         bad[pos] = if bad[pos] == b'A' { b'B' } else { b'A' };
-        let err = parse(&bad).unwrap_err();
+        let err = parse(&bad).map(|_| ()).unwrap_err();
         assert!(matches!(err, LabError::OutputDamaged { .. }), "{err}");
 
         let wrong_size = String::from_utf8(full.clone()).unwrap().replace("FILE 0 3000", "FILE 0 2999");

@@ -1,0 +1,1151 @@
+//! The lab runner: boots an "outer" Debian guest under QEMU's emulator with
+//! real nested KVM, runs a program in it and brings the results back.
+//!
+//! The outer guest's initramfs holds static busybox, the KVM modules of the
+//! host's Debian kernel, the program (as `/bin/bootscope`) with its shared
+//! libraries at their host paths, and every input file at its host path, so
+//! arguments naming files need no rewriting. The guest's first serial port
+//! is its console and streams live to the caller; the second carries the
+//! exit code and the output files back (see the `transport` module).
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Component, Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::cpio::Builder;
+use crate::elf::{self, Linkage};
+use crate::guest::{self, DebianKernel};
+use crate::transport;
+use crate::util::{self, TempDir};
+use crate::{LabError, Result};
+
+/// Flags whose value is a file bootscope writes. The lab creates the file's
+/// directory in the guest and copies the file back to the same host path.
+pub const OUTPUT_FLAGS: [&str; 4] = ["--timeline", "--output", "-o", "--serial"];
+
+/// Values of output flags that do not name a file.
+pub const NOT_A_FILE: [&str; 3] = ["stdout", "null", "-"];
+
+/// Guest directories whose contents come from the guest kernel, not from
+/// the archive: host files there are never carried in as inputs.
+const GUEST_PSEUDO_DIRS: [&str; 3] = ["/proc", "/sys", "/dev"];
+
+/// Where the program under test lives in the guest.
+const GUEST_EXE: &str = "/bin/bootscope";
+
+/// Directory for the link that gives the program its host name.
+const EXE_ALIAS_DIR: &str = "/lab/bin";
+
+/// Kernel module that provides nested KVM; its dependencies come from
+/// `modules.dep`.
+const ROOT_MODULE: &str = "kvm_amd";
+
+/// Lines of QEMU's stderr kept for error messages.
+const STDERR_TAIL_LINES: usize = 20;
+
+/// QEMU warns once per CPU feature that TCG cannot emulate; the `EPYC`
+/// model lists several. They are harmless, so they are not forwarded.
+const HARMLESS_QEMU_WARNING: &str = "TCG doesn't support requested feature";
+
+/// Outer kernel command line: console on the first serial port; `quiet`
+/// and `loglevel=3` keep kernel messages from mixing with the program's
+/// output; `panic=-1` reboots at once on a panic, which `-no-reboot` turns
+/// into a QEMU exit instead of a hang.
+const KERNEL_CMDLINE: &str = "console=ttyS0 quiet loglevel=3 panic=-1";
+
+/// How to run the lab.
+#[derive(Debug, Clone)]
+pub struct LabConfig {
+    /// Memory of the outer guest in MiB. It must hold the unpacked
+    /// initramfs and whatever the program runs inside it (nested guests).
+    pub memory_mib: u64,
+    /// The program to run in the guest (it becomes `/bin/bootscope`).
+    pub bootscope_exe: PathBuf,
+    /// Its arguments. Existing files named here are carried into the guest;
+    /// values of [`OUTPUT_FLAGS`] are copied back afterwards.
+    pub args: Vec<OsString>,
+    /// The QEMU binary (`qemu-system-x86_64` from `$PATH` by default).
+    pub qemu: PathBuf,
+    /// Upper bound on the whole run; QEMU is killed when it is exceeded.
+    pub timeout: Duration,
+    /// More files to carry into the guest at their host paths.
+    pub extra_inputs: Vec<PathBuf>,
+}
+
+impl LabConfig {
+    /// Default guest memory: room for bootscope, a nested guest and its
+    /// initramfs.
+    pub const DEFAULT_MEMORY_MIB: u64 = 2048;
+    /// Default timeout: generous, since everything runs under emulation.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+    /// A configuration with default memory, QEMU and timeout.
+    pub fn new(bootscope_exe: impl Into<PathBuf>, args: Vec<OsString>) -> Self {
+        LabConfig {
+            memory_mib: Self::DEFAULT_MEMORY_MIB,
+            bootscope_exe: bootscope_exe.into(),
+            args,
+            qemu: PathBuf::from("qemu-system-x86_64"),
+            timeout: Self::DEFAULT_TIMEOUT,
+            extra_inputs: Vec::new(),
+        }
+    }
+}
+
+/// What a lab run produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabOutcome {
+    /// Exit status of the program in the guest (128 + N if signal N killed it).
+    pub exit_code: i32,
+    /// Output files written back to the host, in the order they were named.
+    pub outputs: Vec<PathBuf>,
+    /// Whether `/dev/kvm` existed in the guest.
+    pub nested_kvm: bool,
+    /// Wall-clock time from starting QEMU until it exited.
+    pub elapsed: Duration,
+}
+
+/// A host file carried into the guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputFile {
+    /// Where to read it on the host.
+    pub host: PathBuf,
+    /// Absolute path in the guest.
+    pub guest: PathBuf,
+}
+
+/// The arguments as the guest will see them, and the files involved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgPlan {
+    /// Arguments for the program in the guest.
+    pub args: Vec<OsString>,
+    /// Files to carry in.
+    pub inputs: Vec<InputFile>,
+    /// Absolute host (and guest) paths of the output files.
+    pub outputs: Vec<PathBuf>,
+    /// Directory the program starts in, in the guest as on the host.
+    pub cwd: PathBuf,
+}
+
+/// Works out which arguments are input and output files.
+///
+/// * The value of an [`OUTPUT_FLAGS`] flag (`--flag VALUE` or
+///   `--flag=VALUE`) is an output unless it is one of [`NOT_A_FILE`];
+///   relative values become absolute.
+/// * Any other argument, or the value of any other `--flag=VALUE`, that
+///   names an existing regular file is an input. Absolute paths are kept.
+///   A bare file name (no `/`) is kept too: the guest starts in the same
+///   directory, and leaving it alone means a subcommand word that happens
+///   to match a file name is never changed. Other relative paths become
+///   absolute (canonical if they contain `..`).
+///
+/// Host files under `/proc`, `/sys` and `/dev` are not carried in: the
+/// guest kernel provides its own.
+pub fn plan_arguments(args: &[OsString], extra_inputs: &[PathBuf], cwd: &Path) -> Result<ArgPlan> {
+    let mut plan = ArgPlan {
+        args: Vec::with_capacity(args.len()),
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        cwd: cwd.to_path_buf(),
+    };
+    let mut seen_inputs = HashSet::new();
+    let mut add_input = |plan: &mut ArgPlan, input: InputFile| {
+        if seen_inputs.insert(input.guest.clone()) {
+            plan.inputs.push(input);
+        }
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        if arg.as_bytes().contains(&0) {
+            return Err(LabError::InvalidConfig(format!(
+                "argument {arg:?} contains a NUL byte"
+            )));
+        }
+        i += 1;
+        let text = arg.as_bytes();
+        if OUTPUT_FLAGS.iter().any(|f| f.as_bytes() == text) {
+            plan.args.push(arg.clone());
+            if let Some(value) = args.get(i) {
+                i += 1;
+                let value = output_value(&mut plan, value, cwd);
+                plan.args.push(value);
+            }
+            continue;
+        }
+        if text.starts_with(b"-") {
+            if let Some(eq) = text.iter().position(|&b| b == b'=') {
+                let (flag, value) = (&text[..eq], OsStr::from_bytes(&text[eq + 1..]));
+                let new_value = if OUTPUT_FLAGS.iter().any(|f| f.as_bytes() == flag) {
+                    output_value(&mut plan, value, cwd)
+                } else {
+                    match input_for(value, cwd)? {
+                        Some((input, rewritten)) => {
+                            add_input(&mut plan, input);
+                            rewritten
+                        }
+                        None => value.to_os_string(),
+                    }
+                };
+                let mut joined = flag.to_vec();
+                joined.push(b'=');
+                joined.extend_from_slice(new_value.as_bytes());
+                plan.args.push(OsString::from_vec(joined));
+                continue;
+            }
+        }
+        match input_for(arg, cwd)? {
+            Some((input, rewritten)) => {
+                add_input(&mut plan, input);
+                plan.args.push(rewritten);
+            }
+            None => plan.args.push(arg.clone()),
+        }
+    }
+    for extra in extra_inputs {
+        match input_for(extra.as_os_str(), cwd)? {
+            Some((input, _)) => add_input(&mut plan, input),
+            None => return Err(LabError::InputMissing { path: extra.clone() }),
+        }
+    }
+    Ok(plan)
+}
+
+/// Records an output flag's value and returns it as the guest should see it.
+fn output_value(plan: &mut ArgPlan, value: &OsStr, cwd: &Path) -> OsString {
+    if value.is_empty() || NOT_A_FILE.iter().any(|v| OsStr::new(v) == value) {
+        return value.to_os_string();
+    }
+    let path = Path::new(value);
+    let absolute = util::absolute_lexical(cwd, path);
+    if !plan.outputs.contains(&absolute) {
+        plan.outputs.push(absolute.clone());
+    }
+    if util::is_clean_absolute(path) {
+        value.to_os_string()
+    } else {
+        absolute.into_os_string()
+    }
+}
+
+/// If `value` names an existing regular file, where to put it in the guest
+/// and what the argument becomes.
+fn input_for(value: &OsStr, cwd: &Path) -> Result<Option<(InputFile, OsString)>> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    let path = Path::new(value);
+    let host = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        cwd.join(path)
+    };
+    if !fs::metadata(&host).map(|m| m.is_file()).unwrap_or(false) {
+        return Ok(None);
+    }
+    let bare_name = matches!(path.components().collect::<Vec<_>>().as_slice(), [Component::Normal(_)]);
+    let (guest, rewritten) = if util::is_clean_absolute(path) {
+        (path.to_path_buf(), value.to_os_string())
+    } else if bare_name {
+        (cwd.join(path), value.to_os_string())
+    } else if path
+        .components()
+        .any(|c| matches!(c, Component::ParentDir))
+    {
+        let canonical =
+            fs::canonicalize(&host).map_err(|e| LabError::io("resolve", &host, e))?;
+        (canonical.clone(), canonical.into_os_string())
+    } else {
+        let absolute = util::absolute_lexical(cwd, path);
+        (absolute.clone(), absolute.into_os_string())
+    };
+    if GUEST_PSEUDO_DIRS
+        .iter()
+        .any(|dir| guest.starts_with(dir))
+    {
+        return Ok(None);
+    }
+    Ok(Some((InputFile { host, guest }, rewritten)))
+}
+
+/// Checks that this host can run the lab with `qemu`: QEMU, a Debian
+/// kernel with `kvm_amd`, and static busybox. Returns the kernel the lab
+/// would boot; the error says what to install.
+pub fn check_prerequisites(qemu: &Path) -> Result<DebianKernel> {
+    util::find_in_path(qemu).ok_or_else(|| LabError::QemuMissing {
+        qemu: qemu.to_path_buf(),
+    })?;
+    let kernel = guest::find_debian_kernel()?;
+    guest::static_busybox()?;
+    Ok(kernel)
+}
+
+/// Runs the lab, streaming the guest console to this process's stdout.
+pub fn run_lab(cfg: &LabConfig) -> Result<LabOutcome> {
+    run_lab_with_console(cfg, &mut io::stdout())
+}
+
+/// Runs the lab, streaming the guest console to `console` as it arrives.
+///
+/// Steps: find the kernel, busybox and QEMU; plan inputs and outputs; build
+/// the outer initramfs in a temporary directory; boot it; copy the console
+/// while waiting (up to `cfg.timeout`); then verify the result stream and
+/// write the output files back atomically. The temporary directory is
+/// removed in every case.
+pub fn run_lab_with_console(cfg: &LabConfig, console: &mut (dyn Write + Send)) -> Result<LabOutcome> {
+    if cfg.memory_mib < 256 {
+        return Err(LabError::InvalidConfig(format!(
+            "{} MiB of guest memory is too little for the lab; use at least 256 MiB",
+            cfg.memory_mib
+        )));
+    }
+    if cfg.timeout.is_zero() {
+        return Err(LabError::InvalidConfig("the timeout must be longer than zero".into()));
+    }
+    let kernel = check_prerequisites(&cfg.qemu)?;
+    let qemu = util::find_in_path(&cfg.qemu).ok_or_else(|| LabError::QemuMissing {
+        qemu: cfg.qemu.clone(),
+    })?;
+    let busybox = guest::static_busybox()?;
+    let exe_meta = fs::metadata(&cfg.bootscope_exe).map_err(|e| LabError::ExeMissing {
+        path: cfg.bootscope_exe.clone(),
+        reason: e.to_string(),
+    })?;
+    if !exe_meta.is_file() {
+        return Err(LabError::ExeMissing {
+            path: cfg.bootscope_exe.clone(),
+            reason: "it is not a regular file".into(),
+        });
+    }
+    let cwd = std::env::current_dir().map_err(|e| LabError::io("determine", "the current directory", e))?;
+    let plan = plan_arguments(&cfg.args, &cfg.extra_inputs, &cwd)?;
+
+    let tmp = TempDir::new("lab")?;
+    let archive = tmp.path().join("outer.cpio");
+    let archive_len = build_outer_initramfs(&archive, &kernel, &busybox, &cfg.bootscope_exe, &plan)?;
+    let archive_mib = archive_len.div_ceil(1 << 20);
+    if archive_mib * 2 + 256 > cfg.memory_mib {
+        return Err(LabError::NotEnoughMemory {
+            archive_mib,
+            memory_mib: cfg.memory_mib,
+        });
+    }
+    let stream_path = tmp.path().join("lab-out.bin");
+    let mut cmd = qemu_command(&qemu, cfg.memory_mib, &kernel.vmlinuz, &archive, &stream_path);
+    let (status, elapsed, stderr_tail) = run_qemu(&mut cmd, &qemu, cfg.timeout, console)?;
+
+    let data = match fs::read(&stream_path) {
+        Ok(data) => data,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(LabError::io("read", &stream_path, e)),
+    };
+    let report = match transport::parse(&data, &stream_path, &plan.outputs, tmp.path()) {
+        Ok(report) => report,
+        // A QEMU failure explains a broken stream better than the stream.
+        Err(LabError::StreamTruncated { .. } | LabError::StreamCorrupt { .. }) if !status.success() => {
+            return Err(LabError::QemuFailed {
+                status: status.to_string(),
+                stderr: format_tail(&stderr_tail),
+            });
+        }
+        Err(err) => return Err(err),
+    };
+
+    let mut outputs = Vec::new();
+    for (index, contents) in &report.files {
+        let path = &plan.outputs[*index];
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(|e| LabError::io("create directory", parent, e))?;
+        }
+        util::write_atomically(path, contents, 0o644)?;
+        outputs.push(path.clone());
+    }
+    Ok(LabOutcome {
+        exit_code: report.exit_code,
+        outputs,
+        nested_kvm: report.nested_kvm,
+        elapsed,
+    })
+}
+
+fn format_tail(lines: &[String]) -> String {
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!("; QEMU said:\n{}", lines.join("\n"))
+    }
+}
+
+/// The QEMU command line of the outer guest.
+///
+/// `-nodefaults` drops the default devices (VGA, network, the monitor
+/// multiplexed onto stdio); two ISA serial ports remain: ttyS0 on QEMU's
+/// stdio (a pipe we read, with stdin from /dev/null so no terminal is ever
+/// touched) and ttyS1 on the result file.
+fn qemu_command(qemu: &Path, memory_mib: u64, vmlinuz: &Path, initrd: &Path, stream: &Path) -> Command {
+    let mut cmd = Command::new(qemu);
+    cmd.args(["-accel", "tcg", "-cpu", "EPYC,+svm,+npt"])
+        .arg("-m")
+        .arg(format!("{memory_mib}M"))
+        .args(["-smp", "1", "-display", "none", "-nodefaults", "-no-user-config", "-no-reboot"])
+        .arg("-kernel")
+        .arg(vmlinuz)
+        .arg("-initrd")
+        .arg(initrd)
+        .arg("-append")
+        .arg(KERNEL_CMDLINE)
+        .args(["-chardev", "stdio,id=con0,signal=off", "-serial", "chardev:con0"])
+        .arg("-chardev")
+        .arg(chardev_file_option("lab0", stream))
+        .args(["-serial", "chardev:lab0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// `file,id=<id>,path=<path>` with commas in the path doubled, as QEMU's
+/// option syntax requires.
+fn chardev_file_option(id: &str, path: &Path) -> OsString {
+    let mut opt = format!("file,id={id},path=").into_bytes();
+    for &b in path.as_os_str().as_bytes() {
+        opt.push(b);
+        if b == b',' {
+            opt.push(b',');
+        }
+    }
+    OsString::from_vec(opt)
+}
+
+/// Kills the child on drop unless it was reaped, so no error path leaves a
+/// QEMU running.
+struct ChildGuard(Option<Child>);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts QEMU, copies its stdout to `console` live, forwards its stderr
+/// (minus harmless warnings) to ours, and waits up to `timeout`.
+fn run_qemu(
+    cmd: &mut Command,
+    qemu: &Path,
+    timeout: Duration,
+    console: &mut (dyn Write + Send),
+) -> Result<(ExitStatus, Duration, Vec<String>)> {
+    let start = Instant::now();
+    let mut child = cmd.spawn().map_err(|source| {
+        if source.kind() == io::ErrorKind::NotFound {
+            LabError::QemuMissing {
+                qemu: qemu.to_path_buf(),
+            }
+        } else {
+            LabError::QemuSpawn {
+                qemu: qemu.to_path_buf(),
+                source,
+            }
+        }
+    })?;
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let mut guard = ChildGuard(Some(child));
+
+    std::thread::scope(|scope| {
+        let copier = stdout.map(|out| scope.spawn(move || copy_live(out, console)));
+        let errors = stderr.map(|err| scope.spawn(move || forward_stderr(err)));
+        let deadline = start + timeout;
+        let waited = loop {
+            let Some(child) = guard.0.as_mut() else {
+                break Err(LabError::InvalidConfig("QEMU process vanished".into()));
+            };
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    guard.0 = None;
+                    break Ok(status);
+                }
+                Ok(None) if Instant::now() >= deadline => {
+                    // Kill and reap QEMU; its pipes close, so the copying
+                    // threads finish.
+                    if let Some(mut child) = guard.0.take() {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                    }
+                    break Err(LabError::Timeout { timeout });
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(source) => {
+                    break Err(LabError::QemuSpawn {
+                        qemu: qemu.to_path_buf(),
+                        source,
+                    })
+                }
+            }
+        };
+        let elapsed = start.elapsed();
+        if let Some(copier) = copier {
+            let _ = copier.join();
+        }
+        let tail = errors.and_then(|h| h.join().ok()).unwrap_or_default();
+        waited.map(|status| (status, elapsed, tail))
+    })
+}
+
+/// Copies QEMU's stdout (the guest console) to `console`, flushing after
+/// every read so output appears as the guest produces it.
+fn copy_live(mut from: impl Read, console: &mut (dyn Write + Send)) {
+    let mut buf = [0u8; 4096];
+    let mut console_ok = true;
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                // Keep draining the pipe even if the console went away, so
+                // QEMU never blocks on a full pipe.
+                if console_ok {
+                    console_ok = console.write_all(&buf[..n]).and_then(|_| console.flush()).is_ok();
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+}
+
+/// Forwards QEMU's stderr to ours and returns its last lines.
+fn forward_stderr(from: impl Read) -> Vec<String> {
+    let mut tail: Vec<String> = Vec::new();
+    let mut reader = BufReader::new(from);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let text = String::from_utf8_lossy(&line);
+        if text.contains(HARMLESS_QEMU_WARNING) {
+            continue;
+        }
+        let _ = io::stderr().write_all(&line);
+        if tail.len() == STDERR_TAIL_LINES {
+            tail.remove(0);
+        }
+        tail.push(text.trim_end().to_string());
+    }
+    tail
+}
+
+/// Builds the outer initramfs at `path` and returns its size in bytes.
+fn build_outer_initramfs(
+    path: &Path,
+    kernel: &DebianKernel,
+    busybox: &Path,
+    exe: &Path,
+    plan: &ArgPlan,
+) -> Result<u64> {
+    let modules = kvm_modules(kernel)?;
+    let libraries = shared_libraries(exe)?;
+    let applets = busybox_applets(busybox)?;
+
+    let file = fs::File::create(path).map_err(|e| LabError::io("create", path, e))?;
+    let mut cpio = Builder::new(BufWriter::new(file));
+    // What the lab itself put at each guest path, to decide what an input
+    // landing on the same path means.
+    let mut taken: HashMap<PathBuf, Occupant> = HashMap::new();
+
+    for dir in ["dev", "proc", "sys", "run", "root", "bin", "sbin", "usr/bin", "usr/sbin"] {
+        cpio.add_dir(dir, 0o755)?;
+    }
+    cpio.add_dir("tmp", 0o1777)?;
+    cpio.add_char_device("dev/console", 5, 1, 0o600)?;
+    cpio.add_file_from_host("bin/busybox", busybox, 0o755)?;
+    taken.insert(PathBuf::from("/bin/busybox"), Occupant::Command);
+    for applet in &applets {
+        let link = Path::new("/bin").join(applet);
+        if !cpio.contains(&link) {
+            cpio.add_symlink(&link, "busybox")?;
+            taken.insert(link, Occupant::Command);
+        }
+    }
+    cpio.add_file_from_host(GUEST_EXE, exe, 0o755)?;
+    taken.insert(PathBuf::from(GUEST_EXE), Occupant::HostFile(host_key(exe)));
+    if let Some(link) = exe_alias(exe) {
+        cpio.add_symlink(&link, GUEST_EXE)?;
+        taken.insert(link, Occupant::Fixed("the link that starts the program"));
+    }
+    for lib in &libraries {
+        if !cpio.contains(lib) {
+            cpio.add_file_from_host(lib, lib, 0o755)?;
+            taken.insert(lib.clone(), Occupant::HostFile(host_key(lib)));
+        }
+    }
+    for module in &modules {
+        cpio.add_file_bytes(&module.guest, &module.contents, 0o644)?;
+        taken.insert(module.guest.clone(), Occupant::Fixed("a kernel module"));
+    }
+    for input in &plan.inputs {
+        let conflict = |existing: String| LabError::InputConflict {
+            host: input.host.clone(),
+            guest: input.guest.clone(),
+            existing,
+        };
+        match taken.get(&input.guest) {
+            None => {}
+            // The same file is already there (e.g. a library named as input).
+            Some(Occupant::HostFile(key)) if *key == host_key(&input.host) => continue,
+            // A command such as /bin/sh named as an argument: the guest's
+            // busybox provides it, and the host binary might not run there.
+            Some(Occupant::Command) => continue,
+            Some(Occupant::HostFile(key)) => return Err(conflict(key.clone())),
+            Some(Occupant::Fixed(what)) => return Err(conflict((*what).to_string())),
+        }
+        match cpio.add_file_from_host(&input.guest, &input.host, 0o644 | exec_bits(&input.host)) {
+            Ok(()) => {}
+            Err(LabError::CpioName { .. }) => {
+                return Err(conflict("a file or directory the lab itself needs".into()))
+            }
+            Err(e) => return Err(e),
+        }
+        taken.insert(input.guest.clone(), Occupant::HostFile(host_key(&input.host)));
+    }
+    let start = exe_alias(exe).unwrap_or_else(|| PathBuf::from(GUEST_EXE));
+    let init = outer_init_script(kernel, &modules, plan, &start);
+    cpio.add_file_bytes("init", &init, 0o755)?;
+    let len = cpio.len();
+    let mut writer = cpio.finish()?;
+    writer.flush().map_err(|e| LabError::io("write", path, e))?;
+    Ok(len)
+}
+
+/// What the lab put at a guest path.
+enum Occupant {
+    /// Busybox or one of its applet links.
+    Command,
+    /// A copy of a host file, identified by [`host_key`].
+    HostFile(String),
+    /// Something generated, described for error messages.
+    Fixed(&'static str),
+}
+
+/// Where the program is started from when its file name on the host is not
+/// `bootscope`: a link with that name, so the program sees the same
+/// `argv[0]` as on the host (multi-call programs such as busybox depend on
+/// it).
+fn exe_alias(exe: &Path) -> Option<PathBuf> {
+    let name = exe.file_name()?;
+    if name == OsStr::new("bootscope") {
+        return None;
+    }
+    Some(Path::new(EXE_ALIAS_DIR).join(name))
+}
+
+/// Identifies a host file for duplicate detection (its canonical path).
+fn host_key(host: &Path) -> String {
+    fs::canonicalize(host)
+        .unwrap_or_else(|_| host.to_path_buf())
+        .display()
+        .to_string()
+}
+
+/// Keeps the execute bits of an input (a script or program passed as an
+/// argument must stay runnable).
+fn exec_bits(host: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(host)
+        .map(|m| m.permissions().mode() & 0o111)
+        .unwrap_or(0)
+}
+
+/// The applet names busybox was built with (`busybox --list`).
+fn busybox_applets(busybox: &Path) -> Result<Vec<String>> {
+    let out = Command::new(busybox)
+        .arg("--list")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| LabError::HostTool {
+            program: "busybox --list".into(),
+            subject: busybox.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(LabError::HostTool {
+            program: "busybox --list".into(),
+            subject: busybox.to_path_buf(),
+            reason: format!("it exited with {}", out.status),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|a| !a.is_empty() && *a != "busybox" && !a.contains('/'))
+        .map(str::to_string)
+        .collect())
+}
+
+/// The shared libraries (and dynamic loader) `exe` needs, at the paths the
+/// host's dynamic loader resolves them to. Static programs need none.
+fn shared_libraries(exe: &Path) -> Result<Vec<PathBuf>> {
+    let interp = match elf::linkage(exe)? {
+        Linkage::Static | Linkage::NotElf64 => return Ok(Vec::new()),
+        Linkage::Dynamic(interp) => interp,
+    };
+    let out = Command::new("ldd")
+        .arg(exe)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| LabError::HostTool {
+            program: "ldd".into(),
+            subject: exe.to_path_buf(),
+            reason: format!("{e}; install it with `apt-get install libc-bin`"),
+        })?;
+    if !out.status.success() {
+        return Err(LabError::HostTool {
+            program: "ldd".into(),
+            subject: exe.to_path_buf(),
+            reason: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    let mut libs = parse_ldd(&String::from_utf8_lossy(&out.stdout)).map_err(|library| {
+        LabError::LibraryNotFound {
+            exe: exe.to_path_buf(),
+            library,
+        }
+    })?;
+    if !libs.contains(&interp) {
+        libs.push(interp);
+    }
+    Ok(libs)
+}
+
+/// Parses `ldd` output. Lines look like `libc.so.6 => /lib/.../libc.so.6
+/// (0x...)`, `/lib64/ld-linux-x86-64.so.2 (0x...)` or `linux-vdso.so.1
+/// (0x...)` (provided by the kernel, skipped). A `not found` library is
+/// returned as the error.
+fn parse_ldd(text: &str) -> std::result::Result<Vec<PathBuf>, String> {
+    let mut libs = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        let target = match line.split_once("=>") {
+            Some((name, rest)) => {
+                let rest = rest.trim();
+                if rest.starts_with("not found") {
+                    return Err(name.trim().to_string());
+                }
+                rest
+            }
+            None => line,
+        };
+        let path = target.split(" (").next().unwrap_or("").trim();
+        if path.starts_with('/') {
+            let path = PathBuf::from(path);
+            if !libs.contains(&path) {
+                libs.push(path);
+            }
+        }
+    }
+    Ok(libs)
+}
+
+/// A kernel module ready to be put into the archive.
+struct Module {
+    /// Module name as in `lsmod` (`kvm_amd`).
+    name: String,
+    /// Path in the guest, always an uncompressed `.ko`.
+    guest: PathBuf,
+    /// Uncompressed contents.
+    contents: Vec<u8>,
+}
+
+/// The KVM modules in load order (dependencies first), decompressed.
+fn kvm_modules(kernel: &DebianKernel) -> Result<Vec<Module>> {
+    let dep_path = kernel.modules_dir.join("modules.dep");
+    let text = fs::read_to_string(&dep_path).map_err(|e| LabError::ModuleDep {
+        module: ROOT_MODULE.into(),
+        modules_dep: dep_path.clone(),
+        reason: e.to_string(),
+    })?;
+    let order = module_load_order(&text, ROOT_MODULE).map_err(|reason| LabError::ModuleDep {
+        module: ROOT_MODULE.into(),
+        modules_dep: dep_path.clone(),
+        reason,
+    })?;
+    let guest_dir = Path::new("/lib/modules").join(&kernel.version);
+    order
+        .into_iter()
+        .map(|rel| {
+            let host = kernel.modules_dir.join(&rel);
+            let contents = read_module(&host)?;
+            let plain = strip_compression_suffix(&rel);
+            Ok(Module {
+                name: module_name(&rel),
+                guest: guest_dir.join(plain),
+                contents,
+            })
+        })
+        .collect()
+}
+
+/// Resolves `root` (a module name) and its dependencies from the text of
+/// `modules.dep`, returning module paths relative to the module tree in an
+/// order `insmod` can load them.
+fn module_load_order(modules_dep: &str, root: &str) -> std::result::Result<Vec<String>, String> {
+    let mut deps: HashMap<&str, Vec<&str>> = HashMap::new();
+    let mut by_name: HashMap<String, &str> = HashMap::new();
+    for line in modules_dep.lines() {
+        let Some((module, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let module = module.trim();
+        deps.insert(module, rest.split_whitespace().collect());
+        by_name.insert(module_name(module), module);
+    }
+    let start = by_name
+        .get(&module_name(root))
+        .copied()
+        .ok_or_else(|| format!("it lists no module named {root}"))?;
+    let mut order = Vec::new();
+    let mut done = HashSet::new();
+    let mut in_progress = HashSet::new();
+    fn visit<'a>(
+        module: &'a str,
+        deps: &HashMap<&'a str, Vec<&'a str>>,
+        done: &mut HashSet<&'a str>,
+        in_progress: &mut HashSet<&'a str>,
+        order: &mut Vec<String>,
+    ) -> std::result::Result<(), String> {
+        if done.contains(module) {
+            return Ok(());
+        }
+        if !in_progress.insert(module) {
+            return Err(format!("its dependencies of {module} form a cycle"));
+        }
+        let list = deps
+            .get(module)
+            .ok_or_else(|| format!("{module} is needed but has no entry of its own"))?;
+        // modprobe loads the listed dependencies from last to first.
+        for dep in list.iter().rev() {
+            visit(dep, deps, done, in_progress, order)?;
+        }
+        in_progress.remove(module);
+        done.insert(module);
+        order.push(module.to_string());
+        Ok(())
+    }
+    visit(start, &deps, &mut done, &mut in_progress, &mut order)?;
+    Ok(order)
+}
+
+/// `kernel/arch/x86/kvm/kvm-amd.ko.xz` -> `kvm_amd`.
+fn module_name(path_or_name: &str) -> String {
+    let base = path_or_name.rsplit('/').next().unwrap_or(path_or_name);
+    let base = base.split(".ko").next().unwrap_or(base);
+    base.replace('-', "_")
+}
+
+fn strip_compression_suffix(rel: &str) -> &str {
+    for suffix in [".xz", ".zst", ".gz"] {
+        if let Some(stripped) = rel.strip_suffix(suffix) {
+            return stripped;
+        }
+    }
+    rel
+}
+
+/// Reads a module, decompressing `.ko.xz`, `.ko.zst` and `.ko.gz` with the
+/// host's tools: busybox `insmod` cannot be relied on to do it.
+fn read_module(path: &Path) -> Result<Vec<u8>> {
+    let name = path.to_string_lossy();
+    let (tool, package) = if name.ends_with(".ko.xz") {
+        ("xz", "xz-utils")
+    } else if name.ends_with(".ko.zst") {
+        ("zstd", "zstd")
+    } else if name.ends_with(".ko.gz") {
+        ("gzip", "gzip")
+    } else {
+        return fs::read(path).map_err(|e| LabError::io("read", path, e));
+    };
+    let fail = |reason: String| LabError::ModuleDecompress {
+        path: path.to_path_buf(),
+        tool,
+        package,
+        reason,
+    };
+    let out = Command::new(tool)
+        .arg("-dc")
+        .arg(path)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| fail(e.to_string()))?;
+    if !out.status.success() {
+        return Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+    }
+    Ok(out.stdout)
+}
+
+/// The outer guest's `/init`.
+///
+/// It prepares the file systems bootscope uses (proc, sysfs, devtmpfs,
+/// tracefs, debugfs, bpffs), loads the KVM modules, reports whether
+/// `/dev/kvm` appeared, runs the program with stdin from `/dev/null` (the
+/// console has no input), sends the results over ttyS1 and powers off.
+fn outer_init_script(kernel: &DebianKernel, modules: &[Module], plan: &ArgPlan, exe: &Path) -> Vec<u8> {
+    let q = |s: &OsStr| util::shell_quote(s);
+    let mut s: Vec<u8> = Vec::new();
+    s.extend_from_slice(
+        br#"#!/bin/sh
+# Outer guest of the bootscope lab (generated): nested KVM under emulation.
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin HOME=/root
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tracefs tracefs /sys/kernel/tracing || echo "lab: warning: cannot mount tracefs"
+mount -t debugfs debugfs /sys/kernel/debug || echo "lab: warning: cannot mount debugfs"
+mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+"#,
+    );
+    for module in modules {
+        s.extend_from_slice(b"insmod ");
+        s.extend_from_slice(&q(module.guest.as_os_str()));
+        s.extend_from_slice(
+            format!(" || echo \"lab: warning: cannot load kernel module {}\"\n", module.name).as_bytes(),
+        );
+    }
+    s.extend_from_slice(
+        br#"if [ -c /dev/kvm ]; then
+	lab_kvm=1
+	echo "lab: nested KVM ready (kvm_amd npt=$(cat /sys/module/kvm_amd/parameters/npt 2>/dev/null))"
+else
+	lab_kvm=0
+"#,
+    );
+    s.extend_from_slice(
+        format!(
+            "\techo \"lab: /dev/kvm is missing: kvm_amd did not load in the lab guest (kernel {}), so nested KVM is unavailable; its kernel messages follow\"\n",
+            kernel.version
+        )
+        .as_bytes(),
+    );
+    s.extend_from_slice(b"\tdmesg | grep -i -e kvm -e svm -e ccp | tail -n 20\nfi\n");
+    for output in &plan.outputs {
+        if let Some(parent) = output.parent() {
+            s.extend_from_slice(b"mkdir -p ");
+            s.extend_from_slice(&q(parent.as_os_str()));
+            s.push(b'\n');
+        }
+    }
+    s.extend_from_slice(b"mkdir -p ");
+    s.extend_from_slice(&q(plan.cwd.as_os_str()));
+    s.extend_from_slice(b" && cd ");
+    s.extend_from_slice(&q(plan.cwd.as_os_str()));
+    s.push(b'\n');
+    s.extend_from_slice(&q(exe.as_os_str()));
+    for arg in &plan.args {
+        s.push(b' ');
+        s.extend_from_slice(&q(arg));
+    }
+    s.extend_from_slice(b" </dev/null\nlab_code=$?\ncd /\n");
+    s.extend_from_slice(transport::GUEST_SEND_FUNCTION.as_bytes());
+    s.extend_from_slice(
+        b"if [ -c /dev/ttyS1 ]; then\n\texec 3<>/dev/ttyS1\n\tstty raw -echo <&3\n\t{\n",
+    );
+    s.extend_from_slice(format!("\t\techo '{}'\n\t\techo \"KVM $lab_kvm\"\n", transport::HEADER).as_bytes());
+    for (index, output) in plan.outputs.iter().enumerate() {
+        s.extend_from_slice(format!("\t\tlab_send {index} ").as_bytes());
+        s.extend_from_slice(&q(output.as_os_str()));
+        s.push(b'\n');
+    }
+    s.extend_from_slice(
+        br#"		echo "EXIT $lab_code"
+	} >&3
+	# The last close waits until the UART has sent everything.
+	exec 3>&-
+else
+	echo "lab: /dev/ttyS1 is missing, so the results cannot be sent back"
+fi
+poweroff -f
+"#,
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn ldd_output() {
+        let text = "\tlinux-vdso.so.1 (0x00007ffc)\n\
+                    \tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f)\n\
+                    \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n\
+                    \t/lib64/ld-linux-x86-64.so.2 (0x00007f)\n";
+        assert_eq!(
+            parse_ldd(text).unwrap(),
+            vec![
+                PathBuf::from("/lib/x86_64-linux-gnu/libgcc_s.so.1"),
+                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2"),
+            ]
+        );
+        assert_eq!(parse_ldd("\tlibbpf.so.1 => not found\n").unwrap_err(), "libbpf.so.1");
+    }
+
+    #[test]
+    fn module_order_from_modules_dep() {
+        let dep = "kernel/arch/x86/kvm/kvm.ko.xz: kernel/virt/lib/irqbypass.ko.xz\n\
+                   kernel/arch/x86/kvm/kvm-amd.ko.xz: kernel/drivers/crypto/ccp/ccp.ko.xz kernel/arch/x86/kvm/kvm.ko.xz kernel/virt/lib/irqbypass.ko.xz\n\
+                   kernel/drivers/crypto/ccp/ccp.ko.xz:\n\
+                   kernel/virt/lib/irqbypass.ko.xz:\n";
+        assert_eq!(
+            module_load_order(dep, "kvm_amd").unwrap(),
+            vec![
+                "kernel/virt/lib/irqbypass.ko.xz",
+                "kernel/arch/x86/kvm/kvm.ko.xz",
+                "kernel/drivers/crypto/ccp/ccp.ko.xz",
+                "kernel/arch/x86/kvm/kvm-amd.ko.xz",
+            ]
+        );
+        assert!(module_load_order(dep, "kvm_intel").is_err());
+        let broken = "a.ko: b.ko\n";
+        assert!(module_load_order(broken, "a").unwrap_err().contains("b.ko"));
+        let cycle = "a.ko: b.ko\nb.ko: a.ko\n";
+        assert!(module_load_order(cycle, "a").unwrap_err().contains("cycle"));
+        assert_eq!(module_name("kernel/arch/x86/kvm/kvm-amd.ko.zst"), "kvm_amd");
+        assert_eq!(strip_compression_suffix("x/kvm.ko.zst"), "x/kvm.ko");
+        assert_eq!(strip_compression_suffix("x/kvm.ko"), "x/kvm.ko");
+    }
+
+    #[test]
+    fn host_modules_resolve() {
+        let Ok(kernel) = guest::find_debian_kernel() else {
+            println!("SKIP host_modules_resolve: no Debian kernel with kvm-amd installed");
+            return;
+        };
+        let modules = kvm_modules(&kernel).unwrap();
+        let names: Vec<&str> = modules.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names.last(), Some(&"kvm_amd"));
+        let pos = |n: &str| names.iter().position(|m| *m == n).unwrap();
+        assert!(pos("kvm") < pos("kvm_amd"));
+        assert!(pos("irqbypass") < pos("kvm"));
+        for m in &modules {
+            assert!(m.contents.starts_with(b"\x7fELF"), "{} is not an ELF object", m.name);
+            assert!(m.guest.to_string_lossy().ends_with(".ko"));
+        }
+    }
+
+    #[test]
+    fn arguments_are_planned() {
+        let dir = TempDir::new("plan-test").unwrap();
+        let cwd = dir.path().join("work");
+        fs::create_dir_all(cwd.join("images")).unwrap();
+        fs::write(cwd.join("images/vmlinux"), b"k").unwrap();
+        fs::write(cwd.join("run"), b"not a subcommand").unwrap();
+        fs::write(dir.path().join("up.img"), b"i").unwrap();
+        let abs_initrd = dir.path().join("up.img");
+        let args = vec![
+            OsString::from("run"),
+            OsString::from("--kernel"),
+            OsString::from("images/vmlinux"),
+            OsString::from("--initrd=../up.img"),
+            OsString::from(&abs_initrd),
+            OsString::from("--timeline"),
+            OsString::from("out/t.json"),
+            OsString::from("--serial=stdout"),
+            OsString::from("-o"),
+            OsString::from("/abs/o.txt"),
+            OsString::from("--output=rel.bin"),
+            OsString::from("--not-a-file"),
+            OsString::from("nonexistent.json"),
+        ];
+        let plan = plan_arguments(&args, &[], &cwd).unwrap();
+        let canonical_img = fs::canonicalize(&abs_initrd).unwrap();
+        let mut want = os(&["run", "--kernel"]);
+        want.push(cwd.join("images/vmlinux").into_os_string());
+        let mut initrd_flag = OsString::from("--initrd=");
+        initrd_flag.push(&canonical_img);
+        want.push(initrd_flag);
+        want.push(abs_initrd.clone().into_os_string());
+        want.push("--timeline".into());
+        want.push(cwd.join("out/t.json").into_os_string());
+        want.push("--serial=stdout".into());
+        want.push("-o".into());
+        want.push("/abs/o.txt".into());
+        let mut output_flag = OsString::from("--output=");
+        output_flag.push(cwd.join("rel.bin"));
+        want.push(output_flag);
+        want.extend(os(&["--not-a-file", "nonexistent.json"]));
+        assert_eq!(plan.args, want);
+        assert_eq!(
+            plan.outputs,
+            vec![cwd.join("out/t.json"), PathBuf::from("/abs/o.txt"), cwd.join("rel.bin")]
+        );
+        let guests: Vec<&Path> = plan.inputs.iter().map(|i| i.guest.as_path()).collect();
+        assert!(guests.contains(&cwd.join("run").as_path()));
+        assert!(guests.contains(&cwd.join("images/vmlinux").as_path()));
+        assert!(guests.contains(&canonical_img.as_path()));
+        assert!(guests.contains(&abs_initrd.as_path()));
+        assert_eq!(plan.cwd, cwd);
+
+        let err = plan_arguments(&[], &[cwd.join("missing")], &cwd).unwrap_err();
+        assert!(matches!(err, LabError::InputMissing { .. }), "{err}");
+        let extra = plan_arguments(&[], &[PathBuf::from("images/vmlinux")], &cwd).unwrap();
+        assert_eq!(extra.inputs[0].guest, cwd.join("images/vmlinux"));
+        // /proc files are the guest kernel's business.
+        let proc_arg = plan_arguments(&os(&["/proc/self/status"]), &[], &cwd).unwrap();
+        assert!(proc_arg.inputs.is_empty());
+    }
+
+    #[test]
+    fn init_script_is_complete() {
+        let kernel = DebianKernel {
+            version: "6.1.0-56-amd64".into(),
+            vmlinuz: "/boot/vmlinuz-6.1.0-56-amd64".into(),
+            modules_dir: "/lib/modules/6.1.0-56-amd64".into(),
+        };
+        let modules = vec![Module {
+            name: "kvm".into(),
+            guest: "/lib/modules/6.1.0-56-amd64/kernel/arch/x86/kvm/kvm.ko".into(),
+            contents: Vec::new(),
+        }];
+        let plan = ArgPlan {
+            args: os(&["sh", "-c", "echo 'hi'", "--output", "/o/out file"]),
+            inputs: Vec::new(),
+            outputs: vec![PathBuf::from("/o/out file")],
+            cwd: PathBuf::from("/home/u"),
+        };
+        let exe = Path::new(GUEST_EXE);
+        let script = String::from_utf8(outer_init_script(&kernel, &modules, &plan, exe)).unwrap();
+        assert!(script.contains("insmod '/lib/modules/6.1.0-56-amd64/kernel/arch/x86/kvm/kvm.ko'"));
+        assert!(script.contains("mount -t tracefs tracefs /sys/kernel/tracing"));
+        assert!(script.contains("lab: nested KVM ready (kvm_amd npt="));
+        assert!(script.contains("mkdir -p '/o'\n"));
+        assert!(script.contains("cd '/home/u'\n"));
+        assert!(script.contains(
+            "'/bin/bootscope' 'sh' '-c' 'echo '\\''hi'\\''' '--output' '/o/out file' </dev/null\n"
+        ));
+        assert!(script.contains("lab_send 0 '/o/out file'\n"));
+        assert!(script.contains("echo \"EXIT $lab_code\""));
+        assert!(script.trim_end().ends_with("poweroff -f"));
+    }
+
+    #[test]
+    fn chardev_paths_escape_commas() {
+        assert_eq!(
+            chardev_file_option("lab0", Path::new("/tmp/a,b/out.bin")),
+            OsString::from("file,id=lab0,path=/tmp/a,,b/out.bin")
+        );
+    }
+}

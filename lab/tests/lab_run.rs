@@ -1,0 +1,265 @@
+//! Runs the real lab: QEMU's emulator boots the host's Debian kernel with
+//! nested KVM, runs a program inside and brings its results back.
+//!
+//! Each test prints `SKIP` with the reason and passes when the host lacks
+//! QEMU, a Debian kernel or static busybox. A lab run takes several seconds
+//! of emulation.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bootscope_lab::{check_prerequisites, run_lab_with_console, LabConfig, LabError};
+
+const BUSYBOX: &str = "/bin/busybox";
+
+/// Collects the guest console for assertions.
+#[derive(Clone, Default)]
+struct Console(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Console {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::Error::other("console lock poisoned"))?
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Console {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// A scratch directory removed at the end of the test.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("bootscope-lab-it-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn lab_available(test: &str) -> bool {
+    match check_prerequisites(Path::new("qemu-system-x86_64")) {
+        Ok(_) => true,
+        Err(e) => {
+            println!("SKIP {test}: {e}");
+            false
+        }
+    }
+}
+
+fn config(exe: &str, args: &[&str]) -> LabConfig {
+    let mut cfg = LabConfig::new(exe, args.iter().map(OsString::from).collect());
+    cfg.memory_mib = 1024;
+    cfg.timeout = Duration::from_secs(300);
+    cfg
+}
+
+fn run(cfg: &LabConfig) -> (Result<bootscope_lab::LabOutcome, LabError>, String) {
+    let console = Console::default();
+    let mut sink = console.clone();
+    let start = Instant::now();
+    let result = run_lab_with_console(cfg, &mut sink);
+    let text = console.text();
+    println!("--- guest console ({:.1} s wall) ---\n{text}---", start.elapsed().as_secs_f64());
+    (result, text)
+}
+
+/// An input file travels in, two outputs (`--flag VALUE` and
+/// `--flag=VALUE` forms, in directories that do not exist yet) travel back
+/// byte-exact, an output the program does not create is skipped, and the
+/// exit code comes back.
+#[test]
+fn inputs_outputs_and_exit_code_round_trip() {
+    if !lab_available("inputs_outputs_and_exit_code_round_trip") {
+        return;
+    }
+    let scratch = Scratch::new("roundtrip");
+    let input = scratch.0.join("in put.bin");
+    let content: Vec<u8> = (0..20_000u32)
+        .flat_map(|i| [(i % 256) as u8, (i * 7 % 253) as u8])
+        .chain(b"\r\n\x00\x1b[0m end".iter().copied())
+        .collect();
+    fs::write(&input, &content).unwrap();
+    let out1 = scratch.0.join("new/sub/out1.bin");
+    let out2 = scratch.0.join("other/timeline.json");
+    let never = scratch.0.join("never/written.txt");
+    // Stale copy from an earlier run: it must be replaced, not appended to.
+    fs::create_dir_all(out2.parent().unwrap()).unwrap();
+    fs::write(&out2, b"stale").unwrap();
+
+    let script = r#"test -c /dev/kvm || exit 99
+cat "$1" > "$3"
+cat "$1" "$1" "$1" > "${4#--timeline=}"
+echo "guest: wrote outputs"
+exit 3"#;
+    let timeline_arg = format!("--timeline={}", out2.display());
+    let cfg = config(
+        BUSYBOX,
+        &[
+            "sh",
+            "-c",
+            script,
+            "lab-test",
+            input.to_str().unwrap(),
+            "--output",
+            out1.to_str().unwrap(),
+            &timeline_arg,
+            "-o",
+            never.to_str().unwrap(),
+        ],
+    );
+    let (result, console) = run(&cfg);
+    let outcome = result.unwrap_or_else(|e| panic!("lab run failed: {e}"));
+    println!("lab run took {:.2} s (QEMU start to exit)", outcome.elapsed.as_secs_f64());
+    assert_eq!(outcome.exit_code, 3, "console:\n{console}");
+    assert!(outcome.nested_kvm);
+    assert!(console.contains("lab: nested KVM ready (kvm_amd npt=Y)"), "{console}");
+    assert!(console.contains("guest: wrote outputs"), "{console}");
+    assert_eq!(outcome.outputs, vec![out1.clone(), out2.clone()]);
+    assert_eq!(fs::read(&out1).unwrap(), content);
+    let tripled: Vec<u8> = content.iter().chain(&content).chain(&content).copied().collect();
+    assert_eq!(fs::read(&out2).unwrap(), tripled);
+    assert!(!never.exists());
+    assert!(!never.parent().unwrap().exists());
+    // Only the final files are left: no temporary files next to them.
+    assert_eq!(fs::read_dir(out1.parent().unwrap()).unwrap().count(), 1);
+    assert_eq!(fs::read_dir(out2.parent().unwrap()).unwrap().count(), 1);
+}
+
+/// A dynamically linked program runs in the guest (its libraries and
+/// loader are carried along) and sees `/dev/kvm` and the mounted tracefs.
+#[test]
+fn dynamic_program_sees_kvm_and_tracefs() {
+    if !lab_available("dynamic_program_sees_kvm_and_tracefs") {
+        return;
+    }
+    // GNU env from coreutils is dynamically linked on Debian.
+    let env = "/usr/bin/env";
+    let scratch = Scratch::new("dynamic");
+    let input = scratch.0.join("data.txt");
+    fs::write(&input, b"carried in\n").unwrap();
+    let cfg = config(
+        env,
+        &[
+            "/bin/sh",
+            "-c",
+            "test -c /dev/kvm && test -d /sys/kernel/tracing/events/kvm && cat \"$1\" && echo lab-env-ok",
+            "sh",
+            input.to_str().unwrap(),
+        ],
+    );
+    let (result, console) = run(&cfg);
+    let outcome = result.unwrap_or_else(|e| panic!("lab run failed: {e}"));
+    assert_eq!(outcome.exit_code, 0, "console:\n{console}");
+    assert!(outcome.nested_kvm);
+    assert!(console.contains("carried in"), "{console}");
+    assert!(console.contains("lab-env-ok"), "{console}");
+    assert!(outcome.outputs.is_empty());
+}
+
+/// A run that outlives its timeout is stopped with a clear error.
+#[test]
+fn timeout_kills_qemu() {
+    if !lab_available("timeout_kills_qemu") {
+        return;
+    }
+    let mut cfg = config(BUSYBOX, &["sleep", "600"]);
+    cfg.timeout = Duration::from_secs(3);
+    let start = Instant::now();
+    let (result, _) = run(&cfg);
+    let err = result.unwrap_err();
+    assert!(matches!(err, LabError::Timeout { .. }), "{err}");
+    assert!(err.to_string().contains("did not finish within 3 s"), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(20));
+}
+
+/// Without QEMU the error says what to install.
+#[test]
+fn missing_qemu_is_reported() {
+    let mut cfg = config(BUSYBOX, &["true"]);
+    cfg.qemu = PathBuf::from("/nonexistent/qemu-system-x86_64");
+    let err = run_lab_with_console(&cfg, &mut std::io::sink()).unwrap_err();
+    assert!(matches!(err, LabError::QemuMissing { .. }), "{err}");
+    assert!(err.to_string().contains("apt-get install qemu-system-x86"), "{err}");
+}
+
+/// A missing program is reported by name.
+#[test]
+fn missing_program_is_reported() {
+    if !lab_available("missing_program_is_reported") {
+        return;
+    }
+    let cfg = config("/nonexistent/bootscope", &["--help"]);
+    let err = run_lab_with_console(&cfg, &mut std::io::sink()).unwrap_err();
+    assert!(matches!(err, LabError::ExeMissing { .. }), "{err}");
+    assert!(err.to_string().contains("/nonexistent/bootscope"), "{err}");
+}
+
+/// The default guest initramfs boots to userspace under plain QEMU (no
+/// KVM needed), prints its line and writes 0x60 to port 0x80, which an
+/// `isa-debugcon` device on that port records.
+#[test]
+fn default_guest_boots_and_marks_userspace() {
+    if !lab_available("default_guest_boots_and_marks_userspace") {
+        return;
+    }
+    let kernel = bootscope_lab::find_debian_kernel().unwrap();
+    let scratch = Scratch::new("default-guest");
+    let initramfs = scratch.0.join("guest.cpio");
+    bootscope_lab::build_default_initramfs(&initramfs).unwrap();
+    let port80 = scratch.0.join("port80.bin");
+    let start = Instant::now();
+    let out = Command::new("timeout")
+        .arg("300")
+        .arg("qemu-system-x86_64")
+        .args(["-accel", "tcg", "-m", "512", "-smp", "1", "-display", "none"])
+        .args(["-nodefaults", "-no-user-config", "-no-reboot"])
+        .arg("-kernel")
+        .arg(&kernel.vmlinuz)
+        .arg("-initrd")
+        .arg(&initramfs)
+        .args(["-append", "console=ttyS0 quiet panic=-1"])
+        .args(["-serial", "stdio"])
+        .arg("-chardev")
+        .arg(format!("file,id=p80,path={}", port80.display()))
+        .args(["-device", "isa-debugcon,iobase=0x80,chardev=p80"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let console = String::from_utf8_lossy(&out.stdout);
+    println!(
+        "default guest: {:.1} s wall\n{console}\n{}",
+        start.elapsed().as_secs_f64(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "QEMU failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        console
+            .lines()
+            .any(|l| l.trim_end() == "bootscope-guest: hello from userspace"),
+        "{console}"
+    );
+    let marker = fs::read(&port80).unwrap();
+    assert!(marker.contains(&0x60), "port 0x80 saw {marker:02x?}");
+}

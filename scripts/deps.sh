@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what bootscope needs on a Debian machine, skipping what is there.
+# Sourced by scripts/demo and scripts/test.
+set -euo pipefail
+
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+[ -x /bin/busybox ] || need+=(busybox-static)
+ls /boot/vmlinuz-* >/dev/null 2>&1 && ls -d /lib/modules/*/kernel/arch/x86/kvm >/dev/null 2>&1 \
+    || need+=(linux-image-amd64)
+command -v cc >/dev/null || need+=(gcc)
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "bootscope: missing Debian packages: ${need[*]}; run as root or: sudo apt-get install -y ${need[*]}" >&2
+        exit 1
+    fi
+    echo "bootscope: installing ${need[*]}" >&2
+    apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >&2
+fi
+if ! command -v cargo >/dev/null; then
+    if [ -x "$HOME/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    else
+        echo "bootscope: no Rust toolchain: install one with rustup (https://rustup.rs), Rust 1.85 or later" >&2
+        exit 1
+    fi
+fi

@@ -1,0 +1,247 @@
+//! The `bootscope` command line as a user meets it: bad input gets a clear
+//! message and exit status 2, good input boots and writes a timeline.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bootscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bootscope"))
+        .args(args)
+        .output()
+        .expect("bootscope runs")
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("vmm/tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("bootscope-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn kvm_available() -> bool {
+    match std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("SKIP: /dev/kvm cannot be opened ({e})");
+            false
+        }
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs and expects exit 2 with every `needles` in stderr, and no panic.
+fn expect_usage_error(args: &[&str], needles: &[&str]) {
+    let o = bootscope(args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{args:?} should exit 2; stderr: {err}");
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: stderr lacks {n:?}: {err}");
+    }
+}
+
+#[test]
+fn bad_kernels_exit_2_with_reason() {
+    if !kvm_available() {
+        return;
+    }
+    expect_usage_error(&["run", "--kernel", "/nonexistent/vmlinuz"], &["/nonexistent/vmlinuz", "cannot read kernel"]);
+    expect_usage_error(&["run", "--kernel", &fixture("not-a-kernel.bin")], &["not a Linux kernel"]);
+    expect_usage_error(&["run", "--kernel", &fixture("truncated-bzimage.bin")], &["truncated bzImage"]);
+    expect_usage_error(&["run", "--kernel", &fixture("mini-noentry.elf")], &["without an entry point"]);
+    expect_usage_error(&["run", "--kernel", "/"], &["not a Linux kernel"]);
+}
+
+#[test]
+fn unreadable_kernel_exits_2() {
+    if !kvm_available() {
+        return;
+    }
+    let d = scratch("unreadable");
+    let k = d.join("vmlinuz");
+    std::fs::copy(fixture("mini-bzimage-reset.bin"), &k).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o000)).unwrap();
+    // Root reads anything: only check when the file really is unreadable.
+    if std::fs::read(&k).is_err() {
+        expect_usage_error(&["run", "--kernel", k.to_str().unwrap()], &["cannot read kernel"]);
+    } else {
+        eprintln!("SKIP part: running as root, permission bits do not stop reads");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn bad_numbers_exit_2() {
+    if !kvm_available() {
+        return;
+    }
+    let k = fixture("mini-bzimage-reset.bin");
+    expect_usage_error(&["run", "--kernel", &k, "--vcpus", "0"], &["--vcpus must be at least 1"]);
+    expect_usage_error(&["run", "--kernel", &k, "--vcpus", "4096"], &["--vcpus 4096", "at most"]);
+    expect_usage_error(&["run", "--kernel", &k, "--memory", "4M"], &["too small"]);
+    expect_usage_error(&["run", "--kernel", &k, "--memory", "lots"], &["--memory", "not a number"]);
+    expect_usage_error(&["run", "--kernel", &k, "--timeout", "0"], &["--timeout must be a positive"]);
+    let long = format!("console=ttyS0 {}", "a".repeat(3000));
+    expect_usage_error(&["run", "--kernel", &k, "--cmdline", &long], &["command line is", "at most 2047"]);
+    expect_usage_error(&["run", "--kernel", &k, "--serial-pattern", "nonsense"], &["NAME=REGEX"]);
+    expect_usage_error(&["run", "--kernel", &k, "--timeline", "/nonexistent-dir/t.json"], &["does not exist"]);
+}
+
+#[test]
+fn initrd_larger_than_memory_exits_2() {
+    if !kvm_available() {
+        return;
+    }
+    let d = scratch("initrd");
+    let big = d.join("big.cpio");
+    std::fs::File::create(&big).unwrap().set_len(100 << 20).unwrap();
+    expect_usage_error(
+        &["run", "--kernel", &fixture("mini-bzimage-reset.bin"), "--memory", "64M", "--initrd", big.to_str().unwrap()],
+        &["initrd", "does not fit"],
+    );
+    expect_usage_error(
+        &["run", "--kernel", &fixture("mini-bzimage-reset.bin"), "--initrd", "/nonexistent.cpio"],
+        &["cannot read initrd /nonexistent.cpio"],
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn run_writes_timeline_and_summary() {
+    if !kvm_available() {
+        return;
+    }
+    let d = scratch("timeline");
+    let t = d.join("boot.json");
+    let o = bootscope(&[
+        "run",
+        "--kernel",
+        &fixture("mini-bzimage-reset.bin"),
+        "--memory",
+        "64M",
+        "--timeline",
+        t.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("fixture: userspace reached"));
+    for col in ["phase", "start ms", "duration ms", "share", "kernel", "userspace", "vmm setup", "total"] {
+        assert!(err.contains(col), "summary lacks {col}: {err}");
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&t).unwrap()).unwrap();
+    assert_eq!(doc["schema"], "bootscope.timeline");
+    assert_eq!(doc["version"], 1);
+    assert_eq!(doc["outcome"]["clean"], true);
+    let names: Vec<String> = doc["marks"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap().to_string()).collect();
+    assert_eq!(names.first().map(String::as_str), Some("vmm: process start"));
+    assert_eq!(names.last().map(String::as_str), Some("vmm: exit"));
+    let phases: Vec<&str> = doc["phases"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    for p in ["vmm setup", "kernel", "userspace", "vmm teardown"] {
+        assert!(phases.contains(&p), "{p} missing from {phases:?}");
+    }
+    // No temporary file left behind.
+    assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn serial_can_go_to_a_file_or_nowhere() {
+    if !kvm_available() {
+        return;
+    }
+    let d = scratch("serial");
+    let log = d.join("console.log");
+    let o = bootscope(&["run", "--kernel", &fixture("mini-bzimage-reset.bin"), "--serial", log.to_str().unwrap(), "--no-summary"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&log).unwrap().contains("fixture: userspace reached"));
+    assert!(o.stdout.is_empty());
+    let o = bootscope(&["run", "--kernel", &fixture("mini-bzimage-reset.bin"), "--serial", "null", "--no-summary"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(o.stdout.is_empty());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn custom_serial_pattern_becomes_a_mark() {
+    if !kvm_available() {
+        return;
+    }
+    let d = scratch("pattern");
+    let t = d.join("t.json");
+    let o = bootscope(&[
+        "run",
+        "--kernel",
+        &fixture("mini-bzimage-reset.bin"),
+        "--serial-pattern",
+        "fixture done=userspace reached",
+        "--timeline",
+        t.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&t).unwrap();
+    assert!(text.contains("serial: fixture done"), "{text}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn guest_that_never_ends_times_out_with_status_1() {
+    if !kvm_available() {
+        return;
+    }
+    let o = bootscope(&["run", "--kernel", &fixture("mini-bzimage-hlt.bin"), "--timeout", "0.5"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--timeout"), "{}", stderr(&o));
+}
+
+#[test]
+fn doctor_reports_the_kvm_flavour() {
+    let o = bootscope(&["doctor"]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for item in ["kvm", "tracefs", "bpf", "btf", "numa", "hugepages", "qemu"] {
+        assert!(out.lines().any(|l| l.starts_with(item)), "doctor lacks {item}: {out}");
+    }
+    let pvm = Path::new("/sys/module/kvm_pvm").exists();
+    if pvm {
+        assert!(out.contains("PVM"), "{out}");
+    }
+    let json = bootscope(&["doctor", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(v.as_array().unwrap().len() >= 7);
+}
+
+/// On a PVM host a stock kernel must fail fast and point at the lab.
+#[test]
+fn stock_kernel_on_pvm_fails_fast() {
+    if !Path::new("/sys/module/kvm_pvm").exists() || !kvm_available() {
+        eprintln!("SKIP: not a PVM host");
+        return;
+    }
+    let Some(kernel) = std::fs::read_dir("/boot")
+        .ok()
+        .and_then(|rd| rd.flatten().map(|e| e.path()).find(|p| p.to_string_lossy().contains("vmlinuz-")))
+    else {
+        eprintln!("SKIP: no /boot/vmlinuz-* (apt-get install linux-image-amd64)");
+        return;
+    };
+    let start = std::time::Instant::now();
+    let o = bootscope(&["run", "--kernel", kernel.to_str().unwrap(), "--serial", "null", "--timeout", "60"]);
+    let took = start.elapsed();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("PVM") && err.contains("bootscope lab"), "{err}");
+    // Fail fast: well before the 60 s timeout.
+    assert!(took.as_secs() < 30, "took {took:?}");
+}
