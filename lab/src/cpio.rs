@@ -123,7 +123,12 @@ impl<W: Write> Builder<W> {
     }
 
     /// Adds a regular file holding `bytes`.
-    pub fn add_file_bytes(&mut self, path: impl AsRef<Path>, bytes: &[u8], mode: u32) -> Result<()> {
+    pub fn add_file_bytes(
+        &mut self,
+        path: impl AsRef<Path>,
+        bytes: &[u8],
+        mode: u32,
+    ) -> Result<()> {
         let name = self.prepare(path.as_ref())?;
         let size = u32::try_from(bytes.len()).map_err(|_| LabError::CpioTooLarge {
             path: PathBuf::from(OsStr::from_bytes(&name)),
@@ -486,7 +491,8 @@ mod tests {
         let mut b = Builder::new(Vec::new());
         b.add_dir("/dev", 0o755).unwrap();
         b.add_char_device("/dev/console", 5, 1, 0o600).unwrap();
-        b.add_file_bytes("/bin/busybox", b"\x7fELF....", 0o755).unwrap();
+        b.add_file_bytes("/bin/busybox", b"\x7fELF....", 0o755)
+            .unwrap();
         b.add_symlink("bin/sh", "busybox").unwrap();
         b.add_file_bytes("init", b"#!/bin/sh\n", 0o755).unwrap();
         b.add_file_bytes("/empty", b"", 0o644).unwrap();
@@ -567,7 +573,10 @@ mod tests {
         b.add_file_from_host("/srv/data.bin", &path, 0o640).unwrap();
         let bytes = b.finish().unwrap();
         let entries = read_entries(&bytes).unwrap();
-        let e = entries.iter().find(|e| e.name == Path::new("srv/data.bin")).unwrap();
+        let e = entries
+            .iter()
+            .find(|e| e.name == Path::new("srv/data.bin"))
+            .unwrap();
         assert_eq!(e.data, content);
         assert_eq!(e.mode, 0o100640);
     }
@@ -616,7 +625,11 @@ mod tests {
         };
         child.stdin.take().unwrap().write_all(&bytes).unwrap();
         let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "cpio failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "cpio failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let listing = String::from_utf8(out.stdout).unwrap();
         let lines: Vec<&str> = listing.lines().collect();
         assert_eq!(lines.len(), 11, "{listing}");

@@ -68,9 +68,9 @@ pub(crate) fn linkage(path: &Path) -> Result<Linkage> {
             interp.pop();
         }
         use std::os::unix::ffi::OsStringExt;
-        return Ok(Linkage::Dynamic(PathBuf::from(std::ffi::OsString::from_vec(
-            interp,
-        ))));
+        return Ok(Linkage::Dynamic(PathBuf::from(
+            std::ffi::OsString::from_vec(interp),
+        )));
     }
     Ok(Linkage::Static)
 }

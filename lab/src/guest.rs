@@ -82,10 +82,7 @@ pub fn find_debian_kernel_in(boot_dir: &Path, modules_root: &Path) -> Result<Deb
                 modules_dir,
             });
         }
-        lacking.push(format!(
-            "{} has no {KVM_AMD}.ko",
-            modules_dir.display()
-        ));
+        lacking.push(format!("{} has no {KVM_AMD}.ko", modules_dir.display()));
     }
     Err(LabError::KernelNotFound {
         details: format!(
@@ -199,7 +196,9 @@ mod tests {
 
         let empty = dir.path().join("empty");
         fs::create_dir_all(&empty).unwrap();
-        let msg = find_debian_kernel_in(&empty, &modules).unwrap_err().to_string();
+        let msg = find_debian_kernel_in(&empty, &modules)
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("no vmlinuz"), "{msg}");
     }
 
@@ -244,6 +243,9 @@ mod tests {
         let out = dir.path().join("no/such/dir/guest.cpio");
         let err = build_default_initramfs(&out).unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("no/such/dir") || msg.contains("busybox"), "{msg}");
+        assert!(
+            msg.contains("no/such/dir") || msg.contains("busybox"),
+            "{msg}"
+        );
     }
 }

@@ -210,7 +210,11 @@ pub fn plan_arguments(args: &[OsString], extra_inputs: &[PathBuf], cwd: &Path) -
     for extra in extra_inputs {
         match input_for(extra.as_os_str(), cwd)? {
             Some((input, _)) => add_input(&mut plan, input),
-            None => return Err(LabError::InputMissing { path: extra.clone() }),
+            None => {
+                return Err(LabError::InputMissing {
+                    path: extra.clone(),
+                })
+            }
         }
     }
     Ok(plan)
@@ -248,26 +252,22 @@ fn input_for(value: &OsStr, cwd: &Path) -> Result<Option<(InputFile, OsString)>>
     if !fs::metadata(&host).map(|m| m.is_file()).unwrap_or(false) {
         return Ok(None);
     }
-    let bare_name = matches!(path.components().collect::<Vec<_>>().as_slice(), [Component::Normal(_)]);
+    let bare_name = matches!(
+        path.components().collect::<Vec<_>>().as_slice(),
+        [Component::Normal(_)]
+    );
     let (guest, rewritten) = if util::is_clean_absolute(path) {
         (path.to_path_buf(), value.to_os_string())
     } else if bare_name {
         (cwd.join(path), value.to_os_string())
-    } else if path
-        .components()
-        .any(|c| matches!(c, Component::ParentDir))
-    {
-        let canonical =
-            fs::canonicalize(&host).map_err(|e| LabError::io("resolve", &host, e))?;
+    } else if path.components().any(|c| matches!(c, Component::ParentDir)) {
+        let canonical = fs::canonicalize(&host).map_err(|e| LabError::io("resolve", &host, e))?;
         (canonical.clone(), canonical.into_os_string())
     } else {
         let absolute = util::absolute_lexical(cwd, path);
         (absolute.clone(), absolute.into_os_string())
     };
-    if GUEST_PSEUDO_DIRS
-        .iter()
-        .any(|dir| guest.starts_with(dir))
-    {
+    if GUEST_PSEUDO_DIRS.iter().any(|dir| guest.starts_with(dir)) {
         return Ok(None);
     }
     Ok(Some((InputFile { host, guest }, rewritten)))
@@ -277,12 +277,30 @@ fn input_for(value: &OsStr, cwd: &Path) -> Result<Option<(InputFile, OsString)>>
 /// kernel with `kvm_amd`, and static busybox. Returns the kernel the lab
 /// would boot; the error says what to install.
 pub fn check_prerequisites(qemu: &Path) -> Result<DebianKernel> {
-    util::find_in_path(qemu).ok_or_else(|| LabError::QemuMissing {
+    prerequisites(qemu).map(|host| host.kernel)
+}
+
+/// What the lab needs from the host.
+struct HostParts {
+    /// Full path of the QEMU binary.
+    qemu: PathBuf,
+    /// The kernel to boot.
+    kernel: DebianKernel,
+    /// Static busybox.
+    busybox: PathBuf,
+}
+
+fn prerequisites(qemu: &Path) -> Result<HostParts> {
+    let qemu = util::find_in_path(qemu).ok_or_else(|| LabError::QemuMissing {
         qemu: qemu.to_path_buf(),
     })?;
     let kernel = guest::find_debian_kernel()?;
-    guest::static_busybox()?;
-    Ok(kernel)
+    let busybox = guest::static_busybox()?;
+    Ok(HostParts {
+        qemu,
+        kernel,
+        busybox,
+    })
 }
 
 /// Runs the lab, streaming the guest console to this process's stdout.
@@ -297,7 +315,10 @@ pub fn run_lab(cfg: &LabConfig) -> Result<LabOutcome> {
 /// while waiting (up to `cfg.timeout`); then verify the result stream and
 /// write the output files back atomically. The temporary directory is
 /// removed in every case.
-pub fn run_lab_with_console(cfg: &LabConfig, console: &mut (dyn Write + Send)) -> Result<LabOutcome> {
+pub fn run_lab_with_console(
+    cfg: &LabConfig,
+    console: &mut (dyn Write + Send),
+) -> Result<LabOutcome> {
     if cfg.memory_mib < 256 {
         return Err(LabError::InvalidConfig(format!(
             "{} MiB of guest memory is too little for the lab; use at least 256 MiB",
@@ -305,13 +326,15 @@ pub fn run_lab_with_console(cfg: &LabConfig, console: &mut (dyn Write + Send)) -
         )));
     }
     if cfg.timeout.is_zero() {
-        return Err(LabError::InvalidConfig("the timeout must be longer than zero".into()));
+        return Err(LabError::InvalidConfig(
+            "the timeout must be longer than zero".into(),
+        ));
     }
-    let kernel = check_prerequisites(&cfg.qemu)?;
-    let qemu = util::find_in_path(&cfg.qemu).ok_or_else(|| LabError::QemuMissing {
-        qemu: cfg.qemu.clone(),
-    })?;
-    let busybox = guest::static_busybox()?;
+    let HostParts {
+        qemu,
+        kernel,
+        busybox,
+    } = prerequisites(&cfg.qemu)?;
     let exe_meta = fs::metadata(&cfg.bootscope_exe).map_err(|e| LabError::ExeMissing {
         path: cfg.bootscope_exe.clone(),
         reason: e.to_string(),
@@ -322,12 +345,14 @@ pub fn run_lab_with_console(cfg: &LabConfig, console: &mut (dyn Write + Send)) -
             reason: "it is not a regular file".into(),
         });
     }
-    let cwd = std::env::current_dir().map_err(|e| LabError::io("determine", "the current directory", e))?;
+    let cwd = std::env::current_dir()
+        .map_err(|e| LabError::io("determine", "the current directory", e))?;
     let plan = plan_arguments(&cfg.args, &cfg.extra_inputs, &cwd)?;
 
     let tmp = TempDir::new("lab")?;
     let archive = tmp.path().join("outer.cpio");
-    let archive_len = build_outer_initramfs(&archive, &kernel, &busybox, &cfg.bootscope_exe, &plan)?;
+    let archive_len =
+        build_outer_initramfs(&archive, &kernel, &busybox, &cfg.bootscope_exe, &plan)?;
     let archive_mib = archive_len.div_ceil(1 << 20);
     if archive_mib * 2 + 256 > cfg.memory_mib {
         return Err(LabError::NotEnoughMemory {
@@ -336,7 +361,13 @@ pub fn run_lab_with_console(cfg: &LabConfig, console: &mut (dyn Write + Send)) -
         });
     }
     let stream_path = tmp.path().join("lab-out.bin");
-    let mut cmd = qemu_command(&qemu, cfg.memory_mib, &kernel.vmlinuz, &archive, &stream_path);
+    let mut cmd = qemu_command(
+        &qemu,
+        cfg.memory_mib,
+        &kernel.vmlinuz,
+        &archive,
+        &stream_path,
+    );
     let (status, elapsed, stderr_tail) = run_qemu(&mut cmd, &qemu, cfg.timeout, console)?;
 
     let data = match fs::read(&stream_path) {
@@ -347,7 +378,9 @@ pub fn run_lab_with_console(cfg: &LabConfig, console: &mut (dyn Write + Send)) -
     let report = match transport::parse(&data, &stream_path, &plan.outputs, tmp.path()) {
         Ok(report) => report,
         // A QEMU failure explains a broken stream better than the stream.
-        Err(LabError::StreamTruncated { .. } | LabError::StreamCorrupt { .. }) if !status.success() => {
+        Err(LabError::StreamTruncated { .. } | LabError::StreamCorrupt { .. })
+            if !status.success() =>
+        {
             return Err(LabError::QemuFailed {
                 status: status.to_string(),
                 stderr: format_tail(&stderr_tail),
@@ -387,19 +420,38 @@ fn format_tail(lines: &[String]) -> String {
 /// multiplexed onto stdio); two ISA serial ports remain: ttyS0 on QEMU's
 /// stdio (a pipe we read, with stdin from /dev/null so no terminal is ever
 /// touched) and ttyS1 on the result file.
-fn qemu_command(qemu: &Path, memory_mib: u64, vmlinuz: &Path, initrd: &Path, stream: &Path) -> Command {
+fn qemu_command(
+    qemu: &Path,
+    memory_mib: u64,
+    vmlinuz: &Path,
+    initrd: &Path,
+    stream: &Path,
+) -> Command {
     let mut cmd = Command::new(qemu);
     cmd.args(["-accel", "tcg", "-cpu", "EPYC,+svm,+npt"])
         .arg("-m")
         .arg(format!("{memory_mib}M"))
-        .args(["-smp", "1", "-display", "none", "-nodefaults", "-no-user-config", "-no-reboot"])
+        .args([
+            "-smp",
+            "1",
+            "-display",
+            "none",
+            "-nodefaults",
+            "-no-user-config",
+            "-no-reboot",
+        ])
         .arg("-kernel")
         .arg(vmlinuz)
         .arg("-initrd")
         .arg(initrd)
         .arg("-append")
         .arg(KERNEL_CMDLINE)
-        .args(["-chardev", "stdio,id=con0,signal=off", "-serial", "chardev:con0"])
+        .args([
+            "-chardev",
+            "stdio,id=con0,signal=off",
+            "-serial",
+            "chardev:con0",
+        ])
         .arg("-chardev")
         .arg(chardev_file_option("lab0", stream))
         .args(["-serial", "chardev:lab0"])
@@ -422,16 +474,26 @@ fn chardev_file_option(id: &str, path: &Path) -> OsString {
     OsString::from_vec(opt)
 }
 
-/// Kills the child on drop unless it was reaped, so no error path leaves a
-/// QEMU running.
-struct ChildGuard(Option<Child>);
+/// Kills and reaps QEMU when dropped unless it was reaped already, so no
+/// error path (or panic) leaves an emulator running.
+struct ChildGuard {
+    child: Child,
+    reaped: bool,
+}
+
+impl ChildGuard {
+    fn kill(&mut self) {
+        if !self.reaped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            self.reaped = true;
+        }
+    }
+}
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
-        if let Some(child) = self.0.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.kill();
     }
 }
 
@@ -458,40 +520,30 @@ fn run_qemu(
     })?;
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
-    let mut guard = ChildGuard(Some(child));
+    let mut guard = ChildGuard {
+        child,
+        reaped: false,
+    };
 
     std::thread::scope(|scope| {
         let copier = stdout.map(|out| scope.spawn(move || copy_live(out, console)));
         let errors = stderr.map(|err| scope.spawn(move || forward_stderr(err)));
         let deadline = start + timeout;
         let waited = loop {
-            let Some(child) = guard.0.as_mut() else {
-                break Err(LabError::InvalidConfig("QEMU process vanished".into()));
-            };
-            match child.try_wait() {
+            match guard.child.try_wait() {
                 Ok(Some(status)) => {
-                    guard.0 = None;
+                    guard.reaped = true;
                     break Ok(status);
                 }
-                Ok(None) if Instant::now() >= deadline => {
-                    // Kill and reap QEMU; its pipes close, so the copying
-                    // threads finish.
-                    if let Some(mut child) = guard.0.take() {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                    }
-                    break Err(LabError::Timeout { timeout });
-                }
+                Ok(None) if Instant::now() >= deadline => break Err(LabError::Timeout { timeout }),
                 Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                Err(source) => {
-                    break Err(LabError::QemuSpawn {
-                        qemu: qemu.to_path_buf(),
-                        source,
-                    })
-                }
+                Err(e) => break Err(LabError::io("wait for", qemu, e)),
             }
         };
         let elapsed = start.elapsed();
+        // On errors QEMU still runs: stop it so its pipes close and the
+        // copying threads finish.
+        guard.kill();
         if let Some(copier) = copier {
             let _ = copier.join();
         }
@@ -504,21 +556,107 @@ fn run_qemu(
 /// every read so output appears as the guest produces it.
 fn copy_live(mut from: impl Read, console: &mut (dyn Write + Send)) {
     let mut buf = [0u8; 4096];
+    let mut filter = ConsoleFilter::default();
+    let mut out = Vec::with_capacity(buf.len());
     let mut console_ok = true;
     loop {
         match from.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
+                out.clear();
+                filter.feed(&buf[..n], &mut out);
                 // Keep draining the pipe even if the console went away, so
                 // QEMU never blocks on a full pipe.
-                if console_ok {
-                    console_ok = console.write_all(&buf[..n]).and_then(|_| console.flush()).is_ok();
+                if console_ok && !out.is_empty() {
+                    console_ok = console
+                        .write_all(&out)
+                        .and_then(|_| console.flush())
+                        .is_ok();
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         }
     }
+    out.clear();
+    filter.finish(&mut out);
+    if console_ok && !out.is_empty() {
+        let _ = console.write_all(&out).and_then(|_| console.flush());
+    }
+}
+
+/// Drops the kernel's own `[ 2.85] reboot: Power down` line, which every
+/// lab run ends with and which says nothing about the program.
+///
+/// Lines starting with `[` (kernel messages) are held until complete so
+/// they can be recognised; everything else passes through at once.
+#[derive(Default)]
+struct ConsoleFilter {
+    /// Whether the last byte passed on was inside a line (not a newline).
+    mid_line: bool,
+    /// A kernel-message-looking line being collected.
+    held: Vec<u8>,
+    /// Whether `held` is in use.
+    holding: bool,
+}
+
+impl ConsoleFilter {
+    /// Longest line held back; longer ones cannot be the power-off message.
+    const MAX_HELD: usize = 160;
+
+    fn feed(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        for &b in data {
+            if self.holding {
+                self.held.push(b);
+                if b == b'\n' {
+                    if !is_power_off_line(&self.held) {
+                        out.extend_from_slice(&self.held);
+                    }
+                    self.held.clear();
+                    self.holding = false;
+                    self.mid_line = false;
+                } else if self.held.len() > Self::MAX_HELD {
+                    out.append(&mut self.held);
+                    self.holding = false;
+                    self.mid_line = true;
+                }
+                continue;
+            }
+            if !self.mid_line && b == b'[' {
+                self.holding = true;
+                self.held.push(b);
+                continue;
+            }
+            out.push(b);
+            self.mid_line = b != b'\n';
+        }
+    }
+
+    /// Emits a held partial line at the end of the stream, unless it is the
+    /// power-off message cut short of its newline.
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.holding && !is_power_off_line(&self.held) {
+            out.append(&mut self.held);
+        }
+        self.held.clear();
+        self.holding = false;
+    }
+}
+
+/// `[ <seconds>] reboot: Power down` with optional CR/LF.
+fn is_power_off_line(line: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim_end_matches(['\r', '\n']);
+    let Some(rest) = text.strip_prefix('[') else {
+        return false;
+    };
+    let Some((stamp, message)) = rest.split_once(']') else {
+        return false;
+    };
+    let stamp = stamp.trim();
+    !stamp.is_empty()
+        && stamp.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && message.trim() == "reboot: Power down"
 }
 
 /// Forwards QEMU's stderr to ours and returns its last lines.
@@ -563,7 +701,9 @@ fn build_outer_initramfs(
     // landing on the same path means.
     let mut taken: HashMap<PathBuf, Occupant> = HashMap::new();
 
-    for dir in ["dev", "proc", "sys", "run", "root", "bin", "sbin", "usr/bin", "usr/sbin"] {
+    for dir in [
+        "dev", "proc", "sys", "run", "root", "bin", "sbin", "usr/bin", "usr/sbin",
+    ] {
         cpio.add_dir(dir, 0o755)?;
     }
     cpio.add_dir("tmp", 0o1777)?;
@@ -616,7 +756,10 @@ fn build_outer_initramfs(
             }
             Err(e) => return Err(e),
         }
-        taken.insert(input.guest.clone(), Occupant::HostFile(host_key(&input.host)));
+        taken.insert(
+            input.guest.clone(),
+            Occupant::HostFile(host_key(&input.host)),
+        );
     }
     let start = exe_alias(exe).unwrap_or_else(|| PathBuf::from(GUEST_EXE));
     let init = outer_init_script(kernel, &modules, plan, &start);
@@ -887,7 +1030,9 @@ fn read_module(path: &Path) -> Result<Vec<u8>> {
         .output()
         .map_err(|e| fail(e.to_string()))?;
     if !out.status.success() {
-        return Err(fail(String::from_utf8_lossy(&out.stderr).trim().to_string()));
+        return Err(fail(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
     }
     Ok(out.stdout)
 }
@@ -898,7 +1043,12 @@ fn read_module(path: &Path) -> Result<Vec<u8>> {
 /// tracefs, debugfs, bpffs), loads the KVM modules, reports whether
 /// `/dev/kvm` appeared, runs the program with stdin from `/dev/null` (the
 /// console has no input), sends the results over ttyS1 and powers off.
-fn outer_init_script(kernel: &DebianKernel, modules: &[Module], plan: &ArgPlan, exe: &Path) -> Vec<u8> {
+fn outer_init_script(
+    kernel: &DebianKernel,
+    modules: &[Module],
+    plan: &ArgPlan,
+    exe: &Path,
+) -> Vec<u8> {
     let q = |s: &OsStr| util::shell_quote(s);
     let mut s: Vec<u8> = Vec::new();
     s.extend_from_slice(
@@ -911,13 +1061,19 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tracefs tracefs /sys/kernel/tracing || echo "lab: warning: cannot mount tracefs"
 mount -t debugfs debugfs /sys/kernel/debug || echo "lab: warning: cannot mount debugfs"
 mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+# Plain newlines on the console, as on a host terminal or pipe.
+stty -onlcr 2>/dev/null
 "#,
     );
     for module in modules {
         s.extend_from_slice(b"insmod ");
         s.extend_from_slice(&q(module.guest.as_os_str()));
         s.extend_from_slice(
-            format!(" || echo \"lab: warning: cannot load kernel module {}\"\n", module.name).as_bytes(),
+            format!(
+                " || echo \"lab: warning: cannot load kernel module {}\"\n",
+                module.name
+            )
+            .as_bytes(),
         );
     }
     s.extend_from_slice(
@@ -958,7 +1114,13 @@ else
     s.extend_from_slice(
         b"if [ -c /dev/ttyS1 ]; then\n\texec 3<>/dev/ttyS1\n\tstty raw -echo <&3\n\t{\n",
     );
-    s.extend_from_slice(format!("\t\techo '{}'\n\t\techo \"KVM $lab_kvm\"\n", transport::HEADER).as_bytes());
+    s.extend_from_slice(
+        format!(
+            "\t\techo '{}'\n\t\techo \"KVM $lab_kvm\"\n",
+            transport::HEADER
+        )
+        .as_bytes(),
+    );
     for (index, output) in plan.outputs.iter().enumerate() {
         s.extend_from_slice(format!("\t\tlab_send {index} ").as_bytes());
         s.extend_from_slice(&q(output.as_os_str()));
@@ -1000,7 +1162,10 @@ mod tests {
                 PathBuf::from("/lib64/ld-linux-x86-64.so.2"),
             ]
         );
-        assert_eq!(parse_ldd("\tlibbpf.so.1 => not found\n").unwrap_err(), "libbpf.so.1");
+        assert_eq!(
+            parse_ldd("\tlibbpf.so.1 => not found\n").unwrap_err(),
+            "libbpf.so.1"
+        );
     }
 
     #[test]
@@ -1041,7 +1206,11 @@ mod tests {
         assert!(pos("kvm") < pos("kvm_amd"));
         assert!(pos("irqbypass") < pos("kvm"));
         for m in &modules {
-            assert!(m.contents.starts_with(b"\x7fELF"), "{} is not an ELF object", m.name);
+            assert!(
+                m.contents.starts_with(b"\x7fELF"),
+                "{} is not an ELF object",
+                m.name
+            );
             assert!(m.guest.to_string_lossy().ends_with(".ko"));
         }
     }
@@ -1090,7 +1259,11 @@ mod tests {
         assert_eq!(plan.args, want);
         assert_eq!(
             plan.outputs,
-            vec![cwd.join("out/t.json"), PathBuf::from("/abs/o.txt"), cwd.join("rel.bin")]
+            vec![
+                cwd.join("out/t.json"),
+                PathBuf::from("/abs/o.txt"),
+                cwd.join("rel.bin")
+            ]
         );
         let guests: Vec<&Path> = plan.inputs.iter().map(|i| i.guest.as_path()).collect();
         assert!(guests.contains(&cwd.join("run").as_path()));
@@ -1139,6 +1312,32 @@ mod tests {
         assert!(script.contains("lab_send 0 '/o/out file'\n"));
         assert!(script.contains("echo \"EXIT $lab_code\""));
         assert!(script.trim_end().ends_with("poweroff -f"));
+    }
+
+    #[test]
+    fn power_off_line_is_filtered() {
+        let input: &[u8] = b"lab: ready\n[    1.5] kvm: something\r\nout [x]\n[    2.863273] reboot: Power down\r\n";
+        // Any split into chunks gives the same result.
+        for split in 0..input.len() {
+            let mut f = ConsoleFilter::default();
+            let mut out = Vec::new();
+            f.feed(&input[..split], &mut out);
+            f.feed(&input[split..], &mut out);
+            f.finish(&mut out);
+            assert_eq!(
+                out, b"lab: ready\n[    1.5] kvm: something\r\nout [x]\n",
+                "split {split}"
+            );
+        }
+        let mut f = ConsoleFilter::default();
+        let mut out = Vec::new();
+        f.feed(b"[    6.2] reboot: Power down", &mut out);
+        f.finish(&mut out);
+        assert!(out.is_empty());
+        let mut f = ConsoleFilter::default();
+        f.feed(b"[partial", &mut out);
+        f.finish(&mut out);
+        assert_eq!(out, b"[partial");
     }
 
     #[test]

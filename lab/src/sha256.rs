@@ -114,13 +114,21 @@ mod tests {
                 .spawn()
                 .and_then(|mut child| {
                     use std::io::Write;
-                    child.stdin.take().map(|mut s| s.write_all(&data)).transpose()?;
+                    child
+                        .stdin
+                        .take()
+                        .map(|mut s| s.write_all(&data))
+                        .transpose()?;
                     child.wait_with_output()
                 });
             match theirs {
                 Ok(out) => {
                     let text = String::from_utf8_lossy(&out.stdout);
-                    assert_eq!(text.split_whitespace().next(), Some(ours.as_str()), "len {len}");
+                    assert_eq!(
+                        text.split_whitespace().next(),
+                        Some(ours.as_str()),
+                        "len {len}"
+                    );
                 }
                 Err(e) => {
                     println!("SKIP sha256sum cross-check: {e}");

@@ -61,7 +61,12 @@ pub(crate) const GUEST_SEND_FUNCTION: &str = r#"lab_send() {
 /// requested outputs (for error messages and the index range); `stream_path`
 /// is where the stream was read from; `scratch` is a directory for
 /// decompression.
-pub(crate) fn parse(data: &[u8], stream_path: &Path, outputs: &[PathBuf], scratch: &Path) -> Result<Report> {
+pub(crate) fn parse(
+    data: &[u8],
+    stream_path: &Path,
+    outputs: &[PathBuf],
+    scratch: &Path,
+) -> Result<Report> {
     let corrupt = |line: usize, reason: String| LabError::StreamCorrupt {
         path: stream_path.to_path_buf(),
         line,
@@ -94,7 +99,10 @@ pub(crate) fn parse(data: &[u8], stream_path: &Path, outputs: &[PathBuf], scratc
         }
         Some((_, HEADER)) => {}
         Some((n, other)) => {
-            return Err(corrupt(n, format!("expected {HEADER:?}, found {:?}", shorten(other))));
+            return Err(corrupt(
+                n,
+                format!("expected {HEADER:?}, found {:?}", shorten(other)),
+            ));
         }
     }
 
@@ -102,7 +110,10 @@ pub(crate) fn parse(data: &[u8], stream_path: &Path, outputs: &[PathBuf], scratc
     let mut exit_code = None;
     while let Some((n, line)) = lines.next() {
         if exit_code.is_some() {
-            return Err(corrupt(n, format!("unexpected {:?} after the EXIT record", shorten(line))));
+            return Err(corrupt(
+                n,
+                format!("unexpected {:?} after the EXIT record", shorten(line)),
+            ));
         }
         let fields: Vec<&str> = line.split(' ').collect();
         match fields.as_slice() {
@@ -138,10 +149,11 @@ pub(crate) fn parse(data: &[u8], stream_path: &Path, outputs: &[PathBuf], scratc
                         host_path.display()
                     )));
                 }
-                let contents = gunzip(&encoded, scratch).map_err(|reason| LabError::OutputDamaged {
-                    path: host_path.clone(),
-                    reason,
-                })?;
+                let contents =
+                    gunzip(&encoded, scratch).map_err(|reason| LabError::OutputDamaged {
+                        path: host_path.clone(),
+                        reason,
+                    })?;
                 if contents.len() as u64 != size {
                     return Err(LabError::OutputDamaged {
                         path: host_path.clone(),
@@ -196,8 +208,11 @@ fn decode_base64_line(line: &str, out: &mut Vec<u8>) -> std::result::Result<(), 
         }
     }
     let bytes = line.trim().as_bytes();
-    if bytes.len() % 4 != 0 {
-        return Err(format!("base64 line has {} characters, not a multiple of 4", bytes.len()));
+    if !bytes.chunks_exact(4).remainder().is_empty() {
+        return Err(format!(
+            "base64 line has {} characters, not a multiple of 4",
+            bytes.len()
+        ));
     }
     for quad in bytes.chunks_exact(4) {
         let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
@@ -230,7 +245,9 @@ fn gunzip(data: &[u8], scratch: &Path) -> std::result::Result<Vec<u8>, String> {
         .stderr(Stdio::piped())
         .output();
     let _ = std::fs::remove_file(&tmp);
-    let out = out.map_err(|e| format!("cannot run `gzip` on the host ({e}); install it with `apt-get install gzip`"))?;
+    let out = out.map_err(|e| {
+        format!("cannot run `gzip` on the host ({e}); install it with `apt-get install gzip`")
+    })?;
     if !out.status.success() {
         return Err(format!(
             "the compressed data is damaged: gzip says {}",
@@ -246,10 +263,15 @@ mod tests {
     use std::io::Write;
 
     fn encode(data: &[u8]) -> String {
-        const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        const ALPHABET: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
         let mut out = String::new();
         for chunk in data.chunks(3) {
-            let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+            let b = [
+                chunk[0],
+                *chunk.get(1).unwrap_or(&0),
+                *chunk.get(2).unwrap_or(&0),
+            ];
             let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
             for i in 0..4 {
                 if i <= chunk.len() {
@@ -280,7 +302,11 @@ mod tests {
     fn stream(files: &[(usize, &[u8])], exit: Option<i32>) -> Vec<u8> {
         let mut s = format!("{HEADER}\r\nKVM 1\r\n");
         for (i, data) in files {
-            s += &format!("FILE {i} {} {} gzip\n", data.len(), sha256::hex_digest(data));
+            s += &format!(
+                "FILE {i} {} {} gzip\n",
+                data.len(),
+                sha256::hex_digest(data)
+            );
             let enc = encode(&gzip(data));
             for line in enc.as_bytes().chunks(76) {
                 s += std::str::from_utf8(line).unwrap();
@@ -319,7 +345,11 @@ mod tests {
             return;
         }
         let dir = util::TempDir::new("transport-test").unwrap();
-        let outputs = vec![PathBuf::from("/o/a"), PathBuf::from("/o/b"), PathBuf::from("/o/c")];
+        let outputs = vec![
+            PathBuf::from("/o/a"),
+            PathBuf::from("/o/b"),
+            PathBuf::from("/o/c"),
+        ];
         let binary: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
         let data = stream(&[(0, b"hello\n"), (1, &binary)], Some(3));
         let report = parse(&data, Path::new("s"), &outputs, dir.path()).unwrap();
@@ -341,7 +371,11 @@ mod tests {
             return;
         }
         let dir = util::TempDir::new("transport-test").unwrap();
-        let outputs = vec![PathBuf::from("/o/a"), PathBuf::from("/o/b"), PathBuf::from("/o/c")];
+        let outputs = vec![
+            PathBuf::from("/o/a"),
+            PathBuf::from("/o/b"),
+            PathBuf::from("/o/c"),
+        ];
         let parse = |d: &[u8]| parse(d, Path::new("s"), &outputs, dir.path());
 
         let err = parse(b"").unwrap_err();
@@ -360,7 +394,10 @@ mod tests {
         assert!(err.to_string().contains("/o/a"), "{err}");
         for cut in 1..full.len() {
             let err = parse(&full[..cut]).unwrap_err();
-            assert!(matches!(err, LabError::StreamTruncated { .. }), "cut at {cut}: {err}");
+            assert!(
+                matches!(err, LabError::StreamTruncated { .. }),
+                "cut at {cut}: {err}"
+            );
         }
 
         // Change one base64 character in the compressed data (past the
@@ -371,15 +408,23 @@ mod tests {
         let err = parse(&bad).map(|_| ()).unwrap_err();
         assert!(matches!(err, LabError::OutputDamaged { .. }), "{err}");
 
-        let wrong_size = String::from_utf8(full.clone()).unwrap().replace("FILE 0 3000", "FILE 0 2999");
+        let wrong_size = String::from_utf8(full.clone())
+            .unwrap()
+            .replace("FILE 0 3000", "FILE 0 2999");
         let err = parse(wrong_size.as_bytes()).unwrap_err();
         assert!(err.to_string().contains("2999"), "{err}");
 
         let err = parse(b"garbage\nEXIT 0\n").unwrap_err();
-        assert!(matches!(err, LabError::StreamCorrupt { line: 1, .. }), "{err}");
+        assert!(
+            matches!(err, LabError::StreamCorrupt { line: 1, .. }),
+            "{err}"
+        );
 
         let bad_index = format!("{HEADER}\nMISSING 9\nEXIT 0\n");
         let err = parse(bad_index.as_bytes()).unwrap_err();
-        assert!(matches!(err, LabError::StreamCorrupt { line: 2, .. }), "{err}");
+        assert!(
+            matches!(err, LabError::StreamCorrupt { line: 2, .. }),
+            "{err}"
+        );
     }
 }

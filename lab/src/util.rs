@@ -249,9 +249,18 @@ mod tests {
 
     #[test]
     fn versions_compare_numerically() {
-        assert_eq!(compare_versions("6.10.0-1-amd64", "6.9.12-1-amd64"), Ordering::Greater);
-        assert_eq!(compare_versions("6.1.0-56-amd64", "6.1.0-9-amd64"), Ordering::Greater);
-        assert_eq!(compare_versions("6.1.0-56-amd64", "6.1.0-56-amd64"), Ordering::Equal);
+        assert_eq!(
+            compare_versions("6.10.0-1-amd64", "6.9.12-1-amd64"),
+            Ordering::Greater
+        );
+        assert_eq!(
+            compare_versions("6.1.0-56-amd64", "6.1.0-9-amd64"),
+            Ordering::Greater
+        );
+        assert_eq!(
+            compare_versions("6.1.0-56-amd64", "6.1.0-56-amd64"),
+            Ordering::Equal
+        );
         assert_eq!(compare_versions("6.1.0", "6.1.0-1"), Ordering::Less);
     }
 
@@ -265,8 +274,14 @@ mod tests {
     #[test]
     fn lexical_paths() {
         let cwd = Path::new("/home/u/src");
-        assert_eq!(absolute_lexical(cwd, Path::new("out.json")), Path::new("/home/u/src/out.json"));
-        assert_eq!(absolute_lexical(cwd, Path::new("../x/./y")), Path::new("/home/u/x/y"));
+        assert_eq!(
+            absolute_lexical(cwd, Path::new("out.json")),
+            Path::new("/home/u/src/out.json")
+        );
+        assert_eq!(
+            absolute_lexical(cwd, Path::new("../x/./y")),
+            Path::new("/home/u/x/y")
+        );
         assert_eq!(absolute_lexical(cwd, Path::new("/a/../b")), Path::new("/b"));
         assert!(is_clean_absolute(Path::new("/a/b")));
         assert!(!is_clean_absolute(Path::new("/a/../b")));
@@ -286,7 +301,10 @@ mod tests {
             f.write_all(b"abandoned").unwrap();
         }
         assert_eq!(fs::read(&dest).unwrap(), b"two");
-        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("out.txt")]);
     }
 }

@@ -45,7 +45,8 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("bootscope-lab-it-{name}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("bootscope-lab-it-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         Scratch(dir)
@@ -81,7 +82,10 @@ fn run(cfg: &LabConfig) -> (Result<bootscope_lab::LabOutcome, LabError>, String)
     let start = Instant::now();
     let result = run_lab_with_console(cfg, &mut sink);
     let text = console.text();
-    println!("--- guest console ({:.1} s wall) ---\n{text}---", start.elapsed().as_secs_f64());
+    println!(
+        "--- guest console ({:.1} s wall) ---\n{text}---",
+        start.elapsed().as_secs_f64()
+    );
     (result, text)
 }
 
@@ -131,14 +135,25 @@ exit 3"#;
     );
     let (result, console) = run(&cfg);
     let outcome = result.unwrap_or_else(|e| panic!("lab run failed: {e}"));
-    println!("lab run took {:.2} s (QEMU start to exit)", outcome.elapsed.as_secs_f64());
+    println!(
+        "lab run took {:.2} s (QEMU start to exit)",
+        outcome.elapsed.as_secs_f64()
+    );
     assert_eq!(outcome.exit_code, 3, "console:\n{console}");
     assert!(outcome.nested_kvm);
-    assert!(console.contains("lab: nested KVM ready (kvm_amd npt=Y)"), "{console}");
+    assert!(
+        console.contains("lab: nested KVM ready (kvm_amd npt=Y)"),
+        "{console}"
+    );
     assert!(console.contains("guest: wrote outputs"), "{console}");
     assert_eq!(outcome.outputs, vec![out1.clone(), out2.clone()]);
     assert_eq!(fs::read(&out1).unwrap(), content);
-    let tripled: Vec<u8> = content.iter().chain(&content).chain(&content).copied().collect();
+    let tripled: Vec<u8> = content
+        .iter()
+        .chain(&content)
+        .chain(&content)
+        .copied()
+        .collect();
     assert_eq!(fs::read(&out2).unwrap(), tripled);
     assert!(!never.exists());
     assert!(!never.parent().unwrap().exists());
@@ -190,7 +205,10 @@ fn timeout_kills_qemu() {
     let (result, _) = run(&cfg);
     let err = result.unwrap_err();
     assert!(matches!(err, LabError::Timeout { .. }), "{err}");
-    assert!(err.to_string().contains("did not finish within 3 s"), "{err}");
+    assert!(
+        err.to_string().contains("did not finish within 3 s"),
+        "{err}"
+    );
     assert!(start.elapsed() < Duration::from_secs(20));
 }
 
@@ -201,7 +219,10 @@ fn missing_qemu_is_reported() {
     cfg.qemu = PathBuf::from("/nonexistent/qemu-system-x86_64");
     let err = run_lab_with_console(&cfg, &mut std::io::sink()).unwrap_err();
     assert!(matches!(err, LabError::QemuMissing { .. }), "{err}");
-    assert!(err.to_string().contains("apt-get install qemu-system-x86"), "{err}");
+    assert!(
+        err.to_string().contains("apt-get install qemu-system-x86"),
+        "{err}"
+    );
 }
 
 /// A missing program is reported by name.
@@ -233,7 +254,9 @@ fn default_guest_boots_and_marks_userspace() {
     let out = Command::new("timeout")
         .arg("300")
         .arg("qemu-system-x86_64")
-        .args(["-accel", "tcg", "-m", "512", "-smp", "1", "-display", "none"])
+        .args([
+            "-accel", "tcg", "-m", "512", "-smp", "1", "-display", "none",
+        ])
         .args(["-nodefaults", "-no-user-config", "-no-reboot"])
         .arg("-kernel")
         .arg(&kernel.vmlinuz)
@@ -253,7 +276,11 @@ fn default_guest_boots_and_marks_userspace() {
         start.elapsed().as_secs_f64(),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "QEMU failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "QEMU failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         console
             .lines()
