@@ -1,0 +1,134 @@
+//! A real boot to userspace under bootscope's VMM, inside the lab (nested real
+//! KVM under QEMU's emulator): the guest's own output, the kernel and
+//! userspace phases, and KVM's own exit statistic.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+struct Prereqs {
+    kernel: PathBuf,
+    initrd: PathBuf,
+    dir: PathBuf,
+}
+
+fn prereqs(tag: &str) -> Option<Prereqs> {
+    if let Err(e) = bootscope_lab::outer::check_prerequisites(std::path::Path::new("qemu-system-x86_64")) {
+        eprintln!("SKIP: the lab is unavailable here: {e}");
+        return None;
+    }
+    let kernel = match bootscope_lab::guest::find_debian_kernel() {
+        Ok(k) => k.vmlinuz,
+        Err(e) => {
+            eprintln!("SKIP: {e}");
+            return None;
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("bootscope-labtest-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let initrd = dir.join("guest.cpio");
+    if let Err(e) = bootscope_lab::guest::build_default_initramfs(&initrd) {
+        eprintln!("SKIP: cannot build the default guest: {e}");
+        return None;
+    }
+    Some(Prereqs { kernel, initrd, dir })
+}
+
+#[test]
+fn default_guest_boots_to_userspace_in_the_lab() {
+    let Some(p) = prereqs("boot") else { return };
+    let timeline = p.dir.join("out/timeline.json");
+    let serial = p.dir.join("out/serial.log");
+    std::fs::create_dir_all(timeline.parent().unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+        .args(["lab", "--timeout", "900", "--", "run"])
+        .arg("--kernel")
+        .arg(&p.kernel)
+        .arg("--initrd")
+        .arg(&p.initrd)
+        .args(["--vcpus", "2", "--memory", "256M", "--timeout", "600"])
+        .args(["--serial-pattern", "two cpus=smp: Brought up 1 node, 2 CPUs"])
+        .arg("--timeline")
+        .arg(&timeline)
+        .arg("--serial")
+        .arg(&serial)
+        .output()
+        .expect("bootscope lab runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+
+    // The guest's own words, from the console file that came back.
+    let console = std::fs::read_to_string(&serial).expect("serial log copied back from the lab");
+    assert!(console.contains("bootscope-guest: hello from userspace"), "{console}");
+    assert!(console.contains("Linux version"), "{console}");
+
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&timeline).expect("timeline copied back")).unwrap();
+    assert_eq!(doc["schema"], "bootscope.timeline");
+    assert_eq!(doc["host_kvm"], "svm", "the lab is real nested SVM");
+    assert_eq!(doc["outcome"]["clean"], true, "{}", doc["outcome"]);
+    assert_eq!(doc["guest"]["kernel_format"], "bzimage");
+    let marks = doc["marks"].as_array().unwrap();
+    let has = |name: &str| marks.iter().any(|m| m["name"] == name);
+    for m in [
+        "vmm: first KVM_RUN",
+        "serial: kernel banner",
+        "serial: run init",
+        "port 0x80: userspace 0x60",
+        "serial: two cpus",
+        "vmm: guest shutdown",
+    ] {
+        assert!(has(m), "mark {m:?} missing: {marks:?}");
+    }
+    let phase = |name: &str| {
+        doc["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("phase {name} missing: {}", doc["phases"]))
+    };
+    let kernel = phase("kernel");
+    let user = phase("userspace");
+    assert!(kernel["duration_ns"].as_u64().unwrap() > 0);
+    assert!(user["start_ns"].as_u64().unwrap() >= kernel["end_ns"].as_u64().unwrap());
+    // The userspace phase opens at the guest's own marker (or the console
+    // line just before it).
+    let to = kernel["to"].as_str().unwrap();
+    assert!(to == "serial: run init" || to == "port 0x80: userspace 0x60", "{to}");
+    // KVM's own statistics saw the boot: thousands of exits, port I/O among
+    // them.
+    let exits = doc["kvm_stats"]["exits"].as_u64().expect("kvm_stats.exits");
+    assert!(exits > 1000, "only {exits} exits for a real boot");
+    let _ = std::fs::remove_dir_all(&p.dir);
+}
+
+#[test]
+fn lab_reports_a_failing_guest() {
+    let Some(p) = prereqs("fail") else { return };
+    // A command line the kernel cannot live with: no init to run.
+    let out = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+        .args(["lab", "--timeout", "900", "--", "run"])
+        .arg("--kernel")
+        .arg(&p.kernel)
+        .args([
+            "--memory",
+            "256M",
+            "--timeout",
+            "600",
+            "--cmdline",
+            "console=ttyS0 reboot=k panic=-1 pci=off rdinit=/nonexistent init=/nonexistent",
+        ])
+        .output()
+        .expect("bootscope lab runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stdout.contains("Kernel panic") || stderr.contains("panicked"),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&p.dir);
+}
