@@ -25,7 +25,11 @@ pub const DEFAULT_CMDLINE: &str =
     "console=ttyS0 reboot=k panic=-1 pci=off io_delay=none i8042.noaux i8042.nomux i8042.dumbkbd";
 
 #[derive(Parser)]
-#[command(name = "bootscope", version, about = "See, and shorten, how a virtual machine boots")]
+#[command(
+    name = "bootscope",
+    version,
+    about = "See, and shorten, how a virtual machine boots"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -171,18 +175,24 @@ pub fn parse_size(s: &str) -> Result<u64> {
     } else {
         (lower.as_str(), 1 << 20)
     };
-    let v: u64 = num
-        .trim()
-        .parse()
-        .with_context(|| format!("size {s:?} is not a number with an optional K, M or G suffix (for example 512M)"))?;
+    let v: u64 = num.trim().parse().with_context(|| {
+        format!("size {s:?} is not a number with an optional K, M or G suffix (for example 512M)")
+    })?;
     v.checked_mul(mult)
         .with_context(|| format!("size {s:?} is too large"))
 }
 
 fn check_output_path(flag: &str, p: &Path) -> Result<()> {
-    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = p
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     if !dir.is_dir() {
-        bail!("{flag} {}: directory {} does not exist; create it first", p.display(), dir.display());
+        bail!(
+            "{flag} {}: directory {} does not exist; create it first",
+            p.display(),
+            dir.display()
+        );
     }
     if p.is_dir() {
         bail!("{flag} {} is a directory; give a file name", p.display());
@@ -193,8 +203,14 @@ fn check_output_path(flag: &str, p: &Path) -> Result<()> {
 /// Writes a file through a temporary sibling and a rename, so a reader never
 /// sees half of it.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
     let res = (|| -> std::io::Result<()> {
         let mut f = File::create(&tmp)?;
@@ -223,9 +239,11 @@ fn default_cache_dir() -> PathBuf {
 fn default_guest() -> Result<(PathBuf, PathBuf)> {
     let kernel = bootscope_lab::guest::find_debian_kernel().context("no default guest kernel")?;
     let dir = default_cache_dir();
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create cache directory {}", dir.display()))?;
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create cache directory {}", dir.display()))?;
     let initrd = dir.join("default-guest.cpio");
-    bootscope_lab::guest::build_default_initramfs(&initrd).context("cannot build the default guest initramfs")?;
+    bootscope_lab::guest::build_default_initramfs(&initrd)
+        .context("cannot build the default guest initramfs")?;
     Ok((kernel.vmlinuz, initrd))
 }
 
@@ -249,7 +267,9 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     let patterns = merge_patterns(patterns, !args.no_default_patterns);
     let timeout = match args.timeout {
         Some(t) if !(t > 0.0 && t.is_finite()) => {
-            return Err(usage(anyhow::anyhow!("--timeout must be a positive number of seconds")))
+            return Err(usage(anyhow::anyhow!(
+                "--timeout must be a positive number of seconds"
+            )))
         }
         Some(t) => Some(Duration::from_secs_f64(t)),
         None => None,
@@ -258,7 +278,11 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         Some(k) => (k, args.initrd.clone()),
         None => {
             let (k, i) = default_guest().map_err(usage)?;
-            eprintln!("bootscope: default guest: kernel {} initrd {}", k.display(), i.display());
+            eprintln!(
+                "bootscope: default guest: kernel {} initrd {}",
+                k.display(),
+                i.display()
+            );
             (k, Some(args.initrd.clone().unwrap_or(i)))
         }
     };
@@ -268,7 +292,11 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         path => {
             let p = Path::new(path);
             check_output_path("--serial", p).map_err(usage)?;
-            Box::new(File::create(p).with_context(|| format!("cannot create --serial file {path}")).map_err(usage)?)
+            Box::new(
+                File::create(p)
+                    .with_context(|| format!("cannot create --serial file {path}"))
+                    .map_err(usage)?,
+            )
         }
     };
     let cfg = VmConfig {
@@ -301,7 +329,10 @@ fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {
     }
     if !args.no_summary {
         eprintln!();
-        eprintln!("bootscope: boot timeline of {} ({})", doc.guest.kernel, doc.guest.kernel_format);
+        eprintln!(
+            "bootscope: boot timeline of {} ({})",
+            doc.guest.kernel, doc.guest.kernel_format
+        );
         eprint!("{}", doc.summary_table());
         if let Some(exits) = doc.kvm_stats.get("exits") {
             eprintln!("KVM exits (KVM's own statistics): {exits}");
@@ -313,7 +344,10 @@ fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {
     } else {
         Err(Failure {
             code: EXIT_FAILURE,
-            error: anyhow::anyhow!("the guest did not shut down cleanly: {}", doc.outcome.detail),
+            error: anyhow::anyhow!(
+                "the guest did not shut down cleanly: {}",
+                doc.outcome.detail
+            ),
         })
     }
 }
@@ -324,7 +358,12 @@ fn cmd_doctor(json: bool) -> Result<i32, Failure> {
         println!("{}", serde_json::to_string_pretty(&findings)?);
     } else {
         for f in &findings {
-            println!("{:<10} {:<4} {}", f.item, if f.ok { "ok" } else { "--" }, f.detail);
+            println!(
+                "{:<10} {:<4} {}",
+                f.item,
+                if f.ok { "ok" } else { "--" },
+                f.detail
+            );
         }
     }
     Ok(0)
@@ -333,7 +372,9 @@ fn cmd_doctor(json: bool) -> Result<i32, Failure> {
 fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     let memory = parse_size(&args.memory).map_err(|e| usage(e.context("--memory")))?;
     if !(args.timeout > 0.0 && args.timeout.is_finite()) {
-        return Err(usage(anyhow::anyhow!("--timeout must be a positive number of seconds")));
+        return Err(usage(anyhow::anyhow!(
+            "--timeout must be a positive number of seconds"
+        )));
     }
     let exe = std::env::current_exe().context("cannot find the bootscope executable")?;
     let mut cfg = bootscope_lab::outer::LabConfig::new(exe, args.args);

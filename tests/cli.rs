@@ -27,7 +27,11 @@ fn scratch(tag: &str) -> PathBuf {
 }
 
 fn kvm_available() -> bool {
-    match std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+    {
         Ok(_) => true,
         Err(e) => {
             eprintln!("SKIP: /dev/kvm cannot be opened ({e})");
@@ -44,7 +48,11 @@ fn stderr(o: &Output) -> String {
 fn expect_usage_error(args: &[&str], needles: &[&str]) {
     let o = bootscope(args);
     let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(2), "{args:?} should exit 2; stderr: {err}");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{args:?} should exit 2; stderr: {err}"
+    );
     assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
     for n in needles {
         assert!(err.contains(n), "{args:?}: stderr lacks {n:?}: {err}");
@@ -56,10 +64,22 @@ fn bad_kernels_exit_2_with_reason() {
     if !kvm_available() {
         return;
     }
-    expect_usage_error(&["run", "--kernel", "/nonexistent/vmlinuz"], &["/nonexistent/vmlinuz", "cannot read kernel"]);
-    expect_usage_error(&["run", "--kernel", &fixture("not-a-kernel.bin")], &["not a Linux kernel"]);
-    expect_usage_error(&["run", "--kernel", &fixture("truncated-bzimage.bin")], &["truncated bzImage"]);
-    expect_usage_error(&["run", "--kernel", &fixture("mini-noentry.elf")], &["without an entry point"]);
+    expect_usage_error(
+        &["run", "--kernel", "/nonexistent/vmlinuz"],
+        &["/nonexistent/vmlinuz", "cannot read kernel"],
+    );
+    expect_usage_error(
+        &["run", "--kernel", &fixture("not-a-kernel.bin")],
+        &["not a Linux kernel"],
+    );
+    expect_usage_error(
+        &["run", "--kernel", &fixture("truncated-bzimage.bin")],
+        &["truncated bzImage"],
+    );
+    expect_usage_error(
+        &["run", "--kernel", &fixture("mini-noentry.elf")],
+        &["without an entry point"],
+    );
     expect_usage_error(&["run", "--kernel", "/"], &["not a Linux kernel"]);
 }
 
@@ -75,7 +95,10 @@ fn unreadable_kernel_exits_2() {
     std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o000)).unwrap();
     // Root reads anything: only check when the file really is unreadable.
     if std::fs::read(&k).is_err() {
-        expect_usage_error(&["run", "--kernel", k.to_str().unwrap()], &["cannot read kernel"]);
+        expect_usage_error(
+            &["run", "--kernel", k.to_str().unwrap()],
+            &["cannot read kernel"],
+        );
     } else {
         eprintln!("SKIP part: running as root, permission bits do not stop reads");
     }
@@ -88,15 +111,42 @@ fn bad_numbers_exit_2() {
         return;
     }
     let k = fixture("mini-bzimage-reset.bin");
-    expect_usage_error(&["run", "--kernel", &k, "--vcpus", "0"], &["--vcpus must be at least 1"]);
-    expect_usage_error(&["run", "--kernel", &k, "--vcpus", "4096"], &["--vcpus 4096", "at most"]);
+    expect_usage_error(
+        &["run", "--kernel", &k, "--vcpus", "0"],
+        &["--vcpus must be at least 1"],
+    );
+    expect_usage_error(
+        &["run", "--kernel", &k, "--vcpus", "4096"],
+        &["--vcpus 4096", "at most"],
+    );
     expect_usage_error(&["run", "--kernel", &k, "--memory", "4M"], &["too small"]);
-    expect_usage_error(&["run", "--kernel", &k, "--memory", "lots"], &["--memory", "not a number"]);
-    expect_usage_error(&["run", "--kernel", &k, "--timeout", "0"], &["--timeout must be a positive"]);
+    expect_usage_error(
+        &["run", "--kernel", &k, "--memory", "lots"],
+        &["--memory", "not a number"],
+    );
+    expect_usage_error(
+        &["run", "--kernel", &k, "--timeout", "0"],
+        &["--timeout must be a positive"],
+    );
     let long = format!("console=ttyS0 {}", "a".repeat(3000));
-    expect_usage_error(&["run", "--kernel", &k, "--cmdline", &long], &["command line is", "at most 2047"]);
-    expect_usage_error(&["run", "--kernel", &k, "--serial-pattern", "nonsense"], &["NAME=REGEX"]);
-    expect_usage_error(&["run", "--kernel", &k, "--timeline", "/nonexistent-dir/t.json"], &["does not exist"]);
+    expect_usage_error(
+        &["run", "--kernel", &k, "--cmdline", &long],
+        &["command line is", "at most 2047"],
+    );
+    expect_usage_error(
+        &["run", "--kernel", &k, "--serial-pattern", "nonsense"],
+        &["NAME=REGEX"],
+    );
+    expect_usage_error(
+        &[
+            "run",
+            "--kernel",
+            &k,
+            "--timeline",
+            "/nonexistent-dir/t.json",
+        ],
+        &["does not exist"],
+    );
 }
 
 #[test]
@@ -106,13 +156,30 @@ fn initrd_larger_than_memory_exits_2() {
     }
     let d = scratch("initrd");
     let big = d.join("big.cpio");
-    std::fs::File::create(&big).unwrap().set_len(100 << 20).unwrap();
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(100 << 20)
+        .unwrap();
     expect_usage_error(
-        &["run", "--kernel", &fixture("mini-bzimage-reset.bin"), "--memory", "64M", "--initrd", big.to_str().unwrap()],
+        &[
+            "run",
+            "--kernel",
+            &fixture("mini-bzimage-reset.bin"),
+            "--memory",
+            "64M",
+            "--initrd",
+            big.to_str().unwrap(),
+        ],
         &["initrd", "does not fit"],
     );
     expect_usage_error(
-        &["run", "--kernel", &fixture("mini-bzimage-reset.bin"), "--initrd", "/nonexistent.cpio"],
+        &[
+            "run",
+            "--kernel",
+            &fixture("mini-bzimage-reset.bin"),
+            "--initrd",
+            "/nonexistent.cpio",
+        ],
         &["cannot read initrd /nonexistent.cpio"],
     );
     let _ = std::fs::remove_dir_all(&d);
@@ -137,17 +204,39 @@ fn run_writes_timeline_and_summary() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("fixture: userspace reached"));
-    for col in ["phase", "start ms", "duration ms", "share", "kernel", "userspace", "vmm setup", "total"] {
+    for col in [
+        "phase",
+        "start ms",
+        "duration ms",
+        "share",
+        "kernel",
+        "userspace",
+        "vmm setup",
+        "total",
+    ] {
         assert!(err.contains(col), "summary lacks {col}: {err}");
     }
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&t).unwrap()).unwrap();
     assert_eq!(doc["schema"], "bootscope.timeline");
     assert_eq!(doc["version"], 1);
     assert_eq!(doc["outcome"]["clean"], true);
-    let names: Vec<String> = doc["marks"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap().to_string()).collect();
-    assert_eq!(names.first().map(String::as_str), Some("vmm: process start"));
+    let names: Vec<String> = doc["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        names.first().map(String::as_str),
+        Some("vmm: process start")
+    );
     assert_eq!(names.last().map(String::as_str), Some("vmm: exit"));
-    let phases: Vec<&str> = doc["phases"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    let phases: Vec<&str> = doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
     for p in ["vmm setup", "kernel", "userspace", "vmm teardown"] {
         assert!(phases.contains(&p), "{p} missing from {phases:?}");
     }
@@ -163,11 +252,27 @@ fn serial_can_go_to_a_file_or_nowhere() {
     }
     let d = scratch("serial");
     let log = d.join("console.log");
-    let o = bootscope(&["run", "--kernel", &fixture("mini-bzimage-reset.bin"), "--serial", log.to_str().unwrap(), "--no-summary"]);
+    let o = bootscope(&[
+        "run",
+        "--kernel",
+        &fixture("mini-bzimage-reset.bin"),
+        "--serial",
+        log.to_str().unwrap(),
+        "--no-summary",
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(std::fs::read_to_string(&log).unwrap().contains("fixture: userspace reached"));
+    assert!(std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("fixture: userspace reached"));
     assert!(o.stdout.is_empty());
-    let o = bootscope(&["run", "--kernel", &fixture("mini-bzimage-reset.bin"), "--serial", "null", "--no-summary"]);
+    let o = bootscope(&[
+        "run",
+        "--kernel",
+        &fixture("mini-bzimage-reset.bin"),
+        "--serial",
+        "null",
+        "--no-summary",
+    ]);
     assert_eq!(o.status.code(), Some(0));
     assert!(o.stdout.is_empty());
     let _ = std::fs::remove_dir_all(&d);
@@ -200,7 +305,13 @@ fn guest_that_never_ends_times_out_with_status_1() {
     if !kvm_available() {
         return;
     }
-    let o = bootscope(&["run", "--kernel", &fixture("mini-bzimage-hlt.bin"), "--timeout", "0.5"]);
+    let o = bootscope(&[
+        "run",
+        "--kernel",
+        &fixture("mini-bzimage-hlt.bin"),
+        "--timeout",
+        "0.5",
+    ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("--timeout"), "{}", stderr(&o));
 }
@@ -211,7 +322,10 @@ fn doctor_reports_the_kvm_flavour() {
     assert_eq!(o.status.code(), Some(0));
     let out = String::from_utf8_lossy(&o.stdout);
     for item in ["kvm", "tracefs", "bpf", "btf", "numa", "hugepages", "qemu"] {
-        assert!(out.lines().any(|l| l.starts_with(item)), "doctor lacks {item}: {out}");
+        assert!(
+            out.lines().any(|l| l.starts_with(item)),
+            "doctor lacks {item}: {out}"
+        );
     }
     let pvm = Path::new("/sys/module/kvm_pvm").exists();
     if pvm {
@@ -229,19 +343,31 @@ fn stock_kernel_on_pvm_fails_fast() {
         eprintln!("SKIP: not a PVM host");
         return;
     }
-    let Some(kernel) = std::fs::read_dir("/boot")
-        .ok()
-        .and_then(|rd| rd.flatten().map(|e| e.path()).find(|p| p.to_string_lossy().contains("vmlinuz-")))
-    else {
+    let Some(kernel) = std::fs::read_dir("/boot").ok().and_then(|rd| {
+        rd.flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().contains("vmlinuz-"))
+    }) else {
         eprintln!("SKIP: no /boot/vmlinuz-* (apt-get install linux-image-amd64)");
         return;
     };
     let start = std::time::Instant::now();
-    let o = bootscope(&["run", "--kernel", kernel.to_str().unwrap(), "--serial", "null", "--timeout", "60"]);
+    let o = bootscope(&[
+        "run",
+        "--kernel",
+        kernel.to_str().unwrap(),
+        "--serial",
+        "null",
+        "--timeout",
+        "60",
+    ]);
     let took = start.elapsed();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("PVM") && err.contains("bootscope lab"), "{err}");
+    assert!(
+        err.contains("PVM") && err.contains("bootscope lab"),
+        "{err}"
+    );
     // Fail fast: well before the 60 s timeout.
     assert!(took.as_secs() < 30, "took {took:?}");
 }

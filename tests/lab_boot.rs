@@ -12,7 +12,9 @@ struct Prereqs {
 }
 
 fn prereqs(tag: &str) -> Option<Prereqs> {
-    if let Err(e) = bootscope_lab::outer::check_prerequisites(std::path::Path::new("qemu-system-x86_64")) {
+    if let Err(e) =
+        bootscope_lab::outer::check_prerequisites(std::path::Path::new("qemu-system-x86_64"))
+    {
         eprintln!("SKIP: the lab is unavailable here: {e}");
         return None;
     }
@@ -31,7 +33,11 @@ fn prereqs(tag: &str) -> Option<Prereqs> {
         eprintln!("SKIP: cannot build the default guest: {e}");
         return None;
     }
-    Some(Prereqs { kernel, initrd, dir })
+    Some(Prereqs {
+        kernel,
+        initrd,
+        dir,
+    })
 }
 
 #[test]
@@ -47,7 +53,10 @@ fn default_guest_boots_to_userspace_in_the_lab() {
         .arg("--initrd")
         .arg(&p.initrd)
         .args(["--vcpus", "2", "--memory", "256M", "--timeout", "600"])
-        .args(["--serial-pattern", "two cpus=smp: Brought up 1 node, 2 CPUs"])
+        .args([
+            "--serial-pattern",
+            "two cpus=smp: Brought up 1 node, 2 CPUs",
+        ])
         .arg("--timeline")
         .arg(&timeline)
         .arg("--serial")
@@ -56,11 +65,18 @@ fn default_guest_boots_to_userspace_in_the_lab() {
         .expect("bootscope lab runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
 
     // The guest's own words, from the console file that came back.
     let console = std::fs::read_to_string(&serial).expect("serial log copied back from the lab");
-    assert!(console.contains("bootscope-guest: hello from userspace"), "{console}");
+    assert!(
+        console.contains("bootscope-guest: hello from userspace"),
+        "{console}"
+    );
     assert!(console.contains("Linux version"), "{console}");
 
     let doc: serde_json::Value =
@@ -97,7 +113,10 @@ fn default_guest_boots_to_userspace_in_the_lab() {
     // The userspace phase opens at the guest's own marker (or the console
     // line just before it).
     let to = kernel["to"].as_str().unwrap();
-    assert!(to == "serial: run init" || to == "port 0x80: userspace 0x60", "{to}");
+    assert!(
+        to == "serial: run init" || to == "port 0x80: userspace 0x60",
+        "{to}"
+    );
     // KVM's own statistics saw the boot: thousands of exits, port I/O among
     // them.
     let exits = doc["kvm_stats"]["exits"].as_u64().expect("kvm_stats.exits");
@@ -125,7 +144,11 @@ fn lab_reports_a_failing_guest() {
         .expect("bootscope lab runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
     assert!(
         stdout.contains("Kernel panic") || stderr.contains("panicked"),
         "stdout:\n{stdout}\nstderr:\n{stderr}"

@@ -111,7 +111,10 @@ pub fn build_zero_page(
 }
 
 /// Writes the zero page to guest memory.
-pub fn write_zero_page(mem: &GuestMemoryMmap, params: &boot_params) -> Result<(), vm_memory::GuestMemoryError> {
+pub fn write_zero_page(
+    mem: &GuestMemoryMmap,
+    params: &boot_params,
+) -> Result<(), vm_memory::GuestMemoryError> {
     mem.write_obj(*params, GuestAddress(layout::ZERO_PAGE_START))
 }
 
@@ -185,9 +188,23 @@ mod tests {
     fn memory_map_small_guest() {
         let m = memory_map(256 << 20);
         assert_eq!(m.len(), 3);
-        assert_eq!(m[0], MemoryMapEntry { addr: 0, size: 0x9fc00, kind: E820_RAM });
+        assert_eq!(
+            m[0],
+            MemoryMapEntry {
+                addr: 0,
+                size: 0x9fc00,
+                kind: E820_RAM
+            }
+        );
         assert_eq!(m[1].kind, E820_RESERVED);
-        assert_eq!(m[2], MemoryMapEntry { addr: 0x100000, size: (256 << 20) - 0x100000, kind: E820_RAM });
+        assert_eq!(
+            m[2],
+            MemoryMapEntry {
+                addr: 0x100000,
+                size: (256 << 20) - 0x100000,
+                kind: E820_RAM
+            }
+        );
     }
 
     #[test]
@@ -197,7 +214,11 @@ mod tests {
         assert_eq!(m.len(), 4);
         assert_eq!(m[2].addr + m[2].size, layout::MMIO_GAP_START);
         assert_eq!(m[3].addr, 1 << 32);
-        let ram: u64 = m.iter().filter(|e| e.kind == E820_RAM).map(|e| e.size).sum();
+        let ram: u64 = m
+            .iter()
+            .filter(|e| e.kind == E820_RAM)
+            .map(|e| e.size)
+            .sum();
         // Everything but the 1 MiB ISA hole region is RAM.
         assert_eq!(ram, mem - (layout::HIMEM_START - layout::EBDA_START));
         let ranges = ram_ranges(mem);
@@ -213,7 +234,10 @@ mod tests {
             cmdline_size: 2047,
             ..Default::default()
         };
-        let initrd = LoadedInitrd { addr: 0x7f00000, size: 0x12345 };
+        let initrd = LoadedInitrd {
+            addr: 0x7f00000,
+            size: 0x12345,
+        };
         let p = build_zero_page(&kernel(Some(image_hdr)), Some(&initrd), 30, 128 << 20);
         let hdr = p.hdr;
         assert_eq!({ hdr.type_of_loader }, 0xff);
@@ -224,7 +248,10 @@ mod tests {
         assert_eq!({ hdr.version }, 0x020f);
         assert_eq!({ p.e820_entries }, 3);
         let e = p.e820_table[2];
-        assert_eq!(({ e.addr }, { e.size }, { e.r#type }), (0x100000, (128 << 20) - 0x100000, 1));
+        assert_eq!(
+            ({ e.addr }, { e.size }, { e.r#type }),
+            (0x100000, (128 << 20) - 0x100000, 1)
+        );
     }
 
     #[test]
@@ -238,19 +265,34 @@ mod tests {
 
     #[test]
     fn pvh_start_info_layout() {
-        let initrd = LoadedInitrd { addr: 0x3000000, size: 4096 };
+        let initrd = LoadedInitrd {
+            addr: 0x3000000,
+            size: 4096,
+        };
         let (info, tail) = pvh_start_info_bytes(Some(&initrd), 64 << 20);
         assert_eq!(info.len(), 56);
-        assert_eq!(u32::from_le_bytes(info[0..4].try_into().unwrap()), PVH_START_MAGIC);
+        assert_eq!(
+            u32::from_le_bytes(info[0..4].try_into().unwrap()),
+            PVH_START_MAGIC
+        );
         assert_eq!(u32::from_le_bytes(info[12..16].try_into().unwrap()), 1);
-        assert_eq!(u64::from_le_bytes(info[24..32].try_into().unwrap()), layout::CMDLINE_START);
-        assert_eq!(u64::from_le_bytes(info[40..48].try_into().unwrap()), layout::PVH_MEMMAP_START);
+        assert_eq!(
+            u64::from_le_bytes(info[24..32].try_into().unwrap()),
+            layout::CMDLINE_START
+        );
+        assert_eq!(
+            u64::from_le_bytes(info[40..48].try_into().unwrap()),
+            layout::PVH_MEMMAP_START
+        );
         assert_eq!(u32::from_le_bytes(info[48..52].try_into().unwrap()), 3);
         // 3 memmap entries then one module entry.
         assert_eq!(tail.len(), 3 * 24 + 32);
         let modlist = u64::from_le_bytes(info[16..24].try_into().unwrap());
         let off = (modlist - layout::PVH_MEMMAP_START) as usize;
-        assert_eq!(u64::from_le_bytes(tail[off..off + 8].try_into().unwrap()), 0x3000000);
+        assert_eq!(
+            u64::from_le_bytes(tail[off..off + 8].try_into().unwrap()),
+            0x3000000
+        );
         assert!(layout::PVH_MEMMAP_START + tail.len() as u64 <= layout::ZERO_PAGE_START);
     }
 }

@@ -202,11 +202,25 @@ impl ConsoleSink {
             let line = String::from_utf8_lossy(&self.state_line).into_owned();
             if self.panic_re.is_match(&line) && !self.events.panicked.swap(true, Ordering::SeqCst) {
                 let text = line.trim().to_string();
-                *self.events.panic_line.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
-                self.recorder.guest("serial: kernel panic".into(), MarkSource::Serial, None, None);
+                *self
+                    .events
+                    .panic_line
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(text);
+                self.recorder.guest(
+                    "serial: kernel panic".into(),
+                    MarkSource::Serial,
+                    None,
+                    None,
+                );
             }
             if self.halt_re.is_match(&line) && !self.events.halted.swap(true, Ordering::SeqCst) {
-                self.recorder.guest("serial: kernel halted".into(), MarkSource::Serial, None, None);
+                self.recorder.guest(
+                    "serial: kernel halted".into(),
+                    MarkSource::Serial,
+                    None,
+                    None,
+                );
             }
             self.state_line.clear();
         }
@@ -298,7 +312,10 @@ mod tests {
 
     #[test]
     fn user_pattern_replaces_default_of_same_name() {
-        let p = merge_patterns(vec![MilestonePattern::parse("run init=^INIT").unwrap()], true);
+        let p = merge_patterns(
+            vec![MilestonePattern::parse("run init=^INIT").unwrap()],
+            true,
+        );
         assert_eq!(p.len(), DEFAULT_PATTERNS.len());
         assert_eq!(p.last().unwrap().regex.as_str(), "^INIT");
         assert_eq!(merge_patterns(vec![], false).len(), 0);

@@ -103,7 +103,9 @@ impl Devices {
     pub fn pio_read(&self, port: u16, data: &mut [u8]) {
         data.fill(0xff);
         match port {
-            p if (layout::SERIAL_PORT_BASE..layout::SERIAL_PORT_BASE + 8).contains(&p) && data.len() == 1 => {
+            p if (layout::SERIAL_PORT_BASE..layout::SERIAL_PORT_BASE + 8).contains(&p)
+                && data.len() == 1 =>
+            {
                 data[0] = lock(&self.serial).read((p - layout::SERIAL_PORT_BASE) as u8);
             }
             layout::I8042_DATA_PORT | layout::I8042_COMMAND_PORT if data.len() == 1 => {

@@ -121,20 +121,34 @@ mod tests {
         let rec = Arc::new(Recorder::new(Clock::start()));
         let cap = Capture::default();
         let irq = EventFd::new(libc::EFD_NONBLOCK).unwrap();
-        let sink = ConsoleSink::new(Box::new(cap.clone()), MilestonePattern::defaults(), rec.clone());
-        (Devices::new(irq.try_clone().unwrap(), sink, rec.clone()), rec, cap, irq)
+        let sink = ConsoleSink::new(
+            Box::new(cap.clone()),
+            MilestonePattern::defaults(),
+            rec.clone(),
+        );
+        (
+            Devices::new(irq.try_clone().unwrap(), sink, rec.clone()),
+            rec,
+            cap,
+            irq,
+        )
     }
 
     #[test]
     fn serial_bytes_reach_console_and_milestones() {
         let (d, rec, cap, _irq) = devices();
         for b in b"Linux version 6.1.0 (x)\n" {
-            assert_eq!(handle_exit(VcpuExit::IoOut(0x3f8, &[*b]), &d, 0), ExitAction::Continue);
+            assert_eq!(
+                handle_exit(VcpuExit::IoOut(0x3f8, &[*b]), &d, 0),
+                ExitAction::Continue
+            );
         }
         assert_eq!(&cap.0.lock().unwrap()[..], b"Linux version 6.1.0 (x)\n");
         let marks = rec.snapshot();
         assert!(marks.iter().any(|m| m.name == "vmm: first serial byte"));
-        assert!(marks.iter().any(|m| m.name == "serial: kernel banner" && m.source == MarkSource::Serial));
+        assert!(marks
+            .iter()
+            .any(|m| m.name == "serial: kernel banner" && m.source == MarkSource::Serial));
     }
 
     #[test]
@@ -152,7 +166,10 @@ mod tests {
     #[test]
     fn i8042_reset_stops() {
         let (d, _, _, _) = devices();
-        assert_eq!(handle_exit(VcpuExit::IoOut(0x64, &[0xd1]), &d, 0), ExitAction::Continue);
+        assert_eq!(
+            handle_exit(VcpuExit::IoOut(0x64, &[0xd1]), &d, 0),
+            ExitAction::Continue
+        );
         assert!(matches!(
             handle_exit(VcpuExit::IoOut(0x64, &[0xfe]), &d, 1),
             ExitAction::Stop(StopReason::I8042Reset, _)
@@ -162,7 +179,10 @@ mod tests {
     #[test]
     fn triple_fault_and_system_events() {
         let (d, _, _, _) = devices();
-        assert!(matches!(handle_exit(VcpuExit::Shutdown, &d, 0), ExitAction::Stop(StopReason::TripleFault, _)));
+        assert!(matches!(
+            handle_exit(VcpuExit::Shutdown, &d, 0),
+            ExitAction::Stop(StopReason::TripleFault, _)
+        ));
         assert!(matches!(
             handle_exit(VcpuExit::SystemEvent(2, &[]), &d, 0),
             ExitAction::Stop(StopReason::SystemEvent, _)
@@ -171,8 +191,14 @@ mod tests {
             handle_exit(VcpuExit::SystemEvent(3, &[]), &d, 0),
             ExitAction::Stop(StopReason::GuestPanic, _)
         ));
-        assert!(matches!(handle_exit(VcpuExit::InternalError, &d, 0), ExitAction::Stop(StopReason::Error, _)));
-        assert!(matches!(handle_exit(VcpuExit::FailEntry(7, 0), &d, 0), ExitAction::Stop(StopReason::Error, _)));
+        assert!(matches!(
+            handle_exit(VcpuExit::InternalError, &d, 0),
+            ExitAction::Stop(StopReason::Error, _)
+        ));
+        assert!(matches!(
+            handle_exit(VcpuExit::FailEntry(7, 0), &d, 0),
+            ExitAction::Stop(StopReason::Error, _)
+        ));
     }
 
     #[test]
@@ -191,11 +217,19 @@ mod tests {
         assert_eq!(c.boot_time_port["6"], 1);
         assert_eq!(c.boot_timer, 1);
         let marks = rec.snapshot();
-        assert_eq!(marks.iter().filter(|m| m.source == MarkSource::DebugPort).count(), 2);
+        assert_eq!(
+            marks
+                .iter()
+                .filter(|m| m.source == MarkSource::DebugPort)
+                .count(),
+            2
+        );
         let user = marks.iter().find(|m| m.value == Some(0x60)).unwrap();
         assert_eq!(user.vcpu, Some(1));
         assert!(marks.iter().any(|m| m.source == MarkSource::BootTimer));
-        assert!(marks.iter().any(|m| m.name == "port 0xf4: linux_start_kernel (6)"));
+        assert!(marks
+            .iter()
+            .any(|m| m.name == "port 0xf4: linux_start_kernel (6)"));
     }
 
     #[test]

@@ -106,7 +106,9 @@ pub struct HugePagePool {
 pub fn huge_page_pools(root: &HostRoot) -> Vec<HugePagePool> {
     let mut pools = Vec::new();
     let dir = root.path("/sys/kernel/mm/hugepages");
-    let Ok(rd) = std::fs::read_dir(&dir) else { return pools };
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return pools;
+    };
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(size) = name
@@ -228,7 +230,10 @@ pub fn doctor(root: &HostRoot) -> Vec<Finding> {
         detail: kvm_detail,
     });
     let devkvm = root.path("/dev/kvm");
-    let open = std::fs::OpenOptions::new().read(true).write(true).open(&devkvm);
+    let open = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&devkvm);
     out.push(Finding {
         item: "/dev/kvm".into(),
         ok: open.is_ok(),
@@ -286,7 +291,11 @@ pub fn doctor(root: &HostRoot) -> Vec<Finding> {
         detail: format!(
             "{} node(s): {}",
             nodes.len(),
-            nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ")
+            nodes
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     });
     let pools = huge_page_pools(root);
@@ -377,13 +386,24 @@ mod tests {
 
     #[test]
     fn pools_and_nodes() {
-        let t = tree(&["/sys/devices/system/node/node0/", "/sys/devices/system/node/node1/", "/sys/devices/system/node/possible"]);
+        let t = tree(&[
+            "/sys/devices/system/node/node0/",
+            "/sys/devices/system/node/node1/",
+            "/sys/devices/system/node/possible",
+        ]);
         let dir = t.0.join("sys/kernel/mm/hugepages/hugepages-2048kB");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("nr_hugepages"), "16\n").unwrap();
         std::fs::write(dir.join("free_hugepages"), "4\n").unwrap();
         let root = HostRoot(t.0.clone());
         assert_eq!(numa_nodes(&root), [0, 1]);
-        assert_eq!(huge_page_pools(&root), [HugePagePool { size_kib: 2048, total: 16, free: 4 }]);
+        assert_eq!(
+            huge_page_pools(&root),
+            [HugePagePool {
+                size_kib: 2048,
+                total: 16,
+                free: 4
+            }]
+        );
     }
 }

@@ -68,7 +68,10 @@ pub fn parse_stats(
             continue;
         }
         let name_bytes = &d[DESC_FIXED_SIZE..];
-        let end = name_bytes.iter().position(|&b| b == 0).unwrap_or(name_bytes.len());
+        let end = name_bytes
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(name_bytes.len());
         let name = String::from_utf8_lossy(&name_bytes[..end]).into_owned();
         let mut v = [0u8; 8];
         read_at(data_offset + offset, &mut v)?;

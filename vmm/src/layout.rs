@@ -60,3 +60,10 @@ pub const I8042_COMMAND_PORT: u16 = 0x64;
 pub const DEBUG_PORT: u16 = 0x80;
 /// qemu-boot-time's marker port.
 pub const BOOT_TIME_PORT: u16 = 0xf4;
+
+// The boot structures must not overlap each other.
+const _: () = assert!(PVH_MEMMAP_START + 0x400 <= ZERO_PAGE_START);
+const _: () = assert!(ZERO_PAGE_START + 0x1000 <= BOOT_STACK_POINTER);
+const _: () = assert!(BOOT_STACK_POINTER < PML4_START);
+const _: () = assert!(PDE_START + 4 * 0x1000 <= CMDLINE_START);
+const _: () = assert!(CMDLINE_START + CMDLINE_MAX_SIZE as u64 <= EBDA_START);

@@ -207,7 +207,9 @@ pub fn probe_kernel(path: &Path) -> Result<KernelProbe, LoadError> {
     if head.len() >= 4 && &head[..4] == b"\x7fELF" {
         return probe_elf(path, &mut file, file_size, head);
     }
-    if head.len() >= 0x206 && u32::from_le_bytes([head[0x202], head[0x203], head[0x204], head[0x205]]) == HDRS_MAGIC {
+    if head.len() >= 0x206
+        && u32::from_le_bytes([head[0x202], head[0x203], head[0x204], head[0x205]]) == HDRS_MAGIC
+    {
         return probe_bzimage(path, file_size, head);
     }
     let detail = if file_size == 0 {
@@ -229,9 +231,14 @@ fn probe_bzimage(path: &Path, file_size: u64, head: &[u8]) -> Result<KernelProbe
     let hdr_len = std::mem::size_of::<setup_header>();
     let avail = head.len().saturating_sub(0x1f1).min(hdr_len);
     // setup_header is plain old data read byte for byte from the image.
-    vm_memory::ByteValued::as_mut_slice(&mut hdr)[..avail].copy_from_slice(&head[0x1f1..0x1f1 + avail]);
+    vm_memory::ByteValued::as_mut_slice(&mut hdr)[..avail]
+        .copy_from_slice(&head[0x1f1..0x1f1 + avail]);
     let version = hdr.version;
-    let setup_sects = if hdr.setup_sects == 0 { 4 } else { hdr.setup_sects as u64 };
+    let setup_sects = if hdr.setup_sects == 0 {
+        4
+    } else {
+        hdr.setup_sects as u64
+    };
     let setup_bytes = (setup_sects + 1) * 512;
     // syssize counts 16-byte paragraphs of protected-mode code.
     let expected = setup_bytes + u64::from(hdr.syssize) * 16;
@@ -266,7 +273,12 @@ fn probe_bzimage(path: &Path, file_size: u64, head: &[u8]) -> Result<KernelProbe
     })
 }
 
-fn probe_elf(path: &Path, file: &mut File, file_size: u64, head: &[u8]) -> Result<KernelProbe, LoadError> {
+fn probe_elf(
+    path: &Path,
+    file: &mut File,
+    file_size: u64,
+    head: &[u8],
+) -> Result<KernelProbe, LoadError> {
     let not = |detail: &str| LoadError::NotAKernel {
         path: path.to_path_buf(),
         detail: detail.to_string(),
@@ -288,14 +300,18 @@ fn probe_elf(path: &Path, file: &mut File, file_size: u64, head: &[u8]) -> Resul
     let phentsize = u16::from_le_bytes([head[54], head[55]]) as u64;
     let phnum = u16::from_le_bytes([head[56], head[57]]) as u64;
     if phnum == 0 || phentsize < 56 || phoff.saturating_add(phnum * phentsize) > file_size {
-        return Err(not("its program headers are missing or run past the end of the file"));
+        return Err(not(
+            "its program headers are missing or run past the end of the file",
+        ));
     }
     let mut min_memory = 0u64;
     for i in 0..phnum {
         let mut ph = [0u8; 56];
-        let n = read_at(file, phoff + i * phentsize, &mut ph).map_err(|source| LoadError::KernelRead {
-            path: path.to_path_buf(),
-            source,
+        let n = read_at(file, phoff + i * phentsize, &mut ph).map_err(|source| {
+            LoadError::KernelRead {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         if n < 56 {
             return Err(not("a program header is truncated"));
@@ -347,8 +363,13 @@ pub fn load_kernel(
     };
     match probe.format {
         KernelFormat::BzImage => {
-            let res = BzImage::load(mem, None, &mut file, Some(GuestAddress(layout::HIMEM_START)))
-                .map_err(loader_err)?;
+            let res = BzImage::load(
+                mem,
+                None,
+                &mut file,
+                Some(GuestAddress(layout::HIMEM_START)),
+            )
+            .map_err(loader_err)?;
             let hdr = res.setup_header.or(probe.setup_header);
             let cmdline_max = hdr
                 .map(|h| {
@@ -370,16 +391,18 @@ pub fn load_kernel(
         }
         KernelFormat::Elf => {
             let res = Elf::load(mem, None, &mut file, None).map_err(|e| match e {
-                linux_loader::loader::Error::Elf(linux_loader::loader::elf::Error::InvalidEntryAddress) => {
-                    LoadError::ElfNoEntry {
-                        path: path.to_path_buf(),
-                    }
-                }
+                linux_loader::loader::Error::Elf(
+                    linux_loader::loader::elf::Error::InvalidEntryAddress,
+                ) => LoadError::ElfNoEntry {
+                    path: path.to_path_buf(),
+                },
                 other => loader_err(other),
             })?;
             let (entry, mode) = match res.pvh_boot_cap {
                 PvhBootCapability::PvhEntryPresent(addr) => (addr, EntryMode::Pvh),
-                _ if res.kernel_load.0 >= layout::HIMEM_START => (res.kernel_load, EntryMode::Linux64),
+                _ if res.kernel_load.0 >= layout::HIMEM_START => {
+                    (res.kernel_load, EntryMode::Linux64)
+                }
                 _ => {
                     return Err(LoadError::ElfNoEntry {
                         path: path.to_path_buf(),
@@ -463,4 +486,120 @@ pub fn load_cmdline(mem: &GuestMemoryMmap, cmdline: &str, max: usize) -> Result<
             what: "command line",
             detail: e.to_string(),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vm_memory::GuestMemoryBackend;
+
+    fn fixture(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name)
+    }
+
+    fn memory(bytes: u64) -> GuestMemoryMmap {
+        GuestMemoryMmap::<()>::from_ranges(&crate::bootparams::ram_ranges(bytes)).unwrap()
+    }
+
+    #[test]
+    fn probes_by_content() {
+        let b = probe_kernel(&fixture("mini-bzimage-reset.bin")).unwrap();
+        assert_eq!(b.format, KernelFormat::BzImage);
+        let hdr = b.setup_header.unwrap();
+        assert_eq!({ hdr.version }, 0x020f);
+        assert_eq!({ hdr.code32_start }, 0x100000);
+        let e = probe_kernel(&fixture("mini-pvh.elf")).unwrap();
+        assert_eq!(e.format, KernelFormat::Elf);
+        assert!(e.min_memory > layout::HIMEM_START);
+    }
+
+    #[test]
+    fn loads_bzimage_at_one_mib_with_64bit_entry() {
+        let mem = memory(64 << 20);
+        let k = load_kernel(&mem, &fixture("mini-bzimage-reset.bin"), 64 << 20).unwrap();
+        assert_eq!(k.mode, EntryMode::Linux64);
+        assert_eq!(k.entry, GuestAddress(0x100200));
+        assert_eq!(k.cmdline_max, 2047);
+        // The protected-mode code (file offset 0x400) is at 1 MiB.
+        let file = std::fs::read(fixture("mini-bzimage-reset.bin")).unwrap();
+        let mut got = vec![0u8; 64];
+        mem.read_slice(&mut got, GuestAddress(0x100000)).unwrap();
+        assert_eq!(got, file[0x400..0x440]);
+        assert_eq!(k.end, 0x100000 + (file.len() as u64 - 0x400));
+    }
+
+    #[test]
+    fn loads_pvh_entry_from_note() {
+        let mem = memory(64 << 20);
+        let k = load_kernel(&mem, &fixture("mini-pvh.elf"), 64 << 20).unwrap();
+        assert_eq!(k.mode, EntryMode::Pvh);
+        assert_eq!(k.entry, GuestAddress(0x100000));
+        assert_eq!(k.format, KernelFormat::Elf);
+    }
+
+    #[test]
+    fn rejects_bad_images() {
+        let mem = memory(64 << 20);
+        let err = |name: &str| load_kernel(&mem, &fixture(name), 64 << 20).unwrap_err();
+        assert!(matches!(
+            err("not-a-kernel.bin"),
+            LoadError::NotAKernel { .. }
+        ));
+        assert!(matches!(
+            err("truncated-bzimage.bin"),
+            LoadError::TruncatedBzImage {
+                expected: 1920,
+                actual: 600,
+                ..
+            }
+        ));
+        assert!(matches!(
+            err("mini-noentry.elf"),
+            LoadError::ElfNoEntry { .. }
+        ));
+        assert!(matches!(err("no-such-file"), LoadError::KernelRead { .. }));
+        let msg = err("not-a-kernel.bin").to_string();
+        assert!(
+            msg.contains("not-a-kernel.bin") && msg.contains("bzImage"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn initrd_goes_high_and_page_aligned() {
+        let mem = memory(64 << 20);
+        let k = load_kernel(&mem, &fixture("mini-bzimage-reset.bin"), 64 << 20).unwrap();
+        let i = load_initrd(&mem, &fixture("mini-pvh.elf"), &k, 64 << 20).unwrap();
+        assert_eq!(i.addr % 4096, 0);
+        assert!(i.addr + i.size <= 64 << 20);
+        assert!(i.addr >= k.end);
+        assert_eq!(
+            i.size,
+            std::fs::metadata(fixture("mini-pvh.elf")).unwrap().len()
+        );
+    }
+
+    #[test]
+    fn cmdline_limits() {
+        let mem = memory(64 << 20);
+        load_cmdline(&mem, "console=ttyS0", 2047).unwrap();
+        let mut got = [0u8; 14];
+        mem.read_slice(&mut got, GuestAddress(layout::CMDLINE_START))
+            .unwrap();
+        assert_eq!(&got, b"console=ttyS0\0");
+        assert!(matches!(
+            load_cmdline(&mem, &"x".repeat(2048), 2047),
+            Err(LoadError::CmdlineTooLong {
+                len: 2048,
+                max: 2047
+            })
+        ));
+        assert!(matches!(
+            load_cmdline(&mem, "a\0b", 2047),
+            Err(LoadError::CmdlineInvalid)
+        ));
+        assert!(mem.num_regions() >= 1);
+    }
 }

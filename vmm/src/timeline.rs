@@ -228,7 +228,8 @@ pub fn derive_phases(marks: &[PhaseMark]) -> Vec<Phase> {
     // A kernel-start mark from the guest splits pre-kernel time off, but only
     // when it is a dedicated marker (a console banner comes after the
     // decompressor and early boot, so it would misattribute that time).
-    let kernel_marker = first(&|m: &PhaseMark| is_kernel_start(m) && m.source != MarkSource::Serial);
+    let kernel_marker =
+        first(&|m: &PhaseMark| is_kernel_start(m) && m.source != MarkSource::Serial);
     let user = first(&is_userspace_start);
     let shutdown = named(vmm_marks::GUEST_SHUTDOWN);
     let exit = named(vmm_marks::VMM_EXIT);
@@ -421,17 +422,36 @@ mod tests {
     #[test]
     fn phases_from_debug_port_marks() {
         let marks = boot(vec![
-            mark(&debug_port_mark_name(0x40), MarkSource::DebugPort, 20, Some(0x40)),
-            mark(&debug_port_mark_name(0x60), MarkSource::DebugPort, 70, Some(0x60)),
+            mark(
+                &debug_port_mark_name(0x40),
+                MarkSource::DebugPort,
+                20,
+                Some(0x40),
+            ),
+            mark(
+                &debug_port_mark_name(0x60),
+                MarkSource::DebugPort,
+                70,
+                Some(0x60),
+            ),
         ]);
         let p = derive_phases(&marks);
         let names: Vec<_> = p.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
             names,
-            ["vmm setup", "firmware/boot loader", "kernel", "userspace", "vmm teardown"]
+            [
+                "vmm setup",
+                "firmware/boot loader",
+                "kernel",
+                "userspace",
+                "vmm teardown"
+            ]
         );
         let kernel = &p[2];
-        assert_eq!((kernel.start_ns, kernel.end_ns, kernel.duration_ns), (20, 70, 50));
+        assert_eq!(
+            (kernel.start_ns, kernel.end_ns, kernel.duration_ns),
+            (20, 70, 50)
+        );
         assert_eq!(p[3].duration_ns, 30);
     }
 
@@ -448,7 +468,12 @@ mod tests {
         assert!(p.iter().all(|p| p.name != "firmware/boot loader"));
         // A port marker after a banner still splits the phase.
         let mut with_port = marks.clone();
-        with_port.push(mark(&debug_port_mark_name(0x40), MarkSource::DebugPort, 40, Some(0x40)));
+        with_port.push(mark(
+            &debug_port_mark_name(0x40),
+            MarkSource::DebugPort,
+            40,
+            Some(0x40),
+        ));
         with_port.sort_by_key(|m| m.t_ns);
         let p = derive_phases(&with_port);
         let kernel = p.iter().find(|p| p.name == "kernel").unwrap();
@@ -469,7 +494,10 @@ mod tests {
         assert_eq!(debug_port_mark_name(0x41), "port 0x80: kernel 0x41");
         assert_eq!(debug_port_mark_name(0x7f), "port 0x80: userspace 0x7f");
         assert_eq!(debug_port_mark_name(0x80), "port 0x80: custom 0x80");
-        assert_eq!(boot_time_port_mark_name(6), "port 0xf4: linux_start_kernel (6)");
+        assert_eq!(
+            boot_time_port_mark_name(6),
+            "port 0xf4: linux_start_kernel (6)"
+        );
     }
 
     #[test]

