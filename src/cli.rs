@@ -99,6 +99,10 @@ struct RunArgs {
     /// Do not print the summary table.
     #[arg(long)]
     no_summary: bool,
+    /// Copy the initrd into guest memory instead of mapping it from its file
+    /// (mapping shares page-cache pages between VMs started from one image).
+    #[arg(long)]
+    copy_images: bool,
 }
 
 #[derive(clap::Args)]
@@ -109,7 +113,20 @@ struct LabArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 600.0)]
     timeout: f64,
-    /// The bootscope command to run inside, after `--`.
+    /// Run this program inside instead of bootscope (e.g. /bin/busybox, with
+    /// `sh SCRIPT` as ARGS); it is carried in with its shared libraries.
+    #[arg(long, value_name = "PATH")]
+    exe: Option<PathBuf>,
+    /// Also carry in this program at its own path, with its shared
+    /// libraries (repeatable).
+    #[arg(long = "program", value_name = "PATH")]
+    programs: Vec<PathBuf>,
+    /// Also carry in this file, or this directory with everything in it, at
+    /// its own path (repeatable).
+    #[arg(long = "input", value_name = "PATH")]
+    inputs: Vec<PathBuf>,
+    /// The command to run inside (bootscope's arguments, or the --exe
+    /// program's), after `--`.
     #[arg(last = true, required = true)]
     args: Vec<OsString>,
 }
@@ -309,6 +326,7 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         patterns,
         timeout,
         allow_emulation: args.allow_emulation,
+        map_images: !args.copy_images,
     };
     let report = match vm::run(cfg, recorder.clone()) {
         Ok(r) => r,
@@ -376,10 +394,15 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
             "--timeout must be a positive number of seconds"
         )));
     }
-    let exe = std::env::current_exe().context("cannot find the bootscope executable")?;
+    let exe = match args.exe {
+        Some(exe) => exe,
+        None => std::env::current_exe().context("cannot find the bootscope executable")?,
+    };
     let mut cfg = bootscope_lab::outer::LabConfig::new(exe, args.args);
     cfg.memory_mib = memory >> 20;
     cfg.timeout = Duration::from_secs_f64(args.timeout);
+    cfg.extra_programs = args.programs;
+    cfg.extra_inputs = args.inputs;
     let outcome = bootscope_lab::outer::run_lab(&cfg)?;
     Ok(outcome.exit_code)
 }
@@ -424,6 +447,9 @@ fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
         cmd_lab(LabArgs {
             memory: "2G".into(),
             timeout: 900.0,
+            exe: None,
+            programs: Vec::new(),
+            inputs: Vec::new(),
             args: run_args,
         })
     }

@@ -22,6 +22,7 @@ fn main() {
         patterns: MilestonePattern::defaults(),
         timeout: Some(Duration::from_secs(5)),
         allow_emulation: false,
+        map_images: true,
     };
     match run(cfg, rec) {
         Ok(r) => {

@@ -237,6 +237,7 @@ mod tests {
         let initrd = LoadedInitrd {
             addr: 0x7f00000,
             size: 0x12345,
+            ..Default::default()
         };
         let p = build_zero_page(&kernel(Some(image_hdr)), Some(&initrd), 30, 128 << 20);
         let hdr = p.hdr;
@@ -268,6 +269,7 @@ mod tests {
         let initrd = LoadedInitrd {
             addr: 0x3000000,
             size: 4096,
+            ..Default::default()
         };
         let (info, tail) = pvh_start_info_bytes(Some(&initrd), 64 << 20);
         assert_eq!(info.len(), 56);

@@ -66,10 +66,13 @@ pub struct LoadedKernel {
 }
 
 /// Where the initrd was put.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct LoadedInitrd {
     pub addr: u64,
     pub size: u64,
+    /// True when the guest sees the file's page-cache pages (copy-on-write)
+    /// instead of a copy.
+    pub mapped_from_file: bool,
 }
 
 /// Errors of kernel, initrd and command line loading.
@@ -433,6 +436,7 @@ pub fn load_initrd(
     path: &Path,
     kernel: &LoadedKernel,
     memory_bytes: u64,
+    map_from_file: bool,
 ) -> Result<LoadedInitrd, LoadError> {
     let read_err = |source| LoadError::InitrdRead {
         path: path.to_path_buf(),
@@ -460,12 +464,71 @@ pub fn load_initrd(
         });
     }
     let addr = (top - size) & !0xfff;
+    if map_from_file
+        && size > 0
+        && map_file_over_guest(mem, GuestAddress(addr), &file, size).is_ok()
+    {
+        return Ok(LoadedInitrd {
+            addr,
+            size,
+            mapped_from_file: true,
+        });
+    }
     mem.read_exact_volatile_from(GuestAddress(addr), &mut file, size as usize)
         .map_err(|e| LoadError::GuestWrite {
             what: "initrd",
             detail: e.to_string(),
         })?;
-    Ok(LoadedInitrd { addr, size })
+    Ok(LoadedInitrd {
+        addr,
+        size,
+        mapped_from_file: false,
+    })
+}
+
+/// Maps `len` bytes of `file` (from offset 0) privately over guest memory at
+/// `addr`, so every VM started from the same image shares its page-cache
+/// pages until it writes to them (QEMU measured ~20 MB less per extra VM).
+///
+/// Fails (and the caller copies instead) when the range is not page aligned,
+/// spans two regions, or lies in a mapping that cannot be split, such as
+/// hugetlb memory.
+pub fn map_file_over_guest(
+    mem: &GuestMemoryMmap,
+    addr: GuestAddress,
+    file: &File,
+    len: u64,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use vm_memory::GuestMemoryBackend;
+    if addr.0 % 4096 != 0 {
+        return Err(std::io::Error::other("guest address not page aligned"));
+    }
+    let mapped = len.next_multiple_of(4096) as usize;
+    // The whole range must be one contiguous host mapping.
+    mem.get_slice(addr, mapped)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let host = mem
+        .get_host_address(addr)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    // SAFETY: `host..host+mapped` lies inside one guest region owned by `mem`
+    // (checked above) that no vCPU runs on yet; MAP_FIXED replaces those pages
+    // with a private file mapping of the same protection, keeping the range
+    // valid for as long as `mem` lives.
+    let r = unsafe {
+        libc::mmap(
+            host.cast(),
+            mapped,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_FIXED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if r == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Checks the command line against the kernel's limit and writes it.
@@ -571,7 +634,8 @@ mod tests {
     fn initrd_goes_high_and_page_aligned() {
         let mem = memory(64 << 20);
         let k = load_kernel(&mem, &fixture("mini-bzimage-reset.bin"), 64 << 20).unwrap();
-        let i = load_initrd(&mem, &fixture("mini-pvh.elf"), &k, 64 << 20).unwrap();
+        let i = load_initrd(&mem, &fixture("mini-pvh.elf"), &k, 64 << 20, false).unwrap();
+        assert!(!i.mapped_from_file);
         assert_eq!(i.addr % 4096, 0);
         assert!(i.addr + i.size <= 64 << 20);
         assert!(i.addr >= k.end);
@@ -579,6 +643,27 @@ mod tests {
             i.size,
             std::fs::metadata(fixture("mini-pvh.elf")).unwrap().len()
         );
+    }
+
+    #[test]
+    fn initrd_mapped_from_file_reads_the_same_and_writes_stay_private() {
+        let mem = memory(64 << 20);
+        let k = load_kernel(&mem, &fixture("mini-bzimage-reset.bin"), 64 << 20).unwrap();
+        let path = fixture("mini-bzimage-ports.bin");
+        let i = load_initrd(&mem, &path, &k, 64 << 20, true).unwrap();
+        assert!(i.mapped_from_file);
+        let file = std::fs::read(&path).unwrap();
+        let mut got = vec![0u8; file.len()];
+        mem.read_slice(&mut got, GuestAddress(i.addr)).unwrap();
+        assert_eq!(got, file);
+        // Past the end of the file, the last page reads zeros.
+        let mut tail = [0xffu8; 16];
+        mem.read_slice(&mut tail, GuestAddress(i.addr + file.len() as u64))
+            .unwrap();
+        assert_eq!(tail, [0; 16]);
+        // A guest write does not reach the file.
+        mem.write_slice(b"XXXX", GuestAddress(i.addr)).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), file);
     }
 
     #[test]

@@ -307,6 +307,10 @@ pub struct GuestInfo {
     pub kernel_format: String,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub initrd: Option<String>,
+    /// Whether the initrd was mapped from its file (shared page cache)
+    /// rather than copied.
+    #[serde(default)]
+    pub initrd_mapped_from_file: bool,
     pub cmdline: String,
     pub memory_bytes: u64,
     pub vcpus: u32,

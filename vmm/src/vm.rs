@@ -52,6 +52,8 @@ pub struct VmConfig {
     /// Run a non-PVM guest on a PVM host anyway (slowly, through the
     /// emulator).
     pub allow_emulation: bool,
+    /// Map the initrd from its file (shared page cache) instead of copying.
+    pub map_images: bool,
 }
 
 /// Configuration errors: bad input, reported with exit status 2.
@@ -219,7 +221,8 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
         loader::load_kernel(&mem, &cfg.kernel, cfg.memory_bytes).map_err(ConfigError::from)?;
     let initrd = match &cfg.initrd {
         Some(p) => Some(
-            loader::load_initrd(&mem, p, &kernel, cfg.memory_bytes).map_err(ConfigError::from)?,
+            loader::load_initrd(&mem, p, &kernel, cfg.memory_bytes, cfg.map_images)
+                .map_err(ConfigError::from)?,
         ),
         None => None,
     };
@@ -410,6 +413,7 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
                 KernelFormat::Elf => "elf".into(),
             },
             initrd: cfg.initrd.as_ref().map(|p| p.display().to_string()),
+            initrd_mapped_from_file: initrd.is_some_and(|i| i.mapped_from_file),
             cmdline: cfg.cmdline.clone(),
             memory_bytes: cfg.memory_bytes,
             vcpus: cfg.vcpus,

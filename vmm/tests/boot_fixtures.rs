@@ -64,6 +64,7 @@ fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
         patterns: MilestonePattern::defaults(),
         timeout: Some(Duration::from_secs(20)),
         allow_emulation: false,
+        map_images: true,
     }
 }
 
