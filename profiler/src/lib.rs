@@ -1,4 +1,6 @@
-//! eBPF profiler (exit reasons, page faults, thread placement, NUMA locality).
+//! bootscope's profiler: eBPF programs (bpf/) loaded with aya, aggregated in
+//! the kernel, read into a [`profile::Profile`], and exported.
 //!
-//! Not built yet: tracked by the profiler issue. The crate exists so the
-//! workspace layout matches the architecture (`vmm` never depends on it).
+//! The crate knows nothing of terminals: the TUI only draws what it produces.
+
+pub mod profile;

@@ -1,0 +1,301 @@
+//! The profile document: one definition, versioned, shared by the collector,
+//! the exporters and the TUI. Documented in docs/profile-schema.md.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Value of the `schema` field.
+pub const PROFILE_SCHEMA_NAME: &str = "bootscope.profile";
+/// Bump on any incompatible change.
+pub const PROFILE_SCHEMA_VERSION: u32 = 1;
+
+/// A whole profile (`bootscope profile --output FILE`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub schema: String,
+    pub version: u32,
+    pub target: Target,
+    pub host: HostInfo,
+    /// Nanoseconds the profile covers (profiling start to end).
+    pub duration_ns: u64,
+    /// Every data source tried, whether it worked, and what it counted.
+    pub sources: Vec<DataSource>,
+    pub exits: ExitProfile,
+    pub page_faults: PageFaultProfile,
+    pub threads: Vec<ThreadProfile>,
+    pub numa: NumaProfile,
+    /// Boot phase marks (t_ns since profiling start).
+    pub marks: Vec<Mark>,
+    /// Intervals between marks (same names as the VMM timeline's phases).
+    pub phases: Vec<PhaseSpan>,
+    /// Cumulative counters sampled over time, for counter tracks and rates.
+    pub samples: Vec<Sample>,
+    /// Events the kernel could not hand over (ring buffer full); never
+    /// silently dropped.
+    pub lost_events: u64,
+}
+
+/// What was profiled.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    /// `command`, `pid` or `self` (bootscope's own VMM).
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    pub pid: u32,
+    /// Process name (comm).
+    pub name: String,
+    /// Exit status of a launched command, if it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+/// The host it ran on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostInfo {
+    /// `vmx`, `svm`, `pvm` or `none`.
+    pub kvm: String,
+    pub kernel_release: String,
+    pub cpus: u32,
+    pub numa_nodes: Vec<NumaNode>,
+}
+
+/// A host NUMA node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NumaNode {
+    pub id: u32,
+    pub cpus: Vec<u32>,
+}
+
+/// One data source.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DataSource {
+    /// e.g. `tracepoint:kvm:kvm_exit`, `kvm_stats`, `procfs`, `vmm`.
+    pub name: String,
+    /// `attached`, `fallback`, `missing` or `failed`.
+    pub status: String,
+    /// Why, when not plainly attached.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+    /// Events it delivered.
+    pub events: u64,
+}
+
+/// A log2 histogram bucket: `count` values in `[lo_ns, hi_ns)`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistBucket {
+    pub lo_ns: u64,
+    pub hi_ns: u64,
+    pub count: u64,
+}
+
+/// Exits of one reason.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExitReasonStat {
+    /// Human name (`io`, `npf`, `EPT_VIOLATION`, `pio_write 0x3f8`, ...).
+    pub reason: String,
+    /// Raw code as the source reports it.
+    pub code: u64,
+    pub count: u64,
+    /// Sum of exit latencies (exit to next entry), when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_total_ns: Option<u64>,
+    /// Latency histogram, when measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latency_hist: Vec<HistBucket>,
+}
+
+/// Exits by reason, vCPU and phase.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExitProfile {
+    /// The source the reasons come from (`tracepoint:kvm:kvm_exit`, or the
+    /// PVM fallback `tracepoint:kvm:kvm_userspace_exit+kvm_pio+...`).
+    pub source: String,
+    /// Reason namespace: `svm`, `vmx`, `userspace` (fallback) or `unknown`.
+    pub isa: String,
+    pub total: u64,
+    pub by_reason: Vec<ExitReasonStat>,
+    pub by_vcpu: Vec<VcpuExits>,
+    pub by_phase: Vec<PhaseExits>,
+    /// KVM's own exit count for the same VM(s), for cross-checking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_stats_exits: Option<u64>,
+}
+
+/// Exits of one vCPU.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct VcpuExits {
+    pub vcpu: u32,
+    #[serde(default)]
+    pub tid: u32,
+    pub by_reason: BTreeMap<String, u64>,
+}
+
+/// Exits during one boot phase.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseExits {
+    pub phase: String,
+    pub by_reason: BTreeMap<String, u64>,
+}
+
+/// Page faults.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PageFaultProfile {
+    /// Guest-side faults (KVM MMU: NPF/EPT violations).
+    pub guest_total: u64,
+    /// Host-side faults of the target's threads.
+    pub host_total: u64,
+    pub by_thread: Vec<ThreadFaults>,
+    pub by_phase: Vec<PhaseFaults>,
+    /// Host fault latency histogram, when measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_latency_hist: Vec<HistBucket>,
+}
+
+/// Faults of one thread.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadFaults {
+    pub tid: u32,
+    pub name: String,
+    pub guest: u64,
+    pub host: u64,
+}
+
+/// Faults in one phase.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseFaults {
+    pub phase: String,
+    pub guest: u64,
+    pub host: u64,
+}
+
+/// Time a thread spent on one CPU.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuResidency {
+    pub cpu: u32,
+    pub node: u32,
+    pub run_ns: u64,
+}
+
+/// One thread of the target, short-lived ones included.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadProfile {
+    pub tid: u32,
+    pub name: String,
+    /// `vcpu`, `prealloc`, `main` or `other`, from the name.
+    pub role: String,
+    /// First and last time seen (ns since profiling start).
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub cpus: Vec<CpuResidency>,
+    /// Nodes of the CPUs it ran on.
+    pub nodes: Vec<u32>,
+    /// Pages it allocated, and how many landed on the node of the CPU that
+    /// allocated them.
+    pub pages_allocated: u64,
+    pub pages_local: u64,
+    pub pages_remote: u64,
+}
+
+/// Where the target's pages landed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NumaProfile {
+    pub pages_local: u64,
+    pub pages_remote: u64,
+    pub by_node: Vec<NodeLocality>,
+}
+
+/// Pages that landed on one node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeLocality {
+    pub node: u32,
+    pub pages_local: u64,
+    pub pages_remote: u64,
+}
+
+/// A boot phase mark.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Mark {
+    pub name: String,
+    /// `vmm`, `debug_port`, `boot_time_port`, `boot_timer`, `serial`.
+    pub source: String,
+    pub t_ns: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<u64>,
+}
+
+/// A boot phase.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseSpan {
+    pub name: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// Cumulative counters at one instant.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    pub t_ns: u64,
+    pub exits_total: u64,
+    pub exits_by_reason: BTreeMap<String, u64>,
+    pub guest_faults: u64,
+    pub host_faults: u64,
+}
+
+/// Errors reading a profile file.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileReadError {
+    /// The file cannot be read.
+    #[error("cannot read profile {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not JSON, or not a profile.
+    #[error("{path} is not a bootscope profile: {detail}")]
+    Malformed { path: String, detail: String },
+    /// A profile of another version.
+    #[error("{path} is a version {found} profile; this bootscope reads version {PROFILE_SCHEMA_VERSION}")]
+    Version { path: String, found: u64 },
+}
+
+impl Profile {
+    /// An empty profile with the schema fields set.
+    pub fn new() -> Self {
+        Self {
+            schema: PROFILE_SCHEMA_NAME.into(),
+            version: PROFILE_SCHEMA_VERSION,
+            ..Default::default()
+        }
+    }
+
+    /// Reads and checks a profile file.
+    pub fn read(path: &std::path::Path) -> Result<Self, ProfileReadError> {
+        let p = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| ProfileReadError::Io {
+            path: p.clone(),
+            source,
+        })?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| ProfileReadError::Malformed {
+                path: p.clone(),
+                detail: e.to_string(),
+            })?;
+        if v.get("schema").and_then(|s| s.as_str()) != Some(PROFILE_SCHEMA_NAME) {
+            return Err(ProfileReadError::Malformed {
+                path: p,
+                detail: format!("its \"schema\" field is not \"{PROFILE_SCHEMA_NAME}\""),
+            });
+        }
+        let found = v.get("version").and_then(|s| s.as_u64()).unwrap_or(0);
+        if found != u64::from(PROFILE_SCHEMA_VERSION) {
+            return Err(ProfileReadError::Version { path: p, found });
+        }
+        serde_json::from_value(v).map_err(|e| ProfileReadError::Malformed {
+            path: p,
+            detail: e.to_string(),
+        })
+    }
+}
