@@ -56,6 +56,22 @@ enum Command {
         #[arg(long)]
         timeline: Option<PathBuf>,
     },
+    /// Convert a profile or a boot timeline to JSON, CSV, Prometheus text or
+    /// a Chrome trace for ui.perfetto.dev (docs/export.md).
+    Export {
+        /// Output format.
+        #[arg(long, value_parser = bootscope_profiler::export::FORMAT_NAMES)]
+        format: String,
+        /// CSV table (with --format csv; default exits).
+        #[arg(long, value_parser = bootscope_profiler::export::CSV_TABLE_NAMES)]
+        table: Option<String>,
+        /// Write to this file (atomically) instead of standard output.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// A profile (bootscope profile --output) or a boot timeline
+        /// (bootscope run --timeline).
+        input: PathBuf,
+    },
 }
 
 #[derive(clap::Args, Clone)]
@@ -167,6 +183,12 @@ pub fn main() -> i32 {
         Command::Doctor { json } => cmd_doctor(json),
         Command::Lab(args) => cmd_lab(args),
         Command::Demo { timeline } => cmd_demo(timeline, clock),
+        Command::Export {
+            format,
+            table,
+            output,
+            input,
+        } => cmd_export(&format, table.as_deref(), output.as_deref(), &input),
     };
     match result {
         Ok(code) => code,
@@ -453,6 +475,39 @@ fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
             args: run_args,
         })
     }
+}
+
+fn cmd_export(
+    format: &str,
+    table: Option<&str>,
+    output: Option<&Path>,
+    input: &Path,
+) -> Result<i32, Failure> {
+    use bootscope_profiler::export;
+    // The library's messages already include their causes: print them once.
+    let bad_input = |e: &dyn std::fmt::Display| usage(anyhow::anyhow!("{e}"));
+    let format = export::Format::parse(format, table).map_err(|e| bad_input(&e))?;
+    if let Some(o) = output {
+        check_output_path("--output", o).map_err(usage)?;
+    }
+    let (profile, _) = export::read_input(input).map_err(|e| bad_input(&e))?;
+    let text = export::render(&profile, format);
+    match output {
+        Some(path) => write_atomically(path, text.as_bytes())?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                // A reader that stops early (`| head`) is not an error.
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    return Err(anyhow::Error::new(e)
+                        .context("cannot write to standard output")
+                        .into())
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(0)
 }
 
 #[cfg(test)]

@@ -166,8 +166,17 @@ pub enum LabError {
         library: String,
     },
 
+    /// An extra program to carry into the lab is unusable.
+    #[error("the extra lab program {} cannot be carried into the lab: {reason}", path.display())]
+    ProgramMissing {
+        /// The configured program.
+        path: PathBuf,
+        /// Why it is unusable.
+        reason: String,
+    },
+
     /// An extra input file does not exist.
-    #[error("lab input file {} does not exist or is not a regular file", path.display())]
+    #[error("lab input {} does not exist or is neither a regular file nor a directory", path.display())]
     InputMissing {
         /// The configured input.
         path: PathBuf,

@@ -3,10 +3,11 @@
 //!
 //! The outer guest's initramfs holds static busybox, the KVM modules of the
 //! host's Debian kernel, the program (as `/bin/bootscope`) with its shared
-//! libraries at their host paths, and every input file at its host path, so
-//! arguments naming files need no rewriting. The guest's first serial port
-//! is its console and streams live to the caller; the second carries the
-//! exit code and the output files back (see the `transport` module).
+//! libraries at their host paths, any extra programs (with their libraries)
+//! and every input file at its host path, so arguments naming files need no
+//! rewriting. The guest's first serial port is its console and streams live
+//! to the caller; the second carries the exit code and the output files back
+//! (see the `transport` module).
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
@@ -73,8 +74,16 @@ pub struct LabConfig {
     pub qemu: PathBuf,
     /// Upper bound on the whole run; QEMU is killed when it is exceeded.
     pub timeout: Duration,
-    /// More files to carry into the guest at their host paths.
+    /// More files to carry into the guest at their host paths. A directory
+    /// is carried with everything in it, recursively; symbolic links in it
+    /// are followed (the guest gets the files they point to) and links that
+    /// point nowhere are skipped.
     pub extra_inputs: Vec<PathBuf>,
+    /// More programs to carry into the guest at their host paths, each with
+    /// its shared libraries and dynamic loader (as for the main program), so
+    /// the main program (for example a script run by busybox) can start
+    /// them by their host paths.
+    pub extra_programs: Vec<PathBuf>,
 }
 
 impl LabConfig {
@@ -93,6 +102,7 @@ impl LabConfig {
             qemu: PathBuf::from("qemu-system-x86_64"),
             timeout: Self::DEFAULT_TIMEOUT,
             extra_inputs: Vec::new(),
+            extra_programs: Vec::new(),
         }
     }
 }
@@ -143,6 +153,9 @@ pub struct ArgPlan {
 ///   directory, and leaving it alone means a subcommand word that happens
 ///   to match a file name is never changed. Other relative paths become
 ///   absolute (canonical if they contain `..`).
+///
+/// `extra_inputs` must exist; a directory among them is carried in with
+/// all the files under it (see [`LabConfig::extra_inputs`]).
 ///
 /// Host files under `/proc`, `/sys` and `/dev` are not carried in: the
 /// guest kernel provides its own.
@@ -208,6 +221,26 @@ pub fn plan_arguments(args: &[OsString], extra_inputs: &[PathBuf], cwd: &Path) -
         }
     }
     for extra in extra_inputs {
+        let host = if extra.is_absolute() {
+            extra.clone()
+        } else {
+            cwd.join(extra)
+        };
+        if fs::metadata(&host).map(|m| m.is_dir()).unwrap_or(false) {
+            let (guest_dir, _) = guest_location(extra.as_os_str(), cwd, &host)?;
+            if GUEST_PSEUDO_DIRS
+                .iter()
+                .any(|dir| guest_dir.starts_with(dir))
+            {
+                continue;
+            }
+            let mut files = Vec::new();
+            directory_inputs(&host, &guest_dir, &mut HashSet::new(), &mut files)?;
+            for input in files {
+                add_input(&mut plan, input);
+            }
+            continue;
+        }
         match input_for(extra.as_os_str(), cwd)? {
             Some((input, _)) => add_input(&mut plan, input),
             None => {
@@ -218,6 +251,81 @@ pub fn plan_arguments(args: &[OsString], extra_inputs: &[PathBuf], cwd: &Path) -
         }
     }
     Ok(plan)
+}
+
+/// Adds every regular file under the host directory `host_dir` to `out`, at
+/// the same relative path under `guest_dir`, in name order.
+///
+/// Symbolic links are followed, so the guest gets the files they point to
+/// (even outside the directory); links that point nowhere, and special
+/// files such as sockets, are skipped. `visited` holds the canonical paths
+/// of the directories already walked, so a link back up the tree ends the
+/// walk there instead of looping.
+fn directory_inputs(
+    host_dir: &Path,
+    guest_dir: &Path,
+    visited: &mut HashSet<PathBuf>,
+    out: &mut Vec<InputFile>,
+) -> Result<()> {
+    let canonical = fs::canonicalize(host_dir).map_err(|e| LabError::io("resolve", host_dir, e))?;
+    if !visited.insert(canonical) {
+        return Ok(());
+    }
+    let mut names: Vec<OsString> = fs::read_dir(host_dir)
+        .map_err(|e| LabError::io("list", host_dir, e))?
+        .map(|entry| entry.map(|e| e.file_name()))
+        .collect::<io::Result<_>>()
+        .map_err(|e| LabError::io("list", host_dir, e))?;
+    names.sort();
+    for name in names {
+        let host = host_dir.join(&name);
+        let guest = guest_dir.join(&name);
+        // `metadata` follows links; a dangling link has none.
+        let Ok(meta) = fs::metadata(&host) else {
+            continue;
+        };
+        if meta.is_dir() {
+            directory_inputs(&host, &guest, visited, out)?;
+        } else if meta.is_file() {
+            out.push(InputFile { host, guest });
+        }
+    }
+    Ok(())
+}
+
+/// The programs of [`LabConfig::extra_programs`] as files to carry in at
+/// their host paths (relative paths are taken from `cwd`).
+pub fn plan_programs(programs: &[PathBuf], cwd: &Path) -> Result<Vec<InputFile>> {
+    let mut planned: Vec<InputFile> = Vec::with_capacity(programs.len());
+    for program in programs {
+        let missing = |reason: &str| LabError::ProgramMissing {
+            path: program.clone(),
+            reason: reason.to_string(),
+        };
+        if program.as_os_str().as_bytes().contains(&0) {
+            return Err(missing("its path contains a NUL byte"));
+        }
+        let host = if program.is_absolute() {
+            program.clone()
+        } else {
+            cwd.join(program)
+        };
+        match fs::metadata(&host) {
+            Ok(meta) if meta.is_file() => {}
+            Ok(_) => return Err(missing("it is not a regular file")),
+            Err(e) => return Err(missing(&e.to_string())),
+        }
+        let (guest, _) = guest_location(program.as_os_str(), cwd, &host)?;
+        if GUEST_PSEUDO_DIRS.iter().any(|dir| guest.starts_with(dir)) {
+            return Err(missing(
+                "it lives under /proc, /sys or /dev, which the guest kernel provides",
+            ));
+        }
+        if !planned.iter().any(|p| p.guest == guest) {
+            planned.push(InputFile { host, guest });
+        }
+    }
+    Ok(planned)
 }
 
 /// Records an output flag's value and returns it as the guest should see it.
@@ -252,6 +360,19 @@ fn input_for(value: &OsStr, cwd: &Path) -> Result<Option<(InputFile, OsString)>>
     if !fs::metadata(&host).map(|m| m.is_file()).unwrap_or(false) {
         return Ok(None);
     }
+    let (guest, rewritten) = guest_location(value, cwd, &host)?;
+    if GUEST_PSEUDO_DIRS.iter().any(|dir| guest.starts_with(dir)) {
+        return Ok(None);
+    }
+    Ok(Some((InputFile { host, guest }, rewritten)))
+}
+
+/// Where the existing host file or directory `host`, named `value` relative
+/// to `cwd`, goes in the guest, and what an argument naming it becomes:
+/// clean absolute paths and bare names stay as they are, paths with `..`
+/// become canonical, other relative paths become absolute.
+fn guest_location(value: &OsStr, cwd: &Path, host: &Path) -> Result<(PathBuf, OsString)> {
+    let path = Path::new(value);
     let bare_name = matches!(
         path.components().collect::<Vec<_>>().as_slice(),
         [Component::Normal(_)]
@@ -261,16 +382,13 @@ fn input_for(value: &OsStr, cwd: &Path) -> Result<Option<(InputFile, OsString)>>
     } else if bare_name {
         (cwd.join(path), value.to_os_string())
     } else if path.components().any(|c| matches!(c, Component::ParentDir)) {
-        let canonical = fs::canonicalize(&host).map_err(|e| LabError::io("resolve", &host, e))?;
+        let canonical = fs::canonicalize(host).map_err(|e| LabError::io("resolve", host, e))?;
         (canonical.clone(), canonical.into_os_string())
     } else {
         let absolute = util::absolute_lexical(cwd, path);
         (absolute.clone(), absolute.into_os_string())
     };
-    if GUEST_PSEUDO_DIRS.iter().any(|dir| guest.starts_with(dir)) {
-        return Ok(None);
-    }
-    Ok(Some((InputFile { host, guest }, rewritten)))
+    Ok((guest, rewritten))
 }
 
 /// Checks that this host can run the lab with `qemu`: QEMU, a Debian
@@ -348,11 +466,18 @@ pub fn run_lab_with_console(
     let cwd = std::env::current_dir()
         .map_err(|e| LabError::io("determine", "the current directory", e))?;
     let plan = plan_arguments(&cfg.args, &cfg.extra_inputs, &cwd)?;
+    let programs = plan_programs(&cfg.extra_programs, &cwd)?;
 
     let tmp = TempDir::new("lab")?;
     let archive = tmp.path().join("outer.cpio");
-    let archive_len =
-        build_outer_initramfs(&archive, &kernel, &busybox, &cfg.bootscope_exe, &plan)?;
+    let archive_len = build_outer_initramfs(
+        &archive,
+        &kernel,
+        &busybox,
+        &cfg.bootscope_exe,
+        &programs,
+        &plan,
+    )?;
     let archive_mib = archive_len.div_ceil(1 << 20);
     if archive_mib * 2 + 256 > cfg.memory_mib {
         return Err(LabError::NotEnoughMemory {
@@ -689,6 +814,7 @@ fn build_outer_initramfs(
     kernel: &DebianKernel,
     busybox: &Path,
     exe: &Path,
+    programs: &[InputFile],
     plan: &ArgPlan,
 ) -> Result<u64> {
     let modules = kvm_modules(kernel)?;
@@ -733,6 +859,7 @@ fn build_outer_initramfs(
         cpio.add_file_bytes(&module.guest, &module.contents, 0o644)?;
         taken.insert(module.guest.clone(), Occupant::Fixed("a kernel module"));
     }
+    add_programs(&mut cpio, &mut taken, programs)?;
     for input in &plan.inputs {
         let conflict = |existing: String| LabError::InputConflict {
             host: input.host.clone(),
@@ -768,6 +895,56 @@ fn build_outer_initramfs(
     let mut writer = cpio.finish()?;
     writer.flush().map_err(|e| LabError::io("write", path, e))?;
     Ok(len)
+}
+
+/// Adds the extra programs at their guest paths, each with the shared
+/// libraries and dynamic loader it needs (the ones already in the archive
+/// are shared).
+fn add_programs<W: Write>(
+    cpio: &mut Builder<W>,
+    taken: &mut HashMap<PathBuf, Occupant>,
+    programs: &[InputFile],
+) -> Result<()> {
+    for program in programs {
+        let key = host_key(&program.host);
+        match taken.get(&program.guest) {
+            None => {}
+            Some(Occupant::HostFile(existing)) if *existing == key => {}
+            Some(occupant) => {
+                let existing = match occupant {
+                    Occupant::Command => "busybox or one of its command links".to_string(),
+                    Occupant::HostFile(existing) => existing.clone(),
+                    Occupant::Fixed(what) => (*what).to_string(),
+                };
+                return Err(LabError::InputConflict {
+                    host: program.host.clone(),
+                    guest: program.guest.clone(),
+                    existing,
+                });
+            }
+        }
+        if !cpio.contains(&program.guest) {
+            match cpio.add_file_from_host(&program.guest, &program.host, 0o755) {
+                Ok(()) => {}
+                Err(LabError::CpioName { .. }) => {
+                    return Err(LabError::InputConflict {
+                        host: program.host.clone(),
+                        guest: program.guest.clone(),
+                        existing: "a file or directory the lab itself needs".into(),
+                    })
+                }
+                Err(e) => return Err(e),
+            }
+            taken.insert(program.guest.clone(), Occupant::HostFile(key));
+        }
+        for lib in shared_libraries(&program.host)? {
+            if !cpio.contains(&lib) {
+                cpio.add_file_from_host(&lib, &lib, 0o755)?;
+                taken.insert(lib.clone(), Occupant::HostFile(host_key(&lib)));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What the lab put at a guest path.
@@ -1279,6 +1456,135 @@ mod tests {
         // /proc files are the guest kernel's business.
         let proc_arg = plan_arguments(&os(&["/proc/self/status"]), &[], &cwd).unwrap();
         assert!(proc_arg.inputs.is_empty());
+    }
+
+    #[test]
+    fn directory_inputs_are_carried_recursively() {
+        let dir = TempDir::new("plan-dir-test").unwrap();
+        let cwd = dir.path().join("work");
+        let data = cwd.join("data");
+        fs::create_dir_all(data.join("sub/deeper")).unwrap();
+        fs::write(data.join("a.rom"), b"a").unwrap();
+        fs::write(data.join("sub/b.bin"), b"b").unwrap();
+        fs::write(data.join("sub/deeper/c"), b"c").unwrap();
+        let outside = dir.path().join("outside.bin");
+        fs::write(&outside, b"o").unwrap();
+        use std::os::unix::fs::symlink;
+        symlink("a.rom", data.join("alias.rom")).unwrap();
+        symlink(&outside, data.join("sub/outside.bin")).unwrap();
+        symlink("missing", data.join("dangling")).unwrap();
+        // Links back up the tree must not make the walk loop.
+        symlink("..", data.join("sub/up")).unwrap();
+        symlink(".", data.join("self")).unwrap();
+
+        let plan = plan_arguments(&[], &[PathBuf::from("data")], &cwd).unwrap();
+        let got: Vec<(PathBuf, PathBuf)> = plan
+            .inputs
+            .iter()
+            .map(|i| (i.host.clone(), i.guest.clone()))
+            .collect();
+        let host = |rel: &str| cwd.join("data").join(rel);
+        let guest = |rel: &str| cwd.join("data").join(rel);
+        assert_eq!(
+            got,
+            vec![
+                (host("a.rom"), guest("a.rom")),
+                (host("alias.rom"), guest("alias.rom")),
+                (host("sub/b.bin"), guest("sub/b.bin")),
+                (host("sub/deeper/c"), guest("sub/deeper/c")),
+                (host("sub/outside.bin"), guest("sub/outside.bin")),
+            ]
+        );
+        assert!(plan.args.is_empty() && plan.outputs.is_empty());
+
+        // An absolute directory keeps its path; a file inside it named as an
+        // argument too is carried once.
+        let abs = plan_arguments(
+            &[data.join("a.rom").into_os_string()],
+            std::slice::from_ref(&data),
+            &cwd,
+        )
+        .unwrap();
+        assert_eq!(abs.inputs.len(), 5);
+        assert_eq!(abs.inputs[0].guest, data.join("a.rom"));
+        // Directories under /proc, /sys and /dev stay the guest kernel's.
+        let sys = plan_arguments(&[], &[PathBuf::from("/sys/kernel")], &cwd).unwrap();
+        assert!(sys.inputs.is_empty());
+    }
+
+    #[test]
+    fn extra_programs_are_planned() {
+        let dir = TempDir::new("plan-programs-test").unwrap();
+        let cwd = dir.path().to_path_buf();
+        fs::create_dir_all(cwd.join("bin")).unwrap();
+        fs::write(cwd.join("bin/tool"), b"#!/bin/sh\n").unwrap();
+        let planned = plan_programs(
+            &[
+                PathBuf::from("bin/tool"),
+                cwd.join("bin/tool"),
+                PathBuf::from("/bin/busybox"),
+            ],
+            &cwd,
+        );
+        if !Path::new("/bin/busybox").is_file() {
+            assert!(matches!(planned, Err(LabError::ProgramMissing { .. })));
+            return;
+        }
+        let planned = planned.unwrap();
+        assert_eq!(
+            planned,
+            vec![
+                InputFile {
+                    host: cwd.join("bin/tool"),
+                    guest: cwd.join("bin/tool"),
+                },
+                InputFile {
+                    host: PathBuf::from("/bin/busybox"),
+                    guest: PathBuf::from("/bin/busybox"),
+                },
+            ]
+        );
+        for bad in [cwd.join("missing"), cwd.join("bin")] {
+            let err = plan_programs(std::slice::from_ref(&bad), &cwd).unwrap_err();
+            assert!(matches!(err, LabError::ProgramMissing { .. }), "{err}");
+            assert!(err.to_string().contains(&*bad.to_string_lossy()), "{err}");
+        }
+    }
+
+    #[test]
+    fn extra_programs_bring_their_libraries() {
+        // The test binary itself is dynamically linked on Debian.
+        let me = std::env::current_exe().unwrap();
+        let programs = plan_programs(std::slice::from_ref(&me), Path::new("/")).unwrap();
+        let mut cpio = Builder::new(Vec::new());
+        let mut taken = HashMap::new();
+        add_programs(&mut cpio, &mut taken, &programs).unwrap();
+        // Adding the same program again is harmless.
+        add_programs(&mut cpio, &mut taken, &programs).unwrap();
+        let bytes = cpio.finish().unwrap();
+        let entries = crate::cpio::read_entries(&bytes).unwrap();
+        let find = |p: &Path| {
+            let rel = p.strip_prefix("/").unwrap();
+            entries.iter().find(|e| e.name == rel)
+        };
+        let exe = find(&me).expect("the program is in the archive");
+        assert_eq!(exe.mode, 0o100755);
+        assert_eq!(exe.data.len() as u64, fs::metadata(&me).unwrap().len());
+        let Linkage::Dynamic(interp) = elf::linkage(&me).unwrap() else {
+            panic!("the test binary should be dynamically linked");
+        };
+        assert!(find(&interp).is_some(), "the dynamic loader is missing");
+        for lib in shared_libraries(&me).unwrap() {
+            assert!(find(&lib).is_some(), "{} is missing", lib.display());
+        }
+
+        // A path the lab already uses for something else is a conflict.
+        let mut cpio = Builder::new(Vec::new());
+        let mut taken = HashMap::new();
+        taken.insert(me.clone(), Occupant::Fixed("a kernel module"));
+        let err = add_programs(&mut cpio, &mut taken, &programs).unwrap_err();
+        assert!(matches!(err, LabError::InputConflict { .. }), "{err}");
+        assert!(err.to_string().contains("a kernel module"), "{err}");
     }
 
     #[test]

@@ -3,4 +3,5 @@
 //!
 //! The crate knows nothing of terminals: the TUI only draws what it produces.
 
+pub mod export;
 pub mod profile;

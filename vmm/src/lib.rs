@@ -12,6 +12,7 @@ pub mod host;
 pub mod kvm_stats;
 pub mod layout;
 pub mod loader;
+pub mod memory;
 pub mod sandbox;
 pub mod timeline;
 pub mod vm;

@@ -94,7 +94,7 @@ impl IdSet {
     }
 
     /// Largest member.
-    pub fn max(&self) -> Option<u32> {
+    pub fn highest(&self) -> Option<u32> {
         self.0.last().copied()
     }
 
@@ -190,7 +190,10 @@ mod tests {
             assert!(e.to_string().contains("0-3,8"), "{e}");
         }
         let e = IdSet::parse("0-4000000000").unwrap_err();
-        assert!(matches!(e, SpecError::IdTooLarge { id: 4000000000, .. }), "{e}");
+        assert!(
+            matches!(e, SpecError::IdTooLarge { id: 4000000000, .. }),
+            "{e}"
+        );
     }
 
     #[test]
@@ -199,7 +202,10 @@ mod tests {
             assert_eq!(IdSet::parse(s).unwrap().to_string(), s);
         }
         assert_eq!(IdSet::parse("3,2,1,0,7").unwrap().to_string(), "0-3,7");
-        assert_eq!(serde_json::to_string(&IdSet::parse("0-2,4").unwrap()).unwrap(), "\"0-2,4\"");
+        assert_eq!(
+            serde_json::to_string(&IdSet::parse("0-2,4").unwrap()).unwrap(),
+            "\"0-2,4\""
+        );
     }
 
     #[test]
@@ -210,7 +216,7 @@ mod tests {
         assert_eq!(a.intersection(&b).to_string(), "2-3");
         assert!(IdSet::parse("1-2").unwrap().is_subset(&a));
         assert!(!b.is_subset(&a));
-        assert_eq!(b.max(), Some(5));
+        assert_eq!(b.highest(), Some(5));
         let mut c = a.clone();
         c.extend(&b);
         assert_eq!(c.to_string(), "0-5");

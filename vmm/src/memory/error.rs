@@ -11,7 +11,9 @@ use super::spec::{human_size, HugePageSize, Policy};
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     /// A CPU or node list with a malformed item.
-    #[error("{list:?}: {item:?} is not a number or a low-high range; write lists like 0-3,8,10-11")]
+    #[error(
+        "{list:?}: {item:?} is not a number or a low-high range; write lists like 0-3,8,10-11"
+    )]
     BadIdList { list: String, item: String },
     /// A CPU or node number beyond any real host.
     #[error("{list:?}: {id} is larger than any CPU or node number (at most {MAX_ID})")]
@@ -48,8 +50,12 @@ pub enum TopologyError {
     Parse { path: PathBuf, why: String },
 }
 
-fn on_node(node: &Option<u32>) -> String {
-    node.map(|n| format!(" on host node {n}")).unwrap_or_default()
+fn on_nodes(nodes: &Option<NodeSet>) -> String {
+    match nodes {
+        Some(n) if n.len() == 1 => format!(" on host node {n}"),
+        Some(n) => format!(" on host nodes {n}"),
+        None => String::new(),
+    }
 }
 
 fn boot_hint(size: &HugePageSize) -> &'static str {
@@ -109,18 +115,28 @@ pub enum PlanError {
     EmptyCpuList { what: String },
     /// CPUs that are absent or offline.
     #[error("{what} names CPUs {cpus} that do not exist or are offline on this host; online CPUs are {online}")]
-    CpusNotOnline { what: String, cpus: CpuSet, online: CpuSet },
+    CpusNotOnline {
+        what: String,
+        cpus: CpuSet,
+        online: CpuSet,
+    },
     /// Host nodes that are absent or offline.
     #[error(
         "--numa node={guest_node}: host node {nodes} does not exist or is offline; online host nodes are {online} \
          (see /sys/devices/system/node/online)"
     )]
-    HostNodeMissing { guest_node: u32, nodes: NodeSet, online: NodeSet },
+    HostNodeMissing {
+        guest_node: u32,
+        nodes: NodeSet,
+        online: NodeSet,
+    },
     /// `host-nodes=` on a kernel without NUMA.
     #[error("--numa node={guest_node}: host-nodes= needs a kernel with NUMA support, and this host has none; drop host-nodes=")]
     NumaUnavailable { guest_node: u32 },
     /// `policy=` without `host-nodes=`.
-    #[error("--numa node={guest_node}: policy={policy} needs host-nodes=LIST to say which host nodes")]
+    #[error(
+        "--numa node={guest_node}: policy={policy} needs host-nodes=LIST to say which host nodes"
+    )]
     PolicyWithoutHostNodes { guest_node: u32, policy: Policy },
     /// `policy=preferred` with several nodes.
     #[error("--numa node={guest_node}: policy=preferred takes one host node, not {nodes}; use bind or interleave for several")]
@@ -144,11 +160,12 @@ pub enum PlanError {
     #[error(
         "--hugepages {size}: guest memory needs {needed} pages of {size}{} but only {free} are free; reserve {} more with \
          `echo {reserve_total} > {}`{}",
-        on_node(node), needed - free, nr_path.display(), boot_hint(size)
+        on_nodes(nodes), needed - free, nr_path.display(), boot_hint(size)
     )]
     HugePagePoolShort {
         size: HugePageSize,
-        node: Option<u32>,
+        /// The host nodes the pages must come from (None: any).
+        nodes: Option<NodeSet>,
         needed: u64,
         free: u64,
         /// The value to write into `nr_path` (today's pool plus the shortfall).
@@ -173,7 +190,10 @@ pub enum MemoryError {
     #[error("guest RAM range {addr:#x}+{len:#x} is not aligned to the {} page size", human_size(*page_size))]
     LayoutUnaligned { addr: u64, len: u64, page_size: u64 },
     /// The guest ranges overlap or are out of order.
-    #[error("the guest RAM ranges overlap or are out of order: {0}")]
+    #[error("guest RAM range {addr:#x}+{len:#x} overlaps or comes before the previous one; give the ranges sorted and apart")]
+    LayoutUnsorted { addr: u64, len: u64 },
+    /// vm-memory refused the regions.
+    #[error("cannot build guest memory from the mapped regions: {0}")]
     Regions(#[source] vm_memory::GuestRegionCollectionError),
     /// memfd_create or ftruncate failed.
     #[error("cannot create the {} memory file for guest node {guest_node}: {source}", human_size(*bytes))]
@@ -219,13 +239,6 @@ pub enum MemoryError {
     Madvise {
         guest_node: u32,
         advice: &'static str,
-        #[source]
-        source: io::Error,
-    },
-    /// A file to map could not be opened or mapped.
-    #[error("cannot map {}: {source}", path.display())]
-    FileMap {
-        path: PathBuf,
         #[source]
         source: io::Error,
     },

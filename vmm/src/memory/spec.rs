@@ -13,10 +13,18 @@ use super::SpecError;
 /// MiB (the same rules as `--memory`).
 pub fn parse_size(s: &str) -> Result<u64, SpecError> {
     let lower = s.trim().to_ascii_lowercase();
-    let units: [(&str, &str, u64); 4] = [("tib", "t", 1 << 40), ("gib", "g", 1 << 30), ("mib", "m", 1 << 20), ("kib", "k", 1 << 10)];
+    let units: [(&str, &str, u64); 4] = [
+        ("tib", "t", 1 << 40),
+        ("gib", "g", 1 << 30),
+        ("mib", "m", 1 << 20),
+        ("kib", "k", 1 << 10),
+    ];
     let mut parsed = None;
     for (long, short, mult) in units {
-        if let Some(n) = lower.strip_suffix(long).or_else(|| lower.strip_suffix(short)) {
+        if let Some(n) = lower
+            .strip_suffix(long)
+            .or_else(|| lower.strip_suffix(short))
+        {
             parsed = Some((n, mult));
             break;
         }
@@ -25,13 +33,22 @@ pub fn parse_size(s: &str) -> Result<u64, SpecError> {
         Some(n) => (n, 1),
         None => (lower.as_str(), 1 << 20),
     });
-    let v: u64 = num.trim().parse().map_err(|_| SpecError::BadSize(s.to_string()))?;
-    v.checked_mul(mult).ok_or_else(|| SpecError::SizeTooLarge(s.to_string()))
+    let v: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| SpecError::BadSize(s.to_string()))?;
+    v.checked_mul(mult)
+        .ok_or_else(|| SpecError::SizeTooLarge(s.to_string()))
 }
 
 /// Formats a byte count for messages: `1 GiB`, `2 MiB`, `12 KiB`, or bytes.
 pub fn human_size(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
     for (unit, name) in UNITS {
         if bytes >= unit && bytes % unit == 0 {
             return format!("{} {name}", bytes / unit);
@@ -168,7 +185,10 @@ impl FromStr for NumaSpec {
     /// may continue after a comma (`cpus=0-3,8,memory=1G`) or repeat their
     /// key (`cpus=0-3,cpus=8`), since a comma also separates the keys.
     fn from_str(s: &str) -> Result<Self, SpecError> {
-        let err = |why: String| SpecError::BadNumaSpec { spec: s.to_string(), why };
+        let err = |why: String| SpecError::BadNumaSpec {
+            spec: s.to_string(),
+            why,
+        };
         let mut node = None;
         let mut cpus: Option<CpuSet> = None;
         let mut memory = None;
@@ -184,7 +204,11 @@ impl FromStr for NumaSpec {
                 Some((k, v)) => (k.trim(), v.trim()),
                 None => match last_list_key {
                     Some(k) => (k, token),
-                    None => return Err(err(format!("{token:?} is not KEY=VALUE (keys: {NUMA_KEYS})"))),
+                    None => {
+                        return Err(err(format!(
+                            "{token:?} is not KEY=VALUE (keys: {NUMA_KEYS})"
+                        )))
+                    }
                 },
             };
             let list = |v: &str| IdSet::parse(v).map_err(|e| err(format!("{key}: {e}")));
@@ -200,7 +224,9 @@ impl FromStr for NumaSpec {
                     );
                 }
                 "cpus" => cpus.get_or_insert_with(IdSet::new).extend(&list(value)?),
-                "host-nodes" | "host_nodes" => host_nodes.get_or_insert_with(IdSet::new).extend(&list(value)?),
+                "host-nodes" | "host_nodes" => host_nodes
+                    .get_or_insert_with(IdSet::new)
+                    .extend(&list(value)?),
                 "memory" | "mem" | "size" => {
                     if memory.is_some() {
                         return Err(err("memory= given twice".into()));
@@ -225,7 +251,9 @@ impl FromStr for NumaSpec {
         let memory = memory.ok_or_else(|| err("missing memory=SIZE".into()))?;
         if let Some(h) = &host_nodes {
             if h.is_empty() {
-                return Err(err("host-nodes= is empty; name at least one host node".into()));
+                return Err(err(
+                    "host-nodes= is empty; name at least one host node".into()
+                ));
             }
         }
         Ok(NumaSpec {
@@ -253,7 +281,10 @@ mod tests {
         assert_eq!(parse_size("1048576K").unwrap(), 1 << 30);
         assert_eq!(parse_size("1T").unwrap(), 1 << 40);
         assert!(matches!(parse_size("lots"), Err(SpecError::BadSize(_))));
-        assert!(matches!(parse_size("99999999999G"), Err(SpecError::SizeTooLarge(_))));
+        assert!(matches!(
+            parse_size("99999999999G"),
+            Err(SpecError::SizeTooLarge(_))
+        ));
         assert_eq!(human_size(1 << 30), "1 GiB");
         assert_eq!(human_size(3 << 20), "3 MiB");
         assert_eq!(human_size(4097), "4097 bytes");
@@ -262,9 +293,15 @@ mod tests {
     #[test]
     fn huge_page_sizes() {
         assert_eq!("2M".parse::<HugePageSize>().unwrap(), HugePageSize::Size2M);
-        assert_eq!("2MiB".parse::<HugePageSize>().unwrap(), HugePageSize::Size2M);
+        assert_eq!(
+            "2MiB".parse::<HugePageSize>().unwrap(),
+            HugePageSize::Size2M
+        );
         assert_eq!("1G".parse::<HugePageSize>().unwrap(), HugePageSize::Size1G);
-        assert_eq!("1048576k".parse::<HugePageSize>().unwrap(), HugePageSize::Size1G);
+        assert_eq!(
+            "1048576k".parse::<HugePageSize>().unwrap(),
+            HugePageSize::Size1G
+        );
         let e = "4M".parse::<HugePageSize>().unwrap_err();
         assert!(e.to_string().contains("2M or 1G"), "{e}");
         assert_eq!(HugePageSize::Size2M.sysfs_dir(), "hugepages-2048kB");
@@ -276,14 +313,22 @@ mod tests {
     fn policies() {
         assert_eq!("bind".parse::<Policy>().unwrap(), Policy::Bind);
         assert_eq!("Interleave".parse::<Policy>().unwrap(), Policy::Interleave);
-        assert_eq!("preferred".parse::<Policy>().unwrap().mode(), libc::MPOL_PREFERRED);
+        assert_eq!(
+            "preferred".parse::<Policy>().unwrap().mode(),
+            libc::MPOL_PREFERRED
+        );
         let e = "local".parse::<Policy>().unwrap_err();
-        assert!(e.to_string().contains("bind, preferred or interleave"), "{e}");
+        assert!(
+            e.to_string().contains("bind, preferred or interleave"),
+            "{e}"
+        );
     }
 
     #[test]
     fn numa_spec_full() {
-        let s: NumaSpec = "node=1,cpus=0-3,memory=1G,host-nodes=0-1,policy=interleave".parse().unwrap();
+        let s: NumaSpec = "node=1,cpus=0-3,memory=1G,host-nodes=0-1,policy=interleave"
+            .parse()
+            .unwrap();
         assert_eq!(s.node, 1);
         assert_eq!(s.cpus.to_string(), "0-3");
         assert_eq!(s.memory, 1 << 30);
@@ -293,7 +338,9 @@ mod tests {
 
     #[test]
     fn numa_spec_lists_continue_after_commas() {
-        let s: NumaSpec = "node=0,cpus=0-3,8,10-11,memory=512M,host-nodes=0,2".parse().unwrap();
+        let s: NumaSpec = "node=0,cpus=0-3,8,10-11,memory=512M,host-nodes=0,2"
+            .parse()
+            .unwrap();
         assert_eq!(s.cpus.to_string(), "0-3,8,10-11");
         assert_eq!(s.host_nodes.unwrap().to_string(), "0,2");
         let s: NumaSpec = "node=0,cpus=0-1,cpus=4,memory=64".parse().unwrap();
@@ -312,7 +359,10 @@ mod tests {
             ("node=0,memory=1G,8", "not KEY=VALUE"),
             ("node=x,memory=1G", "not a node number"),
             ("node=0,memory=lots", "memory:"),
-            ("node=0,memory=1G,policy=local", "bind, preferred or interleave"),
+            (
+                "node=0,memory=1G,policy=local",
+                "bind, preferred or interleave",
+            ),
             ("node=0,memory=1G,cpus=3-1", "cpus:"),
             ("node=0,memory=1G,,policy=bind", "empty item"),
             ("node=0,node=1,memory=1G", "node= given twice"),
@@ -321,7 +371,10 @@ mod tests {
             let e = spec.parse::<NumaSpec>().unwrap_err();
             let msg = e.to_string();
             assert!(msg.contains(want), "{spec}: {msg}");
-            assert!(msg.contains(spec), "{spec}: message should quote the input: {msg}");
+            assert!(
+                msg.contains(spec),
+                "{spec}: message should quote the input: {msg}"
+            );
         }
     }
 }

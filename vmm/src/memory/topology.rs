@@ -30,7 +30,10 @@ impl SysfsRoot {
     /// The global pool file for `size` (`kernel/mm/hugepages/...`).
     pub fn hugepage_file(&self, size: HugePageSize, node: Option<u32>, file: &str) -> PathBuf {
         match node {
-            Some(n) => self.path(&format!("devices/system/node/node{n}/hugepages/{}/{file}", size.sysfs_dir())),
+            Some(n) => self.path(&format!(
+                "devices/system/node/node{n}/hugepages/{}/{file}",
+                size.sysfs_dir()
+            )),
             None => self.path(&format!("kernel/mm/hugepages/{}/{file}", size.sysfs_dir())),
         }
     }
@@ -130,7 +133,10 @@ fn read_u64(path: &Path) -> Result<u64, TopologyError> {
 }
 
 /// Reads the pools present under `dir/hugepages-*kB` for every known size.
-fn read_pools(root: &SysfsRoot, node: Option<u32>) -> Result<BTreeMap<HugePageSize, HugePagePool>, TopologyError> {
+fn read_pools(
+    root: &SysfsRoot,
+    node: Option<u32>,
+) -> Result<BTreeMap<HugePageSize, HugePagePool>, TopologyError> {
     let mut pools = BTreeMap::new();
     for size in HugePageSize::ALL {
         let nr = root.hugepage_file(size, node, "nr_hugepages");
@@ -138,7 +144,13 @@ fn read_pools(root: &SysfsRoot, node: Option<u32>) -> Result<BTreeMap<HugePageSi
             continue;
         }
         let free = read_u64(&root.hugepage_file(size, node, "free_hugepages"))?;
-        pools.insert(size, HugePagePool { total: read_u64(&nr)?, free });
+        pools.insert(
+            size,
+            HugePagePool {
+                total: read_u64(&nr)?,
+                free,
+            },
+        );
     }
     Ok(pools)
 }
@@ -151,7 +163,8 @@ pub fn parse_node_meminfo(text: &str) -> (Option<u64>, Option<u64>) {
             let mut words = l.split_whitespace();
             // "Node", "<n>", "<Name>:", "<value>", "kB"
             let (_, _, key, value) = (words.next()?, words.next()?, words.next()?, words.next()?);
-            (key.strip_suffix(':')? == name).then(|| value.parse::<u64>().ok().map(|kb| kb << 10))?
+            (key.strip_suffix(':')? == name)
+                .then(|| value.parse::<u64>().ok().map(|kb| kb << 10))?
         })
     };
     (field("MemTotal"), field("MemFree"))
@@ -197,13 +210,24 @@ impl Topology {
         if numa {
             for id in read_list(&root.path("devices/system/node/online"))?.iter() {
                 let dir = format!("devices/system/node/node{id}");
-                let cpus = read_list(&root.path(&format!("{dir}/cpulist")))?.intersection(&online_cpus);
-                let (mem_total, mem_free) = match std::fs::read_to_string(root.path(&format!("{dir}/meminfo"))) {
-                    Ok(text) => parse_node_meminfo(&text),
-                    Err(_) => (None, None),
-                };
+                let cpus =
+                    read_list(&root.path(&format!("{dir}/cpulist")))?.intersection(&online_cpus);
+                let (mem_total, mem_free) =
+                    match std::fs::read_to_string(root.path(&format!("{dir}/meminfo"))) {
+                        Ok(text) => parse_node_meminfo(&text),
+                        Err(_) => (None, None),
+                    };
                 let hugepages = read_pools(root, Some(id))?;
-                nodes.insert(id, NodeTopology { id, cpus, mem_total, mem_free, hugepages });
+                nodes.insert(
+                    id,
+                    NodeTopology {
+                        id,
+                        cpus,
+                        mem_total,
+                        mem_free,
+                        hugepages,
+                    },
+                );
             }
         } else {
             nodes.insert(
@@ -217,7 +241,8 @@ impl Topology {
                 },
             );
         }
-        let thp = match std::fs::read_to_string(root.path("kernel/mm/transparent_hugepage/enabled")) {
+        let thp = match std::fs::read_to_string(root.path("kernel/mm/transparent_hugepage/enabled"))
+        {
             Ok(text) => parse_thp_mode(&text),
             Err(_) => ThpMode::Unsupported,
         };
@@ -239,7 +264,10 @@ impl Topology {
 
     /// The node `cpu` belongs to.
     pub fn cpu_node(&self, cpu: u32) -> Option<u32> {
-        self.nodes.values().find(|n| n.cpus.contains(cpu)).map(|n| n.id)
+        self.nodes
+            .values()
+            .find(|n| n.cpus.contains(cpu))
+            .map(|n| n.id)
     }
 
     /// CPU number to node number, for every online CPU on a node.
@@ -322,7 +350,10 @@ pub(crate) mod fake {
                     "devices/system/node/node1/meminfo",
                     "Node 1 MemTotal:        8388608 kB\nNode 1 MemFree:         8000000 kB\n",
                 )
-                .file("kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n")
+                .file(
+                    "kernel/mm/transparent_hugepage/enabled",
+                    "always [madvise] never\n",
+                )
                 .pool(None, "hugepages-2048kB", 200, 200)
                 .pool(Some(0), "hugepages-2048kB", 100, 100)
                 .pool(Some(1), "hugepages-2048kB", 100, 100)
@@ -367,12 +398,21 @@ mod tests {
         assert_eq!(topo.nodes[&1].cpus.to_string(), "4-7");
         assert_eq!(topo.nodes[&0].mem_total, Some(8 << 30));
         assert_eq!(topo.nodes[&0].mem_free, Some(4 << 30));
-        assert_eq!(topo.nodes[&1].hugepages[&HugePageSize::Size2M], HugePagePool { total: 100, free: 100 });
+        assert_eq!(
+            topo.nodes[&1].hugepages[&HugePageSize::Size2M],
+            HugePagePool {
+                total: 100,
+                free: 100
+            }
+        );
         assert_eq!(topo.hugepages[&HugePageSize::Size2M].free, 200);
         assert_eq!(topo.thp, ThpMode::Madvise);
         assert_eq!(topo.cpu_node(5), Some(1));
         assert_eq!(topo.cpu_node(9), None);
-        assert_eq!(topo.cpus_of(&IdSet::parse("0-1").unwrap()).to_string(), "0-7");
+        assert_eq!(
+            topo.cpus_of(&IdSet::parse("0-1").unwrap()).to_string(),
+            "0-7"
+        );
         assert_eq!(topo.cpu_nodes().len(), 8);
     }
 
@@ -421,7 +461,9 @@ mod tests {
         assert_eq!(parse_thp_mode("[always] madvise never"), ThpMode::Always);
         assert_eq!(parse_thp_mode("always madvise [never]\n"), ThpMode::Never);
         assert_eq!(parse_thp_mode(""), ThpMode::Unsupported);
-        let (t, f) = parse_node_meminfo("Node 0 MemTotal:  1024 kB\nNode 0 MemFree:   512 kB\nNode 0 MemUsed: 512 kB\n");
+        let (t, f) = parse_node_meminfo(
+            "Node 0 MemTotal:  1024 kB\nNode 0 MemFree:   512 kB\nNode 0 MemUsed: 512 kB\n",
+        );
         assert_eq!((t, f), (Some(1 << 20), Some(512 << 10)));
     }
 

@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/* State and helpers every collector shares. The collectors are compiled one
+ * by one and linked into one object (`bpftool gen object`); the maps here are
+ * weak definitions, so the linker keeps one copy that all programs use. */
+#ifndef BOOTSCOPE_COMMON_BPF_H
+#define BOOTSCOPE_COMMON_BPF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+#include "common.h"
+
+/* GPL: the programs use GPL-only helpers (bpf_probe_read_kernel); the C
+ * sources are dual licensed (see each file's SPDX line). Weak, as every
+ * collector includes this header. */
+char LICENSE[] SEC("license") __weak = "GPL";
+
+/* Declares the run-time layout of one tracepoint field: a global named
+ * EVENT__FIELD that userspace sets from the tracefs format file. Weak, so
+ * two collectors reading the same field share one global. */
+#define BS_FIELD(event, field) \
+	const volatile struct bs_field event##__##field __weak = {}
+
+/* Reads a tracepoint field (unsigned, at most 8 bytes) at its run-time
+ * offset; an absent field (size 0) reads as 0. */
+#define BS_READ(ctx, event, field) \
+	bs_read_field((ctx), event##__##field.off, event##__##field.size)
+
+/* Processes (tgids) being profiled: the target and its descendants.
+ * Userspace adds the target; task_newtask adds new child processes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u32);
+} followed SEC(".maps") __weak;
+
+/* Boot phase index of each followed process, written by userspace when a
+ * phase mark arrives (0 = before the first mark). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u32);
+} phase SEC(".maps") __weak;
+
+/* What must be streamed: marks and thread lifetimes. Userspace sets the
+ * size before load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} events SEC(".maps") __weak;
+
+/* Ring buffer records that could not be reserved (buffer full). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} lost_events SEC(".maps") __weak;
+
+/* Events not counted because an aggregation map was full. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} map_overflows SEC(".maps") __weak;
+
+/* Events each program saw from followed processes (enum bs_source). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BS_SRC_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} source_events SEC(".maps") __weak;
+
+static __always_inline __u64 bs_read_field(void *ctx, __u32 off, __u32 size)
+{
+	__u64 v = 0;
+
+	if (size > sizeof(v))
+		size = sizeof(v);
+	bpf_probe_read_kernel(&v, size, (char *)ctx + off);
+	return v;
+}
+
+static __always_inline int bs_followed(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&followed, &tgid) != NULL;
+}
+
+static __always_inline __u32 bs_phase(__u32 tgid)
+{
+	__u32 *p = bpf_map_lookup_elem(&phase, &tgid);
+
+	return p ? *p : 0;
+}
+
+static __always_inline void bs_percpu_inc(void *map, __u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(map, &idx);
+
+	if (v)
+		*v += 1;
+}
+
+static __always_inline void bs_count_source(__u32 src)
+{
+	bs_percpu_inc(&source_events, src);
+}
+
+/* Adds n to the u64 counter at key, creating it if needed; two CPUs may
+ * race to create it, so a failed insert looks the key up again. */
+static __always_inline void bs_count(void *map, const void *key, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(map, key);
+
+	if (v) {
+		__sync_fetch_and_add(v, n);
+		return;
+	}
+	if (bpf_map_update_elem(map, key, &n, BPF_NOEXIST) == 0)
+		return;
+	v = bpf_map_lookup_elem(map, key);
+	if (v) {
+		__sync_fetch_and_add(v, n);
+		return;
+	}
+	bs_percpu_inc(&map_overflows, 0);
+}
+
+/* floor(log2(v)) for v > 0, 0 for v == 0 (bcc's bits.bpf.h log2l). */
+static __always_inline __u32 bs_log2(__u64 v)
+{
+	__u32 r, shift;
+
+	r = (v > 0xFFFFFFFFULL) << 5;
+	v >>= r;
+	shift = (v > 0xFFFF) << 4;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xFF) << 3;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xF) << 2;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0x3) << 1;
+	v >>= shift;
+	r |= shift;
+	r |= (v >> 1);
+	return r;
+}
+
+static __always_inline __u32 bs_hist_slot(__u64 ns)
+{
+	__u32 slot = bs_log2(ns);
+
+	return slot < BS_HIST_SLOTS ? slot : BS_HIST_SLOTS - 1;
+}
+
+/* Reserves a ring buffer record with the common header filled in, or
+ * counts it as lost. */
+static __always_inline struct bs_event *bs_event_reserve(__u32 kind, __u32 tgid, __u32 tid)
+{
+	struct bs_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e) {
+		bs_percpu_inc(&lost_events, 0);
+		return NULL;
+	}
+	e->kind = kind;
+	e->tgid = tgid;
+	e->tid = tid;
+	e->cpu = bpf_get_smp_processor_id();
+	e->ts_ns = bpf_ktime_get_ns();
+	e->arg0 = 0;
+	e->arg1 = 0;
+	__builtin_memset(e->comm, 0, sizeof(e->comm));
+	return e;
+}
+
+#endif /* BOOTSCOPE_COMMON_BPF_H */

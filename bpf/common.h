@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/* Types and constants shared by every collector and by the Rust side.
+ * profiler/src/bpf.rs mirrors each struct (#[repr(C)], size-checked at
+ * compile time); change both together and bump BS_ABI_VERSION.
+ */
+#ifndef BOOTSCOPE_COMMON_H
+#define BOOTSCOPE_COMMON_H
+
+#define BS_ABI_VERSION 1
+
+#define BS_COMM_LEN 16
+/* log2 latency slots: slot i holds values in [2^i, 2^(i+1)) ns, slot 0 also
+ * holds 0; the last slot holds everything from 2^31 ns (about 2.1 s) up. */
+#define BS_HIST_SLOTS 32
+
+/* One tracepoint field as its tracefs format file describes it. Userspace
+ * fills these before load (const volatile globals); size 0 means the field
+ * does not exist on this kernel and reads as 0. */
+struct bs_field {
+	__u32 off;
+	__u32 size;
+};
+
+/* Index of each tracepoint program in the per-CPU `source_events` counter
+ * array: how many events of followed processes each one saw. */
+enum bs_source {
+	BS_SRC_KVM_EXIT = 0,
+	BS_SRC_KVM_ENTRY = 1,
+	BS_SRC_KVM_USERSPACE_EXIT = 2,
+	BS_SRC_KVM_PIO = 3,
+	BS_SRC_KVM_MMIO = 4,
+	BS_SRC_KVM_MSR = 5,
+	BS_SRC_KVM_CPUID = 6,
+	BS_SRC_KVM_EMULATE_INSN = 7,
+	BS_SRC_KVM_PAGE_FAULT = 8,
+	BS_SRC_KVMMMU_SPTE_REQUESTED = 9,
+	BS_SRC_KVMMMU_MMIO_PAGE_FAULT = 10,
+	BS_SRC_PAGE_FAULT_USER = 11,
+	BS_SRC_PAGE_FAULT_KERNEL = 12,
+	BS_SRC_SCHED_SWITCH = 13,
+	BS_SRC_SCHED_PROCESS_FORK = 14,
+	BS_SRC_TASK_NEWTASK = 15,
+	BS_SRC_TASK_RENAME = 16,
+	BS_SRC_SCHED_PROCESS_EXIT = 17,
+	BS_SRC_MM_PAGE_ALLOC = 18,
+	BS_SRC_MARKER_PIO = 19,
+	BS_SRC_COUNT = 20,
+};
+
+/* What a ring buffer record reports. */
+enum bs_event_kind {
+	/* A guest write to a marker port: arg0 = port, arg1 = value. */
+	BS_EV_MARK = 1,
+	/* A new task of a followed process: arg0 = parent tid,
+	 * arg1 = clone flags (BS_CLONE_FLAGS_UNKNOWN when only the fork
+	 * tracepoint was available). */
+	BS_EV_TASK_NEW = 2,
+	/* A task got a new name (prctl, /proc/TID/comm, exec). */
+	BS_EV_TASK_RENAME = 3,
+	/* A task ended: arg0 = its exit code, arg1 = 1 if it was the last of
+	 * its process. */
+	BS_EV_TASK_EXIT = 4,
+};
+
+#define BS_CLONE_FLAGS_UNKNOWN 0xffffffffffffffffULL
+
+/* One ring buffer record (56 bytes). */
+struct bs_event {
+	__u32 kind;
+	__u32 tgid;
+	__u32 tid;
+	__u32 cpu;
+	__u64 ts_ns; /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
+	__u64 arg0;
+	__u64 arg1;
+	char comm[BS_COMM_LEN];
+};
+
+/* A log2 histogram of nanoseconds, updated with atomic adds. */
+struct bs_hist {
+	__u64 slots[BS_HIST_SLOTS];
+	__u64 count;
+	__u64 total_ns;
+};
+
+#endif /* BOOTSCOPE_COMMON_H */

@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/* Exits collector: types shared with profiler/src/bpf.rs. */
+#ifndef BOOTSCOPE_EXITS_H
+#define BOOTSCOPE_EXITS_H
+
+/* kvm_exit's `isa` field (arch/x86/kvm/trace.h KVM_ISA_VMX/KVM_ISA_SVM). */
+#define BS_ISA_VMX 1
+#define BS_ISA_SVM 2
+/* VMX: basic exit reason plus the failed-VM-entry bit; the other high bits
+ * would only split counts of the same reason. */
+#define BS_VMX_REASON_MASK 0x8000ffffu
+/* kvm_userspace_exit with errno < 0: code = flag | -errno. */
+#define BS_UEXIT_ERRNO_FLAG 0x80000000u
+
+/* kvm:kvm_exit count key. */
+struct bs_exit_key {
+	__u32 tgid;
+	__u32 vcpu_id;
+	__u32 reason;
+	__u32 isa;
+	__u32 phase;
+};
+
+/* Exit latency (kvm_exit -> next kvm_entry on the same thread) key. */
+struct bs_exit_lat_key {
+	__u32 tgid;
+	__u32 reason;
+	__u32 isa;
+};
+
+/* Per-thread pending exit. */
+struct bs_exit_start {
+	__u64 ts_ns;
+	__u32 reason;
+	__u32 isa;
+};
+
+/* vCPU index -> thread id. */
+struct bs_vcpu_key {
+	__u32 tgid;
+	__u32 vcpu_id;
+};
+
+/* kvm:kvm_userspace_exit count key (the PVM fallback's exit reasons). */
+struct bs_uexit_key {
+	__u32 tgid;
+	__u32 tid;
+	__u32 code;
+	__u32 phase;
+};
+
+/* kvm:kvm_pio count key; rw 1 = write (OUT). */
+struct bs_pio_key {
+	__u32 tgid;
+	__u32 port;
+	__u32 rw;
+	__u32 size;
+	__u32 phase;
+};
+
+/* kvm:kvm_mmio count key; type 0 unsatisfied read, 1 read, 2 write. */
+struct bs_mmio_key {
+	__u32 tgid;
+	__u32 type;
+	__u64 gpa;
+};
+
+/* kvm:kvm_msr count key. */
+struct bs_msr_key {
+	__u32 tgid;
+	__u32 msr;
+	__u32 write;
+	__u32 exception;
+};
+
+/* kvm:kvm_cpuid count key. */
+struct bs_cpuid_key {
+	__u32 tgid;
+	__u32 function;
+	__u32 index;
+	__u32 pad;
+};
+
+/* kvm:kvm_emulate_insn count key. */
+struct bs_emulate_key {
+	__u32 tgid;
+	__u32 phase;
+	__u32 failed;
+};
+
+#endif /* BOOTSCOPE_EXITS_H */

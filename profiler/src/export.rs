@@ -1,0 +1,468 @@
+//! Exporters: a [`Profile`] as pretty JSON, CSV tables, Prometheus text
+//! exposition or a Chrome Trace Event file for Perfetto. Documented in
+//! docs/export.md.
+//!
+//! The input is a profile or a VMM boot timeline (`bootscope run
+//! --timeline`); a timeline becomes a profile with marks and phases only
+//! ([`profile_from_timeline`]), so every format renders from one type.
+
+mod chrome;
+mod csv;
+mod prometheus;
+mod timeline;
+
+#[cfg(test)]
+mod fixture;
+
+use std::path::Path;
+use std::str::FromStr;
+
+use serde::Deserialize as _;
+
+use crate::profile::{Profile, PROFILE_SCHEMA_NAME, PROFILE_SCHEMA_VERSION};
+
+pub use chrome::{to_chrome_trace, PHASES_TID};
+pub use csv::to_csv;
+pub use prometheus::to_prometheus;
+pub use timeline::{
+    profile_from_timeline, TimelineError, TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION,
+};
+
+/// Names accepted by [`Format::parse`], as the CLI's `--format` spells them.
+pub const FORMAT_NAMES: [&str; 4] = ["json", "csv", "prometheus", "chrome-trace"];
+/// Names accepted for the CSV `--table`.
+pub const CSV_TABLE_NAMES: [&str; 4] = ["exits", "latency", "phases", "threads"];
+
+/// One of the CSV tables.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CsvTable {
+    /// Exit-reason histogram:
+    /// `reason,code,count,share_percent,latency_total_ns,latency_mean_ns`.
+    #[default]
+    Exits,
+    /// Exit latency buckets: `reason,lo_ns,hi_ns,count`.
+    Latency,
+    /// Boot phases: `phase,start_ms,end_ms,duration_ms`.
+    Phases,
+    /// Threads: `tid,name,role,cpus,nodes,pages_allocated,pages_local,pages_remote`.
+    Threads,
+}
+
+impl FromStr for CsvTable {
+    type Err = FormatError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "exits" => Ok(Self::Exits),
+            "latency" => Ok(Self::Latency),
+            "phases" => Ok(Self::Phases),
+            "threads" => Ok(Self::Threads),
+            _ => Err(FormatError::UnknownTable(s.to_string())),
+        }
+    }
+}
+
+/// An output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// The normalized profile, pretty-printed.
+    Json,
+    /// One CSV table.
+    Csv(CsvTable),
+    /// Prometheus text exposition format 0.0.4.
+    Prometheus,
+    /// Chrome Trace Event JSON (object form), for ui.perfetto.dev.
+    ChromeTrace,
+}
+
+/// A format or table name that does not exist, or a table without CSV.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    /// Unknown `--format`.
+    #[error("unknown format {0:?}; use one of json, csv, prometheus, chrome-trace")]
+    UnknownFormat(String),
+    /// Unknown `--table`.
+    #[error("unknown CSV table {0:?}; use one of exits, latency, phases, threads")]
+    UnknownTable(String),
+    /// `--table` given with a format that has no tables.
+    #[error("--table only applies to --format csv (the {0} format has a single form)")]
+    TableWithoutCsv(String),
+}
+
+impl Format {
+    /// The format named `name` (one of [`FORMAT_NAMES`]), with the CSV table
+    /// `table` (default `exits`); a table with another format is an error.
+    pub fn parse(name: &str, table: Option<&str>) -> Result<Self, FormatError> {
+        let format = match name {
+            "json" => Self::Json,
+            "csv" => Self::Csv(
+                table
+                    .map(CsvTable::from_str)
+                    .transpose()?
+                    .unwrap_or_default(),
+            ),
+            "prometheus" => Self::Prometheus,
+            "chrome-trace" => Self::ChromeTrace,
+            _ => return Err(FormatError::UnknownFormat(name.to_string())),
+        };
+        if table.is_some() && !matches!(format, Self::Csv(_)) {
+            return Err(FormatError::TableWithoutCsv(name.to_string()));
+        }
+        Ok(format)
+    }
+}
+
+/// What an input file was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    /// A profile (`bootscope.profile`).
+    Profile,
+    /// A VMM boot timeline (`bootscope.timeline`), converted.
+    Timeline,
+}
+
+/// Errors reading an export input. Each names the file and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    /// The file cannot be read.
+    #[error("cannot read {path}: {source}; give the path of a profile (bootscope profile --output FILE) or of a boot timeline (bootscope run --timeline FILE)")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not JSON at all.
+    #[error("{path} is not JSON ({detail}); export reads a bootscope profile or boot timeline, which are JSON files")]
+    NotJson { path: String, detail: String },
+    /// JSON, but neither a profile nor a timeline.
+    #[error("{path} is neither a bootscope profile nor a boot timeline: its \"schema\" field is {found}, expected \"{PROFILE_SCHEMA_NAME}\" or \"{TIMELINE_SCHEMA_NAME}\"")]
+    UnknownSchema { path: String, found: String },
+    /// A profile or timeline of a version this build does not read.
+    #[error("{path} is a version {found} {kind}; this bootscope reads version {supported}: export it with the bootscope that wrote it, or record it again with this one")]
+    Version {
+        path: String,
+        kind: &'static str,
+        found: u64,
+        supported: u32,
+    },
+    /// The right schema and version, but fields are missing or wrong.
+    #[error("{path} is not a valid {kind}: {detail}; was it edited by hand or cut short?")]
+    Malformed {
+        path: String,
+        kind: &'static str,
+        detail: String,
+    },
+}
+
+/// Reads a profile or a boot timeline, converts a timeline, and normalizes
+/// the result (see [`normalize`]).
+pub fn read_input(path: &Path) -> Result<(Profile, InputKind), InputError> {
+    let p = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| InputError::Io {
+        path: p.clone(),
+        source,
+    })?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| InputError::NotJson {
+        path: p.clone(),
+        detail: e.to_string(),
+    })?;
+    let (mut profile, kind) = input_from_value(&v).map_err(|e| e.with_path(p))?;
+    normalize(&mut profile);
+    Ok((profile, kind))
+}
+
+/// [`InputError`] before the path is known.
+enum ValueError {
+    UnknownSchema(String),
+    Version {
+        kind: &'static str,
+        found: u64,
+        supported: u32,
+    },
+    Malformed {
+        kind: &'static str,
+        detail: String,
+    },
+}
+
+impl ValueError {
+    fn with_path(self, path: String) -> InputError {
+        match self {
+            Self::UnknownSchema(found) => InputError::UnknownSchema { path, found },
+            Self::Version {
+                kind,
+                found,
+                supported,
+            } => InputError::Version {
+                path,
+                kind,
+                found,
+                supported,
+            },
+            Self::Malformed { kind, detail } => InputError::Malformed { path, kind, detail },
+        }
+    }
+}
+
+fn input_from_value(v: &serde_json::Value) -> Result<(Profile, InputKind), ValueError> {
+    let schema = v.get("schema");
+    match schema.and_then(|s| s.as_str()) {
+        Some(PROFILE_SCHEMA_NAME) => {
+            const KIND: &str = "profile";
+            let found = v.get("version").and_then(|s| s.as_u64()).unwrap_or(0);
+            if found != u64::from(PROFILE_SCHEMA_VERSION) {
+                return Err(ValueError::Version {
+                    kind: KIND,
+                    found,
+                    supported: PROFILE_SCHEMA_VERSION,
+                });
+            }
+            let profile = Profile::deserialize(v).map_err(|e| ValueError::Malformed {
+                kind: KIND,
+                detail: e.to_string(),
+            })?;
+            Ok((profile, InputKind::Profile))
+        }
+        Some(TIMELINE_SCHEMA_NAME) => {
+            const KIND: &str = "boot timeline";
+            let profile = profile_from_timeline(v).map_err(|e| match e {
+                TimelineError::Version { found } => ValueError::Version {
+                    kind: KIND,
+                    found,
+                    supported: TIMELINE_SCHEMA_VERSION,
+                },
+                other => ValueError::Malformed {
+                    kind: KIND,
+                    detail: other.to_string(),
+                },
+            })?;
+            Ok((profile, InputKind::Timeline))
+        }
+        _ => Err(ValueError::UnknownSchema(match schema {
+            None => "missing".to_string(),
+            Some(s) => s.to_string(),
+        })),
+    }
+}
+
+/// Puts a profile in its canonical order, so that exports of equal profiles
+/// are equal: marks, phases and samples by time, exit reasons by count
+/// (largest first, then name), threads by first appearance, histogram
+/// buckets by lower bound, sources and per-vCPU lists by name and number.
+/// Values are never changed.
+pub fn normalize(p: &mut Profile) {
+    p.sources.sort_by(|a, b| a.name.cmp(&b.name));
+    p.exits
+        .by_reason
+        .sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.reason.cmp(&b.reason)));
+    for r in &mut p.exits.by_reason {
+        r.latency_hist.sort_by_key(|b| (b.lo_ns, b.hi_ns));
+    }
+    p.exits.by_vcpu.sort_by_key(|v| v.vcpu);
+    p.page_faults
+        .host_latency_hist
+        .sort_by_key(|b| (b.lo_ns, b.hi_ns));
+    p.page_faults.by_thread.sort_by_key(|t| t.tid);
+    p.threads.sort_by_key(|t| (t.start_ns, t.tid));
+    for t in &mut p.threads {
+        t.cpus.sort_by_key(|c| c.cpu);
+        t.nodes.sort_unstable();
+        t.nodes.dedup();
+    }
+    p.numa.by_node.sort_by_key(|n| n.node);
+    p.host.numa_nodes.sort_by_key(|n| n.id);
+    p.marks.sort_by_key(|m| m.t_ns);
+    p.phases.sort_by_key(|ph| (ph.start_ns, ph.end_ns));
+    p.samples.sort_by_key(|s| s.t_ns);
+}
+
+/// Renders a profile in `format`. Every format is text and ends with a
+/// newline.
+pub fn render(profile: &Profile, format: Format) -> String {
+    match format {
+        Format::Json => {
+            // A Profile has only string map keys and integers: it always
+            // serializes.
+            let mut s = serde_json::to_string_pretty(profile).expect("a Profile serializes");
+            s.push('\n');
+            s
+        }
+        Format::Csv(table) => to_csv(profile, table),
+        Format::Prometheus => to_prometheus(profile),
+        Format::ChromeTrace => to_chrome_trace(profile),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "bootscope-export-{tag}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn formats_parse() {
+        assert_eq!(Format::parse("json", None), Ok(Format::Json));
+        assert_eq!(Format::parse("csv", None), Ok(Format::Csv(CsvTable::Exits)));
+        assert_eq!(
+            Format::parse("csv", Some("threads")),
+            Ok(Format::Csv(CsvTable::Threads))
+        );
+        assert_eq!(Format::parse("chrome-trace", None), Ok(Format::ChromeTrace));
+        assert_eq!(Format::parse("prometheus", None), Ok(Format::Prometheus));
+        assert!(matches!(
+            Format::parse("xml", None),
+            Err(FormatError::UnknownFormat(_))
+        ));
+        assert!(matches!(
+            Format::parse("csv", Some("bogus")),
+            Err(FormatError::UnknownTable(_))
+        ));
+        assert!(matches!(
+            Format::parse("json", Some("phases")),
+            Err(FormatError::TableWithoutCsv(_))
+        ));
+        for n in FORMAT_NAMES {
+            assert!(Format::parse(n, None).is_ok(), "{n}");
+        }
+        for t in CSV_TABLE_NAMES {
+            assert!(Format::parse("csv", Some(t)).is_ok(), "{t}");
+        }
+    }
+
+    #[test]
+    fn json_round_trips_normalized() {
+        let mut p = fixture::profile();
+        p.marks.reverse();
+        p.exits.by_reason.reverse();
+        let out = render(&p, Format::Json);
+        assert!(out.ends_with("}\n"));
+        let back: Profile = serde_json::from_str(&out).unwrap();
+        assert_eq!(back, p);
+
+        let d = scratch("json");
+        let f = d.join("p.json");
+        std::fs::write(&f, &out).unwrap();
+        let (read, kind) = read_input(&f).unwrap();
+        assert_eq!(kind, InputKind::Profile);
+        let mut expected = p.clone();
+        normalize(&mut expected);
+        assert_eq!(read, expected);
+        assert!(read.marks.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
+        assert!(read
+            .exits
+            .by_reason
+            .windows(2)
+            .all(|w| w[0].count >= w[1].count));
+        // Normalizing twice changes nothing.
+        let mut again = read.clone();
+        normalize(&mut again);
+        assert_eq!(again, read);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn empty_profile_renders_in_every_format() {
+        let p = Profile::new();
+        for f in [
+            Format::Json,
+            Format::Csv(CsvTable::Exits),
+            Format::Csv(CsvTable::Latency),
+            Format::Csv(CsvTable::Phases),
+            Format::Csv(CsvTable::Threads),
+            Format::Prometheus,
+            Format::ChromeTrace,
+        ] {
+            let out = render(&p, f);
+            assert!(out.ends_with('\n'), "{f:?}: {out}");
+            assert!(!out.trim().is_empty(), "{f:?}");
+        }
+    }
+
+    #[test]
+    fn bad_inputs_name_the_file() {
+        let d = scratch("bad");
+        let missing = d.join("missing.json");
+        let e = read_input(&missing).unwrap_err();
+        assert!(matches!(e, InputError::Io { .. }));
+        assert!(e.to_string().contains("missing.json"), "{e}");
+        assert!(e.to_string().contains("bootscope run --timeline"), "{e}");
+
+        let cases: [(&str, &str, &[&str]); 6] = [
+            ("text.json", "hello\n", &["is not JSON"]),
+            ("empty.json", "", &["is not JSON"]),
+            (
+                "other.json",
+                r#"{"schema":"something.else","version":1}"#,
+                &["neither a bootscope profile", "\"something.else\""],
+            ),
+            (
+                "noschema.json",
+                r#"[1,2,3]"#,
+                &["neither a bootscope profile", "missing"],
+            ),
+            (
+                "v9.json",
+                r#"{"schema":"bootscope.profile","version":9}"#,
+                &["version 9 profile", "reads version 1"],
+            ),
+            (
+                "tv2.json",
+                r#"{"schema":"bootscope.timeline","version":2}"#,
+                &["version 2 boot timeline", "reads version 1"],
+            ),
+        ];
+        for (name, text, needles) in cases {
+            let f = d.join(name);
+            std::fs::write(&f, text).unwrap();
+            let e = read_input(&f).unwrap_err().to_string();
+            assert!(e.contains(name), "{name}: {e}");
+            for n in needles {
+                assert!(e.contains(n), "{name}: {e} lacks {n}");
+            }
+        }
+
+        let f = d.join("broken-profile.json");
+        std::fs::write(
+            &f,
+            r#"{"schema":"bootscope.profile","version":1,"marks":3}"#,
+        )
+        .unwrap();
+        let e = read_input(&f).unwrap_err();
+        assert!(matches!(e, InputError::Malformed { .. }), "{e}");
+        assert!(e.to_string().contains("broken-profile.json"));
+
+        let f = d.join("broken-timeline.json");
+        std::fs::write(
+            &f,
+            r#"{"schema":"bootscope.timeline","version":1,"marks":[{"name":"x","source":"vmm"}],"phases":[]}"#,
+        )
+        .unwrap();
+        let e = read_input(&f).unwrap_err().to_string();
+        assert!(e.contains("broken-timeline.json"), "{e}");
+        assert!(e.contains("marks[0].t_ns"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn timeline_file_is_converted() {
+        let d = scratch("timeline");
+        let f = d.join("t.json");
+        std::fs::write(&f, fixture::TIMELINE_EXAMPLE).unwrap();
+        let (p, kind) = read_input(&f).unwrap();
+        assert_eq!(kind, InputKind::Timeline);
+        assert_eq!(p.exits.kvm_stats_exits, Some(21191));
+        for format in [Format::ChromeTrace, Format::Prometheus] {
+            assert!(render(&p, format).contains("kernel"));
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

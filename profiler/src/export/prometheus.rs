@@ -1,0 +1,645 @@
+//! Prometheus text exposition format, version 0.0.4.
+//!
+//! Every metric family gets `# HELP` and `# TYPE` lines, even when it has no
+//! sample (an empty profile). Label sets are unique within a family:
+//! entries of the profile with the same name are added up.
+
+use std::fmt::Write as _;
+
+use crate::profile::{HistBucket, Profile};
+
+/// Escapes a label value: backslash, double quote and line feed.
+fn label_value(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Nanoseconds as exact decimal seconds (`0.000001024`, `2`).
+fn seconds(ns: u64) -> String {
+    let (s, frac) = (ns / 1_000_000_000, ns % 1_000_000_000);
+    if frac == 0 {
+        return s.to_string();
+    }
+    let digits = format!("{frac:09}");
+    format!("{s}.{}", digits.trim_end_matches('0'))
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    // HELP text escapes backslash and line feed only; ours has neither.
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: &str) {
+    out.push_str(name);
+    if !labels.is_empty() {
+        out.push('{');
+        for (i, (k, v)) in labels.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "{k}=\"{}\"", label_value(v));
+        }
+        out.push('}');
+    }
+    out.push(' ');
+    out.push_str(value);
+    out.push('\n');
+}
+
+/// Adds up values by key, keeping the order of first appearance.
+fn merge<T>(
+    items: impl IntoIterator<Item = (String, T)>,
+    add: impl Fn(&mut T, T),
+) -> Vec<(String, T)> {
+    let mut merged: Vec<(String, T)> = Vec::new();
+    for (k, v) in items {
+        match merged.iter_mut().find(|(m, _)| *m == k) {
+            Some((_, acc)) => add(acc, v),
+            None => merged.push((k, v)),
+        }
+    }
+    merged
+}
+
+/// One reason's latency histogram, ready to print.
+struct Latency {
+    /// Bucket upper bounds (ns) and counts, ascending, not yet cumulative.
+    buckets: Vec<(u64, u64)>,
+    /// Sum of latencies, when the profile has it.
+    sum_ns: Option<u64>,
+}
+
+fn add_buckets(into: &mut Vec<(u64, u64)>, buckets: &[HistBucket]) {
+    for b in buckets {
+        match into.iter_mut().find(|(hi, _)| *hi == b.hi_ns) {
+            Some((_, c)) => *c += b.count,
+            None => into.push((b.hi_ns, b.count)),
+        }
+    }
+    into.sort_by_key(|(hi, _)| *hi);
+}
+
+/// Renders the profile's metrics.
+pub fn to_prometheus(p: &Profile) -> String {
+    let mut out = String::new();
+
+    family(
+        &mut out,
+        "bootscope_vm_exits_total",
+        "counter",
+        "VM exits by reason, from the profiler's exit source.",
+    );
+    let exits = merge(
+        p.exits
+            .by_reason
+            .iter()
+            .map(|r| (r.reason.clone(), r.count)),
+        |a, b| *a += b,
+    );
+    for (reason, count) in &exits {
+        sample(
+            &mut out,
+            "bootscope_vm_exits_total",
+            &[("reason", reason), ("source", &p.exits.source)],
+            &count.to_string(),
+        );
+    }
+
+    family(
+        &mut out,
+        "bootscope_vm_exit_latency_seconds",
+        "histogram",
+        "Time from a VM exit to the next entry, by exit reason.",
+    );
+    let latencies = merge(
+        p.exits
+            .by_reason
+            .iter()
+            .filter(|r| !r.latency_hist.is_empty())
+            .map(|r| {
+                let mut buckets = Vec::new();
+                add_buckets(&mut buckets, &r.latency_hist);
+                (
+                    r.reason.clone(),
+                    Latency {
+                        buckets,
+                        sum_ns: r.latency_total_ns,
+                    },
+                )
+            }),
+        |a, b| {
+            let more: Vec<HistBucket> = b
+                .buckets
+                .iter()
+                .map(|&(hi_ns, count)| HistBucket {
+                    lo_ns: 0,
+                    hi_ns,
+                    count,
+                })
+                .collect();
+            add_buckets(&mut a.buckets, &more);
+            a.sum_ns = a.sum_ns.zip(b.sum_ns).map(|(x, y)| x + y);
+        },
+    );
+    for (reason, lat) in &latencies {
+        let mut cumulative = 0u64;
+        for &(hi_ns, count) in &lat.buckets {
+            cumulative += count;
+            sample(
+                &mut out,
+                "bootscope_vm_exit_latency_seconds_bucket",
+                &[("reason", reason), ("le", &seconds(hi_ns))],
+                &cumulative.to_string(),
+            );
+        }
+        let count = cumulative.to_string();
+        sample(
+            &mut out,
+            "bootscope_vm_exit_latency_seconds_bucket",
+            &[("reason", reason), ("le", "+Inf")],
+            &count,
+        );
+        if let Some(sum) = lat.sum_ns {
+            sample(
+                &mut out,
+                "bootscope_vm_exit_latency_seconds_sum",
+                &[("reason", reason)],
+                &seconds(sum),
+            );
+        }
+        sample(
+            &mut out,
+            "bootscope_vm_exit_latency_seconds_count",
+            &[("reason", reason)],
+            &count,
+        );
+    }
+
+    family(
+        &mut out,
+        "bootscope_kvm_stats_exits_total",
+        "counter",
+        "VM exits by KVM's own statistics (KVM_GET_STATS_FD), for cross-checking.",
+    );
+    if let Some(n) = p.exits.kvm_stats_exits {
+        sample(
+            &mut out,
+            "bootscope_kvm_stats_exits_total",
+            &[],
+            &n.to_string(),
+        );
+    }
+
+    family(
+        &mut out,
+        "bootscope_boot_phase_seconds",
+        "gauge",
+        "Duration of each boot phase.",
+    );
+    let phases = merge(
+        p.phases
+            .iter()
+            .map(|ph| (ph.name.clone(), ph.end_ns.saturating_sub(ph.start_ns))),
+        |a, b| *a += b,
+    );
+    for (phase, ns) in &phases {
+        sample(
+            &mut out,
+            "bootscope_boot_phase_seconds",
+            &[("phase", phase)],
+            &seconds(*ns),
+        );
+    }
+
+    family(
+        &mut out,
+        "bootscope_page_faults_total",
+        "counter",
+        "Page faults: guest side (KVM MMU) and host side (the target's threads).",
+    );
+    for (side, n) in [
+        ("guest", p.page_faults.guest_total),
+        ("host", p.page_faults.host_total),
+    ] {
+        sample(
+            &mut out,
+            "bootscope_page_faults_total",
+            &[("side", side)],
+            &n.to_string(),
+        );
+    }
+
+    family(
+        &mut out,
+        "bootscope_numa_pages",
+        "gauge",
+        "Pages of the target on the NUMA node of the CPU that allocated them (local) or on another node (remote).",
+    );
+    for (locality, n) in [
+        ("local", p.numa.pages_local),
+        ("remote", p.numa.pages_remote),
+    ] {
+        sample(
+            &mut out,
+            "bootscope_numa_pages",
+            &[("locality", locality)],
+            &n.to_string(),
+        );
+    }
+
+    family(
+        &mut out,
+        "bootscope_lost_events_total",
+        "counter",
+        "Events the kernel could not hand over (ring buffer full).",
+    );
+    sample(
+        &mut out,
+        "bootscope_lost_events_total",
+        &[],
+        &p.lost_events.to_string(),
+    );
+
+    family(
+        &mut out,
+        "bootscope_profile_duration_seconds",
+        "gauge",
+        "Time the profile covers.",
+    );
+    sample(
+        &mut out,
+        "bootscope_profile_duration_seconds",
+        &[],
+        &seconds(p.duration_ns),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::super::fixture::{self, AWKWARD_REASON};
+    use super::*;
+
+    /// One sample line: name, labels, value.
+    #[derive(Debug)]
+    struct Line {
+        name: String,
+        labels: BTreeMap<String, String>,
+        value: f64,
+    }
+
+    fn is_name(s: &str, colon: bool) -> bool {
+        let mut chars = s.chars();
+        matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || (colon && c == ':'))
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || (colon && c == ':'))
+    }
+
+    /// Parses `name{label="value",...} value` strictly, undoing escapes.
+    fn parse_line(line: &str) -> Result<Line, String> {
+        let name_end = line
+            .find(['{', ' '])
+            .ok_or_else(|| format!("no value: {line}"))?;
+        let name = &line[..name_end];
+        if !is_name(name, true) {
+            return Err(format!("bad metric name {name:?}"));
+        }
+        let mut rest = &line[name_end..];
+        let mut labels = BTreeMap::new();
+        if let Some(r) = rest.strip_prefix('{') {
+            rest = r;
+            loop {
+                if let Some(r) = rest.strip_prefix('}') {
+                    rest = r;
+                    break;
+                }
+                let eq = rest.find('=').ok_or("label without =")?;
+                let key = &rest[..eq];
+                if !is_name(key, false) {
+                    return Err(format!("bad label name {key:?}"));
+                }
+                rest = rest[eq + 1..]
+                    .strip_prefix('"')
+                    .ok_or("label value not quoted")?;
+                let mut value = String::new();
+                let mut chars = rest.char_indices();
+                let end = loop {
+                    match chars.next().ok_or("unterminated label value")? {
+                        (i, '"') => break i,
+                        (_, '\\') => match chars.next().ok_or("dangling backslash")?.1 {
+                            '\\' => value.push('\\'),
+                            '"' => value.push('"'),
+                            'n' => value.push('\n'),
+                            c => return Err(format!("bad escape \\{c}")),
+                        },
+                        (_, '\n') => return Err("raw line feed in label".into()),
+                        (_, c) => value.push(c),
+                    }
+                };
+                if labels.insert(key.to_string(), value).is_some() {
+                    return Err(format!("label {key} twice"));
+                }
+                rest = &rest[end + 1..];
+                rest = rest.strip_prefix(',').unwrap_or(rest);
+            }
+        }
+        let value = rest.strip_prefix(' ').ok_or("no space before value")?;
+        let value = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v.parse::<f64>().map_err(|e| format!("value {v:?}: {e}"))?,
+        };
+        Ok(Line {
+            name: name.to_string(),
+            labels,
+            value,
+        })
+    }
+
+    /// Checks the whole exposition: comments, types declared once and before
+    /// their samples, unique series, histogram invariants. Returns samples.
+    fn parse(text: &str) -> Vec<Line> {
+        assert!(text.ends_with('\n'));
+        let mut types: BTreeMap<String, String> = BTreeMap::new();
+        let mut helps = BTreeMap::new();
+        let mut lines = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            if let Some(c) = line.strip_prefix("# ") {
+                let mut parts = c.splitn(3, ' ');
+                let (what, name, rest) = (
+                    parts.next().unwrap(),
+                    parts.next().unwrap().to_string(),
+                    parts.next().unwrap_or(""),
+                );
+                match what {
+                    "TYPE" => {
+                        assert!(["counter", "gauge", "histogram"].contains(&rest), "{line}");
+                        assert!(types.insert(name, rest.to_string()).is_none(), "{line}");
+                    }
+                    "HELP" => assert!(helps.insert(name, rest.to_string()).is_none()),
+                    _ => panic!("unknown comment {line}"),
+                }
+                continue;
+            }
+            assert!(!line.starts_with('#') && !line.is_empty(), "{line:?}");
+            let l = parse_line(line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| {
+                    l.name
+                        .strip_suffix(s)
+                        .filter(|f| types.get(*f).map(String::as_str) == Some("histogram"))
+                })
+                .unwrap_or(&l.name);
+            assert!(types.contains_key(family), "no TYPE before {line}");
+            assert!(helps.contains_key(family), "no HELP before {line}");
+            assert!(
+                seen.insert((l.name.clone(), format!("{:?}", l.labels))),
+                "duplicate series {line}"
+            );
+            if types[family] == "counter" {
+                assert!(l.name.ends_with("_total"), "{line}");
+            }
+            lines.push(l);
+        }
+        lines
+    }
+
+    fn value(lines: &[Line], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        lines
+            .iter()
+            .find(|l| {
+                l.name == name
+                    && l.labels.len() == labels.len()
+                    && labels
+                        .iter()
+                        .all(|(k, v)| l.labels.get(*k).map(String::as_str) == Some(v))
+            })
+            .map(|l| l.value)
+    }
+
+    /// Checks each reason's buckets: `le` ascending, counts cumulative,
+    /// ending with `+Inf` equal to `_count`.
+    fn check_histograms(lines: &[Line]) {
+        let mut by_reason: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
+        for l in lines
+            .iter()
+            .filter(|l| l.name == "bootscope_vm_exit_latency_seconds_bucket")
+        {
+            let le = match l.labels["le"].as_str() {
+                "+Inf" => f64::INFINITY,
+                v => v.parse().unwrap(),
+            };
+            by_reason
+                .entry(l.labels["reason"].as_str())
+                .or_default()
+                .push((le, l.value));
+        }
+        for (reason, b) in by_reason {
+            assert!(
+                b.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
+                "{reason}: {b:?}"
+            );
+            let (le, last) = *b.last().unwrap();
+            assert_eq!(le, f64::INFINITY, "{reason}");
+            assert_eq!(
+                Some(last),
+                value(
+                    lines,
+                    "bootscope_vm_exit_latency_seconds_count",
+                    &[("reason", reason)]
+                ),
+                "{reason}"
+            );
+        }
+    }
+
+    #[test]
+    fn fixture_metrics() {
+        let text = to_prometheus(&fixture::profile());
+        let lines = parse(&text);
+        let src = "tracepoint:kvm:kvm_exit";
+        assert_eq!(
+            value(
+                &lines,
+                "bootscope_vm_exits_total",
+                &[("reason", "io"), ("source", src)]
+            ),
+            Some(600.0)
+        );
+        assert_eq!(
+            value(
+                &lines,
+                "bootscope_vm_exits_total",
+                &[("reason", AWKWARD_REASON), ("source", src)]
+            ),
+            Some(25.0)
+        );
+        assert!(text.contains(
+            r#"bootscope_vm_exits_total{reason="pio_write \"0x3f8\", \\ line\nend",source="tracepoint:kvm:kvm_exit"} 25"#
+        ));
+        assert!(text.contains(
+            "bootscope_vm_exit_latency_seconds_bucket{reason=\"io\",le=\"0.000002048\"} 100\n\
+             bootscope_vm_exit_latency_seconds_bucket{reason=\"io\",le=\"0.000004096\"} 550\n\
+             bootscope_vm_exit_latency_seconds_bucket{reason=\"io\",le=\"0.000008192\"} 600\n\
+             bootscope_vm_exit_latency_seconds_bucket{reason=\"io\",le=\"+Inf\"} 600\n\
+             bootscope_vm_exit_latency_seconds_sum{reason=\"io\"} 0.0012\n\
+             bootscope_vm_exit_latency_seconds_count{reason=\"io\"} 600\n"
+        ));
+        check_histograms(&lines);
+        // hlt has no histogram.
+        assert_eq!(
+            value(
+                &lines,
+                "bootscope_vm_exit_latency_seconds_count",
+                &[("reason", "hlt")]
+            ),
+            None
+        );
+        assert_eq!(
+            value(
+                &lines,
+                "bootscope_boot_phase_seconds",
+                &[("phase", "kernel")]
+            ),
+            Some(0.72)
+        );
+        assert_eq!(
+            value(&lines, "bootscope_page_faults_total", &[("side", "host")]),
+            Some(5000.0)
+        );
+        assert_eq!(
+            value(&lines, "bootscope_page_faults_total", &[("side", "guest")]),
+            Some(300.0)
+        );
+        assert_eq!(
+            value(&lines, "bootscope_numa_pages", &[("locality", "remote")]),
+            Some(31078.0)
+        );
+        assert_eq!(value(&lines, "bootscope_lost_events_total", &[]), Some(3.0));
+        assert_eq!(
+            value(&lines, "bootscope_kvm_stats_exits_total", &[]),
+            Some(1003.0)
+        );
+        assert_eq!(
+            value(&lines, "bootscope_profile_duration_seconds", &[]),
+            Some(0.9)
+        );
+        promtool_check(&text);
+    }
+
+    #[test]
+    fn empty_profile_is_valid() {
+        let text = to_prometheus(&Profile::new());
+        let lines = parse(&text);
+        assert!(lines
+            .iter()
+            .all(|l| !l.name.starts_with("bootscope_vm_exit")));
+        assert_eq!(value(&lines, "bootscope_lost_events_total", &[]), Some(0.0));
+        assert!(text.contains("# TYPE bootscope_vm_exit_latency_seconds histogram\n"));
+        promtool_check(&text);
+    }
+
+    #[test]
+    fn duplicate_names_are_added_up() {
+        let mut p = fixture::profile();
+        let io = p.exits.by_reason[0].clone();
+        p.exits.by_reason.push(io);
+        let ph = p.phases[0].clone();
+        p.phases.push(ph);
+        let text = to_prometheus(&p);
+        let lines = parse(&text);
+        let src = "tracepoint:kvm:kvm_exit";
+        assert_eq!(
+            value(
+                &lines,
+                "bootscope_vm_exits_total",
+                &[("reason", "io"), ("source", src)]
+            ),
+            Some(1200.0)
+        );
+        assert_eq!(
+            value(
+                &lines,
+                "bootscope_vm_exit_latency_seconds_count",
+                &[("reason", "io")]
+            ),
+            Some(1200.0)
+        );
+        assert_eq!(
+            value(
+                &lines,
+                "bootscope_vm_exit_latency_seconds_sum",
+                &[("reason", "io")]
+            ),
+            Some(0.0024)
+        );
+        assert_eq!(
+            value(
+                &lines,
+                "bootscope_boot_phase_seconds",
+                &[("phase", "vmm setup")]
+            ),
+            Some(0.14)
+        );
+        check_histograms(&lines);
+    }
+
+    #[test]
+    fn escapes_and_seconds() {
+        assert_eq!(label_value("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+        assert_eq!(seconds(0), "0");
+        assert_eq!(seconds(2_000_000_000), "2");
+        assert_eq!(seconds(1024), "0.000001024");
+        assert_eq!(seconds(1_500_000_000), "1.5");
+        assert!(parse_line("a{b=\"x\ny\"} 1").is_err());
+        assert!(parse_line("a{b=\"x} 1").is_err());
+        assert!(parse_line("1a 1").is_err());
+        assert!(parse_line("a 1").is_ok());
+    }
+
+    /// `promtool check metrics`, when promtool is on PATH or named by
+    /// `BOOTSCOPE_PROMTOOL` (Debian's `prometheus` package ships it).
+    fn promtool_check(text: &str) {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
+        let tool = std::env::var("BOOTSCOPE_PROMTOOL").unwrap_or_else(|_| "promtool".into());
+        let child = Command::new(&tool)
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("SKIP promtool check: cannot run {tool} ({e})");
+                return;
+            }
+        };
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check metrics failed:\n{}{}\n{text}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

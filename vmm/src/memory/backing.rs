@@ -1,0 +1,585 @@
+//! Mapping guest memory: the plan's regions laid over the guest-physical RAM
+//! ranges, each piece mapped, advised and NUMA-bound before anything
+//! touches it.
+//!
+//! Guest RAM is the concatenation of the plan's regions in guest node order.
+//! The caller owns the guest-physical layout (the RAM ranges around the MMIO
+//! gap, see `bootparams::ram_ranges`); [`allocate`] walks those ranges and
+//! cuts them where a region ends, so a range may be backed by two regions
+//! and a region may span two ranges. Each piece is its own mapping and its
+//! own [`GuestRegionMmap`], owned by the returned [`GuestMemoryMmap`]: the
+//! memory lives exactly as long as the guest memory object, no raw pointer
+//! outlives its mapping.
+//!
+//! Anonymous memory (base pages or THP) is mapped `MAP_PRIVATE |
+//! MAP_ANONYMOUS | MAP_NORESERVE`, as vm-memory does. Hugetlb memory is one
+//! memfd per region (`MFD_HUGETLB | MFD_HUGE_2MB/1GB`), each piece mapping its
+//! part `MAP_SHARED` without `MAP_NORESERVE` so the kernel reserves the pages
+//! when mapping: a short pool fails here, not with SIGBUS later.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+use vm_memory::mmap::MmapRegionBuilder;
+use vm_memory::{FileOffset, GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
+
+use super::plan::{Binding, MemoryPlan, PageBacking, RegionPlan};
+use super::spec::HugePageSize;
+use super::sys;
+use super::topology::Topology;
+use super::MemoryError;
+
+/// One mapping: a guest-physical range and the host memory behind it.
+#[derive(Clone, Debug)]
+pub struct Piece {
+    guest_addr: GuestAddress,
+    mapping: Arc<MmapRegion>,
+}
+
+impl Piece {
+    /// First guest-physical address.
+    pub fn guest_addr(&self) -> GuestAddress {
+        self.guest_addr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.mapping.size()
+    }
+
+    /// Whether the piece is empty (never: pieces are at least a page).
+    pub fn is_empty(&self) -> bool {
+        self.mapping.size() == 0
+    }
+
+    /// Host virtual address of the first byte (for KVM memory slots and the
+    /// verification helpers; access memory through vm-memory instead).
+    pub fn host_addr(&self) -> *mut u8 {
+        self.mapping.as_ptr()
+    }
+
+    /// The mapping, shared with the guest memory object.
+    pub fn mapping(&self) -> &Arc<MmapRegion> {
+        &self.mapping
+    }
+}
+
+/// A plan region once mapped.
+#[derive(Clone, Debug)]
+pub struct BackedRegion {
+    plan: RegionPlan,
+    pieces: Vec<Piece>,
+}
+
+impl BackedRegion {
+    /// The region's plan.
+    pub fn plan(&self) -> &RegionPlan {
+        &self.plan
+    }
+
+    /// Guest node number.
+    pub fn guest_node(&self) -> u32 {
+        self.plan.guest_node
+    }
+
+    /// Bytes.
+    pub fn size(&self) -> u64 {
+        self.plan.size
+    }
+
+    /// The mappings in guest-physical order.
+    pub fn pieces(&self) -> &[Piece] {
+        &self.pieces
+    }
+}
+
+/// Guest memory built from a [`MemoryPlan`].
+#[derive(Clone, Debug)]
+pub struct GuestMemoryBacking {
+    memory: GuestMemoryMmap,
+    regions: Vec<BackedRegion>,
+    backing: PageBacking,
+    page_size: u64,
+}
+
+impl GuestMemoryBacking {
+    /// The guest memory object (one vm-memory region per piece).
+    pub fn guest_memory(&self) -> &GuestMemoryMmap {
+        &self.memory
+    }
+
+    /// Gives up the per-region view, keeping the memory.
+    pub fn into_guest_memory(self) -> GuestMemoryMmap {
+        self.memory
+    }
+
+    /// The regions in guest-physical order.
+    pub fn regions(&self) -> &[BackedRegion] {
+        &self.regions
+    }
+
+    /// The page backing.
+    pub fn backing(&self) -> PageBacking {
+        self.backing
+    }
+
+    /// The page size of the backing.
+    pub fn page_size(&self) -> u64 {
+        self.page_size
+    }
+}
+
+fn memfd(guest_node: u32, size: HugePageSize, bytes: u64) -> Result<Arc<File>, MemoryError> {
+    let err = |source| MemoryError::Memfd {
+        guest_node,
+        bytes,
+        source,
+    };
+    let name = CString::new(format!("bootscope-guest-n{guest_node}"))
+        .map_err(|_| err(io::ErrorKind::InvalidInput.into()))?;
+    // SAFETY: `name` is a NUL-terminated string that lives for the call.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | size.memfd_flags()) };
+    if fd < 0 {
+        return Err(err(io::Error::last_os_error()));
+    }
+    // SAFETY: memfd_create just returned this descriptor; nothing else owns
+    // it.
+    let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.set_len(bytes).map_err(err)?;
+    Ok(Arc::new(file))
+}
+
+fn map_piece(
+    region: &RegionPlan,
+    backing: PageBacking,
+    file: Option<&Arc<File>>,
+    file_offset: u64,
+    len: usize,
+) -> Result<MmapRegion, MemoryError> {
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let builder = MmapRegionBuilder::new(len).with_mmap_prot(rw);
+    let mapped = match (backing, file) {
+        (PageBacking::HugeTlb(size), Some(file)) => builder
+            .with_file_offset(FileOffset::from_arc(file.clone(), file_offset))
+            .with_mmap_flags(libc::MAP_SHARED)
+            .with_hugetlbfs(true)
+            .build()
+            .map_err(|e| match e {
+                vm_memory::mmap::MmapRegionError::Mmap(source)
+                    if source.raw_os_error() == Some(libc::ENOMEM) =>
+                {
+                    MemoryError::HugePageReserve {
+                        guest_node: region.guest_node,
+                        size,
+                        pages: len as u64 / size.bytes(),
+                        source,
+                    }
+                }
+                other => MemoryError::Map {
+                    guest_node: region.guest_node,
+                    bytes: len as u64,
+                    source: io::Error::other(other),
+                },
+            })?,
+        _ => builder
+            .with_mmap_flags(libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE)
+            .build()
+            .map_err(|e| MemoryError::Map {
+                guest_node: region.guest_node,
+                bytes: len as u64,
+                source: io::Error::other(e),
+            })?,
+    };
+    if backing == PageBacking::Transparent {
+        sys::madvise(mapped.as_ptr(), len, libc::MADV_HUGEPAGE).map_err(|source| {
+            MemoryError::Madvise {
+                guest_node: region.guest_node,
+                advice: "MADV_HUGEPAGE",
+                source,
+            }
+        })?;
+    }
+    if let Some(Binding { policy, nodes }) = &region.binding {
+        sys::mbind(mapped.as_ptr(), len, *policy, nodes).map_err(|source| MemoryError::Mbind {
+            guest_node: region.guest_node,
+            nodes: nodes.clone(),
+            policy: *policy,
+            source,
+        })?;
+    }
+    Ok(mapped)
+}
+
+/// Maps guest memory for `plan` over the guest-physical RAM ranges `layout`
+/// (sorted, page aligned, adding up to the plan's total; typically
+/// `bootparams::ram_ranges(plan.total())`). Nothing is touched: see
+/// [`super::preallocate`].
+pub fn allocate(
+    plan: &MemoryPlan,
+    layout: &[(GuestAddress, usize)],
+) -> Result<GuestMemoryBacking, MemoryError> {
+    let page_size = plan.page_size();
+    let layout_total: u64 = layout.iter().map(|&(_, len)| len as u64).sum();
+    if layout_total != plan.total() {
+        return Err(MemoryError::LayoutMismatch {
+            layout: layout_total,
+            plan: plan.total(),
+        });
+    }
+    let mut next_free: u64 = 0;
+    for &(addr, len) in layout {
+        if addr.0 % page_size != 0 || len as u64 % page_size != 0 {
+            return Err(MemoryError::LayoutUnaligned {
+                addr: addr.0,
+                len: len as u64,
+                page_size,
+            });
+        }
+        let unsorted = MemoryError::LayoutUnsorted {
+            addr: addr.0,
+            len: len as u64,
+        };
+        if addr.0 < next_free {
+            return Err(unsorted);
+        }
+        next_free = addr.0.checked_add(len as u64).ok_or(unsorted)?;
+    }
+    if let PageBacking::HugeTlb(_) = plan.backing() {
+        // The pools may have changed since the plan was checked.
+        plan.check_hugepage_pools(&Topology::read(plan.sysfs_root())?)?;
+    }
+
+    // Walk the layout once, handing out consecutive slices to the regions.
+    let mut ranges = layout.iter().copied().filter(|&(_, len)| len > 0);
+    let mut current: Option<(GuestAddress, usize)> = None;
+    let mut regions = Vec::new();
+    let mut guest_regions = Vec::new();
+    for rp in plan.regions() {
+        let file = match plan.backing() {
+            PageBacking::HugeTlb(size) => Some(memfd(rp.guest_node, size, rp.size)?),
+            _ => None,
+        };
+        let mut pieces = Vec::new();
+        let mut offset: u64 = 0;
+        while offset < rp.size {
+            let (addr, len) = match current.take().or_else(|| ranges.next()) {
+                Some(r) => r,
+                // Unreachable: the totals match.
+                None => {
+                    return Err(MemoryError::LayoutMismatch {
+                        layout: layout_total,
+                        plan: plan.total(),
+                    })
+                }
+            };
+            let take = len.min((rp.size - offset) as usize);
+            if take < len {
+                current = Some((GuestAddress(addr.0 + take as u64), len - take));
+            }
+            let mapping = Arc::new(map_piece(rp, plan.backing(), file.as_ref(), offset, take)?);
+            let guest = GuestRegionMmap::with_arc(mapping.clone(), addr).ok_or(
+                MemoryError::LayoutUnaligned {
+                    addr: addr.0,
+                    len: take as u64,
+                    page_size,
+                },
+            )?;
+            guest_regions.push(Arc::new(guest));
+            pieces.push(Piece {
+                guest_addr: addr,
+                mapping,
+            });
+            offset += take as u64;
+        }
+        regions.push(BackedRegion {
+            plan: rp.clone(),
+            pieces,
+        });
+    }
+    let memory = GuestMemoryMmap::from_arc_regions(guest_regions).map_err(MemoryError::Regions)?;
+    Ok(GuestMemoryBacking {
+        memory,
+        regions,
+        backing: plan.backing(),
+        page_size,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use vm_memory::{Bytes, GuestMemoryBackend, GuestMemoryRegion};
+
+    use super::super::plan::MemoryOptions;
+    use super::super::spec::Policy;
+    use super::super::sys::mempolicy_at;
+    use super::super::topology::fake::FakeSysfs;
+    use super::*;
+
+    fn plan(opts: MemoryOptions) -> MemoryPlan {
+        MemoryPlan::new(&opts, &Topology::host().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn plain_memory_over_two_ranges() {
+        let p = plan(MemoryOptions {
+            total: Some(16 << 20),
+            ..Default::default()
+        });
+        // A 4 MiB hole, as the MMIO gap makes for large guests.
+        let layout = [
+            (GuestAddress(0), 12 << 20),
+            (GuestAddress(16 << 20), 4 << 20),
+        ];
+        let b = allocate(&p, &layout).unwrap();
+        let mem = b.guest_memory();
+        assert_eq!(mem.num_regions(), 2);
+        assert_eq!(b.regions().len(), 1);
+        assert_eq!(b.regions()[0].pieces().len(), 2);
+        assert_eq!(b.page_size(), 4096);
+        mem.write_obj(0x1234_u32, GuestAddress((12 << 20) - 4))
+            .unwrap();
+        mem.write_obj(0x5678_u32, GuestAddress((20 << 20) - 4))
+            .unwrap();
+        assert!(
+            mem.write_obj(1_u8, GuestAddress(13 << 20)).is_err(),
+            "the hole is not memory"
+        );
+        assert_eq!(
+            mem.read_obj::<u32>(GuestAddress((12 << 20) - 4)).unwrap(),
+            0x1234
+        );
+        assert_eq!(
+            mem.read_obj::<u32>(GuestAddress((20 << 20) - 4)).unwrap(),
+            0x5678
+        );
+    }
+
+    #[test]
+    fn regions_cut_across_ranges() {
+        let p = plan(MemoryOptions {
+            numa: vec![
+                "node=0,memory=6M,host-nodes=0".parse().unwrap(),
+                "node=1,memory=10M,host-nodes=0,policy=interleave"
+                    .parse()
+                    .unwrap(),
+            ],
+            ..Default::default()
+        });
+        let layout = [
+            (GuestAddress(0), 8 << 20),
+            (GuestAddress(32 << 20), 8 << 20),
+        ];
+        let b = allocate(&p, &layout).unwrap();
+        let r = b.regions();
+        let spans = |i: usize| {
+            r[i].pieces()
+                .iter()
+                .map(|p| (p.guest_addr().0 >> 20, p.len() >> 20))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(spans(0), vec![(0, 6)]);
+        assert_eq!(spans(1), vec![(6, 2), (32, 8)]);
+        assert_eq!(b.guest_memory().num_regions(), 3);
+        // Each piece carries its region's policy.
+        let (pol, nodes) = mempolicy_at(r[0].pieces()[0].host_addr()).unwrap();
+        assert_eq!((pol, nodes.to_string().as_str()), (Some(Policy::Bind), "0"));
+        for piece in r[1].pieces() {
+            let (pol, nodes) = mempolicy_at(piece.host_addr()).unwrap();
+            assert_eq!(
+                (pol, nodes.to_string().as_str()),
+                (Some(Policy::Interleave), "0")
+            );
+        }
+        // Host addresses are what KVM slots are built from.
+        for region in b.guest_memory().iter() {
+            assert!(b
+                .guest_memory()
+                .get_host_address(region.start_addr())
+                .is_ok());
+        }
+    }
+
+    #[test]
+    fn layout_must_cover_the_plan() {
+        let p = plan(MemoryOptions {
+            total: Some(16 << 20),
+            ..Default::default()
+        });
+        let e = allocate(&p, &[(GuestAddress(0), 8 << 20)]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                MemoryError::LayoutMismatch {
+                    layout: 0x80_0000,
+                    plan: 0x100_0000
+                }
+            ),
+            "{e}"
+        );
+        let e = allocate(&p, &[(GuestAddress(0x800), 16 << 20)]).unwrap_err();
+        assert!(matches!(e, MemoryError::LayoutUnaligned { .. }), "{e}");
+        let e = allocate(
+            &p,
+            &[(GuestAddress(8 << 20), 8 << 20), (GuestAddress(0), 8 << 20)],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, MemoryError::LayoutUnsorted { addr: 0, .. }),
+            "{e}"
+        );
+        let e = allocate(
+            &p,
+            &[(GuestAddress(0), 8 << 20), (GuestAddress(4 << 20), 8 << 20)],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("0x400000+0x800000 overlaps"), "{e}");
+    }
+
+    #[test]
+    fn thp_mapping_is_advised() {
+        let topo = Topology::host().unwrap();
+        if matches!(
+            topo.thp,
+            super::super::topology::ThpMode::Never | super::super::topology::ThpMode::Unsupported
+        ) {
+            eprintln!("SKIP: transparent huge pages are {} on this host", topo.thp);
+            return;
+        }
+        let p = plan(MemoryOptions {
+            total: Some(8 << 20),
+            thp: true,
+            ..Default::default()
+        });
+        let b = allocate(&p, &[(GuestAddress(0), 8 << 20)]).unwrap();
+        let addr = b.regions()[0].pieces()[0].host_addr() as usize;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut in_vma = false;
+        let mut advised = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ') {
+                if let Some((lo, _)) = range.split_once('-') {
+                    if let Ok(lo) = usize::from_str_radix(lo, 16) {
+                        in_vma = lo == addr;
+                        continue;
+                    }
+                }
+            }
+            if in_vma && line.starts_with("VmFlags:") {
+                advised = line.split_whitespace().any(|f| f == "hg");
+            }
+        }
+        assert!(
+            advised,
+            "the THP mapping at {addr:#x} lacks the hg (MADV_HUGEPAGE) flag"
+        );
+    }
+
+    #[test]
+    fn hugetlb_pool_shortfall_is_caught_before_mapping() {
+        // A fake tree that claims a pool of 4 free pages.
+        let t = FakeSysfs::two_nodes();
+        t.pool(None, "hugepages-2048kB", 4, 4)
+            .pool(Some(0), "hugepages-2048kB", 4, 4);
+        let topo = Topology::read(&t.root()).unwrap();
+        let opts = MemoryOptions {
+            total: Some(8 << 20),
+            hugepages: Some(HugePageSize::Size2M),
+            ..Default::default()
+        };
+        let p = MemoryPlan::new(&opts, &topo).unwrap();
+        // The pool shrinks between planning and allocating.
+        t.pool(None, "hugepages-2048kB", 4, 1);
+        let e = allocate(&p, &[(GuestAddress(0), 8 << 20)]).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "needs 4 pages of 2 MiB but only 1 are free; reserve 3 more with `echo 7 >"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn hugetlb_reservation_failure_is_typed() {
+        // The plan is checked against a fake tree claiming free pages; the
+        // real, smaller pool then refuses the reservation at mmap time.
+        let real = Topology::host().unwrap();
+        if real
+            .hugepages
+            .get(&HugePageSize::Size2M)
+            .map_or(0, |p| p.free)
+            >= 4
+        {
+            eprintln!(
+                "SKIP: this host's 2 MiB pool has free pages; the failure cannot be provoked"
+            );
+            return;
+        }
+        if !real.hugepages.contains_key(&HugePageSize::Size2M) {
+            eprintln!("SKIP: no 2 MiB huge page support");
+            return;
+        }
+        let t = FakeSysfs::two_nodes();
+        let opts = MemoryOptions {
+            total: Some(8 << 20),
+            hugepages: Some(HugePageSize::Size2M),
+            ..Default::default()
+        };
+        let p = MemoryPlan::new(&opts, &Topology::read(&t.root()).unwrap()).unwrap();
+        let e = allocate(&p, &[(GuestAddress(0), 8 << 20)]).unwrap_err();
+        assert!(
+            matches!(e, MemoryError::HugePageReserve { pages: 4, .. }),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("hugepages-2048kB/nr_hugepages"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn hugetlb_memfd_backing() {
+        let topo = Topology::host().unwrap();
+        let free = topo
+            .hugepages
+            .get(&HugePageSize::Size2M)
+            .map_or(0, |p| p.free);
+        if free < 4 {
+            eprintln!("SKIP: fewer than 4 free 2 MiB huge pages (echo 4 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages)");
+            return;
+        }
+        let p = plan(MemoryOptions {
+            numa: vec!["node=0,memory=8M,host-nodes=0".parse().unwrap()],
+            hugepages: Some(HugePageSize::Size2M),
+            ..Default::default()
+        });
+        let b = allocate(
+            &p,
+            &[(GuestAddress(0), 4 << 20), (GuestAddress(8 << 20), 4 << 20)],
+        )
+        .unwrap();
+        let pieces = b.regions()[0].pieces();
+        assert_eq!(pieces.len(), 2);
+        for piece in pieces {
+            assert_eq!(piece.host_addr() as usize % (2 << 20), 0);
+            assert_eq!(piece.mapping().is_hugetlbfs(), Some(true));
+        }
+        // Both pieces share one memfd at consecutive offsets.
+        let offs: Vec<u64> = pieces
+            .iter()
+            .map(|p| p.mapping().file_offset().unwrap().start())
+            .collect();
+        assert_eq!(offs, vec![0, 4 << 20]);
+        b.guest_memory()
+            .write_obj(7_u64, GuestAddress(8 << 20))
+            .unwrap();
+        assert_eq!(
+            b.guest_memory()
+                .read_obj::<u64>(GuestAddress(8 << 20))
+                .unwrap(),
+            7
+        );
+    }
+}

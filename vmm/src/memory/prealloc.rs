@@ -1,0 +1,839 @@
+//! Preallocation: faulting guest memory in before the guest runs, every
+//! region at once, each by its own threads created through its thread
+//! context so they run on the region's host CPUs.
+//!
+//! A thread populates its share with `MADV_POPULATE_WRITE` (Linux 5.14+),
+//! which faults pages in writable without changing their contents. Kernels
+//! without it answer EINVAL; the thread then writes once per page instead,
+//! with an atomic read-modify-write that also leaves contents alone.
+
+use std::io;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use serde::Serialize;
+use vm_memory::MmapRegion;
+
+use super::backing::{BackedRegion, GuestMemoryBacking};
+use super::context::ThreadContext;
+use super::cpulist::CpuSet;
+use super::plan::{MemoryPlan, PageBacking};
+use super::sys;
+use super::verify::{own_last_cpu, page_nodes, PagePlacement};
+use super::MemoryError;
+
+/// Pages sampled per region after preallocation to see where they landed.
+pub const PLACEMENT_SAMPLES: usize = 64;
+
+/// How a thread faulted its pages in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PopulateMethod {
+    /// One `madvise(MADV_POPULATE_WRITE)` per range.
+    MadvPopulateWrite,
+    /// One write per page.
+    Touch,
+}
+
+/// Which method to try.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MethodChoice {
+    /// MADV_POPULATE_WRITE, falling back to touching where the kernel lacks
+    /// it.
+    #[default]
+    Auto,
+    /// Touch every page (for comparisons).
+    Touch,
+}
+
+/// One preallocation thread.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ThreadReport {
+    /// Thread name (`prealloc-n<node>-<index>`).
+    pub name: String,
+    /// Kernel thread id.
+    pub tid: i32,
+    /// CPUs it was allowed to run on (inherited from its context).
+    pub allowed_cpus: CpuSet,
+    /// CPU it last ran on.
+    pub last_cpu: Option<u32>,
+    /// Host node of that CPU.
+    pub node: Option<u32>,
+    /// Pages (of the backing's page size) it faulted in.
+    pub pages_touched: u64,
+    /// Bytes it faulted in.
+    pub bytes: u64,
+    /// How.
+    pub method: PopulateMethod,
+    /// When it started, from the start of the whole preallocation.
+    pub started_ns: u64,
+    /// From its first to its last page.
+    pub elapsed_ns: u64,
+}
+
+/// A region's thread context.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ContextReport {
+    /// Thread name (`memctx-n<node>`).
+    pub name: String,
+    /// Kernel thread id.
+    pub tid: i32,
+    /// CPUs it and its threads may run on.
+    pub allowed_cpus: CpuSet,
+}
+
+/// One region's preallocation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RegionReport {
+    /// Guest node number.
+    pub guest_node: u32,
+    /// Bytes faulted in.
+    pub bytes: u64,
+    /// Page size of the backing.
+    pub page_size: u64,
+    /// `touch` if any of its threads had to fall back to touching.
+    pub method: PopulateMethod,
+    /// From the first thread's creation to the last thread's end.
+    pub elapsed_ns: u64,
+    /// Its thread context.
+    pub context: ContextReport,
+    /// Its threads.
+    pub threads: Vec<ThreadReport>,
+    /// Where sampled pages landed afterwards.
+    pub placement: PagePlacement,
+}
+
+/// The whole preallocation.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PreallocReport {
+    /// Regions in guest-physical order (empty without `--prealloc`).
+    pub regions: Vec<RegionReport>,
+    /// Wall time for all regions together.
+    pub elapsed_ns: u64,
+}
+
+impl PreallocReport {
+    /// Bytes faulted in.
+    pub fn bytes(&self) -> u64 {
+        self.regions.iter().map(|r| r.bytes).sum()
+    }
+}
+
+/// The thread contexts of a plan's regions, created up front: before a
+/// sandbox forbids sched_setaffinity, preallocation can then run later.
+#[derive(Debug)]
+pub struct PreallocContexts {
+    /// (index into the plan's regions, its context)
+    contexts: Vec<(usize, ThreadContext)>,
+}
+
+impl PreallocContexts {
+    /// One context per region that preallocates, restricted to the region's
+    /// CPUs.
+    pub fn new(plan: &MemoryPlan) -> Result<Self, MemoryError> {
+        let mut contexts = Vec::new();
+        for (i, r) in plan.regions().iter().enumerate() {
+            if let Some(p) = &r.prealloc {
+                contexts.push((i, ThreadContext::new(&r.context_name(), p.cpus.as_ref())?));
+            }
+        }
+        Ok(Self { contexts })
+    }
+
+    /// The contexts, in region order.
+    pub fn contexts(&self) -> impl Iterator<Item = &ThreadContext> {
+        self.contexts.iter().map(|(_, c)| c)
+    }
+}
+
+/// A slice of one mapping. Holding the `Arc` keeps the memory mapped while
+/// the thread works.
+struct Span {
+    mapping: Arc<MmapRegion>,
+    offset: usize,
+    len: usize,
+}
+
+type MadviseFn = fn(*mut u8, usize, libc::c_int) -> io::Result<()>;
+
+/// What a thread returns.
+struct WorkerOutcome {
+    name: String,
+    tid: i32,
+    allowed_cpus: CpuSet,
+    last_cpu: Option<u32>,
+    pages: u64,
+    bytes: u64,
+    method: PopulateMethod,
+    start: Instant,
+    end: Instant,
+}
+
+/// Splits a region into `threads` runs of whole pages (fewer if the region
+/// has fewer pages), each a list of spans over the region's pieces.
+fn split(region: &BackedRegion, threads: usize, page_size: u64) -> Vec<Vec<Span>> {
+    let pages = region.size() / page_size;
+    let threads = (threads as u64).clamp(1, pages.max(1));
+    let mut out = Vec::new();
+    let mut pieces = region.pieces().iter();
+    let mut piece = pieces.next();
+    let mut piece_off: usize = 0;
+    for t in 0..threads {
+        let share = (pages * (t + 1) / threads - pages * t / threads) * page_size;
+        let mut left = share as usize;
+        let mut spans = Vec::new();
+        while left > 0 {
+            let Some(p) = piece else { break };
+            let take = left.min(p.len() - piece_off);
+            spans.push(Span {
+                mapping: p.mapping().clone(),
+                offset: piece_off,
+                len: take,
+            });
+            left -= take;
+            piece_off += take;
+            if piece_off == p.len() {
+                piece = pieces.next();
+                piece_off = 0;
+            }
+        }
+        out.push(spans);
+    }
+    out
+}
+
+/// Writes once to every page of `[ptr, ptr + len)`, keeping its contents.
+///
+/// # Safety
+///
+/// The range must lie inside a live read-write mapping.
+unsafe fn touch_pages(ptr: *mut u8, len: usize, page_size: usize) -> u64 {
+    let mut pages = 0;
+    let mut off = 0;
+    while off < len {
+        // SAFETY: off < len, so the byte is inside the caller's mapping.
+        let p = unsafe { ptr.add(off) };
+        // A locked `or` of zero is one write access (so one write fault, no
+        // zero-page read fault first) that leaves the byte as it was, even
+        // if another thread writes it. The compiler cannot turn it into a
+        // plain load, as it may with an idempotent atomic.
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `p` points into a live writable mapping.
+        unsafe {
+            std::arch::asm!("lock or byte ptr [{p}], 0", p = in(reg) p, options(nostack, preserves_flags))
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        // SAFETY: `p` points into a live writable mapping.
+        unsafe {
+            p.write_volatile(p.read_volatile())
+        };
+        pages += 1;
+        off += page_size;
+    }
+    pages
+}
+
+/// Faults one span in; switches `method` to touching if the kernel lacks
+/// MADV_POPULATE_WRITE.
+fn populate(
+    span: &Span,
+    page_size: usize,
+    method: &mut PopulateMethod,
+    madvise: MadviseFn,
+) -> io::Result<u64> {
+    // The span lies inside the mapping (built by `split`).
+    let ptr = span.mapping.as_ptr().wrapping_add(span.offset);
+    if *method == PopulateMethod::MadvPopulateWrite {
+        loop {
+            match madvise(ptr, span.len, libc::MADV_POPULATE_WRITE) {
+                Ok(()) => return Ok((span.len / page_size) as u64),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EAGAIN)) => {
+                    continue
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    *method = PopulateMethod::Touch;
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    // SAFETY: `span` is inside its mapping, which `span.mapping` keeps
+    // alive and which is mapped read-write.
+    Ok(unsafe { touch_pages(ptr, span.len, page_size) })
+}
+
+/// A preallocation thread's body. It has no way to change its affinity:
+/// it runs where its thread context put it.
+fn worker(
+    spans: Vec<Span>,
+    page_size: usize,
+    choice: MethodChoice,
+    madvise: MadviseFn,
+) -> io::Result<WorkerOutcome> {
+    let start = Instant::now();
+    let mut method = match choice {
+        MethodChoice::Auto => PopulateMethod::MadvPopulateWrite,
+        MethodChoice::Touch => PopulateMethod::Touch,
+    };
+    let mut pages = 0;
+    let mut bytes = 0;
+    for span in &spans {
+        pages += populate(span, page_size, &mut method, madvise)?;
+        bytes += span.len as u64;
+    }
+    let end = Instant::now();
+    Ok(WorkerOutcome {
+        name: std::thread::current()
+            .name()
+            .unwrap_or_default()
+            .to_string(),
+        tid: sys::gettid(),
+        allowed_cpus: sys::thread_affinity(0).unwrap_or_default(),
+        last_cpu: own_last_cpu(),
+        pages,
+        bytes,
+        method,
+        start,
+        end,
+    })
+}
+
+/// Preallocates every region of `backing` that `plan` asks to, all regions
+/// concurrently, with the default method.
+pub fn preallocate(
+    backing: &GuestMemoryBacking,
+    plan: &MemoryPlan,
+) -> Result<PreallocReport, MemoryError> {
+    preallocate_with(backing, plan, MethodChoice::Auto)
+}
+
+/// [`preallocate`] with a chosen method.
+pub fn preallocate_with(
+    backing: &GuestMemoryBacking,
+    plan: &MemoryPlan,
+    method: MethodChoice,
+) -> Result<PreallocReport, MemoryError> {
+    let contexts = PreallocContexts::new(plan)?;
+    preallocate_in(&contexts, backing, plan, method)
+}
+
+/// [`preallocate`] through contexts created earlier.
+pub fn preallocate_in(
+    contexts: &PreallocContexts,
+    backing: &GuestMemoryBacking,
+    plan: &MemoryPlan,
+    method: MethodChoice,
+) -> Result<PreallocReport, MemoryError> {
+    run(contexts, backing, plan, method, sys::madvise)
+}
+
+struct RegionRun<'a> {
+    region: &'a BackedRegion,
+    context: &'a ThreadContext,
+    start: Instant,
+    handles: Vec<(String, JoinHandle<io::Result<WorkerOutcome>>)>,
+}
+
+fn run(
+    contexts: &PreallocContexts,
+    backing: &GuestMemoryBacking,
+    plan: &MemoryPlan,
+    method: MethodChoice,
+    madvise: MadviseFn,
+) -> Result<PreallocReport, MemoryError> {
+    let page_size = backing.page_size();
+    let hint = match backing.backing() {
+        PageBacking::HugeTlb(_) => {
+            "; the huge page pool ran out (reserve more pages, see --hugepages)"
+        }
+        _ => "",
+    };
+    let t0 = Instant::now();
+    // Start every region's threads before waiting for any.
+    let mut runs: Vec<RegionRun> = Vec::new();
+    let mut failure = None;
+    'start: for (index, context) in &contexts.contexts {
+        let (Some(region), Some(rp)) = (backing.regions().get(*index), plan.regions().get(*index))
+        else {
+            continue;
+        };
+        let Some(prealloc) = &rp.prealloc else {
+            continue;
+        };
+        let mut region_run = RegionRun {
+            region,
+            context,
+            start: Instant::now(),
+            handles: Vec::new(),
+        };
+        for (i, spans) in split(region, prealloc.threads, page_size)
+            .into_iter()
+            .enumerate()
+        {
+            let name = rp.worker_name(i);
+            match context.spawn(name.clone(), move || {
+                worker(spans, page_size as usize, method, madvise)
+            }) {
+                Ok(h) => region_run.handles.push((name, h)),
+                Err(e) => {
+                    failure = Some(e);
+                    runs.push(region_run);
+                    break 'start;
+                }
+            }
+        }
+        runs.push(region_run);
+    }
+
+    // Join everything, even after a failure, so no thread outlives the call.
+    let mut regions = Vec::new();
+    for run in runs {
+        let mut threads = Vec::new();
+        let mut end = run.start;
+        for (name, h) in run.handles {
+            let outcome = match h.join() {
+                Ok(Ok(o)) => o,
+                Ok(Err(source)) => {
+                    failure.get_or_insert(MemoryError::Populate {
+                        thread: name,
+                        guest_node: run.region.guest_node(),
+                        hint,
+                        source,
+                    });
+                    continue;
+                }
+                Err(_) => {
+                    failure.get_or_insert(MemoryError::WorkerPanicked { name });
+                    continue;
+                }
+            };
+            end = end.max(outcome.end);
+            threads.push(ThreadReport {
+                node: outcome.last_cpu.and_then(|c| plan.host_node_of_cpu(c)),
+                name: outcome.name,
+                tid: outcome.tid,
+                allowed_cpus: outcome.allowed_cpus,
+                last_cpu: outcome.last_cpu,
+                pages_touched: outcome.pages,
+                bytes: outcome.bytes,
+                method: outcome.method,
+                started_ns: outcome.start.duration_since(t0).as_nanos() as u64,
+                elapsed_ns: outcome.end.duration_since(outcome.start).as_nanos() as u64,
+            });
+        }
+        if failure.is_some() {
+            continue;
+        }
+        let mut placement = PagePlacement::default();
+        for piece in run.region.pieces() {
+            let share = (PLACEMENT_SAMPLES as u64 * piece.len() as u64 / run.region.size().max(1))
+                .max(1) as usize;
+            placement.add(&page_nodes(piece.host_addr(), piece.len(), share)?);
+        }
+        let method = if threads.iter().any(|t| t.method == PopulateMethod::Touch) {
+            PopulateMethod::Touch
+        } else {
+            PopulateMethod::MadvPopulateWrite
+        };
+        regions.push(RegionReport {
+            guest_node: run.region.guest_node(),
+            bytes: threads.iter().map(|t| t.bytes).sum(),
+            page_size,
+            method,
+            elapsed_ns: end.duration_since(run.start).as_nanos() as u64,
+            context: ContextReport {
+                name: run.context.name().to_string(),
+                tid: run.context.tid(),
+                allowed_cpus: run.context.allowed_cpus().clone(),
+            },
+            threads,
+            placement,
+        });
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(PreallocReport {
+        regions,
+        elapsed_ns: t0.elapsed().as_nanos() as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use vm_memory::{Bytes, GuestAddress};
+
+    use super::super::backing::allocate;
+    use super::super::context::tests::forbid_setaffinity;
+    use super::super::plan::MemoryOptions;
+    use super::super::spec::HugePageSize;
+    use super::super::topology::Topology;
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn setup(
+        opts: MemoryOptions,
+        layout: &[(GuestAddress, usize)],
+    ) -> (MemoryPlan, GuestMemoryBacking) {
+        let plan = MemoryPlan::new(&opts, &Topology::host().unwrap()).unwrap();
+        let backing = allocate(&plan, layout).unwrap();
+        (plan, backing)
+    }
+
+    /// Whether the running kernel is at least `major.minor`.
+    fn kernel_at_least(major: u32, minor: u32) -> bool {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut parts = release
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|p| p.parse::<u32>().ok());
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
+    }
+
+    /// Pages of `[ptr, ptr + len)` resident in memory, from mincore(2).
+    fn resident_pages(ptr: *mut u8, len: usize) -> usize {
+        let mut vec = vec![0u8; len.div_ceil(4096)];
+        // SAFETY: `vec` has one byte per 4 KiB page of the range; the
+        // kernel only writes it.
+        let r = unsafe { libc::mincore(ptr.cast(), len, vec.as_mut_ptr()) };
+        assert_eq!(r, 0, "{}", io::Error::last_os_error());
+        vec.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    fn check_threads(report: &RegionReport, threads: usize, node: u32) {
+        assert_eq!(report.threads.len(), threads);
+        let page = report.page_size;
+        assert_eq!(
+            report.threads.iter().map(|t| t.pages_touched).sum::<u64>() * page,
+            report.bytes
+        );
+        let own = sys::thread_affinity(0).unwrap();
+        for (i, t) in report.threads.iter().enumerate() {
+            assert_eq!(t.name, format!("prealloc-n{node}-{i}"));
+            assert!(t.tid > 0 && t.tid != report.context.tid);
+            assert_eq!(t.allowed_cpus, report.context.allowed_cpus);
+            let cpu = t.last_cpu.expect("last CPU");
+            assert!(
+                t.allowed_cpus.contains(cpu),
+                "{} ran on {cpu}, outside {}",
+                t.name,
+                t.allowed_cpus
+            );
+            assert!(own.contains(cpu));
+            assert_eq!(t.node, Some(0));
+            assert!(t.pages_touched > 0);
+        }
+        assert_eq!(report.context.name, format!("memctx-n{node}"));
+    }
+
+    #[test]
+    fn preallocates_64_mib_with_one_and_two_threads() {
+        for threads in [1, 2] {
+            let (plan, backing) = setup(
+                MemoryOptions {
+                    total: Some(64 * MIB),
+                    prealloc: true,
+                    prealloc_threads: threads,
+                    ..Default::default()
+                },
+                &[(GuestAddress(0), (64 * MIB) as usize)],
+            );
+            let piece = &backing.regions()[0].pieces()[0];
+            assert_eq!(resident_pages(piece.host_addr(), piece.len()), 0);
+            let report = preallocate(&backing, &plan).unwrap();
+            assert_eq!(report.regions.len(), 1);
+            let r = &report.regions[0];
+            assert_eq!(r.bytes, 64 * MIB);
+            if kernel_at_least(5, 14) {
+                assert_eq!(r.method, PopulateMethod::MadvPopulateWrite);
+            }
+            check_threads(r, threads, 0);
+            assert_eq!(
+                r.threads.iter().map(|t| t.pages_touched).sum::<u64>(),
+                64 * MIB / 4096
+            );
+            assert_eq!(
+                resident_pages(piece.host_addr(), piece.len()),
+                (64 * MIB / 4096) as usize
+            );
+            assert_eq!(r.placement.sampled, PLACEMENT_SAMPLES as u64);
+            assert!(
+                r.placement.all_on(&"0".parse().unwrap()),
+                "{:?}",
+                r.placement
+            );
+            assert!(report.elapsed_ns >= r.elapsed_ns);
+            let json = serde_json::to_value(&report).unwrap();
+            assert_eq!(json["regions"][0]["threads"][0]["name"], "prealloc-n0-0");
+            assert_eq!(
+                json["regions"][0]["context"]["allowed_cpus"],
+                r.context.allowed_cpus.to_string()
+            );
+        }
+    }
+
+    #[test]
+    fn regions_run_concurrently_on_their_cpus() {
+        // Two guest nodes bound to host node 0, over a layout with a hole:
+        // region 1 straddles it.
+        let own = sys::thread_affinity(0).unwrap();
+        let last = own.highest().unwrap();
+        let (plan, backing) = setup(
+            MemoryOptions {
+                numa: vec![
+                    "node=0,memory=24M,host-nodes=0".parse().unwrap(),
+                    "node=1,memory=40M,host-nodes=0,policy=interleave"
+                        .parse()
+                        .unwrap(),
+                ],
+                prealloc: true,
+                prealloc_threads: 2,
+                prealloc_cpus: Some(CpuSet::from_iter([last])),
+                ..Default::default()
+            },
+            &[
+                (GuestAddress(0), (32 * MIB) as usize),
+                (GuestAddress(64 * MIB), (32 * MIB) as usize),
+            ],
+        );
+        let report = preallocate(&backing, &plan).unwrap();
+        assert_eq!(report.regions.len(), 2);
+        assert_eq!(report.bytes(), 64 * MIB);
+        for (r, node) in report.regions.iter().zip([0, 1]) {
+            check_threads(r, 2, node);
+            assert_eq!(r.context.allowed_cpus, CpuSet::from_iter([last]));
+            assert!(r.threads.iter().all(|t| t.last_cpu == Some(last)));
+        }
+        let total = report.elapsed_ns;
+        assert!(report.regions.iter().all(|r| r.elapsed_ns <= total));
+        for region in backing.regions() {
+            for p in region.pieces() {
+                assert_eq!(resident_pages(p.host_addr(), p.len()), p.len() / 4096);
+            }
+        }
+    }
+
+    /// Threads of the concurrency test that reached their first madvise.
+    static ARRIVED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    /// Waits (up to 10 s) until all 4 threads of the test are inside
+    /// madvise, then does the real thing. Only possible if the threads of
+    /// both regions run at the same time.
+    fn rendezvous(ptr: *mut u8, len: usize, advice: libc::c_int) -> io::Result<()> {
+        use std::sync::atomic::Ordering;
+        ARRIVED.fetch_add(1, Ordering::SeqCst);
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while ARRIVED.load(Ordering::SeqCst) < 4 {
+            if Instant::now() > deadline {
+                return Err(io::Error::from_raw_os_error(libc::ETIMEDOUT));
+            }
+            std::thread::yield_now();
+        }
+        sys::madvise(ptr, len, advice)
+    }
+
+    #[test]
+    fn regions_are_preallocated_at_the_same_time() {
+        let (plan, backing) = setup(
+            MemoryOptions {
+                numa: vec![
+                    "node=0,memory=8M".parse().unwrap(),
+                    "node=1,memory=8M".parse().unwrap(),
+                ],
+                prealloc: true,
+                prealloc_threads: 2,
+                ..Default::default()
+            },
+            &[(GuestAddress(0), (16 * MIB) as usize)],
+        );
+        let contexts = PreallocContexts::new(&plan).unwrap();
+        // One span per thread here, so one madvise call each.
+        let report = run(&contexts, &backing, &plan, MethodChoice::Auto, rendezvous).unwrap();
+        assert_eq!(report.regions.len(), 2);
+        assert_eq!(report.bytes(), 16 * MIB);
+    }
+
+    #[test]
+    fn splits_cover_every_page_once() {
+        let (_plan, backing) = setup(
+            MemoryOptions {
+                total: Some(10 * MIB + 3 * 4096),
+                ..Default::default()
+            },
+            &[
+                (GuestAddress(0), (4 * MIB) as usize),
+                (GuestAddress(8 * MIB), (6 * MIB + 3 * 4096) as usize),
+            ],
+        );
+        let region = &backing.regions()[0];
+        for threads in [1, 2, 3, 7, 100_000] {
+            let parts = split(region, threads, 4096);
+            assert_eq!(parts.len(), threads.min((region.size() / 4096) as usize));
+            let mut covered: Vec<(usize, usize)> = parts
+                .iter()
+                .flatten()
+                .map(|s| (s.mapping.as_ptr() as usize + s.offset, s.len))
+                .collect();
+            assert_eq!(
+                covered.iter().map(|c| c.1 as u64).sum::<u64>(),
+                region.size()
+            );
+            assert!(covered.iter().all(|c| c.1 % 4096 == 0 && c.1 > 0));
+            covered.sort();
+            for w in covered.windows(2) {
+                assert!(w[0].0 + w[0].1 <= w[1].0, "overlap");
+            }
+        }
+    }
+
+    fn einval(_: *mut u8, _: usize, _: libc::c_int) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EINVAL))
+    }
+
+    fn enomem(_: *mut u8, _: usize, _: libc::c_int) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::ENOMEM))
+    }
+
+    #[test]
+    fn falls_back_to_touching_without_populate_write() {
+        let (plan, backing) = setup(
+            MemoryOptions {
+                total: Some(16 * MIB),
+                prealloc: true,
+                prealloc_threads: 2,
+                ..Default::default()
+            },
+            &[(GuestAddress(0), (16 * MIB) as usize)],
+        );
+        // Contents survive the touch.
+        backing
+            .guest_memory()
+            .write_obj(0xabcd_u32, GuestAddress(8 * MIB))
+            .unwrap();
+        let contexts = PreallocContexts::new(&plan).unwrap();
+        let report = run(&contexts, &backing, &plan, MethodChoice::Auto, einval).unwrap();
+        let r = &report.regions[0];
+        assert_eq!(r.method, PopulateMethod::Touch);
+        assert!(r.threads.iter().all(|t| t.method == PopulateMethod::Touch));
+        assert_eq!(
+            r.threads.iter().map(|t| t.pages_touched).sum::<u64>(),
+            16 * MIB / 4096
+        );
+        let piece = &backing.regions()[0].pieces()[0];
+        assert_eq!(
+            resident_pages(piece.host_addr(), piece.len()),
+            (16 * MIB / 4096) as usize
+        );
+        assert_eq!(
+            backing
+                .guest_memory()
+                .read_obj::<u32>(GuestAddress(8 * MIB))
+                .unwrap(),
+            0xabcd
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["regions"][0]["method"], "touch");
+    }
+
+    #[test]
+    fn forced_touch_and_real_errors() {
+        let (plan, backing) = setup(
+            MemoryOptions {
+                total: Some(8 * MIB),
+                prealloc: true,
+                ..Default::default()
+            },
+            &[(GuestAddress(0), (8 * MIB) as usize)],
+        );
+        let report = preallocate_with(&backing, &plan, MethodChoice::Touch).unwrap();
+        assert_eq!(report.regions[0].method, PopulateMethod::Touch);
+        assert_eq!(report.regions[0].threads[0].pages_touched, 8 * MIB / 4096);
+        let contexts = PreallocContexts::new(&plan).unwrap();
+        let e = run(&contexts, &backing, &plan, MethodChoice::Auto, enomem).unwrap_err();
+        assert!(matches!(e, MemoryError::Populate { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("prealloc-n0-0 cannot populate guest node 0's memory"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn no_prealloc_means_an_empty_report() {
+        let (plan, backing) = setup(
+            MemoryOptions {
+                total: Some(4 * MIB),
+                ..Default::default()
+            },
+            &[(GuestAddress(0), (4 * MIB) as usize)],
+        );
+        let report = preallocate(&backing, &plan).unwrap();
+        assert!(report.regions.is_empty());
+        assert_eq!(report.bytes(), 0);
+    }
+
+    #[test]
+    fn preallocation_under_a_sandbox() {
+        // Contexts are created (and pinned) first; then the sandbox forbids
+        // sched_setaffinity for each context and everything it creates;
+        // preallocation still places its threads.
+        let last = sys::thread_affinity(0).unwrap().highest().unwrap();
+        let (plan, backing) = setup(
+            MemoryOptions {
+                total: Some(32 * MIB),
+                prealloc: true,
+                prealloc_threads: 2,
+                prealloc_cpus: Some(CpuSet::from_iter([last])),
+                ..Default::default()
+            },
+            &[(GuestAddress(0), (32 * MIB) as usize)],
+        );
+        let contexts = PreallocContexts::new(&plan).unwrap();
+        for c in contexts.contexts() {
+            c.run(forbid_setaffinity).unwrap().unwrap();
+        }
+        let report = preallocate_in(&contexts, &backing, &plan, MethodChoice::Auto).unwrap();
+        let r = &report.regions[0];
+        check_threads(r, 2, 0);
+        assert!(r
+            .threads
+            .iter()
+            .all(|t| t.allowed_cpus == CpuSet::from_iter([last])));
+    }
+
+    #[test]
+    fn hugetlb_preallocation() {
+        let topo = Topology::host().unwrap();
+        if topo
+            .hugepages
+            .get(&HugePageSize::Size2M)
+            .map_or(0, |p| p.free)
+            < 16
+        {
+            eprintln!("SKIP: fewer than 16 free 2 MiB huge pages (echo 16 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages)");
+            return;
+        }
+        let (plan, backing) = setup(
+            MemoryOptions {
+                numa: vec!["node=0,memory=32M,host-nodes=0".parse().unwrap()],
+                hugepages: Some(HugePageSize::Size2M),
+                prealloc: true,
+                prealloc_threads: 2,
+                ..Default::default()
+            },
+            &[(GuestAddress(0), (32 * MIB) as usize)],
+        );
+        let report = preallocate(&backing, &plan).unwrap();
+        let r = &report.regions[0];
+        assert_eq!(r.page_size, 2 * MIB);
+        check_threads(r, 2, 0);
+        assert_eq!(r.threads.iter().map(|t| t.pages_touched).sum::<u64>(), 16);
+        assert!(
+            r.placement.all_on(&"0".parse().unwrap()),
+            "{:?}",
+            r.placement
+        );
+    }
+}
