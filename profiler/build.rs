@@ -61,7 +61,14 @@ fn main() {
             .expect("filtered above");
         let obj = out.join(format!("{stem}.bpf.o"));
         let status = Command::new(&clang)
-            .args(["-g", "-O2", "-target", "bpf", "-D__TARGET_ARCH_x86", "-Wall"])
+            .args([
+                "-g",
+                "-O2",
+                "-target",
+                "bpf",
+                "-D__TARGET_ARCH_x86",
+                "-Wall",
+            ])
             .arg("-I")
             .arg(&bpf_dir)
             .args(["-I", "/usr/include/x86_64-linux-gnu", "-c"])

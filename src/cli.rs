@@ -87,8 +87,8 @@ struct RunArgs {
     #[arg(long, default_value = DEFAULT_CMDLINE)]
     cmdline: String,
     /// Guest memory (e.g. 512M, 2G; a bare number is MiB).
-    #[arg(long, default_value = "256M")]
-    memory: String,
+    #[arg(long)]
+    memory: Option<String>,
     /// Number of vCPUs.
     #[arg(long, default_value_t = 1)]
     vcpus: u32,
@@ -119,6 +119,33 @@ struct RunArgs {
     /// (mapping shares page-cache pages between VMs started from one image).
     #[arg(long)]
     copy_images: bool,
+    /// A guest NUMA node bound to host nodes (repeatable):
+    /// node=ID,cpus=LIST,memory=SIZE,host-nodes=LIST,policy=bind|preferred|interleave
+    #[arg(long = "numa", value_name = "SPEC")]
+    numa: Vec<String>,
+    /// Preallocate (fault in) all guest memory before boot.
+    #[arg(long)]
+    prealloc: bool,
+    /// Preallocation threads per region.
+    #[arg(long, default_value_t = 1)]
+    prealloc_threads: usize,
+    /// CPUs for the preallocation thread contexts (default: the CPUs of the
+    /// region's host nodes).
+    #[arg(long, value_name = "LIST")]
+    prealloc_cpus: Option<String>,
+    /// Back guest memory with huge pages from the hugetlb pool: 2M or 1G.
+    #[arg(long, value_name = "SIZE")]
+    hugepages: Option<String>,
+    /// Ask for transparent huge pages (madvise) on guest memory.
+    #[arg(long)]
+    thp: bool,
+    /// After set-up, install a seccomp filter that denies what a running VMM
+    /// does not need (including changing CPU affinity).
+    #[arg(long)]
+    sandbox: bool,
+    /// Run only the set-up phases and report their timeline: memory or load.
+    #[arg(long, value_name = "PHASE")]
+    stop_after: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -295,7 +322,51 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         value: None,
         vcpu: None,
     });
-    let memory_bytes = parse_size(&args.memory).map_err(|e| usage(e.context("--memory")))?;
+    let mut numa = Vec::new();
+    for spec in &args.numa {
+        numa.push(
+            spec.parse::<bootscope_vmm::memory::NumaSpec>()
+                .map_err(|e| usage(anyhow::Error::new(e).context(format!("--numa {spec}"))))?,
+        );
+    }
+    let memory_bytes = match &args.memory {
+        Some(m) => parse_size(m).map_err(|e| usage(e.context("--memory")))?,
+        None if !numa.is_empty() => numa.iter().map(|n| n.memory).sum(),
+        None => 256 << 20,
+    };
+    let prealloc_cpus = match &args.prealloc_cpus {
+        Some(l) => Some(
+            l.parse::<bootscope_vmm::memory::CpuSet>()
+                .map_err(|e| usage(anyhow::Error::new(e).context("--prealloc-cpus")))?,
+        ),
+        None => None,
+    };
+    let hugepages = match &args.hugepages {
+        Some(h) => Some(
+            h.parse::<bootscope_vmm::memory::HugePageSize>()
+                .map_err(|e| usage(anyhow::Error::new(e).context("--hugepages")))?,
+        ),
+        None => None,
+    };
+    let stop_after = match args.stop_after.as_deref() {
+        None => None,
+        Some("memory") => Some(vm::StopAfter::Memory),
+        Some("load") => Some(vm::StopAfter::Load),
+        Some(other) => {
+            return Err(usage(anyhow::anyhow!(
+                "--stop-after {other:?}: give memory or load"
+            )))
+        }
+    };
+    let memory_opts = bootscope_vmm::memory::MemoryOptions {
+        total: None,
+        numa,
+        prealloc: args.prealloc,
+        prealloc_threads: args.prealloc_threads,
+        prealloc_cpus,
+        hugepages,
+        thp: args.thp,
+    };
     if let Some(t) = &args.timeline {
         check_output_path("--timeline", t).map_err(usage)?;
     }
@@ -315,6 +386,8 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     };
     let (kernel, initrd) = match args.kernel.clone() {
         Some(k) => (k, args.initrd.clone()),
+        // Memory set-up alone needs no kernel.
+        None if stop_after == Some(vm::StopAfter::Memory) => (PathBuf::new(), None),
         None => {
             let (k, i) = default_guest().map_err(usage)?;
             eprintln!(
@@ -349,6 +422,9 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         timeout,
         allow_emulation: args.allow_emulation,
         map_images: !args.copy_images,
+        memory: memory_opts,
+        sandbox: args.sandbox,
+        stop_after,
     };
     let report = match vm::run(cfg, recorder.clone()) {
         Ok(r) => r,
@@ -369,11 +445,21 @@ fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {
     }
     if !args.no_summary {
         eprintln!();
-        eprintln!(
-            "bootscope: boot timeline of {} ({})",
-            doc.guest.kernel, doc.guest.kernel_format
-        );
+        if doc.guest.kernel.is_empty() {
+            eprintln!(
+                "bootscope: set-up timeline ({} MiB guest)",
+                doc.guest.memory_bytes >> 20
+            );
+        } else {
+            eprintln!(
+                "bootscope: boot timeline of {} ({})",
+                doc.guest.kernel, doc.guest.kernel_format
+            );
+        }
         eprint!("{}", doc.summary_table());
+        if let Some(mem) = &doc.memory {
+            print_prealloc_summary(mem);
+        }
         if let Some(exits) = doc.kvm_stats.get("exits") {
             eprintln!("KVM exits (KVM's own statistics): {exits}");
         }
@@ -389,6 +475,36 @@ fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {
                 doc.outcome.detail
             ),
         })
+    }
+}
+
+/// One line per region and thread: where preallocation ran and how fast.
+fn print_prealloc_summary(mem: &serde_json::Value) {
+    let Some(regions) = mem["regions"].as_array() else {
+        return;
+    };
+    for r in regions {
+        let bytes = r["bytes"].as_u64().unwrap_or(0);
+        let ns = r["elapsed_ns"].as_u64().unwrap_or(0).max(1);
+        eprintln!(
+            "preallocation: guest node {}: {} MiB in {:.1} ms ({:.2} GiB/s, {})",
+            r["guest_node"],
+            bytes >> 20,
+            ns as f64 / 1e6,
+            bytes as f64 / (1u64 << 30) as f64 / (ns as f64 / 1e9),
+            r["method"].as_str().unwrap_or("?")
+        );
+        for t in r["threads"].as_array().into_iter().flatten() {
+            eprintln!(
+                "  {:<16} tid {:<8} cpus {:<8} last cpu {:<3} node {:<3} pages {}",
+                t["name"].as_str().unwrap_or("?"),
+                t["tid"],
+                t["allowed_cpus"].as_str().unwrap_or("?"),
+                t["last_cpu"],
+                t["node"],
+                t["pages_touched"]
+            );
+        }
     }
 }
 

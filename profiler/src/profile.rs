@@ -34,6 +34,9 @@ pub struct Profile {
     /// Events the kernel could not hand over (ring buffer full); never
     /// silently dropped.
     pub lost_events: u64,
+    /// Events not counted because an in-kernel aggregation map was full.
+    #[serde(default)]
+    pub map_overflows: u64,
 }
 
 /// What was profiled.
@@ -49,6 +52,10 @@ pub struct Target {
     /// Exit status of a launched command, if it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// When the target process ended (ns since profiling start), if it
+    /// ended while being profiled: the profile then holds partial results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_ns: Option<u64>,
 }
 
 /// The host it ran on.
@@ -121,6 +128,78 @@ pub struct ExitProfile {
     /// KVM's own exit count for the same VM(s), for cross-checking.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kvm_stats_exits: Option<u64>,
+    /// Port I/O the guest did (`tracepoint:kvm:kvm_pio`), by port,
+    /// direction and size. On PVM these are most of the exits.
+    #[serde(default)]
+    pub pio: Vec<PioStat>,
+    /// Writes to the boot marker ports (0x80, 0xf4), by port and value,
+    /// counted exactly in the kernel.
+    #[serde(default)]
+    pub marker_writes: Vec<MarkerWrites>,
+    /// MMIO accesses KVM handed to the VMM (`tracepoint:kvm:kvm_mmio`).
+    #[serde(default)]
+    pub mmio: Vec<MmioStat>,
+    /// MSR accesses KVM handled (`tracepoint:kvm:kvm_msr`).
+    #[serde(default)]
+    pub msr: Vec<MsrStat>,
+    /// CPUID instructions KVM handled (`tracepoint:kvm:kvm_cpuid`).
+    #[serde(default)]
+    pub cpuid: Vec<CpuidStat>,
+    /// Guest instructions run through KVM's emulator
+    /// (`tracepoint:kvm:kvm_emulate_insn`); on PVM, every instruction of a
+    /// non-PVM guest.
+    #[serde(default)]
+    pub emulated_instructions: u64,
+    /// Of those, instructions the emulator failed on.
+    #[serde(default)]
+    pub emulation_failures: u64,
+}
+
+/// Port I/O to one port.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PioStat {
+    pub port: u32,
+    /// `read` (IN) or `write` (OUT).
+    pub direction: String,
+    /// Access size in bytes.
+    pub size: u32,
+    pub count: u64,
+}
+
+/// Writes of one value to one marker port.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkerWrites {
+    pub port: u32,
+    pub value: u32,
+    pub count: u64,
+}
+
+/// MMIO accesses to one guest-physical address.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MmioStat {
+    pub gpa: u64,
+    /// `read`, `write` or `unsatisfied-read`.
+    pub kind: String,
+    pub count: u64,
+}
+
+/// Accesses to one MSR.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MsrStat {
+    pub msr: u32,
+    /// `read` or `write`.
+    pub direction: String,
+    pub count: u64,
+    /// Of those, accesses that raised #GP in the guest.
+    pub faults: u64,
+}
+
+/// CPUID executions of one leaf.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuidStat {
+    pub function: u32,
+    pub index: u32,
+    pub count: u64,
 }
 
 /// Exits of one vCPU.
@@ -151,6 +230,20 @@ pub struct PageFaultProfile {
     /// Host fault latency histogram, when measured.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_latency_hist: Vec<HistBucket>,
+    /// The tracepoint `guest_total` counts: `tracepoint:kvm:kvm_page_fault`
+    /// (VMX/SVM), else `tracepoint:kvmmmu:kvm_mmu_spte_requested`, or empty
+    /// when neither fired.
+    #[serde(default)]
+    pub guest_source: String,
+    /// Guest accesses to emulated MMIO that faulted
+    /// (`tracepoint:kvmmmu:handle_mmio_page_fault`).
+    #[serde(default)]
+    pub guest_mmio: u64,
+    /// `host_total` split by the mode the fault was taken in.
+    #[serde(default)]
+    pub host_user: u64,
+    #[serde(default)]
+    pub host_kernel: u64,
 }
 
 /// Faults of one thread.
@@ -196,6 +289,29 @@ pub struct ThreadProfile {
     pub pages_allocated: u64,
     pub pages_local: u64,
     pub pages_remote: u64,
+    /// Its process.
+    #[serde(default)]
+    pub tgid: u32,
+    /// Total run time over all CPUs.
+    #[serde(default)]
+    pub run_ns: u64,
+    /// Bytes it allocated (`pages_allocated` counts base pages, so a 2 MiB
+    /// huge page counts 512 pages and 2 MiB here).
+    #[serde(default)]
+    pub bytes_allocated: u64,
+    /// Where its pages landed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pages_by_node: Vec<NodePages>,
+    /// Its exit code, if it ended while profiled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+/// Pages on one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodePages {
+    pub node: u32,
+    pub pages: u64,
 }
 
 /// Where the target's pages landed.
@@ -204,6 +320,24 @@ pub struct NumaProfile {
     pub pages_local: u64,
     pub pages_remote: u64,
     pub by_node: Vec<NodeLocality>,
+    /// `tracepoint:kmem:mm_page_alloc` when it was attached.
+    #[serde(default)]
+    pub source: String,
+    /// Base page size in bytes.
+    #[serde(default)]
+    pub page_size: u64,
+    /// All base pages the target allocated, and their bytes.
+    #[serde(default)]
+    pub pages_allocated: u64,
+    #[serde(default)]
+    pub bytes_allocated: u64,
+    /// Pages whose node (or whose allocating CPU's node) is unknown.
+    #[serde(default)]
+    pub pages_unknown_node: u64,
+    /// How page frames were mapped to nodes (`sysfs memory blocks`,
+    /// `zoneinfo`, `single node`).
+    #[serde(default)]
+    pub pfn_map_source: String,
 }
 
 /// Pages that landed on one node.
@@ -223,6 +357,9 @@ pub struct Mark {
     pub t_ns: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<u64>,
+    /// The process the mark came from, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tgid: Option<u32>,
 }
 
 /// A boot phase.

@@ -23,6 +23,9 @@ fn main() {
         timeout: Some(Duration::from_secs(5)),
         allow_emulation: false,
         map_images: true,
+        memory: Default::default(),
+        sandbox: false,
+        stop_after: None,
     };
     match run(cfg, rec) {
         Ok(r) => {

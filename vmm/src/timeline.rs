@@ -285,6 +285,8 @@ pub enum StopReason {
     PvmEmulation,
     /// An error in the VMM or an unexpected exit.
     Error,
+    /// `--stop-after`: only the set-up phases ran.
+    StoppedAfterSetup,
 }
 
 impl StopReason {
@@ -296,6 +298,7 @@ impl StopReason {
                 | StopReason::TripleFault
                 | StopReason::SystemEvent
                 | StopReason::GuestHalt
+                | StopReason::StoppedAfterSetup
         )
     }
 }
@@ -340,6 +343,10 @@ pub struct TimelineDoc {
     /// KVM's own per-VM statistics summed over vCPUs (KVM_GET_STATS_FD),
     /// empty where the kernel does not offer them.
     pub kvm_stats: BTreeMap<String, u64>,
+    /// Memory set-up report (regions, preallocation threads, where they ran
+    /// and where pages landed), when preallocation ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<serde_json::Value>,
 }
 
 impl TimelineDoc {

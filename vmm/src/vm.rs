@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use kvm_bindings::{kvm_pit_config, KVM_MAX_CPUID_ENTRIES, KVM_PIT_SPEAKER_DUMMY};
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
-use vm_memory::{GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::bootparams;
@@ -23,6 +23,10 @@ use crate::host::{self, KvmFlavour};
 use crate::kvm_stats::{self, StatsFd};
 use crate::layout;
 use crate::loader::{self, EntryMode, KernelFormat, LoadError};
+use crate::memory::{
+    self, MemoryError, MemoryOptions, MemoryPlan, MethodChoice, PlanError, PreallocContexts,
+    PreallocReport, Topology, TopologyError,
+};
 use crate::timeline::{
     derive_phases, vmm_marks, GuestInfo, Outcome, Recorder, StopReason, TimelineDoc,
     TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION,
@@ -54,6 +58,22 @@ pub struct VmConfig {
     pub allow_emulation: bool,
     /// Map the initrd from its file (shared page cache) instead of copying.
     pub map_images: bool,
+    /// NUMA regions, preallocation, huge pages (`total` is taken from
+    /// `memory_bytes`).
+    pub memory: MemoryOptions,
+    /// Install the seccomp sandbox after set-up.
+    pub sandbox: bool,
+    /// Run only the set-up phases.
+    pub stop_after: Option<StopAfter>,
+}
+
+/// `--stop-after`: the set-up phase after which to stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopAfter {
+    /// After guest memory is allocated (and preallocated).
+    Memory,
+    /// After the kernel and initrd are loaded.
+    Load,
 }
 
 /// Configuration errors: bad input, reported with exit status 2.
@@ -78,6 +98,12 @@ pub enum ConfigError {
     /// Kernel, initrd or command line problem.
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// A memory option (--numa, --prealloc-*, --hugepages) is wrong.
+    #[error(transparent)]
+    Memory(#[from] PlanError),
+    /// The host's NUMA topology could not be read.
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
 }
 
 /// Failures of the VMM or KVM (exit status 1).
@@ -99,6 +125,12 @@ pub enum VmError {
     /// Guest memory could not be allocated.
     #[error("cannot allocate {mib} MiB of guest memory: {detail}")]
     Memory { mib: u64, detail: String },
+    /// Allocation, binding or preallocation failed.
+    #[error(transparent)]
+    GuestMemory(#[from] MemoryError),
+    /// The sandbox could not be installed.
+    #[error(transparent)]
+    Sandbox(#[from] crate::sandbox::SandboxError),
     /// Writing boot structures failed.
     #[error("cannot set up guest boot data: {0}")]
     BootData(String),
@@ -157,6 +189,8 @@ pub fn validate(cfg: &VmConfig, max_vcpus: u32) -> Result<(), ConfigError> {
 pub struct RunReport {
     pub timeline: TimelineDoc,
     pub marker_counts: MarkerCounts,
+    /// What preallocation did, when asked for.
+    pub prealloc: Option<PreallocReport>,
 }
 
 enum VcpuEvent {
@@ -176,15 +210,40 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     let kvm = Kvm::new().map_err(VmError::OpenKvm)?;
     let max_vcpus = kvm.get_max_vcpus() as u32;
     validate(&cfg, max_vcpus)?;
+    let mut opts = cfg.memory.clone();
+    opts.total = Some(cfg.memory_bytes);
+    let topology = Topology::host().map_err(ConfigError::from)?;
+    let plan = MemoryPlan::new(&opts, &topology).map_err(ConfigError::from)?;
+    plan.check_vcpus(cfg.vcpus).map_err(ConfigError::from)?;
     // Probe before allocating so a bad kernel fails fast.
-    loader::probe_kernel(&cfg.kernel).map_err(ConfigError::from)?;
+    if cfg.stop_after != Some(StopAfter::Memory) {
+        loader::probe_kernel(&cfg.kernel).map_err(ConfigError::from)?;
+    }
 
     let vm = kvm.create_vm().map_err(kvm_err("KVM_CREATE_VM"))?;
-    let mem = GuestMemoryMmap::<()>::from_ranges(&bootparams::ram_ranges(cfg.memory_bytes))
-        .map_err(|e| VmError::Memory {
-            mib: cfg.memory_bytes >> 20,
-            detail: e.to_string(),
-        })?;
+    let backing = memory::allocate(&plan, &bootparams::ram_ranges(plan.total()))?;
+    // Thread contexts take their CPU affinity now, before the sandbox
+    // forbids it; preallocation threads are created through them later.
+    let contexts = if plan.prealloc() {
+        Some(PreallocContexts::new(&plan)?)
+    } else {
+        None
+    };
+    if cfg.sandbox {
+        crate::sandbox::install()?;
+        recorder.vmm("vmm: sandbox installed");
+    }
+    let prealloc = match &contexts {
+        Some(c) => Some(memory::preallocate_in(
+            c,
+            &backing,
+            &plan,
+            MethodChoice::Auto,
+        )?),
+        None => None,
+    };
+    drop(contexts);
+    let mem = backing.guest_memory();
     for (slot, region) in mem.iter().enumerate() {
         let host_addr = mem
             .get_host_address(region.start_addr())
@@ -199,12 +258,30 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
             userspace_addr: host_addr as u64,
             flags: 0,
         };
-        // SAFETY: the region is a live mapping owned by `mem`, which outlives
-        // the VM (it is dropped after the vCPU threads are joined).
+        // SAFETY: the region is a live mapping owned by `backing`, which
+        // outlives the VM (it is dropped after the vCPU threads are joined).
         unsafe { vm.set_user_memory_region(region_desc) }
             .map_err(kvm_err("KVM_SET_USER_MEMORY_REGION"))?;
     }
     recorder.vmm(vmm_marks::MEMORY_READY);
+    let early_report = |reason_detail: &str, kernel_format: &str| RunReport {
+        timeline: setup_only_timeline(
+            &cfg,
+            &recorder,
+            flavour,
+            reason_detail,
+            kernel_format,
+            &prealloc,
+        ),
+        marker_counts: MarkerCounts::default(),
+        prealloc: prealloc.clone(),
+    };
+    if cfg.stop_after == Some(StopAfter::Memory) {
+        return Ok(early_report(
+            "stopped after memory set-up (--stop-after memory)",
+            "none",
+        ));
+    }
 
     // Intel needs these two; other backends ignore or refuse them harmlessly.
     let _ = vm.set_identity_map_address(layout::KVM_IDENTITY_MAP_START);
@@ -218,15 +295,15 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     vm.create_pit2(pit).map_err(kvm_err("KVM_CREATE_PIT2"))?;
 
     let kernel =
-        loader::load_kernel(&mem, &cfg.kernel, cfg.memory_bytes).map_err(ConfigError::from)?;
+        loader::load_kernel(mem, &cfg.kernel, cfg.memory_bytes).map_err(ConfigError::from)?;
     let initrd = match &cfg.initrd {
         Some(p) => Some(
-            loader::load_initrd(&mem, p, &kernel, cfg.memory_bytes, cfg.map_images)
+            loader::load_initrd(mem, p, &kernel, cfg.memory_bytes, cfg.map_images)
                 .map_err(ConfigError::from)?,
         ),
         None => None,
     };
-    loader::load_cmdline(&mem, &cfg.cmdline, kernel.cmdline_max).map_err(ConfigError::from)?;
+    loader::load_cmdline(mem, &cfg.cmdline, kernel.cmdline_max).map_err(ConfigError::from)?;
     match kernel.mode {
         EntryMode::Linux64 => {
             let params = bootparams::build_zero_page(
@@ -235,16 +312,22 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
                 cfg.cmdline.len(),
                 cfg.memory_bytes,
             );
-            bootparams::write_zero_page(&mem, &params)
+            bootparams::write_zero_page(mem, &params)
                 .map_err(|e| VmError::BootData(e.to_string()))?;
         }
         EntryMode::Pvh => {
-            bootparams::write_pvh_start_info(&mem, initrd.as_ref(), cfg.memory_bytes)
+            bootparams::write_pvh_start_info(mem, initrd.as_ref(), cfg.memory_bytes)
                 .map_err(|e| VmError::BootData(e.to_string()))?;
         }
     }
-    mptable::setup(&mem, cfg.vcpus).map_err(|e| VmError::BootData(e.to_string()))?;
+    mptable::setup(mem, cfg.vcpus).map_err(|e| VmError::BootData(e.to_string()))?;
     recorder.vmm(vmm_marks::KERNEL_LOADED);
+    if cfg.stop_after == Some(StopAfter::Load) {
+        return Ok(early_report(
+            "stopped after loading the kernel (--stop-after load)",
+            format_name(&kernel),
+        ));
+    }
 
     // Devices.
     let serial_irq = EventFd::new(libc::EFD_NONBLOCK).map_err(|source| VmError::Host {
@@ -283,7 +366,7 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
             .map_err(kvm_err("KVM_SET_FPU"))?;
         if index == 0 {
             let sregs = vcpu.get_sregs().map_err(kvm_err("KVM_GET_SREGS"))?;
-            let sregs = regs::setup_memory_and_sregs(&mem, kernel.mode, sregs)
+            let sregs = regs::setup_memory_and_sregs(mem, kernel.mode, sregs)
                 .map_err(|e| VmError::BootData(e.to_string()))?;
             vcpu.set_sregs(&sregs).map_err(kvm_err("KVM_SET_SREGS"))?;
             vcpu.set_regs(&regs::boot_regs(kernel.mode, kernel.entry.0))
@@ -407,11 +490,7 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
         host_kvm: format!("{flavour:?}").to_lowercase(),
         guest: GuestInfo {
             kernel: cfg.kernel.display().to_string(),
-            kernel_format: match kernel.format {
-                KernelFormat::BzImage => "bzimage".into(),
-                KernelFormat::Elf if kernel.mode == EntryMode::Pvh => "elf-pvh".into(),
-                KernelFormat::Elf => "elf".into(),
-            },
+            kernel_format: format_name(&kernel).into(),
             initrd: cfg.initrd.as_ref().map(|p| p.display().to_string()),
             initrd_mapped_from_file: initrd.is_some_and(|i| i.mapped_from_file),
             cmdline: cfg.cmdline.clone(),
@@ -426,12 +505,63 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
         phases: derive_phases(&marks),
         marks,
         kvm_stats,
+        memory: prealloc.as_ref().and_then(|p| serde_json::to_value(p).ok()),
     };
-    drop(mem);
+    drop(backing);
     Ok(RunReport {
         timeline,
         marker_counts: devices.marker_counts(),
+        prealloc,
     })
+}
+
+fn format_name(kernel: &loader::LoadedKernel) -> &'static str {
+    match kernel.format {
+        KernelFormat::BzImage => "bzimage",
+        KernelFormat::Elf if kernel.mode == EntryMode::Pvh => "elf-pvh",
+        KernelFormat::Elf => "elf",
+    }
+}
+
+/// The timeline of a run that stopped after set-up.
+fn setup_only_timeline(
+    cfg: &VmConfig,
+    recorder: &Recorder,
+    flavour: KvmFlavour,
+    detail: &str,
+    kernel_format: &str,
+    prealloc: &Option<PreallocReport>,
+) -> TimelineDoc {
+    let marks = recorder.snapshot();
+    TimelineDoc {
+        schema: TIMELINE_SCHEMA_NAME.into(),
+        version: TIMELINE_SCHEMA_VERSION,
+        clock: "CLOCK_MONOTONIC nanoseconds since VMM start".into(),
+        vmm: format!("bootscope {}", env!("CARGO_PKG_VERSION")),
+        host_kvm: format!("{flavour:?}").to_lowercase(),
+        guest: GuestInfo {
+            kernel: if kernel_format == "none" {
+                String::new()
+            } else {
+                cfg.kernel.display().to_string()
+            },
+            kernel_format: kernel_format.into(),
+            initrd: cfg.initrd.as_ref().map(|p| p.display().to_string()),
+            initrd_mapped_from_file: false,
+            cmdline: cfg.cmdline.clone(),
+            memory_bytes: cfg.memory_bytes,
+            vcpus: cfg.vcpus,
+        },
+        outcome: Outcome {
+            reason: StopReason::StoppedAfterSetup,
+            clean: true,
+            detail: detail.into(),
+        },
+        phases: derive_phases(&marks),
+        marks,
+        kvm_stats: BTreeMap::new(),
+        memory: prealloc.as_ref().and_then(|p| serde_json::to_value(p).ok()),
+    }
 }
 
 fn sum_stats(stats: &[StatsFd]) -> BTreeMap<String, u64> {

@@ -58,6 +58,7 @@ pub fn profile() -> Profile {
         pid: 4242,
         name: "qemu-system-x86".into(),
         exit_code: Some(0),
+        ..Default::default()
     };
     p.host = HostInfo {
         kvm: "svm".into(),
@@ -129,6 +130,7 @@ pub fn profile() -> Profile {
             by_reason: reasons(&[("io", 500)]),
         }],
         kvm_stats_exits: Some(1_003),
+        ..Default::default()
     };
     p.page_faults = PageFaultProfile {
         guest_total: 300,
@@ -145,6 +147,7 @@ pub fn profile() -> Profile {
             host: 100,
         }],
         host_latency_hist: vec![bucket(512, 1024, 5_000)],
+        ..Default::default()
     };
     p.threads = vec![
         ThreadProfile {
@@ -162,6 +165,7 @@ pub fn profile() -> Profile {
             pages_allocated: 100,
             pages_local: 100,
             pages_remote: 0,
+            ..Default::default()
         },
         ThreadProfile {
             tid: 4243,
@@ -185,6 +189,7 @@ pub fn profile() -> Profile {
             pages_allocated: 131_072,
             pages_local: 100_000,
             pages_remote: 31_072,
+            ..Default::default()
         },
         ThreadProfile {
             tid: 4244,
@@ -201,6 +206,7 @@ pub fn profile() -> Profile {
             pages_allocated: 10,
             pages_local: 4,
             pages_remote: 6,
+            ..Default::default()
         },
     ];
     p.numa = NumaProfile {
@@ -218,6 +224,7 @@ pub fn profile() -> Profile {
                 pages_remote: 31_078,
             },
         ],
+        ..Default::default()
     };
     p.marks = vec![
         Mark {
@@ -225,18 +232,21 @@ pub fn profile() -> Profile {
             source: "vmm".into(),
             t_ns: 70_000_000,
             value: None,
+            ..Default::default()
         },
         Mark {
             name: "port 0x80: kernel 0x40".into(),
             source: "debug_port".into(),
             t_ns: 80_000_000,
             value: Some(0x40),
+            ..Default::default()
         },
         Mark {
             name: "port 0x80: userspace 0x60".into(),
             source: "debug_port".into(),
             t_ns: 800_000_000,
             value: Some(0x60),
+            ..Default::default()
         },
     ];
     p.phases = vec![

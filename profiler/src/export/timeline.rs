@@ -125,6 +125,7 @@ pub fn profile_from_timeline(doc: &Value) -> Result<Profile, TimelineError> {
             source: string(m, &at, "source")?,
             t_ns: unsigned(m, &at, "t_ns")?,
             value,
+            tgid: None,
         });
     }
 

@@ -107,6 +107,13 @@ pub enum PlanError {
     /// A guest vCPU beyond `--vcpus`.
     #[error("--numa node={node} lists guest CPU {cpu} but the guest has {vcpus} vCPUs (0-{}); raise --vcpus or fix cpus=", vcpus.saturating_sub(1))]
     GuestCpuOutOfRange { node: u32, cpu: u32, vcpus: u32 },
+    /// Absurdly many threads.
+    #[error("--prealloc-threads {threads} is more than {max}; more threads than host CPUs ({cpus} here) do not help")]
+    TooManyThreads {
+        threads: usize,
+        max: usize,
+        cpus: usize,
+    },
     /// `--prealloc-threads 0`.
     #[error("--prealloc-threads is 0; give at least 1 (up to one per host CPU of the node)")]
     ZeroThreads,
@@ -214,8 +221,8 @@ pub enum MemoryError {
     /// The kernel could not reserve the huge pages (the pool shrank after
     /// planning).
     #[error(
-        "cannot reserve {pages} pages of {size} for guest node {guest_node}: {source}; the pool has too few free pages, \
-         reserve more with `echo N > /sys/kernel/mm/hugepages/{}/nr_hugepages`",
+        "cannot reserve {pages} pages of {size} for guest node {guest_node}: {source}; the pool has fewer free pages: \
+         raise /sys/kernel/mm/hugepages/{}/nr_hugepages by at least {pages} (`echo N > ...`)",
         size.sysfs_dir()
     )]
     HugePageReserve {

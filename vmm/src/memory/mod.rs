@@ -46,7 +46,9 @@ pub use backing::{allocate, BackedRegion, GuestMemoryBacking, Piece};
 pub use context::ThreadContext;
 pub use cpulist::{CpuSet, IdSet, NodeSet};
 pub use error::{MemoryError, PlanError, SpecError, TopologyError};
-pub use plan::{Binding, MemoryOptions, MemoryPlan, PageBacking, PreallocPlan, RegionPlan};
+pub use plan::{
+    Binding, MemoryOptions, MemoryPlan, PageBacking, PreallocPlan, RegionPlan, MAX_PREALLOC_THREADS,
+};
 pub use prealloc::{
     preallocate, preallocate_in, preallocate_with, ContextReport, MethodChoice, PopulateMethod,
     PreallocContexts, PreallocReport, RegionReport, ThreadReport, PLACEMENT_SAMPLES,

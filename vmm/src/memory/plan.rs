@@ -11,6 +11,10 @@ use super::spec::{human_size, HugePageSize, NumaSpec, Policy};
 use super::topology::{SysfsRoot, ThpMode, Topology};
 use super::PlanError;
 
+/// Most preallocation threads per region (a guard against typos; one per
+/// host CPU of the region's nodes is the most that helps).
+pub const MAX_PREALLOC_THREADS: usize = 1024;
+
 /// The memory options as given on the command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryOptions {
@@ -149,6 +153,13 @@ impl MemoryPlan {
     pub fn new(opts: &MemoryOptions, topo: &Topology) -> Result<Self, PlanError> {
         if opts.prealloc_threads == 0 {
             return Err(PlanError::ZeroThreads);
+        }
+        if opts.prealloc_threads > MAX_PREALLOC_THREADS {
+            return Err(PlanError::TooManyThreads {
+                threads: opts.prealloc_threads,
+                max: MAX_PREALLOC_THREADS,
+                cpus: topo.online_cpus.len(),
+            });
         }
         if let Some(cpus) = &opts.prealloc_cpus {
             if cpus.is_empty() {
@@ -612,6 +623,7 @@ mod tests {
         };
         let cases: Vec<(String, &str)> = vec![
             (with(&|o| o.prealloc_threads = 0), "--prealloc-threads is 0"),
+            (with(&|o| o.prealloc_threads = 5000), "--prealloc-threads 5000 is more than 1024; more threads than host CPUs (8 here)"),
             (with(&|o| o.prealloc_cpus = Some("6-9".parse().unwrap())), "names CPUs 8-9 that do not exist or are offline on this host; online CPUs are 0-7"),
             (with(&|o| o.prealloc_cpus = Some(CpuSet::new())), "--prealloc-cpus is empty"),
             (with(&|o| o.total = None), "no guest memory size"),

@@ -522,7 +522,7 @@ mod tests {
                 t.allowed_cpus
             );
             assert!(own.contains(cpu));
-            assert_eq!(t.node, Some(0));
+            assert_eq!(t.node, Topology::host().unwrap().cpu_node(cpu));
             assert!(t.pages_touched > 0);
         }
         assert_eq!(report.context.name, format!("memctx-n{node}"));

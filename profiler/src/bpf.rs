@@ -1,0 +1,427 @@
+//! The compiled BPF object and the Rust mirrors of the types in `bpf/*.h`.
+//!
+//! One definition each: the C headers are the source, these mirrors are
+//! `#[repr(C)]` with their sizes checked at compile time, and
+//! [`BS_ABI_VERSION`] changes with them.
+
+use aya::Pod;
+
+/// The collectors, compiled and linked by build.rs, embedded once.
+pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bootscope.bpf.o"));
+
+/// `BS_ABI_VERSION` in bpf/common.h.
+pub const BS_ABI_VERSION: u32 = 1;
+pub const COMM_LEN: usize = 16;
+pub const HIST_SLOTS: usize = crate::hist::HIST_SLOTS;
+pub const MAX_PFN_RANGES: usize = 64;
+pub const MAX_CPUS: u32 = 1024;
+pub const NODE_UNKNOWN: u32 = u32::MAX;
+pub const CLONE_THREAD: u64 = 0x0001_0000;
+pub const CLONE_FLAGS_UNKNOWN: u64 = u64::MAX;
+
+/// Ring buffer record kinds (`enum bs_event_kind`).
+pub mod event_kind {
+    pub const MARK: u32 = 1;
+    pub const TASK_NEW: u32 = 2;
+    pub const TASK_RENAME: u32 = 3;
+    pub const TASK_EXIT: u32 = 4;
+}
+
+/// Fault kinds (`enum bs_fault_kind`).
+pub mod fault_kind {
+    pub const GUEST: u32 = 0;
+    pub const GUEST_MAP: u32 = 1;
+    pub const GUEST_MMIO: u32 = 2;
+    pub const HOST_USER: u32 = 3;
+    pub const HOST_KERNEL: u32 = 4;
+}
+
+/// Which collector a program belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CollectorKind {
+    Exits,
+    Faults,
+    Threads,
+    Numa,
+    Phases,
+}
+
+/// Index into `source_events` (`enum bs_source`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u32)]
+pub enum Source {
+    KvmExit = 0,
+    KvmEntry = 1,
+    KvmUserspaceExit = 2,
+    KvmPio = 3,
+    KvmMmio = 4,
+    KvmMsr = 5,
+    KvmCpuid = 6,
+    KvmEmulateInsn = 7,
+    KvmPageFault = 8,
+    KvmmmuSpteRequested = 9,
+    KvmmmuMmioPageFault = 10,
+    PageFaultUser = 11,
+    PageFaultKernel = 12,
+    SchedSwitch = 13,
+    SchedProcessFork = 14,
+    TaskNewtask = 15,
+    TaskRename = 16,
+    SchedProcessExit = 17,
+    MmPageAlloc = 18,
+    MarkerPio = 19,
+}
+
+/// `BS_SRC_COUNT`.
+pub const SOURCE_COUNT: usize = 20;
+
+/// One BPF program: the tracepoint it attaches to and the fields it reads
+/// (each becomes the global `EVENT__FIELD`).
+#[derive(Clone, Copy, Debug)]
+pub struct ProgramSpec {
+    pub program: &'static str,
+    pub system: &'static str,
+    pub event: &'static str,
+    pub source: Source,
+    pub collector: CollectorKind,
+    /// Fields it reads; all must exist for the program to be attached.
+    pub fields: &'static [&'static str],
+    /// Fields it reads when present (older kernels may lack them).
+    pub optional_fields: &'static [&'static str],
+}
+
+impl ProgramSpec {
+    /// `tracepoint:SYSTEM:EVENT`, the name used in `sources[]`.
+    pub fn source_name(&self) -> String {
+        format!("tracepoint:{}:{}", self.system, self.event)
+    }
+}
+
+macro_rules! spec {
+    ($prog:literal, $sys:literal, $ev:literal, $src:ident, $col:ident, [$($f:literal),*], [$($o:literal),*]) => {
+        ProgramSpec {
+            program: $prog,
+            system: $sys,
+            event: $ev,
+            source: Source::$src,
+            collector: CollectorKind::$col,
+            fields: &[$($f),*],
+            optional_fields: &[$($o),*],
+        }
+    };
+}
+
+/// Every program in [`OBJECT`], in attach order (threads first, so that
+/// children are followed before anything else of theirs is counted).
+#[rustfmt::skip]
+pub const PROGRAMS: &[ProgramSpec] = &[
+    spec!("bs_task_newtask", "task", "task_newtask", TaskNewtask, Threads, ["pid", "comm", "clone_flags"], []),
+    spec!("bs_sched_process_fork", "sched", "sched_process_fork", SchedProcessFork, Threads, ["child_pid"], []),
+    spec!("bs_task_rename", "task", "task_rename", TaskRename, Threads, ["pid", "newcomm"], []),
+    spec!("bs_sched_process_exit", "sched", "sched_process_exit", SchedProcessExit, Threads, [], ["group_dead"]),
+    spec!("bs_sched_switch", "sched", "sched_switch", SchedSwitch, Threads, ["prev_pid", "next_pid"], []),
+    spec!("bs_kvm_exit", "kvm", "kvm_exit", KvmExit, Exits, ["exit_reason", "vcpu_id"], ["isa"]),
+    spec!("bs_kvm_entry", "kvm", "kvm_entry", KvmEntry, Exits, [], []),
+    spec!("bs_kvm_userspace_exit", "kvm", "kvm_userspace_exit", KvmUserspaceExit, Exits, ["reason", "errno"], []),
+    spec!("bs_kvm_pio", "kvm", "kvm_pio", KvmPio, Exits, ["rw", "port", "size"], []),
+    spec!("bs_kvm_mmio", "kvm", "kvm_mmio", KvmMmio, Exits, ["type", "gpa"], []),
+    spec!("bs_kvm_msr", "kvm", "kvm_msr", KvmMsr, Exits, ["write", "ecx"], ["exception"]),
+    spec!("bs_kvm_cpuid", "kvm", "kvm_cpuid", KvmCpuid, Exits, ["function", "index"], []),
+    spec!("bs_kvm_emulate_insn", "kvm", "kvm_emulate_insn", KvmEmulateInsn, Exits, [], ["failed"]),
+    spec!("bs_marker_pio", "kvm", "kvm_pio", MarkerPio, Phases, ["rw", "port", "size", "val"], []),
+    spec!("bs_kvm_page_fault", "kvm", "kvm_page_fault", KvmPageFault, Faults, [], []),
+    spec!("bs_kvmmmu_spte_requested", "kvmmmu", "kvm_mmu_spte_requested", KvmmmuSpteRequested, Faults, [], []),
+    spec!("bs_kvmmmu_mmio_page_fault", "kvmmmu", "handle_mmio_page_fault", KvmmmuMmioPageFault, Faults, [], []),
+    spec!("bs_page_fault_user", "exceptions", "page_fault_user", PageFaultUser, Faults, [], []),
+    spec!("bs_page_fault_kernel", "exceptions", "page_fault_kernel", PageFaultKernel, Faults, [], []),
+    spec!("bs_mm_page_alloc", "kmem", "mm_page_alloc", MmPageAlloc, Numa, ["pfn", "order"], []),
+];
+
+/// `struct bs_field`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BsField {
+    pub off: u32,
+    pub size: u32,
+}
+
+/// `struct bs_event`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BsEvent {
+    pub kind: u32,
+    pub tgid: u32,
+    pub tid: u32,
+    pub cpu: u32,
+    pub ts_ns: u64,
+    pub arg0: u64,
+    pub arg1: u64,
+    pub comm: [u8; COMM_LEN],
+}
+
+impl BsEvent {
+    /// Reads a record from ring buffer bytes (None if too short).
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        if b.len() < size_of::<Self>() {
+            return None;
+        }
+        // SAFETY: the slice holds at least size_of::<BsEvent>() bytes, the
+        // read is unaligned-safe, and every bit pattern is a valid BsEvent
+        // (integers and a byte array only).
+        Some(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<Self>()) })
+    }
+
+    /// The task name, up to its NUL.
+    pub fn comm(&self) -> String {
+        comm_to_string(&self.comm)
+    }
+}
+
+/// A NUL-padded kernel task name as a string.
+pub fn comm_to_string(comm: &[u8]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+/// `struct bs_hist`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BsHist {
+    pub slots: [u64; HIST_SLOTS],
+    pub count: u64,
+    pub total_ns: u64,
+}
+
+/// `struct bs_exit_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BsExitKey {
+    pub tgid: u32,
+    pub vcpu_id: u32,
+    pub reason: u32,
+    pub isa: u32,
+    pub phase: u32,
+}
+
+/// `struct bs_exit_lat_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BsExitLatKey {
+    pub tgid: u32,
+    pub reason: u32,
+    pub isa: u32,
+}
+
+/// `struct bs_vcpu_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BsVcpuKey {
+    pub tgid: u32,
+    pub vcpu_id: u32,
+}
+
+/// `struct bs_uexit_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BsUexitKey {
+    pub tgid: u32,
+    pub tid: u32,
+    pub code: u32,
+    pub phase: u32,
+}
+
+/// `struct bs_pio_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BsPioKey {
+    pub tgid: u32,
+    pub port: u32,
+    pub rw: u32,
+    pub size: u32,
+    pub phase: u32,
+}
+
+/// `struct bs_mmio_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BsMmioKey {
+    pub tgid: u32,
+    pub kind: u32,
+    pub gpa: u64,
+}
+
+/// `struct bs_msr_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BsMsrKey {
+    pub tgid: u32,
+    pub msr: u32,
+    pub write: u32,
+    pub exception: u32,
+}
+
+/// `struct bs_cpuid_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BsCpuidKey {
+    pub tgid: u32,
+    pub function: u32,
+    pub index: u32,
+    pub pad: u32,
+}
+
+/// `struct bs_emulate_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BsEmulateKey {
+    pub tgid: u32,
+    pub phase: u32,
+    pub failed: u32,
+}
+
+/// `struct bs_marker_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BsMarkerKey {
+    pub tgid: u32,
+    pub port: u32,
+    pub value: u32,
+}
+
+/// `struct bs_fault_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BsFaultKey {
+    pub tgid: u32,
+    pub tid: u32,
+    pub phase: u32,
+    pub kind: u32,
+}
+
+/// `struct bs_run_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BsRunKey {
+    pub tid: u32,
+    pub cpu: u32,
+}
+
+/// `struct bs_run_val`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BsRunVal {
+    pub run_ns: u64,
+    pub slices: u64,
+    pub tgid: u32,
+    pub pad: u32,
+}
+
+/// `struct bs_pfn_range`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BsPfnRange {
+    pub start_pfn: u64,
+    pub end_pfn: u64,
+    pub node: u32,
+    pub pad: u32,
+}
+
+/// `struct bs_numa_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BsNumaKey {
+    pub tgid: u32,
+    pub tid: u32,
+    pub page_node: u32,
+    pub cpu_node: u32,
+}
+
+/// `struct bs_numa_val`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BsNumaVal {
+    pub pages: u64,
+    pub allocs: u64,
+}
+
+// The C structs' sizes (no implicit padding anywhere).
+const _: () = assert!(size_of::<BsField>() == 8);
+const _: () = assert!(size_of::<BsEvent>() == 56);
+const _: () = assert!(size_of::<BsHist>() == 8 * (HIST_SLOTS + 2));
+const _: () = assert!(size_of::<BsExitKey>() == 20);
+const _: () = assert!(size_of::<BsExitLatKey>() == 12);
+const _: () = assert!(size_of::<BsVcpuKey>() == 8);
+const _: () = assert!(size_of::<BsUexitKey>() == 16);
+const _: () = assert!(size_of::<BsPioKey>() == 20);
+const _: () = assert!(size_of::<BsMmioKey>() == 16);
+const _: () = assert!(size_of::<BsMsrKey>() == 16);
+const _: () = assert!(size_of::<BsCpuidKey>() == 16);
+const _: () = assert!(size_of::<BsEmulateKey>() == 12);
+const _: () = assert!(size_of::<BsMarkerKey>() == 12);
+const _: () = assert!(size_of::<BsFaultKey>() == 16);
+const _: () = assert!(size_of::<BsRunKey>() == 8);
+const _: () = assert!(size_of::<BsRunVal>() == 24);
+const _: () = assert!(size_of::<BsPfnRange>() == 24);
+const _: () = assert!(size_of::<BsNumaKey>() == 16);
+const _: () = assert!(size_of::<BsNumaVal>() == 16);
+
+macro_rules! pod {
+    ($($t:ty),*) => {
+        $(
+            // SAFETY: a #[repr(C)] struct of integers (and byte arrays) with
+            // no padding (sizes asserted above): every bit pattern is valid
+            // and it can be copied to and from the kernel as bytes.
+            unsafe impl Pod for $t {}
+        )*
+    };
+}
+
+pod!(
+    BsField,
+    BsEvent,
+    BsHist,
+    BsExitKey,
+    BsExitLatKey,
+    BsVcpuKey,
+    BsUexitKey,
+    BsPioKey,
+    BsMmioKey,
+    BsMsrKey,
+    BsCpuidKey,
+    BsEmulateKey,
+    BsMarkerKey,
+    BsFaultKey,
+    BsRunKey,
+    BsRunVal,
+    BsPfnRange,
+    BsNumaKey,
+    BsNumaVal
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_parse_from_bytes() {
+        let mut b = vec![0u8; 56];
+        b[0..4].copy_from_slice(&2u32.to_ne_bytes());
+        b[8..12].copy_from_slice(&77u32.to_ne_bytes());
+        b[40..51].copy_from_slice(b"touch_pages");
+        let e = BsEvent::from_bytes(&b).unwrap();
+        assert_eq!((e.kind, e.tid), (event_kind::TASK_NEW, 77));
+        assert_eq!(e.comm(), "touch_pages");
+        assert!(BsEvent::from_bytes(&b[..55]).is_none());
+    }
+
+    #[test]
+    fn program_table_is_consistent() {
+        let mut seen = std::collections::HashSet::new();
+        for p in PROGRAMS {
+            assert!(seen.insert(p.program), "{} twice", p.program);
+            assert!((p.source as usize) < SOURCE_COUNT);
+        }
+        assert_eq!(PROGRAMS.len(), SOURCE_COUNT);
+        assert_eq!(comm_to_string(b"abc\0\0def"), "abc");
+    }
+}

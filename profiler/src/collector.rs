@@ -1,0 +1,1459 @@
+//! The collector: loads the eBPF object, follows the target, streams marks
+//! and thread lifetimes from the ring buffer, and turns the in-kernel
+//! aggregates into a [`Profile`] whenever asked.
+//!
+//! ```no_run
+//! use bootscope_profiler::collector::{Collector, CollectorConfig, TargetSpec};
+//! let c = Collector::start(CollectorConfig::new(TargetSpec::Pid(1234)))?;
+//! std::thread::sleep(std::time::Duration::from_secs(1));
+//! let live = c.snapshot(); // as often as wanted
+//! let done = c.finish();
+//! # Ok::<(), bootscope_profiler::ProfilerError>(())
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::TracePoint;
+use aya::{Ebpf, EbpfLoader, Pod};
+
+use crate::bpf::{self, BsEvent, BsField, CollectorKind, ProgramSpec, Source, PROGRAMS};
+use crate::error::ProfilerError;
+use crate::hist;
+use crate::kvm_stats;
+use crate::phases::{self, PhaseNames};
+use crate::profile::*;
+use crate::reasons::{ReasonTables, ISA_SVM, ISA_VMX};
+use crate::topology::{page_size, Topology};
+use crate::tracefs::{EventFormat, Tracefs};
+
+/// What to profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetSpec {
+    /// A running process (and the children it starts from now on).
+    Pid(u32),
+    /// A process the caller launched and holds before exec (see
+    /// [`crate::launch::HeldCommand`]); release it after `start`.
+    Launched(u32),
+    /// This process: bootscope profiling its own VMM.
+    CurrentProcess,
+}
+
+/// Which collectors to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CollectorSet {
+    pub exits: bool,
+    pub faults: bool,
+    pub threads: bool,
+    pub numa: bool,
+    pub phases: bool,
+}
+
+impl CollectorSet {
+    pub const ALL: Self = Self {
+        exits: true,
+        faults: true,
+        threads: true,
+        numa: true,
+        phases: true,
+    };
+
+    fn has(&self, k: CollectorKind) -> bool {
+        match k {
+            CollectorKind::Exits => self.exits,
+            CollectorKind::Faults => self.faults,
+            CollectorKind::Threads => self.threads,
+            CollectorKind::Numa => self.numa,
+            CollectorKind::Phases => self.phases,
+        }
+    }
+}
+
+/// How to profile.
+#[derive(Clone, Debug)]
+pub struct CollectorConfig {
+    pub target: TargetSpec,
+    /// The launched command line, for the profile's `target.command`.
+    pub command: Vec<String>,
+    /// How often cumulative counters are sampled into `Profile::samples`.
+    pub sample_interval: Duration,
+    /// Ring buffer size in bytes (rounded up to a power of two, at least a
+    /// page).
+    pub ring_buffer_bytes: u32,
+    /// None: read the ring buffer as soon as it has data. Some(d): read it
+    /// only every d (a slow consumer; tests use it to overflow the buffer).
+    pub drain_interval: Option<Duration>,
+    /// The marker ports.
+    pub debug_port: u16,
+    pub boot_time_port: u16,
+    pub collectors: CollectorSet,
+}
+
+impl CollectorConfig {
+    /// Defaults for a target: every collector, 200 ms samples, 256 KiB ring
+    /// buffer, ports 0x80 and 0xf4.
+    pub fn new(target: TargetSpec) -> Self {
+        Self {
+            target,
+            command: Vec::new(),
+            sample_interval: Duration::from_millis(200),
+            ring_buffer_bytes: 256 * 1024,
+            drain_interval: None,
+            debug_port: 0x80,
+            boot_time_port: 0xf4,
+            collectors: CollectorSet::ALL,
+        }
+    }
+}
+
+/// What became of one program.
+#[derive(Clone, Debug)]
+struct ProgramState {
+    spec: ProgramSpec,
+    /// `attached`, `missing`, `failed` or `disabled`.
+    status: &'static str,
+    detail: String,
+}
+
+#[derive(Clone, Debug, Default)]
+struct ThreadInfo {
+    tgid: u32,
+    name: String,
+    start_ns: u64,
+    end_ns: Option<u64>,
+    exit_code: Option<i32>,
+}
+
+/// Everything behind the lock.
+struct State {
+    bpf: Ebpf,
+    started: Instant,
+    start_mono_ns: u64,
+    finished_ns: Option<u64>,
+    target: Target,
+    target_pid: u32,
+    host: HostInfo,
+    topology: Topology,
+    reasons: ReasonTables,
+    programs: Vec<ProgramState>,
+    extra_sources: Vec<DataSource>,
+    threads: BTreeMap<u32, ThreadInfo>,
+    tgids: BTreeSet<u32>,
+    marks: Vec<Mark>,
+    phase_names: PhaseNames,
+    current_phase: HashMap<u32, u32>,
+    samples: Vec<Sample>,
+    kvm_dir: Result<PathBuf, String>,
+    kvm_stats: BTreeMap<String, u64>,
+    ring_events: u64,
+    vmm_marks: u64,
+    ring_bytes: u32,
+}
+
+struct Shared {
+    stop: AtomicBool,
+    state: Mutex<State>,
+}
+
+/// A running profile. Dropping it stops profiling.
+pub struct Collector {
+    shared: Arc<Shared>,
+    worker: Option<JoinHandle<()>>,
+    target_pid: u32,
+    started: Instant,
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Checks for root or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN).
+fn check_privileges() -> Result<(), ProfilerError> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_SYS_ADMIN: u64 = 1 << 21;
+    const CAP_PERFMON: u64 = 1 << 38;
+    const CAP_BPF: u64 = 1 << 39;
+    if eff & CAP_SYS_ADMIN != 0 || (eff & CAP_BPF != 0 && eff & CAP_PERFMON != 0) {
+        return Ok(());
+    }
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    Err(ProfilerError::NotPrivileged {
+        detail: format!("running as uid {euid} with effective capabilities {eff:#x}"),
+    })
+}
+
+/// The kernel's pids are the initial namespace's; ours must be too.
+fn check_pid_namespace() -> Result<(), ProfilerError> {
+    // PROC_PID_INIT_INO in include/linux/proc_ns.h.
+    const INIT_PID_NS: &str = "pid:[4026531836]";
+    match std::fs::read_link("/proc/self/ns/pid") {
+        Ok(l) if l.as_os_str() != INIT_PID_NS => Err(ProfilerError::PidNamespace {
+            ns: l.display().to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn find_or_mount_tracefs() -> Result<Tracefs, ProfilerError> {
+    if let Some(t) = Tracefs::find() {
+        return Ok(t);
+    }
+    let target = crate::tracefs::TRACEFS_CANDIDATES[0];
+    match crate::mount::mount_fs("nodev", target, "tracefs") {
+        Ok(()) => Tracefs::find().ok_or_else(|| ProfilerError::TracefsMissing {
+            looked: crate::tracefs::TRACEFS_CANDIDATES.join(", "),
+            source: std::io::Error::other("mounted, but it has no events/ directory"),
+        }),
+        Err(source) => Err(ProfilerError::TracefsMissing {
+            looked: crate::tracefs::TRACEFS_CANDIDATES.join(", "),
+            source,
+        }),
+    }
+}
+
+fn read_comm(pid: u32, tid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .ok()
+        .map(|s| s.trim_end_matches('\n').to_string())
+}
+
+/// Thread ids of a process.
+fn tasks_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// `pid` and its live descendants, from /proc/*/stat parent links.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut parent_of = HashMap::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
+            // pid (comm) state ppid ...; comm may hold spaces and parens.
+            if let Some(ppid) = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|s| s.parse::<u32>().ok())
+            {
+                parent_of.insert(p, ppid);
+            }
+        }
+    }
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let cur = out[i];
+        let mut kids: Vec<u32> = parent_of
+            .iter()
+            .filter(|(_, &pp)| pp == cur)
+            .map(|(&c, _)| c)
+            .collect();
+        kids.sort();
+        out.extend(kids);
+        i += 1;
+    }
+    out
+}
+
+fn process_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}/stat")).exists()
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                // A zombie has ended: state Z (or X).
+                !matches!(
+                    s.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()),
+                    Some("Z") | Some("X")
+                )
+            })
+            .unwrap_or(false)
+}
+
+fn kvm_flavour() -> String {
+    let m = |n: &str| Path::new("/sys/module").join(n).exists();
+    if m("kvm_pvm") {
+        "pvm"
+    } else if m("kvm_intel") {
+        "vmx"
+    } else if m("kvm_amd") {
+        "svm"
+    } else {
+        "none"
+    }
+    .to_string()
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// vCPU index from a thread name: `vcpu3` (bootscope), `CPU 3/KVM` (QEMU).
+pub fn vcpu_from_thread_name(name: &str) -> Option<u32> {
+    if let Some(n) = name.strip_prefix("vcpu") {
+        return n.trim().parse().ok();
+    }
+    name.strip_prefix("CPU ")
+        .and_then(|r| r.split_once('/'))
+        .and_then(|(n, _)| n.trim().parse().ok())
+}
+
+/// The role of a thread, from its name.
+pub fn thread_role(name: &str, tid: u32, tgid: u32) -> &'static str {
+    if vcpu_from_thread_name(name).is_some() {
+        "vcpu"
+    } else if name.starts_with("touch_pages") || name.starts_with("prealloc") {
+        "prealloc"
+    } else if tid == tgid {
+        "main"
+    } else {
+        "other"
+    }
+}
+
+/// Decodes a task's `exit_code` (a wait status) as a shell would.
+fn exit_status_code(raw: u64) -> i32 {
+    let raw = raw as u32;
+    let sig = raw & 0x7f;
+    if sig == 0 {
+        ((raw >> 8) & 0xff) as i32
+    } else {
+        128 + sig as i32
+    }
+}
+
+fn hash_entries<K: Pod, V: Pod>(bpf: &Ebpf, name: &str) -> Vec<(K, V)> {
+    let Some(map) = bpf.map(name) else {
+        return Vec::new();
+    };
+    match BpfHashMap::<&MapData, K, V>::try_from(map) {
+        Ok(h) => h.iter().filter_map(Result::ok).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn percpu_sum(bpf: &Ebpf, name: &str, index: u32) -> u64 {
+    let Some(map) = bpf.map(name) else {
+        return 0;
+    };
+    PerCpuArray::<&MapData, u64>::try_from(map)
+        .ok()
+        .and_then(|a| a.get(&index, 0).ok())
+        .map(|v| v.iter().sum())
+        .unwrap_or(0)
+}
+
+fn map_error(name: &str, e: impl std::fmt::Display) -> ProfilerError {
+    ProfilerError::Map {
+        name: name.to_string(),
+        detail: e.to_string(),
+    }
+}
+
+/// Loads the object with every field global resolved from the formats.
+fn load_object(
+    config: &CollectorConfig,
+    topology: &Topology,
+    globals: &[(String, BsField)],
+    fork_follows: bool,
+    ring_bytes: u32,
+) -> Result<Ebpf, ProfilerError> {
+    let mut loader = EbpfLoader::new();
+    for (name, field) in globals {
+        loader.override_global(name.as_str(), field, true);
+    }
+    let debug_port = u32::from(config.debug_port);
+    let boot_time_port = u32::from(config.boot_time_port);
+    let fork_follows = u32::from(fork_follows);
+    let nr_ranges = topology.pfn_ranges.len().min(bpf::MAX_PFN_RANGES) as u32;
+    loader
+        .override_global("marker_port_debug", &debug_port, true)
+        .override_global("marker_port_boot_time", &boot_time_port, true)
+        .override_global("fork_follows", &fork_follows, true)
+        .override_global("nr_pfn_ranges", &nr_ranges, true)
+        .map_max_entries("events", ring_bytes);
+    loader
+        .load(bpf::OBJECT)
+        .map_err(|source| ProfilerError::Load { source })
+}
+
+impl Collector {
+    /// Starts profiling. Tracepoints this kernel lacks are recorded as
+    /// missing in `sources[]` and the rest goes on; errors are for what
+    /// makes profiling impossible.
+    pub fn start(config: CollectorConfig) -> Result<Collector, ProfilerError> {
+        check_privileges()?;
+        check_pid_namespace()?;
+        let (kind, target_pid) = match config.target {
+            TargetSpec::Pid(p) => ("pid", p),
+            TargetSpec::Launched(p) => ("command", p),
+            TargetSpec::CurrentProcess => ("self", std::process::id()),
+        };
+        if target_pid == 0 || !Path::new(&format!("/proc/{target_pid}")).exists() {
+            return Err(ProfilerError::NoSuchProcess { pid: target_pid });
+        }
+        let tracefs = find_or_mount_tracefs()?;
+        let btf = Path::new("/sys/kernel/btf/vmlinux");
+        if !btf.exists() {
+            return Err(ProfilerError::BtfMissing {
+                path: btf.display().to_string(),
+            });
+        }
+        let topology = Topology::read(Path::new("/"));
+
+        // Field layouts from the format files.
+        let mut formats: HashMap<(&str, &str), Option<EventFormat>> = HashMap::new();
+        let mut programs = Vec::new();
+        let mut globals: BTreeMap<String, BsField> = BTreeMap::new();
+        for spec in PROGRAMS {
+            let fmt = formats
+                .entry((spec.system, spec.event))
+                .or_insert_with(|| tracefs.format(spec.system, spec.event).ok().flatten())
+                .clone();
+            let mut st = ProgramState {
+                spec: *spec,
+                status: "attached",
+                detail: String::new(),
+            };
+            if !config.collectors.has(spec.collector) {
+                st.status = "disabled";
+                st.detail = "collector not enabled".into();
+            } else if let Some(fmt) = fmt {
+                let missing: Vec<&str> = spec
+                    .fields
+                    .iter()
+                    .copied()
+                    .filter(|f| fmt.field(f).is_none())
+                    .collect();
+                if missing.is_empty() {
+                    for f in spec.fields.iter().chain(spec.optional_fields) {
+                        if let Some(d) = fmt.field(f) {
+                            globals.insert(
+                                format!("{}__{}", spec.event, f),
+                                BsField {
+                                    off: d.offset,
+                                    size: d.size,
+                                },
+                            );
+                        }
+                    }
+                } else {
+                    st.status = "failed";
+                    st.detail = format!(
+                        "its format file lacks field(s) {} on this kernel",
+                        missing.join(", ")
+                    );
+                }
+            } else {
+                st.status = "missing";
+                st.detail = format!(
+                    "this kernel has no tracepoint {}:{} ({} lacks it)",
+                    spec.system,
+                    spec.event,
+                    tracefs.root().join("events").display()
+                );
+            }
+            programs.push(st);
+        }
+        let reasons = ReasonTables::from_formats(
+            formats.get(&("kvm", "kvm_exit")).and_then(|f| f.as_ref()),
+            formats
+                .get(&("kvm", "kvm_userspace_exit"))
+                .and_then(|f| f.as_ref()),
+        );
+        let newtask_ok = programs
+            .iter()
+            .any(|p| p.spec.source == Source::TaskNewtask && p.status == "attached");
+        let ring_bytes = config
+            .ring_buffer_bytes
+            .max(page_size() as u32)
+            .checked_next_power_of_two()
+            .unwrap_or(1 << 30);
+        let globals: Vec<(String, BsField)> = globals.into_iter().collect();
+        let mut ebpf = load_object(&config, &topology, &globals, !newtask_ok, ring_bytes)?;
+
+        // Lookup tables for the NUMA collector.
+        {
+            let map = ebpf.map_mut("cpu_nodes").ok_or_else(|| map_error("cpu_nodes", "absent"))?;
+            let mut a = Array::<&mut MapData, u32>::try_from(map).map_err(|e| map_error("cpu_nodes", e))?;
+            for (&cpu, &node) in &topology.cpu_nodes {
+                if cpu < bpf::MAX_CPUS {
+                    a.set(cpu, node, 0).map_err(|e| map_error("cpu_nodes", e))?;
+                }
+            }
+        }
+        {
+            let map = ebpf.map_mut("pfn_ranges").ok_or_else(|| map_error("pfn_ranges", "absent"))?;
+            let mut a = Array::<&mut MapData, bpf::BsPfnRange>::try_from(map)
+                .map_err(|e| map_error("pfn_ranges", e))?;
+            for (i, r) in topology.pfn_ranges.iter().take(bpf::MAX_PFN_RANGES).enumerate() {
+                let v = bpf::BsPfnRange {
+                    start_pfn: r.start_pfn,
+                    end_pfn: r.end_pfn,
+                    node: r.node,
+                    pad: 0,
+                };
+                a.set(i as u32, v, 0).map_err(|e| map_error("pfn_ranges", e))?;
+            }
+        }
+
+        // The target, its live descendants and their threads.
+        let started = Instant::now();
+        let start_mono_ns = monotonic_ns();
+        let mut threads = BTreeMap::new();
+        let mut tgids = BTreeSet::new();
+        let procs = match config.target {
+            // A held child has no threads or children yet.
+            TargetSpec::Launched(p) => vec![p],
+            _ => descendants(target_pid),
+        };
+        {
+            let map = ebpf.map_mut("followed").ok_or_else(|| map_error("followed", "absent"))?;
+            let mut followed =
+                BpfHashMap::<&mut MapData, u32, u32>::try_from(map).map_err(|e| map_error("followed", e))?;
+            for &p in &procs {
+                followed.insert(p, 1, 0).map_err(|e| map_error("followed", e))?;
+                tgids.insert(p);
+            }
+        }
+        {
+            let map = ebpf.map_mut("threads").ok_or_else(|| map_error("threads", "absent"))?;
+            let mut known =
+                BpfHashMap::<&mut MapData, u32, u32>::try_from(map).map_err(|e| map_error("threads", e))?;
+            for &p in &procs {
+                for tid in tasks_of(p) {
+                    let _ = known.insert(tid, p, 0);
+                    threads.insert(
+                        tid,
+                        ThreadInfo {
+                            tgid: p,
+                            name: read_comm(p, tid).unwrap_or_default(),
+                            start_ns: 0,
+                            ..Default::default()
+                        },
+                    );
+                }
+            }
+        }
+
+        // Attach, threads first (PROGRAMS order).
+        for st in programs.iter_mut().filter(|s| s.status == "attached") {
+            let spec = st.spec;
+            let res = (|| -> Result<(), String> {
+                let prog: &mut TracePoint = ebpf
+                    .program_mut(spec.program)
+                    .ok_or_else(|| format!("program {} is not in the object", spec.program))?
+                    .try_into()
+                    .map_err(|e| format!("{e}"))?;
+                prog.load().map_err(|e| format!("the kernel refused it: {e}"))?;
+                prog.attach(spec.system, spec.event)
+                    .map_err(|e| format!("attach failed: {e}"))?;
+                Ok(())
+            })();
+            if let Err(detail) = res {
+                st.status = "failed";
+                st.detail = detail;
+            }
+        }
+        if !programs.iter().any(|p| p.status == "attached") {
+            let detail = programs
+                .iter()
+                .map(|p| format!("{}: {} {}", p.spec.source_name(), p.status, p.detail))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(ProfilerError::NothingAttached { detail });
+        }
+
+        let ring = ebpf
+            .take_map("events")
+            .ok_or_else(|| map_error("events", "absent"))?;
+        let ring = RingBuf::try_from(ring).map_err(|e| map_error("events", e))?;
+
+        let target_name = read_comm(target_pid, target_pid).unwrap_or_default();
+        let host = HostInfo {
+            kvm: kvm_flavour(),
+            kernel_release: kernel_release(),
+            cpus: topology.cpu_nodes.len() as u32,
+            numa_nodes: topology.nodes.clone(),
+        };
+        let mut extra_sources = vec![DataSource {
+            name: "procfs:threads".into(),
+            status: "attached".into(),
+            detail: "names of threads that existed before profiling started".into(),
+            events: threads.len() as u64,
+            collector: "threads".into(),
+        }];
+        extra_sources.push(DataSource {
+            name: "sysfs:numa".into(),
+            status: "attached".into(),
+            detail: format!(
+                "{} node(s); page frames mapped to nodes from {} ({} range(s))",
+                topology.nodes.len(),
+                topology.pfn_source,
+                topology.pfn_ranges.len()
+            ),
+            events: 0,
+            collector: "numa".into(),
+        });
+        let state = State {
+            bpf: ebpf,
+            started,
+            start_mono_ns,
+            finished_ns: None,
+            target: Target {
+                kind: kind.into(),
+                command: config.command.clone(),
+                pid: target_pid,
+                name: target_name,
+                exit_code: None,
+                ended_ns: None,
+            },
+            target_pid,
+            host,
+            topology,
+            reasons,
+            programs,
+            extra_sources,
+            threads,
+            tgids,
+            marks: Vec::new(),
+            phase_names: PhaseNames::default(),
+            current_phase: HashMap::new(),
+            samples: Vec::new(),
+            kvm_dir: kvm_stats::kvm_dir(),
+            kvm_stats: BTreeMap::new(),
+            ring_events: 0,
+            vmm_marks: 0,
+            ring_bytes,
+        };
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            state: Mutex::new(state),
+        });
+        let worker_shared = shared.clone();
+        let sample_interval = config.sample_interval.max(Duration::from_millis(10));
+        let drain_interval = config.drain_interval;
+        let worker = std::thread::Builder::new()
+            .name("bootscope-collect".into())
+            .spawn(move || worker_loop(worker_shared, ring, sample_interval, drain_interval))
+            .map_err(|source| ProfilerError::Thread { source })?;
+        Ok(Collector {
+            shared,
+            worker: Some(worker),
+            target_pid,
+            started,
+        })
+    }
+
+    /// The pid being profiled.
+    pub fn target_pid(&self) -> u32 {
+        self.target_pid
+    }
+
+    /// When profiling started (the zero of every `t_ns`).
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// True once the target process has ended.
+    pub fn target_ended(&self) -> bool {
+        self.lock().target.ended_ns.is_some() || !process_alive(self.target_pid)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic in the worker cannot leave the state half-updated in a way
+        // that matters more than losing the profile.
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a mark that arrives in-process (bootscope's own VMM), stamped
+    /// now. Port marks (`debug_port`, `boot_time_port`) are ignored while the
+    /// phases collector sees the same writes in the kernel; returns whether
+    /// the mark was recorded.
+    pub fn add_mark(&self, name: &str, source: &str, value: Option<u64>) -> bool {
+        self.add_mark_at(name, source, value, Instant::now())
+    }
+
+    /// As [`Collector::add_mark`], for a mark that happened at `at`.
+    pub fn add_mark_at(&self, name: &str, source: &str, value: Option<u64>, at: Instant) -> bool {
+        let mut st = self.lock();
+        let port_mark = source == phases::source::DEBUG_PORT || source == phases::source::BOOT_TIME_PORT;
+        let kernel_sees_ports = st
+            .programs
+            .iter()
+            .any(|p| p.spec.source == Source::MarkerPio && p.status == "attached");
+        if port_mark && kernel_sees_ports {
+            return false;
+        }
+        let t_ns = at.saturating_duration_since(st.started).as_nanos() as u64;
+        let tgid = st.target_pid;
+        st.vmm_marks += 1;
+        st.push_mark(Mark {
+            name: name.into(),
+            source: source.into(),
+            t_ns,
+            value,
+            tgid: Some(tgid),
+        });
+        true
+    }
+
+    /// The profile so far; callable as often as wanted.
+    pub fn snapshot(&self) -> Profile {
+        let mut st = self.lock();
+        st.poll_target();
+        let now = st.now_ns();
+        st.build(now)
+    }
+
+    /// Stops profiling and returns the final profile (partial if the target
+    /// ended early).
+    pub fn finish(mut self) -> Profile {
+        self.stop_worker();
+        let mut st = self.lock();
+        st.poll_target();
+        st.take_sample();
+        let now = st.now_ns();
+        st.finished_ns = Some(now);
+        st.build(now)
+    }
+
+    fn stop_worker(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.stop_worker();
+    }
+}
+
+/// Reads the ring buffer (on data, or every `drain_interval`) and samples
+/// counters every `sample_interval`, until told to stop.
+fn worker_loop(
+    shared: Arc<Shared>,
+    mut ring: RingBuf<aya::maps::MapData>,
+    sample_interval: Duration,
+    drain_interval: Option<Duration>,
+) {
+    let tick = Duration::from_millis(50);
+    let mut next_sample = Instant::now() + sample_interval;
+    let mut next_drain = Instant::now() + drain_interval.unwrap_or_default();
+    let drain = |ring: &mut RingBuf<aya::maps::MapData>, shared: &Shared| {
+        let mut events = Vec::new();
+        while let Some(item) = ring.next() {
+            if let Some(e) = BsEvent::from_bytes(&item) {
+                events.push(e);
+            }
+        }
+        if !events.is_empty() {
+            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            for e in &events {
+                st.apply_event(e);
+            }
+        }
+    };
+    loop {
+        let stopping = shared.stop.load(Ordering::SeqCst);
+        let now = Instant::now();
+        if stopping || drain_interval.is_none() || now >= next_drain {
+            drain(&mut ring, &shared);
+            if let Some(d) = drain_interval {
+                next_drain = now + d;
+            }
+        }
+        if stopping {
+            break;
+        }
+        if now >= next_sample {
+            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.poll_target();
+            st.take_sample();
+            next_sample = now + sample_interval;
+        }
+        let until_sample = next_sample.saturating_duration_since(Instant::now());
+        let wait = until_sample.min(tick);
+        if drain_interval.is_some() {
+            std::thread::sleep(wait);
+        } else {
+            let mut pfd = libc::pollfd {
+                fd: ring.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd for the ring buffer's open fd.
+            unsafe { libc::poll(&mut pfd, 1, wait.as_millis().max(1) as i32) };
+        }
+    }
+}
+
+impl State {
+    fn now_ns(&self) -> u64 {
+        self.finished_ns
+            .unwrap_or_else(|| self.started.elapsed().as_nanos() as u64)
+    }
+
+    fn ktime_to_t(&self, ts: u64) -> u64 {
+        ts.saturating_sub(self.start_mono_ns)
+    }
+
+    /// Records a mark; if it opens a new phase for its process, tells the
+    /// kernel.
+    fn push_mark(&mut self, mark: Mark) {
+        if let Some(name) = phases::phase_of_mark(&mark) {
+            let idx = self.phase_names.index(&name);
+            let tgid = mark.tgid.unwrap_or(self.target_pid);
+            if self.current_phase.get(&tgid) != Some(&idx) {
+                self.current_phase.insert(tgid, idx);
+                if let Some(map) = self.bpf.map_mut("phase") {
+                    if let Ok(mut m) = BpfHashMap::<&mut MapData, u32, u32>::try_from(map) {
+                        let _ = m.insert(tgid, idx, 0);
+                    }
+                }
+            }
+        }
+        self.marks.push(mark);
+    }
+
+    fn apply_event(&mut self, e: &BsEvent) {
+        self.ring_events += 1;
+        let t = self.ktime_to_t(e.ts_ns);
+        match e.kind {
+            bpf::event_kind::MARK => {
+                let value = e.arg1;
+                let (name, source) = if e.arg0 == 0xf4 || (e.arg0 != 0x80 && value <= 0xff && e.arg0 != 0) && e.arg0 == 0xf4 {
+                    (phases::boot_time_port_mark_name(value as u8), phases::source::BOOT_TIME_PORT)
+                } else {
+                    (phases::debug_port_mark_name(value as u8), phases::source::DEBUG_PORT)
+                };
+                self.push_mark(Mark {
+                    name,
+                    source: source.into(),
+                    t_ns: t,
+                    value: Some(value),
+                    tgid: Some(e.tgid),
+                });
+            }
+            bpf::event_kind::TASK_NEW => {
+                let tgid = if e.tgid == 0 { e.tid } else { e.tgid };
+                let is_process = e.arg1 == bpf::CLONE_FLAGS_UNKNOWN || e.arg1 & bpf::CLONE_THREAD == 0;
+                if is_process && e.arg1 != bpf::CLONE_FLAGS_UNKNOWN {
+                    self.tgids.insert(e.tid);
+                    let parent_tgid = self.threads.get(&(e.arg0 as u32)).map(|t| t.tgid);
+                    if let Some(p) = parent_tgid.and_then(|p| self.current_phase.get(&p).copied()) {
+                        self.current_phase.insert(e.tid, p);
+                    }
+                }
+                let entry = self.threads.entry(e.tid).or_default();
+                entry.tgid = tgid;
+                entry.name = e.comm();
+                entry.start_ns = t;
+            }
+            bpf::event_kind::TASK_RENAME => {
+                let name = e.comm();
+                if e.tid == self.target_pid {
+                    self.target.name = name.clone();
+                }
+                let entry = self.threads.entry(e.tid).or_insert_with(|| ThreadInfo {
+                    tgid: e.tgid,
+                    start_ns: t,
+                    ..Default::default()
+                });
+                entry.name = name;
+            }
+            bpf::event_kind::TASK_EXIT => {
+                let entry = self.threads.entry(e.tid).or_insert_with(|| ThreadInfo {
+                    tgid: e.tgid,
+                    name: e.comm(),
+                    start_ns: 0,
+                    ..Default::default()
+                });
+                entry.end_ns = Some(t);
+                entry.exit_code = Some(exit_status_code(e.arg0));
+                if e.arg1 != 0 && e.tgid == self.target_pid && self.target.ended_ns.is_none() {
+                    self.target.ended_ns = Some(t);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Notices a target that ended without its exit event (missed, or the
+    /// threads collector is off).
+    fn poll_target(&mut self) {
+        if self.target.ended_ns.is_none() && !process_alive(self.target_pid) {
+            self.target.ended_ns = Some(self.now_ns());
+        }
+    }
+
+    fn source_counts(&self) -> [u64; bpf::SOURCE_COUNT] {
+        let mut out = [0u64; bpf::SOURCE_COUNT];
+        if let Some(map) = self.bpf.map("source_events") {
+            if let Ok(a) = PerCpuArray::<&MapData, u64>::try_from(map) {
+                for (i, slot) in out.iter_mut().enumerate() {
+                    if let Ok(v) = a.get(&(i as u32), 0) {
+                        *slot = v.iter().sum();
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn refresh_kvm_stats(&mut self) {
+        if let Ok(dir) = &self.kvm_dir {
+            let pids: Vec<u32> = self.tgids.iter().copied().collect();
+            for (k, v) in kvm_stats::read_exits(dir, &pids) {
+                let e = self.kvm_stats.entry(k).or_default();
+                *e = (*e).max(v);
+            }
+        }
+    }
+
+    fn take_sample(&mut self) {
+        self.refresh_kvm_stats();
+        let t_ns = self.now_ns();
+        let counts = self.source_counts();
+        let exits = self.exit_reasons(&counts);
+        let faults = self.faults(&counts);
+        let by_reason: BTreeMap<String, u64> =
+            exits.by_reason.iter().map(|r| (r.reason.clone(), r.count)).collect();
+        self.samples.push(Sample {
+            t_ns,
+            exits_total: exits.total,
+            exits_by_reason: by_reason,
+            guest_faults: faults.guest_total,
+            host_faults: faults.host_total,
+        });
+    }
+
+    fn thread_name(&self, tid: u32) -> String {
+        self.threads.get(&tid).map(|t| t.name.clone()).unwrap_or_default()
+    }
+
+    /// `exits` without the per-port detail (what samples need).
+    fn exit_reasons(&self, counts: &[u64; bpf::SOURCE_COUNT]) -> ExitProfile {
+        let mut out = ExitProfile::default();
+        let uexit_attached = self.attached(Source::KvmUserspaceExit);
+        let exit_entries: Vec<(bpf::BsExitKey, u64)> = hash_entries(&self.bpf, "exit_counts");
+        let mut by_vcpu: BTreeMap<(u32, u32), VcpuExits> = BTreeMap::new();
+        let mut by_phase: BTreeMap<u32, BTreeMap<String, u64>> = BTreeMap::new();
+        let mut by_reason: BTreeMap<(u32, u32), (String, u64)> = BTreeMap::new();
+        if counts[Source::KvmExit as usize] > 0 || !exit_entries.is_empty() {
+            out.source = "tracepoint:kvm:kvm_exit".into();
+            let isas: BTreeSet<u32> = exit_entries.iter().map(|(k, _)| k.isa).collect();
+            out.isa = match isas.iter().copied().collect::<Vec<_>>()[..] {
+                [ISA_VMX] => "vmx",
+                [ISA_SVM] => "svm",
+                [] => "unknown",
+                [_] => "unknown",
+                _ => "mixed",
+            }
+            .into();
+            let vcpu_tids: HashMap<(u32, u32), u32> = hash_entries::<bpf::BsVcpuKey, u32>(&self.bpf, "vcpu_tids")
+                .into_iter()
+                .map(|(k, v)| ((k.tgid, k.vcpu_id), v))
+                .collect();
+            for (k, n) in &exit_entries {
+                let name = self.reasons.exit_name(k.isa, k.reason);
+                out.total += n;
+                let r = by_reason.entry((k.isa, k.reason)).or_insert_with(|| (name.clone(), 0));
+                r.1 += n;
+                let v = by_vcpu.entry((k.tgid, k.vcpu_id)).or_insert_with(|| VcpuExits {
+                    vcpu: k.vcpu_id,
+                    tid: vcpu_tids.get(&(k.tgid, k.vcpu_id)).copied().unwrap_or(0),
+                    by_reason: BTreeMap::new(),
+                });
+                *v.by_reason.entry(name.clone()).or_default() += n;
+                *by_phase.entry(k.phase).or_default().entry(name).or_default() += n;
+            }
+            let mut lat: HashMap<(u32, u32), (Vec<u64>, u64)> = HashMap::new();
+            for (k, h) in hash_entries::<bpf::BsExitLatKey, bpf::BsHist>(&self.bpf, "exit_latency") {
+                let e = lat.entry((k.isa, k.reason)).or_insert_with(|| (vec![0; hist::HIST_SLOTS], 0));
+                hist::add_slots(&mut e.0, &h.slots);
+                e.1 += h.total_ns;
+            }
+            for ((isa, reason), (name, count)) in by_reason {
+                let (hist_slots, total) = lat.remove(&(isa, reason)).unwrap_or_default();
+                out.by_reason.push(ExitReasonStat {
+                    reason: name,
+                    code: u64::from(reason),
+                    count,
+                    latency_total_ns: (!hist_slots.is_empty()).then_some(total),
+                    latency_hist: hist::buckets(&hist_slots),
+                });
+            }
+        } else if uexit_attached {
+            out.source = "tracepoint:kvm:kvm_userspace_exit".into();
+            out.isa = "userspace".into();
+            let mut vcpu_of_tid: HashMap<u32, u32> = HashMap::new();
+            let entries: Vec<(bpf::BsUexitKey, u64)> = hash_entries(&self.bpf, "uexit_counts");
+            // Threads without a vCPU number in their name get one by order.
+            let mut tids: Vec<u32> = entries.iter().map(|(k, _)| k.tid).collect();
+            tids.sort();
+            tids.dedup();
+            let mut next = 0;
+            for tid in tids {
+                let v = vcpu_from_thread_name(&self.thread_name(tid)).unwrap_or_else(|| {
+                    next += 1;
+                    10_000 + next - 1
+                });
+                vcpu_of_tid.insert(tid, v);
+            }
+            for (k, n) in &entries {
+                let name = self.reasons.userspace_name(k.code);
+                out.total += n;
+                let r = by_reason.entry((0, k.code)).or_insert_with(|| (name.clone(), 0));
+                r.1 += n;
+                let vcpu = vcpu_of_tid.get(&k.tid).copied().unwrap_or(0);
+                let v = by_vcpu.entry((k.tgid, k.tid)).or_insert_with(|| VcpuExits {
+                    vcpu,
+                    tid: k.tid,
+                    by_reason: BTreeMap::new(),
+                });
+                *v.by_reason.entry(name.clone()).or_default() += n;
+                *by_phase.entry(k.phase).or_default().entry(name).or_default() += n;
+            }
+            for ((_, code), (name, count)) in by_reason {
+                out.by_reason.push(ExitReasonStat {
+                    reason: name,
+                    code: u64::from(code),
+                    count,
+                    latency_total_ns: None,
+                    latency_hist: Vec::new(),
+                });
+            }
+        } else {
+            out.isa = "unknown".into();
+        }
+        out.by_reason.sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
+        out.by_vcpu = by_vcpu.into_values().collect();
+        out.by_phase = by_phase
+            .into_iter()
+            .map(|(p, by_reason)| PhaseExits {
+                phase: self.phase_names.name(p),
+                by_reason,
+            })
+            .collect();
+        out
+    }
+
+    fn attached(&self, s: Source) -> bool {
+        self.programs.iter().any(|p| p.spec.source == s && p.status == "attached")
+    }
+
+    fn exits(&self, counts: &[u64; bpf::SOURCE_COUNT]) -> ExitProfile {
+        let mut out = self.exit_reasons(counts);
+        if !self.kvm_stats.is_empty() {
+            out.kvm_stats_exits = Some(self.kvm_stats.values().sum());
+        }
+        let mut pio: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
+        for (k, n) in hash_entries::<bpf::BsPioKey, u64>(&self.bpf, "pio_counts") {
+            *pio.entry((k.port, k.rw, k.size)).or_default() += n;
+        }
+        out.pio = pio
+            .into_iter()
+            .map(|((port, rw, size), count)| PioStat {
+                port,
+                direction: if rw != 0 { "write" } else { "read" }.into(),
+                size,
+                count,
+            })
+            .collect();
+        out.pio.sort_by(|a, b| b.count.cmp(&a.count).then(a.port.cmp(&b.port)));
+        let mut markers: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+        for (k, n) in hash_entries::<bpf::BsMarkerKey, u64>(&self.bpf, "marker_counts") {
+            *markers.entry((k.port, k.value)).or_default() += n;
+        }
+        out.marker_writes = markers
+            .into_iter()
+            .map(|((port, value), count)| MarkerWrites { port, value, count })
+            .collect();
+        let mut mmio: BTreeMap<(u64, u32), u64> = BTreeMap::new();
+        for (k, n) in hash_entries::<bpf::BsMmioKey, u64>(&self.bpf, "mmio_counts") {
+            *mmio.entry((k.gpa, k.kind)).or_default() += n;
+        }
+        out.mmio = mmio
+            .into_iter()
+            .map(|((gpa, kind), count)| MmioStat {
+                gpa,
+                kind: match kind {
+                    0 => "unsatisfied-read",
+                    1 => "read",
+                    2 => "write",
+                    _ => "unknown",
+                }
+                .into(),
+                count,
+            })
+            .collect();
+        out.mmio.sort_by(|a, b| b.count.cmp(&a.count).then(a.gpa.cmp(&b.gpa)));
+        let mut msr: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
+        for (k, n) in hash_entries::<bpf::BsMsrKey, u64>(&self.bpf, "msr_counts") {
+            let e = msr.entry((k.msr, k.write)).or_default();
+            e.0 += n;
+            if k.exception != 0 {
+                e.1 += n;
+            }
+        }
+        out.msr = msr
+            .into_iter()
+            .map(|((msr, write), (count, faults))| MsrStat {
+                msr,
+                direction: if write != 0 { "write" } else { "read" }.into(),
+                count,
+                faults,
+            })
+            .collect();
+        out.msr.sort_by(|a, b| b.count.cmp(&a.count).then(a.msr.cmp(&b.msr)));
+        let mut cpuid: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+        for (k, n) in hash_entries::<bpf::BsCpuidKey, u64>(&self.bpf, "cpuid_counts") {
+            *cpuid.entry((k.function, k.index)).or_default() += n;
+        }
+        out.cpuid = cpuid
+            .into_iter()
+            .map(|((function, index), count)| CpuidStat { function, index, count })
+            .collect();
+        for (k, n) in hash_entries::<bpf::BsEmulateKey, u64>(&self.bpf, "emulate_counts") {
+            out.emulated_instructions += n;
+            if k.failed != 0 {
+                out.emulation_failures += n;
+            }
+        }
+        out
+    }
+
+    fn faults(&self, counts: &[u64; bpf::SOURCE_COUNT]) -> PageFaultProfile {
+        let mut out = PageFaultProfile::default();
+        let guest_kind = if counts[Source::KvmPageFault as usize] > 0 {
+            out.guest_source = "tracepoint:kvm:kvm_page_fault".into();
+            Some(bpf::fault_kind::GUEST)
+        } else if counts[Source::KvmmmuSpteRequested as usize] > 0 {
+            out.guest_source = "tracepoint:kvmmmu:kvm_mmu_spte_requested".into();
+            Some(bpf::fault_kind::GUEST_MAP)
+        } else {
+            None
+        };
+        let mut by_thread: BTreeMap<u32, ThreadFaults> = BTreeMap::new();
+        let mut by_phase: BTreeMap<u32, PhaseFaults> = BTreeMap::new();
+        for (k, n) in hash_entries::<bpf::BsFaultKey, u64>(&self.bpf, "fault_counts") {
+            let (guest, host) = match k.kind {
+                bpf::fault_kind::HOST_USER => {
+                    out.host_user += n;
+                    (0, n)
+                }
+                bpf::fault_kind::HOST_KERNEL => {
+                    out.host_kernel += n;
+                    (0, n)
+                }
+                bpf::fault_kind::GUEST_MMIO => {
+                    out.guest_mmio += n;
+                    (0, 0)
+                }
+                kind if Some(kind) == guest_kind => (n, 0),
+                _ => (0, 0),
+            };
+            if guest == 0 && host == 0 {
+                continue;
+            }
+            out.guest_total += guest;
+            out.host_total += host;
+            let t = by_thread.entry(k.tid).or_insert_with(|| ThreadFaults {
+                tid: k.tid,
+                name: self.thread_name(k.tid),
+                ..Default::default()
+            });
+            t.guest += guest;
+            t.host += host;
+            let p = by_phase.entry(k.phase).or_insert_with(|| PhaseFaults {
+                phase: self.phase_names.name(k.phase),
+                ..Default::default()
+            });
+            p.guest += guest;
+            p.host += host;
+        }
+        out.by_thread = by_thread.into_values().collect();
+        out.by_phase = by_phase.into_values().collect();
+        out
+    }
+
+    fn threads_and_numa(&self, now: u64) -> (Vec<ThreadProfile>, NumaProfile) {
+        let page = page_size();
+        let mut numa = NumaProfile {
+            source: if self.attached(Source::MmPageAlloc) {
+                "tracepoint:kmem:mm_page_alloc".into()
+            } else {
+                String::new()
+            },
+            page_size: page,
+            pfn_map_source: self.topology.pfn_source.clone(),
+            ..Default::default()
+        };
+        let mut threads: BTreeMap<u32, ThreadProfile> = BTreeMap::new();
+        let mut entry = |threads: &mut BTreeMap<u32, ThreadProfile>, tid: u32, tgid: u32| {
+            threads.entry(tid).or_insert_with(|| {
+                let info = self.threads.get(&tid);
+                let name = info
+                    .map(|i| i.name.clone())
+                    .filter(|n| !n.is_empty())
+                    .or_else(|| read_comm(tgid, tid))
+                    .unwrap_or_default();
+                let tgid = info.map(|i| i.tgid).filter(|&g| g != 0).unwrap_or(tgid);
+                ThreadProfile {
+                    tid,
+                    role: thread_role(&name, tid, tgid).into(),
+                    name,
+                    start_ns: info.map(|i| i.start_ns).unwrap_or(0),
+                    end_ns: info.and_then(|i| i.end_ns).unwrap_or(now),
+                    tgid,
+                    exit_code: info.and_then(|i| i.exit_code),
+                    ..Default::default()
+                }
+            });
+        };
+        for (&tid, info) in &self.threads {
+            entry(&mut threads, tid, info.tgid);
+        }
+        let mut cpus: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
+        for (k, v) in hash_entries::<bpf::BsRunKey, bpf::BsRunVal>(&self.bpf, "run_time") {
+            entry(&mut threads, k.tid, v.tgid);
+            *cpus.entry(k.tid).or_default().entry(k.cpu).or_default() += v.run_ns;
+        }
+        let mut by_node: BTreeMap<u32, NodeLocality> = BTreeMap::new();
+        let mut nodes_of: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
+        for (k, v) in hash_entries::<bpf::BsNumaKey, bpf::BsNumaVal>(&self.bpf, "numa_pages") {
+            entry(&mut threads, k.tid, k.tgid);
+            let t = threads.get_mut(&k.tid).expect("just inserted");
+            t.pages_allocated += v.pages;
+            numa.pages_allocated += v.pages;
+            let known = k.page_node != bpf::NODE_UNKNOWN && k.cpu_node != bpf::NODE_UNKNOWN;
+            if !known {
+                numa.pages_unknown_node += v.pages;
+            } else if k.page_node == k.cpu_node {
+                t.pages_local += v.pages;
+                numa.pages_local += v.pages;
+            } else {
+                t.pages_remote += v.pages;
+                numa.pages_remote += v.pages;
+            }
+            if k.page_node != bpf::NODE_UNKNOWN {
+                *nodes_of.entry(k.tid).or_default().entry(k.page_node).or_default() += v.pages;
+                let n = by_node.entry(k.page_node).or_insert_with(|| NodeLocality {
+                    node: k.page_node,
+                    ..Default::default()
+                });
+                if known && k.page_node == k.cpu_node {
+                    n.pages_local += v.pages;
+                } else if known {
+                    n.pages_remote += v.pages;
+                }
+            }
+        }
+        numa.bytes_allocated = numa.pages_allocated * page;
+        numa.by_node = by_node.into_values().collect();
+        for (tid, t) in threads.iter_mut() {
+            t.bytes_allocated = t.pages_allocated * page;
+            if let Some(c) = cpus.get(tid) {
+                t.cpus = c
+                    .iter()
+                    .map(|(&cpu, &run_ns)| CpuResidency {
+                        cpu,
+                        node: self.topology.cpu_node(cpu).unwrap_or(bpf::NODE_UNKNOWN),
+                        run_ns,
+                    })
+                    .collect();
+                t.run_ns = c.values().sum();
+                let nodes: BTreeSet<u32> = t.cpus.iter().map(|c| c.node).collect();
+                t.nodes = nodes.into_iter().collect();
+            }
+            if let Some(n) = nodes_of.get(tid) {
+                t.pages_by_node = n
+                    .iter()
+                    .map(|(&node, &pages)| NodePages { node, pages })
+                    .collect();
+            }
+        }
+        (threads.into_values().collect(), numa)
+    }
+
+    fn sources(&self, counts: &[u64; bpf::SOURCE_COUNT], exits: &ExitProfile, faults: &PageFaultProfile) -> Vec<DataSource> {
+        let mut out = Vec::new();
+        for p in &self.programs {
+            let events = counts[p.spec.source as usize];
+            let mut status = p.status.to_string();
+            let mut detail = p.detail.clone();
+            let collector = match p.spec.collector {
+                CollectorKind::Exits => "exits",
+                CollectorKind::Faults => "faults",
+                CollectorKind::Threads => "threads",
+                CollectorKind::Numa => "numa",
+                CollectorKind::Phases => "phases",
+            };
+            if p.status == "attached" {
+                match p.spec.source {
+                    Source::KvmExit if events == 0 => {
+                        detail = format!(
+                            "attached, but fired 0 times for the target{}; exit reasons come from {}",
+                            if self.host.kvm == "pvm" {
+                                " (PVM host: kvm_exit is only raised by the VMX/SVM code)"
+                            } else {
+                                ""
+                            },
+                            if exits.source.is_empty() { "no source" } else { &exits.source }
+                        );
+                    }
+                    Source::KvmUserspaceExit if exits.source == "tracepoint:kvm:kvm_userspace_exit" => {
+                        status = "fallback".into();
+                        detail = "exits.by_reason counts exits to the VMM by KVM_EXIT_* reason: kvm:kvm_exit did not fire".into();
+                    }
+                    Source::KvmmmuSpteRequested
+                        if faults.guest_source == "tracepoint:kvmmmu:kvm_mmu_spte_requested" =>
+                    {
+                        status = "fallback".into();
+                        detail = "page_faults.guest_total counts KVM MMU mappings: kvm:kvm_page_fault did not fire".into();
+                    }
+                    _ => {}
+                }
+            }
+            out.push(DataSource {
+                name: p.spec.source_name(),
+                status,
+                detail,
+                events,
+                collector: collector.into(),
+            });
+        }
+        out.push(DataSource {
+            name: "ringbuf:events".into(),
+            status: "attached".into(),
+            detail: format!(
+                "{} KiB ring buffer for marks and thread lifetimes; lost records are in lost_events",
+                self.ring_bytes / 1024
+            ),
+            events: self.ring_events,
+            collector: "all".into(),
+        });
+        match &self.kvm_dir {
+            Ok(dir) => out.push(DataSource {
+                name: "kvm_stats:debugfs".into(),
+                status: if self.kvm_stats.is_empty() { "missing" } else { "attached" }.into(),
+                detail: if self.kvm_stats.is_empty() {
+                    format!("no VM of the target's processes under {}", dir.display())
+                } else {
+                    format!(
+                        "exits of VM(s) {} under {}",
+                        self.kvm_stats.keys().cloned().collect::<Vec<_>>().join(", "),
+                        dir.display()
+                    )
+                },
+                events: self.kvm_stats.values().sum(),
+                collector: "exits".into(),
+            }),
+            Err(why) => out.push(DataSource {
+                name: "kvm_stats:debugfs".into(),
+                status: "failed".into(),
+                detail: why.clone(),
+                events: 0,
+                collector: "exits".into(),
+            }),
+        }
+        out.extend(self.extra_sources.iter().cloned());
+        if self.vmm_marks > 0 {
+            out.push(DataSource {
+                name: "vmm".into(),
+                status: "attached".into(),
+                detail: "marks added in-process by bootscope's VMM".into(),
+                events: self.vmm_marks,
+                collector: "phases".into(),
+            });
+        }
+        out
+    }
+
+    fn build(&self, now: u64) -> Profile {
+        let counts = self.source_counts();
+        let exits = self.exits(&counts);
+        let page_faults = self.faults(&counts);
+        let (threads, numa) = self.threads_and_numa(now);
+        let mut marks = self.marks.clone();
+        marks.sort_by_key(|m| m.t_ns);
+        let phases = phases::derive_spans(&marks, now);
+        Profile {
+            sources: self.sources(&counts, &exits, &page_faults),
+            target: self.target.clone(),
+            host: self.host.clone(),
+            duration_ns: now,
+            exits,
+            page_faults,
+            threads,
+            numa,
+            marks,
+            phases,
+            samples: self.samples.clone(),
+            lost_events: percpu_sum(&self.bpf, "lost_events", 0),
+            map_overflows: percpu_sum(&self.bpf, "map_overflows", 0),
+            ..Profile::new()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vcpu_names() {
+        assert_eq!(vcpu_from_thread_name("vcpu0"), Some(0));
+        assert_eq!(vcpu_from_thread_name("vcpu12"), Some(12));
+        assert_eq!(vcpu_from_thread_name("CPU 3/KVM"), Some(3));
+        assert_eq!(vcpu_from_thread_name("touch_pages"), None);
+        assert_eq!(thread_role("CPU 1/KVM", 5, 4), "vcpu");
+        assert_eq!(thread_role("touch_pages", 5, 4), "prealloc");
+        assert_eq!(thread_role("qemu-system-x86", 4, 4), "main");
+        assert_eq!(thread_role("call_rcu", 6, 4), "other");
+    }
+
+    #[test]
+    fn exit_codes() {
+        assert_eq!(exit_status_code(0), 0);
+        assert_eq!(exit_status_code(3 << 8), 3);
+        assert_eq!(exit_status_code(9), 137);
+    }
+
+    #[test]
+    fn descendants_include_self() {
+        let me = std::process::id();
+        assert_eq!(descendants(me)[0], me);
+        assert!(process_alive(me));
+        assert!(!tasks_of(me).is_empty());
+    }
+}
