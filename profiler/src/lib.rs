@@ -2,6 +2,27 @@
 //! the kernel, read into a [`profile::Profile`], and exported.
 //!
 //! The crate knows nothing of terminals: the TUI only draws what it produces.
+//!
+//! - [`collector::Collector`]: start, [`snapshot`](collector::Collector::snapshot)
+//!   as often as wanted, [`finish`](collector::Collector::finish);
+//! - [`launch::HeldCommand`]: start a command held before exec so it is
+//!   followed from its first instruction;
+//! - [`profile`]: the versioned document (docs/profile-schema.md).
 
+pub mod bpf;
+pub mod collector;
+pub mod error;
 pub mod export;
+pub mod hist;
+pub mod kvm_stats;
+pub mod launch;
+mod mount;
+pub mod phases;
 pub mod profile;
+pub mod reasons;
+pub mod topology;
+pub mod tracefs;
+
+pub use collector::{Collector, CollectorConfig, CollectorSet, TargetSpec};
+pub use error::ProfilerError;
+pub use profile::Profile;

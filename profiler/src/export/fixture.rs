@@ -81,6 +81,7 @@ pub fn profile() -> Profile {
         status: "attached".into(),
         detail: String::new(),
         events: 1_000,
+        ..Default::default()
     }];
     p.exits = ExitProfile {
         source: "tracepoint:kvm:kvm_exit".into(),

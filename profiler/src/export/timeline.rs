@@ -202,6 +202,7 @@ pub fn profile_from_timeline(doc: &Value) -> Result<Profile, TimelineError> {
         status: "attached".into(),
         detail,
         events: p.marks.len() as u64,
+        ..Default::default()
     });
     p.sources.push(match kvm_exits {
         Some(n) => DataSource {
@@ -209,12 +210,14 @@ pub fn profile_from_timeline(doc: &Value) -> Result<Profile, TimelineError> {
             status: "attached".into(),
             detail: "KVM_GET_STATS_FD, summed over vCPUs at guest shutdown".into(),
             events: n,
+            ..Default::default()
         },
         None => DataSource {
             name: "kvm_stats".into(),
             status: "missing".into(),
             detail: "the timeline has no KVM exit count (kernel without binary statistics)".into(),
             events: 0,
+            ..Default::default()
         },
     });
 
@@ -258,7 +261,7 @@ mod tests {
             vec![PhaseSpan {
                 name: "kernel".into(),
                 start_ns: 4_100_000,
-                end_ns: 812_345_678
+                end_ns: 812_345_678,
             }]
         );
         assert_eq!(p.exits.kvm_stats_exits, Some(21191));
