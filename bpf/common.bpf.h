@@ -154,11 +154,21 @@ static __always_inline __u32 bs_log2(__u64 v)
 	return r;
 }
 
-static __always_inline __u32 bs_hist_slot(__u64 ns)
-{
-	__u32 slot = bs_log2(ns);
+/* Keeps the compiler from reasoning about (and dropping) a bounds check the
+ * verifier needs to see. */
+#define BS_BARRIER_VAR(v) asm volatile("" : "+r"(v))
 
-	return slot < BS_HIST_SLOTS ? slot : BS_HIST_SLOTS - 1;
+/* The histogram slot of a value: log2, clamped to the last slot, then
+ * masked so that even older verifiers see it in bounds (BS_HIST_SLOTS is a
+ * power of two). */
+static __always_inline __u64 bs_hist_slot(__u64 ns)
+{
+	__u64 slot = bs_log2(ns);
+
+	if (slot >= BS_HIST_SLOTS)
+		slot = BS_HIST_SLOTS - 1;
+	BS_BARRIER_VAR(slot);
+	return slot & (BS_HIST_SLOTS - 1);
 }
 
 /* Reserves a ring buffer record with the common header filled in, or

@@ -37,16 +37,21 @@ struct {
 	__type(value, struct bs_numa_val);
 } numa_pages SEC(".maps");
 
+/* Linear search of the (few, merged) ranges. Unrolled: older verifiers
+ * (Linux 6.1) reject this loop as "infinite" when its counter is spilled to
+ * the stack for the lookup key. */
 static __always_inline __u32 bs_pfn_node(__u64 pfn)
 {
 	__u32 n = nr_pfn_ranges;
 
+#pragma clang loop unroll(full)
 	for (__u32 i = 0; i < BS_MAX_PFN_RANGES; i++) {
 		struct bs_pfn_range *r;
+		__u32 key = i;
 
 		if (i >= n)
 			break;
-		r = bpf_map_lookup_elem(&pfn_ranges, &i);
+		r = bpf_map_lookup_elem(&pfn_ranges, &key);
 		if (!r)
 			break;
 		if (pfn >= r->start_pfn && pfn < r->end_pfn)

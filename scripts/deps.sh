@@ -9,6 +9,10 @@ command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 ls /boot/vmlinuz-* >/dev/null 2>&1 && ls -d /lib/modules/*/kernel/arch/x86/kvm >/dev/null 2>&1 \
     || need+=(linux-image-amd64)
 command -v cc >/dev/null || need+=(gcc)
+# The eBPF collectors (bpf/*.bpf.c) are compiled by profiler/build.rs.
+command -v clang >/dev/null || need+=(clang)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+command -v bpftool >/dev/null || [ -x /usr/sbin/bpftool ] || need+=(bpftool)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "bootscope: missing Debian packages: ${need[*]}; run as root or: sudo apt-get install -y ${need[*]}" >&2

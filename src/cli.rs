@@ -56,6 +56,9 @@ enum Command {
         #[arg(long)]
         timeline: Option<PathBuf>,
     },
+    /// Profile a running process (--pid) or a command it launches (after
+    /// `--`) with eBPF: exit reasons, page faults, threads, NUMA, boot phases.
+    Profile(crate::profile_cmd::ProfileArgs),
     /// Convert a profile or a boot timeline to JSON, CSV, Prometheus text or
     /// a Chrome trace for ui.perfetto.dev (docs/export.md).
     Export {
@@ -210,6 +213,7 @@ pub fn main() -> i32 {
         Command::Doctor { json } => cmd_doctor(json),
         Command::Lab(args) => cmd_lab(args),
         Command::Demo { timeline } => cmd_demo(timeline, clock),
+        Command::Profile(args) => crate::profile_cmd::run(args).map_err(Failure::from),
         Command::Export {
             format,
             table,

@@ -2,6 +2,7 @@
 //! profiler. Only this crate uses anyhow; the libraries return typed errors.
 
 mod cli;
+mod profile_cmd;
 
 fn main() {
     let code = cli::main();

@@ -7,7 +7,8 @@
 use aya::Pod;
 
 /// The collectors, compiled and linked by build.rs, embedded once.
-pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bootscope.bpf.o"));
+pub static OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bootscope.bpf.o"));
 
 /// `BS_ABI_VERSION` in bpf/common.h.
 pub const BS_ABI_VERSION: u32 = 1;
@@ -88,6 +89,8 @@ pub struct ProgramSpec {
     pub fields: &'static [&'static str],
     /// Fields it reads when present (older kernels may lack them).
     pub optional_fields: &'static [&'static str],
+    /// What it feeds in the profile.
+    pub feeds: &'static str,
 }
 
 impl ProgramSpec {
@@ -98,7 +101,7 @@ impl ProgramSpec {
 }
 
 macro_rules! spec {
-    ($prog:literal, $sys:literal, $ev:literal, $src:ident, $col:ident, [$($f:literal),*], [$($o:literal),*]) => {
+    ($prog:literal, $sys:literal, $ev:literal, $src:ident, $col:ident, [$($f:literal),*], [$($o:literal),*], $feeds:literal) => {
         ProgramSpec {
             program: $prog,
             system: $sys,
@@ -107,6 +110,7 @@ macro_rules! spec {
             collector: CollectorKind::$col,
             fields: &[$($f),*],
             optional_fields: &[$($o),*],
+            feeds: $feeds,
         }
     };
 }
@@ -115,26 +119,26 @@ macro_rules! spec {
 /// children are followed before anything else of theirs is counted).
 #[rustfmt::skip]
 pub const PROGRAMS: &[ProgramSpec] = &[
-    spec!("bs_task_newtask", "task", "task_newtask", TaskNewtask, Threads, ["pid", "comm", "clone_flags"], []),
-    spec!("bs_sched_process_fork", "sched", "sched_process_fork", SchedProcessFork, Threads, ["child_pid"], []),
-    spec!("bs_task_rename", "task", "task_rename", TaskRename, Threads, ["pid", "newcomm"], []),
-    spec!("bs_sched_process_exit", "sched", "sched_process_exit", SchedProcessExit, Threads, [], ["group_dead"]),
-    spec!("bs_sched_switch", "sched", "sched_switch", SchedSwitch, Threads, ["prev_pid", "next_pid"], []),
-    spec!("bs_kvm_exit", "kvm", "kvm_exit", KvmExit, Exits, ["exit_reason", "vcpu_id"], ["isa"]),
-    spec!("bs_kvm_entry", "kvm", "kvm_entry", KvmEntry, Exits, [], []),
-    spec!("bs_kvm_userspace_exit", "kvm", "kvm_userspace_exit", KvmUserspaceExit, Exits, ["reason", "errno"], []),
-    spec!("bs_kvm_pio", "kvm", "kvm_pio", KvmPio, Exits, ["rw", "port", "size"], []),
-    spec!("bs_kvm_mmio", "kvm", "kvm_mmio", KvmMmio, Exits, ["type", "gpa"], []),
-    spec!("bs_kvm_msr", "kvm", "kvm_msr", KvmMsr, Exits, ["write", "ecx"], ["exception"]),
-    spec!("bs_kvm_cpuid", "kvm", "kvm_cpuid", KvmCpuid, Exits, ["function", "index"], []),
-    spec!("bs_kvm_emulate_insn", "kvm", "kvm_emulate_insn", KvmEmulateInsn, Exits, [], ["failed"]),
-    spec!("bs_marker_pio", "kvm", "kvm_pio", MarkerPio, Phases, ["rw", "port", "size", "val"], []),
-    spec!("bs_kvm_page_fault", "kvm", "kvm_page_fault", KvmPageFault, Faults, [], []),
-    spec!("bs_kvmmmu_spte_requested", "kvmmmu", "kvm_mmu_spte_requested", KvmmmuSpteRequested, Faults, [], []),
-    spec!("bs_kvmmmu_mmio_page_fault", "kvmmmu", "handle_mmio_page_fault", KvmmmuMmioPageFault, Faults, [], []),
-    spec!("bs_page_fault_user", "exceptions", "page_fault_user", PageFaultUser, Faults, [], []),
-    spec!("bs_page_fault_kernel", "exceptions", "page_fault_kernel", PageFaultKernel, Faults, [], []),
-    spec!("bs_mm_page_alloc", "kmem", "mm_page_alloc", MmPageAlloc, Numa, ["pfn", "order"], []),
+    spec!("bs_task_newtask", "task", "task_newtask", TaskNewtask, Threads, ["pid", "comm", "clone_flags"], [], "threads (new threads and child processes, names at birth)"),
+    spec!("bs_sched_process_fork", "sched", "sched_process_fork", SchedProcessFork, Threads, ["child_pid"], [], "counted; follows children only when task_newtask is missing"),
+    spec!("bs_task_rename", "task", "task_rename", TaskRename, Threads, ["pid", "newcomm"], [], "threads[].name"),
+    spec!("bs_sched_process_exit", "sched", "sched_process_exit", SchedProcessExit, Threads, [], ["group_dead"], "threads[].end_ns, exit_code; target.ended_ns"),
+    spec!("bs_sched_switch", "sched", "sched_switch", SchedSwitch, Threads, ["prev_pid", "next_pid"], [], "threads[].cpus (run time per CPU)"),
+    spec!("bs_kvm_exit", "kvm", "kvm_exit", KvmExit, Exits, ["exit_reason", "vcpu_id"], ["isa"], "exits.by_reason/by_vcpu/by_phase (VMX/SVM)"),
+    spec!("bs_kvm_entry", "kvm", "kvm_entry", KvmEntry, Exits, [], [], "exits.by_reason[].latency_hist (exit to next entry)"),
+    spec!("bs_kvm_userspace_exit", "kvm", "kvm_userspace_exit", KvmUserspaceExit, Exits, ["reason", "errno"], [], "exits.by_reason when kvm_exit does not fire (PVM)"),
+    spec!("bs_kvm_pio", "kvm", "kvm_pio", KvmPio, Exits, ["rw", "port", "size"], [], "exits.pio"),
+    spec!("bs_kvm_mmio", "kvm", "kvm_mmio", KvmMmio, Exits, ["type", "gpa"], [], "exits.mmio"),
+    spec!("bs_kvm_msr", "kvm", "kvm_msr", KvmMsr, Exits, ["write", "ecx"], ["exception"], "exits.msr"),
+    spec!("bs_kvm_cpuid", "kvm", "kvm_cpuid", KvmCpuid, Exits, ["function", "index"], [], "exits.cpuid"),
+    spec!("bs_kvm_emulate_insn", "kvm", "kvm_emulate_insn", KvmEmulateInsn, Exits, [], ["failed"], "exits.emulated_instructions"),
+    spec!("bs_marker_pio", "kvm", "kvm_pio", MarkerPio, Phases, ["rw", "port", "size", "val"], [], "exits.marker_writes, marks (ports 0x80, 0xf4)"),
+    spec!("bs_kvm_page_fault", "kvm", "kvm_page_fault", KvmPageFault, Faults, [], [], "page_faults.guest_total (VMX/SVM)"),
+    spec!("bs_kvmmmu_spte_requested", "kvmmmu", "kvm_mmu_spte_requested", KvmmmuSpteRequested, Faults, [], [], "page_faults.guest_total when kvm_page_fault does not fire"),
+    spec!("bs_kvmmmu_mmio_page_fault", "kvmmmu", "handle_mmio_page_fault", KvmmmuMmioPageFault, Faults, [], [], "page_faults.guest_mmio"),
+    spec!("bs_page_fault_user", "exceptions", "page_fault_user", PageFaultUser, Faults, [], [], "page_faults.host_user"),
+    spec!("bs_page_fault_kernel", "exceptions", "page_fault_kernel", PageFaultKernel, Faults, [], [], "page_faults.host_kernel"),
+    spec!("bs_mm_page_alloc", "kmem", "mm_page_alloc", MmPageAlloc, Numa, ["pfn", "order"], [], "numa, threads[].pages_*"),
 ];
 
 /// `struct bs_field`.

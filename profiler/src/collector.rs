@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -149,12 +149,17 @@ struct State {
     phase_names: PhaseNames,
     current_phase: HashMap<u32, u32>,
     samples: Vec<Sample>,
-    kvm_dir: Result<PathBuf, String>,
-    kvm_stats: BTreeMap<String, u64>,
+    kvm_stats: kvm_stats::KvmStatsReader,
     ring_events: u64,
     vmm_marks: u64,
     ring_bytes: u32,
+    boot_time_port: u16,
+    marks_dropped: u64,
 }
+
+/// Marks kept per profile: a guest alternating marker values forever
+/// cannot grow the profile without bound.
+const MAX_MARKS: usize = 100_000;
 
 struct Shared {
     stop: AtomicBool,
@@ -178,6 +183,29 @@ fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes one timespec into a valid pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A load error with the verifier log cut to its last lines, where the
+/// verifier says what it rejected (the whole log is thousands of lines).
+fn short_load_error(msg: &str) -> String {
+    const KEEP: usize = 6;
+    match msg.split_once("Verifier output:") {
+        Some((head, log)) => {
+            let lines: Vec<&str> = log
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            let tail = &lines[lines.len().saturating_sub(KEEP)..];
+            format!(
+                "{}verifier output (last {} lines): {}",
+                head,
+                tail.len(),
+                tail.join(" | ")
+            )
+        }
+        None => msg.to_string(),
+    }
 }
 
 /// Checks for root or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN).
@@ -286,7 +314,8 @@ fn process_alive(pid: u32) -> bool {
             .map(|s| {
                 // A zombie has ended: state Z (or X).
                 !matches!(
-                    s.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next()),
+                    s.rsplit_once(')')
+                        .and_then(|(_, r)| r.split_whitespace().next()),
                     Some("Z") | Some("X")
                 )
             })
@@ -417,6 +446,15 @@ impl Collector {
         if target_pid == 0 || !Path::new(&format!("/proc/{target_pid}")).exists() {
             return Err(ProfilerError::NoSuchProcess { pid: target_pid });
         }
+        // A thread id stands for its process.
+        let target_pid = std::fs::read_to_string(format!("/proc/{target_pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Tgid:"))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(target_pid);
         let tracefs = find_or_mount_tracefs()?;
         let btf = Path::new("/sys/kernel/btf/vmlinux");
         if !btf.exists() {
@@ -499,8 +537,11 @@ impl Collector {
 
         // Lookup tables for the NUMA collector.
         {
-            let map = ebpf.map_mut("cpu_nodes").ok_or_else(|| map_error("cpu_nodes", "absent"))?;
-            let mut a = Array::<&mut MapData, u32>::try_from(map).map_err(|e| map_error("cpu_nodes", e))?;
+            let map = ebpf
+                .map_mut("cpu_nodes")
+                .ok_or_else(|| map_error("cpu_nodes", "absent"))?;
+            let mut a =
+                Array::<&mut MapData, u32>::try_from(map).map_err(|e| map_error("cpu_nodes", e))?;
             for (&cpu, &node) in &topology.cpu_nodes {
                 if cpu < bpf::MAX_CPUS {
                     a.set(cpu, node, 0).map_err(|e| map_error("cpu_nodes", e))?;
@@ -508,17 +549,25 @@ impl Collector {
             }
         }
         {
-            let map = ebpf.map_mut("pfn_ranges").ok_or_else(|| map_error("pfn_ranges", "absent"))?;
+            let map = ebpf
+                .map_mut("pfn_ranges")
+                .ok_or_else(|| map_error("pfn_ranges", "absent"))?;
             let mut a = Array::<&mut MapData, bpf::BsPfnRange>::try_from(map)
                 .map_err(|e| map_error("pfn_ranges", e))?;
-            for (i, r) in topology.pfn_ranges.iter().take(bpf::MAX_PFN_RANGES).enumerate() {
+            for (i, r) in topology
+                .pfn_ranges
+                .iter()
+                .take(bpf::MAX_PFN_RANGES)
+                .enumerate()
+            {
                 let v = bpf::BsPfnRange {
                     start_pfn: r.start_pfn,
                     end_pfn: r.end_pfn,
                     node: r.node,
                     pad: 0,
                 };
-                a.set(i as u32, v, 0).map_err(|e| map_error("pfn_ranges", e))?;
+                a.set(i as u32, v, 0)
+                    .map_err(|e| map_error("pfn_ranges", e))?;
             }
         }
 
@@ -533,18 +582,24 @@ impl Collector {
             _ => descendants(target_pid),
         };
         {
-            let map = ebpf.map_mut("followed").ok_or_else(|| map_error("followed", "absent"))?;
-            let mut followed =
-                BpfHashMap::<&mut MapData, u32, u32>::try_from(map).map_err(|e| map_error("followed", e))?;
+            let map = ebpf
+                .map_mut("followed")
+                .ok_or_else(|| map_error("followed", "absent"))?;
+            let mut followed = BpfHashMap::<&mut MapData, u32, u32>::try_from(map)
+                .map_err(|e| map_error("followed", e))?;
             for &p in &procs {
-                followed.insert(p, 1, 0).map_err(|e| map_error("followed", e))?;
+                followed
+                    .insert(p, 1, 0)
+                    .map_err(|e| map_error("followed", e))?;
                 tgids.insert(p);
             }
         }
         {
-            let map = ebpf.map_mut("threads").ok_or_else(|| map_error("threads", "absent"))?;
-            let mut known =
-                BpfHashMap::<&mut MapData, u32, u32>::try_from(map).map_err(|e| map_error("threads", e))?;
+            let map = ebpf
+                .map_mut("threads")
+                .ok_or_else(|| map_error("threads", "absent"))?;
+            let mut known = BpfHashMap::<&mut MapData, u32, u32>::try_from(map)
+                .map_err(|e| map_error("threads", e))?;
             for &p in &procs {
                 for tid in tasks_of(p) {
                     let _ = known.insert(tid, p, 0);
@@ -570,7 +625,12 @@ impl Collector {
                     .ok_or_else(|| format!("program {} is not in the object", spec.program))?
                     .try_into()
                     .map_err(|e| format!("{e}"))?;
-                prog.load().map_err(|e| format!("the kernel refused it: {e}"))?;
+                prog.load().map_err(|e| {
+                    format!(
+                        "the kernel refused it: {}",
+                        short_load_error(&e.to_string())
+                    )
+                })?;
                 prog.attach(spec.system, spec.event)
                     .map_err(|e| format!("attach failed: {e}"))?;
                 Ok(())
@@ -612,10 +672,18 @@ impl Collector {
             name: "sysfs:numa".into(),
             status: "attached".into(),
             detail: format!(
-                "{} node(s); page frames mapped to nodes from {} ({} range(s))",
+                "{} node(s); page frames mapped to nodes from {} ({} range(s){})",
                 topology.nodes.len(),
                 topology.pfn_source,
-                topology.pfn_ranges.len()
+                topology.pfn_ranges.len(),
+                if topology.pfn_ranges.len() > bpf::MAX_PFN_RANGES {
+                    format!(
+                        "; only the first {} are searched, pages beyond count as unknown node",
+                        bpf::MAX_PFN_RANGES
+                    )
+                } else {
+                    String::new()
+                }
             ),
             events: 0,
             collector: "numa".into(),
@@ -645,11 +713,12 @@ impl Collector {
             phase_names: PhaseNames::default(),
             current_phase: HashMap::new(),
             samples: Vec::new(),
-            kvm_dir: kvm_stats::kvm_dir(),
-            kvm_stats: BTreeMap::new(),
+            kvm_stats: kvm_stats::KvmStatsReader::new(),
             ring_events: 0,
             vmm_marks: 0,
             ring_bytes,
+            boot_time_port: config.boot_time_port,
+            marks_dropped: 0,
         };
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
@@ -702,7 +771,8 @@ impl Collector {
     /// As [`Collector::add_mark`], for a mark that happened at `at`.
     pub fn add_mark_at(&self, name: &str, source: &str, value: Option<u64>, at: Instant) -> bool {
         let mut st = self.lock();
-        let port_mark = source == phases::source::DEBUG_PORT || source == phases::source::BOOT_TIME_PORT;
+        let port_mark =
+            source == phases::source::DEBUG_PORT || source == phases::source::BOOT_TIME_PORT;
         let kernel_sees_ports = st
             .programs
             .iter()
@@ -765,7 +835,9 @@ fn worker_loop(
     sample_interval: Duration,
     drain_interval: Option<Duration>,
 ) {
-    let tick = Duration::from_millis(50);
+    // KVM's debugfs directory of a VM vanishes with the VM, so it is read
+    // every tick, not only at samples.
+    let tick = Duration::from_millis(10);
     let mut next_sample = Instant::now() + sample_interval;
     let mut next_drain = Instant::now() + drain_interval.unwrap_or_default();
     let drain = |ring: &mut RingBuf<aya::maps::MapData>, shared: &Shared| {
@@ -776,6 +848,8 @@ fn worker_loop(
             }
         }
         if !events.is_empty() {
+            // Records of different CPUs may arrive out of order.
+            events.sort_by_key(|e| e.ts_ns);
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             for e in &events {
                 st.apply_event(e);
@@ -794,11 +868,15 @@ fn worker_loop(
         if stopping {
             break;
         }
-        if now >= next_sample {
+        {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-            st.poll_target();
-            st.take_sample();
-            next_sample = now + sample_interval;
+            if now < next_sample {
+                st.refresh_kvm_stats(false);
+            } else {
+                st.poll_target();
+                st.take_sample();
+                next_sample = now + sample_interval;
+            }
         }
         let until_sample = next_sample.saturating_duration_since(Instant::now());
         let wait = until_sample.min(tick);
@@ -829,6 +907,10 @@ impl State {
     /// Records a mark; if it opens a new phase for its process, tells the
     /// kernel.
     fn push_mark(&mut self, mark: Mark) {
+        if self.marks.len() >= MAX_MARKS {
+            self.marks_dropped += 1;
+            return;
+        }
         if let Some(name) = phases::phase_of_mark(&mark) {
             let idx = self.phase_names.index(&name);
             let tgid = mark.tgid.unwrap_or(self.target_pid);
@@ -850,10 +932,16 @@ impl State {
         match e.kind {
             bpf::event_kind::MARK => {
                 let value = e.arg1;
-                let (name, source) = if e.arg0 == 0xf4 || (e.arg0 != 0x80 && value <= 0xff && e.arg0 != 0) && e.arg0 == 0xf4 {
-                    (phases::boot_time_port_mark_name(value as u8), phases::source::BOOT_TIME_PORT)
+                let (name, source) = if e.arg0 == u64::from(self.boot_time_port) {
+                    (
+                        phases::boot_time_port_mark_name(value as u8),
+                        phases::source::BOOT_TIME_PORT,
+                    )
                 } else {
-                    (phases::debug_port_mark_name(value as u8), phases::source::DEBUG_PORT)
+                    (
+                        phases::debug_port_mark_name(value as u8),
+                        phases::source::DEBUG_PORT,
+                    )
                 };
                 self.push_mark(Mark {
                     name,
@@ -865,8 +953,11 @@ impl State {
             }
             bpf::event_kind::TASK_NEW => {
                 let tgid = if e.tgid == 0 { e.tid } else { e.tgid };
-                let is_process = e.arg1 == bpf::CLONE_FLAGS_UNKNOWN || e.arg1 & bpf::CLONE_THREAD == 0;
-                if is_process && e.arg1 != bpf::CLONE_FLAGS_UNKNOWN {
+                // Without clone flags (fork fallback) a thread cannot be told
+                // from a process: it is filed as its own.
+                let new_process =
+                    e.arg1 != bpf::CLONE_FLAGS_UNKNOWN && e.arg1 & bpf::CLONE_THREAD == 0;
+                if new_process {
                     self.tgids.insert(e.tid);
                     let parent_tgid = self.threads.get(&(e.arg0 as u32)).map(|t| t.tgid);
                     if let Some(p) = parent_tgid.and_then(|p| self.current_phase.get(&p).copied()) {
@@ -899,8 +990,13 @@ impl State {
                 });
                 entry.end_ns = Some(t);
                 entry.exit_code = Some(exit_status_code(e.arg0));
-                if e.arg1 != 0 && e.tgid == self.target_pid && self.target.ended_ns.is_none() {
-                    self.target.ended_ns = Some(t);
+                if e.arg1 != 0 {
+                    // Its last exit is counted: read KVM's total one last
+                    // time and let the VM go.
+                    self.kvm_stats.release(e.tgid);
+                    if e.tgid == self.target_pid && self.target.ended_ns.is_none() {
+                        self.target.ended_ns = Some(t);
+                    }
                 }
             }
             _ => {}
@@ -929,24 +1025,26 @@ impl State {
         out
     }
 
-    fn refresh_kvm_stats(&mut self) {
-        if let Ok(dir) = &self.kvm_dir {
-            let pids: Vec<u32> = self.tgids.iter().copied().collect();
-            for (k, v) in kvm_stats::read_exits(dir, &pids) {
-                let e = self.kvm_stats.entry(k).or_default();
-                *e = (*e).max(v);
-            }
-        }
+    /// Reads KVM's own counts; `rescan` also looks for new vCPUs.
+    fn refresh_kvm_stats(&mut self, rescan: bool) {
+        let pids: Vec<u32> = self.tgids.iter().copied().collect();
+        // Until a VM shows up, look for one on every tick: short-lived VMs
+        // would otherwise be missed.
+        let rescan = rescan || self.kvm_stats.total().is_none();
+        self.kvm_stats.poll(&pids, rescan);
     }
 
     fn take_sample(&mut self) {
-        self.refresh_kvm_stats();
+        self.refresh_kvm_stats(true);
         let t_ns = self.now_ns();
         let counts = self.source_counts();
         let exits = self.exit_reasons(&counts);
         let faults = self.faults(&counts);
-        let by_reason: BTreeMap<String, u64> =
-            exits.by_reason.iter().map(|r| (r.reason.clone(), r.count)).collect();
+        let by_reason: BTreeMap<String, u64> = exits
+            .by_reason
+            .iter()
+            .map(|r| (r.reason.clone(), r.count))
+            .collect();
         self.samples.push(Sample {
             t_ns,
             exits_total: exits.total,
@@ -957,7 +1055,10 @@ impl State {
     }
 
     fn thread_name(&self, tid: u32) -> String {
-        self.threads.get(&tid).map(|t| t.name.clone()).unwrap_or_default()
+        self.threads
+            .get(&tid)
+            .map(|t| t.name.clone())
+            .unwrap_or_default()
     }
 
     /// `exits` without the per-port detail (what samples need).
@@ -979,26 +1080,38 @@ impl State {
                 _ => "mixed",
             }
             .into();
-            let vcpu_tids: HashMap<(u32, u32), u32> = hash_entries::<bpf::BsVcpuKey, u32>(&self.bpf, "vcpu_tids")
-                .into_iter()
-                .map(|(k, v)| ((k.tgid, k.vcpu_id), v))
-                .collect();
+            let vcpu_tids: HashMap<(u32, u32), u32> =
+                hash_entries::<bpf::BsVcpuKey, u32>(&self.bpf, "vcpu_tids")
+                    .into_iter()
+                    .map(|(k, v)| ((k.tgid, k.vcpu_id), v))
+                    .collect();
             for (k, n) in &exit_entries {
                 let name = self.reasons.exit_name(k.isa, k.reason);
                 out.total += n;
-                let r = by_reason.entry((k.isa, k.reason)).or_insert_with(|| (name.clone(), 0));
+                let r = by_reason
+                    .entry((k.isa, k.reason))
+                    .or_insert_with(|| (name.clone(), 0));
                 r.1 += n;
-                let v = by_vcpu.entry((k.tgid, k.vcpu_id)).or_insert_with(|| VcpuExits {
-                    vcpu: k.vcpu_id,
-                    tid: vcpu_tids.get(&(k.tgid, k.vcpu_id)).copied().unwrap_or(0),
-                    by_reason: BTreeMap::new(),
-                });
+                let v = by_vcpu
+                    .entry((k.tgid, k.vcpu_id))
+                    .or_insert_with(|| VcpuExits {
+                        vcpu: k.vcpu_id,
+                        tid: vcpu_tids.get(&(k.tgid, k.vcpu_id)).copied().unwrap_or(0),
+                        by_reason: BTreeMap::new(),
+                    });
                 *v.by_reason.entry(name.clone()).or_default() += n;
-                *by_phase.entry(k.phase).or_default().entry(name).or_default() += n;
+                *by_phase
+                    .entry(k.phase)
+                    .or_default()
+                    .entry(name)
+                    .or_default() += n;
             }
             let mut lat: HashMap<(u32, u32), (Vec<u64>, u64)> = HashMap::new();
-            for (k, h) in hash_entries::<bpf::BsExitLatKey, bpf::BsHist>(&self.bpf, "exit_latency") {
-                let e = lat.entry((k.isa, k.reason)).or_insert_with(|| (vec![0; hist::HIST_SLOTS], 0));
+            for (k, h) in hash_entries::<bpf::BsExitLatKey, bpf::BsHist>(&self.bpf, "exit_latency")
+            {
+                let e = lat
+                    .entry((k.isa, k.reason))
+                    .or_insert_with(|| (vec![0; hist::HIST_SLOTS], 0));
                 hist::add_slots(&mut e.0, &h.slots);
                 e.1 += h.total_ns;
             }
@@ -1032,7 +1145,9 @@ impl State {
             for (k, n) in &entries {
                 let name = self.reasons.userspace_name(k.code);
                 out.total += n;
-                let r = by_reason.entry((0, k.code)).or_insert_with(|| (name.clone(), 0));
+                let r = by_reason
+                    .entry((0, k.code))
+                    .or_insert_with(|| (name.clone(), 0));
                 r.1 += n;
                 let vcpu = vcpu_of_tid.get(&k.tid).copied().unwrap_or(0);
                 let v = by_vcpu.entry((k.tgid, k.tid)).or_insert_with(|| VcpuExits {
@@ -1041,7 +1156,11 @@ impl State {
                     by_reason: BTreeMap::new(),
                 });
                 *v.by_reason.entry(name.clone()).or_default() += n;
-                *by_phase.entry(k.phase).or_default().entry(name).or_default() += n;
+                *by_phase
+                    .entry(k.phase)
+                    .or_default()
+                    .entry(name)
+                    .or_default() += n;
             }
             for ((_, code), (name, count)) in by_reason {
                 out.by_reason.push(ExitReasonStat {
@@ -1055,7 +1174,8 @@ impl State {
         } else {
             out.isa = "unknown".into();
         }
-        out.by_reason.sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
+        out.by_reason
+            .sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
         out.by_vcpu = by_vcpu.into_values().collect();
         out.by_phase = by_phase
             .into_iter()
@@ -1068,14 +1188,14 @@ impl State {
     }
 
     fn attached(&self, s: Source) -> bool {
-        self.programs.iter().any(|p| p.spec.source == s && p.status == "attached")
+        self.programs
+            .iter()
+            .any(|p| p.spec.source == s && p.status == "attached")
     }
 
     fn exits(&self, counts: &[u64; bpf::SOURCE_COUNT]) -> ExitProfile {
         let mut out = self.exit_reasons(counts);
-        if !self.kvm_stats.is_empty() {
-            out.kvm_stats_exits = Some(self.kvm_stats.values().sum());
-        }
+        out.kvm_stats_exits = self.kvm_stats.total();
         let mut pio: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
         for (k, n) in hash_entries::<bpf::BsPioKey, u64>(&self.bpf, "pio_counts") {
             *pio.entry((k.port, k.rw, k.size)).or_default() += n;
@@ -1089,7 +1209,8 @@ impl State {
                 count,
             })
             .collect();
-        out.pio.sort_by(|a, b| b.count.cmp(&a.count).then(a.port.cmp(&b.port)));
+        out.pio
+            .sort_by(|a, b| b.count.cmp(&a.count).then(a.port.cmp(&b.port)));
         let mut markers: BTreeMap<(u32, u32), u64> = BTreeMap::new();
         for (k, n) in hash_entries::<bpf::BsMarkerKey, u64>(&self.bpf, "marker_counts") {
             *markers.entry((k.port, k.value)).or_default() += n;
@@ -1116,7 +1237,8 @@ impl State {
                 count,
             })
             .collect();
-        out.mmio.sort_by(|a, b| b.count.cmp(&a.count).then(a.gpa.cmp(&b.gpa)));
+        out.mmio
+            .sort_by(|a, b| b.count.cmp(&a.count).then(a.gpa.cmp(&b.gpa)));
         let mut msr: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
         for (k, n) in hash_entries::<bpf::BsMsrKey, u64>(&self.bpf, "msr_counts") {
             let e = msr.entry((k.msr, k.write)).or_default();
@@ -1134,14 +1256,19 @@ impl State {
                 faults,
             })
             .collect();
-        out.msr.sort_by(|a, b| b.count.cmp(&a.count).then(a.msr.cmp(&b.msr)));
+        out.msr
+            .sort_by(|a, b| b.count.cmp(&a.count).then(a.msr.cmp(&b.msr)));
         let mut cpuid: BTreeMap<(u32, u32), u64> = BTreeMap::new();
         for (k, n) in hash_entries::<bpf::BsCpuidKey, u64>(&self.bpf, "cpuid_counts") {
             *cpuid.entry((k.function, k.index)).or_default() += n;
         }
         out.cpuid = cpuid
             .into_iter()
-            .map(|((function, index), count)| CpuidStat { function, index, count })
+            .map(|((function, index), count)| CpuidStat {
+                function,
+                index,
+                count,
+            })
             .collect();
         for (k, n) in hash_entries::<bpf::BsEmulateKey, u64>(&self.bpf, "emulate_counts") {
             out.emulated_instructions += n;
@@ -1219,7 +1346,7 @@ impl State {
             ..Default::default()
         };
         let mut threads: BTreeMap<u32, ThreadProfile> = BTreeMap::new();
-        let mut entry = |threads: &mut BTreeMap<u32, ThreadProfile>, tid: u32, tgid: u32| {
+        let entry = |threads: &mut BTreeMap<u32, ThreadProfile>, tid: u32, tgid: u32| {
             threads.entry(tid).or_insert_with(|| {
                 let info = self.threads.get(&tid);
                 let name = info
@@ -1266,7 +1393,11 @@ impl State {
                 numa.pages_remote += v.pages;
             }
             if k.page_node != bpf::NODE_UNKNOWN {
-                *nodes_of.entry(k.tid).or_default().entry(k.page_node).or_default() += v.pages;
+                *nodes_of
+                    .entry(k.tid)
+                    .or_default()
+                    .entry(k.page_node)
+                    .or_default() += v.pages;
                 let n = by_node.entry(k.page_node).or_insert_with(|| NodeLocality {
                     node: k.page_node,
                     ..Default::default()
@@ -1305,12 +1436,21 @@ impl State {
         (threads.into_values().collect(), numa)
     }
 
-    fn sources(&self, counts: &[u64; bpf::SOURCE_COUNT], exits: &ExitProfile, faults: &PageFaultProfile) -> Vec<DataSource> {
+    fn sources(
+        &self,
+        counts: &[u64; bpf::SOURCE_COUNT],
+        exits: &ExitProfile,
+        faults: &PageFaultProfile,
+    ) -> Vec<DataSource> {
         let mut out = Vec::new();
         for p in &self.programs {
             let events = counts[p.spec.source as usize];
             let mut status = p.status.to_string();
-            let mut detail = p.detail.clone();
+            let mut detail = if p.detail.is_empty() {
+                format!("feeds {}", p.spec.feeds)
+            } else {
+                p.detail.clone()
+            };
             let collector = match p.spec.collector {
                 CollectorKind::Exits => "exits",
                 CollectorKind::Faults => "faults",
@@ -1331,7 +1471,9 @@ impl State {
                             if exits.source.is_empty() { "no source" } else { &exits.source }
                         );
                     }
-                    Source::KvmUserspaceExit if exits.source == "tracepoint:kvm:kvm_userspace_exit" => {
+                    Source::KvmUserspaceExit
+                        if exits.source == "tracepoint:kvm:kvm_userspace_exit" =>
+                    {
                         status = "fallback".into();
                         detail = "exits.by_reason counts exits to the VMM by KVM_EXIT_* reason: kvm:kvm_exit did not fire".into();
                     }
@@ -1356,36 +1498,25 @@ impl State {
             name: "ringbuf:events".into(),
             status: "attached".into(),
             detail: format!(
-                "{} KiB ring buffer for marks and thread lifetimes; lost records are in lost_events",
-                self.ring_bytes / 1024
+                "{} KiB ring buffer for marks and thread lifetimes; lost records are in lost_events{}",
+                self.ring_bytes / 1024,
+                if self.marks_dropped > 0 {
+                    format!("; {} marks beyond the first {MAX_MARKS} not kept", self.marks_dropped)
+                } else {
+                    String::new()
+                }
             ),
             events: self.ring_events,
             collector: "all".into(),
         });
-        match &self.kvm_dir {
-            Ok(dir) => out.push(DataSource {
-                name: "kvm_stats:debugfs".into(),
-                status: if self.kvm_stats.is_empty() { "missing" } else { "attached" }.into(),
-                detail: if self.kvm_stats.is_empty() {
-                    format!("no VM of the target's processes under {}", dir.display())
-                } else {
-                    format!(
-                        "exits of VM(s) {} under {}",
-                        self.kvm_stats.keys().cloned().collect::<Vec<_>>().join(", "),
-                        dir.display()
-                    )
-                },
-                events: self.kvm_stats.values().sum(),
-                collector: "exits".into(),
-            }),
-            Err(why) => out.push(DataSource {
-                name: "kvm_stats:debugfs".into(),
-                status: "failed".into(),
-                detail: why.clone(),
-                events: 0,
-                collector: "exits".into(),
-            }),
-        }
+        let (status, detail) = self.kvm_stats.describe();
+        out.push(DataSource {
+            name: format!("kvm_stats:{}", self.kvm_stats.method()),
+            status: status.into(),
+            detail,
+            events: self.kvm_stats.total().unwrap_or(0),
+            collector: "exits".into(),
+        });
         out.extend(self.extra_sources.iter().cloned());
         if self.vmm_marks > 0 {
             out.push(DataSource {
@@ -1440,6 +1571,22 @@ mod tests {
         assert_eq!(thread_role("touch_pages", 5, 4), "prealloc");
         assert_eq!(thread_role("qemu-system-x86", 4, 4), "main");
         assert_eq!(thread_role("call_rcu", 6, 4), "other");
+    }
+
+    #[test]
+    fn collector_is_shareable_with_a_ui_thread() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Collector>();
+    }
+
+    #[test]
+    fn load_errors_keep_the_verifier_verdict() {
+        let log = "the BPF_PROG_LOAD syscall returned Invalid argument (os error 22). Verifier output: 0: R1=ctx\n1: (85) call\n\n2: a\n3: b\n4: c\n5: d\ninfinite loop detected at insn 86\nverification time 4760 usec\n";
+        let s = short_load_error(log);
+        assert!(s.starts_with("the BPF_PROG_LOAD syscall returned Invalid argument"));
+        assert!(s.contains("infinite loop detected at insn 86"));
+        assert!(!s.contains("R1=ctx"));
+        assert_eq!(short_load_error("plain"), "plain");
     }
 
     #[test]

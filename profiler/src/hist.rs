@@ -40,7 +40,11 @@ pub fn buckets(slots: &[u64]) -> Vec<HistBucket> {
         .filter(|(_, &c)| c > 0)
         .map(|(i, &count)| {
             let (lo_ns, hi_ns) = bounds(i);
-            HistBucket { lo_ns, hi_ns, count }
+            HistBucket {
+                lo_ns,
+                hi_ns,
+                count,
+            }
         })
         .collect()
 }

@@ -1,22 +1,44 @@
 //! KVM's own exit statistics, the independent cross-check of the
-//! tracepoint counts: debugfs `kvm/<pid>-<fd>/exits`, one directory per VM.
+//! tracepoint counts.
 //!
-//! A VM's directory disappears when the VM is destroyed, so the collector
-//! reads them while it runs and keeps the last value of each.
+//! Two ways to read them, tried in this order:
+//!
+//! 1. debugfs: `kvm/<pid>-<fd>/exits`, one directory per VM (debugfs is
+//!    mounted at /sys/kernel/debug if needed). Kernels in lockdown mode
+//!    refuse these reads (EPERM).
+//! 2. KVM's binary statistics of each vCPU: the stats files
+//!    (`KVM_GET_STATS_FD`) the target itself has open, copied with
+//!    `pidfd_getfd(2)`. KVM answers vCPU ioctls only to the VM's own
+//!    process, so the profiler cannot open them itself; bootscope's VMM
+//!    keeps them open, QEMU does not. A copy keeps the VM's `struct kvm`
+//!    alive, so the final count stays readable after the target closed its
+//!    VM; it is closed as soon as the target's own descriptor is gone.
+//!
+//! A VM's debugfs directory disappears with the VM, so that method can miss
+//! the last exits of a VM destroyed between two reads.
 
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// Where debugfs is normally mounted.
 pub const DEBUGFS: &str = "/sys/kernel/debug";
 
+const STATS_HEADER_SIZE: usize = 24;
+const STATS_DESC_FIXED_SIZE: usize = 16;
+
 /// The `exits` value of every VM of the given processes below `kvm_dir`
-/// (`<debugfs>/kvm`), keyed by directory name.
-pub fn read_exits(kvm_dir: &Path, pids: &[u32]) -> BTreeMap<String, u64> {
+/// (`<debugfs>/kvm`), keyed by directory name. Unreadable files are skipped.
+pub fn read_debugfs_exits(kvm_dir: &Path, pids: &[u32]) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for e in std::fs::read_dir(kvm_dir).into_iter().flatten().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.split_once('-').and_then(|(p, _)| p.parse::<u32>().ok()) else {
+        let Some(pid) = name
+            .split_once('-')
+            .and_then(|(p, _)| p.parse::<u32>().ok())
+        else {
             continue;
         };
         if !pids.contains(&pid) {
@@ -32,22 +54,282 @@ pub fn read_exits(kvm_dir: &Path, pids: &[u32]) -> BTreeMap<String, u64> {
     out
 }
 
-/// debugfs's `kvm` directory, mounting debugfs at /sys/kernel/debug if it
-/// is not mounted. Err says why it is unavailable.
-pub fn kvm_dir() -> Result<PathBuf, String> {
+/// debugfs's `kvm` directory if its statistics can be read, mounting
+/// debugfs at /sys/kernel/debug if it is not mounted. Err says why not.
+pub fn debugfs_kvm_dir() -> Result<PathBuf, String> {
     let dir = Path::new(DEBUGFS).join("kvm");
-    if dir.is_dir() {
-        return Ok(dir);
-    }
-    if !crate::mount::is_mounted(DEBUGFS, "debugfs") {
+    if !dir.is_dir() && !crate::mount::is_mounted(DEBUGFS, "debugfs") {
         crate::mount::mount_fs("debugfs", DEBUGFS, "debugfs").map_err(|e| {
             format!("debugfs is not mounted and mounting it failed ({e}); mount -t debugfs none {DEBUGFS}")
         })?;
     }
-    if dir.is_dir() {
-        Ok(dir)
-    } else {
-        Err(format!("{} does not exist (KVM not loaded?)", dir.display()))
+    if !dir.is_dir() {
+        return Err(format!(
+            "{} does not exist (KVM not loaded?)",
+            dir.display()
+        ));
+    }
+    // The all-VMs total tells whether reads are allowed at all.
+    match std::fs::read_to_string(dir.join("exits")) {
+        Ok(_) => Ok(dir),
+        Err(e) => Err(format!(
+            "{} is not readable ({e}; a kernel in lockdown mode refuses debugfs reads)",
+            dir.join("exits").display()
+        )),
+    }
+}
+
+/// Finds the `exits` statistic's data offset in a binary stats file.
+fn exits_offset(file: &File) -> std::io::Result<Option<u64>> {
+    let mut header = [0u8; STATS_HEADER_SIZE];
+    file.read_exact_at(&mut header, 0)?;
+    let u32_at =
+        |b: &[u8], off: usize| u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]]);
+    let name_size = u32_at(&header, 4) as usize;
+    let num_desc = u32_at(&header, 8) as usize;
+    let desc_offset = u64::from(u32_at(&header, 16));
+    let data_offset = u64::from(u32_at(&header, 20));
+    let desc_size = STATS_DESC_FIXED_SIZE + name_size;
+    let mut descs = vec![0u8; desc_size * num_desc];
+    file.read_exact_at(&mut descs, desc_offset)?;
+    Ok(descs.chunks(desc_size).find_map(|d| {
+        let name = &d[STATS_DESC_FIXED_SIZE..];
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        (&name[..end] == b"exits").then(|| data_offset + u64::from(u32_at(d, 8)))
+    }))
+}
+
+/// One vCPU of a followed process, through its stats file.
+#[derive(Debug)]
+struct VcpuStats {
+    tgid: u32,
+    fd: u32,
+    link: String,
+    file: File,
+    offset: u64,
+    last: u64,
+}
+
+impl VcpuStats {
+    fn read(&mut self) {
+        let mut v = [0u8; 8];
+        if self.file.read_exact_at(&mut v, self.offset).is_ok() {
+            self.last = u64::from_le_bytes(v);
+        }
+    }
+}
+
+/// `pidfd_open` + `pidfd_getfd`: a copy of another process's descriptor.
+fn copy_fd(tgid: u32, fd: u32) -> std::io::Result<File> {
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new fd or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, tgid as libc::pid_t, 0) };
+    if pidfd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pidfd_open succeeded: a fresh descriptor owned by nobody else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    // SAFETY: pidfd_getfd takes an open pidfd, a descriptor number in that
+    // process, and flags; it returns a new fd or -1.
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd as i32, 0) };
+    if copy < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pidfd_getfd succeeded: a fresh descriptor owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(copy as i32) })
+}
+
+/// The vCPU stats files a process has open: (fd number, link text).
+fn vcpu_fds(tgid: u32) -> Vec<(u32, String)> {
+    let dir = format!("/proc/{tgid}/fd");
+    std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let fd: u32 = e.file_name().to_str()?.parse().ok()?;
+            let link = std::fs::read_link(e.path()).ok()?;
+            let link = link.to_string_lossy().into_owned();
+            link.starts_with("anon_inode:kvm-vcpu-stats")
+                .then_some((fd, link))
+        })
+        .collect()
+}
+
+/// Reads KVM's exit counts of the followed processes' VMs.
+#[derive(Debug)]
+pub struct KvmStatsReader {
+    debugfs: Result<PathBuf, String>,
+    debugfs_values: BTreeMap<String, u64>,
+    vcpus: Vec<VcpuStats>,
+    /// Counts of vCPUs whose stats file was closed.
+    closed_total: u64,
+    closed_count: usize,
+    last_error: Option<String>,
+}
+
+impl Default for KvmStatsReader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KvmStatsReader {
+    pub fn new() -> Self {
+        Self {
+            debugfs: debugfs_kvm_dir(),
+            debugfs_values: BTreeMap::new(),
+            vcpus: Vec::new(),
+            closed_total: 0,
+            closed_count: 0,
+            last_error: None,
+        }
+    }
+
+    /// `debugfs` or `stats_fd`.
+    pub fn method(&self) -> &'static str {
+        if self.debugfs.is_ok() {
+            "debugfs"
+        } else {
+            "stats_fd"
+        }
+    }
+
+    /// Reads current values. `rescan` looks for new (and closed) vCPUs in
+    /// the processes' descriptor tables, which costs a readlink per open
+    /// file: do it less often than plain reads.
+    pub fn poll(&mut self, tgids: &[u32], rescan: bool) {
+        if let Ok(dir) = &self.debugfs {
+            for (k, v) in read_debugfs_exits(dir, tgids) {
+                let e = self.debugfs_values.entry(k).or_default();
+                *e = (*e).max(v);
+            }
+            return;
+        }
+        for v in &mut self.vcpus {
+            v.read();
+        }
+        if !rescan {
+            return;
+        }
+        for &tgid in tgids {
+            let live = vcpu_fds(tgid);
+            // Close what the target closed (after a last read above).
+            let mut i = 0;
+            while i < self.vcpus.len() {
+                let v = &self.vcpus[i];
+                if v.tgid == tgid && !live.iter().any(|(fd, l)| *fd == v.fd && *l == v.link) {
+                    let gone = self.vcpus.swap_remove(i);
+                    self.closed_total += gone.last;
+                    self.closed_count += 1;
+                } else {
+                    i += 1;
+                }
+            }
+            for (fd, link) in live {
+                if self
+                    .vcpus
+                    .iter()
+                    .any(|v| v.tgid == tgid && v.fd == fd && v.link == link)
+                {
+                    continue;
+                }
+                let opened = copy_fd(tgid, fd).and_then(|file| {
+                    let offset = exits_offset(&file)?.ok_or_else(|| {
+                        std::io::Error::other("KVM's statistics have no \"exits\" entry")
+                    })?;
+                    Ok((file, offset))
+                });
+                match opened {
+                    Ok((file, offset)) => {
+                        let mut v = VcpuStats {
+                            tgid,
+                            fd,
+                            link,
+                            file,
+                            offset,
+                            last: 0,
+                        };
+                        v.read();
+                        self.vcpus.push(v);
+                    }
+                    Err(e) => {
+                        self.last_error = Some(format!("vCPU fd {fd} of pid {tgid}: {e}"));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Closes every vCPU stats file of a process that ended (after reading
+    /// it one last time).
+    pub fn release(&mut self, tgid: u32) {
+        let mut i = 0;
+        while i < self.vcpus.len() {
+            if self.vcpus[i].tgid == tgid {
+                let mut gone = self.vcpus.swap_remove(i);
+                gone.read();
+                self.closed_total += gone.last;
+                self.closed_count += 1;
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// KVM's exit count over everything seen, if anything was seen.
+    pub fn total(&self) -> Option<u64> {
+        match &self.debugfs {
+            Ok(_) => (!self.debugfs_values.is_empty()).then(|| self.debugfs_values.values().sum()),
+            Err(_) => (self.closed_count > 0 || !self.vcpus.is_empty())
+                .then(|| self.closed_total + self.vcpus.iter().map(|v| v.last).sum::<u64>()),
+        }
+    }
+
+    /// What was read and how, for `sources[]`: (status, detail).
+    pub fn describe(&self) -> (&'static str, String) {
+        match &self.debugfs {
+            Ok(dir) if self.debugfs_values.is_empty() => (
+                "missing",
+                format!(
+                    "no VM of the target's processes seen under {}",
+                    dir.display()
+                ),
+            ),
+            Ok(dir) => (
+                "attached",
+                format!(
+                    "exits of VM(s) {} under {}",
+                    self.debugfs_values
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    dir.display()
+                ),
+            ),
+            Err(why) => {
+                let n = self.vcpus.len() + self.closed_count;
+                if n > 0 {
+                    (
+                        "fallback",
+                        format!(
+                            "debugfs unusable ({why}); read the target's own KVM_GET_STATS_FD files of {n} vCPU(s) through pidfd_getfd"
+                        ),
+                    )
+                } else {
+                    (
+                        "missing",
+                        format!(
+                            "debugfs unusable ({why}), and the target keeps no vCPU statistics file (KVM_GET_STATS_FD) open to copy (KVM opens them only for the VM's own process){}",
+                            self.last_error
+                                .as_ref()
+                                .map(|e| format!(" (last error: {e})"))
+                                .unwrap_or_default()
+                        ),
+                    )
+                }
+            }
+        }
     }
 }
 
@@ -64,10 +346,38 @@ mod tests {
             std::fs::write(d.join(name).join("exits"), exits).unwrap();
         }
         std::fs::create_dir_all(d.join("not-a-vm")).unwrap();
-        let got = read_exits(&d, &[100]);
+        let got = read_debugfs_exits(&d, &[100]);
         assert_eq!(got.values().sum::<u64>(), 12);
         assert_eq!(got.len(), 2);
-        assert!(read_exits(&d, &[300]).is_empty());
+        assert!(read_debugfs_exits(&d, &[300]).is_empty());
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn finds_exits_in_a_stats_layout() {
+        // Header: flags, name_size 8, 2 descriptors, id at 24, descriptors
+        // at 24, data at 72.
+        let mut b = vec![0u8; 24];
+        for (off, v) in [(4, 8u32), (8, 2), (12, 24), (16, 24), (20, 72)] {
+            b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        for (name, offset) in [(&b"halt\0\0\0\0"[..], 0u32), (&b"exits\0\0\0"[..], 8)] {
+            let mut d = vec![0u8; 16];
+            d[6..8].copy_from_slice(&1u16.to_le_bytes());
+            d[8..12].copy_from_slice(&offset.to_le_bytes());
+            b.extend_from_slice(&d);
+            b.extend_from_slice(name);
+        }
+        b.extend_from_slice(&3u64.to_le_bytes());
+        b.extend_from_slice(&1161u64.to_le_bytes());
+        let path = std::env::temp_dir().join(format!("bootscope-stats-{}", std::process::id()));
+        std::fs::write(&path, &b).unwrap();
+        let f = File::open(&path).unwrap();
+        let off = exits_offset(&f).unwrap().unwrap();
+        assert_eq!(off, 80);
+        let mut v = [0u8; 8];
+        f.read_exact_at(&mut v, off).unwrap();
+        assert_eq!(u64::from_le_bytes(v), 1161);
+        std::fs::remove_file(&path).unwrap();
     }
 }

@@ -56,10 +56,17 @@ impl HeldCommand {
         let program = argv
             .first()
             .ok_or_else(|| Error::new(ErrorKind::InvalidInput, "no command given"))?;
-        let path = resolve_program(program)
-            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("{program}: command not found in PATH")))?;
+        let path = resolve_program(program).ok_or_else(|| {
+            Error::new(
+                ErrorKind::NotFound,
+                format!("{program}: command not found in PATH"),
+            )
+        })?;
         let c_path = cstring(path.as_os_str().as_bytes())?;
-        let c_args: Vec<CString> = argv.iter().map(|a| cstring(a.as_bytes())).collect::<Result<_>>()?;
+        let c_args: Vec<CString> = argv
+            .iter()
+            .map(|a| cstring(a.as_bytes()))
+            .collect::<Result<_>>()?;
         let c_env: Vec<CString> = std::env::vars_os()
             .map(|(k, v)| {
                 let mut kv = k.as_bytes().to_vec();
@@ -80,7 +87,8 @@ impl HeldCommand {
         }
         // SAFETY: pipe2 succeeded, so both descriptors are open and owned by
         // nobody else.
-        let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (read_end, write_end) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let (r, w) = (read_end.as_raw_fd(), write_end.as_raw_fd());
 
         // SAFETY: fork(2) has no memory preconditions; the child below only
@@ -240,7 +248,9 @@ mod tests {
         let mut h = HeldCommand::spawn(&["sh".into(), "-c".into(), "exit 3".into()]).unwrap();
         assert_eq!(h.wait().unwrap().code(), Some(3));
         assert!(HeldCommand::spawn(&[]).is_err());
-        let e = HeldCommand::spawn(&["no-such-program-here".into()]).err().unwrap();
+        let e = HeldCommand::spawn(&["no-such-program-here".into()])
+            .err()
+            .unwrap();
         assert_eq!(e.kind(), ErrorKind::NotFound);
         assert_eq!(resolve_program("/bin/sh"), Some(PathBuf::from("/bin/sh")));
         assert!(resolve_program("sh").is_some());

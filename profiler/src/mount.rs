@@ -18,7 +18,9 @@ pub fn is_mounted(target: &str, fstype: &str) -> bool {
 
 /// `mount -t fstype source target`.
 pub fn mount_fs(source: &str, target: &str, fstype: &str) -> std::io::Result<()> {
-    let c = |s: &str| CString::new(s).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e));
+    let c = |s: &str| {
+        CString::new(s).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))
+    };
     let (src, tgt, ty) = (c(source)?, c(target)?, c(fstype)?);
     // SAFETY: three valid NUL-terminated strings that outlive the call, no
     // flags, and a null data pointer, which mount(2) accepts.

@@ -167,20 +167,38 @@ mod tests {
     fn names_match_the_vmm_timeline() {
         assert_eq!(debug_port_mark_name(0x40), "port 0x80: kernel 0x40");
         assert_eq!(debug_port_mark_name(0x90), "port 0x80: custom 0x90");
-        assert_eq!(boot_time_port_mark_name(6), "port 0xf4: linux_start_kernel (6)");
+        assert_eq!(
+            boot_time_port_mark_name(6),
+            "port 0xf4: linux_start_kernel (6)"
+        );
         assert_eq!(boot_time_port_mark_name(9), "port 0xf4: unknown (9)");
     }
 
     #[test]
     fn marks_open_phases() {
         let p = |s, n, v| phase_of_mark(&mark(s, n, v, 0));
-        assert_eq!(p(source::DEBUG_PORT, "", Some(0x41)).as_deref(), Some("kernel"));
-        assert_eq!(p(source::DEBUG_PORT, "", Some(0x90)).as_deref(), Some("custom 0x90"));
-        assert_eq!(p(source::BOOT_TIME_PORT, "", Some(7)).as_deref(), Some("userspace"));
+        assert_eq!(
+            p(source::DEBUG_PORT, "", Some(0x41)).as_deref(),
+            Some("kernel")
+        );
+        assert_eq!(
+            p(source::DEBUG_PORT, "", Some(0x90)).as_deref(),
+            Some("custom 0x90")
+        );
+        assert_eq!(
+            p(source::BOOT_TIME_PORT, "", Some(7)).as_deref(),
+            Some("userspace")
+        );
         assert_eq!(p(source::BOOT_TIME_PORT, "", Some(2)), None);
-        assert_eq!(p(source::VMM, "vmm: first KVM_RUN", None).as_deref(), Some("guest boot"));
+        assert_eq!(
+            p(source::VMM, "vmm: first KVM_RUN", None).as_deref(),
+            Some("guest boot")
+        );
         assert_eq!(p(source::VMM, "vmm: memory ready", None), None);
-        assert_eq!(p(source::SERIAL, "serial: run init", None).as_deref(), Some("userspace"));
+        assert_eq!(
+            p(source::SERIAL, "serial: run init", None).as_deref(),
+            Some("userspace")
+        );
         assert_eq!(p("other", "x", None), None);
     }
 
@@ -194,11 +212,17 @@ mod tests {
             mark(source::DEBUG_PORT, "d", Some(0x90), 400),
         ];
         let s = derive_spans(&marks, 1000);
-        let got: Vec<(&str, u64, u64)> =
-            s.iter().map(|p| (p.name.as_str(), p.start_ns, p.end_ns)).collect();
+        let got: Vec<(&str, u64, u64)> = s
+            .iter()
+            .map(|p| (p.name.as_str(), p.start_ns, p.end_ns))
+            .collect();
         assert_eq!(
             got,
-            vec![("kernel", 100, 300), ("userspace", 300, 400), ("custom 0x90", 400, 1000)]
+            vec![
+                ("kernel", 100, 300),
+                ("userspace", 300, 400),
+                ("custom 0x90", 400, 1000)
+            ]
         );
     }
 

@@ -80,13 +80,17 @@ pub struct NumaNode {
 pub struct DataSource {
     /// e.g. `tracepoint:kvm:kvm_exit`, `kvm_stats`, `procfs`, `vmm`.
     pub name: String,
-    /// `attached`, `fallback`, `missing` or `failed`.
+    /// `attached`, `fallback`, `missing`, `failed` or `disabled`.
     pub status: String,
     /// Why, when not plainly attached.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
     /// Events it delivered.
     pub events: u64,
+    /// The collector it feeds: `exits`, `faults`, `threads`, `numa`,
+    /// `phases` (or `all`).
+    #[serde(default)]
+    pub collector: String,
 }
 
 /// A log2 histogram bucket: `count` values in `[lo_ns, hi_ns)`.

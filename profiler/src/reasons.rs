@@ -12,6 +12,9 @@ use std::collections::BTreeMap;
 
 use crate::tracefs::{parse_symbolic_tables, EventFormat};
 
+/// Reason code -> name.
+pub type NameTable = BTreeMap<u32, String>;
+
 /// kvm_exit's `isa` field values (arch/x86/kvm/trace.h).
 pub const ISA_VMX: u32 = 1;
 pub const ISA_SVM: u32 = 2;
@@ -119,18 +122,20 @@ impl ReasonTables {
 /// Reads the VMX and SVM tables from kvm_exit's print fmt. Each table is
 /// recognised by what is in it, not by its position, so a reordered print
 /// fmt still parses.
-pub fn kvm_exit_tables(
-    print_fmt: &str,
-) -> (Option<BTreeMap<u32, String>>, Option<BTreeMap<u32, String>>) {
+pub fn kvm_exit_tables(print_fmt: &str) -> (Option<NameTable>, Option<NameTable>) {
     let (mut vmx, mut svm) = (None, None);
     for t in parse_symbolic_tables(print_fmt) {
         let has = |n: &str| t.entries.iter().any(|(_, name)| name == n);
         // The u32 reason is compared after the kernel's own wrap (-1 ->
         // 0xffffffff for SVM's invalid_guest_state).
         let map = || -> BTreeMap<u32, String> {
-            t.entries.iter().map(|(v, n)| (*v as u32, n.clone())).collect()
+            t.entries
+                .iter()
+                .map(|(v, n)| (*v as u32, n.clone()))
+                .collect()
         };
-        if vmx.is_none() && (has("EPT_VIOLATION") || has("IO_INSTRUCTION") || has("EXCEPTION_NMI")) {
+        if vmx.is_none() && (has("EPT_VIOLATION") || has("IO_INSTRUCTION") || has("EXCEPTION_NMI"))
+        {
             vmx = Some(map());
         } else if svm.is_none() && (has("npf") || has("vintr") || has("io")) {
             svm = Some(map());
@@ -244,9 +249,15 @@ mod tests {
     fn parsed_tables_win_and_builtin_fills_in() {
         let fmt = parse_format(&format!("name: kvm_exit\nprint fmt: {KVM_EXIT_FMT}\n")).unwrap();
         let t = ReasonTables::from_formats(Some(&fmt), None);
-        assert_eq!((t.vmx_from, t.svm_from, t.userspace_from), ("format", "format", "builtin"));
+        assert_eq!(
+            (t.vmx_from, t.svm_from, t.userspace_from),
+            ("format", "format", "builtin")
+        );
         assert_eq!(t.exit_name(ISA_VMX, 99), "FUTURE_REASON");
-        assert_eq!(t.exit_name(ISA_VMX, 0x8000_0030), "EPT_VIOLATION FAILED_VMENTRY");
+        assert_eq!(
+            t.exit_name(ISA_VMX, 0x8000_0030),
+            "EPT_VIOLATION FAILED_VMENTRY"
+        );
         assert_eq!(t.exit_name(ISA_SVM, 0x7b), "io");
         assert_eq!(t.exit_name(ISA_SVM, 0x1234), "svm_0x1234");
         assert_eq!(t.exit_name(7, 3), "isa7_0x3");

@@ -17,7 +17,7 @@ pub struct PfnRange {
 }
 
 /// What the host looks like.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Topology {
     /// CPU -> node.
     pub cpu_nodes: BTreeMap<u32, u32>,
@@ -130,7 +130,8 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
 /// Ranges from `/sys/devices/system/node/nodeN/memoryM`: block M covers
 /// bytes `[M * block_size, (M + 1) * block_size)`.
 fn memory_block_ranges(root: &Path) -> Option<Vec<PfnRange>> {
-    let bs = std::fs::read_to_string(root.join("sys/devices/system/memory/block_size_bytes")).ok()?;
+    let bs =
+        std::fs::read_to_string(root.join("sys/devices/system/memory/block_size_bytes")).ok()?;
     let block_bytes = u64::from_str_radix(bs.trim().trim_start_matches("0x"), 16).ok()?;
     let page = page_size();
     if block_bytes == 0 || block_bytes % page != 0 {
@@ -141,7 +142,10 @@ fn memory_block_ranges(root: &Path) -> Option<Vec<PfnRange>> {
     for (node, dir) in node_dirs(&root.join("sys/devices/system/node")) {
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if let Some(m) = name.strip_prefix("memory").and_then(|m| m.parse::<u64>().ok()) {
+            if let Some(m) = name
+                .strip_prefix("memory")
+                .and_then(|m| m.parse::<u64>().ok())
+            {
                 blocks.push(PfnRange {
                     start_pfn: m * pages_per_block,
                     end_pfn: (m + 1) * pages_per_block,
@@ -231,7 +235,10 @@ mod tests {
 
     #[test]
     fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(
+            parse_cpu_list("0-3,8,10-11\n"),
+            Some(vec![0, 1, 2, 3, 8, 10, 11])
+        );
         assert_eq!(parse_cpu_list("5"), Some(vec![5]));
         assert_eq!(parse_cpu_list(""), Some(vec![]));
         assert_eq!(parse_cpu_list("3-1"), None);
@@ -241,9 +248,21 @@ mod tests {
     #[test]
     fn pfn_lookup() {
         let r = merge_ranges(vec![
-            PfnRange { start_pfn: 0x100000, end_pfn: 0x200000, node: 1 },
-            PfnRange { start_pfn: 1, end_pfn: 0x80000, node: 0 },
-            PfnRange { start_pfn: 0x90000, end_pfn: 0x100000, node: 0 },
+            PfnRange {
+                start_pfn: 0x100000,
+                end_pfn: 0x200000,
+                node: 1,
+            },
+            PfnRange {
+                start_pfn: 1,
+                end_pfn: 0x80000,
+                node: 0,
+            },
+            PfnRange {
+                start_pfn: 0x90000,
+                end_pfn: 0x100000,
+                node: 0,
+            },
         ]);
         // Node 0's two ranges join across the hole.
         assert_eq!(r.len(), 2);
@@ -259,9 +278,21 @@ mod tests {
     #[test]
     fn interleaved_nodes_stay_apart() {
         let r = merge_ranges(vec![
-            PfnRange { start_pfn: 0, end_pfn: 10, node: 0 },
-            PfnRange { start_pfn: 10, end_pfn: 20, node: 1 },
-            PfnRange { start_pfn: 20, end_pfn: 30, node: 0 },
+            PfnRange {
+                start_pfn: 0,
+                end_pfn: 10,
+                node: 0,
+            },
+            PfnRange {
+                start_pfn: 10,
+                end_pfn: 20,
+                node: 1,
+            },
+            PfnRange {
+                start_pfn: 20,
+                end_pfn: 30,
+                node: 0,
+            },
         ]);
         assert_eq!(r.len(), 3);
         assert_eq!(pfn_to_node(&r, 15), Some(1));
@@ -289,8 +320,16 @@ Node 1, zone  Movable
         assert_eq!(
             r,
             vec![
-                PfnRange { start_pfn: 1, end_pfn: 2097152, node: 0 },
-                PfnRange { start_pfn: 2097152, end_pfn: 4194304, node: 1 },
+                PfnRange {
+                    start_pfn: 1,
+                    end_pfn: 2097152,
+                    node: 0
+                },
+                PfnRange {
+                    start_pfn: 2097152,
+                    end_pfn: 4194304,
+                    node: 1
+                },
             ]
         );
     }
@@ -328,7 +367,13 @@ Node 1, zone  Movable
         std::fs::create_dir_all(root.join("sys/devices/system/cpu")).unwrap();
         std::fs::write(root.join("sys/devices/system/cpu/online"), "0-1\n").unwrap();
         let t = Topology::read(&root);
-        assert_eq!(t.nodes, vec![NumaNode { id: 0, cpus: vec![0, 1] }]);
+        assert_eq!(
+            t.nodes,
+            vec![NumaNode {
+                id: 0,
+                cpus: vec![0, 1]
+            }]
+        );
         assert_eq!(t.pfn_source, "single node");
         assert_eq!(t.pfn_node(123456789), Some(0));
         std::fs::remove_dir_all(&root).unwrap();

@@ -131,7 +131,10 @@ pub fn parse_symbolic_tables(print_fmt: &str) -> Vec<SymbolicTable> {
         };
         let args = split_top_level(&body[..end]);
         let mut table = SymbolicTable {
-            expr: args.first().map(|a| a.trim().to_string()).unwrap_or_default(),
+            expr: args
+                .first()
+                .map(|a| a.trim().to_string())
+                .unwrap_or_default(),
             entries: Vec::new(),
         };
         for arg in args.iter().skip(1) {
@@ -382,11 +385,19 @@ impl Tracefs {
     /// The format of `system:event`; None when this kernel has no such
     /// tracepoint.
     pub fn format(&self, system: &str, event: &str) -> Result<Option<EventFormat>, std::io::Error> {
-        let path = self.root.join("events").join(system).join(event).join("format");
+        let path = self
+            .root
+            .join("events")
+            .join(system)
+            .join(event)
+            .join("format");
         match std::fs::read_to_string(&path) {
-            Ok(text) => parse_format(&text)
-                .map(Some)
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))),
+            Ok(text) => parse_format(&text).map(Some).map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{}: {e}", path.display()),
+                )
+            }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }

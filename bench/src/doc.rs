@@ -1,0 +1,359 @@
+//! The bench document (`bootscope bench --output`): schema
+//! `bootscope.bench`, version 1, described in docs/bench-schema.md. It
+//! keeps every run's raw values, so `compare` and `check` can run their
+//! tests on them, and a summary per metric for people.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::BenchError;
+use crate::metrics::{self, MetricKind};
+use crate::stats::{self, Summary};
+
+/// Schema name of the bench document.
+pub const SCHEMA: &str = "bootscope.bench";
+/// Its version; an incompatible change bumps it.
+pub const VERSION: u32 = 1;
+
+const HINT: &str = "give a file written by `bootscope bench --output FILE`";
+
+/// A whole benchmark: where and when it ran, how, and every run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchDoc {
+    pub schema: String,
+    pub version: u32,
+    /// UTC time the benchmark started, RFC 3339.
+    pub created: String,
+    /// The bootscope that ran it (`bootscope 0.1.0`).
+    pub bootscope: String,
+    pub machine: Machine,
+    pub settings: Settings,
+    /// One entry per configuration: one, or two when interleaved.
+    pub configs: Vec<ConfigResult>,
+}
+
+/// The machine the runs happened on (inside the lab: the lab machine).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Machine {
+    pub hostname: String,
+    pub kernel_release: String,
+    pub cpu_model: String,
+    pub cpus: u32,
+    pub memory_bytes: u64,
+    /// `vmx`, `svm`, `pvm` or `none` (`bootscope doctor`).
+    pub host_kvm: String,
+}
+
+/// How the benchmark was run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Settings {
+    /// Measured runs per configuration.
+    pub runs: u32,
+    /// Warm-up runs per configuration, left out of the statistics.
+    pub warmup: u32,
+    /// Runs of the configurations alternate (ABBA: a b, b a, a b, ...).
+    pub interleaved: bool,
+    /// Every run was wrapped in `bootscope profile`.
+    pub profile: bool,
+    /// Console patterns timed on each run's standard output, `NAME=REGEX`.
+    #[serde(default)]
+    pub console_patterns: Vec<String>,
+}
+
+/// What a configuration runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConfigKind {
+    /// `bootscope run ARGS --timeline ...`: phases and KVM statistics.
+    Bootscope,
+    /// Any other command (another VMM): wall time and console marks.
+    Command,
+}
+
+/// One configuration: its runs and their summary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConfigResult {
+    pub label: String,
+    pub kind: ConfigKind,
+    /// For `bootscope`, the arguments after `run`; for `command`, the
+    /// command line.
+    pub command: Vec<String>,
+    /// Every run, warm-ups included, in the order they ran.
+    pub runs: Vec<RunRecord>,
+    /// Per metric over the successful measured runs.
+    #[serde(default)]
+    pub summary: BTreeMap<String, MetricSummary>,
+}
+
+/// One run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Position in the whole benchmark (0 = first process started).
+    pub index: u32,
+    /// Round (0-based; warm-up rounds first).
+    pub round: u32,
+    pub warmup: bool,
+    /// Exit status 0 and, for bootscope, a timeline with a clean outcome.
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The timeline's `outcome.reason`, for bootscope runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// Why the run failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Metric name to value: nanoseconds for times, plain counts otherwise
+    /// (see docs/bench-schema.md for the names).
+    pub metrics: BTreeMap<String, u64>,
+}
+
+/// Summary of one metric in one configuration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MetricSummary {
+    pub kind: MetricKind,
+    /// `ns` for times, `count` for counts.
+    pub unit: String,
+    #[serde(flatten)]
+    pub stats: Summary,
+}
+
+impl ConfigResult {
+    /// The successful measured runs.
+    pub fn measured(&self) -> impl Iterator<Item = &RunRecord> {
+        self.runs.iter().filter(|r| r.ok && !r.warmup)
+    }
+
+    /// Values of each metric over the successful measured runs.
+    pub fn samples(&self) -> BTreeMap<String, Vec<f64>> {
+        let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for run in self.measured() {
+            for (name, v) in &run.metrics {
+                out.entry(name.clone()).or_default().push(*v as f64);
+            }
+        }
+        out
+    }
+
+    /// Recomputes [`Self::summary`] from the runs.
+    pub fn summarize(&mut self) {
+        self.summary = self
+            .samples()
+            .into_iter()
+            .filter_map(|(name, values)| {
+                let kind = metrics::kind(&name);
+                stats::summarize(&values).map(|s| {
+                    (
+                        name,
+                        MetricSummary {
+                            kind,
+                            unit: kind.unit().into(),
+                            stats: s,
+                        },
+                    )
+                })
+            })
+            .collect();
+    }
+
+    /// Failed measured runs.
+    pub fn failures(&self) -> usize {
+        self.runs.iter().filter(|r| !r.ok && !r.warmup).count()
+    }
+}
+
+impl BenchDoc {
+    /// Reads and checks a bench file: JSON, schema, version, shape.
+    pub fn read(path: &Path) -> Result<Self, BenchError> {
+        let bytes = std::fs::read(path).map_err(|source| BenchError::Read {
+            path: path.into(),
+            source,
+        })?;
+        Self::parse(&bytes, path)
+    }
+
+    /// [`Self::read`] on bytes already read; `path` is for messages.
+    pub fn parse(bytes: &[u8], path: &Path) -> Result<Self, BenchError> {
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|source| BenchError::NotJson {
+                path: path.into(),
+                hint: HINT,
+                source,
+            })?;
+        check_schema(&value, path, SCHEMA, VERSION, HINT)?;
+        let doc: BenchDoc = serde_json::from_value(value).map_err(|e| BenchError::Malformed {
+            path: path.into(),
+            schema: SCHEMA,
+            detail: e.to_string(),
+        })?;
+        if doc.configs.is_empty() {
+            return Err(BenchError::Malformed {
+                path: path.into(),
+                schema: SCHEMA,
+                detail: "no configurations".into(),
+            });
+        }
+        Ok(doc)
+    }
+
+    /// The labels of the configurations.
+    pub fn labels(&self) -> Vec<String> {
+        self.configs.iter().map(|c| c.label.clone()).collect()
+    }
+
+    /// The configuration `label`, or the only one when `label` is `None`.
+    pub fn config(&self, label: Option<&str>, path: &Path) -> Result<&ConfigResult, BenchError> {
+        match label {
+            Some(l) => self
+                .configs
+                .iter()
+                .find(|c| c.label == l)
+                .ok_or_else(|| BenchError::NoSuchConfig {
+                    path: path.into(),
+                    label: l.into(),
+                    labels: self.labels(),
+                }),
+            None if self.configs.len() == 1 => Ok(&self.configs[0]),
+            None => Err(BenchError::AmbiguousConfig {
+                path: path.into(),
+                labels: self.labels(),
+            }),
+        }
+    }
+
+    /// Pretty JSON.
+    pub fn to_json(&self) -> Vec<u8> {
+        // A document of plain data always serializes.
+        serde_json::to_vec_pretty(self).unwrap_or_default()
+    }
+}
+
+/// Checks a document's `schema` and `version` fields.
+pub fn check_schema(
+    value: &serde_json::Value,
+    path: &Path,
+    schema: &str,
+    version: u32,
+    hint: &'static str,
+) -> Result<(), BenchError> {
+    let found = value.get("schema").and_then(|s| s.as_str());
+    if found != Some(schema) {
+        return Err(BenchError::WrongSchema {
+            path: path.into(),
+            found: found.unwrap_or("(none)").into(),
+            expected: schema.into(),
+            hint,
+        });
+    }
+    match value.get("version").and_then(|v| v.as_u64()) {
+        Some(v) if v == u64::from(version) => Ok(()),
+        Some(v) => Err(BenchError::WrongVersion {
+            path: path.into(),
+            schema: schema.into(),
+            found: v,
+            supported: version,
+        }),
+        None => Err(BenchError::Malformed {
+            path: path.into(),
+            schema: "bootscope",
+            detail: "no numeric \"version\" field".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample_doc() -> BenchDoc {
+        let run = |i: u32, warmup: bool, kernel: u64, io: u64| RunRecord {
+            index: i,
+            round: i,
+            warmup,
+            ok: true,
+            exit_code: Some(0),
+            outcome: Some("guest_halt".into()),
+            error: None,
+            metrics: [
+                ("phase:kernel".to_string(), kernel),
+                ("exits:io_exits".to_string(), io),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        let mut c = ConfigResult {
+            label: "a".into(),
+            kind: ConfigKind::Bootscope,
+            command: vec!["--kernel".into(), "k".into()],
+            runs: vec![
+                run(0, true, 99, 1),
+                run(1, false, 10, 100),
+                run(2, false, 12, 102),
+            ],
+            summary: BTreeMap::new(),
+        };
+        c.summarize();
+        BenchDoc {
+            schema: SCHEMA.into(),
+            version: VERSION,
+            created: "2026-01-01T00:00:00Z".into(),
+            bootscope: "bootscope 0.1.0".into(),
+            machine: Machine::default(),
+            settings: Settings {
+                runs: 2,
+                warmup: 1,
+                interleaved: false,
+                profile: false,
+                console_patterns: Vec::new(),
+            },
+            configs: vec![c],
+        }
+    }
+
+    #[test]
+    fn round_trip_and_summary_skip_warmups() {
+        let doc = sample_doc();
+        let s = &doc.configs[0].summary["phase:kernel"];
+        assert_eq!(s.stats.n, 2);
+        assert_eq!(s.stats.mean, 11.0);
+        assert_eq!(s.unit, "ns");
+        assert_eq!(doc.configs[0].summary["exits:io_exits"].unit, "count");
+        let back = BenchDoc::parse(&doc.to_json(), Path::new("x.json")).unwrap();
+        assert_eq!(back.configs[0].runs.len(), 3);
+    }
+
+    #[test]
+    fn bad_files_are_named_and_explained() {
+        let p = Path::new("base.json");
+        let e = BenchDoc::parse(b"{not json", p).unwrap_err().to_string();
+        assert!(e.starts_with("base.json is not JSON"), "{e}");
+        let e = BenchDoc::parse(br#"{"schema":"bootscope.timeline","version":1}"#, p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("schema \"bootscope.timeline\", expected bootscope.bench"), "{e}");
+        let e = BenchDoc::parse(br#"{"schema":"bootscope.bench","version":7}"#, p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("version 7, this bootscope reads version 1"), "{e}");
+        let e = BenchDoc::parse(br#"{"schema":"bootscope.bench","version":1}"#, p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("malformed bootscope.bench file"), "{e}");
+    }
+
+    #[test]
+    fn choosing_a_configuration() {
+        let mut doc = sample_doc();
+        let p = Path::new("f.json");
+        assert_eq!(doc.config(None, p).unwrap().label, "a");
+        let mut b = doc.configs[0].clone();
+        b.label = "b".into();
+        doc.configs.push(b);
+        let e = doc.config(None, p).unwrap_err().to_string();
+        assert!(e.contains("holds 2 configurations (a, b)"), "{e}");
+        assert_eq!(doc.config(Some("b"), p).unwrap().label, "b");
+        assert!(doc.config(Some("c"), p).is_err());
+    }
+}

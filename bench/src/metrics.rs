@@ -1,0 +1,236 @@
+//! Metric names and where their values come from.
+//!
+//! | name | kind | source |
+//! |---|---|---|
+//! | `wall` | time | spawn to exit of the run's process, measured by `bench` |
+//! | `time_to_userspace` | time | the timeline's `userspace` phase start (VMM start to the first userspace mark) |
+//! | `phase:NAME` | time | the timeline's phase `NAME`, `duration_ns` |
+//! | `console:NAME` | time | spawn to the first console line (standard output) matching pattern `NAME` |
+//! | `exits:total` | count | KVM statistic `exits` |
+//! | `exits:KEY` | count | KVM statistics named `*_exits` (`io_exits`, `mmio_exits`, `halt_exits`, ...) |
+//! | `faults:KEY` | count | KVM statistics named `pf_*` (`pf_taken`, `pf_fixed`, ...) |
+//! | `kvm:KEY` | count | every other cumulative KVM statistic (`insn_emulation`, `halt_wakeup`, ...) |
+//! | `exit-reason:NAME`, `exit-reason:total` | count | the profile's `exits.by_reason` (`bench --profile`) |
+//! | `faults:guest`, `faults:host` | count | the profile's `page_faults.guest_total` / `host_total` |
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::doc::check_schema;
+use crate::error::BenchError;
+
+/// Whether a metric is a duration or a count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricKind {
+    /// Nanoseconds: noisy, compared with a significance test.
+    Time,
+    /// Events: nearly deterministic, compared by medians.
+    Count,
+}
+
+impl MetricKind {
+    pub fn unit(self) -> &'static str {
+        match self {
+            Self::Time => "ns",
+            Self::Count => "count",
+        }
+    }
+}
+
+/// The kind of a metric, from its name.
+pub fn kind(name: &str) -> MetricKind {
+    if name == "wall"
+        || name == "time_to_userspace"
+        || name.starts_with("phase:")
+        || name.starts_with("console:")
+    {
+        MetricKind::Time
+    } else {
+        MetricKind::Count
+    }
+}
+
+/// A metric as people read it: `kernel phase`, `time to userspace`,
+/// `io_exits`.
+pub fn display_name(name: &str) -> String {
+    if let Some(p) = name.strip_prefix("phase:") {
+        format!("{p} phase")
+    } else if let Some(c) = name.strip_prefix("console:") {
+        format!("console {c:?}")
+    } else if name == "exits:total" {
+        "exits (total)".into()
+    } else if name == "exit-reason:total" {
+        "exits traced (total)".into()
+    } else if let Some(r) = name.strip_prefix("exit-reason:") {
+        format!("{r} exits")
+    } else if name == "faults:guest" || name == "faults:host" {
+        format!("{} page faults", &name[7..])
+    } else if let Some(k) = name
+        .strip_prefix("exits:")
+        .or_else(|| name.strip_prefix("faults:"))
+        .or_else(|| name.strip_prefix("kvm:"))
+    {
+        k.into()
+    } else if name == "wall" {
+        "wall time".into()
+    } else {
+        name.replace('_', " ")
+    }
+}
+
+/// True for metrics that count VM exits (for histograms).
+pub fn is_exit_count(name: &str) -> bool {
+    (name.starts_with("exits:") && name != "exits:total")
+        || (name.starts_with("exit-reason:") && name != "exit-reason:total")
+}
+
+/// What a bootscope timeline says about one run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TimelineFacts {
+    pub metrics: BTreeMap<String, u64>,
+    /// `outcome.reason`.
+    pub outcome: String,
+    /// `outcome.clean`.
+    pub clean: bool,
+    /// `outcome.detail`.
+    pub detail: String,
+}
+
+const TIMELINE_HINT: &str = "give a file written by `bootscope run --timeline FILE`";
+
+/// Reads the metrics of a `bootscope.timeline` document.
+pub fn from_timeline(value: &serde_json::Value, path: &Path) -> Result<TimelineFacts, BenchError> {
+    check_schema(value, path, "bootscope.timeline", 1, TIMELINE_HINT)?;
+    let mut facts = TimelineFacts {
+        outcome: value["outcome"]["reason"].as_str().unwrap_or("").into(),
+        clean: value["outcome"]["clean"].as_bool().unwrap_or(false),
+        detail: value["outcome"]["detail"].as_str().unwrap_or("").into(),
+        ..Default::default()
+    };
+    for phase in value["phases"].as_array().into_iter().flatten() {
+        let (Some(name), Some(d)) = (phase["name"].as_str(), phase["duration_ns"].as_u64()) else {
+            continue;
+        };
+        facts.metrics.insert(format!("phase:{name}"), d);
+        if name == "userspace" {
+            if let Some(s) = phase["start_ns"].as_u64() {
+                facts.metrics.insert("time_to_userspace".into(), s);
+            }
+        }
+    }
+    if let Some(stats) = value["kvm_stats"].as_object() {
+        for (key, v) in stats {
+            let Some(v) = v.as_u64() else { continue };
+            facts.metrics.insert(kvm_stat_metric(key), v);
+        }
+    }
+    Ok(facts)
+}
+
+/// The metric name of a KVM statistic.
+pub fn kvm_stat_metric(key: &str) -> String {
+    if key == "exits" {
+        "exits:total".into()
+    } else if key.ends_with("_exits") {
+        format!("exits:{key}")
+    } else if key.starts_with("pf_") {
+        format!("faults:{key}")
+    } else {
+        format!("kvm:{key}")
+    }
+}
+
+const PROFILE_HINT: &str = "give a file written by `bootscope profile --output FILE`";
+
+/// Reads the exit and fault counts of a `bootscope.profile` document.
+pub fn from_profile(
+    value: &serde_json::Value,
+    path: &Path,
+) -> Result<BTreeMap<String, u64>, BenchError> {
+    check_schema(value, path, "bootscope.profile", 1, PROFILE_HINT)?;
+    let mut m = BTreeMap::new();
+    let exits = &value["exits"];
+    for r in exits["by_reason"].as_array().into_iter().flatten() {
+        if let (Some(reason), Some(count)) = (r["reason"].as_str(), r["count"].as_u64()) {
+            m.insert(format!("exit-reason:{reason}"), count);
+        }
+    }
+    if let Some(total) = exits["total"].as_u64() {
+        m.insert("exit-reason:total".into(), total);
+    }
+    let pf = &value["page_faults"];
+    if let Some(g) = pf["guest_total"].as_u64() {
+        m.insert("faults:guest".into(), g);
+    }
+    if let Some(h) = pf["host_total"].as_u64() {
+        m.insert("faults:host".into(), h);
+    }
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_and_names() {
+        assert_eq!(kind("phase:kernel"), MetricKind::Time);
+        assert_eq!(kind("console:run init"), MetricKind::Time);
+        assert_eq!(kind("exits:io_exits"), MetricKind::Count);
+        assert_eq!(kind("faults:guest"), MetricKind::Count);
+        assert_eq!(display_name("phase:kernel"), "kernel phase");
+        assert_eq!(display_name("time_to_userspace"), "time to userspace");
+        assert_eq!(display_name("exits:io_exits"), "io_exits");
+        assert_eq!(display_name("exits:total"), "exits (total)");
+        assert_eq!(display_name("exit-reason:npf"), "npf exits");
+        assert_eq!(display_name("faults:host"), "host page faults");
+        assert_eq!(kvm_stat_metric("exits"), "exits:total");
+        assert_eq!(kvm_stat_metric("halt_exits"), "exits:halt_exits");
+        assert_eq!(kvm_stat_metric("pf_fixed"), "faults:pf_fixed");
+        assert_eq!(kvm_stat_metric("insn_emulation"), "kvm:insn_emulation");
+        assert!(is_exit_count("exits:io_exits") && !is_exit_count("exits:total"));
+    }
+
+    #[test]
+    fn timeline_metrics() {
+        let t = serde_json::json!({
+            "schema": "bootscope.timeline", "version": 1,
+            "outcome": {"reason": "guest_halt", "clean": true, "detail": "halted"},
+            "phases": [
+                {"name": "kernel", "start_ns": 5, "end_ns": 105, "duration_ns": 100},
+                {"name": "userspace", "start_ns": 105, "end_ns": 205, "duration_ns": 100}
+            ],
+            "kvm_stats": {"exits": 10, "io_exits": 7, "pf_fixed": 3, "insn_emulation": 2}
+        });
+        let f = from_timeline(&t, Path::new("t.json")).unwrap();
+        assert!(f.clean);
+        assert_eq!(f.outcome, "guest_halt");
+        assert_eq!(f.metrics["phase:kernel"], 100);
+        assert_eq!(f.metrics["time_to_userspace"], 105);
+        assert_eq!(f.metrics["exits:total"], 10);
+        assert_eq!(f.metrics["exits:io_exits"], 7);
+        assert_eq!(f.metrics["faults:pf_fixed"], 3);
+        assert_eq!(f.metrics["kvm:insn_emulation"], 2);
+        let bad = serde_json::json!({"schema": "bootscope.timeline", "version": 2});
+        assert!(from_timeline(&bad, Path::new("t.json")).is_err());
+    }
+
+    #[test]
+    fn profile_metrics() {
+        let p = serde_json::json!({
+            "schema": "bootscope.profile", "version": 1,
+            "exits": {"total": 12, "by_reason": [
+                {"reason": "io", "code": 123, "count": 10},
+                {"reason": "npf", "code": 1024, "count": 2}]},
+            "page_faults": {"guest_total": 4, "host_total": 400}
+        });
+        let m = from_profile(&p, Path::new("p.json")).unwrap();
+        assert_eq!(m["exit-reason:io"], 10);
+        assert_eq!(m["exit-reason:total"], 12);
+        assert_eq!(m["faults:guest"], 4);
+        assert_eq!(m["faults:host"], 400);
+    }
+}

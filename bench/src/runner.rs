@@ -1,0 +1,737 @@
+//! Runs the boots of a benchmark: each as its own process (`bootscope run
+//! ... --timeline FILE`, or any other command), timed from spawn to exit,
+//! its standard output watched for console patterns, its timeline (and
+//! profile, with `--profile`) read afterwards.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+use regex::Regex;
+
+use crate::doc::{BenchDoc, ConfigKind, ConfigResult, Machine, RunRecord, Settings};
+use crate::error::BenchError;
+use crate::metrics;
+
+/// Console lines timed by default: the kernel banner and the start of init
+/// (the kernel prints the latter at info level: not with `quiet`).
+pub const DEFAULT_CONSOLE_PATTERNS: [&str; 2] = [
+    r"kernel banner=Linux version \S+",
+    r"run init=Run \S+ as init process",
+];
+
+/// Lines of a failed run's standard error kept for its error message.
+const STDERR_TAIL_LINES: usize = 12;
+
+/// How long the output readers may lag behind the process's exit (a
+/// grandchild that keeps the pipe open must not stall the benchmark).
+const READER_GRACE: Duration = Duration::from_secs(5);
+
+/// A console milestone: the first line of standard output it matches.
+#[derive(Debug, Clone)]
+pub struct ConsolePattern {
+    pub name: String,
+    pub regex: Regex,
+}
+
+impl ConsolePattern {
+    /// Parses `NAME=REGEX`.
+    pub fn parse(spec: &str) -> Result<Self, BenchError> {
+        let (name, re) = spec.split_once('=').ok_or_else(|| {
+            BenchError::Usage(format!(
+                "console pattern {spec:?}: write NAME=REGEX (for example \"init=Run /init\")"
+            ))
+        })?;
+        if name.trim().is_empty() {
+            return Err(BenchError::Usage(format!(
+                "console pattern {spec:?} has an empty NAME"
+            )));
+        }
+        let regex = Regex::new(re).map_err(|e| {
+            BenchError::Usage(format!("console pattern {spec:?}: bad regular expression: {e}"))
+        })?;
+        Ok(Self {
+            name: name.trim().into(),
+            regex,
+        })
+    }
+
+    /// Back to `NAME=REGEX`.
+    pub fn spec(&self) -> String {
+        format!("{}={}", self.name, self.regex.as_str())
+    }
+}
+
+/// What one configuration runs.
+#[derive(Debug, Clone)]
+pub enum Side {
+    /// `bootscope run ARGS`.
+    Bootscope(Vec<OsString>),
+    /// Any command: program and arguments.
+    Command(Vec<OsString>),
+}
+
+/// A configuration to benchmark.
+#[derive(Debug, Clone)]
+pub struct ConfigPlan {
+    pub label: String,
+    pub side: Side,
+}
+
+/// Everything a benchmark needs.
+#[derive(Debug, Clone)]
+pub struct BenchPlan {
+    /// The bootscope executable (the running one).
+    pub exe: PathBuf,
+    /// One or two configurations.
+    pub configs: Vec<ConfigPlan>,
+    pub runs: u32,
+    pub warmup: u32,
+    /// Wrap every run in `bootscope profile` for exit reasons and faults.
+    pub profile: bool,
+    pub console_patterns: Vec<ConsolePattern>,
+    /// A run still going after this long is killed and counted as failed.
+    pub run_timeout: Duration,
+    /// Directory for the runs' timelines and profiles.
+    pub work_dir: PathBuf,
+    pub machine: Machine,
+}
+
+/// Reported after every run.
+pub struct Progress<'a> {
+    /// Runs finished so far, this one included.
+    pub done: usize,
+    pub total: usize,
+    pub label: &'a str,
+    pub run: &'a RunRecord,
+    /// Warm-up rounds, then measured rounds.
+    pub rounds: u32,
+    pub warmup_rounds: u32,
+}
+
+impl BenchPlan {
+    /// Checks the plan before anything runs.
+    pub fn validate(&self) -> Result<(), BenchError> {
+        if self.runs == 0 {
+            return Err(BenchError::Usage("--runs must be at least 1".into()));
+        }
+        if self.configs.is_empty() || self.configs.len() > 2 {
+            return Err(BenchError::Usage(
+                "give one configuration, or two to interleave (--vs / --vs-command)".into(),
+            ));
+        }
+        let mut labels: Vec<&str> = self.configs.iter().map(|c| c.label.as_str()).collect();
+        labels.dedup();
+        if labels.len() != self.configs.len() {
+            return Err(BenchError::Usage(format!(
+                "the two configurations need different labels, not both {:?}",
+                labels[0]
+            )));
+        }
+        for c in &self.configs {
+            match &c.side {
+                Side::Bootscope(args) => {
+                    for a in args {
+                        let s = a.to_string_lossy();
+                        if s == "--timeline" || s.starts_with("--timeline=") {
+                            return Err(BenchError::Usage(format!(
+                                "configuration {}: leave out --timeline: bench gives every run its own \
+                                 (use bench --output for the results)",
+                                c.label
+                            )));
+                        }
+                    }
+                }
+                Side::Command(argv) if argv.is_empty() => {
+                    return Err(BenchError::Usage(format!(
+                        "configuration {}: --vs-command needs a program to run",
+                        c.label
+                    )))
+                }
+                Side::Command(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the benchmark: `warmup` rounds, then `runs` rounds; with two
+    /// configurations each round runs both, alternating which goes first.
+    pub fn run(&self, mut progress: impl FnMut(&Progress)) -> Result<BenchDoc, BenchError> {
+        self.validate()?;
+        std::fs::create_dir_all(&self.work_dir).map_err(|source| BenchError::Write {
+            path: self.work_dir.clone(),
+            source,
+        })?;
+        let created = rfc3339_utc(SystemTime::now());
+        let mut results: Vec<ConfigResult> = self
+            .configs
+            .iter()
+            .map(|c| ConfigResult {
+                label: c.label.clone(),
+                kind: match c.side {
+                    Side::Bootscope(_) => ConfigKind::Bootscope,
+                    Side::Command(_) => ConfigKind::Command,
+                },
+                command: match &c.side {
+                    Side::Bootscope(a) | Side::Command(a) => {
+                        a.iter().map(|s| s.to_string_lossy().into_owned()).collect()
+                    }
+                },
+                runs: Vec::new(),
+                summary: BTreeMap::new(),
+            })
+            .collect();
+        let rounds = self.warmup + self.runs;
+        let total = rounds as usize * self.configs.len();
+        let mut index = 0u32;
+        for round in 0..rounds {
+            let order: Vec<usize> = if self.configs.len() == 2 && round % 2 == 1 {
+                vec![1, 0]
+            } else {
+                (0..self.configs.len()).collect()
+            };
+            for ci in order {
+                let record = self.run_once(&self.configs[ci], index, round, round < self.warmup)?;
+                index += 1;
+                results[ci].runs.push(record);
+                progress(&Progress {
+                    done: index as usize,
+                    total,
+                    label: &self.configs[ci].label,
+                    run: results[ci].runs.last().expect("just pushed"),
+                    rounds,
+                    warmup_rounds: self.warmup,
+                });
+            }
+        }
+        for r in &mut results {
+            r.summarize();
+        }
+        Ok(BenchDoc {
+            schema: crate::doc::SCHEMA.into(),
+            version: crate::doc::VERSION,
+            created,
+            bootscope: format!("bootscope {}", env!("CARGO_PKG_VERSION")),
+            machine: self.machine.clone(),
+            settings: Settings {
+                runs: self.runs,
+                warmup: self.warmup,
+                interleaved: self.configs.len() == 2,
+                profile: self.profile,
+                console_patterns: self.console_patterns.iter().map(|p| p.spec()).collect(),
+            },
+            configs: results,
+        })
+    }
+
+    /// The command line of one run, and where its timeline and profile go.
+    fn argv(&self, config: &ConfigPlan, index: u32) -> (Vec<OsString>, Option<PathBuf>, Option<PathBuf>) {
+        let mut argv: Vec<OsString> = Vec::new();
+        let mut timeline = None;
+        let mut profile = None;
+        if self.profile {
+            let p = self.work_dir.join(format!("profile-{index}.json"));
+            argv.extend([
+                self.exe.clone().into_os_string(),
+                "profile".into(),
+                "--no-summary".into(),
+                "--output".into(),
+                p.clone().into_os_string(),
+                "--".into(),
+            ]);
+            profile = Some(p);
+        }
+        match &config.side {
+            Side::Bootscope(args) => {
+                let t = self.work_dir.join(format!("timeline-{index}.json"));
+                argv.push(self.exe.clone().into_os_string());
+                argv.push("run".into());
+                argv.extend(args.iter().cloned());
+                argv.push("--timeline".into());
+                argv.push(t.clone().into_os_string());
+                if !args.iter().any(|a| a == OsStr::new("--no-summary")) {
+                    argv.push("--no-summary".into());
+                }
+                timeline = Some(t);
+            }
+            Side::Command(cmd) => argv.extend(cmd.iter().cloned()),
+        }
+        (argv, timeline, profile)
+    }
+
+    fn run_once(
+        &self,
+        config: &ConfigPlan,
+        index: u32,
+        round: u32,
+        warmup: bool,
+    ) -> Result<RunRecord, BenchError> {
+        let (argv, timeline, profile) = self.argv(config, index);
+        for f in timeline.iter().chain(profile.iter()) {
+            let _ = std::fs::remove_file(f);
+        }
+        let out = execute(&argv, &self.console_patterns, self.run_timeout)?;
+        let mut record = RunRecord {
+            index,
+            round,
+            warmup,
+            ok: out.exit_code == Some(0),
+            exit_code: out.exit_code,
+            outcome: None,
+            error: None,
+            metrics: BTreeMap::new(),
+        };
+        record.metrics.insert("wall".into(), duration_ns(out.wall));
+        for (name, t) in &out.console {
+            record
+                .metrics
+                .insert(format!("console:{name}"), duration_ns(*t));
+        }
+        // Bad input is the same on every run: the first refusal ends the
+        // benchmark. (Another command's status 2 may mean anything.)
+        if out.exit_code == Some(2) && matches!(config.side, Side::Bootscope(_)) {
+            return Err(BenchError::RunRefused {
+                command: shell_words(&argv),
+                stderr: out.stderr_tail,
+            });
+        }
+        let mut problems = Vec::new();
+        if out.timed_out {
+            problems.push(format!(
+                "still running after {} s (--run-timeout): killed",
+                self.run_timeout.as_secs_f64()
+            ));
+        } else if out.exit_code != Some(0) {
+            problems.push(match out.exit_code {
+                Some(c) => format!("exit status {c}"),
+                None => "killed by a signal".into(),
+            });
+        }
+        if let Some(t) = &timeline {
+            match read_json(t) {
+                Ok(v) => match metrics::from_timeline(&v, t) {
+                    Ok(facts) => {
+                        record.metrics.extend(facts.metrics);
+                        record.outcome = Some(facts.outcome);
+                        if !facts.clean {
+                            record.ok = false;
+                            problems.push(format!("unclean guest end: {}", facts.detail));
+                        }
+                    }
+                    Err(e) => {
+                        record.ok = false;
+                        problems.push(e.to_string());
+                    }
+                },
+                Err(e) => {
+                    record.ok = false;
+                    problems.push(format!("no timeline: {e}"));
+                }
+            }
+        }
+        if let Some(p) = &profile {
+            match read_json(p).and_then(|v| metrics::from_profile(&v, p)) {
+                Ok(m) => record.metrics.extend(m),
+                Err(e) => {
+                    record.ok = false;
+                    problems.push(format!("no profile: {e}"));
+                }
+            }
+        }
+        for f in timeline.iter().chain(profile.iter()) {
+            let _ = std::fs::remove_file(f);
+        }
+        if !problems.is_empty() {
+            let mut msg = problems.join("; ");
+            if !out.stderr_tail.trim().is_empty() {
+                msg.push_str("; stderr: ");
+                msg.push_str(out.stderr_tail.trim());
+            }
+            record.error = Some(msg);
+        }
+        Ok(record)
+    }
+}
+
+fn read_json(path: &Path) -> Result<serde_json::Value, BenchError> {
+    let bytes = std::fs::read(path).map_err(|source| BenchError::Read {
+        path: path.into(),
+        source,
+    })?;
+    serde_json::from_slice(&bytes).map_err(|source| BenchError::NotJson {
+        path: path.into(),
+        hint: "the run wrote an unreadable file",
+        source,
+    })
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// What running one process gave.
+#[derive(Debug, Default)]
+pub struct Execution {
+    /// Exit status; `None` when killed by a signal.
+    pub exit_code: Option<i32>,
+    /// Spawn to exit.
+    pub wall: Duration,
+    /// Spawn to the first line of standard output matching each pattern.
+    pub console: BTreeMap<String, Duration>,
+    pub timed_out: bool,
+    /// The last lines of standard error.
+    pub stderr_tail: String,
+}
+
+/// Runs `argv` with standard input closed, timing it and watching its
+/// standard output for `patterns`.
+pub fn execute(
+    argv: &[OsString],
+    patterns: &[ConsolePattern],
+    timeout: Duration,
+) -> Result<Execution, BenchError> {
+    let program = argv.first().ok_or_else(|| BenchError::Usage("empty command".into()))?;
+    let mut cmd = Command::new(program);
+    cmd.args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd.spawn().map_err(|source| BenchError::Spawn {
+        program: program.to_string_lossy().into_owned(),
+        source,
+    })?;
+    let pid = child.id();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+
+    let (console_tx, console_rx) = mpsc::channel();
+    let pats = patterns.to_vec();
+    std::thread::Builder::new()
+        .name("bench-stdout".into())
+        .spawn(move || {
+            let mut seen = BTreeMap::new();
+            if let Some(out) = stdout {
+                let mut reader = BufReader::new(out);
+                let mut line = Vec::new();
+                while reader.read_until(b'\n', &mut line).map(|n| n > 0).unwrap_or(false) {
+                    let at = start.elapsed();
+                    let text = String::from_utf8_lossy(&line);
+                    for p in &pats {
+                        if !seen.contains_key(&p.name) && p.regex.is_match(&text) {
+                            seen.insert(p.name.clone(), at);
+                        }
+                    }
+                    line.clear();
+                }
+            }
+            let _ = console_tx.send(seen);
+        })
+        .map_err(|source| BenchError::Spawn {
+            program: "a reader thread".into(),
+            source,
+        })?;
+    let (err_tx, err_rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("bench-stderr".into())
+        .spawn(move || {
+            let mut text = String::new();
+            if let Some(mut err) = stderr {
+                let mut buf = Vec::new();
+                let _ = err.read_to_end(&mut buf);
+                text = String::from_utf8_lossy(&buf).into_owned();
+            }
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(STDERR_TAIL_LINES)..].join("\n");
+            let _ = err_tx.send(tail);
+        })
+        .map_err(|source| BenchError::Spawn {
+            program: "a reader thread".into(),
+            source,
+        })?;
+    let (exit_tx, exit_rx) = mpsc::channel::<(std::io::Result<ExitStatus>, Instant)>();
+    std::thread::Builder::new()
+        .name("bench-wait".into())
+        .spawn(move || {
+            let status = child.wait();
+            let _ = exit_tx.send((status, Instant::now()));
+        })
+        .map_err(|source| BenchError::Spawn {
+            program: "a waiter thread".into(),
+            source,
+        })?;
+    let mut timed_out = false;
+    let (status, ended) = match exit_rx.recv_timeout(timeout) {
+        Ok(r) => r,
+        Err(_) => {
+            timed_out = true;
+            kill(pid);
+            exit_rx
+                .recv()
+                .unwrap_or_else(|_| (Err(std::io::Error::other("waiter vanished")), Instant::now()))
+        }
+    };
+    let status = status.map_err(|source| BenchError::Spawn {
+        program: program.to_string_lossy().into_owned(),
+        source,
+    })?;
+    let console = console_rx.recv_timeout(READER_GRACE).unwrap_or_default();
+    let stderr_tail = err_rx.recv_timeout(READER_GRACE).unwrap_or_default();
+    Ok(Execution {
+        exit_code: status.code(),
+        wall: ended.duration_since(start),
+        console,
+        timed_out,
+        stderr_tail,
+    })
+}
+
+/// Sends SIGKILL to a run that overstayed.
+fn kill(pid: u32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill(2) takes plain integers; the pid is our own child, which
+    // has not been reaped yet (the waiter thread is still blocked in wait),
+    // so the number cannot name another process.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+}
+
+/// A command line as a shell would need it, for messages.
+pub fn shell_words(argv: &[OsString]) -> String {
+    argv.iter()
+        .map(|a| {
+            let s = a.to_string_lossy();
+            if !s.is_empty()
+                && s
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+            {
+                s.into_owned()
+            } else {
+                format!("'{}'", s.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl Machine {
+    /// Describes this machine; `host_kvm` comes from the caller (it knows
+    /// how to tell VMX, SVM and PVM apart).
+    pub fn detect(host_kvm: &str) -> Self {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let cpuinfo = read("/proc/cpuinfo");
+        let cpu_model = cpuinfo
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .unwrap_or_default();
+        let cpus = std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(0);
+        let memory_bytes = read("/proc/meminfo")
+            .lines()
+            .find(|l| l.starts_with("MemTotal:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kib| kib.parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+            .unwrap_or(0);
+        Self {
+            hostname: read("/proc/sys/kernel/hostname").trim().into(),
+            kernel_release: read("/proc/sys/kernel/osrelease").trim().into(),
+            cpu_model,
+            cpus,
+            memory_bytes,
+            host_kvm: host_kvm.into(),
+        }
+    }
+}
+
+/// `2026-05-01T12:34:56Z` for a point in time.
+pub fn rfc3339_utc(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (H. Hinnant's
+/// algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(rfc3339_utc(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400 + 3_661);
+        assert_eq!(rfc3339_utc(t), "2000-02-29T01:01:01Z");
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_599);
+        assert_eq!(rfc3339_utc(t), "2025-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn console_patterns() {
+        let p = ConsolePattern::parse("init=Run \\S+ as init").unwrap();
+        assert_eq!(p.name, "init");
+        assert_eq!(p.spec(), "init=Run \\S+ as init");
+        assert!(ConsolePattern::parse("no-equals").is_err());
+        assert!(ConsolePattern::parse("=x").is_err());
+        assert!(ConsolePattern::parse("x=(").is_err());
+    }
+
+    #[test]
+    fn executes_and_times_console_lines() {
+        let pats = vec![
+            ConsolePattern::parse("two=^two").unwrap(),
+            ConsolePattern::parse("never=nowhere").unwrap(),
+        ];
+        let argv: Vec<OsString> = ["sh", "-c", "echo one; sleep 0.05; echo two; echo oops >&2; exit 3"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let e = execute(&argv, &pats, Duration::from_secs(30)).unwrap();
+        assert_eq!(e.exit_code, Some(3));
+        assert!(!e.timed_out);
+        assert!(e.console["two"] >= Duration::from_millis(40), "{e:?}");
+        assert!(e.wall >= e.console["two"]);
+        assert!(!e.console.contains_key("never"));
+        assert_eq!(e.stderr_tail, "oops");
+    }
+
+    #[test]
+    fn overstaying_runs_are_killed() {
+        let argv: Vec<OsString> = ["sleep", "30"].iter().map(OsString::from).collect();
+        let e = execute(&argv, &[], Duration::from_millis(100)).unwrap();
+        assert!(e.timed_out);
+        assert_eq!(e.exit_code, None);
+        assert!(e.wall < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn missing_programs_are_bad_input() {
+        let argv = vec![OsString::from("/nonexistent/vmm")];
+        let e = execute(&argv, &[], Duration::from_secs(1)).unwrap_err();
+        assert!(e.is_bad_input(), "{e}");
+        assert!(e.to_string().contains("/nonexistent/vmm"), "{e}");
+    }
+
+    #[test]
+    fn interleaved_command_bench() {
+        let cmd = |s: &str| -> Vec<OsString> {
+            ["sh", "-c", s].iter().map(OsString::from).collect()
+        };
+        let plan = BenchPlan {
+            exe: PathBuf::from("/nonexistent/bootscope"),
+            configs: vec![
+                ConfigPlan {
+                    label: "fast".into(),
+                    side: Side::Command(cmd("echo 'Linux version 1.0'")),
+                },
+                ConfigPlan {
+                    label: "slow".into(),
+                    side: Side::Command(cmd("sleep 0.02; echo 'Linux version 1.0'; exit 1")),
+                },
+            ],
+            runs: 2,
+            warmup: 1,
+            profile: false,
+            console_patterns: DEFAULT_CONSOLE_PATTERNS
+                .iter()
+                .map(|s| ConsolePattern::parse(s).unwrap())
+                .collect(),
+            run_timeout: Duration::from_secs(30),
+            work_dir: std::env::temp_dir().join(format!("bench-unit-{}", std::process::id())),
+            machine: Machine::detect("none"),
+        };
+        let mut seen = Vec::new();
+        let doc = plan
+            .run(|p| seen.push((p.done, p.label.to_string(), p.run.warmup)))
+            .unwrap();
+        // ABBA: round 0 fast, slow; round 1 slow, fast; round 2 fast, slow.
+        let labels: Vec<&str> = seen.iter().map(|s| s.1.as_str()).collect();
+        assert_eq!(labels, ["fast", "slow", "slow", "fast", "fast", "slow"]);
+        assert_eq!(seen.iter().filter(|s| s.2).count(), 2);
+        assert!(doc.settings.interleaved);
+        let fast = &doc.configs[0];
+        assert_eq!(fast.kind, ConfigKind::Command);
+        assert_eq!(fast.measured().count(), 2);
+        assert!(fast.summary.contains_key("console:kernel banner"));
+        let slow = &doc.configs[1];
+        assert_eq!(slow.failures(), 2);
+        assert!(slow.runs[0].error.as_deref().unwrap().contains("exit status 1"));
+        let _ = std::fs::remove_dir_all(&plan.work_dir);
+    }
+
+    #[test]
+    fn plan_checks() {
+        let mut plan = BenchPlan {
+            exe: PathBuf::from("bootscope"),
+            configs: vec![ConfigPlan {
+                label: "a".into(),
+                side: Side::Bootscope(vec!["--timeline".into(), "x.json".into()]),
+            }],
+            runs: 1,
+            warmup: 0,
+            profile: false,
+            console_patterns: Vec::new(),
+            run_timeout: Duration::from_secs(1),
+            work_dir: PathBuf::from("/tmp"),
+            machine: Machine::default(),
+        };
+        let e = plan.validate().unwrap_err().to_string();
+        assert!(e.contains("leave out --timeline"), "{e}");
+        plan.configs[0].side = Side::Bootscope(Vec::new());
+        plan.runs = 0;
+        assert!(plan.validate().is_err());
+        plan.runs = 1;
+        plan.validate().unwrap();
+        let (argv, t, p) = plan.argv(&plan.configs[0], 4);
+        assert!(p.is_none());
+        assert_eq!(t.unwrap(), PathBuf::from("/tmp/timeline-4.json"));
+        assert_eq!(
+            argv,
+            ["bootscope", "run", "--timeline", "/tmp/timeline-4.json", "--no-summary"]
+                .map(OsString::from)
+        );
+    }
+
+    #[test]
+    fn quoting_for_messages() {
+        let argv: Vec<OsString> = ["run", "--cmdline", "a b", "it's"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        assert_eq!(shell_words(&argv), r"run --cmdline 'a b' 'it'\''s'");
+    }
+}

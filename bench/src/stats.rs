@@ -1,0 +1,609 @@
+//! Descriptive statistics and the two significance tests `compare` and
+//! `check` use: Welch's t-test (unequal variances) and the Mann-Whitney U
+//! test (rank based, robust to the outliers a noisy machine produces).
+//!
+//! The special functions (log-gamma, regularized incomplete beta and gamma)
+//! are the classic Lanczos and continued-fraction forms; the unit tests
+//! compare them with published values.
+
+use serde::{Deserialize, Serialize};
+
+/// Mean, spread and five-number summary of one metric's values.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Number of values.
+    pub n: usize,
+    pub mean: f64,
+    /// Sample standard deviation (n - 1 in the denominator); 0 for n = 1.
+    pub sd: f64,
+    pub min: f64,
+    /// First quartile (linear interpolation between order statistics).
+    pub q1: f64,
+    pub median: f64,
+    /// Third quartile.
+    pub q3: f64,
+    pub max: f64,
+}
+
+/// Summarizes `values`; `None` when there are none (or any is not finite).
+pub fn summarize(values: &[f64]) -> Option<Summary> {
+    if values.is_empty() || values.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    let mean = sorted.iter().sum::<f64>() / n as f64;
+    Some(Summary {
+        n,
+        mean,
+        sd: variance(&sorted, mean).sqrt(),
+        min: sorted[0],
+        q1: quantile_sorted(&sorted, 0.25),
+        median: quantile_sorted(&sorted, 0.5),
+        q3: quantile_sorted(&sorted, 0.75),
+        max: sorted[n - 1],
+    })
+}
+
+/// Sample variance around `mean`; 0 for fewer than two values.
+fn variance(values: &[f64], mean: f64) -> f64 {
+    if values.len() < 2 {
+        return 0.0;
+    }
+    values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (values.len() - 1) as f64
+}
+
+/// The `p` quantile of sorted values, interpolating linearly between order
+/// statistics (the default of R, NumPy and spreadsheets).
+pub fn quantile_sorted(sorted: &[f64], p: f64) -> f64 {
+    match sorted.len() {
+        0 => f64::NAN,
+        1 => sorted[0],
+        n => {
+            let h = (n - 1) as f64 * p.clamp(0.0, 1.0);
+            let lo = h.floor() as usize;
+            let hi = (lo + 1).min(n - 1);
+            sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo])
+        }
+    }
+}
+
+/// Median of unsorted values (NaN when empty).
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    quantile_sorted(&sorted, 0.5)
+}
+
+/// Which significance test to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TestKind {
+    /// Welch's unequal-variances t-test on the means.
+    Welch,
+    /// Mann-Whitney U (Wilcoxon rank-sum) test.
+    MannWhitney,
+}
+
+impl TestKind {
+    /// The command-line names.
+    pub const NAMES: [&'static str; 2] = ["welch", "mann-whitney"];
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "welch" | "t" | "t-test" => Some(Self::Welch),
+            "mann-whitney" | "mwu" | "u" => Some(Self::MannWhitney),
+            _ => None,
+        }
+    }
+
+    /// How the test is named in reports.
+    pub fn title(self) -> &'static str {
+        match self {
+            Self::Welch => "Welch's t-test",
+            Self::MannWhitney => "Mann-Whitney U",
+        }
+    }
+
+    /// The fewest values per side the test accepts.
+    pub fn min_runs(self) -> usize {
+        match self {
+            Self::Welch => 2,
+            Self::MannWhitney => 1,
+        }
+    }
+}
+
+/// A test's statistic and two-sided p-value.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TestResult {
+    pub test: TestKind,
+    /// t for Welch, U of the first sample for Mann-Whitney.
+    pub statistic: f64,
+    /// Welch-Satterthwaite degrees of freedom (Welch only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub df: Option<f64>,
+    /// Two-sided p-value.
+    pub p_value: f64,
+    /// How the p-value was found: `t distribution`, `exact`, `normal
+    /// approximation`, or `no variance` (every value equal within each
+    /// sample, so the samples either are or are not the same).
+    pub method: &'static str,
+}
+
+/// Runs `kind` on two samples. Errors when a sample is smaller than
+/// [`TestKind::min_runs`].
+pub fn test(kind: TestKind, a: &[f64], b: &[f64]) -> Result<TestResult, TooFew> {
+    let need = kind.min_runs();
+    if a.len() < need || b.len() < need {
+        return Err(TooFew {
+            need,
+            a: a.len(),
+            b: b.len(),
+        });
+    }
+    Ok(match kind {
+        TestKind::Welch => welch(a, b),
+        TestKind::MannWhitney => mann_whitney(a, b),
+    })
+}
+
+/// A sample was too small for the test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooFew {
+    pub need: usize,
+    pub a: usize,
+    pub b: usize,
+}
+
+/// Welch's t-test, two-sided. Both samples need two or more values.
+pub fn welch(a: &[f64], b: &[f64]) -> TestResult {
+    let (na, nb) = (a.len() as f64, b.len() as f64);
+    let ma = a.iter().sum::<f64>() / na;
+    let mb = b.iter().sum::<f64>() / nb;
+    let va = variance(a, ma) / na;
+    let vb = variance(b, mb) / nb;
+    let se2 = va + vb;
+    if se2 <= 0.0 {
+        // Two constant samples: identical, or different beyond doubt.
+        let same = ma == mb;
+        return TestResult {
+            test: TestKind::Welch,
+            statistic: if same {
+                0.0
+            } else {
+                f64::INFINITY.copysign(ma - mb)
+            },
+            df: None,
+            p_value: if same { 1.0 } else { 0.0 },
+            method: "no variance",
+        };
+    }
+    let t = (ma - mb) / se2.sqrt();
+    let df = se2 * se2 / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
+    TestResult {
+        test: TestKind::Welch,
+        statistic: t,
+        df: Some(df),
+        p_value: student_t_two_sided(t, df),
+        method: "t distribution",
+    }
+}
+
+/// Largest `n1 * n2` for which the exact U distribution is computed.
+const EXACT_MAX_PRODUCT: usize = 2500;
+
+/// Mann-Whitney U test, two-sided. Exact when there are no ties and one
+/// sample has at most 8 values (as SciPy's `method="auto"`), else the
+/// normal approximation with tie and continuity corrections.
+pub fn mann_whitney(a: &[f64], b: &[f64]) -> TestResult {
+    let (n1, n2) = (a.len(), b.len());
+    let mut all: Vec<(f64, usize)> = a
+        .iter()
+        .map(|&v| (v, 0))
+        .chain(b.iter().map(|&v| (v, 1)))
+        .collect();
+    all.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let n = all.len();
+    // Average ranks over ties; collect the tie-group sizes.
+    let mut rank_sum_a = 0.0;
+    let mut tie_term = 0.0;
+    let mut i = 0;
+    while i < n {
+        let mut j = i + 1;
+        while j < n && all[j].0 == all[i].0 {
+            j += 1;
+        }
+        let rank = (i + 1 + j) as f64 / 2.0;
+        rank_sum_a += rank * all[i..j].iter().filter(|x| x.1 == 0).count() as f64;
+        let t = (j - i) as f64;
+        tie_term += t * t * t - t;
+        i = j;
+    }
+    let u1 = rank_sum_a - (n1 * (n1 + 1)) as f64 / 2.0;
+    let u2 = (n1 * n2) as f64 - u1;
+    let u_big = u1.max(u2);
+    let exact = tie_term == 0.0 && n1.min(n2) <= 8 && n1 * n2 <= EXACT_MAX_PRODUCT;
+    let (p, method) = if exact {
+        let counts = u_distribution(n1, n2);
+        let total: f64 = counts.iter().sum();
+        // P(U >= u_big), doubled for two sides.
+        let tail: f64 = counts[u_big as usize..].iter().sum();
+        ((2.0 * tail / total).min(1.0), "exact")
+    } else {
+        let mu = (n1 * n2) as f64 / 2.0;
+        let nf = n as f64;
+        let var = (n1 * n2) as f64 / 12.0 * ((nf + 1.0) - tie_term / (nf * (nf - 1.0)));
+        if var <= 0.0 {
+            (1.0, "no variance")
+        } else {
+            let z = (u_big - mu - 0.5) / var.sqrt();
+            ((2.0 * normal_sf(z)).min(1.0), "normal approximation")
+        }
+    };
+    TestResult {
+        test: TestKind::MannWhitney,
+        statistic: u1,
+        df: None,
+        p_value: p,
+        method,
+    }
+}
+
+/// Number of orderings of `m` and `n` distinct values giving each U (index
+/// = U), by the recurrence f(m, n, u) = f(m-1, n, u-n) + f(m, n-1, u).
+fn u_distribution(m: usize, n: usize) -> Vec<f64> {
+    let size = m * n + 1;
+    // prev[j] holds f(i-1, j, .), cur[j] holds f(i, j, .).
+    let mut prev: Vec<Vec<f64>> = (0..=n)
+        .map(|_| {
+            let mut v = vec![0.0; size];
+            v[0] = 1.0;
+            v
+        })
+        .collect();
+    for _i in 1..=m {
+        let mut cur: Vec<Vec<f64>> = Vec::with_capacity(n + 1);
+        let mut first = vec![0.0; size];
+        first[0] = 1.0;
+        cur.push(first);
+        for j in 1..=n {
+            let mut v = cur[j - 1].clone();
+            for (u, slot) in v.iter_mut().enumerate().skip(j) {
+                *slot += prev[j][u - j];
+            }
+            cur.push(v);
+        }
+        prev = cur;
+    }
+    prev.swap_remove(n)
+}
+
+/// The smallest two-sided p-value a test can give for these sample sizes
+/// (0 when any p is reachable). With few runs the exact Mann-Whitney test
+/// can never reach a small alpha: 3 against 3 runs gives at least 0.1.
+pub fn min_attainable_p(kind: TestKind, n1: usize, n2: usize) -> f64 {
+    match kind {
+        TestKind::Welch => 0.0,
+        TestKind::MannWhitney if n1.min(n2) <= 8 && n1 * n2 <= EXACT_MAX_PRODUCT => {
+            // Only the two extreme orderings: 2 / C(n1 + n2, n1).
+            2.0 / binomial(n1 + n2, n1)
+        }
+        TestKind::MannWhitney => 0.0,
+    }
+}
+
+fn binomial(n: usize, k: usize) -> f64 {
+    (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
+}
+
+/// Two-sided tail of Student's t distribution: P(|T| >= |t|) with `df`
+/// degrees of freedom, = I_{df/(df+t^2)}(df/2, 1/2).
+pub fn student_t_two_sided(t: f64, df: f64) -> f64 {
+    if !t.is_finite() {
+        return 0.0;
+    }
+    inc_beta(df / 2.0, 0.5, df / (df + t * t))
+}
+
+/// Upper tail of the standard normal distribution, P(Z > z).
+pub fn normal_sf(z: f64) -> f64 {
+    // erfc(x) = Q(1/2, x^2) for x >= 0.
+    let x = z / std::f64::consts::SQRT_2;
+    if x >= 0.0 {
+        0.5 * gamma_q(0.5, x * x)
+    } else {
+        1.0 - 0.5 * gamma_q(0.5, x * x)
+    }
+}
+
+/// ln Γ(x) for x > 0 (Lanczos, g = 7, nine coefficients: about 15 digits).
+pub fn ln_gamma(x: f64) -> f64 {
+    const G: f64 = 7.0;
+    const C: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    if x < 0.5 {
+        // Reflection: Γ(x)Γ(1-x) = π / sin(πx).
+        let pi = std::f64::consts::PI;
+        return (pi / (pi * x).sin()).ln() - ln_gamma(1.0 - x);
+    }
+    let x = x - 1.0;
+    let mut a = C[0];
+    let t = x + G + 0.5;
+    for (i, c) in C.iter().enumerate().skip(1) {
+        a += c / (x + i as f64);
+    }
+    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + a.ln()
+}
+
+const EPS: f64 = 1e-15;
+const TINY: f64 = 1e-300;
+const MAX_ITER: usize = 500;
+
+/// Regularized incomplete beta function I_x(a, b).
+pub fn inc_beta(a: f64, b: f64, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    if x >= 1.0 {
+        return 1.0;
+    }
+    let ln_front = ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln();
+    let front = ln_front.exp();
+    // The continued fraction converges fast for x < (a+1)/(a+b+2); use the
+    // symmetry I_x(a,b) = 1 - I_{1-x}(b,a) on the other side.
+    if x < (a + 1.0) / (a + b + 2.0) {
+        front * beta_cf(a, b, x) / a
+    } else {
+        1.0 - front * beta_cf(b, a, 1.0 - x) / b
+    }
+}
+
+/// Continued fraction for the incomplete beta (modified Lentz).
+fn beta_cf(a: f64, b: f64, x: f64) -> f64 {
+    let qab = a + b;
+    let qap = a + 1.0;
+    let qam = a - 1.0;
+    let mut c = 1.0;
+    let mut d = 1.0 - qab * x / qap;
+    if d.abs() < TINY {
+        d = TINY;
+    }
+    d = 1.0 / d;
+    let mut h = d;
+    for m in 1..=MAX_ITER {
+        let m = m as f64;
+        let m2 = 2.0 * m;
+        let aa = m * (b - m) * x / ((qam + m2) * (a + m2));
+        d = 1.0 + aa * d;
+        if d.abs() < TINY {
+            d = TINY;
+        }
+        c = 1.0 + aa / c;
+        if c.abs() < TINY {
+            c = TINY;
+        }
+        d = 1.0 / d;
+        h *= d * c;
+        let aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2));
+        d = 1.0 + aa * d;
+        if d.abs() < TINY {
+            d = TINY;
+        }
+        c = 1.0 + aa / c;
+        if c.abs() < TINY {
+            c = TINY;
+        }
+        d = 1.0 / d;
+        let del = d * c;
+        h *= del;
+        if (del - 1.0).abs() < EPS {
+            break;
+        }
+    }
+    h
+}
+
+/// Regularized upper incomplete gamma function Q(a, x) = Γ(a, x) / Γ(a).
+pub fn gamma_q(a: f64, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 1.0;
+    }
+    let ln_front = -x + a * x.ln() - ln_gamma(a);
+    if x < a + 1.0 {
+        // Series for P(a, x).
+        let mut ap = a;
+        let mut sum = 1.0 / a;
+        let mut del = sum;
+        for _ in 0..MAX_ITER {
+            ap += 1.0;
+            del *= x / ap;
+            sum += del;
+            if del.abs() < sum.abs() * EPS {
+                break;
+            }
+        }
+        1.0 - sum * ln_front.exp()
+    } else {
+        // Continued fraction for Q(a, x) (modified Lentz).
+        let mut b = x + 1.0 - a;
+        let mut c = 1.0 / TINY;
+        let mut d = 1.0 / b;
+        let mut h = d;
+        for i in 1..=MAX_ITER {
+            let an = -(i as f64) * (i as f64 - a);
+            b += 2.0;
+            d = an * d + b;
+            if d.abs() < TINY {
+                d = TINY;
+            }
+            c = b + an / c;
+            if c.abs() < TINY {
+                c = TINY;
+            }
+            d = 1.0 / d;
+            let del = d * c;
+            h *= del;
+            if (del - 1.0).abs() < EPS {
+                break;
+            }
+        }
+        ln_front.exp() * h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(got: f64, want: f64, tol: f64) {
+        assert!(
+            (got - want).abs() <= tol,
+            "got {got}, want {want} (tolerance {tol})"
+        );
+    }
+
+    #[test]
+    fn summary_of_known_values() {
+        let s = summarize(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]).unwrap();
+        assert_eq!(s.n, 8);
+        close(s.mean, 5.0, 1e-12);
+        // Sample sd: sqrt(32 / 7).
+        close(s.sd, (32.0f64 / 7.0).sqrt(), 1e-12);
+        assert_eq!((s.min, s.max), (2.0, 9.0));
+        close(s.median, 4.5, 1e-12);
+        close(s.q1, 4.0, 1e-12);
+        close(s.q3, 5.5, 1e-12);
+        let one = summarize(&[3.0]).unwrap();
+        assert_eq!((one.sd, one.median, one.q1), (0.0, 3.0, 3.0));
+        assert!(summarize(&[]).is_none());
+        assert!(summarize(&[1.0, f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn gamma_and_beta_match_known_values() {
+        close(ln_gamma(1.0), 0.0, 1e-14);
+        close(ln_gamma(5.0), 24f64.ln(), 1e-13);
+        close(ln_gamma(0.5), std::f64::consts::PI.sqrt().ln(), 1e-14);
+        close(ln_gamma(100.0), 359.134_205_369_575_4, 1e-10);
+        // I_x(1, 1) = x; I_x(2, 1) = x^2; I_0.5(a, a) = 0.5.
+        close(inc_beta(1.0, 1.0, 0.3), 0.3, 1e-14);
+        close(inc_beta(2.0, 1.0, 0.3), 0.09, 1e-14);
+        close(inc_beta(7.5, 7.5, 0.5), 0.5, 1e-13);
+        // Normal tail: Φ(-1.959964) = 0.025, Φ(-3) = 0.0013499.
+        close(normal_sf(1.959_963_984_540_054), 0.025, 1e-12);
+        close(normal_sf(3.0), 0.001_349_898_031_630_094_6, 1e-15);
+        close(normal_sf(-1.0), 0.841_344_746_068_542_9, 1e-13);
+        close(normal_sf(0.0), 0.5, 1e-15);
+    }
+
+    #[test]
+    fn t_distribution_matches_tables() {
+        // Two-sided critical values from standard t tables.
+        close(student_t_two_sided(2.228_138_851_986_274, 10.0), 0.05, 1e-9);
+        close(student_t_two_sided(3.169_272_672_616_95, 10.0), 0.01, 1e-9);
+        close(student_t_two_sided(12.706_204_736_174_694, 1.0), 0.05, 1e-9);
+        close(student_t_two_sided(2.042_272_456_301_237_8, 30.0), 0.05, 1e-9);
+        // Non-integer degrees of freedom, as Welch gives.
+        close(student_t_two_sided(2.0, 7.5), 0.082_896_995_298_166_31, 1e-9);
+        close(student_t_two_sided(0.0, 4.0), 1.0, 1e-14);
+    }
+
+    #[test]
+    fn welch_matches_the_textbook_example() {
+        // The first example of Wikipedia's "Welch's t-test" article:
+        // t = -2.46, df = 25.0, p = 0.021; the digits are SciPy 1.17's
+        // ttest_ind(equal_var=False).
+        let a1 = [
+            27.5, 21.0, 19.0, 23.6, 17.0, 17.9, 16.9, 20.1, 21.9, 22.6, 23.1, 19.6, 19.0, 21.7,
+            21.4,
+        ];
+        let a2 = [
+            27.1, 22.0, 20.8, 23.4, 23.4, 23.5, 25.8, 22.0, 24.8, 20.2, 21.9, 22.1, 22.9, 20.5,
+            24.4,
+        ];
+        let r = welch(&a1, &a2);
+        close(r.statistic, -2.455_356_398_286_006, 1e-9);
+        close(r.df.unwrap(), 24.988_529_290_231_416, 1e-9);
+        close(r.p_value, 0.021_378_001_462_866_992, 1e-9);
+        // The test is symmetric in its p-value.
+        close(welch(&a2, &a1).p_value, r.p_value, 1e-15);
+    }
+
+    #[test]
+    fn welch_without_variance() {
+        let same = welch(&[5.0, 5.0, 5.0], &[5.0, 5.0]);
+        assert_eq!((same.p_value, same.method), (1.0, "no variance"));
+        let differ = welch(&[5.0, 5.0, 5.0], &[6.0, 6.0]);
+        assert_eq!(differ.p_value, 0.0);
+        assert!(differ.statistic.is_infinite() && differ.statistic < 0.0);
+        // One constant sample: df falls back to the other's n - 1.
+        let r = welch(&[1.0, 1.0, 1.0], &[2.0, 3.0, 4.0]);
+        close(r.df.unwrap(), 2.0, 1e-12);
+    }
+
+    #[test]
+    fn mann_whitney_matches_scipy_examples() {
+        // scipy.stats.mannwhitneyu documentation example:
+        // U1 = 17, exact p = 0.1111..., asymptotic p = 0.11134688653314041.
+        // The other reference values below are SciPy 1.17's.
+        let males = [19.0, 22.0, 16.0, 29.0, 24.0];
+        let females = [20.0, 11.0, 17.0, 12.0];
+        let r = mann_whitney(&males, &females);
+        assert_eq!(r.method, "exact");
+        close(r.statistic, 17.0, 0.0);
+        close(r.p_value, 1.0 / 9.0, 1e-12);
+        // Adding a tie forces the normal approximation.
+        let r = mann_whitney(&[19.0, 22.0, 16.0, 29.0, 24.0, 20.0], &females);
+        assert_eq!(r.method, "normal approximation");
+        close(r.statistic, 20.5, 0.0);
+        close(r.p_value, 0.087_118_437_447_147_81, 1e-9);
+    }
+
+    #[test]
+    fn mann_whitney_large_samples_use_the_normal_approximation() {
+        // 10 vs 10 without overlap: U = 100 (or 0), z = (100-50-0.5)/sqrt(175).
+        let a: Vec<f64> = (0..10).map(f64::from).collect();
+        let b: Vec<f64> = (10..20).map(f64::from).collect();
+        let r = mann_whitney(&a, &b);
+        assert_eq!(r.method, "normal approximation");
+        close(r.statistic, 0.0, 0.0);
+        close(r.p_value, 2.0 * normal_sf(49.5 / 175f64.sqrt()), 1e-15);
+        close(r.p_value, 0.000_182_671_791_109_550_02, 1e-12);
+        // All values equal: nothing to rank.
+        assert_eq!(mann_whitney(&[1.0; 12], &[1.0; 12]).p_value, 1.0);
+    }
+
+    #[test]
+    fn exact_u_distribution() {
+        // Orderings of 2 and 2 values: U = 0,1,2,3,4 in 1,1,2,1,1 ways.
+        assert_eq!(u_distribution(2, 2), vec![1.0, 1.0, 2.0, 1.0, 1.0]);
+        let d = u_distribution(5, 4);
+        assert_eq!(d.iter().sum::<f64>(), 126.0);
+        assert_eq!(&d[..4], &[1.0, 1.0, 2.0, 3.0]);
+        // The best possible p with 3 against 3 runs is 2/20.
+        close(min_attainable_p(TestKind::MannWhitney, 3, 3), 0.1, 1e-15);
+        let r = mann_whitney(&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0]);
+        close(r.p_value, 0.1, 1e-15);
+        assert_eq!(min_attainable_p(TestKind::Welch, 2, 2), 0.0);
+    }
+
+    #[test]
+    fn sample_size_checks() {
+        assert_eq!(
+            test(TestKind::Welch, &[1.0], &[1.0, 2.0]),
+            Err(TooFew { need: 2, a: 1, b: 2 })
+        );
+        assert!(test(TestKind::MannWhitney, &[1.0], &[2.0]).is_ok());
+    }
+}

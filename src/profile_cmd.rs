@@ -1,0 +1,329 @@
+//! `bootscope profile`: follow a running process or launch a command (QEMU,
+//! bootscope itself, anything using KVM) under the eBPF collectors and write
+//! its profile.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use bootscope_profiler::launch::HeldCommand;
+use bootscope_profiler::{Collector, CollectorConfig, Profile, TargetSpec};
+
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "command"])))]
+pub struct ProfileArgs {
+    /// Where to write the profile (JSON, schema in docs/profile-schema.md).
+    #[arg(long, short = 'o', default_value = "profile.json")]
+    pub output: PathBuf,
+    /// Stop after this many seconds (default: when the target ends, or on
+    /// Ctrl-C). A launched command still running then gets SIGTERM.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Profile this running process (and the processes it starts).
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Sample the counters this often, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    pub sample_interval_ms: u64,
+    /// Size of the ring buffer for marks and thread events, in KiB.
+    #[arg(long, default_value_t = 256)]
+    pub ring_buffer_kib: u32,
+    /// Do not print the summary.
+    #[arg(long)]
+    pub no_summary: bool,
+    /// The command to launch and follow from its first instruction, after
+    /// `--` (e.g. `-- qemu-system-x86_64 -enable-kvm ...`).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Catches SIGINT (a launched command gets its own from the terminal) so
+/// the profile is still written.
+fn catch_sigint() {
+    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value;
+    // the handler only stores to an atomic, which is async-signal-safe; the
+    // pointers passed are valid for the call.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigint as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+    }
+}
+
+fn check_output(p: &Path) -> Result<()> {
+    let dir = p
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        bail!(
+            "--output {}: directory {} does not exist; create it first",
+            p.display(),
+            dir.display()
+        );
+    }
+    if p.is_dir() {
+        bail!("--output {} is a directory; give a file name", p.display());
+    }
+    Ok(())
+}
+
+/// Runs the subcommand; returns the exit status (a launched command's own
+/// status when it ended by itself).
+pub fn run(args: ProfileArgs) -> Result<i32> {
+    check_output(&args.output)?;
+    let duration = match args.duration {
+        Some(d) if !(d > 0.0 && d.is_finite()) => {
+            bail!("--duration must be a positive number of seconds")
+        }
+        Some(d) => Some(Duration::from_secs_f64(d)),
+        None => None,
+    };
+    let command: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut held = None;
+    let target = match args.pid {
+        Some(pid) => TargetSpec::Pid(pid),
+        None => {
+            let h = HeldCommand::spawn(&command)
+                .with_context(|| format!("cannot start {}", command.join(" ")))?;
+            let pid = h.pid();
+            held = Some(h);
+            TargetSpec::Launched(pid)
+        }
+    };
+    let mut config = CollectorConfig::new(target);
+    config.command = command.clone();
+    config.sample_interval = Duration::from_millis(args.sample_interval_ms.max(10));
+    config.ring_buffer_bytes = args.ring_buffer_kib.saturating_mul(1024);
+    // A held child that is dropped here exits without running.
+    let collector = Collector::start(config).context("cannot start profiling")?;
+    catch_sigint();
+    if let Some(h) = held.as_mut() {
+        h.release().context("cannot release the launched command")?;
+    }
+    let started = Instant::now();
+    let mut status = None;
+    let mut stopped_by = "the target ended";
+    loop {
+        if let Some(h) = held.as_mut() {
+            if let Some(s) = h
+                .try_wait()
+                .context("cannot wait for the launched command")?
+            {
+                status = Some(s);
+                break;
+            }
+        } else if collector.target_ended() {
+            break;
+        }
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            stopped_by = "interrupted";
+            break;
+        }
+        if duration.is_some_and(|d| started.elapsed() >= d) {
+            stopped_by = "--duration elapsed";
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut profile = collector.finish();
+    let mut code = 0;
+    if let Some(mut h) = held {
+        let s = match status {
+            Some(s) => Some(s),
+            None => {
+                eprintln!("bootscope: {stopped_by}: stopping the launched command (SIGTERM)");
+                let _ = h.signal(libc::SIGTERM);
+                let deadline = Instant::now() + Duration::from_secs(5);
+                loop {
+                    if let Some(s) = h.try_wait()? {
+                        break Some(s);
+                    }
+                    if Instant::now() >= deadline {
+                        let _ = h.signal(libc::SIGKILL);
+                        break Some(h.wait()?);
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        };
+        if let Some(s) = s {
+            use std::os::unix::process::ExitStatusExt;
+            let c = s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0));
+            profile.target.exit_code = Some(c);
+            if status.is_some() {
+                code = c;
+            }
+        }
+    }
+    let json = serde_json::to_vec_pretty(&profile)?;
+    crate::cli::write_atomically(&args.output, &json)?;
+    if !args.no_summary {
+        eprint!("{}", summary(&profile, &args.output));
+    }
+    Ok(code)
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.1} ms", ns as f64 / 1e6)
+}
+
+/// The short report printed after profiling.
+pub fn summary(p: &Profile, output: &Path) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\nbootscope: profile of pid {} ({}) over {} -> {}",
+        p.target.pid,
+        p.target.name,
+        ms(p.duration_ns),
+        output.display()
+    );
+    if let Some(c) = p.target.exit_code {
+        let _ = writeln!(s, "target exit status: {c}");
+    }
+    let e = &p.exits;
+    let source = if e.source.is_empty() {
+        "none"
+    } else {
+        &e.source
+    };
+    let _ = write!(s, "exits: {} from {source} ({})", e.total, e.isa);
+    if let Some(k) = e.kvm_stats_exits {
+        let _ = write!(s, "; KVM's own count: {k}");
+    }
+    s.push('\n');
+    for r in e.by_reason.iter().take(8) {
+        let lat = match (r.latency_total_ns, r.count) {
+            (Some(t), c) if c > 0 => format!("  avg {:.1} us", t as f64 / c as f64 / 1e3),
+            _ => String::new(),
+        };
+        let _ = writeln!(s, "  {:<28} {:>10}{lat}", r.reason, r.count);
+    }
+    if !e.marker_writes.is_empty() {
+        let m: Vec<String> = e
+            .marker_writes
+            .iter()
+            .map(|m| format!("0x{:x}=0x{:x} x{}", m.port, m.value, m.count))
+            .collect();
+        let _ = writeln!(s, "marker port writes: {}", m.join(", "));
+    }
+    if e.emulated_instructions > 0 {
+        let _ = writeln!(s, "emulated instructions: {}", e.emulated_instructions);
+    }
+    if !p.phases.is_empty() {
+        let ph: Vec<String> = p
+            .phases
+            .iter()
+            .map(|x| format!("{} {}", x.name, ms(x.end_ns.saturating_sub(x.start_ns))))
+            .collect();
+        let _ = writeln!(s, "phases: {}", ph.join(", "));
+    }
+    let f = &p.page_faults;
+    let _ = writeln!(
+        s,
+        "page faults: guest {}{}, host {} (user {}, kernel {})",
+        f.guest_total,
+        if f.guest_source.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", f.guest_source)
+        },
+        f.host_total,
+        f.host_user,
+        f.host_kernel
+    );
+    let n = &p.numa;
+    let _ = writeln!(
+        s,
+        "pages allocated: {} ({} MiB): local {}, remote {}, unknown node {}",
+        n.pages_allocated,
+        n.bytes_allocated >> 20,
+        n.pages_local,
+        n.pages_remote,
+        n.pages_unknown_node
+    );
+    let _ = writeln!(
+        s,
+        "threads ({}):\n  {:>8} {:<16} {:<8} {:>10} {:>10}  cpus (run time) / nodes",
+        p.threads.len(),
+        "tid",
+        "name",
+        "role",
+        "run",
+        "MiB alloc"
+    );
+    let mut threads: Vec<_> = p.threads.iter().collect();
+    threads.sort_by(|a, b| b.run_ns.cmp(&a.run_ns).then(a.tid.cmp(&b.tid)));
+    for t in threads.iter().take(16) {
+        let cpus: Vec<String> = t
+            .cpus
+            .iter()
+            .map(|c| format!("{} ({})", c.cpu, ms(c.run_ns)))
+            .collect();
+        let nodes: Vec<String> = t.nodes.iter().map(|n| n.to_string()).collect();
+        let _ = writeln!(
+            s,
+            "  {:>8} {:<16} {:<8} {:>10} {:>10}  {} / {}",
+            t.tid,
+            t.name,
+            t.role,
+            ms(t.run_ns),
+            t.bytes_allocated >> 20,
+            if cpus.is_empty() {
+                "-".into()
+            } else {
+                cpus.join(", ")
+            },
+            if nodes.is_empty() {
+                "-".into()
+            } else {
+                nodes.join(",")
+            }
+        );
+    }
+    if threads.len() > 16 {
+        let _ = writeln!(s, "  ... {} more in the profile", threads.len() - 16);
+    }
+    let by_status = |st: &str| -> Vec<String> {
+        p.sources
+            .iter()
+            .filter(|x| x.status == st)
+            .map(|x| x.name.clone())
+            .collect()
+    };
+    let attached = by_status("attached").len();
+    let _ = writeln!(s, "sources: {attached} attached");
+    for st in ["fallback", "missing", "failed"] {
+        let v = by_status(st);
+        if !v.is_empty() {
+            let _ = writeln!(s, "  {st}: {}", v.join(", "));
+        }
+    }
+    let _ = writeln!(
+        s,
+        "lost events: {}{}",
+        p.lost_events,
+        if p.map_overflows > 0 {
+            format!(" (and {} not counted: a map was full)", p.map_overflows)
+        } else {
+            String::new()
+        }
+    );
+    s
+}

@@ -1,0 +1,90 @@
+//! What the profile tests share: whether this machine can profile, the
+//! `bootscope` binary, fixtures and scratch directories.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+pub fn bootscope() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_bootscope"))
+}
+
+pub fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("vmm/tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+pub fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("bootscope-profile-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// True when eBPF profiling is possible here; prints why not otherwise.
+/// Only a truly absent capability skips: not root, no BTF, no tracefs.
+pub fn can_profile() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP: eBPF profiling needs root (tests run as uid != 0)");
+        return false;
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        eprintln!("SKIP: this kernel has no BTF (/sys/kernel/btf/vmlinux)");
+        return false;
+    }
+    // The profiler mounts tracefs itself when it can; only a kernel without
+    // tracefs support skips.
+    let has_tracefs = std::fs::read_to_string("/proc/filesystems")
+        .map(|f| f.lines().any(|l| l.ends_with("tracefs")))
+        .unwrap_or(false);
+    if !has_tracefs {
+        eprintln!("SKIP: this kernel has no tracefs");
+        return false;
+    }
+    true
+}
+
+pub fn kvm_available() -> bool {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+    {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("SKIP: /dev/kvm cannot be opened ({e})");
+            false
+        }
+    }
+}
+
+pub fn run(cmd: &mut Command, stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("bootscope runs");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn read_profile(path: &Path) -> bootscope_profiler::Profile {
+    bootscope_profiler::Profile::read(path).expect("a valid profile")
+}

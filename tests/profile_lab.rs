@@ -1,0 +1,100 @@
+//! `bootscope profile` where kvm:kvm_exit really fires: inside the lab
+//! (nested KVM with AMD SVM under QEMU's emulator, Debian's kernel). The
+//! fixture's port writes are exits with reason `io`, each with its exit
+//! latency, and the total equals KVM's own count.
+
+mod profile_common;
+
+use profile_common::*;
+
+#[test]
+fn kvm_exit_reasons_latency_and_cross_check_in_the_lab() {
+    if let Err(e) =
+        bootscope_lab::outer::check_prerequisites(std::path::Path::new("qemu-system-x86_64"))
+    {
+        eprintln!("SKIP: the lab is unavailable here: {e}");
+        return;
+    }
+    if let Err(e) = bootscope_lab::guest::find_debian_kernel() {
+        eprintln!("SKIP: {e}");
+        return;
+    }
+    let dir = scratch("lab");
+    let out = dir.join("lab-profile.json");
+    let exe = env!("CARGO_BIN_EXE_bootscope");
+    let o = run(
+        bootscope().args([
+            "lab",
+            "--timeout",
+            "900",
+            "--program",
+            exe,
+            "--",
+            "profile",
+            "--output",
+            out.to_str().unwrap(),
+            "--",
+            exe,
+            "run",
+            "--kernel",
+            &fixture("mini-bzimage-ports.bin"),
+            "--serial",
+            "null",
+            "--no-summary",
+        ]),
+        None,
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let p = read_profile(&out);
+
+    assert_eq!(p.host.kvm, "svm");
+    assert_eq!(p.exits.source, "tracepoint:kvm:kvm_exit");
+    assert_eq!(p.exits.isa, "svm");
+    let io = p
+        .exits
+        .by_reason
+        .iter()
+        .find(|r| r.reason == "io")
+        .expect("io exits");
+    assert!(io.count >= 1002, "{io:?}");
+    assert!(io.latency_total_ns.unwrap_or(0) > 0, "{io:?}");
+    // Every io exit has a latency, but the last (the reset write): the
+    // vCPU never entered the guest again.
+    let timed = io.latency_hist.iter().map(|b| b.count).sum::<u64>();
+    assert!(
+        timed + 1 >= io.count && timed <= io.count,
+        "{timed} timed of {io:?}"
+    );
+    // KVM's own statistic counts the same exits.
+    assert_eq!(
+        p.exits.kvm_stats_exits,
+        Some(p.exits.total),
+        "{:?}",
+        p.sources
+    );
+
+    let count = |port: u32, value: u32| {
+        p.exits
+            .marker_writes
+            .iter()
+            .find(|m| m.port == port && m.value == value)
+            .map(|m| m.count)
+    };
+    assert_eq!(count(0x80, 0x90), Some(1000));
+    assert_eq!(count(0xf4, 7), Some(1));
+
+    let vcpu0 = p.threads.iter().find(|t| t.name == "vcpu0").expect("vcpu0");
+    let by_vcpu = p
+        .exits
+        .by_vcpu
+        .iter()
+        .find(|v| v.vcpu == 0)
+        .expect("vCPU 0");
+    assert_eq!(by_vcpu.tid, vcpu0.tid);
+    assert!(p.page_faults.guest_source == "tracepoint:kvm:kvm_page_fault");
+    // Every collector loads on this kernel too (Linux 6.1's verifier).
+    let failed: Vec<_> = p.sources.iter().filter(|s| s.status == "failed").collect();
+    assert!(failed.is_empty(), "{failed:#?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

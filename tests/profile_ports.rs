@@ -1,0 +1,219 @@
+//! `bootscope profile` on bootscope's own VMM booting the committed
+//! `mini-bzimage-ports.bin` fixture, which writes exactly 1000 times 0x90 to
+//! port 0x80 (plus 0x40 and 0x60 to port 0x80, 6 and 7 to port 0xf4):
+//! exactly those writes must be counted, on every KVM flavour (PVM
+//! included: kvm:kvm_pio fires there).
+
+mod profile_common;
+
+use profile_common::*;
+
+fn marker(p: &bootscope_profiler::Profile, port: u32, value: u32) -> u64 {
+    p.exits
+        .marker_writes
+        .iter()
+        .find(|m| m.port == port && m.value == value)
+        .map(|m| m.count)
+        .unwrap_or(0)
+}
+
+#[test]
+fn counts_exactly_the_guest_port_writes() {
+    if !can_profile() || !kvm_available() {
+        return;
+    }
+    let dir = scratch("ports");
+    let out = dir.join("profile.json");
+    let o = run(
+        bootscope().args([
+            "profile",
+            "--output",
+            out.to_str().unwrap(),
+            "--",
+            env!("CARGO_BIN_EXE_bootscope"),
+            "run",
+            "--kernel",
+            &fixture("mini-bzimage-ports.bin"),
+            "--serial",
+            "null",
+            "--no-summary",
+        ]),
+        None,
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "bootscope profile failed: {err}");
+    let p = read_profile(&out);
+
+    // The exact counts, per port and value.
+    assert_eq!(marker(&p, 0x80, 0x90), 1000, "{:?}", p.exits.marker_writes);
+    assert_eq!(marker(&p, 0x80, 0x40), 1);
+    assert_eq!(marker(&p, 0x80, 0x60), 1);
+    assert_eq!(marker(&p, 0xf4, 6), 1);
+    assert_eq!(marker(&p, 0xf4, 7), 1);
+    let port80 = p
+        .exits
+        .pio
+        .iter()
+        .find(|s| s.port == 0x80 && s.direction == "write")
+        .expect("port 0x80 writes");
+    assert_eq!(port80.count, 1002);
+
+    // Exits: kvm_exit where it fires, the userspace-exit fallback on PVM;
+    // either way every port write is an exit to bootscope's VMM.
+    assert!(p.exits.total >= 1002, "exits {:?}", p.exits);
+    if p.host.kvm == "pvm" {
+        assert_eq!(p.exits.source, "tracepoint:kvm:kvm_userspace_exit");
+        assert_eq!(p.exits.isa, "userspace");
+        let io = p
+            .exits
+            .by_reason
+            .iter()
+            .find(|r| r.reason == "KVM_EXIT_IO")
+            .expect("KVM_EXIT_IO");
+        assert!(io.count >= 1002);
+        let fb = p
+            .sources
+            .iter()
+            .find(|s| s.name == "tracepoint:kvm:kvm_userspace_exit")
+            .unwrap();
+        assert_eq!(fb.status, "fallback");
+    } else {
+        assert_eq!(p.exits.source, "tracepoint:kvm:kvm_exit");
+    }
+    if let Some(k) = p.exits.kvm_stats_exits {
+        assert!(k >= 1002, "KVM's own count {k}");
+    }
+
+    // Marks and the phases they open, in the VMM timeline's names.
+    let names: Vec<&str> = p.marks.iter().map(|m| m.name.as_str()).collect();
+    for n in [
+        "port 0x80: kernel 0x40",
+        "port 0xf4: linux_start_kernel (6)",
+        "port 0x80: userspace 0x60",
+        "port 0xf4: linux_start_user (7)",
+        "port 0x80: custom 0x90",
+    ] {
+        assert!(names.contains(&n), "mark {n} missing from {names:?}");
+    }
+    let phases: Vec<&str> = p.phases.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(phases, ["kernel", "userspace", "custom 0x90"]);
+    assert!(p.exits.by_phase.iter().any(|x| x.phase == "custom 0x90"));
+
+    // The vCPU thread, where it ran, and the process.
+    let vcpu = p
+        .threads
+        .iter()
+        .find(|t| t.name == "vcpu0")
+        .expect("vcpu0 thread");
+    assert_eq!(vcpu.role, "vcpu");
+    assert!(!vcpu.cpus.is_empty() && !vcpu.nodes.is_empty());
+    assert_eq!(p.target.kind, "command");
+    assert_eq!(p.target.exit_code, Some(0));
+    assert!(p.target.ended_ns.is_some());
+    assert_eq!(p.lost_events, 0);
+
+    // The summary names the numbers.
+    assert!(err.contains("0x80=0x90 x1000"), "{err}");
+    assert!(err.contains("lost events: 0"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn follows_a_running_pid_until_it_ends() {
+    if !can_profile() || !kvm_available() {
+        return;
+    }
+    let dir = scratch("pid");
+    let out = dir.join("profile.json");
+    // A guest that halts forever, stopped by the VMM after 3 s.
+    let mut vm = bootscope()
+        .args([
+            "run",
+            "--kernel",
+            &fixture("mini-bzimage-hlt.bin"),
+            "--serial",
+            "null",
+            "--no-summary",
+            "--timeout",
+            "3",
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let o = run(
+        bootscope().args([
+            "profile",
+            "--output",
+            out.to_str().unwrap(),
+            "--duration",
+            "30",
+            "--pid",
+            &vm.id().to_string(),
+        ]),
+        None,
+    );
+    let _ = vm.wait();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let p = read_profile(&out);
+    assert_eq!(p.target.kind, "pid");
+    assert_eq!(p.target.pid, vm.id());
+    // It ended on its own, well before --duration: a partial profile.
+    assert!(p.target.ended_ns.is_some());
+    assert!(p.duration_ns < 20_000_000_000);
+    assert!(p.threads.iter().any(|t| t.name == "vcpu0"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_missing_pid_is_named() {
+    if !can_profile() {
+        return;
+    }
+    let o = run(
+        bootscope().args(["profile", "--output", "/tmp/x.json", "--pid", "999999999"]),
+        None,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("no process with pid 999999999"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn without_privileges_says_what_to_do() {
+    // As root, drop to nobody with setpriv; otherwise this test already
+    // runs unprivileged.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut cmd = if root {
+        if !std::path::Path::new("/usr/bin/setpriv").exists() {
+            eprintln!("SKIP: setpriv (util-linux) is needed to drop root");
+            return;
+        }
+        let mut c = std::process::Command::new("/usr/bin/setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_bootscope"));
+        c
+    } else {
+        bootscope()
+    };
+    let o = run(
+        cmd.args([
+            "profile",
+            "--output",
+            "/tmp/never-written.json",
+            "--pid",
+            "1",
+        ]),
+        None,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("needs root, or the CAP_BPF and CAP_PERFMON"),
+        "{err}"
+    );
+}

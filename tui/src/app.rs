@@ -1,0 +1,585 @@
+//! The TUI's state: the latest profile, the one before it (rates are the
+//! differences between the two), and what the user chose (pause, vCPU,
+//! sort, selected exit reason, help). Everything here is pure: key handling
+//! and the derived rows are unit-tested without a terminal.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bootscope_profiler::profile::{ExitReasonStat, PhaseSpan, Profile, ThreadProfile};
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use crate::theme::Theme;
+
+/// How many fault-rate points the TUI keeps when the profile has no samples
+/// of its own.
+const HISTORY_POINTS: usize = 240;
+
+/// Order of the exit reasons and thread rows (`s` cycles).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SortMode {
+    /// Largest total first (exits; pages touched for threads).
+    #[default]
+    Total,
+    /// Largest current rate first.
+    Rate,
+    /// By name.
+    Name,
+}
+
+impl SortMode {
+    pub fn next(self) -> Self {
+        match self {
+            SortMode::Total => SortMode::Rate,
+            SortMode::Rate => SortMode::Name,
+            SortMode::Name => SortMode::Total,
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SortMode::Total => "total",
+            SortMode::Rate => "rate",
+            SortMode::Name => "name",
+        }
+    }
+}
+
+/// What a key asks the event loop to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    None,
+    /// Redraw: the state changed.
+    Redraw,
+    Quit,
+    /// Write the current profile to a JSON file.
+    WriteSnapshot,
+}
+
+/// One row of the exit reason chart.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExitRow {
+    pub reason: String,
+    pub count: u64,
+    /// Per second: between the last two snapshots while live, over the
+    /// whole profile once the target ended.
+    pub rate: f64,
+}
+
+/// One point of the fault-rate history (cumulative counts).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct FaultPoint {
+    t_ns: u64,
+    guest: u64,
+    host: u64,
+}
+
+/// Everything the UI draws from.
+#[derive(Clone, Debug)]
+pub struct App {
+    /// What is profiled (the source's title).
+    pub title: String,
+    /// The latest profile.
+    pub profile: Profile,
+    /// The profile before it, for rates.
+    pub previous: Option<Profile>,
+    pub paused: bool,
+    /// The target ended (or profiling stopped): the profile is final.
+    pub finished: bool,
+    /// None: all vCPUs.
+    pub vcpu: Option<u32>,
+    pub sort: SortMode,
+    /// The exit reason whose latency histogram is shown (None: the first).
+    pub selected_reason: Option<String>,
+    pub show_help: bool,
+    /// A message for the status line (a snapshot's path, an error).
+    pub message: Option<String>,
+    /// A note from the source (where a console or a command's output goes).
+    pub note: Option<String>,
+    /// The last console lines, when the source has a console.
+    pub console: Option<Vec<String>>,
+    pub theme: Theme,
+    history: VecDeque<FaultPoint>,
+}
+
+impl App {
+    pub fn new(title: impl Into<String>, theme: Theme) -> Self {
+        Self {
+            title: title.into(),
+            profile: Profile::new(),
+            previous: None,
+            paused: false,
+            finished: false,
+            vcpu: None,
+            sort: SortMode::default(),
+            selected_reason: None,
+            show_help: false,
+            message: None,
+            note: None,
+            console: None,
+            theme,
+            history: VecDeque::new(),
+        }
+    }
+
+    /// Takes a new snapshot; the current one becomes the previous one.
+    pub fn update(&mut self, profile: Profile) {
+        let point = FaultPoint {
+            t_ns: profile.duration_ns,
+            guest: profile.page_faults.guest_total,
+            host: profile.page_faults.host_total,
+        };
+        // A snapshot at the same instant carries no rate information.
+        if self
+            .history
+            .back()
+            .is_none_or(|last| point.t_ns > last.t_ns)
+        {
+            self.history.push_back(point);
+            while self.history.len() > HISTORY_POINTS {
+                self.history.pop_front();
+            }
+        }
+        let old = std::mem::replace(&mut self.profile, profile);
+        if old.duration_ns < self.profile.duration_ns {
+            self.previous = Some(old);
+        }
+    }
+
+    /// Takes the final snapshot: from now on the screen holds still.
+    pub fn finish(&mut self, profile: Profile) {
+        self.update(profile);
+        self.finished = true;
+        self.paused = false;
+    }
+
+    /// Handles one key.
+    pub fn on_key(&mut self, key: KeyEvent) -> Action {
+        if key.kind == KeyEventKind::Release {
+            return Action::None;
+        }
+        // Raw mode delivers Ctrl-C as a key instead of SIGINT.
+        if key.modifiers.contains(KeyModifiers::CONTROL)
+            && matches!(key.code, KeyCode::Char('c') | KeyCode::Char('C'))
+        {
+            return Action::Quit;
+        }
+        match key.code {
+            KeyCode::Char('q') | KeyCode::Char('Q') => Action::Quit,
+            KeyCode::Esc if self.show_help => {
+                self.show_help = false;
+                Action::Redraw
+            }
+            KeyCode::Char('?') | KeyCode::Char('h') | KeyCode::F(1) => {
+                self.show_help = !self.show_help;
+                Action::Redraw
+            }
+            KeyCode::Char('p') | KeyCode::Char(' ') => {
+                if !self.finished {
+                    self.paused = !self.paused;
+                }
+                Action::Redraw
+            }
+            KeyCode::Char('v') => {
+                self.cycle_vcpu();
+                Action::Redraw
+            }
+            KeyCode::Char('s') => {
+                self.sort = self.sort.next();
+                Action::Redraw
+            }
+            KeyCode::Char('e') => Action::WriteSnapshot,
+            KeyCode::Down | KeyCode::Char('j') => {
+                self.move_selection(1);
+                Action::Redraw
+            }
+            KeyCode::Up | KeyCode::Char('k') => {
+                self.move_selection(-1);
+                Action::Redraw
+            }
+            _ => Action::None,
+        }
+    }
+
+    /// All vCPUs, then each vCPU the profile knows, then all again.
+    pub fn cycle_vcpu(&mut self) {
+        let vcpus = self.vcpus();
+        self.vcpu = match self.vcpu {
+            None => vcpus.first().copied(),
+            Some(v) => vcpus.iter().copied().find(|&x| x > v),
+        };
+    }
+
+    /// vCPU indices with exits in the profile.
+    pub fn vcpus(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.profile.exits.by_vcpu.iter().map(|x| x.vcpu).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    fn move_selection(&mut self, delta: i64) {
+        let rows = self.exit_rows();
+        if rows.is_empty() {
+            return;
+        }
+        let cur = self.selected_index(&rows) as i64;
+        let next = (cur + delta).clamp(0, rows.len() as i64 - 1) as usize;
+        self.selected_reason = Some(rows[next].reason.clone());
+    }
+
+    /// Index of the selected reason among `rows` (the first if none is).
+    pub fn selected_index(&self, rows: &[ExitRow]) -> usize {
+        self.selected_reason
+            .as_ref()
+            .and_then(|r| rows.iter().position(|x| &x.reason == r))
+            .unwrap_or(0)
+    }
+
+    /// Seconds between the previous snapshot and the current one, if
+    /// rates can be computed.
+    fn rate_interval(&self) -> Option<(f64, &Profile)> {
+        let prev = self.previous.as_ref()?;
+        let dt = self.profile.duration_ns.checked_sub(prev.duration_ns)?;
+        (dt > 0).then(|| (dt as f64 / 1e9, prev))
+    }
+
+    /// Rate of a cumulative counter: since the previous snapshot while
+    /// live, over the whole profile once finished.
+    pub fn rate(&self, now: u64, before: impl FnOnce(&Profile) -> u64) -> f64 {
+        if self.finished {
+            let secs = self.profile.duration_ns as f64 / 1e9;
+            return if secs > 0.0 { now as f64 / secs } else { 0.0 };
+        }
+        match self.rate_interval() {
+            Some((secs, prev)) => now.saturating_sub(before(prev)) as f64 / secs,
+            None => 0.0,
+        }
+    }
+
+    /// Exit counts by reason for the chosen vCPU (or all).
+    fn exit_counts(p: &Profile, vcpu: Option<u32>) -> BTreeMap<String, u64> {
+        match vcpu {
+            None => p
+                .exits
+                .by_reason
+                .iter()
+                .map(|r| (r.reason.clone(), r.count))
+                .collect(),
+            Some(v) => {
+                let mut out = BTreeMap::new();
+                for x in p.exits.by_vcpu.iter().filter(|x| x.vcpu == v) {
+                    for (r, n) in &x.by_reason {
+                        *out.entry(r.clone()).or_default() += n;
+                    }
+                }
+                out
+            }
+        }
+    }
+
+    /// The exit reason rows, sorted.
+    pub fn exit_rows(&self) -> Vec<ExitRow> {
+        let now = Self::exit_counts(&self.profile, self.vcpu);
+        let before = self
+            .previous
+            .as_ref()
+            .map(|p| Self::exit_counts(p, self.vcpu))
+            .unwrap_or_default();
+        let mut rows: Vec<ExitRow> = now
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(reason, count)| {
+                let prev = before.get(&reason).copied().unwrap_or(0);
+                let rate = self.rate(count, |_| prev);
+                ExitRow {
+                    reason,
+                    count,
+                    rate,
+                }
+            })
+            .collect();
+        match self.sort {
+            SortMode::Total => rows.sort_by(|a, b| {
+                b.count
+                    .cmp(&a.count)
+                    .then_with(|| a.reason.cmp(&b.reason))
+            }),
+            SortMode::Rate => rows.sort_by(|a, b| {
+                b.rate
+                    .total_cmp(&a.rate)
+                    .then_with(|| b.count.cmp(&a.count))
+                    .then_with(|| a.reason.cmp(&b.reason))
+            }),
+            SortMode::Name => rows.sort_by(|a, b| a.reason.cmp(&b.reason)),
+        }
+        rows
+    }
+
+    /// Total exits for the chosen vCPU (or all) and their rate.
+    pub fn exit_total(&self) -> (u64, f64) {
+        match self.vcpu {
+            None => {
+                let total = self.profile.exits.total;
+                (total, self.rate(total, |p| p.exits.total))
+            }
+            Some(v) => {
+                let sum = |p: &Profile| Self::exit_counts(p, Some(v)).values().sum::<u64>();
+                let total = sum(&self.profile);
+                (total, self.rate(total, sum))
+            }
+        }
+    }
+
+    /// The reason whose latency histogram is shown.
+    pub fn selected_reason_stat(&self) -> Option<&ExitReasonStat> {
+        let rows = self.exit_rows();
+        let name = rows.get(self.selected_index(&rows))?.reason.clone();
+        self.profile.exits.by_reason.iter().find(|r| r.reason == name)
+    }
+
+    /// The threads of the threads pane and whether they are the
+    /// preallocation threads (else every thread is listed).
+    pub fn thread_rows(&self) -> (Vec<&ThreadProfile>, bool) {
+        let prealloc: Vec<&ThreadProfile> = self
+            .profile
+            .threads
+            .iter()
+            .filter(|t| t.role == "prealloc")
+            .collect();
+        let is_prealloc = !prealloc.is_empty();
+        let mut rows = if is_prealloc {
+            prealloc
+        } else {
+            self.profile.threads.iter().collect()
+        };
+        let prev_pages = |tid: u32| {
+            self.previous
+                .as_ref()
+                .and_then(|p| p.threads.iter().find(|t| t.tid == tid))
+                .map(|t| t.pages_allocated)
+                .unwrap_or(0)
+        };
+        match self.sort {
+            SortMode::Total => rows.sort_by(|a, b| {
+                b.pages_allocated
+                    .cmp(&a.pages_allocated)
+                    .then(b.run_ns.cmp(&a.run_ns))
+                    .then(a.tid.cmp(&b.tid))
+            }),
+            SortMode::Rate => rows.sort_by(|a, b| {
+                let ra = a.pages_allocated.saturating_sub(prev_pages(a.tid));
+                let rb = b.pages_allocated.saturating_sub(prev_pages(b.tid));
+                rb.cmp(&ra)
+                    .then(b.pages_allocated.cmp(&a.pages_allocated))
+                    .then(a.tid.cmp(&b.tid))
+            }),
+            SortMode::Name => rows.sort_by(|a, b| a.name.cmp(&b.name).then(a.tid.cmp(&b.tid))),
+        }
+        (rows, is_prealloc)
+    }
+
+    /// Index of the phase running now: the last one, while the target
+    /// runs and nothing has ended it.
+    pub fn current_phase(&self) -> Option<usize> {
+        if self.finished || self.profile.target.ended_ns.is_some() {
+            return None;
+        }
+        let last = self.profile.phases.len().checked_sub(1)?;
+        let p: &PhaseSpan = &self.profile.phases[last];
+        (p.end_ns >= self.profile.duration_ns).then_some(last)
+    }
+
+    /// Guest-side and host-side fault rates per second, oldest first: from
+    /// the profile's samples when it has them, else from the snapshots the
+    /// TUI has seen.
+    pub fn fault_rates(&self) -> (Vec<u64>, Vec<u64>) {
+        let points: Vec<FaultPoint> = if self.profile.samples.len() >= 2 {
+            self.profile
+                .samples
+                .iter()
+                .map(|s| FaultPoint {
+                    t_ns: s.t_ns,
+                    guest: s.guest_faults,
+                    host: s.host_faults,
+                })
+                .collect()
+        } else {
+            self.history.iter().copied().collect()
+        };
+        let mut guest = Vec::new();
+        let mut host = Vec::new();
+        for w in points.windows(2) {
+            let dt = w[1].t_ns.saturating_sub(w[0].t_ns);
+            if dt == 0 {
+                continue;
+            }
+            let per_sec = |a: u64, b: u64| (b.saturating_sub(a) as f64 * 1e9 / dt as f64) as u64;
+            guest.push(per_sec(w[0].guest, w[1].guest));
+            host.push(per_sec(w[0].host, w[1].host));
+        }
+        (guest, host)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bootscope_profiler::profile::{ExitReasonStat, VcpuExits};
+
+    fn key(c: char) -> KeyEvent {
+        KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)
+    }
+
+    fn profile(t_ms: u64, io: u64, msr: u64) -> Profile {
+        let mut p = Profile::new();
+        p.duration_ns = t_ms * 1_000_000;
+        p.exits.total = io + msr;
+        p.exits.by_reason = vec![
+            ExitReasonStat {
+                reason: "io".into(),
+                count: io,
+                ..Default::default()
+            },
+            ExitReasonStat {
+                reason: "msr".into(),
+                count: msr,
+                ..Default::default()
+            },
+        ];
+        p.exits.by_vcpu = vec![
+            VcpuExits {
+                vcpu: 0,
+                tid: 10,
+                by_reason: [("io".to_string(), io)].into(),
+            },
+            VcpuExits {
+                vcpu: 1,
+                tid: 11,
+                by_reason: [("msr".to_string(), msr)].into(),
+            },
+        ];
+        p
+    }
+
+    #[test]
+    fn rates_come_from_consecutive_snapshots() {
+        let mut app = App::new("t", Theme::plain());
+        app.update(profile(1000, 100, 10));
+        // The first snapshot's rate is its average since profiling started.
+        assert_eq!(app.exit_rows()[0].rate, 100.0);
+        app.update(profile(1500, 600, 10));
+        let rows = app.exit_rows();
+        assert_eq!(rows[0].reason, "io");
+        assert_eq!(rows[0].rate, 1000.0);
+        assert_eq!(rows[1].rate, 0.0);
+        assert_eq!(app.exit_total(), (610, 1000.0));
+        // Once finished: averages over the whole profile.
+        app.finish(profile(2000, 600, 10));
+        assert_eq!(app.exit_rows()[0].rate, 300.0);
+    }
+
+    #[test]
+    fn keys() {
+        let mut app = App::new("t", Theme::plain());
+        app.update(profile(1000, 100, 10));
+        assert_eq!(app.on_key(key('q')), Action::Quit);
+        assert_eq!(
+            app.on_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+            Action::Quit
+        );
+        assert_eq!(app.on_key(key('e')), Action::WriteSnapshot);
+        app.on_key(key('p'));
+        assert!(app.paused);
+        app.on_key(key('p'));
+        assert!(!app.paused);
+        app.on_key(key('?'));
+        assert!(app.show_help);
+        app.on_key(KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE));
+        assert!(!app.show_help);
+        assert_eq!(app.sort, SortMode::Total);
+        app.on_key(key('s'));
+        assert_eq!(app.sort, SortMode::Rate);
+        app.on_key(key('s'));
+        app.on_key(key('s'));
+        assert_eq!(app.sort, SortMode::Total);
+        assert_eq!(app.on_key(key('x')), Action::None);
+    }
+
+    #[test]
+    fn vcpu_cycle_filters_reasons() {
+        let mut app = App::new("t", Theme::plain());
+        app.update(profile(1000, 100, 10));
+        app.on_key(key('v'));
+        assert_eq!(app.vcpu, Some(0));
+        let rows = app.exit_rows();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].reason, "io");
+        app.on_key(key('v'));
+        assert_eq!(app.vcpu, Some(1));
+        assert_eq!(app.exit_rows()[0].reason, "msr");
+        assert_eq!(app.exit_total().0, 10);
+        app.on_key(key('v'));
+        assert_eq!(app.vcpu, None);
+    }
+
+    #[test]
+    fn selection_moves_and_sticks_to_its_reason() {
+        let mut app = App::new("t", Theme::plain());
+        app.update(profile(1000, 100, 10));
+        assert_eq!(app.selected_reason_stat().unwrap().reason, "io");
+        app.on_key(KeyEvent::new(KeyCode::Down, KeyModifiers::NONE));
+        assert_eq!(app.selected_reason_stat().unwrap().reason, "msr");
+        app.on_key(KeyEvent::new(KeyCode::Down, KeyModifiers::NONE));
+        assert_eq!(app.selected_reason_stat().unwrap().reason, "msr");
+        // Sorting by name keeps msr selected though it moved.
+        app.sort = SortMode::Name;
+        assert_eq!(app.selected_reason_stat().unwrap().reason, "msr");
+        app.on_key(key('k'));
+        assert_eq!(app.selected_reason_stat().unwrap().reason, "io");
+    }
+
+    #[test]
+    fn pause_is_ignored_once_finished() {
+        let mut app = App::new("t", Theme::plain());
+        app.finish(profile(1000, 1, 1));
+        app.on_key(key('p'));
+        assert!(!app.paused);
+    }
+
+    #[test]
+    fn current_phase_is_the_open_last_one() {
+        let mut app = App::new("t", Theme::plain());
+        let mut p = profile(1000, 0, 0);
+        p.phases = vec![
+            PhaseSpan {
+                name: "vmm setup".into(),
+                start_ns: 0,
+                end_ns: 400_000_000,
+            },
+            PhaseSpan {
+                name: "guest boot".into(),
+                start_ns: 400_000_000,
+                end_ns: 1_000_000_000,
+            },
+        ];
+        app.update(p.clone());
+        assert_eq!(app.current_phase(), Some(1));
+        p.target.ended_ns = Some(1_000_000_000);
+        app.update(p);
+        assert_eq!(app.current_phase(), None);
+    }
+
+    #[test]
+    fn fault_rates_from_history_without_samples() {
+        let mut app = App::new("t", Theme::plain());
+        for (t, g) in [(0u64, 0u64), (500, 50), (1000, 150)] {
+            let mut p = Profile::new();
+            p.duration_ns = t * 1_000_000;
+            p.page_faults.guest_total = g;
+            app.update(p);
+        }
+        let (guest, host) = app.fault_rates();
+        assert_eq!(guest, vec![100, 200]);
+        assert_eq!(host, vec![0, 0]);
+    }
+}
