@@ -1,54 +1,49 @@
 #!/bin/sh
-# Runs inside the lab (busybox sh), started by scripts/bench-lab-boot.
-# Boots the default guest ROUNDS + 1 times per variant with each VMM,
-# bootscope then QEMU in every round, one VM at a time; round 0 is a warm-up.
-# boot_bench times each run and counts its KVM exits, one CSV row per run.
+# Runs inside the lab (busybox sh), started by scripts/bench-lab-boot: boots
+# the default guest once with one VMM, timed by boot_bench, which also counts
+# the run's KVM exits and writes one CSV row.
 #
-# Arguments: ROUNDS VARIANTS KERNEL INITRD BOOTSCOPE BOOT_BENCH QEMU --output CSV
+# Arguments: VMM VARIANT ROUND KERNEL INITRD BOOTSCOPE BOOT_BENCH QEMU --output CSV
+#   VMM      bootscope or qemu
+#   VARIANT  plain (bootscope's default kernel command line) or quiet (plus `quiet`)
 set -u
-if [ $# -ne 9 ] || [ "$8" != --output ]; then
-    echo "usage: $0 ROUNDS VARIANTS KERNEL INITRD BOOTSCOPE BOOT_BENCH QEMU --output CSV" >&2
+if [ $# -ne 10 ] || [ "$9" != --output ]; then
+    echo "usage: $0 VMM VARIANT ROUND KERNEL INITRD BOOTSCOPE BOOT_BENCH QEMU --output CSV" >&2
     exit 2
 fi
-rounds=$1 variants=$2 kernel=$3 initrd=$4 bootscope=$5 bench=$6 qemu=$7 csv=$9
-# bootscope's default command line (src/cli.rs DEFAULT_CMDLINE).
-base_cmdline='console=ttyS0 reboot=k panic=-1 pci=off io_delay=none i8042.noaux i8042.nomux i8042.dumbkbd'
+vmm=$1 variant=$2 round=$3 kernel=$4 initrd=$5 bootscope=$6 bench=$7 qemu=$8 csv=${10}
+# bootscope's default command line (DEFAULT_CMDLINE in src/cli.rs).
+cmdline='console=ttyS0 reboot=k panic=-1 pci=off io_delay=none i8042.noaux i8042.nomux i8042.dumbkbd'
+case $variant in
+plain) ;;
+quiet) cmdline="$cmdline quiet" ;;
+*)
+    echo "bench: unknown variant '$variant' (plain or quiet)" >&2
+    exit 2
+    ;;
+esac
 marker='bootscope-guest: hello from userspace'
 timeline=/tmp/bench/timeline.json
 logs=/tmp/bench/logs
 mkdir -p /tmp/bench "$logs"
 
-echo "bench: lab machine: $(grep -c ^processor /proc/cpuinfo) vCPU(s),$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), kernel $(uname -r), kvm_amd npt=$(cat /sys/module/kvm_amd/parameters/npt)"
-echo "bench: $("$qemu" --version | head -n 1)"
-failed=0
-for variant in $(echo "$variants" | tr , ' '); do
-    case $variant in
-    plain) cmdline=$base_cmdline ;;
-    quiet) cmdline="$base_cmdline quiet" ;;
-    *)
-        echo "bench: unknown variant '$variant' (plain or quiet)" >&2
-        exit 2
-        ;;
-    esac
-    echo "bench: variant $variant: kernel command line: $cmdline"
-    round=0
-    while [ "$round" -le "$rounds" ]; do
-        "$bench" run --csv "$csv" --vmm bootscope --variant "$variant" --round "$round" \
-            --marker "$marker" --timeline "$timeline" --log-dir "$logs" -- \
-            "$bootscope" run --kernel "$kernel" --initrd "$initrd" --cmdline "$cmdline" \
-            --memory 256M --serial stdout --timeline "$timeline" \
-            --serial-pattern "hello=$marker" --timeout 600 ||
-            failed=$((failed + 1))
-        "$bench" run --csv "$csv" --vmm qemu --variant "$variant" --round "$round" \
-            --marker "$marker" --log-dir "$logs" -- \
-            "$qemu" -enable-kvm -M microvm -cpu host -m 256M -smp 1 \
-            -nodefaults -no-user-config -display none -no-reboot -serial stdio \
-            -kernel "$kernel" -initrd "$initrd" -append "$cmdline" ||
-            failed=$((failed + 1))
-        round=$((round + 1))
-    done
-done
-if [ "$failed" -ne 0 ]; then
-    echo "bench: $failed run(s) failed; their logs were in $logs"
-    exit 1
-fi
+case $vmm in
+bootscope)
+    exec "$bench" run --csv "$csv" --vmm bootscope --variant "$variant" --round "$round" \
+        --marker "$marker" --timeline "$timeline" --log-dir "$logs" -- \
+        "$bootscope" run --kernel "$kernel" --initrd "$initrd" --cmdline "$cmdline" \
+        --memory 256M --serial stdout --timeline "$timeline" \
+        --serial-pattern "hello=$marker" --timeout 600
+    ;;
+qemu)
+    exec "$bench" run --csv "$csv" --vmm qemu --variant "$variant" --round "$round" \
+        --marker "$marker" --log-dir "$logs" -- \
+        "$qemu" -enable-kvm -M microvm -cpu host -m 256M -smp 1 \
+        -nodefaults -no-user-config -display none -no-reboot -serial stdio \
+        -kernel "$kernel" -initrd "$initrd" -append "$cmdline"
+    ;;
+*)
+    echo "bench: unknown VMM '$vmm' (bootscope or qemu)" >&2
+    exit 2
+    ;;
+esac

@@ -13,6 +13,8 @@ command -v cc >/dev/null || need+=(gcc)
 command -v clang >/dev/null || need+=(clang)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 command -v bpftool >/dev/null || [ -x /usr/sbin/bpftool ] || need+=(bpftool)
+# The TUI's end-to-end tests drive it in tmux (tests/tui_tmux.rs).
+command -v tmux >/dev/null || need+=(tmux)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "bootscope: missing Debian packages: ${need[*]}; run as root or: sudo apt-get install -y ${need[*]}" >&2

@@ -59,6 +59,17 @@ enum Command {
     /// Profile a running process (--pid) or a command it launches (after
     /// `--`) with eBPF: exit reasons, page faults, threads, NUMA, boot phases.
     Profile(crate::profile_cmd::ProfileArgs),
+    /// Boot repeatedly (optionally two configurations, interleaved) and
+    /// report per-phase and per-exit-reason statistics (docs/bench-schema.md).
+    Bench(crate::bench_cmd::BenchArgs),
+    /// Compare two benchmarks metric by metric, with significance, in plain
+    /// words.
+    Compare(crate::bench_cmd::CompareArgs),
+    /// Check a benchmark against a baseline: exit status 1 on a regression
+    /// (docs/ci.md).
+    Check(crate::bench_cmd::CheckArgs),
+    /// Draw a boot timeline, profile or benchmark as an SVG picture.
+    Plot(crate::bench_cmd::PlotArgs),
     /// Convert a profile or a boot timeline to JSON, CSV, Prometheus text or
     /// a Chrome trace for ui.perfetto.dev (docs/export.md).
     Export {
@@ -118,6 +129,13 @@ struct RunArgs {
     /// Do not print the summary table.
     #[arg(long)]
     no_summary: bool,
+    /// Show the boot live in a terminal UI (docs/tui.md); a console on
+    /// stdout then goes to a file, shown in a pane.
+    #[arg(long)]
+    tui: bool,
+    /// Refresh the terminal UI this often, in milliseconds.
+    #[arg(long, default_value_t = crate::tui_cmd::DEFAULT_REFRESH_MS)]
+    refresh_ms: u64,
     /// Copy the initrd into guest memory instead of mapping it from its file
     /// (mapping shares page-cache pages between VMs started from one image).
     #[arg(long)]
@@ -149,6 +167,12 @@ struct RunArgs {
     /// Run only the set-up phases and report their timeline: memory or load.
     #[arg(long, value_name = "PHASE")]
     stop_after: Option<String>,
+    /// Do not profile the VMM with eBPF (on by default where BPF works).
+    #[arg(long)]
+    no_profile: bool,
+    /// Write the eBPF profile of the run (schema in docs/profile-schema.md).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -214,6 +238,10 @@ pub fn main() -> i32 {
         Command::Lab(args) => cmd_lab(args),
         Command::Demo { timeline } => cmd_demo(timeline, clock),
         Command::Profile(args) => crate::profile_cmd::run(args).map_err(Failure::from),
+        Command::Bench(args) => Ok(crate::bench_cmd::bench(args)),
+        Command::Compare(args) => Ok(crate::bench_cmd::compare(args)),
+        Command::Check(args) => Ok(crate::bench_cmd::check(args)),
+        Command::Plot(args) => Ok(crate::bench_cmd::plot(args)),
         Command::Export {
             format,
             table,
@@ -318,6 +346,9 @@ fn default_guest() -> Result<(PathBuf, PathBuf)> {
 }
 
 fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
+    if crate::tui_cmd::no_terminal(args.tui) {
+        return Err(usage(anyhow::anyhow!(bootscope_tui::NOT_A_TERMINAL)));
+    }
     let recorder = Arc::new(Recorder::new(clock));
     recorder.push(bootscope_vmm::timeline::PhaseMark {
         name: vmm_marks::PROCESS_START.into(),
@@ -402,7 +433,8 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
             (k, Some(args.initrd.clone().unwrap_or(i)))
         }
     };
-    let console: Box<dyn Write + Send> = match args.serial.as_str() {
+    let tui_console = crate::tui_cmd::TuiConsole::new(args.tui, &args.serial).map_err(usage)?;
+    let console: Box<dyn Write + Send> = match tui_console.serial.as_str() {
         "stdout" | "-" => Box::new(std::io::stdout()),
         "null" => Box::new(std::io::sink()),
         path => {
@@ -430,16 +462,142 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         sandbox: args.sandbox,
         stop_after,
     };
-    let report = match vm::run(cfg, recorder.clone()) {
+    let collector = start_self_profile(&args, &recorder)?;
+    let report = if args.tui {
+        crate::tui_cmd::run_vm(
+            cfg,
+            &recorder,
+            collector.clone(),
+            &tui_console,
+            args.refresh_ms,
+        )?
+    } else {
+        vm::run(cfg, recorder.clone())
+    };
+    let report = match report {
         Ok(r) => r,
         Err(VmError::Config(e)) => return Err(usage(e.into())),
         Err(e) => return Err(e.into()),
     };
     let mut doc = report.timeline;
-    recorder.vmm(vmm_marks::VMM_EXIT);
+    // Once: under --tui it is recorded when the VM ends, not when the UI
+    // is closed.
+    recorder.vmm_once(vmm_marks::VMM_EXIT);
     doc.marks = recorder.snapshot();
     doc.phases = bootscope_vmm::timeline::derive_phases(&doc.marks);
-    finish_run(&args, &doc)
+    let profiled = collector.is_some();
+    if let Some(c) = collector {
+        finish_self_profile(&args, c, &doc)?;
+    }
+    let result = finish_run(&args, &doc);
+    if profiled {
+        release_bpf_in_background();
+    }
+    result
+}
+
+/// Detaching the profiler's tracepoint programs costs the kernel one RCU
+/// grace period each (over a second in all on small VMs), and a process's exit
+/// waits for it. A child that inherits the descriptors and outlives this
+/// process by a moment takes that wait off the command's critical path.
+fn release_bpf_in_background() {
+    // SAFETY: fork in a multi-threaded process: the child only calls
+    // async-signal-safe functions (nanosleep, _exit) before it ends.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let ts = libc::timespec {
+            tv_sec: 2,
+            tv_nsec: 0,
+        };
+        // SAFETY: close, nanosleep and _exit are async-signal-safe; the child
+        // touches no other state and never returns. It lets go of the
+        // standard streams at once so nobody waits on its pipes.
+        unsafe {
+            libc::close(0);
+            libc::close(1);
+            libc::close(2);
+            libc::nanosleep(&ts, std::ptr::null_mut());
+            libc::_exit(0);
+        }
+    }
+}
+
+/// Starts the eBPF collector on this process before the VM exists (and
+/// before the sandbox forbids mounting tracefs), and forwards every VMM mark
+/// to it as it is recorded.
+fn start_self_profile(
+    args: &RunArgs,
+    recorder: &Arc<Recorder>,
+) -> Result<Option<Arc<bootscope_profiler::Collector>>, Failure> {
+    if args.no_profile {
+        return Ok(None);
+    }
+    if let Some(o) = &args.output {
+        check_output_path("--output", o).map_err(usage)?;
+    }
+    let config =
+        bootscope_profiler::CollectorConfig::new(bootscope_profiler::TargetSpec::CurrentProcess);
+    let collector = match bootscope_profiler::Collector::start(config) {
+        Ok(c) => Arc::new(c),
+        Err(e) if args.output.is_none() => {
+            eprintln!("bootscope: not profiling this run: {e} (--no-profile silences this)");
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e)
+                .context("--output asks for a profile but the profiler cannot start")
+                .into())
+        }
+    };
+    recorder.vmm("vmm: profiler attached");
+    let weak = Arc::downgrade(&collector);
+    let clock = recorder.clock();
+    recorder.set_listener(Box::new(move |m| {
+        if let Some(c) = weak.upgrade() {
+            let source = serde_json::to_value(m.source)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            c.add_mark_at(
+                &m.name,
+                &source,
+                m.value.map(u64::from),
+                clock.instant_at(m.t_ns),
+            );
+        }
+    }));
+    Ok(Some(collector))
+}
+
+fn finish_self_profile(
+    args: &RunArgs,
+    collector: Arc<bootscope_profiler::Collector>,
+    doc: &TimelineDoc,
+) -> Result<(), Failure> {
+    let Ok(mut collector) = Arc::try_unwrap(collector) else {
+        eprintln!("bootscope: the profile could not be finished (collector still in use)");
+        return Ok(());
+    };
+    // Stopping the collector detaches every tracepoint program, which the
+    // kernel does one RCU grace period at a time (~100 ms each here); the
+    // process is about to exit, so take the final profile and let the exit
+    // release them instead.
+    let mut profile = collector.final_profile();
+    std::mem::forget(collector);
+    profile.target.kind = "self".into();
+    profile.target.command = std::env::args().collect();
+    profile.target.exit_code = Some(if doc.outcome.clean { 0 } else { 1 });
+    if let Some(path) = &args.output {
+        write_atomically(path, &serde_json::to_vec_pretty(&profile)?)?;
+    }
+    if !args.no_summary {
+        let shown = args
+            .output
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("(not saved: use --output)"));
+        eprint!("{}", crate::profile_cmd::summary(&profile, &shown));
+    }
+    Ok(())
 }
 
 fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {

@@ -1,8 +1,10 @@
 //! `bootscope`: the command line over the VMM, the lab and (later) the
 //! profiler. Only this crate uses anyhow; the libraries return typed errors.
 
+mod bench_cmd;
 mod cli;
 mod profile_cmd;
+mod tui_cmd;
 
 fn main() {
     let code = cli::main();

@@ -34,6 +34,13 @@ pub struct ProfileArgs {
     /// Do not print the summary.
     #[arg(long)]
     pub no_summary: bool,
+    /// Show the profile live in a terminal UI (docs/tui.md); it is still
+    /// written to --output when the UI is closed.
+    #[arg(long)]
+    pub tui: bool,
+    /// Refresh the terminal UI this often, in milliseconds.
+    #[arg(long, default_value_t = crate::tui_cmd::DEFAULT_REFRESH_MS)]
+    pub refresh_ms: u64,
     /// The command to launch and follow from its first instruction, after
     /// `--` (e.g. `-- qemu-system-x86_64 -enable-kvm ...`).
     #[arg(last = true, value_name = "COMMAND")]
@@ -81,6 +88,10 @@ fn check_output(p: &Path) -> Result<()> {
 /// Runs the subcommand; returns the exit status (a launched command's own
 /// status when it ended by itself).
 pub fn run(args: ProfileArgs) -> Result<i32> {
+    if crate::tui_cmd::no_terminal(args.tui) {
+        eprintln!("bootscope: error: {}", bootscope_tui::NOT_A_TERMINAL);
+        return Ok(crate::cli::EXIT_USAGE);
+    }
     check_output(&args.output)?;
     let duration = match args.duration {
         Some(d) if !(d > 0.0 && d.is_finite()) => {
@@ -95,11 +106,20 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let mut held = None;
+    // Under --tui a launched command must not read the keys or write over
+    // the screen: its output goes to a file, shown in the console pane.
+    let child_log = if args.tui && args.pid.is_none() {
+        Some(crate::tui_cmd::command_log()?)
+    } else {
+        None
+    };
     let target = match args.pid {
         Some(pid) => TargetSpec::Pid(pid),
         None => {
-            let h = HeldCommand::spawn(&command)
-                .with_context(|| format!("cannot start {}", command.join(" ")))?;
+            let h = crate::tui_cmd::with_child_stdio(child_log.as_deref(), || {
+                HeldCommand::spawn(&command)
+            })?
+            .with_context(|| format!("cannot start {}", command.join(" ")))?;
             let pid = h.pid();
             held = Some(h);
             TargetSpec::Launched(pid)
@@ -118,6 +138,21 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
     let started = Instant::now();
     let mut status = None;
     let mut stopped_by = "the target ended";
+    if args.tui {
+        let ended = crate::tui_cmd::profile_live(
+            &collector,
+            held.as_mut(),
+            started,
+            duration,
+            &command,
+            child_log.as_deref(),
+            args.refresh_ms,
+        )?;
+        // Closing the UI before the target ended stops it as Ctrl-C does.
+        if !ended {
+            INTERRUPTED.store(true, Ordering::SeqCst);
+        }
+    }
     loop {
         if let Some(h) = held.as_mut() {
             if let Some(s) = h

@@ -201,7 +201,13 @@ pub fn format_value(kind: MetricKind, v: f64) -> String {
 }
 
 /// Compares one metric.
-pub fn compare_metric(metric: &str, base: &[f64], new: &[f64], test: TestKind, alpha: f64) -> Option<Comparison> {
+pub fn compare_metric(
+    metric: &str,
+    base: &[f64],
+    new: &[f64],
+    test: TestKind,
+    alpha: f64,
+) -> Option<Comparison> {
     let kind = metrics::kind(metric);
     let (bs, ns) = (stats::summarize(base)?, stats::summarize(new)?);
     let center = match (kind, test) {
@@ -247,9 +253,14 @@ pub fn compare_metric(metric: &str, base: &[f64], new: &[f64], test: TestKind, a
 }
 
 /// The metrics two samples are compared on: `explicit` ones (each must be
-/// in both), else every shared one that is not zero in both, after
-/// checking that both booted through the same phases.
-pub fn select_metrics(base: &Sample, new: &Sample, explicit: &[String]) -> Result<Vec<String>, BenchError> {
+/// in both), else every shared one that is not zero in both (except the
+/// `kvm:*` statistics), after checking that both booted through the same
+/// phases.
+pub fn select_metrics(
+    base: &Sample,
+    new: &Sample,
+    explicit: &[String],
+) -> Result<Vec<String>, BenchError> {
     if !explicit.is_empty() {
         for m in explicit {
             if !base.values.contains_key(m) {
@@ -267,6 +278,9 @@ pub fn select_metrics(base: &Sample, new: &Sample, explicit: &[String]) -> Resul
         .keys()
         .filter(|k| new.values.contains_key(*k))
         .filter(|k| !(base.all_zero(k) && new.all_zero(k)))
+        // KVM's other statistics (fpu_reload, req_event, ...) are there to
+        // be named with --metric, not to crowd every report.
+        .filter(|k| !k.starts_with("kvm:"))
         .cloned()
         .collect();
     if shared.is_empty() {
@@ -332,7 +346,13 @@ impl From<&Sample> for SampleInfo {
 }
 
 /// Compares every selected metric of two samples.
-pub fn compare(base: &Sample, new: &Sample, explicit: &[String], test: TestKind, alpha: f64) -> Result<CompareReport, BenchError> {
+pub fn compare(
+    base: &Sample,
+    new: &Sample,
+    explicit: &[String],
+    test: TestKind,
+    alpha: f64,
+) -> Result<CompareReport, BenchError> {
     let selected = select_metrics(base, new, explicit)?;
     let metrics = selected
         .iter()
@@ -367,7 +387,11 @@ impl CompareReport {
             s,
             "times: {} on {}s, significant below p = {}; counts: medians",
             self.test.title(),
-            if self.test == TestKind::Welch { "mean" } else { "median" },
+            if self.test == TestKind::Welch {
+                "mean"
+            } else {
+                "median"
+            },
             self.alpha
         );
         let _ = writeln!(s);
@@ -428,7 +452,9 @@ impl MetricSpec {
         };
         let name = name.trim();
         if name.is_empty() {
-            return Err(BenchError::Usage(format!("--metric {s:?}: empty metric name")));
+            return Err(BenchError::Usage(format!(
+                "--metric {s:?}: empty metric name"
+            )));
         }
         Ok(Self {
             name: name.into(),
@@ -477,7 +503,11 @@ pub struct CheckReport {
 }
 
 /// Checks `current` against `baseline`.
-pub fn check(baseline: &Sample, current: &Sample, opts: &CheckOptions) -> Result<CheckReport, BenchError> {
+pub fn check(
+    baseline: &Sample,
+    current: &Sample,
+    opts: &CheckOptions,
+) -> Result<CheckReport, BenchError> {
     if !(opts.alpha > 0.0 && opts.alpha < 1.0) {
         return Err(BenchError::Usage(format!(
             "--alpha {}: give a significance level between 0 and 1 (for example 0.01)",
@@ -593,7 +623,11 @@ pub fn check(baseline: &Sample, current: &Sample, opts: &CheckOptions) -> Result
         test: opts.test,
         alpha: opts.alpha,
         max_regression_pct: opts.max_regression_pct,
-        verdict: if regressions > 0 { "regression" } else { "pass" },
+        verdict: if regressions > 0 {
+            "regression"
+        } else {
+            "pass"
+        },
         regressions,
         results,
     })
@@ -617,14 +651,22 @@ impl CheckReport {
         );
         let _ = writeln!(s);
         for r in &self.results {
-            let tag = if r.status == "regression" { "FAIL" } else { "ok  " };
+            let tag = if r.status == "regression" {
+                "FAIL"
+            } else {
+                "ok  "
+            };
             let _ = writeln!(s, "  {tag}  {}", r.message);
         }
         let _ = writeln!(s);
         let _ = writeln!(
             s,
             "result: {} ({} of {} metrics regressed)",
-            if self.regressions > 0 { "REGRESSION" } else { "pass" },
+            if self.regressions > 0 {
+                "REGRESSION"
+            } else {
+                "pass"
+            },
             self.regressions,
             self.results.len()
         );
@@ -673,7 +715,10 @@ impl CheckReport {
             };
             let name = xml_escape(&r.metric);
             if r.status == "regression" {
-                let _ = writeln!(s, r#"    <testcase classname="{class}" name="{name}" time="0">"#);
+                let _ = writeln!(
+                    s,
+                    r#"    <testcase classname="{class}" name="{name}" time="0">"#
+                );
                 let _ = writeln!(
                     s,
                     r#"      <failure type="regression" message="{}">{}</failure>"#,
@@ -748,10 +793,23 @@ mod tests {
         )
         .unwrap();
         assert!(c.significant);
-        assert!(c.words().starts_with("kernel phase 12.2 % faster, p < 0.001"), "{}", c.words());
-        let c = compare_metric("exits:io_exits", &[100.0; 3], &[150.0; 3], TestKind::Welch, 0.01).unwrap();
+        assert!(
+            c.words()
+                .starts_with("kernel phase 12.2 % faster, p < 0.001"),
+            "{}",
+            c.words()
+        );
+        let c = compare_metric(
+            "exits:io_exits",
+            &[100.0; 3],
+            &[150.0; 3],
+            TestKind::Welch,
+            0.01,
+        )
+        .unwrap();
         assert_eq!(c.words(), "io_exits 50.0 % more, p < 0.001");
-        let c = compare_metric("exits:io_exits", &[100.0], &[100.0], TestKind::Welch, 0.01).unwrap();
+        let c =
+            compare_metric("exits:io_exits", &[100.0], &[100.0], TestKind::Welch, 0.01).unwrap();
         assert_eq!(c.words(), "io_exits unchanged");
         assert!(c.no_test.unwrap().contains("needs 2 runs per side"));
         assert_eq!(format_p(0.004), "= 0.004");
@@ -763,9 +821,23 @@ mod tests {
 
     #[test]
     fn phase_mismatch_is_an_error() {
-        let a = sample("a.json", &[("phase:kernel", &[1.0, 2.0]), ("phase:userspace", &[1.0, 2.0])]);
-        let b = sample("b.json", &[("phase:kernel", &[1.0, 2.0]), ("phase:vmm setup", &[1.0, 2.0])]);
-        let e = compare(&a, &b, &[], TestKind::Welch, 0.01).unwrap_err().to_string();
+        let a = sample(
+            "a.json",
+            &[
+                ("phase:kernel", &[1.0, 2.0]),
+                ("phase:userspace", &[1.0, 2.0]),
+            ],
+        );
+        let b = sample(
+            "b.json",
+            &[
+                ("phase:kernel", &[1.0, 2.0]),
+                ("phase:vmm setup", &[1.0, 2.0]),
+            ],
+        );
+        let e = compare(&a, &b, &[], TestKind::Welch, 0.01)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("only in a.json: userspace"), "{e}");
         assert!(e.contains("only in b.json: vmm setup"), "{e}");
         // Chosen metrics present in both still compare.
@@ -793,14 +865,22 @@ mod tests {
         let names: Vec<&str> = r.metrics.iter().map(|c| c.metric.as_str()).collect();
         assert_eq!(
             names,
-            ["time_to_userspace", "phase:kernel", "phase:userspace", "exits:total"]
+            [
+                "time_to_userspace",
+                "phase:kernel",
+                "phase:userspace",
+                "exits:total"
+            ]
         );
         assert!(r.text().contains("kernel phase unchanged"), "{}", r.text());
     }
 
     fn opts(metrics: &[&str], pct: f64) -> CheckOptions {
         CheckOptions {
-            metrics: metrics.iter().map(|m| MetricSpec::parse(m).unwrap()).collect(),
+            metrics: metrics
+                .iter()
+                .map(|m| MetricSpec::parse(m).unwrap())
+                .collect(),
             max_regression_pct: pct,
             alpha: 0.01,
             test: TestKind::Welch,
@@ -816,7 +896,11 @@ mod tests {
         let doubled = sample("cur.json", &[("exits:io_exits", &[2000.0, 2010.0, 1990.0])]);
         let r = check(&base, &doubled, &opts(&["exits:io_exits"], 25.0)).unwrap();
         assert_eq!((r.verdict, r.regressions), ("regression", 1));
-        assert!(r.text().contains("FAIL  io_exits 100.0 % more"), "{}", r.text());
+        assert!(
+            r.text().contains("FAIL  io_exits 100.0 % more"),
+            "{}",
+            r.text()
+        );
         // A metric's own limit overrides --max-regression.
         let r = check(&base, &doubled, &opts(&["exits:io_exits=150"], 25.0)).unwrap();
         assert_eq!(r.verdict, "pass");
@@ -827,14 +911,30 @@ mod tests {
 
     #[test]
     fn time_checks_need_significance_and_size() {
-        let base = sample("base.json", &[("phase:kernel", &[100.0, 130.0, 70.0, 101.0])]);
+        let base = sample(
+            "base.json",
+            &[("phase:kernel", &[100.0, 130.0, 70.0, 101.0])],
+        );
         // 30 % slower on average but very noisy: not significant.
-        let noisy = sample("cur.json", &[("phase:kernel", &[180.0, 90.0, 120.0, 130.0])]);
+        let noisy = sample(
+            "cur.json",
+            &[("phase:kernel", &[180.0, 90.0, 120.0, 130.0])],
+        );
         let r = check(&base, &noisy, &opts(&["phase:kernel"], 10.0)).unwrap();
         assert_eq!(r.verdict, "pass");
-        assert!(r.results[0].message.contains("not significant"), "{}", r.results[0].message);
-        let base = sample("base.json", &[("phase:kernel", &[100.0, 101.0, 99.0, 100.5])]);
-        let slow = sample("cur.json", &[("phase:kernel", &[130.0, 131.0, 129.0, 130.5])]);
+        assert!(
+            r.results[0].message.contains("not significant"),
+            "{}",
+            r.results[0].message
+        );
+        let base = sample(
+            "base.json",
+            &[("phase:kernel", &[100.0, 101.0, 99.0, 100.5])],
+        );
+        let slow = sample(
+            "cur.json",
+            &[("phase:kernel", &[130.0, 131.0, 129.0, 130.5])],
+        );
         let r = check(&base, &slow, &opts(&["phase:kernel"], 10.0)).unwrap();
         assert_eq!(r.verdict, "regression");
         // Significant but within the limit.
@@ -842,14 +942,19 @@ mod tests {
         assert_eq!(r.verdict, "pass");
         // One run: no test possible.
         let one = sample("cur.json", &[("phase:kernel", &[130.0])]);
-        let e = check(&base, &one, &opts(&["phase:kernel"], 10.0)).unwrap_err().to_string();
+        let e = check(&base, &one, &opts(&["phase:kernel"], 10.0))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("needs at least 2 successful runs"), "{e}");
         // Three against three can never reach alpha 0.01 with Mann-Whitney.
         let mut o = opts(&["phase:kernel"], 10.0);
         o.test = TestKind::MannWhitney;
         let three = sample("cur.json", &[("phase:kernel", &[130.0, 131.0, 129.0])]);
         let e = check(&three, &three, &o).unwrap_err().to_string();
-        assert!(e.contains("smallest p Mann-Whitney U can give is 0.1"), "{e}");
+        assert!(
+            e.contains("smallest p Mann-Whitney U can give is 0.1"),
+            "{e}"
+        );
         assert!(e.contains("--runs 5 or more"), "{e}");
     }
 
@@ -868,8 +973,13 @@ mod tests {
         let names: Vec<&str> = r.results.iter().map(|c| c.metric.as_str()).collect();
         assert_eq!(names, ["time_to_userspace", "phase:kernel", "exits:total"]);
         let cur = sample("cur.json", &[("time_to_userspace", &[10.0, 11.0])]);
-        let e = check(&base, &cur, &opts(&["exits:io_exits"], 20.0)).unwrap_err().to_string();
-        assert!(e.contains("metric \"exits:io_exits\" is not in cur.json"), "{e}");
+        let e = check(&base, &cur, &opts(&["exits:io_exits"], 20.0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("metric \"exits:io_exits\" is not in cur.json"),
+            "{e}"
+        );
         assert!(e.contains("it has: time_to_userspace"), "{e}");
     }
 
@@ -898,7 +1008,9 @@ mod tests {
             }
         );
         assert_eq!(
-            MetricSpec::parse("phase:firmware/boot loader").unwrap().max_regression_pct,
+            MetricSpec::parse("phase:firmware/boot loader")
+                .unwrap()
+                .max_regression_pct,
             None
         );
         assert!(MetricSpec::parse("x=lots").is_err());

@@ -206,15 +206,16 @@ impl BenchDoc {
     /// The configuration `label`, or the only one when `label` is `None`.
     pub fn config(&self, label: Option<&str>, path: &Path) -> Result<&ConfigResult, BenchError> {
         match label {
-            Some(l) => self
-                .configs
-                .iter()
-                .find(|c| c.label == l)
-                .ok_or_else(|| BenchError::NoSuchConfig {
-                    path: path.into(),
-                    label: l.into(),
-                    labels: self.labels(),
-                }),
+            Some(l) => {
+                self.configs
+                    .iter()
+                    .find(|c| c.label == l)
+                    .ok_or_else(|| BenchError::NoSuchConfig {
+                        path: path.into(),
+                        label: l.into(),
+                        labels: self.labels(),
+                    })
+            }
             None if self.configs.len() == 1 => Ok(&self.configs[0]),
             None => Err(BenchError::AmbiguousConfig {
                 path: path.into(),
@@ -332,11 +333,17 @@ mod tests {
         let e = BenchDoc::parse(br#"{"schema":"bootscope.timeline","version":1}"#, p)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("schema \"bootscope.timeline\", expected bootscope.bench"), "{e}");
+        assert!(
+            e.contains("schema \"bootscope.timeline\", expected bootscope.bench"),
+            "{e}"
+        );
         let e = BenchDoc::parse(br#"{"schema":"bootscope.bench","version":7}"#, p)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("version 7, this bootscope reads version 1"), "{e}");
+        assert!(
+            e.contains("version 7, this bootscope reads version 1"),
+            "{e}"
+        );
         let e = BenchDoc::parse(br#"{"schema":"bootscope.bench","version":1}"#, p)
             .unwrap_err()
             .to_string();

@@ -52,7 +52,9 @@ impl ConsolePattern {
             )));
         }
         let regex = Regex::new(re).map_err(|e| {
-            BenchError::Usage(format!("console pattern {spec:?}: bad regular expression: {e}"))
+            BenchError::Usage(format!(
+                "console pattern {spec:?}: bad regular expression: {e}"
+            ))
         })?;
         Ok(Self {
             name: name.trim().into(),
@@ -91,8 +93,14 @@ pub struct BenchPlan {
     pub configs: Vec<ConfigPlan>,
     pub runs: u32,
     pub warmup: u32,
-    /// Wrap every run in `bootscope profile` for exit reasons and faults.
+    /// Profile every run for exit reasons and faults: `bootscope run
+    /// --output` where `run` profiles itself, else (and for other commands)
+    /// wrapped in `bootscope profile`.
     pub profile: bool,
+    /// This `bootscope run` profiles itself unless told `--no-profile`, and
+    /// writes that profile with `--output`. Runs get `--no-profile` unless
+    /// `profile` is set, so a benchmark measures the boot alone.
+    pub run_profiles_itself: bool,
     pub console_patterns: Vec<ConsolePattern>,
     /// A run still going after this long is killed and counted as failed.
     pub run_timeout: Duration,
@@ -137,10 +145,14 @@ impl BenchPlan {
                 Side::Bootscope(args) => {
                     for a in args {
                         let s = a.to_string_lossy();
-                        if s == "--timeline" || s.starts_with("--timeline=") {
+                        let owned = ["--timeline", "--output", "-o"]
+                            .into_iter()
+                            .find(|f| s == *f || s.starts_with(&format!("{f}=")));
+                        if let Some(flag) = owned {
                             return Err(BenchError::Usage(format!(
-                                "configuration {}: leave out --timeline: bench gives every run its own \
-                                 (use bench --output for the results)",
+                                "configuration {}: leave out {flag}: bench gives every run its own \
+                                 timeline (and profile, with bench --profile); bench --output \
+                                 writes the results",
                                 c.label
                             )));
                         }
@@ -229,11 +241,16 @@ impl BenchPlan {
     }
 
     /// The command line of one run, and where its timeline and profile go.
-    fn argv(&self, config: &ConfigPlan, index: u32) -> (Vec<OsString>, Option<PathBuf>, Option<PathBuf>) {
+    fn argv(
+        &self,
+        config: &ConfigPlan,
+        index: u32,
+    ) -> (Vec<OsString>, Option<PathBuf>, Option<PathBuf>) {
         let mut argv: Vec<OsString> = Vec::new();
         let mut timeline = None;
         let mut profile = None;
-        if self.profile {
+        let self_profiled = self.run_profiles_itself && matches!(config.side, Side::Bootscope(_));
+        if self.profile && !self_profiled {
             let p = self.work_dir.join(format!("profile-{index}.json"));
             argv.extend([
                 self.exe.clone().into_os_string(),
@@ -255,6 +272,14 @@ impl BenchPlan {
                 argv.push(t.clone().into_os_string());
                 if !args.iter().any(|a| a == OsStr::new("--no-summary")) {
                     argv.push("--no-summary".into());
+                }
+                if self_profiled && self.profile {
+                    let p = self.work_dir.join(format!("profile-{index}.json"));
+                    argv.push("--output".into());
+                    argv.push(p.clone().into_os_string());
+                    profile = Some(p);
+                } else if self_profiled && !args.iter().any(|a| a == OsStr::new("--no-profile")) {
+                    argv.push("--no-profile".into());
                 }
                 timeline = Some(t);
             }
@@ -394,7 +419,9 @@ pub fn execute(
     patterns: &[ConsolePattern],
     timeout: Duration,
 ) -> Result<Execution, BenchError> {
-    let program = argv.first().ok_or_else(|| BenchError::Usage("empty command".into()))?;
+    let program = argv
+        .first()
+        .ok_or_else(|| BenchError::Usage("empty command".into()))?;
     let mut cmd = Command::new(program);
     cmd.args(&argv[1..])
         .stdin(Stdio::null())
@@ -418,7 +445,11 @@ pub fn execute(
             if let Some(out) = stdout {
                 let mut reader = BufReader::new(out);
                 let mut line = Vec::new();
-                while reader.read_until(b'\n', &mut line).map(|n| n > 0).unwrap_or(false) {
+                while reader
+                    .read_until(b'\n', &mut line)
+                    .map(|n| n > 0)
+                    .unwrap_or(false)
+                {
                     let at = start.elapsed();
                     let text = String::from_utf8_lossy(&line);
                     for p in &pats {
@@ -470,9 +501,12 @@ pub fn execute(
         Err(_) => {
             timed_out = true;
             kill(pid);
-            exit_rx
-                .recv()
-                .unwrap_or_else(|_| (Err(std::io::Error::other("waiter vanished")), Instant::now()))
+            exit_rx.recv().unwrap_or_else(|_| {
+                (
+                    Err(std::io::Error::other("waiter vanished")),
+                    Instant::now(),
+                )
+            })
         }
     };
     let status = status.map_err(|source| BenchError::Spawn {
@@ -509,8 +543,7 @@ pub fn shell_words(argv: &[OsString]) -> String {
         .map(|a| {
             let s = a.to_string_lossy();
             if !s.is_empty()
-                && s
-                    .chars()
+                && s.chars()
                     .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
             {
                 s.into_owned()
@@ -616,10 +649,14 @@ mod tests {
             ConsolePattern::parse("two=^two").unwrap(),
             ConsolePattern::parse("never=nowhere").unwrap(),
         ];
-        let argv: Vec<OsString> = ["sh", "-c", "echo one; sleep 0.05; echo two; echo oops >&2; exit 3"]
-            .iter()
-            .map(OsString::from)
-            .collect();
+        let argv: Vec<OsString> = [
+            "sh",
+            "-c",
+            "echo one; sleep 0.05; echo two; echo oops >&2; exit 3",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
         let e = execute(&argv, &pats, Duration::from_secs(30)).unwrap();
         assert_eq!(e.exit_code, Some(3));
         assert!(!e.timed_out);
@@ -648,9 +685,8 @@ mod tests {
 
     #[test]
     fn interleaved_command_bench() {
-        let cmd = |s: &str| -> Vec<OsString> {
-            ["sh", "-c", s].iter().map(OsString::from).collect()
-        };
+        let cmd =
+            |s: &str| -> Vec<OsString> { ["sh", "-c", s].iter().map(OsString::from).collect() };
         let plan = BenchPlan {
             exe: PathBuf::from("/nonexistent/bootscope"),
             configs: vec![
@@ -666,6 +702,7 @@ mod tests {
             runs: 2,
             warmup: 1,
             profile: false,
+            run_profiles_itself: false,
             console_patterns: DEFAULT_CONSOLE_PATTERNS
                 .iter()
                 .map(|s| ConsolePattern::parse(s).unwrap())
@@ -689,7 +726,11 @@ mod tests {
         assert!(fast.summary.contains_key("console:kernel banner"));
         let slow = &doc.configs[1];
         assert_eq!(slow.failures(), 2);
-        assert!(slow.runs[0].error.as_deref().unwrap().contains("exit status 1"));
+        assert!(slow.runs[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("exit status 1"));
         let _ = std::fs::remove_dir_all(&plan.work_dir);
     }
 
@@ -704,6 +745,7 @@ mod tests {
             runs: 1,
             warmup: 0,
             profile: false,
+            run_profiles_itself: false,
             console_patterns: Vec::new(),
             run_timeout: Duration::from_secs(1),
             work_dir: PathBuf::from("/tmp"),
@@ -721,9 +763,51 @@ mod tests {
         assert_eq!(t.unwrap(), PathBuf::from("/tmp/timeline-4.json"));
         assert_eq!(
             argv,
-            ["bootscope", "run", "--timeline", "/tmp/timeline-4.json", "--no-summary"]
-                .map(OsString::from)
+            [
+                "bootscope",
+                "run",
+                "--timeline",
+                "/tmp/timeline-4.json",
+                "--no-summary"
+            ]
+            .map(OsString::from)
         );
+        // A run that profiles itself is told not to, or where to write it.
+        plan.run_profiles_itself = true;
+        let (argv, _, _) = plan.argv(&plan.configs[0], 4);
+        assert_eq!(argv.last().unwrap(), "--no-profile");
+        plan.profile = true;
+        let (argv, _, p) = plan.argv(&plan.configs[0], 4);
+        assert_eq!(argv[0], "bootscope");
+        assert_eq!(
+            &argv[argv.len() - 2..],
+            ["--output", "/tmp/profile-4.json"].map(OsString::from)
+        );
+        assert_eq!(p.unwrap(), PathBuf::from("/tmp/profile-4.json"));
+        // Other commands are wrapped in `bootscope profile`.
+        let cmd = ConfigPlan {
+            label: "q".into(),
+            side: Side::Command(vec!["qemu".into()]),
+        };
+        let (argv, t, p) = plan.argv(&cmd, 5);
+        assert!(t.is_none());
+        assert_eq!(
+            argv,
+            [
+                "bootscope",
+                "profile",
+                "--no-summary",
+                "--output",
+                "/tmp/profile-5.json",
+                "--",
+                "qemu"
+            ]
+            .map(OsString::from)
+        );
+        assert!(p.is_some());
+        plan.configs[0].side = Side::Bootscope(vec!["-o".into(), "p.json".into()]);
+        let e = plan.validate().unwrap_err().to_string();
+        assert!(e.contains("leave out -o"), "{e}");
     }
 
     #[test]

@@ -513,9 +513,17 @@ mod tests {
         close(student_t_two_sided(2.228_138_851_986_274, 10.0), 0.05, 1e-9);
         close(student_t_two_sided(3.169_272_672_616_95, 10.0), 0.01, 1e-9);
         close(student_t_two_sided(12.706_204_736_174_694, 1.0), 0.05, 1e-9);
-        close(student_t_two_sided(2.042_272_456_301_237_8, 30.0), 0.05, 1e-9);
+        close(
+            student_t_two_sided(2.042_272_456_301_237_8, 30.0),
+            0.05,
+            1e-9,
+        );
         // Non-integer degrees of freedom, as Welch gives.
-        close(student_t_two_sided(2.0, 7.5), 0.082_896_995_298_166_31, 1e-9);
+        close(
+            student_t_two_sided(2.0, 7.5),
+            0.082_896_995_298_166_31,
+            1e-9,
+        );
         close(student_t_two_sided(0.0, 4.0), 1.0, 1e-14);
     }
 
@@ -602,7 +610,11 @@ mod tests {
     fn sample_size_checks() {
         assert_eq!(
             test(TestKind::Welch, &[1.0], &[1.0, 2.0]),
-            Err(TooFew { need: 2, a: 1, b: 2 })
+            Err(TooFew {
+                need: 2,
+                a: 1,
+                b: 2
+            })
         );
         assert!(test(TestKind::MannWhitney, &[1.0], &[2.0]).is_ok());
     }

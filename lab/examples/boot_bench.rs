@@ -6,7 +6,7 @@
 //!     kernel and initramfs paths (one per line).
 //! boot_bench run --csv FILE --vmm NAME --variant NAME --round N
 //!                [--marker TEXT] [--timeline FILE] [--log-dir DIR]
-//!                [--timeout SECONDS] -- COMMAND [ARGS...]
+//!                [--timeout SECONDS] [--no-exit-trace] -- COMMAND [ARGS...]
 //!     Runs one VMM (COMMAND) and appends one row to the CSV file.
 //! boot_bench summary FILE.csv
 //!     Prints the runs, the medians and the ratios as Markdown tables.
@@ -85,7 +85,7 @@ fn main() -> ExitCode {
         Some("run") => cmd_run(&args[1..]),
         Some("summary") => cmd_summary(&args[1..]),
         _ => Err(format!(
-            "usage: boot_bench guest DIR | run --csv FILE --vmm NAME --variant NAME --round N [--marker TEXT] [--timeline FILE] [--log-dir DIR] [--timeout SECONDS] -- COMMAND [ARGS...] | summary FILE.csv (got {args:?})"
+            "usage: boot_bench guest DIR | run --csv FILE --vmm NAME --variant NAME --round N [--marker TEXT] [--timeline FILE] [--log-dir DIR] [--timeout SECONDS] [--no-exit-trace] -- COMMAND [ARGS...] | summary FILE.csv (got {args:?})"
         )),
     };
     match result {
@@ -121,6 +121,7 @@ struct RunOptions {
     timeline: Option<PathBuf>,
     log_dir: Option<PathBuf>,
     timeout: Duration,
+    exit_trace: bool,
     command: Vec<OsString>,
 }
 
@@ -133,12 +134,18 @@ fn parse_run(args: &[OsString]) -> Result<RunOptions, String> {
     let mut timeline = None;
     let mut log_dir = None;
     let mut timeout = Duration::from_secs(600);
+    let mut exit_trace = true;
     let mut i = 0;
     while i < args.len() {
         let flag = args[i].to_string_lossy().into_owned();
         if flag == "--" {
             i += 1;
             break;
+        }
+        if flag == "--no-exit-trace" {
+            exit_trace = false;
+            i += 1;
+            continue;
         }
         let value = args
             .get(i + 1)
@@ -187,6 +194,7 @@ fn parse_run(args: &[OsString]) -> Result<RunOptions, String> {
         timeline,
         log_dir,
         timeout,
+        exit_trace,
         command,
     })
 }
@@ -412,7 +420,11 @@ fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
         let _ = fs::remove_file(t);
     }
 
-    let counter = ExitCounter::start();
+    let counter = if opts.exit_trace {
+        ExitCounter::start()
+    } else {
+        None
+    };
     let t0 = Instant::now();
     let mut child = Command::new(&opts.command[0])
         .args(&opts.command[1..])

@@ -813,6 +813,19 @@ impl Collector {
         st.build(now)
     }
 
+    /// The final profile, like [`finish`](Self::finish), but leaves the
+    /// programs attached (for a caller that exits right away and lets the
+    /// kernel release them).
+    pub fn final_profile(&mut self) -> Profile {
+        self.stop_worker();
+        let mut st = self.lock();
+        st.poll_target();
+        st.take_sample();
+        let now = st.now_ns();
+        st.finished_ns = Some(now);
+        st.build(now)
+    }
+
     fn stop_worker(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         if let Some(w) = self.worker.take() {

@@ -95,8 +95,8 @@ pub struct App {
     pub message: Option<String>,
     /// A note from the source (where a console or a command's output goes).
     pub note: Option<String>,
-    /// The last console lines, when the source has a console.
-    pub console: Option<Vec<String>>,
+    /// The console pane, when the source has one.
+    pub console: Option<crate::Console>,
     pub theme: Theme,
     history: VecDeque<FaultPoint>,
 }
@@ -299,11 +299,9 @@ impl App {
             })
             .collect();
         match self.sort {
-            SortMode::Total => rows.sort_by(|a, b| {
-                b.count
-                    .cmp(&a.count)
-                    .then_with(|| a.reason.cmp(&b.reason))
-            }),
+            SortMode::Total => {
+                rows.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.reason.cmp(&b.reason)))
+            }
             SortMode::Rate => rows.sort_by(|a, b| {
                 b.rate
                     .total_cmp(&a.rate)
@@ -334,7 +332,11 @@ impl App {
     pub fn selected_reason_stat(&self) -> Option<&ExitReasonStat> {
         let rows = self.exit_rows();
         let name = rows.get(self.selected_index(&rows))?.reason.clone();
-        self.profile.exits.by_reason.iter().find(|r| r.reason == name)
+        self.profile
+            .exits
+            .by_reason
+            .iter()
+            .find(|r| r.reason == name)
     }
 
     /// The threads of the threads pane and whether they are the

@@ -1,3 +1,253 @@
-//! Live terminal UI over the profiler's data.
+//! bootscope's live terminal UI: draws the [`Profile`] a [`ProfileSource`]
+//! hands it (the profiler's collector, bootscope's own VMM, a replay of a
+//! saved profile), refreshed every `refresh`, until the user quits.
 //!
-//! Not built yet: tracked by the TUI issue.
+//! The profiler knows nothing of terminals; this crate only draws what it
+//! produces. Layout: [`app`] (state, keys), [`ui`] (drawing, one function per
+//! pane), [`event`] (input thread and tick), [`term`] (raw mode, alternate
+//! screen and their restoration), [`theme`] (colours and symbols from the
+//! environment), [`replay`] (a saved profile as a source). Keys and panes are
+//! described in docs/tui.md.
+//!
+//! ```no_run
+//! use bootscope_tui::{run_live, ReplaySource, TuiOptions};
+//! let saved = bootscope_profiler::Profile::read("profile.json".as_ref())?;
+//! let mut source = ReplaySource::realtime(saved, 1.0);
+//! let last = run_live(&mut source, TuiOptions::default())?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use bootscope_profiler::Profile;
+
+pub mod app;
+pub mod event;
+pub mod replay;
+pub mod term;
+pub mod theme;
+pub mod ui;
+
+pub use app::App;
+pub use replay::ReplaySource;
+pub use theme::{ColorMode, Theme};
+
+/// What the CLI says when `--tui` is given without a terminal.
+pub const NOT_A_TERMINAL: &str =
+    "--tui needs a terminal on standard output; use --output FILE to save the profile instead";
+
+/// Where the TUI's profiles come from.
+pub trait ProfileSource {
+    /// The profile so far (called every refresh while live, and once more
+    /// when [`finished`](ProfileSource::finished) turns true).
+    fn snapshot(&mut self) -> Profile;
+    /// True once the target ended (or profiling stopped): the TUI takes one
+    /// last snapshot and holds it on screen until the user quits.
+    fn finished(&mut self) -> bool;
+    /// What is profiled, for the status line.
+    fn title(&self) -> String;
+    /// A text pane under the charts (a guest console, a command's output):
+    /// its title and up to `max_lines` last lines. None: no such pane.
+    fn console(&mut self, _max_lines: usize) -> Option<Console> {
+        None
+    }
+}
+
+/// The text pane's content.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Console {
+    pub title: String,
+    pub lines: Vec<String>,
+}
+
+/// How the TUI runs.
+#[derive(Clone, Debug)]
+pub struct TuiOptions {
+    /// Time between snapshots (and redraws).
+    pub refresh: Duration,
+    /// Colours and symbols.
+    pub theme: Theme,
+    /// Where `e` writes snapshots.
+    pub snapshot_dir: PathBuf,
+}
+
+impl Default for TuiOptions {
+    /// 100 ms, the theme the environment asks for, snapshots in the
+    /// current directory.
+    fn default() -> Self {
+        Self {
+            refresh: Duration::from_millis(100),
+            theme: Theme::detect(),
+            snapshot_dir: PathBuf::from("."),
+        }
+    }
+}
+
+/// Errors of the TUI.
+#[derive(Debug, thiserror::Error)]
+pub enum TuiError {
+    /// Standard output is not a terminal.
+    #[error("{NOT_A_TERMINAL}")]
+    NotATerminal,
+    /// The terminal could not be set up, drawn on or read.
+    #[error("{what}: {source}")]
+    Terminal {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Lines of console kept for the console pane.
+const CONSOLE_LINES: usize = 8;
+/// When nothing changes any more (target ended), look at the keys and the
+/// terminal size this often.
+const IDLE_TICK: Duration = Duration::from_millis(250);
+
+/// Runs the TUI over `source` until the user quits (q, Ctrl-C, SIGTERM or
+/// SIGINT); returns the last profile it showed. The terminal is restored on
+/// every way out, panics included.
+pub fn run_live(source: &mut dyn ProfileSource, opts: TuiOptions) -> Result<Profile, TuiError> {
+    let mut guard = term::enter()?;
+    let events = event::Events::start().map_err(|source| TuiError::Terminal {
+        what: "cannot start reading the terminal",
+        source,
+    })?;
+    let refresh = opts.refresh.max(Duration::from_millis(10));
+    let mut app = App::new(source.title(), opts.theme);
+    let mut next_poll = Instant::now();
+    let mut dirty = true;
+    loop {
+        if term::quit_requested() {
+            break;
+        }
+        let now = Instant::now();
+        if now >= next_poll {
+            if !app.finished {
+                if source.finished() {
+                    app.finish(source.snapshot());
+                    dirty = true;
+                } else if !app.paused {
+                    app.update(source.snapshot());
+                    dirty = true;
+                }
+                let console = source.console(CONSOLE_LINES);
+                if console != app.console {
+                    app.console = console;
+                    dirty = true;
+                }
+            }
+            let every = if app.finished { IDLE_TICK } else { refresh };
+            // Keep the cadence, but never try to catch up on missed ticks.
+            next_poll = (next_poll + every).max(now);
+        }
+        if dirty {
+            guard
+                .terminal
+                .draw(|f| ui::draw(f, &app))
+                .map_err(|source| TuiError::Terminal {
+                    what: "cannot draw on the terminal",
+                    source,
+                })?;
+            dirty = false;
+        }
+        match events.next(next_poll) {
+            event::Event::Key(k) => match app.on_key(k) {
+                app::Action::Quit => break,
+                app::Action::WriteSnapshot => {
+                    app.message = Some(match write_snapshot(&app.profile, &opts.snapshot_dir) {
+                        Ok(p) => format!("snapshot written to {}", p.display()),
+                        Err(e) => format!("snapshot not written: {e}"),
+                    });
+                    dirty = true;
+                }
+                app::Action::Redraw => dirty = true,
+                app::Action::None => {}
+            },
+            event::Event::Resize => {
+                guard
+                    .terminal
+                    .autoresize()
+                    .map_err(|source| TuiError::Terminal {
+                        what: "cannot follow the terminal's new size",
+                        source,
+                    })?;
+                dirty = true;
+            }
+            event::Event::Tick => {}
+            event::Event::InputClosed(_) => break,
+        }
+    }
+    drop(events);
+    drop(guard);
+    Ok(app.profile)
+}
+
+/// Writes `profile` as `bootscope-snapshot-<unix time>.json` in `dir`
+/// (through a temporary file and a rename, so no reader sees half of it);
+/// returns its path. A second snapshot within the same second gets a
+/// `-N` suffix.
+pub fn write_snapshot(profile: &Profile, dir: &Path) -> std::io::Result<PathBuf> {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let json = serde_json::to_vec_pretty(profile).map_err(std::io::Error::other)?;
+    let mut path = dir.join(format!("bootscope-snapshot-{secs}.json"));
+    let mut n = 1;
+    while path.exists() {
+        n += 1;
+        path = dir.join(format!("bootscope-snapshot-{secs}-{n}.json"));
+    }
+    let name = path
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    let res = (|| {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&json)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    })();
+    if let Err(e) = res {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshots_are_whole_profiles_with_distinct_names() {
+        let dir = std::env::temp_dir().join(format!("bootscope-tui-snap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut p = Profile::new();
+        p.duration_ns = 42;
+        let a = write_snapshot(&p, &dir).unwrap();
+        let b = write_snapshot(&p, &dir).unwrap();
+        assert_ne!(a, b);
+        assert!(a
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("bootscope-snapshot-"));
+        assert_eq!(Profile::read(&a).unwrap(), p);
+        assert_eq!(Profile::read(&b).unwrap(), p);
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+        assert_eq!(names.len(), 2, "no temporary file left behind");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn not_a_terminal_says_what_to_do() {
+        assert!(TuiError::NotATerminal.to_string().contains("--output FILE"));
+    }
+}

@@ -192,6 +192,15 @@ impl Theme {
         self.color(C16[n % 6], Color::Indexed(C256[n % 6]))
     }
 
+    /// The separator in titles.
+    pub fn dot(&self) -> &'static str {
+        if self.ascii {
+            "-"
+        } else {
+            "·"
+        }
+    }
+
     /// The running-phase marker.
     pub fn marker(&self) -> &'static str {
         if self.ascii {
@@ -308,7 +317,7 @@ mod tests {
         assert_eq!(u.bar_text(0.5, 4), "██");
         assert_eq!(u.bar_text(0.0, 4), "");
         assert_eq!(u.bar_text(0.001, 4), "▏");
-        assert_eq!(u.bar_text(0.3, 4), "█▏");
+        assert_eq!(u.bar_text(0.3, 4), "█▎");
         assert_eq!(u.bar_text(f64::NAN, 4), "");
         let a = Theme::plain();
         assert_eq!(a.bar_text(0.5, 4), "##");

@@ -18,7 +18,7 @@ use ratatui::Frame;
 
 use bootscope_profiler::profile::{HistBucket, Profile};
 
-use crate::app::{App, SortMode};
+use crate::app::App;
 use crate::theme::Theme;
 
 /// Below this size only a message is drawn.
@@ -209,7 +209,7 @@ pub fn draw_phases(f: &mut Frame, area: Rect, app: &App) {
     let title = if p.phases.is_empty() {
         " Boot phases ".to_string()
     } else {
-        format!(" Boot phases · {} ", fmt_ms(total))
+        format!(" Boot phases {} {} ", t.dot(), fmt_ms(total))
     };
     let b = block(t, title);
     let inner = b.inner(area);
@@ -270,10 +270,7 @@ pub fn draw_phases(f: &mut Frame, area: Rect, app: &App) {
                 },
                 t.warn(),
             ),
-            Span::styled(
-                format!("{:<name_w$}", cut(&s.name, name_w)),
-                name_style,
-            ),
+            Span::styled(format!("{:<name_w$}", cut(&s.name, name_w)), name_style),
             Span::raw(" "),
             Span::raw(gap.repeat(a)),
             Span::styled(
@@ -313,7 +310,14 @@ pub fn draw_exits(f: &mut Frame, area: Rect, app: &App) {
             }
         }
     };
-    let b = block(t, format!(" Exit reasons · {scope} "));
+    let b = block(
+        t,
+        format!(
+            " Exit reasons {d} {scope} {d} sort: {} ",
+            app.sort.label(),
+            d = t.dot()
+        ),
+    );
     let inner = b.inner(area);
     let rows = app.exit_rows();
     let (total, rate) = app.exit_total();
@@ -333,12 +337,17 @@ pub fn draw_exits(f: &mut Frame, area: Rect, app: &App) {
         ));
     }
     if let Some(k) = e.kvm_stats_exits {
-        head.push(Span::styled(format!(" · KVM: {}", fmt_count(k)), t.dim()));
+        head.push(Span::styled(
+            format!(" {} KVM: {}", t.dot(), fmt_count(k)),
+            t.dim(),
+        ));
     }
     let mut lines = vec![Line::from(head)];
     if rows.is_empty() {
         lines.push(Line::from(if app.vcpu.is_some() {
             "no exits on this vCPU yet"
+        } else if total > 0 {
+            "only the total is known: its source does not tell reasons"
         } else {
             "no exits counted yet"
         }));
@@ -370,10 +379,7 @@ pub fn draw_exits(f: &mut Frame, area: Rect, app: &App) {
     lines.push(Line::styled(
         format!(
             "  {:<reason_w$} {:bar_w$} {:>count_w$}{:>rate_w$}",
-            format!("reason [{}]", app.sort.label()),
-            "",
-            "count",
-            rate_head
+            "reason", "", "count", rate_head
         ),
         t.dim(),
     ));
@@ -387,7 +393,14 @@ pub fn draw_exits(f: &mut Frame, area: Rect, app: &App) {
         let bar = t.bar_text(r.count as f64 / max as f64, bar_w);
         let style = if sel { t.highlight() } else { Style::new() };
         lines.push(Line::from(vec![
-            Span::styled(if sel { format!("{} ", t.marker()) } else { "  ".into() }, style),
+            Span::styled(
+                if sel {
+                    format!("{} ", t.marker())
+                } else {
+                    "  ".into()
+                },
+                style,
+            ),
             Span::styled(format!("{:<reason_w$}", cut(&r.reason, reason_w)), style),
             Span::raw(" "),
             Span::styled(format!("{bar:<bar_w$}"), t.bar()),
@@ -425,7 +438,7 @@ pub fn draw_latency(f: &mut Frame, area: Rect, app: &App) {
     let t = &app.theme;
     let stat = app.selected_reason_stat();
     let title = match stat {
-        Some(s) => format!(" Exit latency · {} [↑↓] ", s.reason),
+        Some(s) => format!(" Exit latency {} {} [↑↓] ", t.dot(), s.reason),
         None => " Exit latency ".to_string(),
     };
     let title = if t.ascii {
@@ -436,12 +449,27 @@ pub fn draw_latency(f: &mut Frame, area: Rect, app: &App) {
     let b = block(t, title);
     let inner = b.inner(area);
     let Some(s) = stat else {
-        f.render_widget(
-            Paragraph::new(vec![
+        let lines = if app.profile.exits.total > 0 {
+            vec![
+                Line::from("no exit reasons known"),
+                Line::styled(
+                    "latency is measured per reason by the eBPF exit tracepoints",
+                    t.dim(),
+                ),
+            ]
+        } else {
+            vec![
                 Line::from("no exits counted yet"),
-                Line::styled("select a reason in the exit chart with the arrow keys", t.dim()),
-            ])
-            .block(b),
+                Line::styled(
+                    "select a reason in the exit chart with the arrow keys",
+                    t.dim(),
+                ),
+            ]
+        };
+        f.render_widget(
+            Paragraph::new(lines)
+                .block(b)
+                .wrap(ratatui::widgets::Wrap { trim: true }),
             area,
         );
         return;
@@ -494,7 +522,10 @@ pub fn draw_latency(f: &mut Frame, area: Rect, app: &App) {
         lines.push(Line::from(vec![
             Span::raw(format!("{label:>label_w$} ")),
             Span::styled(
-                format!("{:<bar_w$}", t.bar_text(bk.count as f64 / max as f64, bar_w)),
+                format!(
+                    "{:<bar_w$}",
+                    t.bar_text(bk.count as f64 / max as f64, bar_w)
+                ),
                 t.bar(),
             ),
             Span::raw(format!(" {:>count_w$}", fmt_count(bk.count))),
@@ -531,8 +562,9 @@ pub fn draw_faults(f: &mut Frame, area: Rect, app: &App) {
             pf.host_total,
             app.rate(pf.host_total, |p| p.page_faults.host_total),
             format!(
-                "user {} · kernel {}",
+                "user {} {} kernel {}",
                 fmt_count(pf.host_user),
+                t.dot(),
                 fmt_count(pf.host_kernel)
             ),
             host,
@@ -558,7 +590,10 @@ pub fn draw_faults(f: &mut Frame, area: Rect, app: &App) {
             continue;
         }
         if data.is_empty() {
-            f.render_widget(Paragraph::new(Line::styled("no samples yet", t.dim())), spark);
+            f.render_widget(
+                Paragraph::new(Line::styled("no samples yet", t.dim())),
+                spark,
+            );
             continue;
         }
         let w = spark.width as usize;
@@ -588,9 +623,9 @@ pub fn draw_threads(f: &mut Frame, area: Rect, app: &App) {
     } else {
         " Threads".to_string()
     };
-    title.push_str(&format!(" · sort: {}", app.sort.label()));
+    title.push_str(&format!(" {} sort: {}", t.dot(), app.sort.label()));
     if more > 0 {
-        title.push_str(&format!(" · {more} more"));
+        title.push_str(&format!(" {} {more} more", t.dot()));
     }
     title.push(' ');
     let b = block(t, title);
@@ -609,10 +644,19 @@ pub fn draw_threads(f: &mut Frame, area: Rect, app: &App) {
         );
         return;
     }
+    // Narrow panes drop the role and memory columns (2 and 6) and shrink
+    // the rest, so the numbers stay whole.
+    let narrow = area.width < 76;
+    let keep = |i: usize| !narrow || (i != 2 && i != 6);
+    let name_w: usize = if narrow { 12 } else { 16 };
     let header = Row::new(
-        ["TID", "NAME", "ROLE", "CPUS", "NODE", "PAGES", "MEMORY", "LOCAL"]
-            .into_iter()
-            .map(Cell::from),
+        [
+            "TID", "NAME", "ROLE", "CPUS", "NODE", "PAGES", "MEMORY", "LOCAL",
+        ]
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| keep(*i))
+        .map(|(_, h)| Cell::from(h)),
     )
     .style(t.dim().add_modifier(Modifier::BOLD));
     let body: Vec<Row> = rows
@@ -629,18 +673,14 @@ pub fn draw_threads(f: &mut Frame, area: Rect, app: &App) {
             let placed = th.pages_local + th.pages_remote;
             let local = if placed > 0 {
                 let pct = th.pages_local as f64 * 100.0 / placed as f64;
-                Cell::from(format!("{pct:.0}%")).style(if pct >= 99.5 {
-                    t.good()
-                } else {
-                    t.bad()
-                })
+                Cell::from(format!("{pct:.0}%")).style(if pct >= 99.5 { t.good() } else { t.bad() })
             } else {
                 Cell::from("-")
             };
             let ended = th.exit_code.is_some() || th.end_ns < app.profile.duration_ns;
-            Row::new(vec![
+            let cells = vec![
                 Cell::from(th.tid.to_string()),
-                Cell::from(cut(&th.name, 16)),
+                Cell::from(cut(&th.name, name_w)),
                 Cell::from(th.role.clone()),
                 Cell::from(if cpus.is_empty() {
                     "-".to_string()
@@ -659,7 +699,14 @@ pub fn draw_threads(f: &mut Frame, area: Rect, app: &App) {
                     "-".to_string()
                 }),
                 local,
-            ])
+            ];
+            Row::new(
+                cells
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| keep(*i))
+                    .map(|(_, c)| c),
+            )
             .style(if ended && !app.finished {
                 t.dim()
             } else {
@@ -667,16 +714,21 @@ pub fn draw_threads(f: &mut Frame, area: Rect, app: &App) {
             })
         })
         .collect();
-    let widths = [
+    let widths: Vec<Constraint> = [
+        Constraint::Length(if narrow { 7 } else { 8 }),
+        Constraint::Length(name_w as u16),
         Constraint::Length(8),
-        Constraint::Length(16),
-        Constraint::Length(8),
-        Constraint::Min(6),
-        Constraint::Length(5),
+        Constraint::Min(4),
+        Constraint::Length(4),
         Constraint::Length(11),
         Constraint::Length(9),
-        Constraint::Length(6),
-    ];
+        Constraint::Length(5),
+    ]
+    .into_iter()
+    .enumerate()
+    .filter(|(i, _)| keep(*i))
+    .map(|(_, w)| w)
+    .collect();
     f.render_widget(Table::new(body, widths).header(header).block(b), area);
 }
 
@@ -789,7 +841,7 @@ fn sources_spans<'a>(p: &Profile, t: &Theme) -> Vec<Span<'a>> {
         p.sources
             .iter()
             .filter(|s| s.status == st)
-            .map(|s| short_source(&s.name).to_string())
+            .map(|s| s.name.rsplit(':').next().unwrap_or(&s.name).to_string())
             .collect()
     };
     let mut out = vec![Span::raw(format!("sources {} attached", count("attached")))];
@@ -827,6 +879,7 @@ pub fn draw_status(f: &mut Frame, area: Rect, app: &App) {
     } else {
         " LIVE ".to_string()
     };
+    let lost = p.lost_events + p.map_overflows;
     let mut line1 = vec![
         Span::styled(
             state,
@@ -839,27 +892,23 @@ pub fn draw_status(f: &mut Frame, area: Rect, app: &App) {
         Span::raw(" "),
         Span::styled(app.title.clone(), Style::new().add_modifier(Modifier::BOLD)),
         sep(),
+        Span::raw(format!("{:.1} s", p.duration_ns as f64 / 1e9)),
+        sep(),
+        Span::styled(
+            if p.map_overflows > 0 {
+                format!(
+                    "lost events {} (+{} map full)",
+                    fmt_count(p.lost_events),
+                    fmt_count(p.map_overflows)
+                )
+            } else {
+                format!("lost events {}", fmt_count(p.lost_events))
+            },
+            if lost > 0 { t.warn() } else { Style::new() },
+        ),
+        sep(),
     ];
     line1.extend(sources_spans(p, t));
-    line1.push(sep());
-    let lost = p.lost_events + p.map_overflows;
-    line1.push(Span::styled(
-        if p.map_overflows > 0 {
-            format!(
-                "lost events {} (+{} map full)",
-                fmt_count(p.lost_events),
-                fmt_count(p.map_overflows)
-            )
-        } else {
-            format!("lost events {}", fmt_count(p.lost_events))
-        },
-        if lost > 0 { t.warn() } else { Style::new() },
-    ));
-    line1.push(sep());
-    line1.push(Span::raw(format!(
-        "{:.1} s",
-        p.duration_ns as f64 / 1e9
-    )));
     if let Some(n) = &app.note {
         line1.push(sep());
         line1.push(Span::styled(n.clone(), t.dim()));
@@ -875,7 +924,10 @@ pub fn draw_status(f: &mut Frame, area: Rect, app: &App) {
         line2.push(sep());
     }
     line2.push(Span::styled(keys, t.dim()));
-    f.render_widget(Paragraph::new(vec![Line::from(line1), Line::from(line2)]), area);
+    f.render_widget(
+        Paragraph::new(vec![Line::from(line1), Line::from(line2)]),
+        area,
+    );
 }
 
 /// The key help, over everything else.
@@ -887,7 +939,7 @@ pub fn draw_help(f: &mut Frame, area: Rect, app: &App) {
         ("v", "cycle the exit chart: all vCPUs, vCPU 0, 1, ..."),
         ("s", "sort: total, rate, name"),
         ("up/down, k/j", "select the exit reason for the histogram"),
-        ("e", "write the current profile to bootscope-snapshot-<time>.json"),
+        ("e", "write the profile to ./bootscope-snapshot-<time>.json"),
         ("?, h", "show or hide this help"),
     ];
     let w = (area.width.saturating_sub(4)).min(72);
@@ -902,7 +954,10 @@ pub fn draw_help(f: &mut Frame, area: Rect, app: &App) {
         .iter()
         .map(|(k, d)| {
             Line::from(vec![
-                Span::styled(format!("  {k:<14}"), Style::new().add_modifier(Modifier::BOLD)),
+                Span::styled(
+                    format!("  {k:<14}"),
+                    Style::new().add_modifier(Modifier::BOLD),
+                ),
                 Span::raw(*d),
             ])
         })
@@ -953,7 +1008,11 @@ mod tests {
             .map(|i| HistBucket {
                 lo_ns: 1 << i,
                 hi_ns: 2 << i,
-                count: if (3..15).contains(&i) { 1 + (i == 12) as u64 * 100 } else { 0 },
+                count: if (3..15).contains(&i) {
+                    1 + (i == 12) as u64 * 100
+                } else {
+                    0
+                },
             })
             .collect();
         assert_eq!(visible_buckets(&hist, 100).len(), 12);

@@ -90,13 +90,30 @@ impl Clock {
     pub fn now_ns(&self) -> u64 {
         u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
+
+    /// The instant `t_ns` after the origin (to hand marks to other clocks).
+    pub fn instant_at(&self, t_ns: u64) -> Instant {
+        self.origin + std::time::Duration::from_nanos(t_ns)
+    }
 }
 
+/// Called for every mark as it is recorded (e.g. to forward marks to a live
+/// profiler). Runs on the recording thread: keep it short.
+pub type MarkListener = Box<dyn Fn(&PhaseMark) + Send + Sync>;
+
 /// Thread-safe collector of marks, shared by the vCPU threads and devices.
-#[derive(Debug)]
 pub struct Recorder {
     clock: Clock,
     marks: Mutex<Vec<PhaseMark>>,
+    listener: std::sync::OnceLock<MarkListener>,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Recorder {
@@ -104,7 +121,14 @@ impl Recorder {
         Self {
             clock,
             marks: Mutex::new(Vec::new()),
+            listener: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Installs the listener called for every mark recorded from now on
+    /// (once; later calls are ignored and return false).
+    pub fn set_listener(&self, listener: MarkListener) -> bool {
+        self.listener.set(listener).is_ok()
     }
 
     pub fn clock(&self) -> Clock {
@@ -127,13 +151,17 @@ impl Recorder {
         let t_ns = self.clock.now_ns();
         let mut marks = self.lock();
         if !marks.iter().any(|m| m.name == name) {
-            marks.push(PhaseMark {
+            let mark = PhaseMark {
                 name: name.to_string(),
                 source: MarkSource::Vmm,
                 t_ns,
                 value: None,
                 vcpu: None,
-            });
+            };
+            if let Some(l) = self.listener.get() {
+                l(&mark);
+            }
+            marks.push(mark);
         }
     }
 
@@ -149,6 +177,9 @@ impl Recorder {
     }
 
     pub fn push(&self, mark: PhaseMark) {
+        if let Some(l) = self.listener.get() {
+            l(&mark);
+        }
         self.lock().push(mark);
     }
 
@@ -509,6 +540,20 @@ mod tests {
             boot_time_port_mark_name(6),
             "port 0xf4: linux_start_kernel (6)"
         );
+    }
+
+    #[test]
+    fn listener_sees_every_mark() {
+        let r = Recorder::new(Clock::start());
+        let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        assert!(r.set_listener(Box::new(move |m| s2.lock().unwrap().push(m.name.clone()))));
+        r.vmm("a");
+        r.vmm_once("b");
+        r.vmm_once("b");
+        r.guest("c".into(), MarkSource::DebugPort, Some(0x40), Some(0));
+        assert_eq!(*seen.lock().unwrap(), ["a", "b", "c"]);
+        assert!(!r.set_listener(Box::new(|_| {})));
     }
 
     #[test]

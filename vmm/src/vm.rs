@@ -155,6 +155,50 @@ fn kvm_err(what: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VmError {
     move |source| VmError::Kvm { what, source }
 }
 
+/// Emulated instructions per second above which, sustained over a window,
+/// the guest is running through PVM's emulator rather than natively (a stock
+/// kernel emulates ~200,000/s; a PVM guest only its port I/O).
+pub const PVM_EMULATION_RATE: u64 = 50_000;
+/// Window over which the emulation rate is measured.
+pub const PVM_WINDOW: Duration = Duration::from_secs(1);
+
+/// Decides, from KVM's `insn_emulation` statistic, whether a guest on a PVM
+/// host is being emulated instruction by instruction. Fast path: the total
+/// passing [`PVM_EMULATION_LIMIT`] early; slow path (a loaded machine
+/// emulates more slowly): a sustained rate of [`PVM_EMULATION_RATE`] over any
+/// [`PVM_WINDOW`].
+#[derive(Debug)]
+pub struct EmulationWatch {
+    started: Instant,
+    window_start: Instant,
+    window_count: u64,
+}
+
+impl EmulationWatch {
+    pub fn new(started: Instant) -> Self {
+        Self {
+            started,
+            window_start: started,
+            window_count: 0,
+        }
+    }
+
+    /// Feeds the current total; true when the guest is being emulated.
+    pub fn guest_is_emulated(&mut self, now: Instant, emulated: u64) -> bool {
+        if emulated >= PVM_EMULATION_LIMIT && now.duration_since(self.started) < PVM_WINDOW * 5 {
+            return true;
+        }
+        let dt = now.duration_since(self.window_start);
+        if dt >= PVM_WINDOW {
+            let rate = emulated.saturating_sub(self.window_count) as f64 / dt.as_secs_f64();
+            self.window_start = now;
+            self.window_count = emulated;
+            return rate >= PVM_EMULATION_RATE as f64;
+        }
+        false
+    }
+}
+
 /// Checks the numbers before touching KVM.
 pub fn validate(cfg: &VmConfig, max_vcpus: u32) -> Result<(), ConfigError> {
     if cfg.vcpus == 0 {
@@ -408,7 +452,7 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
 
     // Wait for the guest to end, the timeout, or PVM emulation.
     let started = Instant::now();
-    let mut pvm_checked = false;
+    let mut pvm_watch = EmulationWatch::new(started);
     let mut pvm_error = None;
     let (reason, detail) = loop {
         match rx.recv_timeout(Duration::from_millis(50)) {
@@ -429,23 +473,18 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
                 );
             }
         }
-        if flavour == KvmFlavour::Pvm
-            && !cfg.allow_emulation
-            && !pvm_checked
-            && started.elapsed() >= PVM_GRACE
-        {
+        if flavour == KvmFlavour::Pvm && !cfg.allow_emulation && started.elapsed() >= PVM_GRACE {
             let emulated = sum_stats(&stats)
                 .get("insn_emulation")
                 .copied()
                 .unwrap_or(0);
-            if emulated >= PVM_EMULATION_LIMIT {
+            if pvm_watch.guest_is_emulated(Instant::now(), emulated) {
                 pvm_error = Some(emulated);
                 break (
                     StopReason::PvmEmulation,
                     format!("stopped: {emulated} instructions emulated (not a PVM guest)"),
                 );
             }
-            pvm_checked = emulated > 0 && started.elapsed() >= PVM_GRACE * 4;
         }
     };
     recorder.vmm(vmm_marks::GUEST_SHUTDOWN);
@@ -561,6 +600,39 @@ fn setup_only_timeline(
         marks,
         kvm_stats: BTreeMap::new(),
         memory: prealloc.as_ref().and_then(|p| serde_json::to_value(p).ok()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emulation_watch_fast_path() {
+        let t0 = Instant::now();
+        let mut w = EmulationWatch::new(t0);
+        assert!(!w.guest_is_emulated(t0 + Duration::from_millis(300), 1_000));
+        assert!(w.guest_is_emulated(t0 + Duration::from_millis(400), PVM_EMULATION_LIMIT));
+    }
+
+    #[test]
+    fn emulation_watch_sustained_rate_on_a_slow_machine() {
+        let t0 = Instant::now();
+        let mut w = EmulationWatch::new(t0);
+        // 60,000/s: slow, but never idle: caught after a window.
+        assert!(!w.guest_is_emulated(t0 + Duration::from_millis(500), 30_000));
+        assert!(w.guest_is_emulated(t0 + Duration::from_millis(1000), 60_000));
+    }
+
+    #[test]
+    fn emulation_watch_ignores_port_io_of_a_native_guest() {
+        let t0 = Instant::now();
+        let mut w = EmulationWatch::new(t0);
+        let mut total = 0;
+        for s in 1..=60 {
+            total += 5_000; // a chatty console: 5,000 emulated I/O per second
+            assert!(!w.guest_is_emulated(t0 + Duration::from_secs(s), total));
+        }
     }
 }
 

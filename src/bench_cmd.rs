@@ -1,0 +1,604 @@
+//! `bootscope bench`, `compare`, `check` and `plot`: the command-line side of
+//! the bench library (`bench/`). Each returns the process exit status:
+//! 0 success, 1 failed runs or a regression, 2 bad input.
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bootscope_bench::compare::{self, format_value};
+use bootscope_bench::doc::{BenchDoc, ConfigResult, Machine};
+use bootscope_bench::metrics::{self, MetricKind};
+use bootscope_bench::runner::{self, Progress, DEFAULT_CONSOLE_PATTERNS};
+use bootscope_bench::{
+    BenchError, BenchPlan, CheckOptions, ConfigPlan, ConsolePattern, MetricSpec, Sample, Side,
+    TestKind,
+};
+
+use crate::cli::{write_atomically, EXIT_FAILURE, EXIT_USAGE};
+
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  bootscope bench --runs 10 --output bench.json -- run --kernel bzImage --initrd initrd.cpio
+  bootscope bench --runs 10 -- run --cmdline \"console=ttyS0 quiet\" --vs run --cmdline console=ttyS0
+  bootscope bench --runs 5 -- run --kernel K --initrd I --vs-command qemu-system-x86_64 -M microvm ...
+  bootscope lab -- bench --runs 3 --output /tmp/bench.json -- run --kernel K --initrd I")]
+pub struct BenchArgs {
+    /// Measured runs per configuration.
+    #[arg(long, default_value_t = 10)]
+    pub runs: u32,
+    /// Warm-up runs per configuration first, left out of the statistics.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: u32,
+    /// Write every run and the summaries (JSON, docs/bench-schema.md).
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// Name of the first configuration, then of the second (repeat).
+    #[arg(long = "label", value_name = "NAME")]
+    pub labels: Vec<String>,
+    /// Also time the first console line (standard output) matching REGEX
+    /// (repeatable).
+    #[arg(long = "console-pattern", value_name = "NAME=REGEX")]
+    pub console_patterns: Vec<String>,
+    /// Do not time the built-in console lines (kernel banner, run init).
+    #[arg(long)]
+    pub no_default_patterns: bool,
+    /// Run every boot under `bootscope profile` for exits per reason and
+    /// page faults (needs the eBPF collectors; adds their overhead).
+    #[arg(long)]
+    pub profile: bool,
+    /// Kill a run still going after this many seconds.
+    #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
+    pub run_timeout: f64,
+    /// After `--`: `run` and its arguments; optionally `--vs` and a second
+    /// set of run arguments, or `--vs-command` and any command, to
+    /// interleave with the first.
+    #[arg(last = true, required = true, value_name = "RUN-ARGS")]
+    pub args: Vec<OsString>,
+}
+
+#[derive(clap::Args)]
+pub struct CompareArgs {
+    /// The configuration to use in files that hold two (a file with one
+    /// uses it).
+    #[arg(long, value_name = "LABEL")]
+    pub config: Option<String>,
+    /// Significance test for times.
+    #[arg(long, default_value = "welch", value_parser = TestKind::NAMES)]
+    pub test: String,
+    /// Significance level.
+    #[arg(long, default_value_t = 0.01)]
+    pub alpha: f64,
+    /// Compare only these metrics (repeatable; names in docs/bench-schema.md).
+    #[arg(long = "metric", value_name = "NAME")]
+    pub metrics: Vec<String>,
+    /// Output format.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub format: String,
+    /// Write the report to this file instead of standard output.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// The base bench file, then the new one; one file holding two
+    /// interleaved configurations compares them.
+    #[arg(required = true, num_args = 1..=2, value_name = "BENCH.json")]
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct CheckArgs {
+    /// The baseline bench file.
+    #[arg(long, value_name = "BASE.json")]
+    pub baseline: PathBuf,
+    /// Regression allowed, in percent, before a metric fails.
+    #[arg(long, default_value_t = 10.0, value_name = "PCT")]
+    pub max_regression: f64,
+    /// A metric to check, optionally with its own limit: NAME or NAME=PCT
+    /// (repeatable). Default: time_to_userspace, every phase, exits:total.
+    #[arg(long = "metric", value_name = "NAME[=PCT]")]
+    pub metrics: Vec<String>,
+    /// Significance level a time regression must reach.
+    #[arg(long, default_value_t = 0.01)]
+    pub alpha: f64,
+    /// Significance test for times.
+    #[arg(long, default_value = "welch", value_parser = TestKind::NAMES)]
+    pub test: String,
+    /// The configuration to use in files that hold two (a file with one
+    /// uses it).
+    #[arg(long, value_name = "LABEL")]
+    pub config: Option<String>,
+    /// Report format.
+    #[arg(long, default_value = "text", value_parser = ["text", "json", "junit"])]
+    pub format: String,
+    /// Write the report to this file (and print the text report).
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// The current bench file.
+    #[arg(value_name = "CURRENT.json")]
+    pub current: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub struct PlotArgs {
+    /// The SVG file to write.
+    #[arg(long, short, value_name = "FILE.svg")]
+    pub output: PathBuf,
+    /// A bench file, a boot timeline or a profile.
+    #[arg(value_name = "INPUT.json")]
+    pub input: PathBuf,
+}
+
+/// Prints an error the way the rest of the CLI does and maps it to an exit
+/// status.
+fn fail(e: BenchError) -> i32 {
+    eprintln!("bootscope: error: {e}");
+    if e.is_bad_input() {
+        EXIT_USAGE
+    } else {
+        EXIT_FAILURE
+    }
+}
+
+fn check_output(flag: &str, p: &Path) -> Result<(), BenchError> {
+    let dir = p
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(BenchError::Usage(format!(
+            "{flag} {}: directory {} does not exist; create it first",
+            p.display(),
+            dir.display()
+        )));
+    }
+    if p.is_dir() {
+        return Err(BenchError::Usage(format!(
+            "{flag} {} is a directory; give a file name",
+            p.display()
+        )));
+    }
+    Ok(())
+}
+
+fn write(path: &Path, bytes: &[u8]) -> i32 {
+    match write_atomically(path, bytes) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("bootscope: error: {e:#}");
+            EXIT_FAILURE
+        }
+    }
+}
+
+/// Splits the arguments after `--` into one or two configurations.
+fn split_sides(args: &[OsString]) -> Result<Vec<Side>, BenchError> {
+    let strip_run = |a: &[OsString]| -> Vec<OsString> {
+        match a.first() {
+            Some(first) if first == "run" => a[1..].to_vec(),
+            _ => a.to_vec(),
+        }
+    };
+    let pos = args.iter().position(|a| a == "--vs" || a == "--vs-command");
+    let Some(pos) = pos else {
+        return Ok(vec![Side::Bootscope(strip_run(args))]);
+    };
+    let first = Side::Bootscope(strip_run(&args[..pos]));
+    let rest = &args[pos + 1..];
+    if rest.iter().any(|a| a == "--vs" || a == "--vs-command") {
+        return Err(BenchError::Usage(
+            "bench compares at most two configurations: give --vs or --vs-command once".into(),
+        ));
+    }
+    let second = if args[pos] == "--vs" {
+        Side::Bootscope(strip_run(rest))
+    } else {
+        if rest.is_empty() {
+            return Err(BenchError::Usage(
+                "--vs-command needs a program and its arguments after it".into(),
+            ));
+        }
+        Side::Command(rest.to_vec())
+    };
+    Ok(vec![first, second])
+}
+
+/// `bootscope bench`.
+pub fn bench(args: BenchArgs) -> i32 {
+    match bench_inner(args) {
+        Ok(code) => code,
+        Err(e) => fail(e),
+    }
+}
+
+fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
+    if let Some(o) = &args.output {
+        check_output("--output", o)?;
+    }
+    if !(args.run_timeout > 0.0 && args.run_timeout.is_finite()) {
+        return Err(BenchError::Usage(
+            "--run-timeout must be a positive number of seconds".into(),
+        ));
+    }
+    let sides = split_sides(&args.args)?;
+    if args.labels.len() > sides.len() {
+        return Err(BenchError::Usage(format!(
+            "{} --label given for {} configuration(s)",
+            args.labels.len(),
+            sides.len()
+        )));
+    }
+    let default_labels = ["a", "b"];
+    let configs: Vec<ConfigPlan> = sides
+        .into_iter()
+        .enumerate()
+        .map(|(i, side)| ConfigPlan {
+            label: args
+                .labels
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| default_labels[i].to_string()),
+            side,
+        })
+        .collect();
+    let mut patterns = Vec::new();
+    if !args.no_default_patterns {
+        for p in DEFAULT_CONSOLE_PATTERNS {
+            patterns.push(ConsolePattern::parse(p)?);
+        }
+    }
+    for p in &args.console_patterns {
+        let p = ConsolePattern::parse(p)?;
+        patterns.retain(|q: &ConsolePattern| q.name != p.name);
+        patterns.push(p);
+    }
+    let exe = std::env::current_exe().map_err(|source| BenchError::Spawn {
+        program: "bootscope (its own executable)".into(),
+        source,
+    })?;
+    let flavour = bootscope_vmm::host::kvm_flavour(&bootscope_vmm::host::HostRoot::default());
+    let host_kvm = serde_json::to_value(flavour)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let work_dir = std::env::temp_dir().join(format!("bootscope-bench-{}", std::process::id()));
+    let plan = BenchPlan {
+        exe: exe.clone(),
+        configs,
+        runs: args.runs,
+        warmup: args.warmup,
+        profile: args.profile,
+        run_profiles_itself: run_profiles_itself(&exe),
+        console_patterns: patterns,
+        run_timeout: Duration::from_secs_f64(args.run_timeout),
+        work_dir: work_dir.clone(),
+        machine: Machine::detect(&host_kvm),
+    };
+    plan.validate()?;
+    eprintln!(
+        "bench: {} configuration(s), {} warm-up + {} measured run(s) each{}",
+        plan.configs.len(),
+        plan.warmup,
+        plan.runs,
+        if plan.configs.len() == 2 {
+            ", interleaved"
+        } else {
+            ""
+        }
+    );
+    for c in &plan.configs {
+        let (what, argv) = match &c.side {
+            Side::Bootscope(a) => ("bootscope run", a),
+            Side::Command(a) => ("command", a),
+        };
+        eprintln!("bench: {}: {what} {}", c.label, runner::shell_words(argv));
+    }
+    let result = plan.run(print_progress);
+    let _ = std::fs::remove_dir_all(&work_dir);
+    let doc = result?;
+    print!("{}", summary_text(&doc));
+    if let Some(o) = &args.output {
+        let code = write(o, &doc.to_json());
+        if code != 0 {
+            return Ok(code);
+        }
+        eprintln!("bench: results in {}", o.display());
+    }
+    let failed: usize = doc.configs.iter().map(ConfigResult::failures).sum();
+    let no_success = doc.configs.iter().any(|c| c.measured().count() == 0);
+    if failed > 0 || no_success {
+        eprintln!(
+            "bootscope: error: {failed} measured run(s) failed{}",
+            if args.output.is_some() {
+                "; their errors are in the output file"
+            } else {
+                ""
+            }
+        );
+        return Ok(EXIT_FAILURE);
+    }
+    Ok(0)
+}
+
+/// Whether this build's `bootscope run` profiles itself by default (it then
+/// has `--no-profile`, and `--output` for the profile).
+fn run_profiles_itself(exe: &Path) -> bool {
+    std::process::Command::new(exe)
+        .args(["run", "--help"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("--no-profile"))
+        .unwrap_or(false)
+}
+
+fn print_progress(p: &Progress) {
+    let r = p.run;
+    let which = if r.warmup {
+        format!("warm-up {}/{}", r.round + 1, p.warmup_rounds)
+    } else {
+        format!(
+            "run {}/{}",
+            r.round + 1 - p.warmup_rounds,
+            p.rounds - p.warmup_rounds
+        )
+    };
+    let mut line = format!(
+        "bench: [{:>w$}/{}] {} {which}: ",
+        p.done,
+        p.total,
+        p.label,
+        w = p.total.to_string().len()
+    );
+    if r.ok {
+        line.push_str("ok");
+    } else {
+        line.push_str("FAILED");
+    }
+    let m = &r.metrics;
+    if let Some(w) = m.get("wall") {
+        let _ = write!(line, ", wall {:.1} ms", *w as f64 / 1e6);
+    }
+    if let Some(t) = m.get("time_to_userspace") {
+        let _ = write!(line, ", to userspace {:.1} ms", *t as f64 / 1e6);
+    }
+    if let Some(e) = m.get("exits:total") {
+        let _ = write!(line, ", {e} exits");
+    }
+    if let Some(err) = &r.error {
+        let first = err.lines().next().unwrap_or("");
+        let _ = write!(line, " ({first})");
+    }
+    eprintln!("{line}");
+}
+
+/// The table printed at the end of a benchmark.
+fn summary_text(doc: &BenchDoc) -> String {
+    let mut s = String::new();
+    for c in &doc.configs {
+        let ok = c.measured().count();
+        let _ = writeln!(
+            s,
+            "\n{}: {} ok, {} failed of {} measured run(s)",
+            c.label,
+            ok,
+            c.failures(),
+            doc.settings.runs
+        );
+        let _ = writeln!(
+            s,
+            "  {:<34} {:>11} {:>11} {:>11} {:>11} {:>11}",
+            "metric", "mean", "sd", "min", "median", "max"
+        );
+        let mut names: Vec<&String> = c
+            .summary
+            .keys()
+            .filter(|k| {
+                let shown = !k.starts_with("kvm:") && !k.starts_with("faults:pf_");
+                let nonzero = c.summary[*k].stats.max > 0.0;
+                shown && (nonzero || metrics::kind(k) == MetricKind::Time)
+            })
+            .collect();
+        names.sort_by_key(|k| compare::order_key(k));
+        for name in names {
+            let m = &c.summary[name];
+            let f = |v: f64| format_value(m.kind, v);
+            let _ = writeln!(
+                s,
+                "  {:<34} {:>11} {:>11} {:>11} {:>11} {:>11}",
+                metrics::display_name(name),
+                f(m.stats.mean),
+                f(m.stats.sd),
+                f(m.stats.min),
+                f(m.stats.median),
+                f(m.stats.max)
+            );
+        }
+    }
+    if doc.configs.len() == 2 {
+        let path = Path::new("(this run)");
+        let samples: Result<Vec<Sample>, _> = doc
+            .configs
+            .iter()
+            .map(|c| Sample::from_doc(doc, path, Some(&c.label)))
+            .collect();
+        if let Ok(samples) = samples {
+            match compare::compare(&samples[0], &samples[1], &[], TestKind::Welch, 0.01) {
+                Ok(r) => {
+                    let _ = writeln!(
+                        s,
+                        "\n{} compared with {}:",
+                        samples[1].label, samples[0].label
+                    );
+                    for c in &r.metrics {
+                        let _ = writeln!(s, "  {}", c.words());
+                    }
+                }
+                Err(e) => {
+                    let _ = writeln!(s, "\n(no comparison: {e})");
+                }
+            }
+        }
+    }
+    s
+}
+
+/// The sample of `path`: its only configuration, or `config` where it
+/// holds two (so one `--config` serves a one-configuration baseline and an
+/// interleaved current file alike).
+fn sample(path: &Path, config: Option<&str>) -> Result<Sample, BenchError> {
+    let doc = BenchDoc::read(path)?;
+    let label = if doc.configs.len() == 1 { None } else { config };
+    Sample::from_doc(&doc, path, label)
+}
+
+fn test_kind(s: &str) -> TestKind {
+    // clap has already restricted the value to the known names.
+    TestKind::parse(s).unwrap_or(TestKind::Welch)
+}
+
+/// `bootscope compare`.
+pub fn compare(args: CompareArgs) -> i32 {
+    match compare_inner(&args) {
+        Ok(code) => code,
+        Err(e) => fail(e),
+    }
+}
+
+fn compare_inner(args: &CompareArgs) -> Result<i32, BenchError> {
+    if let Some(o) = &args.output {
+        check_output("--output", o)?;
+    }
+    if !(args.alpha > 0.0 && args.alpha < 1.0) {
+        return Err(BenchError::Usage(format!(
+            "--alpha {}: give a significance level between 0 and 1 (for example 0.01)",
+            args.alpha
+        )));
+    }
+    let (base, new) = match args.files.as_slice() {
+        [one] => {
+            let doc = BenchDoc::read(one)?;
+            if doc.configs.len() != 2 {
+                return Err(BenchError::Usage(format!(
+                    "{} holds one configuration: give a second bench file to compare it with",
+                    one.display()
+                )));
+            }
+            (
+                Sample::from_doc(&doc, one, Some(&doc.configs[0].label))?,
+                Sample::from_doc(&doc, one, Some(&doc.configs[1].label))?,
+            )
+        }
+        [a, b] => (
+            sample(a, args.config.as_deref())?,
+            sample(b, args.config.as_deref())?,
+        ),
+        _ => return Err(BenchError::Usage("give one or two bench files".into())),
+    };
+    let report = compare::compare(
+        &base,
+        &new,
+        &args.metrics,
+        test_kind(&args.test),
+        args.alpha,
+    )?;
+    let text = match args.format.as_str() {
+        "json" => report.json(),
+        _ => report.text(),
+    };
+    match &args.output {
+        Some(o) => Ok(write(o, text.as_bytes())),
+        None => {
+            print!("{text}");
+            Ok(0)
+        }
+    }
+}
+
+/// `bootscope check`: 0 pass, 1 regression, 2 bad input.
+pub fn check(args: CheckArgs) -> i32 {
+    match check_inner(&args) {
+        Ok(code) => code,
+        Err(e) => fail(e),
+    }
+}
+
+fn check_inner(args: &CheckArgs) -> Result<i32, BenchError> {
+    if let Some(o) = &args.output {
+        check_output("--output", o)?;
+    }
+    let metrics = args
+        .metrics
+        .iter()
+        .map(|m| MetricSpec::parse(m))
+        .collect::<Result<Vec<_>, _>>()?;
+    let baseline = sample(&args.baseline, args.config.as_deref())?;
+    let current = sample(&args.current, args.config.as_deref())?;
+    let opts = CheckOptions {
+        metrics,
+        max_regression_pct: args.max_regression,
+        alpha: args.alpha,
+        test: test_kind(&args.test),
+    };
+    let report = compare::check(&baseline, &current, &opts)?;
+    let formatted = match args.format.as_str() {
+        "json" => report.json(),
+        "junit" => report.junit(),
+        _ => report.text(),
+    };
+    match &args.output {
+        Some(o) => {
+            let code = write(o, formatted.as_bytes());
+            if code != 0 {
+                return Ok(code);
+            }
+            print!("{}", report.text());
+        }
+        None => print!("{formatted}"),
+    }
+    Ok(if report.regressions > 0 {
+        EXIT_FAILURE
+    } else {
+        0
+    })
+}
+
+/// `bootscope plot`.
+pub fn plot(args: PlotArgs) -> i32 {
+    let run = || -> Result<i32, BenchError> {
+        check_output("--output", &args.output)?;
+        let bytes = std::fs::read(&args.input).map_err(|source| BenchError::Read {
+            path: args.input.clone(),
+            source,
+        })?;
+        let svg = bootscope_bench::plot::render(&bytes, &args.input)?;
+        Ok(write(&args.output, svg.as_bytes()))
+    };
+    match run() {
+        Ok(code) => code,
+        Err(e) => fail(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn sides() {
+        let s = split_sides(&os(&["run", "--kernel", "k"])).unwrap();
+        assert!(matches!(&s[..], [Side::Bootscope(a)] if a == &os(&["--kernel", "k"])));
+        let s = split_sides(&os(&["--kernel", "k", "--vs", "run", "--kernel", "j"])).unwrap();
+        assert!(
+            matches!(&s[..], [Side::Bootscope(_), Side::Bootscope(b)] if b == &os(&["--kernel", "j"]))
+        );
+        let s = split_sides(&os(&["run", "--vs-command", "qemu", "-m", "256"])).unwrap();
+        assert!(
+            matches!(&s[..], [Side::Bootscope(a), Side::Command(c)] if a.is_empty() && c == &os(&["qemu", "-m", "256"]))
+        );
+        assert!(split_sides(&os(&["run", "--vs-command"])).is_err());
+        assert!(split_sides(&os(&["run", "--vs", "--vs"])).is_err());
+    }
+}

@@ -1,0 +1,664 @@
+//! `--tui` for `bootscope run` and `bootscope profile`: the adapters that
+//! hand the live terminal UI (`tui/`) its profiles.
+//!
+//! - `profile --tui`: the collector's snapshots; a launched command's
+//!   standard input is /dev/null and its output goes to a file in a
+//!   temporary directory, tailed in the console pane, so it neither reads
+//!   the keys nor writes over the screen.
+//! - `run --tui`: the VM runs on a thread of its own. With the eBPF
+//!   collector on this process (`run` starts one where BPF works) the TUI
+//!   shows its snapshots; without it, a profile built from the VMM's own
+//!   marks, `/proc/self` (threads, where they ran, host page faults) and
+//!   KVM's exit count. A console on standard output goes to a file instead,
+//!   tailed in the console pane.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use bootscope_profiler::collector::thread_role;
+use bootscope_profiler::kvm_stats::KvmStatsReader;
+use bootscope_profiler::launch::HeldCommand;
+use bootscope_profiler::profile::{
+    CpuResidency, DataSource, Mark, Profile, Sample, Target, ThreadProfile,
+};
+use bootscope_profiler::topology::Topology;
+use bootscope_profiler::Collector;
+use bootscope_tui::{Console, ProfileSource, TuiOptions};
+use bootscope_vmm::timeline::{vmm_marks, Recorder};
+use bootscope_vmm::vm::{self, RunReport, VmConfig, VmError};
+
+/// The `--refresh-ms` default.
+pub const DEFAULT_REFRESH_MS: u64 = 100;
+
+/// True when `--tui` cannot run: standard output is not a terminal.
+pub fn no_terminal(tui: bool) -> bool {
+    tui && !bootscope_tui::term::stdout_is_terminal()
+}
+
+fn options(refresh_ms: u64) -> TuiOptions {
+    TuiOptions {
+        refresh: Duration::from_millis(refresh_ms.max(10)),
+        ..TuiOptions::default()
+    }
+}
+
+/// A private directory for what the TUI keeps off the screen.
+fn scratch_dir() -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("bootscope-tui-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the directory {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// A console line without terminal escape sequences and control
+/// characters, which would move the cursor over the TUI.
+fn printable(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\x1b' => match chars.next() {
+                // CSI: parameters up to a final byte in @..~.
+                Some('[') => {
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                // OSC: up to BEL or ESC \.
+                Some(']') => {
+                    while let Some(c) = chars.next() {
+                        if c == '\x07' || (c == '\x1b' && chars.next_if_eq(&'\\').is_some()) {
+                            break;
+                        }
+                    }
+                }
+                _ => {}
+            },
+            '\t' => out.push(' '),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The last `n` lines of a text file (reads at most its last 16 KiB).
+fn tail_lines(path: &Path, n: usize) -> Vec<String> {
+    const WINDOW: u64 = 16 * 1024;
+    let Ok(mut f) = File::open(path) else {
+        return Vec::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = len.saturating_sub(WINDOW);
+    if f.seek(SeekFrom::Start(start)).is_err() {
+        return Vec::new();
+    }
+    let mut buf = Vec::new();
+    if f.take(WINDOW).read_to_end(&mut buf).is_err() {
+        return Vec::new();
+    }
+    let text = String::from_utf8_lossy(&buf);
+    let mut lines: Vec<String> = text
+        .lines()
+        // A partial first line of the window is not shown.
+        .skip(usize::from(start > 0))
+        .map(printable)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let keep = lines.len().saturating_sub(n);
+    lines.drain(..keep);
+    lines
+}
+
+// ---- bootscope profile --tui -------------------------------------------
+
+/// Where a launched command's output goes under `--tui`.
+pub fn command_log() -> Result<PathBuf> {
+    Ok(scratch_dir()?.join("command.log"))
+}
+
+/// Runs `spawn` with standard input on /dev/null and standard output and
+/// error on `log`, so the child it forks inherits those; ours are put
+/// back before returning. Call it while bootscope has no other thread that
+/// writes to them.
+pub fn with_child_stdio<T>(log: Option<&Path>, spawn: impl FnOnce() -> T) -> Result<T> {
+    let Some(log) = log else {
+        return Ok(spawn());
+    };
+    let null = File::open("/dev/null").context("cannot open /dev/null")?;
+    let out = File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    let targets = [
+        (libc::STDIN_FILENO, null.as_raw_fd()),
+        (libc::STDOUT_FILENO, out.as_raw_fd()),
+        (libc::STDERR_FILENO, out.as_raw_fd()),
+    ];
+    let mut saved = Vec::new();
+    for (fd, _) in targets {
+        // SAFETY: dup of one of the standard descriptors; returns a new
+        // descriptor (closed below) or -1.
+        let copy = unsafe { libc::dup(fd) };
+        if copy < 0 {
+            let e = std::io::Error::last_os_error();
+            for (_, c) in saved {
+                // SAFETY: `c` is a descriptor dup returned above.
+                unsafe { libc::close(c) };
+            }
+            return Err(anyhow::Error::new(e).context("cannot save the standard descriptors"));
+        }
+        saved.push((fd, copy));
+    }
+    for (fd, to) in targets {
+        // SAFETY: both descriptors are open (`to` is owned by a File that
+        // lives to the end of this function).
+        unsafe { libc::dup2(to, fd) };
+    }
+    let result = spawn();
+    for (fd, copy) in saved {
+        // SAFETY: `copy` is the saved original of `fd`, open until closed
+        // here, right after it is put back.
+        unsafe {
+            libc::dup2(copy, fd);
+            libc::close(copy);
+        }
+    }
+    Ok(result)
+}
+
+/// `bootscope profile --tui`: the collector, and the launched command or
+/// the followed pid.
+struct ProfileCmdSource<'a> {
+    collector: &'a Collector,
+    held: Option<&'a mut HeldCommand>,
+    started: Instant,
+    duration: Option<Duration>,
+    title: String,
+    log: Option<PathBuf>,
+    exit_code: Option<i32>,
+}
+
+impl ProfileSource for ProfileCmdSource<'_> {
+    fn snapshot(&mut self) -> Profile {
+        let mut p = self.collector.snapshot();
+        if p.target.exit_code.is_none() {
+            p.target.exit_code = self.exit_code;
+        }
+        p
+    }
+
+    fn finished(&mut self) -> bool {
+        if self.duration.is_some_and(|d| self.started.elapsed() >= d) {
+            return true;
+        }
+        match self.held.as_deref_mut() {
+            Some(h) => match h.try_wait() {
+                Ok(Some(s)) => {
+                    use std::os::unix::process::ExitStatusExt;
+                    self.exit_code =
+                        Some(s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)));
+                    true
+                }
+                Ok(None) => false,
+                Err(_) => true,
+            },
+            None => self.collector.target_ended(),
+        }
+    }
+
+    fn title(&self) -> String {
+        self.title.clone()
+    }
+
+    fn console(&mut self, max_lines: usize) -> Option<Console> {
+        let log = self.log.as_ref()?;
+        Some(Console {
+            title: format!("Command output: {}", log.display()),
+            lines: tail_lines(log, max_lines),
+        })
+    }
+}
+
+/// Shows the TUI while `bootscope profile` runs. Returns true when the
+/// target ended (or `--duration` elapsed) before the user quit, false when
+/// the user quit first (the caller then stops a launched command as on
+/// Ctrl-C).
+pub fn profile_live(
+    collector: &Collector,
+    held: Option<&mut HeldCommand>,
+    started: Instant,
+    duration: Option<Duration>,
+    command: &[String],
+    log: Option<&Path>,
+    refresh_ms: u64,
+) -> Result<bool> {
+    let pid = collector.target_pid();
+    let title = if command.is_empty() {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        format!("pid {pid} ({})", comm.trim())
+    } else {
+        let name = Path::new(&command[0])
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        format!("{name} (pid {pid})")
+    };
+    let mut source = ProfileCmdSource {
+        collector,
+        held,
+        started,
+        duration,
+        title,
+        log: log.map(Path::to_path_buf),
+        exit_code: None,
+    };
+    bootscope_tui::run_live(&mut source, options(refresh_ms)).context("the TUI failed")?;
+    let ended = source.finished();
+    if let Some(l) = log {
+        eprintln!("bootscope: the command's output is in {}", l.display());
+    }
+    Ok(ended)
+}
+
+// ---- bootscope run --tui -----------------------------------------------
+
+/// Where the guest console goes under `--tui`.
+pub struct TuiConsole {
+    /// The `--serial` value to use: a file instead of stdout under `--tui`.
+    pub serial: String,
+    /// The console was moved off standard output.
+    pub redirected: bool,
+}
+
+impl TuiConsole {
+    /// `--serial stdout` becomes a file in a temporary directory under
+    /// `--tui`; anything else stays.
+    pub fn new(tui: bool, serial: &str) -> Result<Self> {
+        if tui && matches!(serial, "stdout" | "-") {
+            let path = scratch_dir()?.join("console.log");
+            return Ok(Self {
+                serial: path.display().to_string(),
+                redirected: true,
+            });
+        }
+        Ok(Self {
+            serial: serial.to_string(),
+            redirected: false,
+        })
+    }
+
+    fn file(&self) -> Option<PathBuf> {
+        (!matches!(self.serial.as_str(), "stdout" | "-" | "null"))
+            .then(|| PathBuf::from(&self.serial))
+    }
+}
+
+/// A run's profile without eBPF: the VMM's marks, `/proc/self` and KVM's
+/// exit count.
+struct ProcfsProfile {
+    pid: u32,
+    topology: Topology,
+    kvm: KvmStatsReader,
+    threads: BTreeMap<u32, ThreadProfile>,
+    samples: Vec<Sample>,
+    ticks_per_sec: u64,
+    last_rescan: Option<Instant>,
+}
+
+/// Samples kept by the procfs profile (the TUI shows the last ones).
+const MAX_SAMPLES: usize = 1200;
+
+/// Fields of a /proc stat line after the command name: index k holds field
+/// k + 3 of proc(5).
+fn stat_fields(path: &str) -> Option<Vec<u64>> {
+    let s = std::fs::read_to_string(path).ok()?;
+    let rest = s.rsplit_once(')')?.1;
+    Some(
+        rest.split_whitespace()
+            .map(|f| f.parse().unwrap_or(0))
+            .collect(),
+    )
+}
+
+const STAT_MINFLT: usize = 7;
+const STAT_MAJFLT: usize = 9;
+const STAT_UTIME: usize = 11;
+const STAT_STIME: usize = 12;
+const STAT_PROCESSOR: usize = 36;
+
+impl ProcfsProfile {
+    fn new() -> Self {
+        // SAFETY: sysconf has no preconditions.
+        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        Self {
+            pid: std::process::id(),
+            topology: Topology::read(Path::new("/")),
+            kvm: KvmStatsReader::new(),
+            threads: BTreeMap::new(),
+            samples: Vec::new(),
+            ticks_per_sec: if ticks > 0 { ticks as u64 } else { 100 },
+            last_rescan: None,
+        }
+    }
+
+    fn build(&mut self, recorder: &Recorder, why: &str) -> Profile {
+        let now = recorder.clock().now_ns();
+        let pid = self.pid;
+        let mut p = Profile::new();
+        p.duration_ns = now;
+        p.target = Target {
+            kind: "self".into(),
+            command: std::env::args().collect(),
+            pid,
+            name: std::fs::read_to_string("/proc/self/comm")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
+            ..Default::default()
+        };
+        p.host.cpus = self.topology.cpu_nodes.len() as u32;
+        p.host.numa_nodes = self.topology.nodes.clone();
+        // Marks and phases, on the VMM's clock.
+        p.marks = recorder
+            .snapshot()
+            .into_iter()
+            .map(|m| Mark {
+                source: serde_json::to_value(m.source)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                name: m.name,
+                t_ns: m.t_ns,
+                value: m.value.map(u64::from),
+                tgid: Some(pid),
+            })
+            .collect();
+        p.phases = bootscope_profiler::phases::derive_spans(&p.marks, now);
+        // Threads: alive ones from /proc; ended ones keep their last state.
+        let tick_ns = 1_000_000_000 / self.ticks_per_sec;
+        for tid in tasks(pid) {
+            let base = format!("/proc/{pid}/task/{tid}");
+            let Some(stat) = stat_fields(&format!("{base}/stat")) else {
+                continue;
+            };
+            let name = std::fs::read_to_string(format!("{base}/comm"))
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default();
+            let field = |i: usize| stat.get(i).copied().unwrap_or(0);
+            let run_ns = (field(STAT_UTIME) + field(STAT_STIME)) * tick_ns;
+            let cpu = field(STAT_PROCESSOR) as u32;
+            let t = self.threads.entry(tid).or_insert_with(|| ThreadProfile {
+                tid,
+                tgid: pid,
+                start_ns: now,
+                ..Default::default()
+            });
+            t.role = thread_role(&name, tid, pid).into();
+            t.name = name;
+            t.end_ns = now;
+            // Run time since the last look is filed under the CPU the
+            // thread is on now: a sampled view of where it ran.
+            let delta = run_ns.saturating_sub(t.run_ns);
+            t.run_ns = run_ns;
+            let node = self.topology.cpu_node(cpu).unwrap_or(0);
+            match t.cpus.iter_mut().find(|c| c.cpu == cpu) {
+                Some(c) => c.run_ns += delta,
+                None => t.cpus.push(CpuResidency {
+                    cpu,
+                    node,
+                    run_ns: delta,
+                }),
+            }
+            t.cpus.sort_by_key(|c| c.cpu);
+            let mut nodes: Vec<u32> = t.cpus.iter().map(|c| c.node).collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            t.nodes = nodes;
+        }
+        p.threads = self.threads.values().cloned().collect();
+        // Host page faults of the whole process.
+        if let Some(stat) = stat_fields(&format!("/proc/{pid}/stat")) {
+            let field = |i: usize| stat.get(i).copied().unwrap_or(0);
+            p.page_faults.host_total = field(STAT_MINFLT) + field(STAT_MAJFLT);
+        }
+        // KVM's own exit count (no reasons without eBPF).
+        let rescan = self
+            .last_rescan
+            .is_none_or(|t| t.elapsed() >= Duration::from_millis(500));
+        if rescan {
+            self.last_rescan = Some(Instant::now());
+        }
+        self.kvm.poll(&[pid], rescan);
+        let (kvm_status, kvm_detail) = self.kvm.describe();
+        if let Some(n) = self.kvm.total() {
+            p.exits.total = n;
+            p.exits.kvm_stats_exits = Some(n);
+            p.exits.source = format!("kvm_stats:{}", self.kvm.method());
+            p.exits.isa = "unknown".into();
+        }
+        self.samples.push(Sample {
+            t_ns: now,
+            exits_total: p.exits.total,
+            exits_by_reason: BTreeMap::new(),
+            guest_faults: 0,
+            host_faults: p.page_faults.host_total,
+        });
+        if self.samples.len() > MAX_SAMPLES {
+            self.samples.drain(..self.samples.len() - MAX_SAMPLES);
+        }
+        p.samples = self.samples.clone();
+        let source = |name: &str, status: &str, detail: String, collector: &str| DataSource {
+            name: name.into(),
+            status: status.into(),
+            detail,
+            events: 0,
+            collector: collector.into(),
+        };
+        p.sources = vec![
+            source("ebpf", "failed", why.to_string(), "all"),
+            source(
+                "vmm",
+                "attached",
+                "marks recorded by bootscope's VMM".into(),
+                "phases",
+            ),
+            source(
+                "procfs",
+                "fallback",
+                "threads, their CPUs (sampled) and host page faults from /proc/self".into(),
+                "threads",
+            ),
+            source(
+                &format!("kvm_stats:{}", self.kvm.method()),
+                kvm_status,
+                kvm_detail,
+                "exits",
+            ),
+        ];
+        p
+    }
+}
+
+fn tasks(pid: u32) -> Vec<u32> {
+    let mut v: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// `bootscope run --tui`: the VM thread, and the collector or the procfs
+/// profile.
+struct RunSource {
+    recorder: Arc<Recorder>,
+    collector: Option<Arc<Collector>>,
+    procfs: Option<ProcfsProfile>,
+    vm: JoinHandle<Result<RunReport, VmError>>,
+    title: String,
+    console: Option<PathBuf>,
+    redirected: bool,
+}
+
+impl ProfileSource for RunSource {
+    fn snapshot(&mut self) -> Profile {
+        match (&self.collector, &mut self.procfs) {
+            (Some(c), _) => c.snapshot(),
+            (None, Some(p)) => p.build(
+                &self.recorder,
+                "the eBPF profiler is not running (not root, --no-profile, or it could not start)",
+            ),
+            (None, None) => Profile::new(),
+        }
+    }
+
+    fn finished(&mut self) -> bool {
+        let done = self.vm.is_finished();
+        if done {
+            // The VMM is done now, however long the final screen stays.
+            self.recorder.vmm_once(vmm_marks::VMM_EXIT);
+        }
+        done
+    }
+
+    fn title(&self) -> String {
+        self.title.clone()
+    }
+
+    fn console(&mut self, max_lines: usize) -> Option<Console> {
+        let path = self.console.as_ref()?;
+        Some(Console {
+            title: format!(
+                "Guest console{}: {}",
+                if self.redirected {
+                    " (moved off the screen)"
+                } else {
+                    ""
+                },
+                path.display()
+            ),
+            lines: tail_lines(path, max_lines),
+        })
+    }
+}
+
+/// Runs the VM on its own thread under the TUI; returns what `vm::run`
+/// returned. If the user quits first, waits for the guest to end (its
+/// `--timeout`, or Ctrl-C).
+pub fn run_vm(
+    cfg: VmConfig,
+    recorder: &Arc<Recorder>,
+    collector: Option<Arc<Collector>>,
+    console: &TuiConsole,
+    refresh_ms: u64,
+) -> Result<Result<RunReport, VmError>> {
+    let kernel = cfg
+        .kernel
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "no kernel".into());
+    let procfs = collector.is_none().then(ProcfsProfile::new);
+    let vm_recorder = recorder.clone();
+    let vm = std::thread::Builder::new()
+        .name("bootscope-vm".into())
+        .spawn(move || vm::run(cfg, vm_recorder))
+        .context("cannot start the VM thread")?;
+    let mut source = RunSource {
+        recorder: recorder.clone(),
+        collector,
+        procfs,
+        vm,
+        title: format!("bootscope run {kernel} (pid {})", std::process::id()),
+        console: console.file(),
+        redirected: console.redirected,
+    };
+    let shown = bootscope_tui::run_live(&mut source, options(refresh_ms));
+    // The collector must have one owner again before the run finishes it.
+    let RunSource { vm, collector, .. } = source;
+    drop(collector);
+    if !vm.is_finished() {
+        eprintln!(
+            "bootscope: the guest is still running; waiting for it to end (its --timeout, or Ctrl-C)"
+        );
+    }
+    let report = vm
+        .join()
+        .map_err(|_| anyhow::anyhow!("the VM thread panicked"))?;
+    shown.context("the TUI failed")?;
+    if console.redirected {
+        eprintln!("bootscope: the guest console is in {}", console.serial);
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tails_files() {
+        let dir = std::env::temp_dir().join(format!("bootscope-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("log");
+        std::fs::write(&p, "a\r\nb\n\n\x1b[2Jc\nd").unwrap();
+        assert_eq!(tail_lines(&p, 2), ["c", "d"].map(String::from));
+        assert_eq!(tail_lines(&p, 9), ["a", "b", "c", "d"].map(String::from));
+        let big: String = (0..5000).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&p, big).unwrap();
+        assert_eq!(tail_lines(&p, 1), ["line 4999"]);
+        assert!(tail_lines(&dir.join("none"), 3).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn escape_sequences_are_dropped() {
+        assert_eq!(
+            printable("q\x1b[K\x1b[Dqu\x1b[K\x1b[D\x1b[Dquit\x1b[K"),
+            "qququit"
+        );
+        assert_eq!(printable("\x1b]0;title\x07ok\x1b]2;t\x1b\\!"), "ok!");
+        assert_eq!(printable("\x1b[1;31mred\x1b[0m\tx"), "red x");
+        assert_eq!(printable("plain µs"), "plain µs");
+    }
+
+    #[test]
+    fn console_moves_off_stdout_only_under_tui() {
+        let c = TuiConsole::new(false, "stdout").unwrap();
+        assert_eq!((c.serial.as_str(), c.redirected), ("stdout", false));
+        assert!(c.file().is_none());
+        let c = TuiConsole::new(true, "null").unwrap();
+        assert!(c.file().is_none() && !c.redirected);
+        let c = TuiConsole::new(true, "/tmp/x.log").unwrap();
+        assert_eq!(c.file(), Some(PathBuf::from("/tmp/x.log")));
+        let c = TuiConsole::new(true, "-").unwrap();
+        assert!(c.redirected && c.serial.ends_with("console.log"));
+    }
+
+    #[test]
+    fn procfs_profile_of_this_process() {
+        let recorder = Recorder::new(bootscope_vmm::timeline::Clock::start());
+        recorder.vmm(bootscope_vmm::timeline::vmm_marks::PROCESS_START);
+        recorder.vmm(bootscope_vmm::timeline::vmm_marks::FIRST_KVM_RUN);
+        let mut p = ProcfsProfile::new();
+        let a = p.build(&recorder, "test");
+        let b = p.build(&recorder, "test");
+        assert_eq!(a.target.pid, std::process::id());
+        assert!(!b.threads.is_empty());
+        assert!(b.threads.iter().any(|t| t.role == "main"));
+        assert_eq!(b.phases.len(), 2, "vmm setup, guest boot: {:?}", b.phases);
+        assert_eq!(b.samples.len(), 2);
+        assert!(b.page_faults.host_total > 0);
+        assert!(b.sources.iter().any(|s| s.status == "fallback"));
+    }
+}

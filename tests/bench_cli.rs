@@ -1,0 +1,651 @@
+//! `bootscope bench`, `compare`, `check` and `plot` as a user meets them:
+//! real repeated boots of the tiny fixture kernels (where /dev/kvm works),
+//! pass and fail verdicts against a baseline, every report format, and a
+//! clear message with exit status 2 for every kind of bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{json, Value};
+
+fn bootscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bootscope"))
+        .args(args)
+        .output()
+        .expect("bootscope runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("vmm/tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("bootscope-bench-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn kvm_available() -> bool {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+    {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("SKIP: /dev/kvm cannot be opened ({e})");
+            false
+        }
+    }
+}
+
+/// The committed lab baseline (see tests/baselines/README.md).
+fn lab_baseline() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/baselines/lab-default-guest.json")
+}
+
+/// A bench document with one configuration whose runs have these metrics.
+fn bench_doc(label: &str, runs: &[&[(&str, u64)]]) -> Value {
+    let runs: Vec<Value> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let metrics: serde_json::Map<String, Value> =
+                m.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+            json!({"index": i, "round": i, "warmup": false, "ok": true, "exit_code": 0,
+                   "metrics": metrics})
+        })
+        .collect();
+    json!({
+        "schema": "bootscope.bench", "version": 1, "created": "2026-01-01T00:00:00Z",
+        "bootscope": "bootscope 0.1.0",
+        "machine": {"hostname": "h", "kernel_release": "6.1", "cpu_model": "cpu", "cpus": 2,
+                    "memory_bytes": 1, "host_kvm": "svm"},
+        "settings": {"runs": runs.len(), "warmup": 0, "interleaved": false, "profile": false},
+        "configs": [{"label": label, "kind": "bootscope", "command": ["--kernel", "k"],
+                     "runs": runs}]
+    })
+}
+
+fn write_json(dir: &Path, name: &str, v: &Value) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, serde_json::to_vec_pretty(v).unwrap()).unwrap();
+    p.display().to_string()
+}
+
+const MS: u64 = 1_000_000;
+
+#[test]
+fn bench_interleaves_two_boots_then_compare_and_plot_read_it() {
+    if !kvm_available() {
+        return;
+    }
+    let dir = scratch("interleave");
+    let out = dir.join("bench.json");
+    let k = fixture("mini-bzimage-ports.bin");
+    let o = bootscope(&[
+        "bench",
+        "--runs",
+        "3",
+        "--warmup",
+        "1",
+        "--label",
+        "big",
+        "--label",
+        "small",
+        "--output",
+        out.to_str().unwrap(),
+        "--",
+        "run",
+        "--kernel",
+        &k,
+        "--timeout",
+        "30",
+        "--vs",
+        "run",
+        "--kernel",
+        &k,
+        "--memory",
+        "64M",
+        "--timeout",
+        "30",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let err = stderr(&o);
+    // Progress while it runs: one line per run, warm-ups marked, ABBA order.
+    assert!(err.contains("bench: [1/8] big warm-up 1/1: ok"), "{err}");
+    assert!(err.contains("bench: [3/8] small run 1/3: ok"), "{err}");
+    assert!(err.contains("bench: [8/8] big run 3/3: ok"), "{err}");
+    let summary = stdout(&o);
+    assert!(summary.contains("kernel phase"), "{summary}");
+    assert!(summary.contains("small compared with big:"), "{summary}");
+
+    let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(doc["schema"], "bootscope.bench");
+    assert_eq!(doc["version"], 1);
+    assert_eq!(doc["settings"]["interleaved"], true);
+    assert!(!doc["created"].as_str().unwrap().is_empty());
+    assert!(!doc["machine"]["host_kvm"].as_str().unwrap().is_empty());
+    for c in doc["configs"].as_array().unwrap() {
+        let runs = c["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 4, "{c}");
+        assert_eq!(runs.iter().filter(|r| r["warmup"] == true).count(), 1);
+        for r in runs {
+            assert_eq!(r["ok"], true, "{r}");
+            for m in ["wall", "phase:kernel", "time_to_userspace", "exits:total"] {
+                assert!(r["metrics"][m].as_u64().is_some(), "{m} missing: {r}");
+            }
+            // The fixture prints the kernel's lines: console marks too.
+            assert!(r["metrics"]["console:run init"].as_u64().is_some(), "{r}");
+        }
+        let s = &c["summary"]["phase:kernel"];
+        assert_eq!(s["n"], 3);
+        assert_eq!(s["unit"], "ns");
+        for f in ["mean", "sd", "min", "median", "max"] {
+            assert!(s[f].as_f64().is_some(), "{f}: {s}");
+        }
+        assert_eq!(c["summary"]["exits:total"]["unit"], "count");
+    }
+
+    // One interleaved file compares its two configurations.
+    let o = bootscope(&["compare", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let report = stdout(&o);
+    assert!(report.contains("big in"), "{report}");
+    assert!(report.contains("kernel phase"), "{report}");
+    assert!(
+        report.contains(", p = ") || report.contains(", p < "),
+        "{report}"
+    );
+    let o = bootscope(&[
+        "compare",
+        "--format",
+        "json",
+        "--test",
+        "mann-whitney",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["schema"], "bootscope.compare");
+    assert!(v["metrics"].as_array().unwrap().len() >= 5, "{v}");
+
+    // The same fixture, the same counts: a count check passes.
+    let o = bootscope(&[
+        "check",
+        "--config",
+        "small",
+        "--baseline",
+        out.to_str().unwrap(),
+        "--metric",
+        "exits:total=5",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+
+    let svg = dir.join("bench.svg");
+    let o = bootscope(&["plot", out.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.starts_with("<?xml") && s.trim_end().ends_with("</svg>"));
+    assert!(s.contains("Median boot"), "no timeline section");
+    assert!(s.contains("kernel phase"), "no box plot row");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_against_another_command_times_wall_and_console() {
+    if !kvm_available() {
+        return;
+    }
+    let dir = scratch("command");
+    let out = dir.join("vs.json");
+    let k = fixture("mini-bzimage-ports.bin");
+    let o = bootscope(&[
+        "bench",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--output",
+        out.to_str().unwrap(),
+        "--console-pattern",
+        "hello=^hello$",
+        "--",
+        "run",
+        "--kernel",
+        &k,
+        "--vs-command",
+        "sh",
+        "-c",
+        "sleep 0.05; echo 'Linux version 0.0.0 (other vmm)'; echo hello",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let b = &doc["configs"][1];
+    assert_eq!(b["kind"], "command");
+    assert_eq!(b["command"][0], "sh");
+    let banner = b["summary"]["console:kernel banner"]["min"]
+        .as_f64()
+        .unwrap();
+    assert!(banner >= 40.0 * MS as f64, "{banner}");
+    assert!(b["summary"]["console:hello"]["n"] == 2, "{b}");
+    assert!(b["summary"].get("phase:kernel").is_none());
+    // Compared on what both have: wall time and console marks.
+    let o = bootscope(&["compare", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let report = stdout(&o);
+    assert!(report.contains("wall time"), "{report}");
+    assert!(report.contains("console \"kernel banner\""), "{report}");
+    assert!(!report.contains("kernel phase"), "{report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_refuses_bad_run_arguments() {
+    let dir = scratch("badrun");
+    // bench gives every run its own timeline.
+    let o = bootscope(&["bench", "--", "run", "--timeline", "/tmp/x.json"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(stderr(&o).contains("leave out --timeline"), "{}", text(&o));
+    let o = bootscope(&["bench", "--runs", "0", "--", "run"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("--runs must be at least 1"),
+        "{}",
+        text(&o)
+    );
+    let o = bootscope(&["bench", "--", "run", "--vs-command"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("--vs-command needs a program"),
+        "{}",
+        text(&o)
+    );
+    // The first run is refused as bad input: bench stops at once.
+    let o = bootscope(&[
+        "bench",
+        "--runs",
+        "5",
+        "--",
+        "run",
+        "--kernel",
+        "/nonexistent/bzImage",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = stderr(&o);
+    assert!(err.contains("refused as bad input"), "{err}");
+    assert!(err.contains("/nonexistent/bzImage"), "{err}");
+    assert_eq!(err.matches("bench: [").count(), 0, "{err}");
+    // Another command that does not exist.
+    let o = bootscope(&[
+        "bench",
+        "--",
+        "run",
+        "--kernel",
+        &fixture("mini-bzimage-reset.bin"),
+        "--vs-command",
+        "/nonexistent/vmm",
+    ]);
+    if kvm_available() {
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(
+            stderr(&o).contains("cannot start /nonexistent/vmm"),
+            "{}",
+            text(&o)
+        );
+    }
+    let o = bootscope(&["bench", "--output", "/nonexistent/dir/b.json", "--", "run"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("does not exist; create it first"),
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_passes_fails_and_reports_in_every_format() {
+    let dir = scratch("check");
+    let run = |io: u64, kernel_ms: u64| -> Vec<(&'static str, u64)> {
+        vec![
+            ("exits:io_exits", io),
+            ("exits:total", io + 1000),
+            ("phase:kernel", kernel_ms * MS),
+            ("time_to_userspace", (kernel_ms + 50) * MS),
+        ]
+    };
+    let base_runs = [run(1000, 100), run(1002, 101), run(998, 99), run(1001, 100)];
+    let base_refs: Vec<&[(&str, u64)]> = base_runs.iter().map(|r| r.as_slice()).collect();
+    let base = write_json(&dir, "base.json", &bench_doc("base", &base_refs));
+    let same_runs = [run(1001, 100), run(999, 101), run(1000, 100)];
+    let same_refs: Vec<&[(&str, u64)]> = same_runs.iter().map(|r| r.as_slice()).collect();
+    let same = write_json(&dir, "same.json", &bench_doc("cur", &same_refs));
+    let worse_runs = [run(2000, 130), run(2004, 131), run(1999, 129)];
+    let worse_refs: Vec<&[(&str, u64)]> = worse_runs.iter().map(|r| r.as_slice()).collect();
+    let worse = write_json(&dir, "worse.json", &bench_doc("cur", &worse_refs));
+
+    let o = bootscope(&["check", "--baseline", &base, &same]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(stdout(&o).contains("result: pass"), "{}", text(&o));
+
+    let o = bootscope(&["check", "--baseline", &base, &worse]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let report = stdout(&o);
+    assert!(
+        report.contains("FAIL  kernel phase 30.0 % slower, p < 0.001"),
+        "{report}"
+    );
+    assert!(
+        report.contains("result: REGRESSION (3 of 3 metrics regressed)"),
+        "{report}"
+    );
+
+    // Counts only, with a generous limit: the doubling still fails; a
+    // 150 % limit lets it pass.
+    let o = bootscope(&[
+        "check",
+        "--baseline",
+        &base,
+        "--metric",
+        "exits:io_exits",
+        "--max-regression",
+        "50",
+        &worse,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let o = bootscope(&[
+        "check",
+        "--baseline",
+        &base,
+        "--metric",
+        "exits:io_exits=150",
+        &worse,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+
+    // JSON.
+    let o = bootscope(&["check", "--baseline", &base, "--format", "json", &worse]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["schema"], "bootscope.check");
+    assert_eq!(v["verdict"], "regression");
+    assert_eq!(v["results"].as_array().unwrap().len(), 3);
+
+    // JUnit to a file, the text report on standard output.
+    let xml_path = dir.join("report.xml");
+    let o = bootscope(&[
+        "check",
+        "--baseline",
+        &base,
+        "--format",
+        "junit",
+        "--output",
+        xml_path.to_str().unwrap(),
+        "--metric",
+        "exits:io_exits",
+        "--metric",
+        "exits:total=200",
+        &worse,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(stdout(&o).contains("FAIL  io_exits"), "{}", text(&o));
+    let xml = std::fs::read_to_string(&xml_path).unwrap();
+    assert!(
+        xml.starts_with(r#"<?xml version="1.0" encoding="UTF-8"?>"#),
+        "{xml}"
+    );
+    assert!(
+        xml.contains(r#"<testsuite name="bootscope check cur" tests="2" failures="1""#),
+        "{xml}"
+    );
+    assert!(
+        xml.contains(
+            r#"<testcase classname="bootscope.check.count" name="exits:io_exits" time="0">"#
+        ),
+        "{xml}"
+    );
+    assert!(
+        xml.contains(r#"<failure type="regression" message="io_exits 100."#),
+        "{xml}"
+    );
+    assert!(
+        xml.contains(
+            r#"<testcase classname="bootscope.check.count" name="exits:total" time="0"/>"#
+        ),
+        "{xml}"
+    );
+    assert_eq!(xml.matches("<testsuite ").count(), 1);
+    assert!(xml.trim_end().ends_with("</testsuites>"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_and_compare_explain_bad_input() {
+    let dir = scratch("badinput");
+    let one_run = [("phase:kernel", 100 * MS), ("exits:total", 10u64)];
+    let good = write_json(&dir, "good.json", &bench_doc("a", &[&one_run, &one_run]));
+    let single = write_json(&dir, "single.json", &bench_doc("a", &[&one_run]));
+    let malformed = dir.join("malformed.json");
+    std::fs::write(
+        &malformed,
+        b"{\"schema\": \"bootscope.bench\", \"version\": 1, \"configs\": 3}",
+    )
+    .unwrap();
+    let notjson = dir.join("notjson.json");
+    std::fs::write(&notjson, b"<html>").unwrap();
+    let mut v2 = bench_doc("a", &[&one_run]);
+    v2["version"] = json!(2);
+    let v2 = write_json(&dir, "v2.json", &v2);
+    let timeline = write_json(
+        &dir,
+        "timeline.json",
+        &json!({"schema": "bootscope.timeline", "version": 1}),
+    );
+    let other_phases = [("phase:userspace", 100 * MS), ("exits:total", 10u64)];
+    let other = write_json(
+        &dir,
+        "other.json",
+        &bench_doc("a", &[&other_phases, &other_phases]),
+    );
+
+    let expect2 = |args: &[&str], needle: &str| {
+        let o = bootscope(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(
+            stderr(&o).contains(needle),
+            "{args:?}: want {needle:?} in {}",
+            text(&o)
+        );
+    };
+    let m = malformed.to_str().unwrap();
+    let n = notjson.to_str().unwrap();
+    expect2(
+        &["check", "--baseline", m, &good],
+        "malformed.json: malformed bootscope.bench file",
+    );
+    expect2(
+        &["check", "--baseline", n, &good],
+        "notjson.json is not JSON",
+    );
+    expect2(
+        &["check", "--baseline", &v2, &good],
+        "v2.json: bootscope.bench version 2, this bootscope reads version 1",
+    );
+    expect2(
+        &["check", "--baseline", &timeline, &good],
+        "schema \"bootscope.timeline\", expected bootscope.bench",
+    );
+    expect2(
+        &["check", "--baseline", "/nonexistent/base.json", &good],
+        "cannot read /nonexistent/base.json",
+    );
+    expect2(
+        &["check", "--baseline", &good, &other],
+        "the boot phases differ: only in",
+    );
+    expect2(&["compare", &good, &other], "only in");
+    expect2(
+        &[
+            "check",
+            "--baseline",
+            &good,
+            "--metric",
+            "exits:io_exits",
+            &good,
+        ],
+        "metric \"exits:io_exits\" is not in",
+    );
+    // A time check needs two runs per side for Welch's test ...
+    expect2(
+        &[
+            "check",
+            "--baseline",
+            &good,
+            "--metric",
+            "phase:kernel",
+            &single,
+        ],
+        "needs at least 2 successful runs",
+    );
+    // ... and more for Mann-Whitney at alpha 0.01.
+    expect2(
+        &[
+            "check",
+            "--baseline",
+            &good,
+            "--metric",
+            "phase:kernel",
+            "--test",
+            "mann-whitney",
+            &good,
+        ],
+        "could never find a regression",
+    );
+    // A count check works with one run.
+    let o = bootscope(&[
+        "check",
+        "--baseline",
+        &single,
+        "--metric",
+        "exits:total",
+        &single,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    expect2(
+        &["check", "--baseline", &good, "--alpha", "2", &good],
+        "--alpha 2",
+    );
+    expect2(
+        &[
+            "check",
+            "--baseline",
+            &good,
+            "--metric",
+            "exits:total=lots",
+            &good,
+        ],
+        "allowed regression in percent",
+    );
+    expect2(&["compare", &good], "holds one configuration");
+    expect2(
+        &["plot", n, "-o", dir.join("x.svg").to_str().unwrap()],
+        "is not JSON",
+    );
+    expect2(
+        &["plot", &good, "-o", "/nonexistent/dir/x.svg"],
+        "does not exist; create it first",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn plot_draws_a_timeline() {
+    let dir = scratch("plot");
+    let t = json!({
+        "schema": "bootscope.timeline", "version": 1, "host_kvm": "svm",
+        "guest": {"kernel": "/boot/vmlinuz", "vcpus": 2, "memory_bytes": 268435456u64},
+        "outcome": {"reason": "guest_halt", "clean": true, "detail": "halted"},
+        "marks": [{"name": "vmm: process start", "source": "vmm", "t_ns": 0},
+                  {"name": "serial: run init", "source": "serial", "t_ns": 900 * MS}],
+        "phases": [{"name": "vmm setup", "start_ns": 0, "end_ns": 10 * MS, "duration_ns": 10 * MS},
+                   {"name": "kernel", "start_ns": 10 * MS, "end_ns": 900 * MS, "duration_ns": 890 * MS}],
+        "kvm_stats": {"exits": 21191, "io_exits": 17628, "halt_exits": 3}
+    });
+    let input = write_json(&dir, "timeline.json", &t);
+    let svg = dir.join("t.svg");
+    let o = bootscope(&["plot", &input, "--output", svg.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.contains(">vmm setup</text>") && s.contains(">serial: run init</text>"));
+    assert!(s.contains(">17,628</text>"), "exit bar label");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn committed_lab_baseline_is_valid_and_a_count_check_against_it_can_fail() {
+    let baseline = lab_baseline();
+    let base = baseline.to_str().unwrap();
+    let doc: Value = serde_json::from_slice(&std::fs::read(&baseline).unwrap()).unwrap();
+    assert_eq!(doc["schema"], "bootscope.bench");
+    assert_eq!(doc["machine"]["host_kvm"], "svm", "made in the lab");
+    let metrics = ["exits:total", "exits:io_exits", "faults:pf_fixed"];
+    let mut args = vec!["check", "--baseline", base, "--max-regression", "25"];
+    for m in &metrics {
+        args.extend(["--metric", m]);
+    }
+    // Against itself: pass.
+    let mut same = args.clone();
+    same.push(base);
+    let o = bootscope(&same);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // Against a baseline whose io exits are 40 % lower (as if the current
+    // boot had grown by two thirds, like dropping `quiet`): fail.
+    let dir = scratch("baseline");
+    let mut lower = doc.clone();
+    for c in lower["configs"].as_array_mut().unwrap() {
+        for r in c["runs"].as_array_mut().unwrap() {
+            let io = r["metrics"]["exits:io_exits"].as_u64().unwrap();
+            r["metrics"]["exits:io_exits"] = json!(io * 6 / 10);
+        }
+    }
+    let lower = write_json(&dir, "lower.json", &lower);
+    let mut fail = vec![
+        "check",
+        "--baseline",
+        lower.as_str(),
+        "--max-regression",
+        "25",
+    ];
+    for m in &metrics {
+        fail.extend(["--metric", m]);
+    }
+    fail.push(base);
+    let o = bootscope(&fail);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(stdout(&o).contains("FAIL  io_exits 66."), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}

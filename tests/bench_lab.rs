@@ -1,0 +1,174 @@
+//! The project's own boot regression gate, in the lab (real nested KVM):
+//! one lab session runs `bootscope bench` on the default guest, with `quiet`
+//! and without it, interleaved; `bootscope check` then holds the counts of
+//! the `quiet` boots against the committed baseline (pass) and shows that
+//! the verbose boots, a real regression, fail it.
+//!
+//! Counts, not times: under the lab's emulator times vary by tens of
+//! percent, while KVM's exit and fault counts of the same boot stay within
+//! about 2 % (io_exits within 0.1 %). See tests/baselines/README.md.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Kernel command line of the baseline: bootscope's default plus `quiet`.
+const QUIET_CMDLINE: &str = "console=ttyS0 reboot=k panic=-1 pci=off io_delay=none \
+                             i8042.noaux i8042.nomux i8042.dumbkbd quiet";
+
+/// The counts checked, and how much each may grow.
+const CHECK: [&str; 8] = [
+    "--max-regression",
+    "25",
+    "--metric",
+    "exits:total",
+    "--metric",
+    "exits:io_exits",
+    "--metric",
+    "faults:pf_fixed",
+];
+
+struct Prereqs {
+    kernel: PathBuf,
+    initrd: PathBuf,
+    dir: PathBuf,
+}
+
+fn prereqs() -> Option<Prereqs> {
+    if let Err(e) = bootscope_lab::outer::check_prerequisites(Path::new("qemu-system-x86_64")) {
+        eprintln!("SKIP: the lab is unavailable here: {e}");
+        return None;
+    }
+    let kernel = match bootscope_lab::guest::find_debian_kernel() {
+        Ok(k) => k.vmlinuz,
+        Err(e) => {
+            eprintln!("SKIP: {e}");
+            return None;
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("bootscope-benchlab-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let initrd = dir.join("guest.cpio");
+    if let Err(e) = bootscope_lab::guest::build_default_initramfs(&initrd) {
+        eprintln!("SKIP: cannot build the default guest: {e}");
+        return None;
+    }
+    Some(Prereqs {
+        kernel,
+        initrd,
+        dir,
+    })
+}
+
+fn bootscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bootscope"))
+        .args(args)
+        .output()
+        .expect("bootscope runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn lab_boot_counts_hold_against_the_committed_baseline() {
+    let Some(p) = prereqs() else { return };
+    let baseline =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/baselines/lab-default-guest.json");
+    let out = p.dir.join("out/bench.json");
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let (k, i) = (p.kernel.to_str().unwrap(), p.initrd.to_str().unwrap());
+    let o = bootscope(&[
+        "lab",
+        "--timeout",
+        "1500",
+        "--",
+        "bench",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--label",
+        "quiet",
+        "--label",
+        "verbose",
+        "--output",
+        out.to_str().unwrap(),
+        "--",
+        "run",
+        "--kernel",
+        k,
+        "--initrd",
+        i,
+        "--cmdline",
+        QUIET_CMDLINE,
+        "--memory",
+        "256M",
+        "--timeout",
+        "600",
+        "--vs",
+        "run",
+        "--kernel",
+        k,
+        "--initrd",
+        i,
+        "--memory",
+        "256M",
+        "--timeout",
+        "600",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bench: [4/4]"), "progress lines: {err}");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&out).expect("bench.json copied back from the lab"))
+            .unwrap();
+    assert_eq!(
+        doc["machine"]["host_kvm"], "svm",
+        "the lab is real nested SVM"
+    );
+
+    // The quiet boots match the baseline's counts.
+    let report = p.dir.join("out/report.xml");
+    let mut args = vec![
+        "check",
+        "--baseline",
+        baseline.to_str().unwrap(),
+        "--config",
+        "quiet",
+        "--format",
+        "junit",
+        "--output",
+        report.to_str().unwrap(),
+    ];
+    args.extend(CHECK);
+    args.push(out.to_str().unwrap());
+    let o = bootscope(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let xml = std::fs::read_to_string(&report).unwrap();
+    assert!(xml.contains(r#"tests="3" failures="0""#), "{xml}");
+
+    // Dropping `quiet` prints the whole kernel log through the emulated
+    // UART: about 80 % more port I/O exits. The check catches it.
+    let mut args = vec![
+        "check",
+        "--baseline",
+        baseline.to_str().unwrap(),
+        "--config",
+        "verbose",
+    ];
+    args.extend(CHECK);
+    args.push(out.to_str().unwrap());
+    let o = bootscope(&args);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("FAIL  io_exits"), "{stdout}");
+    assert!(stdout.contains("FAIL  exits (total)"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&p.dir);
+}

@@ -1,0 +1,95 @@
+//! `bootscope run` profiles its own VMM by default: the profile counts every
+//! marker port write in the kernel, carries the VMM's own marks, and agrees
+//! with KVM's own exit statistic and the VMM's own counts.
+
+mod profile_common;
+
+use profile_common::{bootscope, can_profile, fixture, kvm_available, run, scratch};
+
+#[test]
+fn run_writes_its_own_profile() {
+    if !kvm_available() || !can_profile() {
+        return;
+    }
+    let d = scratch("self");
+    let out = d.join("profile.json");
+    let timeline = d.join("timeline.json");
+    let o = run(
+        bootscope().args([
+            "run",
+            "--kernel",
+            &fixture("mini-bzimage-ports.bin"),
+            "--serial",
+            "null",
+            "--output",
+            out.to_str().unwrap(),
+            "--timeline",
+            timeline.to_str().unwrap(),
+        ]),
+        None,
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(p["schema"], "bootscope.profile");
+    assert_eq!(p["target"]["kind"], "self");
+    let writes = p["exits"]["marker_writes"].as_array().unwrap();
+    let count = |port: u64, value: u64| {
+        writes
+            .iter()
+            .find(|w| w["port"] == port && w["value"] == value)
+            .and_then(|w| w["count"].as_u64())
+            .unwrap_or(0)
+    };
+    // Counted in the kernel, exactly as the guest wrote them.
+    assert_eq!(count(0x80, 0x90), 1000);
+    assert_eq!(count(0x80, 0x40), 1);
+    assert_eq!(count(0xf4, 7), 1);
+    // The VMM's own marks arrived in-process.
+    let marks: Vec<&str> = p["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert!(marks.contains(&"vmm: first KVM_RUN"), "{marks:?}");
+    // The vCPU thread is named and placed.
+    let threads = p["threads"].as_array().unwrap();
+    assert!(threads
+        .iter()
+        .any(|t| t["name"] == "vcpu0" && !t["cpus"].as_array().unwrap().is_empty()));
+    // Cross-check: KVM's own exit count, as the VMM read it, matches the
+    // profile's copy.
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
+    let vmm_exits = t["kvm_stats"]["exits"].as_u64().unwrap();
+    if let Some(k) = p["exits"]["kvm_stats_exits"].as_u64() {
+        assert_eq!(k, vmm_exits);
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn no_profile_runs_without_bpf() {
+    if !kvm_available() {
+        return;
+    }
+    let d = scratch("noprof");
+    let o = run(
+        bootscope().args([
+            "run",
+            "--kernel",
+            &fixture("mini-bzimage-reset.bin"),
+            "--serial",
+            "null",
+            "--no-profile",
+        ]),
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("profile of pid"));
+    let _ = std::fs::remove_dir_all(&d);
+}

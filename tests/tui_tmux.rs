@@ -1,0 +1,397 @@
+//! The live TUI as a user runs it: `bootscope run --tui` and `bootscope
+//! profile --tui` inside a tmux session of fixed size, keys sent with
+//! `send-keys`, the screen read with `capture-pane`. Checks that the
+//! phases, the thread rows and the console appear, that the final state
+//! stays until `q` (or Ctrl-C), and that quitting leaves the shell's
+//! screen as it was: not on the alternate screen, cursor shown, terminal
+//! back in canonical mode with echo.
+//!
+//! Skips (printing SKIP and why) without tmux or /dev/kvm; the QEMU case
+//! also needs eBPF profiling (root, BTF, tracefs) and QEMU 7.2 or later.
+
+mod profile_common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use profile_common::*;
+
+const WIDTH: u16 = 120;
+const HEIGHT: u16 = 40;
+
+/// A tmux server of our own (its own socket) with one shell window.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(tag: &str) -> Option<Tmux> {
+        if Command::new("tmux").arg("-V").output().is_err() {
+            eprintln!("SKIP: tmux is not installed (apt-get install tmux)");
+            return None;
+        }
+        let t = Tmux {
+            socket: format!("bootscope-test-{tag}-{}", std::process::id()),
+        };
+        let status = t
+            .cmd()
+            .args(["-f", "/dev/null", "new-session", "-d", "-s", "t", "-x"])
+            .arg(WIDTH.to_string())
+            .arg("-y")
+            .arg(HEIGHT.to_string())
+            // A plain shell with a known prompt, UTF-8, and no inherited
+            // colour switch.
+            .args([
+                "env",
+                "-u",
+                "NO_COLOR",
+                "PS1=tui-test$ ",
+                "LANG=C.UTF-8",
+                "sh",
+            ])
+            .status()
+            .expect("tmux runs");
+        assert!(status.success(), "tmux new-session failed");
+        t.wait_for("the shell prompt", Duration::from_secs(10), |s| {
+            s.contains("tui-test$")
+        });
+        Some(t)
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new("tmux");
+        c.args(["-L", &self.socket]);
+        c
+    }
+
+    /// Types `keys` (tmux key names, e.g. "q", "C-c", "Enter").
+    fn send(&self, keys: &[&str]) {
+        let ok = self
+            .cmd()
+            .args(["send-keys", "-t", "t"])
+            .args(keys)
+            .status()
+            .expect("tmux send-keys")
+            .success();
+        assert!(ok, "tmux send-keys {keys:?} failed");
+    }
+
+    /// Types a shell command line and Enter.
+    fn type_line(&self, line: &str) {
+        self.send(&["-l", line]);
+        self.send(&["Enter"]);
+    }
+
+    fn screen(&self) -> String {
+        let o = self
+            .cmd()
+            .args(["capture-pane", "-p", "-t", "t"])
+            .output()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// The screen and the scrollback above it.
+    fn screen_and_history(&self) -> String {
+        let o = self
+            .cmd()
+            .args(["capture-pane", "-p", "-S", "-2000", "-t", "t"])
+            .output()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn display(&self, format: &str) -> String {
+        let o = self
+            .cmd()
+            .args(["display-message", "-p", "-t", "t", format])
+            .output()
+            .expect("tmux display-message");
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    }
+
+    /// Waits until the screen satisfies `done`; panics with the screen
+    /// after `limit`.
+    fn wait_for(&self, what: &str, limit: Duration, done: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if done(&s) {
+                return s;
+            }
+            if start.elapsed() > limit {
+                panic!("timed out waiting for {what}; the screen:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The exit status the command line printed as `EXIT=<n>`, and the
+    /// visible screen then.
+    fn wait_exit(&self, limit: Duration) -> (i32, String) {
+        let code = |s: &str| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("EXIT=")?.trim().parse::<i32>().ok())
+        };
+        let s = self.wait_for("the command to end", limit, |s| code(s).is_some());
+        (code(&s).expect("an exit status"), s)
+    }
+
+    /// Asserts the terminal is as the shell left it: main screen, cursor
+    /// shown, canonical mode with echo, no TUI left on screen.
+    fn assert_clean(&self, screen: &str) {
+        assert_eq!(
+            self.display("#{alternate_on}"),
+            "0",
+            "still on the alternate screen"
+        );
+        assert_eq!(self.display("#{cursor_flag}"), "1", "cursor still hidden");
+        for tui_text in ["Boot phases", "Exit reasons", "q quit"] {
+            assert!(
+                !screen.contains(tui_text),
+                "TUI text {tui_text:?} left on the screen:\n{screen}"
+            );
+        }
+        self.type_line("stty -a | tr ' ;' '\\n\\n' | grep -xE -- '-?(icanon|echo|isig)' | tr '\\n' ' '; echo MODES");
+        let s = self.wait_for("stty", Duration::from_secs(10), |s| {
+            s.lines()
+                .any(|l| l.ends_with("MODES") && !l.contains("stty"))
+        });
+        let modes = s
+            .lines()
+            .find(|l| l.ends_with("MODES") && !l.contains("stty"))
+            .unwrap();
+        assert_eq!(
+            modes.trim(),
+            "isig icanon echo MODES",
+            "terminal modes not restored:\n{s}"
+        );
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd().arg("kill-server").status();
+    }
+}
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_bootscope")
+}
+
+/// Phase durations (ms) from a timeline file.
+fn phase_ms(timeline: &Path, name: &str) -> Option<f64> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(timeline).ok()?).ok()?;
+    v["phases"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == name)
+        .and_then(|p| p["duration_ns"].as_u64())
+        .map(|ns| ns as f64 / 1e6)
+}
+
+#[test]
+fn run_tui_shows_phases_threads_console_and_quits_clean() {
+    if !kvm_available() {
+        return;
+    }
+    let Some(tmux) = Tmux::start("run") else {
+        return;
+    };
+    let dir = scratch("tui-run");
+    let timeline = dir.join("timeline.json");
+    tmux.type_line(&format!(
+        "cd {} && {} run --tui --kernel {} --timeout 3 --timeline {}; echo EXIT=$?",
+        dir.display(),
+        bin(),
+        fixture("mini-bzimage-hlt.bin"),
+        timeline.display()
+    ));
+    // Live: the guest reached userspace, which is the running phase.
+    let live = tmux.wait_for("the live boot", Duration::from_secs(30), |s| {
+        s.contains("LIVE") && s.contains("userspace") && s.contains("vcpu0")
+    });
+    assert!(live.contains("Boot phases"), "{live}");
+    assert!(live.contains("guest boot"), "{live}");
+    // The console went to a file, shown in its pane, not over the screen.
+    assert!(
+        live.contains("Guest console (moved off the screen)"),
+        "{live}"
+    );
+    // The final state stays on screen after the guest ends.
+    let ended = tmux.wait_for("the end of the run", Duration::from_secs(30), |s| {
+        s.contains("ENDED")
+    });
+    assert!(ended.contains("fixture: userspace reached"), "{ended}");
+    assert!(ended.contains("vmm teardown"), "{ended}");
+    assert!(ended.contains("vcpu0"), "{ended}");
+    let held = Duration::from_millis(2500);
+    std::thread::sleep(held);
+    assert!(tmux.screen().contains("ENDED"), "the final state went away");
+    tmux.send(&["q"]);
+    let (code, screen) = tmux.wait_exit(Duration::from_secs(30));
+    let all = tmux.screen_and_history();
+    // The fixture halts forever: --timeout ends it, an unclean outcome.
+    assert_eq!(code, 1, "{all}");
+    assert!(all.contains("the guest console is in"), "{all}");
+    tmux.assert_clean(&screen);
+    // Looking at the final screen is not VMM teardown.
+    let teardown = phase_ms(&timeline, "vmm teardown").expect("a teardown phase");
+    assert!(
+        teardown < held.as_secs_f64() * 1000.0 * 0.6,
+        "vmm teardown {teardown:.0} ms includes the time the final screen was shown"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ctrl_c_before_the_end_leaves_the_terminal_clean() {
+    if !kvm_available() {
+        return;
+    }
+    let Some(tmux) = Tmux::start("ctrlc") else {
+        return;
+    };
+    let dir = scratch("tui-ctrlc");
+    tmux.type_line(&format!(
+        "cd {} && {} run --tui --no-summary --kernel {} --timeout 4; echo EXIT=$?",
+        dir.display(),
+        bin(),
+        fixture("mini-bzimage-hlt.bin"),
+    ));
+    tmux.wait_for("the live boot", Duration::from_secs(30), |s| {
+        s.contains("LIVE") && s.contains("userspace")
+    });
+    tmux.send(&["C-c"]);
+    // The UI closes at once; the guest runs to its --timeout.
+    let s = tmux.wait_for("the UI to close", Duration::from_secs(5), |s| {
+        s.contains("the guest is still running")
+    });
+    assert_eq!(tmux.display("#{alternate_on}"), "0", "{s}");
+    let (code, screen) = tmux.wait_exit(Duration::from_secs(30));
+    assert_eq!(code, 1, "{screen}");
+    tmux.assert_clean(&screen);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn qemu_7_2() -> bool {
+    let Ok(o) = Command::new("qemu-system-x86_64").arg("--version").output() else {
+        eprintln!("SKIP: qemu-system-x86_64 is not installed");
+        return false;
+    };
+    let s = String::from_utf8_lossy(&o.stdout);
+    let v: Vec<u32> = s
+        .split("version ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .map(|v| v.split('.').filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or_default();
+    if v.len() < 2 || (v[0], v[1]) < (7, 2) {
+        eprintln!("SKIP: QEMU {v:?} has no thread-context (7.2 or later needed)");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn profile_tui_shows_qemu_prealloc_threads_and_writes_the_profile() {
+    if !can_profile() || !kvm_available() || !qemu_7_2() {
+        return;
+    }
+    let Some(tmux) = Tmux::start("qemu") else {
+        return;
+    };
+    let dir = scratch("tui-qemu");
+    let out = dir.join("profile.json");
+    // QEMU preallocates 1 GiB with two touch_pages threads, then its
+    // monitor reads `quit` and it exits.
+    let qemu = "echo quit | qemu-system-x86_64 -enable-kvm -S -M microvm -nodefaults \
+        -display none -name debug-threads=on -m 1G \
+        -object thread-context,id=tc0,node-affinity=0 \
+        -object memory-backend-ram,id=m0,size=1G,prealloc=on,prealloc-threads=2,prealloc-context=tc0 \
+        -machine memory-backend=m0 -monitor stdio";
+    tmux.type_line(&format!(
+        "cd {} && {} profile --tui --no-summary --output {} -- sh -c '{qemu}'; echo EXIT=$?",
+        dir.display(),
+        bin(),
+        out.display()
+    ));
+    let ended = tmux.wait_for("the end of QEMU", Duration::from_secs(60), |s| {
+        s.contains("ENDED (exit 0)")
+    });
+    assert!(ended.contains("Preallocation threads (2 of"), "{ended}");
+    let rows: Vec<&str> = ended
+        .lines()
+        .filter(|l| l.contains("touch_pages") && l.contains("prealloc"))
+        .collect();
+    assert_eq!(rows.len(), 2, "two touch_pages rows:\n{ended}");
+    for r in &rows {
+        assert!(r.contains("MiB"), "pages touched shown: {r}");
+    }
+    assert!(
+        ended.contains("NUMA locality") && ended.contains("node 0"),
+        "{ended}"
+    );
+    // QEMU's monitor output is in the console pane, not over the screen.
+    assert!(ended.contains("Command output: "), "{ended}");
+    assert!(ended.contains("QEMU"), "{ended}");
+    // `e` writes a snapshot of what is shown.
+    tmux.send(&["e"]);
+    let s = tmux.wait_for("the snapshot", Duration::from_secs(10), |s| {
+        s.contains("snapshot written to ")
+    });
+    let snap = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("bootscope-snapshot-") && n.ends_with(".json"))
+        })
+        .unwrap_or_else(|| panic!("no snapshot file in {}:\n{s}", dir.display()));
+    let snap = read_profile(&snap);
+    assert_eq!(
+        snap.threads.iter().filter(|t| t.role == "prealloc").count(),
+        2
+    );
+    tmux.send(&["q"]);
+    let (code, screen) = tmux.wait_exit(Duration::from_secs(30));
+    assert_eq!(code, 0, "{screen}");
+    tmux.assert_clean(&screen);
+    // The profile is written as without --tui.
+    let p = read_profile(&out);
+    assert_eq!(p.target.exit_code, Some(0));
+    let touched: u64 = p
+        .threads
+        .iter()
+        .filter(|t| t.name.starts_with("touch_pages"))
+        .map(|t| t.bytes_allocated)
+        .sum();
+    assert!(
+        touched >= 900 << 20,
+        "touch_pages allocated {touched} bytes"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tui_without_a_terminal_says_to_use_output() {
+    let me = std::process::id().to_string();
+    for args in [
+        vec!["profile", "--tui", "--pid", me.as_str()],
+        vec!["run", "--tui", "--kernel", "/nonexistent"],
+    ] {
+        let o = run(bootscope().args(&args), None);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(
+                "--tui needs a terminal on standard output; use --output FILE to save the profile instead"
+            ),
+            "{}",
+            stderr(&o)
+        );
+        assert!(o.stdout.is_empty(), "nothing drawn on a pipe");
+    }
+}

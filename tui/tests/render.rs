@@ -1,0 +1,444 @@
+//! Rendering tests: every pane drawn into ratatui's `TestBackend`, with and
+//! without data, compared with the text snapshots in `tests/snapshots/`
+//! (one `.txt` per case, the screen's characters with trailing spaces cut).
+//!
+//! After an intended change of the drawing, rewrite them with
+//! `UPDATE_SNAPSHOTS=1 cargo test -p bootscope-tui --test render` and
+//! review the diff.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use bootscope_profiler::profile::*;
+use bootscope_tui::app::App;
+use bootscope_tui::theme::Theme;
+use bootscope_tui::{ui, Console};
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier};
+use ratatui::{Frame, Terminal};
+
+const MS: u64 = 1_000_000;
+
+/// A QEMU-like profile `t_ms` into a 2 s run: counters grow linearly.
+fn fixture(t_ms: u64) -> Profile {
+    let f = |n: u64| n * t_ms / 2000;
+    let mut p = Profile::new();
+    p.duration_ns = t_ms * MS;
+    p.target = Target {
+        kind: "command".into(),
+        command: vec!["qemu-system-x86_64".into()],
+        pid: 4242,
+        name: "qemu-system-x86".into(),
+        ..Default::default()
+    };
+    p.host = HostInfo {
+        kvm: "svm".into(),
+        kernel_release: "6.1.0".into(),
+        cpus: 2,
+        numa_nodes: vec![
+            NumaNode {
+                id: 0,
+                cpus: vec![0],
+            },
+            NumaNode {
+                id: 1,
+                cpus: vec![1],
+            },
+        ],
+    };
+    let source = |name: &str, status: &str, events: u64| DataSource {
+        name: name.into(),
+        status: status.into(),
+        events,
+        ..Default::default()
+    };
+    p.sources = vec![
+        source("tracepoint:kvm:kvm_exit", "attached", f(21191)),
+        source("tracepoint:kvm:kvm_entry", "attached", f(21191)),
+        source("tracepoint:kvm:kvm_page_fault", "attached", f(608)),
+        source("tracepoint:kmem:mm_page_alloc", "attached", f(262_144)),
+        source("tracepoint:kvmmmu:kvm_mmu_spte_requested", "fallback", 0),
+        source("tracepoint:task:task_rename", "missing", 0),
+        source("kvm_stats:debugfs", "attached", f(21191)),
+    ];
+    let reasons: [(&str, u64); 7] = [
+        ("io", 17628),
+        ("msr", 1159),
+        ("interrupt", 1068),
+        ("npf", 608),
+        ("vintr", 596),
+        ("cpuid", 106),
+        ("write_cr4", 26),
+    ];
+    p.exits.source = "tracepoint:kvm:kvm_exit".into();
+    p.exits.isa = "svm".into();
+    p.exits.total = f(21191);
+    p.exits.kvm_stats_exits = Some(f(21191));
+    for (i, (r, n)) in reasons.iter().enumerate() {
+        let count = f(*n);
+        let mut stat = ExitReasonStat {
+            reason: r.to_string(),
+            code: i as u64,
+            count,
+            ..Default::default()
+        };
+        if *r == "io" {
+            let shape = [0u64, 3, 40, 250, 400, 200, 80, 20, 6, 1];
+            let sum: u64 = shape.iter().sum();
+            stat.latency_hist = shape
+                .iter()
+                .enumerate()
+                .map(|(k, &w)| HistBucket {
+                    lo_ns: 256 << k,
+                    hi_ns: 512 << k,
+                    count: count * w / sum,
+                })
+                .collect();
+            stat.latency_total_ns = Some(count * 3_500);
+        }
+        p.exits.by_reason.push(stat);
+    }
+    for (v, tid) in [(0u32, 4250u32), (1, 4251)] {
+        let by_reason: BTreeMap<String, u64> = reasons
+            .iter()
+            .map(|(r, n)| {
+                let share = if v == 0 {
+                    f(*n) * 2 / 3
+                } else {
+                    f(*n) - f(*n) * 2 / 3
+                };
+                (r.to_string(), share)
+            })
+            .collect();
+        p.exits.by_vcpu.push(VcpuExits {
+            vcpu: v,
+            tid,
+            by_reason,
+        });
+    }
+    p.page_faults = PageFaultProfile {
+        guest_total: f(608),
+        host_total: f(262_400),
+        host_user: f(262_144),
+        host_kernel: f(256),
+        guest_source: "tracepoint:kvm:kvm_page_fault".into(),
+        ..Default::default()
+    };
+    let thread = |tid: u32, name: &str, role: &str, cpu: u32, pages: u64, local: u64| {
+        let pages = f(pages);
+        let local = f(local);
+        ThreadProfile {
+            tid,
+            name: name.into(),
+            role: role.into(),
+            start_ns: 0,
+            end_ns: t_ms * MS,
+            cpus: vec![CpuResidency {
+                cpu,
+                node: cpu,
+                run_ns: f(300) * MS,
+            }],
+            nodes: vec![cpu],
+            pages_allocated: pages,
+            pages_local: local,
+            pages_remote: pages - local,
+            tgid: 4242,
+            run_ns: f(300) * MS,
+            bytes_allocated: pages * 4096,
+            ..Default::default()
+        }
+    };
+    p.threads = vec![
+        thread(4242, "qemu-system-x86", "main", 0, 2_000, 2_000),
+        thread(4243, "touch_pages", "prealloc", 0, 131_072, 131_072),
+        thread(4244, "touch_pages", "prealloc", 1, 131_072, 120_000),
+        thread(4250, "CPU 0/KVM", "vcpu", 0, 0, 0),
+        thread(4251, "CPU 1/KVM", "vcpu", 1, 0, 0),
+    ];
+    p.numa = NumaProfile {
+        pages_local: f(253_072),
+        pages_remote: f(11_072),
+        by_node: vec![
+            NodeLocality {
+                node: 0,
+                pages_local: f(133_072),
+                pages_remote: 0,
+            },
+            NodeLocality {
+                node: 1,
+                pages_local: f(120_000),
+                pages_remote: f(11_072),
+            },
+        ],
+        source: "tracepoint:kmem:mm_page_alloc".into(),
+        page_size: 4096,
+        pages_allocated: f(264_144),
+        bytes_allocated: f(264_144) * 4096,
+        pages_unknown_node: 0,
+        pfn_map_source: "sysfs memory blocks".into(),
+    };
+    let all_phases = [
+        ("vmm setup", 0, 350),
+        ("guest boot", 350, 900),
+        ("kernel", 900, 1700),
+        ("userspace", 1700, 2000),
+    ];
+    for (name, a, b) in all_phases {
+        if a <= t_ms {
+            p.marks.push(Mark {
+                name: format!("mark: {name}"),
+                source: "vmm".into(),
+                t_ns: a * MS,
+                ..Default::default()
+            });
+            p.phases.push(PhaseSpan {
+                name: name.into(),
+                start_ns: a * MS,
+                end_ns: b.min(t_ms) * MS,
+            });
+        }
+    }
+    // Samples every 100 ms; faults come in a burst in the middle.
+    let mut guest = 0;
+    let mut host = 0;
+    for k in 0..=(t_ms / 100) {
+        let burst = if (5..12).contains(&k) { 30_000 } else { 1_000 };
+        host += burst;
+        guest += k % 4 * 10;
+        p.samples.push(Sample {
+            t_ns: k * 100 * MS,
+            exits_total: f(21191) * k * 100 / t_ms.max(1),
+            exits_by_reason: BTreeMap::new(),
+            guest_faults: guest,
+            host_faults: host,
+        });
+    }
+    p
+}
+
+/// An app that has seen two snapshots (rates) of the fixture.
+fn live_app(theme: Theme) -> App {
+    let mut app = App::new("qemu-system-x86_64 (pid 4242)", theme);
+    app.update(fixture(1900));
+    app.update(fixture(2000));
+    app
+}
+
+fn empty_app(theme: Theme) -> App {
+    let mut app = App::new("pid 4242 (qemu-system-x86)", theme);
+    app.update(Profile::new());
+    app
+}
+
+fn render(w: u16, h: u16, draw: impl FnOnce(&mut Frame, Rect)) -> Buffer {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| {
+        let area = f.area();
+        draw(f, area)
+    })
+    .unwrap();
+    term.backend().buffer().clone()
+}
+
+fn text(buf: &Buffer) -> String {
+    let mut out = String::new();
+    for y in 0..buf.area.height {
+        let mut line = String::new();
+        for x in 0..buf.area.width {
+            line.push_str(buf[(x, y)].symbol());
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Compares with (or, with UPDATE_SNAPSHOTS=1, writes) `snapshots/NAME.txt`.
+fn snapshot(name: &str, buf: &Buffer) {
+    let got = text(buf);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(format!("{name}.txt"));
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; create it with UPDATE_SNAPSHOTS=1\n{got}",
+            path.display()
+        )
+    });
+    assert!(
+        got == want,
+        "{name} differs from {}:\n--- got\n{got}--- want\n{want}",
+        path.display()
+    );
+}
+
+/// The cell positions where `needle` starts on screen.
+fn find(buf: &Buffer, needle: &str) -> Option<(u16, u16)> {
+    let t = text(buf);
+    for (y, line) in t.lines().enumerate() {
+        if let Some(byte) = line.find(needle) {
+            let x = line[..byte].chars().count();
+            return Some((x as u16, y as u16));
+        }
+    }
+    None
+}
+
+type PaneFn = fn(&mut Frame, Rect, &App);
+
+const PANES: [(&str, PaneFn, u16, u16); 6] = [
+    ("phases", ui::draw_phases, 56, 8),
+    ("exits", ui::draw_exits, 66, 11),
+    ("latency", ui::draw_latency, 56, 10),
+    ("faults", ui::draw_faults, 66, 8),
+    ("threads", ui::draw_threads, 82, 9),
+    ("numa", ui::draw_numa, 38, 8),
+];
+
+#[test]
+fn panes_with_data() {
+    let app = live_app(Theme::unicode());
+    for (name, pane, w, h) in PANES {
+        snapshot(
+            &format!("{name}-data"),
+            &render(w, h, |f, a| pane(f, a, &app)),
+        );
+    }
+}
+
+#[test]
+fn panes_without_data() {
+    let app = empty_app(Theme::unicode());
+    for (name, pane, w, h) in PANES {
+        snapshot(
+            &format!("{name}-empty"),
+            &render(w, h, |f, a| pane(f, a, &app)),
+        );
+    }
+}
+
+#[test]
+fn status_line_live_paused_and_ended() {
+    let mut app = live_app(Theme::unicode());
+    app.profile.lost_events = 3;
+    snapshot(
+        "status-live",
+        &render(140, 2, |f, a| ui::draw_status(f, a, &app)),
+    );
+    app.paused = true;
+    app.message = Some("snapshot written to ./bootscope-snapshot-1700000000.json".into());
+    snapshot(
+        "status-paused",
+        &render(140, 2, |f, a| ui::draw_status(f, a, &app)),
+    );
+    app.paused = false;
+    let mut last = fixture(2000);
+    last.target.exit_code = Some(0);
+    last.target.ended_ns = Some(2000 * MS);
+    app.finish(last);
+    snapshot(
+        "status-ended",
+        &render(140, 2, |f, a| ui::draw_status(f, a, &app)),
+    );
+}
+
+#[test]
+fn whole_screen_unicode_colour() {
+    let mut app = live_app(Theme::unicode());
+    app.console = Some(Console {
+        title: "Guest console: /tmp/bootscope-tui-1/console.log".into(),
+        lines: vec![
+            "Linux version 6.1.0 (debian-kernel@lists.debian.org)".into(),
+            "Run /init as init process".into(),
+            "bootscope-guest: hello from userspace".into(),
+        ],
+    });
+    let buf = render(120, 40, |f, _| ui::draw(f, &app));
+    snapshot("screen-120x40", &buf);
+    // The running phase and the selected reason stand out.
+    let (x, y) = find(&buf, "userspace").unwrap();
+    assert!(buf[(x, y)].modifier.contains(Modifier::REVERSED));
+    let (x, y) = find(&buf, "io ").unwrap();
+    assert!(buf[(x, y)].modifier.contains(Modifier::REVERSED));
+    let (x, y) = find(&buf, "kernel").unwrap();
+    assert!(!buf[(x, y)].modifier.contains(Modifier::REVERSED));
+}
+
+#[test]
+fn whole_screen_plain_for_serial_consoles() {
+    let app = live_app(Theme::plain());
+    let buf = render(80, 24, |f, _| ui::draw(f, &app));
+    snapshot("screen-80x24-plain", &buf);
+    for cell in buf.content() {
+        assert!(cell.symbol().is_ascii(), "non-ASCII {:?}", cell.symbol());
+        assert_eq!(cell.fg, Color::Reset, "a colour in monochrome mode");
+        assert_eq!(cell.bg, Color::Reset, "a colour in monochrome mode");
+    }
+}
+
+#[test]
+fn help_over_the_screen() {
+    let mut app = live_app(Theme::unicode());
+    app.show_help = true;
+    snapshot("help-100x30", &render(100, 30, |f, _| ui::draw(f, &app)));
+}
+
+#[test]
+fn per_vcpu_and_sorted_by_name() {
+    let mut app = live_app(Theme::unicode());
+    app.cycle_vcpu();
+    app.sort = bootscope_tui::app::SortMode::Name;
+    snapshot(
+        "exits-vcpu0-by-name",
+        &render(66, 11, |f, a| ui::draw_exits(f, a, &app)),
+    );
+}
+
+#[test]
+fn pvm_fallback_explains_missing_latency() {
+    let mut p = fixture(2000);
+    p.exits.source = "tracepoint:kvm:kvm_userspace_exit".into();
+    p.exits.isa = "userspace".into();
+    for r in &mut p.exits.by_reason {
+        r.latency_hist.clear();
+        r.latency_total_ns = None;
+    }
+    let mut app = App::new("bootscope (pid 1)", Theme::unicode());
+    app.update(p);
+    snapshot(
+        "latency-pvm",
+        &render(56, 6, |f, a| ui::draw_latency(f, a, &app)),
+    );
+}
+
+#[test]
+fn tiny_terminal_gets_a_message() {
+    let app = live_app(Theme::unicode());
+    let buf = render(40, 10, |f, _| ui::draw(f, &app));
+    assert!(text(&buf).contains("terminal too small"));
+}
+
+#[test]
+fn replay_grows_phases_and_threads() {
+    use bootscope_tui::{ProfileSource, ReplaySource};
+    let mut src = ReplaySource::stepped(fixture(2000), 500 * MS);
+    let mut app = App::new(src.title(), Theme::unicode());
+    let mut seen = Vec::new();
+    while !src.finished() {
+        app.update(src.snapshot());
+        seen.push(app.profile.phases.len());
+    }
+    app.finish(src.snapshot());
+    assert_eq!(seen, vec![2, 3, 3, 4]);
+    let buf = render(120, 40, |f, _| ui::draw(f, &app));
+    let t = text(&buf);
+    assert!(t.contains("touch_pages"));
+    assert!(t.contains("userspace"));
+    assert!(t.contains("ENDED"));
+}
