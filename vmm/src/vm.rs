@@ -603,39 +603,6 @@ fn setup_only_timeline(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn emulation_watch_fast_path() {
-        let t0 = Instant::now();
-        let mut w = EmulationWatch::new(t0);
-        assert!(!w.guest_is_emulated(t0 + Duration::from_millis(300), 1_000));
-        assert!(w.guest_is_emulated(t0 + Duration::from_millis(400), PVM_EMULATION_LIMIT));
-    }
-
-    #[test]
-    fn emulation_watch_sustained_rate_on_a_slow_machine() {
-        let t0 = Instant::now();
-        let mut w = EmulationWatch::new(t0);
-        // 60,000/s: slow, but never idle: caught after a window.
-        assert!(!w.guest_is_emulated(t0 + Duration::from_millis(500), 30_000));
-        assert!(w.guest_is_emulated(t0 + Duration::from_millis(1000), 60_000));
-    }
-
-    #[test]
-    fn emulation_watch_ignores_port_io_of_a_native_guest() {
-        let t0 = Instant::now();
-        let mut w = EmulationWatch::new(t0);
-        let mut total = 0;
-        for s in 1..=60 {
-            total += 5_000; // a chatty console: 5,000 emulated I/O per second
-            assert!(!w.guest_is_emulated(t0 + Duration::from_secs(s), total));
-        }
-    }
-}
-
 fn sum_stats(stats: &[StatsFd]) -> BTreeMap<String, u64> {
     let mut total = BTreeMap::new();
     for s in stats {
@@ -695,3 +662,36 @@ fn spawn_vcpu(
 
 /// Keeps the VM file descriptor type reachable for callers that need it.
 pub type Vm = VmFd;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emulation_watch_fast_path() {
+        let t0 = Instant::now();
+        let mut w = EmulationWatch::new(t0);
+        assert!(!w.guest_is_emulated(t0 + Duration::from_millis(300), 1_000));
+        assert!(w.guest_is_emulated(t0 + Duration::from_millis(400), PVM_EMULATION_LIMIT));
+    }
+
+    #[test]
+    fn emulation_watch_sustained_rate_on_a_slow_machine() {
+        let t0 = Instant::now();
+        let mut w = EmulationWatch::new(t0);
+        // 60,000/s: slow, but never idle: caught after a window.
+        assert!(!w.guest_is_emulated(t0 + Duration::from_millis(500), 30_000));
+        assert!(w.guest_is_emulated(t0 + Duration::from_millis(1000), 60_000));
+    }
+
+    #[test]
+    fn emulation_watch_ignores_port_io_of_a_native_guest() {
+        let t0 = Instant::now();
+        let mut w = EmulationWatch::new(t0);
+        let mut total = 0;
+        for s in 1..=60 {
+            total += 5_000; // a chatty console: 5,000 emulated I/O per second
+            assert!(!w.guest_is_emulated(t0 + Duration::from_secs(s), total));
+        }
+    }
+}
