@@ -429,7 +429,7 @@ fn check_passes_fails_and_reports_in_every_format() {
         "{xml}"
     );
     assert!(
-        xml.contains(r#"<failure type="regression" message="io_exits 100."#),
+        xml.contains(r#"<failure type="regression" message="io_exits 99.9"#),
         "{xml}"
     );
     assert!(
@@ -612,8 +612,9 @@ fn committed_lab_baseline_is_valid_and_a_count_check_against_it_can_fail() {
     let doc: Value = serde_json::from_slice(&std::fs::read(&baseline).unwrap()).unwrap();
     assert_eq!(doc["schema"], "bootscope.bench");
     assert_eq!(doc["machine"]["host_kvm"], "svm", "made in the lab");
-    let metrics = ["exits:total", "exits:io_exits", "faults:pf_fixed"];
-    let mut args = vec!["check", "--baseline", base, "--max-regression", "25"];
+    // The limits of tests/bench_lab.rs.
+    let metrics = ["exits:total", "exits:io_exits=40", "faults:pf_fixed"];
+    let mut args = vec!["check", "--baseline", base, "--max-regression", "30"];
     for m in &metrics {
         args.extend(["--metric", m]);
     }

@@ -408,9 +408,14 @@ impl CompareReport {
                 (Some(_), true) => "significant".into(),
                 (Some(_), false) => "not significant".into(),
             };
+            let ratio = if b != 0.0 {
+                format!(", ratio {:.3}", n / b)
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 s,
-                "  {:<width$}  ({} -> {}; {verdict})",
+                "  {:<width$}  ({} -> {}{ratio}; {verdict})",
                 c.words(),
                 format_value(c.kind, b),
                 format_value(c.kind, n),

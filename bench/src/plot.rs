@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::compare::{format_value, order_key};
+use crate::compare::order_key;
 use crate::doc::{check_schema, BenchDoc, ConfigResult};
 use crate::error::BenchError;
 use crate::metrics::{self, MetricKind};
@@ -65,6 +65,8 @@ pub fn render(bytes: &[u8], path: &Path) -> Result<String, BenchError> {
 struct Boot {
     title: String,
     subtitle: String,
+    /// The profiled command line.
+    command: Option<String>,
     phases: Vec<(String, f64, f64)>,
     marks: Vec<(String, f64)>,
     exits_title: String,
@@ -115,6 +117,7 @@ impl Boot {
                 g["memory_bytes"].as_u64().unwrap_or(0) >> 20,
                 v["outcome"]["detail"].as_str().unwrap_or("?")
             ),
+            command: None,
             phases,
             marks: marks(v),
             exits_title,
@@ -149,20 +152,21 @@ impl Boot {
                 t["name"].as_str().unwrap_or("?")
             ),
             subtitle: format!(
-                "host KVM {} · {} CPUs · {} · host page faults {} · guest page faults {}",
+                "host KVM {} · {} CPUs · host page faults {} · guest page faults {}",
                 v["host"]["kvm"].as_str().unwrap_or("?"),
                 v["host"]["cpus"],
-                t["command"]
-                    .as_array()
-                    .map(|c| c
-                        .iter()
-                        .filter_map(|a| a.as_str())
-                        .collect::<Vec<_>>()
-                        .join(" "))
-                    .unwrap_or_default(),
                 v["page_faults"]["host_total"],
                 v["page_faults"]["guest_total"],
             ),
+            command: t["command"]
+                .as_array()
+                .map(|c| {
+                    c.iter()
+                        .filter_map(|a| a.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .filter(|c| !c.is_empty()),
             phases,
             marks: marks(v),
             exits_title: format!(
@@ -293,7 +297,7 @@ impl Svg {
     fn note(&mut self, s: &str) {
         self.y += FONT + 4.0;
         let y = self.y;
-        self.text(16.0, y, s, r##"fill="#555""##);
+        self.text(16.0, y, &fit(s, WIDTH - 32.0), r##"fill="#555""##);
     }
 
     /// A millisecond axis over [0, max_ns] at the current height, with grid
@@ -382,6 +386,9 @@ fn boot_svg(b: &Boot, path: &Path) -> String {
     let mut svg = Svg::new();
     svg.heading(&b.title, 16.0);
     svg.note(&b.subtitle);
+    if let Some(c) = &b.command {
+        svg.note(&format!("command: {c}"));
+    }
     svg.note(&format!("from {}", path.display()));
     let end = b
         .phases
@@ -823,11 +830,7 @@ fn bench_exits(svg: &mut Svg, doc: &BenchDoc) {
             svg.text(
                 LEFT + w.max(1.0) + 6.0,
                 y + BAR_H - 3.0,
-                &format!(
-                    "{} ({})",
-                    format_value(MetricKind::Count, v.round()),
-                    c.label
-                ),
+                &format!("{} ({})", group_digits(v), c.label),
                 r#"font-size="11""#,
             );
         }

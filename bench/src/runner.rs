@@ -452,8 +452,9 @@ pub fn execute(
                 {
                     let at = start.elapsed();
                     let text = String::from_utf8_lossy(&line);
+                    let text = text.trim_end_matches(['\n', '\r']);
                     for p in &pats {
-                        if !seen.contains_key(&p.name) && p.regex.is_match(&text) {
+                        if !seen.contains_key(&p.name) && p.regex.is_match(text) {
                             seen.insert(p.name.clone(), at);
                         }
                     }
@@ -513,11 +514,19 @@ pub fn execute(
         program: program.to_string_lossy().into_owned(),
         source,
     })?;
-    let console = console_rx.recv_timeout(READER_GRACE).unwrap_or_default();
+    let wall = ended.duration_since(start);
+    // A line read after the exit was written before it: the reader thread
+    // merely woke up late.
+    let console = console_rx
+        .recv_timeout(READER_GRACE)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, t): (String, Duration)| (name, t.min(wall)))
+        .collect();
     let stderr_tail = err_rx.recv_timeout(READER_GRACE).unwrap_or_default();
     Ok(Execution {
         exit_code: status.code(),
-        wall: ended.duration_since(start),
+        wall,
         console,
         timed_out,
         stderr_tail,

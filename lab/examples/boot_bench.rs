@@ -26,7 +26,9 @@
 //! so only one VM may run at a time. KVM's debugfs counter
 //! (`/sys/kernel/debug/kvm/exits`) cannot be used for this: it sums the
 //! statistics of the VMs that still exist, so it reads 0 before a VMM starts
-//! and again after it has exited.
+//! and again after it has exited. A second histogram, on `kvm:kvm_pio` keyed
+//! by port and direction, says where the I/O exits go (the busiest ports
+//! are in the `ports` column).
 //!
 //! With `--timeline`, COMMAND is a `bootscope run` writing that timeline;
 //! the row then also gets bootscope's own view: its userspace mark (the
@@ -49,11 +51,20 @@ const DEFAULT_MARKER: &str = bootscope_lab::guest::HELLO_LINE;
 /// The tracepoint whose histogram counts exits.
 const KVM_EXIT_EVENT: &str = "/sys/kernel/tracing/events/kvm/kvm_exit";
 
-/// The histogram trigger: one bucket per exit reason.
-const HIST_TRIGGER: &str = "hist:keys=exit_reason:vals=hitcount:sort=hitcount:size=256";
+/// Its histogram: one bucket per exit reason.
+const EXIT_HIST: &str = "hist:keys=exit_reason:vals=hitcount:sort=hitcount:size=256";
+
+/// The tracepoint of port I/O accesses, which says where I/O exits go.
+const KVM_PIO_EVENT: &str = "/sys/kernel/tracing/events/kvm/kvm_pio";
+
+/// Its histogram: one bucket per port and direction (rw 1 = write).
+const PIO_HIST: &str = "hist:keys=port,rw:vals=hitcount:sort=hitcount:size=1024";
+
+/// How many of the busiest ports the CSV lists.
+const TOP_PORTS: usize = 8;
 
 /// CSV columns, in order.
-const COLUMNS: [&str; 19] = [
+const COLUMNS: [&str; 20] = [
     "variant",
     "round",
     "vmm",
@@ -73,6 +84,7 @@ const COLUMNS: [&str; 19] = [
     "cpuid",
     "other",
     "reasons",
+    "ports",
 ];
 
 /// Exit categories reported in their own columns.
@@ -199,29 +211,40 @@ fn parse_run(args: &[OsString]) -> Result<RunOptions, String> {
     })
 }
 
-/// The `kvm:kvm_exit` histogram of one run.
-struct ExitCounter {
+/// A tracepoint histogram trigger, installed for one run.
+struct Histogram {
+    /// The event's `trigger` file.
     trigger: PathBuf,
+    /// The event's `hist` file.
     hist: PathBuf,
+    /// The trigger text.
+    spec: &'static str,
 }
 
-impl ExitCounter {
-    /// Installs a fresh histogram trigger; `None` (with a warning) where
-    /// tracefs or the tracepoint is missing.
-    fn start() -> Option<Self> {
-        let dir = Path::new(KVM_EXIT_EVENT);
-        let counter = ExitCounter {
+/// What a histogram counted: the total and one count per key tuple.
+struct HistCounts {
+    hits: u64,
+    buckets: Vec<(Vec<u64>, u64)>,
+}
+
+impl Histogram {
+    /// Installs a fresh trigger `spec` on the event directory `event`;
+    /// `None` (with a warning) where tracefs or the tracepoint is missing.
+    fn start(event: &str, spec: &'static str) -> Option<Self> {
+        let dir = Path::new(event);
+        let hist = Histogram {
             trigger: dir.join("trigger"),
             hist: dir.join("hist"),
+            spec,
         };
         // A trigger left over from an interrupted run would keep old counts.
-        counter.remove();
-        match fs::write(&counter.trigger, HIST_TRIGGER) {
-            Ok(()) => Some(counter),
+        hist.remove();
+        match fs::write(&hist.trigger, spec) {
+            Ok(()) => Some(hist),
             Err(e) => {
                 eprintln!(
-                    "boot_bench: warning: cannot count exits with {}: {e}",
-                    counter.trigger.display()
+                    "boot_bench: warning: cannot install a histogram on {}: {e}",
+                    hist.trigger.display()
                 );
                 None
             }
@@ -229,11 +252,11 @@ impl ExitCounter {
     }
 
     fn remove(&self) {
-        let _ = fs::write(&self.trigger, format!("!{HIST_TRIGGER}"));
+        let _ = fs::write(&self.trigger, format!("!{}", self.spec));
     }
 
-    /// Reads the histogram (total and per exit reason) and removes it.
-    fn finish(self) -> Option<(u64, BTreeMap<u32, u64>)> {
+    /// Reads the histogram and removes the trigger.
+    fn finish(self) -> Option<HistCounts> {
         let text = fs::read_to_string(&self.hist);
         self.remove();
         let text = text
@@ -246,44 +269,53 @@ impl ExitCounter {
             .ok()?;
         let parsed = parse_hist(&text);
         if parsed.is_none() {
-            eprintln!("boot_bench: warning: cannot parse the exit histogram:\n{text}");
+            eprintln!(
+                "boot_bench: warning: cannot use the histogram {}:\n{text}",
+                self.hist.display()
+            );
         }
         parsed
     }
 }
 
-/// Parses a histogram of `hist:keys=exit_reason:vals=hitcount`: lines
-/// `{ exit_reason:        123 } hitcount:      84480` and the `Hits:` and
-/// `Dropped:` totals. Dropped events make the count unusable.
-fn parse_hist(text: &str) -> Option<(u64, BTreeMap<u32, u64>)> {
-    let mut reasons = BTreeMap::new();
+/// Parses a histogram with numeric keys: lines such as
+/// `{ exit_reason:        123 } hitcount:      84480` or
+/// `{ port:       1016, rw:          1 } hitcount:         12`, and the
+/// `Hits:` and `Dropped:` totals. Dropped events make it unusable.
+fn parse_hist(text: &str) -> Option<HistCounts> {
+    let mut buckets = Vec::new();
     let mut hits = None;
     for line in text.lines() {
         let line = line.trim();
         if let Some(rest) = line.strip_prefix('{') {
-            let (key, value) = rest.split_once('}')?;
-            let reason: u32 = key.split_once(':')?.1.trim().parse().ok()?;
+            let (keys, value) = rest.split_once('}')?;
+            let keys: Vec<u64> = keys
+                .split(',')
+                .map(|kv| kv.split_once(':').and_then(|(_, v)| v.trim().parse().ok()))
+                .collect::<Option<_>>()?;
             let count: u64 = value
                 .trim()
                 .strip_prefix("hitcount:")?
                 .trim()
                 .parse()
                 .ok()?;
-            *reasons.entry(reason).or_insert(0) += count;
+            buckets.push((keys, count));
         } else if let Some(v) = line.strip_prefix("Hits:") {
             hits = v.trim().parse().ok();
         } else if let Some(v) = line.strip_prefix("Dropped:") {
             if v.trim() != "0" {
                 eprintln!(
-                    "boot_bench: warning: the exit histogram dropped {} events",
+                    "boot_bench: warning: a histogram dropped {} events",
                     v.trim()
                 );
                 return None;
             }
         }
     }
-    let hits = hits?;
-    Some((hits, reasons))
+    Some(HistCounts {
+        hits: hits?,
+        buckets,
+    })
 }
 
 /// Which exit reasons belong to each category, for AMD SVM and Intel VMX.
@@ -420,10 +452,13 @@ fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
         let _ = fs::remove_file(t);
     }
 
-    let counter = if opts.exit_trace {
-        ExitCounter::start()
+    let (exit_hist, pio_hist) = if opts.exit_trace {
+        (
+            Histogram::start(KVM_EXIT_EVENT, EXIT_HIST),
+            Histogram::start(KVM_PIO_EVENT, PIO_HIST),
+        )
     } else {
-        None
+        (None, None)
     };
     let t0 = Instant::now();
     let mut child = Command::new(&opts.command[0])
@@ -458,7 +493,8 @@ fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
     let wall = t0.elapsed();
     let _ = done_tx.send(());
     let _ = watchdog.join();
-    let exits = counter.and_then(ExitCounter::finish);
+    let exits = exit_hist.and_then(Histogram::finish);
+    let pio = pio_hist.and_then(Histogram::finish);
 
     let facts = match &opts.timeline {
         Some(t) => read_timeline(t).unwrap_or_else(|e| {
@@ -484,11 +520,15 @@ fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
     let mut categories: BTreeMap<&str, u64> = CATEGORIES.iter().map(|c| (*c, 0)).collect();
     let mut other = 0u64;
     let mut reasons_text = String::new();
-    if let Some((_, reasons)) = &exits {
-        let mut by_count: Vec<(&u32, &u64)> = reasons.iter().collect();
-        by_count.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    if let Some(counts) = &exits {
+        let mut by_count: Vec<(u64, u64)> = counts
+            .buckets
+            .iter()
+            .filter_map(|(keys, count)| Some((*keys.first()?, *count)))
+            .collect();
+        by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         for (reason, count) in by_count {
-            match category(svm, *reason) {
+            match u32::try_from(reason).ok().and_then(|r| category(svm, r)) {
                 Some(c) => *categories.entry(c).or_insert(0) += count,
                 None => other += count,
             }
@@ -496,6 +536,24 @@ fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
                 reasons_text.push(';');
             }
             reasons_text.push_str(&format!("{reason:#x}={count}"));
+        }
+    }
+    let mut ports_text = String::new();
+    if let Some(counts) = &pio {
+        let mut by_count: Vec<&(Vec<u64>, u64)> = counts.buckets.iter().collect();
+        by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        for (keys, count) in by_count.into_iter().take(TOP_PORTS) {
+            let [port, rw] = keys.as_slice() else {
+                continue;
+            };
+            if !ports_text.is_empty() {
+                ports_text.push(';');
+            }
+            let dir = if *rw == 1 { "out" } else { "in" };
+            ports_text.push_str(&format!("{port:#x}{dir}={count}"));
+        }
+        if counts.buckets.len() > TOP_PORTS {
+            ports_text.push_str(&format!(";total={}", counts.hits));
         }
     }
     let ms = |d: Option<Duration>| {
@@ -513,7 +571,7 @@ fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
         opt_ms(facts.userspace_ms),
         opt_ms(facts.hello_ms),
         ms(Some(wall)),
-        opt(exits.as_ref().map(|e| e.0)),
+        opt(exits.as_ref().map(|e| e.hits)),
         opt(facts.kvm_stats_exits),
     ];
     for c in CATEGORIES {
@@ -529,6 +587,7 @@ fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
         String::new()
     });
     row.push(reasons_text);
+    row.push(ports_text);
     append_csv(&opts.csv, &row)?;
 
     println!(
@@ -540,7 +599,7 @@ fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
         ms(hello),
         opt_ms(facts.userspace_ms),
         ms(Some(wall)),
-        opt(exits.as_ref().map(|e| e.0)),
+        opt(exits.as_ref().map(|e| e.hits)),
         opt(facts.kvm_stats_exits),
     );
     Ok(if ok {
@@ -735,6 +794,18 @@ fn cmd_summary(args: &[OsString]) -> Result<ExitCode, String> {
             println!("{line}");
         }
     }
+    println!("\n### Busiest I/O ports (round 1; `kvm:kvm_pio`, accesses by port and direction)\n");
+    for r in rows.iter().filter(|r| get(r, "round") == "1") {
+        let ports = get(r, "ports");
+        if !ports.is_empty() {
+            println!(
+                "- {} {}: {}",
+                get(r, "variant"),
+                get(r, "vmm"),
+                ports.replace(';', ", ")
+            );
+        }
+    }
     let failed = rows.iter().filter(|r| get(r, "status") != "ok").count();
     if failed > 0 {
         println!("\n{failed} run(s) did not reach the marker or exited with an error; they are left out of the medians.");
@@ -749,11 +820,15 @@ mod tests {
     #[test]
     fn histogram_is_parsed() {
         let text = "# event histogram\n#\n{ exit_reason:        123 } hitcount:      84480\n{ exit_reason:         96 } hitcount:       3683\n\nTotals:\n    Hits: 88163\n    Entries: 2\n    Dropped: 0\n";
-        let (hits, reasons) = parse_hist(text).unwrap();
-        assert_eq!(hits, 88163);
-        assert_eq!(reasons[&0x7b], 84480);
-        assert_eq!(reasons[&0x60], 3683);
+        let counts = parse_hist(text).unwrap();
+        assert_eq!(counts.hits, 88163);
+        assert_eq!(
+            counts.buckets,
+            vec![(vec![0x7b], 84480), (vec![0x60], 3683)]
+        );
         assert!(parse_hist("Totals:\n Hits: 5\n Dropped: 3\n").is_none());
+        let pio = "{ port:       1016, rw:          1 } hitcount:         12\nTotals:\n Hits: 12\n Dropped: 0\n";
+        assert_eq!(parse_hist(pio).unwrap().buckets, vec![(vec![1016, 1], 12)]);
     }
 
     #[test]

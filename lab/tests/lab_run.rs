@@ -193,6 +193,40 @@ fn dynamic_program_sees_kvm_and_tracefs() {
     assert!(outcome.outputs.is_empty());
 }
 
+/// An extra program arrives at its own path with its shared libraries, and
+/// a directory input arrives with everything under it (links followed).
+#[test]
+fn extra_programs_and_directory_inputs() {
+    if !lab_available("extra_programs_and_directory_inputs") {
+        return;
+    }
+    let scratch = Scratch::new("extras");
+    let tree = scratch.0.join("tree");
+    fs::create_dir_all(tree.join("sub/deeper")).unwrap();
+    fs::write(tree.join("top.txt"), b"from the top\n").unwrap();
+    fs::write(tree.join("sub/deeper/deep.txt"), b"from deep down\n").unwrap();
+    std::os::unix::fs::symlink("top.txt", tree.join("alias.txt")).unwrap();
+    // GNU env (dynamically linked) at /usr/bin/env, not busybox's applet.
+    let script = r#"cat "$1/sub/deeper/deep.txt" "$1/alias.txt" && /usr/bin/env --version | head -n 1 && echo lab-extras-ok"#;
+    let mut cfg = config(BUSYBOX, &["sh", "-c", script, "sh", tree.to_str().unwrap()]);
+    cfg.extra_programs = vec![PathBuf::from("/usr/bin/env")];
+    cfg.extra_inputs = vec![tree.clone()];
+    let (result, console) = run(&cfg);
+    let outcome = result.unwrap_or_else(|e| panic!("lab run failed: {e}"));
+    assert_eq!(outcome.exit_code, 0, "console:\n{console}");
+    assert!(console.contains("from deep down"), "{console}");
+    assert!(console.contains("from the top"), "{console}");
+    assert!(console.contains("GNU coreutils"), "{console}");
+    assert!(console.contains("lab-extras-ok"), "{console}");
+
+    // A missing extra program is reported by name before anything runs.
+    let mut cfg = config(BUSYBOX, &["true"]);
+    cfg.extra_programs = vec![PathBuf::from("/nonexistent/tool")];
+    let err = run_lab_with_console(&cfg, &mut std::io::sink()).unwrap_err();
+    assert!(matches!(err, LabError::ProgramMissing { .. }), "{err}");
+    assert!(err.to_string().contains("/nonexistent/tool"), "{err}");
+}
+
 /// A run that outlives its timeout is stopped with a clear error.
 #[test]
 fn timeout_kills_qemu() {

@@ -98,6 +98,9 @@ pub struct App {
     /// The console pane, when the source has one.
     pub console: Option<crate::Console>,
     pub theme: Theme,
+    /// The time between snapshots, when their cost made the TUI take them
+    /// less often than asked.
+    pub stretched_refresh: Option<std::time::Duration>,
     history: VecDeque<FaultPoint>,
 }
 
@@ -117,6 +120,7 @@ impl App {
             note: None,
             console: None,
             theme,
+            stretched_refresh: None,
             history: VecDeque::new(),
         }
     }

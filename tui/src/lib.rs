@@ -99,6 +99,51 @@ pub enum TuiError {
     },
 }
 
+/// Share of one core the snapshots may take: a large profile makes each
+/// snapshot expensive (the collector reads its maps entry by entry), and
+/// the TUI then takes them less often than `refresh` rather than cost
+/// more.
+pub const SNAPSHOT_BUDGET: f64 = 0.01;
+/// The longest the budget may stretch the interval between snapshots.
+const MAX_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Paces snapshots: every `refresh`, or less often when they cost more
+/// than [`SNAPSHOT_BUDGET`] of a core at that rate.
+#[derive(Clone, Debug)]
+pub struct Pacer {
+    refresh: Duration,
+    /// Smoothed cost of one snapshot, in seconds.
+    cost: f64,
+}
+
+impl Pacer {
+    pub fn new(refresh: Duration) -> Self {
+        Self { refresh, cost: 0.0 }
+    }
+
+    /// Records what one snapshot took.
+    pub fn record(&mut self, took: Duration) {
+        let t = took.as_secs_f64();
+        self.cost = if self.cost == 0.0 {
+            t
+        } else {
+            0.7 * self.cost + 0.3 * t
+        };
+    }
+
+    /// The time from one snapshot to the next.
+    pub fn interval(&self) -> Duration {
+        let budgeted = Duration::from_secs_f64(self.cost / SNAPSHOT_BUDGET);
+        budgeted.min(MAX_INTERVAL).max(self.refresh)
+    }
+
+    /// The interval, when the budget stretched it beyond `refresh`.
+    pub fn stretched(&self) -> Option<Duration> {
+        let i = self.interval();
+        (i > self.refresh).then_some(i)
+    }
+}
+
 /// Lines of console kept for the console pane.
 const CONSOLE_LINES: usize = 8;
 /// When nothing changes any more (target ended), look at the keys and the
@@ -115,6 +160,7 @@ pub fn run_live(source: &mut dyn ProfileSource, opts: TuiOptions) -> Result<Prof
         source,
     })?;
     let refresh = opts.refresh.max(Duration::from_millis(10));
+    let mut pacer = Pacer::new(refresh);
     let mut app = App::new(source.title(), opts.theme);
     let mut next_poll = Instant::now();
     let mut dirty = true;
@@ -129,7 +175,11 @@ pub fn run_live(source: &mut dyn ProfileSource, opts: TuiOptions) -> Result<Prof
                     app.finish(source.snapshot());
                     dirty = true;
                 } else if !app.paused {
-                    app.update(source.snapshot());
+                    let t = Instant::now();
+                    let p = source.snapshot();
+                    pacer.record(t.elapsed());
+                    app.update(p);
+                    app.stretched_refresh = pacer.stretched();
                     dirty = true;
                 }
                 let console = source.console(CONSOLE_LINES);
@@ -138,7 +188,11 @@ pub fn run_live(source: &mut dyn ProfileSource, opts: TuiOptions) -> Result<Prof
                     dirty = true;
                 }
             }
-            let every = if app.finished { IDLE_TICK } else { refresh };
+            let every = if app.finished {
+                IDLE_TICK
+            } else {
+                pacer.interval()
+            };
             // Keep the cadence, but never try to catch up on missed ticks.
             next_poll = (next_poll + every).max(now);
         }
@@ -244,6 +298,26 @@ mod tests {
         let names: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
         assert_eq!(names.len(), 2, "no temporary file left behind");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn pacer_keeps_snapshots_within_budget() {
+        let ms = Duration::from_millis;
+        let mut p = Pacer::new(ms(100));
+        assert_eq!(p.interval(), ms(100));
+        p.record(Duration::from_micros(300));
+        assert_eq!(p.interval(), ms(100), "cheap snapshots: as asked");
+        assert_eq!(p.stretched(), None);
+        for _ in 0..30 {
+            p.record(ms(4));
+        }
+        let i = p.interval();
+        assert!(i > ms(390) && i <= ms(400), "{i:?}");
+        assert_eq!(p.stretched(), Some(i));
+        for _ in 0..30 {
+            p.record(ms(500));
+        }
+        assert_eq!(p.interval(), MAX_INTERVAL);
     }
 
     #[test]

@@ -893,6 +893,14 @@ pub fn draw_status(f: &mut Frame, area: Rect, app: &App) {
         Span::styled(app.title.clone(), Style::new().add_modifier(Modifier::BOLD)),
         sep(),
         Span::raw(format!("{:.1} s", p.duration_ns as f64 / 1e9)),
+    ];
+    if let Some(r) = app.stretched_refresh.filter(|_| !app.finished) {
+        line1.push(Span::styled(
+            format!(" (refresh {} ms: large profile)", r.as_millis()),
+            t.dim(),
+        ));
+    }
+    line1.extend([
         sep(),
         Span::styled(
             if p.map_overflows > 0 {
@@ -907,7 +915,7 @@ pub fn draw_status(f: &mut Frame, area: Rect, app: &App) {
             if lost > 0 { t.warn() } else { Style::new() },
         ),
         sep(),
-    ];
+    ]);
     line1.extend(sources_spans(p, t));
     if let Some(n) = &app.note {
         line1.push(sep());

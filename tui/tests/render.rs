@@ -332,6 +332,7 @@ fn status_line_live_paused_and_ended() {
         &render(140, 2, |f, a| ui::draw_status(f, a, &app)),
     );
     app.paused = true;
+    app.stretched_refresh = Some(std::time::Duration::from_millis(400));
     app.message = Some("snapshot written to ./bootscope-snapshot-1700000000.json".into());
     snapshot(
         "status-paused",
