@@ -1,63 +1,15 @@
 //! The `bootscope` command line as a user meets it: bad input gets a clear
 //! message and exit status 2, good input boots and writes a timeline.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
-fn bootscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bootscope"))
-        .args(args)
-        .output()
-        .expect("bootscope runs")
-}
+#[path = "profile_common/mod.rs"]
+mod common;
 
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("vmm/tests/fixtures")
-        .join(name)
-        .display()
-        .to_string()
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bootscope-cli-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn kvm_available() -> bool {
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-    {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("SKIP: /dev/kvm cannot be opened ({e})");
-            false
-        }
-    }
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Runs and expects exit 2 with every `needles` in stderr, and no panic.
-fn expect_usage_error(args: &[&str], needles: &[&str]) {
-    let o = bootscope(args);
-    let err = stderr(&o);
-    assert_eq!(
-        o.status.code(),
-        Some(2),
-        "{args:?} should exit 2; stderr: {err}"
-    );
-    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-    for n in needles {
-        assert!(err.contains(n), "{args:?}: stderr lacks {n:?}: {err}");
-    }
-}
+use common::{
+    bootscope_output as bootscope, expect_usage_error, fixture, kvm_available, scratch,
+    stderr_text as stderr,
+};
 
 #[test]
 fn bad_kernels_exit_2_with_reason() {

@@ -1,44 +1,12 @@
 //! Memory set-up through the CLI: preallocation through thread contexts
 //! (also under the sandbox), set-up-only runs, and bad memory options.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
-fn bootscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bootscope"))
-        .args(args)
-        .output()
-        .expect("bootscope runs")
-}
+#[path = "profile_common/mod.rs"]
+mod common;
 
-fn kvm_available() -> bool {
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-    {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("SKIP: /dev/kvm cannot be opened ({e})");
-            false
-        }
-    }
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bootscope-mem-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("vmm/tests/fixtures")
-        .join(name)
-        .display()
-        .to_string()
-}
+use common::{bootscope_output as bootscope, fixture, kvm_available, scratch};
 
 fn timeline(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
@@ -216,14 +184,7 @@ fn stop_after_load_stops_before_the_guest_runs() {
 }
 
 fn expect_usage_error(args: &[&str], needle: &str) {
-    let o = bootscope(args);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-    assert!(
-        err.contains(needle),
-        "{args:?}: stderr lacks {needle:?}: {err}"
-    );
-    assert!(!err.contains("panicked"), "{err}");
+    common::expect_usage_error(args, &[needle]);
 }
 
 #[test]

@@ -88,3 +88,29 @@ pub fn stderr(o: &Output) -> String {
 pub fn read_profile(path: &Path) -> bootscope_profiler::Profile {
     bootscope_profiler::Profile::read(path).expect("a valid profile")
 }
+
+/// Runs `bootscope ARGS` to completion and captures its output.
+pub fn bootscope_output(args: &[&str]) -> Output {
+    bootscope().args(args).output().expect("bootscope runs")
+}
+
+/// Standard error as text.
+pub fn stderr_text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs and expects exit status 2, every needle in standard error, and no
+/// panic.
+pub fn expect_usage_error(args: &[&str], needles: &[&str]) {
+    let o = bootscope_output(args);
+    let err = stderr_text(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{args:?} should exit 2; stderr: {err}"
+    );
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: stderr lacks {n:?}: {err}");
+    }
+}
