@@ -549,23 +549,31 @@ fn start_self_profile(
                 .into())
         }
     };
-    recorder.vmm("vmm: profiler attached");
     let weak = Arc::downgrade(&collector);
     let clock = recorder.clock();
+    let forward = move |c: &bootscope_profiler::Collector,
+                        m: &bootscope_vmm::timeline::PhaseMark| {
+        let source = serde_json::to_value(m.source)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        c.add_mark_at(
+            &m.name,
+            &source,
+            m.value.map(u64::from),
+            clock.instant_at(m.t_ns),
+        );
+    };
+    // Marks recorded before the collector existed (process start).
+    for m in recorder.snapshot() {
+        forward(&collector, &m);
+    }
     recorder.set_listener(Box::new(move |m| {
         if let Some(c) = weak.upgrade() {
-            let source = serde_json::to_value(m.source)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
-            c.add_mark_at(
-                &m.name,
-                &source,
-                m.value.map(u64::from),
-                clock.instant_at(m.t_ns),
-            );
+            forward(&c, m);
         }
     }));
+    recorder.vmm("vmm: profiler attached");
     Ok(Some(collector))
 }
 

@@ -524,12 +524,7 @@ impl ProfileSource for RunSource {
     }
 
     fn finished(&mut self) -> bool {
-        let done = self.vm.is_finished();
-        if done {
-            // The VMM is done now, however long the final screen stays.
-            self.recorder.vmm_once(vmm_marks::VMM_EXIT);
-        }
-        done
+        self.vm.is_finished()
     }
 
     fn title(&self) -> String {
@@ -572,7 +567,12 @@ pub fn run_vm(
     let vm_recorder = recorder.clone();
     let vm = std::thread::Builder::new()
         .name("bootscope-vm".into())
-        .spawn(move || vm::run(cfg, vm_recorder))
+        .spawn(move || {
+            let report = vm::run(cfg, vm_recorder.clone());
+            // The VMM is done now, however long the final screen stays.
+            vm_recorder.vmm_once(vmm_marks::VMM_EXIT);
+            report
+        })
         .context("cannot start the VM thread")?;
     let mut source = RunSource {
         recorder: recorder.clone(),

@@ -1,7 +1,8 @@
 //! Runs a program in the lab from the command line, for manual checks:
 //!
 //! ```text
-//! cargo run -p bootscope-lab --example lab -- [--memory MIB] [--timeout SECS] EXE [ARGS...]
+//! cargo run -p bootscope-lab --example lab -- [--memory MIB] [--timeout SECS]
+//!     [--program PATH]... [--input PATH]... EXE [ARGS...]
 //! cargo run -p bootscope-lab --example lab -- --default-initramfs OUT.cpio
 //! ```
 //!
@@ -30,6 +31,8 @@ fn main() -> ExitCode {
     }
     let mut memory = LabConfig::DEFAULT_MEMORY_MIB;
     let mut timeout = LabConfig::DEFAULT_TIMEOUT;
+    let mut programs = Vec::new();
+    let mut inputs = Vec::new();
     loop {
         let number = |v: Option<&OsString>| {
             v.and_then(|v| v.to_str())
@@ -44,6 +47,14 @@ fn main() -> ExitCode {
                 Some(n) => timeout = Duration::from_secs(n),
                 None => return usage("--timeout needs a number of seconds"),
             },
+            Some("--program") => match args.get(1) {
+                Some(p) => programs.push(PathBuf::from(p)),
+                None => return usage("--program needs a path"),
+            },
+            Some("--input") => match args.get(1) {
+                Some(p) => inputs.push(PathBuf::from(p)),
+                None => return usage("--input needs a path"),
+            },
             _ => break,
         }
         args.drain(..2);
@@ -55,6 +66,8 @@ fn main() -> ExitCode {
     let mut cfg = LabConfig::new(exe, args);
     cfg.memory_mib = memory;
     cfg.timeout = timeout;
+    cfg.extra_programs = programs;
+    cfg.extra_inputs = inputs;
     match run_lab(&cfg) {
         Ok(outcome) => {
             eprintln!(
@@ -76,6 +89,6 @@ fn main() -> ExitCode {
 }
 
 fn usage(problem: &str) -> ExitCode {
-    eprintln!("lab: {problem}\nusage: lab [--memory MIB] [--timeout SECS] EXE [ARGS...]\n       lab --default-initramfs OUT.cpio");
+    eprintln!("lab: {problem}\nusage: lab [--memory MIB] [--timeout SECS] [--program PATH]... [--input PATH]... EXE [ARGS...]\n       lab --default-initramfs OUT.cpio");
     ExitCode::from(2)
 }

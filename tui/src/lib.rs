@@ -99,10 +99,10 @@ pub enum TuiError {
     },
 }
 
-/// Share of one core the snapshots may take: a large profile makes each
-/// snapshot expensive (the collector reads its maps entry by entry), and
-/// the TUI then takes them less often than `refresh` rather than cost
-/// more.
+/// Share of one core the snapshots may take (CPU time of the thread that
+/// takes them): a large profile makes each snapshot expensive (the
+/// collector reads its maps entry by entry), and the TUI then takes them
+/// less often than `refresh` rather than cost more.
 pub const SNAPSHOT_BUDGET: f64 = 0.01;
 /// The longest the budget may stretch the interval between snapshots.
 const MAX_INTERVAL: Duration = Duration::from_secs(2);
@@ -144,6 +144,19 @@ impl Pacer {
     }
 }
 
+/// CPU time this thread has used.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into a valid pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 /// Lines of console kept for the console pane.
 const CONSOLE_LINES: usize = 8;
 /// When nothing changes any more (target ended), look at the keys and the
@@ -175,9 +188,11 @@ pub fn run_live(source: &mut dyn ProfileSource, opts: TuiOptions) -> Result<Prof
                     app.finish(source.snapshot());
                     dirty = true;
                 } else if !app.paused {
-                    let t = Instant::now();
+                    // CPU time, not wall time: waiting for the collector's
+                    // lock costs nothing.
+                    let t = thread_cpu_time();
                     let p = source.snapshot();
-                    pacer.record(t.elapsed());
+                    pacer.record(thread_cpu_time().saturating_sub(t));
                     app.update(p);
                     app.stretched_refresh = pacer.stretched();
                     dirty = true;
