@@ -181,6 +181,7 @@ mod tests {
             end: 0x200000,
             setup_header: hdr,
             cmdline_max: 2047,
+            mapped_from_file: 0,
         }
     }
 

@@ -63,6 +63,9 @@ pub struct LoadedKernel {
     pub setup_header: Option<setup_header>,
     /// Longest command line (without the NUL) the kernel accepts.
     pub cmdline_max: usize,
+    /// Bytes of the image the guest sees as the file's page cache
+    /// (copy-on-write) rather than a copy: whole pages of ELF segments.
+    pub mapped_from_file: u64,
 }
 
 /// Where the initrd was put.
@@ -177,8 +180,16 @@ fn read_at(file: &mut File, offset: u64, buf: &mut [u8]) -> std::io::Result<usiz
     Ok(done)
 }
 
+/// A loadable ELF segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ElfSegment {
+    pub offset: u64,
+    pub paddr: u64,
+    pub filesz: u64,
+}
+
 /// Facts read from a kernel file without loading it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct KernelProbe {
     pub format: KernelFormat,
     pub file_size: u64,
@@ -187,6 +198,8 @@ pub struct KernelProbe {
     /// Memory the kernel needs to boot, in bytes (bzImage: the relocation
     /// target plus `init_size`; ELF: the highest loaded address).
     pub min_memory: u64,
+    /// ELF: the loadable segments.
+    pub segments: Vec<ElfSegment>,
 }
 
 /// Detects the kernel format by content and checks it is loadable.
@@ -273,6 +286,7 @@ fn probe_bzimage(path: &Path, file_size: u64, head: &[u8]) -> Result<KernelProbe
         file_size,
         setup_header: Some(hdr),
         min_memory,
+        segments: Vec::new(),
     })
 }
 
@@ -308,6 +322,7 @@ fn probe_elf(
         ));
     }
     let mut min_memory = 0u64;
+    let mut segments = Vec::new();
     for i in 0..phnum {
         let mut ph = [0u8; 56];
         let n = read_at(file, phoff + i * phentsize, &mut ph).map_err(|source| {
@@ -331,6 +346,11 @@ fn probe_elf(
                 ));
             }
             min_memory = min_memory.max(p_paddr.saturating_add(p_memsz.max(p_filesz)));
+            segments.push(ElfSegment {
+                offset: p_offset,
+                paddr: p_paddr,
+                filesz: p_filesz,
+            });
         }
     }
     Ok(KernelProbe {
@@ -338,6 +358,7 @@ fn probe_elf(
         file_size,
         setup_header: None,
         min_memory,
+        segments,
     })
 }
 
@@ -346,6 +367,7 @@ pub fn load_kernel(
     mem: &GuestMemoryMmap,
     path: &Path,
     memory_bytes: u64,
+    map_from_file: bool,
 ) -> Result<LoadedKernel, LoadError> {
     let probe = probe_kernel(path)?;
     let needed = probe.min_memory.max(layout::HIMEM_START + (1 << 20));
@@ -390,6 +412,9 @@ pub fn load_kernel(
                 end: res.kernel_end,
                 setup_header: hdr,
                 cmdline_max,
+                // A bzImage decompresses itself over its own memory: a
+                // copy it must be.
+                mapped_from_file: 0,
             })
         }
         KernelFormat::Elf => {
@@ -412,6 +437,11 @@ pub fn load_kernel(
                     })
                 }
             };
+            let mapped_from_file = if map_from_file {
+                map_elf_segments(mem, &file, &probe.segments)
+            } else {
+                0
+            };
             Ok(LoadedKernel {
                 format: KernelFormat::Elf,
                 entry,
@@ -419,9 +449,36 @@ pub fn load_kernel(
                 end: res.kernel_end.max(probe.min_memory),
                 setup_header: None,
                 cmdline_max: DEFAULT_CMDLINE_MAX - 1,
+                mapped_from_file,
             })
         }
     }
+}
+
+/// Replaces the whole pages of each loaded segment (already copied by the
+/// loader) with a private mapping of the file, so VMs started from the same
+/// vmlinux share its page cache. A segment whose file offset and address
+/// disagree modulo the page size keeps its copy; so do the partial pages at
+/// either end (the part past `filesz` must read as zeros). Returns the bytes
+/// mapped.
+fn map_elf_segments(mem: &GuestMemoryMmap, file: &File, segments: &[ElfSegment]) -> u64 {
+    const PAGE: u64 = 4096;
+    let mut mapped = 0;
+    for seg in segments {
+        if seg.offset % PAGE != seg.paddr % PAGE {
+            continue;
+        }
+        let start = seg.paddr.next_multiple_of(PAGE);
+        let end = (seg.paddr + seg.filesz) & !(PAGE - 1);
+        if end <= start {
+            continue;
+        }
+        let file_offset = seg.offset + (start - seg.paddr);
+        if map_file_over_guest(mem, GuestAddress(start), file, file_offset, end - start).is_ok() {
+            mapped += end - start;
+        }
+    }
+    mapped
 }
 
 /// End of the guest RAM block that starts at `HIMEM_START` (below the MMIO
@@ -466,7 +523,7 @@ pub fn load_initrd(
     let addr = (top - size) & !0xfff;
     if map_from_file
         && size > 0
-        && map_file_over_guest(mem, GuestAddress(addr), &file, size).is_ok()
+        && map_file_over_guest(mem, GuestAddress(addr), &file, 0, size).is_ok()
     {
         return Ok(LoadedInitrd {
             addr,
@@ -497,12 +554,15 @@ pub fn map_file_over_guest(
     mem: &GuestMemoryMmap,
     addr: GuestAddress,
     file: &File,
+    file_offset: u64,
     len: u64,
 ) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     use vm_memory::GuestMemoryBackend;
-    if addr.0 % 4096 != 0 {
-        return Err(std::io::Error::other("guest address not page aligned"));
+    if addr.0 % 4096 != 0 || file_offset % 4096 != 0 {
+        return Err(std::io::Error::other(
+            "guest address or file offset not page aligned",
+        ));
     }
     let mapped = len.next_multiple_of(4096) as usize;
     // The whole range must be one contiguous host mapping.
@@ -522,7 +582,7 @@ pub fn map_file_over_guest(
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_FIXED,
             file.as_raw_fd(),
-            0,
+            file_offset as libc::off_t,
         )
     };
     if r == libc::MAP_FAILED {
@@ -581,7 +641,7 @@ mod tests {
     #[test]
     fn loads_bzimage_at_one_mib_with_64bit_entry() {
         let mem = memory(64 << 20);
-        let k = load_kernel(&mem, &fixture("mini-bzimage-reset.bin"), 64 << 20).unwrap();
+        let k = load_kernel(&mem, &fixture("mini-bzimage-reset.bin"), 64 << 20, false).unwrap();
         assert_eq!(k.mode, EntryMode::Linux64);
         assert_eq!(k.entry, GuestAddress(0x100200));
         assert_eq!(k.cmdline_max, 2047);
@@ -596,16 +656,62 @@ mod tests {
     #[test]
     fn loads_pvh_entry_from_note() {
         let mem = memory(64 << 20);
-        let k = load_kernel(&mem, &fixture("mini-pvh.elf"), 64 << 20).unwrap();
+        let k = load_kernel(&mem, &fixture("mini-pvh.elf"), 64 << 20, false).unwrap();
         assert_eq!(k.mode, EntryMode::Pvh);
         assert_eq!(k.entry, GuestAddress(0x100000));
         assert_eq!(k.format, KernelFormat::Elf);
     }
 
     #[test]
+    fn elf_segments_mapped_from_file_read_the_same() {
+        let path = fixture("mini-pvh.elf");
+        let copied = memory(64 << 20);
+        load_kernel(&copied, &path, 64 << 20, false).unwrap();
+        let mapped = memory(64 << 20);
+        let k = load_kernel(&mapped, &path, 64 << 20, true).unwrap();
+        // The fixture's only segment is shorter than a page: nothing whole to
+        // map, so it stays a copy; either way the guest sees the same bytes.
+        assert_eq!(k.mapped_from_file, 0);
+        let (mut a, mut b) = (vec![0u8; 8192], vec![0u8; 8192]);
+        copied.read_slice(&mut a, GuestAddress(0x100000)).unwrap();
+        mapped.read_slice(&mut b, GuestAddress(0x100000)).unwrap();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn whole_pages_of_a_segment_are_mapped() {
+        // A made-up segment: file offset 0x1000 at 0x200800, 0x3000 bytes:
+        // whole pages 0x201000..0x203000 map, the partial ends stay copied.
+        let dir = std::env::temp_dir().join(format!("bootscope-seg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("image");
+        let bytes: Vec<u8> = (0..0x5000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        let mem = memory(64 << 20);
+        let seg = ElfSegment {
+            offset: 0x800,
+            paddr: 0x200800,
+            filesz: 0x3000,
+        };
+        assert_eq!(map_elf_segments(&mem, &file, &[seg]), 0x2000);
+        let mut got = vec![0u8; 0x2000];
+        mem.read_slice(&mut got, GuestAddress(0x201000)).unwrap();
+        assert_eq!(got, bytes[0x1000..0x3000]);
+        // Misaligned offset and address: left alone.
+        let odd = ElfSegment {
+            offset: 0x10,
+            paddr: 0x300000,
+            filesz: 0x3000,
+        };
+        assert_eq!(map_elf_segments(&mem, &file, &[odd]), 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn rejects_bad_images() {
         let mem = memory(64 << 20);
-        let err = |name: &str| load_kernel(&mem, &fixture(name), 64 << 20).unwrap_err();
+        let err = |name: &str| load_kernel(&mem, &fixture(name), 64 << 20, false).unwrap_err();
         assert!(matches!(
             err("not-a-kernel.bin"),
             LoadError::NotAKernel { .. }
@@ -633,7 +739,7 @@ mod tests {
     #[test]
     fn initrd_goes_high_and_page_aligned() {
         let mem = memory(64 << 20);
-        let k = load_kernel(&mem, &fixture("mini-bzimage-reset.bin"), 64 << 20).unwrap();
+        let k = load_kernel(&mem, &fixture("mini-bzimage-reset.bin"), 64 << 20, false).unwrap();
         let i = load_initrd(&mem, &fixture("mini-pvh.elf"), &k, 64 << 20, false).unwrap();
         assert!(!i.mapped_from_file);
         assert_eq!(i.addr % 4096, 0);
@@ -648,7 +754,7 @@ mod tests {
     #[test]
     fn initrd_mapped_from_file_reads_the_same_and_writes_stay_private() {
         let mem = memory(64 << 20);
-        let k = load_kernel(&mem, &fixture("mini-bzimage-reset.bin"), 64 << 20).unwrap();
+        let k = load_kernel(&mem, &fixture("mini-bzimage-reset.bin"), 64 << 20, false).unwrap();
         let path = fixture("mini-bzimage-ports.bin");
         let i = load_initrd(&mem, &path, &k, 64 << 20, true).unwrap();
         assert!(i.mapped_from_file);

@@ -345,6 +345,10 @@ pub struct GuestInfo {
     /// rather than copied.
     #[serde(default)]
     pub initrd_mapped_from_file: bool,
+    /// Bytes of the kernel image mapped from its file (ELF kernels only; a
+    /// bzImage decompresses itself and must be copied).
+    #[serde(default)]
+    pub kernel_mapped_bytes: u64,
     pub cmdline: String,
     pub memory_bytes: u64,
     pub vcpus: u32,

@@ -338,8 +338,8 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     };
     vm.create_pit2(pit).map_err(kvm_err("KVM_CREATE_PIT2"))?;
 
-    let kernel =
-        loader::load_kernel(mem, &cfg.kernel, cfg.memory_bytes).map_err(ConfigError::from)?;
+    let kernel = loader::load_kernel(mem, &cfg.kernel, cfg.memory_bytes, cfg.map_images)
+        .map_err(ConfigError::from)?;
     let initrd = match &cfg.initrd {
         Some(p) => Some(
             loader::load_initrd(mem, p, &kernel, cfg.memory_bytes, cfg.map_images)
@@ -532,6 +532,7 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
             kernel_format: format_name(&kernel).into(),
             initrd: cfg.initrd.as_ref().map(|p| p.display().to_string()),
             initrd_mapped_from_file: initrd.is_some_and(|i| i.mapped_from_file),
+            kernel_mapped_bytes: kernel.mapped_from_file,
             cmdline: cfg.cmdline.clone(),
             memory_bytes: cfg.memory_bytes,
             vcpus: cfg.vcpus,
@@ -587,6 +588,7 @@ fn setup_only_timeline(
             kernel_format: kernel_format.into(),
             initrd: cfg.initrd.as_ref().map(|p| p.display().to_string()),
             initrd_mapped_from_file: false,
+            kernel_mapped_bytes: 0,
             cmdline: cfg.cmdline.clone(),
             memory_bytes: cfg.memory_bytes,
             vcpus: cfg.vcpus,
