@@ -461,6 +461,7 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         memory: memory_opts,
         sandbox: args.sandbox,
         stop_after,
+        stop: None,
     };
     let collector = start_self_profile(&args, &recorder)?;
     let report = if args.tui {

@@ -549,10 +549,9 @@ impl ProfileSource for RunSource {
 }
 
 /// Runs the VM on its own thread under the TUI; returns what `vm::run`
-/// returned. If the user quits first, waits for the guest to end (its
-/// `--timeout`, or Ctrl-C).
+/// returned. If the user quits first, the guest is stopped.
 pub fn run_vm(
-    cfg: VmConfig,
+    mut cfg: VmConfig,
     recorder: &Arc<Recorder>,
     collector: Option<Arc<Collector>>,
     console: &TuiConsole,
@@ -565,6 +564,8 @@ pub fn run_vm(
         .unwrap_or_else(|| "no kernel".into());
     let procfs = collector.is_none().then(ProcfsProfile::new);
     let vm_recorder = recorder.clone();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    cfg.stop = Some(stop.clone());
     let vm = std::thread::Builder::new()
         .name("bootscope-vm".into())
         .spawn(move || {
@@ -588,9 +589,8 @@ pub fn run_vm(
     let RunSource { vm, collector, .. } = source;
     drop(collector);
     if !vm.is_finished() {
-        eprintln!(
-            "bootscope: the guest is still running; waiting for it to end (its --timeout, or Ctrl-C)"
-        );
+        eprintln!("bootscope: stopping the guest (quit before it ended)");
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
     }
     let report = vm
         .join()

@@ -264,13 +264,16 @@ fn ctrl_c_before_the_end_leaves_the_terminal_clean() {
         s.contains("LIVE") && s.contains("userspace")
     });
     tmux.send(&["C-c"]);
-    // The UI closes at once; the guest runs to its --timeout.
+    // The UI closes at once and the guest is stopped, well before its
+    // --timeout.
+    let quit = Instant::now();
     let s = tmux.wait_for("the UI to close", Duration::from_secs(5), |s| {
-        s.contains("the guest is still running")
+        s.contains("stopping the guest")
     });
     assert_eq!(tmux.display("#{alternate_on}"), "0", "{s}");
     let (code, screen) = tmux.wait_exit(Duration::from_secs(30));
     assert_eq!(code, 1, "{screen}");
+    assert!(quit.elapsed() < Duration::from_secs(3), "the guest was not stopped: {screen}");
     tmux.assert_clean(&screen);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -318,6 +318,8 @@ pub enum StopReason {
     Error,
     /// `--stop-after`: only the set-up phases ran.
     StoppedAfterSetup,
+    /// Stopped on request before the guest ended.
+    Stopped,
 }
 
 impl StopReason {

@@ -65,6 +65,9 @@ pub struct VmConfig {
     pub sandbox: bool,
     /// Run only the set-up phases.
     pub stop_after: Option<StopAfter>,
+    /// Set from another thread to stop the guest (e.g. the user quit the
+    /// live view).
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// `--stop-after`: the set-up phase after which to stop.
@@ -461,6 +464,12 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
                 break (StopReason::Error, "all vCPU threads ended".to_string())
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if cfg.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
+            break (
+                StopReason::Stopped,
+                "stopped on request (the user quit)".to_string(),
+            );
         }
         if let Some(t) = cfg.timeout {
             if started.elapsed() >= t {
