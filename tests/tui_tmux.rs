@@ -273,7 +273,10 @@ fn ctrl_c_before_the_end_leaves_the_terminal_clean() {
     assert_eq!(tmux.display("#{alternate_on}"), "0", "{s}");
     let (code, screen) = tmux.wait_exit(Duration::from_secs(30));
     assert_eq!(code, 1, "{screen}");
-    assert!(quit.elapsed() < Duration::from_secs(3), "the guest was not stopped: {screen}");
+    assert!(
+        quit.elapsed() < Duration::from_secs(3),
+        "the guest was not stopped: {screen}"
+    );
     tmux.assert_clean(&screen);
     let _ = std::fs::remove_dir_all(&dir);
 }
