@@ -157,9 +157,14 @@ struct RunArgs {
     /// Back guest memory with huge pages from the hugetlb pool: 2M or 1G.
     #[arg(long, value_name = "SIZE")]
     hugepages: Option<String>,
-    /// Ask for transparent huge pages (madvise) on guest memory.
-    #[arg(long)]
+    /// Require transparent huge pages (madvise) on guest memory; fail where
+    /// the host has them off. By default guest memory is advised whenever
+    /// the host's THP mode allows it.
+    #[arg(long, conflicts_with = "no_thp")]
     thp: bool,
+    /// Back guest memory with base pages only (no MADV_HUGEPAGE).
+    #[arg(long)]
+    no_thp: bool,
     /// After set-up, install a seccomp filter that denies what a running VMM
     /// does not need (including changing CPU affinity).
     #[arg(long)]
@@ -400,7 +405,11 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         prealloc_threads: args.prealloc_threads,
         prealloc_cpus,
         hugepages,
-        thp: args.thp,
+        thp: match (args.thp, args.no_thp) {
+            (true, _) => bootscope_vmm::memory::ThpChoice::Required,
+            (_, true) => bootscope_vmm::memory::ThpChoice::Off,
+            _ => bootscope_vmm::memory::ThpChoice::Auto,
+        },
     };
     if let Some(t) = &args.timeline {
         check_output_path("--timeline", t).map_err(usage)?;

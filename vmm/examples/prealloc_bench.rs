@@ -22,7 +22,7 @@
 use std::time::{Duration, Instant};
 
 use bootscope_vmm::memory::{
-    allocate, parse_size, preallocate_with, HugePageSize, MemoryOptions, MemoryPlan, MethodChoice,
+    allocate, parse_size, preallocate_with, HugePageSize, MemoryOptions, MemoryPlan, ThpChoice, MethodChoice,
     ThpMode, Topology,
 };
 use vm_memory::GuestAddress;
@@ -122,7 +122,11 @@ fn run(variant: Variant, size: u64, topo: &Topology) -> Result<Duration, String>
                 total: Some(size),
                 prealloc: true,
                 prealloc_threads: threads,
-                thp,
+                thp: if thp {
+                    ThpChoice::Required
+                } else {
+                    ThpChoice::Off
+                },
                 hugepages: hugetlb.then_some(HugePageSize::Size2M),
                 ..Default::default()
             };

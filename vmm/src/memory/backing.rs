@@ -32,11 +32,94 @@ use super::sys;
 use super::topology::Topology;
 use super::MemoryError;
 
+/// Alignment of anonymous guest memory in the host's address space: the
+/// PMD size, so that a transparent huge page can back guest memory and KVM
+/// can map it with one large nested page (KVM only does so when the host
+/// address and the guest-physical address agree modulo this size).
+pub const ANON_ALIGN: usize = 2 << 20;
+
+/// An anonymous mapping at an [`ANON_ALIGN`]-aligned host address, unmapped
+/// when the last holder drops it. vm-memory maps wherever mmap(2) puts it
+/// (4 KiB aligned on kernels before 6.7), so anonymous pieces are mapped
+/// here and handed to vm-memory as a raw pointer; every holder of the
+/// piece's `MmapRegion` also holds this owner.
+#[derive(Debug)]
+pub struct AnonMapping {
+    addr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the struct only owns the address range; access to the memory goes
+// through vm-memory, which is itself Send + Sync over raw mappings.
+unsafe impl Send for AnonMapping {}
+// SAFETY: as above; the struct has no interior state.
+unsafe impl Sync for AnonMapping {}
+
+impl AnonMapping {
+    /// Maps `len` bytes (a multiple of the base page size) read-write,
+    /// private, anonymous and without reservation, at an aligned address.
+    pub fn new(len: usize) -> io::Result<Self> {
+        let total = len
+            .checked_add(ANON_ALIGN)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        // SAFETY: a fresh anonymous mapping at an address the kernel picks;
+        // nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                total,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = base as usize;
+        let start = base.next_multiple_of(ANON_ALIGN);
+        let head = start - base;
+        let tail = total - head - len;
+        // SAFETY: both ranges lie inside the mapping just made and nothing
+        // refers to them; trimming leaves exactly [start, start + len).
+        unsafe {
+            if head > 0 {
+                libc::munmap(base as *mut libc::c_void, head);
+            }
+            if tail > 0 {
+                libc::munmap((start + len) as *mut libc::c_void, tail);
+            }
+        }
+        Ok(Self {
+            addr: start as *mut u8,
+            len,
+        })
+    }
+
+    /// First byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.addr
+    }
+}
+
+impl Drop for AnonMapping {
+    fn drop(&mut self) {
+        // SAFETY: the range was mapped by `new` and is owned by this value
+        // alone; every user of it holds an `Arc` to this value.
+        unsafe {
+            libc::munmap(self.addr as *mut libc::c_void, self.len);
+        }
+    }
+}
+
 /// One mapping: a guest-physical range and the host memory behind it.
 #[derive(Clone, Debug)]
 pub struct Piece {
     guest_addr: GuestAddress,
     mapping: Arc<MmapRegion>,
+    /// The owner of an anonymous mapping (`mapping` then does not own it).
+    owner: Option<Arc<AnonMapping>>,
 }
 
 impl Piece {
@@ -61,9 +144,15 @@ impl Piece {
         self.mapping.as_ptr()
     }
 
-    /// The mapping, shared with the guest memory object.
+    /// The mapping, shared with the guest memory object. Hold the piece
+    /// (not only this) while using the memory: see [`AnonMapping`].
     pub fn mapping(&self) -> &Arc<MmapRegion> {
         &self.mapping
+    }
+
+    /// What keeps an anonymous piece mapped (None when `mapping` owns it).
+    pub fn owner(&self) -> Option<&Arc<AnonMapping>> {
+        self.owner.as_ref()
     }
 }
 
@@ -97,6 +186,10 @@ impl BackedRegion {
 }
 
 /// Guest memory built from a [`MemoryPlan`].
+///
+/// The backing owns the memory: the guest memory object it lends out maps
+/// anonymous pieces through raw pointers, so keep the backing alive for as
+/// long as that object (or a clone of it) is used.
 #[derive(Clone, Debug)]
 pub struct GuestMemoryBacking {
     memory: GuestMemoryMmap,
@@ -109,11 +202,6 @@ impl GuestMemoryBacking {
     /// The guest memory object (one vm-memory region per piece).
     pub fn guest_memory(&self) -> &GuestMemoryMmap {
         &self.memory
-    }
-
-    /// Gives up the per-region view, keeping the memory.
-    pub fn into_guest_memory(self) -> GuestMemoryMmap {
-        self.memory
     }
 
     /// The regions in guest-physical order.
@@ -158,8 +246,9 @@ fn map_piece(
     file: Option<&Arc<File>>,
     file_offset: u64,
     len: usize,
-) -> Result<MmapRegion, MemoryError> {
+) -> Result<(MmapRegion, Option<Arc<AnonMapping>>), MemoryError> {
     let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let mut owner = None;
     let builder = MmapRegionBuilder::new(len).with_mmap_prot(rw);
     let mapped = match (backing, file) {
         (PageBacking::HugeTlb(size), Some(file)) => builder
@@ -184,14 +273,22 @@ fn map_piece(
                     source: io::Error::other(other),
                 },
             })?,
-        _ => builder
-            .with_mmap_flags(libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE)
-            .build()
-            .map_err(|e| MemoryError::Map {
+        _ => {
+            let map_err = |source| MemoryError::Map {
                 guest_node: region.guest_node,
                 bytes: len as u64,
-                source: io::Error::other(e),
-            })?,
+                source,
+            };
+            let anon = AnonMapping::new(len).map_err(map_err)?;
+            // SAFETY: `anon` maps exactly `len` bytes at this page-aligned
+            // address and is kept alive next to the region (see Piece).
+            let mapped = unsafe { builder.with_raw_mmap_pointer(anon.as_ptr()) }
+                .with_mmap_flags(libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE)
+                .build()
+                .map_err(|e| map_err(io::Error::other(e)))?;
+            owner = Some(Arc::new(anon));
+            mapped
+        }
     };
     if backing == PageBacking::Transparent {
         sys::madvise(mapped.as_ptr(), len, libc::MADV_HUGEPAGE).map_err(|source| {
@@ -210,7 +307,7 @@ fn map_piece(
             source,
         })?;
     }
-    Ok(mapped)
+    Ok((mapped, owner))
 }
 
 /// Maps guest memory for `plan` over the guest-physical RAM ranges `layout`
@@ -279,7 +376,8 @@ pub fn allocate(
             if take < len {
                 current = Some((GuestAddress(addr.0 + take as u64), len - take));
             }
-            let mapping = Arc::new(map_piece(rp, plan.backing(), file.as_ref(), offset, take)?);
+            let (mapping, owner) = map_piece(rp, plan.backing(), file.as_ref(), offset, take)?;
+            let mapping = Arc::new(mapping);
             let guest = GuestRegionMmap::with_arc(mapping.clone(), addr).ok_or(
                 MemoryError::LayoutUnaligned {
                     addr: addr.0,
@@ -291,6 +389,7 @@ pub fn allocate(
             pieces.push(Piece {
                 guest_addr: addr,
                 mapping,
+                owner,
             });
             offset += take as u64;
         }
@@ -439,6 +538,48 @@ mod tests {
     }
 
     #[test]
+    fn anonymous_pieces_are_aligned_and_unmapped_on_drop() {
+        let p = plan(MemoryOptions {
+            total: Some(6 << 20),
+            thp: super::super::plan::ThpChoice::Off,
+            ..Default::default()
+        });
+        let layout = [(GuestAddress(0), 2 << 20), (GuestAddress(8 << 20), 4 << 20)];
+        let b = allocate(&p, &layout).unwrap();
+        let addrs: Vec<usize> = b.regions()[0]
+            .pieces()
+            .iter()
+            .map(|p| p.host_addr() as usize)
+            .collect();
+        for a in &addrs {
+            assert_eq!(a % ANON_ALIGN, 0, "{a:#x} is not 2 MiB aligned");
+        }
+        let mapped = |a: usize| {
+            std::fs::read_to_string("/proc/self/maps")
+                .unwrap()
+                .lines()
+                .any(|l| {
+                    let (lo, hi) = l.split_once(' ').unwrap().0.split_once('-').unwrap();
+                    let lo = usize::from_str_radix(lo, 16).unwrap();
+                    let hi = usize::from_str_radix(hi, 16).unwrap();
+                    (lo..hi).contains(&a)
+                })
+        };
+        // Write through vm-memory, read back through the raw address.
+        b.guest_memory()
+            .write_obj(0xfeed_u32, GuestAddress(8 << 20))
+            .unwrap();
+        // SAFETY: the piece is mapped and 4 bytes long at least.
+        assert_eq!(unsafe { *(addrs[1] as *const u32) }, 0xfeed);
+        assert!(addrs.iter().all(|&a| mapped(a)));
+        drop(b);
+        assert!(
+            addrs.iter().all(|&a| !mapped(a)),
+            "pieces still mapped after the backing was dropped"
+        );
+    }
+
+    #[test]
     fn thp_mapping_is_advised() {
         let topo = Topology::host().unwrap();
         if matches!(
@@ -450,11 +591,12 @@ mod tests {
         }
         let p = plan(MemoryOptions {
             total: Some(8 << 20),
-            thp: true,
+            thp: super::super::plan::ThpChoice::Required,
             ..Default::default()
         });
         let b = allocate(&p, &[(GuestAddress(0), 8 << 20)]).unwrap();
         let addr = b.regions()[0].pieces()[0].host_addr() as usize;
+        assert_eq!(addr % ANON_ALIGN, 0, "{addr:#x} is not 2 MiB aligned");
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let mut in_vma = false;
         let mut advised = false;

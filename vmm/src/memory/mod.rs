@@ -42,12 +42,13 @@ mod sys;
 mod topology;
 mod verify;
 
-pub use backing::{allocate, BackedRegion, GuestMemoryBacking, Piece};
+pub use backing::{allocate, AnonMapping, BackedRegion, GuestMemoryBacking, Piece, ANON_ALIGN};
 pub use context::ThreadContext;
 pub use cpulist::{CpuSet, IdSet, NodeSet};
 pub use error::{MemoryError, PlanError, SpecError, TopologyError};
 pub use plan::{
-    Binding, MemoryOptions, MemoryPlan, PageBacking, PreallocPlan, RegionPlan, MAX_PREALLOC_THREADS,
+    Binding, MemoryOptions, MemoryPlan, PageBacking, PreallocPlan, RegionPlan, ThpChoice,
+    MAX_PREALLOC_THREADS,
 };
 pub use prealloc::{
     preallocate, preallocate_in, preallocate_with, ContextReport, MethodChoice, PopulateMethod,

@@ -31,8 +31,21 @@ pub struct MemoryOptions {
     pub prealloc_cpus: Option<CpuSet>,
     /// `--hugepages 2M|1G`.
     pub hugepages: Option<HugePageSize>,
-    /// `--thp`.
-    pub thp: bool,
+    /// `--thp` / `--no-thp` (default: advise where the host allows it).
+    pub thp: ThpChoice,
+}
+
+/// Whether anonymous guest memory is advised for transparent huge pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ThpChoice {
+    /// Advise when the host's THP mode is `always` or `madvise` (QEMU does
+    /// the same for its RAM); base pages otherwise.
+    #[default]
+    Auto,
+    /// `--thp`: advise, and fail when the host has THP off.
+    Required,
+    /// `--no-thp`: base pages only.
+    Off,
 }
 
 impl Default for MemoryOptions {
@@ -44,7 +57,7 @@ impl Default for MemoryOptions {
             prealloc_threads: 1,
             prealloc_cpus: None,
             hugepages: None,
-            thp: false,
+            thp: ThpChoice::Auto,
         }
     }
 }
@@ -176,9 +189,10 @@ impl MemoryPlan {
                 });
             }
         }
+        let thp_on_host = !matches!(topo.thp, ThpMode::Never | ThpMode::Unsupported);
         let backing = match (opts.hugepages, opts.thp) {
-            (Some(_), true) => return Err(PlanError::ThpWithHugepages),
-            (Some(size), false) => {
+            (Some(_), ThpChoice::Required) => return Err(PlanError::ThpWithHugepages),
+            (Some(size), _) => {
                 if !topo.hugepages.contains_key(&size) {
                     return Err(PlanError::HugePagesUnsupported {
                         size,
@@ -187,8 +201,8 @@ impl MemoryPlan {
                 }
                 PageBacking::HugeTlb(size)
             }
-            (None, true) => {
-                if matches!(topo.thp, ThpMode::Never | ThpMode::Unsupported) {
+            (None, ThpChoice::Required) => {
+                if !thp_on_host {
                     return Err(PlanError::ThpUnavailable {
                         mode: topo.thp.to_string(),
                         path: topo.root.path("kernel/mm/transparent_hugepage/enabled"),
@@ -196,7 +210,8 @@ impl MemoryPlan {
                 }
                 PageBacking::Transparent
             }
-            (None, false) => PageBacking::Small,
+            (None, ThpChoice::Auto) if thp_on_host => PageBacking::Transparent,
+            (None, _) => PageBacking::Small,
         };
         let page_size = backing.page_size(topo.page_size);
 
@@ -512,7 +527,7 @@ mod tests {
             (r.guest_node, r.size, &r.binding, &r.prealloc),
             (0, 512 << 20, &None, &None)
         );
-        assert_eq!(plan.backing(), PageBacking::Small);
+        assert_eq!(plan.backing(), PageBacking::Transparent);
         assert_eq!(plan.page_size(), 4096);
         assert!(!plan.prealloc());
     }
@@ -645,13 +660,47 @@ mod tests {
             (with(&|o| o.numa = numa(&["node=0,memory=1G,host-nodes=0,2-3"])), "host node 2-3 does not exist or is offline; online host nodes are 0-1"),
             (with(&|o| o.numa = numa(&["node=0,memory=1G,policy=bind"])), "policy=bind needs host-nodes=LIST"),
             (with(&|o| o.numa = numa(&["node=0,memory=1G,host-nodes=0-1,policy=preferred"])), "policy=preferred takes one host node, not 0-1"),
-            (with(&|o| { o.thp = true; o.hugepages = Some(HugePageSize::Size2M) }), "--thp and --hugepages exclude each other"),
+            (with(&|o| { o.thp = ThpChoice::Required; o.hugepages = Some(HugePageSize::Size2M) }), "--thp and --hugepages exclude each other"),
             (with(&|o| o.hugepages = Some(HugePageSize::Size1G)), "needs 1 pages of 1 GiB but only 0 are free; reserve 1 more"),
             (with(&|o| o.hugepages = Some(HugePageSize::Size1G)), "hugepagesz=1G hugepages=N"),
         ];
         for (msg, want) in cases {
             assert!(msg.contains(want), "want {want:?} in: {msg}");
         }
+    }
+
+    #[test]
+    fn thp_is_advised_by_default_where_the_host_allows_it() {
+        let (_t, madvise) = two_nodes();
+        let never = FakeSysfs::new();
+        never.file("devices/system/cpu/online", "0-1\n").file(
+            "kernel/mm/transparent_hugepage/enabled",
+            "always madvise [never]\n",
+        );
+        let never = Topology::read(&never.root()).unwrap();
+        let backing = |thp, topo: &Topology| {
+            let opts = MemoryOptions {
+                total: Some(64 << 20),
+                thp,
+                ..Default::default()
+            };
+            MemoryPlan::new(&opts, topo).map(|p| p.backing())
+        };
+        assert_eq!(backing(ThpChoice::Auto, &madvise).unwrap(), PageBacking::Transparent);
+        assert_eq!(backing(ThpChoice::Required, &madvise).unwrap(), PageBacking::Transparent);
+        assert_eq!(backing(ThpChoice::Off, &madvise).unwrap(), PageBacking::Small);
+        assert_eq!(backing(ThpChoice::Auto, &never).unwrap(), PageBacking::Small);
+        assert!(backing(ThpChoice::Required, &never).is_err());
+        // Huge pages win over the default advice.
+        let opts = MemoryOptions {
+            total: Some(64 << 20),
+            hugepages: Some(HugePageSize::Size2M),
+            ..Default::default()
+        };
+        assert_eq!(
+            MemoryPlan::new(&opts, &madvise).unwrap().backing(),
+            PageBacking::HugeTlb(HugePageSize::Size2M)
+        );
     }
 
     #[test]
@@ -669,7 +718,7 @@ mod tests {
         assert!(err(&opts, &topo).contains("needs a kernel with NUMA support"));
         let opts = MemoryOptions {
             total: Some(1 << 30),
-            thp: true,
+            thp: ThpChoice::Required,
             ..Default::default()
         };
         let e = err(&opts, &topo);

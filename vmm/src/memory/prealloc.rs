@@ -15,7 +15,7 @@ use std::time::Instant;
 use serde::Serialize;
 use vm_memory::MmapRegion;
 
-use super::backing::{BackedRegion, GuestMemoryBacking};
+use super::backing::{AnonMapping, BackedRegion, GuestMemoryBacking};
 use super::context::ThreadContext;
 use super::cpulist::CpuSet;
 use super::plan::{MemoryPlan, PageBacking};
@@ -151,6 +151,7 @@ impl PreallocContexts {
 /// the thread works.
 struct Span {
     mapping: Arc<MmapRegion>,
+    _owner: Option<Arc<AnonMapping>>,
     offset: usize,
     len: usize,
 }
@@ -188,6 +189,7 @@ fn split(region: &BackedRegion, threads: usize, page_size: u64) -> Vec<Vec<Span>
             let take = left.min(p.len() - piece_off);
             spans.push(Span {
                 mapping: p.mapping().clone(),
+                _owner: p.owner().cloned(),
                 offset: piece_off,
                 len: take,
             });
