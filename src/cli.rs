@@ -169,6 +169,10 @@ struct RunArgs {
     /// does not need (including changing CPU affinity).
     #[arg(long)]
     sandbox: bool,
+    /// Give the guest no ACPI tables (MP table only): it then probes for an
+    /// i8042 controller and can only halt, not power off.
+    #[arg(long)]
+    no_acpi: bool,
     /// Run only the set-up phases and report their timeline: memory or load.
     #[arg(long, value_name = "PHASE")]
     stop_after: Option<String>,
@@ -470,6 +474,7 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         memory: memory_opts,
         sandbox: args.sandbox,
         stop_after,
+        acpi: !args.no_acpi,
         stop: None,
     };
     let collector = start_self_profile(&args, &recorder)?;

@@ -84,6 +84,21 @@ fn default_guest_boots_to_userspace_in_the_lab() {
     assert_eq!(doc["schema"], "bootscope.timeline");
     assert_eq!(doc["host_kvm"], "svm", "the lab is real nested SVM");
     assert_eq!(doc["outcome"]["clean"], true, "{}", doc["outcome"]);
+    // The guest found our ACPI tables: no i8042 probe, and `poweroff` wrote
+    // S5 to the sleep control register instead of halting.
+    assert_eq!(
+        doc["outcome"]["reason"], "acpi_power_off",
+        "{}",
+        doc["outcome"]
+    );
+    assert!(
+        console.contains("ACPI: PM: Preparing to enter system sleep state S5"),
+        "{console}"
+    );
+    assert!(
+        !console.contains("rtc_cmos rtc_cmos: broken or not accessible"),
+        "the CMOS RTC must answer: {console}"
+    );
     assert_eq!(doc["guest"]["kernel_format"], "bzimage");
     let marks = doc["marks"].as_array().unwrap();
     let has = |name: &str| marks.iter().any(|m| m["name"] == name);

@@ -26,6 +26,7 @@ fn main() {
         memory: Default::default(),
         sandbox: false,
         stop_after: None,
+        acpi: true,
         stop: None,
     };
     match run(cfg, rec) {

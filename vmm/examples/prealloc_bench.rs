@@ -22,8 +22,8 @@
 use std::time::{Duration, Instant};
 
 use bootscope_vmm::memory::{
-    allocate, parse_size, preallocate_with, HugePageSize, MemoryOptions, MemoryPlan, ThpChoice, MethodChoice,
-    ThpMode, Topology,
+    allocate, parse_size, preallocate_with, HugePageSize, MemoryOptions, MemoryPlan, MethodChoice,
+    ThpChoice, ThpMode, Topology,
 };
 use vm_memory::GuestAddress;
 

@@ -82,6 +82,7 @@ pub fn build_zero_page(
     initrd: Option<&LoadedInitrd>,
     cmdline_len: usize,
     memory_bytes: u64,
+    rsdp: Option<u64>,
 ) -> boot_params {
     let mut params = boot_params::default();
     let mut hdr = kernel.setup_header.unwrap_or_else(|| setup_header {
@@ -98,6 +99,9 @@ pub fn build_zero_page(
         hdr.ramdisk_size = initrd.size as u32;
     }
     params.hdr = hdr;
+    // Boot protocol 2.14+: the kernel takes the RSDP from here instead of
+    // scanning the BIOS area (older kernels ignore it and scan).
+    params.acpi_rsdp_addr = rsdp.unwrap_or(0);
     let map = memory_map(memory_bytes);
     for (i, e) in map.iter().enumerate().take(params.e820_table.len()) {
         params.e820_table[i] = boot_e820_entry {
@@ -122,6 +126,7 @@ pub fn write_zero_page(
 pub fn pvh_start_info_bytes(
     initrd: Option<&LoadedInitrd>,
     memory_bytes: u64,
+    rsdp: Option<u64>,
 ) -> (Vec<u8>, Vec<u8>) {
     let map = memory_map(memory_bytes);
     let mut info = Vec::with_capacity(56);
@@ -137,7 +142,7 @@ pub fn pvh_start_info_bytes(
     };
     info.extend_from_slice(&modlist_paddr.to_le_bytes());
     info.extend_from_slice(&layout::CMDLINE_START.to_le_bytes());
-    info.extend_from_slice(&0u64.to_le_bytes()); // rsdp_paddr: no ACPI
+    info.extend_from_slice(&rsdp.unwrap_or(0).to_le_bytes()); // rsdp_paddr (0: no ACPI)
     info.extend_from_slice(&layout::PVH_MEMMAP_START.to_le_bytes());
     info.extend_from_slice(&(map.len() as u32).to_le_bytes());
     info.extend_from_slice(&0u32.to_le_bytes());
@@ -162,8 +167,9 @@ pub fn write_pvh_start_info(
     mem: &GuestMemoryMmap,
     initrd: Option<&LoadedInitrd>,
     memory_bytes: u64,
+    rsdp: Option<u64>,
 ) -> Result<(), vm_memory::GuestMemoryError> {
-    let (info, tail) = pvh_start_info_bytes(initrd, memory_bytes);
+    let (info, tail) = pvh_start_info_bytes(initrd, memory_bytes, rsdp);
     mem.write_slice(&info, GuestAddress(layout::PVH_INFO_START))?;
     mem.write_slice(&tail, GuestAddress(layout::PVH_MEMMAP_START))
 }
@@ -240,7 +246,13 @@ mod tests {
             size: 0x12345,
             ..Default::default()
         };
-        let p = build_zero_page(&kernel(Some(image_hdr)), Some(&initrd), 30, 128 << 20);
+        let p = build_zero_page(
+            &kernel(Some(image_hdr)),
+            Some(&initrd),
+            30,
+            128 << 20,
+            Some(0xe_0000),
+        );
         let hdr = p.hdr;
         assert_eq!({ hdr.type_of_loader }, 0xff);
         assert_eq!({ hdr.cmd_line_ptr }, layout::CMDLINE_START as u32);
@@ -248,6 +260,7 @@ mod tests {
         assert_eq!({ hdr.ramdisk_image }, 0x7f00000);
         assert_eq!({ hdr.ramdisk_size }, 0x12345);
         assert_eq!({ hdr.version }, 0x020f);
+        assert_eq!({ p.acpi_rsdp_addr }, 0xe_0000);
         assert_eq!({ p.e820_entries }, 3);
         let e = p.e820_table[2];
         assert_eq!(
@@ -258,11 +271,12 @@ mod tests {
 
     #[test]
     fn zero_page_for_elf_has_magic() {
-        let p = build_zero_page(&kernel(None), None, 0, 64 << 20);
+        let p = build_zero_page(&kernel(None), None, 0, 64 << 20, None);
         let hdr = p.hdr;
         assert_eq!({ hdr.boot_flag }, 0xaa55);
         assert_eq!({ hdr.header }, HDRS_MAGIC);
         assert_eq!({ hdr.ramdisk_image }, 0);
+        assert_eq!({ p.acpi_rsdp_addr }, 0, "no ACPI tables, no RSDP");
     }
 
     #[test]
@@ -272,7 +286,7 @@ mod tests {
             size: 4096,
             ..Default::default()
         };
-        let (info, tail) = pvh_start_info_bytes(Some(&initrd), 64 << 20);
+        let (info, tail) = pvh_start_info_bytes(Some(&initrd), 64 << 20, Some(0xe_0000));
         assert_eq!(info.len(), 56);
         assert_eq!(
             u32::from_le_bytes(info[0..4].try_into().unwrap()),
@@ -288,6 +302,11 @@ mod tests {
             layout::PVH_MEMMAP_START
         );
         assert_eq!(u32::from_le_bytes(info[48..52].try_into().unwrap()), 3);
+        assert_eq!(
+            u64::from_le_bytes(info[32..40].try_into().unwrap()),
+            0xe_0000,
+            "rsdp_paddr"
+        );
         // 3 memmap entries then one module entry.
         assert_eq!(tail.len(), 3 * 24 + 32);
         let modlist = u64::from_le_bytes(info[16..24].try_into().unwrap());

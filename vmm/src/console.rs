@@ -144,6 +144,11 @@ pub struct ConsoleEvents {
     /// without ACPI a `poweroff` ends in a halt loop with interrupts off, which
     /// never exits to the VMM.
     pub halted: AtomicBool,
+    /// The halt line was "reboot: Power down" (with ACPI the power-off
+    /// register write follows it).
+    pub power_down: AtomicBool,
+    /// When the halt line was seen.
+    pub halted_at: Mutex<Option<std::time::Instant>>,
     /// The kernel panicked ("Kernel panic - not syncing").
     pub panicked: AtomicBool,
     /// The panic line, for the report.
@@ -214,7 +219,16 @@ impl ConsoleSink {
                     None,
                 );
             }
-            if self.halt_re.is_match(&line) && !self.events.halted.swap(true, Ordering::SeqCst) {
+            if self.halt_re.is_match(&line) && !self.events.halted.load(Ordering::SeqCst) {
+                self.events
+                    .power_down
+                    .store(line.contains("Power down"), Ordering::SeqCst);
+                *self
+                    .events
+                    .halted_at
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+                self.events.halted.store(true, Ordering::SeqCst);
                 self.recorder.guest(
                     "serial: kernel halted".into(),
                     MarkSource::Serial,

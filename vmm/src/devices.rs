@@ -1,6 +1,7 @@
 //! The legacy devices a Linux guest needs to boot and to say it is done:
-//! COM1 (vm-superio 16550), the i8042 reset line (vm-superio), and the
-//! boot-marker sinks (debug port 0x80, port 0xf4, the boot-timer MMIO word).
+//! COM1 (vm-superio 16550), the i8042 reset line (vm-superio), the CMOS
+//! RTC, the ACPI sleep and reset registers, and the boot-marker sinks
+//! (debug port 0x80, port 0xf4, the boot-timer MMIO word).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -12,7 +13,9 @@ use vmm_sys_util::eventfd::EventFd;
 
 use crate::console::ConsoleSink;
 use crate::layout;
+use crate::rtc::{self, CmosRtc};
 use crate::timeline::{boot_time_port_mark_name, debug_port_mark_name, MarkSource, Recorder};
+use crate::x86::acpi;
 
 /// Interrupt trigger backed by an eventfd that KVM turns into an IRQ
 /// (irqfd).
@@ -37,6 +40,15 @@ impl Trigger for FlagTrigger {
     }
 }
 
+/// What the guest asked for through the ACPI registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowerRequest {
+    /// S5 written to the sleep control register (`poweroff`).
+    Off,
+    /// The reset value written to the reset register (`reboot=a`).
+    Reset,
+}
+
 /// Counts of guest writes to the marker ports, by value.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MarkerCounts {
@@ -59,6 +71,9 @@ pub struct Devices {
     serial: Mutex<Serial<EventFdTrigger, vm_superio::serial::NoEvents, ConsoleSink>>,
     i8042: Mutex<I8042Device<FlagTrigger>>,
     reset_requested: Arc<AtomicBool>,
+    power: Mutex<Option<PowerRequest>>,
+    rtc: Mutex<CmosRtc>,
+    acpi: bool,
     recorder: Arc<Recorder>,
     counts: Mutex<MarkerCounts>,
 }
@@ -69,13 +84,23 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Devices {
-    pub fn new(serial_irq: EventFd, console: ConsoleSink, recorder: Arc<Recorder>) -> Self {
+    /// `acpi`: whether the guest was given ACPI tables (and so powers off
+    /// through the sleep control register rather than by halting).
+    pub fn new(
+        serial_irq: EventFd,
+        console: ConsoleSink,
+        recorder: Arc<Recorder>,
+        acpi: bool,
+    ) -> Self {
         let reset = FlagTrigger::default();
         let reset_requested = reset.0.clone();
         Self {
             serial: Mutex::new(Serial::new(EventFdTrigger(serial_irq), console)),
             i8042: Mutex::new(I8042Device::new(reset)),
             reset_requested,
+            power: Mutex::new(None),
+            rtc: Mutex::new(CmosRtc::default()),
+            acpi,
             recorder,
             counts: Mutex::new(MarkerCounts::default()),
         }
@@ -84,6 +109,16 @@ impl Devices {
     /// Whether the guest pulsed the i8042 reset line.
     pub fn reset_requested(&self) -> bool {
         self.reset_requested.load(Ordering::SeqCst)
+    }
+
+    /// Whether the guest has ACPI tables.
+    pub fn acpi(&self) -> bool {
+        self.acpi
+    }
+
+    /// Whether the guest powered off or reset through ACPI.
+    pub fn power_request(&self) -> Option<PowerRequest> {
+        *lock(&self.power)
     }
 
     pub fn marker_counts(&self) -> MarkerCounts {
@@ -111,6 +146,11 @@ impl Devices {
             layout::I8042_DATA_PORT | layout::I8042_COMMAND_PORT if data.len() == 1 => {
                 data[0] = lock(&self.i8042).read((port - layout::I8042_DATA_PORT) as u8);
             }
+            rtc::INDEX_PORT | rtc::DATA_PORT if data.len() == 1 => {
+                data[0] = lock(&self.rtc).read(port);
+            }
+            // No wake events: status and control read as clear.
+            acpi::SLEEP_CONTROL_PORT | acpi::SLEEP_STATUS_PORT | acpi::RESET_PORT => data.fill(0),
             _ => {}
         }
     }
@@ -126,6 +166,14 @@ impl Devices {
             }
             layout::I8042_DATA_PORT | layout::I8042_COMMAND_PORT => {
                 let _ = lock(&self.i8042).write((port - layout::I8042_DATA_PORT) as u8, value);
+            }
+            rtc::INDEX_PORT | rtc::DATA_PORT => lock(&self.rtc).write(port, value),
+            // Only S5 is offered (the DSDT names no other state).
+            acpi::SLEEP_CONTROL_PORT if acpi::sleep_request(value) == Some(acpi::S5_SLEEP_TYPE) => {
+                *lock(&self.power) = Some(PowerRequest::Off);
+            }
+            acpi::RESET_PORT if value == acpi::RESET_VALUE => {
+                *lock(&self.power) = Some(PowerRequest::Reset);
             }
             layout::DEBUG_PORT => {
                 let first = {

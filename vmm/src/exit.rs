@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use kvm_ioctls::VcpuExit;
 
-use crate::devices::Devices;
+use crate::devices::{Devices, PowerRequest};
 use crate::timeline::StopReason;
 
 /// The vCPU loop's next step.
@@ -31,6 +31,21 @@ pub fn handle_exit(exit: VcpuExit<'_>, devices: &Devices, vcpu: u32) -> ExitActi
         }
         VcpuExit::IoOut(port, data) => {
             devices.pio_write(port, data, vcpu);
+            match devices.power_request() {
+                Some(PowerRequest::Off) => {
+                    return ExitAction::Stop(
+                        StopReason::AcpiPowerOff,
+                        format!("guest powered off through ACPI (S5, vcpu{vcpu})"),
+                    )
+                }
+                Some(PowerRequest::Reset) => {
+                    return ExitAction::Stop(
+                        StopReason::AcpiReset,
+                        format!("guest reset through the ACPI reset register (vcpu{vcpu})"),
+                    )
+                }
+                None => {}
+            }
             if devices.reset_requested() {
                 return ExitAction::Stop(
                     StopReason::I8042Reset,
@@ -38,7 +53,10 @@ pub fn handle_exit(exit: VcpuExit<'_>, devices: &Devices, vcpu: u32) -> ExitActi
                 );
             }
             let ev = devices.console_events();
-            if ev.halted.load(Ordering::SeqCst) {
+            // With ACPI, "Power down" is followed by the sleep register
+            // write; the run loop gives that a moment (POWER_OFF_GRACE).
+            let awaiting_acpi = devices.acpi() && ev.power_down.load(Ordering::SeqCst);
+            if ev.halted.load(Ordering::SeqCst) && !awaiting_acpi {
                 return ExitAction::Stop(
                     StopReason::GuestHalt,
                     "guest kernel halted (\"reboot: System halted\" on the console)".into(),
@@ -118,6 +136,10 @@ mod tests {
     }
 
     fn devices() -> (Devices, Arc<Recorder>, Capture, EventFd) {
+        devices_with(true)
+    }
+
+    fn devices_with(acpi: bool) -> (Devices, Arc<Recorder>, Capture, EventFd) {
         let rec = Arc::new(Recorder::new(Clock::start()));
         let cap = Capture::default();
         let irq = EventFd::new(libc::EFD_NONBLOCK).unwrap();
@@ -127,7 +149,7 @@ mod tests {
             rec.clone(),
         );
         (
-            Devices::new(irq.try_clone().unwrap(), sink, rec.clone()),
+            Devices::new(irq.try_clone().unwrap(), sink, rec.clone(), acpi),
             rec,
             cap,
             irq,
@@ -173,6 +195,48 @@ mod tests {
         assert!(matches!(
             handle_exit(VcpuExit::IoOut(0x64, &[0xfe]), &d, 1),
             ExitAction::Stop(StopReason::I8042Reset, _)
+        ));
+    }
+
+    #[test]
+    fn acpi_power_off_and_reset_stop() {
+        use crate::x86::acpi;
+        let (d, _, _, _) = devices();
+        // The kernel clears WAK_STS, then writes SLP_TYP|SLP_EN.
+        assert_eq!(
+            handle_exit(VcpuExit::IoOut(acpi::SLEEP_STATUS_PORT, &[0x80]), &d, 0),
+            ExitAction::Continue
+        );
+        let mut status = [0xffu8];
+        handle_exit(VcpuExit::IoIn(acpi::SLEEP_STATUS_PORT, &mut status), &d, 0);
+        assert_eq!(status, [0]);
+        // Another sleep type, or S5 without SLP_EN, does nothing.
+        for v in [(3 << 2) | 0x20, 5 << 2] {
+            assert_eq!(
+                handle_exit(VcpuExit::IoOut(acpi::SLEEP_CONTROL_PORT, &[v]), &d, 0),
+                ExitAction::Continue
+            );
+        }
+        assert!(matches!(
+            handle_exit(
+                VcpuExit::IoOut(acpi::SLEEP_CONTROL_PORT, &[(5 << 2) | 0x20]),
+                &d,
+                1
+            ),
+            ExitAction::Stop(StopReason::AcpiPowerOff, _)
+        ));
+        let (d, _, _, _) = devices();
+        assert_eq!(
+            handle_exit(VcpuExit::IoOut(acpi::RESET_PORT, &[0x55]), &d, 0),
+            ExitAction::Continue
+        );
+        assert!(matches!(
+            handle_exit(
+                VcpuExit::IoOut(acpi::RESET_PORT, &[acpi::RESET_VALUE]),
+                &d,
+                0
+            ),
+            ExitAction::Stop(StopReason::AcpiReset, _)
         ));
     }
 
@@ -244,5 +308,31 @@ mod tests {
             last = handle_exit(VcpuExit::IoOut(0x3f8, &[*b]), &d, 0);
         }
         assert!(matches!(last, ExitAction::Stop(StopReason::GuestHalt, _)));
+    }
+
+    #[test]
+    fn power_down_waits_for_acpi_only_when_the_guest_has_it() {
+        use crate::x86::acpi;
+        let line = b"[ 2.0] reboot: Power down\n";
+        // Without ACPI the line is the end.
+        let (d, _, _, _) = devices_with(false);
+        let mut last = ExitAction::Continue;
+        for b in line {
+            last = handle_exit(VcpuExit::IoOut(0x3f8, &[*b]), &d, 0);
+        }
+        assert!(matches!(last, ExitAction::Stop(StopReason::GuestHalt, _)));
+        // With ACPI the sleep register write that follows ends the run.
+        let (d, _, _, _) = devices_with(true);
+        for b in line {
+            assert_eq!(
+                handle_exit(VcpuExit::IoOut(0x3f8, &[*b]), &d, 0),
+                ExitAction::Continue
+            );
+        }
+        assert!(d.console_events().power_down.load(Ordering::SeqCst));
+        assert!(matches!(
+            handle_exit(VcpuExit::IoOut(acpi::SLEEP_CONTROL_PORT, &[0x34]), &d, 0),
+            ExitAction::Stop(StopReason::AcpiPowerOff, _)
+        ));
     }
 }

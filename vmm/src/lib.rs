@@ -13,6 +13,7 @@ pub mod kvm_stats;
 pub mod layout;
 pub mod loader;
 pub mod memory;
+pub mod rtc;
 pub mod sandbox;
 pub mod timeline;
 pub mod vm;

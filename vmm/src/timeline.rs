@@ -300,6 +300,10 @@ pub fn derive_phases(marks: &[PhaseMark]) -> Vec<Phase> {
 pub enum StopReason {
     /// The guest asked for a reset through the i8042 controller.
     I8042Reset,
+    /// The guest powered off: S5 written to the ACPI sleep control register.
+    AcpiPowerOff,
+    /// The guest reset through the ACPI reset register.
+    AcpiReset,
     /// The guest triple-faulted (KVM_EXIT_SHUTDOWN).
     TripleFault,
     /// KVM reported a system event (reset, shutdown or crash).
@@ -328,6 +332,8 @@ impl StopReason {
         matches!(
             self,
             StopReason::I8042Reset
+                | StopReason::AcpiPowerOff
+                | StopReason::AcpiReset
                 | StopReason::TripleFault
                 | StopReason::SystemEvent
                 | StopReason::GuestHalt

@@ -31,7 +31,7 @@ use crate::timeline::{
     derive_phases, vmm_marks, GuestInfo, Outcome, Recorder, StopReason, TimelineDoc,
     TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION,
 };
-use crate::x86::{cpuid, mptable, regs};
+use crate::x86::{acpi, cpuid, mptable, regs};
 
 /// Smallest guest we accept: the kernel, its page tables and an initrd need
 /// room to breathe.
@@ -41,6 +41,25 @@ pub const MIN_MEMORY: u64 = 16 << 20;
 pub const PVM_EMULATION_LIMIT: u64 = 200_000;
 /// How long a guest may run on a PVM host before the emulation check.
 pub const PVM_GRACE: Duration = Duration::from_millis(300);
+
+/// How long after "reboot: Power down" an ACPI guest may take to write the
+/// sleep control register before the run ends as a halt.
+pub const POWER_OFF_GRACE: Duration = Duration::from_secs(2);
+
+/// Some(time waited) when an ACPI guest announced power-down and has not
+/// powered off within [`POWER_OFF_GRACE`].
+fn power_off_overdue(devices: &Devices) -> Option<Duration> {
+    if !devices.acpi() {
+        return None;
+    }
+    let ev = devices.console_events();
+    if !ev.power_down.load(Ordering::SeqCst) {
+        return None;
+    }
+    let at = (*ev.halted_at.lock().unwrap_or_else(|e| e.into_inner()))?;
+    let waited = at.elapsed();
+    (waited >= POWER_OFF_GRACE).then_some(waited)
+}
 
 /// Everything `bootscope run` configures.
 pub struct VmConfig {
@@ -65,6 +84,9 @@ pub struct VmConfig {
     pub sandbox: bool,
     /// Run only the set-up phases.
     pub stop_after: Option<StopAfter>,
+    /// Give the guest ACPI tables (hardware-reduced, no 8042, S5 power-off
+    /// register); off leaves it the MP table only.
+    pub acpi: bool,
     /// Set from another thread to stop the guest (e.g. the user quit the
     /// live view).
     pub stop: Option<Arc<AtomicBool>>,
@@ -351,6 +373,12 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
         None => None,
     };
     loader::load_cmdline(mem, &cfg.cmdline, kernel.cmdline_max).map_err(ConfigError::from)?;
+    mptable::setup(mem, cfg.vcpus).map_err(|e| VmError::BootData(e.to_string()))?;
+    let rsdp = if cfg.acpi {
+        Some(acpi::setup(mem, cfg.vcpus).map_err(|e| VmError::BootData(e.to_string()))?)
+    } else {
+        None
+    };
     match kernel.mode {
         EntryMode::Linux64 => {
             let params = bootparams::build_zero_page(
@@ -358,16 +386,16 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
                 initrd.as_ref(),
                 cfg.cmdline.len(),
                 cfg.memory_bytes,
+                rsdp,
             );
             bootparams::write_zero_page(mem, &params)
                 .map_err(|e| VmError::BootData(e.to_string()))?;
         }
         EntryMode::Pvh => {
-            bootparams::write_pvh_start_info(mem, initrd.as_ref(), cfg.memory_bytes)
+            bootparams::write_pvh_start_info(mem, initrd.as_ref(), cfg.memory_bytes, rsdp)
                 .map_err(|e| VmError::BootData(e.to_string()))?;
         }
     }
-    mptable::setup(mem, cfg.vcpus).map_err(|e| VmError::BootData(e.to_string()))?;
     recorder.vmm(vmm_marks::KERNEL_LOADED);
     if cfg.stop_after == Some(StopAfter::Load) {
         return Ok(early_report(
@@ -385,7 +413,7 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
         .map_err(kvm_err("KVM_IRQFD"))?;
     let console = std::mem::replace(&mut cfg.console, Box::new(std::io::sink()));
     let sink = ConsoleSink::new(console, std::mem::take(&mut cfg.patterns), recorder.clone());
-    let devices = Arc::new(Devices::new(serial_irq, sink, recorder.clone()));
+    let devices = Arc::new(Devices::new(serial_irq, sink, recorder.clone(), cfg.acpi));
 
     // vCPUs.
     let supported_cpuid = kvm
@@ -464,6 +492,15 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
                 break (StopReason::Error, "all vCPU threads ended".to_string())
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if let Some(waited) = power_off_overdue(&devices) {
+            break (
+                StopReason::GuestHalt,
+                format!(
+                    "guest kernel said \"reboot: Power down\" but did not power off through ACPI within {:.1} s (halted)",
+                    waited.as_secs_f64()
+                ),
+            );
         }
         if cfg.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
             break (

@@ -68,6 +68,7 @@ fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
         memory: Default::default(),
         sandbox: false,
         stop_after: None,
+        acpi: true,
         stop: None,
     }
 }

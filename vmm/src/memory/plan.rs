@@ -686,10 +686,22 @@ mod tests {
             };
             MemoryPlan::new(&opts, topo).map(|p| p.backing())
         };
-        assert_eq!(backing(ThpChoice::Auto, &madvise).unwrap(), PageBacking::Transparent);
-        assert_eq!(backing(ThpChoice::Required, &madvise).unwrap(), PageBacking::Transparent);
-        assert_eq!(backing(ThpChoice::Off, &madvise).unwrap(), PageBacking::Small);
-        assert_eq!(backing(ThpChoice::Auto, &never).unwrap(), PageBacking::Small);
+        assert_eq!(
+            backing(ThpChoice::Auto, &madvise).unwrap(),
+            PageBacking::Transparent
+        );
+        assert_eq!(
+            backing(ThpChoice::Required, &madvise).unwrap(),
+            PageBacking::Transparent
+        );
+        assert_eq!(
+            backing(ThpChoice::Off, &madvise).unwrap(),
+            PageBacking::Small
+        );
+        assert_eq!(
+            backing(ThpChoice::Auto, &never).unwrap(),
+            PageBacking::Small
+        );
         assert!(backing(ThpChoice::Required, &never).is_err());
         // Huge pages win over the default advice.
         let opts = MemoryOptions {

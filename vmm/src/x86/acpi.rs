@@ -1,0 +1,298 @@
+//! Minimal hardware-reduced ACPI tables (built with rust-vmm's
+//! `acpi_tables`): RSDP, XSDT, FADT, MADT and a DSDT holding only `\_S5_`.
+//!
+//! Why a boot profiler's VMM carries ACPI at all: without it a Linux guest
+//! assumes a PC with an i8042 keyboard controller and polls it for half a
+//! second (about 10,000 port exits), and can only "power off" by halting.
+//! These tables tell it the truth about this machine:
+//!
+//! - FADT `IAPC_BOOT_ARCH` without the 8042 and VGA bits: the kernel skips
+//!   the keyboard controller probe and VGA ("i8042: PNP: No PS/2 controller
+//!   found" is not even printed);
+//! - hardware-reduced ACPI (no PM1 blocks, no SCI, no FACS) with a sleep
+//!   control register at [`SLEEP_CONTROL_PORT`]: `poweroff` writes S5 there
+//!   and the VMM stops at once, and a reset register at [`RESET_PORT`] for
+//!   `reboot` (the default command line still says `reboot=k`);
+//! - MADT with one local APIC per vCPU and the in-kernel I/O APIC, the same
+//!   topology as the MP table (kept for `acpi=off` guests).
+//!
+//! The tables live in the BIOS area at [`RSDP_START`] where a kernel scans
+//! for the RSDP; the zero page (`acpi_rsdp_addr`) and PVH start info
+//! (`rsdp_paddr`) also point at it, so no scan is needed.
+
+use acpi_tables::fadt::{FADTBuilder, Flags};
+use acpi_tables::gas::{AccessSize, AddressSpace, GAS};
+use acpi_tables::madt::{
+    EnabledStatus, IoApic, LocalInterruptController, ProcessorLocalApic, MADT,
+};
+use acpi_tables::rsdp::Rsdp;
+use acpi_tables::sdt::Sdt;
+use acpi_tables::xsdt::XSDT;
+use acpi_tables::{aml, Aml};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use crate::layout;
+
+/// Where the RSDP goes (the start of the BIOS read-only area the kernel
+/// scans); the other tables follow it.
+pub const RSDP_START: u64 = 0xe_0000;
+/// End of the area the tables may use.
+pub const TABLES_END: u64 = 0x10_0000;
+/// Sleep control register (one byte, write): SLP_TYP in bits 2-4, SLP_EN in
+/// bit 5.
+pub const SLEEP_CONTROL_PORT: u16 = 0x600;
+/// Sleep status register (one byte): the guest clears WAK_STS here before
+/// sleeping; reads as 0.
+pub const SLEEP_STATUS_PORT: u16 = 0x601;
+/// Reset register (one byte, write [`RESET_VALUE`]).
+pub const RESET_PORT: u16 = 0x602;
+/// What the guest writes to [`RESET_PORT`] to reset.
+pub const RESET_VALUE: u8 = 0x1;
+/// The S5 (soft off) sleep type the DSDT advertises.
+pub const S5_SLEEP_TYPE: u8 = 5;
+/// SLP_EN in the sleep control register.
+const SLEEP_ENABLE: u8 = 1 << 5;
+/// FADT IAPC_BOOT_ARCH: VGA not present.
+const IAPC_VGA_NOT_PRESENT: u16 = 1 << 2;
+/// MADT flag: the machine has dual 8259 PICs (KVM's in-kernel irqchip does).
+const MADT_PCAT_COMPAT: u32 = 1;
+/// The OEM fields of every table.
+const OEM_ID: [u8; 6] = *b"BTSCPE";
+const OEM_TABLE_ID: [u8; 8] = *b"BOOTSCPE";
+const OEM_REVISION: u32 = 1;
+
+/// What a byte written to the sleep control register asks for.
+pub fn sleep_request(value: u8) -> Option<u8> {
+    (value & SLEEP_ENABLE != 0).then_some((value >> 2) & 0x7)
+}
+
+/// The tables, each with its guest-physical address.
+#[derive(Debug)]
+pub struct Tables {
+    pub rsdp: Vec<u8>,
+    pub tables: Vec<(&'static str, u64, Vec<u8>)>,
+}
+
+fn bytes(t: &dyn Aml) -> Vec<u8> {
+    let mut v = Vec::new();
+    t.to_aml_bytes(&mut v);
+    v
+}
+
+fn fix_checksum(table: &mut [u8]) {
+    table[9] = 0;
+    let sum = table.iter().fold(0u8, |a, b| a.wrapping_add(*b));
+    table[9] = 0u8.wrapping_sub(sum);
+}
+
+fn io_register(port: u16) -> GAS {
+    GAS::new(
+        AddressSpace::SystemIo,
+        8,
+        0,
+        AccessSize::ByteAccess,
+        port.into(),
+    )
+}
+
+fn dsdt() -> Vec<u8> {
+    let mut dsdt = Sdt::new(*b"DSDT", 36, 6, OEM_ID, OEM_TABLE_ID, OEM_REVISION);
+    // Name (_S5, Package () { 5, 0, 0, 0 }): SLP_TYPa, SLP_TYPb, reserved.
+    let s5 = aml::Name::new(
+        "_S5_".into(),
+        &aml::Package::new(vec![&S5_SLEEP_TYPE, &aml::ZERO, &aml::ZERO, &aml::ZERO]),
+    );
+    dsdt.append_slice(&bytes(&s5));
+    dsdt.as_slice().to_vec()
+}
+
+fn fadt(dsdt_addr: u64) -> Vec<u8> {
+    let mut b = FADTBuilder::new(OEM_ID, OEM_TABLE_ID, OEM_REVISION)
+        .dsdt_64(dsdt_addr)
+        .flag(Flags::HwReducedAcpi)
+        .flag(Flags::ResetRegSup);
+    b.iapc_boot_arch = IAPC_VGA_NOT_PRESENT.into();
+    b.century = crate::rtc::CENTURY_REG;
+    b.sleep_control_reg = io_register(SLEEP_CONTROL_PORT);
+    b.sleep_status_reg = io_register(SLEEP_STATUS_PORT);
+    b.reset_reg = io_register(RESET_PORT);
+    b.reset_value = RESET_VALUE;
+    bytes(&b.finalize())
+}
+
+fn madt(vcpus: u32) -> Vec<u8> {
+    let mut m = MADT::new(
+        OEM_ID,
+        OEM_TABLE_ID,
+        OEM_REVISION,
+        LocalInterruptController::Address(layout::APIC_DEFAULT_BASE as u32),
+    );
+    for cpu in 0..vcpus {
+        m.add_structure(ProcessorLocalApic::new(
+            cpu as u8,
+            cpu as u8,
+            EnabledStatus::Enabled,
+        ));
+    }
+    // The I/O APIC id follows the CPUs', as in the MP table.
+    m.add_structure(IoApic::new(
+        vcpus as u8,
+        layout::IOAPIC_DEFAULT_BASE as u32,
+        0,
+    ));
+    let mut v = bytes(&m);
+    v[40..44].copy_from_slice(&MADT_PCAT_COMPAT.to_le_bytes());
+    fix_checksum(&mut v);
+    v
+}
+
+/// Builds the tables for `vcpus` vCPUs (at most the MP table's limit, which
+/// also keeps APIC ids in one byte).
+pub fn build(vcpus: u32) -> Tables {
+    let align = |a: u64| a.next_multiple_of(16);
+    let xsdt_addr = align(RSDP_START + Rsdp::len() as u64);
+    // The XSDT has two entries, FADT and MADT (the DSDT hangs off the FADT).
+    let xsdt_len = 36 + 2 * 8;
+    let dsdt_addr = align(xsdt_addr + xsdt_len);
+    let dsdt = dsdt();
+    let fadt_addr = align(dsdt_addr + dsdt.len() as u64);
+    let fadt = fadt(dsdt_addr);
+    let madt_addr = align(fadt_addr + fadt.len() as u64);
+    let madt = madt(vcpus);
+    let mut xsdt = XSDT::new(OEM_ID, OEM_TABLE_ID, OEM_REVISION);
+    xsdt.add_entry(fadt_addr);
+    xsdt.add_entry(madt_addr);
+    let xsdt = bytes(&xsdt);
+    debug_assert_eq!(xsdt.len() as u64, xsdt_len);
+    Tables {
+        rsdp: bytes(&Rsdp::new(OEM_ID, xsdt_addr)),
+        tables: vec![
+            ("XSDT", xsdt_addr, xsdt),
+            ("DSDT", dsdt_addr, dsdt),
+            ("FACP", fadt_addr, fadt),
+            ("APIC", madt_addr, madt),
+        ],
+    }
+}
+
+/// Writes the tables into guest memory; returns the RSDP's address.
+pub fn setup(mem: &GuestMemoryMmap, vcpus: u32) -> Result<u64, vm_memory::GuestMemoryError> {
+    let t = build(vcpus);
+    mem.write_slice(&t.rsdp, GuestAddress(RSDP_START))?;
+    for (_, addr, bytes) in &t.tables {
+        mem.write_slice(bytes, GuestAddress(*addr))?;
+    }
+    Ok(RSDP_START)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sum(b: &[u8]) -> u8 {
+        b.iter().fold(0u8, |a, x| a.wrapping_add(*x))
+    }
+
+    fn u32_at(b: &[u8], off: usize) -> u32 {
+        u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
+    }
+
+    fn u64_at(b: &[u8], off: usize) -> u64 {
+        u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
+    }
+
+    #[test]
+    fn tables_are_consistent_and_fit_the_bios_area() {
+        let t = build(4);
+        // RSDP: signature, both checksums, revision 2, XSDT address.
+        assert_eq!(&t.rsdp[0..8], b"RSD PTR ");
+        assert_eq!(sum(&t.rsdp[0..20]), 0);
+        assert_eq!(sum(&t.rsdp), 0);
+        assert_eq!(t.rsdp[15], 2);
+        let xsdt_addr = u64_at(&t.rsdp, 24);
+        let by_sig = |s: &str| t.tables.iter().find(|(n, _, _)| *n == s).unwrap();
+        assert_eq!(by_sig("XSDT").1, xsdt_addr);
+        let mut end = RSDP_START + t.rsdp.len() as u64;
+        for (sig, addr, bytes) in &t.tables {
+            assert_eq!(&bytes[0..4], sig.as_bytes());
+            assert_eq!(u32_at(bytes, 4) as usize, bytes.len(), "{sig} length");
+            assert_eq!(sum(bytes), 0, "{sig} checksum");
+            assert!(*addr >= end, "{sig} overlaps the table before it");
+            end = addr + bytes.len() as u64;
+        }
+        assert!(end <= TABLES_END);
+        // XSDT lists FADT and MADT.
+        let xsdt = &by_sig("XSDT").2;
+        let entries: Vec<u64> = (36..xsdt.len())
+            .step_by(8)
+            .map(|o| u64_at(xsdt, o))
+            .collect();
+        assert_eq!(entries, vec![by_sig("FACP").1, by_sig("APIC").1]);
+    }
+
+    #[test]
+    fn fadt_says_hardware_reduced_without_8042_and_points_at_the_dsdt() {
+        let t = build(1);
+        let f = &t.tables.iter().find(|(n, _, _)| *n == "FACP").unwrap().2;
+        let dsdt_addr = t.tables.iter().find(|(n, _, _)| *n == "DSDT").unwrap().1;
+        assert_eq!(f.len(), 276, "ACPI 6.x FADT");
+        let flags = u32_at(f, 112);
+        assert_ne!(flags & (1 << 20), 0, "HW_REDUCED_ACPI");
+        assert_ne!(flags & (1 << 10), 0, "RESET_REG_SUP");
+        let boot_arch = u16::from_le_bytes([f[109], f[110]]);
+        assert_eq!(boot_arch & 0b10, 0, "8042 must be absent");
+        assert_ne!(boot_arch & 0b100, 0, "VGA not present");
+        assert_eq!(u64_at(f, 140), dsdt_addr, "X_DSDT");
+        assert_eq!(f[108], crate::rtc::CENTURY_REG, "CENTURY");
+        // Reset register: system I/O, 8 bits, at RESET_PORT, value.
+        assert_eq!(f[116], 1);
+        assert_eq!(u64_at(f, 120), u64::from(RESET_PORT));
+        assert_eq!(f[128], RESET_VALUE);
+        // Sleep control and status registers (offsets 244 and 256).
+        assert_eq!((f[244], f[245]), (1, 8));
+        assert_eq!(u64_at(f, 248), u64::from(SLEEP_CONTROL_PORT));
+        assert_eq!(u64_at(f, 260), u64::from(SLEEP_STATUS_PORT));
+    }
+
+    #[test]
+    fn madt_lists_every_vcpu_and_the_ioapic() {
+        let t = build(3);
+        let m = &t.tables.iter().find(|(n, _, _)| *n == "APIC").unwrap().2;
+        assert_eq!(u32_at(m, 36), layout::APIC_DEFAULT_BASE as u32);
+        assert_eq!(u32_at(m, 40), MADT_PCAT_COMPAT);
+        let mut off = 44;
+        let mut lapics = Vec::new();
+        let mut ioapics = Vec::new();
+        while off < m.len() {
+            let (kind, len) = (m[off], m[off + 1] as usize);
+            match kind {
+                0 => lapics.push((m[off + 2], m[off + 3], u32_at(m, off + 4))),
+                1 => ioapics.push((m[off + 2], u32_at(m, off + 4), u32_at(m, off + 8))),
+                other => panic!("unexpected MADT entry type {other}"),
+            }
+            off += len;
+        }
+        assert_eq!(off, m.len());
+        assert_eq!(lapics, vec![(0, 0, 1), (1, 1, 1), (2, 2, 1)]);
+        assert_eq!(ioapics, vec![(3, layout::IOAPIC_DEFAULT_BASE as u32, 0)]);
+    }
+
+    #[test]
+    fn dsdt_carries_the_s5_package() {
+        let t = build(1);
+        let d = &t.tables.iter().find(|(n, _, _)| *n == "DSDT").unwrap().2;
+        // NameOp "_S5_" PackageOp PkgLength NumElements(4) BytePrefix 5 0 0 0
+        let body = &d[36..];
+        assert_eq!(&body[0..5], &[0x08, b'_', b'S', b'5', b'_']);
+        assert_eq!(body[5], 0x12, "PackageOp");
+        assert_eq!(body[7], 4, "four elements");
+        assert_eq!(&body[8..10], &[0x0a, S5_SLEEP_TYPE], "BytePrefix 5");
+    }
+
+    #[test]
+    fn sleep_control_decoding() {
+        assert_eq!(sleep_request((S5_SLEEP_TYPE << 2) | SLEEP_ENABLE), Some(5));
+        assert_eq!(sleep_request(S5_SLEEP_TYPE << 2), None, "SLP_EN clear");
+        assert_eq!(sleep_request(SLEEP_ENABLE), Some(0));
+    }
+}
