@@ -16,15 +16,17 @@ use std::process::{Command, Output};
 const QUIET_CMDLINE: &str = "console=ttyS0 reboot=k panic=-1 pci=off io_delay=none \
                              i8042.noaux i8042.nomux i8042.dumbkbd quiet";
 
-/// The counts checked, and how much each may grow. A slower boot (a loaded
-/// machine stretches the emulated boot) takes more timer reads and
-/// interrupts: at 2.5 times the usual boot time the counts grew by 13-15 %.
-/// Dropping `quiet` adds 80 % to io_exits and about 48 % to all exits.
+/// The counts checked, and how much each may grow. Port I/O exits (338)
+/// and fixed nested page faults (1,056) are the same from boot to boot; the
+/// total is mostly timer interrupts, which grow with the boot's wall time
+/// (a loaded machine stretches the emulated boot: about 280 interrupt exits
+/// per second), hence its wider limit. Dropping `quiet` multiplies io_exits
+/// by more than 100.
 const CHECK: [&str; 8] = [
     "--max-regression",
     "30",
     "--metric",
-    "exits:total",
+    "exits:total=100",
     "--metric",
     "exits:io_exits=40",
     "--metric",
@@ -146,8 +148,8 @@ fn lab_boot_counts_hold_against_the_committed_baseline() {
     assert!(xml.contains(r#"tests="3" failures="0""#), "{xml}");
 
     // Against a baseline with 45 % fewer io_exits the same boots are an
-    // 82 % growth, what dropping `quiet` does (91,480 instead of 50,770):
-    // the check fails.
+    // 82 % growth (a fraction of what dropping `quiet` does): the check
+    // fails.
     let mut lower: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&baseline_path).unwrap()).unwrap();
     for c in lower["configs"].as_array_mut().unwrap() {
