@@ -1,5 +1,5 @@
 //! Minimal hardware-reduced ACPI tables (built with rust-vmm's
-//! `acpi_tables`): RSDP, XSDT, FADT, MADT and a DSDT holding only `\_S5_`.
+//! `acpi_tables`): RSDP, XSDT, FADT, MADT and a small DSDT.
 //!
 //! Why a boot profiler's VMM carries ACPI at all: without it a Linux guest
 //! assumes a PC with an i8042 keyboard controller and polls it for half a
@@ -13,6 +13,8 @@
 //!   control register at [`SLEEP_CONTROL_PORT`]: `poweroff` writes S5 there
 //!   and the VMM stops at once, and a reset register at [`RESET_PORT`] for
 //!   `reboot` (the default command line still says `reboot=k`);
+//! - a DSDT naming COM1 with its interrupt (a hardware-reduced guest maps
+//!   no ISA interrupt by itself) and the CMOS RTC;
 //! - MADT with one local APIC per vCPU and the in-kernel I/O APIC, the same
 //!   topology as the MP table (kept for `acpi=off` guests).
 //!
@@ -97,11 +99,42 @@ fn io_register(port: u16) -> GAS {
 
 fn dsdt() -> Vec<u8> {
     let mut dsdt = Sdt::new(*b"DSDT", 36, 6, OEM_ID, OEM_TABLE_ID, OEM_REVISION);
+    // A hardware-reduced guest has no legacy PIC and maps no ISA interrupt
+    // by itself: COM1's IRQ must be named here, or the UART's transmit
+    // interrupt never arrives and userspace console output is lost (the
+    // kernel's own messages are polled out and would still show).
+    let com1_io = aml::IO::new(layout::SERIAL_PORT_BASE, layout::SERIAL_PORT_BASE, 1, 8);
+    let com1_irq = aml::Interrupt::new(true, true, false, false, layout::SERIAL_IRQ);
+    let com1_crs = aml::ResourceTemplate::new(vec![&com1_io, &com1_irq]);
+    let com1_hid = aml::EISAName::new("PNP0501");
+    let com1_names = [
+        aml::Name::new("_HID".into(), &com1_hid),
+        aml::Name::new("_UID".into(), &aml::ZERO),
+        aml::Name::new("_CRS".into(), &com1_crs),
+    ];
+    let com1 = aml::Device::new(
+        "COM1".into(),
+        com1_names.iter().map(|n| n as &dyn Aml).collect(),
+    );
+    // The CMOS RTC, without an interrupt (it raises none).
+    let rtc_io = aml::IO::new(crate::rtc::INDEX_PORT, crate::rtc::INDEX_PORT, 1, 2);
+    let rtc_crs = aml::ResourceTemplate::new(vec![&rtc_io]);
+    let rtc_hid = aml::EISAName::new("PNP0B00");
+    let rtc_names = [
+        aml::Name::new("_HID".into(), &rtc_hid),
+        aml::Name::new("_CRS".into(), &rtc_crs),
+    ];
+    let rtc = aml::Device::new(
+        "RTC_".into(),
+        rtc_names.iter().map(|n| n as &dyn Aml).collect(),
+    );
+    let sb = aml::Scope::new("\\_SB_".into(), vec![&com1, &rtc]);
     // Name (_S5, Package () { 5, 0, 0, 0 }): SLP_TYPa, SLP_TYPb, reserved.
     let s5 = aml::Name::new(
         "_S5_".into(),
         &aml::Package::new(vec![&S5_SLEEP_TYPE, &aml::ZERO, &aml::ZERO, &aml::ZERO]),
     );
+    dsdt.append_slice(&bytes(&sb));
     dsdt.append_slice(&bytes(&s5));
     dsdt.as_slice().to_vec()
 }
@@ -277,16 +310,41 @@ mod tests {
         assert_eq!(ioapics, vec![(3, layout::IOAPIC_DEFAULT_BASE as u32, 0)]);
     }
 
+    fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+        hay.windows(needle.len()).position(|w| w == needle)
+    }
+
     #[test]
-    fn dsdt_carries_the_s5_package() {
+    fn dsdt_carries_the_s5_package_com1_and_the_rtc() {
         let t = build(1);
         let d = &t.tables.iter().find(|(n, _, _)| *n == "DSDT").unwrap().2;
         // NameOp "_S5_" PackageOp PkgLength NumElements(4) BytePrefix 5 0 0 0
-        let body = &d[36..];
-        assert_eq!(&body[0..5], &[0x08, b'_', b'S', b'5', b'_']);
-        assert_eq!(body[5], 0x12, "PackageOp");
-        assert_eq!(body[7], 4, "four elements");
-        assert_eq!(&body[8..10], &[0x0a, S5_SLEEP_TYPE], "BytePrefix 5");
+        let at = find(d, b"_S5_").expect("_S5_ named");
+        assert_eq!(d[at - 1], 0x08, "NameOp");
+        assert_eq!(d[at + 4], 0x12, "PackageOp");
+        assert_eq!(d[at + 6], 4, "four elements");
+        assert_eq!(&d[at + 7..at + 9], &[0x0a, S5_SLEEP_TYPE], "BytePrefix 5");
+        // \_SB_ scope with COM1 (PNP0501) and RTC_ (PNP0B00).
+        assert!(find(d, b"\\_SB_").is_some());
+        let com1 = find(d, b"COM1").expect("COM1 device");
+        let rtc = find(d, b"RTC_").expect("RTC_ device");
+        // EISA ids: PNP0501 is 0x0105d041, PNP0B00 0x000bd041 (little endian).
+        assert!(find(&d[com1..rtc], &[0x0c, 0x41, 0xd0, 0x05, 0x01]).is_some());
+        assert!(find(&d[rtc..], &[0x0c, 0x41, 0xd0, 0x0b, 0x00]).is_some());
+        // COM1's resources: I/O 0x3f8, 8 ports; the extended interrupt
+        // descriptor (0x89) for IRQ 4, edge triggered, active high.
+        assert!(find(
+            &d[com1..rtc],
+            &[0x47, 0x01, 0xf8, 0x03, 0xf8, 0x03, 0x01, 0x08]
+        )
+        .is_some());
+        let irq = find(&d[com1..rtc], &[0x89]).expect("interrupt descriptor") + com1;
+        assert_eq!(d[irq + 3] & 0b11, 0b11, "consumer, edge triggered");
+        assert_eq!(d[irq + 3] & 0b100, 0, "active high");
+        assert_eq!(u32_at(d, irq + 5), layout::SERIAL_IRQ);
+        // The RTC: I/O 0x70, 2 ports, and no interrupt.
+        assert!(find(&d[rtc..], &[0x47, 0x01, 0x70, 0x00, 0x70, 0x00, 0x01, 0x02]).is_some());
+        assert!(find(&d[rtc..at], &[0x89]).is_none());
     }
 
     #[test]
