@@ -179,6 +179,10 @@ struct RunArgs {
     /// Do not profile the VMM with eBPF (on by default where BPF works).
     #[arg(long)]
     no_profile: bool,
+    /// Profile the VMM with eBPF and fail if the profiler cannot start
+    /// (by default a run without BPF goes on unprofiled, with a warning).
+    #[arg(long, conflicts_with = "no_profile")]
+    profile: bool,
     /// Write the eBPF profile of the run (schema in docs/profile-schema.md).
     #[arg(long, short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
@@ -554,13 +558,17 @@ fn start_self_profile(
         bootscope_profiler::CollectorConfig::new(bootscope_profiler::TargetSpec::CurrentProcess);
     let collector = match bootscope_profiler::Collector::start(config) {
         Ok(c) => Arc::new(c),
-        Err(e) if args.output.is_none() => {
+        Err(e) if args.output.is_none() && !args.profile => {
             eprintln!("bootscope: not profiling this run: {e} (--no-profile silences this)");
             return Ok(None);
         }
         Err(e) => {
             return Err(anyhow::Error::new(e)
-                .context("--output asks for a profile but the profiler cannot start")
+                .context(if args.profile {
+                    "--profile asks for a profile but the profiler cannot start"
+                } else {
+                    "--output asks for a profile but the profiler cannot start"
+                })
                 .into())
         }
     };

@@ -170,3 +170,83 @@ fn lab_reports_a_failing_guest() {
     );
     let _ = std::fs::remove_dir_all(&p.dir);
 }
+
+/// The children of `pid` (from /proc/PID/task/*/children).
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+            out.extend(s.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        }
+    }
+    out
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie has exited; only its entry is left for the parent to reap.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            let state = s.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+            !matches!(state, Some(Some('Z')) | Some(Some('X')))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn killing_the_lab_kills_its_emulator() {
+    let Some(p) = prereqs("kill") else { return };
+    let busybox = match bootscope_lab::guest::static_busybox() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("SKIP: {e}");
+            return;
+        }
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+        .args(["lab", "--timeout", "900", "--exe"])
+        .arg(&busybox)
+        .args(["--", "sleep", "600"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("bootscope lab starts");
+    // Wait for QEMU to appear under it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let qemu = loop {
+        let found = children(child.id()).into_iter().find(|&c| {
+            std::fs::read_to_string(format!("/proc/{c}/comm"))
+                .is_ok_and(|n| n.trim_end().starts_with("qemu-system"))
+        });
+        if let Some(q) = found {
+            break q;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no QEMU under bootscope lab after 120 s"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "bootscope lab ended early"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // SAFETY: plain kill(2) of our own child.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "{status}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while alive(qemu) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "QEMU (pid {qemu}) still running 10 s after bootscope lab was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = std::fs::remove_dir_all(&p.dir);
+}

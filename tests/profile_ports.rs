@@ -217,3 +217,67 @@ fn without_privileges_says_what_to_do() {
         "{err}"
     );
 }
+
+/// A load test of the streaming path: the flood fixture changes the marker
+/// value on every one of its 100,000 port writes, so every write is a ring
+/// buffer record. Every one must arrive (none lost), and the in-kernel
+/// counts must agree with the guest program.
+#[test]
+fn a_marker_flood_is_streamed_without_loss() {
+    if !can_profile() || !kvm_available() {
+        return;
+    }
+    let dir = scratch("flood");
+    let out = dir.join("profile.json");
+    let o = run(
+        bootscope().args([
+            "run",
+            "--kernel",
+            &fixture("mini-bzimage-flood.bin"),
+            "--serial",
+            "null",
+            "--no-summary",
+            // On PVM every port write counts as an emulated instruction.
+            "--allow-emulation",
+            "--profile",
+            "--output",
+            out.to_str().unwrap(),
+        ]),
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let p = read_profile(&out);
+    assert_eq!(
+        marker(&p, 0x80, 0x90),
+        50_000,
+        "{:?}",
+        p.exits.marker_writes
+    );
+    assert_eq!(marker(&p, 0x80, 0x91), 50_000);
+    assert_eq!(
+        p.lost_events, 0,
+        "records lost under a 100,000-record flood"
+    );
+    let ring = p
+        .sources
+        .iter()
+        .find(|s| s.name == "ringbuf:events")
+        .expect("ring buffer source");
+    // Every value change is a record, plus the boot's own marks and the
+    // VMM's thread records.
+    assert!(ring.events >= 100_000, "{ring:?}");
+    // The profile keeps the first 10,000 port marks and says how many it
+    // left out; the VMM's own marks are all kept.
+    let port_marks = p
+        .marks
+        .iter()
+        .filter(|m| m.source == "debug_port" || m.source == "boot_time_port")
+        .count();
+    assert_eq!(port_marks, 10_000);
+    assert!(
+        ring.detail
+            .contains("port marks beyond the first 10000 not kept"),
+        "{ring:?}"
+    );
+    assert!(p.marks.iter().any(|m| m.name == "vmm: guest shutdown"));
+}

@@ -5,6 +5,7 @@
 //! | `wall` | time | spawn to exit of the run's process, measured by `bench` |
 //! | `time_to_userspace` | time | the timeline's `userspace` phase start (VMM start to the first userspace mark) |
 //! | `phase:NAME` | time | the timeline's phase `NAME`, `duration_ns` |
+//! | `prealloc` | time | the timeline's `memory.elapsed_ns`: preallocating guest memory (`run --prealloc`) |
 //! | `console:NAME` | time | spawn to the first console line (standard output) matching pattern `NAME` |
 //! | `exits:total` | count | KVM statistic `exits` |
 //! | `exits:KEY` | count | KVM statistics named `*_exits` (`io_exits`, `mmio_exits`, `halt_exits`, ...) |
@@ -44,6 +45,7 @@ impl MetricKind {
 pub fn kind(name: &str) -> MetricKind {
     if name == "wall"
         || name == "time_to_userspace"
+        || name == "prealloc"
         || name.starts_with("phase:")
         || name.starts_with("console:")
     {
@@ -62,6 +64,8 @@ pub fn display_name(name: &str) -> String {
         format!("console {c:?}")
     } else if name == "exits:total" {
         "exits (total)".into()
+    } else if name == "prealloc" {
+        "preallocation".into()
     } else if name == "exit-reason:total" {
         "exits traced (total)".into()
     } else if let Some(r) = name.strip_prefix("exit-reason:") {
@@ -120,6 +124,9 @@ pub fn from_timeline(value: &serde_json::Value, path: &Path) -> Result<TimelineF
                 facts.metrics.insert("time_to_userspace".into(), s);
             }
         }
+    }
+    if let Some(ns) = value["memory"]["elapsed_ns"].as_u64() {
+        facts.metrics.insert("prealloc".into(), ns);
     }
     if let Some(stats) = value["kvm_stats"].as_object() {
         for (key, v) in stats {
@@ -203,9 +210,12 @@ mod tests {
                 {"name": "kernel", "start_ns": 5, "end_ns": 105, "duration_ns": 100},
                 {"name": "userspace", "start_ns": 105, "end_ns": 205, "duration_ns": 100}
             ],
-            "kvm_stats": {"exits": 10, "io_exits": 7, "pf_fixed": 3, "insn_emulation": 2}
+            "kvm_stats": {"exits": 10, "io_exits": 7, "pf_fixed": 3, "insn_emulation": 2},
+            "memory": {"regions": [], "elapsed_ns": 42}
         });
         let f = from_timeline(&t, Path::new("t.json")).unwrap();
+        assert_eq!(f.metrics["prealloc"], 42);
+        assert_eq!(kind("prealloc"), MetricKind::Time);
         assert!(f.clean);
         assert_eq!(f.outcome, "guest_halt");
         assert_eq!(f.metrics["phase:kernel"], 100);

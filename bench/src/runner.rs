@@ -241,6 +241,9 @@ impl BenchPlan {
     }
 
     /// The command line of one run, and where its timeline and profile go.
+    /// A `bootscope run` is given `--no-profile` unless the bench profiles
+    /// every run (`bench --profile`) or the run's own arguments say
+    /// `--profile`; a profiled run writes its profile to the work directory.
     fn argv(
         &self,
         config: &ConfigPlan,
@@ -273,7 +276,10 @@ impl BenchPlan {
                 if !args.iter().any(|a| a == OsStr::new("--no-summary")) {
                     argv.push("--no-summary".into());
                 }
-                if self_profiled && self.profile {
+                // `run --profile` asks for this configuration alone to be
+                // profiled (one side of a with/without-profiler comparison).
+                let wants_profile = args.iter().any(|a| a == OsStr::new("--profile"));
+                if self_profiled && (self.profile || wants_profile) {
                     let p = self.work_dir.join(format!("profile-{index}.json"));
                     argv.push("--output".into());
                     argv.push(p.clone().into_os_string());
@@ -817,6 +823,17 @@ mod tests {
         plan.configs[0].side = Side::Bootscope(vec!["-o".into(), "p.json".into()]);
         let e = plan.validate().unwrap_err().to_string();
         assert!(e.contains("leave out -o"), "{e}");
+        // `run --profile` profiles that configuration alone.
+        plan.profile = false;
+        plan.configs[0].side = Side::Bootscope(vec!["--profile".into()]);
+        plan.validate().unwrap();
+        let (argv, _, p) = plan.argv(&plan.configs[0], 6);
+        assert_eq!(
+            &argv[argv.len() - 2..],
+            ["--output", "/tmp/profile-6.json"].map(OsString::from)
+        );
+        assert!(!argv.iter().any(|a| a == "--no-profile"));
+        assert_eq!(p.unwrap(), PathBuf::from("/tmp/profile-6.json"));
     }
 
     #[test]

@@ -103,7 +103,7 @@ fn find_module_file(modules_dir: &Path, rel_without_suffix: &str) -> Option<Path
 }
 
 /// Returns the static busybox binary, or an error saying how to install it.
-pub(crate) fn static_busybox() -> Result<PathBuf> {
+pub fn static_busybox() -> Result<PathBuf> {
     let path = PathBuf::from(BUSYBOX);
     if !path.is_file() {
         return Err(LabError::BusyboxMissing { path });

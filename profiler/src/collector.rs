@@ -155,11 +155,14 @@ struct State {
     ring_bytes: u32,
     boot_time_port: u16,
     marks_dropped: u64,
+    /// Port marks kept so far (at most MAX_MARKS).
+    port_marks: usize,
 }
 
-/// Marks kept per profile: a guest alternating marker values forever
-/// cannot grow the profile without bound.
-const MAX_MARKS: usize = 100_000;
+/// Port marks kept per profile: a guest alternating marker values forever
+/// cannot grow the profile without bound. The VMM's own marks, console
+/// milestones and the boot timer are few and always kept.
+const MAX_MARKS: usize = 10_000;
 
 struct Shared {
     stop: AtomicBool,
@@ -719,6 +722,7 @@ impl Collector {
             ring_bytes,
             boot_time_port: config.boot_time_port,
             marks_dropped: 0,
+            port_marks: 0,
         };
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
@@ -920,9 +924,12 @@ impl State {
     /// Records a mark; if it opens a new phase for its process, tells the
     /// kernel.
     fn push_mark(&mut self, mark: Mark) {
-        if self.marks.len() >= MAX_MARKS {
-            self.marks_dropped += 1;
-            return;
+        if matches!(mark.source.as_str(), "debug_port" | "boot_time_port") {
+            if self.port_marks >= MAX_MARKS {
+                self.marks_dropped += 1;
+                return;
+            }
+            self.port_marks += 1;
         }
         if let Some(name) = phases::phase_of_mark(&mark) {
             let idx = self.phase_names.index(&name);
@@ -1514,7 +1521,10 @@ impl State {
                 "{} KiB ring buffer for marks and thread lifetimes; lost records are in lost_events{}",
                 self.ring_bytes / 1024,
                 if self.marks_dropped > 0 {
-                    format!("; {} marks beyond the first {MAX_MARKS} not kept", self.marks_dropped)
+                    format!(
+                        "; {} port marks beyond the first {MAX_MARKS} not kept",
+                        self.marks_dropped
+                    )
                 } else {
                     String::new()
                 }
