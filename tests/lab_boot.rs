@@ -233,11 +233,9 @@ fn killing_the_lab_kills_its_emulator() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
-    // SAFETY: plain kill(2) of our own child.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
-        0
-    );
+    // SAFETY: plain kill(2) of our own child, which has not been reaped.
+    let killed = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(killed, 0);
     let status = child.wait().unwrap();
     assert!(!status.success(), "{status}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
