@@ -480,16 +480,28 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         stop_after,
         acpi: !args.no_acpi,
         stop: None,
+        gate: None,
     };
-    let collector = start_self_profile(&args, &recorder)?;
+    let mut cfg = cfg;
+    let pending = begin_self_profile(&args, &recorder)?;
+    let slot = Arc::new(std::sync::Mutex::new(match pending {
+        Some(p) => SelfProfile::Pending(p),
+        None => SelfProfile::Attached(None),
+    }));
+    let tui_collector = if args.tui {
+        // The live view needs the collector from its first frame.
+        SelfProfile::attached(&slot, &recorder)?
+    } else {
+        let (slot, recorder) = (slot.clone(), recorder.clone());
+        cfg.gate = Some(Box::new(move || {
+            SelfProfile::attached(&slot, &recorder)
+                .map(|_| ())
+                .map_err(|e| format!("{e:#}"))
+        }));
+        None
+    };
     let report = if args.tui {
-        crate::tui_cmd::run_vm(
-            cfg,
-            &recorder,
-            collector.clone(),
-            &tui_console,
-            args.refresh_ms,
-        )?
+        crate::tui_cmd::run_vm(cfg, &recorder, tui_collector, &tui_console, args.refresh_ms)?
     } else {
         vm::run(cfg, recorder.clone())
     };
@@ -504,6 +516,13 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     recorder.vmm_once(vmm_marks::VMM_EXIT);
     doc.marks = recorder.snapshot();
     doc.phases = bootscope_vmm::timeline::derive_phases(&doc.marks);
+    let collector = match SelfProfile::attached(&slot, &recorder) {
+        Ok(c) => c,
+        // Already reported through the VMM's gate.
+        Err(_) => None,
+    };
+    // The slot lets go of its reference so the collector can be finished.
+    *slot.lock().unwrap_or_else(|e| e.into_inner()) = SelfProfile::Failed;
     let profiled = collector.is_some();
     if let Some(c) = collector {
         finish_self_profile(&args, c, &doc)?;
@@ -541,35 +560,70 @@ fn release_bpf_in_background() {
     }
 }
 
-/// Starts the eBPF collector on this process before the VM exists (and
-/// before the sandbox forbids mounting tracefs), and forwards every VMM mark
-/// to it as it is recorded.
-fn start_self_profile(
+/// The eBPF collector starting in the background (loading and attaching
+/// its programs takes tens of milliseconds natively, half a second in the
+/// lab) while the VMM plans and maps memory and loads the kernel.
+struct PendingProfile {
+    start: std::thread::JoinHandle<
+        Result<bootscope_profiler::Collector, bootscope_profiler::ProfilerError>,
+    >,
+    /// `--profile` or `--output`: a profiler that cannot start is an error.
+    required: bool,
+    profile_flag: bool,
+}
+
+/// Starts the eBPF collector on this process in the background; see
+/// [`attach_self_profile`] for where the VMM waits for it.
+fn begin_self_profile(
     args: &RunArgs,
     recorder: &Arc<Recorder>,
-) -> Result<Option<Arc<bootscope_profiler::Collector>>, Failure> {
+) -> Result<Option<PendingProfile>, Failure> {
     if args.no_profile {
         return Ok(None);
     }
     if let Some(o) = &args.output {
         check_output_path("--output", o).map_err(usage)?;
     }
-    let config =
+    let mut config =
         bootscope_profiler::CollectorConfig::new(bootscope_profiler::TargetSpec::CurrentProcess);
-    let collector = match bootscope_profiler::Collector::start(config) {
+    // One clock for the profile and the timeline: the VMM's process start.
+    config.origin = Some(recorder.clock().instant_at(0));
+    let start = std::thread::Builder::new()
+        .name("bootscope-attach".into())
+        .spawn(move || bootscope_profiler::Collector::start(config))
+        .map_err(|e| anyhow::Error::new(e).context("cannot start the profiler thread"))?;
+    Ok(Some(PendingProfile {
+        start,
+        required: args.output.is_some() || args.profile,
+        profile_flag: args.profile,
+    }))
+}
+
+/// Waits for the collector, then forwards every VMM mark to it (the ones
+/// recorded so far with their own times). The VMM calls this before any
+/// thread touches guest memory (before thread contexts, the sandbox and
+/// preallocation when those are asked for, else before the vCPUs exist),
+/// so every preallocation thread and every guest exit is seen.
+fn attach_self_profile(
+    pending: PendingProfile,
+    recorder: &Arc<Recorder>,
+) -> Result<Option<Arc<bootscope_profiler::Collector>>> {
+    let started = pending
+        .start
+        .join()
+        .map_err(|_| anyhow::anyhow!("the profiler thread panicked"))?;
+    let collector = match started {
         Ok(c) => Arc::new(c),
-        Err(e) if args.output.is_none() && !args.profile => {
+        Err(e) if !pending.required => {
             eprintln!("bootscope: not profiling this run: {e} (--no-profile silences this)");
             return Ok(None);
         }
         Err(e) => {
-            return Err(anyhow::Error::new(e)
-                .context(if args.profile {
-                    "--profile asks for a profile but the profiler cannot start"
-                } else {
-                    "--output asks for a profile but the profiler cannot start"
-                })
-                .into())
+            return Err(anyhow::Error::new(e).context(if pending.profile_flag {
+                "--profile asks for a profile but the profiler cannot start"
+            } else {
+                "--output asks for a profile but the profiler cannot start"
+            }))
         }
     };
     let weak = Arc::downgrade(&collector);
@@ -587,7 +641,7 @@ fn start_self_profile(
             clock.instant_at(m.t_ns),
         );
     };
-    // Marks recorded before the collector existed (process start).
+    // Marks recorded before the collector was ready (process start, memory).
     for m in recorder.snapshot() {
         forward(&collector, &m);
     }
@@ -598,6 +652,39 @@ fn start_self_profile(
     }));
     recorder.vmm("vmm: profiler attached");
     Ok(Some(collector))
+}
+
+/// The collector once attached, shared between the VMM's gate and the end
+/// of the run.
+enum SelfProfile {
+    Pending(PendingProfile),
+    Attached(Option<Arc<bootscope_profiler::Collector>>),
+    Failed,
+}
+
+impl SelfProfile {
+    /// Attaches now if that has not happened yet (a run that stopped before
+    /// the VMM's gate) and gives the collector.
+    fn attached(
+        slot: &std::sync::Mutex<SelfProfile>,
+        recorder: &Arc<Recorder>,
+    ) -> Result<Option<Arc<bootscope_profiler::Collector>>> {
+        let mut g = slot.lock().unwrap_or_else(|e| e.into_inner());
+        match std::mem::replace(&mut *g, SelfProfile::Failed) {
+            SelfProfile::Pending(p) => {
+                let r = attach_self_profile(p, recorder);
+                if let Ok(c) = &r {
+                    *g = SelfProfile::Attached(c.clone());
+                }
+                r
+            }
+            SelfProfile::Attached(c) => {
+                *g = SelfProfile::Attached(c.clone());
+                Ok(c)
+            }
+            SelfProfile::Failed => Ok(None),
+        }
+    }
 }
 
 fn finish_self_profile(

@@ -93,6 +93,10 @@ pub struct CollectorConfig {
     pub debug_port: u16,
     pub boot_time_port: u16,
     pub collectors: CollectorSet,
+    /// The zero of every `t_ns` (default: when the collector starts). A
+    /// VMM profiling itself passes its own process start, so the profile
+    /// and its timeline share one clock.
+    pub origin: Option<Instant>,
 }
 
 impl CollectorConfig {
@@ -108,6 +112,7 @@ impl CollectorConfig {
             debug_port: 0x80,
             boot_time_port: 0xf4,
             collectors: CollectorSet::ALL,
+            origin: None,
         }
     }
 }
@@ -575,8 +580,12 @@ impl Collector {
         }
 
         // The target, its live descendants and their threads.
-        let started = Instant::now();
-        let start_mono_ns = monotonic_ns();
+        let now = Instant::now();
+        let now_mono_ns = monotonic_ns();
+        // Instant is CLOCK_MONOTONIC on Linux: an earlier origin shifts both.
+        let started = config.origin.filter(|o| *o <= now).unwrap_or(now);
+        let start_mono_ns =
+            now_mono_ns.saturating_sub(now.duration_since(started).as_nanos() as u64);
         let mut threads = BTreeMap::new();
         let mut tgids = BTreeSet::new();
         let procs = match config.target {

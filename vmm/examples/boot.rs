@@ -27,6 +27,7 @@ fn main() {
         sandbox: false,
         stop_after: None,
         acpi: true,
+        gate: None,
         stop: None,
     };
     match run(cfg, rec) {

@@ -69,6 +69,7 @@ fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
         sandbox: false,
         stop_after: None,
         acpi: true,
+        gate: None,
         stop: None,
     }
 }
