@@ -516,11 +516,8 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     recorder.vmm_once(vmm_marks::VMM_EXIT);
     doc.marks = recorder.snapshot();
     doc.phases = bootscope_vmm::timeline::derive_phases(&doc.marks);
-    let collector = match SelfProfile::attached(&slot, &recorder) {
-        Ok(c) => c,
-        // Already reported through the VMM's gate.
-        Err(_) => None,
-    };
+    // An error was already reported through the VMM's gate.
+    let collector = SelfProfile::attached(&slot, &recorder).unwrap_or_default();
     // The slot lets go of its reference so the collector can be finished.
     *slot.lock().unwrap_or_else(|e| e.into_inner()) = SelfProfile::Failed;
     let profiled = collector.is_some();
