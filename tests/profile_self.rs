@@ -93,3 +93,58 @@ fn no_profile_runs_without_bpf() {
     assert!(!String::from_utf8_lossy(&o.stderr).contains("profile of pid"));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// Profiling itself, the VMM finds its own vCPU statistics files; the
+/// copies it makes land in the same descriptor table and must not be taken
+/// for more vCPUs at the next scan (a second-long run scans several times).
+#[test]
+fn self_profile_reads_each_vcpu_once() {
+    if !kvm_available() || !can_profile() {
+        return;
+    }
+    let d = scratch("selfstats");
+    let out = d.join("profile.json");
+    let timeline = d.join("timeline.json");
+    let o = run(
+        bootscope().args([
+            "run",
+            "--kernel",
+            &fixture("mini-bzimage-hlt.bin"),
+            "--serial",
+            "null",
+            "--timeout",
+            "1.5",
+            "--output",
+            out.to_str().unwrap(),
+            "--timeline",
+            timeline.to_str().unwrap(),
+        ]),
+        None,
+    );
+    // A halted guest that reaches --timeout ends unclean (1).
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
+    let source = p["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"].as_str().unwrap_or("").starts_with("kvm_stats:"))
+        .expect("a kvm_stats source");
+    assert_eq!(source["name"], "kvm_stats:stats_fd", "{source}");
+    assert!(
+        source["detail"].as_str().unwrap().contains("of 1 vCPU(s)"),
+        "{source}"
+    );
+    assert_eq!(
+        p["exits"]["kvm_stats_exits"].as_u64(),
+        t["kvm_stats"]["exits"].as_u64(),
+        "the profile's copy of KVM's count and the VMM's own"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -725,7 +725,11 @@ impl Collector {
             phase_names: PhaseNames::default(),
             current_phase: HashMap::new(),
             samples: Vec::new(),
-            kvm_stats: kvm_stats::KvmStatsReader::new(),
+            kvm_stats: if matches!(config.target, TargetSpec::CurrentProcess) {
+                kvm_stats::KvmStatsReader::stats_fds_only()
+            } else {
+                kvm_stats::KvmStatsReader::new()
+            },
             ring_events: 0,
             vmm_marks: 0,
             ring_bytes,
@@ -894,18 +898,28 @@ fn worker_loop(
         if stopping {
             break;
         }
-        {
+        let frequent = {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             if now < next_sample {
-                st.refresh_kvm_stats(false);
+                if st.kvm_stats.needs_frequent_reads() {
+                    st.refresh_kvm_stats(false);
+                }
             } else {
                 st.poll_target();
                 st.take_sample();
                 next_sample = now + sample_interval;
             }
-        }
+            st.kvm_stats.needs_frequent_reads()
+        };
+        // Sleep until the next sample unless counts need reading more often
+        // (the ring buffer's data wakes the thread anyway): a profiler on a
+        // one-CPU machine takes its CPU time from the guest.
         let until_sample = next_sample.saturating_duration_since(Instant::now());
-        let wait = until_sample.min(tick);
+        let wait = if frequent {
+            until_sample.min(tick)
+        } else {
+            until_sample
+        };
         if drain_interval.is_some() {
             std::thread::sleep(wait);
         } else {

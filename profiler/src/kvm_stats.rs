@@ -185,6 +185,24 @@ impl KvmStatsReader {
         }
     }
 
+    /// A reader of the statistics files only, for a VMM profiling itself:
+    /// copies of its own files keep the final counts readable after the VM
+    /// is gone, so nothing needs reading between samples (debugfs would
+    /// have to be read every few milliseconds not to miss the last exits).
+    pub fn stats_fds_only() -> Self {
+        Self {
+            debugfs: Err("not used: the VMM's own statistics files are read".into()),
+            ..Self::new()
+        }
+    }
+
+    /// Whether counts must be read often (not only at samples): debugfs
+    /// loses a VM's counts when the VM goes, and until a VM shows up it is
+    /// looked for often so a short-lived one is not missed.
+    pub fn needs_frequent_reads(&self) -> bool {
+        self.debugfs.is_ok() || self.total().is_none()
+    }
+
     /// `debugfs` or `stats_fd`.
     pub fn method(&self) -> &'static str {
         if self.debugfs.is_ok() {
@@ -211,8 +229,13 @@ impl KvmStatsReader {
         if !rescan {
             return;
         }
+        let own = std::process::id();
         for &tgid in tgids {
-            let live = vcpu_fds(tgid);
+            let mut live = vcpu_fds(tgid);
+            if tgid == own {
+                // Profiling ourselves: our copies are in the same table.
+                live.retain(|(fd, _)| !self.vcpus.iter().any(|v| v.file.as_raw_fd() as u32 == *fd));
+            }
             // Close what the target closed (after a last read above).
             let mut i = 0;
             while i < self.vcpus.len() {
