@@ -517,9 +517,7 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     doc.marks = recorder.snapshot();
     doc.phases = bootscope_vmm::timeline::derive_phases(&doc.marks);
     // An error was already reported through the VMM's gate.
-    let collector = SelfProfile::attached(&slot, &recorder).unwrap_or_default();
-    // The slot lets go of its reference so the collector can be finished.
-    *slot.lock().unwrap_or_else(|e| e.into_inner()) = SelfProfile::Failed;
+    let collector = SelfProfile::take(&slot, &recorder).unwrap_or_default();
     let profiled = collector.is_some();
     if let Some(c) = collector {
         finish_self_profile(&args, c, &doc)?;
@@ -564,9 +562,9 @@ struct PendingProfile {
     start: std::thread::JoinHandle<
         Result<bootscope_profiler::Collector, bootscope_profiler::ProfilerError>,
     >,
-    /// `--profile` or `--output`: a profiler that cannot start is an error.
-    required: bool,
-    profile_flag: bool,
+    /// Why a profiler that cannot start is an error (`--profile` or
+    /// `--output`); None: go on without it.
+    required_by: Option<&'static str>,
 }
 
 /// Starts the eBPF collector on this process in the background; see
@@ -589,11 +587,14 @@ fn begin_self_profile(
         .name("bootscope-attach".into())
         .spawn(move || bootscope_profiler::Collector::start(config))
         .map_err(|e| anyhow::Error::new(e).context("cannot start the profiler thread"))?;
-    Ok(Some(PendingProfile {
-        start,
-        required: args.output.is_some() || args.profile,
-        profile_flag: args.profile,
-    }))
+    let required_by = if args.profile {
+        Some("--profile asks for a profile but the profiler cannot start")
+    } else if args.output.is_some() {
+        Some("--output asks for a profile but the profiler cannot start")
+    } else {
+        None
+    };
+    Ok(Some(PendingProfile { start, required_by }))
 }
 
 /// Waits for the collector, then forwards every VMM mark to it (the ones
@@ -609,18 +610,12 @@ fn attach_self_profile(
         .start
         .join()
         .map_err(|_| anyhow::anyhow!("the profiler thread panicked"))?;
-    let collector = match started {
-        Ok(c) => Arc::new(c),
-        Err(e) if !pending.required => {
+    let collector = match (started, pending.required_by) {
+        (Ok(c), _) => Arc::new(c),
+        (Err(e), Some(why)) => return Err(anyhow::Error::new(e).context(why)),
+        (Err(e), None) => {
             eprintln!("bootscope: not profiling this run: {e} (--no-profile silences this)");
             return Ok(None);
-        }
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(if pending.profile_flag {
-                "--profile asks for a profile but the profiler cannot start"
-            } else {
-                "--output asks for a profile but the profiler cannot start"
-            }))
         }
     };
     let weak = Arc::downgrade(&collector);
@@ -656,7 +651,7 @@ fn attach_self_profile(
 enum SelfProfile {
     Pending(PendingProfile),
     Attached(Option<Arc<bootscope_profiler::Collector>>),
-    Failed,
+    Empty,
 }
 
 impl SelfProfile {
@@ -667,7 +662,7 @@ impl SelfProfile {
         recorder: &Arc<Recorder>,
     ) -> Result<Option<Arc<bootscope_profiler::Collector>>> {
         let mut g = slot.lock().unwrap_or_else(|e| e.into_inner());
-        match std::mem::replace(&mut *g, SelfProfile::Failed) {
+        match std::mem::replace(&mut *g, SelfProfile::Empty) {
             SelfProfile::Pending(p) => {
                 let r = attach_self_profile(p, recorder);
                 if let Ok(c) = &r {
@@ -679,8 +674,19 @@ impl SelfProfile {
                 *g = SelfProfile::Attached(c.clone());
                 Ok(c)
             }
-            SelfProfile::Failed => Ok(None),
+            SelfProfile::Empty => Ok(None),
         }
+    }
+
+    /// [`Self::attached`], leaving the slot empty so that the caller holds
+    /// the only reference and can finish the collector.
+    fn take(
+        slot: &std::sync::Mutex<SelfProfile>,
+        recorder: &Arc<Recorder>,
+    ) -> Result<Option<Arc<bootscope_profiler::Collector>>> {
+        let c = Self::attached(slot, recorder);
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = SelfProfile::Empty;
+        c
     }
 }
 

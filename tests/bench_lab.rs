@@ -9,7 +9,11 @@
 //! percent, while KVM's exit and fault counts of the same boot stay within a
 //! few percent. See tests/baselines/README.md.
 
-use std::path::{Path, PathBuf};
+mod lab_common;
+
+use lab_common::prereqs;
+
+use std::path::Path;
 use std::process::{Command, Output};
 
 /// Kernel command line of the baseline: bootscope's default plus `quiet`.
@@ -33,39 +37,6 @@ const CHECK: [&str; 8] = [
     "faults:pf_fixed",
 ];
 
-struct Prereqs {
-    kernel: PathBuf,
-    initrd: PathBuf,
-    dir: PathBuf,
-}
-
-fn prereqs() -> Option<Prereqs> {
-    if let Err(e) = bootscope_lab::outer::check_prerequisites(Path::new("qemu-system-x86_64")) {
-        eprintln!("SKIP: the lab is unavailable here: {e}");
-        return None;
-    }
-    let kernel = match bootscope_lab::guest::find_debian_kernel() {
-        Ok(k) => k.vmlinuz,
-        Err(e) => {
-            eprintln!("SKIP: {e}");
-            return None;
-        }
-    };
-    let dir = std::env::temp_dir().join(format!("bootscope-benchlab-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let initrd = dir.join("guest.cpio");
-    if let Err(e) = bootscope_lab::guest::build_default_initramfs(&initrd) {
-        eprintln!("SKIP: cannot build the default guest: {e}");
-        return None;
-    }
-    Some(Prereqs {
-        kernel,
-        initrd,
-        dir,
-    })
-}
-
 fn bootscope(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_bootscope"))
         .args(args)
@@ -84,7 +55,7 @@ fn text(o: &Output) -> String {
 
 #[test]
 fn lab_boot_counts_hold_against_the_committed_baseline() {
-    let Some(p) = prereqs() else { return };
+    let Some(p) = prereqs("bench") else { return };
     let baseline_path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/baselines/lab-default-guest.json");
     let baseline = baseline_path.to_str().unwrap();

@@ -2,43 +2,11 @@
 //! KVM under QEMU's emulator): the guest's own output, the kernel and
 //! userspace phases, and KVM's own exit statistic.
 
-use std::path::PathBuf;
+mod lab_common;
+
+use lab_common::{lab_kernel, prereqs};
+
 use std::process::Command;
-
-struct Prereqs {
-    kernel: PathBuf,
-    initrd: PathBuf,
-    dir: PathBuf,
-}
-
-fn prereqs(tag: &str) -> Option<Prereqs> {
-    if let Err(e) =
-        bootscope_lab::outer::check_prerequisites(std::path::Path::new("qemu-system-x86_64"))
-    {
-        eprintln!("SKIP: the lab is unavailable here: {e}");
-        return None;
-    }
-    let kernel = match bootscope_lab::guest::find_debian_kernel() {
-        Ok(k) => k.vmlinuz,
-        Err(e) => {
-            eprintln!("SKIP: {e}");
-            return None;
-        }
-    };
-    let dir = std::env::temp_dir().join(format!("bootscope-labtest-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let initrd = dir.join("guest.cpio");
-    if let Err(e) = bootscope_lab::guest::build_default_initramfs(&initrd) {
-        eprintln!("SKIP: cannot build the default guest: {e}");
-        return None;
-    }
-    Some(Prereqs {
-        kernel,
-        initrd,
-        dir,
-    })
-}
 
 #[test]
 fn default_guest_boots_to_userspace_in_the_lab() {
@@ -141,12 +109,12 @@ fn default_guest_boots_to_userspace_in_the_lab() {
 
 #[test]
 fn lab_reports_a_failing_guest() {
-    let Some(p) = prereqs("fail") else { return };
+    let Some(kernel) = lab_kernel() else { return };
     // A command line the kernel cannot live with: no init to run.
     let out = Command::new(env!("CARGO_BIN_EXE_bootscope"))
         .args(["lab", "--timeout", "900", "--", "run"])
         .arg("--kernel")
-        .arg(&p.kernel)
+        .arg(&kernel)
         .args([
             "--memory",
             "256M",
@@ -168,7 +136,6 @@ fn lab_reports_a_failing_guest() {
         stdout.contains("Kernel panic") || stderr.contains("panicked"),
         "stdout:\n{stdout}\nstderr:\n{stderr}"
     );
-    let _ = std::fs::remove_dir_all(&p.dir);
 }
 
 /// The children of `pid` (from /proc/PID/task/*/children).
@@ -197,7 +164,9 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn killing_the_lab_kills_its_emulator() {
-    let Some(p) = prereqs("kill") else { return };
+    if lab_kernel().is_none() {
+        return;
+    }
     let busybox = match bootscope_lab::guest::static_busybox() {
         Ok(b) => b,
         Err(e) => {
@@ -246,5 +215,4 @@ fn killing_the_lab_kills_its_emulator() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let _ = std::fs::remove_dir_all(&p.dir);
 }

@@ -4,37 +4,54 @@
 
 mod profile_common;
 
+use std::path::PathBuf;
+use std::process::Output;
+
 use profile_common::{bootscope, can_profile, fixture, kvm_available, run, scratch};
+
+/// `bootscope run --kernel FIXTURE --serial null EXTRA... --output P
+/// --timeline T` in a scratch directory: its output, the profile and the
+/// timeline (Null where not written), and the directory.
+fn run_self_profiled(
+    tag: &str,
+    kernel: &str,
+    extra: &[&str],
+) -> (Output, serde_json::Value, serde_json::Value, PathBuf) {
+    let d = scratch(tag);
+    let out = d.join("profile.json");
+    let timeline = d.join("timeline.json");
+    let k = fixture(kernel);
+    let mut args = vec!["run", "--kernel", &k, "--serial", "null"];
+    args.extend(extra);
+    args.extend([
+        "--output",
+        out.to_str().unwrap(),
+        "--timeline",
+        timeline.to_str().unwrap(),
+    ]);
+    let o = run(bootscope().args(&args), None);
+    let read = |p: &PathBuf| {
+        std::fs::read(p)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(serde_json::Value::Null)
+    };
+    let (p, t) = (read(&out), read(&timeline));
+    (o, p, t, d)
+}
 
 #[test]
 fn run_writes_its_own_profile() {
     if !kvm_available() || !can_profile() {
         return;
     }
-    let d = scratch("self");
-    let out = d.join("profile.json");
-    let timeline = d.join("timeline.json");
-    let o = run(
-        bootscope().args([
-            "run",
-            "--kernel",
-            &fixture("mini-bzimage-ports.bin"),
-            "--serial",
-            "null",
-            "--output",
-            out.to_str().unwrap(),
-            "--timeline",
-            timeline.to_str().unwrap(),
-        ]),
-        None,
-    );
+    let (o, p, t, d) = run_self_profiled("self", "mini-bzimage-ports.bin", &[]);
     assert_eq!(
         o.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     assert_eq!(p["schema"], "bootscope.profile");
     assert_eq!(p["target"]["kind"], "self");
     let writes = p["exits"]["marker_writes"].as_array().unwrap();
@@ -64,7 +81,6 @@ fn run_writes_its_own_profile() {
         .any(|t| t["name"] == "vcpu0" && !t["cpus"].as_array().unwrap().is_empty()));
     // Cross-check: KVM's own exit count, as the VMM read it, matches the
     // profile's copy.
-    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
     let vmm_exits = t["kvm_stats"]["exits"].as_u64().unwrap();
     if let Some(k) = p["exits"]["kvm_stats_exits"].as_u64() {
         assert_eq!(k, vmm_exits);
@@ -102,25 +118,8 @@ fn self_profile_reads_each_vcpu_once() {
     if !kvm_available() || !can_profile() {
         return;
     }
-    let d = scratch("selfstats");
-    let out = d.join("profile.json");
-    let timeline = d.join("timeline.json");
-    let o = run(
-        bootscope().args([
-            "run",
-            "--kernel",
-            &fixture("mini-bzimage-hlt.bin"),
-            "--serial",
-            "null",
-            "--timeout",
-            "1.5",
-            "--output",
-            out.to_str().unwrap(),
-            "--timeline",
-            timeline.to_str().unwrap(),
-        ]),
-        None,
-    );
+    let (o, p, t, d) =
+        run_self_profiled("selfstats", "mini-bzimage-hlt.bin", &["--timeout", "1.5"]);
     // A halted guest that reaches --timeout ends unclean (1).
     assert_eq!(
         o.status.code(),
@@ -128,8 +127,6 @@ fn self_profile_reads_each_vcpu_once() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
-    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
     let source = p["sources"]
         .as_array()
         .unwrap()

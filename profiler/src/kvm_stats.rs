@@ -175,8 +175,12 @@ impl Default for KvmStatsReader {
 
 impl KvmStatsReader {
     pub fn new() -> Self {
+        Self::with_debugfs(debugfs_kvm_dir())
+    }
+
+    fn with_debugfs(debugfs: Result<PathBuf, String>) -> Self {
         Self {
-            debugfs: debugfs_kvm_dir(),
+            debugfs,
             debugfs_values: BTreeMap::new(),
             vcpus: Vec::new(),
             closed_total: 0,
@@ -190,10 +194,9 @@ impl KvmStatsReader {
     /// is gone, so nothing needs reading between samples (debugfs would
     /// have to be read every few milliseconds not to miss the last exits).
     pub fn stats_fds_only() -> Self {
-        Self {
-            debugfs: Err("not used: the VMM's own statistics files are read".into()),
-            ..Self::new()
-        }
+        Self::with_debugfs(Err(
+            "not used: the VMM's own statistics files are read".into()
+        ))
     }
 
     /// Whether counts must be read often (not only at samples): debugfs

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use vm_superio::{I8042Device, Serial, Trigger};
@@ -28,25 +27,30 @@ impl Trigger for EventFdTrigger {
     }
 }
 
-/// Trigger that only remembers it fired (the i8042 reset line).
-#[derive(Clone, Default)]
-pub struct FlagTrigger(pub Arc<AtomicBool>);
-
-impl Trigger for FlagTrigger {
-    type E = io::Error;
-    fn trigger(&self) -> io::Result<()> {
-        self.0.store(true, Ordering::SeqCst);
-        Ok(())
-    }
-}
-
-/// What the guest asked for through the ACPI registers.
+/// What the guest asked for through a reset or power-off register.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PowerRequest {
-    /// S5 written to the sleep control register (`poweroff`).
+    /// S5 written to the ACPI sleep control register (`poweroff`).
     Off,
-    /// The reset value written to the reset register (`reboot=a`).
+    /// The reset value written to the ACPI reset register (`reboot=a`).
     Reset,
+    /// The i8042 reset line pulsed (`reboot=k`).
+    I8042Reset,
+}
+
+/// The guest's last stop request, shared by the devices that can make one.
+type PowerState = Arc<Mutex<Option<PowerRequest>>>;
+
+/// The i8042 reset line: firing it records a reset request.
+#[derive(Clone)]
+pub struct ResetTrigger(PowerState);
+
+impl Trigger for ResetTrigger {
+    type E = io::Error;
+    fn trigger(&self) -> io::Result<()> {
+        *lock(&self.0) = Some(PowerRequest::I8042Reset);
+        Ok(())
+    }
 }
 
 /// Counts of guest writes to the marker ports, by value.
@@ -69,9 +73,8 @@ impl MarkerCounts {
 /// All emulated devices, shared by the vCPU threads.
 pub struct Devices {
     serial: Mutex<Serial<EventFdTrigger, vm_superio::serial::NoEvents, ConsoleSink>>,
-    i8042: Mutex<I8042Device<FlagTrigger>>,
-    reset_requested: Arc<AtomicBool>,
-    power: Mutex<Option<PowerRequest>>,
+    i8042: Mutex<I8042Device<ResetTrigger>>,
+    power: PowerState,
     rtc: Mutex<CmosRtc>,
     acpi: bool,
     recorder: Arc<Recorder>,
@@ -92,13 +95,11 @@ impl Devices {
         recorder: Arc<Recorder>,
         acpi: bool,
     ) -> Self {
-        let reset = FlagTrigger::default();
-        let reset_requested = reset.0.clone();
+        let power = PowerState::default();
         Self {
             serial: Mutex::new(Serial::new(EventFdTrigger(serial_irq), console)),
-            i8042: Mutex::new(I8042Device::new(reset)),
-            reset_requested,
-            power: Mutex::new(None),
+            i8042: Mutex::new(I8042Device::new(ResetTrigger(power.clone()))),
+            power,
             rtc: Mutex::new(CmosRtc::default()),
             acpi,
             recorder,
@@ -106,17 +107,12 @@ impl Devices {
         }
     }
 
-    /// Whether the guest pulsed the i8042 reset line.
-    pub fn reset_requested(&self) -> bool {
-        self.reset_requested.load(Ordering::SeqCst)
-    }
-
     /// Whether the guest has ACPI tables.
     pub fn acpi(&self) -> bool {
         self.acpi
     }
 
-    /// Whether the guest powered off or reset through ACPI.
+    /// Whether the guest asked to power off or reset.
     pub fn power_request(&self) -> Option<PowerRequest> {
         *lock(&self.power)
     }

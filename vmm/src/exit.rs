@@ -31,26 +31,22 @@ pub fn handle_exit(exit: VcpuExit<'_>, devices: &Devices, vcpu: u32) -> ExitActi
         }
         VcpuExit::IoOut(port, data) => {
             devices.pio_write(port, data, vcpu);
-            match devices.power_request() {
-                Some(PowerRequest::Off) => {
-                    return ExitAction::Stop(
+            if let Some(request) = devices.power_request() {
+                let (reason, detail) = match request {
+                    PowerRequest::Off => (
                         StopReason::AcpiPowerOff,
                         format!("guest powered off through ACPI (S5, vcpu{vcpu})"),
-                    )
-                }
-                Some(PowerRequest::Reset) => {
-                    return ExitAction::Stop(
+                    ),
+                    PowerRequest::Reset => (
                         StopReason::AcpiReset,
                         format!("guest reset through the ACPI reset register (vcpu{vcpu})"),
-                    )
-                }
-                None => {}
-            }
-            if devices.reset_requested() {
-                return ExitAction::Stop(
-                    StopReason::I8042Reset,
-                    format!("guest reset through the i8042 controller (vcpu{vcpu})"),
-                );
+                    ),
+                    PowerRequest::I8042Reset => (
+                        StopReason::I8042Reset,
+                        format!("guest reset through the i8042 controller (vcpu{vcpu})"),
+                    ),
+                };
+                return ExitAction::Stop(reason, detail);
             }
             let ev = devices.console_events();
             // With ACPI, "Power down" is followed by the sleep register
