@@ -29,6 +29,11 @@ BS_FIELD(sched_process_exit, group_dead);
  * every child it sees (threads included: harmless, just more keys). */
 const volatile __u32 fork_follows = 0;
 
+/* Set when the loader relocated this object against the kernel's BTF: only
+ * then is task_struct's exit_code at the right offset (CO-RE). Without it
+ * the read below is never reached and exit codes are left unknown. */
+const volatile __u32 read_exit_code = 0;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -203,7 +208,7 @@ int bs_sched_process_exit(void *ctx)
 	e = bs_event_reserve(BS_EV_TASK_EXIT, tgid, tid);
 	if (e) {
 		task = (struct task_struct *)bpf_get_current_task();
-		e->arg0 = (__u32)BPF_CORE_READ(task, exit_code);
+		e->arg0 = read_exit_code ? (__u32)BPF_CORE_READ(task, exit_code) : 0;
 		e->arg1 = group_dead;
 		bpf_get_current_comm(e->comm, sizeof(e->comm));
 		bpf_ringbuf_submit(e, 0);

@@ -153,11 +153,21 @@ fn follows_a_running_pid_until_it_ends() {
         ]),
         None,
     );
-    let _ = vm.wait();
+    let status = vm.wait().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let p = read_profile(&out);
     assert_eq!(p.target.kind, "pid");
     assert_eq!(p.target.pid, vm.id());
+    // Not our child, so its exit status comes from the kernel: task_struct's
+    // exit_code, read through CO-RE against the kernel's BTF.
+    let btf = p.sources.iter().find(|s| s.name == "btf:vmlinux").unwrap();
+    assert_eq!(btf.status, "attached", "{btf:?}");
+    let main = p
+        .threads
+        .iter()
+        .find(|t| t.tid == vm.id())
+        .expect("the main thread");
+    assert_eq!(main.exit_code, status.code(), "{main:?}");
     // It ended on its own, well before --duration: a partial profile.
     assert!(p.target.ended_ns.is_some());
     assert!(p.duration_ns < 20_000_000_000);

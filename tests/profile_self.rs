@@ -79,6 +79,19 @@ fn run_writes_its_own_profile() {
     assert!(threads
         .iter()
         .any(|t| t["name"] == "vcpu0" && !t["cpus"].as_array().unwrap().is_empty()));
+    // A VMM profiling itself reads no exit codes, so the loader never
+    // parses the kernel's BTF (most of the profiler's start-up).
+    let btf = p["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "btf:vmlinux")
+        .unwrap();
+    assert_eq!(btf["status"], "disabled", "{btf}");
+    assert!(
+        threads.iter().all(|t| t["exit_code"].is_null()),
+        "{threads:?}"
+    );
     // Cross-check: KVM's own exit count, as the VMM read it, matches the
     // profile's copy.
     let vmm_exits = t["kvm_stats"]["exits"].as_u64().unwrap();

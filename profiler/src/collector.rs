@@ -97,12 +97,19 @@ pub struct CollectorConfig {
     /// VMM profiling itself passes its own process start, so the profile
     /// and its timeline share one clock.
     pub origin: Option<Instant>,
+    /// Read threads' exit codes in the kernel (`threads[].exit_code`). That
+    /// is the one read that needs the kernel's BTF (CO-RE), and parsing it
+    /// is most of the profiler's start-up, so a VMM profiling itself, which
+    /// knows its own outcome, turns it off (the default for
+    /// [`TargetSpec::CurrentProcess`]).
+    pub exit_codes: bool,
 }
 
 impl CollectorConfig {
     /// Defaults for a target: every collector, 200 ms samples, 256 KiB ring
     /// buffer, ports 0x80 and 0xf4.
     pub fn new(target: TargetSpec) -> Self {
+        let exit_codes = !matches!(target, TargetSpec::CurrentProcess);
         Self {
             target,
             command: Vec::new(),
@@ -113,6 +120,7 @@ impl CollectorConfig {
             boot_time_port: 0xf4,
             collectors: CollectorSet::ALL,
             origin: None,
+            exit_codes,
         }
     }
 }
@@ -138,6 +146,8 @@ struct ThreadInfo {
 /// Everything behind the lock.
 struct State {
     bpf: Ebpf,
+    /// The kernel reads threads' exit codes (`KernelBtf::Used`).
+    exit_codes: bool,
     started: Instant,
     start_mono_ns: u64,
     finished_ns: Option<u64>,
@@ -412,6 +422,100 @@ fn map_error(name: &str, e: impl std::fmt::Display) -> ProfilerError {
     }
 }
 
+/// Where the kernel's type information (BTF) stands for one load.
+#[derive(Clone, Debug, PartialEq)]
+enum KernelBtf {
+    /// Parsed, and the object relocated against it (CO-RE): exit codes are
+    /// read. `Some(why)` when it was not wanted but could not be avoided.
+    Used(Option<String>),
+    /// Not wanted, and not parsed.
+    Skipped,
+    /// This kernel publishes none.
+    Missing,
+}
+
+impl KernelBtf {
+    fn source(&self) -> DataSource {
+        let (status, detail) = match self {
+            KernelBtf::Used(None) => (
+                "attached",
+                format!("{KERNEL_BTF}: CO-RE relocations applied; threads' exit codes read"),
+            ),
+            KernelBtf::Used(Some(why)) => (
+                "attached",
+                format!(
+                    "{KERNEL_BTF}: parsed although this profile did not ask for exit codes \
+                     ({why}); threads' exit codes read"
+                ),
+            ),
+            KernelBtf::Skipped => (
+                "disabled",
+                format!(
+                    "{KERNEL_BTF} not parsed: this profile reads no exit codes, which saves \
+                     most of the profiler's start-up"
+                ),
+            ),
+            KernelBtf::Missing => (
+                "missing",
+                format!(
+                    "this kernel has no {KERNEL_BTF} (built without CONFIG_DEBUG_INFO_BTF): \
+                     threads' exit codes are not read, everything else is"
+                ),
+            ),
+        };
+        DataSource {
+            name: "btf:vmlinux".into(),
+            status: status.into(),
+            detail,
+            events: 0,
+            collector: "threads".into(),
+        }
+    }
+}
+
+const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// An aya loader that has not parsed the kernel's BTF.
+///
+/// aya 0.14's `EbpfLoader::new()` always parses the kernel's BTF (5 MB:
+/// ~25 ms natively, then ~5 ms to free it; two thirds of the profiler's
+/// start-up), even when `.btf(None)` follows (aya issue #1172). A profile
+/// that reads no exit codes relocates nothing against it, so the loader is
+/// made on a short-lived thread that cannot see it: the thread unshares its
+/// mount namespace, makes it private and mounts an empty tmpfs on
+/// /sys/kernel/btf. No other thread or process sees that mount, and it goes
+/// away with the thread.
+fn loader_without_kernel_btf() -> Result<EbpfLoader<'static>, String> {
+    let hidden = std::thread::Builder::new()
+        .name("bootscope-load".into())
+        .spawn(|| -> Result<EbpfLoader<'static>, String> {
+            // SAFETY: unshare(2) with a flag, no pointers; CLONE_NEWNS
+            // (which implies CLONE_FS) is allowed in a threaded process and
+            // affects this thread only.
+            if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+                return Err(format!(
+                    "unshare(CLONE_NEWNS): {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            crate::mount::mount_flags(None, "/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+                .map_err(|e| format!("making the private mount namespace private: {e}"))?;
+            crate::mount::mount_flags(
+                Some("bootscope"),
+                "/sys/kernel/btf",
+                Some("tmpfs"),
+                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                Some("size=4k"),
+            )
+            .map_err(|e| format!("covering /sys/kernel/btf: {e}"))?;
+            Ok(EbpfLoader::new())
+        })
+        .map_err(|e| format!("loader thread: {e}"))?;
+    hidden
+        .join()
+        .unwrap_or_else(|_| Err("loader thread panicked".into()))
+}
+
 /// Loads the object with every field global resolved from the formats.
 fn load_object(
     config: &CollectorConfig,
@@ -419,24 +523,37 @@ fn load_object(
     globals: &[(String, BsField)],
     fork_follows: bool,
     ring_bytes: u32,
-) -> Result<Ebpf, ProfilerError> {
-    let mut loader = EbpfLoader::new();
+) -> Result<(Ebpf, KernelBtf), ProfilerError> {
+    let (mut loader, btf) = if !Path::new(KERNEL_BTF).exists() {
+        // Nothing to parse: the loader is cheap as it is.
+        (EbpfLoader::new(), KernelBtf::Missing)
+    } else if config.exit_codes {
+        (EbpfLoader::new(), KernelBtf::Used(None))
+    } else {
+        match loader_without_kernel_btf() {
+            Ok(l) => (l, KernelBtf::Skipped),
+            Err(why) => (EbpfLoader::new(), KernelBtf::Used(Some(why))),
+        }
+    };
     for (name, field) in globals {
         loader.override_global(name.as_str(), field, true);
     }
     let debug_port = u32::from(config.debug_port);
     let boot_time_port = u32::from(config.boot_time_port);
     let fork_follows = u32::from(fork_follows);
+    let read_exit_code = u32::from(matches!(btf, KernelBtf::Used(_)));
     let nr_ranges = topology.pfn_ranges.len().min(bpf::MAX_PFN_RANGES) as u32;
     loader
         .override_global("marker_port_debug", &debug_port, true)
         .override_global("marker_port_boot_time", &boot_time_port, true)
         .override_global("fork_follows", &fork_follows, true)
+        .override_global("read_exit_code", &read_exit_code, true)
         .override_global("nr_pfn_ranges", &nr_ranges, true)
         .map_max_entries("events", ring_bytes);
-    loader
+    let ebpf = loader
         .load(bpf::OBJECT)
-        .map_err(|source| ProfilerError::Load { source })
+        .map_err(|source| ProfilerError::Load { source })?;
+    Ok((ebpf, btf))
 }
 
 impl Collector {
@@ -464,12 +581,6 @@ impl Collector {
             })
             .unwrap_or(target_pid);
         let tracefs = find_or_mount_tracefs()?;
-        let btf = Path::new("/sys/kernel/btf/vmlinux");
-        if !btf.exists() {
-            return Err(ProfilerError::BtfMissing {
-                path: btf.display().to_string(),
-            });
-        }
         let topology = Topology::read(Path::new("/"));
 
         // Field layouts from the format files.
@@ -541,7 +652,8 @@ impl Collector {
             .checked_next_power_of_two()
             .unwrap_or(1 << 30);
         let globals: Vec<(String, BsField)> = globals.into_iter().collect();
-        let mut ebpf = load_object(&config, &topology, &globals, !newtask_ok, ring_bytes)?;
+        let (mut ebpf, kernel_btf) =
+            load_object(&config, &topology, &globals, !newtask_ok, ring_bytes)?;
 
         // Lookup tables for the NUMA collector.
         {
@@ -700,7 +812,9 @@ impl Collector {
             events: 0,
             collector: "numa".into(),
         });
+        extra_sources.push(kernel_btf.source());
         let state = State {
+            exit_codes: matches!(kernel_btf, KernelBtf::Used(_)),
             bpf: ebpf,
             started,
             start_mono_ns,
@@ -1032,7 +1146,7 @@ impl State {
                     ..Default::default()
                 });
                 entry.end_ns = Some(t);
-                entry.exit_code = Some(exit_status_code(e.arg0));
+                entry.exit_code = self.exit_codes.then(|| exit_status_code(e.arg0));
                 if e.arg1 != 0 {
                     // Its last exit is counted: read KVM's total one last
                     // time and let the VM go.
@@ -1623,6 +1737,30 @@ mod tests {
     fn collector_is_shareable_with_a_ui_thread() {
         fn shareable<T: Send + Sync>() {}
         shareable::<Collector>();
+    }
+
+    /// The loader made without the kernel's BTF has none, and the mount
+    /// that hid it was seen by its own thread only.
+    #[test]
+    fn kernel_btf_is_hidden_from_the_loader_thread_only() {
+        // SAFETY: geteuid has no preconditions.
+        if !Path::new(KERNEL_BTF).exists() || unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIP: needs root and a kernel with {KERNEL_BTF}");
+            return;
+        }
+        let loader = loader_without_kernel_btf().expect("loader without kernel BTF");
+        let shown = format!("{loader:?}");
+        assert!(shown.starts_with("EbpfLoader { btf: None"), "{shown:.200}");
+        assert!(Path::new(KERNEL_BTF).exists());
+        for view in ["/proc/thread-self/mountinfo", "/proc/self/mountinfo"] {
+            let mounts = std::fs::read_to_string(view).unwrap();
+            assert!(
+                !mounts
+                    .lines()
+                    .any(|l| l.split_whitespace().nth(4) == Some("/sys/kernel/btf")),
+                "{view} still shows the mount"
+            );
+        }
     }
 
     #[test]

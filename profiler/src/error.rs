@@ -21,13 +21,6 @@ pub enum ProfilerError {
         source: std::io::Error,
     },
 
-    /// The kernel has no BTF, which the CO-RE relocations need.
-    #[error(
-        "this kernel exposes no BTF ({path} is missing): the eBPF collectors need a kernel built with \
-         CONFIG_DEBUG_INFO_BTF=y"
-    )]
-    BtfMissing { path: String },
-
     /// The process to profile does not exist.
     #[error("no process with pid {pid} (check it with: ps -p {pid})")]
     NoSuchProcess { pid: u32 },
