@@ -583,6 +583,15 @@ fn begin_self_profile(
         bootscope_profiler::CollectorConfig::new(bootscope_profiler::TargetSpec::CurrentProcess);
     // One clock for the profile and the timeline: the VMM's process start.
     config.origin = Some(recorder.clock().instant_at(0));
+    // vCPUs, preallocation threads and their contexts per region, and
+    // bootscope's own few (main, console, profiler, TUI).
+    let regions = args.numa.len().max(1) as u32;
+    let prealloc = u32::try_from(args.prealloc_threads).unwrap_or(u32::MAX);
+    config.expected_threads = Some(
+        args.vcpus
+            .saturating_add(prealloc.saturating_add(1).saturating_mul(regions))
+            .saturating_add(16),
+    );
     let start = std::thread::Builder::new()
         .name("bootscope-attach".into())
         .spawn(move || bootscope_profiler::Collector::start(config))

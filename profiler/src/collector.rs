@@ -103,6 +103,13 @@ pub struct CollectorConfig {
     /// knows its own outcome, turns it off (the default for
     /// [`TargetSpec::CurrentProcess`]).
     pub exit_codes: bool,
+    /// The most threads the target will have, when known (a VMM profiling
+    /// itself knows its vCPUs and preallocation threads). The maps keyed by
+    /// thread are then made for that many (with room to spare) instead of
+    /// for any VMM: the kernel preallocates every entry of a hash map when
+    /// it creates it, a third of the profiler's start-up at the default
+    /// sizes. Entries beyond the size are counted in `map_overflows`.
+    pub expected_threads: Option<u32>,
 }
 
 impl CollectorConfig {
@@ -121,6 +128,7 @@ impl CollectorConfig {
             collectors: CollectorSet::ALL,
             origin: None,
             exit_codes,
+            expected_threads: None,
         }
     }
 }
@@ -516,6 +524,39 @@ fn loader_without_kernel_btf() -> Result<EbpfLoader<'static>, String> {
         .unwrap_or_else(|_| Err("loader thread panicked".into()))
 }
 
+/// Sizes of the maps keyed by thread for a target of at most `threads`
+/// threads on a host of `cpus` CPUs and `nodes` NUMA nodes: twice the
+/// threads (at least 64) times what else is in the key, never more than the
+/// object's own (default) size.
+fn thread_map_sizes(threads: u32, cpus: u32, nodes: u32) -> [(&'static str, u32); 6] {
+    let t = threads
+        .saturating_mul(2)
+        .max(64)
+        .checked_next_power_of_two()
+        .unwrap_or(1 << 31);
+    let size = |per_thread: u32, floor: u32, default: u32| {
+        t.saturating_mul(per_thread)
+            .checked_next_power_of_two()
+            .unwrap_or(u32::MAX)
+            .clamp(floor, default)
+    };
+    [
+        // tid
+        ("threads", size(1, 64, 32768)),
+        ("exit_start", size(1, 64, 8192)),
+        // tid x CPU
+        ("run_time", size(cpus.max(1), 256, 32768)),
+        // tid x page node x CPU node
+        (
+            "numa_pages",
+            size(nodes.max(1).saturating_pow(2), 256, 16384),
+        ),
+        // tid x phase x kind; tid x phase x exit code
+        ("fault_counts", size(32, 1024, 16384)),
+        ("uexit_counts", size(32, 1024, 8192)),
+    ]
+}
+
 /// Loads the object with every field global resolved from the formats.
 fn load_object(
     config: &CollectorConfig,
@@ -550,6 +591,13 @@ fn load_object(
         .override_global("read_exit_code", &read_exit_code, true)
         .override_global("nr_pfn_ranges", &nr_ranges, true)
         .map_max_entries("events", ring_bytes);
+    if let Some(threads) = config.expected_threads {
+        let cpus = topology.cpu_nodes.len() as u32;
+        let nodes = topology.nodes.len() as u32;
+        for (map, entries) in thread_map_sizes(threads, cpus, nodes) {
+            loader.map_max_entries(map, entries);
+        }
+    }
     let ebpf = loader
         .load(bpf::OBJECT)
         .map_err(|source| ProfilerError::Load { source })?;
@@ -1737,6 +1785,34 @@ mod tests {
     fn collector_is_shareable_with_a_ui_thread() {
         fn shareable<T: Send + Sync>() {}
         shareable::<Collector>();
+    }
+
+    #[test]
+    fn thread_maps_are_sized_for_the_threads_expected() {
+        let sizes = |t, c, n| {
+            thread_map_sizes(t, c, n)
+                .into_iter()
+                .collect::<std::collections::HashMap<_, _>>()
+        };
+        // A small VM on a small host: a fraction of the defaults.
+        let s = sizes(4, 2, 1);
+        assert_eq!(s["threads"], 64);
+        assert_eq!(s["run_time"], 256);
+        assert_eq!(s["numa_pages"], 256);
+        assert_eq!(s["fault_counts"], 2048);
+        // Room to spare: twice the threads, rounded up.
+        let s = sizes(200, 8, 2);
+        assert_eq!(s["threads"], 512);
+        assert_eq!(s["run_time"], 4096);
+        assert_eq!(s["numa_pages"], 2048);
+        // Never beyond the object's own sizes.
+        let s = sizes(100_000, 512, 8);
+        assert_eq!(s["threads"], 32768);
+        assert_eq!(s["run_time"], 32768);
+        assert_eq!(s["exit_start"], 8192);
+        assert_eq!(s["uexit_counts"], 8192);
+        let s = sizes(u32::MAX, u32::MAX, u32::MAX);
+        assert_eq!(s["numa_pages"], 16384);
     }
 
     /// The loader made without the kernel's BTF has none, and the mount
