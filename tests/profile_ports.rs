@@ -161,13 +161,19 @@ fn follows_a_running_pid_until_it_ends() {
     // Not our child, so its exit status comes from the kernel: task_struct's
     // exit_code, read through CO-RE against the kernel's BTF.
     let btf = p.sources.iter().find(|s| s.name == "btf:vmlinux").unwrap();
-    assert_eq!(btf.status, "attached", "{btf:?}");
     let main = p
         .threads
         .iter()
         .find(|t| t.tid == vm.id())
         .expect("the main thread");
-    assert_eq!(main.exit_code, status.code(), "{main:?}");
+    if std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        assert_eq!(btf.status, "attached", "{btf:?}");
+        assert_eq!(main.exit_code, status.code(), "{main:?}");
+    } else {
+        eprintln!("this kernel has no BTF: exit codes are not read");
+        assert_eq!(btf.status, "missing", "{btf:?}");
+        assert_eq!(main.exit_code, None, "{main:?}");
+    }
     // It ended on its own, well before --duration: a partial profile.
     assert!(p.target.ended_ns.is_some());
     assert!(p.duration_ns < 20_000_000_000);

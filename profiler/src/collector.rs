@@ -12,7 +12,7 @@
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -81,7 +81,9 @@ pub struct CollectorConfig {
     pub target: TargetSpec,
     /// The launched command line, for the profile's `target.command`.
     pub command: Vec<String>,
-    /// How often cumulative counters are sampled into `Profile::samples`.
+    /// How often cumulative counters are sampled into `Profile::samples`
+    /// (at most: samples are spaced at least 100 times their own cost, so
+    /// the sampler stays under 1 % of a CPU on a slow machine).
     pub sample_interval: Duration,
     /// Ring buffer size in bytes (rounded up to a power of two, at least a
     /// page).
@@ -189,7 +191,28 @@ const MAX_MARKS: usize = 10_000;
 
 struct Shared {
     stop: AtomicBool,
+    /// An eventfd the worker waits on with the ring buffer: stopping must
+    /// not wait for a sleep that may last until the next sample (seconds
+    /// when samples are spaced out on a slow machine).
+    wake: OwnedFd,
     state: Mutex<State>,
+}
+
+impl Shared {
+    fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let one: u64 = 1;
+        // SAFETY: an 8-byte write from a live u64 to our own eventfd; an
+        // eventfd write only fails when the counter would overflow, and
+        // then the worker is already woken.
+        unsafe {
+            libc::write(
+                self.wake.as_raw_fd(),
+                (&one as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
 }
 
 /// A running profile. Dropping it stops profiling.
@@ -899,8 +922,17 @@ impl Collector {
             marks_dropped: 0,
             port_marks: 0,
         };
+        // SAFETY: eventfd takes an initial value and flags, no pointers.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if wake < 0 {
+            return Err(ProfilerError::Thread {
+                source: std::io::Error::last_os_error(),
+            });
+        }
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
+            // SAFETY: a fresh descriptor owned by nobody else.
+            wake: unsafe { OwnedFd::from_raw_fd(wake) },
             state: Mutex::new(state),
         });
         let worker_shared = shared.clone();
@@ -1006,7 +1038,7 @@ impl Collector {
     }
 
     fn stop_worker(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.stop();
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }
@@ -1021,6 +1053,15 @@ impl Drop for Collector {
 
 /// Reads the ring buffer (on data, or every `drain_interval`) and samples
 /// counters every `sample_interval`, until told to stop.
+/// Samples are at least this many times their own duration apart.
+const SAMPLE_SPACING: u32 = 100;
+
+/// Time to the next sample: the interval asked for, or more when a sample
+/// costs over 1 % of it.
+fn sample_spacing(interval: Duration, cost: Duration) -> Duration {
+    interval.max(cost.saturating_mul(SAMPLE_SPACING))
+}
+
 fn worker_loop(
     shared: Arc<Shared>,
     mut ring: RingBuf<aya::maps::MapData>,
@@ -1068,8 +1109,16 @@ fn worker_loop(
                 }
             } else {
                 st.poll_target();
+                let began = Instant::now();
                 st.take_sample();
-                next_sample = now + sample_interval;
+                // A sample reads every counting map entry by entry and looks
+                // for the target's vCPU statistics files: a fraction of a
+                // millisecond natively, tens of milliseconds where every
+                // instruction is emulated. Spacing samples at least
+                // SAMPLE_SPACING times their own cost keeps the sampler
+                // under 1 % of a CPU, which on a one-CPU machine is taken
+                // from the guest.
+                next_sample = now + sample_spacing(sample_interval, began.elapsed());
             }
             st.kvm_stats.needs_frequent_reads()
         };
@@ -1082,17 +1131,23 @@ fn worker_loop(
         } else {
             until_sample
         };
-        if drain_interval.is_some() {
-            std::thread::sleep(wait);
-        } else {
-            let mut pfd = libc::pollfd {
+        // The ring buffer's data (unless it is read on a timer) or a stop
+        // request ends the wait early.
+        let mut pfds = [
+            libc::pollfd {
+                fd: shared.wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
                 fd: ring.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
-            };
-            // SAFETY: one valid pollfd for the ring buffer's open fd.
-            unsafe { libc::poll(&mut pfd, 1, wait.as_millis().max(1) as i32) };
-        }
+            },
+        ];
+        let n = if drain_interval.is_some() { 1 } else { 2 };
+        // SAFETY: n valid pollfds for descriptors open for the whole call.
+        unsafe { libc::poll(pfds.as_mut_ptr(), n, wait.as_millis().max(1) as i32) };
     }
 }
 
@@ -1785,6 +1840,16 @@ mod tests {
     fn collector_is_shareable_with_a_ui_thread() {
         fn shareable<T: Send + Sync>() {}
         shareable::<Collector>();
+    }
+
+    #[test]
+    fn samples_cost_at_most_one_percent() {
+        let ms = Duration::from_millis;
+        // Natively a sample costs well under 2 ms: the interval holds.
+        assert_eq!(sample_spacing(ms(200), Duration::from_micros(300)), ms(200));
+        assert_eq!(sample_spacing(ms(200), ms(2)), ms(200));
+        // Emulated, 25 ms a sample: 2.5 s apart.
+        assert_eq!(sample_spacing(ms(200), ms(25)), ms(2500));
     }
 
     #[test]

@@ -26,15 +26,12 @@ pub fn scratch(tag: &str) -> PathBuf {
 }
 
 /// True when eBPF profiling is possible here; prints why not otherwise.
-/// Only a truly absent capability skips: not root, no BTF, no tracefs.
+/// Only a truly absent capability skips: not root, no tracefs. (Without
+/// the kernel's BTF it profiles everything but exit codes.)
 pub fn can_profile() -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("SKIP: eBPF profiling needs root (tests run as uid != 0)");
-        return false;
-    }
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        eprintln!("SKIP: this kernel has no BTF (/sys/kernel/btf/vmlinux)");
         return false;
     }
     // The profiler mounts tracefs itself when it can; only a kernel without

@@ -279,9 +279,13 @@ pub fn doctor(root: &HostRoot) -> Vec<Finding> {
         item: "btf".into(),
         ok: btf.exists(),
         detail: if btf.exists() {
-            format!("{} present (CO-RE programs load)", btf.display())
+            format!(
+                "{} present (the profiler reads threads' exit codes through CO-RE)",
+                btf.display()
+            )
         } else {
-            "no /sys/kernel/btf/vmlinux: the kernel lacks CONFIG_DEBUG_INFO_BTF".into()
+            "no /sys/kernel/btf/vmlinux (CONFIG_DEBUG_INFO_BTF): profiles lack threads' exit codes"
+                .into()
         },
     });
     let nodes = numa_nodes(root);
