@@ -3,12 +3,10 @@
 
 use std::path::Path;
 
-#[path = "profile_common/mod.rs"]
-mod common;
+mod profile_common;
 
-use common::{
-    bootscope_output as bootscope, expect_usage_error, fixture, kvm_available, scratch,
-    stderr_text as stderr,
+use profile_common::{
+    bootscope_output as bootscope, expect_usage_error, fixture, kvm_available, scratch, stderr,
 };
 
 #[test]

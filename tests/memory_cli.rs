@@ -3,10 +3,9 @@
 
 use std::path::Path;
 
-#[path = "profile_common/mod.rs"]
-mod common;
+mod profile_common;
 
-use common::{bootscope_output as bootscope, fixture, kvm_available, scratch};
+use profile_common::{bootscope_output as bootscope, fixture, kvm_available, scratch};
 
 fn timeline(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
@@ -184,7 +183,7 @@ fn stop_after_load_stops_before_the_guest_runs() {
 }
 
 fn expect_usage_error(args: &[&str], needle: &str) {
-    common::expect_usage_error(args, &[needle]);
+    profile_common::expect_usage_error(args, &[needle]);
 }
 
 #[test]

@@ -156,7 +156,7 @@ struct ThreadInfo {
 /// Everything behind the lock.
 struct State {
     bpf: Ebpf,
-    /// The kernel reads threads' exit codes (`KernelBtf::Used`).
+    /// The kernel reads threads' exit codes ([`KernelBtf::reads_exit_codes`]).
     exit_codes: bool,
     started: Instant,
     start_mono_ns: u64,
@@ -466,6 +466,12 @@ enum KernelBtf {
 }
 
 impl KernelBtf {
+    /// The object was relocated against the kernel's BTF, so the CO-RE
+    /// read of `task_struct->exit_code` is right.
+    fn reads_exit_codes(&self) -> bool {
+        matches!(self, KernelBtf::Used(_))
+    }
+
     fn source(&self) -> DataSource {
         let (status, detail) = match self {
             KernelBtf::Used(None) => (
@@ -605,7 +611,7 @@ fn load_object(
     let debug_port = u32::from(config.debug_port);
     let boot_time_port = u32::from(config.boot_time_port);
     let fork_follows = u32::from(fork_follows);
-    let read_exit_code = u32::from(matches!(btf, KernelBtf::Used(_)));
+    let read_exit_code = u32::from(btf.reads_exit_codes());
     let nr_ranges = topology.pfn_ranges.len().min(bpf::MAX_PFN_RANGES) as u32;
     loader
         .override_global("marker_port_debug", &debug_port, true)
@@ -885,7 +891,7 @@ impl Collector {
         });
         extra_sources.push(kernel_btf.source());
         let state = State {
-            exit_codes: matches!(kernel_btf, KernelBtf::Used(_)),
+            exit_codes: kernel_btf.reads_exit_codes(),
             bpf: ebpf,
             started,
             start_mono_ns,
@@ -1051,8 +1057,6 @@ impl Drop for Collector {
     }
 }
 
-/// Reads the ring buffer (on data, or every `drain_interval`) and samples
-/// counters every `sample_interval`, until told to stop.
 /// Samples are at least this many times their own duration apart.
 const SAMPLE_SPACING: u32 = 100;
 
@@ -1062,6 +1066,8 @@ fn sample_spacing(interval: Duration, cost: Duration) -> Duration {
     interval.max(cost.saturating_mul(SAMPLE_SPACING))
 }
 
+/// Reads the ring buffer (on data, or every `drain_interval`) and samples
+/// counters every `sample_interval`, until told to stop.
 fn worker_loop(
     shared: Arc<Shared>,
     mut ring: RingBuf<aya::maps::MapData>,
@@ -1122,9 +1128,8 @@ fn worker_loop(
             }
             st.kvm_stats.needs_frequent_reads()
         };
-        // Sleep until the next sample unless counts need reading more often
-        // (the ring buffer's data wakes the thread anyway): a profiler on a
-        // one-CPU machine takes its CPU time from the guest.
+        // Sleep until the next sample unless counts need reading more often:
+        // a profiler on a one-CPU machine takes its CPU time from the guest.
         let until_sample = next_sample.saturating_duration_since(Instant::now());
         let wait = if frequent {
             until_sample.min(tick)

@@ -91,16 +91,11 @@ pub fn bootscope_output(args: &[&str]) -> Output {
     bootscope().args(args).output().expect("bootscope runs")
 }
 
-/// Standard error as text.
-pub fn stderr_text(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
 /// Runs and expects exit status 2, every needle in standard error, and no
 /// panic.
 pub fn expect_usage_error(args: &[&str], needles: &[&str]) {
     let o = bootscope_output(args);
-    let err = stderr_text(&o);
+    let err = stderr(&o);
     assert_eq!(
         o.status.code(),
         Some(2),

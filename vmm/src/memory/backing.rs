@@ -118,8 +118,9 @@ impl Drop for AnonMapping {
 pub struct Piece {
     guest_addr: GuestAddress,
     mapping: Arc<MmapRegion>,
-    /// The owner of an anonymous mapping (`mapping` then does not own it).
-    owner: Option<Arc<AnonMapping>>,
+    /// The owner of an anonymous mapping (`mapping` then does not own it),
+    /// held only to keep the memory mapped as long as any clone of the piece.
+    _owner: Option<Arc<AnonMapping>>,
 }
 
 impl Piece {
@@ -148,11 +149,6 @@ impl Piece {
     /// (not only this) while using the memory: see [`AnonMapping`].
     pub fn mapping(&self) -> &Arc<MmapRegion> {
         &self.mapping
-    }
-
-    /// What keeps an anonymous piece mapped (None when `mapping` owns it).
-    pub fn owner(&self) -> Option<&Arc<AnonMapping>> {
-        self.owner.as_ref()
     }
 }
 
@@ -389,7 +385,7 @@ pub fn allocate(
             pieces.push(Piece {
                 guest_addr: addr,
                 mapping,
-                owner,
+                _owner: owner,
             });
             offset += take as u64;
         }

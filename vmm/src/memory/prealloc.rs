@@ -8,14 +8,12 @@
 //! with an atomic read-modify-write that also leaves contents alone.
 
 use std::io;
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use serde::Serialize;
-use vm_memory::MmapRegion;
 
-use super::backing::{AnonMapping, BackedRegion, GuestMemoryBacking};
+use super::backing::{BackedRegion, GuestMemoryBacking, Piece};
 use super::context::ThreadContext;
 use super::cpulist::CpuSet;
 use super::plan::{MemoryPlan, PageBacking};
@@ -147,11 +145,10 @@ impl PreallocContexts {
     }
 }
 
-/// A slice of one mapping. Holding the `Arc` keeps the memory mapped while
+/// A slice of one piece. Holding the piece keeps the memory mapped while
 /// the thread works.
 struct Span {
-    mapping: Arc<MmapRegion>,
-    _owner: Option<Arc<AnonMapping>>,
+    piece: Piece,
     offset: usize,
     len: usize,
 }
@@ -188,8 +185,7 @@ fn split(region: &BackedRegion, threads: usize, page_size: u64) -> Vec<Vec<Span>
             let Some(p) = piece else { break };
             let take = left.min(p.len() - piece_off);
             spans.push(Span {
-                mapping: p.mapping().clone(),
-                _owner: p.owner().cloned(),
+                piece: p.clone(),
                 offset: piece_off,
                 len: take,
             });
@@ -245,7 +241,7 @@ fn populate(
     madvise: MadviseFn,
 ) -> io::Result<u64> {
     // The span lies inside the mapping (built by `split`).
-    let ptr = span.mapping.as_ptr().wrapping_add(span.offset);
+    let ptr = span.piece.host_addr().wrapping_add(span.offset);
     if *method == PopulateMethod::MadvPopulateWrite {
         loop {
             match madvise(ptr, span.len, libc::MADV_POPULATE_WRITE) {
@@ -261,7 +257,7 @@ fn populate(
             }
         }
     }
-    // SAFETY: `span` is inside its mapping, which `span.mapping` keeps
+    // SAFETY: `span` is inside its mapping, which `span.piece` keeps
     // alive and which is mapped read-write.
     Ok(unsafe { touch_pages(ptr, span.len, page_size) })
 }
@@ -676,7 +672,7 @@ mod tests {
             let mut covered: Vec<(usize, usize)> = parts
                 .iter()
                 .flatten()
-                .map(|s| (s.mapping.as_ptr() as usize + s.offset, s.len))
+                .map(|s| (s.piece.host_addr() as usize + s.offset, s.len))
                 .collect();
             assert_eq!(
                 covered.iter().map(|c| c.1 as u64).sum::<u64>(),

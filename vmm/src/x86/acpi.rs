@@ -83,8 +83,7 @@ fn bytes(t: &dyn Aml) -> Vec<u8> {
 
 fn fix_checksum(table: &mut [u8]) {
     table[9] = 0;
-    let sum = table.iter().fold(0u8, |a, b| a.wrapping_add(*b));
-    table[9] = 0u8.wrapping_sub(sum);
+    table[9] = 0u8.wrapping_sub(super::mptable::checksum(table));
 }
 
 fn io_register(port: u16) -> GAS {
@@ -221,10 +220,7 @@ pub fn setup(mem: &GuestMemoryMmap, vcpus: u32) -> Result<u64, vm_memory::GuestM
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sum(b: &[u8]) -> u8 {
-        b.iter().fold(0u8, |a, x| a.wrapping_add(*x))
-    }
+    use crate::x86::mptable::checksum;
 
     fn u32_at(b: &[u8], off: usize) -> u32 {
         u32::from_le_bytes(b[off..off + 4].try_into().unwrap())
@@ -239,8 +235,8 @@ mod tests {
         let t = build(4);
         // RSDP: signature, both checksums, revision 2, XSDT address.
         assert_eq!(&t.rsdp[0..8], b"RSD PTR ");
-        assert_eq!(sum(&t.rsdp[0..20]), 0);
-        assert_eq!(sum(&t.rsdp), 0);
+        assert_eq!(checksum(&t.rsdp[0..20]), 0);
+        assert_eq!(checksum(&t.rsdp), 0);
         assert_eq!(t.rsdp[15], 2);
         let xsdt_addr = u64_at(&t.rsdp, 24);
         let by_sig = |s: &str| t.tables.iter().find(|(n, _, _)| *n == s).unwrap();
@@ -249,7 +245,7 @@ mod tests {
         for (sig, addr, bytes) in &t.tables {
             assert_eq!(&bytes[0..4], sig.as_bytes());
             assert_eq!(u32_at(bytes, 4) as usize, bytes.len(), "{sig} length");
-            assert_eq!(sum(bytes), 0, "{sig} checksum");
+            assert_eq!(checksum(bytes), 0, "{sig} checksum");
             assert!(*addr >= end, "{sig} overlaps the table before it");
             end = addr + bytes.len() as u64;
         }

@@ -40,7 +40,8 @@ pub enum MpTableError {
     GuestWrite(String),
 }
 
-fn checksum(bytes: &[u8]) -> u8 {
+/// Byte sum, wrapping: a table whose bytes sum to 0 checks out (MP, ACPI).
+pub(crate) fn checksum(bytes: &[u8]) -> u8 {
     bytes.iter().fold(0u8, |a, b| a.wrapping_add(*b))
 }
 
