@@ -208,6 +208,11 @@ struct LabArgs {
     /// its own path (repeatable).
     #[arg(long = "input", value_name = "PATH")]
     inputs: Vec<PathBuf>,
+    /// Keep address space layout randomization on in the lab machine. It is
+    /// off by default because the emulator translates code anew at every
+    /// fresh address, on every run, which real hardware does not do.
+    #[arg(long)]
+    aslr: bool,
     /// The command to run inside (bootscope's arguments, or the --exe
     /// program's), after `--`.
     #[arg(last = true, required = true)]
@@ -833,6 +838,7 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     cfg.timeout = Duration::from_secs_f64(args.timeout);
     cfg.extra_programs = args.programs;
     cfg.extra_inputs = args.inputs;
+    cfg.randomize_addresses = args.aslr;
     let outcome = bootscope_lab::outer::run_lab(&cfg)?;
     Ok(outcome.exit_code)
 }
@@ -880,6 +886,7 @@ fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
             exe: None,
             programs: Vec::new(),
             inputs: Vec::new(),
+            aslr: false,
             args: run_args,
         })
     }

@@ -128,6 +128,12 @@ pub struct Comparison {
     pub no_test: Option<String>,
     /// p < alpha.
     pub significant: bool,
+    /// The factor new/base with its 1 - alpha confidence interval
+    /// ([`stats::ratio_interval`]): how large the change can be, which a
+    /// "not significant" alone does not say. Absent for counts, values
+    /// that are not positive, or too few runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<stats::RatioInterval>,
 }
 
 impl Comparison {
@@ -173,6 +179,16 @@ pub fn format_pct(p: f64) -> String {
         format!("{p:.2}")
     } else {
         format!("{p:.1}")
+    }
+}
+
+/// 0.99 -> "99", 0.995 -> "99.5".
+pub fn format_confidence(c: f64) -> String {
+    let pct = c * 100.0;
+    if (pct - pct.round()).abs() < 1e-9 {
+        format!("{pct:.0}")
+    } else {
+        format!("{pct:.1}")
     }
 }
 
@@ -239,7 +255,12 @@ pub fn compare_metric(
             )),
         ),
     };
+    let ratio = match kind {
+        MetricKind::Time => stats::ratio_interval(base, new, 1.0 - alpha),
+        MetricKind::Count => None,
+    };
     Some(Comparison {
+        ratio,
         metric: metric.into(),
         kind,
         base: bs,
@@ -408,11 +429,20 @@ impl CompareReport {
                 (Some(_), true) => "significant".into(),
                 (Some(_), false) => "not significant".into(),
             };
-            let ratio = if b != 0.0 {
+            let mut ratio = if b != 0.0 {
                 format!(", ratio {:.3}", n / b)
             } else {
                 String::new()
             };
+            if let Some(r) = &c.ratio {
+                let _ = write!(
+                    ratio,
+                    ", {} % interval {:.3}..{:.3}",
+                    format_confidence(r.confidence),
+                    r.low,
+                    r.high
+                );
+            }
             let _ = writeln!(
                 s,
                 "  {:<width$}  ({} -> {}{ratio}; {verdict})",
@@ -822,6 +852,24 @@ mod tests {
         assert_eq!(format_p(0.21), "= 0.21");
         assert_eq!(format_p(1.0), "= 1");
         assert_eq!(format_p(0.0004), "< 0.001");
+    }
+
+    #[test]
+    fn times_carry_the_ratio_interval() {
+        let base: Vec<f64> = (0..12).map(|i| (100.0 + i as f64) * MS).collect();
+        let new: Vec<f64> = base.iter().map(|v| v * 1.05).collect();
+        let c = compare_metric("phase:kernel", &base, &new, TestKind::MannWhitney, 0.01).unwrap();
+        let r = c.ratio.unwrap();
+        assert_eq!(r.confidence, 0.99);
+        assert!(r.low < 1.05 && 1.05 < r.high && r.low > 0.9, "{r:?}");
+        // Counts, and too few runs, have none.
+        let c = compare_metric("exits:io_exits", &base, &new, TestKind::Welch, 0.01).unwrap();
+        assert!(c.ratio.is_none());
+        let c =
+            compare_metric("phase:kernel", &base[..3], &new[..3], TestKind::Welch, 0.01).unwrap();
+        assert!(c.ratio.is_none());
+        assert_eq!(format_confidence(0.99), "99");
+        assert_eq!(format_confidence(0.995), "99.5");
     }
 
     #[test]

@@ -85,6 +85,12 @@ pub struct LabConfig {
     /// the main program (for example a script run by busybox) can start
     /// them by their host paths.
     pub extra_programs: Vec<PathBuf>,
+    /// Keep address space layout randomization on in the outer guest. Off
+    /// by default: QEMU's emulator translates code per virtual address, so
+    /// a program loaded at fresh random addresses is translated anew on
+    /// every run, a cost of the emulation that real hardware does not have
+    /// and that grows with the code a run touches (docs/benchmarks.md).
+    pub randomize_addresses: bool,
 }
 
 impl LabConfig {
@@ -104,6 +110,7 @@ impl LabConfig {
             timeout: Self::DEFAULT_TIMEOUT,
             extra_inputs: Vec::new(),
             extra_programs: Vec::new(),
+            randomize_addresses: false,
         }
     }
 }
@@ -478,6 +485,7 @@ pub fn run_lab_with_console(
         &cfg.bootscope_exe,
         &programs,
         &plan,
+        cfg.randomize_addresses,
     )?;
     let archive_mib = archive_len.div_ceil(1 << 20);
     if archive_mib * 2 + 256 > cfg.memory_mib {
@@ -834,6 +842,7 @@ fn build_outer_initramfs(
     exe: &Path,
     programs: &[InputFile],
     plan: &ArgPlan,
+    randomize_addresses: bool,
 ) -> Result<u64> {
     let modules = kvm_modules(kernel)?;
     let libraries = shared_libraries(exe)?;
@@ -907,7 +916,7 @@ fn build_outer_initramfs(
         );
     }
     let start = exe_alias(exe).unwrap_or_else(|| PathBuf::from(GUEST_EXE));
-    let init = outer_init_script(kernel, &modules, plan, &start);
+    let init = outer_init_script(kernel, &modules, plan, &start, randomize_addresses);
     cpio.add_file_bytes("init", &init, 0o755)?;
     let len = cpio.len();
     let mut writer = cpio.finish()?;
@@ -1243,6 +1252,7 @@ fn outer_init_script(
     modules: &[Module],
     plan: &ArgPlan,
     exe: &Path,
+    randomize_addresses: bool,
 ) -> Vec<u8> {
     let q = |s: &OsStr| util::shell_quote(s);
     let mut s: Vec<u8> = Vec::new();
@@ -1287,6 +1297,12 @@ else
         .as_bytes(),
     );
     s.extend_from_slice(b"\tdmesg | grep -i -e kvm -e svm -e ccp | tail -n 20\nfi\n");
+    if !randomize_addresses {
+        // LabConfig::randomize_addresses says why.
+        s.extend_from_slice(
+            b"echo 0 >/proc/sys/kernel/randomize_va_space || echo \"lab: warning: cannot turn address space randomization off\"\n",
+        );
+    }
     for output in &plan.outputs {
         if let Some(parent) = output.parent() {
             s.extend_from_slice(b"mkdir -p ");
@@ -1624,7 +1640,8 @@ mod tests {
             cwd: PathBuf::from("/home/u"),
         };
         let exe = Path::new(GUEST_EXE);
-        let script = String::from_utf8(outer_init_script(&kernel, &modules, &plan, exe)).unwrap();
+        let script =
+            String::from_utf8(outer_init_script(&kernel, &modules, &plan, exe, false)).unwrap();
         assert!(script.contains("insmod '/lib/modules/6.1.0-56-amd64/kernel/arch/x86/kvm/kvm.ko'"));
         assert!(script.contains("mount -t tracefs tracefs /sys/kernel/tracing"));
         assert!(script.contains("lab: nested KVM ready (kvm_amd npt="));
@@ -1636,6 +1653,10 @@ mod tests {
         assert!(script.contains("lab_send 0 '/o/out file'\n"));
         assert!(script.contains("echo \"EXIT $lab_code\""));
         assert!(script.trim_end().ends_with("poweroff -f"));
+        assert!(script.contains("echo 0 >/proc/sys/kernel/randomize_va_space"));
+        let kept =
+            String::from_utf8(outer_init_script(&kernel, &modules, &plan, exe, true)).unwrap();
+        assert!(!kept.contains("randomize_va_space"));
     }
 
     #[test]

@@ -156,6 +156,7 @@ struct ThreadInfo {
 /// Everything behind the lock.
 struct State {
     bpf: Ebpf,
+    startup: Vec<StartupStage>,
     /// The kernel reads threads' exit codes ([`KernelBtf::reads_exit_codes`]).
     exit_codes: bool,
     started: Instant,
@@ -259,7 +260,7 @@ fn short_load_error(msg: &str) -> String {
 
 /// Checks for root or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN).
 fn check_privileges() -> Result<(), ProfilerError> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let status = crate::pseudo::read("/proc/self/status").unwrap_or_default();
     let eff = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
@@ -308,7 +309,7 @@ fn find_or_mount_tracefs() -> Result<Tracefs, ProfilerError> {
 }
 
 fn read_comm(pid: u32, tid: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+    crate::pseudo::read(format!("/proc/{pid}/task/{tid}/comm"))
         .ok()
         .map(|s| s.trim_end_matches('\n').to_string())
 }
@@ -323,14 +324,53 @@ fn tasks_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// `pid` and its live descendants, from /proc/*/stat parent links.
+/// `pid` and its live descendants, parents before children.
+///
+/// From each thread's `children` file (CONFIG_PROC_CHILDREN, a few reads
+/// however busy the host); where the kernel has none, from the parent links
+/// of every process's /proc/N/stat.
 fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let cur = out[i];
+        let Some(mut kids) = children_of(cur) else {
+            return descendants_by_scan(pid);
+        };
+        kids.sort_unstable();
+        kids.retain(|k| !out.contains(k));
+        out.extend(kids);
+        i += 1;
+    }
+    out
+}
+
+/// Children of `pid` from /proc/PID/task/*/children; None when the kernel
+/// does not provide those files.
+fn children_of(pid: u32) -> Option<Vec<u32>> {
+    let mut kids = Vec::new();
+    for tid in tasks_of(pid) {
+        match crate::pseudo::read(format!("/proc/{pid}/task/{tid}/children")) {
+            Ok(text) => kids.extend(
+                text.split_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            ),
+            // The thread ended meanwhile: its siblings still answer.
+            Err(_) if !Path::new(&format!("/proc/{pid}/task/{tid}")).exists() => {}
+            Err(_) => return None,
+        }
+    }
+    Some(kids)
+}
+
+/// [`descendants`] from every process's parent link.
+fn descendants_by_scan(pid: u32) -> Vec<u32> {
     let mut parent_of = HashMap::new();
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
+        if let Ok(stat) = crate::pseudo::read(format!("/proc/{p}/stat")) {
             // pid (comm) state ppid ...; comm may hold spaces and parens.
             if let Some(ppid) = stat
                 .rsplit_once(')')
@@ -359,7 +399,7 @@ fn descendants(pid: u32) -> Vec<u32> {
 
 fn process_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}/stat")).exists()
-        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        && crate::pseudo::read(format!("/proc/{pid}/stat"))
             .map(|s| {
                 // A zombie has ended: state Z (or X).
                 !matches!(
@@ -386,7 +426,7 @@ fn kvm_flavour() -> String {
 }
 
 fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+    crate::pseudo::read("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
 }
@@ -512,6 +552,59 @@ impl KernelBtf {
 
 const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 
+/// Wall and CPU time of the start-up's stages, kept in the profile
+/// (`startup`).
+struct Stages {
+    last: Instant,
+    last_cpu: u64,
+    done: Vec<StartupStage>,
+}
+
+/// CPU time of the calling thread, ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Stages {
+    fn new() -> Self {
+        Stages {
+            last: Instant::now(),
+            last_cpu: thread_cpu_ns(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Ends the stage running since the previous call.
+    fn end(&mut self, stage: &str) {
+        let (now, cpu) = (Instant::now(), thread_cpu_ns());
+        self.add(stage, now.duration_since(self.last), cpu - self.last_cpu);
+        (self.last, self.last_cpu) = (now, cpu);
+    }
+
+    /// Adds time to a stage (stages measured piecewise, such as `verify`
+    /// and `attach`, which alternate program by program).
+    fn add(&mut self, stage: &str, wall: Duration, cpu_ns: u64) {
+        let ns = wall.as_nanos() as u64;
+        match self.done.iter_mut().find(|s| s.stage == stage) {
+            Some(s) => {
+                s.ns += ns;
+                s.cpu_ns += cpu_ns;
+            }
+            None => self.done.push(StartupStage {
+                stage: stage.into(),
+                ns,
+                cpu_ns,
+            }),
+        }
+    }
+}
+
 /// An aya loader that has not parsed the kernel's BTF.
 ///
 /// aya 0.14's `EbpfLoader::new()` always parses the kernel's BTF (5 MB:
@@ -593,6 +686,7 @@ fn load_object(
     globals: &[(String, BsField)],
     fork_follows: bool,
     ring_bytes: u32,
+    stages: &mut Stages,
 ) -> Result<(Ebpf, KernelBtf), ProfilerError> {
     let (mut loader, btf) = if !Path::new(KERNEL_BTF).exists() {
         // Nothing to parse: the loader is cheap as it is.
@@ -605,6 +699,7 @@ fn load_object(
             Err(why) => (EbpfLoader::new(), KernelBtf::Used(Some(why))),
         }
     };
+    stages.end("loader");
     for (name, field) in globals {
         loader.override_global(name.as_str(), field, true);
     }
@@ -630,6 +725,7 @@ fn load_object(
     let ebpf = loader
         .load(bpf::OBJECT)
         .map_err(|source| ProfilerError::Load { source })?;
+    stages.end("maps");
     Ok((ebpf, btf))
 }
 
@@ -638,6 +734,7 @@ impl Collector {
     /// missing in `sources[]` and the rest goes on; errors are for what
     /// makes profiling impossible.
     pub fn start(config: CollectorConfig) -> Result<Collector, ProfilerError> {
+        let mut stages = Stages::new();
         check_privileges()?;
         check_pid_namespace()?;
         let (kind, target_pid) = match config.target {
@@ -649,7 +746,7 @@ impl Collector {
             return Err(ProfilerError::NoSuchProcess { pid: target_pid });
         }
         // A thread id stands for its process.
-        let target_pid = std::fs::read_to_string(format!("/proc/{target_pid}/status"))
+        let target_pid = crate::pseudo::read(format!("/proc/{target_pid}/status"))
             .ok()
             .and_then(|s| {
                 s.lines()
@@ -658,7 +755,9 @@ impl Collector {
             })
             .unwrap_or(target_pid);
         let tracefs = find_or_mount_tracefs()?;
+        stages.end("checks");
         let topology = Topology::read(Path::new("/"));
+        stages.end("topology");
 
         // Field layouts from the format files.
         let mut formats: HashMap<(&str, &str), Option<EventFormat>> = HashMap::new();
@@ -729,8 +828,15 @@ impl Collector {
             .checked_next_power_of_two()
             .unwrap_or(1 << 30);
         let globals: Vec<(String, BsField)> = globals.into_iter().collect();
-        let (mut ebpf, kernel_btf) =
-            load_object(&config, &topology, &globals, !newtask_ok, ring_bytes)?;
+        stages.end("tracefs formats");
+        let (mut ebpf, kernel_btf) = load_object(
+            &config,
+            &topology,
+            &globals,
+            !newtask_ok,
+            ring_bytes,
+            &mut stages,
+        )?;
 
         // Lookup tables for the NUMA collector.
         {
@@ -817,9 +923,13 @@ impl Collector {
             }
         }
 
+        stages.end("seed");
+
         // Attach, threads first (PROGRAMS order).
         for st in programs.iter_mut().filter(|s| s.status == "attached") {
             let spec = st.spec;
+            let mut verified = None;
+            let mut verified_cpu = 0;
             let res = (|| -> Result<(), String> {
                 let prog: &mut TracePoint = ebpf
                     .program_mut(spec.program)
@@ -832,6 +942,8 @@ impl Collector {
                         short_load_error(&e.to_string())
                     )
                 })?;
+                verified = Some(Instant::now());
+                verified_cpu = thread_cpu_ns();
                 prog.attach(spec.system, spec.event)
                     .map_err(|e| format!("attach failed: {e}"))?;
                 Ok(())
@@ -840,6 +952,18 @@ impl Collector {
                 st.status = "failed";
                 st.detail = detail;
             }
+            let (now, cpu) = (Instant::now(), thread_cpu_ns());
+            let (verified, verified_cpu) = match verified {
+                Some(v) => (v, verified_cpu),
+                None => (now, cpu),
+            };
+            stages.add(
+                "verify",
+                verified.duration_since(stages.last),
+                verified_cpu - stages.last_cpu,
+            );
+            stages.add("attach", now.duration_since(verified), cpu - verified_cpu);
+            (stages.last, stages.last_cpu) = (now, cpu);
         }
         if !programs.iter().any(|p| p.status == "attached") {
             let detail = programs
@@ -890,7 +1014,9 @@ impl Collector {
             collector: "numa".into(),
         });
         extra_sources.push(kernel_btf.source());
+        stages.end("finish");
         let state = State {
+            startup: stages.done,
             exit_codes: kernel_btf.reads_exit_codes(),
             bpf: ebpf,
             started,
@@ -1820,6 +1946,7 @@ impl State {
             samples: self.samples.clone(),
             lost_events: percpu_sum(&self.bpf, "lost_events", 0),
             map_overflows: percpu_sum(&self.bpf, "map_overflows", 0),
+            startup: self.startup.clone(),
             ..Profile::new()
         }
     }
@@ -1932,5 +2059,41 @@ mod tests {
         assert_eq!(descendants(me)[0], me);
         assert!(process_alive(me));
         assert!(!tasks_of(me).is_empty());
+    }
+
+    #[test]
+    fn descendants_follow_children_and_grandchildren() {
+        // sh starts sleep as its child; both are our descendants, found the
+        // same way from the children files and from the /proc scan.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let grandchild: u32 = line.trim().parse().unwrap();
+        let me = std::process::id();
+        let found = descendants(me);
+        let scanned = descendants_by_scan(me);
+        // SAFETY: kill(2) with a pid and a signal.
+        unsafe { libc::kill(grandchild as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        for list in [&found, &scanned] {
+            assert_eq!(list[0], me);
+            let c = list.iter().position(|&p| p == child.id()).expect("child");
+            let g = list
+                .iter()
+                .position(|&p| p == grandchild)
+                .expect("grandchild");
+            assert!(c < g, "{list:?}");
+        }
+        if Path::new(&format!("/proc/{me}/task/{me}/children")).exists() {
+            assert_eq!(children_of(child.id()), Some(vec![]), "reaped");
+        }
     }
 }

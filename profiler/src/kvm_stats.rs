@@ -44,7 +44,7 @@ pub fn read_debugfs_exits(kvm_dir: &Path, pids: &[u32]) -> BTreeMap<String, u64>
         if !pids.contains(&pid) {
             continue;
         }
-        if let Some(v) = std::fs::read_to_string(e.path().join("exits"))
+        if let Some(v) = crate::pseudo::read(e.path().join("exits"))
             .ok()
             .and_then(|s| s.trim().parse().ok())
         {
@@ -70,7 +70,7 @@ pub fn debugfs_kvm_dir() -> Result<PathBuf, String> {
         ));
     }
     // The all-VMs total tells whether reads are allowed at all.
-    match std::fs::read_to_string(dir.join("exits")) {
+    match crate::pseudo::read(dir.join("exits")) {
         Ok(_) => Ok(dir),
         Err(e) => Err(format!(
             "{} is not readable ({e}; a kernel in lockdown mode refuses debugfs reads)",

@@ -19,6 +19,7 @@ pub mod launch;
 mod mount;
 pub mod phases;
 pub mod profile;
+mod pseudo;
 pub mod reasons;
 pub mod topology;
 pub mod tracefs;

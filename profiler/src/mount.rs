@@ -5,7 +5,7 @@ use std::ffi::CString;
 
 /// True when `/proc/self/mounts` lists `fstype` at `target`.
 pub fn is_mounted(target: &str, fstype: &str) -> bool {
-    std::fs::read_to_string("/proc/self/mounts")
+    crate::pseudo::read("/proc/self/mounts")
         .map(|m| {
             m.lines().any(|l| {
                 let mut f = l.split_whitespace();

@@ -37,6 +37,23 @@ pub struct Profile {
     /// Events not counted because an in-kernel aggregation map was full.
     #[serde(default)]
     pub map_overflows: u64,
+    /// What the profiler's own start-up took, stage by stage, before the
+    /// target was followed (absent in profiles written before it was kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub startup: Vec<StartupStage>,
+}
+
+/// One stage of the profiler's start-up: its wall time, and the CPU time
+/// of the thread that ran it (less than the wall time when it waited, for
+/// the kernel or for a CPU other threads were using).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StartupStage {
+    /// In order: `checks`, `topology`, `tracefs formats`, `loader`,
+    /// `maps`, `seed`, `verify`, `attach`, `finish` (docs/profile-schema.md).
+    pub stage: String,
+    pub ns: u64,
+    #[serde(default)]
+    pub cpu_ns: u64,
 }
 
 /// What was profiled.

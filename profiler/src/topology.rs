@@ -36,7 +36,7 @@ impl Topology {
         let mut nodes = Vec::new();
         let mut cpu_nodes = BTreeMap::new();
         for (id, dir) in node_dirs(&node_dir) {
-            let cpus = std::fs::read_to_string(dir.join("cpulist"))
+            let cpus = crate::pseudo::read(dir.join("cpulist"))
                 .ok()
                 .and_then(|s| parse_cpu_list(&s))
                 .unwrap_or_default();
@@ -47,7 +47,7 @@ impl Topology {
         }
         if nodes.is_empty() {
             // No NUMA in this kernel: everything is node 0.
-            let cpus = std::fs::read_to_string(root.join("sys/devices/system/cpu/online"))
+            let cpus = crate::pseudo::read(root.join("sys/devices/system/cpu/online"))
                 .ok()
                 .and_then(|s| parse_cpu_list(&s))
                 .unwrap_or_default();
@@ -58,7 +58,7 @@ impl Topology {
         }
         let (pfn_ranges, pfn_source) = if let Some(r) = memory_block_ranges(root) {
             (r, "sysfs memory blocks")
-        } else if let Some(r) = std::fs::read_to_string(root.join("proc/zoneinfo"))
+        } else if let Some(r) = crate::pseudo::read(root.join("proc/zoneinfo"))
             .ok()
             .map(|t| zoneinfo_ranges(&t))
             .filter(|r| !r.is_empty())
@@ -130,8 +130,7 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
 /// Ranges from `/sys/devices/system/node/nodeN/memoryM`: block M covers
 /// bytes `[M * block_size, (M + 1) * block_size)`.
 fn memory_block_ranges(root: &Path) -> Option<Vec<PfnRange>> {
-    let bs =
-        std::fs::read_to_string(root.join("sys/devices/system/memory/block_size_bytes")).ok()?;
+    let bs = crate::pseudo::read(root.join("sys/devices/system/memory/block_size_bytes")).ok()?;
     let block_bytes = u64::from_str_radix(bs.trim().trim_start_matches("0x"), 16).ok()?;
     let page = page_size();
     if block_bytes == 0 || block_bytes % page != 0 {

@@ -391,7 +391,7 @@ impl Tracefs {
             .join(system)
             .join(event)
             .join("format");
-        match std::fs::read_to_string(&path) {
+        match crate::pseudo::read(&path) {
             Ok(text) => parse_format(&text).map(Some).map_err(|e| {
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
