@@ -109,6 +109,7 @@ int bs_kvm_exit(void *ctx)
 	__u32 tgid = id >> 32, tid = (__u32)id;
 	struct bs_exit_key key = {};
 	struct bs_exit_start start = {};
+	struct bs_exit_start *pending;
 	struct bs_vcpu_key vkey = {};
 
 	if (!bs_followed(tgid))
@@ -123,10 +124,21 @@ int bs_kvm_exit(void *ctx)
 	key.phase = bs_phase(tgid);
 	bs_count(&exit_counts, &key, 1);
 
-	start.ts_ns = bpf_ktime_get_ns();
-	start.reason = key.reason;
-	start.isa = key.isa;
-	bpf_map_update_elem(&exit_start, &tid, &start, BPF_ANY);
+	/* A vCPU thread's entry stays in the map from exit to exit: writing
+	 * it in place spares an LRU update (a free-list pop and a lock) on
+	 * every exit. Only this thread writes it; kvm_entry reads it on this
+	 * same thread. */
+	pending = bpf_map_lookup_elem(&exit_start, &tid);
+	if (pending) {
+		pending->reason = key.reason;
+		pending->isa = key.isa;
+		pending->ts_ns = bpf_ktime_get_ns();
+	} else {
+		start.ts_ns = bpf_ktime_get_ns();
+		start.reason = key.reason;
+		start.isa = key.isa;
+		bpf_map_update_elem(&exit_start, &tid, &start, BPF_ANY);
+	}
 
 	vkey.tgid = tgid;
 	vkey.vcpu_id = key.vcpu_id;
