@@ -330,19 +330,22 @@ fn tasks_of(pid: u32) -> Vec<u32> {
 /// however busy the host); where the kernel has none, from the parent links
 /// of every process's /proc/N/stat.
 fn descendants(pid: u32) -> Vec<u32> {
+    walk_children(pid, children_of).unwrap_or_else(|| descendants_by_scan(pid))
+}
+
+/// Breadth-first from `pid` through `children` (sorted, each pid once);
+/// None as soon as `children` has no answer.
+fn walk_children(pid: u32, mut children: impl FnMut(u32) -> Option<Vec<u32>>) -> Option<Vec<u32>> {
     let mut out = vec![pid];
     let mut i = 0;
     while i < out.len() {
-        let cur = out[i];
-        let Some(mut kids) = children_of(cur) else {
-            return descendants_by_scan(pid);
-        };
+        let mut kids = children(out[i])?;
         kids.sort_unstable();
         kids.retain(|k| !out.contains(k));
         out.extend(kids);
         i += 1;
     }
-    out
+    Some(out)
 }
 
 /// Children of `pid` from /proc/PID/task/*/children; None when the kernel
@@ -381,20 +384,16 @@ fn descendants_by_scan(pid: u32) -> Vec<u32> {
             }
         }
     }
-    let mut out = vec![pid];
-    let mut i = 0;
-    while i < out.len() {
-        let cur = out[i];
-        let mut kids: Vec<u32> = parent_of
-            .iter()
-            .filter(|(_, &pp)| pp == cur)
-            .map(|(&c, _)| c)
-            .collect();
-        kids.sort();
-        out.extend(kids);
-        i += 1;
-    }
-    out
+    walk_children(pid, |cur| {
+        Some(
+            parent_of
+                .iter()
+                .filter(|(_, &pp)| pp == cur)
+                .map(|(&c, _)| c)
+                .collect(),
+        )
+    })
+    .unwrap_or_else(|| vec![pid])
 }
 
 fn process_alive(pid: u32) -> bool {
@@ -552,45 +551,62 @@ impl KernelBtf {
 
 const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 
-/// Wall and CPU time of the start-up's stages, kept in the profile
-/// (`startup`).
-struct Stages {
-    last: Instant,
-    last_cpu: u64,
-    done: Vec<StartupStage>,
-}
-
-/// CPU time of the calling thread, ns.
-fn thread_cpu_ns() -> u64 {
+/// CPU time the calling thread has used (zero if the clock cannot be
+/// read).
+pub fn thread_cpu_time() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    // SAFETY: clock_gettime writes one timespec into a valid pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// An instant of the start-up: wall clock and this thread's CPU time.
+#[derive(Clone, Copy)]
+struct StagePoint {
+    wall: Instant,
+    cpu: Duration,
+}
+
+impl StagePoint {
+    fn now() -> Self {
+        StagePoint {
+            wall: Instant::now(),
+            cpu: thread_cpu_time(),
+        }
+    }
+}
+
+/// Wall and CPU time of the start-up's stages, kept in the profile
+/// (`startup`).
+struct Stages {
+    last: StagePoint,
+    done: Vec<StartupStage>,
 }
 
 impl Stages {
     fn new() -> Self {
         Stages {
-            last: Instant::now(),
-            last_cpu: thread_cpu_ns(),
+            last: StagePoint::now(),
             done: Vec::new(),
         }
     }
 
-    /// Ends the stage running since the previous call.
+    /// Ends the stage running since the previous end.
     fn end(&mut self, stage: &str) {
-        let (now, cpu) = (Instant::now(), thread_cpu_ns());
-        self.add(stage, now.duration_since(self.last), cpu - self.last_cpu);
-        (self.last, self.last_cpu) = (now, cpu);
+        self.end_at(stage, StagePoint::now());
     }
 
-    /// Adds time to a stage (stages measured piecewise, such as `verify`
-    /// and `attach`, which alternate program by program).
-    fn add(&mut self, stage: &str, wall: Duration, cpu_ns: u64) {
-        let ns = wall.as_nanos() as u64;
+    /// Ends the stage at `at` (taken earlier); a stage ended more than once
+    /// (`verify` and `attach` alternate program by program) adds up.
+    fn end_at(&mut self, stage: &str, at: StagePoint) {
+        let ns = at.wall.duration_since(self.last.wall).as_nanos() as u64;
+        let cpu_ns = at.cpu.saturating_sub(self.last.cpu).as_nanos() as u64;
+        self.last = at;
         match self.done.iter_mut().find(|s| s.stage == stage) {
             Some(s) => {
                 s.ns += ns;
@@ -929,7 +945,6 @@ impl Collector {
         for st in programs.iter_mut().filter(|s| s.status == "attached") {
             let spec = st.spec;
             let mut verified = None;
-            let mut verified_cpu = 0;
             let res = (|| -> Result<(), String> {
                 let prog: &mut TracePoint = ebpf
                     .program_mut(spec.program)
@@ -942,8 +957,7 @@ impl Collector {
                         short_load_error(&e.to_string())
                     )
                 })?;
-                verified = Some(Instant::now());
-                verified_cpu = thread_cpu_ns();
+                verified = Some(StagePoint::now());
                 prog.attach(spec.system, spec.event)
                     .map_err(|e| format!("attach failed: {e}"))?;
                 Ok(())
@@ -952,18 +966,9 @@ impl Collector {
                 st.status = "failed";
                 st.detail = detail;
             }
-            let (now, cpu) = (Instant::now(), thread_cpu_ns());
-            let (verified, verified_cpu) = match verified {
-                Some(v) => (v, verified_cpu),
-                None => (now, cpu),
-            };
-            stages.add(
-                "verify",
-                verified.duration_since(stages.last),
-                verified_cpu - stages.last_cpu,
-            );
-            stages.add("attach", now.duration_since(verified), cpu - verified_cpu);
-            (stages.last, stages.last_cpu) = (now, cpu);
+            // A program that failed before attaching spent it all verifying.
+            stages.end_at("verify", verified.unwrap_or_else(StagePoint::now));
+            stages.end("attach");
         }
         if !programs.iter().any(|p| p.status == "attached") {
             let detail = programs

@@ -144,19 +144,6 @@ impl Pacer {
     }
 }
 
-/// CPU time this thread has used.
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into a valid pointer.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
 /// Lines of console kept for the console pane.
 const CONSOLE_LINES: usize = 8;
 /// When nothing changes any more (target ended), look at the keys and the
@@ -190,9 +177,10 @@ pub fn run_live(source: &mut dyn ProfileSource, opts: TuiOptions) -> Result<Prof
                 } else if !app.paused {
                     // CPU time, not wall time: waiting for the collector's
                     // lock costs nothing.
-                    let t = thread_cpu_time();
+                    let t = bootscope_profiler::collector::thread_cpu_time();
                     let p = source.snapshot();
-                    pacer.record(thread_cpu_time().saturating_sub(t));
+                    pacer
+                        .record(bootscope_profiler::collector::thread_cpu_time().saturating_sub(t));
                     app.update(p);
                     app.stretched_refresh = pacer.stretched();
                     dirty = true;
