@@ -23,27 +23,47 @@ char LICENSE[] SEC("license") __weak = "GPL";
 	const volatile struct bs_field event##__##field __weak = {}
 
 /* Reads a tracepoint field (unsigned, at most 8 bytes) at its run-time
- * offset; an absent field (size 0) reads as 0. */
+ * offset; an absent field (size 0) reads as 0. One helper call per field:
+ * for programs that run rarely. */
 #define BS_READ(ctx, event, field) \
 	bs_read_field((ctx), event##__##field.off, event##__##field.size)
 
-/* Processes (tgids) being profiled: the target and its descendants.
- * Userspace adds the target; task_newtask adds new child processes. */
+/* The bytes of an event's record that its programs read, from the first
+ * field to the last (userspace sets it from the same format file, start
+ * rounded down to 8). Hot programs copy that span once (BS_LOAD) and take
+ * each field from the copy (BS_GET): one helper call per event instead of
+ * one per field. */
+#define BS_SPAN(event) \
+	const volatile struct bs_field event##__span __weak = {}
+
+#define BS_SPAN_WORDS (BS_SPAN_MAX / 8)
+
+#define BS_LOAD(ctx, event, buf) \
+	bs_load_span((ctx), event##__span.off, event##__span.size, (buf))
+
+#define BS_GET(buf, event, field) \
+	bs_span_field((buf), event##__##field.off - event##__span.off, \
+		      event##__##field.size)
+
+/* The process being profiled (see struct bs_target); userspace sets it
+ * before attaching and writes its phase when a phase mark arrives. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bs_target);
+} target SEC(".maps") __weak;
+
+/* Processes (tgids) being profiled: the target and its descendants, each
+ * with its boot phase index (0 = before the first phase mark). Userspace
+ * adds the target and writes phases; task_newtask adds new child
+ * processes, in their parent's phase. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, __u32);
 	__type(value, __u32);
 } followed SEC(".maps") __weak;
-
-/* Boot phase index of each followed process, written by userspace when a
- * phase mark arrives (0 = before the first mark). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, __u32);
-} phase SEC(".maps") __weak;
 
 /* What must be streamed: marks and thread lifetimes. Userspace sets the
  * size before load. */
@@ -86,16 +106,58 @@ static __always_inline __u64 bs_read_field(void *ctx, __u32 off, __u32 size)
 	return v;
 }
 
-static __always_inline int bs_followed(__u32 tgid)
+/* Copies the span of a record (size is a constant to the verifier: it
+ * comes from read-only data). */
+static __always_inline void bs_load_span(void *ctx, __u32 off, __u32 size, __u64 *buf)
 {
-	return bpf_map_lookup_elem(&followed, &tgid) != NULL;
+	if (size > BS_SPAN_MAX)
+		size = BS_SPAN_MAX;
+	bpf_probe_read_kernel(buf, size, (char *)ctx + off);
 }
 
-static __always_inline __u32 bs_phase(__u32 tgid)
+/* A field (unsigned, little-endian, at most 8 bytes) at offset rel of a
+ * copied span, byte by byte: no alignment to prove to the verifier. With
+ * rel and size constants, the verifier drops the bytes not read. An absent
+ * field (size 0) reads as 0. */
+static __always_inline __u64 bs_span_field(const __u64 *buf, __u32 rel, __u32 size)
 {
-	__u32 *p = bpf_map_lookup_elem(&phase, &tgid);
+	const __u8 *p = (const __u8 *)buf;
+	__u64 v = 0;
 
-	return p ? *p : 0;
+	if (size > 8)
+		size = 8;
+	if (rel > BS_SPAN_MAX - 8)
+		return 0;
+#pragma clang loop unroll(full)
+	for (__u32 i = 0; i < 8; i++)
+		if (i < size)
+			v |= (__u64)p[rel + i] << (8 * i);
+	return v;
+}
+
+/* Whether tgid is profiled, and its phase: the target from the array slot
+ * (no helper call), descendants from the hash. */
+static __always_inline int bs_follow(__u32 tgid, __u32 *phase)
+{
+	__u32 zero = 0, *p;
+	struct bs_target *t = bpf_map_lookup_elem(&target, &zero);
+
+	if (t && t->tgid == tgid && tgid != 0) {
+		*phase = t->phase;
+		return 1;
+	}
+	p = bpf_map_lookup_elem(&followed, &tgid);
+	if (!p)
+		return 0;
+	*phase = *p;
+	return 1;
+}
+
+static __always_inline int bs_followed(__u32 tgid)
+{
+	__u32 phase;
+
+	return bs_follow(tgid, &phase);
 }
 
 static __always_inline void bs_percpu_inc(void *map, __u32 idx)

@@ -6,7 +6,7 @@
 #ifndef BOOTSCOPE_COMMON_H
 #define BOOTSCOPE_COMMON_H
 
-#define BS_ABI_VERSION 1
+#define BS_ABI_VERSION 2
 
 #define BS_COMM_LEN 16
 /* log2 latency slots: slot i holds values in [2^i, 2^(i+1)) ns, slot 0 also
@@ -19,6 +19,18 @@
 struct bs_field {
 	__u32 off;
 	__u32 size;
+};
+
+/* The most bytes of a tracepoint record a program reads at once: the
+ * fields it needs, from the first to the last (see BS_LOAD). */
+#define BS_SPAN_MAX 128
+
+/* The process being profiled, in an array map (one slot): its lookup is
+ * inlined by the verifier, so events of the target cost no hash lookup.
+ * Descendants are in `followed`. */
+struct bs_target {
+	__u32 tgid; /* 0: none (ended) */
+	__u32 phase;
 };
 
 /* Index of each tracepoint program in the per-CPU `source_events` counter

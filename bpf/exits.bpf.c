@@ -7,6 +7,10 @@
  * the instruction-level events kvm_pio, kvm_mmio, kvm_msr, kvm_cpuid and
  * kvm_emulate_insn. All of them are attached everywhere; userspace reports
  * which source each number came from.
+ *
+ * These programs run on every exit: each event costs one span copy and the
+ * lookups of its own map, nothing more. How many events each saw is the
+ * sum of its counts (userspace adds them up), not a separate counter.
  */
 #include "common.bpf.h"
 #include "exits.h"
@@ -27,6 +31,13 @@ BS_FIELD(kvm_msr, exception);
 BS_FIELD(kvm_cpuid, function);
 BS_FIELD(kvm_cpuid, index);
 BS_FIELD(kvm_emulate_insn, failed);
+BS_SPAN(kvm_exit);
+BS_SPAN(kvm_userspace_exit);
+BS_SPAN(kvm_pio);
+BS_SPAN(kvm_mmio);
+BS_SPAN(kvm_msr);
+BS_SPAN(kvm_cpuid);
+BS_SPAN(kvm_emulate_insn);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -107,21 +118,21 @@ int bs_kvm_exit(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
+	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_exit_key key = {};
-	struct bs_exit_start start = {};
 	struct bs_exit_start *pending;
-	struct bs_vcpu_key vkey = {};
+	__u32 phase;
 
-	if (!bs_followed(tgid))
+	if (!bs_follow(tgid, &phase))
 		return 0;
-	bs_count_source(BS_SRC_KVM_EXIT);
+	BS_LOAD(ctx, kvm_exit, buf);
 	key.tgid = tgid;
-	key.isa = BS_READ(ctx, kvm_exit, isa);
-	key.reason = BS_READ(ctx, kvm_exit, exit_reason);
+	key.isa = BS_GET(buf, kvm_exit, isa);
+	key.reason = BS_GET(buf, kvm_exit, exit_reason);
 	if (key.isa == BS_ISA_VMX)
 		key.reason &= BS_VMX_REASON_MASK;
-	key.vcpu_id = BS_READ(ctx, kvm_exit, vcpu_id);
-	key.phase = bs_phase(tgid);
+	key.vcpu_id = BS_GET(buf, kvm_exit, vcpu_id);
+	key.phase = phase;
 	bs_count(&exit_counts, &key, 1);
 
 	/* A vCPU thread's entry stays in the map from exit to exit: writing
@@ -129,21 +140,24 @@ int bs_kvm_exit(void *ctx)
 	 * every exit. Only this thread writes it; kvm_entry reads it on this
 	 * same thread. */
 	pending = bpf_map_lookup_elem(&exit_start, &tid);
-	if (pending) {
+	if (pending && pending->vcpu_id == key.vcpu_id) {
 		pending->reason = key.reason;
 		pending->isa = key.isa;
 		pending->ts_ns = bpf_ktime_get_ns();
 	} else {
-		start.ts_ns = bpf_ktime_get_ns();
-		start.reason = key.reason;
-		start.isa = key.isa;
-		bpf_map_update_elem(&exit_start, &tid, &start, BPF_ANY);
-	}
+		/* This thread's first exit (or first as this vCPU): the one
+		 * time its vCPU index is recorded. */
+		struct bs_exit_start start = {
+			.ts_ns = bpf_ktime_get_ns(),
+			.reason = key.reason,
+			.isa = key.isa,
+			.vcpu_id = key.vcpu_id,
+		};
+		struct bs_vcpu_key vkey = { .tgid = tgid, .vcpu_id = key.vcpu_id };
 
-	vkey.tgid = tgid;
-	vkey.vcpu_id = key.vcpu_id;
-	if (!bpf_map_lookup_elem(&vcpu_tids, &vkey))
+		bpf_map_update_elem(&exit_start, &tid, &start, BPF_ANY);
 		bpf_map_update_elem(&vcpu_tids, &vkey, &tid, BPF_ANY);
+	}
 	return 0;
 }
 
@@ -161,7 +175,6 @@ int bs_kvm_entry(void *ctx)
 	start = bpf_map_lookup_elem(&exit_start, &tid);
 	if (!start || !start->ts_ns)
 		return 0;
-	bs_count_source(BS_SRC_KVM_ENTRY);
 	now = bpf_ktime_get_ns();
 	delta = now > start->ts_ns ? now - start->ts_ns : 0;
 	start->ts_ns = 0;
@@ -188,19 +201,20 @@ SEC("tracepoint/kvm/kvm_userspace_exit")
 int bs_kvm_userspace_exit(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
+	__u32 tgid = id >> 32, phase;
+	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_uexit_key key = {};
 	__s32 err;
 
-	if (!bs_followed(tgid))
+	if (!bs_follow(tgid, &phase))
 		return 0;
-	bs_count_source(BS_SRC_KVM_USERSPACE_EXIT);
-	err = (__s32)BS_READ(ctx, kvm_userspace_exit, errno);
+	BS_LOAD(ctx, kvm_userspace_exit, buf);
+	err = (__s32)BS_GET(buf, kvm_userspace_exit, errno);
 	key.tgid = tgid;
 	key.tid = (__u32)id;
 	key.code = err < 0 ? (BS_UEXIT_ERRNO_FLAG | (__u32)-err)
-			   : (__u32)BS_READ(ctx, kvm_userspace_exit, reason);
-	key.phase = bs_phase(tgid);
+			   : (__u32)BS_GET(buf, kvm_userspace_exit, reason);
+	key.phase = phase;
 	bs_count(&uexit_counts, &key, 1);
 	return 0;
 }
@@ -208,17 +222,18 @@ int bs_kvm_userspace_exit(void *ctx)
 SEC("tracepoint/kvm/kvm_pio")
 int bs_kvm_pio(void *ctx)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32, phase;
+	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_pio_key key = {};
 
-	if (!bs_followed(tgid))
+	if (!bs_follow(tgid, &phase))
 		return 0;
-	bs_count_source(BS_SRC_KVM_PIO);
+	BS_LOAD(ctx, kvm_pio, buf);
 	key.tgid = tgid;
-	key.port = BS_READ(ctx, kvm_pio, port);
-	key.rw = BS_READ(ctx, kvm_pio, rw);
-	key.size = BS_READ(ctx, kvm_pio, size);
-	key.phase = bs_phase(tgid);
+	key.port = BS_GET(buf, kvm_pio, port);
+	key.rw = BS_GET(buf, kvm_pio, rw);
+	key.size = BS_GET(buf, kvm_pio, size);
+	key.phase = phase;
 	bs_count(&pio_counts, &key, 1);
 	return 0;
 }
@@ -227,14 +242,15 @@ SEC("tracepoint/kvm/kvm_mmio")
 int bs_kvm_mmio(void *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_mmio_key key = {};
 
 	if (!bs_followed(tgid))
 		return 0;
-	bs_count_source(BS_SRC_KVM_MMIO);
+	BS_LOAD(ctx, kvm_mmio, buf);
 	key.tgid = tgid;
-	key.type = BS_READ(ctx, kvm_mmio, type);
-	key.gpa = BS_READ(ctx, kvm_mmio, gpa);
+	key.type = BS_GET(buf, kvm_mmio, type);
+	key.gpa = BS_GET(buf, kvm_mmio, gpa);
 	bs_count(&mmio_counts, &key, 1);
 	return 0;
 }
@@ -243,15 +259,16 @@ SEC("tracepoint/kvm/kvm_msr")
 int bs_kvm_msr(void *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_msr_key key = {};
 
 	if (!bs_followed(tgid))
 		return 0;
-	bs_count_source(BS_SRC_KVM_MSR);
+	BS_LOAD(ctx, kvm_msr, buf);
 	key.tgid = tgid;
-	key.msr = BS_READ(ctx, kvm_msr, ecx);
-	key.write = BS_READ(ctx, kvm_msr, write) != 0;
-	key.exception = BS_READ(ctx, kvm_msr, exception) != 0;
+	key.msr = BS_GET(buf, kvm_msr, ecx);
+	key.write = BS_GET(buf, kvm_msr, write) != 0;
+	key.exception = BS_GET(buf, kvm_msr, exception) != 0;
 	bs_count(&msr_counts, &key, 1);
 	return 0;
 }
@@ -260,14 +277,15 @@ SEC("tracepoint/kvm/kvm_cpuid")
 int bs_kvm_cpuid(void *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_cpuid_key key = {};
 
 	if (!bs_followed(tgid))
 		return 0;
-	bs_count_source(BS_SRC_KVM_CPUID);
+	BS_LOAD(ctx, kvm_cpuid, buf);
 	key.tgid = tgid;
-	key.function = BS_READ(ctx, kvm_cpuid, function);
-	key.index = BS_READ(ctx, kvm_cpuid, index);
+	key.function = BS_GET(buf, kvm_cpuid, function);
+	key.index = BS_GET(buf, kvm_cpuid, index);
 	bs_count(&cpuid_counts, &key, 1);
 	return 0;
 }
@@ -275,15 +293,16 @@ int bs_kvm_cpuid(void *ctx)
 SEC("tracepoint/kvm/kvm_emulate_insn")
 int bs_kvm_emulate_insn(void *ctx)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32, phase;
+	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_emulate_key key = {};
 
-	if (!bs_followed(tgid))
+	if (!bs_follow(tgid, &phase))
 		return 0;
-	bs_count_source(BS_SRC_KVM_EMULATE_INSN);
+	BS_LOAD(ctx, kvm_emulate_insn, buf);
 	key.tgid = tgid;
-	key.phase = bs_phase(tgid);
-	key.failed = BS_READ(ctx, kvm_emulate_insn, failed) != 0;
+	key.phase = phase;
+	key.failed = BS_GET(buf, kvm_emulate_insn, failed) != 0;
 	bs_count(&emulate_counts, &key, 1);
 	return 0;
 }

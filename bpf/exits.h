@@ -33,6 +33,8 @@ struct bs_exit_start {
 	__u64 ts_ns;
 	__u32 reason;
 	__u32 isa;
+	__u32 vcpu_id;
+	__u32 pad;
 };
 
 /* vCPU index -> thread id. */

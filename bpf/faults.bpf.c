@@ -17,18 +17,18 @@ struct {
 	__type(value, __u64);
 } fault_counts SEC(".maps");
 
-static __always_inline int bs_fault(__u32 kind, __u32 src)
+/* How many events each program saw is the sum of its kind's counts. */
+static __always_inline int bs_fault(__u32 kind)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
+	__u32 tgid = id >> 32, phase;
 	struct bs_fault_key key = {};
 
-	if (!bs_followed(tgid))
+	if (!bs_follow(tgid, &phase))
 		return 0;
-	bs_count_source(src);
 	key.tgid = tgid;
 	key.tid = (__u32)id;
-	key.phase = bs_phase(tgid);
+	key.phase = phase;
 	key.kind = kind;
 	bs_count(&fault_counts, &key, 1);
 	return 0;
@@ -37,29 +37,29 @@ static __always_inline int bs_fault(__u32 kind, __u32 src)
 SEC("tracepoint/kvm/kvm_page_fault")
 int bs_kvm_page_fault(void *ctx)
 {
-	return bs_fault(BS_FAULT_GUEST, BS_SRC_KVM_PAGE_FAULT);
+	return bs_fault(BS_FAULT_GUEST);
 }
 
 SEC("tracepoint/kvmmmu/kvm_mmu_spte_requested")
 int bs_kvmmmu_spte_requested(void *ctx)
 {
-	return bs_fault(BS_FAULT_GUEST_MAP, BS_SRC_KVMMMU_SPTE_REQUESTED);
+	return bs_fault(BS_FAULT_GUEST_MAP);
 }
 
 SEC("tracepoint/kvmmmu/handle_mmio_page_fault")
 int bs_kvmmmu_mmio_page_fault(void *ctx)
 {
-	return bs_fault(BS_FAULT_GUEST_MMIO, BS_SRC_KVMMMU_MMIO_PAGE_FAULT);
+	return bs_fault(BS_FAULT_GUEST_MMIO);
 }
 
 SEC("tracepoint/exceptions/page_fault_user")
 int bs_page_fault_user(void *ctx)
 {
-	return bs_fault(BS_FAULT_HOST_USER, BS_SRC_PAGE_FAULT_USER);
+	return bs_fault(BS_FAULT_HOST_USER);
 }
 
 SEC("tracepoint/exceptions/page_fault_kernel")
 int bs_page_fault_kernel(void *ctx)
 {
-	return bs_fault(BS_FAULT_HOST_KERNEL, BS_SRC_PAGE_FAULT_KERNEL);
+	return bs_fault(BS_FAULT_HOST_KERNEL);
 }

@@ -24,6 +24,7 @@ BS_FIELD(sched_process_fork, child_pid);
 BS_FIELD(task_rename, pid);
 BS_FIELD(task_rename, newcomm);
 BS_FIELD(sched_process_exit, group_dead);
+BS_SPAN(sched_switch);
 
 /* Set when task:task_newtask is missing: sched_process_fork then follows
  * every child it sees (threads included: harmless, just more keys). */
@@ -69,19 +70,21 @@ int bs_sched_switch(void *ctx)
 {
 	__u32 zero = 0, cpu = bpf_get_smp_processor_id();
 	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
-	__u32 tgid = id >> 32;
-	__u32 prev = BS_READ(ctx, sched_switch, prev_pid);
+	__u32 tgid = id >> 32, prev;
+	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_oncpu *on = bpf_map_lookup_elem(&oncpu, &zero);
 	struct bs_run_key key = {};
 	struct bs_run_val *val;
 
 	if (!on)
 		return 0;
-	/* The current task is the one switched out. */
+	BS_LOAD(ctx, sched_switch, buf);
+	prev = BS_GET(buf, sched_switch, prev_pid);
+	/* The current task is the one switched out. Events: the sum of
+	 * slices (userspace adds them up). */
 	if (on->ts_ns && on->tid == prev && prev != 0 && bs_followed(tgid)) {
 		__u64 ran = now > on->ts_ns ? now - on->ts_ns : 0;
 
-		bs_count_source(BS_SRC_SCHED_SWITCH);
 		key.tid = prev;
 		key.cpu = cpu;
 		val = bpf_map_lookup_elem(&run_time, &key);
@@ -98,7 +101,7 @@ int bs_sched_switch(void *ctx)
 			bs_percpu_inc(&map_overflows, 0);
 		}
 	}
-	on->tid = BS_READ(ctx, sched_switch, next_pid);
+	on->tid = BS_GET(buf, sched_switch, next_pid);
 	on->ts_ns = now;
 	return 0;
 }
@@ -108,12 +111,12 @@ SEC("tracepoint/task/task_newtask")
 int bs_task_newtask(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, one = 1;
+	__u32 tgid = id >> 32, phase;
 	__u32 pid, child_tgid;
 	__u64 flags;
 	struct bs_event *e;
 
-	if (!bs_followed(tgid))
+	if (!bs_follow(tgid, &phase))
 		return 0;
 	bs_count_source(BS_SRC_TASK_NEWTASK);
 	pid = BS_READ(ctx, task_newtask, pid);
@@ -121,11 +124,9 @@ int bs_task_newtask(void *ctx)
 	if (flags & BS_CLONE_THREAD) {
 		child_tgid = tgid;
 	} else {
-		__u32 ph = bs_phase(tgid);
-
+		/* A child process starts in its parent's phase. */
 		child_tgid = pid;
-		bpf_map_update_elem(&followed, &pid, &one, BPF_ANY);
-		bpf_map_update_elem(&phase, &pid, &ph, BPF_ANY);
+		bpf_map_update_elem(&followed, &pid, &phase, BPF_ANY);
 	}
 	bpf_map_update_elem(&threads, &pid, &child_tgid, BPF_ANY);
 
@@ -143,17 +144,17 @@ SEC("tracepoint/sched/sched_process_fork")
 int bs_sched_process_fork(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, one = 1;
+	__u32 tgid = id >> 32, phase;
 	__u32 child;
 	struct bs_event *e;
 
-	if (!bs_followed(tgid))
+	if (!bs_follow(tgid, &phase))
 		return 0;
 	bs_count_source(BS_SRC_SCHED_PROCESS_FORK);
 	if (!fork_follows)
 		return 0;
 	child = BS_READ(ctx, sched_process_fork, child_pid);
-	bpf_map_update_elem(&followed, &child, &one, BPF_ANY);
+	bpf_map_update_elem(&followed, &child, &phase, BPF_ANY);
 	bpf_map_update_elem(&threads, &child, &child, BPF_NOEXIST);
 
 	e = bs_event_reserve(BS_EV_TASK_NEW, 0, child);
@@ -215,8 +216,12 @@ int bs_sched_process_exit(void *ctx)
 	}
 	if (group_dead) {
 		/* The pid may be reused by an unrelated process. */
+		__u32 zero = 0;
+		struct bs_target *t = bpf_map_lookup_elem(&target, &zero);
+
+		if (t && t->tgid == tgid)
+			t->tgid = 0;
 		bpf_map_delete_elem(&followed, &tgid);
-		bpf_map_delete_elem(&phase, &tgid);
 	}
 	return 0;
 }

@@ -186,6 +186,10 @@ struct RunArgs {
     /// Write the eBPF profile of the run (schema in docs/profile-schema.md).
     #[arg(long, short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
+    /// Have the kernel count and time every run of the eBPF programs
+    /// (`sources[].runs`, `run_ns` in the profile).
+    #[arg(long, conflicts_with = "no_profile")]
+    bpf_stats: bool,
 }
 
 #[derive(clap::Args)]
@@ -592,6 +596,7 @@ fn begin_self_profile(
     // bootscope's own few (main, console, profiler, TUI).
     let regions = args.numa.len().max(1) as u32;
     let prealloc = u32::try_from(args.prealloc_threads).unwrap_or(u32::MAX);
+    config.bpf_stats = args.bpf_stats;
     config.expected_threads = Some(
         args.vcpus
             .saturating_add(prealloc.saturating_add(1).saturating_mul(regions))

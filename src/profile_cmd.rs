@@ -41,6 +41,12 @@ pub struct ProfileArgs {
     /// Refresh the terminal UI this often, in milliseconds.
     #[arg(long, default_value_t = crate::tui_cmd::DEFAULT_REFRESH_MS)]
     pub refresh_ms: u64,
+    /// Have the kernel count and time every run of the eBPF programs
+    /// (BPF_ENABLE_STATS): `sources[].runs` and `run_ns` say what the
+    /// eBPF side cost. The kernel then times every eBPF program on the
+    /// host, which costs a little itself.
+    #[arg(long)]
+    pub bpf_stats: bool,
     /// The command to launch and follow from its first instruction, after
     /// `--` (e.g. `-- qemu-system-x86_64 -enable-kvm ...`).
     #[arg(last = true, value_name = "COMMAND")]
@@ -129,6 +135,7 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
     config.command = command.clone();
     config.sample_interval = Duration::from_millis(args.sample_interval_ms.max(10));
     config.ring_buffer_bytes = args.ring_buffer_kib.saturating_mul(1024);
+    config.bpf_stats = args.bpf_stats;
     // A held child that is dropped here exits without running.
     let collector = Collector::start(config).context("cannot start profiling")?;
     catch_sigint();
@@ -349,6 +356,39 @@ pub fn summary(p: &Profile, output: &Path) -> String {
         if !v.is_empty() {
             let _ = writeln!(s, "  {st}: {}", v.join(", "));
         }
+    }
+    if !p.startup.is_empty() {
+        let wall: u64 = p.startup.iter().map(|x| x.ns).sum();
+        let cpu: u64 = p.startup.iter().map(|x| x.cpu_ns).sum();
+        let _ = writeln!(
+            s,
+            "profiler start-up: {} ({} CPU; startup[] has the stages)",
+            ms(wall),
+            ms(cpu)
+        );
+    }
+    let mut timed: Vec<_> = p
+        .sources
+        .iter()
+        .filter_map(|x| Some((x, x.runs?, x.run_ns?)))
+        .collect();
+    if !timed.is_empty() {
+        let runs: u64 = timed.iter().map(|t| t.1).sum();
+        let ns: u64 = timed.iter().map(|t| t.2).sum();
+        timed.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.name.cmp(&b.0.name)));
+        let top: Vec<String> = timed
+            .iter()
+            .take(3)
+            .filter(|t| t.1 > 0)
+            .map(|t| format!("{} {} runs {}", t.0.name, t.1, ms(t.2)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "eBPF programs: {runs} runs, {} in all{}{}",
+            ms(ns),
+            if top.is_empty() { "" } else { "; most: " },
+            top.join(", ")
+        );
     }
     let _ = writeln!(
         s,

@@ -462,6 +462,7 @@ impl ProcfsProfile {
             detail,
             events: 0,
             collector: collector.into(),
+            ..Default::default()
         };
         p.sources = vec![
             source("ebpf", "failed", why.to_string(), "all"),

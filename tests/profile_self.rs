@@ -158,3 +158,59 @@ fn self_profile_reads_each_vcpu_once() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn bpf_stats_account_for_every_event() {
+    if !kvm_available() || !can_profile() {
+        return;
+    }
+    let (o, p, _, d) = run_self_profiled("stats", "mini-bzimage-ports.bin", &["--bpf-stats"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let sources = p["sources"].as_array().unwrap();
+    let stats = sources
+        .iter()
+        .find(|s| s["name"] == "bpf_stats:run_time")
+        .unwrap();
+    if stats["status"] != "attached" {
+        // A kernel without BPF_ENABLE_STATS says so and profiles the rest.
+        println!(
+            "SKIP bpf_stats_account_for_every_event: {}",
+            stats["detail"]
+        );
+        return;
+    }
+    let mut timed = 0;
+    for s in sources.iter().filter(|s| s["status"] != "missing") {
+        let (Some(runs), Some(ns)) = (s["runs"].as_u64(), s["run_ns"].as_u64()) else {
+            continue;
+        };
+        timed += 1;
+        // The kernel's own count of runs includes every event we counted
+        // (and the runs for processes we do not follow).
+        let events = s["events"].as_u64().unwrap();
+        assert!(runs >= events, "{s}");
+        assert_eq!(runs > 0, ns > 0, "{s}");
+    }
+    assert!(timed >= 10, "{sources:?}");
+    // The 1,000+ port writes ran the kvm_pio programs at least as often.
+    let pio_runs: Vec<u64> = sources
+        .iter()
+        .filter(|s| s["name"] == "tracepoint:kvm:kvm_pio")
+        .filter_map(|s| s["runs"].as_u64())
+        .collect();
+    assert_eq!(pio_runs.len(), 2, "{sources:?}");
+    assert!(pio_runs.iter().all(|&r| r >= 1002), "{pio_runs:?}");
+    assert!(stderr.contains("eBPF programs: "), "{stderr}");
+    // Without the flag the kernel is not asked to time anything.
+    let (o, p, _, d2) = run_self_profiled("nostats", "mini-bzimage-ports.bin", &[]);
+    assert_eq!(o.status.code(), Some(0));
+    let sources = p["sources"].as_array().unwrap();
+    assert!(
+        sources.iter().all(|s| s.get("runs").is_none()),
+        "{sources:?}"
+    );
+    assert!(!sources.iter().any(|s| s["name"] == "bpf_stats:run_time"));
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::remove_dir_all(&d2);
+}

@@ -11,10 +11,12 @@ pub static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bootscope.bpf.o"));
 
 /// `BS_ABI_VERSION` in bpf/common.h.
-pub const BS_ABI_VERSION: u32 = 1;
+pub const BS_ABI_VERSION: u32 = 2;
 pub const COMM_LEN: usize = 16;
 pub const HIST_SLOTS: usize = crate::hist::HIST_SLOTS;
 pub const MAX_PFN_RANGES: usize = 64;
+/// `BS_SPAN_MAX`: the most bytes of a record a program copies at once.
+pub const SPAN_MAX: u32 = 128;
 pub const MAX_CPUS: u32 = 1024;
 pub const NODE_UNKNOWN: u32 = u32::MAX;
 pub const CLONE_THREAD: u64 = 0x0001_0000;
@@ -320,6 +322,14 @@ pub struct BsRunVal {
     pub pad: u32,
 }
 
+/// `struct bs_target`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BsTarget {
+    pub tgid: u32,
+    pub phase: u32,
+}
+
 /// `struct bs_pfn_range`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -366,6 +376,7 @@ const _: () = assert!(size_of::<BsFaultKey>() == 16);
 const _: () = assert!(size_of::<BsRunKey>() == 8);
 const _: () = assert!(size_of::<BsRunVal>() == 24);
 const _: () = assert!(size_of::<BsPfnRange>() == 24);
+const _: () = assert!(size_of::<BsTarget>() == 8);
 const _: () = assert!(size_of::<BsNumaKey>() == 16);
 const _: () = assert!(size_of::<BsNumaVal>() == 16);
 
@@ -398,6 +409,7 @@ pod!(
     BsRunKey,
     BsRunVal,
     BsPfnRange,
+    BsTarget,
     BsNumaKey,
     BsNumaVal
 );

@@ -112,6 +112,12 @@ pub struct CollectorConfig {
     /// it creates it, a third of the profiler's start-up at the default
     /// sizes. Entries beyond the size are counted in `map_overflows`.
     pub expected_threads: Option<u32>,
+    /// Have the kernel count and time every run of every eBPF program
+    /// (BPF_ENABLE_STATS) while profiling, and report each program's runs
+    /// and run time in `sources[]`: what the eBPF side cost the host. Off
+    /// by default: the kernel then reads the clock twice per run, of every
+    /// program on the host, not only ours.
+    pub bpf_stats: bool,
 }
 
 impl CollectorConfig {
@@ -131,6 +137,7 @@ impl CollectorConfig {
             origin: None,
             exit_codes,
             expected_threads: None,
+            bpf_stats: false,
         }
     }
 }
@@ -156,6 +163,8 @@ struct ThreadInfo {
 /// Everything behind the lock.
 struct State {
     bpf: Ebpf,
+    /// Held while the kernel keeps run statistics for `--bpf-stats`.
+    bpf_stats: Option<OwnedFd>,
     startup: Vec<StartupStage>,
     /// The kernel reads threads' exit codes ([`KernelBtf::reads_exit_codes`]).
     exit_codes: bool,
@@ -184,6 +193,9 @@ struct State {
     /// Port marks kept so far (at most MAX_MARKS).
     port_marks: usize,
 }
+
+/// `BPF_EXIST` (uapi linux/bpf.h): update only an entry that is there.
+const BPF_EXIST: u64 = 2;
 
 /// Port marks kept per profile: a guest alternating marker values forever
 /// cannot grow the profile without bound. The VMM's own marks, console
@@ -545,6 +557,7 @@ impl KernelBtf {
             detail,
             events: 0,
             collector: "threads".into(),
+            ..Default::default()
         }
     }
 }
@@ -695,11 +708,49 @@ fn thread_map_sizes(threads: u32, cpus: u32, nodes: u32) -> [(&'static str, u32)
     ]
 }
 
+/// The widest span a program copies with every field inside it readable
+/// (`bs_span_field` reads a field only at an offset up to
+/// `BS_SPAN_MAX - 8`).
+const SPAN_USABLE: u32 = bpf::SPAN_MAX - 8;
+
+/// The span of each event's record that its programs read
+/// (`EVENT__span`): from its first field, rounded down to 8 bytes so that
+/// fields keep their alignment, to the end of its last. Err(width) for an
+/// event whose fields are too far apart to copy at once.
+fn field_spans(globals: &BTreeMap<String, BsField>) -> BTreeMap<String, Result<BsField, u32>> {
+    let mut bounds: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+    for (name, f) in globals {
+        let Some((event, _)) = name.split_once("__") else {
+            continue;
+        };
+        if f.size == 0 {
+            continue;
+        }
+        let b = bounds.entry(event).or_insert((u32::MAX, 0));
+        b.0 = b.0.min(f.off);
+        b.1 = b.1.max(f.off.saturating_add(f.size));
+    }
+    bounds
+        .into_iter()
+        .map(|(event, (lo, hi))| {
+            let off = lo & !7;
+            let size = hi - off;
+            let span = if size <= SPAN_USABLE {
+                Ok(BsField { off, size })
+            } else {
+                Err(size)
+            };
+            (event.to_string(), span)
+        })
+        .collect()
+}
+
 /// Loads the object with every field global resolved from the formats.
 fn load_object(
     config: &CollectorConfig,
     topology: &Topology,
-    globals: &[(String, BsField)],
+    globals: &BTreeMap<String, BsField>,
+    spans: &[(String, BsField)],
     fork_follows: bool,
     ring_bytes: u32,
     stages: &mut Stages,
@@ -718,6 +769,10 @@ fn load_object(
     stages.end("loader");
     for (name, field) in globals {
         loader.override_global(name.as_str(), field, true);
+    }
+    // Only the events whose programs copy spans declare one.
+    for (name, span) in spans {
+        loader.override_global(name.as_str(), span, false);
     }
     let debug_port = u32::from(config.debug_port);
     let boot_time_port = u32::from(config.boot_time_port);
@@ -829,6 +884,27 @@ impl Collector {
             }
             programs.push(st);
         }
+        // Hot programs copy the bytes from their event's first field to its
+        // last at once (BS_LOAD in bpf/common.bpf.h).
+        let mut spans = Vec::new();
+        for (event, span) in field_spans(&globals) {
+            match span {
+                Ok(span) => spans.push((format!("{event}__span"), span)),
+                Err(width) => {
+                    for st in programs
+                        .iter_mut()
+                        .filter(|p| p.spec.event == event && p.status == "attached")
+                    {
+                        st.status = "failed";
+                        st.detail = format!(
+                            "its fields span {width} bytes of the {event} record on this \
+                             kernel, more than the {} a program copies at once",
+                            SPAN_USABLE
+                        );
+                    }
+                }
+            }
+        }
         let reasons = ReasonTables::from_formats(
             formats.get(&("kvm", "kvm_exit")).and_then(|f| f.as_ref()),
             formats
@@ -843,12 +919,12 @@ impl Collector {
             .max(page_size() as u32)
             .checked_next_power_of_two()
             .unwrap_or(1 << 30);
-        let globals: Vec<(String, BsField)> = globals.into_iter().collect();
         stages.end("tracefs formats");
         let (mut ebpf, kernel_btf) = load_object(
             &config,
             &topology,
             &globals,
+            &spans,
             !newtask_ok,
             ring_bytes,
             &mut stages,
@@ -910,12 +986,25 @@ impl Collector {
                 .ok_or_else(|| map_error("followed", "absent"))?;
             let mut followed = BpfHashMap::<&mut MapData, u32, u32>::try_from(map)
                 .map_err(|e| map_error("followed", e))?;
+            // Phase 0 until the first phase mark.
             for &p in &procs {
                 followed
-                    .insert(p, 1, 0)
+                    .insert(p, 0, 0)
                     .map_err(|e| map_error("followed", e))?;
                 tgids.insert(p);
             }
+        }
+        {
+            let map = ebpf
+                .map_mut("target")
+                .ok_or_else(|| map_error("target", "absent"))?;
+            let mut slot = Array::<&mut MapData, bpf::BsTarget>::try_from(map)
+                .map_err(|e| map_error("target", e))?;
+            let target = bpf::BsTarget {
+                tgid: target_pid,
+                phase: 0,
+            };
+            slot.set(0, target, 0).map_err(|e| map_error("target", e))?;
         }
         {
             let map = ebpf
@@ -940,6 +1029,40 @@ impl Collector {
         }
 
         stages.end("seed");
+
+        // Before attaching, so that every run of ours is counted.
+        let mut stats_source = None;
+        let bpf_stats = if config.bpf_stats {
+            match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+                Ok(fd) => {
+                    stats_source = Some(DataSource {
+                        name: "bpf_stats:run_time".into(),
+                        status: "attached".into(),
+                        detail: "the kernel counts and times every run of every eBPF program \
+                                 while profiling; sources[].runs and run_ns are ours"
+                            .into(),
+                        collector: "all".into(),
+                        ..Default::default()
+                    });
+                    Some(fd)
+                }
+                Err(e) => {
+                    stats_source = Some(DataSource {
+                        name: "bpf_stats:run_time".into(),
+                        status: "failed".into(),
+                        detail: format!(
+                            "BPF_ENABLE_STATS refused ({e}): program run times need Linux 5.8 \
+                             or later and CAP_SYS_ADMIN; everything else is profiled"
+                        ),
+                        collector: "all".into(),
+                        ..Default::default()
+                    });
+                    None
+                }
+            }
+        } else {
+            None
+        };
 
         // Attach, threads first (PROGRAMS order).
         for st in programs.iter_mut().filter(|s| s.status == "attached") {
@@ -997,6 +1120,7 @@ impl Collector {
             detail: "names of threads that existed before profiling started".into(),
             events: threads.len() as u64,
             collector: "threads".into(),
+            ..Default::default()
         }];
         extra_sources.push(DataSource {
             name: "sysfs:numa".into(),
@@ -1017,13 +1141,16 @@ impl Collector {
             ),
             events: 0,
             collector: "numa".into(),
+            ..Default::default()
         });
         extra_sources.push(kernel_btf.source());
+        extra_sources.extend(stats_source);
         stages.end("finish");
         let state = State {
             startup: stages.done,
             exit_codes: kernel_btf.reads_exit_codes(),
             bpf: ebpf,
+            bpf_stats,
             started,
             start_mono_ns,
             finished_ns: None,
@@ -1312,14 +1439,31 @@ impl State {
             let tgid = mark.tgid.unwrap_or(self.target_pid);
             if self.current_phase.get(&tgid) != Some(&idx) {
                 self.current_phase.insert(tgid, idx);
-                if let Some(map) = self.bpf.map_mut("phase") {
-                    if let Ok(mut m) = BpfHashMap::<&mut MapData, u32, u32>::try_from(map) {
-                        let _ = m.insert(tgid, idx, 0);
-                    }
-                }
+                self.set_phase(tgid, idx);
             }
         }
         self.marks.push(mark);
+    }
+
+    /// Tells the kernel a process's phase: the target's in its array slot
+    /// (unless it has ended: the slot is then cleared), a descendant's in
+    /// `followed` (only while it is there: an ended one is not revived).
+    fn set_phase(&mut self, tgid: u32, phase: u32) {
+        if tgid == self.target_pid {
+            if self.target.ended_ns.is_some() {
+                return;
+            }
+            if let Some(map) = self.bpf.map_mut("target") {
+                if let Ok(mut slot) = Array::<&mut MapData, bpf::BsTarget>::try_from(map) {
+                    let _ = slot.set(0, bpf::BsTarget { tgid, phase }, 0);
+                }
+            }
+        }
+        if let Some(map) = self.bpf.map_mut("followed") {
+            if let Ok(mut m) = BpfHashMap::<&mut MapData, u32, u32>::try_from(map) {
+                let _ = m.insert(tgid, phase, BPF_EXIST);
+            }
+        }
     }
 
     fn apply_event(&mut self, e: &BsEvent) {
@@ -1421,6 +1565,56 @@ impl State {
         out
     }
 
+    /// Events each program saw from followed processes: the per-CPU
+    /// counters of the programs that keep one, and for the programs that
+    /// run on every exit, fault, switch or allocation (and keep no counter,
+    /// to stay cheap) the sum of what they counted. An event a full map
+    /// could not count is in `map_overflows` instead.
+    fn event_counts(&self) -> [u64; bpf::SOURCE_COUNT] {
+        fn total<K: Pod>(bpf: &Ebpf, map: &str) -> u64 {
+            hash_entries::<K, u64>(bpf, map)
+                .iter()
+                .map(|(_, n)| n)
+                .sum()
+        }
+        let mut out = self.source_counts();
+        let b = &self.bpf;
+        out[Source::KvmExit as usize] = total::<bpf::BsExitKey>(b, "exit_counts");
+        out[Source::KvmEntry as usize] =
+            hash_entries::<bpf::BsExitLatKey, bpf::BsHist>(b, "exit_latency")
+                .iter()
+                .map(|(_, h)| h.count)
+                .sum();
+        out[Source::KvmUserspaceExit as usize] = total::<bpf::BsUexitKey>(b, "uexit_counts");
+        out[Source::KvmPio as usize] = total::<bpf::BsPioKey>(b, "pio_counts");
+        out[Source::KvmMmio as usize] = total::<bpf::BsMmioKey>(b, "mmio_counts");
+        out[Source::KvmMsr as usize] = total::<bpf::BsMsrKey>(b, "msr_counts");
+        out[Source::KvmCpuid as usize] = total::<bpf::BsCpuidKey>(b, "cpuid_counts");
+        out[Source::KvmEmulateInsn as usize] = total::<bpf::BsEmulateKey>(b, "emulate_counts");
+        for (k, n) in hash_entries::<bpf::BsFaultKey, u64>(b, "fault_counts") {
+            let source = match k.kind {
+                bpf::fault_kind::GUEST => Source::KvmPageFault,
+                bpf::fault_kind::GUEST_MAP => Source::KvmmmuSpteRequested,
+                bpf::fault_kind::GUEST_MMIO => Source::KvmmmuMmioPageFault,
+                bpf::fault_kind::HOST_USER => Source::PageFaultUser,
+                bpf::fault_kind::HOST_KERNEL => Source::PageFaultKernel,
+                _ => continue,
+            };
+            out[source as usize] += n;
+        }
+        out[Source::SchedSwitch as usize] =
+            hash_entries::<bpf::BsRunKey, bpf::BsRunVal>(b, "run_time")
+                .iter()
+                .map(|(_, v)| v.slices)
+                .sum();
+        out[Source::MmPageAlloc as usize] =
+            hash_entries::<bpf::BsNumaKey, bpf::BsNumaVal>(b, "numa_pages")
+                .iter()
+                .map(|(_, v)| v.allocs)
+                .sum();
+        out
+    }
+
     /// Reads KVM's own counts; `rescan` also looks for new vCPUs.
     fn refresh_kvm_stats(&mut self, rescan: bool) {
         let pids: Vec<u32> = self.tgids.iter().copied().collect();
@@ -1433,9 +1627,8 @@ impl State {
     fn take_sample(&mut self) {
         self.refresh_kvm_stats(true);
         let t_ns = self.now_ns();
-        let counts = self.source_counts();
-        let exits = self.exit_reasons(&counts);
-        let faults = self.faults(&counts);
+        let exits = self.exit_reasons();
+        let faults = self.faults();
         let by_reason: BTreeMap<String, u64> = exits
             .by_reason
             .iter()
@@ -1458,14 +1651,14 @@ impl State {
     }
 
     /// `exits` without the per-port detail (what samples need).
-    fn exit_reasons(&self, counts: &[u64; bpf::SOURCE_COUNT]) -> ExitProfile {
+    fn exit_reasons(&self) -> ExitProfile {
         let mut out = ExitProfile::default();
         let uexit_attached = self.attached(Source::KvmUserspaceExit);
         let exit_entries: Vec<(bpf::BsExitKey, u64)> = hash_entries(&self.bpf, "exit_counts");
         let mut by_vcpu: BTreeMap<(u32, u32), VcpuExits> = BTreeMap::new();
         let mut by_phase: BTreeMap<u32, BTreeMap<String, u64>> = BTreeMap::new();
         let mut by_reason: BTreeMap<(u32, u32), (String, u64)> = BTreeMap::new();
-        if counts[Source::KvmExit as usize] > 0 || !exit_entries.is_empty() {
+        if !exit_entries.is_empty() {
             out.source = "tracepoint:kvm:kvm_exit".into();
             let isas: BTreeSet<u32> = exit_entries.iter().map(|(k, _)| k.isa).collect();
             out.isa = match isas.iter().copied().collect::<Vec<_>>()[..] {
@@ -1589,8 +1782,8 @@ impl State {
             .any(|p| p.spec.source == s && p.status == "attached")
     }
 
-    fn exits(&self, counts: &[u64; bpf::SOURCE_COUNT]) -> ExitProfile {
-        let mut out = self.exit_reasons(counts);
+    fn exits(&self) -> ExitProfile {
+        let mut out = self.exit_reasons();
         out.kvm_stats_exits = self.kvm_stats.total();
         let mut pio: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
         for (k, n) in hash_entries::<bpf::BsPioKey, u64>(&self.bpf, "pio_counts") {
@@ -1675,12 +1868,14 @@ impl State {
         out
     }
 
-    fn faults(&self, counts: &[u64; bpf::SOURCE_COUNT]) -> PageFaultProfile {
+    fn faults(&self) -> PageFaultProfile {
         let mut out = PageFaultProfile::default();
-        let guest_kind = if counts[Source::KvmPageFault as usize] > 0 {
+        let entries = hash_entries::<bpf::BsFaultKey, u64>(&self.bpf, "fault_counts");
+        let has = |kind| entries.iter().any(|(k, n)| k.kind == kind && *n > 0);
+        let guest_kind = if has(bpf::fault_kind::GUEST) {
             out.guest_source = "tracepoint:kvm:kvm_page_fault".into();
             Some(bpf::fault_kind::GUEST)
-        } else if counts[Source::KvmmmuSpteRequested as usize] > 0 {
+        } else if has(bpf::fault_kind::GUEST_MAP) {
             out.guest_source = "tracepoint:kvmmmu:kvm_mmu_spte_requested".into();
             Some(bpf::fault_kind::GUEST_MAP)
         } else {
@@ -1688,7 +1883,7 @@ impl State {
         };
         let mut by_thread: BTreeMap<u32, ThreadFaults> = BTreeMap::new();
         let mut by_phase: BTreeMap<u32, PhaseFaults> = BTreeMap::new();
-        for (k, n) in hash_entries::<bpf::BsFaultKey, u64>(&self.bpf, "fault_counts") {
+        for (k, n) in entries {
             let (guest, host) = match k.kind {
                 bpf::fault_kind::HOST_USER => {
                     out.host_user += n;
@@ -1882,12 +2077,18 @@ impl State {
                     _ => {}
                 }
             }
+            let (runs, run_ns) = match self.program_run_stats(p) {
+                Some((runs, ns)) => (Some(runs), Some(ns)),
+                None => (None, None),
+            };
             out.push(DataSource {
                 name: p.spec.source_name(),
                 status,
                 detail,
                 events,
                 collector: collector.into(),
+                runs,
+                run_ns,
             });
         }
         out.push(DataSource {
@@ -1907,6 +2108,7 @@ impl State {
             ),
             events: self.ring_events,
             collector: "all".into(),
+            ..Default::default()
         });
         let (status, detail) = self.kvm_stats.describe();
         out.push(DataSource {
@@ -1915,6 +2117,7 @@ impl State {
             detail,
             events: self.kvm_stats.total().unwrap_or(0),
             collector: "exits".into(),
+            ..Default::default()
         });
         out.extend(self.extra_sources.iter().cloned());
         if self.vmm_marks > 0 {
@@ -1924,15 +2127,30 @@ impl State {
                 detail: "marks added in-process by bootscope's VMM".into(),
                 events: self.vmm_marks,
                 collector: "phases".into(),
+                ..Default::default()
             });
         }
         out
     }
 
+    /// Runs and run time of an attached program, when the kernel keeps
+    /// them (`--bpf-stats`).
+    fn program_run_stats(&self, p: &ProgramState) -> Option<(u64, u64)> {
+        self.bpf_stats.as_ref()?;
+        if p.status != "attached" {
+            return None;
+        }
+        let info = self.bpf.program(p.spec.program)?.info().ok()?;
+        Some((
+            info.run_count(),
+            u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
+        ))
+    }
+
     fn build(&self, now: u64) -> Profile {
-        let counts = self.source_counts();
-        let exits = self.exits(&counts);
-        let page_faults = self.faults(&counts);
+        let counts = self.event_counts();
+        let exits = self.exits();
+        let page_faults = self.faults();
         let (threads, numa) = self.threads_and_numa(now);
         let mut marks = self.marks.clone();
         marks.sort_by_key(|m| m.t_ns);
@@ -2040,6 +2258,35 @@ mod tests {
                 "{view} still shows the mount"
             );
         }
+    }
+
+    #[test]
+    fn spans_cover_each_events_fields_from_an_aligned_start() {
+        let f = |off, size| BsField { off, size };
+        let globals: BTreeMap<String, BsField> = [
+            // Linux 6.1's kvm_exit: exit_reason, isa, vcpu_id.
+            ("kvm_exit__exit_reason", f(8, 4)),
+            ("kvm_exit__isa", f(24, 4)),
+            ("kvm_exit__vcpu_id", f(56, 4)),
+            // A first field off an 8-byte boundary.
+            ("kvm_msr__ecx", f(12, 4)),
+            ("kvm_msr__exception", f(24, 1)),
+            // Absent optional fields take no room.
+            ("kvm_pio__port", f(12, 4)),
+            ("kvm_pio__gone", f(0, 0)),
+            // Too far apart to copy at once.
+            ("wide__a", f(8, 8)),
+            ("wide__b", f(8 + SPAN_USABLE, 4)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let spans = field_spans(&globals);
+        assert_eq!(spans["kvm_exit"], Ok(f(8, 52)));
+        assert_eq!(spans["kvm_msr"], Ok(f(8, 17)));
+        assert_eq!(spans["kvm_pio"], Ok(f(8, 8)));
+        assert_eq!(spans["wide"], Err(SPAN_USABLE + 4));
+        assert_eq!(spans.len(), 4);
     }
 
     #[test]

@@ -108,6 +108,14 @@ pub struct DataSource {
     /// `phases` (or `all`).
     #[serde(default)]
     pub collector: String,
+    /// With `--bpf-stats`: times the kernel ran this eBPF program while
+    /// profiling, for every process (the filter runs before anything is
+    /// counted), and the time those runs took (the kernel's own
+    /// accounting, BPF_ENABLE_STATS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_ns: Option<u64>,
 }
 
 /// A log2 histogram bucket: `count` values in `[lo_ns, hi_ns)`.
