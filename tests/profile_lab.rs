@@ -51,6 +51,14 @@ fn kvm_exit_reasons_latency_and_cross_check_in_the_lab() {
     assert_eq!(p.host.kvm, "svm");
     assert_eq!(p.exits.source, "tracepoint:kvm:kvm_exit");
     assert_eq!(p.exits.isa, "svm");
+    // The PVM fallbacks are not attached where their primaries fire.
+    for name in [
+        "tracepoint:kvm:kvm_userspace_exit",
+        "tracepoint:kvmmmu:kvm_mmu_spte_requested",
+    ] {
+        let s = p.sources.iter().find(|s| s.name == name).unwrap();
+        assert_eq!(s.status, "disabled", "{s:?}");
+    }
     let io = p
         .exits
         .by_reason

@@ -77,6 +77,14 @@ fn counts_exactly_the_guest_port_writes() {
             .find(|s| s.name == "tracepoint:kvm:kvm_userspace_exit")
             .unwrap();
         assert_eq!(fb.status, "fallback");
+        // Raised only by the VMX/SVM code: not attached on PVM.
+        let exit = p
+            .sources
+            .iter()
+            .find(|s| s.name == "tracepoint:kvm:kvm_exit")
+            .unwrap();
+        assert_eq!(exit.status, "disabled", "{exit:?}");
+        assert!(exit.detail.contains("PVM"), "{exit:?}");
     } else {
         assert_eq!(p.exits.source, "tracepoint:kvm:kvm_exit");
     }

@@ -422,6 +422,99 @@ fn process_alive(pid: u32) -> bool {
             .unwrap_or(false)
 }
 
+/// The KVM backend, when exactly one is loaded: which tracepoints can fire
+/// follows from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KvmBackend {
+    /// `kvm_pvm`: kvm_exit and kvm_entry live in the VMX/SVM code.
+    Pvm,
+    /// `kvm_intel` or `kvm_amd` ("vmx", "svm"): kvm_exit and
+    /// kvm_page_fault fire, so their fallbacks are not needed.
+    Hardware(&'static str),
+    /// None or several: everything is attached.
+    Unknown,
+}
+
+impl KvmBackend {
+    fn detect() -> Self {
+        let m = |n: &str| Path::new("/sys/module").join(n).exists();
+        Self::from_modules(m("kvm_pvm"), m("kvm_intel"), m("kvm_amd"))
+    }
+
+    fn from_modules(pvm: bool, intel: bool, amd: bool) -> Self {
+        match (pvm, intel, amd) {
+            (true, false, false) => KvmBackend::Pvm,
+            (false, true, false) => KvmBackend::Hardware("vmx"),
+            (false, false, true) => KvmBackend::Hardware("svm"),
+            _ => KvmBackend::Unknown,
+        }
+    }
+}
+
+/// Why a program is not attached on this host although its collector is
+/// on: it cannot fire here, or it is a fallback whose primary source does.
+/// Each program attached costs start-up (verification, attach) and a run
+/// on every event.
+fn not_needed(spec: &ProgramSpec, backend: KvmBackend, before: &[ProgramState]) -> Option<String> {
+    let attached = |s: Source| {
+        before
+            .iter()
+            .any(|p| p.spec.source == s && p.status == "attached")
+    };
+    match (spec.source, backend) {
+        (Source::SchedProcessFork, _) if attached(Source::TaskNewtask) => {
+            Some("not needed: task:task_newtask follows new processes on this kernel".into())
+        }
+        (Source::KvmExit | Source::KvmEntry, KvmBackend::Pvm) => Some(
+            "not attached: this is a PVM host (kvm_pvm), where only KVM's VMX/SVM code, \
+             absent here, raises it"
+                .into(),
+        ),
+        (Source::KvmUserspaceExit, KvmBackend::Hardware(isa)) => Some(format!(
+            "not needed: kvm:kvm_exit gives the exit reasons on this {isa} host \
+             (this is the PVM fallback)"
+        )),
+        (Source::KvmmmuSpteRequested, KvmBackend::Hardware(isa)) => Some(format!(
+            "not needed: kvm:kvm_page_fault counts guest faults on this {isa} host \
+             (this is its fallback)"
+        )),
+        _ => None,
+    }
+}
+
+/// The maps only one program (or pair) writes: made one entry big when
+/// none of their programs is attached, instead of preallocated in full.
+const PROGRAM_MAPS: &[(&[&str], &str)] = &[
+    (&["bs_kvm_exit"], "exit_counts"),
+    (&["bs_kvm_exit"], "vcpu_tids"),
+    (&["bs_kvm_entry"], "exit_latency"),
+    (&["bs_kvm_exit", "bs_kvm_entry"], "exit_start"),
+    (&["bs_kvm_userspace_exit"], "uexit_counts"),
+    (&["bs_kvm_pio"], "pio_counts"),
+    (&["bs_kvm_mmio"], "mmio_counts"),
+    (&["bs_kvm_msr"], "msr_counts"),
+    (&["bs_kvm_cpuid"], "cpuid_counts"),
+    (&["bs_kvm_emulate_insn"], "emulate_counts"),
+    (&["bs_marker_pio"], "marker_counts"),
+    (&["bs_marker_pio"], "marker_last"),
+    (&["bs_mm_page_alloc"], "numa_pages"),
+    (&["bs_sched_switch"], "run_time"),
+];
+
+/// The maps of [`PROGRAM_MAPS`] that no attached program writes.
+fn unused_maps(programs: &[ProgramState]) -> Vec<&'static str> {
+    let attached = |name: &str| {
+        programs
+            .iter()
+            .any(|p| p.spec.program == name && p.status == "attached")
+    };
+    PROGRAM_MAPS
+        .iter()
+        .filter(|(progs, _)| !progs.iter().any(|p| attached(p)))
+        .map(|(_, map)| *map)
+        .collect()
+}
+
 fn kvm_flavour() -> String {
     let m = |n: &str| Path::new("/sys/module").join(n).exists();
     if m("kvm_pvm") {
@@ -746,13 +839,22 @@ fn field_spans(globals: &BTreeMap<String, BsField>) -> BTreeMap<String, Result<B
 }
 
 /// Loads the object with every field global resolved from the formats.
+/// What the object is loaded with, besides the configuration.
+struct ObjectSettings<'a> {
+    /// `EVENT__FIELD` from the format files.
+    globals: &'a BTreeMap<String, BsField>,
+    /// `EVENT__span` ([`field_spans`]).
+    spans: &'a [(String, BsField)],
+    fork_follows: bool,
+    ring_bytes: u32,
+    /// Maps made one entry big ([`unused_maps`]).
+    unused_maps: &'a [&'static str],
+}
+
 fn load_object(
     config: &CollectorConfig,
     topology: &Topology,
-    globals: &BTreeMap<String, BsField>,
-    spans: &[(String, BsField)],
-    fork_follows: bool,
-    ring_bytes: u32,
+    settings: &ObjectSettings,
     stages: &mut Stages,
 ) -> Result<(Ebpf, KernelBtf), ProfilerError> {
     let (mut loader, btf) = if !Path::new(KERNEL_BTF).exists() {
@@ -767,16 +869,16 @@ fn load_object(
         }
     };
     stages.end("loader");
-    for (name, field) in globals {
+    for (name, field) in settings.globals {
         loader.override_global(name.as_str(), field, true);
     }
     // Only the events whose programs copy spans declare one.
-    for (name, span) in spans {
+    for (name, span) in settings.spans {
         loader.override_global(name.as_str(), span, false);
     }
     let debug_port = u32::from(config.debug_port);
     let boot_time_port = u32::from(config.boot_time_port);
-    let fork_follows = u32::from(fork_follows);
+    let fork_follows = u32::from(settings.fork_follows);
     let read_exit_code = u32::from(btf.reads_exit_codes());
     let nr_ranges = topology.pfn_ranges.len().min(bpf::MAX_PFN_RANGES) as u32;
     loader
@@ -785,13 +887,17 @@ fn load_object(
         .override_global("fork_follows", &fork_follows, true)
         .override_global("read_exit_code", &read_exit_code, true)
         .override_global("nr_pfn_ranges", &nr_ranges, true)
-        .map_max_entries("events", ring_bytes);
+        .map_max_entries("events", settings.ring_bytes);
     if let Some(threads) = config.expected_threads {
         let cpus = topology.cpu_nodes.len() as u32;
         let nodes = topology.nodes.len() as u32;
         for (map, entries) in thread_map_sizes(threads, cpus, nodes) {
             loader.map_max_entries(map, entries);
         }
+    }
+    // After the sizes above: an unused map stays small whatever they say.
+    for map in settings.unused_maps {
+        loader.map_max_entries(map, 1);
     }
     let ebpf = loader
         .load(bpf::OBJECT)
@@ -830,11 +936,20 @@ impl Collector {
         let topology = Topology::read(Path::new("/"));
         stages.end("topology");
 
+        let backend = KvmBackend::detect();
         // Field layouts from the format files.
         let mut formats: HashMap<(&str, &str), Option<EventFormat>> = HashMap::new();
         let mut programs = Vec::new();
         let mut globals: BTreeMap<String, BsField> = BTreeMap::new();
         for spec in PROGRAMS {
+            if let Some(why) = not_needed(spec, backend, &programs) {
+                programs.push(ProgramState {
+                    spec: *spec,
+                    status: "disabled",
+                    detail: why,
+                });
+                continue;
+            }
             let fmt = formats
                 .entry((spec.system, spec.event))
                 .or_insert_with(|| tracefs.format(spec.system, spec.event).ok().flatten())
@@ -920,15 +1035,15 @@ impl Collector {
             .checked_next_power_of_two()
             .unwrap_or(1 << 30);
         stages.end("tracefs formats");
-        let (mut ebpf, kernel_btf) = load_object(
-            &config,
-            &topology,
-            &globals,
-            &spans,
-            !newtask_ok,
+        let unused = unused_maps(&programs);
+        let settings = ObjectSettings {
+            globals: &globals,
+            spans: &spans,
+            fork_follows: !newtask_ok,
             ring_bytes,
-            &mut stages,
-        )?;
+            unused_maps: &unused,
+        };
+        let (mut ebpf, kernel_btf) = load_object(&config, &topology, &settings, &mut stages)?;
 
         // Lookup tables for the NUMA collector.
         {
@@ -2287,6 +2402,94 @@ mod tests {
         assert_eq!(spans["kvm_pio"], Ok(f(8, 8)));
         assert_eq!(spans["wide"], Err(SPAN_USABLE + 4));
         assert_eq!(spans.len(), 4);
+    }
+
+    #[test]
+    fn programs_that_cannot_fire_or_are_fallbacks_are_not_attached() {
+        assert_eq!(
+            KvmBackend::from_modules(true, false, false),
+            KvmBackend::Pvm
+        );
+        assert_eq!(
+            KvmBackend::from_modules(false, false, true),
+            KvmBackend::Hardware("svm")
+        );
+        assert_eq!(
+            KvmBackend::from_modules(true, true, false),
+            KvmBackend::Unknown
+        );
+        assert_eq!(
+            KvmBackend::from_modules(false, false, false),
+            KvmBackend::Unknown
+        );
+        let spec = |src: Source| *PROGRAMS.iter().find(|p| p.source == src).unwrap();
+        let state = |src: Source, status| ProgramState {
+            spec: spec(src),
+            status,
+            detail: String::new(),
+        };
+        let skipped = |src, backend, before: &[ProgramState]| {
+            not_needed(&spec(src), backend, before).is_some()
+        };
+        let svm = KvmBackend::Hardware("svm");
+        let unknown = KvmBackend::Unknown;
+        assert!(skipped(Source::KvmExit, KvmBackend::Pvm, &[]));
+        assert!(skipped(Source::KvmEntry, KvmBackend::Pvm, &[]));
+        assert!(!skipped(Source::KvmUserspaceExit, KvmBackend::Pvm, &[]));
+        assert!(skipped(Source::KvmUserspaceExit, svm, &[]));
+        assert!(skipped(Source::KvmmmuSpteRequested, svm, &[]));
+        assert!(!skipped(Source::KvmExit, svm, &[]));
+        assert!(!skipped(Source::KvmPageFault, KvmBackend::Pvm, &[]));
+        // Unknown backend: everything.
+        for p in PROGRAMS {
+            if p.source != Source::SchedProcessFork {
+                assert!(not_needed(p, unknown, &[]).is_none(), "{p:?}");
+            }
+        }
+        // The fork fallback only where task_newtask is attached.
+        let newtask_ok = [state(Source::TaskNewtask, "attached")];
+        let newtask_missing = [state(Source::TaskNewtask, "missing")];
+        assert!(skipped(Source::SchedProcessFork, unknown, &newtask_ok));
+        assert!(!skipped(
+            Source::SchedProcessFork,
+            unknown,
+            &newtask_missing
+        ));
+        // Their maps stay small; shared ones only when every writer is off.
+        let all: Vec<ProgramState> = PROGRAMS
+            .iter()
+            .map(|p| ProgramState {
+                spec: *p,
+                status: match p.source {
+                    Source::KvmExit => "disabled",
+                    _ => "attached",
+                },
+                detail: String::new(),
+            })
+            .collect();
+        assert_eq!(unused_maps(&all), ["exit_counts", "vcpu_tids"]);
+        let none: Vec<ProgramState> = all
+            .iter()
+            .cloned()
+            .map(|mut p| {
+                p.status = "disabled";
+                p
+            })
+            .collect();
+        assert_eq!(unused_maps(&none).len(), PROGRAM_MAPS.len());
+        // Every map named is a symbol of the object.
+        let symbol = |name: &str| {
+            let n = name.len();
+            bpf::OBJECT
+                .windows(n + 2)
+                .any(|w| w[0] == 0 && &w[1..=n] == name.as_bytes() && w[n + 1] == 0)
+        };
+        for (progs, map) in PROGRAM_MAPS {
+            assert!(symbol(map), "{map}");
+            for prog in *progs {
+                assert!(PROGRAMS.iter().any(|p| p.program == *prog), "{prog}");
+            }
+        }
     }
 
     #[test]
