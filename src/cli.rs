@@ -197,6 +197,10 @@ struct LabArgs {
     /// Memory of the lab machine (the outer QEMU guest).
     #[arg(long, default_value = "2G")]
     memory: String,
+    /// CPUs of the lab machine. With 2, a profiler's threads run beside the
+    /// nested guest's vCPU instead of taking turns with it on one CPU.
+    #[arg(long, default_value_t = 1)]
+    cpus: u32,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 600.0)]
     timeout: f64,
@@ -840,6 +844,7 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     };
     let mut cfg = bootscope_lab::outer::LabConfig::new(exe, args.args);
     cfg.memory_mib = memory >> 20;
+    cfg.cpus = args.cpus;
     cfg.timeout = Duration::from_secs_f64(args.timeout);
     cfg.extra_programs = args.programs;
     cfg.extra_inputs = args.inputs;
@@ -887,6 +892,7 @@ fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
         );
         cmd_lab(LabArgs {
             memory: "2G".into(),
+            cpus: 1,
             timeout: 900.0,
             exe: None,
             programs: Vec::new(),

@@ -66,6 +66,11 @@ pub struct LabConfig {
     /// Memory of the outer guest in MiB. It must hold the unpacked
     /// initramfs and whatever the program runs inside it (nested guests).
     pub memory_mib: u64,
+    /// CPUs of the outer guest (1 by default). With more than one, QEMU
+    /// runs them on as many host threads (multi-threaded TCG), and a
+    /// profiler's own threads no longer take their time from the nested
+    /// guest's vCPU, as on a real host.
+    pub cpus: u32,
     /// The program to run in the guest (it becomes `/bin/bootscope`).
     pub bootscope_exe: PathBuf,
     /// Its arguments. Existing files named here are carried into the guest;
@@ -97,6 +102,8 @@ impl LabConfig {
     /// Default guest memory: room for bootscope, a nested guest and its
     /// initramfs.
     pub const DEFAULT_MEMORY_MIB: u64 = 2048;
+    /// The most CPUs the lab machine is given.
+    pub const MAX_CPUS: u32 = 16;
     /// Default timeout: generous, since everything runs under emulation.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -104,6 +111,7 @@ impl LabConfig {
     pub fn new(bootscope_exe: impl Into<PathBuf>, args: Vec<OsString>) -> Self {
         LabConfig {
             memory_mib: Self::DEFAULT_MEMORY_MIB,
+            cpus: 1,
             bootscope_exe: bootscope_exe.into(),
             args,
             qemu: PathBuf::from("qemu-system-x86_64"),
@@ -451,6 +459,13 @@ pub fn run_lab_with_console(
             cfg.memory_mib
         )));
     }
+    if !(1..=LabConfig::MAX_CPUS).contains(&cfg.cpus) {
+        return Err(LabError::InvalidConfig(format!(
+            "{} CPUs: the lab machine takes 1 to {}",
+            cfg.cpus,
+            LabConfig::MAX_CPUS
+        )));
+    }
     if cfg.timeout.is_zero() {
         return Err(LabError::InvalidConfig(
             "the timeout must be longer than zero".into(),
@@ -498,6 +513,7 @@ pub fn run_lab_with_console(
     let mut cmd = qemu_command(
         &qemu,
         cfg.memory_mib,
+        cfg.cpus,
         &kernel.vmlinuz,
         &archive,
         &stream_path,
@@ -557,17 +573,20 @@ fn format_tail(lines: &[String]) -> String {
 fn qemu_command(
     qemu: &Path,
     memory_mib: u64,
+    cpus: u32,
     vmlinuz: &Path,
     initrd: &Path,
     stream: &Path,
 ) -> Command {
     let mut cmd = Command::new(qemu);
-    cmd.args(["-accel", "tcg", "-cpu", "EPYC,+svm,+npt"])
+    // One host thread per emulated CPU when there are several.
+    let accel = if cpus > 1 { "tcg,thread=multi" } else { "tcg" };
+    cmd.args(["-accel", accel, "-cpu", "EPYC,+svm,+npt"])
         .arg("-m")
         .arg(format!("{memory_mib}M"))
+        .arg("-smp")
+        .arg(cpus.to_string())
         .args([
-            "-smp",
-            "1",
             "-display",
             "none",
             "-nodefaults",

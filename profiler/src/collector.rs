@@ -808,30 +808,46 @@ const SPAN_USABLE: u32 = bpf::SPAN_MAX - 8;
 
 /// The span of each event's record that its programs read
 /// (`EVENT__span`): from its first field, rounded down to 8 bytes so that
-/// fields keep their alignment, to the end of its last. Err(width) for an
-/// event whose fields are too far apart to copy at once.
-fn field_spans(globals: &BTreeMap<String, BsField>) -> BTreeMap<String, Result<BsField, u32>> {
-    let mut bounds: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+/// fields keep their alignment, to the end of its last. Err(why) for an
+/// event whose fields are too far apart to copy at once, or one of them
+/// not aligned to its size (programs load fields with aligned loads).
+fn field_spans(globals: &BTreeMap<String, BsField>) -> BTreeMap<String, Result<BsField, String>> {
+    let mut fields: BTreeMap<&str, Vec<(&str, BsField)>> = BTreeMap::new();
     for (name, f) in globals {
-        let Some((event, _)) = name.split_once("__") else {
+        let Some((event, field)) = name.split_once("__") else {
             continue;
         };
-        if f.size == 0 {
-            continue;
+        if f.size > 0 {
+            fields.entry(event).or_default().push((field, *f));
         }
-        let b = bounds.entry(event).or_insert((u32::MAX, 0));
-        b.0 = b.0.min(f.off);
-        b.1 = b.1.max(f.off.saturating_add(f.size));
     }
-    bounds
+    fields
         .into_iter()
-        .map(|(event, (lo, hi))| {
+        .map(|(event, fs)| {
+            let lo = fs.iter().map(|(_, f)| f.off).min().unwrap_or(0);
+            let hi = fs
+                .iter()
+                .map(|(_, f)| f.off.saturating_add(f.size))
+                .max()
+                .unwrap_or(0);
             let off = lo & !7;
             let size = hi - off;
-            let span = if size <= SPAN_USABLE {
-                Ok(BsField { off, size })
+            let misaligned = fs
+                .iter()
+                .find(|(_, f)| matches!(f.size, 2 | 4 | 8) && f.off % f.size != 0);
+            let span = if let Some((field, f)) = misaligned {
+                Err(format!(
+                    "its field {field} ({} bytes at offset {}) is not aligned to its size in \
+                     the {event} record on this kernel",
+                    f.size, f.off
+                ))
+            } else if size > SPAN_USABLE {
+                Err(format!(
+                    "its fields span {size} bytes of the {event} record on this kernel, more \
+                     than the {SPAN_USABLE} a program copies at once"
+                ))
             } else {
-                Err(size)
+                Ok(BsField { off, size })
             };
             (event.to_string(), span)
         })
@@ -1005,17 +1021,13 @@ impl Collector {
         for (event, span) in field_spans(&globals) {
             match span {
                 Ok(span) => spans.push((format!("{event}__span"), span)),
-                Err(width) => {
+                Err(why) => {
                     for st in programs
                         .iter_mut()
                         .filter(|p| p.spec.event == event && p.status == "attached")
                     {
                         st.status = "failed";
-                        st.detail = format!(
-                            "its fields span {width} bytes of the {event} record on this \
-                             kernel, more than the {} a program copies at once",
-                            SPAN_USABLE
-                        );
+                        st.detail = why.clone();
                     }
                 }
             }
@@ -2392,6 +2404,9 @@ mod tests {
             // Too far apart to copy at once.
             ("wide__a", f(8, 8)),
             ("wide__b", f(8 + SPAN_USABLE, 4)),
+            // A packed record.
+            ("packed__a", f(8, 1)),
+            ("packed__b", f(9, 4)),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -2400,8 +2415,14 @@ mod tests {
         assert_eq!(spans["kvm_exit"], Ok(f(8, 52)));
         assert_eq!(spans["kvm_msr"], Ok(f(8, 17)));
         assert_eq!(spans["kvm_pio"], Ok(f(8, 8)));
-        assert_eq!(spans["wide"], Err(SPAN_USABLE + 4));
-        assert_eq!(spans.len(), 4);
+        let wide = spans["wide"].as_ref().unwrap_err();
+        assert!(
+            wide.contains(&format!("span {} bytes", SPAN_USABLE + 4)),
+            "{wide}"
+        );
+        let packed = spans["packed"].as_ref().unwrap_err();
+        assert!(packed.contains("field b (4 bytes at offset 9)"), "{packed}");
+        assert_eq!(spans.len(), 5);
     }
 
     #[test]
