@@ -305,3 +305,57 @@ fn a_marker_flood_is_streamed_without_loss() {
     );
     assert!(p.marks.iter().any(|m| m.name == "vmm: guest shutdown"));
 }
+
+/// A VMM started by the profiled command (here a shell) is followed as a
+/// descendant: its port writes are counted and its exits filed under the
+/// phases its own marks open (the phase of a descendant lives in the
+/// `followed` map, the launched command's in the target slot).
+#[test]
+fn follows_a_vmm_started_by_the_command() {
+    if !can_profile() || !kvm_available() {
+        return;
+    }
+    let dir = scratch("descendant");
+    let out = dir.join("profile.json");
+    let o = run(
+        bootscope().args([
+            "profile",
+            "--output",
+            out.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            // `; true`: the shell forks the VMM instead of becoming it.
+            "\"$0\" run --kernel \"$1\" --serial null --no-summary --no-profile; true",
+            env!("CARGO_BIN_EXE_bootscope"),
+            &fixture("mini-bzimage-ports.bin"),
+        ]),
+        None,
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "bootscope profile failed: {err}");
+    let p = read_profile(&out);
+    assert_eq!(p.target.name, "sh");
+    assert_eq!(marker(&p, 0x80, 0x90), 1000, "{:?}", p.exits.marker_writes);
+    let vmm_tgid = p
+        .marks
+        .iter()
+        .find(|m| m.name == "port 0x80: custom 0x90")
+        .and_then(|m| m.tgid)
+        .expect("the 0x90 mark");
+    assert_ne!(vmm_tgid, p.target.pid, "the VMM is a child of the shell");
+    // All but the few exits before the phase reached the kernel.
+    let in_phase: u64 = p
+        .exits
+        .by_phase
+        .iter()
+        .filter(|x| x.phase == "custom 0x90")
+        .flat_map(|x| x.by_reason.values())
+        .sum();
+    assert!(
+        (900..=1001).contains(&in_phase),
+        "{in_phase} exits in custom 0x90: {:?}",
+        p.exits.by_phase
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
