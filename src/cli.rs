@@ -655,6 +655,10 @@ fn attach_self_profile(
             m.value.map(u64::from),
             clock.instant_at(m.t_ns),
         );
+        // Their statistics files exist now: the cross-check's source.
+        if m.name == bootscope_vmm::timeline::vmm_marks::VCPUS_CREATED {
+            c.vcpus_created();
+        }
     };
     // Marks recorded before the collector was ready (process start, memory).
     for m in recorder.snapshot() {

@@ -94,10 +94,15 @@ fn run_writes_its_own_profile() {
     );
     // Cross-check: KVM's own exit count, as the VMM read it, matches the
     // profile's copy.
+    // The profiler finds the VMM's statistics files once it says its vCPUs
+    // exist, and reads its copies after the VM is gone.
     let vmm_exits = t["kvm_stats"]["exits"].as_u64().unwrap();
-    if let Some(k) = p["exits"]["kvm_stats_exits"].as_u64() {
-        assert_eq!(k, vmm_exits);
-    }
+    assert_eq!(
+        p["exits"]["kvm_stats_exits"].as_u64(),
+        Some(vmm_exits),
+        "{}",
+        p["sources"]
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 

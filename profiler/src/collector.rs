@@ -83,7 +83,7 @@ pub struct CollectorConfig {
     pub command: Vec<String>,
     /// How often cumulative counters are sampled into `Profile::samples`
     /// (at most: samples are spaced at least 250 times their own cost, so
-    /// the sampler stays under 0.4 % of a CPU on a slow machine).
+    /// the sampler stays under 0.1 % of a CPU on a slow machine).
     pub sample_interval: Duration,
     /// Ring buffer size in bytes (rounded up to a power of two, at least a
     /// page).
@@ -1403,6 +1403,15 @@ impl Collector {
         st.build(now)
     }
 
+    /// A VMM profiling itself calls this once its vCPUs exist: their KVM
+    /// statistics files are found now, in one scan of its descriptor table,
+    /// instead of scan after scan until they show up.
+    pub fn vcpus_created(&self) {
+        let mut st = self.lock();
+        st.kvm_stats.request_scan();
+        st.refresh_kvm_stats(true);
+    }
+
     /// Stops profiling and returns the final profile (partial if the target
     /// ended early).
     pub fn finish(mut self) -> Profile {
@@ -1443,10 +1452,10 @@ impl Drop for Collector {
 }
 
 /// Samples are at least this many times their own duration apart.
-const SAMPLE_SPACING: u32 = 250;
+const SAMPLE_SPACING: u32 = 1000;
 
 /// Time to the next sample: the interval asked for, or more when a sample
-/// costs over 0.4 % of it.
+/// costs over 0.1 % of it.
 fn sample_spacing(interval: Duration, cost: Duration) -> Duration {
     interval.max(cost.saturating_mul(SAMPLE_SPACING))
 }
@@ -1507,7 +1516,7 @@ fn worker_loop(
                 // millisecond natively, tens of milliseconds where every
                 // instruction is emulated. Spacing samples at least
                 // SAMPLE_SPACING times their own cost keeps the sampler
-                // under 0.4 % of a CPU, which on a one-CPU machine is taken
+                // under 0.1 % of a CPU, which on a one-CPU machine is taken
                 // from the guest.
                 next_sample = now + sample_spacing(sample_interval, began.elapsed());
             }
@@ -1743,6 +1752,8 @@ impl State {
     }
 
     /// Reads KVM's own counts; `rescan` also looks for new vCPUs.
+    /// Reads KVM's own counts; `rescan` also looks for new vCPUs (for a
+    /// VMM profiling itself, only once it said they exist).
     fn refresh_kvm_stats(&mut self, rescan: bool) {
         let pids: Vec<u32> = self.tgids.iter().copied().collect();
         // Until a VM shows up, look for one on every tick: short-lived VMs
@@ -1754,7 +1765,7 @@ impl State {
     fn take_sample(&mut self) {
         self.refresh_kvm_stats(true);
         let t_ns = self.now_ns();
-        let exits = self.exit_reasons();
+        let exits = self.exit_reasons(false);
         let faults = self.faults();
         let by_reason: BTreeMap<String, u64> = exits
             .by_reason
@@ -1778,7 +1789,9 @@ impl State {
     }
 
     /// `exits` without the per-port detail (what samples need).
-    fn exit_reasons(&self) -> ExitProfile {
+    /// `with_detail`: the latency histograms and each vCPU's thread too
+    /// (a sample needs only the counts).
+    fn exit_reasons(&self, with_detail: bool) -> ExitProfile {
         let mut out = ExitProfile::default();
         let uexit_attached = self.attached(Source::KvmUserspaceExit);
         let exit_entries: Vec<(bpf::BsExitKey, u64)> = hash_entries(&self.bpf, "exit_counts");
@@ -1796,11 +1809,14 @@ impl State {
                 _ => "mixed",
             }
             .into();
-            let vcpu_tids: HashMap<(u32, u32), u32> =
+            let vcpu_tids: HashMap<(u32, u32), u32> = if with_detail {
                 hash_entries::<bpf::BsVcpuKey, u32>(&self.bpf, "vcpu_tids")
                     .into_iter()
                     .map(|(k, v)| ((k.tgid, k.vcpu_id), v))
-                    .collect();
+                    .collect()
+            } else {
+                HashMap::new()
+            };
             for (k, n) in &exit_entries {
                 let name = self.reasons.exit_name(k.isa, k.reason);
                 out.total += n;
@@ -1823,8 +1839,12 @@ impl State {
                     .or_default() += n;
             }
             let mut lat: HashMap<(u32, u32), (Vec<u64>, u64)> = HashMap::new();
-            for (k, h) in hash_entries::<bpf::BsExitLatKey, bpf::BsHist>(&self.bpf, "exit_latency")
-            {
+            let latency = if with_detail {
+                hash_entries::<bpf::BsExitLatKey, bpf::BsHist>(&self.bpf, "exit_latency")
+            } else {
+                Vec::new()
+            };
+            for (k, h) in latency {
                 let e = lat
                     .entry((k.isa, k.reason))
                     .or_insert_with(|| (vec![0; hist::HIST_SLOTS], 0));
@@ -1910,7 +1930,7 @@ impl State {
     }
 
     fn exits(&self) -> ExitProfile {
-        let mut out = self.exit_reasons();
+        let mut out = self.exit_reasons(true);
         out.kvm_stats_exits = self.kvm_stats.total();
         let mut pio: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
         for (k, n) in hash_entries::<bpf::BsPioKey, u64>(&self.bpf, "pio_counts") {
@@ -2329,10 +2349,12 @@ mod tests {
         let ms = Duration::from_millis;
         // Natively a sample costs well under a millisecond: the interval
         // holds.
-        assert_eq!(sample_spacing(ms(200), Duration::from_micros(300)), ms(200));
-        assert_eq!(sample_spacing(ms(200), Duration::from_micros(800)), ms(200));
-        // Emulated, 10 ms a sample: 2.5 s apart.
-        assert_eq!(sample_spacing(ms(200), ms(10)), ms(2500));
+        // (75 to 230 us here: at most 230 ms apart).
+        assert_eq!(sample_spacing(ms(200), Duration::from_micros(80)), ms(200));
+        assert_eq!(sample_spacing(ms(200), Duration::from_micros(200)), ms(200));
+        assert_eq!(sample_spacing(ms(200), Duration::from_micros(230)), ms(230));
+        // Emulated, 3 ms a sample: 3 s apart.
+        assert_eq!(sample_spacing(ms(200), ms(3)), ms(3000));
     }
 
     #[test]

@@ -165,6 +165,12 @@ pub struct KvmStatsReader {
     closed_total: u64,
     closed_count: usize,
     last_error: Option<String>,
+    /// Look for vCPU files only when told ([`Self::request_scan`]): a VMM
+    /// profiling itself says when its vCPUs exist. A scan costs a readlink
+    /// per open file (the profiler's own maps and programs included: about
+    /// seventy), tens of milliseconds where every instruction is emulated.
+    scan_on_request: bool,
+    scan_requested: bool,
 }
 
 impl Default for KvmStatsReader {
@@ -186,6 +192,8 @@ impl KvmStatsReader {
             closed_total: 0,
             closed_count: 0,
             last_error: None,
+            scan_on_request: false,
+            scan_requested: false,
         }
     }
 
@@ -193,17 +201,27 @@ impl KvmStatsReader {
     /// copies of its own files keep the final counts readable after the VM
     /// is gone, so nothing needs reading between samples (debugfs would
     /// have to be read every few milliseconds not to miss the last exits).
+    /// Its files are looked for only when [`Self::request_scan`] says
+    /// they exist.
     pub fn stats_fds_only() -> Self {
-        Self::with_debugfs(Err(
+        let mut r = Self::with_debugfs(Err(
             "not used: the VMM's own statistics files are read".into()
-        ))
+        ));
+        r.scan_on_request = true;
+        r
+    }
+
+    /// The next poll looks for new vCPU files (a VMM profiling itself calls
+    /// this once its vCPUs exist).
+    pub fn request_scan(&mut self) {
+        self.scan_requested = true;
     }
 
     /// Whether counts must be read often (not only at samples): debugfs
     /// loses a VM's counts when the VM goes, and until a VM shows up it is
     /// looked for often so a short-lived one is not missed.
     pub fn needs_frequent_reads(&self) -> bool {
-        self.debugfs.is_ok() || self.total().is_none()
+        self.debugfs.is_ok() || (self.total().is_none() && !self.scan_on_request)
     }
 
     /// `debugfs` or `stats_fd`.
@@ -229,6 +247,11 @@ impl KvmStatsReader {
         for v in &mut self.vcpus {
             v.read();
         }
+        let rescan = if self.scan_on_request {
+            std::mem::take(&mut self.scan_requested)
+        } else {
+            rescan
+        };
         if !rescan {
             return;
         }
