@@ -34,7 +34,9 @@ struct bs_target {
 };
 
 /* Index of each tracepoint program in the per-CPU `source_events` counter
- * array: how many events of followed processes each one saw. */
+ * array: how many events of followed processes each one saw. The programs
+ * that run on every exit, fault, switch or allocation keep no counter there
+ * (userspace sums what they counted); the index still names them. */
 enum bs_source {
 	BS_SRC_KVM_EXIT = 0,
 	BS_SRC_KVM_ENTRY = 1,

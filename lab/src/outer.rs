@@ -1705,6 +1705,47 @@ mod tests {
     }
 
     #[test]
+    fn cpus_become_qemu_arguments() {
+        let args = |cpus| -> Vec<String> {
+            let cmd = qemu_command(
+                Path::new("qemu"),
+                2048,
+                cpus,
+                Path::new("/k"),
+                Path::new("/i"),
+                Path::new("/s"),
+            );
+            cmd.get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        let after = |a: &[String], flag: &str| {
+            let i = a.iter().position(|x| x == flag).unwrap();
+            a[i + 1].clone()
+        };
+        let one = args(1);
+        assert_eq!(after(&one, "-smp"), "1");
+        assert_eq!(after(&one, "-accel"), "tcg");
+        let two = args(2);
+        assert_eq!(after(&two, "-smp"), "2");
+        assert_eq!(after(&two, "-accel"), "tcg,thread=multi");
+    }
+
+    #[test]
+    fn bad_cpu_counts_are_refused_before_anything_runs() {
+        for cpus in [0, LabConfig::MAX_CPUS + 1] {
+            let mut cfg = LabConfig::new("/nonexistent/bootscope", Vec::new());
+            cfg.cpus = cpus;
+            let mut sink = Vec::new();
+            let err = run_lab_with_console(&cfg, &mut sink).unwrap_err();
+            assert!(
+                matches!(&err, LabError::InvalidConfig(m) if m.contains("CPUs")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
     fn chardev_paths_escape_commas() {
         assert_eq!(
             chardev_file_option("lab0", Path::new("/tmp/a,b/out.bin")),
