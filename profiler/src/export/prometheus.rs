@@ -269,6 +269,88 @@ pub fn to_prometheus(p: &Profile) -> String {
         &p.lost_events.to_string(),
     );
 
+    // What profiling cost: start-up stages, and with --bpf-stats the
+    // kernel's own count and time of every program run.
+    if !p.startup.is_empty() {
+        family(
+            &mut out,
+            "bootscope_profiler_startup_seconds",
+            "gauge",
+            "Wall time of each stage of the profiler's start-up, before the target was followed.",
+        );
+        let stages = merge(p.startup.iter().map(|x| (x.stage.clone(), x.ns)), |a, b| {
+            *a += b
+        });
+        for (stage, ns) in &stages {
+            sample(
+                &mut out,
+                "bootscope_profiler_startup_seconds",
+                &[("stage", stage)],
+                &seconds(*ns),
+            );
+        }
+        family(
+            &mut out,
+            "bootscope_profiler_startup_cpu_seconds",
+            "gauge",
+            "CPU time of the thread that started the profiler, per start-up stage.",
+        );
+        let stages = merge(
+            p.startup.iter().map(|x| (x.stage.clone(), x.cpu_ns)),
+            |a, b| *a += b,
+        );
+        for (stage, ns) in &stages {
+            sample(
+                &mut out,
+                "bootscope_profiler_startup_cpu_seconds",
+                &[("stage", stage)],
+                &seconds(*ns),
+            );
+        }
+    }
+    let timed: Vec<_> = p
+        .sources
+        .iter()
+        .filter_map(|s| Some((s, s.runs?, s.run_ns?)))
+        .collect();
+    if !timed.is_empty() {
+        // kvm_pio has two programs (exits and phases): the collector
+        // label tells them apart.
+        let key = |s: &crate::profile::DataSource| format!("{}\0{}", s.name, s.collector);
+        let runs = merge(timed.iter().map(|(s, r, _)| (key(s), *r)), |a, b| *a += b);
+        let ns = merge(timed.iter().map(|(s, _, n)| (key(s), *n)), |a, b| *a += b);
+        family(
+            &mut out,
+            "bootscope_bpf_program_runs_total",
+            "counter",
+            "Runs of each eBPF program while profiling, for every process on the host (--bpf-stats).",
+        );
+        for (k, n) in &runs {
+            let (source, collector) = k.split_once('\0').unwrap_or((k, ""));
+            sample(
+                &mut out,
+                "bootscope_bpf_program_runs_total",
+                &[("source", source), ("collector", collector)],
+                &n.to_string(),
+            );
+        }
+        family(
+            &mut out,
+            "bootscope_bpf_program_run_seconds_total",
+            "counter",
+            "Time the kernel spent running each eBPF program while profiling (--bpf-stats).",
+        );
+        for (k, n) in &ns {
+            let (source, collector) = k.split_once('\0').unwrap_or((k, ""));
+            sample(
+                &mut out,
+                "bootscope_bpf_program_run_seconds_total",
+                &[("source", source), ("collector", collector)],
+                &seconds(*n),
+            );
+        }
+    }
+
     family(
         &mut out,
         "bootscope_profile_duration_seconds",
@@ -537,6 +619,79 @@ mod tests {
             Some(0.9)
         );
         promtool_check(&text);
+    }
+
+    #[test]
+    fn what_profiling_cost_is_exported() {
+        use crate::profile::{DataSource, StartupStage};
+        let mut p = fixture::profile();
+        let stage = |stage: &str, ns, cpu_ns| StartupStage {
+            stage: stage.into(),
+            ns,
+            cpu_ns,
+        };
+        p.startup = vec![
+            stage("maps", 4_000_000, 3_500_000),
+            stage("verify", 3_000_000, 3_000_000),
+        ];
+        let pio = |collector: &str, runs, run_ns| DataSource {
+            name: "tracepoint:kvm:kvm_pio".into(),
+            status: "attached".into(),
+            collector: collector.into(),
+            runs: Some(runs),
+            run_ns: Some(run_ns),
+            ..Default::default()
+        };
+        p.sources.push(pio("exits", 1_002, 2_500_000));
+        p.sources.push(pio("phases", 1_002, 1_500_000));
+        let text = to_prometheus(&p);
+        let lines = parse(&text);
+        assert_eq!(
+            value(
+                &lines,
+                "bootscope_profiler_startup_seconds",
+                &[("stage", "maps")]
+            ),
+            Some(0.004)
+        );
+        assert_eq!(
+            value(
+                &lines,
+                "bootscope_profiler_startup_cpu_seconds",
+                &[("stage", "maps")]
+            ),
+            Some(0.0035)
+        );
+        let labels = |c| [("source", "tracepoint:kvm:kvm_pio"), ("collector", c)];
+        assert_eq!(
+            value(
+                &lines,
+                "bootscope_bpf_program_runs_total",
+                &labels("phases")
+            ),
+            Some(1002.0)
+        );
+        assert_eq!(
+            value(
+                &lines,
+                "bootscope_bpf_program_run_seconds_total",
+                &labels("exits")
+            ),
+            Some(0.0025)
+        );
+        // The fixture's kvm_exit source was not timed: no line for it.
+        assert_eq!(
+            lines
+                .iter()
+                .filter(|l| l.name == "bootscope_bpf_program_runs_total")
+                .count(),
+            2
+        );
+        promtool_check(&text);
+        // Without --bpf-stats or start-up stages, no such families.
+        let text = to_prometheus(&fixture::profile());
+        assert!(!text.contains("bootscope_bpf_program"));
+        assert!(!text.contains("bootscope_profiler_startup"));
     }
 
     #[test]
