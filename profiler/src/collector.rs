@@ -854,7 +854,6 @@ fn field_spans(globals: &BTreeMap<String, BsField>) -> BTreeMap<String, Result<B
         .collect()
 }
 
-/// Loads the object with every field global resolved from the formats.
 /// What the object is loaded with, besides the configuration.
 struct ObjectSettings<'a> {
     /// `EVENT__FIELD` from the format files.
@@ -867,6 +866,7 @@ struct ObjectSettings<'a> {
     unused_maps: &'a [&'static str],
 }
 
+/// Loads the object with every field global resolved from the formats.
 fn load_object(
     config: &CollectorConfig,
     topology: &Topology,
