@@ -916,6 +916,20 @@ pub fn draw_status(f: &mut Frame, area: Rect, app: &App) {
         ),
         sep(),
     ]);
+    // With --bpf-stats: what the eBPF programs have cost so far.
+    let (runs, run_ns) = p
+        .sources
+        .iter()
+        .filter_map(|s| Some((s.runs?, s.run_ns?)))
+        .fold((0u64, 0u64), |(r, n), (a, b)| (r + a, n + b));
+    if runs > 0 {
+        line1.push(Span::raw(format!(
+            "eBPF {:.1} ms in {} runs",
+            run_ns as f64 / 1e6,
+            fmt_count(runs)
+        )));
+        line1.push(sep());
+    }
     line1.extend(sources_spans(p, t));
     if let Some(n) = &app.note {
         line1.push(sep());

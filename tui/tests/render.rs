@@ -339,6 +339,15 @@ fn status_line_live_paused_and_ended() {
         &render(140, 2, |f, a| ui::draw_status(f, a, &app)),
     );
     app.paused = false;
+    // Profiled with --bpf-stats: the programs' cost so far.
+    for s in app.profile.sources.iter_mut().take(2) {
+        s.runs = Some(21_500);
+        s.run_ns = Some(43_250_000);
+    }
+    snapshot(
+        "status-bpf-stats",
+        &render(160, 2, |f, a| ui::draw_status(f, a, &app)),
+    );
     let mut last = fixture(2000);
     last.target.exit_code = Some(0);
     last.target.ended_ns = Some(2000 * MS);
