@@ -14,8 +14,13 @@
 //!    alive, so the final count stays readable after the target closed its
 //!    VM; it is closed as soon as the target's own descriptor is gone.
 //!
-//! A VM's debugfs directory disappears with the VM, so that method can miss
-//! the last exits of a VM destroyed between two reads.
+//! A VM's debugfs directory disappears with the VM. So once a VM of a
+//! followed process shows up there, its VM descriptor (the directory is
+//! named `<pid>-<fd>`) is copied with `pidfd_getfd(2)` as well: the copy
+//! keeps the VM, and its directory, until the profiler has read the final
+//! count (when the process ends, or at the end of profiling). Until the
+//! first VM is held, debugfs is looked at every tick; after that only at
+//! samples, so a profiled guest no longer pays for a read every 10 ms.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -99,6 +104,40 @@ fn exits_offset(file: &File) -> std::io::Result<Option<u64>> {
     }))
 }
 
+/// A VM of a followed process kept alive by a copy of its descriptor, so
+/// that its debugfs directory outlives the process until its final count
+/// has been read.
+#[derive(Debug)]
+struct HeldVm {
+    tgid: u32,
+    /// Its debugfs directory name, `<pid>-<fd>`.
+    name: String,
+    _file: File,
+}
+
+/// Copies the VM descriptor behind a debugfs directory `<pid>-<fd>`, if
+/// that descriptor still is that VM.
+fn hold_vm(name: &str) -> std::io::Result<HeldVm> {
+    let bad = || std::io::Error::other(format!("{name} is not a <pid>-<fd> VM directory"));
+    let (pid, fd) = name.split_once('-').ok_or_else(bad)?;
+    let (tgid, fd): (u32, u32) = (
+        pid.parse().map_err(|_| bad())?,
+        fd.parse().map_err(|_| bad())?,
+    );
+    let link = std::fs::read_link(format!("/proc/{tgid}/fd/{fd}"))?;
+    if !link.to_string_lossy().starts_with("anon_inode:kvm-vm") {
+        return Err(std::io::Error::other(format!(
+            "fd {fd} of pid {tgid} is {} now, not its VM",
+            link.display()
+        )));
+    }
+    Ok(HeldVm {
+        tgid,
+        name: name.to_string(),
+        _file: copy_fd(tgid, fd)?,
+    })
+}
+
 /// One vCPU of a followed process, through its stats file.
 #[derive(Debug)]
 struct VcpuStats {
@@ -165,6 +204,8 @@ pub struct KvmStatsReader {
     closed_total: u64,
     closed_count: usize,
     last_error: Option<String>,
+    /// VMs kept alive for their final debugfs count.
+    held_vms: Vec<HeldVm>,
     /// Look for vCPU files only when told ([`Self::request_scan`]): a VMM
     /// profiling itself says when its vCPUs exist. A scan costs a readlink
     /// per open file (the profiler's own maps and programs included: about
@@ -192,6 +233,7 @@ impl KvmStatsReader {
             closed_total: 0,
             closed_count: 0,
             last_error: None,
+            held_vms: Vec::new(),
             scan_on_request: false,
             scan_requested: false,
         }
@@ -221,7 +263,11 @@ impl KvmStatsReader {
     /// loses a VM's counts when the VM goes, and until a VM shows up it is
     /// looked for often so a short-lived one is not missed.
     pub fn needs_frequent_reads(&self) -> bool {
-        self.debugfs.is_ok() || (self.total().is_none() && !self.scan_on_request)
+        match &self.debugfs {
+            // Until a VM is held: its counts would go with it.
+            Ok(_) => self.held_vms.is_empty(),
+            Err(_) => self.total().is_none() && !self.scan_on_request,
+        }
     }
 
     /// `debugfs` or `stats_fd`.
@@ -239,6 +285,12 @@ impl KvmStatsReader {
     pub fn poll(&mut self, tgids: &[u32], rescan: bool) {
         if let Ok(dir) = &self.debugfs {
             for (k, v) in read_debugfs_exits(dir, tgids) {
+                if !self.held_vms.iter().any(|h| h.name == k) {
+                    match hold_vm(&k) {
+                        Ok(h) => self.held_vms.push(h),
+                        Err(e) => self.last_error = Some(format!("VM {k}: {e}")),
+                    }
+                }
                 let e = self.debugfs_values.entry(k).or_default();
                 *e = (*e).max(v);
             }
@@ -312,6 +364,14 @@ impl KvmStatsReader {
     /// Closes every vCPU stats file of a process that ended (after reading
     /// it one last time).
     pub fn release(&mut self, tgid: u32) {
+        if let Ok(dir) = &self.debugfs {
+            // The final counts, while the copies still keep the VMs.
+            for (k, v) in read_debugfs_exits(dir, &[tgid]) {
+                let e = self.debugfs_values.entry(k).or_default();
+                *e = (*e).max(v);
+            }
+            self.held_vms.retain(|h| h.tgid != tgid);
+        }
         let mut i = 0;
         while i < self.vcpus.len() {
             if self.vcpus[i].tgid == tgid {
@@ -347,13 +407,21 @@ impl KvmStatsReader {
             Ok(dir) => (
                 "attached",
                 format!(
-                    "exits of VM(s) {} under {}",
+                    "exits of VM(s) {} under {}{}",
                     self.debugfs_values
                         .keys()
                         .cloned()
                         .collect::<Vec<_>>()
                         .join(", "),
-                    dir.display()
+                    dir.display(),
+                    match &self.last_error {
+                        Some(e) => format!(
+                            "; a VM could not be held for its final count, which may miss \
+                             its last exits ({e})"
+                        ),
+                        None =>
+                            "; each VM held (pidfd_getfd) until its final count was read".into(),
+                    }
                 ),
             ),
             Err(why) => {
