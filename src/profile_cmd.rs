@@ -3,6 +3,7 @@
 //! its profile.
 
 use std::ffi::OsString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -160,6 +161,10 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
             INTERRUPTED.store(true, Ordering::SeqCst);
         }
     }
+    // Sleep until the target ends (its pidfd becomes readable), Ctrl-C or
+    // --duration: a profiler polling every few milliseconds takes its CPU
+    // from the guest on a small machine.
+    let pidfd = pidfd_open(collector.target_pid());
     loop {
         if let Some(h) = held.as_mut() {
             if let Some(s) = h
@@ -176,11 +181,17 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
             stopped_by = "interrupted";
             break;
         }
-        if duration.is_some_and(|d| started.elapsed() >= d) {
+        let left = duration.map(|d| d.saturating_sub(started.elapsed()));
+        if left.is_some_and(|l| l.is_zero()) {
             stopped_by = "--duration elapsed";
             break;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        let ended = wait_for_exit(pidfd.as_ref(), left.unwrap_or(MAX_WAIT).min(MAX_WAIT));
+        // A followed --pid has ended once its pidfd says so, whether or
+        // not the collector has seen its last thread go yet.
+        if ended && held.is_none() {
+            break;
+        }
     }
     let mut profile = collector.finish();
     let mut code = 0;
@@ -218,6 +229,39 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
         eprint!("{}", summary(&profile, &args.output));
     }
     Ok(code)
+}
+
+/// The longest the waiting loop sleeps between checks: how soon Ctrl-C is
+/// acted on (the signal may land on another thread than the waiting one).
+const MAX_WAIT: Duration = Duration::from_millis(500);
+
+/// A pidfd for `pid`, or None where the kernel has none (before 5.3): the
+/// loop then checks every 20 ms instead.
+fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    // SAFETY: on success, a fresh descriptor owned by nobody else.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Waits up to `timeout` for the process behind `pidfd` to end (true when
+/// it has).
+fn wait_for_exit(pidfd: Option<&OwnedFd>, timeout: Duration) -> bool {
+    let Some(fd) = pidfd else {
+        std::thread::sleep(timeout.min(Duration::from_millis(20)));
+        return false;
+    };
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = i32::try_from(timeout.as_millis())
+        .unwrap_or(i32::MAX)
+        .max(1);
+    // SAFETY: one valid pollfd for a descriptor open for the whole call.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    n > 0 && p.revents & libc::POLLIN != 0
 }
 
 fn ms(ns: u64) -> String {
