@@ -110,8 +110,6 @@ fn exits_offset(file: &File) -> std::io::Result<Option<u64>> {
 #[derive(Debug)]
 struct HeldVm {
     tgid: u32,
-    /// Its debugfs directory name, `<pid>-<fd>`.
-    name: String,
     _file: File,
 }
 
@@ -133,7 +131,6 @@ fn hold_vm(name: &str) -> std::io::Result<HeldVm> {
     }
     Ok(HeldVm {
         tgid,
-        name: name.to_string(),
         _file: copy_fd(tgid, fd)?,
     })
 }
@@ -206,6 +203,9 @@ pub struct KvmStatsReader {
     last_error: Option<String>,
     /// VMs kept alive for their final debugfs count.
     held_vms: Vec<HeldVm>,
+    /// Every VM ever held (by directory name): a VM shows up in debugfs
+    /// just before its descriptor is installed, so a first try can fail.
+    ever_held: std::collections::BTreeSet<String>,
     /// Look for vCPU files only when told ([`Self::request_scan`]): a VMM
     /// profiling itself says when its vCPUs exist. A scan costs a readlink
     /// per open file (the profiler's own maps and programs included: about
@@ -234,6 +234,7 @@ impl KvmStatsReader {
             closed_count: 0,
             last_error: None,
             held_vms: Vec::new(),
+            ever_held: std::collections::BTreeSet::new(),
             scan_on_request: false,
             scan_requested: false,
         }
@@ -285,9 +286,13 @@ impl KvmStatsReader {
     pub fn poll(&mut self, tgids: &[u32], rescan: bool) {
         if let Ok(dir) = &self.debugfs {
             for (k, v) in read_debugfs_exits(dir, tgids) {
-                if !self.held_vms.iter().any(|h| h.name == k) {
+                if !self.ever_held.contains(&k) {
                     match hold_vm(&k) {
-                        Ok(h) => self.held_vms.push(h),
+                        Ok(h) => {
+                            self.ever_held.insert(k.clone());
+                            self.held_vms.push(h);
+                        }
+                        // Tried again at the next read.
                         Err(e) => self.last_error = Some(format!("VM {k}: {e}")),
                     }
                 }
@@ -414,13 +419,18 @@ impl KvmStatsReader {
                         .collect::<Vec<_>>()
                         .join(", "),
                     dir.display(),
-                    match &self.last_error {
-                        Some(e) => format!(
+                    if self
+                        .debugfs_values
+                        .keys()
+                        .all(|k| self.ever_held.contains(k))
+                    {
+                        "; each VM held (pidfd_getfd) until its final count was read".into()
+                    } else {
+                        format!(
                             "; a VM could not be held for its final count, which may miss \
-                             its last exits ({e})"
-                        ),
-                        None =>
-                            "; each VM held (pidfd_getfd) until its final count was read".into(),
+                             its last exits ({})",
+                            self.last_error.as_deref().unwrap_or("no error recorded")
+                        )
                     }
                 ),
             ),
@@ -453,6 +463,24 @@ impl KvmStatsReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_vm_held_on_a_later_try_counts_as_held() {
+        let mut r = KvmStatsReader::with_debugfs(Ok(PathBuf::from("/nonexistent/kvm")));
+        r.debugfs_values.insert("96-4".into(), 1163);
+        // The first try fell in the window before the descriptor existed.
+        r.last_error = Some("VM 96-4: No such file or directory".into());
+        let (_, detail) = r.describe();
+        assert!(detail.contains("could not be held"), "{detail}");
+        assert!(detail.contains("No such file"), "{detail}");
+        r.ever_held.insert("96-4".into());
+        let (status, detail) = r.describe();
+        assert_eq!(status, "attached");
+        assert!(detail.contains("each VM held"), "{detail}");
+        // Until a VM is held, debugfs is read every tick.
+        let fresh = KvmStatsReader::with_debugfs(Ok(PathBuf::from("/nonexistent/kvm")));
+        assert!(fresh.needs_frequent_reads());
+    }
 
     #[test]
     fn sums_only_the_target_vms() {
