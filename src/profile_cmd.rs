@@ -411,11 +411,7 @@ pub fn summary(p: &Profile, output: &Path) -> String {
             ms(cpu)
         );
     }
-    let mut timed: Vec<_> = p
-        .sources
-        .iter()
-        .filter_map(|x| Some((x, x.runs?, x.run_ns?)))
-        .collect();
+    let mut timed: Vec<_> = p.timed_sources().collect();
     if !timed.is_empty() {
         let runs: u64 = timed.iter().map(|t| t.1).sum();
         let ns: u64 = timed.iter().map(|t| t.2).sum();

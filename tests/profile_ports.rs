@@ -24,12 +24,9 @@ fn counts_exactly_the_guest_port_writes() {
     }
     let dir = scratch("ports");
     let out = dir.join("profile.json");
-    let o = run(
-        bootscope().args([
-            "profile",
-            "--output",
-            out.to_str().unwrap(),
-            "--",
+    let o = profile_command(
+        &out,
+        &[
             env!("CARGO_BIN_EXE_bootscope"),
             "run",
             "--kernel",
@@ -37,7 +34,7 @@ fn counts_exactly_the_guest_port_writes() {
             "--serial",
             "null",
             "--no-summary",
-        ]),
+        ],
         None,
     );
     let err = stderr(&o);
@@ -317,19 +314,16 @@ fn follows_a_vmm_started_by_the_command() {
     }
     let dir = scratch("descendant");
     let out = dir.join("profile.json");
-    let o = run(
-        bootscope().args([
-            "profile",
-            "--output",
-            out.to_str().unwrap(),
-            "--",
+    let o = profile_command(
+        &out,
+        &[
             "sh",
             "-c",
             // `; true`: the shell forks the VMM instead of becoming it.
             "\"$0\" run --kernel \"$1\" --serial null --no-summary --no-profile; true",
             env!("CARGO_BIN_EXE_bootscope"),
             &fixture("mini-bzimage-ports.bin"),
-        ]),
+        ],
         None,
     );
     let err = stderr(&o);

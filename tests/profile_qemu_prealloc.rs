@@ -41,12 +41,9 @@ fn names_prealloc_threads_their_cpus_and_pages() {
     }
     let dir = scratch("qemu");
     let out = dir.join("profile.json");
-    let o = run(
-        bootscope().args([
-            "profile",
-            "--output",
-            out.to_str().unwrap(),
-            "--",
+    let o = profile_command(
+        &out,
+        &[
             "qemu-system-x86_64",
             "-enable-kvm",
             "-S",
@@ -67,7 +64,7 @@ fn names_prealloc_threads_their_cpus_and_pages() {
             "memory-backend=m0",
             "-monitor",
             "stdio",
-        ]),
+        ],
         Some("quit\n"),
     );
     let err = stderr(&o);

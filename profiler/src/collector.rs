@@ -1701,57 +1701,6 @@ impl State {
         out
     }
 
-    /// Events each program saw from followed processes: the per-CPU
-    /// counters of the programs that keep one, and for the programs that
-    /// run on every exit, fault, switch or allocation (and keep no counter,
-    /// to stay cheap) the sum of what they counted. An event a full map
-    /// could not count is in `map_overflows` instead.
-    fn event_counts(&self) -> [u64; bpf::SOURCE_COUNT] {
-        fn total<K: Pod>(bpf: &Ebpf, map: &str) -> u64 {
-            hash_entries::<K, u64>(bpf, map)
-                .iter()
-                .map(|(_, n)| n)
-                .sum()
-        }
-        let mut out = self.source_counts();
-        let b = &self.bpf;
-        out[Source::KvmExit as usize] = total::<bpf::BsExitKey>(b, "exit_counts");
-        out[Source::KvmEntry as usize] =
-            hash_entries::<bpf::BsExitLatKey, bpf::BsHist>(b, "exit_latency")
-                .iter()
-                .map(|(_, h)| h.count)
-                .sum();
-        out[Source::KvmUserspaceExit as usize] = total::<bpf::BsUexitKey>(b, "uexit_counts");
-        out[Source::KvmPio as usize] = total::<bpf::BsPioKey>(b, "pio_counts");
-        out[Source::KvmMmio as usize] = total::<bpf::BsMmioKey>(b, "mmio_counts");
-        out[Source::KvmMsr as usize] = total::<bpf::BsMsrKey>(b, "msr_counts");
-        out[Source::KvmCpuid as usize] = total::<bpf::BsCpuidKey>(b, "cpuid_counts");
-        out[Source::KvmEmulateInsn as usize] = total::<bpf::BsEmulateKey>(b, "emulate_counts");
-        for (k, n) in hash_entries::<bpf::BsFaultKey, u64>(b, "fault_counts") {
-            let source = match k.kind {
-                bpf::fault_kind::GUEST => Source::KvmPageFault,
-                bpf::fault_kind::GUEST_MAP => Source::KvmmmuSpteRequested,
-                bpf::fault_kind::GUEST_MMIO => Source::KvmmmuMmioPageFault,
-                bpf::fault_kind::HOST_USER => Source::PageFaultUser,
-                bpf::fault_kind::HOST_KERNEL => Source::PageFaultKernel,
-                _ => continue,
-            };
-            out[source as usize] += n;
-        }
-        out[Source::SchedSwitch as usize] =
-            hash_entries::<bpf::BsRunKey, bpf::BsRunVal>(b, "run_time")
-                .iter()
-                .map(|(_, v)| v.slices)
-                .sum();
-        out[Source::MmPageAlloc as usize] =
-            hash_entries::<bpf::BsNumaKey, bpf::BsNumaVal>(b, "numa_pages")
-                .iter()
-                .map(|(_, v)| v.allocs)
-                .sum();
-        out
-    }
-
-    /// Reads KVM's own counts; `rescan` also looks for new vCPUs.
     /// Reads KVM's own counts; `rescan` also looks for new vCPUs (for a
     /// VMM profiling itself, only once it said they exist).
     fn refresh_kvm_stats(&mut self, rescan: bool) {
@@ -1765,8 +1714,10 @@ impl State {
     fn take_sample(&mut self) {
         self.refresh_kvm_stats(true);
         let t_ns = self.now_ns();
-        let exits = self.exit_reasons(false);
-        let faults = self.faults();
+        // Samples need the counts only, not each program's events.
+        let mut events = [0; bpf::SOURCE_COUNT];
+        let exits = self.exit_reasons(false, &mut events);
+        let faults = self.faults(&mut events);
         let by_reason: BTreeMap<String, u64> = exits
             .by_reason
             .iter()
@@ -1791,7 +1742,17 @@ impl State {
     /// `exits` without the per-port detail (what samples need).
     /// `with_detail`: the latency histograms and each vCPU's thread too
     /// (a sample needs only the counts).
-    fn exit_reasons(&self, with_detail: bool) -> ExitProfile {
+    ///
+    /// The programs that run on every exit, fault, switch or allocation
+    /// keep no event counter (to stay cheap): this and the other readers of
+    /// their maps add what they counted to `events` (indexed by `Source`)
+    /// as they go, so that a profile reads each map once. An event a full
+    /// map could not count is in `map_overflows` instead.
+    fn exit_reasons(
+        &self,
+        with_detail: bool,
+        events: &mut [u64; bpf::SOURCE_COUNT],
+    ) -> ExitProfile {
         let mut out = ExitProfile::default();
         let uexit_attached = self.attached(Source::KvmUserspaceExit);
         let exit_entries: Vec<(bpf::BsExitKey, u64)> = hash_entries(&self.bpf, "exit_counts");
@@ -1820,6 +1781,7 @@ impl State {
             for (k, n) in &exit_entries {
                 let name = self.reasons.exit_name(k.isa, k.reason);
                 out.total += n;
+                events[Source::KvmExit as usize] += n;
                 let r = by_reason
                     .entry((k.isa, k.reason))
                     .or_insert_with(|| (name.clone(), 0));
@@ -1845,6 +1807,7 @@ impl State {
                 Vec::new()
             };
             for (k, h) in latency {
+                events[Source::KvmEntry as usize] += h.count;
                 let e = lat
                     .entry((k.isa, k.reason))
                     .or_insert_with(|| (vec![0; hist::HIST_SLOTS], 0));
@@ -1881,6 +1844,7 @@ impl State {
             for (k, n) in &entries {
                 let name = self.reasons.userspace_name(k.code);
                 out.total += n;
+                events[Source::KvmUserspaceExit as usize] += n;
                 let r = by_reason
                     .entry((0, k.code))
                     .or_insert_with(|| (name.clone(), 0));
@@ -1929,11 +1893,21 @@ impl State {
             .any(|p| p.spec.source == s && p.status == "attached")
     }
 
-    fn exits(&self) -> ExitProfile {
-        let mut out = self.exit_reasons(true);
+    fn exits(&self, events: &mut [u64; bpf::SOURCE_COUNT]) -> ExitProfile {
+        let mut out = self.exit_reasons(true, events);
+        // Where kvm_exit gave the reasons, the fallback's map was not read
+        // for them (both attached only when the backend is unknown).
+        if out.source == "tracepoint:kvm:kvm_exit" && self.attached(Source::KvmUserspaceExit) {
+            events[Source::KvmUserspaceExit as usize] =
+                hash_entries::<bpf::BsUexitKey, u64>(&self.bpf, "uexit_counts")
+                    .iter()
+                    .map(|(_, n)| n)
+                    .sum();
+        }
         out.kvm_stats_exits = self.kvm_stats.total();
         let mut pio: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
         for (k, n) in hash_entries::<bpf::BsPioKey, u64>(&self.bpf, "pio_counts") {
+            events[Source::KvmPio as usize] += n;
             *pio.entry((k.port, k.rw, k.size)).or_default() += n;
         }
         out.pio = pio
@@ -1957,6 +1931,7 @@ impl State {
             .collect();
         let mut mmio: BTreeMap<(u64, u32), u64> = BTreeMap::new();
         for (k, n) in hash_entries::<bpf::BsMmioKey, u64>(&self.bpf, "mmio_counts") {
+            events[Source::KvmMmio as usize] += n;
             *mmio.entry((k.gpa, k.kind)).or_default() += n;
         }
         out.mmio = mmio
@@ -1977,6 +1952,7 @@ impl State {
             .sort_by(|a, b| b.count.cmp(&a.count).then(a.gpa.cmp(&b.gpa)));
         let mut msr: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
         for (k, n) in hash_entries::<bpf::BsMsrKey, u64>(&self.bpf, "msr_counts") {
+            events[Source::KvmMsr as usize] += n;
             let e = msr.entry((k.msr, k.write)).or_default();
             e.0 += n;
             if k.exception != 0 {
@@ -1996,6 +1972,7 @@ impl State {
             .sort_by(|a, b| b.count.cmp(&a.count).then(a.msr.cmp(&b.msr)));
         let mut cpuid: BTreeMap<(u32, u32), u64> = BTreeMap::new();
         for (k, n) in hash_entries::<bpf::BsCpuidKey, u64>(&self.bpf, "cpuid_counts") {
+            events[Source::KvmCpuid as usize] += n;
             *cpuid.entry((k.function, k.index)).or_default() += n;
         }
         out.cpuid = cpuid
@@ -2007,6 +1984,7 @@ impl State {
             })
             .collect();
         for (k, n) in hash_entries::<bpf::BsEmulateKey, u64>(&self.bpf, "emulate_counts") {
+            events[Source::KvmEmulateInsn as usize] += n;
             out.emulated_instructions += n;
             if k.failed != 0 {
                 out.emulation_failures += n;
@@ -2015,7 +1993,7 @@ impl State {
         out
     }
 
-    fn faults(&self) -> PageFaultProfile {
+    fn faults(&self, events: &mut [u64; bpf::SOURCE_COUNT]) -> PageFaultProfile {
         let mut out = PageFaultProfile::default();
         let entries = hash_entries::<bpf::BsFaultKey, u64>(&self.bpf, "fault_counts");
         let has = |kind| entries.iter().any(|(k, n)| k.kind == kind && *n > 0);
@@ -2031,6 +2009,17 @@ impl State {
         let mut by_thread: BTreeMap<u32, ThreadFaults> = BTreeMap::new();
         let mut by_phase: BTreeMap<u32, PhaseFaults> = BTreeMap::new();
         for (k, n) in entries {
+            let source = match k.kind {
+                bpf::fault_kind::GUEST => Some(Source::KvmPageFault),
+                bpf::fault_kind::GUEST_MAP => Some(Source::KvmmmuSpteRequested),
+                bpf::fault_kind::GUEST_MMIO => Some(Source::KvmmmuMmioPageFault),
+                bpf::fault_kind::HOST_USER => Some(Source::PageFaultUser),
+                bpf::fault_kind::HOST_KERNEL => Some(Source::PageFaultKernel),
+                _ => None,
+            };
+            if let Some(source) = source {
+                events[source as usize] += n;
+            }
             let (guest, host) = match k.kind {
                 bpf::fault_kind::HOST_USER => {
                     out.host_user += n;
@@ -2071,7 +2060,11 @@ impl State {
         out
     }
 
-    fn threads_and_numa(&self, now: u64) -> (Vec<ThreadProfile>, NumaProfile) {
+    fn threads_and_numa(
+        &self,
+        now: u64,
+        events: &mut [u64; bpf::SOURCE_COUNT],
+    ) -> (Vec<ThreadProfile>, NumaProfile) {
         let page = page_size();
         let mut numa = NumaProfile {
             source: if self.attached(Source::MmPageAlloc) {
@@ -2110,12 +2103,14 @@ impl State {
         }
         let mut cpus: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
         for (k, v) in hash_entries::<bpf::BsRunKey, bpf::BsRunVal>(&self.bpf, "run_time") {
+            events[Source::SchedSwitch as usize] += v.slices;
             entry(&mut threads, k.tid, v.tgid);
             *cpus.entry(k.tid).or_default().entry(k.cpu).or_default() += v.run_ns;
         }
         let mut by_node: BTreeMap<u32, NodeLocality> = BTreeMap::new();
         let mut nodes_of: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
         for (k, v) in hash_entries::<bpf::BsNumaKey, bpf::BsNumaVal>(&self.bpf, "numa_pages") {
+            events[Source::MmPageAlloc as usize] += v.allocs;
             entry(&mut threads, k.tid, k.tgid);
             let t = threads.get_mut(&k.tid).expect("just inserted");
             t.pages_allocated += v.pages;
@@ -2295,10 +2290,10 @@ impl State {
     }
 
     fn build(&self, now: u64) -> Profile {
-        let counts = self.event_counts();
-        let exits = self.exits();
-        let page_faults = self.faults();
-        let (threads, numa) = self.threads_and_numa(now);
+        let mut counts = self.source_counts();
+        let exits = self.exits(&mut counts);
+        let page_faults = self.faults(&mut counts);
+        let (threads, numa) = self.threads_and_numa(now, &mut counts);
         let mut marks = self.marks.clone();
         marks.sort_by_key(|m| m.t_ns);
         let phases = phases::derive_spans(&marks, now);

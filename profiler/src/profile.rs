@@ -428,6 +428,14 @@ pub enum ProfileReadError {
 }
 
 impl Profile {
+    /// The sources the kernel timed (`--bpf-stats`): each with its runs
+    /// and run time.
+    pub fn timed_sources(&self) -> impl Iterator<Item = (&DataSource, u64, u64)> {
+        self.sources
+            .iter()
+            .filter_map(|s| Some((s, s.runs?, s.run_ns?)))
+    }
+
     /// An empty profile with the schema fields set.
     pub fn new() -> Self {
         Self {

@@ -78,6 +78,17 @@ pub fn run(cmd: &mut Command, stdin: Option<&str>) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// `bootscope profile --output OUT -- COMMAND...`, with `stdin` fed to the
+/// command: its output.
+pub fn profile_command(out: &Path, command: &[&str], stdin: Option<&str>) -> Output {
+    let mut cmd = bootscope();
+    cmd.args(["profile", "--output"])
+        .arg(out)
+        .arg("--")
+        .args(command);
+    run(&mut cmd, stdin)
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }

@@ -918,10 +918,8 @@ pub fn draw_status(f: &mut Frame, area: Rect, app: &App) {
     ]);
     // With --bpf-stats: what the eBPF programs have cost so far.
     let (runs, run_ns) = p
-        .sources
-        .iter()
-        .filter_map(|s| Some((s.runs?, s.run_ns?)))
-        .fold((0u64, 0u64), |(r, n), (a, b)| (r + a, n + b));
+        .timed_sources()
+        .fold((0u64, 0u64), |(r, n), (_, a, b)| (r + a, n + b));
     if runs > 0 {
         line1.push(Span::raw(format!(
             "eBPF {:.1} ms in {} runs",

@@ -269,85 +269,55 @@ pub fn to_prometheus(p: &Profile) -> String {
         &p.lost_events.to_string(),
     );
 
-    // What profiling cost: start-up stages, and with --bpf-stats the
-    // kernel's own count and time of every program run.
-    if !p.startup.is_empty() {
-        family(
-            &mut out,
+    // What profiling cost: start-up stages (unique: a stage ended twice
+    // adds up), and with --bpf-stats the kernel's own count and time of
+    // every program run (one source per program; kvm_pio has two, told
+    // apart by the collector label).
+    type StageValue = fn(&crate::profile::StartupStage) -> u64;
+    let stage_families: [(&str, &str, StageValue); 2] = [
+        (
             "bootscope_profiler_startup_seconds",
-            "gauge",
             "Wall time of each stage of the profiler's start-up, before the target was followed.",
-        );
-        let stages = merge(p.startup.iter().map(|x| (x.stage.clone(), x.ns)), |a, b| {
-            *a += b
-        });
-        for (stage, ns) in &stages {
-            sample(
-                &mut out,
-                "bootscope_profiler_startup_seconds",
-                &[("stage", stage)],
-                &seconds(*ns),
-            );
-        }
-        family(
-            &mut out,
+            |x| x.ns,
+        ),
+        (
             "bootscope_profiler_startup_cpu_seconds",
-            "gauge",
             "CPU time of the thread that started the profiler, per start-up stage.",
-        );
-        let stages = merge(
-            p.startup.iter().map(|x| (x.stage.clone(), x.cpu_ns)),
-            |a, b| *a += b,
-        );
-        for (stage, ns) in &stages {
-            sample(
-                &mut out,
-                "bootscope_profiler_startup_cpu_seconds",
-                &[("stage", stage)],
-                &seconds(*ns),
-            );
+            |x| x.cpu_ns,
+        ),
+    ];
+    for (name, help, value) in stage_families.iter().filter(|_| !p.startup.is_empty()) {
+        family(&mut out, name, "gauge", help);
+        for x in &p.startup {
+            sample(&mut out, name, &[("stage", &x.stage)], &seconds(value(x)));
         }
     }
-    let timed: Vec<_> = p
-        .sources
-        .iter()
-        .filter_map(|s| Some((s, s.runs?, s.run_ns?)))
-        .collect();
-    if !timed.is_empty() {
-        // kvm_pio has two programs (exits and phases): the collector
-        // label tells them apart.
-        let key = |s: &crate::profile::DataSource| format!("{}\0{}", s.name, s.collector);
-        let runs = merge(timed.iter().map(|(s, r, _)| (key(s), *r)), |a, b| *a += b);
-        let ns = merge(timed.iter().map(|(s, _, n)| (key(s), *n)), |a, b| *a += b);
-        family(
-            &mut out,
+    let timed: Vec<_> = p.timed_sources().collect();
+    let program_families: [(&str, &str, bool); 2] = [
+        (
             "bootscope_bpf_program_runs_total",
-            "counter",
             "Runs of each eBPF program while profiling, for every process on the host (--bpf-stats).",
-        );
-        for (k, n) in &runs {
-            let (source, collector) = k.split_once('\0').unwrap_or((k, ""));
-            sample(
-                &mut out,
-                "bootscope_bpf_program_runs_total",
-                &[("source", source), ("collector", collector)],
-                &n.to_string(),
-            );
-        }
-        family(
-            &mut out,
+            false,
+        ),
+        (
             "bootscope_bpf_program_run_seconds_total",
-            "counter",
             "Time the kernel spent running each eBPF program while profiling (--bpf-stats).",
-        );
-        for (k, n) in &ns {
-            let (source, collector) = k.split_once('\0').unwrap_or((k, ""));
-            sample(
-                &mut out,
-                "bootscope_bpf_program_run_seconds_total",
-                &[("source", source), ("collector", collector)],
-                &seconds(*n),
-            );
+            true,
+        ),
+    ];
+    for (name, help, in_seconds) in program_families.iter().filter(|_| !timed.is_empty()) {
+        family(&mut out, name, "counter", help);
+        for (s, runs, ns) in &timed {
+            let value = if *in_seconds {
+                seconds(*ns)
+            } else {
+                runs.to_string()
+            };
+            let labels = [
+                ("source", s.name.as_str()),
+                ("collector", s.collector.as_str()),
+            ];
+            sample(&mut out, name, &labels, &value);
         }
     }
 
