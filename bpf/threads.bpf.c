@@ -2,7 +2,9 @@
 /* Threads collector: which threads the target has (short-lived ones
  * included), their names, where they ran and for how long.
  *
- * - sched:sched_switch: run time per {thread, CPU}, aggregated here;
+ * - sched:sched_switch: run time per {thread, CPU}, aggregated here (it
+ *   also hands a switched-out vCPU thread's pending exit over, see
+ *   bs_exit_hand_off);
  * - task:task_newtask: new threads and processes (clone flags tell which);
  *   new child processes join `followed`;
  * - sched:sched_process_fork: counted, and follows children when
@@ -15,8 +17,6 @@
 #include "common.bpf.h"
 #include "threads.h"
 
-BS_FIELD(sched_switch, prev_pid);
-BS_FIELD(sched_switch, next_pid);
 BS_FIELD(task_newtask, pid);
 BS_FIELD(task_newtask, comm);
 BS_FIELD(task_newtask, clone_flags);
@@ -24,7 +24,6 @@ BS_FIELD(sched_process_fork, child_pid);
 BS_FIELD(task_rename, pid);
 BS_FIELD(task_rename, newcomm);
 BS_FIELD(sched_process_exit, group_dead);
-BS_SPAN(sched_switch);
 
 /* Set when task:task_newtask is missing: sched_process_fork then follows
  * every child it sees (threads included: harmless, just more keys). */
@@ -68,25 +67,26 @@ static __always_inline void bs_read_comm(void *ctx, char *dst, __u32 off, __u32 
 SEC("tracepoint/sched/sched_switch")
 int bs_sched_switch(void *ctx)
 {
-	__u32 zero = 0, cpu = bpf_get_smp_processor_id();
-	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
-	__u32 tgid = id >> 32, prev;
-	__u64 buf[BS_SPAN_WORDS] = {};
+	__u32 zero = 0;
+	__u64 id = bpf_get_current_pid_tgid(), now;
+	__u32 tgid = id >> 32, tid = (__u32)id;
 	struct bs_oncpu *on = bpf_map_lookup_elem(&oncpu, &zero);
 	struct bs_run_key key = {};
 	struct bs_run_val *val;
 
+	/* The current task is the one switched out: it takes a pending exit
+	 * along (exits collector), and it has run since the previous switch
+	 * on this CPU (no field of the record is needed). */
+	bs_exit_hand_off(tid);
 	if (!on)
 		return 0;
-	BS_LOAD(ctx, sched_switch, buf);
-	prev = BS_GET(buf, sched_switch, prev_pid);
-	/* The current task is the one switched out. Events: the sum of
-	 * slices (userspace adds them up). */
-	if (on->ts_ns && on->tid == prev && prev != 0 && bs_followed(tgid)) {
+	now = bpf_ktime_get_ns();
+	/* Events: the sum of slices (userspace adds them up). */
+	if (on->ts_ns && tid != 0 && bs_followed(tgid)) {
 		__u64 ran = now > on->ts_ns ? now - on->ts_ns : 0;
 
-		key.tid = prev;
-		key.cpu = cpu;
+		key.tid = tid;
+		key.cpu = bpf_get_smp_processor_id();
 		val = bpf_map_lookup_elem(&run_time, &key);
 		if (!val) {
 			struct bs_run_val init = { .tgid = tgid };
@@ -101,7 +101,6 @@ int bs_sched_switch(void *ctx)
 			bs_percpu_inc(&map_overflows, 0);
 		}
 	}
-	on->tid = BS_GET(buf, sched_switch, next_pid);
 	on->ts_ns = now;
 	return 0;
 }

@@ -6,11 +6,9 @@
 /* include/uapi/linux/sched.h: the new task shares its parent's process. */
 #define BS_CLONE_THREAD 0x00010000ULL
 
-/* The task that started running on this CPU, and when. */
+/* When the task running on this CPU was switched in (0: not seen yet). */
 struct bs_oncpu {
 	__u64 ts_ns;
-	__u32 tid;
-	__u32 pad;
 };
 
 /* Run time of one thread on one CPU. */

@@ -219,3 +219,96 @@ fn bpf_stats_account_for_every_event() {
     let _ = std::fs::remove_dir_all(&d);
     let _ = std::fs::remove_dir_all(&d2);
 }
+
+/// `bpftool`, where the dependencies script puts it.
+fn bpftool() -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .chain([PathBuf::from("/usr/sbin")])
+        .map(|d| d.join("bpftool"))
+        .find(|p| p.is_file())
+}
+
+/// The programs that run on every exit, context switch or page allocation
+/// read their record's fields with plain loads: given the offsets as
+/// constants, the verifier dropped every helper-copy fallback, so their
+/// translated code calls no `bpf_probe_read_kernel`.
+#[test]
+fn hot_programs_read_fields_without_helper_calls() {
+    if !can_profile() {
+        return;
+    }
+    let Some(bpftool) = bpftool() else {
+        eprintln!("SKIP: bpftool is not installed (scripts/deps.sh installs it)");
+        return;
+    };
+    const HOT: [&str; 10] = [
+        "bs_kvm_exit",
+        "bs_kvm_userspace_exit",
+        "bs_kvm_pio",
+        "bs_kvm_mmio",
+        "bs_kvm_msr",
+        "bs_kvm_cpuid",
+        "bs_kvm_emulate_insn",
+        "bs_marker_pio",
+        "bs_mm_page_alloc",
+        "bs_sched_switch",
+    ];
+    let d = scratch("hot");
+    let out = d.join("profile.json");
+    let mut child = bootscope()
+        .args(["profile", "--no-summary", "--output"])
+        .arg(&out)
+        .args(["--", "sleep", "4"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let hot_ids = || -> Vec<(String, u64)> {
+        let o = std::process::Command::new(&bpftool)
+            .args(["-j", "prog", "show"])
+            .output()
+            .unwrap();
+        let progs: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        progs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Some((p["name"].as_str()?.to_string(), p["id"].as_u64()?)))
+            .filter(|(n, _)| HOT.contains(&n.as_str()))
+            .collect()
+    };
+    // The programs kvm_pio, mm_page_alloc and sched_switch load on every
+    // KVM flavour; the rest depend on it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut found = Vec::new();
+    while std::time::Instant::now() < deadline {
+        found = hot_ids();
+        let has = |n: &str| found.iter().any(|(f, _)| f == n);
+        if has("bs_kvm_pio") && has("bs_mm_page_alloc") && has("bs_sched_switch") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut checked = Vec::new();
+    for (name, id) in &found {
+        let o = std::process::Command::new(&bpftool)
+            .args(["prog", "dump", "xlated", "id", &id.to_string()])
+            .output()
+            .unwrap();
+        let code = String::from_utf8_lossy(&o.stdout);
+        if !o.status.success() {
+            // Unloaded in the meantime (another test's profile ended).
+            continue;
+        }
+        assert!(code.contains("call"), "{name}: {code}");
+        assert!(!code.contains("probe_read"), "{name} copies a field:\n{code}");
+        checked.push(name.clone());
+    }
+    child.wait().unwrap();
+    for n in ["bs_kvm_pio", "bs_mm_page_alloc", "bs_sched_switch"] {
+        assert!(checked.iter().any(|c| c == n), "{n} not checked: {checked:?}");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
