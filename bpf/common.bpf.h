@@ -10,7 +10,6 @@
 #include <bpf/bpf_core_read.h>
 
 #include "common.h"
-#include "exits.h"
 
 /* GPL: the programs use GPL-only helpers (bpf_probe_read_kernel); the C
  * sources are dual licensed (see each file's SPDX line). Weak, as every
@@ -24,11 +23,27 @@ char LICENSE[] SEC("license") __weak = "GPL";
 	const volatile struct bs_field event##__##field __weak = {}
 
 /* Reads a tracepoint field (unsigned, at most 8 bytes) at its run-time
- * offset, straight from the record: no helper call (see bs_ctx_field). An
- * absent field (size 0) reads as 0. */
+ * offset; an absent field (size 0) reads as 0. One helper call per field:
+ * for programs that run rarely. */
 #define BS_READ(ctx, event, field) \
-	bs_ctx_field((ctx), event##__##field.off, event##__##field.size, \
-		     event##__##field.end)
+	bs_read_field((ctx), event##__##field.off, event##__##field.size)
+
+/* The bytes of an event's record that its programs read, from the first
+ * field to the last (userspace sets it from the same format file, start
+ * rounded down to 8). Hot programs copy that span once (BS_LOAD) and take
+ * each field from the copy (BS_GET): one helper call per event instead of
+ * one per field. */
+#define BS_SPAN(event) \
+	const volatile struct bs_field event##__span __weak = {}
+
+#define BS_SPAN_WORDS (BS_SPAN_MAX / 8)
+
+#define BS_LOAD(ctx, event, buf) \
+	bs_load_span((ctx), event##__span.off, event##__span.size, (buf))
+
+#define BS_GET(buf, event, field) \
+	bs_span_field((buf), event##__##field.off - event##__span.off, \
+		      event##__##field.size)
 
 /* The process being profiled (see struct bs_target); userspace sets it
  * before attaching and writes its phase when a phase mark arrives. */
@@ -57,28 +72,6 @@ struct {
 	__uint(max_entries, 256 * 1024);
 } events SEC(".maps") __weak;
 
-/* The exit each CPU's vCPU thread is handling (exits collector): kvm_exit
- * writes it and kvm_entry, on the same CPU unless the thread was switched
- * out in between, reads it back. A per-CPU slot costs no hashing on the two
- * events every exit raises. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct bs_exit_start);
-} exit_slot SEC(".maps") __weak;
-
-/* Pending exits of threads switched out between kvm_exit and kvm_entry
- * (halts, userspace exits, preemption), by thread: they may come back on
- * another CPU. sched_switch moves them here from exit_slot. LRU: entries
- * of threads that ended are evicted instead of filling it. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u32);
-	__type(value, struct bs_exit_start);
-} exit_start SEC(".maps") __weak;
-
 /* Ring buffer records that could not be reserved (buffer full). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -103,9 +96,7 @@ struct {
 	__type(value, __u64);
 } source_events SEC(".maps") __weak;
 
-/* A field copied with a helper call: for layouts the direct loads below do
- * not cover (a field far into the record, one not aligned to its size). */
-static __always_inline __u64 bs_probe_field(void *ctx, __u32 off, __u32 size)
+static __always_inline __u64 bs_read_field(void *ctx, __u32 off, __u32 size)
 {
 	__u64 v = 0;
 
@@ -115,108 +106,39 @@ static __always_inline __u64 bs_probe_field(void *ctx, __u32 off, __u32 size)
 	return v;
 }
 
-/* One load from the record at a constant offset. Tracepoint programs may
- * read their record directly, but only at offsets written in the
- * instruction (the verifier refuses a context pointer moved by a register),
- * so the loads are written out: asm, so that the compiler cannot merge the
- * cases below into one load at a variable offset. */
-#define BS_LDX(width, ctx, o)                                                \
-	({                                                                   \
-		__u64 __v;                                                   \
-		asm volatile("%0 = *(" #width " *)(%1 + " #o ")"             \
-			     : "=r"(__v)                                     \
-			     : "r"(ctx));                                    \
-		__v;                                                         \
-	})
-#define BS_B(o) \
-	case o: \
-		return BS_LDX(u8, ctx, o);
-#define BS_W(o) \
-	case o: \
-		return BS_LDX(u32, ctx, o);
-#define BS_D(o) \
-	case o: \
-		return BS_LDX(u64, ctx, o);
-
-/* The aligned 32-bit word at off (a multiple of 4, 8..124). */
-static __always_inline __u64 bs_ctx_word(void *ctx, __u32 off)
+/* Copies the span of a record (size is a constant to the verifier: it
+ * comes from read-only data). */
+static __always_inline void bs_load_span(void *ctx, __u32 off, __u32 size, __u64 *buf)
 {
-	switch (off) {
-	BS_W(8) BS_W(12) BS_W(16) BS_W(20) BS_W(24) BS_W(28) BS_W(32) BS_W(36)
-	BS_W(40) BS_W(44) BS_W(48) BS_W(52) BS_W(56) BS_W(60) BS_W(64) BS_W(68)
-	BS_W(72) BS_W(76) BS_W(80) BS_W(84) BS_W(88) BS_W(92) BS_W(96)
-	BS_W(100) BS_W(104) BS_W(108) BS_W(112) BS_W(116) BS_W(120) BS_W(124)
-	default:
-		return bs_probe_field(ctx, off, 4);
-	}
+	if (size > BS_SPAN_MAX)
+		size = BS_SPAN_MAX;
+	bpf_probe_read_kernel(buf, size, (char *)ctx + off);
 }
 
-/* The aligned 64-bit word at off (a multiple of 8, 8..120). */
-static __always_inline __u64 bs_ctx_dword(void *ctx, __u32 off)
+/* A field (unsigned, 1, 2, 4 or 8 bytes) at offset rel of a copied span,
+ * in one load. rel and size are constants to the verifier (read-only
+ * data), so it checks only the load taken; it wants stack loads aligned,
+ * and userspace has checked that every field is aligned to its size within
+ * the span (records are C structs: they are). An absent field (size 0)
+ * reads as 0. */
+static __always_inline __u64 bs_span_field(const __u64 *buf, __u32 rel, __u32 size)
 {
-	switch (off) {
-	BS_D(8) BS_D(16) BS_D(24) BS_D(32) BS_D(40) BS_D(48) BS_D(56) BS_D(64)
-	BS_D(72) BS_D(80) BS_D(88) BS_D(96) BS_D(104) BS_D(112) BS_D(120)
-	default:
-		return bs_probe_field(ctx, off, 8);
-	}
-}
+	const __u8 *p = (const __u8 *)buf;
 
-/* The byte at off (8..63): flags such as kvm_msr's exception sit last in
- * their record, where the word holding them would reach past its end. */
-static __always_inline __u64 bs_ctx_byte(void *ctx, __u32 off)
-{
-	switch (off) {
-	BS_B(8) BS_B(9) BS_B(10) BS_B(11) BS_B(12) BS_B(13) BS_B(14) BS_B(15)
-	BS_B(16) BS_B(17) BS_B(18) BS_B(19) BS_B(20) BS_B(21) BS_B(22) BS_B(23)
-	BS_B(24) BS_B(25) BS_B(26) BS_B(27) BS_B(28) BS_B(29) BS_B(30) BS_B(31)
-	BS_B(32) BS_B(33) BS_B(34) BS_B(35) BS_B(36) BS_B(37) BS_B(38) BS_B(39)
-	BS_B(40) BS_B(41) BS_B(42) BS_B(43) BS_B(44) BS_B(45) BS_B(46) BS_B(47)
-	BS_B(48) BS_B(49) BS_B(50) BS_B(51) BS_B(52) BS_B(53) BS_B(54) BS_B(55)
-	BS_B(56) BS_B(57) BS_B(58) BS_B(59) BS_B(60) BS_B(61) BS_B(62) BS_B(63)
-	default:
-		return bs_probe_field(ctx, off, 1);
-	}
-}
-
-/* A field (unsigned, 1 to 8 bytes) of the record at ctx, which is end bytes
- * long. off, size and end come from read-only data, so they are constants
- * to the verifier: it follows only the branches they take (for a
- * privileged loader it also drops the code no branch reaches), leaving one
- * load. A load must stay inside the record (the kernel refuses to attach a
- * program that reads past it). Layouts the loads do not cover fall back to
- * a helper copy; an absent field (size 0) reads as 0. */
-static __always_inline __u64 bs_ctx_field(void *ctx, __u32 off, __u32 size, __u32 end)
-{
-	__u32 word = off & ~3u;
-
-	if (size == 0)
+	if (rel > BS_SPAN_MAX - 8)
 		return 0;
-	if (off < 8 || off + size > end)
-		return bs_probe_field(ctx, off, size);
-	if (size == 8 && (off & 7) == 0 && off <= 120)
-		return bs_ctx_dword(ctx, off);
-	if (size == 4 && (off & 3) == 0 && off <= 124)
-		return bs_ctx_word(ctx, off);
-	if (size == 1 && off <= 63)
-		return bs_ctx_byte(ctx, off);
-	if (size <= 2 && (off & 3) + size <= 4 && word + 4 <= end && word <= 124)
-		return (bs_ctx_word(ctx, word) >> ((off & 3) * 8)) & ((1u << (size * 8)) - 1);
-	return bs_probe_field(ctx, off, size);
-}
-
-/* The switched-out thread tid (the current task) leaves this CPU: a pending
- * exit of its moves from the CPU's slot to exit_start, where kvm_entry
- * finds it on whichever CPU the thread resumes. */
-static __always_inline void bs_exit_hand_off(__u32 tid)
-{
-	__u32 zero = 0;
-	struct bs_exit_start *slot = bpf_map_lookup_elem(&exit_slot, &zero);
-
-	if (!slot || !slot->ts_ns || slot->tid != tid)
-		return;
-	bpf_map_update_elem(&exit_start, &tid, slot, BPF_ANY);
-	slot->ts_ns = 0;
+	switch (size) {
+	case 1:
+		return *(const __u8 *)(p + rel);
+	case 2:
+		return *(const __u16 *)(p + rel);
+	case 4:
+		return *(const __u32 *)(p + rel);
+	case 8:
+		return *(const __u64 *)(p + rel);
+	default:
+		return 0;
+	}
 }
 
 /* Whether tgid is profiled, and its phase: the target from the array slot

@@ -6,7 +6,7 @@
 #ifndef BOOTSCOPE_COMMON_H
 #define BOOTSCOPE_COMMON_H
 
-#define BS_ABI_VERSION 3
+#define BS_ABI_VERSION 2
 
 #define BS_COMM_LEN 16
 /* log2 latency slots: slot i holds values in [2^i, 2^(i+1)) ns, slot 0 also
@@ -19,10 +19,11 @@
 struct bs_field {
 	__u32 off;
 	__u32 size;
-	/* The end of the event's record (its last field's), which no load
-	 * may pass. */
-	__u32 end;
 };
+
+/* The most bytes of a tracepoint record a program reads at once: the
+ * fields it needs, from the first to the last (see BS_LOAD). */
+#define BS_SPAN_MAX 128
 
 /* The process being profiled, in an array map (one slot): its lookup is
  * inlined by the verifier, so events of the target cost no hash lookup.

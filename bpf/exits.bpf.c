@@ -8,9 +8,8 @@
  * kvm_emulate_insn. All of them are attached everywhere; userspace reports
  * which source each number came from.
  *
- * These programs run on every exit: each event costs its fields' loads
- * (straight from the record, see bs_ctx_field) and the lookups of its own
- * maps, nothing more. How many events each saw is the
+ * These programs run on every exit: each event costs one span copy and the
+ * lookups of its own map, nothing more. How many events each saw is the
  * sum of its counts (userspace adds them up), not a separate counter.
  */
 #include "common.bpf.h"
@@ -32,6 +31,13 @@ BS_FIELD(kvm_msr, exception);
 BS_FIELD(kvm_cpuid, function);
 BS_FIELD(kvm_cpuid, index);
 BS_FIELD(kvm_emulate_insn, failed);
+BS_SPAN(kvm_exit);
+BS_SPAN(kvm_userspace_exit);
+BS_SPAN(kvm_pio);
+BS_SPAN(kvm_mmio);
+BS_SPAN(kvm_msr);
+BS_SPAN(kvm_cpuid);
+BS_SPAN(kvm_emulate_insn);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -46,6 +52,14 @@ struct {
 	__type(key, struct bs_exit_lat_key);
 	__type(value, struct bs_hist);
 } exit_latency SEC(".maps");
+
+/* LRU: entries of threads that ended are evicted instead of filling it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct bs_exit_start);
+} exit_start SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -103,41 +117,47 @@ SEC("tracepoint/kvm/kvm_exit")
 int bs_kvm_exit(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = (__u32)id, zero = 0;
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_exit_key key = {};
-	struct bs_exit_start *slot;
+	struct bs_exit_start *pending;
 	__u32 phase;
 
 	if (!bs_follow(tgid, &phase))
 		return 0;
+	BS_LOAD(ctx, kvm_exit, buf);
 	key.tgid = tgid;
-	key.isa = BS_READ(ctx, kvm_exit, isa);
-	key.reason = BS_READ(ctx, kvm_exit, exit_reason);
+	key.isa = BS_GET(buf, kvm_exit, isa);
+	key.reason = BS_GET(buf, kvm_exit, exit_reason);
 	if (key.isa == BS_ISA_VMX)
 		key.reason &= BS_VMX_REASON_MASK;
-	key.vcpu_id = BS_READ(ctx, kvm_exit, vcpu_id);
+	key.vcpu_id = BS_GET(buf, kvm_exit, vcpu_id);
 	key.phase = phase;
 	bs_count(&exit_counts, &key, 1);
 
-	/* This CPU's slot: any pending exit of another thread was handed off
-	 * when that thread was switched out (sched_switch). */
-	slot = bpf_map_lookup_elem(&exit_slot, &zero);
-	if (!slot)
-		return 0;
-	if (slot->tid != tid || slot->vcpu_id != key.vcpu_id) {
-		/* The first exit here since another thread's (or this thread's
-		 * first): the only time its vCPU index is looked at. */
+	/* A vCPU thread's entry stays in the map from exit to exit: writing
+	 * it in place spares an LRU update (a free-list pop and a lock) on
+	 * every exit. Only this thread writes it; kvm_entry reads it on this
+	 * same thread. */
+	pending = bpf_map_lookup_elem(&exit_start, &tid);
+	if (pending && pending->vcpu_id == key.vcpu_id) {
+		pending->reason = key.reason;
+		pending->isa = key.isa;
+		pending->ts_ns = bpf_ktime_get_ns();
+	} else {
+		/* This thread's first exit (or first as this vCPU): the one
+		 * time its vCPU index is recorded. */
+		struct bs_exit_start start = {
+			.ts_ns = bpf_ktime_get_ns(),
+			.reason = key.reason,
+			.isa = key.isa,
+			.vcpu_id = key.vcpu_id,
+		};
 		struct bs_vcpu_key vkey = { .tgid = tgid, .vcpu_id = key.vcpu_id };
-		__u32 *known = bpf_map_lookup_elem(&vcpu_tids, &vkey);
 
-		if (!known || *known != tid)
-			bpf_map_update_elem(&vcpu_tids, &vkey, &tid, BPF_ANY);
-		slot->tid = tid;
-		slot->vcpu_id = key.vcpu_id;
+		bpf_map_update_elem(&exit_start, &tid, &start, BPF_ANY);
+		bpf_map_update_elem(&vcpu_tids, &vkey, &tid, BPF_ANY);
 	}
-	slot->reason = key.reason;
-	slot->isa = key.isa;
-	slot->ts_ns = bpf_ktime_get_ns();
 	return 0;
 }
 
@@ -145,21 +165,16 @@ SEC("tracepoint/kvm/kvm_entry")
 int bs_kvm_entry(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tid = (__u32)id, zero = 0;
+	__u32 tid = (__u32)id;
 	struct bs_exit_lat_key key = {};
 	struct bs_exit_start *start;
 	struct bs_hist *hist;
 	__u64 now, delta;
 
-	/* Usually the exit this thread left in this CPU's slot; else one
-	 * handed off when it was switched out. Threads of processes not
-	 * followed have neither. */
-	start = bpf_map_lookup_elem(&exit_slot, &zero);
-	if (!start || start->tid != tid || !start->ts_ns) {
-		start = bpf_map_lookup_elem(&exit_start, &tid);
-		if (!start || !start->ts_ns)
-			return 0;
-	}
+	/* Only threads of followed processes have a pending exit. */
+	start = bpf_map_lookup_elem(&exit_start, &tid);
+	if (!start || !start->ts_ns)
+		return 0;
 	now = bpf_ktime_get_ns();
 	delta = now > start->ts_ns ? now - start->ts_ns : 0;
 	start->ts_ns = 0;
@@ -187,16 +202,18 @@ int bs_kvm_userspace_exit(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, phase;
+	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_uexit_key key = {};
 	__s32 err;
 
 	if (!bs_follow(tgid, &phase))
 		return 0;
-	err = (__s32)BS_READ(ctx, kvm_userspace_exit, errno);
+	BS_LOAD(ctx, kvm_userspace_exit, buf);
+	err = (__s32)BS_GET(buf, kvm_userspace_exit, errno);
 	key.tgid = tgid;
 	key.tid = (__u32)id;
 	key.code = err < 0 ? (BS_UEXIT_ERRNO_FLAG | (__u32)-err)
-			   : (__u32)BS_READ(ctx, kvm_userspace_exit, reason);
+			   : (__u32)BS_GET(buf, kvm_userspace_exit, reason);
 	key.phase = phase;
 	bs_count(&uexit_counts, &key, 1);
 	return 0;
@@ -206,14 +223,16 @@ SEC("tracepoint/kvm/kvm_pio")
 int bs_kvm_pio(void *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32, phase;
+	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_pio_key key = {};
 
 	if (!bs_follow(tgid, &phase))
 		return 0;
+	BS_LOAD(ctx, kvm_pio, buf);
 	key.tgid = tgid;
-	key.port = BS_READ(ctx, kvm_pio, port);
-	key.rw = BS_READ(ctx, kvm_pio, rw);
-	key.size = BS_READ(ctx, kvm_pio, size);
+	key.port = BS_GET(buf, kvm_pio, port);
+	key.rw = BS_GET(buf, kvm_pio, rw);
+	key.size = BS_GET(buf, kvm_pio, size);
 	key.phase = phase;
 	bs_count(&pio_counts, &key, 1);
 	return 0;
@@ -223,13 +242,15 @@ SEC("tracepoint/kvm/kvm_mmio")
 int bs_kvm_mmio(void *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_mmio_key key = {};
 
 	if (!bs_followed(tgid))
 		return 0;
+	BS_LOAD(ctx, kvm_mmio, buf);
 	key.tgid = tgid;
-	key.type = BS_READ(ctx, kvm_mmio, type);
-	key.gpa = BS_READ(ctx, kvm_mmio, gpa);
+	key.type = BS_GET(buf, kvm_mmio, type);
+	key.gpa = BS_GET(buf, kvm_mmio, gpa);
 	bs_count(&mmio_counts, &key, 1);
 	return 0;
 }
@@ -238,14 +259,16 @@ SEC("tracepoint/kvm/kvm_msr")
 int bs_kvm_msr(void *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_msr_key key = {};
 
 	if (!bs_followed(tgid))
 		return 0;
+	BS_LOAD(ctx, kvm_msr, buf);
 	key.tgid = tgid;
-	key.msr = BS_READ(ctx, kvm_msr, ecx);
-	key.write = BS_READ(ctx, kvm_msr, write) != 0;
-	key.exception = BS_READ(ctx, kvm_msr, exception) != 0;
+	key.msr = BS_GET(buf, kvm_msr, ecx);
+	key.write = BS_GET(buf, kvm_msr, write) != 0;
+	key.exception = BS_GET(buf, kvm_msr, exception) != 0;
 	bs_count(&msr_counts, &key, 1);
 	return 0;
 }
@@ -254,13 +277,15 @@ SEC("tracepoint/kvm/kvm_cpuid")
 int bs_kvm_cpuid(void *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_cpuid_key key = {};
 
 	if (!bs_followed(tgid))
 		return 0;
+	BS_LOAD(ctx, kvm_cpuid, buf);
 	key.tgid = tgid;
-	key.function = BS_READ(ctx, kvm_cpuid, function);
-	key.index = BS_READ(ctx, kvm_cpuid, index);
+	key.function = BS_GET(buf, kvm_cpuid, function);
+	key.index = BS_GET(buf, kvm_cpuid, index);
 	bs_count(&cpuid_counts, &key, 1);
 	return 0;
 }
@@ -269,13 +294,15 @@ SEC("tracepoint/kvm/kvm_emulate_insn")
 int bs_kvm_emulate_insn(void *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32, phase;
+	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_emulate_key key = {};
 
 	if (!bs_follow(tgid, &phase))
 		return 0;
+	BS_LOAD(ctx, kvm_emulate_insn, buf);
 	key.tgid = tgid;
 	key.phase = phase;
-	key.failed = BS_READ(ctx, kvm_emulate_insn, failed) != 0;
+	key.failed = BS_GET(buf, kvm_emulate_insn, failed) != 0;
 	bs_count(&emulate_counts, &key, 1);
 	return 0;
 }

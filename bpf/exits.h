@@ -28,14 +28,13 @@ struct bs_exit_lat_key {
 	__u32 isa;
 };
 
-/* A pending exit: the exit a thread is handling, from its kvm_exit to its
- * next kvm_entry (ts_ns 0: none). */
+/* Per-thread pending exit. */
 struct bs_exit_start {
 	__u64 ts_ns;
-	__u32 tid;
 	__u32 reason;
 	__u32 isa;
 	__u32 vcpu_id;
+	__u32 pad;
 };
 
 /* vCPU index -> thread id. */

@@ -2,9 +2,7 @@
 /* Threads collector: which threads the target has (short-lived ones
  * included), their names, where they ran and for how long.
  *
- * - sched:sched_switch: run time per {thread, CPU}, aggregated here (it
- *   also hands a switched-out vCPU thread's pending exit over, see
- *   bs_exit_hand_off);
+ * - sched:sched_switch: run time per {thread, CPU}, aggregated here;
  * - task:task_newtask: new threads and processes (clone flags tell which);
  *   new child processes join `followed`;
  * - sched:sched_process_fork: counted, and follows children when
@@ -68,20 +66,18 @@ SEC("tracepoint/sched/sched_switch")
 int bs_sched_switch(void *ctx)
 {
 	__u32 zero = 0;
-	__u64 id = bpf_get_current_pid_tgid(), now;
+	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
 	__u32 tgid = id >> 32, tid = (__u32)id;
 	struct bs_oncpu *on = bpf_map_lookup_elem(&oncpu, &zero);
 	struct bs_run_key key = {};
 	struct bs_run_val *val;
 
-	/* The current task is the one switched out: it takes a pending exit
-	 * along (exits collector), and it has run since the previous switch
-	 * on this CPU (no field of the record is needed). */
-	bs_exit_hand_off(tid);
 	if (!on)
 		return 0;
-	now = bpf_ktime_get_ns();
-	/* Events: the sum of slices (userspace adds them up). */
+	/* The current task is the one switched out, and it has run since the
+	 * previous switch on this CPU (the one that switched it in): no field
+	 * of the record is needed. Events: the sum of slices (userspace adds
+	 * them up). */
 	if (on->ts_ns && tid != 0 && bs_followed(tgid)) {
 		__u64 ran = now > on->ts_ns ? now - on->ts_ns : 0;
 

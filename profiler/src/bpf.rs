@@ -11,10 +11,12 @@ pub static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bootscope.bpf.o"));
 
 /// `BS_ABI_VERSION` in bpf/common.h.
-pub const BS_ABI_VERSION: u32 = 3;
+pub const BS_ABI_VERSION: u32 = 2;
 pub const COMM_LEN: usize = 16;
 pub const HIST_SLOTS: usize = crate::hist::HIST_SLOTS;
 pub const MAX_PFN_RANGES: usize = 64;
+/// `BS_SPAN_MAX`: the most bytes of a record a program copies at once.
+pub const SPAN_MAX: u32 = 128;
 pub const MAX_CPUS: u32 = 1024;
 pub const NODE_UNKNOWN: u32 = u32::MAX;
 pub const CLONE_THREAD: u64 = 0x0001_0000;
@@ -147,8 +149,6 @@ pub const PROGRAMS: &[ProgramSpec] = &[
 pub struct BsField {
     pub off: u32,
     pub size: u32,
-    /// The end of the record (its last field's end): loads stay inside.
-    pub end: u32,
 }
 
 /// `struct bs_event`.
@@ -359,7 +359,7 @@ pub struct BsNumaVal {
 }
 
 // The C structs' sizes (no implicit padding anywhere).
-const _: () = assert!(size_of::<BsField>() == 12);
+const _: () = assert!(size_of::<BsField>() == 8);
 const _: () = assert!(size_of::<BsEvent>() == 56);
 const _: () = assert!(size_of::<BsHist>() == 8 * (HIST_SLOTS + 2));
 const _: () = assert!(size_of::<BsExitKey>() == 20);

@@ -801,10 +801,65 @@ fn thread_map_sizes(threads: u32, cpus: u32, nodes: u32) -> [(&'static str, u32)
     ]
 }
 
+/// The widest span a program copies with every field inside it readable
+/// (`bs_span_field` reads a field only at an offset up to
+/// `BS_SPAN_MAX - 8`).
+const SPAN_USABLE: u32 = bpf::SPAN_MAX - 8;
+
+/// The span of each event's record that its programs read
+/// (`EVENT__span`): from its first field, rounded down to 8 bytes so that
+/// fields keep their alignment, to the end of its last. Err(why) for an
+/// event whose fields are too far apart to copy at once, or one of them
+/// not aligned to its size (programs load fields with aligned loads).
+fn field_spans(globals: &BTreeMap<String, BsField>) -> BTreeMap<String, Result<BsField, String>> {
+    let mut fields: BTreeMap<&str, Vec<(&str, BsField)>> = BTreeMap::new();
+    for (name, f) in globals {
+        let Some((event, field)) = name.split_once("__") else {
+            continue;
+        };
+        if f.size > 0 {
+            fields.entry(event).or_default().push((field, *f));
+        }
+    }
+    fields
+        .into_iter()
+        .map(|(event, fs)| {
+            let lo = fs.iter().map(|(_, f)| f.off).min().unwrap_or(0);
+            let hi = fs
+                .iter()
+                .map(|(_, f)| f.off.saturating_add(f.size))
+                .max()
+                .unwrap_or(0);
+            let off = lo & !7;
+            let size = hi - off;
+            let misaligned = fs
+                .iter()
+                .find(|(_, f)| matches!(f.size, 2 | 4 | 8) && f.off % f.size != 0);
+            let span = if let Some((field, f)) = misaligned {
+                Err(format!(
+                    "its field {field} ({} bytes at offset {}) is not aligned to its size in \
+                     the {event} record on this kernel",
+                    f.size, f.off
+                ))
+            } else if size > SPAN_USABLE {
+                Err(format!(
+                    "its fields span {size} bytes of the {event} record on this kernel, more \
+                     than the {SPAN_USABLE} a program copies at once"
+                ))
+            } else {
+                Ok(BsField { off, size })
+            };
+            (event.to_string(), span)
+        })
+        .collect()
+}
+
 /// What the object is loaded with, besides the configuration.
 struct ObjectSettings<'a> {
     /// `EVENT__FIELD` from the format files.
     globals: &'a BTreeMap<String, BsField>,
+    /// `EVENT__span` ([`field_spans`]).
+    spans: &'a [(String, BsField)],
     fork_follows: bool,
     ring_bytes: u32,
     /// Maps made one entry big ([`unused_maps`]).
@@ -832,6 +887,10 @@ fn load_object(
     stages.end("loader");
     for (name, field) in settings.globals {
         loader.override_global(name.as_str(), field, true);
+    }
+    // Only the events whose programs copy spans declare one.
+    for (name, span) in settings.spans {
+        loader.override_global(name.as_str(), span, false);
     }
     let debug_port = u32::from(config.debug_port);
     let boot_time_port = u32::from(config.boot_time_port);
@@ -916,11 +975,7 @@ impl Collector {
                 status: "attached",
                 detail: String::new(),
             };
-            // sched_switch also hands pending exits over (exit latency).
-            let needed = config.collectors.has(spec.collector)
-                || (spec.source == Source::SchedSwitch
-                    && config.collectors.has(CollectorKind::Exits));
-            if !needed {
+            if !config.collectors.has(spec.collector) {
                 st.status = "disabled";
                 st.detail = "collector not enabled".into();
             } else if let Some(fmt) = fmt {
@@ -938,7 +993,6 @@ impl Collector {
                                 BsField {
                                     off: d.offset,
                                     size: d.size,
-                                    end: fmt.record_size(),
                                 },
                             );
                         }
@@ -961,6 +1015,23 @@ impl Collector {
             }
             programs.push(st);
         }
+        // Hot programs copy the bytes from their event's first field to its
+        // last at once (BS_LOAD in bpf/common.bpf.h).
+        let mut spans = Vec::new();
+        for (event, span) in field_spans(&globals) {
+            match span {
+                Ok(span) => spans.push((format!("{event}__span"), span)),
+                Err(why) => {
+                    for st in programs
+                        .iter_mut()
+                        .filter(|p| p.spec.event == event && p.status == "attached")
+                    {
+                        st.status = "failed";
+                        st.detail = why.clone();
+                    }
+                }
+            }
+        }
         let reasons = ReasonTables::from_formats(
             formats.get(&("kvm", "kvm_exit")).and_then(|f| f.as_ref()),
             formats
@@ -979,6 +1050,7 @@ impl Collector {
         let unused = unused_maps(&programs);
         let settings = ObjectSettings {
             globals: &globals,
+            spans: &spans,
             fork_follows: !newtask_ok,
             ring_bytes,
             unused_maps: &unused,
@@ -2330,6 +2402,44 @@ mod tests {
                 "{view} still shows the mount"
             );
         }
+    }
+
+    #[test]
+    fn spans_cover_each_events_fields_from_an_aligned_start() {
+        let f = |off, size| BsField { off, size };
+        let globals: BTreeMap<String, BsField> = [
+            // Linux 6.1's kvm_exit: exit_reason, isa, vcpu_id.
+            ("kvm_exit__exit_reason", f(8, 4)),
+            ("kvm_exit__isa", f(24, 4)),
+            ("kvm_exit__vcpu_id", f(56, 4)),
+            // A first field off an 8-byte boundary.
+            ("kvm_msr__ecx", f(12, 4)),
+            ("kvm_msr__exception", f(24, 1)),
+            // Absent optional fields take no room.
+            ("kvm_pio__port", f(12, 4)),
+            ("kvm_pio__gone", f(0, 0)),
+            // Too far apart to copy at once.
+            ("wide__a", f(8, 8)),
+            ("wide__b", f(8 + SPAN_USABLE, 4)),
+            // A packed record.
+            ("packed__a", f(8, 1)),
+            ("packed__b", f(9, 4)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let spans = field_spans(&globals);
+        assert_eq!(spans["kvm_exit"], Ok(f(8, 52)));
+        assert_eq!(spans["kvm_msr"], Ok(f(8, 17)));
+        assert_eq!(spans["kvm_pio"], Ok(f(8, 8)));
+        let wide = spans["wide"].as_ref().unwrap_err();
+        assert!(
+            wide.contains(&format!("span {} bytes", SPAN_USABLE + 4)),
+            "{wide}"
+        );
+        let packed = spans["packed"].as_ref().unwrap_err();
+        assert!(packed.contains("field b (4 bytes at offset 9)"), "{packed}");
+        assert_eq!(spans.len(), 5);
     }
 
     #[test]

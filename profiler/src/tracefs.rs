@@ -45,16 +45,6 @@ impl EventFormat {
     pub fn field(&self, name: &str) -> Option<&FieldDesc> {
         self.fields.iter().find(|f| f.name == name)
     }
-
-    /// The bytes of the record's fixed part: up to the end of its last
-    /// field (a `__data_loc` field's payload may follow).
-    pub fn record_size(&self) -> u32 {
-        self.fields
-            .iter()
-            .map(|f| f.offset.saturating_add(f.size))
-            .max()
-            .unwrap_or(0)
-    }
 }
 
 /// Parses the text of a tracefs `format` file.
@@ -447,9 +437,6 @@ print fmt: \"pio_%s at 0x%x size %d count %d val 0x%x %s\", REC->rw ? \"write\" 
         assert!(f.field("common_pid").unwrap().signed);
         assert!(f.print_fmt.starts_with("\"pio_%s"));
         assert!(f.field("nonexistent").is_none());
-        // val, the last field, ends the record.
-        assert_eq!(f.record_size(), 28);
-        assert_eq!(parse_format("name: x\n").unwrap().record_size(), 0);
     }
 
     #[test]
