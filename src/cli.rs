@@ -493,28 +493,24 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         stop_after,
         acpi: !args.no_acpi,
         stop: None,
-        gate: None,
     };
-    let mut cfg = cfg;
-    let pending = begin_self_profile(&args, &recorder)?;
-    let slot = Arc::new(std::sync::Mutex::new(match pending {
-        Some(p) => SelfProfile::Pending(p),
-        None => SelfProfile::Attached(None),
-    }));
-    let tui_collector = if args.tui {
-        // The live view needs the collector from its first frame.
-        SelfProfile::attached(&slot, &recorder)?
-    } else {
-        let (slot, recorder) = (slot.clone(), recorder.clone());
-        cfg.gate = Some(Box::new(move || {
-            SelfProfile::attached(&slot, &recorder)
-                .map(|_| ())
-                .map_err(|e| format!("{e:#}"))
-        }));
-        None
+    // The profiler attaches before the VMM starts, so that the VMM's
+    // phases are its own: loading and attaching the eBPF programs (tens of
+    // milliseconds natively, a tenth of a second in the lab) would
+    // otherwise run inside its set-up, and on one CPU take their time from
+    // it. The attach is the timeline's `profiler attach` phase.
+    let collector = match begin_self_profile(&args, &recorder)? {
+        Some(pending) => attach_self_profile(pending, &recorder)?,
+        None => None,
     };
     let report = if args.tui {
-        crate::tui_cmd::run_vm(cfg, &recorder, tui_collector, &tui_console, args.refresh_ms)?
+        crate::tui_cmd::run_vm(
+            cfg,
+            &recorder,
+            collector.clone(),
+            &tui_console,
+            args.refresh_ms,
+        )?
     } else {
         vm::run(cfg, recorder.clone())
     };
@@ -529,8 +525,6 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     recorder.vmm_once(vmm_marks::VMM_EXIT);
     doc.marks = recorder.snapshot();
     doc.phases = bootscope_vmm::timeline::derive_phases(&doc.marks);
-    // An error was already reported through the VMM's gate.
-    let collector = SelfProfile::take(&slot, &recorder).unwrap_or_default();
     let profiled = collector.is_some();
     if let Some(c) = collector {
         finish_self_profile(&args, c, &doc)?;
@@ -568,9 +562,9 @@ fn release_bpf_in_background() {
     }
 }
 
-/// The eBPF collector starting in the background (loading and attaching
-/// its programs takes tens of milliseconds natively, half a second in the
-/// lab) while the VMM plans and maps memory and loads the kernel.
+/// The eBPF collector starting (loading and attaching its programs takes
+/// tens of milliseconds natively, a tenth of a second in the lab), on a
+/// thread of its own (`bootscope-attach`).
 struct PendingProfile {
     start: std::thread::JoinHandle<
         Result<bootscope_profiler::Collector, bootscope_profiler::ProfilerError>,
@@ -580,8 +574,8 @@ struct PendingProfile {
     required_by: Option<&'static str>,
 }
 
-/// Starts the eBPF collector on this process in the background; see
-/// [`attach_self_profile`] for where the VMM waits for it.
+/// Starts the eBPF collector on this process; [`attach_self_profile`]
+/// waits for it.
 fn begin_self_profile(
     args: &RunArgs,
     recorder: &Arc<Recorder>,
@@ -621,10 +615,8 @@ fn begin_self_profile(
 }
 
 /// Waits for the collector, then forwards every VMM mark to it (the ones
-/// recorded so far with their own times). The VMM calls this before any
-/// thread touches guest memory (before thread contexts, the sandbox and
-/// preallocation when those are asked for, else before the vCPUs exist),
-/// so every preallocation thread and every guest exit is seen.
+/// recorded so far with their own times). Called before the VMM starts, so
+/// every preallocation thread and every guest exit is seen.
 fn attach_self_profile(
     pending: PendingProfile,
     recorder: &Arc<Recorder>,
@@ -660,7 +652,7 @@ fn attach_self_profile(
             c.vcpus_created();
         }
     };
-    // Marks recorded before the collector was ready (process start, memory).
+    // Marks recorded before the collector was ready (process start).
     for m in recorder.snapshot() {
         forward(&collector, &m);
     }
@@ -669,52 +661,8 @@ fn attach_self_profile(
             forward(&c, m);
         }
     }));
-    recorder.vmm("vmm: profiler attached");
+    recorder.vmm(vmm_marks::PROFILER_ATTACHED);
     Ok(Some(collector))
-}
-
-/// The collector once attached, shared between the VMM's gate and the end
-/// of the run.
-enum SelfProfile {
-    Pending(PendingProfile),
-    Attached(Option<Arc<bootscope_profiler::Collector>>),
-    Empty,
-}
-
-impl SelfProfile {
-    /// Attaches now if that has not happened yet (a run that stopped before
-    /// the VMM's gate) and gives the collector.
-    fn attached(
-        slot: &std::sync::Mutex<SelfProfile>,
-        recorder: &Arc<Recorder>,
-    ) -> Result<Option<Arc<bootscope_profiler::Collector>>> {
-        let mut g = slot.lock().unwrap_or_else(|e| e.into_inner());
-        match std::mem::replace(&mut *g, SelfProfile::Empty) {
-            SelfProfile::Pending(p) => {
-                let r = attach_self_profile(p, recorder);
-                if let Ok(c) = &r {
-                    *g = SelfProfile::Attached(c.clone());
-                }
-                r
-            }
-            SelfProfile::Attached(c) => {
-                *g = SelfProfile::Attached(c.clone());
-                Ok(c)
-            }
-            SelfProfile::Empty => Ok(None),
-        }
-    }
-
-    /// [`Self::attached`], leaving the slot empty so that the caller holds
-    /// the only reference and can finish the collector.
-    fn take(
-        slot: &std::sync::Mutex<SelfProfile>,
-        recorder: &Arc<Recorder>,
-    ) -> Result<Option<Arc<bootscope_profiler::Collector>>> {
-        let c = Self::attached(slot, recorder);
-        *slot.lock().unwrap_or_else(|e| e.into_inner()) = SelfProfile::Empty;
-        c
-    }
 }
 
 fn finish_self_profile(

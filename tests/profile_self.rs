@@ -74,6 +74,40 @@ fn run_writes_its_own_profile() {
         .map(|m| m["name"].as_str().unwrap())
         .collect();
     assert!(marks.contains(&"vmm: first KVM_RUN"), "{marks:?}");
+    // The profiler attached before the VMM started: its attach is a phase
+    // of its own, and the VMM's set-up starts after it.
+    let tmarks: Vec<(&str, u64)> = t["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["name"].as_str().unwrap(), m["t_ns"].as_u64().unwrap()))
+        .collect();
+    let at = |name: &str| tmarks.iter().find(|m| m.0 == name).map(|m| m.1);
+    let attached = at("vmm: profiler attached").expect("the attach mark");
+    assert!(attached <= at("vmm: memory ready").unwrap(), "{tmarks:?}");
+    let phases: Vec<(&str, u64, u64)> = t["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap(),
+                p["start_ns"].as_u64().unwrap(),
+                p["end_ns"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(phases[0], ("profiler attach", 0, attached), "{phases:?}");
+    assert_eq!(phases[1].0, "vmm setup", "{phases:?}");
+    assert_eq!(phases[1].1, attached, "{phases:?}");
+    // The profile's start-up stages all fall inside that phase.
+    let startup_ns: u64 = p["startup"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["ns"].as_u64().unwrap())
+        .sum();
+    assert!(startup_ns <= attached, "{startup_ns} > {attached}");
     // The vCPU thread is named and placed.
     let threads = p["threads"].as_array().unwrap();
     assert!(threads

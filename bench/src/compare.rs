@@ -54,10 +54,12 @@ impl Sample {
         self.values.keys().any(|k| k.starts_with("phase:"))
     }
 
+    /// The VMM's phases: a profiler's attach before the VMM is not one of
+    /// them (a profiled run compares with an unprofiled one).
     fn phases(&self) -> BTreeSet<&str> {
         self.values
             .keys()
-            .filter(|k| k.starts_with("phase:"))
+            .filter(|k| k.starts_with("phase:") && *k != PROFILER_ATTACH)
             .map(String::as_str)
             .collect()
     }
@@ -315,6 +317,10 @@ pub fn select_metrics(
 }
 
 /// Both samples with phases must have the same phases.
+/// The phase of a profiler attaching before the VMM (`bootscope run`
+/// profiling itself).
+const PROFILER_ATTACH: &str = "phase:profiler attach";
+
 fn check_phases(base: &Sample, new: &Sample) -> Result<(), BenchError> {
     if !(base.has_phases() && new.has_phases()) {
         return Ok(());
@@ -560,6 +566,8 @@ pub fn check(
             .values
             .keys()
             .filter(|k| *k == "time_to_userspace" || *k == "exits:total" || k.starts_with("phase:"))
+            // Checked where both have it.
+            .filter(|k| *k != PROFILER_ATTACH || current.values.contains_key(*k))
             .cloned()
             .collect();
         if names.is_empty() {
@@ -1034,6 +1042,29 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("it has: time_to_userspace"), "{e}");
+        // A profiled baseline against an unprofiled run: the profiler's
+        // attach is no VMM phase, so the phases still match, and it is
+        // not checked where the run lacks it.
+        let profiled = sample(
+            "profiled.json",
+            &[
+                ("time_to_userspace", &[10.0, 11.0]),
+                ("phase:kernel", &[5.0, 6.0]),
+                ("phase:profiler attach", &[3.0, 3.0]),
+            ],
+        );
+        let bare = sample(
+            "bare.json",
+            &[
+                ("time_to_userspace", &[10.0, 11.0]),
+                ("phase:kernel", &[5.0, 6.0]),
+            ],
+        );
+        let r = check(&profiled, &bare, &opts(&[], 20.0)).unwrap();
+        let names: Vec<&str> = r.results.iter().map(|c| c.metric.as_str()).collect();
+        assert_eq!(names, ["time_to_userspace", "phase:kernel"]);
+        let r = check(&profiled, &profiled.clone(), &opts(&[], 20.0)).unwrap();
+        assert_eq!(r.results.len(), 3);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! | name | kind | source |
 //! |---|---|---|
 //! | `wall` | time | spawn to exit of the run's process, measured by `bench` |
-//! | `time_to_userspace` | time | the timeline's `userspace` phase start (VMM start to the first userspace mark) |
+//! | `time_to_userspace` | time | VMM start (the `vmm setup` phase's start) to the `userspace` phase's start; a `profiler attach` phase before the VMM is not counted |
 //! | `phase:NAME` | time | the timeline's phase `NAME`, `duration_ns` |
 //! | `prealloc` | time | the timeline's `memory.elapsed_ns`: preallocating guest memory (`run --prealloc`) |
 //! | `console:NAME` | time | spawn to the first console line (standard output) matching pattern `NAME` |
@@ -114,16 +114,25 @@ pub fn from_timeline(value: &serde_json::Value, path: &Path) -> Result<TimelineF
         detail: value["outcome"]["detail"].as_str().unwrap_or("").into(),
         ..Default::default()
     };
+    let (mut user_start, mut vmm_start) = (None, 0);
     for phase in value["phases"].as_array().into_iter().flatten() {
         let (Some(name), Some(d)) = (phase["name"].as_str(), phase["duration_ns"].as_u64()) else {
             continue;
         };
         facts.metrics.insert(format!("phase:{name}"), d);
         if name == "userspace" {
-            if let Some(s) = phase["start_ns"].as_u64() {
-                facts.metrics.insert("time_to_userspace".into(), s);
-            }
+            user_start = phase["start_ns"].as_u64();
         }
+        if name == "vmm setup" {
+            vmm_start = phase["start_ns"].as_u64().unwrap_or(0);
+        }
+    }
+    // From the VMM's start: a profiler that attached before it has its own
+    // phase (`profiler attach`).
+    if let Some(s) = user_start {
+        facts
+            .metrics
+            .insert("time_to_userspace".into(), s.saturating_sub(vmm_start));
     }
     if let Some(ns) = value["memory"]["elapsed_ns"].as_u64() {
         facts.metrics.insert("prealloc".into(), ns);
@@ -224,6 +233,21 @@ mod tests {
         assert_eq!(f.metrics["exits:io_exits"], 7);
         assert_eq!(f.metrics["faults:pf_fixed"], 3);
         assert_eq!(f.metrics["kvm:insn_emulation"], 2);
+        // A profiler attached before the VMM: time to userspace counts
+        // from the VMM's start, the attach is a phase of its own.
+        let t = serde_json::json!({
+            "schema": "bootscope.timeline", "version": 1,
+            "outcome": {"reason": "guest_halt", "clean": true, "detail": "halted"},
+            "phases": [
+                {"name": "profiler attach", "start_ns": 0, "end_ns": 30, "duration_ns": 30},
+                {"name": "vmm setup", "start_ns": 30, "end_ns": 35, "duration_ns": 5},
+                {"name": "kernel", "start_ns": 35, "end_ns": 135, "duration_ns": 100},
+                {"name": "userspace", "start_ns": 135, "end_ns": 235, "duration_ns": 100}
+            ]
+        });
+        let f = from_timeline(&t, Path::new("t.json")).unwrap();
+        assert_eq!(f.metrics["time_to_userspace"], 105);
+        assert_eq!(f.metrics["phase:profiler attach"], 30);
         let bad = serde_json::json!({"schema": "bootscope.timeline", "version": 2});
         assert!(from_timeline(&bad, Path::new("t.json")).is_err());
     }

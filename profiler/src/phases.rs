@@ -57,8 +57,9 @@ pub fn boot_time_port_mark_name(value: u8) -> String {
 ///   `userspace`), or `custom 0xNN` for 0x80-0xff;
 /// - port 0xf4: 1 `firmware`, 3 `bootloader`, 5/6 `kernel`, 7 `userspace`
 ///   (2 and 4 only end a phase; the next start opens the next one);
-/// - the VMM: process start `vmm setup`, first `KVM_RUN` `guest boot`,
-///   guest shutdown `vmm teardown`;
+/// - the VMM: process start `vmm setup` (and, bootscope's profiler having
+///   attached before its VMM started, profiler attached), first `KVM_RUN`
+///   `guest boot`, guest shutdown `vmm teardown`;
 /// - console milestones: the kernel banner `kernel`, running init
 ///   `userspace`;
 /// - the boot timer: `userspace`.
@@ -77,7 +78,7 @@ pub fn phase_of_mark(mark: &Mark) -> Option<String> {
             _ => None,
         },
         source::VMM => match mark.name.as_str() {
-            "vmm: process start" => Some("vmm setup".into()),
+            "vmm: process start" | "vmm: profiler attached" => Some("vmm setup".into()),
             "vmm: first KVM_RUN" => Some("guest boot".into()),
             "vmm: guest shutdown" => Some("vmm teardown".into()),
             _ => None,
@@ -126,14 +127,23 @@ impl PhaseNames {
 /// The phases the marks open, in time order, each ending where the next
 /// begins and the last at `end_ns`. A mark that names the phase already
 /// running does not split it.
+///
+/// A profiler that attached before its VMM started (the mark `vmm: profiler
+/// attached`) has the time from process start to then as `profiler
+/// attach`.
 pub fn derive_spans(marks: &[Mark], end_ns: u64) -> Vec<PhaseSpan> {
     let mut sorted: Vec<&Mark> = marks.iter().collect();
     sorted.sort_by_key(|m| m.t_ns);
+    let vmm = |m: &Mark, name: &str| m.source == source::VMM && m.name == name;
+    let attached = sorted.iter().any(|m| vmm(m, "vmm: profiler attached"));
     let mut spans: Vec<PhaseSpan> = Vec::new();
     for m in sorted {
-        let Some(name) = phase_of_mark(m) else {
+        let Some(mut name) = phase_of_mark(m) else {
             continue;
         };
+        if attached && vmm(m, "vmm: process start") {
+            name = "profiler attach".into();
+        }
         if spans.last().is_some_and(|s| s.name == name) {
             continue;
         }
@@ -222,6 +232,29 @@ mod tests {
                 ("kernel", 100, 300),
                 ("userspace", 300, 400),
                 ("custom 0x90", 400, 1000)
+            ]
+        );
+        // The VMM's own marks; a profiler attached before the VMM started
+        // has its own span.
+        let vmm = |name: &str, t| mark(source::VMM, name, None, t);
+        let mut marks = vec![vmm("vmm: process start", 0), vmm("vmm: first KVM_RUN", 60)];
+        let names = |m: &[Mark]| -> Vec<(String, u64)> {
+            derive_spans(m, 100)
+                .into_iter()
+                .map(|p| (p.name, p.start_ns))
+                .collect()
+        };
+        assert_eq!(
+            names(&marks),
+            [("vmm setup".to_string(), 0), ("guest boot".to_string(), 60)]
+        );
+        marks.push(vmm("vmm: profiler attached", 40));
+        assert_eq!(
+            names(&marks),
+            [
+                ("profiler attach".to_string(), 0),
+                ("vmm setup".to_string(), 40),
+                ("guest boot".to_string(), 60)
             ]
         );
     }

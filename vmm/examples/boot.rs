@@ -27,7 +27,6 @@ fn main() {
         sandbox: false,
         stop_after: None,
         acpi: true,
-        gate: None,
         stop: None,
     };
     match run(cfg, rec) {

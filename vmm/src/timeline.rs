@@ -21,6 +21,9 @@ pub const TIMELINE_SCHEMA_NAME: &str = "bootscope.timeline";
 /// Names of the marks the VMM records itself.
 pub mod vmm_marks {
     pub const PROCESS_START: &str = "vmm: process start";
+    /// bootscope's eBPF profiler is attached (`bootscope run` profiling
+    /// itself): the VMM starts after it.
+    pub const PROFILER_ATTACHED: &str = "vmm: profiler attached";
     pub const MEMORY_READY: &str = "vmm: memory ready";
     pub const KERNEL_LOADED: &str = "vmm: kernel and initrd loaded";
     pub const VCPUS_CREATED: &str = "vmm: vcpus created";
@@ -245,7 +248,11 @@ pub fn is_userspace_start(mark: &PhaseMark) -> bool {
 
 /// Derives the named boot phases from a sorted list of marks.
 ///
-/// - `vmm setup`: VMM start to the first `KVM_RUN`;
+/// - `profiler attach`: process start to the profiler attached, when the
+///   profiler attached before the VMM started (the VMM's phases are then
+///   its own and start after it);
+/// - `vmm setup`: VMM start (process start, or the profiler attached) to
+///   the first `KVM_RUN`;
 /// - `firmware/boot loader`: first `KVM_RUN` to the kernel's first sign of
 ///   life (only when the guest reports one separately);
 /// - `kernel`: first `KVM_RUN` (or the kernel-start mark) to userspace start;
@@ -256,6 +263,16 @@ pub fn derive_phases(marks: &[PhaseMark]) -> Vec<Phase> {
     let named = |name: &str| first(&|m: &PhaseMark| m.name == name && m.source == MarkSource::Vmm);
     let start = named(vmm_marks::PROCESS_START);
     let run = named(vmm_marks::FIRST_KVM_RUN);
+    // Attached before any of the VMM's own set-up marks (memory ready, the
+    // kernel loaded, ...): the VMM started after it.
+    let attached = named(vmm_marks::PROFILER_ATTACHED).filter(|a| {
+        !marks.iter().any(|m| {
+            m.source == MarkSource::Vmm
+                && m.t_ns < a.t_ns
+                && m.name != vmm_marks::PROCESS_START
+                && m.name != vmm_marks::PROFILER_ATTACHED
+        })
+    });
     // A kernel-start mark from the guest splits pre-kernel time off, but only
     // when it is a dedicated marker (a console banner comes after the
     // decompressor and early boot, so it would misattribute that time).
@@ -280,7 +297,10 @@ pub fn derive_phases(marks: &[PhaseMark]) -> Vec<Phase> {
             }
         }
     };
-    add("vmm setup", start, run);
+    if attached.is_some() {
+        add("profiler attach", start, attached);
+    }
+    add("vmm setup", attached.or(start), run);
     if let Some(k) = kernel_marker {
         add("firmware/boot loader", run, Some(k));
         add("kernel", Some(k), user.or(shutdown));
@@ -532,6 +552,32 @@ mod tests {
         let p = derive_phases(&with_port);
         let kernel = p.iter().find(|p| p.name == "kernel").unwrap();
         assert_eq!((kernel.start_ns, kernel.end_ns), (40, 80));
+    }
+
+    #[test]
+    fn a_profiler_attached_before_the_vmm_has_its_own_phase() {
+        let p = derive_phases(&boot(vec![mark(
+            vmm_marks::PROFILER_ATTACHED,
+            MarkSource::Vmm,
+            4,
+            None,
+        )]));
+        let names: Vec<_> = p.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["profiler attach", "vmm setup", "kernel", "vmm teardown"]
+        );
+        assert_eq!((p[0].start_ns, p[0].end_ns), (0, 4));
+        assert_eq!((p[1].start_ns, p[1].end_ns), (4, 10));
+        // Attached during the VMM's set-up (after one of its marks): part
+        // of that set-up, no phase of its own.
+        let p = derive_phases(&boot(vec![
+            mark(vmm_marks::MEMORY_READY, MarkSource::Vmm, 2, None),
+            mark(vmm_marks::PROFILER_ATTACHED, MarkSource::Vmm, 4, None),
+        ]));
+        assert_eq!(p[0].name, "vmm setup");
+        assert_eq!((p[0].start_ns, p[0].end_ns), (0, 10));
+        assert!(p.iter().all(|p| p.name != "profiler attach"));
     }
 
     #[test]

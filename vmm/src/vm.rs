@@ -90,12 +90,6 @@ pub struct VmConfig {
     /// Set from another thread to stop the guest (e.g. the user quit the
     /// live view).
     pub stop: Option<Arc<AtomicBool>>,
-    /// Called once before any thread touches guest memory: before the
-    /// thread contexts, the sandbox and preallocation when those are asked
-    /// for, else after the kernel is loaded and before the vCPUs exist. The
-    /// CLI waits there for its eBPF profiler, which starts in the background
-    /// meanwhile; an error stops the run.
-    pub gate: Option<Box<dyn FnOnce() -> Result<(), String> + Send>>,
 }
 
 /// `--stop-after`: the set-up phase after which to stop.
@@ -143,9 +137,6 @@ pub enum VmError {
     /// The input was wrong.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The caller's gate (see [`VmConfig::gate`]) failed.
-    #[error("{0}")]
-    Gate(String),
     /// /dev/kvm could not be used.
     #[error("cannot open /dev/kvm: {0} (is KVM available? run `bootscope doctor`)")]
     OpenKvm(#[source] kvm_ioctls::Error),
@@ -300,12 +291,6 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
 
     let vm = kvm.create_vm().map_err(kvm_err("KVM_CREATE_VM"))?;
     let backing = memory::allocate(&plan, &bootparams::ram_ranges(plan.total()))?;
-    let mut gate = cfg.gate.take();
-    if plan.prealloc() || cfg.sandbox {
-        if let Some(g) = gate.take() {
-            g().map_err(VmError::Gate)?;
-        }
-    }
     // Thread contexts take their CPU affinity now, before the sandbox
     // forbids it; preallocation threads are created through them later.
     let contexts = if plan.prealloc() {
@@ -412,9 +397,6 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
         }
     }
     recorder.vmm(vmm_marks::KERNEL_LOADED);
-    if let Some(g) = gate.take() {
-        g().map_err(VmError::Gate)?;
-    }
     if cfg.stop_after == Some(StopAfter::Load) {
         return Ok(early_report(
             "stopped after loading the kernel (--stop-after load)",

@@ -69,7 +69,6 @@ fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
         sandbox: false,
         stop_after: None,
         acpi: true,
-        gate: None,
         stop: None,
     }
 }
