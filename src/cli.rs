@@ -278,10 +278,25 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(f) => {
-            eprintln!("bootscope: error: {:#}", f.error);
+            eprintln!("bootscope: error: {}", error_text(&f.error));
             f.code
         }
     }
+}
+
+/// An error and its causes, `: `-separated like anyhow's `{:#}`, leaving
+/// out a cause whose text the message already carries (errors that name
+/// their source in their own message).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !out.contains(&c) {
+            out.push_str(": ");
+            out.push_str(&c);
+        }
+    }
+    out
 }
 
 /// Parses 512M, 2G, 1048576K, 64MiB; a bare number is MiB.
@@ -494,6 +509,12 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         acpi: !args.no_acpi,
         stop: None,
     };
+    // A kernel that cannot be booted is refused before the profiler
+    // attaches, as fast as without it (the VMM probes it again).
+    if stop_after != Some(vm::StopAfter::Memory) {
+        bootscope_vmm::loader::probe_kernel(&cfg.kernel)
+            .map_err(|e| usage(vm::ConfigError::from(e).into()))?;
+    }
     // The profiler attaches before the VMM starts, so that the VMM's
     // phases are its own: loading and attaching the eBPF programs (tens of
     // milliseconds natively, a tenth of a second in the lab) would
@@ -891,6 +912,22 @@ fn cmd_export(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_text_names_each_cause_once() {
+        let io = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let load = bootscope_vmm::loader::LoadError::KernelRead {
+            path: "/nonexistent".into(),
+            source: io,
+        };
+        let e = anyhow::Error::new(load);
+        let t = error_text(&e);
+        assert_eq!(t.matches("No such file or directory").count(), 1, "{t}");
+        assert!(t.starts_with("cannot read kernel /nonexistent"), "{t}");
+        // Causes not in the message are kept, as with {:#}.
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_text(&e), "outer: inner");
+    }
 
     #[test]
     fn sizes() {
