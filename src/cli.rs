@@ -511,7 +511,7 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     };
     // A kernel that cannot be booted is refused before the profiler
     // attaches, as fast as without it (the VMM probes it again).
-    if stop_after != Some(vm::StopAfter::Memory) {
+    if !args.no_profile && stop_after != Some(vm::StopAfter::Memory) {
         bootscope_vmm::loader::probe_kernel(&cfg.kernel)
             .map_err(|e| usage(vm::ConfigError::from(e).into()))?;
     }
@@ -520,10 +520,7 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     // milliseconds natively, a tenth of a second in the lab) would
     // otherwise run inside its set-up, and on one CPU take their time from
     // it. The attach is the timeline's `profiler attach` phase.
-    let collector = match begin_self_profile(&args, &recorder)? {
-        Some(pending) => attach_self_profile(pending, &recorder)?,
-        None => None,
-    };
+    let collector = attach_self_profile(&args, &recorder)?;
     let report = if args.tui {
         crate::tui_cmd::run_vm(
             cfg,
@@ -583,24 +580,16 @@ fn release_bpf_in_background() {
     }
 }
 
-/// The eBPF collector starting (loading and attaching its programs takes
-/// tens of milliseconds natively, a tenth of a second in the lab), on a
-/// thread of its own (`bootscope-attach`).
-struct PendingProfile {
-    start: std::thread::JoinHandle<
-        Result<bootscope_profiler::Collector, bootscope_profiler::ProfilerError>,
-    >,
-    /// Why a profiler that cannot start is an error (`--profile` or
-    /// `--output`); None: go on without it.
-    required_by: Option<&'static str>,
-}
-
-/// Starts the eBPF collector on this process; [`attach_self_profile`]
-/// waits for it.
-fn begin_self_profile(
+/// Starts the eBPF collector on this process (loading and attaching its
+/// programs takes tens of milliseconds natively, a tenth of a second in the
+/// lab), then forwards every VMM mark to it (the ones recorded so far with
+/// their own times). Called before the VMM starts, so every preallocation
+/// thread and every guest exit is seen. None: not profiling (`--no-profile`,
+/// or the profiler cannot start and nothing asked for a profile).
+fn attach_self_profile(
     args: &RunArgs,
     recorder: &Arc<Recorder>,
-) -> Result<Option<PendingProfile>, Failure> {
+) -> Result<Option<Arc<bootscope_profiler::Collector>>, Failure> {
     if args.no_profile {
         return Ok(None);
     }
@@ -621,10 +610,7 @@ fn begin_self_profile(
             .saturating_add(prealloc.saturating_add(1).saturating_mul(regions))
             .saturating_add(16),
     );
-    let start = std::thread::Builder::new()
-        .name("bootscope-attach".into())
-        .spawn(move || bootscope_profiler::Collector::start(config))
-        .map_err(|e| anyhow::Error::new(e).context("cannot start the profiler thread"))?;
+    // Why a profiler that cannot start is an error; else go on without it.
     let required_by = if args.profile {
         Some("--profile asks for a profile but the profiler cannot start")
     } else if args.output.is_some() {
@@ -632,23 +618,9 @@ fn begin_self_profile(
     } else {
         None
     };
-    Ok(Some(PendingProfile { start, required_by }))
-}
-
-/// Waits for the collector, then forwards every VMM mark to it (the ones
-/// recorded so far with their own times). Called before the VMM starts, so
-/// every preallocation thread and every guest exit is seen.
-fn attach_self_profile(
-    pending: PendingProfile,
-    recorder: &Arc<Recorder>,
-) -> Result<Option<Arc<bootscope_profiler::Collector>>> {
-    let started = pending
-        .start
-        .join()
-        .map_err(|_| anyhow::anyhow!("the profiler thread panicked"))?;
-    let collector = match (started, pending.required_by) {
+    let collector = match (bootscope_profiler::Collector::start(config), required_by) {
         (Ok(c), _) => Arc::new(c),
-        (Err(e), Some(why)) => return Err(anyhow::Error::new(e).context(why)),
+        (Err(e), Some(why)) => return Err(anyhow::Error::new(e).context(why).into()),
         (Err(e), None) => {
             eprintln!("bootscope: not profiling this run: {e} (--no-profile silences this)");
             return Ok(None);
