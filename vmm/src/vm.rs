@@ -463,7 +463,7 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     })?;
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<VcpuEvent>();
-    let mut threads: Vec<JoinHandle<()>> = Vec::new();
+    let mut threads: Vec<JoinHandle<String>> = Vec::new();
     for (index, vcpu) in vcpus.into_iter().enumerate() {
         let t = spawn_vcpu(
             index as u32,
@@ -538,9 +538,30 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     for t in &threads {
         kick_until_done(t);
     }
-    for t in threads {
-        let _ = t.join();
+    // A vCPU thread that does not stop (stuck outside KVM_RUN) is left
+    // behind rather than joined: the run still ends and reports.
+    let mut vcpu_states = Vec::new();
+    let mut stuck = Vec::new();
+    for (index, t) in threads.into_iter().enumerate() {
+        if t.is_finished() {
+            vcpu_states.push(
+                t.join()
+                    .unwrap_or_else(|_| format!("vcpu{index} thread panicked")),
+            );
+        } else {
+            stuck.push(format!("vcpu{index} did not stop within 5 s of the kick"));
+        }
     }
+    // A timed-out run says where each vCPU was (see describe_vcpu).
+    let mut notes = stuck;
+    if reason == StopReason::Timeout {
+        notes.extend(vcpu_states);
+    }
+    let detail = if notes.is_empty() {
+        detail
+    } else {
+        format!("{detail}; {}", notes.join("; "))
+    };
     devices.finish_console();
     let kvm_stats = sum_stats(&stats);
     if let Some(emulated) = pvm_error {
@@ -661,7 +682,7 @@ fn sum_stats(stats: &[StatsFd]) -> BTreeMap<String, u64> {
     total
 }
 
-fn kick_until_done(t: &JoinHandle<()>) {
+fn kick_until_done<T>(t: &JoinHandle<T>) {
     use std::os::unix::thread::JoinHandleExt;
     let deadline = Instant::now() + Duration::from_secs(5);
     while !t.is_finished() && Instant::now() < deadline {
@@ -679,7 +700,7 @@ fn spawn_vcpu(
     recorder: Arc<Recorder>,
     stop: Arc<AtomicBool>,
     tx: mpsc::Sender<VcpuEvent>,
-) -> std::io::Result<JoinHandle<()>> {
+) -> std::io::Result<JoinHandle<String>> {
     std::thread::Builder::new()
         .name(format!("vcpu{index}"))
         .spawn(move || {
@@ -705,7 +726,55 @@ fn spawn_vcpu(
                     }
                 }
             }
+            describe_vcpu(index, &vcpu)
         })
+}
+
+/// Where a stopped vCPU was, for a run that timed out: its run state, its
+/// instruction pointer and privilege level, whether it took interrupts, and
+/// any event KVM had yet to deliver. A guest stuck waiting for an interrupt
+/// (halted, interrupts enabled) reads differently from one spinning with
+/// them off.
+fn describe_vcpu(index: u32, vcpu: &VcpuFd) -> String {
+    let state = match vcpu.get_mp_state().map(|s| s.mp_state) {
+        Ok(kvm_bindings::KVM_MP_STATE_RUNNABLE) => "running".to_string(),
+        Ok(kvm_bindings::KVM_MP_STATE_HALTED) => "halted".to_string(),
+        Ok(kvm_bindings::KVM_MP_STATE_UNINITIALIZED) => "never started (no INIT)".to_string(),
+        Ok(kvm_bindings::KVM_MP_STATE_INIT_RECEIVED) => "waiting for SIPI".to_string(),
+        Ok(other) => format!("run state {other}"),
+        Err(e) => format!("run state unknown ({e})"),
+    };
+    let mut out = format!("vcpu{index} {state}");
+    match (vcpu.get_regs(), vcpu.get_sregs()) {
+        (Ok(r), Ok(s)) => {
+            let interrupts = if r.rflags & (1 << 9) != 0 {
+                "on"
+            } else {
+                "off"
+            };
+            out.push_str(&format!(
+                " at rip {:#x} (ring {}, interrupts {interrupts})",
+                r.rip,
+                s.cs.selector & 3
+            ));
+        }
+        (Err(e), _) | (_, Err(e)) => out.push_str(&format!(" (registers unreadable: {e})")),
+    }
+    if let Ok(ev) = vcpu.get_vcpu_events() {
+        if ev.interrupt.injected != 0 {
+            out.push_str(&format!(
+                ", interrupt {:#x} being injected",
+                ev.interrupt.nr
+            ));
+        }
+        if ev.exception.injected != 0 || ev.exception.pending != 0 {
+            out.push_str(&format!(", exception {} pending", ev.exception.nr));
+        }
+        if ev.nmi.pending != 0 || ev.nmi.injected != 0 {
+            out.push_str(", NMI pending");
+        }
+    }
+    out
 }
 
 /// Keeps the VM file descriptor type reachable for callers that need it.

@@ -220,6 +220,10 @@ fn halted_guest_times_out() {
     let r = boot(cfg).unwrap();
     assert_eq!(r.timeline.outcome.reason, StopReason::Timeout);
     assert!(!r.timeline.outcome.clean);
+    // Where the vCPU was: the fixture's `cli; hlt`.
+    let detail = &r.timeline.outcome.detail;
+    assert!(detail.contains("vcpu0 halted at rip 0x"), "{detail}");
+    assert!(detail.contains("interrupts off"), "{detail}");
 }
 
 #[test]
