@@ -201,9 +201,14 @@ struct LabArgs {
     /// nested guest's vCPU instead of taking turns with it on one CPU.
     #[arg(long, default_value_t = 1)]
     cpus: u32,
-    /// Give up after this many seconds.
+    /// Give up after this many seconds (each attempt, see --retries).
     #[arg(long, default_value_t = 600.0)]
     timeout: f64,
+    /// Start the lab machine again this many times if it freezes (its
+    /// heartbeat stops for a minute: the emulator lost its timer interrupt
+    /// while a nested guest ran). Nothing of a frozen attempt comes back.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    retries: u32,
     /// Run this program inside instead of bootscope (e.g. /bin/busybox, with
     /// `sh SCRIPT` as ARGS); it is carried in with its shared libraries.
     #[arg(long, value_name = "PATH")]
@@ -794,6 +799,7 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     cfg.extra_programs = args.programs;
     cfg.extra_inputs = args.inputs;
     cfg.randomize_addresses = args.aslr;
+    cfg.frozen_retries = args.retries;
     let outcome = bootscope_lab::outer::run_lab(&cfg)?;
     Ok(outcome.exit_code)
 }
@@ -843,6 +849,7 @@ fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
             programs: Vec::new(),
             inputs: Vec::new(),
             aslr: false,
+            retries: 1,
             args: run_args,
         })
     }

@@ -239,6 +239,16 @@ pub enum LabError {
         timeout: Duration,
     },
 
+    /// The lab machine stopped running anything: its heartbeat (a byte
+    /// its init writes every second) stopped while QEMU kept running.
+    #[error("the lab machine froze: no heartbeat from it for {} s while the emulator kept running, so QEMU was killed (the console output above shows how far it got). The emulator can lose the lab machine's timer interrupt while a nested guest runs, and a nested guest that spins waiting for another of its vCPUs then never lets the lab machine run again; the lab machine had {cpus} CPU(s): give it at least as many as the nested guest has vCPUs (`--cpus N`), or run it again", silent.as_secs())]
+    Frozen {
+        /// How long the heartbeat had been silent.
+        silent: Duration,
+        /// CPUs of the lab machine.
+        cpus: u32,
+    },
+
     /// The guest's result stream was cut short.
     #[error("the lab guest's result stream ({}) is incomplete: {reason}; the guest probably crashed or was stopped early (see the console output above)", path.display())]
     StreamTruncated {

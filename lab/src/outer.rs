@@ -96,6 +96,15 @@ pub struct LabConfig {
     /// every run, a cost of the emulation that real hardware does not have
     /// and that grows with the code a run touches (docs/benchmarks.md).
     pub randomize_addresses: bool,
+    /// How long the lab machine's heartbeat (a byte its init writes to a
+    /// third serial port every two seconds) may stay silent before the lab
+    /// counts as frozen and QEMU is killed ([`LabError::Frozen`]).
+    pub freeze_after: Duration,
+    /// How many times a lab machine that froze is started again from
+    /// scratch. A freeze is the emulator's fault, not the program's, and
+    /// nothing of a frozen attempt comes back (outputs are written only
+    /// after a complete run), so running it again is safe.
+    pub frozen_retries: u32,
 }
 
 impl LabConfig {
@@ -106,6 +115,10 @@ impl LabConfig {
     pub const MAX_CPUS: u32 = 16;
     /// Default timeout: generous, since everything runs under emulation.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+    /// Default heartbeat silence that counts as a frozen lab machine: a
+    /// loaded machine still schedules the two-second beat within a few
+    /// seconds, so a minute of silence is one that no longer runs anything.
+    pub const DEFAULT_FREEZE_AFTER: Duration = Duration::from_secs(60);
 
     /// A configuration with default memory, QEMU and timeout.
     pub fn new(bootscope_exe: impl Into<PathBuf>, args: Vec<OsString>) -> Self {
@@ -119,6 +132,8 @@ impl LabConfig {
             extra_inputs: Vec::new(),
             extra_programs: Vec::new(),
             randomize_addresses: false,
+            freeze_after: Self::DEFAULT_FREEZE_AFTER,
+            frozen_retries: 1,
         }
     }
 }
@@ -471,6 +486,12 @@ pub fn run_lab_with_console(
             "the timeout must be longer than zero".into(),
         ));
     }
+    if cfg.freeze_after < Duration::from_secs(10) {
+        return Err(LabError::InvalidConfig(format!(
+            "a heartbeat silence of {:.1} s is too short to call the lab machine frozen (it beats every 2 s, later when loaded); use at least 10 s",
+            cfg.freeze_after.as_secs_f64()
+        )));
+    }
     let HostParts {
         qemu,
         kernel,
@@ -510,6 +531,7 @@ pub fn run_lab_with_console(
         });
     }
     let stream_path = tmp.path().join("lab-out.bin");
+    let heartbeat_path = tmp.path().join("heartbeat.bin");
     let mut cmd = qemu_command(
         &qemu,
         cfg.memory_mib,
@@ -517,8 +539,35 @@ pub fn run_lab_with_console(
         &kernel.vmlinuz,
         &archive,
         &stream_path,
+        &heartbeat_path,
     );
-    let (status, elapsed, stderr_tail) = run_qemu(&mut cmd, &qemu, cfg.timeout, console)?;
+    let watch = Watch {
+        timeout: cfg.timeout,
+        heartbeat: &heartbeat_path,
+        freeze_after: cfg.freeze_after,
+        cpus: cfg.cpus,
+    };
+    let mut attempt = 0;
+    let (status, elapsed, stderr_tail) = loop {
+        attempt += 1;
+        // A fresh stream per attempt: a frozen one may hold part of a
+        // result.
+        let _ = fs::remove_file(&stream_path);
+        let _ = fs::remove_file(&heartbeat_path);
+        match run_qemu(&mut cmd, &qemu, &watch, console) {
+            Err(LabError::Frozen { silent, .. }) if attempt <= cfg.frozen_retries => {
+                let _ = writeln!(
+                    console,
+                    "\nbootscope lab: the lab machine froze (no heartbeat for {} s; a fault of the emulator, see `--cpus`); starting it again (attempt {} of {})",
+                    silent.as_secs(),
+                    attempt + 1,
+                    cfg.frozen_retries + 1
+                );
+                let _ = console.flush();
+            }
+            other => break other?,
+        }
+    };
 
     let data = match fs::read(&stream_path) {
         Ok(data) => data,
@@ -577,6 +626,7 @@ fn qemu_command(
     vmlinuz: &Path,
     initrd: &Path,
     stream: &Path,
+    heartbeat: &Path,
 ) -> Command {
     let mut cmd = Command::new(qemu);
     // One host thread per emulated CPU when there are several.
@@ -608,6 +658,9 @@ fn qemu_command(
         .arg("-chardev")
         .arg(chardev_file_option("lab0", stream))
         .args(["-serial", "chardev:lab0"])
+        .arg("-chardev")
+        .arg(chardev_file_option("beat", heartbeat))
+        .args(["-serial", "chardev:beat"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -667,14 +720,54 @@ impl Drop for ChildGuard {
     }
 }
 
+/// What `run_qemu` waits for: the timeout, and the heartbeat file whose
+/// growth says the lab machine still runs.
+struct Watch<'a> {
+    timeout: Duration,
+    heartbeat: &'a Path,
+    freeze_after: Duration,
+    cpus: u32,
+}
+
+/// Tracks the heartbeat file: frozen once it has started beating and then
+/// not grown for `freeze_after`. Before the first beat (the lab kernel still
+/// booting) only the timeout applies.
+struct HeartbeatWatch {
+    len: u64,
+    changed: Instant,
+}
+
+impl HeartbeatWatch {
+    fn new(now: Instant) -> Self {
+        HeartbeatWatch {
+            len: 0,
+            changed: now,
+        }
+    }
+
+    /// Feeds the file's current length; returns how long it has been
+    /// silent once that exceeds `limit`.
+    fn check(&mut self, len: u64, now: Instant, limit: Duration) -> Option<Duration> {
+        if len != self.len {
+            self.len = len;
+            self.changed = now;
+            return None;
+        }
+        let silent = now.saturating_duration_since(self.changed);
+        (self.len > 0 && silent >= limit).then_some(silent)
+    }
+}
+
 /// Starts QEMU, copies its stdout to `console` live, forwards its stderr
-/// (minus harmless warnings) to ours, and waits up to `timeout`.
+/// (minus harmless warnings) to ours, and waits up to the timeout, or until
+/// the lab machine's heartbeat stops.
 fn run_qemu(
     cmd: &mut Command,
     qemu: &Path,
-    timeout: Duration,
+    watch: &Watch,
     console: &mut (dyn Write + Send),
 ) -> Result<(ExitStatus, Duration, Vec<String>)> {
+    let timeout = watch.timeout;
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| {
         if source.kind() == io::ErrorKind::NotFound {
@@ -699,6 +792,8 @@ fn run_qemu(
         let copier = stdout.map(|out| scope.spawn(move || copy_live(out, console)));
         let errors = stderr.map(|err| scope.spawn(move || forward_stderr(err)));
         let deadline = start + timeout;
+        let mut beat = HeartbeatWatch::new(start);
+        let mut next_beat_check = start;
         let waited = loop {
             match guard.child.try_wait() {
                 Ok(Some(status)) => {
@@ -706,7 +801,20 @@ fn run_qemu(
                     break Ok(status);
                 }
                 Ok(None) if Instant::now() >= deadline => break Err(LabError::Timeout { timeout }),
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Ok(None) => {
+                    let now = Instant::now();
+                    if now >= next_beat_check {
+                        next_beat_check = now + Duration::from_millis(500);
+                        let len = fs::metadata(watch.heartbeat).map_or(0, |m| m.len());
+                        if let Some(silent) = beat.check(len, now, watch.freeze_after) {
+                            break Err(LabError::Frozen {
+                                silent,
+                                cpus: watch.cpus,
+                            });
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
                 Err(e) => break Err(LabError::io("wait for", qemu, e)),
             }
         };
@@ -1287,6 +1395,11 @@ mount -t debugfs debugfs /sys/kernel/debug || echo "lab: warning: cannot mount d
 mount -t bpf bpf /sys/fs/bpf 2>/dev/null
 # Plain newlines on the console, as on a host terminal or pipe.
 stty -onlcr 2>/dev/null
+# Heartbeat on the third serial port: the host counts the lab machine as
+# frozen when it stops (LabConfig::freeze_after).
+if [ -c /dev/ttyS2 ]; then
+	( while :; do printf . || exit; sleep 2; done ) >/dev/ttyS2 2>/dev/null </dev/null &
+fi
 "#,
     );
     for module in modules {
@@ -1672,6 +1785,7 @@ mod tests {
         assert!(script.contains("lab_send 0 '/o/out file'\n"));
         assert!(script.contains("echo \"EXIT $lab_code\""));
         assert!(script.trim_end().ends_with("poweroff -f"));
+        assert!(script.contains(">/dev/ttyS2"), "the heartbeat");
         assert!(script.contains("echo 0 >/proc/sys/kernel/randomize_va_space"));
         let kept =
             String::from_utf8(outer_init_script(&kernel, &modules, &plan, exe, true)).unwrap();
@@ -1714,6 +1828,7 @@ mod tests {
                 Path::new("/k"),
                 Path::new("/i"),
                 Path::new("/s"),
+                Path::new("/h"),
             );
             cmd.get_args()
                 .map(|a| a.to_string_lossy().into_owned())
@@ -1729,6 +1844,26 @@ mod tests {
         let two = args(2);
         assert_eq!(after(&two, "-smp"), "2");
         assert_eq!(after(&two, "-accel"), "tcg,thread=multi");
+    }
+
+    #[test]
+    fn heartbeat_silence_counts_only_after_the_first_beat() {
+        let t0 = Instant::now();
+        let limit = Duration::from_secs(60);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut w = HeartbeatWatch::new(t0);
+        // The lab kernel boots: no beat yet, however long.
+        assert_eq!(w.check(0, at(100), limit), None);
+        // Beating: never silent long.
+        assert_eq!(w.check(1, at(101), limit), None);
+        assert_eq!(w.check(1, at(150), limit), None);
+        assert_eq!(w.check(2, at(152), limit), None);
+        // Silent for the limit: frozen, and for how long.
+        assert_eq!(w.check(2, at(211), limit), None);
+        assert_eq!(w.check(2, at(212), limit), Some(Duration::from_secs(60)));
+        // A beat resets it.
+        assert_eq!(w.check(3, at(213), limit), None);
+        assert_eq!(w.check(3, at(272), limit), None);
     }
 
     #[test]

@@ -246,6 +246,60 @@ fn timeout_kills_qemu() {
     assert!(start.elapsed() < Duration::from_secs(20));
 }
 
+/// A lab machine that stops running anything is caught by its heartbeat
+/// long before the timeout, and started again once: here the heartbeat is
+/// stopped on purpose (every process writing it gets SIGSTOP) while the
+/// program sleeps on, in both attempts.
+#[test]
+fn frozen_lab_machine_is_caught_by_its_heartbeat() {
+    if !lab_available("frozen_lab_machine_is_caught_by_its_heartbeat") {
+        return;
+    }
+    let script = r#"n=0
+for p in /proc/[0-9]*; do
+	if ls -l "$p/fd" 2>/dev/null | grep -q ttyS2; then kill -STOP "${p#/proc/}" && n=$((n+1)); fi
+done
+echo "guest: stopped $n heartbeat processes"
+sleep 600"#;
+    let mut cfg = config(BUSYBOX, &["sh", "-c", script]);
+    cfg.freeze_after = Duration::from_secs(10);
+    cfg.frozen_retries = 1;
+    let start = Instant::now();
+    let (result, console) = run(&cfg);
+    let err = result.unwrap_err();
+    assert!(matches!(err, LabError::Frozen { .. }), "{err}");
+    assert!(!console.contains("stopped 0 heartbeat"), "{console}");
+    assert_eq!(
+        console.matches("guest: stopped").count(),
+        2,
+        "two attempts: {console}"
+    );
+    assert!(
+        console.contains("the lab machine froze (no heartbeat for 10 s")
+            && console.contains("starting it again (attempt 2 of 2)"),
+        "{console}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("the lab machine froze"), "{text}");
+    assert!(text.contains("--cpus N"), "{text}");
+    // Well before the 300 s timeout: twice boot, the stop, 10 s of silence.
+    assert!(
+        start.elapsed() < Duration::from_secs(200),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+/// A heartbeat silence too short to mean anything is refused.
+#[test]
+fn too_short_freeze_limit_is_refused() {
+    let mut cfg = config(BUSYBOX, &["true"]);
+    cfg.freeze_after = Duration::from_secs(3);
+    let err = run_lab_with_console(&cfg, &mut std::io::sink()).unwrap_err();
+    assert!(matches!(err, LabError::InvalidConfig(_)), "{err}");
+    assert!(err.to_string().contains("at least 10 s"), "{err}");
+}
+
 /// Without QEMU the error says what to install.
 #[test]
 fn missing_qemu_is_reported() {
