@@ -205,8 +205,9 @@ struct LabArgs {
     #[arg(long, default_value_t = 600.0)]
     timeout: f64,
     /// Start the lab machine again this many times if it freezes (its
-    /// heartbeat stops for a minute: the emulator lost its timer interrupt
-    /// while a nested guest ran). Nothing of a frozen attempt comes back.
+    /// heartbeat stops for a minute: QEMU's emulator lost an interrupt's
+    /// wake-up while a nested guest ran). Nothing of a frozen attempt comes
+    /// back.
     #[arg(long, default_value_t = 1, value_name = "N")]
     retries: u32,
     /// Run this program inside instead of bootscope (e.g. /bin/busybox, with

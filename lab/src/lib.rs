@@ -240,13 +240,11 @@ pub enum LabError {
     },
 
     /// The lab machine stopped running anything: its heartbeat (a byte
-    /// its init writes every second) stopped while QEMU kept running.
-    #[error("the lab machine froze: no heartbeat from it for {} s while the emulator kept running, so QEMU was killed (the console output above shows how far it got). The emulator can lose the lab machine's timer interrupt while a nested guest runs, and a nested guest that spins waiting for another of its vCPUs then never lets the lab machine run again; the lab machine had {cpus} CPU(s): give it at least as many as the nested guest has vCPUs (`--cpus N`), or run it again", silent.as_secs())]
+    /// its init writes every 2 s) stopped while QEMU kept running.
+    #[error("the lab machine froze: no heartbeat from it for {} s while the emulator kept running, so QEMU was killed (the console output above shows how far it got). QEMU's emulator can lose the wake-up of an interrupt that arrives while a nested guest is being entered, after which the lab machine never takes its timer interrupt again; the lab sends it an interrupt every half second to undo that, but this time it stayed frozen. Run it again (`--retries N` does that by itself), or use a newer QEMU", silent.as_secs())]
     Frozen {
         /// How long the heartbeat had been silent.
         silent: Duration,
-        /// CPUs of the lab machine.
-        cpus: u32,
     },
 
     /// The guest's result stream was cut short.

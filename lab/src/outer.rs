@@ -14,6 +14,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -531,7 +532,7 @@ pub fn run_lab_with_console(
         });
     }
     let stream_path = tmp.path().join("lab-out.bin");
-    let heartbeat_path = tmp.path().join("heartbeat.bin");
+    let heartbeat_path = tmp.path().join("heartbeat");
     let mut cmd = qemu_command(
         &qemu,
         cfg.memory_mib,
@@ -541,24 +542,23 @@ pub fn run_lab_with_console(
         &stream_path,
         &heartbeat_path,
     );
-    let watch = Watch {
-        timeout: cfg.timeout,
-        heartbeat: &heartbeat_path,
-        freeze_after: cfg.freeze_after,
-        cpus: cfg.cpus,
-    };
     let mut attempt = 0;
     let (status, elapsed, stderr_tail) = loop {
         attempt += 1;
-        // A fresh stream per attempt: a frozen one may hold part of a
-        // result.
+        // A fresh stream and heartbeat line per attempt: a frozen one may
+        // hold part of a result, or beats and kicks of the last machine.
         let _ = fs::remove_file(&stream_path);
-        let _ = fs::remove_file(&heartbeat_path);
-        match run_qemu(&mut cmd, &qemu, &watch, console) {
+        let line = HeartbeatLine::create(&heartbeat_path)?;
+        let watch = Watch {
+            timeout: cfg.timeout,
+            heartbeat: line,
+            freeze_after: cfg.freeze_after,
+        };
+        match run_qemu(&mut cmd, &qemu, watch, console) {
             Err(LabError::Frozen { silent, .. }) if attempt <= cfg.frozen_retries => {
                 let _ = writeln!(
                     console,
-                    "\nbootscope lab: the lab machine froze (no heartbeat for {} s; a fault of the emulator, see `--cpus`); starting it again (attempt {} of {})",
+                    "\nbootscope lab: the lab machine froze (no heartbeat for {} s: a fault of the emulator, see `bootscope lab --help`); starting it again (attempt {} of {})",
                     silent.as_secs(),
                     attempt + 1,
                     cfg.frozen_retries + 1
@@ -659,7 +659,7 @@ fn qemu_command(
         .arg(chardev_file_option("lab0", stream))
         .args(["-serial", "chardev:lab0"])
         .arg("-chardev")
-        .arg(chardev_file_option("beat", heartbeat))
+        .arg(chardev_option("pipe", "beat", heartbeat))
         .args(["-serial", "chardev:beat"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -687,7 +687,12 @@ fn qemu_command(
 /// `file,id=<id>,path=<path>` with commas in the path doubled, as QEMU's
 /// option syntax requires.
 fn chardev_file_option(id: &str, path: &Path) -> OsString {
-    let mut opt = format!("file,id={id},path=").into_bytes();
+    chardev_option("file", id, path)
+}
+
+/// `<backend>,id=<id>,path=<path>`, commas in the path doubled.
+fn chardev_option(backend: &str, id: &str, path: &Path) -> OsString {
+    let mut opt = format!("{backend},id={id},path=").into_bytes();
     for &b in path.as_os_str().as_bytes() {
         opt.push(b);
         if b == b',' {
@@ -720,17 +725,82 @@ impl Drop for ChildGuard {
     }
 }
 
-/// What `run_qemu` waits for: the timeout, and the heartbeat file whose
-/// growth says the lab machine still runs.
-struct Watch<'a> {
+/// What `run_qemu` waits for: the timeout, and the heartbeat line whose
+/// beats say the lab machine still runs.
+struct Watch {
     timeout: Duration,
-    heartbeat: &'a Path,
+    heartbeat: HeartbeatLine,
     freeze_after: Duration,
-    cpus: u32,
 }
 
-/// Tracks the heartbeat file: frozen once it has started beating and then
-/// not grown for `freeze_after`. Before the first beat (the lab kernel still
+/// How often the host sends a byte down the heartbeat line.
+const KICK_EVERY: Duration = Duration::from_millis(500);
+
+/// The lab machine's third serial port, as two FIFOs QEMU's `pipe` chardev
+/// opens (`PATH.in` is what the port receives, `PATH.out` what it sends).
+///
+/// Out of the lab machine come its heartbeat bytes. Into it the host sends
+/// a byte every [`KICK_EVERY`]: a receive interrupt. QEMU 7.2's emulator can
+/// lose the wake-up of an interrupt that arrives while a nested guest is
+/// being entered (it updates the CPU's pending-interrupt bits without a
+/// lock), and a CPU that lost it never takes its pending timer interrupt
+/// again: the lab machine freezes. Any later interrupt sets the bits anew,
+/// so the kicks turn such a freeze into a pause of at most half a second.
+struct HeartbeatLine {
+    to_lab: fs::File,
+    from_lab: fs::File,
+    beats: u64,
+}
+
+impl HeartbeatLine {
+    /// Makes fresh FIFOs at `PATH.in` and `PATH.out` and opens both ends
+    /// the host uses, non-blocking (read-write, so neither open waits for
+    /// QEMU).
+    fn create(path: &Path) -> Result<Self> {
+        let open = |suffix: &str| -> Result<fs::File> {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            let fifo = PathBuf::from(name);
+            let _ = fs::remove_file(&fifo);
+            let c = std::ffi::CString::new(fifo.as_os_str().as_bytes())
+                .map_err(|_| LabError::io("create", &fifo, io::ErrorKind::InvalidInput.into()))?;
+            // SAFETY: mkfifo reads a NUL-terminated path that outlives the
+            // call.
+            if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+                return Err(LabError::io("create", &fifo, io::Error::last_os_error()));
+            }
+            fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&fifo)
+                .map_err(|e| LabError::io("open", &fifo, e))
+        };
+        Ok(HeartbeatLine {
+            to_lab: open(".in")?,
+            from_lab: open(".out")?,
+            beats: 0,
+        })
+    }
+
+    /// Sends one byte into the lab machine (dropped if the FIFO is full:
+    /// the machine is not reading, and the next kick comes soon).
+    fn kick(&mut self) {
+        let _ = self.to_lab.write(b"k");
+    }
+
+    /// Takes what the lab machine sent; returns all beats so far.
+    fn beats(&mut self) -> u64 {
+        let mut buf = [0u8; 256];
+        while let Ok(n @ 1..) = self.from_lab.read(&mut buf) {
+            self.beats += n as u64;
+        }
+        self.beats
+    }
+}
+
+/// Tracks the heartbeat: frozen once it has started beating and then
+/// not beaten for `freeze_after`. Before the first beat (the lab kernel still
 /// booting) only the timeout applies.
 struct HeartbeatWatch {
     len: u64,
@@ -764,7 +834,7 @@ impl HeartbeatWatch {
 fn run_qemu(
     cmd: &mut Command,
     qemu: &Path,
-    watch: &Watch,
+    mut watch: Watch,
     console: &mut (dyn Write + Send),
 ) -> Result<(ExitStatus, Duration, Vec<String>)> {
     let timeout = watch.timeout;
@@ -804,13 +874,11 @@ fn run_qemu(
                 Ok(None) => {
                     let now = Instant::now();
                     if now >= next_beat_check {
-                        next_beat_check = now + Duration::from_millis(500);
-                        let len = fs::metadata(watch.heartbeat).map_or(0, |m| m.len());
-                        if let Some(silent) = beat.check(len, now, watch.freeze_after) {
-                            break Err(LabError::Frozen {
-                                silent,
-                                cpus: watch.cpus,
-                            });
+                        next_beat_check = now + KICK_EVERY;
+                        watch.heartbeat.kick();
+                        let beats = watch.heartbeat.beats();
+                        if let Some(silent) = beat.check(beats, now, watch.freeze_after) {
+                            break Err(LabError::Frozen { silent });
                         }
                     }
                     std::thread::sleep(Duration::from_millis(20));
@@ -1397,7 +1465,9 @@ mount -t bpf bpf /sys/fs/bpf 2>/dev/null
 stty -onlcr 2>/dev/null
 # Heartbeat on the third serial port: the host counts the lab machine as
 # frozen when it stops (LabConfig::freeze_after).
+# The host's kicks arrive on the same port (see HeartbeatLine): not echoed.
 if [ -c /dev/ttyS2 ]; then
+	stty raw -echo </dev/ttyS2 2>/dev/null
 	( while :; do printf . || exit; sleep 2; done ) >/dev/ttyS2 2>/dev/null </dev/null &
 fi
 "#,

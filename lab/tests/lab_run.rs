@@ -281,7 +281,7 @@ sleep 600"#;
     );
     let text = err.to_string();
     assert!(text.contains("the lab machine froze"), "{text}");
-    assert!(text.contains("--cpus N"), "{text}");
+    assert!(text.contains("--retries N"), "{text}");
     // Well before the 300 s timeout: twice boot, the stop, 10 s of silence.
     assert!(
         start.elapsed() < Duration::from_secs(200),
