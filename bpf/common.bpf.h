@@ -28,22 +28,21 @@ char LICENSE[] SEC("license") __weak = "GPL";
 #define BS_READ(ctx, event, field) \
 	bs_read_field((ctx), event##__##field.off, event##__##field.size)
 
-/* The bytes of an event's record that its programs read, from the first
- * field to the last (userspace sets it from the same format file, start
- * rounded down to 8). Hot programs copy that span once (BS_LOAD) and take
- * each field from the copy (BS_GET): one helper call per event instead of
- * one per field. */
-#define BS_SPAN(event) \
-	const volatile struct bs_field event##__span __weak = {}
-
-#define BS_SPAN_WORDS (BS_SPAN_MAX / 8)
-
-#define BS_LOAD(ctx, event, buf) \
-	bs_load_span((ctx), event##__span.off, event##__span.size, (buf))
-
-#define BS_GET(buf, event, field) \
-	bs_span_field((buf), event##__##field.off - event##__span.off, \
-		      event##__##field.size)
+/* A field of the record, loaded straight from it: the load is compiled
+ * with the placeholder offset BS_PATCH_BASE + slot (enum bs_patch_slot) and
+ * userspace patches in the field's offset and width before load, so an
+ * event costs no helper call for its fields. The verifier accepts any
+ * aligned read of a tracepoint record past its first 8 bytes; userspace
+ * has checked both for each field. Unsigned: narrower fields arrive
+ * zero-extended. */
+#define BS_CTX(ctx, slot)                                                    \
+	({                                                                   \
+		__u64 __v;                                                   \
+		asm volatile("%[v] = *(u64 *)(%[c] + %[o])"                  \
+			     : [v] "=r"(__v)                                 \
+			     : [c] "r"(ctx), [o] "i"(BS_PATCH_BASE + (slot))); \
+		__v;                                                         \
+	})
 
 /* The process being profiled (see struct bs_target); userspace sets it
  * before attaching and writes its phase when a phase mark arrives. */
@@ -104,41 +103,6 @@ static __always_inline __u64 bs_read_field(void *ctx, __u32 off, __u32 size)
 		size = sizeof(v);
 	bpf_probe_read_kernel(&v, size, (char *)ctx + off);
 	return v;
-}
-
-/* Copies the span of a record (size is a constant to the verifier: it
- * comes from read-only data). */
-static __always_inline void bs_load_span(void *ctx, __u32 off, __u32 size, __u64 *buf)
-{
-	if (size > BS_SPAN_MAX)
-		size = BS_SPAN_MAX;
-	bpf_probe_read_kernel(buf, size, (char *)ctx + off);
-}
-
-/* A field (unsigned, 1, 2, 4 or 8 bytes) at offset rel of a copied span,
- * in one load. rel and size are constants to the verifier (read-only
- * data), so it checks only the load taken; it wants stack loads aligned,
- * and userspace has checked that every field is aligned to its size within
- * the span (records are C structs: they are). An absent field (size 0)
- * reads as 0. */
-static __always_inline __u64 bs_span_field(const __u64 *buf, __u32 rel, __u32 size)
-{
-	const __u8 *p = (const __u8 *)buf;
-
-	if (rel > BS_SPAN_MAX - 8)
-		return 0;
-	switch (size) {
-	case 1:
-		return *(const __u8 *)(p + rel);
-	case 2:
-		return *(const __u16 *)(p + rel);
-	case 4:
-		return *(const __u32 *)(p + rel);
-	case 8:
-		return *(const __u64 *)(p + rel);
-	default:
-		return 0;
-	}
 }
 
 /* Whether tgid is profiled, and its phase: the target from the array slot

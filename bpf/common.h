@@ -6,7 +6,7 @@
 #ifndef BOOTSCOPE_COMMON_H
 #define BOOTSCOPE_COMMON_H
 
-#define BS_ABI_VERSION 2
+#define BS_ABI_VERSION 3
 
 #define BS_COMM_LEN 16
 /* log2 latency slots: slot i holds values in [2^i, 2^(i+1)) ns, slot 0 also
@@ -21,9 +21,37 @@ struct bs_field {
 	__u32 size;
 };
 
-/* The most bytes of a tracepoint record a program reads at once: the
- * fields it needs, from the first to the last (see BS_LOAD). */
-#define BS_SPAN_MAX 128
+/* Fields the hot programs load straight from their record (BS_CTX in
+ * common.bpf.h). Each such load is compiled with a placeholder offset,
+ * BS_PATCH_BASE + its slot below, and userspace rewrites the instruction
+ * before load: the field's offset from the format file and a load of the
+ * field's width, or `dst = 0` for a field this kernel lacks
+ * (profiler/src/patch.rs, whose PATCH_SLOTS lists the same fields in the
+ * same order). */
+#define BS_PATCH_BASE 0x7e00
+
+enum bs_patch_slot {
+	BS_P_KVM_EXIT_EXIT_REASON,
+	BS_P_KVM_EXIT_ISA,
+	BS_P_KVM_EXIT_VCPU_ID,
+	BS_P_KVM_USERSPACE_EXIT_REASON,
+	BS_P_KVM_USERSPACE_EXIT_ERRNO,
+	BS_P_KVM_PIO_RW,
+	BS_P_KVM_PIO_PORT,
+	BS_P_KVM_PIO_SIZE,
+	BS_P_KVM_PIO_VAL,
+	BS_P_KVM_MMIO_TYPE,
+	BS_P_KVM_MMIO_GPA,
+	BS_P_KVM_MSR_WRITE,
+	BS_P_KVM_MSR_ECX,
+	BS_P_KVM_MSR_EXCEPTION,
+	BS_P_KVM_CPUID_FUNCTION,
+	BS_P_KVM_CPUID_INDEX,
+	BS_P_KVM_EMULATE_INSN_FAILED,
+	BS_P_MM_PAGE_ALLOC_PFN,
+	BS_P_MM_PAGE_ALLOC_ORDER,
+	BS_P_COUNT,
+};
 
 /* The process being profiled, in an array map (one slot): its lookup is
  * inlined by the verifier, so events of the target cost no hash lookup.

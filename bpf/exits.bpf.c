@@ -8,36 +8,13 @@
  * kvm_emulate_insn. All of them are attached everywhere; userspace reports
  * which source each number came from.
  *
- * These programs run on every exit: each event costs one span copy and the
- * lookups of its own map, nothing more. How many events each saw is the
+ * These programs run on every exit: each event costs its fields, loaded
+ * straight from the record (BS_CTX), and the lookups of its own map,
+ * nothing more. How many events each saw is the
  * sum of its counts (userspace adds them up), not a separate counter.
  */
 #include "common.bpf.h"
 #include "exits.h"
-
-BS_FIELD(kvm_exit, exit_reason);
-BS_FIELD(kvm_exit, isa);
-BS_FIELD(kvm_exit, vcpu_id);
-BS_FIELD(kvm_userspace_exit, reason);
-BS_FIELD(kvm_userspace_exit, errno);
-BS_FIELD(kvm_pio, rw);
-BS_FIELD(kvm_pio, port);
-BS_FIELD(kvm_pio, size);
-BS_FIELD(kvm_mmio, type);
-BS_FIELD(kvm_mmio, gpa);
-BS_FIELD(kvm_msr, write);
-BS_FIELD(kvm_msr, ecx);
-BS_FIELD(kvm_msr, exception);
-BS_FIELD(kvm_cpuid, function);
-BS_FIELD(kvm_cpuid, index);
-BS_FIELD(kvm_emulate_insn, failed);
-BS_SPAN(kvm_exit);
-BS_SPAN(kvm_userspace_exit);
-BS_SPAN(kvm_pio);
-BS_SPAN(kvm_mmio);
-BS_SPAN(kvm_msr);
-BS_SPAN(kvm_cpuid);
-BS_SPAN(kvm_emulate_insn);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -118,20 +95,18 @@ int bs_kvm_exit(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
-	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_exit_key key = {};
 	struct bs_exit_start *pending;
 	__u32 phase;
 
 	if (!bs_follow(tgid, &phase))
 		return 0;
-	BS_LOAD(ctx, kvm_exit, buf);
 	key.tgid = tgid;
-	key.isa = BS_GET(buf, kvm_exit, isa);
-	key.reason = BS_GET(buf, kvm_exit, exit_reason);
+	key.isa = BS_CTX(ctx, BS_P_KVM_EXIT_ISA);
+	key.reason = BS_CTX(ctx, BS_P_KVM_EXIT_EXIT_REASON);
 	if (key.isa == BS_ISA_VMX)
 		key.reason &= BS_VMX_REASON_MASK;
-	key.vcpu_id = BS_GET(buf, kvm_exit, vcpu_id);
+	key.vcpu_id = BS_CTX(ctx, BS_P_KVM_EXIT_VCPU_ID);
 	key.phase = phase;
 	bs_count(&exit_counts, &key, 1);
 
@@ -161,7 +136,7 @@ int bs_kvm_exit(void *ctx)
 	return 0;
 }
 
-SEC("tracepoint/kvm/kvm_entry")
+SEC("raw_tp/kvm_entry")
 int bs_kvm_entry(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -202,18 +177,16 @@ int bs_kvm_userspace_exit(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, phase;
-	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_uexit_key key = {};
 	__s32 err;
 
 	if (!bs_follow(tgid, &phase))
 		return 0;
-	BS_LOAD(ctx, kvm_userspace_exit, buf);
-	err = (__s32)BS_GET(buf, kvm_userspace_exit, errno);
+	err = (__s32)BS_CTX(ctx, BS_P_KVM_USERSPACE_EXIT_ERRNO);
 	key.tgid = tgid;
 	key.tid = (__u32)id;
 	key.code = err < 0 ? (BS_UEXIT_ERRNO_FLAG | (__u32)-err)
-			   : (__u32)BS_GET(buf, kvm_userspace_exit, reason);
+			   : (__u32)BS_CTX(ctx, BS_P_KVM_USERSPACE_EXIT_REASON);
 	key.phase = phase;
 	bs_count(&uexit_counts, &key, 1);
 	return 0;
@@ -223,16 +196,14 @@ SEC("tracepoint/kvm/kvm_pio")
 int bs_kvm_pio(void *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32, phase;
-	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_pio_key key = {};
 
 	if (!bs_follow(tgid, &phase))
 		return 0;
-	BS_LOAD(ctx, kvm_pio, buf);
 	key.tgid = tgid;
-	key.port = BS_GET(buf, kvm_pio, port);
-	key.rw = BS_GET(buf, kvm_pio, rw);
-	key.size = BS_GET(buf, kvm_pio, size);
+	key.port = BS_CTX(ctx, BS_P_KVM_PIO_PORT);
+	key.rw = BS_CTX(ctx, BS_P_KVM_PIO_RW);
+	key.size = BS_CTX(ctx, BS_P_KVM_PIO_SIZE);
 	key.phase = phase;
 	bs_count(&pio_counts, &key, 1);
 	return 0;
@@ -242,15 +213,13 @@ SEC("tracepoint/kvm/kvm_mmio")
 int bs_kvm_mmio(void *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_mmio_key key = {};
 
 	if (!bs_followed(tgid))
 		return 0;
-	BS_LOAD(ctx, kvm_mmio, buf);
 	key.tgid = tgid;
-	key.type = BS_GET(buf, kvm_mmio, type);
-	key.gpa = BS_GET(buf, kvm_mmio, gpa);
+	key.type = BS_CTX(ctx, BS_P_KVM_MMIO_TYPE);
+	key.gpa = BS_CTX(ctx, BS_P_KVM_MMIO_GPA);
 	bs_count(&mmio_counts, &key, 1);
 	return 0;
 }
@@ -259,16 +228,14 @@ SEC("tracepoint/kvm/kvm_msr")
 int bs_kvm_msr(void *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_msr_key key = {};
 
 	if (!bs_followed(tgid))
 		return 0;
-	BS_LOAD(ctx, kvm_msr, buf);
 	key.tgid = tgid;
-	key.msr = BS_GET(buf, kvm_msr, ecx);
-	key.write = BS_GET(buf, kvm_msr, write) != 0;
-	key.exception = BS_GET(buf, kvm_msr, exception) != 0;
+	key.msr = BS_CTX(ctx, BS_P_KVM_MSR_ECX);
+	key.write = BS_CTX(ctx, BS_P_KVM_MSR_WRITE) != 0;
+	key.exception = BS_CTX(ctx, BS_P_KVM_MSR_EXCEPTION) != 0;
 	bs_count(&msr_counts, &key, 1);
 	return 0;
 }
@@ -277,15 +244,13 @@ SEC("tracepoint/kvm/kvm_cpuid")
 int bs_kvm_cpuid(void *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_cpuid_key key = {};
 
 	if (!bs_followed(tgid))
 		return 0;
-	BS_LOAD(ctx, kvm_cpuid, buf);
 	key.tgid = tgid;
-	key.function = BS_GET(buf, kvm_cpuid, function);
-	key.index = BS_GET(buf, kvm_cpuid, index);
+	key.function = BS_CTX(ctx, BS_P_KVM_CPUID_FUNCTION);
+	key.index = BS_CTX(ctx, BS_P_KVM_CPUID_INDEX);
 	bs_count(&cpuid_counts, &key, 1);
 	return 0;
 }
@@ -294,15 +259,13 @@ SEC("tracepoint/kvm/kvm_emulate_insn")
 int bs_kvm_emulate_insn(void *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32, phase;
-	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_emulate_key key = {};
 
 	if (!bs_follow(tgid, &phase))
 		return 0;
-	BS_LOAD(ctx, kvm_emulate_insn, buf);
 	key.tgid = tgid;
 	key.phase = phase;
-	key.failed = BS_GET(buf, kvm_emulate_insn, failed) != 0;
+	key.failed = BS_CTX(ctx, BS_P_KVM_EMULATE_INSN_FAILED) != 0;
 	bs_count(&emulate_counts, &key, 1);
 	return 0;
 }

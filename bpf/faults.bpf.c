@@ -34,31 +34,31 @@ static __always_inline int bs_fault(__u32 kind)
 	return 0;
 }
 
-SEC("tracepoint/kvm/kvm_page_fault")
+SEC("raw_tp/kvm_page_fault")
 int bs_kvm_page_fault(void *ctx)
 {
 	return bs_fault(BS_FAULT_GUEST);
 }
 
-SEC("tracepoint/kvmmmu/kvm_mmu_spte_requested")
+SEC("raw_tp/kvm_mmu_spte_requested")
 int bs_kvmmmu_spte_requested(void *ctx)
 {
 	return bs_fault(BS_FAULT_GUEST_MAP);
 }
 
-SEC("tracepoint/kvmmmu/handle_mmio_page_fault")
+SEC("raw_tp/handle_mmio_page_fault")
 int bs_kvmmmu_mmio_page_fault(void *ctx)
 {
 	return bs_fault(BS_FAULT_GUEST_MMIO);
 }
 
-SEC("tracepoint/exceptions/page_fault_user")
+SEC("raw_tp/page_fault_user")
 int bs_page_fault_user(void *ctx)
 {
 	return bs_fault(BS_FAULT_HOST_USER);
 }
 
-SEC("tracepoint/exceptions/page_fault_kernel")
+SEC("raw_tp/page_fault_kernel")
 int bs_page_fault_kernel(void *ctx)
 {
 	return bs_fault(BS_FAULT_HOST_KERNEL);

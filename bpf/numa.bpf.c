@@ -10,10 +10,6 @@
 #include "common.bpf.h"
 #include "numa.h"
 
-BS_FIELD(mm_page_alloc, pfn);
-BS_FIELD(mm_page_alloc, order);
-BS_SPAN(mm_page_alloc);
-
 /* Entries of pfn_ranges in use. */
 const volatile __u32 nr_pfn_ranges = 0;
 
@@ -66,7 +62,6 @@ int bs_mm_page_alloc(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, cpu = bpf_get_smp_processor_id();
-	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_numa_key key = {};
 	struct bs_numa_val *val;
 	__u32 *cpu_node, order;
@@ -74,11 +69,10 @@ int bs_mm_page_alloc(void *ctx)
 
 	if (!bs_followed(tgid))
 		return 0;
-	BS_LOAD(ctx, mm_page_alloc, buf);
-	pfn = BS_GET(buf, mm_page_alloc, pfn);
+	pfn = BS_CTX(ctx, BS_P_MM_PAGE_ALLOC_PFN);
 	if (pfn == (__u64)-1) /* failed allocation */
 		return 0;
-	order = BS_GET(buf, mm_page_alloc, order);
+	order = BS_CTX(ctx, BS_P_MM_PAGE_ALLOC_ORDER);
 	pages = 1ULL << (order & 31);
 
 	cpu_node = bpf_map_lookup_elem(&cpu_nodes, &cpu);

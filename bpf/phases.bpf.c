@@ -11,12 +11,6 @@
 #include "common.bpf.h"
 #include "phases.h"
 
-BS_FIELD(kvm_pio, rw);
-BS_FIELD(kvm_pio, port);
-BS_FIELD(kvm_pio, size);
-BS_FIELD(kvm_pio, val);
-BS_SPAN(kvm_pio);
-
 const volatile __u32 marker_port_debug = 0x80;
 const volatile __u32 marker_port_boot_time = 0xf4;
 
@@ -39,7 +33,6 @@ int bs_marker_pio(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
-	__u64 buf[BS_SPAN_WORDS] = {};
 	struct bs_marker_key key = {};
 	struct bs_marker_last_key last_key = {};
 	struct bs_event *e;
@@ -47,15 +40,14 @@ int bs_marker_pio(void *ctx)
 
 	if (!bs_followed(tgid))
 		return 0;
-	BS_LOAD(ctx, kvm_pio, buf);
-	if (!BS_GET(buf, kvm_pio, rw))
+	if (!BS_CTX(ctx, BS_P_KVM_PIO_RW))
 		return 0;
-	port = BS_GET(buf, kvm_pio, port);
+	port = BS_CTX(ctx, BS_P_KVM_PIO_PORT);
 	if (port != marker_port_debug && port != marker_port_boot_time)
 		return 0;
 	bs_count_source(BS_SRC_MARKER_PIO);
-	size = BS_GET(buf, kvm_pio, size);
-	value = BS_GET(buf, kvm_pio, val);
+	size = BS_CTX(ctx, BS_P_KVM_PIO_SIZE);
+	value = BS_CTX(ctx, BS_P_KVM_PIO_VAL);
 	if (size == 1)
 		value &= 0xff;
 	else if (size == 2)

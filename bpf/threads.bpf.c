@@ -62,7 +62,7 @@ static __always_inline void bs_read_comm(void *ctx, char *dst, __u32 off, __u32 
 	bpf_probe_read_kernel(dst, size, (char *)ctx + off);
 }
 
-SEC("tracepoint/sched/sched_switch")
+SEC("raw_tp/sched_switch")
 int bs_sched_switch(void *ctx)
 {
 	__u32 zero = 0;

@@ -11,12 +11,10 @@ pub static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bootscope.bpf.o"));
 
 /// `BS_ABI_VERSION` in bpf/common.h.
-pub const BS_ABI_VERSION: u32 = 2;
+pub const BS_ABI_VERSION: u32 = 3;
 pub const COMM_LEN: usize = 16;
 pub const HIST_SLOTS: usize = crate::hist::HIST_SLOTS;
 pub const MAX_PFN_RANGES: usize = 64;
-/// `BS_SPAN_MAX`: the most bytes of a record a program copies at once.
-pub const SPAN_MAX: u32 = 128;
 pub const MAX_CPUS: u32 = 1024;
 pub const NODE_UNKNOWN: u32 = u32::MAX;
 pub const CLONE_THREAD: u64 = 0x0001_0000;

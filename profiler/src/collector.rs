@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::TracePoint;
+use aya::programs::Program;
 use aya::{Ebpf, EbpfLoader, Pod};
 
 use crate::bpf::{self, BsEvent, BsField, CollectorKind, ProgramSpec, Source, PROGRAMS};
@@ -801,65 +801,14 @@ fn thread_map_sizes(threads: u32, cpus: u32, nodes: u32) -> [(&'static str, u32)
     ]
 }
 
-/// The widest span a program copies with every field inside it readable
-/// (`bs_span_field` reads a field only at an offset up to
-/// `BS_SPAN_MAX - 8`).
-const SPAN_USABLE: u32 = bpf::SPAN_MAX - 8;
-
-/// The span of each event's record that its programs read
-/// (`EVENT__span`): from its first field, rounded down to 8 bytes so that
-/// fields keep their alignment, to the end of its last. Err(why) for an
-/// event whose fields are too far apart to copy at once, or one of them
-/// not aligned to its size (programs load fields with aligned loads).
-fn field_spans(globals: &BTreeMap<String, BsField>) -> BTreeMap<String, Result<BsField, String>> {
-    let mut fields: BTreeMap<&str, Vec<(&str, BsField)>> = BTreeMap::new();
-    for (name, f) in globals {
-        let Some((event, field)) = name.split_once("__") else {
-            continue;
-        };
-        if f.size > 0 {
-            fields.entry(event).or_default().push((field, *f));
-        }
-    }
-    fields
-        .into_iter()
-        .map(|(event, fs)| {
-            let lo = fs.iter().map(|(_, f)| f.off).min().unwrap_or(0);
-            let hi = fs
-                .iter()
-                .map(|(_, f)| f.off.saturating_add(f.size))
-                .max()
-                .unwrap_or(0);
-            let off = lo & !7;
-            let size = hi - off;
-            let misaligned = fs
-                .iter()
-                .find(|(_, f)| matches!(f.size, 2 | 4 | 8) && f.off % f.size != 0);
-            let span = if let Some((field, f)) = misaligned {
-                Err(format!(
-                    "its field {field} ({} bytes at offset {}) is not aligned to its size in \
-                     the {event} record on this kernel",
-                    f.size, f.off
-                ))
-            } else if size > SPAN_USABLE {
-                Err(format!(
-                    "its fields span {size} bytes of the {event} record on this kernel, more \
-                     than the {SPAN_USABLE} a program copies at once"
-                ))
-            } else {
-                Ok(BsField { off, size })
-            };
-            (event.to_string(), span)
-        })
-        .collect()
-}
-
 /// What the object is loaded with, besides the configuration.
 struct ObjectSettings<'a> {
-    /// `EVENT__FIELD` from the format files.
+    /// `EVENT__FIELD` from the format files, for the fields programs read
+    /// with a helper call.
     globals: &'a BTreeMap<String, BsField>,
-    /// `EVENT__span` ([`field_spans`]).
-    spans: &'a [(String, BsField)],
+    /// The fields programs load straight from the record, by patch slot
+    /// (crate::patch); None for one this kernel lacks.
+    direct: &'a [Option<BsField>],
     fork_follows: bool,
     ring_bytes: u32,
     /// Maps made one entry big ([`unused_maps`]).
@@ -888,10 +837,6 @@ fn load_object(
     for (name, field) in settings.globals {
         loader.override_global(name.as_str(), field, true);
     }
-    // Only the events whose programs copy spans declare one.
-    for (name, span) in settings.spans {
-        loader.override_global(name.as_str(), span, false);
-    }
     let debug_port = u32::from(config.debug_port);
     let boot_time_port = u32::from(config.boot_time_port);
     let fork_follows = u32::from(settings.fork_follows);
@@ -915,8 +860,9 @@ fn load_object(
     for map in settings.unused_maps {
         loader.map_max_entries(map, 1);
     }
+    let (object, _) = crate::patch::patch(bpf::OBJECT, settings.direct)?;
     let ebpf = loader
-        .load(bpf::OBJECT)
+        .load(object.bytes())
         .map_err(|source| ProfilerError::Load { source })?;
     stages.end("maps");
     Ok((ebpf, btf))
@@ -957,6 +903,7 @@ impl Collector {
         let mut formats: HashMap<(&str, &str), Option<EventFormat>> = HashMap::new();
         let mut programs = Vec::new();
         let mut globals: BTreeMap<String, BsField> = BTreeMap::new();
+        let mut direct: Vec<Option<BsField>> = vec![None; crate::patch::PATCH_SLOTS.len()];
         for spec in PROGRAMS {
             if let Some(why) = not_needed(spec, backend, &programs) {
                 programs.push(ProgramState {
@@ -986,16 +933,27 @@ impl Collector {
                     .filter(|f| fmt.field(f).is_none())
                     .collect();
                 if missing.is_empty() {
+                    let mut unreadable = None;
                     for f in spec.fields.iter().chain(spec.optional_fields) {
-                        if let Some(d) = fmt.field(f) {
-                            globals.insert(
-                                format!("{}__{}", spec.event, f),
-                                BsField {
-                                    off: d.offset,
-                                    size: d.size,
-                                },
-                            );
+                        let Some(d) = fmt.field(f) else { continue };
+                        let field = BsField {
+                            off: d.offset,
+                            size: d.size,
+                        };
+                        match crate::patch::slot_of(spec.event, f) {
+                            // Loaded straight from the record: patched in.
+                            Some(slot) => match crate::patch::check_field(spec.event, f, field) {
+                                Ok(()) => direct[slot] = Some(field),
+                                Err(why) => unreadable = Some(why),
+                            },
+                            None => {
+                                globals.insert(format!("{}__{}", spec.event, f), field);
+                            }
                         }
+                    }
+                    if let Some(why) = unreadable {
+                        st.status = "failed";
+                        st.detail = why;
                     }
                 } else {
                     st.status = "failed";
@@ -1015,23 +973,6 @@ impl Collector {
             }
             programs.push(st);
         }
-        // Hot programs copy the bytes from their event's first field to its
-        // last at once (BS_LOAD in bpf/common.bpf.h).
-        let mut spans = Vec::new();
-        for (event, span) in field_spans(&globals) {
-            match span {
-                Ok(span) => spans.push((format!("{event}__span"), span)),
-                Err(why) => {
-                    for st in programs
-                        .iter_mut()
-                        .filter(|p| p.spec.event == event && p.status == "attached")
-                    {
-                        st.status = "failed";
-                        st.detail = why.clone();
-                    }
-                }
-            }
-        }
         let reasons = ReasonTables::from_formats(
             formats.get(&("kvm", "kvm_exit")).and_then(|f| f.as_ref()),
             formats
@@ -1050,7 +991,7 @@ impl Collector {
         let unused = unused_maps(&programs);
         let settings = ObjectSettings {
             globals: &globals,
-            spans: &spans,
+            direct: &direct,
             fork_follows: !newtask_ok,
             ring_bytes,
             unused_maps: &unused,
@@ -1196,20 +1137,35 @@ impl Collector {
             let spec = st.spec;
             let mut verified = None;
             let res = (|| -> Result<(), String> {
-                let prog: &mut TracePoint = ebpf
-                    .program_mut(spec.program)
-                    .ok_or_else(|| format!("program {} is not in the object", spec.program))?
-                    .try_into()
-                    .map_err(|e| format!("{e}"))?;
-                prog.load().map_err(|e| {
+                let refused = |e: aya::programs::ProgramError| {
                     format!(
                         "the kernel refused it: {}",
                         short_load_error(&e.to_string())
                     )
-                })?;
-                verified = Some(StagePoint::now());
-                prog.attach(spec.system, spec.event)
-                    .map_err(|e| format!("attach failed: {e}"))?;
+                };
+                let attach_failed = |e: aya::programs::ProgramError| format!("attach failed: {e}");
+                // Programs that read no field of the record attach raw
+                // (bpf/README: the kernel then skips building the record).
+                match ebpf.program_mut(spec.program) {
+                    Some(Program::TracePoint(prog)) => {
+                        prog.load().map_err(refused)?;
+                        verified = Some(StagePoint::now());
+                        prog.attach(spec.system, spec.event)
+                            .map_err(attach_failed)?;
+                    }
+                    Some(Program::RawTracePoint(prog)) => {
+                        prog.load().map_err(refused)?;
+                        verified = Some(StagePoint::now());
+                        prog.attach(spec.event).map_err(attach_failed)?;
+                    }
+                    Some(_) => {
+                        return Err(format!(
+                            "program {} is neither a tracepoint nor a raw tracepoint program",
+                            spec.program
+                        ))
+                    }
+                    None => return Err(format!("program {} is not in the object", spec.program)),
+                }
                 Ok(())
             })();
             if let Err(detail) = res {
@@ -2402,44 +2358,6 @@ mod tests {
                 "{view} still shows the mount"
             );
         }
-    }
-
-    #[test]
-    fn spans_cover_each_events_fields_from_an_aligned_start() {
-        let f = |off, size| BsField { off, size };
-        let globals: BTreeMap<String, BsField> = [
-            // Linux 6.1's kvm_exit: exit_reason, isa, vcpu_id.
-            ("kvm_exit__exit_reason", f(8, 4)),
-            ("kvm_exit__isa", f(24, 4)),
-            ("kvm_exit__vcpu_id", f(56, 4)),
-            // A first field off an 8-byte boundary.
-            ("kvm_msr__ecx", f(12, 4)),
-            ("kvm_msr__exception", f(24, 1)),
-            // Absent optional fields take no room.
-            ("kvm_pio__port", f(12, 4)),
-            ("kvm_pio__gone", f(0, 0)),
-            // Too far apart to copy at once.
-            ("wide__a", f(8, 8)),
-            ("wide__b", f(8 + SPAN_USABLE, 4)),
-            // A packed record.
-            ("packed__a", f(8, 1)),
-            ("packed__b", f(9, 4)),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        let spans = field_spans(&globals);
-        assert_eq!(spans["kvm_exit"], Ok(f(8, 52)));
-        assert_eq!(spans["kvm_msr"], Ok(f(8, 17)));
-        assert_eq!(spans["kvm_pio"], Ok(f(8, 8)));
-        let wide = spans["wide"].as_ref().unwrap_err();
-        assert!(
-            wide.contains(&format!("span {} bytes", SPAN_USABLE + 4)),
-            "{wide}"
-        );
-        let packed = spans["packed"].as_ref().unwrap_err();
-        assert!(packed.contains("field b (4 bytes at offset 9)"), "{packed}");
-        assert_eq!(spans.len(), 5);
     }
 
     #[test]

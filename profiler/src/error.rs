@@ -48,6 +48,10 @@ pub enum ProfilerError {
         source: aya::EbpfError,
     },
 
+    /// The BPF object could not be prepared for this kernel's records.
+    #[error("cannot prepare the bootscope eBPF object: {0}")]
+    Patch(#[from] crate::patch::PatchError),
+
     /// No collector could be attached at all.
     #[error("no tracepoint could be attached; sources: {detail}")]
     NothingAttached { detail: String },

@@ -17,6 +17,7 @@ pub mod hist;
 pub mod kvm_stats;
 pub mod launch;
 mod mount;
+pub mod patch;
 pub mod phases;
 pub mod profile;
 mod pseudo;
