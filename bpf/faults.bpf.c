@@ -3,7 +3,8 @@
  * of the target's own threads, by {thread, phase, kind}.
  *
  * None of these programs reads a tracepoint field: the faulting thread is
- * the current task and the kind is the tracepoint itself. Host faults KVM
+ * the current task and the kind is the tracepoint itself. So they attach
+ * as raw tracepoints, and the kernel builds no record for them. Host faults KVM
  * resolves through get_user_pages (guest memory first touched by a vCPU)
  * do not raise an exception and appear only as guest faults.
  */

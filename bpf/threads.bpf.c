@@ -76,7 +76,7 @@ int bs_sched_switch(void *ctx)
 		return 0;
 	/* The current task is the one switched out, and it has run since the
 	 * previous switch on this CPU (the one that switched it in): no field
-	 * of the record is needed. Events: the sum of slices (userspace adds
+	 * of the record is needed (so it attaches raw: no record is built). Events: the sum of slices (userspace adds
 	 * them up). */
 	if (on->ts_ns && tid != 0 && bs_followed(tgid)) {
 		__u64 ran = now > on->ts_ns ? now - on->ts_ns : 0;
