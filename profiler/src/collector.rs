@@ -1145,7 +1145,7 @@ impl Collector {
                 };
                 let attach_failed = |e: aya::programs::ProgramError| format!("attach failed: {e}");
                 // Programs that read no field of the record attach raw
-                // (bpf/README: the kernel then skips building the record).
+                // (docs/profiler.md: the kernel then builds no record for them).
                 match ebpf.program_mut(spec.program) {
                     Some(Program::TracePoint(prog)) => {
                         prog.load().map_err(refused)?;

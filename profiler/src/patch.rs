@@ -100,28 +100,23 @@ pub struct AlignedObject {
 
 impl AlignedObject {
     fn new(bytes: &[u8]) -> Self {
-        let mut words = vec![0u64; bytes.len().div_ceil(8)];
         let mut obj = AlignedObject {
-            words: Vec::new(),
+            words: vec![0u64; bytes.len().div_ceil(8)],
             len: bytes.len(),
         };
-        // SAFETY: u64 has no invalid bit patterns and the slice covers
-        // exactly the vector's initialized memory.
-        let dst = unsafe {
-            std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8)
-        };
-        dst[..bytes.len()].copy_from_slice(bytes);
-        obj.words = words;
+        obj.bytes_mut().copy_from_slice(bytes);
         obj
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `new`; len is at most the vector's byte length.
+        // SAFETY: u64 has no invalid bit patterns, so its memory may be
+        // viewed and written as bytes; len is at most the vector's byte
+        // length.
         unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), self.len) }
     }
 
     pub fn bytes(&self) -> &[u8] {
-        // SAFETY: as in `new`; len is at most the vector's byte length.
+        // SAFETY: as in `bytes_mut`.
         unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
     }
 }
