@@ -463,7 +463,7 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     })?;
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<VcpuEvent>();
-    let mut threads: Vec<JoinHandle<String>> = Vec::new();
+    let mut threads: Vec<JoinHandle<VcpuFd>> = Vec::new();
     for (index, vcpu) in vcpus.into_iter().enumerate() {
         let t = spawn_vcpu(
             index as u32,
@@ -540,22 +540,20 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     }
     // A vCPU thread that does not stop (stuck outside KVM_RUN) is left
     // behind rather than joined: the run still ends and reports.
-    let mut vcpu_states = Vec::new();
-    let mut stuck = Vec::new();
+    // A timed-out run also says where each vCPU was (see describe_vcpu).
+    let mut notes = Vec::new();
     for (index, t) in threads.into_iter().enumerate() {
-        if t.is_finished() {
-            vcpu_states.push(
-                t.join()
-                    .unwrap_or_else(|_| format!("vcpu{index} thread panicked")),
-            );
-        } else {
-            stuck.push(format!("vcpu{index} did not stop within 5 s of the kick"));
+        if !t.is_finished() {
+            notes.push(format!("vcpu{index} did not stop within 5 s of the kick"));
+            continue;
         }
-    }
-    // A timed-out run says where each vCPU was (see describe_vcpu).
-    let mut notes = stuck;
-    if reason == StopReason::Timeout {
-        notes.extend(vcpu_states);
+        match t.join() {
+            Ok(vcpu) if reason == StopReason::Timeout => {
+                notes.push(describe_vcpu(index as u32, &vcpu))
+            }
+            Ok(_) => {}
+            Err(_) => notes.push(format!("vcpu{index} thread panicked")),
+        }
     }
     let detail = if notes.is_empty() {
         detail
@@ -700,7 +698,7 @@ fn spawn_vcpu(
     recorder: Arc<Recorder>,
     stop: Arc<AtomicBool>,
     tx: mpsc::Sender<VcpuEvent>,
-) -> std::io::Result<JoinHandle<String>> {
+) -> std::io::Result<JoinHandle<VcpuFd>> {
     std::thread::Builder::new()
         .name(format!("vcpu{index}"))
         .spawn(move || {
@@ -726,7 +724,7 @@ fn spawn_vcpu(
                     }
                 }
             }
-            describe_vcpu(index, &vcpu)
+            vcpu
         })
 }
 
