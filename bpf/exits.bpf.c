@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
 /* Exits collector.
  *
- * VMX/SVM hosts: kvm:kvm_exit counts by {tgid, vcpu, reason, isa, phase}
- * and kvm_exit -> kvm_entry latency per reason as log2 histograms.
+ * VMX/SVM hosts: kvm:kvm_exit counts by {tgid, vcpu, reason, isa, phase},
+ * each with its kvm_exit -> kvm_entry latency as a log2 histogram.
  * PVM hosts, where kvm_exit never fires: kvm:kvm_userspace_exit reasons and
  * the instruction-level events kvm_pio, kvm_mmio, kvm_msr, kvm_cpuid and
  * kvm_emulate_insn. All of them are attached everywhere; userspace reports
@@ -16,19 +16,15 @@
 #include "common.bpf.h"
 #include "exits.h"
 
+/* Exit counts and latency histograms. Not preallocated (a histogram is
+ * 272 bytes): entries are added once per key, looked up on every exit. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct bs_exit_key);
-	__type(value, __u64);
-} exit_counts SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 2048);
-	__type(key, struct bs_exit_lat_key);
 	__type(value, struct bs_hist);
-} exit_latency SEC(".maps");
+} exit_stats SEC(".maps");
 
 /* LRU: entries of threads that ended are evicted instead of filling it. */
 struct {
@@ -90,46 +86,86 @@ struct {
 /* Initial value of a new histogram (read-only data). */
 static const struct bs_hist bs_zero_hist;
 
+/* The entry of an exit's key, created if needed (NULL, counted as an
+ * overflow, if the map is full). */
+static __always_inline struct bs_hist *bs_exit_stat(const struct bs_exit_start *e)
+{
+	struct bs_exit_key key = {
+		.tgid = e->tgid,
+		.vcpu_id = e->vcpu_id,
+		.reason = e->reason,
+		.isa = e->isa,
+		.phase = e->phase,
+	};
+	struct bs_hist *h = bpf_map_lookup_elem(&exit_stats, &key);
+
+	if (h)
+		return h;
+	/* Two CPUs may race to create it: the loser finds the winner's. */
+	bpf_map_update_elem(&exit_stats, &key, &bs_zero_hist, BPF_NOEXIST);
+	h = bpf_map_lookup_elem(&exit_stats, &key);
+	if (!h)
+		bs_percpu_inc(&map_overflows, 0);
+	return h;
+}
+
+/* An exit is counted once, with its latency, by the kvm_entry that ends it:
+ * one map lookup for both. kvm_exit only notes it in the thread's entry. */
 SEC("tracepoint/kvm/kvm_exit")
 int bs_kvm_exit(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
-	struct bs_exit_key key = {};
 	struct bs_exit_start *pending;
-	__u32 phase;
+	__u32 phase, reason, isa, vcpu_id;
 
 	if (!bs_follow(tgid, &phase))
 		return 0;
-	key.tgid = tgid;
-	key.isa = BS_CTX(ctx, BS_P_KVM_EXIT_ISA);
-	key.reason = BS_CTX(ctx, BS_P_KVM_EXIT_EXIT_REASON);
-	if (key.isa == BS_ISA_VMX)
-		key.reason &= BS_VMX_REASON_MASK;
-	key.vcpu_id = BS_CTX(ctx, BS_P_KVM_EXIT_VCPU_ID);
-	key.phase = phase;
-	bs_count(&exit_counts, &key, 1);
+	isa = BS_CTX(ctx, BS_P_KVM_EXIT_ISA);
+	reason = BS_CTX(ctx, BS_P_KVM_EXIT_EXIT_REASON);
+	if (isa == BS_ISA_VMX)
+		reason &= BS_VMX_REASON_MASK;
+	vcpu_id = BS_CTX(ctx, BS_P_KVM_EXIT_VCPU_ID);
 
 	/* A vCPU thread's entry stays in the map from exit to exit: writing
 	 * it in place spares an LRU update (a free-list pop and a lock) on
 	 * every exit. Only this thread writes it; kvm_entry reads it on this
 	 * same thread. */
 	pending = bpf_map_lookup_elem(&exit_start, &tid);
-	if (pending && pending->vcpu_id == key.vcpu_id) {
-		pending->reason = key.reason;
-		pending->isa = key.isa;
+	if (pending && pending->vcpu_id == vcpu_id && pending->tgid == tgid) {
+		/* The previous exit was not ended by an entry (kvm_entry not
+		 * attached, or attached after that exit): count it now,
+		 * without a latency. */
+		if (pending->ts_ns) {
+			struct bs_hist *h = bs_exit_stat(pending);
+
+			if (h)
+				__sync_fetch_and_add(&h->count, 1);
+		}
+		pending->reason = reason;
+		pending->isa = isa;
+		pending->phase = phase;
 		pending->ts_ns = bpf_ktime_get_ns();
 	} else {
 		/* This thread's first exit (or first as this vCPU): the one
-		 * time its vCPU index is recorded. */
+		 * time its vCPU index is recorded. An entry of another vCPU
+		 * still open is counted first. */
 		struct bs_exit_start start = {
 			.ts_ns = bpf_ktime_get_ns(),
-			.reason = key.reason,
-			.isa = key.isa,
-			.vcpu_id = key.vcpu_id,
+			.reason = reason,
+			.isa = isa,
+			.vcpu_id = vcpu_id,
+			.phase = phase,
+			.tgid = tgid,
 		};
-		struct bs_vcpu_key vkey = { .tgid = tgid, .vcpu_id = key.vcpu_id };
+		struct bs_vcpu_key vkey = { .tgid = tgid, .vcpu_id = vcpu_id };
 
+		if (pending && pending->ts_ns) {
+			struct bs_hist *h = bs_exit_stat(pending);
+
+			if (h)
+				__sync_fetch_and_add(&h->count, 1);
+		}
 		bpf_map_update_elem(&exit_start, &tid, &start, BPF_ANY);
 		bpf_map_update_elem(&vcpu_tids, &vkey, &tid, BPF_ANY);
 	}
@@ -141,33 +177,23 @@ int bs_kvm_entry(void *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
-	struct bs_exit_lat_key key = {};
 	struct bs_exit_start *start;
 	struct bs_hist *hist;
 	__u64 now, delta;
 
-	/* Only threads of followed processes have a pending exit. */
+	/* Only threads of followed processes have an exit open (the tgid
+	 * check: a thread id reused by another process). */
 	start = bpf_map_lookup_elem(&exit_start, &tid);
-	if (!start || !start->ts_ns)
+	if (!start || !start->ts_ns || start->tgid != (__u32)(id >> 32))
 		return 0;
 	now = bpf_ktime_get_ns();
 	delta = now > start->ts_ns ? now - start->ts_ns : 0;
+	hist = bs_exit_stat(start);
 	start->ts_ns = 0;
-
-	key.tgid = id >> 32;
-	key.reason = start->reason;
-	key.isa = start->isa;
-	hist = bpf_map_lookup_elem(&exit_latency, &key);
-	if (!hist) {
-		bpf_map_update_elem(&exit_latency, &key, &bs_zero_hist, BPF_NOEXIST);
-		hist = bpf_map_lookup_elem(&exit_latency, &key);
-		if (!hist) {
-			bs_percpu_inc(&map_overflows, 0);
-			return 0;
-		}
-	}
-	__sync_fetch_and_add(&hist->slots[bs_hist_slot(delta)], 1);
+	if (!hist)
+		return 0;
 	__sync_fetch_and_add(&hist->count, 1);
+	__sync_fetch_and_add(&hist->slots[bs_hist_slot(delta)], 1);
 	__sync_fetch_and_add(&hist->total_ns, delta);
 	return 0;
 }

@@ -12,7 +12,9 @@
 /* kvm_userspace_exit with errno < 0: code = flag | -errno. */
 #define BS_UEXIT_ERRNO_FLAG 0x80000000u
 
-/* kvm:kvm_exit count key. */
+/* kvm:kvm_exit key: an exit's count and its latency (kvm_exit -> next
+ * kvm_entry on the same thread) histogram share one entry (struct bs_hist,
+ * whose count is the exit count). */
 struct bs_exit_key {
 	__u32 tgid;
 	__u32 vcpu_id;
@@ -21,19 +23,16 @@ struct bs_exit_key {
 	__u32 phase;
 };
 
-/* Exit latency (kvm_exit -> next kvm_entry on the same thread) key. */
-struct bs_exit_lat_key {
-	__u32 tgid;
-	__u32 reason;
-	__u32 isa;
-};
-
-/* Per-thread pending exit. */
+/* Per-thread exit, counted when the thread enters the guest again (or, if
+ * no entry closed it, at the next exit; userspace adds the ones still
+ * open, ts_ns != 0, when it reads). */
 struct bs_exit_start {
 	__u64 ts_ns;
 	__u32 reason;
 	__u32 isa;
 	__u32 vcpu_id;
+	__u32 phase;
+	__u32 tgid;
 	__u32 pad;
 };
 

@@ -11,7 +11,7 @@ pub static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bootscope.bpf.o"));
 
 /// `BS_ABI_VERSION` in bpf/common.h.
-pub const BS_ABI_VERSION: u32 = 3;
+pub const BS_ABI_VERSION: u32 = 4;
 pub const COMM_LEN: usize = 16;
 pub const HIST_SLOTS: usize = crate::hist::HIST_SLOTS;
 pub const MAX_PFN_RANGES: usize = 64;
@@ -198,7 +198,7 @@ pub struct BsHist {
 
 /// `struct bs_exit_key`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BsExitKey {
     pub tgid: u32,
     pub vcpu_id: u32,
@@ -207,13 +207,18 @@ pub struct BsExitKey {
     pub phase: u32,
 }
 
-/// `struct bs_exit_lat_key`.
+/// `struct bs_exit_start`: a thread's last exit; `ts_ns != 0` while no
+/// kvm_entry has ended (and counted) it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct BsExitLatKey {
-    pub tgid: u32,
+pub struct BsExitStart {
+    pub ts_ns: u64,
     pub reason: u32,
     pub isa: u32,
+    pub vcpu_id: u32,
+    pub phase: u32,
+    pub tgid: u32,
+    pub pad: u32,
 }
 
 /// `struct bs_vcpu_key`.
@@ -361,7 +366,7 @@ const _: () = assert!(size_of::<BsField>() == 8);
 const _: () = assert!(size_of::<BsEvent>() == 56);
 const _: () = assert!(size_of::<BsHist>() == 8 * (HIST_SLOTS + 2));
 const _: () = assert!(size_of::<BsExitKey>() == 20);
-const _: () = assert!(size_of::<BsExitLatKey>() == 12);
+const _: () = assert!(size_of::<BsExitStart>() == 32);
 const _: () = assert!(size_of::<BsVcpuKey>() == 8);
 const _: () = assert!(size_of::<BsUexitKey>() == 16);
 const _: () = assert!(size_of::<BsPioKey>() == 20);
@@ -394,7 +399,7 @@ pod!(
     BsEvent,
     BsHist,
     BsExitKey,
-    BsExitLatKey,
+    BsExitStart,
     BsVcpuKey,
     BsUexitKey,
     BsPioKey,

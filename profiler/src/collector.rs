@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::maps::{Array, HashMap as BpfHashMap, IterableMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::Program;
 use aya::{Ebpf, EbpfLoader, Pod};
 
@@ -485,9 +485,8 @@ fn not_needed(spec: &ProgramSpec, backend: KvmBackend, before: &[ProgramState]) 
 /// The maps only one program (or pair) writes: made one entry big when
 /// none of their programs is attached, instead of preallocated in full.
 const PROGRAM_MAPS: &[(&[&str], &str)] = &[
-    (&["bs_kvm_exit"], "exit_counts"),
+    (&["bs_kvm_exit", "bs_kvm_entry"], "exit_stats"),
     (&["bs_kvm_exit"], "vcpu_tids"),
-    (&["bs_kvm_entry"], "exit_latency"),
     (&["bs_kvm_exit", "bs_kvm_entry"], "exit_start"),
     (&["bs_kvm_userspace_exit"], "uexit_counts"),
     (&["bs_kvm_pio"], "pio_counts"),
@@ -573,9 +572,15 @@ fn hash_entries<K: Pod, V: Pod>(bpf: &Ebpf, name: &str) -> Vec<(K, V)> {
     let Some(map) = bpf.map(name) else {
         return Vec::new();
     };
-    match BpfHashMap::<&MapData, K, V>::try_from(map) {
-        Ok(h) => h.iter().filter_map(Result::ok).collect(),
-        Err(_) => Vec::new(),
+    // try_from checks the key and value sizes against K and V.
+    let Ok(h) = BpfHashMap::<&MapData, K, V>::try_from(map) else {
+        return Vec::new();
+    };
+    // One system call per few hundred entries where the kernel can; two per
+    // entry otherwise.
+    match crate::batch::read::<K, V>(h.map()) {
+        Ok(entries) => entries,
+        Err(_) => h.iter().filter_map(Result::ok).collect(),
     }
 }
 
@@ -1695,6 +1700,34 @@ impl State {
             .unwrap_or_default()
     }
 
+    /// kvm_exit's counts and latency histograms, each exit still open
+    /// (no kvm_entry has counted it yet: a vCPU in userspace, or the VM
+    /// gone) added to its key's count without a latency.
+    fn exit_stats(&self) -> BTreeMap<bpf::BsExitKey, bpf::BsHist> {
+        let mut out: BTreeMap<bpf::BsExitKey, bpf::BsHist> =
+            hash_entries::<bpf::BsExitKey, bpf::BsHist>(&self.bpf, "exit_stats")
+                .into_iter()
+                .collect();
+        let open = hash_entries::<u32, bpf::BsExitStart>(&self.bpf, "exit_start");
+        for (_, e) in open.into_iter().filter(|(_, e)| e.ts_ns != 0) {
+            let key = bpf::BsExitKey {
+                tgid: e.tgid,
+                vcpu_id: e.vcpu_id,
+                reason: e.reason,
+                isa: e.isa,
+                phase: e.phase,
+            };
+            out.entry(key)
+                .or_insert_with(|| bpf::BsHist {
+                    slots: [0; hist::HIST_SLOTS],
+                    count: 0,
+                    total_ns: 0,
+                })
+                .count += 1;
+        }
+        out
+    }
+
     /// `exits` without the per-port detail (what samples need).
     /// `with_detail`: the latency histograms and each vCPU's thread too
     /// (a sample needs only the counts).
@@ -1711,13 +1744,13 @@ impl State {
     ) -> ExitProfile {
         let mut out = ExitProfile::default();
         let uexit_attached = self.attached(Source::KvmUserspaceExit);
-        let exit_entries: Vec<(bpf::BsExitKey, u64)> = hash_entries(&self.bpf, "exit_counts");
+        let exit_entries = self.exit_stats();
         let mut by_vcpu: BTreeMap<(u32, u32), VcpuExits> = BTreeMap::new();
         let mut by_phase: BTreeMap<u32, BTreeMap<String, u64>> = BTreeMap::new();
         let mut by_reason: BTreeMap<(u32, u32), (String, u64)> = BTreeMap::new();
         if !exit_entries.is_empty() {
             out.source = "tracepoint:kvm:kvm_exit".into();
-            let isas: BTreeSet<u32> = exit_entries.iter().map(|(k, _)| k.isa).collect();
+            let isas: BTreeSet<u32> = exit_entries.keys().map(|k| k.isa).collect();
             out.isa = match isas.iter().copied().collect::<Vec<_>>()[..] {
                 [ISA_VMX] => "vmx",
                 [ISA_SVM] => "svm",
@@ -1734,10 +1767,22 @@ impl State {
             } else {
                 HashMap::new()
             };
-            for (k, n) in &exit_entries {
+            // Latency by reason: slots and total.
+            let mut lat: HashMap<(u32, u32), (Vec<u64>, u64)> = HashMap::new();
+            for (k, h) in &exit_entries {
+                let n = h.count;
                 let name = self.reasons.exit_name(k.isa, k.reason);
                 out.total += n;
                 events[Source::KvmExit as usize] += n;
+                let timed: u64 = h.slots.iter().sum();
+                events[Source::KvmEntry as usize] += timed;
+                if with_detail && timed > 0 {
+                    let e = lat
+                        .entry((k.isa, k.reason))
+                        .or_insert_with(|| (vec![0; hist::HIST_SLOTS], 0));
+                    hist::add_slots(&mut e.0, &h.slots);
+                    e.1 += h.total_ns;
+                }
                 let r = by_reason
                     .entry((k.isa, k.reason))
                     .or_insert_with(|| (name.clone(), 0));
@@ -1755,20 +1800,6 @@ impl State {
                     .or_default()
                     .entry(name)
                     .or_default() += n;
-            }
-            let mut lat: HashMap<(u32, u32), (Vec<u64>, u64)> = HashMap::new();
-            let latency = if with_detail {
-                hash_entries::<bpf::BsExitLatKey, bpf::BsHist>(&self.bpf, "exit_latency")
-            } else {
-                Vec::new()
-            };
-            for (k, h) in latency {
-                events[Source::KvmEntry as usize] += h.count;
-                let e = lat
-                    .entry((k.isa, k.reason))
-                    .or_insert_with(|| (vec![0; hist::HIST_SLOTS], 0));
-                hist::add_slots(&mut e.0, &h.slots);
-                e.1 += h.total_ns;
             }
             for ((isa, reason), (name, count)) in by_reason {
                 let (hist_slots, total) = lat.remove(&(isa, reason)).unwrap_or_default();
@@ -2423,7 +2454,7 @@ mod tests {
                 detail: String::new(),
             })
             .collect();
-        assert_eq!(unused_maps(&all), ["exit_counts", "vcpu_tids"]);
+        assert_eq!(unused_maps(&all), ["vcpu_tids"]);
         let none: Vec<ProgramState> = all
             .iter()
             .cloned()

@@ -9,6 +9,7 @@
 //!   followed from its first instruction;
 //! - [`profile`]: the versioned document (docs/profile-schema.md).
 
+mod batch;
 pub mod bpf;
 pub mod collector;
 pub mod error;

@@ -1,0 +1,200 @@
+//! Reading a whole eBPF hash map in a few system calls.
+//!
+//! aya iterates a hash map entry by entry: a `BPF_MAP_GET_NEXT_KEY` and a
+//! `BPF_MAP_LOOKUP_ELEM` per entry, two system calls each. The collector
+//! reads its counting maps at every sample, and where every instruction is
+//! emulated (the lab) those calls are a measurable part of the profiler's
+//! cost to the boot. `BPF_MAP_LOOKUP_BATCH` (Linux 5.6) copies up to a
+//! chunk of entries per call: a map of a few hundred entries is read in one.
+//!
+//! [`read`] uses it where the kernel has it and says `Unsupported` where it
+//! does not, so that the caller falls back to aya's iterator; after a first
+//! refusal it does not try again.
+
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use aya::maps::MapData;
+use aya::Pod;
+use aya_obj::generated::{bpf_attr, bpf_cmd};
+
+/// Set once the kernel refused a batch read: later reads go straight to the
+/// iterator.
+static UNSUPPORTED: AtomicBool = AtomicBool::new(false);
+
+/// Entries asked for by the first call; a bucket holding more than a chunk
+/// makes the kernel refuse with ENOSPC, and the chunk is doubled.
+const FIRST_CHUNK: usize = 512;
+
+/// Largest chunk tried before giving up (a bucket of this many entries
+/// would be a broken hash).
+const MAX_CHUNK: usize = 1 << 20;
+
+/// Whether an error means "this kernel cannot batch this map" (unknown
+/// command on kernels before 5.6, or a map type without batch operations):
+/// the caller should iterate instead.
+fn is_unsupported(e: &io::Error) -> bool {
+    // 524 is the kernel's internal ENOTSUPP, which reaches userspace as is.
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::EOPNOTSUPP | 524)
+    )
+}
+
+/// Every entry of a hash (or LRU hash) map whose key and value are `K` and
+/// `V` (the caller has checked the sizes, e.g. with aya's `HashMap::try_from`).
+///
+/// `Err` of kind `Unsupported` where the kernel has no batch read for it:
+/// read the map with aya's iterator instead. Entries added or changed while
+/// the read goes on may or may not be seen, as with the iterator.
+pub fn read<K: Pod, V: Pod>(map: &MapData) -> io::Result<Vec<(K, V)>> {
+    if UNSUPPORTED.load(Ordering::Relaxed) {
+        return Err(io::ErrorKind::Unsupported.into());
+    }
+    let fd = map.fd().as_fd().as_raw_fd();
+    let (ksize, vsize) = (size_of::<K>(), size_of::<V>());
+    let mut out = Vec::new();
+    let mut chunk = FIRST_CHUNK;
+    let mut keys = vec![0u8; chunk * ksize];
+    let mut values = vec![0u8; chunk * vsize];
+    // The position between calls (a bucket index for hash maps: 4 bytes;
+    // room for 8).
+    let mut in_batch = 0u64;
+    let mut out_batch = 0u64;
+    let mut first = true;
+    loop {
+        // SAFETY: bpf_attr is plain data (integers and unions of them); all
+        // zeroes is its "nothing set" value.
+        let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+        // Writing a union's field is safe; batch is the member
+        // BPF_MAP_LOOKUP_BATCH reads.
+        attr.batch.map_fd = fd as u32;
+        attr.batch.in_batch = if first {
+            0
+        } else {
+            &in_batch as *const u64 as u64
+        };
+        attr.batch.out_batch = &mut out_batch as *mut u64 as u64;
+        attr.batch.keys = keys.as_mut_ptr() as u64;
+        attr.batch.values = values.as_mut_ptr() as u64;
+        attr.batch.count = chunk as u32;
+        // SAFETY: attr is a valid bpf_attr; the kernel writes at most
+        // `count` keys and values into buffers sized for `chunk` of each,
+        // the position into out_batch, and the count back into attr.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                bpf_cmd::BPF_MAP_LOOKUP_BATCH as libc::c_long,
+                &mut attr as *mut bpf_attr,
+                size_of::<bpf_attr>() as libc::c_uint,
+            )
+        };
+        let err = (ret < 0).then(io::Error::last_os_error);
+        // SAFETY: reading back the member written above (and by the kernel).
+        let n = (unsafe { attr.batch.count } as usize).min(chunk);
+        let done = match err {
+            None => false,
+            // The end of the map: `n` entries came with it.
+            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => true,
+            Some(e) if e.raw_os_error() == Some(libc::ENOSPC) && n == 0 => {
+                if chunk >= MAX_CHUNK {
+                    return Err(io::Error::other(format!(
+                        "a bucket of the map holds over {MAX_CHUNK} entries"
+                    )));
+                }
+                chunk *= 2;
+                keys.resize(chunk * ksize, 0);
+                values.resize(chunk * vsize, 0);
+                continue;
+            }
+            Some(e) if first && is_unsupported(&e) => {
+                UNSUPPORTED.store(true, Ordering::Relaxed);
+                return Err(io::ErrorKind::Unsupported.into());
+            }
+            Some(e) => return Err(e),
+        };
+        for i in 0..n {
+            // SAFETY: entry i lies within the first n (<= chunk) entries of
+            // each buffer; K and V are Pod, so any bytes are a valid value;
+            // read_unaligned as a Vec<u8> promises no alignment.
+            let (k, v) = unsafe {
+                (
+                    std::ptr::read_unaligned(keys.as_ptr().add(i * ksize) as *const K),
+                    std::ptr::read_unaligned(values.as_ptr().add(i * vsize) as *const V),
+                )
+            };
+            out.push((k, v));
+        }
+        if done {
+            return Ok(out);
+        }
+        in_batch = out_batch;
+        first = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use aya::maps::{HashMap, IterableMap, Map};
+    use aya_obj::generated::bpf_map_type;
+    use std::collections::BTreeMap;
+
+    /// A map the batch read must see exactly as aya's iterator does: more
+    /// entries than one chunk (several calls), values wider than a word.
+    fn check_map(map: Map, n: u64) {
+        let mut h = HashMap::<MapData, u64, [u64; 5]>::try_from(map).unwrap();
+        for k in 0..n {
+            let key = k.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            h.insert(key, [k, k + 1, k + 2, k + 3, !k], 0).unwrap();
+        }
+        let batch: BTreeMap<u64, [u64; 5]> = read::<u64, [u64; 5]>(h.map())
+            .expect("batch read (Linux 5.6+)")
+            .into_iter()
+            .collect();
+        let iterated: BTreeMap<u64, [u64; 5]> = h.iter().map(Result::unwrap).collect();
+        assert_eq!(batch.len() as u64, n);
+        assert_eq!(batch, iterated);
+    }
+
+    /// Creates a map, or None (printing why) where this process may not.
+    fn create(kind: bpf_map_type, name: &str) -> Option<MapData> {
+        let obj = aya_obj::Map::new_from_params(kind as u32, 8, 40, 4096, 0);
+        match MapData::create(obj, name, None) {
+            Ok(m) => Some(m),
+            // SAFETY: geteuid has no preconditions.
+            Err(e) if unsafe { libc::geteuid() } != 0 => {
+                eprintln!("SKIP: creating an eBPF map needs root or CAP_BPF ({e})");
+                None
+            }
+            Err(e) => panic!("creating an eBPF map as root: {e}"),
+        }
+    }
+
+    #[test]
+    fn batch_read_equals_the_iterator() {
+        let Some(m) = create(bpf_map_type::BPF_MAP_TYPE_HASH, "bs_t_hash") else {
+            return;
+        };
+        check_map(Map::HashMap(m), 3000);
+        let Some(m) = create(bpf_map_type::BPF_MAP_TYPE_LRU_HASH, "bs_t_lru") else {
+            return;
+        };
+        check_map(Map::LruHashMap(m), 1000);
+        let empty = create(bpf_map_type::BPF_MAP_TYPE_HASH, "bs_t_empty").unwrap();
+        assert!(read::<u64, [u64; 5]>(&empty).unwrap().is_empty());
+    }
+
+    #[test]
+    fn refusals_that_mean_iterate_instead() {
+        for code in [libc::EINVAL, libc::EOPNOTSUPP, 524] {
+            assert!(is_unsupported(&io::Error::from_raw_os_error(code)));
+        }
+        for code in [libc::EPERM, libc::ENOENT, libc::EFAULT, libc::EBADF] {
+            assert!(!is_unsupported(&io::Error::from_raw_os_error(code)));
+        }
+    }
+}
