@@ -411,6 +411,15 @@ pub fn summary(p: &Profile, output: &Path) -> String {
             ms(cpu)
         );
     }
+    if let Some(c) = &p.collector {
+        let _ = writeln!(
+            s,
+            "profiler reading: {} CPU ({} samples, {} of it)",
+            ms(c.cpu_ns),
+            c.samples,
+            ms(c.sample_cpu_ns)
+        );
+    }
     let mut timed: Vec<_> = p.timed_sources().collect();
     if !timed.is_empty() {
         let runs: u64 = timed.iter().map(|t| t.1).sum();

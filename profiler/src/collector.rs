@@ -192,6 +192,10 @@ struct State {
     marks_dropped: u64,
     /// Port marks kept so far (at most MAX_MARKS).
     port_marks: usize,
+    /// CPU time of samples taken so far.
+    sample_cpu: Duration,
+    /// CPU time of the worker thread so far, and of the final read.
+    reader_cpu: Duration,
 }
 
 /// `BPF_EXIST` (uapi linux/bpf.h): update only an entry that is there.
@@ -1273,6 +1277,8 @@ impl Collector {
             boot_time_port: config.boot_time_port,
             marks_dropped: 0,
             port_marks: 0,
+            sample_cpu: Duration::ZERO,
+            reader_cpu: Duration::ZERO,
         };
         // SAFETY: eventfd takes an initial value and flags, no pointers.
         let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -1378,8 +1384,10 @@ impl Collector {
     pub fn finish(mut self) -> Profile {
         self.stop_worker();
         let mut st = self.lock();
+        let began = thread_cpu_time();
         st.poll_target();
         st.take_sample();
+        st.reader_cpu += thread_cpu_time().saturating_sub(began);
         let now = st.now_ns();
         st.finished_ns = Some(now);
         st.build(now)
@@ -1391,8 +1399,10 @@ impl Collector {
     pub fn final_profile(&mut self) -> Profile {
         self.stop_worker();
         let mut st = self.lock();
+        let began = thread_cpu_time();
         st.poll_target();
         st.take_sample();
+        st.reader_cpu += thread_cpu_time().saturating_sub(began);
         let now = st.now_ns();
         st.finished_ns = Some(now);
         st.build(now)
@@ -1432,6 +1442,7 @@ fn worker_loop(
     // KVM's debugfs directory of a VM vanishes with the VM, so it is read
     // every tick, not only at samples.
     let tick = Duration::from_millis(10);
+    let cpu_at_start = thread_cpu_time();
     let mut next_sample = Instant::now() + sample_interval;
     let mut next_drain = Instant::now() + drain_interval.unwrap_or_default();
     let drain = |ring: &mut RingBuf<aya::maps::MapData>, shared: &Shared| {
@@ -1460,6 +1471,8 @@ fn worker_loop(
             }
         }
         if stopping {
+            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            st.reader_cpu = thread_cpu_time().saturating_sub(cpu_at_start);
             break;
         }
         let frequent = {
@@ -1481,6 +1494,7 @@ fn worker_loop(
                 // from the guest.
                 next_sample = now + sample_spacing(sample_interval, began.elapsed());
             }
+            st.reader_cpu = thread_cpu_time().saturating_sub(cpu_at_start);
             st.kvm_stats.needs_frequent_reads()
         };
         // Sleep until the next sample unless counts need reading more often:
@@ -1673,6 +1687,12 @@ impl State {
     }
 
     fn take_sample(&mut self) {
+        let began = thread_cpu_time();
+        self.take_sample_untimed();
+        self.sample_cpu += thread_cpu_time().saturating_sub(began);
+    }
+
+    fn take_sample_untimed(&mut self) {
         self.refresh_kvm_stats(true);
         let t_ns = self.now_ns();
         // Samples need the counts only, not each program's events.
@@ -2299,6 +2319,11 @@ impl State {
             lost_events: percpu_sum(&self.bpf, "lost_events", 0),
             map_overflows: percpu_sum(&self.bpf, "map_overflows", 0),
             startup: self.startup.clone(),
+            collector: Some(CollectorCost {
+                samples: self.samples.len() as u64,
+                sample_cpu_ns: self.sample_cpu.as_nanos() as u64,
+                cpu_ns: self.reader_cpu.as_nanos() as u64,
+            }),
             ..Profile::new()
         }
     }

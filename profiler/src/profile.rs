@@ -41,6 +41,23 @@ pub struct Profile {
     /// target was followed (absent in profiles written before it was kept).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub startup: Vec<StartupStage>,
+    /// What the profiler's own reading cost while the target ran (absent
+    /// in profiles written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collector: Option<CollectorCost>,
+}
+
+/// CPU time of the profiler's reading while the target ran: the thread that
+/// reads the ring buffer, samples the counters and reads KVM's statistics,
+/// plus the final read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CollectorCost {
+    /// Samples taken (`samples[]`), the final one included.
+    pub samples: u64,
+    /// CPU time of taking them (every counting map read, KVM's statistics).
+    pub sample_cpu_ns: u64,
+    /// CPU time of all of the reading, samples included.
+    pub cpu_ns: u64,
 }
 
 /// One stage of the profiler's start-up: its wall time, and the CPU time
