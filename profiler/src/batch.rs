@@ -54,17 +54,32 @@ pub fn read<K: Pod, V: Pod>(map: &MapData) -> io::Result<Vec<(K, V)>> {
         return Err(io::ErrorKind::Unsupported.into());
     }
     let fd = map.fd().as_fd().as_raw_fd();
+    SCRATCH.with_borrow_mut(|buf| read_with::<K, V>(fd, buf))
+}
+
+thread_local! {
+    /// Where the kernel copies entries: kept from read to read, as a buffer
+    /// allocated afresh each time is mapped afresh, and each of its pages
+    /// the kernel writes is a page fault (costly where every instruction is
+    /// emulated).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn read_with<K: Pod, V: Pod>(fd: i32, buf: &mut Vec<u8>) -> io::Result<Vec<(K, V)>> {
     let (ksize, vsize) = (size_of::<K>(), size_of::<V>());
     let mut out = Vec::new();
     let mut chunk = FIRST_CHUNK;
-    let mut keys = vec![0u8; chunk * ksize];
-    let mut values = vec![0u8; chunk * vsize];
     // The position between calls (a bucket index for hash maps: 4 bytes;
     // room for 8).
     let mut in_batch = 0u64;
     let mut out_batch = 0u64;
     let mut first = true;
     loop {
+        // Keys first, then values.
+        if buf.len() < chunk * (ksize + vsize) {
+            buf.resize(chunk * (ksize + vsize), 0);
+        }
+        let (keys, values) = buf.split_at_mut(chunk * ksize);
         // SAFETY: bpf_attr is plain data (integers and unions of them); all
         // zeroes is its "nothing set" value.
         let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
@@ -105,8 +120,6 @@ pub fn read<K: Pod, V: Pod>(map: &MapData) -> io::Result<Vec<(K, V)>> {
                     )));
                 }
                 chunk *= 2;
-                keys.resize(chunk * ksize, 0);
-                values.resize(chunk * vsize, 0);
                 continue;
             }
             Some(e) if first && is_unsupported(&e) => {

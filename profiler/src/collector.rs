@@ -781,7 +781,11 @@ fn loader_without_kernel_btf() -> Result<EbpfLoader<'static>, String> {
 /// threads on a host of `cpus` CPUs and `nodes` NUMA nodes: twice the
 /// threads (at least 64) times what else is in the key, never more than the
 /// object's own (default) size.
-fn thread_map_sizes(threads: u32, cpus: u32, nodes: u32) -> [(&'static str, u32); 6] {
+///
+/// Sized down, they cost less to read as well: a read walks every bucket
+/// of a hash map, empty or not (a sample reads exit_stats, exit_start and
+/// fault_counts).
+fn thread_map_sizes(threads: u32, cpus: u32, nodes: u32) -> [(&'static str, u32); 7] {
     let t = threads
         .saturating_mul(2)
         .max(64)
@@ -807,6 +811,8 @@ fn thread_map_sizes(threads: u32, cpus: u32, nodes: u32) -> [(&'static str, u32)
         // tid x phase x kind; tid x phase x exit code
         ("fault_counts", size(32, 1024, 16384)),
         ("uexit_counts", size(32, 1024, 8192)),
+        // vCPU (a thread) x reason x phase
+        ("exit_stats", size(64, 1024, 16384)),
     ]
 }
 
@@ -2377,6 +2383,7 @@ mod tests {
         assert_eq!(s["run_time"], 256);
         assert_eq!(s["numa_pages"], 256);
         assert_eq!(s["fault_counts"], 2048);
+        assert_eq!(s["exit_stats"], 4096);
         // Room to spare: twice the threads, rounded up.
         let s = sizes(200, 8, 2);
         assert_eq!(s["threads"], 512);
@@ -2388,6 +2395,7 @@ mod tests {
         assert_eq!(s["run_time"], 32768);
         assert_eq!(s["exit_start"], 8192);
         assert_eq!(s["uexit_counts"], 8192);
+        assert_eq!(s["exit_stats"], 16384);
         let s = sizes(u32::MAX, u32::MAX, u32::MAX);
         assert_eq!(s["numa_pages"], 16384);
     }
