@@ -5,7 +5,7 @@
 //! reads its counting maps at every sample, and where every instruction is
 //! emulated (the lab) those calls are a measurable part of the profiler's
 //! cost to the boot. `BPF_MAP_LOOKUP_BATCH` (Linux 5.6) copies up to a
-//! chunk of entries per call: a map of a few hundred entries is read in one.
+//! chunk of entries per call.
 //!
 //! [`read`] uses it where the kernel has it and says `Unsupported` where it
 //! does not, so that the caller falls back to aya's iterator; after a first
@@ -24,9 +24,12 @@ use aya_obj::generated::{bpf_attr, bpf_cmd};
 /// iterator.
 static UNSUPPORTED: AtomicBool = AtomicBool::new(false);
 
-/// Entries asked for by the first call; a bucket holding more than a chunk
-/// makes the kernel refuse with ENOSPC, and the chunk is doubled.
-const FIRST_CHUNK: usize = 512;
+/// Entries asked for by a call: a few pages of buffer (272-byte histograms:
+/// 17 KiB), each page costly to fault in the first time where every
+/// instruction is emulated; a map of a few hundred entries takes a few
+/// calls. A bucket holding more than a chunk makes the kernel refuse with
+/// ENOSPC, and the chunk is doubled.
+const FIRST_CHUNK: usize = 64;
 
 /// Largest chunk tried before giving up (a bucket of this many entries
 /// would be a broken hash).

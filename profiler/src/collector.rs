@@ -580,7 +580,7 @@ fn hash_entries<K: Pod, V: Pod>(bpf: &Ebpf, name: &str) -> Vec<(K, V)> {
     let Ok(h) = BpfHashMap::<&MapData, K, V>::try_from(map) else {
         return Vec::new();
     };
-    // One system call per few hundred entries where the kernel can; two per
+    // One system call per 64 entries where the kernel can; two per
     // entry otherwise.
     match crate::batch::read::<K, V>(h.map()) {
         Ok(entries) => entries,
