@@ -190,6 +190,11 @@ struct RunArgs {
     /// (`sources[].runs`, `run_ns` in the profile).
     #[arg(long, conflicts_with = "no_profile")]
     bpf_stats: bool,
+    /// Profile with these collectors only (comma-separated: exits, faults,
+    /// threads, numa, phases; default all): each one left out is eBPF
+    /// programs not run on its events.
+    #[arg(long, value_name = "LIST", value_parser = bootscope_profiler::CollectorSet::parse, conflicts_with = "no_profile")]
+    collect: Option<bootscope_profiler::CollectorSet>,
 }
 
 #[derive(clap::Args)]
@@ -611,6 +616,9 @@ fn attach_self_profile(
     let regions = args.numa.len().max(1) as u32;
     let prealloc = u32::try_from(args.prealloc_threads).unwrap_or(u32::MAX);
     config.bpf_stats = args.bpf_stats;
+    if let Some(set) = args.collect {
+        config.collectors = set;
+    }
     config.expected_threads = Some(
         args.vcpus
             .saturating_add(prealloc.saturating_add(1).saturating_mul(regions))

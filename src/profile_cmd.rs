@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use bootscope_profiler::launch::HeldCommand;
-use bootscope_profiler::{Collector, CollectorConfig, Profile, TargetSpec};
+use bootscope_profiler::{Collector, CollectorConfig, CollectorSet, Profile, TargetSpec};
 
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "command"])))]
@@ -48,6 +48,11 @@ pub struct ProfileArgs {
     /// host, which costs a little itself.
     #[arg(long)]
     pub bpf_stats: bool,
+    /// Profile with these collectors only (comma-separated: exits, faults,
+    /// threads, numa, phases; default all): each one left out is eBPF
+    /// programs not run on its events.
+    #[arg(long, value_name = "LIST", value_parser = CollectorSet::parse)]
+    pub collect: Option<CollectorSet>,
     /// The command to launch and follow from its first instruction, after
     /// `--` (e.g. `-- qemu-system-x86_64 -enable-kvm ...`).
     #[arg(last = true, value_name = "COMMAND")]
@@ -137,6 +142,9 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
     config.sample_interval = Duration::from_millis(args.sample_interval_ms.max(10));
     config.ring_buffer_bytes = args.ring_buffer_kib.saturating_mul(1024);
     config.bpf_stats = args.bpf_stats;
+    if let Some(set) = args.collect {
+        config.collectors = set;
+    }
     // A held child that is dropped here exits without running.
     let collector = Collector::start(config).context("cannot start profiling")?;
     catch_sigint();

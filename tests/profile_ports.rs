@@ -353,3 +353,68 @@ fn follows_a_vmm_started_by_the_command() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `run --collect phases`: the marks and marker writes still counted
+/// exactly, nothing of the collectors left out (their programs not even
+/// attached, and said so).
+#[test]
+fn collects_only_what_was_asked_for() {
+    if !can_profile() || !kvm_available() {
+        return;
+    }
+    let dir = scratch("collect");
+    let out = dir.join("profile.json");
+    let out_s = out.to_str().unwrap();
+    let o = bootscope_output(&[
+        "run",
+        "--kernel",
+        &fixture("mini-bzimage-ports.bin"),
+        "--serial",
+        "null",
+        "--no-summary",
+        "--profile",
+        "--collect",
+        "phases",
+        "--output",
+        out_s,
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let p = read_profile(&out);
+    assert_eq!(marker(&p, 0x80, 0x90), 1000, "{:?}", p.exits.marker_writes);
+    assert_eq!(marker(&p, 0xf4, 7), 1);
+    let phases: Vec<&str> = p.phases.iter().map(|x| x.name.as_str()).collect();
+    assert!(phases.contains(&"custom 0x90"), "{phases:?}");
+    // The exits collector's programs: not attached, and why.
+    for name in [
+        "tracepoint:kvm:kvm_pio",
+        "tracepoint:kvm:kvm_userspace_exit",
+    ] {
+        let s = p
+            .sources
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("{name} in {:?}", p.sources));
+        assert_eq!(s.status, "disabled", "{s:?}");
+        assert!(s.detail.contains("collector not enabled"), "{s:?}");
+    }
+    assert_eq!(p.exits.total, 0, "{:?}", p.exits);
+    assert!(p.exits.pio.is_empty());
+    assert_eq!(p.page_faults.guest_total + p.page_faults.host_user, 0);
+    // No thread placement either: the threads collector was left out.
+    assert!(
+        p.sources
+            .iter()
+            .filter(|s| s.name.starts_with("tracepoint:sched:")
+                || s.name.starts_with("tracepoint:task:"))
+            .all(|s| s.status == "disabled"),
+        "{:?}",
+        p.sources
+    );
+    // A collector name that does not exist: a usage error naming it.
+    expect_usage_error(
+        &["run", "--kernel", "x", "--collect", "exits,pages"],
+        &["\"pages\"", "exits, faults, threads, numa, phases"],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -64,6 +64,44 @@ impl CollectorSet {
         phases: true,
     };
 
+    /// The collectors' names, as `--collect` takes them.
+    pub const NAMES: [&'static str; 5] = ["exits", "faults", "threads", "numa", "phases"];
+
+    /// A comma-separated list of collector names (`exits,phases`); `all`
+    /// for every one. Err says what is wrong, naming the choices.
+    pub fn parse(list: &str) -> Result<Self, String> {
+        let mut set = Self {
+            exits: false,
+            faults: false,
+            threads: false,
+            numa: false,
+            phases: false,
+        };
+        for name in list.split(',').map(str::trim) {
+            match name {
+                "exits" => set.exits = true,
+                "faults" => set.faults = true,
+                "threads" => set.threads = true,
+                "numa" => set.numa = true,
+                "phases" => set.phases = true,
+                "all" => set = Self::ALL,
+                "" => {
+                    return Err(format!(
+                        "an empty collector name in \"{list}\"; name one or more of {}, or all",
+                        Self::NAMES.join(", ")
+                    ))
+                }
+                other => {
+                    return Err(format!(
+                        "unknown collector \"{other}\"; choose from {}, or all",
+                        Self::NAMES.join(", ")
+                    ))
+                }
+            }
+        }
+        Ok(set)
+    }
+
     fn has(&self, k: CollectorKind) -> bool {
         match k {
             CollectorKind::Exits => self.exits,
@@ -2355,6 +2393,23 @@ mod tests {
     fn collector_is_shareable_with_a_ui_thread() {
         fn shareable<T: Send + Sync>() {}
         shareable::<Collector>();
+    }
+
+    #[test]
+    fn collector_lists() {
+        let s = CollectorSet::parse("exits, phases").unwrap();
+        assert!(s.exits && s.phases && !s.faults && !s.threads && !s.numa);
+        let all = CollectorSet::parse("all").unwrap();
+        assert!(all.exits && all.faults && all.threads && all.numa && all.phases);
+        let each = CollectorSet::parse(&CollectorSet::NAMES.join(",")).unwrap();
+        assert!(each.exits && each.faults && each.threads && each.numa && each.phases);
+        let e = CollectorSet::parse("exits,pages").unwrap_err();
+        assert!(
+            e.contains("\"pages\"") && e.contains("exits, faults"),
+            "{e}"
+        );
+        assert!(CollectorSet::parse("").unwrap_err().contains("empty"));
+        assert!(CollectorSet::parse("exits,").unwrap_err().contains("empty"));
     }
 
     #[test]
