@@ -26,9 +26,13 @@ struct {
 	__type(value, struct bs_hist);
 } exit_stats SEC(".maps");
 
-/* LRU: entries of threads that ended are evicted instead of filling it. */
+/* Each vCPU thread's last exit. A plain hash, not an LRU one: an exit
+ * still open here is counted only from here, and an LRU map evicts live
+ * entries when another CPU needs a node and the free ones sit in other
+ * CPUs' lists. Only threads that run a vCPU have an entry, and they are
+ * few and long-lived; a full map is counted in map_overflows. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192);
 	__type(key, __u32);
 	__type(value, struct bs_exit_start);
@@ -128,7 +132,7 @@ int bs_kvm_exit(void *ctx)
 	vcpu_id = BS_CTX(ctx, BS_P_KVM_EXIT_VCPU_ID);
 
 	/* A vCPU thread's entry stays in the map from exit to exit: writing
-	 * it in place spares an LRU update (a free-list pop and a lock) on
+	 * it in place spares a map update (a free-list pop and a lock) on
 	 * every exit. Only this thread writes it; kvm_entry reads it on this
 	 * same thread. */
 	pending = bpf_map_lookup_elem(&exit_start, &tid);
@@ -166,7 +170,8 @@ int bs_kvm_exit(void *ctx)
 			if (h)
 				__sync_fetch_and_add(&h->count, 1);
 		}
-		bpf_map_update_elem(&exit_start, &tid, &start, BPF_ANY);
+		if (bpf_map_update_elem(&exit_start, &tid, &start, BPF_ANY))
+			bs_percpu_inc(&map_overflows, 0);
 		bpf_map_update_elem(&vcpu_tids, &vkey, &tid, BPF_ANY);
 	}
 	return 0;
