@@ -321,6 +321,34 @@ pub fn to_prometheus(p: &Profile) -> String {
         }
     }
 
+    // What the profiler's own reading cost while the target ran.
+    if let Some(c) = &p.collector {
+        let reading: [(&str, &str, &str, String); 3] = [
+            (
+                "bootscope_profiler_reading_cpu_seconds",
+                "gauge",
+                "CPU time of the profiler's reading while the target ran (samples, ring buffer, KVM statistics).",
+                seconds(c.cpu_ns),
+            ),
+            (
+                "bootscope_profiler_sample_cpu_seconds",
+                "gauge",
+                "CPU time of the profiler's samples of its counters (part of the reading).",
+                seconds(c.sample_cpu_ns),
+            ),
+            (
+                "bootscope_profiler_samples",
+                "gauge",
+                "Samples of the counters the profile holds.",
+                c.samples.to_string(),
+            ),
+        ];
+        for (name, kind, help, value) in &reading {
+            family(&mut out, name, kind, help);
+            sample(&mut out, name, &[], value);
+        }
+    }
+
     family(
         &mut out,
         "bootscope_profile_duration_seconds",
@@ -614,8 +642,22 @@ mod tests {
         };
         p.sources.push(pio("exits", 1_002, 2_500_000));
         p.sources.push(pio("phases", 1_002, 1_500_000));
+        p.collector = Some(crate::profile::CollectorCost {
+            samples: 9,
+            sample_cpu_ns: 9_000_000,
+            cpu_ns: 14_000_000,
+        });
         let text = to_prometheus(&p);
         let lines = parse(&text);
+        assert_eq!(
+            value(&lines, "bootscope_profiler_reading_cpu_seconds", &[]),
+            Some(0.014)
+        );
+        assert_eq!(
+            value(&lines, "bootscope_profiler_sample_cpu_seconds", &[]),
+            Some(0.009)
+        );
+        assert_eq!(value(&lines, "bootscope_profiler_samples", &[]), Some(9.0));
         assert_eq!(
             value(
                 &lines,
@@ -662,6 +704,7 @@ mod tests {
         let text = to_prometheus(&fixture::profile());
         assert!(!text.contains("bootscope_bpf_program"));
         assert!(!text.contains("bootscope_profiler_startup"));
+        assert!(!text.contains("bootscope_profiler_reading"));
     }
 
     #[test]
