@@ -117,9 +117,17 @@ fn counts_exactly_the_guest_port_writes() {
     assert!(p.target.ended_ns.is_some());
     assert_eq!(p.lost_events, 0);
 
+    // What the reading cost: at least the final sample, whose CPU time is
+    // part of all of the reading's.
+    let c = p.collector.as_ref().expect("the reading's cost");
+    assert_eq!(c.samples, p.samples.len() as u64);
+    assert!(c.samples >= 1 && c.sample_cpu_ns > 0, "{c:?}");
+    assert!(c.cpu_ns >= c.sample_cpu_ns, "{c:?}");
+
     // The summary names the numbers.
     assert!(err.contains("0x80=0x90 x1000"), "{err}");
     assert!(err.contains("lost events: 0"), "{err}");
+    assert!(err.contains("profiler reading: "), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
