@@ -113,6 +113,19 @@ static __always_inline struct bs_hist *bs_exit_stat(const struct bs_exit_start *
 	return h;
 }
 
+/* Counts a thread's exit that no kvm_entry ended (if it is open), without
+ * a latency: before its entry is reused for a new exit. */
+static __always_inline void bs_count_unended(const struct bs_exit_start *e)
+{
+	struct bs_hist *h;
+
+	if (!e->ts_ns)
+		return;
+	h = bs_exit_stat(e);
+	if (h)
+		__sync_fetch_and_add(&h->count, 1);
+}
+
 /* An exit is counted once, with its latency, by the kvm_entry that ends it:
  * one map lookup for both. kvm_exit only notes it in the thread's entry. */
 SEC("tracepoint/kvm/kvm_exit")
@@ -137,15 +150,9 @@ int bs_kvm_exit(void *ctx)
 	 * same thread. */
 	pending = bpf_map_lookup_elem(&exit_start, &tid);
 	if (pending && pending->vcpu_id == vcpu_id && pending->tgid == tgid) {
-		/* The previous exit was not ended by an entry (kvm_entry not
-		 * attached, or attached after that exit): count it now,
-		 * without a latency. */
-		if (pending->ts_ns) {
-			struct bs_hist *h = bs_exit_stat(pending);
-
-			if (h)
-				__sync_fetch_and_add(&h->count, 1);
-		}
+		/* The previous exit if no entry ended it (kvm_entry not
+		 * attached, or attached after that exit). */
+		bs_count_unended(pending);
 		pending->reason = reason;
 		pending->isa = isa;
 		pending->phase = phase;
@@ -164,12 +171,8 @@ int bs_kvm_exit(void *ctx)
 		};
 		struct bs_vcpu_key vkey = { .tgid = tgid, .vcpu_id = vcpu_id };
 
-		if (pending && pending->ts_ns) {
-			struct bs_hist *h = bs_exit_stat(pending);
-
-			if (h)
-				__sync_fetch_and_add(&h->count, 1);
-		}
+		if (pending)
+			bs_count_unended(pending);
 		if (bpf_map_update_elem(&exit_start, &tid, &start, BPF_ANY))
 			bs_percpu_inc(&map_overflows, 0);
 		bpf_map_update_elem(&vcpu_tids, &vkey, &tid, BPF_ANY);

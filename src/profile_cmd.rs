@@ -3,7 +3,7 @@
 //! its profile.
 
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -172,7 +172,7 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
     // Sleep until the target ends (its pidfd becomes readable), Ctrl-C or
     // --duration: a profiler polling every few milliseconds takes its CPU
     // from the guest on a small machine.
-    let pidfd = pidfd_open(collector.target_pid());
+    let pidfd = bootscope_profiler::launch::pidfd_open(collector.target_pid()).ok();
     loop {
         if let Some(h) = held.as_mut() {
             if let Some(s) = h
@@ -243,33 +243,16 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
 /// acted on (the signal may land on another thread than the waiting one).
 const MAX_WAIT: Duration = Duration::from_millis(500);
 
-/// A pidfd for `pid`, or None where the kernel has none (before 5.3): the
-/// loop then checks every 20 ms instead.
-fn pidfd_open(pid: u32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags; it returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    // SAFETY: on success, a fresh descriptor owned by nobody else.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
 /// Waits up to `timeout` for the process behind `pidfd` to end (true when
-/// it has).
+/// it has); without a pidfd (before Linux 5.3) the loop checks every 20 ms.
 fn wait_for_exit(pidfd: Option<&OwnedFd>, timeout: Duration) -> bool {
-    let Some(fd) = pidfd else {
-        std::thread::sleep(timeout.min(Duration::from_millis(20)));
-        return false;
-    };
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = i32::try_from(timeout.as_millis())
-        .unwrap_or(i32::MAX)
-        .max(1);
-    // SAFETY: one valid pollfd for a descriptor open for the whole call.
-    let n = unsafe { libc::poll(&mut p, 1, ms) };
-    n > 0 && p.revents & libc::POLLIN != 0
+    match pidfd {
+        Some(fd) => bootscope_profiler::launch::pidfd_ended(fd, timeout),
+        None => {
+            std::thread::sleep(timeout.min(Duration::from_millis(20)));
+            false
+        }
+    }
 }
 
 fn ms(ns: u64) -> String {

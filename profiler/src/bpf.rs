@@ -189,7 +189,7 @@ pub fn comm_to_string(comm: &[u8]) -> String {
 
 /// `struct bs_hist`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BsHist {
     pub slots: [u64; HIST_SLOTS],
     pub count: u64,

@@ -483,28 +483,16 @@ impl TargetLife {
         if own {
             return TargetLife::Own;
         }
-        // SAFETY: pidfd_open takes a pid and flags; it returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        if fd < 0 {
-            return TargetLife::Proc(pid);
+        match crate::launch::pidfd_open(pid) {
+            Ok(fd) => TargetLife::Pidfd(fd),
+            Err(_) => TargetLife::Proc(pid),
         }
-        // SAFETY: pidfd_open succeeded: a fresh descriptor owned by nobody else.
-        TargetLife::Pidfd(unsafe { OwnedFd::from_raw_fd(fd as i32) })
     }
 
     fn ended(&self) -> bool {
         match self {
             TargetLife::Own => false,
-            TargetLife::Pidfd(fd) => {
-                let mut p = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd on a descriptor we own; no wait.
-                let n = unsafe { libc::poll(&mut p, 1, 0) };
-                n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
-            }
+            TargetLife::Pidfd(fd) => crate::launch::pidfd_ended(fd, Duration::ZERO),
             TargetLife::Proc(pid) => !process_alive(*pid),
         }
     }
@@ -1345,7 +1333,7 @@ impl Collector {
                 ended_ns: None,
             },
             target_pid,
-            life: TargetLife::watch(target_pid, kind == "self"),
+            life: TargetLife::watch(target_pid, config.target == TargetSpec::CurrentProcess),
             host,
             topology,
             reasons,
@@ -1474,15 +1462,8 @@ impl Collector {
     /// Stops profiling and returns the final profile (partial if the target
     /// ended early).
     pub fn finish(mut self) -> Profile {
-        self.stop_worker();
-        let mut st = self.lock();
-        let began = thread_cpu_time();
-        st.poll_target();
-        st.take_sample();
-        st.reader_cpu += thread_cpu_time().saturating_sub(began);
-        let now = st.now_ns();
-        st.finished_ns = Some(now);
-        st.build(now)
+        // Dropping self afterwards detaches the programs.
+        self.final_profile()
     }
 
     /// The final profile, like [`finish`](Self::finish), but leaves the
@@ -1838,13 +1819,7 @@ impl State {
                 isa: e.isa,
                 phase: e.phase,
             };
-            out.entry(key)
-                .or_insert_with(|| bpf::BsHist {
-                    slots: [0; hist::HIST_SLOTS],
-                    count: 0,
-                    total_ns: 0,
-                })
-                .count += 1;
+            out.entry(key).or_default().count += 1;
         }
         out
     }

@@ -24,7 +24,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -157,13 +157,7 @@ impl VcpuStats {
 
 /// `pidfd_open` + `pidfd_getfd`: a copy of another process's descriptor.
 fn copy_fd(tgid: u32, fd: u32) -> std::io::Result<File> {
-    // SAFETY: pidfd_open takes a pid and flags; it returns a new fd or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, tgid as libc::pid_t, 0) };
-    if pidfd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: pidfd_open succeeded: a fresh descriptor owned by nobody else.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    let pidfd = crate::launch::pidfd_open(tgid)?;
     // SAFETY: pidfd_getfd takes an open pidfd, a descriptor number in that
     // process, and flags; it returns a new fd or -1.
     let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd as i32, 0) };

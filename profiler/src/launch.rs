@@ -207,6 +207,39 @@ impl Drop for HeldCommand {
     }
 }
 
+/// A pidfd for `pid` (Linux 5.3+): it becomes readable once the process
+/// has ended (a zombie included), and no later process with the same pid
+/// is mistaken for it.
+pub fn pidfd_open(pid: u32) -> Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(Error::last_os_error());
+    }
+    // SAFETY: pidfd_open succeeded: a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Waits up to `timeout` (zero: only looks) for the process behind `pidfd`
+/// to end; true when it has.
+pub fn pidfd_ended(pidfd: &OwnedFd, timeout: std::time::Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = if timeout.is_zero() {
+        0
+    } else {
+        i32::try_from(timeout.as_millis())
+            .unwrap_or(i32::MAX)
+            .max(1)
+    };
+    // SAFETY: one valid pollfd for a descriptor open for the whole call.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP) != 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
