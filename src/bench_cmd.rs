@@ -64,8 +64,10 @@ pub struct CompareArgs {
     /// uses it).
     #[arg(long, value_name = "LABEL")]
     pub config: Option<String>,
-    /// Significance test for times.
-    #[arg(long, default_value = "welch", value_parser = TestKind::NAMES)]
+    /// Significance test for times: welch (means), mann-whitney (medians),
+    /// or wilcoxon (the runs of each round of one interleaved file paired:
+    /// the machine's drift between rounds cancels out).
+    #[arg(long, default_value = "welch", value_parser = TestKind::ALL_NAMES)]
     pub test: String,
     /// Significance level.
     #[arg(long, default_value_t = 0.01)]

@@ -444,6 +444,69 @@ fn check_passes_fails_and_reports_in_every_format() {
 }
 
 #[test]
+fn compare_pairs_interleaved_runs_by_round() {
+    // Two configurations of one file, run interleaved on a machine whose
+    // speed drifts from round to round (kernel phase 1.0 to 2.9 s); the
+    // second is 2 % slower in every round, and one of its runs failed.
+    let dir = scratch("paired");
+    let base: Vec<u64> = (0..20u64).map(|r| (1000 + 100 * r) * MS).collect();
+    let rows = |scale: f64| -> Vec<Vec<(&'static str, u64)>> {
+        base.iter()
+            .map(|v| {
+                vec![
+                    ("phase:kernel", (*v as f64 * scale) as u64),
+                    ("exits:total", 10),
+                ]
+            })
+            .collect()
+    };
+    let (a, b) = (rows(1.0), rows(1.02));
+    let refs = |r: &[Vec<(&'static str, u64)>]| -> Vec<Value> {
+        let slices: Vec<&[(&str, u64)]> = r.iter().map(Vec::as_slice).collect();
+        bench_doc("x", &slices)["configs"][0]["runs"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let mut doc = bench_doc("bare", &[&a[0]]);
+    doc["configs"][0]["runs"] = json!(refs(&a));
+    let mut second = doc["configs"][0].clone();
+    second["label"] = json!("profiled");
+    let mut runs = refs(&b);
+    runs[3]["ok"] = json!(false);
+    second["runs"] = json!(runs);
+    doc["configs"].as_array_mut().unwrap().push(second);
+    let file = write_json(&dir, "two.json", &doc);
+
+    let o = bootscope(&["compare", "--test", "mann-whitney", &file]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(stdout(&o).contains("not significant"), "{}", text(&o));
+    let o = bootscope(&["compare", "--test", "wilcoxon", "--format", "json", &file]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["test"], "wilcoxon");
+    let kernel = &v["metrics"][0];
+    assert_eq!(kernel["metric"], "phase:kernel", "{v}");
+    assert_eq!(kernel["significant"], true, "{v}");
+    // The failed run's round is left out on both sides.
+    assert_eq!(
+        (kernel["base"]["n"].clone(), kernel["new"]["n"].clone()),
+        (json!(19), json!(19))
+    );
+    let r = &kernel["ratio"];
+    for end in ["estimate", "low", "high"] {
+        assert!((r[end].as_f64().unwrap() - 1.02).abs() < 1e-6, "{r}");
+    }
+    let o = bootscope(&["compare", "--test", "wilcoxon", &file]);
+    assert!(
+        stdout(&o).contains("Wilcoxon signed-rank (runs paired by round)"),
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn check_and_compare_explain_bad_input() {
     let dir = scratch("badinput");
     let one_run = [("phase:kernel", 100 * MS), ("exits:total", 10u64)];
@@ -571,6 +634,15 @@ fn check_and_compare_explain_bad_input() {
         "allowed regression in percent",
     );
     expect2(&["compare", &good], "holds one configuration");
+    expect2(
+        &["compare", "--test", "wilcoxon", &good, &good],
+        "the paired test compares the runs of each round of one bench file",
+    );
+    // check's baseline was recorded apart: no pairs to make.
+    expect2(
+        &["check", "--test", "wilcoxon", "--baseline", &good, &good],
+        "invalid value 'wilcoxon'",
+    );
     expect2(
         &["plot", n, "-o", dir.join("x.svg").to_str().unwrap()],
         "is not JSON",

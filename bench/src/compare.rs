@@ -28,6 +28,9 @@ pub struct Sample {
     /// Successful measured runs.
     pub runs: usize,
     pub values: BTreeMap<String, Vec<f64>>,
+    /// The round of each value of `values` (same order), which pairs the
+    /// runs of two configurations of one interleaved bench file.
+    pub rounds: BTreeMap<String, Vec<u32>>,
 }
 
 impl Sample {
@@ -41,13 +44,35 @@ impl Sample {
                 label: c.label.clone(),
             });
         }
+        let by_round = c.samples_by_round();
         Ok(Self {
             path: path.into(),
             label: c.label.clone(),
             kind: c.kind,
             runs,
-            values: c.samples(),
+            values: by_round
+                .iter()
+                .map(|(k, v)| (k.clone(), v.iter().map(|(_, x)| *x).collect()))
+                .collect(),
+            rounds: by_round
+                .into_iter()
+                .map(|(k, v)| (k, v.into_iter().map(|(r, _)| r).collect()))
+                .collect(),
         })
+    }
+
+    /// The values of `metric` of the rounds both samples ran it in, in
+    /// round order (a round whose run failed on one side is left out).
+    fn paired(&self, other: &Self, metric: &str) -> (Vec<f64>, Vec<f64>) {
+        let by_round = |s: &Self| -> BTreeMap<u32, f64> {
+            let values = s.values.get(metric).map(Vec::as_slice).unwrap_or(&[]);
+            let rounds = s.rounds.get(metric).map(Vec::as_slice).unwrap_or(&[]);
+            rounds.iter().copied().zip(values.iter().copied()).collect()
+        };
+        let (mine, theirs) = (by_round(self), by_round(other));
+        mine.iter()
+            .filter_map(|(r, a)| theirs.get(r).map(|b| (*a, *b)))
+            .unzip()
     }
 
     fn has_phases(&self) -> bool {
@@ -218,7 +243,7 @@ pub fn format_value(kind: MetricKind, v: f64) -> String {
     }
 }
 
-/// Compares one metric.
+/// Compares one metric (for a paired test, `base[i]` pairs with `new[i]`).
 pub fn compare_metric(
     metric: &str,
     base: &[f64],
@@ -258,6 +283,7 @@ pub fn compare_metric(
         ),
     };
     let ratio = match kind {
+        MetricKind::Time if test.paired() => stats::paired_ratio_interval(base, new, 1.0 - alpha),
         MetricKind::Time => stats::ratio_interval(base, new, 1.0 - alpha),
         MetricKind::Count => None,
     };
@@ -380,10 +406,25 @@ pub fn compare(
     test: TestKind,
     alpha: f64,
 ) -> Result<CompareReport, BenchError> {
+    if test.paired() && (base.path != new.path || base.label == new.label) {
+        return Err(BenchError::Usage(format!(
+            "--test {}: the paired test compares the runs of each round of one bench file \
+             (bootscope bench --label A --label B ..., run interleaved); give that one file, \
+             or use --test mann-whitney for two files",
+            TestKind::ALL_NAMES[2]
+        )));
+    }
     let selected = select_metrics(base, new, explicit)?;
     let metrics = selected
         .iter()
-        .filter_map(|m| compare_metric(m, &base.values[m], &new.values[m], test, alpha))
+        .filter_map(|m| {
+            if test.paired() {
+                let (b, n) = base.paired(new, m);
+                compare_metric(m, &b, &n, test, alpha)
+            } else {
+                compare_metric(m, &base.values[m], &new.values[m], test, alpha)
+            }
+        })
         .collect();
     Ok(CompareReport {
         schema: "bootscope.compare",
@@ -553,6 +594,13 @@ pub fn check(
         return Err(BenchError::Usage(format!(
             "--alpha {}: give a significance level between 0 and 1 (for example 0.01)",
             opts.alpha
+        )));
+    }
+    if opts.test.paired() {
+        return Err(BenchError::Usage(format!(
+            "--test {}: check compares with a baseline recorded apart, whose runs pair with \
+             none of the current file's; use welch or mann-whitney",
+            TestKind::ALL_NAMES[2]
         )));
     }
     if !(opts.max_regression_pct >= 0.0 && opts.max_regression_pct.is_finite()) {
@@ -820,6 +868,10 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_vec()))
                 .collect(),
+            rounds: values
+                .iter()
+                .map(|(k, v)| (k.to_string(), (0..v.len() as u32).collect()))
+                .collect(),
         }
     }
 
@@ -878,6 +930,53 @@ mod tests {
         assert!(c.ratio.is_none());
         assert_eq!(format_confidence(0.99), "99");
         assert_eq!(format_confidence(0.995), "99.5");
+    }
+
+    #[test]
+    fn paired_compare_sees_through_drift() {
+        // The machine drifts from round to round (1.0 to 2.9 s); the new
+        // side is 2 % slower in every round. Unpaired, the drift hides it.
+        let base: Vec<f64> = (0..20).map(|r| (1.0 + 0.1 * r as f64) * 1e9).collect();
+        let new: Vec<f64> = base.iter().map(|v| v * 1.02).collect();
+        let mut a = sample("one.json", &[("time_to_userspace", &base)]);
+        let mut b = sample("one.json", &[("time_to_userspace", &new)]);
+        b.label = "b".into();
+        let unpaired = compare(&a, &b, &[], TestKind::MannWhitney, 0.01).unwrap();
+        assert!(!unpaired.metrics[0].significant);
+        let paired = compare(&a, &b, &[], TestKind::Wilcoxon, 0.01).unwrap();
+        let c = &paired.metrics[0];
+        assert!(c.significant, "{c:?}");
+        let r = c.ratio.unwrap();
+        assert!((r.estimate - 1.02).abs() < 1e-9 && (r.low - 1.02).abs() < 1e-9);
+        // Pairs are made by round: a round whose run failed on one side
+        // (round 3 missing from the new side) leaves that round out.
+        let rounds: Vec<u32> = (0..20).filter(|r| *r != 3).collect();
+        b.values.insert(
+            "time_to_userspace".into(),
+            rounds.iter().map(|r| new[*r as usize]).collect(),
+        );
+        b.rounds.insert("time_to_userspace".into(), rounds);
+        let c = &compare(&a, &b, &[], TestKind::Wilcoxon, 0.01)
+            .unwrap()
+            .metrics[0];
+        assert_eq!((c.base.n, c.new.n), (19, 19));
+        assert!((c.ratio.unwrap().high - 1.02).abs() < 1e-9);
+        // Two files, or one configuration against itself: no pairs.
+        let mut other = b.clone();
+        other.path = "other.json".into();
+        let e = compare(&a, &other, &[], TestKind::Wilcoxon, 0.01).unwrap_err();
+        assert!(e.to_string().contains("one bench file"), "{e}");
+        a.label = "b".into();
+        assert!(compare(&a, &b, &[], TestKind::Wilcoxon, 0.01).is_err());
+        // check's baseline is recorded apart.
+        let opts = CheckOptions {
+            metrics: vec![],
+            max_regression_pct: 5.0,
+            alpha: 0.01,
+            test: TestKind::Wilcoxon,
+        };
+        let e = check(&a, &b, &opts).unwrap_err().to_string();
+        assert!(e.contains("welch or mann-whitney"), "{e}");
     }
 
     #[test]

@@ -128,10 +128,21 @@ impl ConfigResult {
 
     /// Values of each metric over the successful measured runs.
     pub fn samples(&self) -> BTreeMap<String, Vec<f64>> {
-        let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        self.samples_by_round()
+            .into_iter()
+            .map(|(name, v)| (name, v.into_iter().map(|(_, x)| x).collect()))
+            .collect()
+    }
+
+    /// Values of each metric over the successful measured runs, each with
+    /// the round of its run.
+    pub fn samples_by_round(&self) -> BTreeMap<String, Vec<(u32, f64)>> {
+        let mut out: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
         for run in self.measured() {
             for (name, v) in &run.metrics {
-                out.entry(name.clone()).or_default().push(*v as f64);
+                out.entry(name.clone())
+                    .or_default()
+                    .push((run.round, *v as f64));
             }
         }
         out

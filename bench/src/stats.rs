@@ -1,6 +1,9 @@
-//! Descriptive statistics and the two significance tests `compare` and
-//! `check` use: Welch's t-test (unequal variances) and the Mann-Whitney U
-//! test (rank based, robust to the outliers a noisy machine produces).
+//! Descriptive statistics and the significance tests `compare` and `check`
+//! use: Welch's t-test (unequal variances), the Mann-Whitney U test (rank
+//! based, robust to the outliers a noisy machine produces) and, for the
+//! interleaved runs of one bench file, the Wilcoxon signed-rank test on the
+//! runs paired by round (each round's two runs share the machine's state of
+//! that moment, so its slow drift cancels out).
 //!
 //! The special functions (log-gamma, regularized incomplete beta and gamma)
 //! are the classic Lanczos and continued-fraction forms; the unit tests
@@ -84,16 +87,22 @@ pub enum TestKind {
     Welch,
     /// Mann-Whitney U (Wilcoxon rank-sum) test.
     MannWhitney,
+    /// Wilcoxon signed-rank test on paired values (the runs of one round).
+    Wilcoxon,
 }
 
 impl TestKind {
-    /// The command-line names.
+    /// The names of the tests on two independent samples (`check`, whose
+    /// baseline was recorded apart).
     pub const NAMES: [&'static str; 2] = ["welch", "mann-whitney"];
+    /// Every test's name (`compare`).
+    pub const ALL_NAMES: [&'static str; 3] = ["welch", "mann-whitney", "wilcoxon"];
 
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "welch" | "t" | "t-test" => Some(Self::Welch),
             "mann-whitney" | "mwu" | "u" => Some(Self::MannWhitney),
+            "wilcoxon" | "signed-rank" | "paired" => Some(Self::Wilcoxon),
             _ => None,
         }
     }
@@ -103,6 +112,7 @@ impl TestKind {
         match self {
             Self::Welch => "Welch's t-test",
             Self::MannWhitney => "Mann-Whitney U",
+            Self::Wilcoxon => "Wilcoxon signed-rank (runs paired by round)",
         }
     }
 
@@ -110,8 +120,13 @@ impl TestKind {
     pub fn min_runs(self) -> usize {
         match self {
             Self::Welch => 2,
-            Self::MannWhitney => 1,
+            Self::MannWhitney | Self::Wilcoxon => 1,
         }
+    }
+
+    /// Whether the test takes paired values (`a[i]` with `b[i]`).
+    pub fn paired(self) -> bool {
+        self == Self::Wilcoxon
     }
 }
 
@@ -119,7 +134,9 @@ impl TestKind {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct TestResult {
     pub test: TestKind,
-    /// t for Welch, U of the first sample for Mann-Whitney.
+    /// t for Welch, U of the first sample for Mann-Whitney, the sum of the
+    /// ranks of the pairs where the second value is larger (W+) for
+    /// Wilcoxon.
     pub statistic: f64,
     /// Welch-Satterthwaite degrees of freedom (Welch only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -132,11 +149,12 @@ pub struct TestResult {
     pub method: &'static str,
 }
 
-/// Runs `kind` on two samples. Errors when a sample is smaller than
-/// [`TestKind::min_runs`].
+/// Runs `kind` on two samples (for a paired test, `a[i]` pairs with
+/// `b[i]`). Errors when a sample is smaller than [`TestKind::min_runs`] or
+/// paired samples differ in length.
 pub fn test(kind: TestKind, a: &[f64], b: &[f64]) -> Result<TestResult, TooFew> {
     let need = kind.min_runs();
-    if a.len() < need || b.len() < need {
+    if a.len() < need || b.len() < need || (kind.paired() && a.len() != b.len()) {
         return Err(TooFew {
             need,
             a: a.len(),
@@ -146,6 +164,7 @@ pub fn test(kind: TestKind, a: &[f64], b: &[f64]) -> Result<TestResult, TooFew> 
     Ok(match kind {
         TestKind::Welch => welch(a, b),
         TestKind::MannWhitney => mann_whitney(a, b),
+        TestKind::Wilcoxon => wilcoxon(a, b),
     })
 }
 
@@ -280,6 +299,89 @@ fn u_distribution(m: usize, n: usize) -> Vec<f64> {
     prev.swap_remove(n)
 }
 
+/// Most pairs for which the exact signed-rank distribution is used (its
+/// counts stay exact in an f64 up to 2^53).
+const EXACT_MAX_PAIRS: usize = 50;
+
+/// Wilcoxon signed-rank test, two-sided, on the differences `b[i] - a[i]`
+/// (pairs beyond the shorter slice are ignored). Zero differences are
+/// dropped (Wilcoxon's own rule, SciPy's `zero_method="wilcox"`); exact
+/// when no two differences tie in size and at most 50 pairs remain, else
+/// the normal approximation with tie and continuity corrections.
+pub fn wilcoxon(a: &[f64], b: &[f64]) -> TestResult {
+    let mut d: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| y - x)
+        .filter(|v| *v != 0.0)
+        .collect();
+    d.sort_by(|x, y| x.abs().total_cmp(&y.abs()));
+    let n = d.len();
+    if n == 0 {
+        return TestResult {
+            test: TestKind::Wilcoxon,
+            statistic: 0.0,
+            df: None,
+            p_value: 1.0,
+            method: "no variance",
+        };
+    }
+    // Average ranks of |d| over ties; W+ sums the positive ones.
+    let mut w_plus = 0.0;
+    let mut tie_term = 0.0;
+    let mut i = 0;
+    while i < n {
+        let mut j = i + 1;
+        while j < n && d[j].abs() == d[i].abs() {
+            j += 1;
+        }
+        let rank = (i + 1 + j) as f64 / 2.0;
+        w_plus += rank * d[i..j].iter().filter(|v| **v > 0.0).count() as f64;
+        let t = (j - i) as f64;
+        tie_term += t * t * t - t;
+        i = j;
+    }
+    let nf = n as f64;
+    let mu = nf * (nf + 1.0) / 4.0;
+    let (p, method) = if tie_term == 0.0 && n <= EXACT_MAX_PAIRS {
+        let counts = signed_rank_distribution(n);
+        let total: f64 = counts.iter().sum();
+        // W+ is a whole number here; P(W <= min) doubled by symmetry.
+        let low = w_plus.min(nf * (nf + 1.0) / 2.0 - w_plus) as usize;
+        let tail: f64 = counts[..=low].iter().sum();
+        ((2.0 * tail / total).min(1.0), "exact")
+    } else {
+        let var = nf * (nf + 1.0) * (2.0 * nf + 1.0) / 24.0 - tie_term / 48.0;
+        if var <= 0.0 {
+            (1.0, "no variance")
+        } else {
+            let z = ((w_plus - mu).abs() - 0.5).max(0.0) / var.sqrt();
+            ((2.0 * normal_sf(z)).min(1.0), "normal approximation")
+        }
+    };
+    TestResult {
+        test: TestKind::Wilcoxon,
+        statistic: w_plus,
+        df: None,
+        p_value: p,
+        method,
+    }
+}
+
+/// Number of subsets of the ranks 1..=n with each sum (index = sum): the
+/// distribution of W+ without ties, by adding one rank at a time.
+fn signed_rank_distribution(n: usize) -> Vec<f64> {
+    let max = n * (n + 1) / 2;
+    let mut counts = vec![0.0; max + 1];
+    counts[0] = 1.0;
+    for rank in 1..=n {
+        for sum in (rank..=rank * (rank + 1) / 2).rev() {
+            counts[sum] += counts[sum - rank];
+        }
+    }
+    counts
+}
+
 /// The smallest two-sided p-value a test can give for these sample sizes
 /// (0 when any p is reachable). With few runs the exact Mann-Whitney test
 /// can never reach a small alpha: 3 against 3 runs gives at least 0.1.
@@ -291,6 +393,9 @@ pub fn min_attainable_p(kind: TestKind, n1: usize, n2: usize) -> f64 {
             2.0 / binomial(n1 + n2, n1)
         }
         TestKind::MannWhitney => 0.0,
+        // Every pair on the same side: 2 / 2^n.
+        TestKind::Wilcoxon if n1.min(n2) <= EXACT_MAX_PAIRS => 2.0 / 2f64.powi(n1.min(n2) as i32),
+        TestKind::Wilcoxon => 0.0,
     }
 }
 
@@ -347,6 +452,64 @@ pub fn ratio_interval(a: &[f64], b: &[f64], confidence: f64) -> Option<RatioInte
         estimate,
         low: d[c - 1].exp(),
         high: d[total - c].exp(),
+        confidence,
+    })
+}
+
+/// [`RatioInterval`] of paired values, `b[i]` over `a[i]` (the runs of one
+/// round): the Hodges-Lehmann estimate of the pairs' log ratios (the median
+/// of their Walsh averages, (r_i + r_j) / 2 for i <= j) and the interval
+/// the signed-rank statistic gives it (order statistics of the Walsh
+/// averages; exact distribution up to 50 pairs, the normal approximation
+/// beyond). `None` as [`ratio_interval`], or when the slices differ in
+/// length.
+pub fn paired_ratio_interval(a: &[f64], b: &[f64], confidence: f64) -> Option<RatioInterval> {
+    let positive = |v: &f64| v.is_finite() && *v > 0.0;
+    if a.is_empty()
+        || a.len() != b.len()
+        || !a.iter().all(positive)
+        || !b.iter().all(positive)
+        || !(confidence > 0.0 && confidence < 1.0)
+    {
+        return None;
+    }
+    let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| y.ln() - x.ln()).collect();
+    let n = r.len();
+    let r = &r;
+    let mut walsh: Vec<f64> = (0..n)
+        .flat_map(|i| r[i..].iter().map(move |&y| (r[i] + y) / 2.0))
+        .collect();
+    walsh.sort_by(f64::total_cmp);
+    let total = walsh.len();
+    let tail = (1.0 - confidence) / 2.0;
+    // c: the number of Walsh averages left out at each end, the largest
+    // with P(W+ < c) <= tail.
+    let c = if n <= EXACT_MAX_PAIRS {
+        let counts = signed_rank_distribution(n);
+        let all: f64 = counts.iter().sum();
+        let mut below = 0.0;
+        let mut c = 0;
+        for count in &counts {
+            if (below + count) / all > tail {
+                break;
+            }
+            below += count;
+            c += 1;
+        }
+        c
+    } else {
+        let nf = n as f64;
+        let z = normal_quantile_upper(tail);
+        let c = nf * (nf + 1.0) / 4.0 - z * (nf * (nf + 1.0) * (2.0 * nf + 1.0) / 24.0).sqrt();
+        c.floor().max(0.0) as usize
+    };
+    if c < 1 {
+        return None;
+    }
+    Some(RatioInterval {
+        estimate: quantile_sorted(&walsh, 0.5).exp(),
+        low: walsh[c - 1].exp(),
+        high: walsh[total - c].exp(),
         confidence,
     })
 }
@@ -738,6 +901,75 @@ mod tests {
     }
 
     #[test]
+    fn wilcoxon_matches_scipy() {
+        // scipy.stats.wilcoxon's documentation example (15 differences,
+        // two negative): exact p = 0.041259765625; SciPy reports
+        // min(W+, W-) = 24, here W+ = 120 - 24.
+        let d = [
+            6.0, 8.0, 14.0, 16.0, 23.0, 24.0, 28.0, 29.0, 41.0, -48.0, 49.0, 56.0, 60.0, -67.0,
+            75.0,
+        ];
+        let zero = [0.0; 15];
+        let r = wilcoxon(&zero, &d);
+        assert_eq!(r.method, "exact");
+        close(r.statistic, 96.0, 0.0);
+        close(r.p_value, 0.041_259_765_625, 1e-15);
+        // Swapping the sides keeps the p-value.
+        close(wilcoxon(&d, &zero).p_value, r.p_value, 1e-15);
+        // A zero difference is dropped and tied sizes force the normal
+        // approximation: SciPy 1.17's wilcoxon(method="approx").
+        let x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+        let y = [1.5, 2.0, 3.5, 3.0, 6.0, 6.5, 9.0, 9.0];
+        let r = wilcoxon(&x, &y);
+        assert_eq!(r.method, "normal approximation");
+        close(r.statistic, 23.0, 0.0);
+        close(r.p_value, 0.144_912_780_746_718_68, 1e-9);
+        // Nothing differs: nothing to rank.
+        assert_eq!(wilcoxon(&x, &x).p_value, 1.0);
+        // Each pair the same way: 2 / 2^n, the best n pairs can give.
+        let up: Vec<f64> = x.iter().map(|v| v + 10.0 * v).collect();
+        close(wilcoxon(&x, &up).p_value, 2.0 / 256.0, 1e-15);
+        close(
+            min_attainable_p(TestKind::Wilcoxon, 8, 8),
+            2.0 / 256.0,
+            1e-15,
+        );
+        assert_eq!(
+            signed_rank_distribution(3),
+            vec![1.0, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0]
+        );
+    }
+
+    #[test]
+    // The data hold a 3.14 that is a score, not pi.
+    #[allow(clippy::approx_constant)]
+    fn paired_interval_matches_r() {
+        // R's wilcox.test(x, y, paired = TRUE, conf.int = TRUE) example
+        // (its documentation's depression scores): differences' 95 %
+        // interval 0.010..0.786, pseudo-median 0.46. Here the same order
+        // statistics of the log ratios (checked with NumPy).
+        let x = [1.83, 0.50, 1.62, 2.48, 1.68, 1.88, 1.55, 3.06, 1.30];
+        let y = [0.878, 0.647, 0.598, 2.05, 1.06, 1.29, 1.06, 3.14, 1.29];
+        let r = paired_ratio_interval(&y, &x, 0.95).unwrap();
+        close(r.estimate, 1.384_683_821_924_851_4, 1e-12);
+        close(r.low, 0.990_997_845_292_019_8, 1e-12);
+        close(r.high, 1.986_968_511_867_785, 1e-12);
+        // Too few pairs for 99 %: 2 / 2^5 > 0.01.
+        assert!(paired_ratio_interval(&x[..5], &y[..5], 0.99).is_none());
+        // Unpaired lengths, non-positive values.
+        assert!(paired_ratio_interval(&x, &y[..8], 0.95).is_none());
+        assert!(paired_ratio_interval(&[0.0; 9], &y, 0.95).is_none());
+        // Many pairs (normal approximation): a constant ratio is the
+        // estimate and both ends.
+        let a: Vec<f64> = (1..=80).map(f64::from).collect();
+        let b: Vec<f64> = a.iter().map(|v| v * 1.02).collect();
+        let r = paired_ratio_interval(&a, &b, 0.99).unwrap();
+        close(r.estimate, 1.02, 1e-12);
+        close(r.low, 1.02, 1e-12);
+        close(r.high, 1.02, 1e-12);
+    }
+
+    #[test]
     fn sample_size_checks() {
         assert_eq!(
             test(TestKind::Welch, &[1.0], &[1.0, 2.0]),
@@ -748,5 +980,8 @@ mod tests {
             })
         );
         assert!(test(TestKind::MannWhitney, &[1.0], &[2.0]).is_ok());
+        // Paired values come in pairs.
+        assert!(test(TestKind::Wilcoxon, &[1.0, 2.0], &[2.0]).is_err());
+        assert!(test(TestKind::Wilcoxon, &[1.0], &[2.0]).is_ok());
     }
 }
