@@ -11,6 +11,7 @@ use bootscope_bench::compare::{self, format_value};
 use bootscope_bench::doc::{BenchDoc, ConfigResult, Machine};
 use bootscope_bench::metrics::{self, MetricKind};
 use bootscope_bench::runner::{self, Progress, DEFAULT_CONSOLE_PATTERNS};
+use bootscope_bench::stats;
 use bootscope_bench::{
     BenchError, BenchPlan, CheckOptions, ConfigPlan, ConsolePattern, MetricSpec, Sample, Side,
     TestKind,
@@ -423,12 +424,22 @@ fn summary_text(doc: &BenchDoc) -> String {
             .map(|c| Sample::from_doc(doc, path, Some(&c.label)))
             .collect();
         if let Ok(samples) = samples {
-            match compare::compare(&samples[0], &samples[1], &[], TestKind::Welch, 0.01) {
+            // The two ran interleaved, round by round: paired where there
+            // are rounds enough for the paired test to reach p < 0.01.
+            let pairs = samples[0].runs.min(samples[1].runs);
+            let test = if stats::min_attainable_p(TestKind::Wilcoxon, pairs, pairs) < 0.01 {
+                TestKind::Wilcoxon
+            } else {
+                TestKind::Welch
+            };
+            match compare::compare(&samples[0], &samples[1], &[], test, 0.01) {
                 Ok(r) => {
                     let _ = writeln!(
                         s,
-                        "\n{} compared with {}:",
-                        samples[1].label, samples[0].label
+                        "\n{} compared with {} ({}):",
+                        samples[1].label,
+                        samples[0].label,
+                        test.title()
                     );
                     for c in &r.metrics {
                         let _ = writeln!(s, "  {}", c.words());

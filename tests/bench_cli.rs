@@ -140,7 +140,10 @@ fn bench_interleaves_two_boots_then_compare_and_plot_read_it() {
     assert!(err.contains("bench: [8/8] big run 3/3: ok"), "{err}");
     let summary = stdout(&o);
     assert!(summary.contains("kernel phase"), "{summary}");
-    assert!(summary.contains("small compared with big:"), "{summary}");
+    assert!(
+        summary.contains("small compared with big (Welch's t-test):"),
+        "{summary}"
+    );
 
     let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     assert_eq!(doc["schema"], "bootscope.bench");

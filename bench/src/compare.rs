@@ -484,7 +484,8 @@ impl CompareReport {
             if let Some(r) = &c.ratio {
                 let _ = write!(
                     ratio,
-                    ", {} % interval {:.3}..{:.3}",
+                    ", estimate {:.3}, {} % interval {:.3}..{:.3}",
+                    r.estimate,
                     format_confidence(r.confidence),
                     r.low,
                     r.high
