@@ -192,7 +192,8 @@ struct RunArgs {
     bpf_stats: bool,
     /// Profile with these collectors only (comma-separated: exits, faults,
     /// threads, numa, phases; default all): each one left out is eBPF
-    /// programs not run on its events.
+    /// programs not run on its events. exit-counts: the exits without their
+    /// latency (one program per exit instead of two).
     #[arg(long, value_name = "LIST", value_parser = bootscope_profiler::CollectorSet::parse, conflicts_with = "no_profile")]
     collect: Option<bootscope_profiler::CollectorSet>,
 }

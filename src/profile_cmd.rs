@@ -50,7 +50,8 @@ pub struct ProfileArgs {
     pub bpf_stats: bool,
     /// Profile with these collectors only (comma-separated: exits, faults,
     /// threads, numa, phases; default all): each one left out is eBPF
-    /// programs not run on its events.
+    /// programs not run on its events. exit-counts: the exits without their
+    /// latency (one program per exit instead of two).
     #[arg(long, value_name = "LIST", value_parser = CollectorSet::parse)]
     pub collect: Option<CollectorSet>,
     /// The command to launch and follow from its first instruction, after

@@ -6,47 +6,103 @@
 mod profile_common;
 
 use profile_common::*;
+use std::path::PathBuf;
 
-#[test]
-fn kvm_exit_reasons_latency_and_cross_check_in_the_lab() {
+/// Profiles the ports fixture under our VMM in the lab (`profile ARGS`),
+/// with its scratch directory; None (after saying why) where the lab cannot
+/// run.
+fn profile_in_lab(tag: &str, args: &[&str]) -> Option<(bootscope_profiler::Profile, PathBuf)> {
     if let Err(e) =
         bootscope_lab::outer::check_prerequisites(std::path::Path::new("qemu-system-x86_64"))
     {
         eprintln!("SKIP: the lab is unavailable here: {e}");
-        return;
+        return None;
     }
     if let Err(e) = bootscope_lab::guest::find_debian_kernel() {
         eprintln!("SKIP: {e}");
-        return;
+        return None;
     }
-    let dir = scratch("lab");
+    let dir = scratch(tag);
     let out = dir.join("lab-profile.json");
     let exe = env!("CARGO_BIN_EXE_bootscope");
     let o = run(
-        bootscope().args([
-            "lab",
-            "--timeout",
-            "900",
-            "--program",
-            exe,
-            "--",
-            "profile",
-            "--output",
-            out.to_str().unwrap(),
-            "--",
-            exe,
-            "run",
-            "--kernel",
-            &fixture("mini-bzimage-ports.bin"),
-            "--serial",
-            "null",
-            "--no-summary",
-        ]),
+        bootscope()
+            .args(["lab", "--timeout", "900", "--program", exe, "--", "profile"])
+            .args(args)
+            .args([
+                "--output",
+                out.to_str().unwrap(),
+                "--",
+                exe,
+                "run",
+                "--kernel",
+                &fixture("mini-bzimage-ports.bin"),
+                "--serial",
+                "null",
+                "--no-summary",
+            ]),
         None,
     );
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
-    let p = read_profile(&out);
+    Some((read_profile(&out), dir))
+}
+
+#[test]
+fn exit_counts_without_latency_agree_with_kvm_in_the_lab() {
+    // One program per exit instead of two: each exit is counted by its
+    // vCPU's next exit, the last ones when the profile is read.
+    let Some((p, dir)) = profile_in_lab("lab-counts", &["--collect", "exit-counts"]) else {
+        return;
+    };
+    assert_eq!(p.exits.source, "tracepoint:kvm:kvm_exit");
+    let io = p
+        .exits
+        .by_reason
+        .iter()
+        .find(|r| r.reason == "io")
+        .expect("io exits");
+    assert!(io.count >= 1002, "{io:?}");
+    for r in &p.exits.by_reason {
+        assert!(
+            r.latency_total_ns.is_none() && r.latency_hist.is_empty(),
+            "{r:?}"
+        );
+    }
+    assert_eq!(
+        p.exits.kvm_stats_exits,
+        Some(p.exits.total),
+        "{:?}",
+        p.sources
+    );
+    let entry = p
+        .sources
+        .iter()
+        .find(|s| s.name == "tracepoint:kvm:kvm_entry")
+        .unwrap();
+    assert_eq!(entry.status, "disabled", "{entry:?}");
+    assert!(entry.detail.contains("exit-counts"), "{entry:?}");
+    let exit = p
+        .sources
+        .iter()
+        .find(|s| s.name == "tracepoint:kvm:kvm_exit")
+        .unwrap();
+    assert_eq!(exit.status, "attached", "{exit:?}");
+    // The other collectors were not asked for.
+    assert!(
+        p.threads.iter().all(|t| t.cpus.is_empty()),
+        "{:?}",
+        p.threads
+    );
+    assert_eq!(p.page_faults.guest_total, 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn kvm_exit_reasons_latency_and_cross_check_in_the_lab() {
+    let Some((p, dir)) = profile_in_lab("lab", &[]) else {
+        return;
+    };
 
     assert_eq!(p.host.kvm, "svm");
     assert_eq!(p.exits.source, "tracepoint:kvm:kvm_exit");

@@ -422,7 +422,10 @@ fn collects_only_what_was_asked_for() {
     // A collector name that does not exist: a usage error naming it.
     expect_usage_error(
         &["run", "--kernel", "x", "--collect", "exits,pages"],
-        &["\"pages\"", "exits, faults, threads, numa, phases"],
+        &[
+            "\"pages\"",
+            "exits, exit-counts, faults, threads, numa, phases",
+        ],
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

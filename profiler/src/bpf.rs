@@ -41,6 +41,9 @@ pub mod fault_kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CollectorKind {
     Exits,
+    /// The exits collector's latency (kvm_entry): left out by
+    /// `--collect exit-counts`.
+    ExitLatency,
     Faults,
     Threads,
     Numa,
@@ -125,7 +128,7 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     spec!("bs_sched_process_exit", "sched", "sched_process_exit", SchedProcessExit, Threads, [], ["group_dead"], "threads[].end_ns, exit_code; target.ended_ns"),
     spec!("bs_sched_switch", "sched", "sched_switch", SchedSwitch, Threads, [], [], "threads[].cpus (run time per CPU)"),
     spec!("bs_kvm_exit", "kvm", "kvm_exit", KvmExit, Exits, ["exit_reason", "vcpu_id"], ["isa"], "exits.by_reason/by_vcpu/by_phase (VMX/SVM)"),
-    spec!("bs_kvm_entry", "kvm", "kvm_entry", KvmEntry, Exits, [], [], "exits.by_reason[].latency_hist (exit to next entry)"),
+    spec!("bs_kvm_entry", "kvm", "kvm_entry", KvmEntry, ExitLatency, [], [], "exits.by_reason[].latency_hist (exit to next entry)"),
     spec!("bs_kvm_userspace_exit", "kvm", "kvm_userspace_exit", KvmUserspaceExit, Exits, ["reason", "errno"], [], "exits.by_reason when kvm_exit does not fire (PVM)"),
     spec!("bs_kvm_pio", "kvm", "kvm_pio", KvmPio, Exits, ["rw", "port", "size"], [], "exits.pio"),
     spec!("bs_kvm_mmio", "kvm", "kvm_mmio", KvmMmio, Exits, ["type", "gpa"], [], "exits.mmio"),

@@ -49,6 +49,9 @@ pub enum TargetSpec {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CollectorSet {
     pub exits: bool,
+    /// The exits' latency (a second program on every exit, kvm_entry);
+    /// only with `exits`.
+    pub exit_latency: bool,
     pub faults: bool,
     pub threads: bool,
     pub numa: bool,
@@ -58,20 +61,30 @@ pub struct CollectorSet {
 impl CollectorSet {
     pub const ALL: Self = Self {
         exits: true,
+        exit_latency: true,
         faults: true,
         threads: true,
         numa: true,
         phases: true,
     };
 
-    /// The collectors' names, as `--collect` takes them.
-    pub const NAMES: [&'static str; 5] = ["exits", "faults", "threads", "numa", "phases"];
+    /// The collectors' names, as `--collect` takes them: `exit-counts` is
+    /// the exits collector without the exits' latency.
+    pub const NAMES: [&'static str; 6] = [
+        "exits",
+        "exit-counts",
+        "faults",
+        "threads",
+        "numa",
+        "phases",
+    ];
 
     /// A comma-separated list of collector names (`exits,phases`); `all`
     /// for every one. Err says what is wrong, naming the choices.
     pub fn parse(list: &str) -> Result<Self, String> {
         let mut set = Self {
             exits: false,
+            exit_latency: false,
             faults: false,
             threads: false,
             numa: false,
@@ -79,7 +92,11 @@ impl CollectorSet {
         };
         for name in list.split(',').map(str::trim) {
             match name {
-                "exits" => set.exits = true,
+                "exits" => {
+                    set.exits = true;
+                    set.exit_latency = true;
+                }
+                "exit-counts" => set.exits = true,
                 "faults" => set.faults = true,
                 "threads" => set.threads = true,
                 "numa" => set.numa = true,
@@ -105,6 +122,7 @@ impl CollectorSet {
     fn has(&self, k: CollectorKind) -> bool {
         match k {
             CollectorKind::Exits => self.exits,
+            CollectorKind::ExitLatency => self.exits && self.exit_latency,
             CollectorKind::Faults => self.faults,
             CollectorKind::Threads => self.threads,
             CollectorKind::Numa => self.numa,
@@ -1011,7 +1029,14 @@ impl Collector {
             };
             if !config.collectors.has(spec.collector) {
                 st.status = "disabled";
-                st.detail = "collector not enabled".into();
+                st.detail =
+                    if spec.collector == CollectorKind::ExitLatency && config.collectors.exits {
+                        "exit latency not asked for (--collect exit-counts): each exit is counted \
+                     by the next exit of its vCPU, or when the profile is read"
+                            .into()
+                    } else {
+                        "collector not enabled".into()
+                    };
             } else if let Some(fmt) = fmt {
                 let missing: Vec<&str> = spec
                     .fields
@@ -2268,7 +2293,7 @@ impl State {
                 p.detail.clone()
             };
             let collector = match p.spec.collector {
-                CollectorKind::Exits => "exits",
+                CollectorKind::Exits | CollectorKind::ExitLatency => "exits",
                 CollectorKind::Faults => "faults",
                 CollectorKind::Threads => "threads",
                 CollectorKind::Numa => "numa",
@@ -2431,13 +2456,24 @@ mod tests {
     fn collector_lists() {
         let s = CollectorSet::parse("exits, phases").unwrap();
         assert!(s.exits && s.phases && !s.faults && !s.threads && !s.numa);
+        assert!(s.exit_latency && s.has(CollectorKind::ExitLatency));
         let all = CollectorSet::parse("all").unwrap();
-        assert!(all.exits && all.faults && all.threads && all.numa && all.phases);
+        assert_eq!(all, CollectorSet::ALL);
+        assert!(all.exits && all.exit_latency && all.faults && all.threads && all.numa);
         let each = CollectorSet::parse(&CollectorSet::NAMES.join(",")).unwrap();
-        assert!(each.exits && each.faults && each.threads && each.numa && each.phases);
+        assert_eq!(each, CollectorSet::ALL);
+        // Exits counted, their latency not; named with exits, exits wins.
+        let counts = CollectorSet::parse("exit-counts").unwrap();
+        assert!(counts.exits && !counts.exit_latency);
+        assert!(counts.has(CollectorKind::Exits) && !counts.has(CollectorKind::ExitLatency));
+        assert!(
+            CollectorSet::parse("exit-counts,exits")
+                .unwrap()
+                .exit_latency
+        );
         let e = CollectorSet::parse("exits,pages").unwrap_err();
         assert!(
-            e.contains("\"pages\"") && e.contains("exits, faults"),
+            e.contains("\"pages\"") && e.contains("exits, exit-counts, faults"),
             "{e}"
         );
         assert!(CollectorSet::parse("").unwrap_err().contains("empty"));
