@@ -5,13 +5,15 @@
 
 mod profile_common;
 
+use bootscope_profiler::profile::{DataSource, ExitReasonStat};
+use bootscope_profiler::Profile;
 use profile_common::*;
 use std::path::PathBuf;
 
 /// Profiles the ports fixture under our VMM in the lab (`profile ARGS`),
 /// with its scratch directory; None (after saying why) where the lab cannot
 /// run.
-fn profile_in_lab(tag: &str, args: &[&str]) -> Option<(bootscope_profiler::Profile, PathBuf)> {
+fn profile_in_lab(tag: &str, args: &[&str]) -> Option<(Profile, PathBuf)> {
     if let Err(e) =
         bootscope_lab::outer::check_prerequisites(std::path::Path::new("qemu-system-x86_64"))
     {
@@ -48,6 +50,35 @@ fn profile_in_lab(tag: &str, args: &[&str]) -> Option<(bootscope_profiler::Profi
     Some((read_profile(&out), dir))
 }
 
+/// The fixture's port writes: exits with reason `io`, at least its 1002.
+fn io_exits(p: &Profile) -> &ExitReasonStat {
+    let io = p
+        .exits
+        .by_reason
+        .iter()
+        .find(|r| r.reason == "io")
+        .expect("io exits");
+    assert!(io.count >= 1002, "{io:?}");
+    io
+}
+
+/// The exits counted equal KVM's own count of the VM's exits.
+fn assert_counts_equal_kvms(p: &Profile) {
+    assert_eq!(
+        p.exits.kvm_stats_exits,
+        Some(p.exits.total),
+        "{:?}",
+        p.sources
+    );
+}
+
+fn source<'a>(p: &'a Profile, name: &str) -> &'a DataSource {
+    p.sources
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no source {name}"))
+}
+
 #[test]
 fn exit_counts_without_latency_agree_with_kvm_in_the_lab() {
     // One program per exit instead of two: each exit is counted by its
@@ -56,37 +87,18 @@ fn exit_counts_without_latency_agree_with_kvm_in_the_lab() {
         return;
     };
     assert_eq!(p.exits.source, "tracepoint:kvm:kvm_exit");
-    let io = p
-        .exits
-        .by_reason
-        .iter()
-        .find(|r| r.reason == "io")
-        .expect("io exits");
-    assert!(io.count >= 1002, "{io:?}");
+    io_exits(&p);
     for r in &p.exits.by_reason {
         assert!(
             r.latency_total_ns.is_none() && r.latency_hist.is_empty(),
             "{r:?}"
         );
     }
-    assert_eq!(
-        p.exits.kvm_stats_exits,
-        Some(p.exits.total),
-        "{:?}",
-        p.sources
-    );
-    let entry = p
-        .sources
-        .iter()
-        .find(|s| s.name == "tracepoint:kvm:kvm_entry")
-        .unwrap();
+    assert_counts_equal_kvms(&p);
+    let entry = source(&p, "tracepoint:kvm:kvm_entry");
     assert_eq!(entry.status, "disabled", "{entry:?}");
     assert!(entry.detail.contains("exit-counts"), "{entry:?}");
-    let exit = p
-        .sources
-        .iter()
-        .find(|s| s.name == "tracepoint:kvm:kvm_exit")
-        .unwrap();
+    let exit = source(&p, "tracepoint:kvm:kvm_exit");
     assert_eq!(exit.status, "attached", "{exit:?}");
     // The other collectors were not asked for.
     assert!(
@@ -112,16 +124,10 @@ fn kvm_exit_reasons_latency_and_cross_check_in_the_lab() {
         "tracepoint:kvm:kvm_userspace_exit",
         "tracepoint:kvmmmu:kvm_mmu_spte_requested",
     ] {
-        let s = p.sources.iter().find(|s| s.name == name).unwrap();
+        let s = source(&p, name);
         assert_eq!(s.status, "disabled", "{s:?}");
     }
-    let io = p
-        .exits
-        .by_reason
-        .iter()
-        .find(|r| r.reason == "io")
-        .expect("io exits");
-    assert!(io.count >= 1002, "{io:?}");
+    let io = io_exits(&p);
     assert!(io.latency_total_ns.unwrap_or(0) > 0, "{io:?}");
     // Every io exit has a latency, but the last (the reset write): the
     // vCPU never entered the guest again.
@@ -134,12 +140,7 @@ fn kvm_exit_reasons_latency_and_cross_check_in_the_lab() {
     // VM held by a copy of its descriptor so that its last exits are in
     // (the VMM is long gone when the final count is taken), not polled
     // every tick.
-    assert_eq!(
-        p.exits.kvm_stats_exits,
-        Some(p.exits.total),
-        "{:?}",
-        p.sources
-    );
+    assert_counts_equal_kvms(&p);
     let stats = p
         .sources
         .iter()

@@ -407,12 +407,12 @@ pub fn compare(
     alpha: f64,
 ) -> Result<CompareReport, BenchError> {
     if test.paired() && (base.path != new.path || base.label == new.label) {
-        return Err(BenchError::Usage(format!(
-            "--test {}: the paired test compares the runs of each round of one bench file \
+        return Err(BenchError::Usage(
+            "--test wilcoxon: the paired test compares the runs of each round of one bench file \
              (bootscope bench --label A --label B ..., run interleaved); give that one file, \
-             or use --test mann-whitney for two files",
-            TestKind::ALL_NAMES[2]
-        )));
+             or use --test mann-whitney for two files"
+                .into(),
+        ));
     }
     let selected = select_metrics(base, new, explicit)?;
     let metrics = selected
@@ -598,11 +598,11 @@ pub fn check(
         )));
     }
     if opts.test.paired() {
-        return Err(BenchError::Usage(format!(
-            "--test {}: check compares with a baseline recorded apart, whose runs pair with \
-             none of the current file's; use welch or mann-whitney",
-            TestKind::ALL_NAMES[2]
-        )));
+        return Err(BenchError::Usage(
+            "--test wilcoxon: check compares with a baseline recorded apart, whose runs pair \
+             with none of the current file's; use welch or mann-whitney"
+                .into(),
+        ));
     }
     if !(opts.max_regression_pct >= 0.0 && opts.max_regression_pct.is_finite()) {
         return Err(BenchError::Usage(
