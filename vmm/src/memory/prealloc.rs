@@ -2,12 +2,23 @@
 //! region at once, each by its own threads created through its thread
 //! context so they run on the region's host CPUs.
 //!
+//! Every worker of every region is created first and waits at one start
+//! gate; the gate opens once all of them are running. Creating a thread
+//! maps its stack, and a new thread maps its signal stack as it starts;
+//! both need the process's memory-map lock for writing, while a worker
+//! inside `MADV_POPULATE_WRITE` (or faulting pages in) holds it for
+//! reading. A worker still starting when another begins would wait for that
+//! one to finish, and the workers would run one after the other. (QEMU's
+//! `touch_all_pages` holds its threads until all are created, for the same
+//! reason.)
+//!
 //! A thread populates its share with `MADV_POPULATE_WRITE` (Linux 5.14+),
 //! which faults pages in writable without changing their contents. Kernels
 //! without it answer EINVAL; the thread then writes once per page instead,
 //! with an atomic read-modify-write that also leaves contents alone.
 
 use std::io;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -155,6 +166,53 @@ struct Span {
 
 type MadviseFn = fn(*mut u8, usize, libc::c_int) -> io::Result<()>;
 
+/// Holds every worker until all of them are running (see the module's
+/// comment): each checks in, and the gate opens once all have.
+#[derive(Default)]
+struct StartGate {
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    /// Workers that reached the gate.
+    arrived: usize,
+    /// None: closed; Some(true): open; Some(false): cancelled.
+    open: Option<bool>,
+}
+
+impl StartGate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Lets every worker go (`true`) or turns them all back (`false`) once
+    /// `workers` of them have arrived; at once when cancelling.
+    fn release(&self, workers: usize, go: bool) {
+        let mut state = self.lock();
+        while go && state.arrived < workers {
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        state.open = Some(go);
+        self.changed.notify_all();
+    }
+
+    /// A worker checks in and waits until the gate opens (true) or is
+    /// cancelled (false).
+    fn wait(&self) -> bool {
+        let mut state = self.lock();
+        state.arrived += 1;
+        self.changed.notify_all();
+        loop {
+            if let Some(go) = state.open {
+                return go;
+            }
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
 /// What a thread returns.
 struct WorkerOutcome {
     name: String,
@@ -265,11 +323,18 @@ fn populate(
 /// A preallocation thread's body. It has no way to change its affinity:
 /// it runs where its thread context put it.
 fn worker(
+    gate: &StartGate,
     spans: Vec<Span>,
     page_size: usize,
     choice: MethodChoice,
     madvise: MadviseFn,
 ) -> io::Result<WorkerOutcome> {
+    if !gate.wait() {
+        return Err(io::Error::new(
+            io::ErrorKind::Interrupted,
+            "preallocation cancelled before this thread started",
+        ));
+    }
     let start = Instant::now();
     let mut method = match choice {
         MethodChoice::Auto => PopulateMethod::MadvPopulateWrite,
@@ -349,7 +414,8 @@ fn run(
         _ => "",
     };
     let t0 = Instant::now();
-    // Start every region's threads before waiting for any.
+    let gate = Arc::new(StartGate::default());
+    // Create every region's threads, then let them all start at once.
     let mut runs: Vec<RegionRun> = Vec::new();
     let mut failure = None;
     'start: for (index, context) in &contexts.contexts {
@@ -371,8 +437,9 @@ fn run(
             .enumerate()
         {
             let name = rp.worker_name(i);
+            let gate = Arc::clone(&gate);
             match context.spawn(name.clone(), move || {
-                worker(spans, page_size as usize, method, madvise)
+                worker(&gate, spans, page_size as usize, method, madvise)
             }) {
                 Ok(h) => region_run.handles.push((name, h)),
                 Err(e) => {
@@ -384,6 +451,8 @@ fn run(
         }
         runs.push(region_run);
     }
+    let workers = runs.iter().map(|r| r.handles.len()).sum();
+    gate.release(workers, failure.is_none());
 
     // Join everything, even after a failure, so no thread outlives the call.
     let mut regions = Vec::new();
@@ -651,6 +720,44 @@ mod tests {
         let report = run(&contexts, &backing, &plan, MethodChoice::Auto, rendezvous).unwrap();
         assert_eq!(report.regions.len(), 2);
         assert_eq!(report.bytes(), 16 * MIB);
+    }
+
+    /// The workers of one region, doing real preallocation, run at the
+    /// same time: their start-to-end intervals overlap. (A worker created
+    /// while another is inside MADV_POPULATE_WRITE waits for the memory-map
+    /// lock until that one finishes, so without the start gate they run one
+    /// after the other.) Each worker's share is large enough (128 MiB, tens
+    /// of milliseconds) that both are running before either ends.
+    #[test]
+    fn workers_of_a_region_overlap_in_a_real_preallocation() {
+        for method in [MethodChoice::Auto, MethodChoice::Touch] {
+            let (plan, backing) = setup(
+                MemoryOptions {
+                    total: Some(256 * MIB),
+                    prealloc: true,
+                    prealloc_threads: 2,
+                    ..Default::default()
+                },
+                &[(GuestAddress(0), (256 * MIB) as usize)],
+            );
+            let report = preallocate_with(&backing, &plan, method).unwrap();
+            let threads = &report.regions[0].threads;
+            assert_eq!(threads.len(), 2);
+            let last_start = threads.iter().map(|t| t.started_ns).max().unwrap();
+            let first_end = threads
+                .iter()
+                .map(|t| t.started_ns + t.elapsed_ns)
+                .min()
+                .unwrap();
+            assert!(
+                last_start < first_end,
+                "{method:?}: workers ran one after the other: {:?}",
+                threads
+                    .iter()
+                    .map(|t| (t.started_ns, t.started_ns + t.elapsed_ns))
+                    .collect::<Vec<_>>()
+            );
+        }
     }
 
     #[test]
