@@ -203,10 +203,16 @@ struct LabArgs {
     /// Memory of the lab machine (the outer QEMU guest).
     #[arg(long, default_value = "2G")]
     memory: String,
-    /// CPUs of the lab machine. With 2, a profiler's threads run beside the
-    /// nested guest's vCPU instead of taking turns with it on one CPU.
-    #[arg(long, default_value_t = 1)]
-    cpus: u32,
+    /// CPUs of the lab machine (default: 1, or one per NUMA node). With 2, a
+    /// profiler's threads run beside the nested guest's vCPU instead of
+    /// taking turns with it on one CPU.
+    #[arg(long)]
+    cpus: Option<u32>,
+    /// NUMA nodes of the lab machine: its CPUs and memory are split evenly
+    /// between them (the Linux inside has real per-node allocators). Its
+    /// CPUs default to one per node.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    numa_nodes: u32,
     /// Give up after this many seconds (each attempt, see --retries).
     #[arg(long, default_value_t = 600.0)]
     timeout: f64,
@@ -804,13 +810,18 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     };
     let mut cfg = bootscope_lab::outer::LabConfig::new(exe, args.args);
     cfg.memory_mib = memory >> 20;
-    cfg.cpus = args.cpus;
+    cfg.cpus = args.cpus.unwrap_or(args.numa_nodes.max(1));
+    cfg.numa_nodes = args.numa_nodes;
     cfg.timeout = Duration::from_secs_f64(args.timeout);
     cfg.extra_programs = args.programs;
     cfg.extra_inputs = args.inputs;
     cfg.randomize_addresses = args.aslr;
     cfg.frozen_retries = args.retries;
-    let outcome = bootscope_lab::outer::run_lab(&cfg)?;
+    let outcome = bootscope_lab::outer::run_lab(&cfg).map_err(|e| match e {
+        // Checked before anything starts: bad input.
+        bootscope_lab::LabError::InvalidConfig(_) => usage(e.into()),
+        e => Failure::from(e),
+    })?;
     Ok(outcome.exit_code)
 }
 
@@ -853,7 +864,8 @@ fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
         );
         cmd_lab(LabArgs {
             memory: "2G".into(),
-            cpus: 1,
+            cpus: None,
+            numa_nodes: 1,
             timeout: 900.0,
             exe: None,
             programs: Vec::new(),

@@ -72,6 +72,13 @@ pub struct LabConfig {
     /// profiler's own threads no longer take their time from the nested
     /// guest's vCPU, as on a real host.
     pub cpus: u32,
+    /// NUMA nodes of the outer guest (1: none declared). Its CPUs and
+    /// memory are split evenly between them (the first nodes take one CPU
+    /// or MiB more when the split is uneven), and distances are given: 10
+    /// within a node, 20 between two. The Linux inside then has real
+    /// per-node allocators, so binding, placement and locality can be
+    /// checked against a kernel that really has several nodes.
+    pub numa_nodes: u32,
     /// The program to run in the guest (it becomes `/bin/bootscope`).
     pub bootscope_exe: PathBuf,
     /// Its arguments. Existing files named here are carried into the guest;
@@ -114,6 +121,8 @@ impl LabConfig {
     pub const DEFAULT_MEMORY_MIB: u64 = 2048;
     /// The most CPUs the lab machine is given.
     pub const MAX_CPUS: u32 = 16;
+    /// The least memory a NUMA node of the lab machine is given.
+    pub const MIN_NODE_MIB: u64 = 256;
     /// Default timeout: generous, since everything runs under emulation.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
     /// Default heartbeat silence that counts as a frozen lab machine: a
@@ -126,6 +135,7 @@ impl LabConfig {
         LabConfig {
             memory_mib: Self::DEFAULT_MEMORY_MIB,
             cpus: 1,
+            numa_nodes: 1,
             bootscope_exe: bootscope_exe.into(),
             args,
             qemu: PathBuf::from("qemu-system-x86_64"),
@@ -482,6 +492,7 @@ pub fn run_lab_with_console(
             LabConfig::MAX_CPUS
         )));
     }
+    check_numa(cfg)?;
     if cfg.timeout.is_zero() {
         return Err(LabError::InvalidConfig(
             "the timeout must be longer than zero".into(),
@@ -535,8 +546,7 @@ pub fn run_lab_with_console(
     let heartbeat_path = tmp.path().join("heartbeat");
     let mut cmd = qemu_command(
         &qemu,
-        cfg.memory_mib,
-        cfg.cpus,
+        &MachineShape::of(cfg),
         &kernel.vmlinuz,
         &archive,
         &stream_path,
@@ -621,8 +631,7 @@ fn format_tail(lines: &[String]) -> String {
 /// touched) and ttyS1 on the result file.
 fn qemu_command(
     qemu: &Path,
-    memory_mib: u64,
-    cpus: u32,
+    shape: &MachineShape,
     vmlinuz: &Path,
     initrd: &Path,
     stream: &Path,
@@ -630,12 +639,17 @@ fn qemu_command(
 ) -> Command {
     let mut cmd = Command::new(qemu);
     // One host thread per emulated CPU when there are several.
-    let accel = if cpus > 1 { "tcg,thread=multi" } else { "tcg" };
+    let accel = if shape.cpus > 1 {
+        "tcg,thread=multi"
+    } else {
+        "tcg"
+    };
     cmd.args(["-accel", accel, "-cpu", "EPYC,+svm,+npt"])
         .arg("-m")
-        .arg(format!("{memory_mib}M"))
+        .arg(format!("{}M", shape.memory_mib))
         .arg("-smp")
-        .arg(cpus.to_string())
+        .arg(shape.cpus.to_string())
+        .args(shape.numa_args())
         .args([
             "-display",
             "none",
@@ -682,6 +696,88 @@ fn qemu_command(
         });
     }
     cmd
+}
+
+/// The lab machine's CPUs, memory and NUMA nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MachineShape {
+    memory_mib: u64,
+    cpus: u32,
+    /// Per node (none without NUMA): its first CPU, CPU count and MiB.
+    nodes: Vec<(u32, u32, u64)>,
+}
+
+impl MachineShape {
+    fn of(cfg: &LabConfig) -> Self {
+        let n = cfg.numa_nodes.max(1);
+        let mut nodes = Vec::new();
+        if n > 1 {
+            let mut first = 0;
+            for i in 0..n {
+                // Even split; the first nodes take the remainder.
+                let cpus = cfg.cpus / n + u32::from(i < cfg.cpus % n);
+                let mib = cfg.memory_mib / u64::from(n)
+                    + u64::from(u64::from(i) < cfg.memory_mib % u64::from(n));
+                nodes.push((first, cpus, mib));
+                first += cpus;
+            }
+        }
+        MachineShape {
+            memory_mib: cfg.memory_mib,
+            cpus: cfg.cpus,
+            nodes,
+        }
+    }
+
+    /// QEMU's options for the nodes: one RAM backend and one `-numa node`
+    /// each, and the distance of every pair.
+    fn numa_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        for (i, &(first, cpus, mib)) in self.nodes.iter().enumerate() {
+            args.push("-object".into());
+            args.push(format!("memory-backend-ram,id=ram-node{i},size={mib}M"));
+            args.push("-numa".into());
+            let last = first + cpus - 1;
+            args.push(format!(
+                "node,nodeid={i},cpus={first}-{last},memdev=ram-node{i}"
+            ));
+        }
+        for src in 0..self.nodes.len() {
+            for dst in 0..self.nodes.len() {
+                if src != dst {
+                    args.push("-numa".into());
+                    args.push(format!("dist,src={src},dst={dst},val=20"));
+                }
+            }
+        }
+        args
+    }
+}
+
+/// `--numa-nodes`: every node gets a CPU and [`LabConfig::MIN_NODE_MIB`].
+fn check_numa(cfg: &LabConfig) -> Result<()> {
+    let n = cfg.numa_nodes;
+    if n == 0 {
+        return Err(LabError::InvalidConfig(
+            "0 NUMA nodes: the lab machine has at least 1 (--numa-nodes 1 is a machine without NUMA)"
+                .into(),
+        ));
+    }
+    if n > cfg.cpus {
+        return Err(LabError::InvalidConfig(format!(
+            "{n} NUMA nodes but {} CPU(s): every node needs a CPU; give at least --cpus {n}",
+            cfg.cpus
+        )));
+    }
+    if cfg.memory_mib / u64::from(n) < LabConfig::MIN_NODE_MIB {
+        return Err(LabError::InvalidConfig(format!(
+            "{} MiB cannot be split into {n} NUMA nodes of at least {} MiB each; give at least --memory {}M",
+            cfg.memory_mib,
+            LabConfig::MIN_NODE_MIB,
+            LabConfig::MIN_NODE_MIB * u64::from(n)
+        )));
+    }
+    Ok(())
 }
 
 /// `file,id=<id>,path=<path>` with commas in the path doubled, as QEMU's
@@ -1487,6 +1583,13 @@ fi
         br#"if [ -c /dev/kvm ]; then
 	lab_kvm=1
 	echo "lab: nested KVM ready (kvm_amd npt=$(cat /sys/module/kvm_amd/parameters/npt 2>/dev/null))"
+	lab_nodes=$(ls -d /sys/devices/system/node/node[0-9]* 2>/dev/null | wc -l)
+	if [ "$lab_nodes" -gt 1 ]; then
+		for n in /sys/devices/system/node/node[0-9]*; do
+			lab_shape="$lab_shape ${n##*/}: cpus $(cat $n/cpulist), $(( $(sed -n 's/.*MemTotal: *\([0-9]*\).*/\1/p' $n/meminfo) / 1024 )) MiB;"
+		done
+		echo "lab: $lab_nodes NUMA nodes:$lab_shape distances $(cat /sys/devices/system/node/node0/distance)"
+	fi
 else
 	lab_kvm=0
 "#,
@@ -1891,10 +1994,11 @@ mod tests {
     #[test]
     fn cpus_become_qemu_arguments() {
         let args = |cpus| -> Vec<String> {
+            let mut cfg = LabConfig::new("/b", vec![]);
+            cfg.cpus = cpus;
             let cmd = qemu_command(
                 Path::new("qemu"),
-                2048,
-                cpus,
+                &MachineShape::of(&cfg),
                 Path::new("/k"),
                 Path::new("/i"),
                 Path::new("/s"),
@@ -1914,6 +2018,68 @@ mod tests {
         let two = args(2);
         assert_eq!(after(&two, "-smp"), "2");
         assert_eq!(after(&two, "-accel"), "tcg,thread=multi");
+        assert!(!two.iter().any(|a| a == "-numa"));
+    }
+
+    #[test]
+    fn numa_nodes_split_cpus_and_memory_evenly() {
+        let shape = |nodes, cpus, mib| {
+            let mut cfg = LabConfig::new("/b", vec![]);
+            cfg.numa_nodes = nodes;
+            cfg.cpus = cpus;
+            cfg.memory_mib = mib;
+            (
+                check_numa(&cfg).map_err(|e| e.to_string()),
+                MachineShape::of(&cfg),
+            )
+        };
+        let (ok, two) = shape(2, 2, 2048);
+        ok.unwrap();
+        assert_eq!(two.nodes, vec![(0, 1, 1024), (1, 1, 1024)]);
+        assert_eq!(
+            two.numa_args(),
+            [
+                "-object",
+                "memory-backend-ram,id=ram-node0,size=1024M",
+                "-numa",
+                "node,nodeid=0,cpus=0-0,memdev=ram-node0",
+                "-object",
+                "memory-backend-ram,id=ram-node1,size=1024M",
+                "-numa",
+                "node,nodeid=1,cpus=1-1,memdev=ram-node1",
+                "-numa",
+                "dist,src=0,dst=1,val=20",
+                "-numa",
+                "dist,src=1,dst=0,val=20",
+            ]
+        );
+        // Uneven: the first nodes take the remainder; sizes add up.
+        let (ok, three) = shape(3, 5, 1025);
+        ok.unwrap();
+        assert_eq!(three.nodes, vec![(0, 2, 342), (2, 2, 342), (4, 1, 341)]);
+        assert_eq!(
+            three
+                .numa_args()
+                .iter()
+                .filter(|a| a.starts_with("dist"))
+                .count(),
+            6
+        );
+        // One node: no NUMA options at all.
+        assert!(shape(1, 2, 2048).1.numa_args().is_empty());
+        // Bad input, each with what to do.
+        let err = |nodes, cpus, mib| shape(nodes, cpus, mib).0.unwrap_err();
+        assert!(
+            err(0, 1, 2048).contains("at least 1"),
+            "{}",
+            err(0, 1, 2048)
+        );
+        assert!(err(2, 1, 2048).contains("--cpus 2"), "{}", err(2, 1, 2048));
+        assert!(
+            err(4, 4, 512).contains("--memory 1024M"),
+            "{}",
+            err(4, 4, 512)
+        );
     }
 
     #[test]
