@@ -1,0 +1,262 @@
+//! NUMA on a kernel that really has two nodes: the lab machine started with
+//! `--numa-nodes 2` (one CPU and half the memory each). Preallocation's
+//! placement report (each worker's own `/proc/self/task/TID/stat` and
+//! sched_getaffinity, move_pages on sampled pages) and the profile (the
+//! scheduler's and the page allocator's tracepoints) are each checked
+//! against the lab kernel's own node layout, which its banner prints from
+//! `/sys/devices/system/node`.
+
+mod profile_common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use profile_common::*;
+use serde_json::Value;
+
+/// One lab machine at a time: each takes two emulated CPUs.
+static LAB: Mutex<()> = Mutex::new(());
+
+/// `0`, `0-1`, `0,2-3` as a list of CPUs.
+fn cpu_list(s: &str) -> Vec<u64> {
+    let mut out = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => out.extend(a.parse::<u64>().unwrap()..=b.parse::<u64>().unwrap()),
+            None => out.push(part.parse().unwrap()),
+        }
+    }
+    out
+}
+
+/// The lab kernel's CPUs per node, from the banner line
+/// `lab: 2 NUMA nodes: node0: cpus 0, 962 MiB; node1: cpus 1, ...`.
+fn nodes_from_banner(output: &str) -> BTreeMap<u64, Vec<u64>> {
+    let line = output
+        .lines()
+        .find(|l| l.starts_with("lab: ") && l.contains("NUMA nodes:"))
+        .unwrap_or_else(|| panic!("no NUMA banner in the lab's output:\n{output}"));
+    let mut nodes = BTreeMap::new();
+    for part in line.split(';') {
+        let rest = part.rsplit("node").next().unwrap();
+        let Some((id, rest)) = rest.split_once(": cpus ") else {
+            continue;
+        };
+        let cpus = rest.split(',').next().unwrap().trim();
+        nodes.insert(id.trim().parse().unwrap(), cpu_list(cpus));
+    }
+    nodes
+}
+
+struct NumaRun {
+    nodes: BTreeMap<u64, Vec<u64>>,
+    timeline: Value,
+    profile: Value,
+}
+
+/// `bootscope lab --numa-nodes 2 -- run ARGS --stop-after memory` with a
+/// timeline and a profile; None (after saying why) where the lab cannot run.
+fn numa_run(tag: &str, args: &[&str]) -> Option<NumaRun> {
+    let _one = LAB.lock().unwrap_or_else(|e| e.into_inner());
+    bootscope_lab::outer::check_prerequisites(Path::new("qemu-system-x86_64"))
+        .map_err(|e| eprintln!("SKIP: the lab is unavailable here: {e}"))
+        .ok()?;
+    bootscope_lab::guest::find_debian_kernel()
+        .map_err(|e| eprintln!("SKIP: {e}"))
+        .ok()?;
+    if !can_profile() {
+        return None;
+    }
+    let dir = scratch(tag);
+    let timeline = dir.join("timeline.json");
+    let profile = dir.join("profile.json");
+    let o = run(
+        bootscope()
+            .args(["lab", "--numa-nodes", "2", "--retries", "2", "--", "run"])
+            .args(args)
+            .args(["--stop-after", "memory", "--no-summary", "--timeline"])
+            .arg(&timeline)
+            .arg("--output")
+            .arg(&profile),
+        None,
+    );
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    let read = |p: &Path| -> Value { serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap() };
+    let run = NumaRun {
+        nodes: nodes_from_banner(&out),
+        timeline: read(&timeline),
+        profile: read(&profile),
+    };
+    assert_eq!(run.nodes.len(), 2, "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(run)
+}
+
+impl NumaRun {
+    fn regions(&self) -> &Vec<Value> {
+        self.timeline["memory"]["regions"].as_array().unwrap()
+    }
+
+    /// The profile's record of thread `tid`.
+    fn profiled_thread(&self, tid: u64) -> &Value {
+        self.profile["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["tid"].as_u64() == Some(tid))
+            .unwrap_or_else(|| panic!("thread {tid} is not in the profile"))
+    }
+
+    /// Every worker of guest node N ran only on host node `node_of(N)`'s
+    /// CPUs, as the report (affinity, last CPU) and the profile (the CPUs
+    /// it ran on) say each on its own.
+    fn check_workers_on(&self, node_of: impl Fn(u64) -> u64) {
+        for region in self.regions() {
+            let guest = region["guest_node"].as_u64().unwrap();
+            let cpus = &self.nodes[&node_of(guest)];
+            let threads = region["threads"].as_array().unwrap();
+            assert_eq!(threads.len(), 2, "{region}");
+            for t in threads {
+                let allowed = cpu_list(t["allowed_cpus"].as_str().unwrap());
+                assert_eq!(&allowed, cpus, "affinity of {t}");
+                assert!(cpus.contains(&t["last_cpu"].as_u64().unwrap()), "{t}");
+                assert_eq!(t["node"].as_u64(), Some(node_of(guest)), "{t}");
+                let p = self.profiled_thread(t["tid"].as_u64().unwrap());
+                assert_eq!(p["name"], t["name"], "{p}");
+                let ran: Vec<u64> = p["cpus"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| c["cpu"].as_u64().unwrap())
+                    .collect();
+                assert!(!ran.is_empty(), "{p}");
+                assert!(ran.iter().all(|c| cpus.contains(c)), "{p} ran off {cpus:?}");
+            }
+        }
+    }
+
+    /// Where the sampled pages of each region are (move_pages), per host
+    /// node.
+    fn sampled_pages(&self, region: &Value) -> BTreeMap<u64, u64> {
+        let placement = &region["placement"];
+        placement["per_node"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(n, c)| (n.parse().unwrap(), c.as_u64().unwrap()))
+            .collect()
+    }
+
+    /// The pages a region's workers allocated, by host node (the page
+    /// allocator's tracepoint).
+    fn allocated_by_node(&self, region: &Value) -> BTreeMap<u64, u64> {
+        let mut by = BTreeMap::new();
+        for t in region["threads"].as_array().unwrap() {
+            let p = self.profiled_thread(t["tid"].as_u64().unwrap());
+            for n in p["pages_by_node"].as_array().unwrap() {
+                *by.entry(n["node"].as_u64().unwrap()).or_default() += n["pages"].as_u64().unwrap();
+            }
+        }
+        by
+    }
+}
+
+const BOUND: [&str; 9] = [
+    "--memory",
+    "256M",
+    "--numa",
+    "node=0,memory=128M,host-nodes=0",
+    "--numa",
+    "node=1,memory=128M,host-nodes=1",
+    "--prealloc",
+    "--prealloc-threads",
+    "2",
+];
+
+/// Each guest node bound to its own host node: the workers ran on that
+/// node's CPU and every page they allocated, and every sampled page, is on
+/// that node; the profile counts them all local.
+fn check_bound(run: &NumaRun) {
+    run.check_workers_on(|guest| guest);
+    for region in run.regions() {
+        let node = region["guest_node"].as_u64().unwrap();
+        let sampled = run.sampled_pages(region);
+        assert_eq!(sampled.keys().collect::<Vec<_>>(), vec![&node], "{region}");
+        let allocated = run.allocated_by_node(region);
+        assert_eq!(
+            allocated.keys().collect::<Vec<_>>(),
+            vec![&node],
+            "{allocated:?}"
+        );
+        // 128 MiB of 4 KiB pages at least (THP may give fewer, larger ones
+        // only where the lab's THP mode allows: it is `madvise` in Debian
+        // and each 2 MiB page is counted as 512).
+        assert!(allocated[&node] >= 32768, "{allocated:?}");
+    }
+    let numa = &run.profile["numa"];
+    assert_eq!(numa["pages_remote"].as_u64(), Some(0), "{numa}");
+}
+
+#[test]
+fn two_nodes_bound_regions_run_and_land_on_their_own_node() {
+    let Some(run) = numa_run("bound", &BOUND) else {
+        return;
+    };
+    check_bound(&run);
+}
+
+#[test]
+fn two_nodes_placement_holds_under_the_sandbox() {
+    let mut args = BOUND.to_vec();
+    args.push("--sandbox");
+    let Some(run) = numa_run("sandbox", &args) else {
+        return;
+    };
+    check_bound(&run);
+}
+
+/// Threads placed on node 0, memory bound to node 1: the pages are on node
+/// 1 (move_pages) and the profile counts them remote to the threads that
+/// touched them.
+#[test]
+fn two_nodes_crossed_binding_shows_remote_pages() {
+    let Some(run) = numa_run(
+        "crossed",
+        &[
+            "--memory",
+            "256M",
+            "--numa",
+            "node=0,memory=256M,host-nodes=1,policy=bind",
+            "--prealloc",
+            "--prealloc-threads",
+            "2",
+            "--prealloc-cpus",
+            "0",
+        ],
+    ) else {
+        return;
+    };
+    run.check_workers_on(|_| 0);
+    let region = &run.regions()[0];
+    assert_eq!(
+        run.sampled_pages(region).keys().collect::<Vec<_>>(),
+        vec![&1],
+        "{region}"
+    );
+    let mut remote = 0;
+    for t in region["threads"].as_array().unwrap() {
+        let p = run.profiled_thread(t["tid"].as_u64().unwrap());
+        // The guest memory is remote; only the kernel's page tables for it
+        // come from the thread's own node (a few dozen pages).
+        let (local, far) = (
+            p["pages_local"].as_u64().unwrap(),
+            p["pages_remote"].as_u64().unwrap(),
+        );
+        assert!(far >= 32768 && local * 100 < far, "{p}");
+        remote += far;
+    }
+    assert!(remote >= 65536, "{remote} remote pages for 256 MiB");
+    assert!(run.profile["numa"]["pages_remote"].as_u64().unwrap() >= remote);
+}
