@@ -6,6 +6,7 @@
 //! against the lab kernel's own node layout, which its banner prints from
 //! `/sys/devices/system/node`.
 
+mod lab_common;
 mod profile_common;
 
 use std::collections::BTreeMap;
@@ -259,4 +260,90 @@ fn two_nodes_crossed_binding_shows_remote_pages() {
     }
     assert!(remote >= 65536, "{remote} remote pages for 256 MiB");
     assert!(run.profile["numa"]["pages_remote"].as_u64().unwrap() >= remote);
+}
+
+/// A full boot with two guest NUMA nodes (one vCPU and 256 MiB each, each
+/// bound to its own host node): the guest kernel reports the two nodes it
+/// found in the VMM's SRAT and SLIT, and the profile's exits split by vCPU
+/// add up to KVM's own count.
+#[test]
+fn guest_boots_with_two_numa_nodes_and_exits_split_by_vcpu() {
+    let _one = LAB.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(p) = lab_common::prereqs("numa-boot") else {
+        return;
+    };
+    if !can_profile() {
+        return;
+    }
+    let serial = p.dir.join("serial.log");
+    let profile = p.dir.join("profile.json");
+    let timeline = p.dir.join("timeline.json");
+    let o = run(
+        bootscope()
+            .args([
+                "lab",
+                "--numa-nodes",
+                "2",
+                "--retries",
+                "2",
+                "--timeout",
+                "900",
+            ])
+            .args(["--", "run", "--kernel"])
+            .arg(&p.kernel)
+            .arg("--initrd")
+            .arg(&p.initrd)
+            .args(["--vcpus", "2", "--memory", "512M", "--timeout", "600"])
+            .args(["--numa", "node=0,cpus=0,memory=256M,host-nodes=0"])
+            .args(["--numa", "node=1,cpus=1,memory=256M,host-nodes=1"])
+            .args(["--no-summary", "--serial"])
+            .arg(&serial)
+            .arg("--output")
+            .arg(&profile)
+            .arg("--timeline")
+            .arg(&timeline),
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let console = std::fs::read_to_string(&serial).unwrap();
+    for line in [
+        "smp: Brought up 2 nodes, 2 CPUs",
+        "SRAT: PXM 0 -> APIC 0x00 -> Node 0",
+        "SRAT: PXM 1 -> APIC 0x01 -> Node 1",
+        "ACPI: SRAT: Node 0 PXM 0 [mem 0x00000000-0x0fffffff]",
+        "ACPI: SRAT: Node 1 PXM 1 [mem 0x10000000-0x1fffffff]",
+        "Fallback order for Node 1: 1 0",
+        "bootscope-guest: hello from userspace",
+    ] {
+        assert!(
+            console.contains(line),
+            "no {line:?} in the console:\n{console}"
+        );
+    }
+    let doc: Value = serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
+    assert_eq!(doc["outcome"]["clean"], true, "{}", doc["outcome"]);
+    let prof: Value = serde_json::from_slice(&std::fs::read(&profile).unwrap()).unwrap();
+    let exits = &prof["exits"];
+    let by_vcpu = exits["by_vcpu"].as_array().unwrap();
+    let per_vcpu: Vec<u64> = by_vcpu
+        .iter()
+        .map(|v| {
+            v["by_reason"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|n| n.as_u64().unwrap())
+                .sum()
+        })
+        .collect();
+    assert_eq!(per_vcpu.len(), 2, "{by_vcpu:?}");
+    assert!(per_vcpu.iter().all(|&n| n > 1000), "{per_vcpu:?}");
+    let total = exits["total"].as_u64().unwrap();
+    assert_eq!(per_vcpu.iter().sum::<u64>(), total);
+    assert_eq!(
+        exits["kvm_stats_exits"].as_u64(),
+        Some(total),
+        "KVM's own count"
+    );
+    let _ = std::fs::remove_dir_all(&p.dir);
 }

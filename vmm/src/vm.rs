@@ -273,6 +273,24 @@ fn kick_signal() -> i32 {
 
 extern "C" fn noop_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {}
 
+/// The guest NUMA nodes of `backing` (one per `--numa` region), for the
+/// ACPI tables.
+fn guest_numa(backing: &memory::GuestMemoryBacking) -> Vec<acpi::NumaNode> {
+    backing
+        .regions()
+        .iter()
+        .map(|r| acpi::NumaNode {
+            id: r.guest_node(),
+            cpus: r.plan().guest_cpus.iter().collect(),
+            ranges: r
+                .pieces()
+                .iter()
+                .map(|p| (p.guest_addr().0, p.len() as u64))
+                .collect(),
+        })
+        .collect()
+}
+
 /// Boots the guest and runs it to the end.
 pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmError> {
     let flavour = host::kvm_flavour(&host::HostRoot::default());
@@ -375,7 +393,10 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     loader::load_cmdline(mem, &cfg.cmdline, kernel.cmdline_max).map_err(ConfigError::from)?;
     mptable::setup(mem, cfg.vcpus).map_err(|e| VmError::BootData(e.to_string()))?;
     let rsdp = if cfg.acpi {
-        Some(acpi::setup(mem, cfg.vcpus).map_err(|e| VmError::BootData(e.to_string()))?)
+        Some(
+            acpi::setup(mem, cfg.vcpus, &guest_numa(&backing))
+                .map_err(|e| VmError::BootData(e.to_string()))?,
+        )
     } else {
         None
     };

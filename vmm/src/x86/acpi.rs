@@ -16,7 +16,10 @@
 //! - a DSDT naming COM1 with its interrupt (a hardware-reduced guest maps
 //!   no ISA interrupt by itself) and the CMOS RTC;
 //! - MADT with one local APIC per vCPU and the in-kernel I/O APIC, the same
-//!   topology as the MP table (kept for `acpi=off` guests).
+//!   topology as the MP table (kept for `acpi=off` guests);
+//! - with two or more guest NUMA nodes (`--numa`), SRAT (each node's vCPUs
+//!   and guest-physical memory) and SLIT (distance 10 within a node, 20
+//!   between two), so the guest kernel sees the nodes the VMM built.
 //!
 //! The tables live in the BIOS area at [`RSDP_START`] where a kernel scans
 //! for the RSDP; the zero page (`acpi_rsdp_addr`) and PVH start info
@@ -29,6 +32,8 @@ use acpi_tables::madt::{
 };
 use acpi_tables::rsdp::Rsdp;
 use acpi_tables::sdt::Sdt;
+use acpi_tables::slit::SLIT;
+use acpi_tables::srat::MemoryAffinity;
 use acpi_tables::xsdt::XSDT;
 use acpi_tables::{aml, Aml};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
@@ -178,13 +183,85 @@ fn madt(vcpus: u32) -> Vec<u8> {
     v
 }
 
+/// One guest NUMA node: its proximity domain, vCPUs and guest-physical
+/// memory ranges (start, length).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NumaNode {
+    /// Guest node number (the proximity domain).
+    pub id: u32,
+    /// Its vCPUs (their APIC ids are their indexes).
+    pub cpus: Vec<u32>,
+    /// Its memory.
+    pub ranges: Vec<(u64, u64)>,
+}
+
+/// SRAT structure type of a processor's local APIC affinity.
+const SRAT_LAPIC_AFFINITY: u8 = 0;
+/// Its length.
+const SRAT_LAPIC_AFFINITY_LEN: u8 = 16;
+/// Affinity structure flag: enabled.
+const SRAT_ENABLED: u32 = 1;
+/// Distance within a node and between two (the ACPI convention: 10 local).
+const LOCAL_DISTANCE: u8 = 10;
+const REMOTE_DISTANCE: u8 = 20;
+
+/// SRAT (revision 3): a local APIC affinity per vCPU (written here: the
+/// `acpi_tables` crate builds that structure only for RISC-V) and a memory
+/// affinity per range (the crate's).
+fn srat(nodes: &[NumaNode]) -> Vec<u8> {
+    // Header, then 4 reserved bytes that must be 1 and 8 reserved bytes.
+    let mut t = Sdt::new(*b"SRAT", 36, 3, OEM_ID, OEM_TABLE_ID, OEM_REVISION);
+    t.append_slice(&1u32.to_le_bytes());
+    t.append_slice(&0u64.to_le_bytes());
+    for node in nodes {
+        let domain = node.id.to_le_bytes();
+        for &cpu in &node.cpus {
+            let mut st = [0u8; SRAT_LAPIC_AFFINITY_LEN as usize];
+            st[0] = SRAT_LAPIC_AFFINITY;
+            st[1] = SRAT_LAPIC_AFFINITY_LEN;
+            st[2] = domain[0];
+            st[3] = cpu as u8;
+            st[4..8].copy_from_slice(&SRAT_ENABLED.to_le_bytes());
+            // st[8]: local SAPIC EID (none); 9..12: domain bits 8-31;
+            // 12..16: clock domain 0.
+            st[9..12].copy_from_slice(&domain[1..4]);
+            t.append_slice(&st);
+        }
+        for &(start, len) in &node.ranges {
+            t.append_slice(&bytes(&MemoryAffinity::new(node.id, start, len).enabled()));
+        }
+    }
+    t.as_slice().to_vec()
+}
+
+/// SLIT over proximity domains 0..=highest node id.
+fn slit(nodes: &[NumaNode]) -> Vec<u8> {
+    let localities = nodes.iter().map(|n| n.id + 1).max().unwrap_or(1);
+    let mut t = SLIT::new(OEM_ID, OEM_TABLE_ID, OEM_REVISION, localities);
+    for a in 0..localities as usize {
+        for b in 0..localities as usize {
+            let d = if a == b {
+                LOCAL_DISTANCE
+            } else {
+                REMOTE_DISTANCE
+            };
+            t.set_distance(a, b, d);
+        }
+    }
+    bytes(&t)
+}
+
 /// Builds the tables for `vcpus` vCPUs (at most the MP table's limit, which
-/// also keeps APIC ids in one byte).
-pub fn build(vcpus: u32) -> Tables {
+/// also keeps APIC ids in one byte) and, with two or more `nodes`, their
+/// NUMA topology.
+pub fn build(vcpus: u32, nodes: &[NumaNode]) -> Tables {
     let align = |a: u64| a.next_multiple_of(16);
+    let numa = nodes.len() > 1;
     let xsdt_addr = align(RSDP_START + Rsdp::len() as u64);
-    // The XSDT has two entries, FADT and MADT (the DSDT hangs off the FADT).
-    let xsdt_len = 36 + 2 * 8;
+    // The XSDT lists FADT and MADT (the DSDT hangs off the FADT), and SRAT
+    // and SLIT with NUMA.
+    let entries = if numa { 4 } else { 2 };
+    let xsdt_len = 36 + entries * 8;
     let dsdt_addr = align(xsdt_addr + xsdt_len);
     let dsdt = dsdt();
     let fadt_addr = align(dsdt_addr + dsdt.len() as u64);
@@ -194,22 +271,38 @@ pub fn build(vcpus: u32) -> Tables {
     let mut xsdt = XSDT::new(OEM_ID, OEM_TABLE_ID, OEM_REVISION);
     xsdt.add_entry(fadt_addr);
     xsdt.add_entry(madt_addr);
+    let mut numa_tables = Vec::new();
+    if numa {
+        let srat_addr = align(madt_addr + madt.len() as u64);
+        let srat = srat(nodes);
+        let slit_addr = align(srat_addr + srat.len() as u64);
+        xsdt.add_entry(srat_addr);
+        xsdt.add_entry(slit_addr);
+        numa_tables.push(("SRAT", srat_addr, srat));
+        numa_tables.push(("SLIT", slit_addr, slit(nodes)));
+    }
     let xsdt = bytes(&xsdt);
     debug_assert_eq!(xsdt.len() as u64, xsdt_len);
+    let mut tables = vec![
+        ("XSDT", xsdt_addr, xsdt),
+        ("DSDT", dsdt_addr, dsdt),
+        ("FACP", fadt_addr, fadt),
+        ("APIC", madt_addr, madt),
+    ];
+    tables.extend(numa_tables);
     Tables {
         rsdp: bytes(&Rsdp::new(OEM_ID, xsdt_addr)),
-        tables: vec![
-            ("XSDT", xsdt_addr, xsdt),
-            ("DSDT", dsdt_addr, dsdt),
-            ("FACP", fadt_addr, fadt),
-            ("APIC", madt_addr, madt),
-        ],
+        tables,
     }
 }
 
 /// Writes the tables into guest memory; returns the RSDP's address.
-pub fn setup(mem: &GuestMemoryMmap, vcpus: u32) -> Result<u64, vm_memory::GuestMemoryError> {
-    let t = build(vcpus);
+pub fn setup(
+    mem: &GuestMemoryMmap,
+    vcpus: u32,
+    nodes: &[NumaNode],
+) -> Result<u64, vm_memory::GuestMemoryError> {
+    let t = build(vcpus, nodes);
     mem.write_slice(&t.rsdp, GuestAddress(RSDP_START))?;
     for (_, addr, bytes) in &t.tables {
         mem.write_slice(bytes, GuestAddress(*addr))?;
@@ -232,7 +325,7 @@ mod tests {
 
     #[test]
     fn tables_are_consistent_and_fit_the_bios_area() {
-        let t = build(4);
+        let t = build(4, &[]);
         // RSDP: signature, both checksums, revision 2, XSDT address.
         assert_eq!(&t.rsdp[0..8], b"RSD PTR ");
         assert_eq!(checksum(&t.rsdp[0..20]), 0);
@@ -260,8 +353,91 @@ mod tests {
     }
 
     #[test]
+    fn two_nodes_get_srat_and_slit() {
+        let nodes = [
+            NumaNode {
+                id: 0,
+                cpus: vec![0, 2],
+                ranges: vec![(0, 0x8000_0000)],
+            },
+            NumaNode {
+                id: 1,
+                cpus: vec![1, 3],
+                ranges: vec![(0x8000_0000, 0x4000_0000), (0x1_0000_0000, 0x4000_0000)],
+            },
+        ];
+        let t = build(4, &nodes);
+        let by_sig = |s: &str| t.tables.iter().find(|(n, _, _)| *n == s).unwrap();
+        let mut end = RSDP_START + t.rsdp.len() as u64;
+        for (sig, addr, bytes) in &t.tables {
+            assert_eq!(u32_at(bytes, 4) as usize, bytes.len(), "{sig} length");
+            assert_eq!(checksum(bytes), 0, "{sig} checksum");
+            assert!(*addr >= end, "{sig} overlaps the table before it");
+            end = addr + bytes.len() as u64;
+        }
+        assert!(end <= TABLES_END);
+        let xsdt = &by_sig("XSDT").2;
+        let entries: Vec<u64> = (36..xsdt.len())
+            .step_by(8)
+            .map(|o| u64_at(xsdt, o))
+            .collect();
+        assert_eq!(
+            entries,
+            ["FACP", "APIC", "SRAT", "SLIT"]
+                .map(|s| by_sig(s).1)
+                .to_vec()
+        );
+        // SRAT: 12 reserved bytes (the first dword 1), then structures.
+        let srat = &by_sig("SRAT").2;
+        assert_eq!(u32_at(srat, 36), 1);
+        let mut cpus = Vec::new();
+        let mut mem = Vec::new();
+        let mut o = 48;
+        while o < srat.len() {
+            let (kind, len) = (srat[o], srat[o + 1] as usize);
+            match kind {
+                0 => {
+                    assert_eq!(len, 16);
+                    assert_eq!(u32_at(srat, o + 4) & 1, 1, "enabled");
+                    // Domain: byte 2, bytes 9..12 high.
+                    let domain = u32::from(srat[o + 2])
+                        | u32::from_le_bytes([0, srat[o + 9], srat[o + 10], srat[o + 11]]);
+                    cpus.push((srat[o + 3], domain));
+                }
+                1 => {
+                    assert_eq!(len, 40);
+                    assert_eq!(u32_at(srat, o + 28) & 1, 1, "enabled");
+                    mem.push((
+                        u32_at(srat, o + 2),
+                        u64_at(srat, o + 8),
+                        u64_at(srat, o + 16),
+                    ));
+                }
+                other => panic!("unexpected SRAT structure {other}"),
+            }
+            o += len;
+        }
+        assert_eq!(o, srat.len());
+        assert_eq!(cpus, vec![(0, 0), (2, 0), (1, 1), (3, 1)]);
+        assert_eq!(
+            mem,
+            vec![
+                (0, 0, 0x8000_0000),
+                (1, 0x8000_0000, 0x4000_0000),
+                (1, 0x1_0000_0000, 0x4000_0000)
+            ]
+        );
+        // SLIT: 2 localities, 10 on the diagonal, 20 elsewhere.
+        let slit = &by_sig("SLIT").2;
+        assert_eq!(u64_at(slit, 36), 2);
+        assert_eq!(&slit[44..48], &[10, 20, 20, 10]);
+        // One node: no NUMA tables.
+        assert_eq!(build(2, &nodes[..1]).tables.len(), 4);
+    }
+
+    #[test]
     fn fadt_says_hardware_reduced_without_8042_and_points_at_the_dsdt() {
-        let t = build(1);
+        let t = build(1, &[]);
         let f = &t.tables.iter().find(|(n, _, _)| *n == "FACP").unwrap().2;
         let dsdt_addr = t.tables.iter().find(|(n, _, _)| *n == "DSDT").unwrap().1;
         assert_eq!(f.len(), 276, "ACPI 6.x FADT");
@@ -285,7 +461,7 @@ mod tests {
 
     #[test]
     fn madt_lists_every_vcpu_and_the_ioapic() {
-        let t = build(3);
+        let t = build(3, &[]);
         let m = &t.tables.iter().find(|(n, _, _)| *n == "APIC").unwrap().2;
         assert_eq!(u32_at(m, 36), layout::APIC_DEFAULT_BASE as u32);
         assert_eq!(u32_at(m, 40), MADT_PCAT_COMPAT);
@@ -312,7 +488,7 @@ mod tests {
 
     #[test]
     fn dsdt_carries_the_s5_package_com1_and_the_rtc() {
-        let t = build(1);
+        let t = build(1, &[]);
         let d = &t.tables.iter().find(|(n, _, _)| *n == "DSDT").unwrap().2;
         // NameOp "_S5_" PackageOp PkgLength NumElements(4) BytePrefix 5 0 0 0
         let at = find(d, b"_S5_").expect("_S5_ named");
