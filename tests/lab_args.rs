@@ -125,6 +125,7 @@ fn profiled_command_arguments_pass_through_unchanged() {
         None,
     );
     let out = String::from_utf8_lossy(&o.stdout);
+    println!("--- lab console ---\n{out}---");
     assert_eq!(o.status.code(), Some(0), "{out}\n{}", stderr(&o));
     assert_eq!(echoed_args(&out), command[1..], "{out}");
     assert!(out.contains("kernel contents"), "{out}");
@@ -197,6 +198,7 @@ fn qemu_microvm_is_profiled_in_the_lab_with_its_own_serial_flag() {
         None,
     );
     let console = String::from_utf8_lossy(&o.stdout);
+    println!("--- lab console ---\n{console}---");
     assert_eq!(o.status.code(), Some(0), "{console}\n{}", stderr(&o));
     // The guest's console reached QEMU's own stdio.
     assert!(
