@@ -844,8 +844,8 @@ const OUTPUT_ARGS: [(&str, &[&str]); 9] = [
     ("lab", &["outputs"]),
 ];
 
-/// Values of output arguments that name no file.
-const NOT_A_FILE: [&str; 3] = ["stdout", "null", "-"];
+/// Values of `run --serial` that name no file.
+const SERIAL_NOT_A_FILE: [&str; 3] = ["stdout", "null", "-"];
 
 /// The files that the command `bootscope ARGS` run in the lab writes, from
 /// bootscope's own command line (defaults included, such as `profile`'s
@@ -882,7 +882,7 @@ fn outputs_of(matches: &ArgMatches) -> Vec<PathBuf> {
                 continue;
             };
             for v in values {
-                if !NOT_A_FILE.iter().any(|n| v == *n) {
+                if !(*id == "serial" && SERIAL_NOT_A_FILE.iter().any(|n| v == *n)) {
                     out.push(PathBuf::from(v));
                 }
             }
@@ -1092,6 +1092,7 @@ mod tests {
         );
         assert!(outputs(&["run", "--serial", "null"]).is_empty());
         assert!(outputs(&["run", "--serial", "stdout"]).is_empty());
+        assert_eq!(outputs(&["run", "-o", "null"]), paths(&["null"]));
         assert_eq!(
             outputs(&["demo", "--timeline", "d.json"]),
             paths(&["d.json"])
