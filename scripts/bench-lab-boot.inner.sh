@@ -10,7 +10,8 @@
 #   CSV       where the run's CSV row goes
 #   CONSOLE   where a copy of the guest console goes
 #   TIMELINE  where bootscope's timeline goes (bootscope runs only)
-# The lab copies CSV, CONSOLE and TIMELINE back to the host.
+# scripts/bench-lab-boot names CSV, CONSOLE and TIMELINE with `lab --output`
+# too, so the lab copies them back to the host.
 set -u
 if [ $# -ne 14 ] || [ "$9" != --output ] || [ "${11}" != --serial ] || [ "${13}" != --timeline ]; then
     echo "usage: $0 VMM VARIANT ROUND KERNEL INITRD BOOTSCOPE BOOT_BENCH QEMU --output CSV --serial CONSOLE --timeline TIMELINE" >&2

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{ArgMatches, CommandFactory, Parser, Subcommand};
 
 use bootscope_vmm::console::{merge_patterns, MilestonePattern};
 use bootscope_vmm::host::{self, HostRoot, KvmFlavour};
@@ -234,13 +234,20 @@ struct LabArgs {
     /// its own path (repeatable).
     #[arg(long = "input", value_name = "PATH")]
     inputs: Vec<PathBuf>,
+    /// Also bring back this file, written in the lab, to the same path
+    /// (repeatable). bootscope's own output files (--output, --timeline,
+    /// --serial FILE of the command run) come back by themselves; files
+    /// written by a profiled command or an --exe program do not.
+    #[arg(long = "output", value_name = "PATH")]
+    outputs: Vec<PathBuf>,
     /// Keep address space layout randomization on in the lab machine. It is
     /// off by default because the emulator translates code anew at every
     /// fresh address, on every run, which real hardware does not do.
     #[arg(long)]
     aslr: bool,
     /// The command to run inside (bootscope's arguments, or the --exe
-    /// program's), after `--`.
+    /// program's), after `--`. Existing files it names are carried in; its
+    /// arguments reach the program as they are.
     #[arg(last = true, required = true)]
     args: Vec<OsString>,
 }
@@ -804,11 +811,14 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
             "--timeout must be a positive number of seconds"
         )));
     }
-    let exe = match args.exe {
-        Some(exe) => exe,
+    let exe = match &args.exe {
+        Some(exe) => exe.clone(),
         None => std::env::current_exe().context("cannot find the bootscope executable")?,
     };
+    let mut outputs = args.outputs;
+    outputs.extend(inner_outputs(&args.args, args.exe.is_some()).map_err(usage)?);
     let mut cfg = bootscope_lab::outer::LabConfig::new(exe, args.args);
+    cfg.outputs = outputs;
     cfg.memory_mib = memory >> 20;
     cfg.cpus = args.cpus.unwrap_or(args.numa_nodes.max(1));
     cfg.numa_nodes = args.numa_nodes;
@@ -817,12 +827,110 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     cfg.extra_inputs = args.inputs;
     cfg.randomize_addresses = args.aslr;
     cfg.frozen_retries = args.retries;
-    let outcome = bootscope_lab::outer::run_lab(&cfg).map_err(|e| match e {
-        // Checked before anything starts: bad input.
-        bootscope_lab::LabError::InvalidConfig(_) => usage(e.into()),
-        e => Failure::from(e),
+    let outcome = bootscope_lab::outer::run_lab(&cfg).map_err(|e| {
+        if e.is_bad_input() {
+            usage(e.into())
+        } else {
+            e.into()
+        }
     })?;
     Ok(outcome.exit_code)
+}
+
+/// The arguments of each subcommand that name a file it writes (clap ids;
+/// `run`'s `--serial` also takes `stdout` and `null`).
+const OUTPUT_ARGS: [(&str, &[&str]); 9] = [
+    ("run", &["serial", "timeline", "output"]),
+    ("demo", &["timeline"]),
+    ("profile", &["output"]),
+    ("bench", &["output"]),
+    ("compare", &["output"]),
+    ("check", &["output"]),
+    ("plot", &["output"]),
+    ("export", &["output"]),
+    ("lab", &["outputs"]),
+];
+
+/// Values of `run --serial` that name no file.
+const SERIAL_NOT_A_FILE: [&str; 3] = ["stdout", "null", "-"];
+
+/// The files that the command `bootscope ARGS` run in the lab writes, from
+/// bootscope's own command line (defaults included, such as `profile`'s
+/// `profile.json`). Nothing after a subcommand's `--` is looked at unless
+/// it is bootscope's again (`bench`'s run arguments, an inner `lab`'s
+/// command). With `exe` (another program than this bootscope), arguments
+/// that are not a bootscope command name no outputs; without it they are
+/// bad input.
+fn inner_outputs(args: &[OsString], exe: bool) -> Result<Vec<PathBuf>> {
+    let argv = std::iter::once(OsString::from("bootscope")).chain(args.iter().cloned());
+    match Cli::command().try_get_matches_from(argv) {
+        Ok(matches) => Ok(outputs_of(&matches)),
+        Err(_) if exe => Ok(Vec::new()),
+        // `--help` or `--version` inside: the lab shows them.
+        Err(e) if !e.use_stderr() => Ok(Vec::new()),
+        Err(e) => {
+            let text = e.render().to_string();
+            let text = text.lines().next().unwrap_or_default();
+            let text = text.trim_start_matches("error: ");
+            bail!("the command after `lab --` is not a valid bootscope command ({text}); to run another program in the lab, name it with --exe PATH")
+        }
+    }
+}
+
+/// The output files named in a parsed bootscope command line.
+fn outputs_of(matches: &ArgMatches) -> Vec<PathBuf> {
+    let Some((name, sub)) = matches.subcommand() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if let Some((_, ids)) = OUTPUT_ARGS.iter().find(|(n, _)| *n == name) {
+        for id in *ids {
+            let Some(values) = sub.get_raw(id) else {
+                continue;
+            };
+            for v in values {
+                if !(*id == "serial" && SERIAL_NOT_A_FILE.iter().any(|n| v == *n)) {
+                    out.push(PathBuf::from(v));
+                }
+            }
+        }
+    }
+    let trailing = || -> Vec<OsString> {
+        sub.get_raw("args")
+            .map(|v| v.map(OsString::from).collect())
+            .unwrap_or_default()
+    };
+    match name {
+        // Each configuration before `--vs-command` is `run`'s arguments.
+        "bench" => {
+            let args = trailing();
+            let end = args
+                .iter()
+                .position(|a| a == "--vs-command")
+                .unwrap_or(args.len());
+            for side in args[..end].split(|a| a == "--vs") {
+                let side = match side.first() {
+                    Some(first) if first == "run" => &side[1..],
+                    _ => side,
+                };
+                let argv = ["bootscope", "run"]
+                    .into_iter()
+                    .map(OsString::from)
+                    .chain(side.iter().cloned());
+                // bench itself reports arguments `run` does not take.
+                if let Ok(m) = Cli::command().try_get_matches_from(argv) {
+                    out.extend(outputs_of(&m));
+                }
+            }
+        }
+        "lab" if sub.get_raw("exe").is_none() => {
+            if let Ok(inner) = inner_outputs(&trailing(), false) {
+                out.extend(inner);
+            }
+        }
+        _ => {}
+    }
+    out
 }
 
 fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
@@ -870,6 +978,7 @@ fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
             exe: None,
             programs: Vec::new(),
             inputs: Vec::new(),
+            outputs: Vec::new(),
             aslr: false,
             retries: 1,
             args: run_args,
@@ -928,6 +1037,123 @@ mod tests {
         // Causes not in the message are kept, as with {:#}.
         let e = anyhow::anyhow!("inner").context("outer");
         assert_eq!(error_text(&e), "outer: inner");
+    }
+
+    #[test]
+    fn output_args_are_bootscope_arguments() {
+        let cli = Cli::command();
+        for (name, ids) in OUTPUT_ARGS {
+            let sub = cli
+                .find_subcommand(name)
+                .unwrap_or_else(|| panic!("no subcommand {name}"));
+            for id in ids {
+                assert!(
+                    sub.get_arguments().any(|a| a.get_id() == *id),
+                    "{name} has no argument {id}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn lab_outputs_are_bootscope_s_own() {
+        let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        let outputs = |v: &[&str]| inner_outputs(&os(v), false).unwrap();
+        let paths = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+        // The profiled command's flags are its own, whatever their names.
+        let cmd = [
+            "/x/cloud-hypervisor",
+            "--serial",
+            "tty",
+            "--output",
+            "x",
+            "-o",
+            "y",
+            "--timeline=t",
+        ];
+        let mut profile = vec!["profile", "--output", "p.json", "--"];
+        profile.extend(cmd);
+        assert_eq!(outputs(&profile), paths(&["p.json"]));
+        profile[1] = "-o";
+        assert_eq!(outputs(&profile), paths(&["p.json"]));
+        assert_eq!(
+            outputs(&["profile", "-o=q.json", "--", "qemu", "-serial", "stdio"]),
+            paths(&["q.json"])
+        );
+        // The default output is written, so it comes back too.
+        assert_eq!(
+            outputs(&["profile", "--", "qemu", "-serial", "stdio"]),
+            paths(&["profile.json"])
+        );
+        assert_eq!(
+            outputs(&[
+                "run",
+                "--kernel",
+                "k",
+                "--serial=con.log",
+                "--timeline",
+                "t.json",
+                "-o",
+                "r.json"
+            ]),
+            paths(&["con.log", "t.json", "r.json"])
+        );
+        assert!(outputs(&["run", "--serial", "null"]).is_empty());
+        assert!(outputs(&["run", "--serial", "stdout"]).is_empty());
+        assert_eq!(outputs(&["run", "-o", "null"]), paths(&["null"]));
+        assert_eq!(
+            outputs(&["demo", "--timeline", "d.json"]),
+            paths(&["d.json"])
+        );
+        assert_eq!(
+            outputs(&["export", "--format", "json", "-o", "e.json", "in.json"]),
+            paths(&["e.json"])
+        );
+        assert!(outputs(&["doctor"]).is_empty());
+        // bench: its output and those of each `run`, not of --vs-command.
+        assert_eq!(
+            outputs(&[
+                "bench", "--output", "b.json", "--", "run", "--serial", "a.log", "--vs", "run",
+                "--serial", "b.log"
+            ]),
+            paths(&["b.json", "a.log", "b.log"])
+        );
+        assert_eq!(
+            outputs(&[
+                "bench",
+                "--",
+                "--serial",
+                "a.log",
+                "--vs-command",
+                "qemu",
+                "-serial",
+                "file:x.log",
+                "--output",
+                "y"
+            ]),
+            paths(&["a.log"])
+        );
+        // A lab in the lab: its --output and its command's, unless --exe.
+        assert_eq!(
+            outputs(&["lab", "--output", "o1", "--", "profile", "-o", "p2", "--", "c"]),
+            paths(&["o1", "p2"])
+        );
+        assert_eq!(
+            outputs(&["lab", "--exe", "/bin/sh", "--output", "o1", "--", "run", "-o", "x"]),
+            paths(&["o1"])
+        );
+        // --help inside is shown by the lab.
+        assert!(outputs(&["profile", "--help"]).is_empty());
+        // Another program's arguments are left alone with --exe...
+        assert!(inner_outputs(&os(&["sh", "-c", "x --output y"]), true)
+            .unwrap()
+            .is_empty());
+        // ...and are bad input without it.
+        let err = inner_outputs(&os(&["sh", "-c", "x"]), false).unwrap_err();
+        let text = format!("{err:#}");
+        assert!(text.contains("not a valid bootscope command"), "{text}");
+        assert!(text.contains("'sh'"), "{text}");
+        assert!(text.contains("--exe PATH"), "{text}");
     }
 
     #[test]

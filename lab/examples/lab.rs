@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run -p bootscope-lab --example lab -- [--memory MIB] [--timeout SECS]
-//!     [--program PATH]... [--input PATH]... EXE [ARGS...]
+//!     [--program PATH]... [--input PATH]... [--output PATH]... EXE [ARGS...]
 //! cargo run -p bootscope-lab --example lab -- --default-initramfs OUT.cpio
 //! ```
 //!
@@ -33,6 +33,7 @@ fn main() -> ExitCode {
     let mut timeout = LabConfig::DEFAULT_TIMEOUT;
     let mut programs = Vec::new();
     let mut inputs = Vec::new();
+    let mut outputs = Vec::new();
     loop {
         let number = |v: Option<&OsString>| {
             v.and_then(|v| v.to_str())
@@ -55,6 +56,10 @@ fn main() -> ExitCode {
                 Some(p) => inputs.push(PathBuf::from(p)),
                 None => return usage("--input needs a path"),
             },
+            Some("--output") => match args.get(1) {
+                Some(p) => outputs.push(PathBuf::from(p)),
+                None => return usage("--output needs a path"),
+            },
             _ => break,
         }
         args.drain(..2);
@@ -68,6 +73,7 @@ fn main() -> ExitCode {
     cfg.timeout = timeout;
     cfg.extra_programs = programs;
     cfg.extra_inputs = inputs;
+    cfg.outputs = outputs;
     match run_lab(&cfg) {
         Ok(outcome) => {
             eprintln!(
@@ -89,6 +95,6 @@ fn main() -> ExitCode {
 }
 
 fn usage(problem: &str) -> ExitCode {
-    eprintln!("lab: {problem}\nusage: lab [--memory MIB] [--timeout SECS] [--program PATH]... [--input PATH]... EXE [ARGS...]\n       lab --default-initramfs OUT.cpio");
+    eprintln!("lab: {problem}\nusage: lab [--memory MIB] [--timeout SECS] [--program PATH]... [--input PATH]... [--output PATH]... EXE [ARGS...]\n       lab --default-initramfs OUT.cpio");
     ExitCode::from(2)
 }

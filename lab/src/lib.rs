@@ -176,10 +176,19 @@ pub enum LabError {
     },
 
     /// An extra input file does not exist.
-    #[error("lab input {} does not exist or is neither a regular file nor a directory", path.display())]
+    #[error("lab input {} does not exist or is neither a regular file nor a directory; check the path given to --input", path.display())]
     InputMissing {
         /// The configured input.
         path: PathBuf,
+    },
+
+    /// An output file to bring back is unusable.
+    #[error("lab output {} {reason}", path.display())]
+    BadOutput {
+        /// The output as named.
+        path: PathBuf,
+        /// What is wrong with it and what to do.
+        reason: String,
     },
 
     /// Two different host files would land on the same guest path.
@@ -278,6 +287,22 @@ pub enum LabError {
 }
 
 impl LabError {
+    /// Whether the error is in what the caller asked for (a missing or
+    /// conflicting input, program or output, an invalid setting), found
+    /// before the lab machine starts, rather than a failure of the host or
+    /// the run.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            LabError::ExeMissing { .. }
+                | LabError::ProgramMissing { .. }
+                | LabError::InputMissing { .. }
+                | LabError::InputConflict { .. }
+                | LabError::BadOutput { .. }
+                | LabError::InvalidConfig(_)
+        )
+    }
+
     /// Shorthand for [`LabError::Io`].
     pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
         LabError::Io {

@@ -4,10 +4,12 @@
 //! The outer guest's initramfs holds static busybox, the KVM modules of the
 //! host's Debian kernel, the program (as `/bin/bootscope`) with its shared
 //! libraries at their host paths, any extra programs (with their libraries)
-//! and every input file at its host path, so arguments naming files need no
-//! rewriting. The guest's first serial port is its console and streams live
-//! to the caller; the second carries the exit code and the output files back
-//! (see the `transport` module).
+//! and every input file at its host path, and the program starts in the same
+//! directory as on the host, so arguments naming files need no rewriting.
+//! The lab knows nothing of the program's flags: the caller names the output
+//! files to bring back ([`LabConfig::outputs`]). The guest's first serial
+//! port is its console and streams live to the caller; the second carries
+//! the exit code and the output files back (see the `transport` module).
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
@@ -26,13 +28,6 @@ use crate::guest::{self, DebianKernel};
 use crate::transport;
 use crate::util::{self, TempDir};
 use crate::{LabError, Result};
-
-/// Flags whose value is a file bootscope writes. The lab creates the file's
-/// directory in the guest and copies the file back to the same host path.
-pub const OUTPUT_FLAGS: [&str; 4] = ["--timeline", "--output", "-o", "--serial"];
-
-/// Values of output flags that do not name a file.
-pub const NOT_A_FILE: [&str; 3] = ["stdout", "null", "-"];
 
 /// Guest directories whose contents come from the guest kernel, not from
 /// the archive: host files there are never carried in as inputs.
@@ -81,9 +76,23 @@ pub struct LabConfig {
     pub numa_nodes: u32,
     /// The program to run in the guest (it becomes `/bin/bootscope`).
     pub bootscope_exe: PathBuf,
-    /// Its arguments. Existing files named here are carried into the guest;
-    /// values of [`OUTPUT_FLAGS`] are copied back afterwards.
+    /// Its arguments, passed on as they are. An argument (or the value of a
+    /// `--flag=VALUE` argument) naming an existing regular file carries that
+    /// file into the guest at the same path; only a relative path through
+    /// `..` that would not reach the same file inside is replaced by the
+    /// file's canonical path. Arguments naming one of the [`outputs`] are
+    /// not carried in (name them in [`extra_inputs`] to carry them in too).
+    ///
+    /// [`outputs`]: LabConfig::outputs
+    /// [`extra_inputs`]: LabConfig::extra_inputs
     pub args: Vec<OsString>,
+    /// Files the program writes that are brought back to the host, to the
+    /// same paths (relative paths are taken from the current directory,
+    /// where the program starts in the guest too). Their directories are
+    /// created in the guest before the program starts; a file the program
+    /// does not write is left alone on the host. Each may be named once,
+    /// and none may lie in a directory of [`LabConfig::extra_inputs`].
+    pub outputs: Vec<PathBuf>,
     /// The QEMU binary (`qemu-system-x86_64` from `$PATH` by default).
     pub qemu: PathBuf,
     /// Upper bound on the whole run; QEMU is killed when it is exceeded.
@@ -138,6 +147,7 @@ impl LabConfig {
             numa_nodes: 1,
             bootscope_exe: bootscope_exe.into(),
             args,
+            outputs: Vec::new(),
             qemu: PathBuf::from("qemu-system-x86_64"),
             timeout: Self::DEFAULT_TIMEOUT,
             extra_inputs: Vec::new(),
@@ -180,72 +190,95 @@ pub struct ArgPlan {
     pub inputs: Vec<InputFile>,
     /// Absolute host (and guest) paths of the output files.
     pub outputs: Vec<PathBuf>,
+    /// The directories of the output files as named (relative to `cwd` or
+    /// absolute), created in the guest before the program starts.
+    pub output_dirs: Vec<PathBuf>,
     /// Directory the program starts in, in the guest as on the host.
     pub cwd: PathBuf,
 }
 
-/// Works out which arguments are input and output files.
+/// Works out which files go into the guest and which come back.
 ///
-/// * The value of an [`OUTPUT_FLAGS`] flag (`--flag VALUE` or
-///   `--flag=VALUE`) is an output unless it is one of [`NOT_A_FILE`];
-///   relative values become absolute.
-/// * Any other argument, or the value of any other `--flag=VALUE`, that
-///   names an existing regular file is an input. Absolute paths are kept.
-///   A bare file name (no `/`) is kept too: the guest starts in the same
-///   directory, and leaving it alone means a subcommand word that happens
-///   to match a file name is never changed. Other relative paths become
-///   absolute (canonical if they contain `..`).
+/// * Each of `outputs` (relative to `cwd` or absolute) is brought back; see
+///   [`LabConfig::outputs`] for what is refused.
+/// * Any argument, or the value of any `--flag=VALUE` argument, that names
+///   an existing regular file is an input, unless it names one of the
+///   outputs. Its text stays as it is: the guest starts in `cwd` and has
+///   the file at the same path. The exception is a path through `..` that
+///   would not reach the same file in the guest (a `..` after a directory
+///   name, or a symbolic link on the way): it becomes the file's canonical
+///   path, where the guest has it.
 ///
 /// `extra_inputs` must exist; a directory among them is carried in with
 /// all the files under it (see [`LabConfig::extra_inputs`]).
 ///
 /// Host files under `/proc`, `/sys` and `/dev` are not carried in: the
 /// guest kernel provides its own.
-pub fn plan_arguments(args: &[OsString], extra_inputs: &[PathBuf], cwd: &Path) -> Result<ArgPlan> {
+pub fn plan_arguments(
+    args: &[OsString],
+    outputs: &[PathBuf],
+    extra_inputs: &[PathBuf],
+    cwd: &Path,
+) -> Result<ArgPlan> {
     let mut plan = ArgPlan {
         args: Vec::with_capacity(args.len()),
         inputs: Vec::new(),
         outputs: Vec::new(),
+        output_dirs: Vec::new(),
         cwd: cwd.to_path_buf(),
     };
+    for output in outputs {
+        let bad = |reason: String| LabError::BadOutput {
+            path: output.clone(),
+            reason,
+        };
+        let text = output.as_os_str().as_bytes();
+        if text.is_empty() {
+            return Err(bad("is an empty path; name a file".into()));
+        }
+        if text.contains(&0) {
+            return Err(bad("contains a NUL byte".into()));
+        }
+        let absolute = util::absolute_lexical(cwd, output);
+        if absolute == Path::new("/")
+            || text.ends_with(b"/")
+            || fs::metadata(&absolute).is_ok_and(|m| m.is_dir())
+        {
+            return Err(bad("is a directory; name a file".into()));
+        }
+        if plan.outputs.contains(&absolute) {
+            return Err(bad(format!(
+                "is named twice (as {}); each output file is brought back once, so name it once",
+                absolute.display()
+            )));
+        }
+        plan.outputs.push(absolute);
+        if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
+            plan.output_dirs.push(parent.to_path_buf());
+        }
+    }
     let mut seen_inputs = HashSet::new();
     let mut add_input = |plan: &mut ArgPlan, input: InputFile| {
         if seen_inputs.insert(input.guest.clone()) {
             plan.inputs.push(input);
         }
     };
-    let mut i = 0;
-    while i < args.len() {
-        let arg = &args[i];
+    for arg in args {
         if arg.as_bytes().contains(&0) {
             return Err(LabError::InvalidConfig(format!(
                 "argument {arg:?} contains a NUL byte"
             )));
         }
-        i += 1;
         let text = arg.as_bytes();
-        if OUTPUT_FLAGS.iter().any(|f| f.as_bytes() == text) {
-            plan.args.push(arg.clone());
-            if let Some(value) = args.get(i) {
-                i += 1;
-                let value = output_value(&mut plan, value, cwd);
-                plan.args.push(value);
-            }
-            continue;
-        }
         if text.starts_with(b"-") {
             if let Some(eq) = text.iter().position(|&b| b == b'=') {
                 let (flag, value) = (&text[..eq], OsStr::from_bytes(&text[eq + 1..]));
-                let new_value = if OUTPUT_FLAGS.iter().any(|f| f.as_bytes() == flag) {
-                    output_value(&mut plan, value, cwd)
-                } else {
-                    match input_for(value, cwd)? {
-                        Some((input, rewritten)) => {
-                            add_input(&mut plan, input);
-                            rewritten
-                        }
-                        None => value.to_os_string(),
+                let new_value = match input_for(value, cwd, &plan.outputs)? {
+                    Some((input, rewritten)) => {
+                        add_input(&mut plan, input);
+                        rewritten
                     }
+                    None => value.to_os_string(),
                 };
                 let mut joined = flag.to_vec();
                 joined.push(b'=');
@@ -254,7 +287,7 @@ pub fn plan_arguments(args: &[OsString], extra_inputs: &[PathBuf], cwd: &Path) -
                 continue;
             }
         }
-        match input_for(arg, cwd)? {
+        match input_for(arg, cwd, &plan.outputs)? {
             Some((input, rewritten)) => {
                 add_input(&mut plan, input);
                 plan.args.push(rewritten);
@@ -270,6 +303,17 @@ pub fn plan_arguments(args: &[OsString], extra_inputs: &[PathBuf], cwd: &Path) -
         };
         if fs::metadata(&host).map(|m| m.is_dir()).unwrap_or(false) {
             let (guest_dir, _) = guest_location(extra.as_os_str(), cwd, &host)?;
+            if let Some(output) = plan.outputs.iter().find(|o| {
+                o.starts_with(&guest_dir) || o.starts_with(util::absolute_lexical(cwd, extra))
+            }) {
+                return Err(LabError::BadOutput {
+                    path: output.clone(),
+                    reason: format!(
+                        "lies in the directory {} that --input carries in; bring back a file outside it, or carry in only the files it needs",
+                        extra.display()
+                    ),
+                });
+            }
             if GUEST_PSEUDO_DIRS
                 .iter()
                 .any(|dir| guest_dir.starts_with(dir))
@@ -283,7 +327,7 @@ pub fn plan_arguments(args: &[OsString], extra_inputs: &[PathBuf], cwd: &Path) -
             }
             continue;
         }
-        match input_for(extra.as_os_str(), cwd)? {
+        match input_for(extra.as_os_str(), cwd, &[])? {
             Some((input, _)) => add_input(&mut plan, input),
             None => {
                 return Err(LabError::InputMissing {
@@ -370,26 +414,14 @@ pub fn plan_programs(programs: &[PathBuf], cwd: &Path) -> Result<Vec<InputFile>>
     Ok(planned)
 }
 
-/// Records an output flag's value and returns it as the guest should see it.
-fn output_value(plan: &mut ArgPlan, value: &OsStr, cwd: &Path) -> OsString {
-    if value.is_empty() || NOT_A_FILE.iter().any(|v| OsStr::new(v) == value) {
-        return value.to_os_string();
-    }
-    let path = Path::new(value);
-    let absolute = util::absolute_lexical(cwd, path);
-    if !plan.outputs.contains(&absolute) {
-        plan.outputs.push(absolute.clone());
-    }
-    if util::is_clean_absolute(path) {
-        value.to_os_string()
-    } else {
-        absolute.into_os_string()
-    }
-}
-
-/// If `value` names an existing regular file, where to put it in the guest
-/// and what the argument becomes.
-fn input_for(value: &OsStr, cwd: &Path) -> Result<Option<(InputFile, OsString)>> {
+/// If `value` names an existing regular file other than one of `outputs`
+/// (absolute paths), where to put it in the guest and what the argument
+/// becomes.
+fn input_for(
+    value: &OsStr,
+    cwd: &Path,
+    outputs: &[PathBuf],
+) -> Result<Option<(InputFile, OsString)>> {
     if value.is_empty() {
         return Ok(None);
     }
@@ -402,6 +434,9 @@ fn input_for(value: &OsStr, cwd: &Path) -> Result<Option<(InputFile, OsString)>>
     if !fs::metadata(&host).map(|m| m.is_file()).unwrap_or(false) {
         return Ok(None);
     }
+    if outputs.contains(&util::absolute_lexical(cwd, path)) {
+        return Ok(None);
+    }
     let (guest, rewritten) = guest_location(value, cwd, &host)?;
     if GUEST_PSEUDO_DIRS.iter().any(|dir| guest.starts_with(dir)) {
         return Ok(None);
@@ -410,27 +445,33 @@ fn input_for(value: &OsStr, cwd: &Path) -> Result<Option<(InputFile, OsString)>>
 }
 
 /// Where the existing host file or directory `host`, named `value` relative
-/// to `cwd`, goes in the guest, and what an argument naming it becomes:
-/// clean absolute paths and bare names stay as they are, paths with `..`
-/// become canonical, other relative paths become absolute.
+/// to `cwd`, goes in the guest, and what an argument naming it becomes.
+///
+/// The guest starts in `cwd` and holds no symbolic links of the host, so a
+/// path without `..` reaches the same place there as its lexically
+/// resolved absolute path, and stays as it is. So does a relative path
+/// whose `..` components all come first (they only climb out of `cwd`,
+/// which exists in the guest with all its parents) when it leads to the
+/// file's canonical path. Any other path through `..` may pass through a
+/// link or a directory the guest lacks: the guest gets the file at its
+/// canonical path, and the argument becomes that path.
 fn guest_location(value: &OsStr, cwd: &Path, host: &Path) -> Result<(PathBuf, OsString)> {
     let path = Path::new(value);
-    let bare_name = matches!(
-        path.components().collect::<Vec<_>>().as_slice(),
-        [Component::Normal(_)]
-    );
-    let (guest, rewritten) = if util::is_clean_absolute(path) {
-        (path.to_path_buf(), value.to_os_string())
-    } else if bare_name {
-        (cwd.join(path), value.to_os_string())
-    } else if path.components().any(|c| matches!(c, Component::ParentDir)) {
-        let canonical = fs::canonicalize(host).map_err(|e| LabError::io("resolve", host, e))?;
-        (canonical.clone(), canonical.into_os_string())
+    let lexical = util::absolute_lexical(cwd, path);
+    if !path.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Ok((lexical, value.to_os_string()));
+    }
+    let canonical = fs::canonicalize(host).map_err(|e| LabError::io("resolve", host, e))?;
+    let leading_only = !path.is_absolute()
+        && path
+            .components()
+            .skip_while(|c| matches!(c, Component::ParentDir | Component::CurDir))
+            .all(|c| !matches!(c, Component::ParentDir));
+    if leading_only && canonical == lexical {
+        Ok((lexical, value.to_os_string()))
     } else {
-        let absolute = util::absolute_lexical(cwd, path);
-        (absolute.clone(), absolute.into_os_string())
-    };
-    Ok((guest, rewritten))
+        Ok((canonical.clone(), canonical.into_os_string()))
+    }
 }
 
 /// Checks that this host can run the lab with `qemu`: QEMU, a Debian
@@ -504,11 +545,7 @@ pub fn run_lab_with_console(
             cfg.freeze_after.as_secs_f64()
         )));
     }
-    let HostParts {
-        qemu,
-        kernel,
-        busybox,
-    } = prerequisites(&cfg.qemu)?;
+    // Bad input is refused before the host is searched for the lab's parts.
     let exe_meta = fs::metadata(&cfg.bootscope_exe).map_err(|e| LabError::ExeMissing {
         path: cfg.bootscope_exe.clone(),
         reason: e.to_string(),
@@ -521,8 +558,13 @@ pub fn run_lab_with_console(
     }
     let cwd = std::env::current_dir()
         .map_err(|e| LabError::io("determine", "the current directory", e))?;
-    let plan = plan_arguments(&cfg.args, &cfg.extra_inputs, &cwd)?;
+    let plan = plan_arguments(&cfg.args, &cfg.outputs, &cfg.extra_inputs, &cwd)?;
     let programs = plan_programs(&cfg.extra_programs, &cwd)?;
+    let HostParts {
+        qemu,
+        kernel,
+        busybox,
+    } = prerequisites(&cfg.qemu)?;
 
     let tmp = TempDir::new("lab")?;
     let archive = tmp.path().join("outer.cpio");
@@ -1608,18 +1650,18 @@ else
             b"echo 0 >/proc/sys/kernel/randomize_va_space || echo \"lab: warning: cannot turn address space randomization off\"\n",
         );
     }
-    for output in &plan.outputs {
-        if let Some(parent) = output.parent() {
-            s.extend_from_slice(b"mkdir -p ");
-            s.extend_from_slice(&q(parent.as_os_str()));
-            s.push(b'\n');
-        }
-    }
     s.extend_from_slice(b"mkdir -p ");
     s.extend_from_slice(&q(plan.cwd.as_os_str()));
     s.extend_from_slice(b" && cd ");
     s.extend_from_slice(&q(plan.cwd.as_os_str()));
     s.push(b'\n');
+    // As named, from the program's directory: `mkdir -p a/../b` also makes
+    // the `a` that the program's path passes through.
+    for dir in &plan.output_dirs {
+        s.extend_from_slice(b"mkdir -p -- ");
+        s.extend_from_slice(&q(dir.as_os_str()));
+        s.push(b'\n');
+    }
     s.extend_from_slice(&q(exe.as_os_str()));
     for arg in &plan.args {
         s.push(b' ');
@@ -1738,63 +1780,116 @@ mod tests {
         fs::create_dir_all(cwd.join("images")).unwrap();
         fs::write(cwd.join("images/vmlinux"), b"k").unwrap();
         fs::write(cwd.join("run"), b"not a subcommand").unwrap();
+        fs::write(cwd.join("old.json"), b"an earlier output").unwrap();
         fs::write(dir.path().join("up.img"), b"i").unwrap();
         let abs_initrd = dir.path().join("up.img");
-        let args = vec![
-            OsString::from("run"),
-            OsString::from("--kernel"),
-            OsString::from("images/vmlinux"),
-            OsString::from("--initrd=../up.img"),
-            OsString::from(&abs_initrd),
-            OsString::from("--timeline"),
-            OsString::from("out/t.json"),
-            OsString::from("--serial=stdout"),
-            OsString::from("-o"),
-            OsString::from("/abs/o.txt"),
-            OsString::from("--output=rel.bin"),
-            OsString::from("--not-a-file"),
-            OsString::from("nonexistent.json"),
+        let args = os(&[
+            "run",
+            "--kernel",
+            "images/vmlinux",
+            "--initrd=../up.img",
+            "images/../../up.img",
+            "--serial",
+            "tty",
+            "-serial",
+            "stdio",
+            "--output",
+            "x",
+            "-o",
+            "old.json",
+            "--timeline=t.json",
+        ]);
+        let mut all = args.clone();
+        all.push(abs_initrd.clone().into_os_string());
+        let outputs = [
+            PathBuf::from("out/../t.json"),
+            PathBuf::from("/abs/o.txt"),
+            PathBuf::from("old.json"),
         ];
-        let plan = plan_arguments(&args, &[], &cwd).unwrap();
+        let plan = plan_arguments(&all, &outputs, &[], &cwd).unwrap();
+        // Only the path through a directory and back is replaced; nothing
+        // else is touched, output-like flags included.
         let canonical_img = fs::canonicalize(&abs_initrd).unwrap();
-        let mut want = os(&["run", "--kernel"]);
-        want.push(cwd.join("images/vmlinux").into_os_string());
-        let mut initrd_flag = OsString::from("--initrd=");
-        initrd_flag.push(&canonical_img);
-        want.push(initrd_flag);
+        let mut want = args.clone();
+        want[4] = canonical_img.clone().into_os_string();
         want.push(abs_initrd.clone().into_os_string());
-        want.push("--timeline".into());
-        want.push(cwd.join("out/t.json").into_os_string());
-        want.push("--serial=stdout".into());
-        want.push("-o".into());
-        want.push("/abs/o.txt".into());
-        let mut output_flag = OsString::from("--output=");
-        output_flag.push(cwd.join("rel.bin"));
-        want.push(output_flag);
-        want.extend(os(&["--not-a-file", "nonexistent.json"]));
         assert_eq!(plan.args, want);
         assert_eq!(
             plan.outputs,
             vec![
-                cwd.join("out/t.json"),
+                cwd.join("t.json"),
                 PathBuf::from("/abs/o.txt"),
-                cwd.join("rel.bin")
+                cwd.join("old.json")
             ]
+        );
+        assert_eq!(
+            plan.output_dirs,
+            vec![PathBuf::from("out/.."), PathBuf::from("/abs")]
         );
         let guests: Vec<&Path> = plan.inputs.iter().map(|i| i.guest.as_path()).collect();
         assert!(guests.contains(&cwd.join("run").as_path()));
         assert!(guests.contains(&cwd.join("images/vmlinux").as_path()));
         assert!(guests.contains(&canonical_img.as_path()));
-        assert!(guests.contains(&abs_initrd.as_path()));
+        // An earlier copy of an output is not carried in.
+        assert!(!guests.contains(&cwd.join("old.json").as_path()));
+        assert_eq!(plan.inputs.len(), 3, "{:?}", plan.inputs);
         assert_eq!(plan.cwd, cwd);
 
-        let err = plan_arguments(&[], &[cwd.join("missing")], &cwd).unwrap_err();
+        let err = plan_arguments(&[], &[], &[cwd.join("missing")], &cwd).unwrap_err();
         assert!(matches!(err, LabError::InputMissing { .. }), "{err}");
-        let extra = plan_arguments(&[], &[PathBuf::from("images/vmlinux")], &cwd).unwrap();
+        assert!(err.is_bad_input());
+        let extra = plan_arguments(&[], &[], &[PathBuf::from("images/vmlinux")], &cwd).unwrap();
         assert_eq!(extra.inputs[0].guest, cwd.join("images/vmlinux"));
         // /proc files are the guest kernel's business.
-        let proc_arg = plan_arguments(&os(&["/proc/self/status"]), &[], &cwd).unwrap();
+        let proc_arg = plan_arguments(&os(&["/proc/self/status"]), &[], &[], &cwd).unwrap();
         assert!(proc_arg.inputs.is_empty());
+    }
+
+    #[test]
+    fn bad_outputs_are_refused() {
+        let dir = TempDir::new("plan-output-test").unwrap();
+        let cwd = dir.path().join("work");
+        fs::create_dir_all(cwd.join("data/sub")).unwrap();
+        fs::write(cwd.join("data/sub/f"), b"f").unwrap();
+        let refused = |outputs: &[&str], inputs: &[&str], what: &str| {
+            let outputs: Vec<PathBuf> = outputs.iter().map(PathBuf::from).collect();
+            let inputs: Vec<PathBuf> = inputs.iter().map(PathBuf::from).collect();
+            let err = plan_arguments(&[], &outputs, &inputs, &cwd).unwrap_err();
+            assert!(matches!(err, LabError::BadOutput { .. }), "{err}");
+            assert!(err.is_bad_input());
+            let text = err.to_string();
+            assert!(text.contains(what), "{text}");
+            text
+        };
+        let text = refused(&["p.json", "./p.json"], &[], "named twice");
+        assert!(text.contains("p.json"), "{text}");
+        refused(&["data"], &[], "is a directory");
+        refused(&["new/"], &[], "is a directory");
+        refused(&[""], &[], "empty path");
+        let text = refused(
+            &["data/sub/p.json"],
+            &["data"],
+            "lies in the directory data",
+        );
+        assert!(
+            text.contains(&*cwd.join("data/sub/p.json").to_string_lossy()),
+            "{text}"
+        );
+        refused(
+            &[&*cwd.join("data/x").to_string_lossy()],
+            &["data/sub/.."],
+            "lies in",
+        );
+        // Beside a carried-in directory, or carried in as a file: fine.
+        let ok = plan_arguments(
+            &[],
+            &[PathBuf::from("data2/p.json"), PathBuf::from("data/sub/f")],
+            &[PathBuf::from("data/sub/f")],
+            &cwd,
+        )
+        .unwrap();
+        assert_eq!(ok.inputs.len(), 1);
+        assert_eq!(ok.outputs.len(), 2);
     }
 
     #[test]
@@ -1816,7 +1911,7 @@ mod tests {
         symlink("..", data.join("sub/up")).unwrap();
         symlink(".", data.join("self")).unwrap();
 
-        let plan = plan_arguments(&[], &[PathBuf::from("data")], &cwd).unwrap();
+        let plan = plan_arguments(&[], &[], &[PathBuf::from("data")], &cwd).unwrap();
         let got: Vec<(PathBuf, PathBuf)> = plan
             .inputs
             .iter()
@@ -1840,6 +1935,7 @@ mod tests {
         // argument too is carried once.
         let abs = plan_arguments(
             &[data.join("a.rom").into_os_string()],
+            &[],
             std::slice::from_ref(&data),
             &cwd,
         )
@@ -1847,7 +1943,7 @@ mod tests {
         assert_eq!(abs.inputs.len(), 5);
         assert_eq!(abs.inputs[0].guest, data.join("a.rom"));
         // Directories under /proc, /sys and /dev stay the guest kernel's.
-        let sys = plan_arguments(&[], &[PathBuf::from("/sys/kernel")], &cwd).unwrap();
+        let sys = plan_arguments(&[], &[], &[PathBuf::from("/sys/kernel")], &cwd).unwrap();
         assert!(sys.inputs.is_empty());
     }
 
@@ -1942,6 +2038,7 @@ mod tests {
             args: os(&["sh", "-c", "echo 'hi'", "--output", "/o/out file"]),
             inputs: Vec::new(),
             outputs: vec![PathBuf::from("/o/out file")],
+            output_dirs: vec![PathBuf::from("/o"), PathBuf::from("-rel/..")],
             cwd: PathBuf::from("/home/u"),
         };
         let exe = Path::new(GUEST_EXE);
@@ -1950,8 +2047,13 @@ mod tests {
         assert!(script.contains("insmod '/lib/modules/6.1.0-56-amd64/kernel/arch/x86/kvm/kvm.ko'"));
         assert!(script.contains("mount -t tracefs tracefs /sys/kernel/tracing"));
         assert!(script.contains("lab: nested KVM ready (kvm_amd npt="));
-        assert!(script.contains("mkdir -p '/o'\n"));
-        assert!(script.contains("cd '/home/u'\n"));
+        let cd = script.find("cd '/home/u'\n").unwrap();
+        let mkdir = script.find("mkdir -p -- '/o'\n").unwrap();
+        assert!(
+            cd < mkdir,
+            "output directories are made from the program's directory"
+        );
+        assert!(script.contains("mkdir -p -- '-rel/..'\n"));
         assert!(script.contains(
             "'/bin/bootscope' 'sh' '-c' 'echo '\\''hi'\\''' '--output' '/o/out file' </dev/null\n"
         ));

@@ -179,16 +179,6 @@ pub(crate) fn absolute_lexical(cwd: &Path, path: &Path) -> PathBuf {
     out
 }
 
-/// Whether an absolute path has no `.` or `..` components and no doubled
-/// separators, i.e. it can be reproduced as-is in a guest's file system.
-pub(crate) fn is_clean_absolute(path: &Path) -> bool {
-    path.is_absolute()
-        && !path
-            .components()
-            .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
-        && !path.as_os_str().as_bytes().windows(2).any(|w| w == b"//")
-}
-
 /// Compares kernel version strings the way people read them: runs of
 /// digits numerically, everything else byte-wise (`6.10.0` > `6.9.12`).
 pub(crate) fn compare_versions(a: &str, b: &str) -> std::cmp::Ordering {
@@ -283,10 +273,6 @@ mod tests {
             Path::new("/home/u/x/y")
         );
         assert_eq!(absolute_lexical(cwd, Path::new("/a/../b")), Path::new("/b"));
-        assert!(is_clean_absolute(Path::new("/a/b")));
-        assert!(!is_clean_absolute(Path::new("/a/../b")));
-        assert!(!is_clean_absolute(Path::new("/a//b")));
-        assert!(!is_clean_absolute(Path::new("a/b")));
     }
 
     #[test]

@@ -89,10 +89,10 @@ fn run(cfg: &LabConfig) -> (Result<bootscope_lab::LabOutcome, LabError>, String)
     (result, text)
 }
 
-/// An input file travels in, two outputs (`--flag VALUE` and
-/// `--flag=VALUE` forms, in directories that do not exist yet) travel back
-/// byte-exact, an output the program does not create is skipped, and the
-/// exit code comes back.
+/// An input file travels in, two outputs (one named by a relative path
+/// through `..`, both in directories that do not exist yet) travel back
+/// byte-exact, an output the program does not create is skipped, the
+/// arguments arrive as they were given, and the exit code comes back.
 #[test]
 fn inputs_outputs_and_exit_code_round_trip() {
     if !lab_available("inputs_outputs_and_exit_code_round_trip") {
@@ -115,10 +115,21 @@ fn inputs_outputs_and_exit_code_round_trip() {
     let script = r#"test -c /dev/kvm || exit 99
 cat "$1" > "$3"
 cat "$1" "$1" "$1" > "${4#--timeline=}"
-echo "guest: wrote outputs"
+echo "guest: wrote outputs; args: $2 $5 $6"
 exit 3"#;
-    let timeline_arg = format!("--timeline={}", out2.display());
-    let cfg = config(
+    // The outputs are named relative to the directory the lab starts in.
+    let cwd = std::env::current_dir().unwrap();
+    let rel = |p: &Path| {
+        let up = cwd.components().count() - 1;
+        let mut r = PathBuf::new();
+        for _ in 0..up {
+            r.push("..");
+        }
+        r.join(p.strip_prefix("/").unwrap())
+    };
+    let rel_out2 = rel(&out2.parent().unwrap().join("x/../timeline.json"));
+    let timeline_arg = format!("--timeline={}", rel_out2.display());
+    let mut cfg = config(
         BUSYBOX,
         &[
             "sh",
@@ -130,9 +141,10 @@ exit 3"#;
             out1.to_str().unwrap(),
             &timeline_arg,
             "-o",
-            never.to_str().unwrap(),
+            "--serial",
         ],
     );
+    cfg.outputs = vec![out1.clone(), rel_out2, never.clone()];
     let (result, console) = run(&cfg);
     let outcome = result.unwrap_or_else(|e| panic!("lab run failed: {e}"));
     println!(
@@ -145,7 +157,10 @@ exit 3"#;
         console.contains("lab: nested KVM ready (kvm_amd npt=Y)"),
         "{console}"
     );
-    assert!(console.contains("guest: wrote outputs"), "{console}");
+    assert!(
+        console.contains("guest: wrote outputs; args: --output -o --serial"),
+        "{console}"
+    );
     assert_eq!(outcome.outputs, vec![out1.clone(), out2.clone()]);
     assert_eq!(fs::read(&out1).unwrap(), content);
     let tripled: Vec<u8> = content
