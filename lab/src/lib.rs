@@ -54,6 +54,10 @@ pub enum LabError {
         source: io::Error,
     },
 
+    /// An output file cannot be written (the message names it and why).
+    #[error(transparent)]
+    Output(#[from] bootscope_model::output::OutputError),
+
     /// A name cannot be stored in a cpio archive.
     #[error("cannot store {name:?} in the cpio archive: {reason}")]
     CpioName {

@@ -234,6 +234,16 @@ fn temp_prefix(path: &Path) -> Result<OsString, OutputError> {
     Ok(OsString::from_vec(prefix))
 }
 
+/// `tempfile`'s errors carry the temporary file's path, which means
+/// nothing to the user (the messages name the output and its directory):
+/// the plain OS error instead.
+fn plain(e: std::io::Error) -> std::io::Error {
+    match e.raw_os_error() {
+        Some(code) => std::io::Error::from_raw_os_error(code),
+        None => e,
+    }
+}
+
 /// Whether this process may write the existing device or FIFO at `path`
 /// (checked without opening it: opening a FIFO blocks until a reader comes).
 fn may_write(path: &Path) -> std::io::Result<()> {
@@ -268,10 +278,10 @@ pub fn check_writable(path: &Path) -> Result<(), OutputError> {
                 .suffix(".tmp")
                 .tempfile_in(&dir)
                 .map(drop)
-                .map_err(|source| OutputError::DirectoryNotWritable {
+                .map_err(|e| OutputError::DirectoryNotWritable {
                     path: r.path.clone(),
                     dir,
-                    source,
+                    source: plain(e),
                 })
         }
     }
@@ -310,10 +320,10 @@ impl OutputFile {
                     .suffix(".tmp")
                     .permissions(std::fs::Permissions::from_mode(mode))
                     .tempfile_in(&dir)
-                    .map_err(|source| OutputError::DirectoryNotWritable {
+                    .map_err(|e| OutputError::DirectoryNotWritable {
                         path: r.path.clone(),
                         dir,
-                        source,
+                        source: plain(e),
                     })?;
                 if let Some(m) = &r.meta {
                     keep_owner_and_mode(tmp.as_file(), m).map_err(|source| OutputError::Io {
