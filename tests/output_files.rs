@@ -298,9 +298,8 @@ fn a_fifo_as_kernel_or_initrd_exits_2_at_once() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-fn zombie() -> (std::process::Child, u32) {
-    let child = Command::new("true").spawn().unwrap();
-    let pid = child.id();
+/// Waits until `pid` (a child that exits at once) is a zombie.
+fn wait_for_zombie(pid: u32) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -311,7 +310,7 @@ fn zombie() -> (std::process::Child, u32) {
             .trim_start()
             .starts_with('Z')
         {
-            return (child, pid);
+            return;
         }
         assert!(Instant::now() < deadline, "`true` did not exit: {stat}");
         std::thread::sleep(Duration::from_millis(10));
@@ -350,7 +349,10 @@ fn profile_bad_input_exits_2_with_a_message() {
         &["profile", "-o", o, "--", not_exec.to_str().unwrap()],
         &["not executable"],
     );
-    let (mut child, pid) = zombie();
+    // A child not waited for yet: a zombie once it has exited.
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    wait_for_zombie(pid);
     let pid_s = pid.to_string();
     expect_usage_error(
         &["profile", "-o", o, "--pid", &pid_s],

@@ -634,8 +634,8 @@ mod tests {
         let pid = std::process::id();
         for name in [
             format!(".out.json.tmp{pid}"),
-            format!(".out.json.tmp"),
-            format!("out.json.tmp"),
+            ".out.json.tmp".to_string(),
+            "out.json.tmp".to_string(),
         ] {
             symlink(&victim, d.path().join(name)).unwrap();
         }
