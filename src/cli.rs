@@ -794,7 +794,11 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     cfg.extra_inputs = args.inputs;
     cfg.randomize_addresses = args.aslr;
     cfg.frozen_retries = args.retries;
-    let outcome = bootscope_lab::outer::run_lab(&cfg)?;
+    let outcome = match bootscope_lab::outer::run_lab(&cfg) {
+        Ok(o) => o,
+        Err(e) if e.is_bad_input() => return Err(usage(e.into())),
+        Err(e) => return Err(e.into()),
+    };
     Ok(outcome.exit_code)
 }
 

@@ -218,6 +218,7 @@ fn an_unwritable_directory_exits_2_before_anything_runs() {
             &k,
         ],
         vec!["check", "--baseline", &b, &b, "-o", "/proc/report.txt"],
+        vec!["lab", "--", "run", "--timeline", "/proc/bootscope.json"],
         vec!["compare", &b, &b, "-o", "/proc/report.txt"],
         vec!["plot", "-o", "/proc/plot.svg", &b],
         vec![
@@ -240,6 +241,7 @@ fn an_unwritable_directory_exits_2_before_anything_runs() {
             "{args:?}: {err}"
         );
         assert!(!err.contains("bench:"), "{args:?}: no run started: {err}");
+        assert!(!err.contains(".tmp"), "{args:?}: no temporary name: {err}");
         assert!(
             start.elapsed() < Duration::from_secs(5),
             "{args:?} was slow"

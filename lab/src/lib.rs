@@ -282,6 +282,20 @@ pub enum LabError {
 }
 
 impl LabError {
+    /// Whether the error is the caller's input (a path, a program, an
+    /// option) rather than the lab failing: the CLI's exit status 2.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            LabError::Output(_)
+                | LabError::ExeMissing { .. }
+                | LabError::ProgramMissing { .. }
+                | LabError::InputMissing { .. }
+                | LabError::InputConflict { .. }
+                | LabError::InvalidConfig(_)
+        )
+    }
+
     /// Shorthand for [`LabError::Io`].
     pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
         LabError::Io {

@@ -234,12 +234,16 @@ fn temp_prefix(path: &Path) -> Result<OsString, OutputError> {
     Ok(OsString::from_vec(prefix))
 }
 
-/// `tempfile`'s errors carry the temporary file's path, which means
+/// `tempfile`'s errors end with ` at path "TEMPORARY NAME"`, which means
 /// nothing to the user (the messages name the output and its directory):
-/// the plain OS error instead.
+/// the error without it, of the same kind.
 fn plain(e: std::io::Error) -> std::io::Error {
-    match e.raw_os_error() {
-        Some(code) => std::io::Error::from_raw_os_error(code),
+    if e.raw_os_error().is_some() {
+        return e;
+    }
+    let text = e.to_string();
+    match text.rfind(" at path \"") {
+        Some(end) => std::io::Error::new(e.kind(), &text[..end]),
         None => e,
     }
 }
@@ -682,6 +686,7 @@ mod tests {
             e.to_string().contains("cannot create a file in /proc"),
             "{e}"
         );
+        assert!(!e.to_string().contains(".tmp"), "no temporary name: {e}");
         check_writable(&d.path().join("out.json")).unwrap();
         assert!(
             names(d.path()).is_empty(),
