@@ -1,6 +1,7 @@
 //! `bootscope bench`, `compare`, `check` and `plot`: the command-line side of
 //! the bench library (`bench/`). Each returns the process exit status:
-//! 0 success, 1 failed runs or a regression, 2 bad input.
+//! 0 success, 1 failed runs or a regression, 2 bad input (an output file
+//! that cannot be written included).
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -17,7 +18,7 @@ use bootscope_bench::{
     TestKind,
 };
 
-use crate::cli::{write_atomically, EXIT_FAILURE, EXIT_USAGE};
+use crate::cli::{write_output, EXIT_FAILURE, EXIT_USAGE};
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
@@ -142,33 +143,21 @@ fn fail(e: BenchError) -> i32 {
     }
 }
 
+/// Refuses, as bad input, an output path that cannot be written
+/// ([`crate::cli::check_output`]), before any work starts.
 fn check_output(flag: &str, p: &Path) -> Result<(), BenchError> {
-    let dir = p
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        return Err(BenchError::Usage(format!(
-            "{flag} {}: directory {} does not exist; create it first",
-            p.display(),
-            dir.display()
-        )));
-    }
-    if p.is_dir() {
-        return Err(BenchError::Usage(format!(
-            "{flag} {} is a directory; give a file name",
-            p.display()
-        )));
-    }
-    Ok(())
+    crate::cli::check_output(flag, p).map_err(|e| BenchError::Usage(format!("{e:#}")))
 }
 
+/// Writes an output file; one that cannot be written is exit status 2, like
+/// any output path refused up front (never 1, which `check` keeps for a
+/// regression and `bench` for failed runs).
 fn write(path: &Path, bytes: &[u8]) -> i32 {
-    match write_atomically(path, bytes) {
+    match write_output(path, bytes) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("bootscope: error: {e:#}");
-            EXIT_FAILURE
+            EXIT_USAGE
         }
     }
 }
@@ -263,7 +252,15 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default();
-    let work_dir = std::env::temp_dir().join(format!("bootscope-bench-{}", std::process::id()));
+    // The runs' own files go to a private directory (mode 0700, an
+    // unpredictable name), removed when the bench ends.
+    let work_dir = tempfile::Builder::new()
+        .prefix("bootscope-bench-")
+        .tempdir()
+        .map_err(|source| BenchError::Write {
+            path: std::env::temp_dir(),
+            source,
+        })?;
     let plan = BenchPlan {
         exe: exe.clone(),
         configs,
@@ -273,7 +270,7 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         run_profiles_itself: run_profiles_itself(&exe),
         console_patterns: patterns,
         run_timeout: Duration::from_secs_f64(args.run_timeout),
-        work_dir: work_dir.clone(),
+        work_dir: work_dir.path().to_path_buf(),
         machine: Machine::detect(&host_kvm),
     };
     plan.validate()?;
@@ -296,7 +293,7 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         eprintln!("bench: {}: {what} {}", c.label, runner::shell_words(argv));
     }
     let result = plan.run(print_progress);
-    let _ = std::fs::remove_dir_all(&work_dir);
+    drop(work_dir);
     let doc = result?;
     print!("{}", summary_text(&doc));
     if let Some(o) = &args.output {

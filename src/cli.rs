@@ -1,5 +1,4 @@
 use std::ffi::OsString;
-use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -253,7 +252,7 @@ struct LabArgs {
 }
 
 /// A CLI error: the message and the exit status it maps to.
-struct Failure {
+pub(crate) struct Failure {
     code: i32,
     error: anyhow::Error,
 }
@@ -267,7 +266,8 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
     }
 }
 
-fn usage(error: anyhow::Error) -> Failure {
+/// A bad-input error: exit status 2.
+pub(crate) fn usage(error: anyhow::Error) -> Failure {
     Failure {
         code: EXIT_USAGE,
         error,
@@ -288,7 +288,7 @@ pub fn main() -> i32 {
         Command::Doctor { json } => cmd_doctor(json),
         Command::Lab(args) => cmd_lab(args),
         Command::Demo { timeline } => cmd_demo(timeline, clock),
-        Command::Profile(args) => crate::profile_cmd::run(args).map_err(Failure::from),
+        Command::Profile(args) => crate::profile_cmd::run(args),
         Command::Bench(args) => Ok(crate::bench_cmd::bench(args)),
         Command::Compare(args) => Ok(crate::bench_cmd::compare(args)),
         Command::Check(args) => Ok(crate::bench_cmd::check(args)),
@@ -346,47 +346,27 @@ pub fn parse_size(s: &str) -> Result<u64> {
         .with_context(|| format!("size {s:?} is too large"))
 }
 
-fn check_output_path(flag: &str, p: &Path) -> Result<()> {
-    let dir = p
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        bail!(
-            "{flag} {}: directory {} does not exist; create it first",
-            p.display(),
-            dir.display()
-        );
-    }
-    if p.is_dir() {
-        bail!("{flag} {} is a directory; give a file name", p.display());
-    }
-    Ok(())
+/// Checks that `p`, given as `flag`, can be written (its directory takes a
+/// new file, it is not a directory, its links are safe to follow), before
+/// anything long starts. The rules are [`bootscope_model::output`]'s.
+pub fn check_output(flag: &str, p: &Path) -> Result<()> {
+    bootscope_model::output::check_writable(p).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
 }
 
-/// Writes a file through a temporary sibling and a rename, so a reader never
-/// sees half of it.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let res = (|| -> std::io::Result<()> {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = res {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot write {}", path.display()));
+/// [`check_output`] for each of one command's outputs, and that no two of
+/// them name the same file.
+pub fn check_outputs(outputs: &[(&str, &Path)]) -> Result<()> {
+    for (flag, p) in outputs {
+        check_output(flag, p)?;
     }
-    Ok(())
+    bootscope_model::output::check_distinct(outputs).map_err(anyhow::Error::new)
+}
+
+/// Writes an output file by the rules of [`bootscope_model::output`]:
+/// atomically (no reader sees half of it) where it is a regular file, in
+/// place where it is a device or FIFO.
+pub fn write_output(path: &Path, bytes: &[u8]) -> Result<()> {
+    bootscope_model::output::write_file(path, bytes).map_err(anyhow::Error::new)
 }
 
 fn default_cache_dir() -> PathBuf {
@@ -472,9 +452,17 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
             _ => bootscope_vmm::memory::ThpChoice::Auto,
         },
     };
+    let mut outputs: Vec<(&str, &Path)> = Vec::new();
     if let Some(t) = &args.timeline {
-        check_output_path("--timeline", t).map_err(usage)?;
+        outputs.push(("--timeline", t));
     }
+    if let (Some(o), false) = (&args.output, args.no_profile) {
+        outputs.push(("--output", o));
+    }
+    if !matches!(args.serial.as_str(), "stdout" | "-" | "null") {
+        outputs.push(("--serial", Path::new(&args.serial)));
+    }
+    check_outputs(&outputs).map_err(usage)?;
     let mut patterns = Vec::new();
     for spec in &args.serial_patterns {
         patterns.push(MilestonePattern::parse(spec).map_err(|e| usage(e.into()))?);
@@ -507,15 +495,10 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     let console: Box<dyn Write + Send> = match tui_console.serial.as_str() {
         "stdout" | "-" => Box::new(std::io::stdout()),
         "null" => Box::new(std::io::sink()),
-        path => {
-            let p = Path::new(path);
-            check_output_path("--serial", p).map_err(usage)?;
-            Box::new(
-                File::create(p)
-                    .with_context(|| format!("cannot create --serial file {path}"))
-                    .map_err(usage)?,
-            )
-        }
+        path => Box::new(
+            bootscope_model::output::open_stream(Path::new(path))
+                .map_err(|e| usage(anyhow::anyhow!("--serial: {e}")))?,
+        ),
     };
     let cfg = VmConfig {
         kernel,
@@ -538,6 +521,10 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     // attaches, as fast as without it (the VMM probes it again).
     if !args.no_profile && stop_after != Some(vm::StopAfter::Memory) {
         bootscope_vmm::loader::probe_kernel(&cfg.kernel)
+            .map_err(|e| usage(vm::ConfigError::from(e).into()))?;
+    }
+    if let Some(initrd) = &cfg.initrd {
+        bootscope_vmm::loader::check_initrd(initrd)
             .map_err(|e| usage(vm::ConfigError::from(e).into()))?;
     }
     // The profiler attaches before the VMM starts, so that the VMM's
@@ -617,9 +604,6 @@ fn attach_self_profile(
 ) -> Result<Option<Arc<bootscope_profiler::Collector>>, Failure> {
     if args.no_profile {
         return Ok(None);
-    }
-    if let Some(o) = &args.output {
-        check_output_path("--output", o).map_err(usage)?;
     }
     let mut config =
         bootscope_profiler::CollectorConfig::new(bootscope_profiler::TargetSpec::CurrentProcess);
@@ -705,7 +689,7 @@ fn finish_self_profile(
     profile.target.command = std::env::args().collect();
     profile.target.exit_code = Some(if doc.outcome.clean { 0 } else { 1 });
     if let Some(path) = &args.output {
-        write_atomically(path, &serde_json::to_vec_pretty(&profile)?)?;
+        write_output(path, &serde_json::to_vec_pretty(&profile)?)?;
     }
     if !args.no_summary {
         let shown = args
@@ -720,7 +704,7 @@ fn finish_self_profile(
 fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {
     if let Some(path) = &args.timeline {
         let json = serde_json::to_vec_pretty(doc)?;
-        write_atomically(path, &json)?;
+        write_output(path, &json)?;
     }
     if !args.no_summary {
         eprintln!();
@@ -948,7 +932,7 @@ fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
         "300".into(),
     ];
     if let Some(t) = &timeline {
-        check_output_path("--timeline", t).map_err(usage)?;
+        check_output("--timeline", t).map_err(usage)?;
         run_args.push("--timeline".into());
         run_args.push(t.clone().into());
     }
@@ -997,12 +981,12 @@ fn cmd_export(
     let bad_input = |e: &dyn std::fmt::Display| usage(anyhow::anyhow!("{e}"));
     let format = export::Format::parse(format, table).map_err(|e| bad_input(&e))?;
     if let Some(o) = output {
-        check_output_path("--output", o).map_err(usage)?;
+        check_output("--output", o).map_err(usage)?;
     }
     let (profile, _) = export::read_input(input).map_err(|e| bad_input(&e))?;
     let text = export::render(&profile, format);
     match output {
-        Some(path) => write_atomically(path, text.as_bytes())?,
+        Some(path) => write_output(path, text.as_bytes())?,
         None => {
             let mut out = std::io::stdout().lock();
             match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::cli::{usage, Failure};
+
 use bootscope_profiler::launch::HeldCommand;
 use bootscope_profiler::{Collector, CollectorConfig, CollectorSet, Profile, TargetSpec};
 
@@ -80,35 +82,78 @@ fn catch_sigint() {
     }
 }
 
-fn check_output(p: &Path) -> Result<()> {
-    let dir = p
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !dir.is_dir() {
+/// Refuses a `--pid` that names no process, or one that has ended or is
+/// ending: there is nothing to profile.
+fn check_pid(pid: u32) -> Result<()> {
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) if pid != 0 => s,
+        _ => bail!("--pid {pid}: no such process; give the pid of a running process (ps -p {pid} checks it)"),
+    };
+    // `pid (comm) STATE ppid pgrp session tty tpgid FLAGS ...`; comm may
+    // hold spaces and parentheses, so the fields start after the last `)`.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    const PF_EXITING: u64 = 0x4;
+    let exiting = fields
+        .get(6)
+        .and_then(|f| f.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_EXITING != 0);
+    match fields.first().copied() {
+        Some("Z") => bail!(
+            "--pid {pid}: the process has exited (a zombie its parent has not reaped yet); there is nothing left to profile"
+        ),
+        Some("X") => bail!("--pid {pid}: the process has exited; there is nothing left to profile"),
+        _ if exiting => bail!("--pid {pid}: the process is exiting; there is nothing left to profile"),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses a command to launch that cannot be run, with the reason (else
+/// the child's exec would fail after the fork, with status 127 and no
+/// word of why).
+fn check_command(command: &[String]) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(program) = command.first() else {
+        bail!("give a command to launch after `--`, or --pid");
+    };
+    let Some(path) = bootscope_profiler::launch::resolve_program(program) else {
+        bail!("cannot run {program}: no such command in PATH; give its path or install it");
+    };
+    let meta = std::fs::metadata(&path).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot run {}: {e}; give the path of a program",
+            path.display()
+        )
+    })?;
+    if !meta.is_file() {
         bail!(
-            "--output {}: directory {} does not exist; create it first",
-            p.display(),
-            dir.display()
+            "cannot run {}: it is not a regular file; give the path of a program",
+            path.display()
         );
     }
-    if p.is_dir() {
-        bail!("--output {} is a directory; give a file name", p.display());
+    if meta.permissions().mode() & 0o111 == 0 {
+        bail!(
+            "cannot run {}: it is not executable (chmod +x it)",
+            path.display()
+        );
     }
     Ok(())
 }
 
 /// Runs the subcommand; returns the exit status (a launched command's own
 /// status when it ended by itself).
-pub fn run(args: ProfileArgs) -> Result<i32> {
+pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     if crate::tui_cmd::no_terminal(args.tui) {
-        eprintln!("bootscope: error: {}", bootscope_tui::NOT_A_TERMINAL);
-        return Ok(crate::cli::EXIT_USAGE);
+        return Err(usage(anyhow::anyhow!(bootscope_tui::NOT_A_TERMINAL)));
     }
-    check_output(&args.output)?;
+    crate::cli::check_output("--output", &args.output).map_err(usage)?;
     let duration = match args.duration {
         Some(d) if !(d > 0.0 && d.is_finite()) => {
-            bail!("--duration must be a positive number of seconds")
+            return Err(usage(anyhow::anyhow!(
+                "--duration must be a positive number of seconds"
+            )))
         }
         Some(d) => Some(Duration::from_secs_f64(d)),
         None => None,
@@ -118,6 +163,10 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
+    match args.pid {
+        Some(pid) => check_pid(pid).map_err(usage)?,
+        None => check_command(&command).map_err(usage)?,
+    }
     let mut held = None;
     // Under --tui a launched command must not read the keys or write over
     // the screen: its output goes to a file, shown in the console pane.
@@ -147,7 +196,18 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
         config.collectors = set;
     }
     // A held child that is dropped here exits without running.
-    let collector = Collector::start(config).context("cannot start profiling")?;
+    let collector = match Collector::start(config) {
+        Ok(c) => c,
+        // The pid went away since it was checked.
+        Err(e @ bootscope_profiler::ProfilerError::NoSuchProcess { .. }) => {
+            return Err(usage(anyhow::Error::new(e).context("--pid")))
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e)
+                .context("cannot start profiling")
+                .into())
+        }
+    };
     catch_sigint();
     if let Some(h) = held.as_mut() {
         h.release().context("cannot release the launched command")?;
@@ -233,7 +293,7 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
         }
     }
     let json = serde_json::to_vec_pretty(&profile)?;
-    crate::cli::write_atomically(&args.output, &json)?;
+    crate::cli::write_output(&args.output, &json)?;
     if !args.no_summary {
         eprint!("{}", summary(&profile, &args.output));
     }

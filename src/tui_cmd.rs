@@ -50,12 +50,20 @@ fn options(refresh_ms: u64) -> TuiOptions {
     }
 }
 
-/// A private directory for what the TUI keeps off the screen.
+/// A private directory for what the TUI keeps off the screen: made once
+/// per process with an unpredictable name and mode 0700 (so nobody else can
+/// plant a link in it), and kept afterwards for a look at the logs.
 fn scratch_dir() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("bootscope-tui-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create the directory {}", dir.display()))?;
-    Ok(dir)
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    if let Some(d) = DIR.get() {
+        return Ok(d.clone());
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("bootscope-tui-")
+        .tempdir()
+        .context("cannot create a private directory under the temporary directory")?
+        .keep();
+    Ok(DIR.get_or_init(|| dir).clone())
 }
 
 /// A console line without terminal escape sequences and control

@@ -203,9 +203,10 @@ fn a_missing_pid_is_named() {
         bootscope().args(["profile", "--output", "/tmp/x.json", "--pid", "999999999"]),
         None,
     );
-    assert_eq!(o.status.code(), Some(1));
+    // Bad input: exit status 2, the flag and the pid named.
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("no process with pid 999999999"),
+        stderr(&o).contains("--pid 999999999: no such process"),
         "{}",
         stderr(&o)
     );

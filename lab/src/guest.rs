@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use crate::cpio::Builder;
 use crate::elf::{self, Linkage};
-use crate::util::{self, AtomicFile};
+use crate::util;
 use crate::{LabError, Result};
+use bootscope_model::output::OutputFile;
 
 /// Where Debian's `busybox-static` package installs busybox.
 pub const BUSYBOX: &str = "/bin/busybox";
@@ -147,7 +148,7 @@ printf '\{marker:03o}' | /bin/busybox dd of=/dev/port bs=1 seek=128 count=1 conv
 /// rename), so a concurrent reader never sees half an archive.
 pub fn build_default_initramfs(out_path: &Path) -> Result<()> {
     let busybox = static_busybox()?;
-    let mut file = AtomicFile::create(out_path, 0o644)?;
+    let mut file = OutputFile::create_with_mode(out_path, 0o644)?;
     {
         let writer = std::io::BufWriter::new(file.file_mut());
         let mut cpio = Builder::new(writer);
@@ -160,7 +161,7 @@ pub fn build_default_initramfs(out_path: &Path) -> Result<()> {
         cpio.add_file_bytes("init", default_init_script().as_bytes(), 0o755)?;
         cpio.finish()?;
     }
-    file.commit()
+    Ok(file.commit()?)
 }
 
 #[cfg(test)]

@@ -54,6 +54,10 @@ pub enum LabError {
         source: io::Error,
     },
 
+    /// An output file cannot be written (the message names it and why).
+    #[error(transparent)]
+    Output(#[from] bootscope_model::output::OutputError),
+
     /// A name cannot be stored in a cpio archive.
     #[error("cannot store {name:?} in the cpio archive: {reason}")]
     CpioName {
@@ -294,7 +298,8 @@ impl LabError {
     pub fn is_bad_input(&self) -> bool {
         matches!(
             self,
-            LabError::ExeMissing { .. }
+            LabError::Output(_)
+                | LabError::ExeMissing { .. }
                 | LabError::ProgramMissing { .. }
                 | LabError::InputMissing { .. }
                 | LabError::InputConflict { .. }

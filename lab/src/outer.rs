@@ -560,6 +560,14 @@ pub fn run_lab_with_console(
         .map_err(|e| LabError::io("determine", "the current directory", e))?;
     let plan = plan_arguments(&cfg.args, &cfg.outputs, &cfg.extra_inputs, &cwd)?;
     let programs = plan_programs(&cfg.extra_programs, &cwd)?;
+    // Outputs are written back only at the end: refuse now, not after the
+    // run, one that cannot be written (a directory still missing is made
+    // then).
+    for output in &plan.outputs {
+        if output.parent().is_some_and(Path::is_dir) {
+            bootscope_model::output::check_writable(output)?;
+        }
+    }
     let HostParts {
         qemu,
         kernel,

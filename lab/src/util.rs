@@ -1,10 +1,9 @@
 //! Small helpers shared by the lab modules.
 
 use std::ffi::OsStr;
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -61,85 +60,13 @@ impl Drop for TempDir {
     }
 }
 
-/// A file created next to its final path and renamed over it on
-/// [`AtomicFile::commit`], so readers never see a half-written file.
-/// Dropping it without committing removes the temporary file.
-pub(crate) struct AtomicFile {
-    file: File,
-    tmp: PathBuf,
-    dest: PathBuf,
-    committed: bool,
-}
-
-impl AtomicFile {
-    /// Creates the temporary file for `dest` with permission bits `mode`.
-    pub(crate) fn create(dest: &Path, mode: u32) -> Result<Self> {
-        let name = dest.file_name().ok_or_else(|| {
-            LabError::io(
-                "write",
-                dest,
-                std::io::Error::new(std::io::ErrorKind::InvalidInput, "the path names no file"),
-            )
-        })?;
-        let dir = match dest.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".tmp-{}", unique_suffix()));
-        let tmp = dir.join(tmp_name);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)
-            .map_err(|e| LabError::io("create", &tmp, e))?;
-        Ok(AtomicFile {
-            file,
-            tmp,
-            dest: dest.to_path_buf(),
-            committed: false,
-        })
-    }
-
-    /// Appends `data`.
-    pub(crate) fn write_all(&mut self, data: &[u8]) -> Result<()> {
-        self.file
-            .write_all(data)
-            .map_err(|e| LabError::io("write", &self.tmp, e))
-    }
-
-    /// The open temporary file, e.g. to wrap it in a buffered writer.
-    pub(crate) fn file_mut(&mut self) -> &mut File {
-        &mut self.file
-    }
-
-    /// Flushes the data to disk and renames the file into place.
-    pub(crate) fn commit(mut self) -> Result<()> {
-        self.file
-            .sync_all()
-            .map_err(|e| LabError::io("flush", &self.tmp, e))?;
-        fs::rename(&self.tmp, &self.dest)
-            .map_err(|e| LabError::io("rename into place", &self.dest, e))?;
-        self.committed = true;
-        Ok(())
-    }
-}
-
-impl Drop for AtomicFile {
-    fn drop(&mut self) {
-        if !self.committed {
-            let _ = fs::remove_file(&self.tmp);
-        }
-    }
-}
-
-/// Writes `data` to `dest` atomically: temporary file, fsync, rename.
+/// Writes `data` to `dest` by the rules of the workspace's one output
+/// writer ([`bootscope_model::output`]): atomically, a new file getting
+/// `mode` less the umask.
 pub(crate) fn write_atomically(dest: &Path, data: &[u8], mode: u32) -> Result<()> {
-    let mut f = AtomicFile::create(dest, mode)?;
-    f.write_all(data)?;
-    f.commit()
+    Ok(bootscope_model::output::write_file_with_mode(
+        dest, data, mode,
+    )?)
 }
 
 /// Quotes `s` for a POSIX shell: single quotes, with embedded single quotes
@@ -282,15 +209,12 @@ mod tests {
         write_atomically(&dest, b"one", 0o644).unwrap();
         write_atomically(&dest, b"two", 0o644).unwrap();
         assert_eq!(fs::read(&dest).unwrap(), b"two");
-        {
-            let mut f = AtomicFile::create(&dest, 0o644).unwrap();
-            f.write_all(b"abandoned").unwrap();
-        }
-        assert_eq!(fs::read(&dest).unwrap(), b"two");
         let names: Vec<_> = fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("out.txt")]);
+        let err = write_atomically(&dir.path().join("no/such/dir"), b"x", 0o644).unwrap_err();
+        assert!(matches!(err, LabError::Output(_)), "{err}");
     }
 }

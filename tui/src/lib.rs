@@ -242,8 +242,8 @@ pub fn run_live(source: &mut dyn ProfileSource, opts: TuiOptions) -> Result<Prof
 }
 
 /// Writes `profile` as `bootscope-snapshot-<unix time>.json` in `dir`
-/// (through a temporary file and a rename, so no reader sees half of it);
-/// returns its path. A second snapshot within the same second gets a
+/// (through the workspace's one output writer: a temporary file and a
+/// rename, so no reader sees half of it); returns its path. A second snapshot within the same second gets a
 /// `-N` suffix.
 pub fn write_snapshot(profile: &Profile, dir: &Path) -> std::io::Result<PathBuf> {
     let secs = SystemTime::now()
@@ -253,26 +253,12 @@ pub fn write_snapshot(profile: &Profile, dir: &Path) -> std::io::Result<PathBuf>
     let json = serde_json::to_vec_pretty(profile).map_err(std::io::Error::other)?;
     let mut path = dir.join(format!("bootscope-snapshot-{secs}.json"));
     let mut n = 1;
-    while path.exists() {
+    // Anything already there, a link included, is left alone.
+    while std::fs::symlink_metadata(&path).is_ok() {
         n += 1;
         path = dir.join(format!("bootscope-snapshot-{secs}-{n}.json"));
     }
-    let name = path
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    let res = (|| {
-        use std::io::Write;
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&json)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)
-    })();
-    if let Err(e) = res {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
+    bootscope_model::output::write_file(&path, &json).map_err(std::io::Error::other)?;
     Ok(path)
 }
 

@@ -143,6 +143,9 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
+    /// The initrd is a FIFO, device or directory.
+    #[error("initrd {path} is a {kind}, not a regular file; give an initramfs file")]
+    InitrdNotRegular { path: PathBuf, kind: &'static str },
     /// The initrd does not fit where the kernel can reach it.
     #[error(
         "initrd {path} ({size_mib} MiB) does not fit in guest memory below the kernel's limit \
@@ -202,20 +205,80 @@ pub struct KernelProbe {
     pub segments: Vec<ElfSegment>,
 }
 
+/// What a file that is not a regular file is, in words.
+fn kind_of(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "directory"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else if t.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
+/// Opens an image (kernel or initrd) for reading. The open itself never
+/// blocks (`O_NONBLOCK`: a FIFO would otherwise wait for a writer forever),
+/// and anything but a regular file is refused with what it is (`Ok(Err)`).
+fn open_image(path: &Path) -> std::io::Result<Result<(File, std::fs::Metadata), &'static str>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Ok(Err(kind_of(meta.file_type())));
+    }
+    // Back to blocking reads (which a regular file has anyway).
+    // SAFETY: fcntl on a descriptor owned by `file`, with integer flags.
+    unsafe {
+        let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+    Ok(Ok((file, meta)))
+}
+
+/// Checks that the initrd at `path` is a regular file that can be opened,
+/// without reading it (and without blocking on a FIFO).
+pub fn check_initrd(path: &Path) -> Result<(), LoadError> {
+    match open_image(path) {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(kind)) => Err(LoadError::InitrdNotRegular {
+            path: path.to_path_buf(),
+            kind,
+        }),
+        Err(source) => Err(LoadError::InitrdRead {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
 /// Detects the kernel format by content and checks it is loadable.
 pub fn probe_kernel(path: &Path) -> Result<KernelProbe, LoadError> {
     let read_err = |source| LoadError::KernelRead {
         path: path.to_path_buf(),
         source,
     };
-    let mut file = File::open(path).map_err(read_err)?;
-    let meta = file.metadata().map_err(read_err)?;
-    if !meta.is_file() {
-        return Err(LoadError::NotAKernel {
-            path: path.to_path_buf(),
-            detail: "it is not a regular file".into(),
-        });
-    }
+    let (mut file, meta) = match open_image(path).map_err(read_err)? {
+        Ok(f) => f,
+        Err(kind) => {
+            return Err(LoadError::NotAKernel {
+                path: path.to_path_buf(),
+                detail: format!("it is a {kind}, not a regular file"),
+            })
+        }
+    };
     let file_size = meta.len();
     let mut head = [0u8; 0x280];
     let n = read_at(&mut file, 0, &mut head).map_err(read_err)?;
@@ -378,10 +441,14 @@ pub fn load_kernel(
             needed_mib: needed.div_ceil(1 << 20),
         });
     }
-    let mut file = File::open(path).map_err(|source| LoadError::KernelRead {
+    let read_err = |source| LoadError::KernelRead {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    // Probed above as a regular file: one swapped in since is refused.
+    let (mut file, _) = open_image(path)
+        .map_err(read_err)?
+        .map_err(|_| read_err(std::io::Error::other("it is no longer a regular file")))?;
     let loader_err = |source| LoadError::Loader {
         path: path.to_path_buf(),
         source,
@@ -499,11 +566,15 @@ pub fn load_initrd(
         path: path.to_path_buf(),
         source,
     };
-    let mut file = File::open(path).map_err(read_err)?;
-    let meta = file.metadata().map_err(read_err)?;
-    if !meta.is_file() {
-        return Err(read_err(std::io::Error::other("not a regular file")));
-    }
+    let (mut file, meta) = match open_image(path).map_err(read_err)? {
+        Ok(f) => f,
+        Err(kind) => {
+            return Err(LoadError::InitrdNotRegular {
+                path: path.to_path_buf(),
+                kind,
+            })
+        }
+    };
     let size = meta.len();
     let addr_max = kernel
         .setup_header

@@ -1,0 +1,736 @@
+//! Writing output files safely.
+//!
+//! Every file bootscope writes goes through here. The rules:
+//!
+//! - A regular file (or a path where nothing is yet) is replaced
+//!   atomically: the data goes to a temporary file in the same directory,
+//!   created by [`tempfile`] with an unpredictable name and `O_EXCL` (so a
+//!   symbolic link planted under any name cannot redirect it), is flushed
+//!   to disk, then renamed over the path. A reader never sees half a file.
+//!   A file that already exists keeps its permission bits (and, where the
+//!   writer may set them, its owner and group); a new one gets `0666`
+//!   less the umask, as with `File::create`.
+//! - A character device or a FIFO (`/dev/null`, `/dev/stdout`, a named
+//!   pipe) is written in place: it is opened for writing, never replaced by
+//!   a regular file.
+//! - A block device, a socket or a directory is refused.
+//! - A symbolic link is followed, like a shell's `>` or GNU `sort -o`: the
+//!   file it points to is written (atomically, by the rules above) and the
+//!   link stays a link. It is refused where following it would be unsafe
+//!   or surprising: a link to nothing (a planted dangling link would make
+//!   the writer create a file of the link owner's choosing), and a link in
+//!   a sticky world-writable directory (such as `/tmp`) owned neither by
+//!   this user nor by the directory's owner, the rule of the kernel's
+//!   `fs.protected_symlinks`.
+//!
+//! [`check_writable`] tells before a long run whether a path can be
+//! written, and [`check_distinct`] whether two outputs of one command name
+//! the same file.
+
+use std::ffi::{CString, OsString};
+use std::fs::{File, Metadata, OpenOptions};
+use std::io::Write;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Why an output cannot be written. Each message names the path and what
+/// to do.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error("{} is a directory; give a file name", path.display())]
+    IsDirectory { path: PathBuf },
+    #[error("{}: directory {} does not exist; create it first", path.display(), dir.display())]
+    NoDirectory { path: PathBuf, dir: PathBuf },
+    #[error("{} is a symbolic link to {}, which does not exist; remove the link or name the file itself", path.display(), target.display())]
+    DanglingLink { path: PathBuf, target: PathBuf },
+    #[error("{} is a symbolic link owned by uid {owner} in the shared directory {}; links there are not followed unless this user or the directory's owner made them: remove it or name the file itself", path.display(), dir.display())]
+    UntrustedLink {
+        path: PathBuf,
+        dir: PathBuf,
+        owner: u32,
+    },
+    #[error("{}: too many levels of symbolic links", path.display())]
+    TooManyLinks { path: PathBuf },
+    #[error("{} is a {what}; give a regular file, a character device or a FIFO", path.display())]
+    Unsupported { path: PathBuf, what: &'static str },
+    #[error("cannot write {}: {source}", path.display())]
+    NotWritable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {}: cannot create a file in {}: {source}; choose a directory you can write to", path.display(), dir.display())]
+    DirectoryNotWritable {
+        path: PathBuf,
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot {what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{first_flag} {} and {second_flag} {} name the same file; give each its own", first.display(), second.display())]
+    SameFile {
+        first_flag: String,
+        first: PathBuf,
+        second_flag: String,
+        second: PathBuf,
+    },
+}
+
+/// Permission bits a new file gets (less the umask), as with `File::create`.
+pub const DEFAULT_MODE: u32 = 0o666;
+
+/// The symbolic-link hops followed before giving up, as the kernel's
+/// `MAXSYMLINKS`.
+const MAX_LINKS: usize = 40;
+
+/// Where a write to a path lands once its symbolic links are followed.
+struct Resolved {
+    /// The path of the file itself (no symbolic link).
+    path: PathBuf,
+    /// Its metadata, if it exists.
+    meta: Option<Metadata>,
+}
+
+/// What is at a resolved path, as far as writing goes.
+enum Kind {
+    /// A regular file, or nothing yet: replaced atomically.
+    Replace,
+    /// A character device or FIFO: written in place.
+    InPlace,
+}
+
+fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Follows the symbolic links of `path`'s last component, refusing the ones
+/// [the module documentation](self) says are refused.
+fn resolve(path: &Path) -> Result<Resolved, OutputError> {
+    if path.as_os_str().is_empty() {
+        return Err(OutputError::IsDirectory {
+            path: path.to_path_buf(),
+        });
+    }
+    let mut cur = path.to_path_buf();
+    for hop in 0..=MAX_LINKS {
+        let meta = match std::fs::symlink_metadata(&cur) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if hop > 0 {
+                    return Err(OutputError::DanglingLink {
+                        path: path.to_path_buf(),
+                        target: cur,
+                    });
+                }
+                return Ok(Resolved {
+                    path: cur,
+                    meta: None,
+                });
+            }
+            Err(source) => {
+                return Err(OutputError::Io {
+                    what: "look at",
+                    path: cur,
+                    source,
+                })
+            }
+        };
+        if !meta.file_type().is_symlink() {
+            return Ok(Resolved {
+                path: cur,
+                meta: Some(meta),
+            });
+        }
+        let dir = parent_dir(&cur);
+        if let Ok(d) = std::fs::metadata(&dir) {
+            let shared = d.mode() & 0o1002 == 0o1002;
+            if shared && meta.uid() != effective_uid() && meta.uid() != d.uid() {
+                return Err(OutputError::UntrustedLink {
+                    path: cur,
+                    dir,
+                    owner: meta.uid(),
+                });
+            }
+        }
+        let target = std::fs::read_link(&cur).map_err(|source| OutputError::Io {
+            what: "read the symbolic link",
+            path: cur.clone(),
+            source,
+        })?;
+        cur = if target.is_absolute() {
+            target
+        } else {
+            dir.join(target)
+        };
+    }
+    Err(OutputError::TooManyLinks {
+        path: path.to_path_buf(),
+    })
+}
+
+fn kind(r: &Resolved) -> Result<Kind, OutputError> {
+    let Some(m) = &r.meta else {
+        return Ok(Kind::Replace);
+    };
+    let t = m.file_type();
+    let unsupported = |what| {
+        Err(OutputError::Unsupported {
+            path: r.path.clone(),
+            what,
+        })
+    };
+    if t.is_file() {
+        Ok(Kind::Replace)
+    } else if t.is_char_device() || t.is_fifo() {
+        Ok(Kind::InPlace)
+    } else if t.is_dir() {
+        Err(OutputError::IsDirectory {
+            path: r.path.clone(),
+        })
+    } else if t.is_block_device() {
+        unsupported("block device")
+    } else if t.is_socket() {
+        unsupported("socket")
+    } else {
+        unsupported("special file")
+    }
+}
+
+/// The directory a replaced file's temporary file goes in, checked to
+/// exist.
+fn existing_dir(r: &Resolved) -> Result<PathBuf, OutputError> {
+    let dir = parent_dir(&r.path);
+    match std::fs::metadata(&dir) {
+        Ok(m) if m.is_dir() => Ok(dir),
+        _ => Err(OutputError::NoDirectory {
+            path: r.path.clone(),
+            dir,
+        }),
+    }
+}
+
+/// The temporary file's name prefix: `.NAME.`, the name cut short enough
+/// that the random part and suffix still fit in a file name.
+fn temp_prefix(path: &Path) -> Result<OsString, OutputError> {
+    let name = path.file_name().ok_or_else(|| OutputError::IsDirectory {
+        path: path.to_path_buf(),
+    })?;
+    let bytes = name.as_bytes();
+    let mut prefix = b".".to_vec();
+    prefix.extend_from_slice(&bytes[..bytes.len().min(200)]);
+    prefix.push(b'.');
+    Ok(OsString::from_vec(prefix))
+}
+
+/// `tempfile`'s errors end with ` at path "TEMPORARY NAME"`, which means
+/// nothing to the user (the messages name the output and its directory):
+/// the error without it, of the same kind.
+fn plain(e: std::io::Error) -> std::io::Error {
+    if e.raw_os_error().is_some() {
+        return e;
+    }
+    let text = e.to_string();
+    match text.rfind(" at path \"") {
+        Some(end) => std::io::Error::new(e.kind(), &text[..end]),
+        None => e,
+    }
+}
+
+/// Whether this process may write the existing device or FIFO at `path`
+/// (checked without opening it: opening a FIFO blocks until a reader comes).
+fn may_write(path: &Path) -> std::io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: `c` is a valid NUL-terminated string for the call's duration.
+    let rc = unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK, libc::AT_EACCESS) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Checks, without writing anything, that [`write_file`] to `path` would
+/// succeed as far as can be told now: its directory exists and takes a new
+/// file (one is created and removed there), it is not a directory, socket
+/// or block device, its links are ones that are followed, and a device or
+/// FIFO is writable. Call it before a long run so that a bad output path
+/// fails at once.
+pub fn check_writable(path: &Path) -> Result<(), OutputError> {
+    let r = resolve(path)?;
+    match kind(&r)? {
+        Kind::InPlace => may_write(&r.path).map_err(|source| OutputError::NotWritable {
+            path: r.path.clone(),
+            source,
+        }),
+        Kind::Replace => {
+            let dir = existing_dir(&r)?;
+            tempfile::Builder::new()
+                .prefix(&temp_prefix(&r.path)?)
+                .suffix(".tmp")
+                .tempfile_in(&dir)
+                .map(drop)
+                .map_err(|e| OutputError::DirectoryNotWritable {
+                    path: r.path.clone(),
+                    dir,
+                    source: plain(e),
+                })
+        }
+    }
+}
+
+/// An output file being written: a temporary file renamed over its path on
+/// [`OutputFile::commit`], or a device or FIFO written in place. Dropped
+/// without a commit, the temporary file is removed and the path untouched.
+pub struct OutputFile {
+    inner: Inner,
+    path: PathBuf,
+}
+
+enum Inner {
+    Temp(tempfile::NamedTempFile),
+    InPlace(File),
+}
+
+impl OutputFile {
+    /// Starts writing `path`; a new file gets [`DEFAULT_MODE`] less the
+    /// umask.
+    pub fn create(path: &Path) -> Result<Self, OutputError> {
+        Self::create_with_mode(path, DEFAULT_MODE)
+    }
+
+    /// Starts writing `path`; a new file gets `mode` less the umask (an
+    /// existing one keeps its own).
+    pub fn create_with_mode(path: &Path, mode: u32) -> Result<Self, OutputError> {
+        let r = resolve(path)?;
+        let inner = match kind(&r)? {
+            Kind::InPlace => Inner::InPlace(open_in_place(&r.path)?),
+            Kind::Replace => {
+                let dir = existing_dir(&r)?;
+                let tmp = tempfile::Builder::new()
+                    .prefix(&temp_prefix(&r.path)?)
+                    .suffix(".tmp")
+                    .permissions(std::fs::Permissions::from_mode(mode))
+                    .tempfile_in(&dir)
+                    .map_err(|e| OutputError::DirectoryNotWritable {
+                        path: r.path.clone(),
+                        dir,
+                        source: plain(e),
+                    })?;
+                if let Some(m) = &r.meta {
+                    keep_owner_and_mode(tmp.as_file(), m).map_err(|source| OutputError::Io {
+                        what: "keep the permissions of",
+                        path: r.path.clone(),
+                        source,
+                    })?;
+                }
+                Inner::Temp(tmp)
+            }
+        };
+        Ok(OutputFile {
+            inner,
+            path: r.path,
+        })
+    }
+
+    /// The file the data goes to (the temporary file, or the device).
+    pub fn file_mut(&mut self) -> &mut File {
+        match &mut self.inner {
+            Inner::Temp(t) => t.as_file_mut(),
+            Inner::InPlace(f) => f,
+        }
+    }
+
+    /// The path written: the one given, with its symbolic links followed.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Finishes the file: flushes it to disk and renames it into place (a
+    /// device or FIFO has had its data already).
+    pub fn commit(self) -> Result<(), OutputError> {
+        let path = self.path;
+        match self.inner {
+            Inner::InPlace(mut f) => f.flush().map_err(|source| OutputError::NotWritable {
+                path: path.clone(),
+                source,
+            }),
+            Inner::Temp(t) => {
+                t.as_file()
+                    .sync_all()
+                    .map_err(|source| OutputError::NotWritable {
+                        path: path.clone(),
+                        source,
+                    })?;
+                t.persist(&path).map(drop).map_err(|e| OutputError::Io {
+                    what: "rename into place",
+                    path: path.clone(),
+                    source: e.error,
+                })
+            }
+        }
+    }
+}
+
+impl Write for OutputFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.file_mut().write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file_mut().flush()
+    }
+}
+
+fn open_in_place(path: &Path) -> Result<File, OutputError> {
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(path)
+        .map_err(|source| OutputError::NotWritable {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Gives the temporary file the owner, group and permission bits of the
+/// file it replaces. The owner is kept where this process may set it (as
+/// root); elsewhere the file belongs to its writer, as with any new file.
+fn keep_owner_and_mode(tmp: &File, old: &Metadata) -> std::io::Result<()> {
+    // Changing the owner clears set-user-ID bits: set the mode after it.
+    let _ = std::os::unix::fs::fchown(tmp, Some(old.uid()), Some(old.gid()));
+    tmp.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o7777))
+}
+
+/// Writes `bytes` to `path` by the rules of [this module](self).
+pub fn write_file(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
+    write_file_with_mode(path, bytes, DEFAULT_MODE)
+}
+
+/// [`write_file`], a new file getting `mode` less the umask.
+pub fn write_file_with_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<(), OutputError> {
+    let mut f = OutputFile::create_with_mode(path, mode)?;
+    let written = f.file_mut().write_all(bytes);
+    written.map_err(|source| OutputError::NotWritable {
+        path: f.path().to_path_buf(),
+        source,
+    })?;
+    f.commit()
+}
+
+/// Opens `path` for a stream written as it goes (a console log): a regular
+/// file is truncated or created in place (readers may follow it), a device
+/// or FIFO opened for writing; links are followed by the same rules as for
+/// [`write_file`], and the file itself is opened with `O_NOFOLLOW`.
+pub fn open_stream(path: &Path) -> Result<File, OutputError> {
+    let r = resolve(path)?;
+    match kind(&r)? {
+        Kind::InPlace => open_in_place(&r.path),
+        Kind::Replace => {
+            existing_dir(&r)?;
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(DEFAULT_MODE)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY)
+                .open(&r.path)
+                .map_err(|source| OutputError::NotWritable {
+                    path: r.path,
+                    source,
+                })
+        }
+    }
+}
+
+/// What a path names, for telling whether two outputs are one file.
+#[derive(PartialEq, Eq)]
+enum Identity {
+    /// An existing file: its device and inode.
+    Inode(u64, u64),
+    /// A file still to be created: its directory (canonical) and name.
+    Path(PathBuf),
+}
+
+/// The identity of the file a write to `path` lands on; None for a
+/// character device, which any number of outputs may share (`/dev/null`).
+fn identity(path: &Path) -> Option<Identity> {
+    let r = resolve(path).ok()?;
+    match &r.meta {
+        Some(m) if m.file_type().is_char_device() => None,
+        Some(m) => Some(Identity::Inode(m.dev(), m.ino())),
+        None => {
+            let dir = parent_dir(&r.path);
+            let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+            Some(Identity::Path(dir.join(r.path.file_name()?)))
+        }
+    }
+}
+
+/// Refuses two of one command's outputs (flag, path) that name the same
+/// file, however spelt (`./a` and `a`, a link and its target, two hard
+/// links); character devices such as `/dev/null` may be shared.
+pub fn check_distinct(outputs: &[(&str, &Path)]) -> Result<(), OutputError> {
+    let ids: Vec<Option<Identity>> = outputs.iter().map(|(_, p)| identity(p)).collect();
+    for (i, a) in ids.iter().enumerate() {
+        let Some(a) = a else { continue };
+        for (j, b) in ids.iter().enumerate().skip(i + 1) {
+            if b.as_ref() == Some(a) {
+                return Err(OutputError::SameFile {
+                    first_flag: outputs[i].0.to_string(),
+                    first: outputs[i].1.to_path_buf(),
+                    second_flag: outputs[j].0.to_string(),
+                    second: outputs[j].1.to_path_buf(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn scratch() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix("bootscope-model-test-")
+            .tempdir()
+            .unwrap()
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn replaces_a_regular_file_keeping_its_mode_and_leaves_no_temporary() {
+        let d = scratch();
+        let p = d.path().join("out.json");
+        write_file(&p, b"one").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let before = std::fs::metadata(&p).unwrap().ino();
+        write_file(&p, b"two").unwrap();
+        let m = std::fs::metadata(&p).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(m.mode() & 0o7777, 0o640);
+        assert_ne!(m.ino(), before, "replaced by a new file, not rewritten");
+        assert_eq!(names(d.path()), ["out.json"]);
+    }
+
+    #[test]
+    fn an_uncommitted_file_leaves_the_path_alone() {
+        let d = scratch();
+        let p = d.path().join("out.json");
+        write_file(&p, b"old").unwrap();
+        let mut f = OutputFile::create(&p).unwrap();
+        f.write_all(b"half").unwrap();
+        drop(f);
+        assert_eq!(std::fs::read(&p).unwrap(), b"old");
+        assert_eq!(names(d.path()), ["out.json"]);
+    }
+
+    #[test]
+    fn a_character_device_is_written_in_place() {
+        write_file(Path::new("/dev/null"), b"nothing").unwrap();
+        let m = std::fs::symlink_metadata("/dev/null").unwrap();
+        assert!(m.file_type().is_char_device());
+        check_writable(Path::new("/dev/null")).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_is_written_in_place() {
+        let d = scratch();
+        let p = d.path().join("pipe");
+        let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        check_writable(&p).unwrap();
+        let reader = {
+            let p = p.clone();
+            std::thread::spawn(move || std::fs::read(&p).unwrap())
+        };
+        write_file(&p, b"through the pipe").unwrap();
+        assert_eq!(reader.join().unwrap(), b"through the pipe");
+        assert!(std::fs::symlink_metadata(&p).unwrap().file_type().is_fifo());
+    }
+
+    #[test]
+    fn a_link_to_a_file_is_followed_and_stays_a_link() {
+        let d = scratch();
+        let real = d.path().join("real.json");
+        std::fs::write(&real, b"old").unwrap();
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = d.path().join("link.json");
+        symlink("real.json", &link).unwrap();
+        write_file(&link, b"new").unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(&real).unwrap(), b"new");
+        assert_eq!(std::fs::metadata(&real).unwrap().mode() & 0o7777, 0o600);
+        assert_eq!(names(d.path()), ["link.json", "real.json"]);
+    }
+
+    #[test]
+    fn a_dangling_link_is_refused() {
+        let d = scratch();
+        let link = d.path().join("link.json");
+        let target = d.path().join("elsewhere");
+        symlink(&target, &link).unwrap();
+        let e = write_file(&link, b"x").unwrap_err();
+        assert!(matches!(e, OutputError::DanglingLink { .. }), "{e}");
+        assert!(check_writable(&link).is_err());
+        assert!(!target.exists());
+    }
+
+    #[test]
+    fn a_stranger_link_in_a_sticky_directory_is_refused() {
+        if effective_uid() != 0 {
+            eprintln!("SKIP: needs root to give a link another owner");
+            return;
+        }
+        let d = scratch();
+        let shared = d.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let link = shared.join("out.json");
+        symlink(&victim, &link).unwrap();
+        std::os::unix::fs::lchown(&link, Some(54321), Some(54321)).unwrap();
+        let e = write_file(&link, b"overwritten").unwrap_err();
+        assert!(matches!(e, OutputError::UntrustedLink { .. }), "{e}");
+        assert!(e.to_string().contains("uid 54321"), "{e}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        // The same link made by the writer itself is followed.
+        std::os::unix::fs::lchown(&link, Some(0), Some(0)).unwrap();
+        write_file(&link, b"mine").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"mine");
+    }
+
+    #[test]
+    fn a_link_planted_at_a_guessable_temporary_name_is_not_used() {
+        let d = scratch();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let p = d.path().join("out.json");
+        // Names a writer with a pid-based temporary name would use.
+        let pid = std::process::id();
+        for name in [
+            format!(".out.json.tmp{pid}"),
+            ".out.json.tmp".to_string(),
+            "out.json.tmp".to_string(),
+        ] {
+            symlink(&victim, d.path().join(name)).unwrap();
+        }
+        let mut a = OutputFile::create(&p).unwrap();
+        let b = OutputFile::create(&p).unwrap();
+        a.write_all(b"output").unwrap();
+        drop(b);
+        a.commit().unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(std::fs::read(&p).unwrap(), b"output");
+        assert!(!std::fs::symlink_metadata(&p)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_ne!(
+            std::fs::metadata(&p).unwrap().ino(),
+            std::fs::metadata(&victim).unwrap().ino()
+        );
+    }
+
+    #[test]
+    fn temporary_names_differ() {
+        let d = scratch();
+        let p = d.path().join("out.json");
+        let a = OutputFile::create(&p).unwrap();
+        let b = OutputFile::create(&p).unwrap();
+        let (Inner::Temp(ta), Inner::Temp(tb)) = (&a.inner, &b.inner) else {
+            panic!("a regular file goes through a temporary file");
+        };
+        assert_ne!(ta.path(), tb.path());
+        assert_eq!(ta.path().parent(), Some(d.path()));
+    }
+
+    #[test]
+    fn unwritable_places_are_refused_before_writing() {
+        let d = scratch();
+        let e = check_writable(&d.path().join("missing/out.json")).unwrap_err();
+        assert!(matches!(e, OutputError::NoDirectory { .. }), "{e}");
+        let e = check_writable(d.path()).unwrap_err();
+        assert!(matches!(e, OutputError::IsDirectory { .. }), "{e}");
+        // procfs takes no new files, even from root.
+        let e = check_writable(Path::new("/proc/bootscope-out.json")).unwrap_err();
+        assert!(
+            e.to_string().contains("cannot create a file in /proc"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains(".tmp"), "no temporary name: {e}");
+        check_writable(&d.path().join("out.json")).unwrap();
+        assert!(
+            names(d.path()).is_empty(),
+            "the check leaves nothing behind"
+        );
+    }
+
+    #[test]
+    fn streams_truncate_in_place_and_follow_only_safe_links() {
+        let d = scratch();
+        let p = d.path().join("serial.log");
+        std::fs::write(&p, b"old old old").unwrap();
+        let ino = std::fs::metadata(&p).unwrap().ino();
+        let mut f = open_stream(&p).unwrap();
+        f.write_all(b"new").unwrap();
+        drop(f);
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        assert_eq!(std::fs::metadata(&p).unwrap().ino(), ino);
+        let link = d.path().join("dangling");
+        symlink(d.path().join("nothing"), &link).unwrap();
+        assert!(open_stream(&link).is_err());
+        assert!(!d.path().join("nothing").exists());
+    }
+
+    #[test]
+    fn one_file_named_twice_is_found_however_spelt() {
+        let d = scratch();
+        let a = d.path().join("a.json");
+        let dot = d.path().join(".").join("a.json");
+        let link = d.path().join("l.json");
+        symlink("a.json", &link).unwrap();
+        let other = d.path().join("b.json");
+        // Neither exists yet: compared by directory and name.
+        let e = check_distinct(&[("--timeline", &a), ("--output", &dot)]).unwrap_err();
+        assert!(e.to_string().contains("--timeline"), "{e}");
+        assert!(e.to_string().contains("--output"), "{e}");
+        check_distinct(&[("--timeline", &a), ("--output", &other)]).unwrap();
+        // Existing: by inode, through a link or a hard link.
+        std::fs::write(&a, b"").unwrap();
+        assert!(check_distinct(&[("--timeline", &a), ("--output", &link)]).is_err());
+        let hard = d.path().join("hard.json");
+        std::fs::hard_link(&a, &hard).unwrap();
+        assert!(check_distinct(&[("-o", &hard), ("--serial", &a)]).is_err());
+        let null = Path::new("/dev/null");
+        check_distinct(&[("--timeline", null), ("--output", null)]).unwrap();
+    }
+}
