@@ -347,3 +347,93 @@ fn guest_boots_with_two_numa_nodes_and_exits_split_by_vcpu() {
     );
     let _ = std::fs::remove_dir_all(&p.dir);
 }
+
+/// QEMU 7.2's own thread-context on the lab's node 1, with its memory bound
+/// there, profiled from outside (`bootscope profile -- ...`): its
+/// `touch_pages` threads ran on node 1's CPUs and their pages are local.
+#[test]
+fn qemu_thread_context_on_node_1_is_profiled_local() {
+    let _one = LAB.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_) = lab_common::lab_kernel() else {
+        return;
+    };
+    if !can_profile() {
+        return;
+    }
+    let Some(qemu) = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("qemu-system-x86_64"))
+            .find(|q| q.is_file())
+    }) else {
+        eprintln!("SKIP: qemu-system-x86_64 is not on PATH");
+        return;
+    };
+    let firmware = Path::new("/usr/share/qemu");
+    if !firmware.join("bios-microvm.bin").is_file() {
+        eprintln!("SKIP: QEMU's microvm firmware /usr/share/qemu/bios-microvm.bin is missing");
+        return;
+    }
+    let dir = scratch("numa-qemu");
+    let out = dir.join("qemu.json");
+    let qemu = qemu.to_str().unwrap();
+    // The monitor's `quit` ends QEMU once preallocation is done (-S: the
+    // guest never runs).
+    let script = format!(
+        "echo quit | exec {qemu} -enable-kvm -S -M microvm -nodefaults -display none \
+         -name debug-threads=on -m 256M \
+         -object thread-context,id=tc1,node-affinity=1 \
+         -object memory-backend-ram,id=m0,size=256M,host-nodes=1,policy=bind,prealloc=on,prealloc-threads=2,prealloc-context=tc1 \
+         -machine memory-backend=m0 -monitor stdio"
+    );
+    let o = run(
+        bootscope()
+            .args([
+                "lab",
+                "--numa-nodes",
+                "2",
+                "--retries",
+                "2",
+                "--program",
+                qemu,
+            ])
+            .arg("--input")
+            .arg(firmware)
+            .args(["--", "profile", "--output"])
+            .arg(&out)
+            .args(["--", "/bin/sh", "-c", &script]),
+        None,
+    );
+    let console = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{console}");
+    let nodes = nodes_from_banner(&console);
+    let p: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let touch: Vec<&Value> = p["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"] == "touch_pages")
+        .collect();
+    assert_eq!(touch.len(), 2, "{}", p["threads"]);
+    let mut pages = 0;
+    for t in touch {
+        assert_eq!(t["role"], "prealloc", "{t}");
+        let ran: Vec<u64> = t["cpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["cpu"].as_u64().unwrap())
+            .collect();
+        assert!(
+            !ran.is_empty() && ran.iter().all(|c| nodes[&1].contains(c)),
+            "{t}"
+        );
+        assert_eq!(t["nodes"], serde_json::json!([1]), "{t}");
+        assert_eq!(t["pages_remote"].as_u64(), Some(0), "{t}");
+        let by_node = t["pages_by_node"].as_array().unwrap();
+        assert!(by_node.iter().all(|n| n["node"] == 1), "{t}");
+        pages += t["pages_local"].as_u64().unwrap();
+    }
+    // 256 MiB of 4 KiB pages, give or take QEMU's own.
+    assert!(pages >= 65536 * 97 / 100, "{pages} pages");
+    let _ = std::fs::remove_dir_all(&dir);
+}
