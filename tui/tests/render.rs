@@ -452,3 +452,35 @@ fn replay_grows_phases_and_threads() {
     assert!(t.contains("userspace"));
     assert!(t.contains("ENDED"));
 }
+
+/// An app that has seen one of the profiles captured in the lab on two
+/// NUMA nodes (tests/fixtures/README.md says how they were made).
+fn lab_app(name: &str) -> App {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let profile: Profile = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let mut app = App::new("bootscope (pid 122)", Theme::unicode());
+    app.update(profile);
+    app
+}
+
+#[test]
+fn numa_pane_from_real_two_node_profiles() {
+    // Bound: every page on its own node, all local.
+    let app = lab_app("lab-two-nodes-bound.profile.json");
+    let buf = render(38, 8, |f, a| ui::draw_numa(f, a, &app));
+    snapshot("numa-lab-bound", &buf);
+    let t = text(&buf);
+    assert!(t.contains("node 0") && t.contains("node 1"), "{t}");
+    assert!(t.contains("remote 0 "), "{t}");
+    // Crossed: threads on node 0 touched node 1's pages, which the pane
+    // shows as remote.
+    let app = lab_app("lab-two-nodes-crossed.profile.json");
+    let buf = render(38, 8, |f, a| ui::draw_numa(f, a, &app));
+    snapshot("numa-lab-crossed", &buf);
+    let t = text(&buf);
+    let node1 = t.lines().find(|l| l.contains("node 1")).unwrap();
+    assert!(node1.trim_end_matches('│').ends_with("0%"), "{t}");
+    assert!(t.contains("remote 65,536 (256 MiB)"), "{t}");
+}
