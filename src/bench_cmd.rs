@@ -50,8 +50,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub profile: bool,
     /// Kill a run still going after this many seconds.
-    #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
-    pub run_timeout: f64,
+    #[arg(long, default_value = "600", value_name = "SECONDS", value_parser = crate::cli::parse_seconds)]
+    pub run_timeout: Duration,
     /// After `--`: `run` and its arguments; optionally `--vs` and a second
     /// set of run arguments, or `--vs-command` and any command, to
     /// interleave with the first.
@@ -217,11 +217,6 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
     if let Some(o) = &args.output {
         check_output("--output", o)?;
     }
-    if !(args.run_timeout > 0.0 && args.run_timeout.is_finite()) {
-        return Err(BenchError::Usage(
-            "--run-timeout must be a positive number of seconds".into(),
-        ));
-    }
     let sides = split_sides(&args.args)?;
     if args.labels.len() > sides.len() {
         return Err(BenchError::Usage(format!(
@@ -272,7 +267,7 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         profile: args.profile,
         run_profiles_itself: run_profiles_itself(&exe),
         console_patterns: patterns,
-        run_timeout: Duration::from_secs_f64(args.run_timeout),
+        run_timeout: args.run_timeout,
         work_dir: work_dir.clone(),
         machine: Machine::detect(&host_kvm),
     };

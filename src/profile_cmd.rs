@@ -5,7 +5,7 @@
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -21,8 +21,8 @@ pub struct ProfileArgs {
     pub output: PathBuf,
     /// Stop after this many seconds (default: when the target ends, or on
     /// Ctrl-C). A launched command still running then gets SIGTERM.
-    #[arg(long)]
-    pub duration: Option<f64>,
+    #[arg(long, value_name = "SECONDS", value_parser = crate::cli::parse_seconds)]
+    pub duration: Option<Duration>,
     /// Profile this running process (and the processes it starts).
     #[arg(long)]
     pub pid: Option<u32>,
@@ -60,26 +60,6 @@ pub struct ProfileArgs {
     pub command: Vec<OsString>,
 }
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-/// Catches SIGINT (a launched command gets its own from the terminal) so
-/// the profile is still written.
-fn catch_sigint() {
-    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value;
-    // the handler only stores to an atomic, which is async-signal-safe; the
-    // pointers passed are valid for the call.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigint as *const () as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
-    }
-}
-
 fn check_output(p: &Path) -> Result<()> {
     let dir = p
         .parent()
@@ -106,13 +86,12 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
         return Ok(crate::cli::EXIT_USAGE);
     }
     check_output(&args.output)?;
-    let duration = match args.duration {
-        Some(d) if !(d > 0.0 && d.is_finite()) => {
-            bail!("--duration must be a positive number of seconds")
-        }
-        Some(d) => Some(Duration::from_secs_f64(d)),
-        None => None,
-    };
+    // SIGINT (a launched command gets its own from the terminal) and
+    // SIGTERM end the profiling: the command is stopped, the profile
+    // still written.
+    let interrupts = crate::signals::catch()?;
+    let quit = interrupts.flag();
+    let duration = args.duration;
     let command: Vec<String> = args
         .command
         .iter()
@@ -148,7 +127,6 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
     }
     // A held child that is dropped here exits without running.
     let collector = Collector::start(config).context("cannot start profiling")?;
-    catch_sigint();
     if let Some(h) = held.as_mut() {
         h.release().context("cannot release the launched command")?;
     }
@@ -167,7 +145,7 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
         )?;
         // Closing the UI before the target ended stops it as Ctrl-C does.
         if !ended {
-            INTERRUPTED.store(true, Ordering::SeqCst);
+            quit.store(true, Ordering::SeqCst);
         }
     }
     // Sleep until the target ends (its pidfd becomes readable), Ctrl-C or
@@ -186,8 +164,11 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
         } else if collector.target_ended() {
             break;
         }
-        if INTERRUPTED.load(Ordering::SeqCst) {
-            stopped_by = "interrupted";
+        if quit.load(Ordering::SeqCst) {
+            stopped_by = match interrupts.received() {
+                Some(sig) => crate::signals::name(sig),
+                None => "the live view was closed",
+            };
             break;
         }
         let left = duration.map(|d| d.saturating_sub(started.elapsed()));
@@ -203,6 +184,8 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
         }
     }
     let mut profile = collector.finish();
+    let signal = interrupts.received();
+    profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
     let mut code = 0;
     if let Some(mut h) = held {
         let s = match status {
@@ -236,6 +219,13 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
     crate::cli::write_atomically(&args.output, &json)?;
     if !args.no_summary {
         eprint!("{}", summary(&profile, &args.output));
+    }
+    if let Some(sig) = signal {
+        eprintln!(
+            "bootscope: interrupted by {}: the profile covers the time until then",
+            crate::signals::name(sig)
+        );
+        code = crate::signals::exit_status(sig);
     }
     Ok(code)
 }
