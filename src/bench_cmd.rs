@@ -258,6 +258,15 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default();
+    // SIGINT and SIGTERM stop the run under way; the finished ones are
+    // still reported and written, and the work directory removed.
+    let interrupts = match crate::signals::catch() {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("bootscope: error: {e:#}");
+            return Ok(EXIT_FAILURE);
+        }
+    };
     let work_dir = std::env::temp_dir().join(format!("bootscope-bench-{}", std::process::id()));
     let plan = BenchPlan {
         exe: exe.clone(),
@@ -270,6 +279,7 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         run_timeout: args.run_timeout,
         work_dir: work_dir.clone(),
         machine: Machine::detect(&host_kvm),
+        stop: Some(interrupts.flag()),
     };
     plan.validate()?;
     eprintln!(
@@ -292,7 +302,9 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
     }
     let result = plan.run(print_progress);
     let _ = std::fs::remove_dir_all(&work_dir);
-    let doc = result?;
+    let mut doc = result?;
+    let signal = interrupts.received();
+    doc.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
     print!("{}", summary_text(&doc));
     if let Some(o) = &args.output {
         let code = write(o, &doc.to_json());
@@ -300,6 +312,19 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
             return Ok(code);
         }
         eprintln!("bench: results in {}", o.display());
+    }
+    if let Some(sig) = signal {
+        let done: usize = doc.configs.iter().map(|c| c.runs.len()).sum();
+        eprintln!(
+            "bootscope: interrupted by {}: {done} finished run(s) kept{}",
+            crate::signals::name(sig),
+            if args.output.is_some() {
+                " in the output file"
+            } else {
+                ""
+            }
+        );
+        return Ok(crate::signals::exit_status(sig));
     }
     let failed: usize = doc.configs.iter().map(ConfigResult::failures).sum();
     let no_success = doc.configs.iter().any(|c| c.measured().count() == 0);
