@@ -133,8 +133,9 @@ struct RunArgs {
     /// stdout then goes to a file, shown in a pane.
     #[arg(long)]
     tui: bool,
-    /// Refresh the terminal UI this often, in milliseconds.
-    #[arg(long, default_value_t = crate::tui_cmd::DEFAULT_REFRESH_MS)]
+    /// Refresh the terminal UI this often, in milliseconds (up to a minute).
+    #[arg(long, default_value_t = crate::tui_cmd::DEFAULT_REFRESH_MS,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
     refresh_ms: u64,
     /// Copy the initrd into guest memory instead of mapping it from its file
     /// (mapping shares page-cache pages between VMs started from one image).

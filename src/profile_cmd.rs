@@ -26,8 +26,8 @@ pub struct ProfileArgs {
     /// Profile this running process (and the processes it starts).
     #[arg(long)]
     pub pid: Option<u32>,
-    /// Sample the counters this often, in milliseconds.
-    #[arg(long, default_value_t = 200)]
+    /// Sample the counters this often, in milliseconds (up to an hour).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub sample_interval_ms: u64,
     /// Size of the ring buffer for marks and thread events, in KiB.
     #[arg(long, default_value_t = 256)]
@@ -39,8 +39,9 @@ pub struct ProfileArgs {
     /// written to --output when the UI is closed.
     #[arg(long)]
     pub tui: bool,
-    /// Refresh the terminal UI this often, in milliseconds.
-    #[arg(long, default_value_t = crate::tui_cmd::DEFAULT_REFRESH_MS)]
+    /// Refresh the terminal UI this often, in milliseconds (up to a minute).
+    #[arg(long, default_value_t = crate::tui_cmd::DEFAULT_REFRESH_MS,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub refresh_ms: u64,
     /// Have the kernel count and time every run of the eBPF programs
     /// (BPF_ENABLE_STATS): `sources[].runs` and `run_ns` say what the

@@ -27,6 +27,13 @@ fn huge_durations_exit_2_naming_the_flag() {
         expect_usage_error(&["lab", &timeout, "--", "doctor"], &["--timeout"]);
     }
     expect_usage_error(&["run", "--timeout", "1e30"], &["too long", "30 days"]);
+    // Millisecond counts that would overflow a deadline.
+    let max = u64::MAX.to_string();
+    expect_usage_error(&["run", "--refresh-ms", &max], &["--refresh-ms"]);
+    expect_usage_error(
+        &["profile", "--sample-interval-ms", &max, "--", "true"],
+        &["--sample-interval-ms"],
+    );
 }
 
 /// `bootscope ARGS` with some arguments that are not UTF-8.

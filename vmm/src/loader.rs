@@ -312,7 +312,7 @@ fn probe_bzimage(path: &Path, file_size: u64, head: &[u8]) -> Result<KernelProbe
         u64::from(hdr.code32_start)
     };
     let min_memory = load
-        .max(u64::from(hdr.code32_start) + file_size - setup_bytes)
+        .max(u64::from(hdr.code32_start).saturating_add(file_size - setup_bytes))
         .saturating_add(u64::from(hdr.init_size));
     Ok(KernelProbe {
         format: KernelFormat::BzImage,
