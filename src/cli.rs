@@ -863,8 +863,19 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     cfg.extra_inputs = args.inputs;
     cfg.randomize_addresses = args.aslr;
     cfg.frozen_retries = args.retries;
-    let outcome = bootscope_lab::outer::run_lab(&cfg)?;
-    Ok(outcome.exit_code)
+    // SIGINT and SIGTERM stop QEMU and remove the lab's temporary files.
+    let interrupts = crate::signals::catch()?;
+    cfg.stop = Some(interrupts.flag());
+    match bootscope_lab::outer::run_lab(&cfg) {
+        Ok(outcome) => Ok(outcome.exit_code),
+        Err(e @ bootscope_lab::LabError::Interrupted) => Err(Failure {
+            code: interrupts
+                .received()
+                .map_or(EXIT_FAILURE, crate::signals::exit_status),
+            error: e.into(),
+        }),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {

@@ -326,3 +326,50 @@ fn bench_interrupted_keeps_finished_runs() {
     assert!(left.is_empty(), "runs left behind: {left:?}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn lab_stopped_by_sigterm_stops_qemu_and_cleans_up() {
+    let d = scratch("lab-signal");
+    // The lab's temporary directory goes under TMPDIR: here, to be checked.
+    let mut child = bootscope()
+        .args(["lab", "--", "doctor"])
+        .env("TMPDIR", &d)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let qemu = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            // No QEMU, no Debian kernel or no busybox here.
+            let o = child.wait_with_output().unwrap();
+            eprintln!("SKIP: the lab cannot start here ({status}): {}", stderr(&o));
+            let _ = std::fs::remove_dir_all(&d);
+            return;
+        }
+        let children =
+            std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))
+                .unwrap_or_default();
+        if let Some(pid) = children.split_whitespace().find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm"))
+                .is_ok_and(|c| c.starts_with("qemu-system"))
+        }) {
+            break pid.to_string();
+        }
+        assert!(Instant::now() < deadline, "QEMU never started");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    send(&child, libc::SIGTERM);
+    let status = wait_exit(&mut child, 30);
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(status.code(), Some(143), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(
+        !Path::new(&format!("/proc/{qemu}")).exists(),
+        "QEMU {qemu} outlived the lab"
+    );
+    let left: Vec<_> = std::fs::read_dir(&d).unwrap().flatten().collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}
