@@ -266,6 +266,10 @@ pub fn main() -> i32 {
     let clock = Clock::start();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
+        Err(e) if e.kind() == clap::error::ErrorKind::InvalidUtf8 => {
+            eprintln!("bootscope: error: {}", not_utf8_message());
+            return EXIT_USAGE;
+        }
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() { EXIT_USAGE } else { 0 };
@@ -294,6 +298,23 @@ pub fn main() -> i32 {
             eprintln!("bootscope: error: {}", error_text(&f.error));
             f.code
         }
+    }
+}
+
+/// Which argument clap refused as not UTF-8 (it does not say), for an
+/// option that takes text rather than a file name.
+fn not_utf8_message() -> String {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let Some(i) = args.iter().position(|a| a.to_str().is_none()) else {
+        return "an argument is not valid UTF-8".into();
+    };
+    let shown = args[i].to_string_lossy();
+    match args[..i].last().and_then(|a| a.to_str()) {
+        Some(flag) if flag.starts_with('-') => format!(
+            "the value of {flag} ({shown:?}, bad bytes shown as U+FFFD) is not valid \
+             UTF-8; this option takes text (rename the file or choose another name)"
+        ),
+        _ => format!("argument {shown:?} is not valid UTF-8; this argument takes text"),
     }
 }
 

@@ -86,6 +86,18 @@ fn kernel_paths_that_are_not_utf8_work() {
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
+    // A text option (a --serial file name is one) that is not UTF-8: named.
+    let o = run_os(&[
+        "run".as_ref(),
+        "--serial".as_ref(),
+        OsStr::from_bytes(b"/tmp/console-\xff.log"),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--serial") && err.contains("console-") && err.contains("not valid UTF-8"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 
