@@ -51,8 +51,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub profile: bool,
     /// Kill a run still going after this many seconds.
-    #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
-    pub run_timeout: f64,
+    #[arg(long, default_value = "600", value_name = "SECONDS", value_parser = crate::cli::parse_seconds)]
+    pub run_timeout: Duration,
     /// After `--`: `run` and its arguments; optionally `--vs` and a second
     /// set of run arguments, or `--vs-command` and any command, to
     /// interleave with the first.
@@ -206,11 +206,6 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
     if let Some(o) = &args.output {
         check_output("--output", o)?;
     }
-    if !(args.run_timeout > 0.0 && args.run_timeout.is_finite()) {
-        return Err(BenchError::Usage(
-            "--run-timeout must be a positive number of seconds".into(),
-        ));
-    }
     let sides = split_sides(&args.args)?;
     if args.labels.len() > sides.len() {
         return Err(BenchError::Usage(format!(
@@ -252,6 +247,15 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default();
+    // SIGINT and SIGTERM stop the run under way; the finished ones are
+    // still reported and written, and the work directory removed.
+    let interrupts = match crate::signals::catch() {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("bootscope: error: {e:#}");
+            return Ok(EXIT_FAILURE);
+        }
+    };
     // The runs' own files go to a private directory (mode 0700, an
     // unpredictable name), removed when the bench ends.
     let work_dir = tempfile::Builder::new()
@@ -269,9 +273,10 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         profile: args.profile,
         run_profiles_itself: run_profiles_itself(&exe),
         console_patterns: patterns,
-        run_timeout: Duration::from_secs_f64(args.run_timeout),
+        run_timeout: args.run_timeout,
         work_dir: work_dir.path().to_path_buf(),
         machine: Machine::detect(&host_kvm),
+        stop: Some(interrupts.flag()),
     };
     plan.validate()?;
     eprintln!(
@@ -294,7 +299,9 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
     }
     let result = plan.run(print_progress);
     drop(work_dir);
-    let doc = result?;
+    let mut doc = result?;
+    let signal = interrupts.received();
+    doc.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
     print!("{}", summary_text(&doc));
     if let Some(o) = &args.output {
         let code = write(o, &doc.to_json());
@@ -302,6 +309,19 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
             return Ok(code);
         }
         eprintln!("bench: results in {}", o.display());
+    }
+    if let Some(sig) = signal {
+        let done: usize = doc.configs.iter().map(|c| c.runs.len()).sum();
+        eprintln!(
+            "bootscope: interrupted by {}: {done} finished run(s) kept{}",
+            crate::signals::name(sig),
+            if args.output.is_some() {
+                " in the output file"
+            } else {
+                ""
+            }
+        );
+        return Ok(crate::signals::exit_status(sig));
     }
     let failed: usize = doc.configs.iter().map(ConfigResult::failures).sum();
     let no_success = doc.configs.iter().any(|c| c.measured().count() == 0);

@@ -9,7 +9,7 @@ use clap::{ArgMatches, CommandFactory, Parser, Subcommand};
 
 use bootscope_vmm::console::{merge_patterns, MilestonePattern};
 use bootscope_vmm::host::{self, HostRoot, KvmFlavour};
-use bootscope_vmm::timeline::{vmm_marks, Clock, Recorder, TimelineDoc};
+use bootscope_vmm::timeline::{vmm_marks, Clock, Recorder, StopReason, TimelineDoc};
 use bootscope_vmm::vm::{self, VmConfig, VmError};
 
 /// Exit status for bad input.
@@ -119,8 +119,8 @@ struct RunArgs {
     #[arg(long)]
     no_default_patterns: bool,
     /// Stop the guest after this many seconds (exit status 1).
-    #[arg(long)]
-    timeout: Option<f64>,
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    timeout: Option<Duration>,
     /// On a PVM host, run a non-PVM kernel anyway through the instruction
     /// emulator (very slow).
     #[arg(long)]
@@ -132,8 +132,9 @@ struct RunArgs {
     /// stdout then goes to a file, shown in a pane.
     #[arg(long)]
     tui: bool,
-    /// Refresh the terminal UI this often, in milliseconds.
-    #[arg(long, default_value_t = crate::tui_cmd::DEFAULT_REFRESH_MS)]
+    /// Refresh the terminal UI this often, in milliseconds (up to a minute).
+    #[arg(long, default_value_t = crate::tui_cmd::DEFAULT_REFRESH_MS,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
     refresh_ms: u64,
     /// Copy the initrd into guest memory instead of mapping it from its file
     /// (mapping shares page-cache pages between VMs started from one image).
@@ -213,8 +214,8 @@ struct LabArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     numa_nodes: u32,
     /// Give up after this many seconds (each attempt, see --retries).
-    #[arg(long, default_value_t = 600.0)]
-    timeout: f64,
+    #[arg(long, value_name = "SECONDS", default_value = "600", value_parser = parse_seconds)]
+    timeout: Duration,
     /// Start the lab machine again this many times if it freezes (its
     /// heartbeat stops for a minute: QEMU's emulator lost an interrupt's
     /// wake-up while a nested guest ran). Nothing of a frozen attempt comes
@@ -278,6 +279,10 @@ pub fn main() -> i32 {
     let clock = Clock::start();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
+        Err(e) if e.kind() == clap::error::ErrorKind::InvalidUtf8 => {
+            eprintln!("bootscope: error: {}", not_utf8_message());
+            return EXIT_USAGE;
+        }
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() { EXIT_USAGE } else { 0 };
@@ -309,6 +314,23 @@ pub fn main() -> i32 {
     }
 }
 
+/// Which argument clap refused as not UTF-8 (it does not say), for an
+/// option that takes text rather than a file name.
+fn not_utf8_message() -> String {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let Some(i) = args.iter().position(|a| a.to_str().is_none()) else {
+        return "an argument is not valid UTF-8".into();
+    };
+    let shown = args[i].to_string_lossy();
+    match args[..i].last().and_then(|a| a.to_str()) {
+        Some(flag) if flag.starts_with('-') => format!(
+            "the value of {flag} ({shown:?}, bad bytes shown as U+FFFD) is not valid \
+             UTF-8; this option takes text (rename the file or choose another name)"
+        ),
+        _ => format!("argument {shown:?} is not valid UTF-8; this argument takes text"),
+    }
+}
+
 /// An error and its causes, `: `-separated like anyhow's `{:#}`, leaving
 /// out a cause whose text the message already carries (errors that name
 /// their source in their own message).
@@ -322,6 +344,37 @@ fn error_text(e: &anyhow::Error) -> String {
         }
     }
     out
+}
+
+/// This process's command line for reports: `std::env::args` would panic on
+/// an argument that is not UTF-8 (such as a file name), so each argument is
+/// converted lossily, for display only.
+pub fn command_line() -> Vec<String> {
+    std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The longest time any duration flag accepts: 30 days.
+pub const MAX_SECONDS: f64 = 30.0 * 24.0 * 3600.0;
+
+/// Parses a duration flag given in seconds (a clap value parser): a
+/// positive, finite number no larger than [`MAX_SECONDS`]. Huge values
+/// (1e30, 2^64) are refused here instead of overflowing a `Duration`.
+pub fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds (for example 2.5)"))?;
+    if !(v > 0.0 && v.is_finite()) {
+        return Err("must be a positive number of seconds".into());
+    }
+    if v > MAX_SECONDS {
+        return Err(format!(
+            "{s} seconds is too long: give at most {MAX_SECONDS} (30 days)"
+        ));
+    }
+    Duration::try_from_secs_f64(v).map_err(|e| format!("{s} seconds: {e}"))
 }
 
 /// Parses 512M, 2G, 1048576K, 64MiB; a bare number is MiB.
@@ -395,6 +448,9 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     if crate::tui_cmd::no_terminal(args.tui) {
         return Err(usage(anyhow::anyhow!(bootscope_tui::NOT_A_TERMINAL)));
     }
+    // From here on SIGINT and SIGTERM stop the guest and the run still
+    // writes its timeline and profile (outcome `interrupted`).
+    let interrupts = crate::signals::catch()?;
     let recorder = Arc::new(Recorder::new(clock));
     recorder.push(bootscope_vmm::timeline::PhaseMark {
         name: vmm_marks::PROCESS_START.into(),
@@ -468,15 +524,7 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         patterns.push(MilestonePattern::parse(spec).map_err(|e| usage(e.into()))?);
     }
     let patterns = merge_patterns(patterns, !args.no_default_patterns);
-    let timeout = match args.timeout {
-        Some(t) if !(t > 0.0 && t.is_finite()) => {
-            return Err(usage(anyhow::anyhow!(
-                "--timeout must be a positive number of seconds"
-            )))
-        }
-        Some(t) => Some(Duration::from_secs_f64(t)),
-        None => None,
-    };
+    let timeout = args.timeout;
     let (kernel, initrd) = match args.kernel.clone() {
         Some(k) => (k, args.initrd.clone()),
         // Memory set-up alone needs no kernel.
@@ -492,6 +540,7 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         }
     };
     let tui_console = crate::tui_cmd::TuiConsole::new(args.tui, &args.serial).map_err(usage)?;
+    let tui_serial = tui_console.serial.clone();
     let console: Box<dyn Write + Send> = match tui_console.serial.as_str() {
         "stdout" | "-" => Box::new(std::io::stdout()),
         "null" => Box::new(std::io::sink()),
@@ -515,7 +564,7 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         sandbox: args.sandbox,
         stop_after,
         acpi: !args.no_acpi,
-        stop: None,
+        stop: Some(interrupts.flag()),
     };
     // A kernel that cannot be booted is refused before the profiler
     // attaches, as fast as without it (the VMM probes it again).
@@ -549,7 +598,20 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         Err(VmError::Config(e)) => return Err(usage(e.into())),
         Err(e) => return Err(e.into()),
     };
+    let console_error = report.console_error;
     let mut doc = report.timeline;
+    // A signal that stopped the guest (one that came after it ended
+    // changes nothing).
+    let interrupted = interrupts
+        .received()
+        .filter(|_| doc.outcome.reason == StopReason::Stopped);
+    if let Some(sig) = interrupted {
+        doc.outcome.reason = StopReason::Interrupted;
+        doc.outcome.detail = format!(
+            "interrupted by {}: the guest was stopped before it ended",
+            crate::signals::name(sig)
+        );
+    }
     // Once: under --tui it is recorded when the VM ends, not when the UI
     // is closed.
     recorder.vmm_once(vmm_marks::VMM_EXIT);
@@ -559,7 +621,21 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     if let Some(c) = collector {
         finish_self_profile(&args, c, &doc)?;
     }
-    let result = finish_run(&args, &doc);
+    let mut result = finish_run(&args, &doc);
+    if let Some(sig) = interrupted {
+        result = result.and(Err(Failure {
+            code: crate::signals::exit_status(sig),
+            error: anyhow::anyhow!("{}", doc.outcome.detail),
+        }));
+    } else if let Some(e) = console_error {
+        eprintln!(
+            "bootscope: error: cannot write the guest console to --serial {}: {e}",
+            tui_serial
+        );
+        if matches!(result, Ok(0)) {
+            result = Ok(EXIT_FAILURE);
+        }
+    }
     if profiled {
         release_bpf_in_background();
     }
@@ -686,7 +762,7 @@ fn finish_self_profile(
     let mut profile = collector.final_profile();
     std::mem::forget(collector);
     profile.target.kind = "self".into();
-    profile.target.command = std::env::args().collect();
+    profile.target.command = command_line();
     profile.target.exit_code = Some(if doc.outcome.clean { 0 } else { 1 });
     if let Some(path) = &args.output {
         write_output(path, &serde_json::to_vec_pretty(&profile)?)?;
@@ -730,6 +806,9 @@ fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {
     }
     if doc.outcome.clean {
         Ok(0)
+    } else if doc.outcome.reason == StopReason::Interrupted {
+        // The caller gives the status of the signal.
+        Ok(EXIT_FAILURE)
     } else {
         Err(Failure {
             code: EXIT_FAILURE,
@@ -790,11 +869,6 @@ fn cmd_doctor(json: bool) -> Result<i32, Failure> {
 
 fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     let memory = parse_size(&args.memory).map_err(|e| usage(e.context("--memory")))?;
-    if !(args.timeout > 0.0 && args.timeout.is_finite()) {
-        return Err(usage(anyhow::anyhow!(
-            "--timeout must be a positive number of seconds"
-        )));
-    }
     let exe = match &args.exe {
         Some(exe) => exe.clone(),
         None => std::env::current_exe().context("cannot find the bootscope executable")?,
@@ -806,19 +880,25 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     cfg.memory_mib = memory >> 20;
     cfg.cpus = args.cpus.unwrap_or(args.numa_nodes.max(1));
     cfg.numa_nodes = args.numa_nodes;
-    cfg.timeout = Duration::from_secs_f64(args.timeout);
+    cfg.timeout = args.timeout;
     cfg.extra_programs = args.programs;
     cfg.extra_inputs = args.inputs;
     cfg.randomize_addresses = args.aslr;
     cfg.frozen_retries = args.retries;
-    let outcome = bootscope_lab::outer::run_lab(&cfg).map_err(|e| {
-        if e.is_bad_input() {
-            usage(e.into())
-        } else {
-            e.into()
-        }
-    })?;
-    Ok(outcome.exit_code)
+    // SIGINT and SIGTERM stop QEMU and remove the lab's temporary files.
+    let interrupts = crate::signals::catch()?;
+    cfg.stop = Some(interrupts.flag());
+    match bootscope_lab::outer::run_lab(&cfg) {
+        Ok(outcome) => Ok(outcome.exit_code),
+        Err(e @ bootscope_lab::LabError::Interrupted) => Err(Failure {
+            code: interrupts
+                .received()
+                .map_or(EXIT_FAILURE, crate::signals::exit_status),
+            error: e.into(),
+        }),
+        Err(e) if e.is_bad_input() => Err(usage(e.into())),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The arguments of each subcommand that name a file it writes (clap ids;
@@ -958,7 +1038,7 @@ fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
             memory: "2G".into(),
             cpus: None,
             numa_nodes: 1,
-            timeout: 900.0,
+            timeout: Duration::from_secs(900),
             exe: None,
             programs: Vec::new(),
             inputs: Vec::new(),
@@ -1149,5 +1229,24 @@ mod tests {
         assert_eq!(parse_size("4096b").unwrap(), 4096);
         assert!(parse_size("lots").is_err());
         assert!(parse_size("99999999999G").is_err());
+    }
+
+    #[test]
+    fn seconds() {
+        assert_eq!(parse_seconds("2.5").unwrap(), Duration::from_millis(2500));
+        assert_eq!(parse_seconds("600").unwrap(), Duration::from_secs(600));
+        for bad in [
+            "0",
+            "-1",
+            "nan",
+            "inf",
+            "1e30",
+            "18446744073709551616",
+            "x",
+            "",
+        ] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
+        assert!(parse_seconds("2592001").unwrap_err().contains("too long"));
     }
 }

@@ -4,6 +4,7 @@
 mod bench_cmd;
 mod cli;
 mod profile_cmd;
+mod signals;
 mod tui_cmd;
 
 fn main() {

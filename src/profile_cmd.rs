@@ -5,7 +5,7 @@
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -23,13 +23,13 @@ pub struct ProfileArgs {
     pub output: PathBuf,
     /// Stop after this many seconds (default: when the target ends, or on
     /// Ctrl-C). A launched command still running then gets SIGTERM.
-    #[arg(long)]
-    pub duration: Option<f64>,
+    #[arg(long, value_name = "SECONDS", value_parser = crate::cli::parse_seconds)]
+    pub duration: Option<Duration>,
     /// Profile this running process (and the processes it starts).
     #[arg(long)]
     pub pid: Option<u32>,
-    /// Sample the counters this often, in milliseconds.
-    #[arg(long, default_value_t = 200)]
+    /// Sample the counters this often, in milliseconds (up to an hour).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub sample_interval_ms: u64,
     /// Size of the ring buffer for marks and thread events, in KiB.
     #[arg(long, default_value_t = 256)]
@@ -41,8 +41,9 @@ pub struct ProfileArgs {
     /// written to --output when the UI is closed.
     #[arg(long)]
     pub tui: bool,
-    /// Refresh the terminal UI this often, in milliseconds.
-    #[arg(long, default_value_t = crate::tui_cmd::DEFAULT_REFRESH_MS)]
+    /// Refresh the terminal UI this often, in milliseconds (up to a minute).
+    #[arg(long, default_value_t = crate::tui_cmd::DEFAULT_REFRESH_MS,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub refresh_ms: u64,
     /// Have the kernel count and time every run of the eBPF programs
     /// (BPF_ENABLE_STATS): `sources[].runs` and `run_ns` say what the
@@ -60,26 +61,6 @@ pub struct ProfileArgs {
     /// `--` (e.g. `-- qemu-system-x86_64 -enable-kvm ...`).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
-}
-
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-/// Catches SIGINT (a launched command gets its own from the terminal) so
-/// the profile is still written.
-fn catch_sigint() {
-    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value;
-    // the handler only stores to an atomic, which is async-signal-safe; the
-    // pointers passed are valid for the call.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_sigint as *const () as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
-    }
 }
 
 /// Refuses a `--pid` that names no process, or one that has ended or is
@@ -149,15 +130,12 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         return Err(usage(anyhow::anyhow!(bootscope_tui::NOT_A_TERMINAL)));
     }
     crate::cli::check_output("--output", &args.output).map_err(usage)?;
-    let duration = match args.duration {
-        Some(d) if !(d > 0.0 && d.is_finite()) => {
-            return Err(usage(anyhow::anyhow!(
-                "--duration must be a positive number of seconds"
-            )))
-        }
-        Some(d) => Some(Duration::from_secs_f64(d)),
-        None => None,
-    };
+    // SIGINT (a launched command gets its own from the terminal) and
+    // SIGTERM end the profiling: the command is stopped, the profile
+    // still written.
+    let interrupts = crate::signals::catch()?;
+    let quit = interrupts.flag();
+    let duration = args.duration;
     let command: Vec<String> = args
         .command
         .iter()
@@ -208,7 +186,6 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
                 .into())
         }
     };
-    catch_sigint();
     if let Some(h) = held.as_mut() {
         h.release().context("cannot release the launched command")?;
     }
@@ -227,7 +204,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         )?;
         // Closing the UI before the target ended stops it as Ctrl-C does.
         if !ended {
-            INTERRUPTED.store(true, Ordering::SeqCst);
+            quit.store(true, Ordering::SeqCst);
         }
     }
     // Sleep until the target ends (its pidfd becomes readable), Ctrl-C or
@@ -246,8 +223,11 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         } else if collector.target_ended() {
             break;
         }
-        if INTERRUPTED.load(Ordering::SeqCst) {
-            stopped_by = "interrupted";
+        if quit.load(Ordering::SeqCst) {
+            stopped_by = match interrupts.received() {
+                Some(sig) => crate::signals::name(sig),
+                None => "the live view was closed",
+            };
             break;
         }
         let left = duration.map(|d| d.saturating_sub(started.elapsed()));
@@ -263,6 +243,8 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         }
     }
     let mut profile = collector.finish();
+    let signal = interrupts.received();
+    profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
     let mut code = 0;
     if let Some(mut h) = held {
         let s = match status {
@@ -296,6 +278,13 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     crate::cli::write_output(&args.output, &json)?;
     if !args.no_summary {
         eprint!("{}", summary(&profile, &args.output));
+    }
+    if let Some(sig) = signal {
+        eprintln!(
+            "bootscope: interrupted by {}: the profile covers the time until then",
+            crate::signals::name(sig)
+        );
+        code = crate::signals::exit_status(sig);
     }
     Ok(code)
 }

@@ -366,7 +366,7 @@ impl ProcfsProfile {
         p.duration_ns = now;
         p.target = Target {
             kind: "self".into(),
-            command: std::env::args().collect(),
+            command: crate::cli::command_line(),
             pid,
             name: std::fs::read_to_string("/proc/self/comm")
                 .map(|s| s.trim().to_string())
@@ -573,8 +573,10 @@ pub fn run_vm(
         .unwrap_or_else(|| "no kernel".into());
     let procfs = collector.is_none().then(ProcfsProfile::new);
     let vm_recorder = recorder.clone();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    cfg.stop = Some(stop.clone());
+    let stop = cfg
+        .stop
+        .get_or_insert_with(|| Arc::new(std::sync::atomic::AtomicBool::new(false)))
+        .clone();
     let vm = std::thread::Builder::new()
         .name("bootscope-vm".into())
         .spawn(move || {

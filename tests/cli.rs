@@ -76,7 +76,7 @@ fn bad_numbers_exit_2() {
     );
     expect_usage_error(
         &["run", "--kernel", &k, "--timeout", "0"],
-        &["--timeout must be a positive"],
+        &["--timeout", "must be a positive"],
     );
     let long = format!("console=ttyS0 {}", "a".repeat(3000));
     expect_usage_error(

@@ -32,6 +32,11 @@ pub struct BenchDoc {
     pub settings: Settings,
     /// One entry per configuration: one, or two when interleaved.
     pub configs: Vec<ConfigResult>,
+    /// `SIGINT` or `SIGTERM` when the benchmark was interrupted: the
+    /// document then holds the runs that finished before it (the run under
+    /// way was stopped and left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_by: Option<String>,
 }
 
 /// The machine the runs happened on (inside the lab: the lab machine).
@@ -321,6 +326,7 @@ mod tests {
                 console_patterns: Vec::new(),
             },
             configs: vec![c],
+            interrupted_by: None,
         }
     }
 

@@ -8,7 +8,8 @@ use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
 
 use regex::Regex;
@@ -107,6 +108,10 @@ pub struct BenchPlan {
     /// Directory for the runs' timelines and profiles.
     pub work_dir: PathBuf,
     pub machine: Machine,
+    /// Set from elsewhere (a signal handler) to stop: the run under way is
+    /// stopped (SIGTERM, SIGKILL after a grace period) and left out, and
+    /// `run` returns the runs that finished.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// Reported after every run.
@@ -207,7 +212,13 @@ impl BenchPlan {
                 (0..self.configs.len()).collect()
             };
             for ci in order {
+                if self.stopped() {
+                    break;
+                }
                 let record = self.run_once(&self.configs[ci], index, round, round < self.warmup)?;
+                if self.stopped() {
+                    break;
+                }
                 index += 1;
                 results[ci].runs.push(record);
                 progress(&Progress {
@@ -237,7 +248,12 @@ impl BenchPlan {
                 console_patterns: self.console_patterns.iter().map(|p| p.spec()).collect(),
             },
             configs: results,
+            interrupted_by: None,
         })
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst))
     }
 
     /// The command line of one run, and where its timeline and profile go.
@@ -305,7 +321,12 @@ impl BenchPlan {
         for f in timeline.iter().chain(profile.iter()) {
             let _ = std::fs::remove_file(f);
         }
-        let out = execute(&argv, &self.console_patterns, self.run_timeout)?;
+        let out = execute(
+            &argv,
+            &self.console_patterns,
+            self.run_timeout,
+            self.stop.as_deref(),
+        )?;
         let mut record = RunRecord {
             index,
             round,
@@ -418,12 +439,17 @@ pub struct Execution {
     pub stderr_tail: String,
 }
 
+/// How long a stopped run has between SIGTERM and SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
 /// Runs `argv` with standard input closed, timing it and watching its
-/// standard output for `patterns`.
+/// standard output for `patterns`. Once `stop` is set the process gets
+/// SIGTERM (SIGKILL after [`STOP_GRACE`]) and is waited for.
 pub fn execute(
     argv: &[OsString],
     patterns: &[ConsolePattern],
     timeout: Duration,
+    stop: Option<&AtomicBool>,
 ) -> Result<Execution, BenchError> {
     let program = argv
         .first()
@@ -503,17 +529,29 @@ pub fn execute(
             source,
         })?;
     let mut timed_out = false;
-    let (status, ended) = match exit_rx.recv_timeout(timeout) {
-        Ok(r) => r,
-        Err(_) => {
-            timed_out = true;
-            kill(pid);
-            exit_rx.recv().unwrap_or_else(|_| {
-                (
+    let mut stopping: Option<Instant> = None;
+    let (status, ended) = loop {
+        match exit_rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(r) => break r,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break (
                     Err(std::io::Error::other("waiter vanished")),
                     Instant::now(),
                 )
-            })
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if !timed_out && start.elapsed() >= timeout {
+            timed_out = true;
+            signal(pid, libc::SIGKILL);
+        }
+        match stopping {
+            None if stop.is_some_and(|s| s.load(Ordering::SeqCst)) => {
+                stopping = Some(Instant::now());
+                signal(pid, libc::SIGTERM);
+            }
+            Some(at) if at.elapsed() >= STOP_GRACE => signal(pid, libc::SIGKILL),
+            _ => {}
         }
     };
     let status = status.map_err(|source| BenchError::Spawn {
@@ -539,8 +577,8 @@ pub fn execute(
     })
 }
 
-/// Sends SIGKILL to a run that overstayed.
-fn kill(pid: u32) {
+/// Sends `sig` to a run that overstayed or is being stopped.
+fn signal(pid: u32, sig: libc::c_int) {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return;
     };
@@ -548,7 +586,7 @@ fn kill(pid: u32) {
     // has not been reaped yet (the waiter thread is still blocked in wait),
     // so the number cannot name another process.
     unsafe {
-        libc::kill(pid, libc::SIGKILL);
+        libc::kill(pid, sig);
     }
 }
 
@@ -672,7 +710,7 @@ mod tests {
         .iter()
         .map(OsString::from)
         .collect();
-        let e = execute(&argv, &pats, Duration::from_secs(30)).unwrap();
+        let e = execute(&argv, &pats, Duration::from_secs(30), None).unwrap();
         assert_eq!(e.exit_code, Some(3));
         assert!(!e.timed_out);
         assert!(e.console["two"] >= Duration::from_millis(40), "{e:?}");
@@ -684,7 +722,7 @@ mod tests {
     #[test]
     fn overstaying_runs_are_killed() {
         let argv: Vec<OsString> = ["sleep", "30"].iter().map(OsString::from).collect();
-        let e = execute(&argv, &[], Duration::from_millis(100)).unwrap();
+        let e = execute(&argv, &[], Duration::from_millis(100), None).unwrap();
         assert!(e.timed_out);
         assert_eq!(e.exit_code, None);
         assert!(e.wall < Duration::from_secs(10));
@@ -693,7 +731,7 @@ mod tests {
     #[test]
     fn missing_programs_are_bad_input() {
         let argv = vec![OsString::from("/nonexistent/vmm")];
-        let e = execute(&argv, &[], Duration::from_secs(1)).unwrap_err();
+        let e = execute(&argv, &[], Duration::from_secs(1), None).unwrap_err();
         assert!(e.is_bad_input(), "{e}");
         assert!(e.to_string().contains("/nonexistent/vmm"), "{e}");
     }
@@ -725,6 +763,7 @@ mod tests {
             run_timeout: Duration::from_secs(30),
             work_dir: std::env::temp_dir().join(format!("bench-unit-{}", std::process::id())),
             machine: Machine::detect("none"),
+            stop: None,
         };
         let mut seen = Vec::new();
         let doc = plan
@@ -750,6 +789,41 @@ mod tests {
     }
 
     #[test]
+    fn a_stopped_bench_keeps_its_finished_runs() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let plan = BenchPlan {
+            exe: PathBuf::from("/nonexistent/bootscope"),
+            configs: vec![ConfigPlan {
+                label: "a".into(),
+                side: Side::Command(["sleep", "0.2"].iter().map(OsString::from).collect()),
+            }],
+            runs: 1000,
+            warmup: 0,
+            profile: false,
+            run_profiles_itself: false,
+            console_patterns: Vec::new(),
+            run_timeout: Duration::from_secs(30),
+            work_dir: std::env::temp_dir().join(format!("bench-stop-{}", std::process::id())),
+            machine: Machine::default(),
+            stop: Some(stop.clone()),
+        };
+        let setter = stop.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(700));
+            setter.store(true, Ordering::SeqCst);
+        });
+        let started = Instant::now();
+        let doc = plan.run(|_| {}).unwrap();
+        t.join().unwrap();
+        // The run under way was stopped at once, not waited for.
+        assert!(started.elapsed() < Duration::from_secs(3));
+        let runs = &doc.configs[0].runs;
+        assert!((1..10).contains(&runs.len()), "{} runs", runs.len());
+        assert!(runs.iter().all(|r| r.ok), "{runs:?}");
+        let _ = std::fs::remove_dir_all(&plan.work_dir);
+    }
+
+    #[test]
     fn plan_checks() {
         let mut plan = BenchPlan {
             exe: PathBuf::from("bootscope"),
@@ -765,6 +839,7 @@ mod tests {
             run_timeout: Duration::from_secs(1),
             work_dir: PathBuf::from("/tmp"),
             machine: Machine::default(),
+            stop: None,
         };
         let e = plan.validate().unwrap_err().to_string();
         assert!(e.contains("leave out --timeline"), "{e}");

@@ -245,6 +245,10 @@ pub enum LabError {
         stderr: String,
     },
 
+    /// The run was stopped from outside (SIGINT or SIGTERM).
+    #[error("the lab run was interrupted and QEMU was stopped; outputs of the run inside come back only from a complete run, so none were written")]
+    Interrupted,
+
     /// The run took longer than allowed.
     #[error("the lab run did not finish within {} s and QEMU was killed; the console output above shows how far the guest got (allow more time with a longer timeout)", timeout.as_secs_f64())]
     Timeout {

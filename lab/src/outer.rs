@@ -20,6 +20,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cpio::Builder;
@@ -122,6 +124,10 @@ pub struct LabConfig {
     /// nothing of a frozen attempt comes back (outputs are written only
     /// after a complete run), so running it again is safe.
     pub frozen_retries: u32,
+    /// Set from elsewhere (a signal handler) to stop: QEMU is killed, the
+    /// temporary directory removed, and the run ends with
+    /// [`LabError::Interrupted`].
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl LabConfig {
@@ -155,6 +161,7 @@ impl LabConfig {
             randomize_addresses: false,
             freeze_after: Self::DEFAULT_FREEZE_AFTER,
             frozen_retries: 1,
+            stop: None,
         }
     }
 }
@@ -610,6 +617,7 @@ pub fn run_lab_with_console(
         let _ = fs::remove_file(&stream_path);
         let line = HeartbeatLine::create(&heartbeat_path)?;
         let watch = Watch {
+            stop: cfg.stop.clone(),
             timeout: cfg.timeout,
             heartbeat: line,
             freeze_after: cfg.freeze_after,
@@ -874,6 +882,7 @@ impl Drop for ChildGuard {
 /// What `run_qemu` waits for: the timeout, and the heartbeat line whose
 /// beats say the lab machine still runs.
 struct Watch {
+    stop: Option<Arc<AtomicBool>>,
     timeout: Duration,
     heartbeat: HeartbeatLine,
     freeze_after: Duration,
@@ -1017,6 +1026,14 @@ fn run_qemu(
                     break Ok(status);
                 }
                 Ok(None) if Instant::now() >= deadline => break Err(LabError::Timeout { timeout }),
+                Ok(None)
+                    if watch
+                        .stop
+                        .as_ref()
+                        .is_some_and(|s| s.load(Ordering::SeqCst)) =>
+                {
+                    break Err(LabError::Interrupted)
+                }
                 Ok(None) => {
                     let now = Instant::now();
                     if now >= next_beat_check {

@@ -1356,6 +1356,7 @@ impl Collector {
                 name: target_name,
                 exit_code: None,
                 ended_ns: None,
+                interrupted_by: None,
             },
             target_pid,
             life: TargetLife::watch(target_pid, config.target == TargetSpec::CurrentProcess),

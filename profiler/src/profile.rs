@@ -90,6 +90,11 @@ pub struct Target {
     /// ended while being profiled: the profile then holds partial results.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_ns: Option<u64>,
+    /// `SIGINT` or `SIGTERM` when profiling was interrupted by that signal
+    /// (a launched command was then stopped): the profile covers the time
+    /// up to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_by: Option<String>,
 }
 
 /// The host it ran on.

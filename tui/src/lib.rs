@@ -133,7 +133,9 @@ impl Pacer {
 
     /// The time from one snapshot to the next.
     pub fn interval(&self) -> Duration {
-        let budgeted = Duration::from_secs_f64(self.cost / SNAPSHOT_BUDGET);
+        // A cost that is not a sane number of seconds waits the longest.
+        let budgeted =
+            Duration::try_from_secs_f64(self.cost / SNAPSHOT_BUDGET).unwrap_or(MAX_INTERVAL);
         budgeted.min(MAX_INTERVAL).max(self.refresh)
     }
 

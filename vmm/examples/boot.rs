@@ -8,9 +8,19 @@ use bootscope_vmm::timeline::{Clock, Recorder};
 use bootscope_vmm::vm::{run, VmConfig};
 
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let kernel = args.next().expect("usage: boot KERNEL [CMDLINE]");
-    let cmdline = args.next().unwrap_or_else(|| "console=ttyS0".into());
+    let mut args = std::env::args_os().skip(1);
+    let Some(kernel) = args.next() else {
+        eprintln!("usage: boot KERNEL [CMDLINE]");
+        std::process::exit(2);
+    };
+    let cmdline = match args.next().map(|c| c.into_string()) {
+        None => "console=ttyS0".to_string(),
+        Some(Ok(c)) => c,
+        Some(Err(_)) => {
+            eprintln!("boot: CMDLINE is not valid UTF-8");
+            std::process::exit(2);
+        }
+    };
     let rec = Arc::new(Recorder::new(Clock::start()));
     let cfg = VmConfig {
         kernel: kernel.into(),

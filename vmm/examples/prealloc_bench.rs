@@ -158,7 +158,10 @@ fn median(v: &mut [Duration]) -> Duration {
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
+    // Lossy: an argument that is not UTF-8 then fails to parse as a number.
+    let mut args = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned());
     let size = match args.next().map(|s| parse_size(&s)) {
         None => 1 << 30,
         Some(Ok(s)) => s,

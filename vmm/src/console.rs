@@ -153,6 +153,25 @@ pub struct ConsoleEvents {
     pub panicked: AtomicBool,
     /// The panic line, for the report.
     pub panic_line: Mutex<Option<String>>,
+    /// The first error writing the console out (a full disk, `/dev/full`);
+    /// the guest keeps running, its console bytes are lost.
+    pub write_error: Mutex<Option<io::Error>>,
+    /// Console bytes that could not be written out.
+    pub lost_bytes: std::sync::atomic::AtomicU64,
+}
+
+impl ConsoleEvents {
+    /// The console output that was lost, if any: the first error and how
+    /// many bytes were dropped.
+    pub fn write_failure(&self) -> Option<String> {
+        let e = self.write_error.lock().unwrap_or_else(|e| e.into_inner());
+        e.as_ref().map(|e| {
+            format!(
+                "{e} ({} bytes of guest console output lost)",
+                self.lost_bytes.load(Ordering::SeqCst)
+            )
+        })
+    }
 }
 
 /// Lines that say the kernel halted.
@@ -251,7 +270,26 @@ impl ConsoleSink {
     pub fn finish(&mut self) {
         let hits = self.matcher.flush();
         self.record(hits);
-        let _ = self.out.flush();
+        let _ = Write::flush(self);
+    }
+
+    /// Keeps the first write error. A reader that went away (a closed pipe,
+    /// `| head`) is not one: the console was not wanted any more.
+    fn note_write_error(&self, e: io::Error, bytes: usize) {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            return;
+        }
+        self.events
+            .lost_bytes
+            .fetch_add(bytes as u64, Ordering::SeqCst);
+        let mut first = self
+            .events
+            .write_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if first.is_none() {
+            *first = Some(e);
+        }
     }
 }
 
@@ -264,17 +302,26 @@ impl Write for ConsoleSink {
         let hits = self.matcher.feed(buf);
         self.record(hits);
         self.watch_state(buf);
-        // A console that cannot be written (closed pipe) must not stop the
-        // guest: the bytes are dropped, the milestones still recorded.
-        let _ = self.out.write_all(buf);
-        if buf.contains(&b'\n') {
-            let _ = self.out.flush();
+        // A console that cannot be written must not stop the guest: the
+        // bytes are dropped, the milestones still recorded, and the error
+        // kept for the report.
+        let res = self.out.write_all(buf).and_then(|()| {
+            if buf.contains(&b'\n') {
+                self.out.flush()
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = res {
+            self.note_write_error(e, buf.len());
         }
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        let _ = self.out.flush();
+        if let Err(e) = self.out.flush() {
+            self.note_write_error(e, 0);
+        }
         Ok(())
     }
 }
@@ -282,6 +329,35 @@ impl Write for ConsoleSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn console_write_errors_are_kept() {
+        let recorder = Arc::new(Recorder::new(crate::timeline::Clock::start()));
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let mut sink = ConsoleSink::new(Box::new(full), Vec::new(), recorder.clone());
+        assert_eq!(sink.write(b"hello\n").unwrap(), 6);
+        sink.write_all(b"more").unwrap();
+        sink.finish();
+        let failure = sink.events().write_failure().expect("an error");
+        assert!(failure.contains("No space left"), "{failure}");
+        assert!(failure.contains("10 bytes"), "{failure}");
+        // A reader that went away is not a loss to report.
+        struct Closed;
+        impl Write for Closed {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut sink = ConsoleSink::new(Box::new(Closed), Vec::new(), recorder);
+        sink.write_all(b"x\n").unwrap();
+        assert!(sink.events().write_failure().is_none());
+    }
 
     #[test]
     fn default_patterns_match_real_kernel_lines() {

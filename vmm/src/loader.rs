@@ -116,6 +116,27 @@ pub enum LoadError {
          vmlinux built with CONFIG_PVH=y or a bzImage"
     )]
     ElfNoEntry { path: PathBuf },
+    /// Two loadable segments share guest memory.
+    #[error(
+        "{path} has overlapping loadable segments (guest-physical {:#x}..{:#x} and {:#x}..{:#x}): \
+         one would overwrite the other; relink the kernel so each PT_LOAD has its own addresses",
+        first.0, first.1, second.0, second.1
+    )]
+    ElfOverlappingSegments {
+        path: PathBuf,
+        first: (u64, u64),
+        second: (u64, u64),
+    },
+    /// The entry point is not inside any loaded segment.
+    #[error(
+        "{path}: its entry point {entry:#x} ({kind}) lies outside every loadable segment, so the \
+         guest would start in empty memory; pass a vmlinux whose entry is inside its code"
+    )]
+    ElfEntryOutside {
+        path: PathBuf,
+        entry: u64,
+        kind: &'static str,
+    },
     /// The ELF is not for x86-64.
     #[error("{path} is an ELF file for machine {machine}, not x86-64")]
     ElfWrongMachine { path: PathBuf, machine: u16 },
@@ -189,6 +210,18 @@ pub struct ElfSegment {
     pub offset: u64,
     pub paddr: u64,
     pub filesz: u64,
+    /// Bytes it occupies in memory (at least `filesz`).
+    pub memsz: u64,
+}
+
+impl ElfSegment {
+    /// The guest-physical bytes it occupies, `[start, end)`.
+    fn range(&self) -> (u64, u64) {
+        (
+            self.paddr,
+            self.paddr.saturating_add(self.memsz.max(self.filesz)),
+        )
+    }
 }
 
 /// Facts read from a kernel file without loading it.
@@ -342,7 +375,7 @@ fn probe_bzimage(path: &Path, file_size: u64, head: &[u8]) -> Result<KernelProbe
         u64::from(hdr.code32_start)
     };
     let min_memory = load
-        .max(u64::from(hdr.code32_start) + file_size - setup_bytes)
+        .max(u64::from(hdr.code32_start).saturating_add(file_size - setup_bytes))
         .saturating_add(u64::from(hdr.init_size));
     Ok(KernelProbe {
         format: KernelFormat::BzImage,
@@ -413,8 +446,24 @@ fn probe_elf(
                 offset: p_offset,
                 paddr: p_paddr,
                 filesz: p_filesz,
+                memsz: p_memsz,
             });
         }
+    }
+    // Two loadable segments over the same guest memory: one overwrites the
+    // other and the guest runs whatever was loaded last.
+    let mut ranges: Vec<(u64, u64)> = segments
+        .iter()
+        .map(ElfSegment::range)
+        .filter(|(start, end)| end > start)
+        .collect();
+    ranges.sort_unstable();
+    if let Some(w) = ranges.windows(2).find(|w| w[1].0 < w[0].1) {
+        return Err(LoadError::ElfOverlappingSegments {
+            path: path.to_path_buf(),
+            first: w[0],
+            second: w[1],
+        });
     }
     Ok(KernelProbe {
         format: KernelFormat::Elf,
@@ -504,6 +553,20 @@ pub fn load_kernel(
                     })
                 }
             };
+            let inside = probe.segments.iter().any(|seg| {
+                let (start, end) = seg.range();
+                (start..end).contains(&entry.0)
+            });
+            if !inside {
+                return Err(LoadError::ElfEntryOutside {
+                    path: path.to_path_buf(),
+                    entry: entry.0,
+                    kind: match mode {
+                        EntryMode::Pvh => "the PVH note's",
+                        EntryMode::Linux64 => "e_entry",
+                    },
+                });
+            }
             let mapped_from_file = if map_from_file {
                 map_elf_segments(mem, &file, &probe.segments)
             } else {
@@ -764,6 +827,7 @@ mod tests {
             offset: 0x800,
             paddr: 0x200800,
             filesz: 0x3000,
+            memsz: 0x3000,
         };
         assert_eq!(map_elf_segments(&mem, &file, &[seg]), 0x2000);
         let mut got = vec![0u8; 0x2000];
@@ -774,6 +838,7 @@ mod tests {
             offset: 0x10,
             paddr: 0x300000,
             filesz: 0x3000,
+            memsz: 0x3000,
         };
         assert_eq!(map_elf_segments(&mem, &file, &[odd]), 0);
         let _ = std::fs::remove_dir_all(&dir);
@@ -805,6 +870,45 @@ mod tests {
             msg.contains("not-a-kernel.bin") && msg.contains("bzImage"),
             "{msg}"
         );
+    }
+
+    /// mini-pvh.elf with its bytes patched: (offset, little-endian value).
+    fn patched_pvh(tag: &str, patches: &[(usize, &[u8])]) -> PathBuf {
+        let mut bytes = std::fs::read(fixture("mini-pvh.elf")).unwrap();
+        for (at, value) in patches {
+            bytes[*at..*at + value.len()].copy_from_slice(value);
+        }
+        let path = std::env::temp_dir().join(format!("bootscope-{tag}-{}.elf", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    #[test]
+    fn rejects_overlapping_segments_and_stray_entries() {
+        let mem = memory(64 << 20);
+        // Program headers at 64, 56 bytes each: the second (the PT_NOTE
+        // inside the PT_LOAD) made loadable.
+        let overlap = patched_pvh("overlap", &[(64 + 56, &1u32.to_le_bytes())]);
+        let e = load_kernel(&mem, &overlap, 64 << 20, false).unwrap_err();
+        assert!(matches!(e, LoadError::ElfOverlappingSegments { .. }), "{e}");
+        assert!(e.to_string().contains("0x100000..0x1000d8"), "{e}");
+        assert!(probe_kernel(&overlap).is_err());
+        // The PT_LOAD moved to 0x200000: the PVH entry 0x100000 is left
+        // outside it.
+        let stray = patched_pvh("stray", &[(64 + 24, &0x200000u64.to_le_bytes())]);
+        let e = load_kernel(&mem, &stray, 64 << 20, false).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                LoadError::ElfEntryOutside {
+                    entry: 0x100000,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let _ = std::fs::remove_file(overlap);
+        let _ = std::fs::remove_file(stray);
     }
 
     #[test]

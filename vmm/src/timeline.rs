@@ -344,6 +344,8 @@ pub enum StopReason {
     StoppedAfterSetup,
     /// Stopped on request before the guest ended.
     Stopped,
+    /// Stopped by SIGINT or SIGTERM before the guest ended.
+    Interrupted,
 }
 
 impl StopReason {

@@ -260,6 +260,9 @@ pub struct RunReport {
     pub marker_counts: MarkerCounts,
     /// What preallocation did, when asked for.
     pub prealloc: Option<PreallocReport>,
+    /// The guest console could not be written out (a full disk): the
+    /// error and how much was lost.
+    pub console_error: Option<String>,
 }
 
 enum VcpuEvent {
@@ -362,6 +365,7 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
         ),
         marker_counts: MarkerCounts::default(),
         prealloc: prealloc.clone(),
+        console_error: None,
     };
     if cfg.stop_after == Some(StopAfter::Memory) {
         return Ok(early_report(
@@ -582,6 +586,7 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
         format!("{detail}; {}", notes.join("; "))
     };
     devices.finish_console();
+    let console_error = devices.console_events().write_failure();
     let kvm_stats = sum_stats(&stats);
     if let Some(emulated) = pvm_error {
         return Err(VmError::PvmEmulation {
@@ -638,6 +643,7 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
         timeline,
         marker_counts: devices.marker_counts(),
         prealloc,
+        console_error,
     })
 }
 
