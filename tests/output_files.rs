@@ -331,11 +331,11 @@ fn profile_bad_input_exits_2_with_a_message() {
     );
     expect_usage_error(
         &["profile", "-o", o, "--duration", "0", "--", "true"],
-        &["--duration must be a positive number"],
+        &["must be a positive number of seconds"],
     );
     expect_usage_error(
         &["profile", "-o", o, "--duration=-1", "--", "true"],
-        &["--duration must be a positive number"],
+        &["must be a positive number of seconds"],
     );
     expect_usage_error(
         &["profile", "-o", o, "--", "/nonexistent/program"],
