@@ -6,8 +6,6 @@
 mod lab_common;
 mod profile_common;
 
-use std::path::Path;
-
 use lab_common::{lab_kernel, prereqs};
 use profile_common::{bootscope, expect_usage_error, read_profile, run, scratch, stderr};
 
@@ -146,19 +144,9 @@ fn qemu_microvm_is_profiled_in_the_lab_with_its_own_serial_flag() {
     let Some(pre) = prereqs("lab-qemu-microvm") else {
         return;
     };
-    let Some(qemu) = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("qemu-system-x86_64"))
-            .find(|q| q.is_file())
-    }) else {
-        eprintln!("SKIP: qemu-system-x86_64 is not on PATH");
+    let Some((qemu, firmware)) = lab_common::qemu_for_the_lab() else {
         return;
     };
-    let firmware = Path::new("/usr/share/qemu");
-    if !firmware.join("bios-microvm.bin").is_file() {
-        eprintln!("SKIP: QEMU's microvm firmware /usr/share/qemu/bios-microvm.bin is missing");
-        return;
-    }
     let out = pre.dir.join("qemu.json");
     let qemu = qemu.to_str().unwrap();
     // The kernel and initramfs are carried in because the command names

@@ -50,6 +50,16 @@ fn nodes_from_banner(output: &str) -> BTreeMap<u64, Vec<u64>> {
     nodes
 }
 
+/// The CPUs a profiled thread ran on.
+fn cpus_run_on(thread: &Value) -> Vec<u64> {
+    thread["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["cpu"].as_u64().unwrap())
+        .collect()
+}
+
 struct NumaRun {
     nodes: BTreeMap<u64, Vec<u64>>,
     timeline: Value,
@@ -126,12 +136,7 @@ impl NumaRun {
                 assert_eq!(t["node"].as_u64(), Some(node_of(guest)), "{t}");
                 let p = self.profiled_thread(t["tid"].as_u64().unwrap());
                 assert_eq!(p["name"], t["name"], "{p}");
-                let ran: Vec<u64> = p["cpus"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|c| c["cpu"].as_u64().unwrap())
-                    .collect();
+                let ran = cpus_run_on(p);
                 assert!(!ran.is_empty(), "{p}");
                 assert!(ran.iter().all(|c| cpus.contains(c)), "{p} ran off {cpus:?}");
             }
@@ -360,19 +365,9 @@ fn qemu_thread_context_on_node_1_is_profiled_local() {
     if !can_profile() {
         return;
     }
-    let Some(qemu) = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("qemu-system-x86_64"))
-            .find(|q| q.is_file())
-    }) else {
-        eprintln!("SKIP: qemu-system-x86_64 is not on PATH");
+    let Some((qemu, firmware)) = lab_common::qemu_for_the_lab() else {
         return;
     };
-    let firmware = Path::new("/usr/share/qemu");
-    if !firmware.join("bios-microvm.bin").is_file() {
-        eprintln!("SKIP: QEMU's microvm firmware /usr/share/qemu/bios-microvm.bin is missing");
-        return;
-    }
     let dir = scratch("numa-qemu");
     let out = dir.join("qemu.json");
     let qemu = qemu.to_str().unwrap();
@@ -417,12 +412,7 @@ fn qemu_thread_context_on_node_1_is_profiled_local() {
     let mut pages = 0;
     for t in touch {
         assert_eq!(t["role"], "prealloc", "{t}");
-        let ran: Vec<u64> = t["cpus"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["cpu"].as_u64().unwrap())
-            .collect();
+        let ran = cpus_run_on(t);
         assert!(
             !ran.is_empty() && ran.iter().all(|c| nodes[&1].contains(c)),
             "{t}"

@@ -46,3 +46,22 @@ pub fn prereqs(tag: &str) -> Option<Prereqs> {
         dir,
     })
 }
+
+/// QEMU on this host, to carry into the lab, and the directory of its
+/// microvm firmware (carried in with `--input`).
+pub fn qemu_for_the_lab() -> Option<(PathBuf, &'static Path)> {
+    let Some(qemu) = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("qemu-system-x86_64"))
+            .find(|q| q.is_file())
+    }) else {
+        eprintln!("SKIP: qemu-system-x86_64 is not on PATH");
+        return None;
+    };
+    let firmware = Path::new("/usr/share/qemu");
+    if !firmware.join("bios-microvm.bin").is_file() {
+        eprintln!("SKIP: QEMU's microvm firmware /usr/share/qemu/bios-microvm.bin is missing");
+        return None;
+    }
+    Some((qemu, firmware))
+}

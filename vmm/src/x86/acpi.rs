@@ -323,6 +323,29 @@ mod tests {
         u64::from_le_bytes(b[off..off + 8].try_into().unwrap())
     }
 
+    /// Every table has its signature, length and checksum, and they follow
+    /// each other without overlapping inside the BIOS area.
+    fn check_layout(t: &Tables) {
+        let mut end = RSDP_START + t.rsdp.len() as u64;
+        for (sig, addr, bytes) in &t.tables {
+            assert_eq!(&bytes[0..4], sig.as_bytes());
+            assert_eq!(u32_at(bytes, 4) as usize, bytes.len(), "{sig} length");
+            assert_eq!(checksum(bytes), 0, "{sig} checksum");
+            assert!(*addr >= end, "{sig} overlaps the table before it");
+            end = addr + bytes.len() as u64;
+        }
+        assert!(end <= TABLES_END);
+    }
+
+    /// The addresses the XSDT lists.
+    fn xsdt_entries(t: &Tables) -> Vec<u64> {
+        let xsdt = &t.tables.iter().find(|(n, _, _)| *n == "XSDT").unwrap().2;
+        (36..xsdt.len())
+            .step_by(8)
+            .map(|o| u64_at(xsdt, o))
+            .collect()
+    }
+
     #[test]
     fn tables_are_consistent_and_fit_the_bios_area() {
         let t = build(4, &[]);
@@ -334,22 +357,9 @@ mod tests {
         let xsdt_addr = u64_at(&t.rsdp, 24);
         let by_sig = |s: &str| t.tables.iter().find(|(n, _, _)| *n == s).unwrap();
         assert_eq!(by_sig("XSDT").1, xsdt_addr);
-        let mut end = RSDP_START + t.rsdp.len() as u64;
-        for (sig, addr, bytes) in &t.tables {
-            assert_eq!(&bytes[0..4], sig.as_bytes());
-            assert_eq!(u32_at(bytes, 4) as usize, bytes.len(), "{sig} length");
-            assert_eq!(checksum(bytes), 0, "{sig} checksum");
-            assert!(*addr >= end, "{sig} overlaps the table before it");
-            end = addr + bytes.len() as u64;
-        }
-        assert!(end <= TABLES_END);
+        check_layout(&t);
         // XSDT lists FADT and MADT.
-        let xsdt = &by_sig("XSDT").2;
-        let entries: Vec<u64> = (36..xsdt.len())
-            .step_by(8)
-            .map(|o| u64_at(xsdt, o))
-            .collect();
-        assert_eq!(entries, vec![by_sig("FACP").1, by_sig("APIC").1]);
+        assert_eq!(xsdt_entries(&t), vec![by_sig("FACP").1, by_sig("APIC").1]);
     }
 
     #[test]
@@ -368,21 +378,9 @@ mod tests {
         ];
         let t = build(4, &nodes);
         let by_sig = |s: &str| t.tables.iter().find(|(n, _, _)| *n == s).unwrap();
-        let mut end = RSDP_START + t.rsdp.len() as u64;
-        for (sig, addr, bytes) in &t.tables {
-            assert_eq!(u32_at(bytes, 4) as usize, bytes.len(), "{sig} length");
-            assert_eq!(checksum(bytes), 0, "{sig} checksum");
-            assert!(*addr >= end, "{sig} overlaps the table before it");
-            end = addr + bytes.len() as u64;
-        }
-        assert!(end <= TABLES_END);
-        let xsdt = &by_sig("XSDT").2;
-        let entries: Vec<u64> = (36..xsdt.len())
-            .step_by(8)
-            .map(|o| u64_at(xsdt, o))
-            .collect();
+        check_layout(&t);
         assert_eq!(
-            entries,
+            xsdt_entries(&t),
             ["FACP", "APIC", "SRAT", "SLIT"]
                 .map(|s| by_sig(s).1)
                 .to_vec()
