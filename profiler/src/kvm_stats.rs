@@ -20,7 +20,7 @@
 //! keeps the VM, and its directory, until the profiler has read the final
 //! count (when the process ends, or at the end of profiling). Until the
 //! first VM is held, debugfs is looked at every tick; after that only at
-//! samples, so a profiled guest no longer pays for a read every 10 ms.
+//! samples, so a profiled guest does not pay for a read every 10 ms.
 
 use std::collections::BTreeMap;
 use std::fs::File;
