@@ -42,7 +42,7 @@ enum Command {
     /// pages, QEMU).
     Doctor {
         /// Print JSON instead of a table.
-        #[arg(long)]
+        #[arg(long, short = 'j')]
         json: bool,
     },
     /// Run `bootscope ARGS...` inside the lab: QEMU's emulator with nested
@@ -73,8 +73,11 @@ enum Command {
     /// a Chrome trace for ui.perfetto.dev (docs/export.md).
     Export {
         /// Output format.
-        #[arg(long, value_parser = bootscope_profiler::export::FORMAT_NAMES)]
-        format: String,
+        #[arg(long, value_parser = bootscope_profiler::export::FORMAT_NAMES, required_unless_present = "json")]
+        format: Option<String>,
+        /// The same as --format json.
+        #[arg(long, short = 'j', conflicts_with = "format")]
+        json: bool,
         /// CSV table (with --format csv; default exits).
         #[arg(long, value_parser = bootscope_profiler::export::CSV_TABLE_NAMES)]
         table: Option<String>,
@@ -84,6 +87,25 @@ enum Command {
         /// A profile (bootscope profile --output) or a boot timeline
         /// (bootscope run --timeline).
         input: PathBuf,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish or
+    /// powershell) to standard output.
+    #[command(after_help = "Examples:
+  bootscope completions bash > /etc/bash_completion.d/bootscope
+  bootscope completions zsh > ~/.zfunc/_bootscope
+  bootscope completions fish > ~/.config/fish/completions/bootscope.fish")]
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Write a manual page (roff) for bootscope and one for each
+    /// subcommand (bootscope-run.1, ...) into a directory.
+    #[command(hide = true)]
+    Man {
+        /// The directory to write the pages into (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out_dir: PathBuf,
     },
 }
 
@@ -295,10 +317,20 @@ pub fn main() -> i32 {
         Command::Plot(args) => Ok(crate::bench_cmd::plot(args)),
         Command::Export {
             format,
+            json,
             table,
             output,
             input,
-        } => cmd_export(&format, table.as_deref(), output.as_deref(), &input),
+        } => {
+            let format = if json {
+                "json".into()
+            } else {
+                format.unwrap_or_default()
+            };
+            cmd_export(&format, table.as_deref(), output.as_deref(), &input)
+        }
+        Command::Completions { shell } => cmd_completions(shell),
+        Command::Man { out_dir } => cmd_man(&out_dir),
     };
     match result {
         Ok(code) => code,
@@ -968,6 +1000,54 @@ fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
             args: run_args,
         })
     }
+}
+
+/// The command line as clap sees it: what `--help`, the manual pages and
+/// the completion scripts are made from.
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+fn cmd_completions(shell: clap_complete::Shell) -> Result<i32, Failure> {
+    let mut cmd = command();
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "bootscope", &mut script);
+    let mut out = std::io::stdout().lock();
+    match out.write_all(&script).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(anyhow::Error::new(e)
+            .context("cannot write to standard output")
+            .into()),
+        _ => Ok(0),
+    }
+}
+
+/// Writes `bootscope.1` and `bootscope-SUBCOMMAND.1` for every visible
+/// subcommand into `dir`.
+fn cmd_man(dir: &Path) -> Result<i32, Failure> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(usage(anyhow::anyhow!(
+            "--out-dir {}: not a directory; give a directory to write the manual pages into",
+            dir.display()
+        )));
+    }
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("--out-dir {}: cannot create the directory", dir.display()))
+        .map_err(usage)?;
+    let mut cmd = command().disable_help_subcommand(true);
+    cmd.build();
+    let mut written = 0;
+    let mut pages = vec![cmd.clone()];
+    pages.extend(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
+    for page in pages {
+        let man = clap_mangen::Man::new(page).manual("bootscope manual");
+        let path = dir.join(man.get_filename());
+        let mut roff = Vec::new();
+        man.render(&mut roff)?;
+        write_output(&path, &roff)?;
+        written += 1;
+    }
+    eprintln!("bootscope: {written} manual pages in {}", dir.display());
+    Ok(0)
 }
 
 fn cmd_export(
