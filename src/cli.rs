@@ -833,7 +833,12 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     };
     let mut outputs = args.outputs;
     outputs.extend(inner_outputs(&args.args, args.exe.is_some()).map_err(usage)?);
-    let mut cfg = bootscope_lab::outer::LabConfig::new(exe, args.args);
+    let inner = if args.exe.is_some() {
+        args.args
+    } else {
+        with_default_guest(args.args)?
+    };
+    let mut cfg = bootscope_lab::outer::LabConfig::new(exe, inner);
     cfg.outputs = outputs;
     cfg.memory_mib = memory >> 20;
     cfg.cpus = args.cpus.unwrap_or(args.numa_nodes.max(1));
@@ -851,6 +856,40 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
         }
     })?;
     Ok(outcome.exit_code)
+}
+
+/// `run ARGS` without `--kernel` boots the default guest, as it does on the
+/// host; the lab machine has neither Debian's kernel nor the initramfs
+/// builder's inputs, so they are prepared here and named explicitly (named
+/// files are carried in). `--initrd` given alone is kept. Any other command
+/// is returned as it is.
+fn with_default_guest(args: Vec<OsString>) -> Result<Vec<OsString>, Failure> {
+    let argv = std::iter::once(OsString::from("bootscope")).chain(args.iter().cloned());
+    let Ok(matches) = Cli::command().try_get_matches_from(argv) else {
+        return Ok(args);
+    };
+    let Some(("run", run)) = matches.subcommand() else {
+        return Ok(args);
+    };
+    let memory_only = run
+        .get_raw("stop_after")
+        .is_some_and(|mut v| v.any(|s| s == "memory"));
+    if run.get_raw("kernel").is_some() || memory_only {
+        return Ok(args);
+    }
+    let (kernel, initrd) = default_guest().map_err(usage)?;
+    eprintln!(
+        "bootscope: default guest: kernel {} initrd {}",
+        kernel.display(),
+        initrd.display()
+    );
+    let mut out: Vec<OsString> = vec!["run".into(), "--kernel".into(), kernel.into()];
+    if run.get_raw("initrd").is_none() {
+        out.push("--initrd".into());
+        out.push(initrd.into());
+    }
+    out.extend(args.into_iter().skip(1));
+    Ok(out)
 }
 
 /// The arguments of each subcommand that name a file it writes (clap ids;
@@ -1218,6 +1257,38 @@ mod tests {
         assert!(text.contains("not a valid bootscope command"), "{text}");
         assert!(text.contains("'sh'"), "{text}");
         assert!(text.contains("--exe PATH"), "{text}");
+    }
+
+    #[test]
+    fn lab_run_without_kernel_gets_the_default_guest() {
+        let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        let same = |v: &[&str]| {
+            assert_eq!(with_default_guest(os(v)).ok(), Some(os(v)), "{v:?}");
+        };
+        same(&["run", "--kernel", "k", "--timeout", "1"]);
+        same(&["run", "--stop-after", "memory"]);
+        same(&["doctor"]);
+        same(&["profile", "--", "run"]);
+        same(&["not-a-command"]);
+        if bootscope_lab::guest::find_debian_kernel().is_err() {
+            eprintln!("SKIP: no Debian kernel: the default guest is not prepared");
+            return;
+        }
+        let Ok(out) = with_default_guest(os(&["run", "--timeout", "600"])) else {
+            panic!("the default guest cannot be prepared here");
+        };
+        assert_eq!(out[0], "run");
+        assert_eq!(out[1], "--kernel");
+        assert!(Path::new(&out[2]).is_file(), "{out:?}");
+        assert_eq!(out[3], "--initrd");
+        assert!(Path::new(&out[4]).is_file(), "{out:?}");
+        assert_eq!(out[5..], os(&["--timeout", "600"]));
+        // An initrd given is the one used.
+        let out = with_default_guest(os(&["run", "--initrd", "mine.cpio"]))
+            .ok()
+            .unwrap();
+        assert_eq!(out[1], "--kernel");
+        assert_eq!(out[3..], os(&["--initrd", "mine.cpio"]));
     }
 
     #[test]
