@@ -99,9 +99,11 @@ enum Command {
         #[arg(value_name = "SHELL")]
         shell: clap_complete::Shell,
     },
-    /// Write a manual page (roff) for bootscope and one for each
-    /// subcommand (bootscope-run.1, ...) into a directory.
-    #[command(hide = true)]
+    /// Write the manual pages (roff): bootscope.1 and one per subcommand
+    /// (bootscope-run.1, ...), into a directory; the Debian package installs
+    /// them.
+    #[command(after_help = "Example:
+  bootscope man --out-dir /usr/local/share/man/man1 && mandb -q")]
     Man {
         /// The directory to write the pages into (created if missing).
         #[arg(long, value_name = "DIR")]
@@ -1060,8 +1062,8 @@ fn cmd_completions(shell: clap_complete::Shell) -> Result<i32, Failure> {
     }
 }
 
-/// Writes `bootscope.1` and `bootscope-SUBCOMMAND.1` for every visible
-/// subcommand into `dir`.
+/// Writes `bootscope.1` and `bootscope-SUBCOMMAND.1` for every subcommand
+/// into `dir`.
 fn cmd_man(dir: &Path) -> Result<i32, Failure> {
     if dir.exists() && !dir.is_dir() {
         return Err(usage(anyhow::anyhow!(
