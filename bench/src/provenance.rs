@@ -148,6 +148,48 @@ mod tests {
     }
 
     #[test]
+    fn revision_of_a_work_tree_and_its_changes() {
+        if Command::new("git").arg("--version").output().is_err() {
+            eprintln!("SKIP: git is not installed");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("bootscope-git-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let git = |args: &[&str]| {
+            let o = Command::new("git")
+                .arg("-C")
+                .arg(&dir)
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.org"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "git {args:?}: {o:?}");
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        git(&["init", "-q"]);
+        // A repository without a commit has no revision.
+        assert_eq!(GitRevision::detect(&dir), None);
+        std::fs::write(dir.join("f"), "1").unwrap();
+        git(&["add", "f"]);
+        git(&["commit", "-q", "-m", "one"]);
+        let head = git(&["rev-parse", "HEAD"]);
+        let clean = GitRevision::detect(&dir).expect("a revision");
+        assert_eq!(clean.commit, head);
+        assert!(!clean.dirty);
+        // Untracked files do not count; a changed tracked file does, seen
+        // from a subdirectory too.
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/new"), "x").unwrap();
+        assert!(!GitRevision::detect(&dir.join("sub")).unwrap().dirty);
+        std::fs::write(dir.join("f"), "2").unwrap();
+        let dirty = GitRevision::detect(&dir.join("sub")).unwrap();
+        assert_eq!(dirty.commit, head);
+        assert!(dirty.dirty);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn no_revision_outside_a_work_tree() {
         let dir = std::env::temp_dir().join(format!("bootscope-nogit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
