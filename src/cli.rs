@@ -835,7 +835,12 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     };
     let mut outputs = args.outputs;
     outputs.extend(inner_outputs(&args.args, args.exe.is_some()).map_err(usage)?);
-    let inner = if args.exe.is_some() {
+    // An output that cannot be written is the lab's error to report (exit
+    // 2, at once): nothing is prepared for a run that will not start.
+    let outputs_ok = outputs
+        .iter()
+        .all(|p| bootscope_model::output::check_writable(p).is_ok());
+    let inner = if args.exe.is_some() || !outputs_ok {
         args.args
     } else {
         with_default_guest(args.args)?
