@@ -50,6 +50,11 @@ pub struct BenchArgs {
     /// page faults (needs the eBPF collectors; adds their overhead).
     #[arg(long)]
     pub profile: bool,
+    /// A note on what is measured, KEY=VALUE (repeatable): kept in the
+    /// bench file and shown by compare and check. The git revision of the
+    /// current directory is recorded by itself.
+    #[arg(long = "meta", value_name = "KEY=VALUE")]
+    pub meta: Vec<String>,
     /// Kill a run still going after this many seconds.
     #[arg(long, default_value = "600", value_name = "SECONDS", value_parser = crate::cli::parse_seconds)]
     pub run_timeout: Duration,
@@ -80,6 +85,9 @@ pub struct CompareArgs {
     /// Output format.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub format: String,
+    /// The same as --format json.
+    #[arg(long, short = 'j', conflicts_with = "format")]
+    pub json: bool,
     /// Write the report to this file instead of standard output.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
@@ -114,6 +122,9 @@ pub struct CheckArgs {
     /// Report format.
     #[arg(long, default_value = "text", value_parser = ["text", "json", "junit"])]
     pub format: String,
+    /// The same as --format json.
+    #[arg(long, short = 'j', conflicts_with = "format")]
+    pub json: bool,
     /// Write the report to this file (and print the text report).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
@@ -206,6 +217,7 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
     if let Some(o) = &args.output {
         check_output("--output", o)?;
     }
+    let meta = bootscope_bench::provenance::parse_meta(&args.meta)?;
     let sides = split_sides(&args.args)?;
     if args.labels.len() > sides.len() {
         return Err(BenchError::Usage(format!(
@@ -297,11 +309,16 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         };
         eprintln!("bench: {}: {what} {}", c.label, runner::shell_words(argv));
     }
+    // The revision as the runs start, before anything could change it.
+    let git = std::env::current_dir()
+        .ok()
+        .and_then(|d| bootscope_bench::provenance::GitRevision::detect(&d));
     let result = plan.run(print_progress);
     drop(work_dir);
     let mut doc = result?;
     let signal = interrupts.received();
     doc.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
+    doc.provenance = bootscope_bench::provenance::Provenance { meta, git };
     print!("{}", summary_text(&doc));
     if let Some(o) = &args.output {
         let code = write(o, &doc.to_json());
@@ -393,6 +410,9 @@ fn print_progress(p: &Progress) {
 /// The table printed at the end of a benchmark.
 fn summary_text(doc: &BenchDoc) -> String {
     let mut s = String::new();
+    if let Some(p) = doc.provenance.text() {
+        let _ = writeln!(s, "\nmeasured: {p}");
+    }
     for c in &doc.configs {
         let ok = c.measured().count();
         let _ = writeln!(
@@ -530,7 +550,7 @@ fn compare_inner(args: &CompareArgs) -> Result<i32, BenchError> {
         test_kind(&args.test),
         args.alpha,
     )?;
-    let text = match args.format.as_str() {
+    let text = match if args.json { "json" } else { &args.format } {
         "json" => report.json(),
         _ => report.text(),
     };
@@ -569,7 +589,7 @@ fn check_inner(args: &CheckArgs) -> Result<i32, BenchError> {
         test: test_kind(&args.test),
     };
     let report = compare::check(&baseline, &current, &opts)?;
-    let formatted = match args.format.as_str() {
+    let formatted = match if args.json { "json" } else { &args.format } {
         "json" => report.json(),
         "junit" => report.junit(),
         _ => report.text(),

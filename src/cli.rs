@@ -42,7 +42,7 @@ enum Command {
     /// pages, QEMU).
     Doctor {
         /// Print JSON instead of a table.
-        #[arg(long)]
+        #[arg(long, short = 'j')]
         json: bool,
     },
     /// Run `bootscope ARGS...` inside the lab: QEMU's emulator with nested
@@ -73,8 +73,11 @@ enum Command {
     /// a Chrome trace for ui.perfetto.dev (docs/export.md).
     Export {
         /// Output format.
-        #[arg(long, value_parser = bootscope_profiler::export::FORMAT_NAMES)]
-        format: String,
+        #[arg(long, value_parser = bootscope_profiler::export::FORMAT_NAMES, required_unless_present = "json")]
+        format: Option<String>,
+        /// The same as --format json.
+        #[arg(long, short = 'j', conflicts_with = "format")]
+        json: bool,
         /// CSV table (with --format csv; default exits).
         #[arg(long, value_parser = bootscope_profiler::export::CSV_TABLE_NAMES)]
         table: Option<String>,
@@ -84,6 +87,27 @@ enum Command {
         /// A profile (bootscope profile --output) or a boot timeline
         /// (bootscope run --timeline).
         input: PathBuf,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish or
+    /// powershell) to standard output.
+    #[command(after_help = "Examples:
+  bootscope completions bash > /etc/bash_completion.d/bootscope
+  bootscope completions zsh > ~/.zfunc/_bootscope
+  bootscope completions fish > ~/.config/fish/completions/bootscope.fish")]
+    Completions {
+        /// The shell to complete in.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (roff): bootscope.1 and one per subcommand
+    /// (bootscope-run.1, ...), into a directory; the Debian package installs
+    /// them.
+    #[command(after_help = "Example:
+  bootscope man --out-dir /usr/local/share/man/man1 && mandb -q")]
+    Man {
+        /// The directory to write the pages into (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out_dir: PathBuf,
     },
 }
 
@@ -300,10 +324,20 @@ pub fn main() -> i32 {
         Command::Plot(args) => Ok(crate::bench_cmd::plot(args)),
         Command::Export {
             format,
+            json,
             table,
             output,
             input,
-        } => cmd_export(&format, table.as_deref(), output.as_deref(), &input),
+        } => {
+            let format = if json {
+                "json".into()
+            } else {
+                format.unwrap_or_default()
+            };
+            cmd_export(&format, table.as_deref(), output.as_deref(), &input)
+        }
+        Command::Completions { shell } => cmd_completions(shell),
+        Command::Man { out_dir } => cmd_man(&out_dir),
     };
     match result {
         Ok(code) => code,
@@ -875,7 +909,17 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     };
     let mut outputs = args.outputs;
     outputs.extend(inner_outputs(&args.args, args.exe.is_some()).map_err(usage)?);
-    let mut cfg = bootscope_lab::outer::LabConfig::new(exe, args.args);
+    // An output that cannot be written is the lab's error to report (exit
+    // 2, at once): nothing is prepared for a run that will not start.
+    let outputs_ok = outputs
+        .iter()
+        .all(|p| bootscope_model::output::check_writable(p).is_ok());
+    let inner = if args.exe.is_some() || !outputs_ok {
+        args.args
+    } else {
+        with_default_guest(args.args)?
+    };
+    let mut cfg = bootscope_lab::outer::LabConfig::new(exe, inner);
     cfg.outputs = outputs;
     cfg.memory_mib = memory >> 20;
     cfg.cpus = args.cpus.unwrap_or(args.numa_nodes.max(1));
@@ -899,6 +943,40 @@ fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
         Err(e) if e.is_bad_input() => Err(usage(e.into())),
         Err(e) => Err(e.into()),
     }
+}
+
+/// `run ARGS` without `--kernel` boots the default guest, as it does on the
+/// host; the lab machine has neither Debian's kernel nor the initramfs
+/// builder's inputs, so they are prepared here and named explicitly (named
+/// files are carried in). `--initrd` given alone is kept. Any other command
+/// is returned as it is.
+fn with_default_guest(args: Vec<OsString>) -> Result<Vec<OsString>, Failure> {
+    let argv = std::iter::once(OsString::from("bootscope")).chain(args.iter().cloned());
+    let Ok(matches) = Cli::command().try_get_matches_from(argv) else {
+        return Ok(args);
+    };
+    let Some(("run", run)) = matches.subcommand() else {
+        return Ok(args);
+    };
+    let memory_only = run
+        .get_raw("stop_after")
+        .is_some_and(|mut v| v.any(|s| s == "memory"));
+    if run.get_raw("kernel").is_some() || memory_only {
+        return Ok(args);
+    }
+    let (kernel, initrd) = default_guest().map_err(usage)?;
+    eprintln!(
+        "bootscope: default guest: kernel {} initrd {}",
+        kernel.display(),
+        initrd.display()
+    );
+    let mut out: Vec<OsString> = vec!["run".into(), "--kernel".into(), kernel.into()];
+    if run.get_raw("initrd").is_none() {
+        out.push("--initrd".into());
+        out.push(initrd.into());
+    }
+    out.extend(args.into_iter().skip(1));
+    Ok(out)
 }
 
 /// The arguments of each subcommand that name a file it writes (clap ids;
@@ -1048,6 +1126,54 @@ fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
             args: run_args,
         })
     }
+}
+
+/// The command line as clap sees it: what `--help`, the manual pages and
+/// the completion scripts are made from.
+pub fn command() -> clap::Command {
+    Cli::command()
+}
+
+fn cmd_completions(shell: clap_complete::Shell) -> Result<i32, Failure> {
+    let mut cmd = command();
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "bootscope", &mut script);
+    let mut out = std::io::stdout().lock();
+    match out.write_all(&script).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(anyhow::Error::new(e)
+            .context("cannot write to standard output")
+            .into()),
+        _ => Ok(0),
+    }
+}
+
+/// Writes `bootscope.1` and `bootscope-SUBCOMMAND.1` for every subcommand
+/// into `dir`.
+fn cmd_man(dir: &Path) -> Result<i32, Failure> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(usage(anyhow::anyhow!(
+            "--out-dir {}: not a directory; give a directory to write the manual pages into",
+            dir.display()
+        )));
+    }
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("--out-dir {}: cannot create the directory", dir.display()))
+        .map_err(usage)?;
+    let mut cmd = command().disable_help_subcommand(true);
+    cmd.build();
+    let mut written = 0;
+    let mut pages = vec![cmd.clone()];
+    pages.extend(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
+    for page in pages {
+        let man = clap_mangen::Man::new(page).manual("bootscope manual");
+        let path = dir.join(man.get_filename());
+        let mut roff = Vec::new();
+        man.render(&mut roff)?;
+        write_output(&path, &roff)?;
+        written += 1;
+    }
+    eprintln!("bootscope: {written} manual pages in {}", dir.display());
+    Ok(0)
 }
 
 fn cmd_export(
@@ -1218,6 +1344,38 @@ mod tests {
         assert!(text.contains("not a valid bootscope command"), "{text}");
         assert!(text.contains("'sh'"), "{text}");
         assert!(text.contains("--exe PATH"), "{text}");
+    }
+
+    #[test]
+    fn lab_run_without_kernel_gets_the_default_guest() {
+        let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        let same = |v: &[&str]| {
+            assert_eq!(with_default_guest(os(v)).ok(), Some(os(v)), "{v:?}");
+        };
+        same(&["run", "--kernel", "k", "--timeout", "1"]);
+        same(&["run", "--stop-after", "memory"]);
+        same(&["doctor"]);
+        same(&["profile", "--", "run"]);
+        same(&["not-a-command"]);
+        if bootscope_lab::guest::find_debian_kernel().is_err() {
+            eprintln!("SKIP: no Debian kernel: the default guest is not prepared");
+            return;
+        }
+        let Ok(out) = with_default_guest(os(&["run", "--timeout", "600"])) else {
+            panic!("the default guest cannot be prepared here");
+        };
+        assert_eq!(out[0], "run");
+        assert_eq!(out[1], "--kernel");
+        assert!(Path::new(&out[2]).is_file(), "{out:?}");
+        assert_eq!(out[3], "--initrd");
+        assert!(Path::new(&out[4]).is_file(), "{out:?}");
+        assert_eq!(out[5..], os(&["--timeout", "600"]));
+        // An initrd given is the one used.
+        let out = with_default_guest(os(&["run", "--initrd", "mine.cpio"]))
+            .ok()
+            .unwrap();
+        assert_eq!(out[1], "--kernel");
+        assert_eq!(out[3..], os(&["--initrd", "mine.cpio"]));
     }
 
     #[test]

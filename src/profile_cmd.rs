@@ -22,11 +22,13 @@ pub struct ProfileArgs {
     #[arg(long, short = 'o', default_value = "profile.json")]
     pub output: PathBuf,
     /// Stop after this many seconds (default: when the target ends, or on
-    /// Ctrl-C). A launched command still running then gets SIGTERM.
+    /// Ctrl-C). A launched command still running then gets SIGTERM. Not
+    /// perf trace's --duration, which filters events by their latency.
     #[arg(long, value_name = "SECONDS", value_parser = crate::cli::parse_seconds)]
     pub duration: Option<Duration>,
-    /// Profile this running process (and the processes it starts).
-    #[arg(long)]
+    /// Profile this running process (and the processes it starts); -p as
+    /// in perf and kvm_stat.
+    #[arg(long, short = 'p')]
     pub pid: Option<u32>,
     /// Sample the counters this often, in milliseconds (up to an hour).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]

@@ -727,3 +727,165 @@ fn committed_lab_baseline_is_valid_and_a_count_check_against_it_can_fail() {
     assert!(stdout(&o).contains("ok    exits (total)"), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn bench_records_meta_and_the_git_revision() {
+    if !kvm_available() {
+        return;
+    }
+    if Command::new("git").arg("--version").output().is_err() {
+        eprintln!("SKIP: git is not installed");
+        return;
+    }
+    let dir = scratch("meta");
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .arg("-C")
+            .arg(&dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.org"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    git(&["init", "-q"]);
+    std::fs::write(dir.join("kernel.config"), "CONFIG_X=y").unwrap();
+    git(&["add", "kernel.config"]);
+    git(&["commit", "-q", "-m", "kernel"]);
+    let head = git(&["rev-parse", "HEAD"]);
+    let out = dir.join("bench.json");
+    let k = fixture("mini-bzimage-ports.bin");
+    let o = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+        .current_dir(&dir)
+        .args(["bench", "--runs", "1", "--warmup", "0"])
+        .args(["--meta", "kernel=mini 1", "--meta", "config=x=y"])
+        .arg("--output")
+        .arg(&out)
+        .args(["--", "run", "--kernel", &k, "--timeout", "30"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let short = &head[..12];
+    assert!(
+        stdout(&o).contains(&format!(
+            "measured: git {short}; meta config=x=y, kernel=mini 1"
+        )),
+        "{}",
+        text(&o)
+    );
+    let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(doc["version"], 1);
+    assert_eq!(doc["meta"], json!({"kernel": "mini 1", "config": "x=y"}));
+    assert_eq!(doc["git"], json!({"commit": head, "dirty": false}));
+    // compare and check name them.
+    let o = bootscope(&["compare", out.to_str().unwrap(), out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        stdout(&o).contains(&format!("base:     git {short}; meta")),
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn compare_and_check_print_meta_and_revision() {
+    let dir = scratch("provenance");
+    let runs: &[&[(&str, u64)]] = &[
+        &[("exits:total", 1000), ("phase:kernel", 10 * MS)],
+        &[("exits:total", 1001), ("phase:kernel", 11 * MS)],
+        &[("exits:total", 1002), ("phase:kernel", 12 * MS)],
+    ];
+    let mut base = bench_doc("a", runs);
+    base["meta"] = json!({"kernel": "6.1", "host": "ci-1"});
+    base["git"] = json!({"commit": "0123456789abcdef0123456789abcdef01234567", "dirty": true});
+    let base = write_json(&dir, "base.json", &base);
+    // A file without either field (as written before they existed) reads.
+    let plain = write_json(&dir, "plain.json", &bench_doc("a", runs));
+
+    let o = bootscope(&["compare", &base, &plain]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let report = stdout(&o);
+    assert!(
+        report.contains(
+            "  base:     git 0123456789ab, uncommitted changes; meta host=ci-1, kernel=6.1"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains("  new:      (no git revision or notes)"),
+        "{report}"
+    );
+    for flag in ["--json", "-j"] {
+        let o = bootscope(&["compare", flag, &base, &plain]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["base"]["meta"]["kernel"], "6.1", "{v}");
+        assert_eq!(v["base"]["git"]["dirty"], true, "{v}");
+        assert!(
+            v["new"].get("meta").is_none() && v["new"].get("git").is_none(),
+            "{v}"
+        );
+    }
+
+    let o = bootscope(&[
+        "check",
+        "--baseline",
+        &base,
+        "--metric",
+        "exits:total",
+        &plain,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let report = stdout(&o);
+    assert!(
+        report.contains(
+            "  baseline: git 0123456789ab, uncommitted changes; meta host=ci-1, kernel=6.1"
+        ),
+        "{report}"
+    );
+    let o = bootscope(&["check", "--json", "--baseline", &base, &plain]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["baseline"]["meta"]["host"], "ci-1", "{v}");
+    assert_eq!(
+        v["baseline"]["git"]["commit"],
+        "0123456789abcdef0123456789abcdef01234567"
+    );
+
+    // Files without notes: no provenance lines at all.
+    let o = bootscope(&["compare", &plain, &plain]);
+    assert!(!stdout(&o).contains("base:"), "{}", text(&o));
+
+    // --json and --format together, and bad --meta, are bad input.
+    let o = bootscope(&["compare", "--json", "--format", "text", &base, &plain]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(stderr(&o).contains("--json"), "{}", text(&o));
+    let o = bootscope(&[
+        "check",
+        "--json",
+        "--format",
+        "junit",
+        "--baseline",
+        &base,
+        &plain,
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    for (bad, why) in [
+        ("novalue", "no '='"),
+        ("=v", "the key is empty"),
+        ("a b=c", "space"),
+    ] {
+        let o = bootscope(&["bench", "--meta", bad, "--", "run", "--kernel", "k"]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        let err = stderr(&o);
+        assert!(err.contains(&format!("--meta {bad:?}")), "{err}");
+        assert!(err.contains(why) && err.contains("give KEY=VALUE"), "{err}");
+        assert!(!err.contains("bench: [1/"), "runs started: {err}");
+    }
+    let o = bootscope(&["bench", "--meta", "k=1", "--meta", "k=2", "--", "run"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(stderr(&o).contains("given twice"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -107,6 +107,30 @@ fn default_guest_boots_to_userspace_in_the_lab() {
     let _ = std::fs::remove_dir_all(&p.dir);
 }
 
+/// `lab -- run` without `--kernel` boots the default guest, as `run` does on
+/// a host whose KVM can.
+#[test]
+fn lab_run_without_kernel_boots_the_default_guest() {
+    let Some(p) = prereqs("default") else { return };
+    let serial = p.dir.join("serial.log");
+    let out = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+        .args(["lab", "--timeout", "900", "--", "run", "--timeout", "600"])
+        .arg("--serial")
+        .arg(&serial)
+        .output()
+        .expect("bootscope lab runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
+    assert!(stderr.contains("default guest: kernel"), "{stderr}");
+    assert!(!stderr.contains("no default guest kernel"), "{stderr}");
+    let console = std::fs::read_to_string(&serial).expect("serial log copied back from the lab");
+    assert!(
+        console.contains("bootscope-guest: hello from userspace"),
+        "{console}"
+    );
+    let _ = std::fs::remove_dir_all(&p.dir);
+}
+
 #[test]
 fn lab_reports_a_failing_guest() {
     let Some(kernel) = lab_kernel() else { return };

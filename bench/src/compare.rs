@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::doc::{BenchDoc, ConfigKind};
 use crate::error::BenchError;
 use crate::metrics::{self, MetricKind};
+use crate::provenance::Provenance;
 use crate::stats::{self, Summary, TestKind, TestResult};
 
 /// The values of one configuration of one bench file.
@@ -31,6 +32,8 @@ pub struct Sample {
     /// The round of each value of `values` (same order), which pairs the
     /// runs of two configurations of one interleaved bench file.
     pub rounds: BTreeMap<String, Vec<u32>>,
+    /// The bench file's `--meta` notes and git revision.
+    pub provenance: Provenance,
 }
 
 impl Sample {
@@ -58,6 +61,7 @@ impl Sample {
                 .into_iter()
                 .map(|(k, v)| (k, v.into_iter().map(|(r, _)| r).collect()))
                 .collect(),
+            provenance: doc.provenance.clone(),
         })
     }
 
@@ -386,6 +390,8 @@ pub struct SampleInfo {
     pub path: PathBuf,
     pub label: String,
     pub runs: usize,
+    #[serde(flatten)]
+    pub provenance: Provenance,
 }
 
 impl From<&Sample> for SampleInfo {
@@ -394,6 +400,7 @@ impl From<&Sample> for SampleInfo {
             path: s.path.clone(),
             label: s.label.clone(),
             runs: s.runs,
+            provenance: s.provenance.clone(),
         }
     }
 }
@@ -441,6 +448,22 @@ fn describe(s: &SampleInfo) -> String {
     format!("{} in {} ({} runs)", s.label, s.path.display(), s.runs)
 }
 
+/// The `--meta` notes and git revision of each side, one line each, where
+/// either has any.
+fn provenance_lines(s: &mut String, sides: [(&str, &SampleInfo); 2]) {
+    if sides.iter().all(|(_, i)| i.provenance.text().is_none()) {
+        return;
+    }
+    for (name, info) in sides {
+        let text = info.provenance.text();
+        let _ = writeln!(
+            s,
+            "  {name:<9} {}",
+            text.as_deref().unwrap_or("(no git revision or notes)")
+        );
+    }
+}
+
 impl CompareReport {
     /// The plain-words report.
     pub fn text(&self) -> String {
@@ -451,6 +474,7 @@ impl CompareReport {
             describe(&self.base),
             describe(&self.new)
         );
+        provenance_lines(&mut s, [("base:", &self.base), ("new:", &self.new)]);
         let _ = writeln!(
             s,
             "times: {} on {}s, significant below p = {}; counts: medians",
@@ -734,6 +758,10 @@ impl CheckReport {
             describe(&self.current),
             describe(&self.baseline)
         );
+        provenance_lines(
+            &mut s,
+            [("current:", &self.current), ("baseline:", &self.baseline)],
+        );
         let _ = writeln!(
             s,
             "a regression: counts whose median grew beyond the limit; times that grew beyond it \
@@ -873,6 +901,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), (0..v.len() as u32).collect()))
                 .collect(),
+            provenance: Provenance::default(),
         }
     }
 

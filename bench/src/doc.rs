@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
 use crate::metrics::{self, MetricKind};
+use crate::provenance::Provenance;
 use crate::stats::{self, Summary};
 
 /// Schema name of the bench document.
@@ -30,6 +31,10 @@ pub struct BenchDoc {
     pub bootscope: String,
     pub machine: Machine,
     pub settings: Settings,
+    /// What was measured: `--meta` notes and the git revision (top-level
+    /// `meta` and `git`, both optional).
+    #[serde(flatten)]
+    pub provenance: Provenance,
     /// One entry per configuration: one, or two when interleaved.
     pub configs: Vec<ConfigResult>,
     /// `SIGINT` or `SIGTERM` when the benchmark was interrupted: the
@@ -325,6 +330,7 @@ mod tests {
                 profile: false,
                 console_patterns: Vec::new(),
             },
+            provenance: Provenance::default(),
             configs: vec![c],
             interrupted_by: None,
         }
@@ -340,6 +346,25 @@ mod tests {
         assert_eq!(doc.configs[0].summary["exits:io_exits"].unit, "count");
         let back = BenchDoc::parse(&doc.to_json(), Path::new("x.json")).unwrap();
         assert_eq!(back.configs[0].runs.len(), 3);
+        // Without notes or a revision the file has neither field.
+        let v: serde_json::Value = serde_json::from_slice(&doc.to_json()).unwrap();
+        assert!(v.get("meta").is_none() && v.get("git").is_none(), "{v}");
+    }
+
+    #[test]
+    fn notes_and_revision_round_trip() {
+        let mut doc = sample_doc();
+        doc.provenance.meta.insert("kernel".into(), "6.1".into());
+        doc.provenance.git = Some(crate::provenance::GitRevision {
+            commit: "abc".into(),
+            dirty: false,
+        });
+        let v: serde_json::Value = serde_json::from_slice(&doc.to_json()).unwrap();
+        assert_eq!(v["meta"]["kernel"], "6.1");
+        assert_eq!(v["git"]["commit"], "abc");
+        assert_eq!(v["git"]["dirty"], false);
+        let back = BenchDoc::parse(&doc.to_json(), Path::new("x.json")).unwrap();
+        assert_eq!(back.provenance, doc.provenance);
     }
 
     #[test]

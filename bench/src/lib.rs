@@ -12,6 +12,7 @@ pub mod doc;
 pub mod error;
 pub mod metrics;
 pub mod plot;
+pub mod provenance;
 pub mod runner;
 pub mod stats;
 

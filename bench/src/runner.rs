@@ -247,6 +247,7 @@ impl BenchPlan {
                 profile: self.profile,
                 console_patterns: self.console_patterns.iter().map(|p| p.spec()).collect(),
             },
+            provenance: Default::default(),
             configs: results,
             interrupted_by: None,
         })
