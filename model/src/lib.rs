@@ -11,5 +11,9 @@
 //! - [`mark`]: where a timeline mark came from, and the port marks' names;
 //! - [`timeline`]: the timeline document, as its readers see it.
 
+pub mod cpulist;
 pub mod host;
+pub mod mark;
 pub mod output;
+pub mod proc;
+pub mod size;

@@ -31,7 +31,7 @@ use bootscope_model::host::{kvm_flavour, HostRoot};
 use crate::bpf::{self, CollectorKind, Source};
 use crate::error::ProfilerError;
 use crate::kvm_stats;
-use crate::phases::{self, PhaseNames};
+use crate::phases::PhaseNames;
 use crate::profile::*;
 use crate::topology::{page_size, Topology};
 
@@ -494,17 +494,21 @@ impl Collector {
     /// now. Port marks (`debug_port`, `boot_time_port`) are ignored while the
     /// phases collector sees the same writes in the kernel; returns whether
     /// the mark was recorded.
-    pub fn add_mark(&self, name: &str, source: &str, value: Option<u64>) -> bool {
+    pub fn add_mark(&self, name: &str, source: MarkSource, value: Option<u64>) -> bool {
         self.add_mark_at(name, source, value, Instant::now())
     }
 
     /// As [`Collector::add_mark`], for a mark that happened at `at`.
-    pub fn add_mark_at(&self, name: &str, source: &str, value: Option<u64>, at: Instant) -> bool {
+    pub fn add_mark_at(
+        &self,
+        name: &str,
+        source: MarkSource,
+        value: Option<u64>,
+        at: Instant,
+    ) -> bool {
         let mut st = self.lock();
-        let port_mark =
-            source == phases::source::DEBUG_PORT || source == phases::source::BOOT_TIME_PORT;
         let kernel_sees_ports = attached(&st.programs, Source::MarkerPio);
-        if port_mark && kernel_sees_ports {
+        if source.is_port() && kernel_sees_ports {
             return false;
         }
         let t_ns = at.saturating_duration_since(st.started).as_nanos() as u64;
@@ -512,7 +516,7 @@ impl Collector {
         st.vmm_marks += 1;
         st.push_mark(Mark {
             name: name.into(),
-            source: source.into(),
+            source,
             t_ns,
             value,
             tgid: Some(tgid),

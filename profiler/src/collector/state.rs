@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::Ebpf;
+use bootscope_model::mark::{boot_time_port_mark_name, debug_port_mark_name};
 
 use super::plan::ProgramState;
 use super::target::TargetLife;
@@ -211,7 +212,7 @@ impl State {
     /// Records a mark; if it opens a new phase for its process, tells the
     /// kernel.
     pub(super) fn push_mark(&mut self, mark: Mark) {
-        if matches!(mark.source.as_str(), "debug_port" | "boot_time_port") {
+        if mark.source.is_port() {
             if self.port_marks >= MAX_MARKS {
                 self.marks_dropped += 1;
                 return;
@@ -258,18 +259,15 @@ impl State {
                 let value = e.arg1;
                 let (name, source) = if e.arg0 == u64::from(self.boot_time_port) {
                     (
-                        phases::boot_time_port_mark_name(value as u8),
-                        phases::source::BOOT_TIME_PORT,
+                        boot_time_port_mark_name(value as u8),
+                        MarkSource::BootTimePort,
                     )
                 } else {
-                    (
-                        phases::debug_port_mark_name(value as u8),
-                        phases::source::DEBUG_PORT,
-                    )
+                    (debug_port_mark_name(value as u8), MarkSource::DebugPort)
                 };
                 self.push_mark(Mark {
                     name,
-                    source: source.into(),
+                    source,
                     t_ns: t,
                     value: Some(value),
                     tgid: Some(e.tgid),

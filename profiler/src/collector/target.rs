@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData};
 use aya::Ebpf;
+use bootscope_model::proc::threads_of;
 
 use super::read::map_error;
 use super::state::ThreadInfo;
@@ -72,16 +73,6 @@ pub(super) fn read_comm(pid: u32, tid: u32) -> Option<String> {
         .map(|s| s.trim_end_matches('\n').to_string())
 }
 
-/// Thread ids of a process.
-pub(super) fn tasks_of(pid: u32) -> Vec<u32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect()
-}
-
 /// `pid` and its live descendants, parents before children.
 ///
 /// From each thread's `children` file (CONFIG_PROC_CHILDREN, a few reads
@@ -113,7 +104,7 @@ pub(super) fn walk_children(
 /// does not provide those files.
 pub(super) fn children_of(pid: u32) -> Option<Vec<u32>> {
     let mut kids = Vec::new();
-    for tid in tasks_of(pid) {
+    for tid in threads_of(pid) {
         match crate::pseudo::read(format!("/proc/{pid}/task/{tid}/children")) {
             Ok(text) => kids.extend(
                 text.split_whitespace()
@@ -267,7 +258,7 @@ pub(super) fn seed_target(
     let mut known =
         BpfHashMap::<&mut MapData, u32, u32>::try_from(map).map_err(|e| map_error("threads", e))?;
     for &p in procs {
-        for tid in tasks_of(p) {
+        for tid in threads_of(p) {
             let _ = known.insert(tid, p, 0);
             threads.insert(
                 tid,
@@ -293,7 +284,7 @@ mod tests {
         let me = std::process::id();
         assert_eq!(descendants(me)[0], me);
         assert!(process_alive(me));
-        assert!(!tasks_of(me).is_empty());
+        assert!(!threads_of(me).is_empty());
     }
 
     /// A target's end is seen once it has exited, before it is reaped (a
