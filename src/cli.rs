@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{ArgMatches, CommandFactory, Parser, Subcommand};
 
+use bootscope_model::size::parse_size;
 use bootscope_vmm::console::{merge_patterns, MilestonePattern};
 use bootscope_vmm::host::{self, HostRoot, KvmFlavour};
 use bootscope_vmm::timeline::{vmm_marks, Clock, Recorder, StopReason, TimelineDoc};
@@ -411,28 +412,6 @@ pub fn parse_seconds(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(v).map_err(|e| format!("{s} seconds: {e}"))
 }
 
-/// Parses 512M, 2G, 1048576K, 64MiB; a bare number is MiB.
-pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let lower = t.to_ascii_lowercase();
-    let (num, mult) = if let Some(n) = lower.strip_suffix("gib").or(lower.strip_suffix("g")) {
-        (n, 1u64 << 30)
-    } else if let Some(n) = lower.strip_suffix("mib").or(lower.strip_suffix("m")) {
-        (n, 1 << 20)
-    } else if let Some(n) = lower.strip_suffix("kib").or(lower.strip_suffix("k")) {
-        (n, 1 << 10)
-    } else if let Some(n) = lower.strip_suffix('b') {
-        (n, 1)
-    } else {
-        (lower.as_str(), 1 << 20)
-    };
-    let v: u64 = num.trim().parse().with_context(|| {
-        format!("size {s:?} is not a number with an optional K, M or G suffix (for example 512M)")
-    })?;
-    v.checked_mul(mult)
-        .with_context(|| format!("size {s:?} is too large"))
-}
-
 /// Checks that `p`, given as `flag`, can be written (its directory takes a
 /// new file, it is not a directory, its links are safe to follow), before
 /// anything long starts. The rules are [`bootscope_model::output`]'s.
@@ -501,7 +480,7 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         );
     }
     let memory_bytes = match &args.memory {
-        Some(m) => parse_size(m).map_err(|e| usage(e.context("--memory")))?,
+        Some(m) => parse_size(m).context("--memory").map_err(usage)?,
         None if !numa.is_empty() => numa.iter().map(|n| n.memory).sum(),
         None => 256 << 20,
     };
@@ -752,13 +731,9 @@ fn attach_self_profile(
     let clock = recorder.clock();
     let forward = move |c: &bootscope_profiler::Collector,
                         m: &bootscope_vmm::timeline::PhaseMark| {
-        let source = serde_json::to_value(m.source)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
         c.add_mark_at(
             &m.name,
-            &source,
+            m.source,
             m.value.map(u64::from),
             clock.instant_at(m.t_ns),
         );
@@ -902,7 +877,9 @@ fn cmd_doctor(json: bool) -> Result<i32, Failure> {
 }
 
 fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
-    let memory = parse_size(&args.memory).map_err(|e| usage(e.context("--memory")))?;
+    let memory = parse_size(&args.memory)
+        .context("--memory")
+        .map_err(usage)?;
     let exe = match &args.exe {
         Some(exe) => exe.clone(),
         None => std::env::current_exe().context("cannot find the bootscope executable")?,
@@ -1376,17 +1353,6 @@ mod tests {
             .unwrap();
         assert_eq!(out[1], "--kernel");
         assert_eq!(out[3..], os(&["--initrd", "mine.cpio"]));
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
-        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
-        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
-        assert_eq!(parse_size("128").unwrap(), 128 << 20);
-        assert_eq!(parse_size("4096b").unwrap(), 4096);
-        assert!(parse_size("lots").is_err());
-        assert!(parse_size("99999999999G").is_err());
     }
 
     #[test]

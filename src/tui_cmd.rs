@@ -380,10 +380,7 @@ impl ProcfsProfile {
             .snapshot()
             .into_iter()
             .map(|m| Mark {
-                source: serde_json::to_value(m.source)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
+                source: m.source,
                 name: m.name,
                 t_ns: m.t_ns,
                 value: m.value.map(u64::from),
@@ -393,7 +390,7 @@ impl ProcfsProfile {
         p.phases = bootscope_profiler::phases::derive_spans(&p.marks, now);
         // Threads: alive ones from /proc; ended ones keep their last state.
         let tick_ns = 1_000_000_000 / self.ticks_per_sec;
-        for tid in tasks(pid) {
+        for tid in bootscope_model::proc::threads_of(pid) {
             let base = format!("/proc/{pid}/task/{tid}");
             let Some(stat) = stat_fields(&format!("{base}/stat")) else {
                 continue;
@@ -495,17 +492,6 @@ impl ProcfsProfile {
         ];
         p
     }
-}
-
-fn tasks(pid: u32) -> Vec<u32> {
-    let mut v: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    v.sort_unstable();
-    v
 }
 
 /// `bootscope run --tui`: the VM thread, and the collector or the procfs

@@ -1,5 +1,19 @@
-//! What bootscope's crates share. For now: [`output`], the one writer of
-//! output files (timelines, profiles, benchmarks, reports, snapshots, the
-//! lab's files), so that every command treats the paths it is given alike.
+//! What bootscope's crates share, so that each concept has one definition:
+//!
+//! - [`output`]: the one writer of output files (timelines, profiles,
+//!   benchmarks, reports, snapshots, the lab's files), so that every
+//!   command treats the paths it is given alike;
+//! - [`host`]: the KVM flavour of this host;
+//! - [`size`]: sizes with binary suffixes (`512M`, `2GiB`);
+//! - [`cpulist`]: Linux CPU lists (`0-3,8`);
+//! - [`numa`]: the NUMA node topology from sysfs;
+//! - [`proc`]: a process's threads from procfs;
+//! - [`mark`]: where a timeline mark came from, and the port marks' names;
+//! - [`timeline`]: the timeline document, as its readers see it.
 
+pub mod cpulist;
+pub mod host;
+pub mod mark;
 pub mod output;
+pub mod proc;
+pub mod size;

@@ -5,51 +5,12 @@
 //! the phase's index is what the BPF side files exits and faults under
 //! (per process, written into the `phase` map when the mark arrives).
 
+use bootscope_model::mark::{debug_port_range, MarkSource};
+
 use crate::profile::{Mark, PhaseSpan};
 
 /// Name of phase index 0: everything before the first phase mark.
 pub const BEFORE_FIRST_MARK: &str = "before first mark";
-
-/// Mark sources (the `Mark::source` strings).
-pub mod source {
-    pub const VMM: &str = "vmm";
-    pub const DEBUG_PORT: &str = "debug_port";
-    pub const BOOT_TIME_PORT: &str = "boot_time_port";
-    pub const BOOT_TIMER: &str = "boot_timer";
-    pub const SERIAL: &str = "serial";
-}
-
-/// Name for a debug-port (0x80) value, after Cloud Hypervisor's ranges
-/// (same text as the VMM timeline).
-pub fn debug_port_mark_name(value: u8) -> String {
-    format!("port 0x80: {} 0x{value:02x}", debug_port_range(value))
-}
-
-fn debug_port_range(value: u8) -> &'static str {
-    match value {
-        0x00..=0x1f => "firmware",
-        0x20..=0x3f => "bootloader",
-        0x40..=0x5f => "kernel",
-        0x60..=0x7f => "userspace",
-        _ => "custom",
-    }
-}
-
-/// Name for a qemu-boot-time port 0xf4 value (same text as the VMM
-/// timeline).
-pub fn boot_time_port_mark_name(value: u8) -> String {
-    let what = match value {
-        1 => "fw_start",
-        2 => "fw_end",
-        3 => "bootloader_start",
-        4 => "bootloader_end",
-        5 => "linux_start_boot",
-        6 => "linux_start_kernel",
-        7 => "linux_start_user",
-        _ => "unknown",
-    };
-    format!("port 0xf4: {what} ({value})")
-}
 
 /// The phase a mark opens, if it opens one.
 ///
@@ -65,27 +26,27 @@ pub fn boot_time_port_mark_name(value: u8) -> String {
 /// - the boot timer: `userspace`.
 pub fn phase_of_mark(mark: &Mark) -> Option<String> {
     let v = mark.value.map(|v| v as u8);
-    match mark.source.as_str() {
-        source::DEBUG_PORT => v.map(|v| match debug_port_range(v) {
+    match mark.source {
+        MarkSource::DebugPort => v.map(|v| match debug_port_range(v) {
             "custom" => format!("custom 0x{v:02x}"),
             r => r.to_string(),
         }),
-        source::BOOT_TIME_PORT => match v? {
+        MarkSource::BootTimePort => match v? {
             1 => Some("firmware".into()),
             3 => Some("bootloader".into()),
             5 | 6 => Some("kernel".into()),
             7 => Some("userspace".into()),
             _ => None,
         },
-        source::VMM => match mark.name.as_str() {
+        MarkSource::Vmm => match mark.name.as_str() {
             "vmm: process start" | "vmm: profiler attached" => Some("vmm setup".into()),
             "vmm: first KVM_RUN" => Some("guest boot".into()),
             "vmm: guest shutdown" => Some("vmm teardown".into()),
             _ => None,
         },
-        source::SERIAL if mark.name.contains("kernel banner") => Some("kernel".into()),
-        source::SERIAL if mark.name.contains("run init") => Some("userspace".into()),
-        source::BOOT_TIMER => Some("userspace".into()),
+        MarkSource::Serial if mark.name.contains("kernel banner") => Some("kernel".into()),
+        MarkSource::Serial if mark.name.contains("run init") => Some("userspace".into()),
+        MarkSource::BootTimer => Some("userspace".into()),
         _ => None,
     }
 }
@@ -134,7 +95,7 @@ impl PhaseNames {
 pub fn derive_spans(marks: &[Mark], end_ns: u64) -> Vec<PhaseSpan> {
     let mut sorted: Vec<&Mark> = marks.iter().collect();
     sorted.sort_by_key(|m| m.t_ns);
-    let vmm = |m: &Mark, name: &str| m.source == source::VMM && m.name == name;
+    let vmm = |m: &Mark, name: &str| m.source == MarkSource::Vmm && m.name == name;
     let attached = sorted.iter().any(|m| vmm(m, "vmm: profiler attached"));
     let mut spans: Vec<PhaseSpan> = Vec::new();
     for m in sorted {
@@ -163,10 +124,10 @@ pub fn derive_spans(marks: &[Mark], end_ns: u64) -> Vec<PhaseSpan> {
 mod tests {
     use super::*;
 
-    fn mark(source: &str, name: &str, value: Option<u64>, t_ns: u64) -> Mark {
+    fn mark(source: MarkSource, name: &str, value: Option<u64>, t_ns: u64) -> Mark {
         Mark {
             name: name.into(),
-            source: source.into(),
+            source,
             t_ns,
             value,
             tgid: None,
@@ -174,52 +135,40 @@ mod tests {
     }
 
     #[test]
-    fn names_match_the_vmm_timeline() {
-        assert_eq!(debug_port_mark_name(0x40), "port 0x80: kernel 0x40");
-        assert_eq!(debug_port_mark_name(0x90), "port 0x80: custom 0x90");
-        assert_eq!(
-            boot_time_port_mark_name(6),
-            "port 0xf4: linux_start_kernel (6)"
-        );
-        assert_eq!(boot_time_port_mark_name(9), "port 0xf4: unknown (9)");
-    }
-
-    #[test]
     fn marks_open_phases() {
         let p = |s, n, v| phase_of_mark(&mark(s, n, v, 0));
         assert_eq!(
-            p(source::DEBUG_PORT, "", Some(0x41)).as_deref(),
+            p(MarkSource::DebugPort, "", Some(0x41)).as_deref(),
             Some("kernel")
         );
         assert_eq!(
-            p(source::DEBUG_PORT, "", Some(0x90)).as_deref(),
+            p(MarkSource::DebugPort, "", Some(0x90)).as_deref(),
             Some("custom 0x90")
         );
         assert_eq!(
-            p(source::BOOT_TIME_PORT, "", Some(7)).as_deref(),
+            p(MarkSource::BootTimePort, "", Some(7)).as_deref(),
             Some("userspace")
         );
-        assert_eq!(p(source::BOOT_TIME_PORT, "", Some(2)), None);
+        assert_eq!(p(MarkSource::BootTimePort, "", Some(2)), None);
         assert_eq!(
-            p(source::VMM, "vmm: first KVM_RUN", None).as_deref(),
+            p(MarkSource::Vmm, "vmm: first KVM_RUN", None).as_deref(),
             Some("guest boot")
         );
-        assert_eq!(p(source::VMM, "vmm: memory ready", None), None);
+        assert_eq!(p(MarkSource::Vmm, "vmm: memory ready", None), None);
         assert_eq!(
-            p(source::SERIAL, "serial: run init", None).as_deref(),
+            p(MarkSource::Serial, "serial: run init", None).as_deref(),
             Some("userspace")
         );
-        assert_eq!(p("other", "x", None), None);
     }
 
     #[test]
     fn spans_follow_marks() {
         let marks = vec![
-            mark(source::DEBUG_PORT, "a", Some(0x40), 100),
-            mark(source::BOOT_TIME_PORT, "b", Some(6), 110), // still kernel
-            mark(source::VMM, "vmm: memory ready", None, 50), // opens nothing
-            mark(source::DEBUG_PORT, "c", Some(0x60), 300),
-            mark(source::DEBUG_PORT, "d", Some(0x90), 400),
+            mark(MarkSource::DebugPort, "a", Some(0x40), 100),
+            mark(MarkSource::BootTimePort, "b", Some(6), 110), // still kernel
+            mark(MarkSource::Vmm, "vmm: memory ready", None, 50), // opens nothing
+            mark(MarkSource::DebugPort, "c", Some(0x60), 300),
+            mark(MarkSource::DebugPort, "d", Some(0x90), 400),
         ];
         let s = derive_spans(&marks, 1000);
         let got: Vec<(&str, u64, u64)> = s
@@ -236,7 +185,7 @@ mod tests {
         );
         // The VMM's own marks; a profiler attached before the VMM started
         // has its own span.
-        let vmm = |name: &str, t| mark(source::VMM, name, None, t);
+        let vmm = |name: &str, t| mark(MarkSource::Vmm, name, None, t);
         let mut marks = vec![vmm("vmm: process start", 0), vmm("vmm: first KVM_RUN", 60)];
         let names = |m: &[Mark]| -> Vec<(String, u64)> {
             derive_spans(m, 100)

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use bootscope_model::mark::MarkSource;
+
 /// Value of the `schema` field.
 pub const PROFILE_SCHEMA_NAME: &str = "bootscope.profile";
 /// Bump on any incompatible change.
@@ -404,7 +406,7 @@ pub struct NodeLocality {
 pub struct Mark {
     pub name: String,
     /// `vmm`, `debug_port`, `boot_time_port`, `boot_timer`, `serial`.
-    pub source: String,
+    pub source: MarkSource,
     pub t_ns: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<u64>,

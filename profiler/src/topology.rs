@@ -109,22 +109,12 @@ fn node_dirs(dir: &Path) -> Vec<(u32, PathBuf)> {
     out
 }
 
-/// Parses `0-3,8,10-11`.
+/// Parses `0-3,8,10-11` (the kernel's list format), ascending; None when
+/// it does not parse.
 pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
-    let mut out = Vec::new();
-    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-                if b < a {
-                    return None;
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.trim().parse().ok()?),
-        }
-    }
-    Some(out)
+    bootscope_model::cpulist::IdSet::parse(s)
+        .ok()
+        .map(|set| set.iter().collect())
 }
 
 /// Ranges from `/sys/devices/system/node/nodeN/memoryM`: block M covers

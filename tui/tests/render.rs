@@ -189,7 +189,7 @@ fn fixture(t_ms: u64) -> Profile {
         if a <= t_ms {
             p.marks.push(Mark {
                 name: format!("mark: {name}"),
-                source: "vmm".into(),
+                source: MarkSource::Vmm,
                 t_ns: a * MS,
                 ..Default::default()
             });

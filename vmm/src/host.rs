@@ -1,90 +1,12 @@
-//! What this host offers: the KVM flavour and the facilities bootscope uses.
+//! What this host offers: the facilities bootscope uses, beside the KVM
+//! flavour (bootscope_model::host).
 //! Every probe takes an injectable root so tests can use a fake tree.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-/// Which KVM backend the host runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KvmFlavour {
-    /// Intel VT-x (kvm_intel).
-    Vmx,
-    /// AMD-V (kvm_amd).
-    Svm,
-    /// Pagetable-based Virtual Machine (kvm_pvm): only PVM guests run at full
-    /// speed; anything else goes through the instruction emulator.
-    Pvm,
-    /// No usable /dev/kvm.
-    None,
-}
-
-impl KvmFlavour {
-    /// Whether a stock (non-PVM) Linux kernel boots at full speed.
-    pub fn boots_stock_kernels(self) -> bool {
-        matches!(self, KvmFlavour::Vmx | KvmFlavour::Svm)
-    }
-}
-
-impl fmt::Display for KvmFlavour {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            KvmFlavour::Vmx => "VMX (Intel VT-x, kvm_intel)",
-            KvmFlavour::Svm => "SVM (AMD-V, kvm_amd)",
-            KvmFlavour::Pvm => "PVM (kvm_pvm)",
-            KvmFlavour::None => "none",
-        })
-    }
-}
-
-/// Roots of the files the probes read (`/` in production).
-#[derive(Clone, Debug)]
-pub struct HostRoot(pub PathBuf);
-
-impl Default for HostRoot {
-    fn default() -> Self {
-        Self(PathBuf::from("/"))
-    }
-}
-
-impl HostRoot {
-    fn path(&self, p: &str) -> PathBuf {
-        self.0.join(p.trim_start_matches('/'))
-    }
-}
-
-/// Detects the KVM flavour from loaded modules, falling back to CPU flags.
-pub fn kvm_flavour(root: &HostRoot) -> KvmFlavour {
-    if !root.path("/dev/kvm").exists() {
-        return KvmFlavour::None;
-    }
-    let module = |m: &str| root.path(&format!("/sys/module/{m}")).exists();
-    if module("kvm_pvm") {
-        return KvmFlavour::Pvm;
-    }
-    if module("kvm_intel") {
-        return KvmFlavour::Vmx;
-    }
-    if module("kvm_amd") {
-        return KvmFlavour::Svm;
-    }
-    let cpuinfo = std::fs::read_to_string(root.path("/proc/cpuinfo")).unwrap_or_default();
-    let has_flag = |f: &str| {
-        cpuinfo
-            .lines()
-            .filter(|l| l.starts_with("flags"))
-            .any(|l| l.split_whitespace().any(|w| w == f))
-    };
-    if has_flag("vmx") {
-        KvmFlavour::Vmx
-    } else if has_flag("svm") {
-        KvmFlavour::Svm
-    } else {
-        KvmFlavour::None
-    }
-}
+pub use bootscope_model::host::{kvm_flavour, HostRoot, KvmFlavour};
 
 /// One line of `bootscope doctor`.
 #[derive(Clone, Debug, Serialize)]
@@ -366,26 +288,6 @@ mod tests {
                 let _ = std::fs::remove_dir_all(&self.0);
             }
         }
-    }
-
-    #[test]
-    fn flavour_from_modules() {
-        let t = tree(&["/dev/kvm", "/sys/module/kvm/", "/sys/module/kvm_pvm/"]);
-        assert_eq!(kvm_flavour(&HostRoot(t.0.clone())), KvmFlavour::Pvm);
-        let t = tree(&["/dev/kvm", "/sys/module/kvm_amd/"]);
-        assert_eq!(kvm_flavour(&HostRoot(t.0.clone())), KvmFlavour::Svm);
-        let t = tree(&["/dev/kvm", "/sys/module/kvm_intel/"]);
-        assert_eq!(kvm_flavour(&HostRoot(t.0.clone())), KvmFlavour::Vmx);
-        let t = tree(&["/sys/module/kvm_intel/"]);
-        assert_eq!(kvm_flavour(&HostRoot(t.0.clone())), KvmFlavour::None);
-    }
-
-    #[test]
-    fn flavour_from_cpu_flags() {
-        let t = tree(&["/dev/kvm"]);
-        std::fs::create_dir_all(t.0.join("proc")).unwrap();
-        std::fs::write(t.0.join("proc/cpuinfo"), "flags\t\t: fpu svm lm\n").unwrap();
-        assert_eq!(kvm_flavour(&HostRoot(t.0.clone())), KvmFlavour::Svm);
     }
 
     #[test]

@@ -33,21 +33,7 @@ pub mod vmm_marks {
     pub const VMM_EXIT: &str = "vmm: exit";
 }
 
-/// Who produced a mark.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MarkSource {
-    /// The VMM itself.
-    Vmm,
-    /// A guest write to I/O port 0x80.
-    DebugPort,
-    /// A guest write of 123 to the boot-timer MMIO address.
-    BootTimer,
-    /// A guest write to I/O port 0xf4 (qemu-boot-time).
-    BootTimePort,
-    /// A console line that matched a milestone pattern.
-    Serial,
-}
+pub use bootscope_model::mark::{boot_time_port_mark_name, debug_port_mark_name, MarkSource};
 
 /// One instant in the boot.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -196,33 +182,6 @@ impl Recorder {
         // A panic while holding the lock cannot leave the Vec inconsistent.
         self.marks.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-/// Name for a debug-port (0x80) value, after Cloud Hypervisor's ranges.
-pub fn debug_port_mark_name(value: u8) -> String {
-    let range = match value {
-        0x00..=0x1f => "firmware",
-        0x20..=0x3f => "bootloader",
-        0x40..=0x5f => "kernel",
-        0x60..=0x7f => "userspace",
-        _ => "custom",
-    };
-    format!("port 0x80: {range} 0x{value:02x}")
-}
-
-/// Name for a qemu-boot-time port 0xf4 value.
-pub fn boot_time_port_mark_name(value: u8) -> String {
-    let what = match value {
-        1 => "fw_start",
-        2 => "fw_end",
-        3 => "bootloader_start",
-        4 => "bootloader_end",
-        5 => "linux_start_boot",
-        6 => "linux_start_kernel",
-        7 => "linux_start_user",
-        _ => "unknown",
-    };
-    format!("port 0xf4: {what} ({value})")
 }
 
 /// True when the mark says the guest kernel proper started running.
@@ -588,18 +547,6 @@ mod tests {
         let kernel = p.iter().find(|p| p.name == "kernel").unwrap();
         assert_eq!(kernel.end_ns, 100);
         assert!(p.iter().all(|p| p.name != "userspace"));
-    }
-
-    #[test]
-    fn port_names_follow_ranges() {
-        assert_eq!(debug_port_mark_name(0x05), "port 0x80: firmware 0x05");
-        assert_eq!(debug_port_mark_name(0x41), "port 0x80: kernel 0x41");
-        assert_eq!(debug_port_mark_name(0x7f), "port 0x80: userspace 0x7f");
-        assert_eq!(debug_port_mark_name(0x80), "port 0x80: custom 0x80");
-        assert_eq!(
-            boot_time_port_mark_name(6),
-            "port 0xf4: linux_start_kernel (6)"
-        );
     }
 
     #[test]

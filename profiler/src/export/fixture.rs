@@ -230,21 +230,21 @@ pub fn profile() -> Profile {
     p.marks = vec![
         Mark {
             name: "vmm: first KVM_RUN".into(),
-            source: "vmm".into(),
+            source: MarkSource::Vmm,
             t_ns: 70_000_000,
             value: None,
             ..Default::default()
         },
         Mark {
             name: "port 0x80: kernel 0x40".into(),
-            source: "debug_port".into(),
+            source: MarkSource::DebugPort,
             t_ns: 80_000_000,
             value: Some(0x40),
             ..Default::default()
         },
         Mark {
             name: "port 0x80: userspace 0x60".into(),
-            source: "debug_port".into(),
+            source: MarkSource::DebugPort,
             t_ns: 800_000_000,
             value: Some(0x60),
             ..Default::default()

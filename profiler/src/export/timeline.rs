@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::profile::{DataSource, Mark, PhaseSpan, Profile};
+use crate::profile::{DataSource, Mark, MarkSource, PhaseSpan, Profile};
 
 /// The timeline's `schema` field.
 pub const TIMELINE_SCHEMA_NAME: &str = "bootscope.timeline";
@@ -66,6 +66,17 @@ fn unsigned(obj: &Map<String, Value>, at: &str, key: &str) -> Result<u64, Timeli
         .ok_or_else(|| field_error(format!("{at}{key}"), "is not a non-negative integer"))
 }
 
+/// A mark's `source`: one of [`MarkSource`]'s names.
+fn mark_source(obj: &Map<String, Value>, at: &str) -> Result<MarkSource, TimelineError> {
+    let name = string(obj, at, "source")?;
+    serde_json::from_value(Value::String(name)).map_err(|_| {
+        field_error(
+            format!("{at}source"),
+            "is not vmm, debug_port, boot_timer, boot_time_port or serial",
+        )
+    })
+}
+
 /// A descriptive string field: absent or of another type reads as empty.
 fn text(obj: &Map<String, Value>, key: &str) -> String {
     obj.get(key)
@@ -122,7 +133,7 @@ pub fn profile_from_timeline(doc: &Value) -> Result<Profile, TimelineError> {
         };
         p.marks.push(Mark {
             name: string(m, &at, "name")?,
-            source: string(m, &at, "source")?,
+            source: mark_source(m, &at)?,
             t_ns: unsigned(m, &at, "t_ns")?,
             value,
             tgid: None,
@@ -251,9 +262,9 @@ mod tests {
         assert_eq!(p.host.kvm, "svm");
         assert_eq!(p.marks.len(), 2);
         assert_eq!(p.marks[0].name, "vmm: process start");
-        assert_eq!(p.marks[0].source, "vmm");
+        assert_eq!(p.marks[0].source, MarkSource::Vmm);
         assert_eq!(p.marks[0].value, None);
-        assert_eq!(p.marks[1].source, "debug_port");
+        assert_eq!(p.marks[1].source, MarkSource::DebugPort);
         assert_eq!(p.marks[1].t_ns, 812_345_678);
         assert_eq!(p.marks[1].value, Some(96));
         assert_eq!(

@@ -4,26 +4,18 @@
 use std::io;
 use std::path::PathBuf;
 
-use super::cpulist::{CpuSet, NodeSet, MAX_ID};
+use super::cpulist::{CpuSet, NodeSet};
 use super::spec::{human_size, HugePageSize, Policy};
 
 /// A size, list, policy or `--numa` option that does not parse.
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
-    /// A CPU or node list with a malformed item.
-    #[error(
-        "{list:?}: {item:?} is not a number or a low-high range; write lists like 0-3,8,10-11"
-    )]
-    BadIdList { list: String, item: String },
-    /// A CPU or node number beyond any real host.
-    #[error("{list:?}: {id} is larger than any CPU or node number (at most {MAX_ID})")]
-    IdTooLarge { list: String, id: u32 },
-    /// A size that is not a number with a unit.
-    #[error("size {0:?} is not a number with an optional K, M, G or T suffix (for example 512M)")]
-    BadSize(String),
-    /// A size that overflows 64 bits.
-    #[error("size {0:?} is too large")]
-    SizeTooLarge(String),
+    /// A CPU or node list that does not parse.
+    #[error(transparent)]
+    List(#[from] super::cpulist::CpuListError),
+    /// A size that does not parse.
+    #[error(transparent)]
+    Size(#[from] bootscope_model::size::SizeError),
     /// A huge page size the kernel does not offer on x86.
     #[error("huge page size {0:?} is not supported; use 2M or 1G")]
     BadHugePageSize(String),

@@ -9,53 +9,7 @@ use serde::Serialize;
 use super::cpulist::{CpuSet, IdSet, NodeSet};
 use super::SpecError;
 
-/// Parses `512M`, `2G`, `1048576K`, `64MiB`, `4096b`, `1T`; a bare number is
-/// MiB (the same rules as `--memory`).
-pub fn parse_size(s: &str) -> Result<u64, SpecError> {
-    let lower = s.trim().to_ascii_lowercase();
-    let units: [(&str, &str, u64); 4] = [
-        ("tib", "t", 1 << 40),
-        ("gib", "g", 1 << 30),
-        ("mib", "m", 1 << 20),
-        ("kib", "k", 1 << 10),
-    ];
-    let mut parsed = None;
-    for (long, short, mult) in units {
-        if let Some(n) = lower
-            .strip_suffix(long)
-            .or_else(|| lower.strip_suffix(short))
-        {
-            parsed = Some((n, mult));
-            break;
-        }
-    }
-    let (num, mult) = parsed.unwrap_or_else(|| match lower.strip_suffix('b') {
-        Some(n) => (n, 1),
-        None => (lower.as_str(), 1 << 20),
-    });
-    let v: u64 = num
-        .trim()
-        .parse()
-        .map_err(|_| SpecError::BadSize(s.to_string()))?;
-    v.checked_mul(mult)
-        .ok_or_else(|| SpecError::SizeTooLarge(s.to_string()))
-}
-
-/// Formats a byte count for messages: `1 GiB`, `2 MiB`, `12 KiB`, or bytes.
-pub fn human_size(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [
-        (1 << 40, "TiB"),
-        (1 << 30, "GiB"),
-        (1 << 20, "MiB"),
-        (1 << 10, "KiB"),
-    ];
-    for (unit, name) in UNITS {
-        if bytes >= unit && bytes % unit == 0 {
-            return format!("{} {name}", bytes / unit);
-        }
-    }
-    format!("{bytes} bytes")
-}
+pub use bootscope_model::size::{human_size, parse_size};
 
 /// A hugetlb page size (`--hugepages 2M|1G`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -269,26 +223,6 @@ impl FromStr for NumaSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
-        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
-        assert_eq!(parse_size("2g").unwrap(), 2 << 30);
-        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
-        assert_eq!(parse_size("128").unwrap(), 128 << 20);
-        assert_eq!(parse_size("4096b").unwrap(), 4096);
-        assert_eq!(parse_size("1048576K").unwrap(), 1 << 30);
-        assert_eq!(parse_size("1T").unwrap(), 1 << 40);
-        assert!(matches!(parse_size("lots"), Err(SpecError::BadSize(_))));
-        assert!(matches!(
-            parse_size("99999999999G"),
-            Err(SpecError::SizeTooLarge(_))
-        ));
-        assert_eq!(human_size(1 << 30), "1 GiB");
-        assert_eq!(human_size(3 << 20), "3 MiB");
-        assert_eq!(human_size(4097), "4097 bytes");
-    }
 
     #[test]
     fn huge_page_sizes() {

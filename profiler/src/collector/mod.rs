@@ -1,0 +1,618 @@
+//! The collector: loads the eBPF object, follows the target, streams marks
+//! and thread lifetimes from the ring buffer, and turns the in-kernel
+//! aggregates into a [`Profile`] whenever asked.
+//!
+//! ```no_run
+//! use bootscope_profiler::collector::{Collector, CollectorConfig, TargetSpec};
+//! let c = Collector::start(CollectorConfig::new(TargetSpec::Pid(1234)))?;
+//! std::thread::sleep(std::time::Duration::from_secs(1));
+//! let live = c.snapshot(); // as often as wanted
+//! let done = c.finish();
+//! # Ok::<(), bootscope_profiler::ProfilerError>(())
+//! ```
+
+mod load;
+mod plan;
+mod read;
+mod state;
+mod target;
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use aya::maps::{MapData, RingBuf};
+use bootscope_model::host::{kvm_flavour, HostRoot};
+
+use crate::bpf::{self, CollectorKind, Source};
+use crate::error::ProfilerError;
+use crate::kvm_stats;
+use crate::phases::PhaseNames;
+use crate::profile::*;
+use crate::topology::{page_size, Topology};
+
+use load::{
+    attach_programs, enable_run_stats, fill_topology_maps, load_object, ObjectSettings, Stages,
+};
+use plan::{attached, plan_programs, unused_maps, KvmBackend, ProgramState};
+use read::{kernel_release, map_error};
+pub use read::{thread_role, vcpu_from_thread_name};
+use state::{worker_loop, State};
+use target::{
+    check_pid_namespace, check_privileges, descendants, find_or_mount_tracefs, read_comm,
+    resolve_target, seed_target, TargetLife,
+};
+
+/// What to profile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetSpec {
+    /// A running process (and the children it starts from now on).
+    Pid(u32),
+    /// A process the caller launched and holds before exec (see
+    /// [`crate::launch::HeldCommand`]); release it after `start`.
+    Launched(u32),
+    /// This process: bootscope profiling its own VMM.
+    CurrentProcess,
+}
+
+/// Which collectors to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CollectorSet {
+    pub exits: bool,
+    /// The exits' latency (a second program on every exit, kvm_entry);
+    /// only with `exits`.
+    pub exit_latency: bool,
+    pub faults: bool,
+    pub threads: bool,
+    pub numa: bool,
+    pub phases: bool,
+}
+
+impl CollectorSet {
+    pub const ALL: Self = Self {
+        exits: true,
+        exit_latency: true,
+        faults: true,
+        threads: true,
+        numa: true,
+        phases: true,
+    };
+
+    /// The collectors' names, as `--collect` takes them: `exit-counts` is
+    /// the exits collector without the exits' latency.
+    pub const NAMES: [&'static str; 6] = [
+        "exits",
+        "exit-counts",
+        "faults",
+        "threads",
+        "numa",
+        "phases",
+    ];
+
+    /// A comma-separated list of collector names (`exits,phases`); `all`
+    /// for every one. Err says what is wrong, naming the choices.
+    pub fn parse(list: &str) -> Result<Self, String> {
+        let mut set = Self {
+            exits: false,
+            exit_latency: false,
+            faults: false,
+            threads: false,
+            numa: false,
+            phases: false,
+        };
+        for name in list.split(',').map(str::trim) {
+            match name {
+                "exits" => {
+                    set.exits = true;
+                    set.exit_latency = true;
+                }
+                "exit-counts" => set.exits = true,
+                "faults" => set.faults = true,
+                "threads" => set.threads = true,
+                "numa" => set.numa = true,
+                "phases" => set.phases = true,
+                "all" => set = Self::ALL,
+                "" => {
+                    return Err(format!(
+                        "an empty collector name in \"{list}\"; name one or more of {}, or all",
+                        Self::NAMES.join(", ")
+                    ))
+                }
+                other => {
+                    return Err(format!(
+                        "unknown collector \"{other}\"; choose from {}, or all",
+                        Self::NAMES.join(", ")
+                    ))
+                }
+            }
+        }
+        Ok(set)
+    }
+
+    fn has(&self, k: CollectorKind) -> bool {
+        match k {
+            CollectorKind::Exits => self.exits,
+            CollectorKind::ExitLatency => self.exits && self.exit_latency,
+            CollectorKind::Faults => self.faults,
+            CollectorKind::Threads => self.threads,
+            CollectorKind::Numa => self.numa,
+            CollectorKind::Phases => self.phases,
+        }
+    }
+}
+
+/// How to profile.
+#[derive(Clone, Debug)]
+pub struct CollectorConfig {
+    pub target: TargetSpec,
+    /// The launched command line, for the profile's `target.command`.
+    pub command: Vec<String>,
+    /// How often cumulative counters are sampled into `Profile::samples`
+    /// (at most: samples are spaced at least 250 times their own cost, so
+    /// the sampler stays under 0.1 % of a CPU on a slow machine).
+    pub sample_interval: Duration,
+    /// Ring buffer size in bytes (rounded up to a power of two, at least a
+    /// page).
+    pub ring_buffer_bytes: u32,
+    /// None: read the ring buffer as soon as it has data. Some(d): read it
+    /// only every d (a slow consumer; tests use it to overflow the buffer).
+    pub drain_interval: Option<Duration>,
+    /// The marker ports.
+    pub debug_port: u16,
+    pub boot_time_port: u16,
+    pub collectors: CollectorSet,
+    /// The zero of every `t_ns` (default: when the collector starts). A
+    /// VMM profiling itself passes its own process start, so the profile
+    /// and its timeline share one clock.
+    pub origin: Option<Instant>,
+    /// Read threads' exit codes in the kernel (`threads[].exit_code`). That
+    /// is the one read that needs the kernel's BTF (CO-RE), and parsing it
+    /// is most of the profiler's start-up, so a VMM profiling itself, which
+    /// knows its own outcome, turns it off (the default for
+    /// [`TargetSpec::CurrentProcess`]).
+    pub exit_codes: bool,
+    /// The most threads the target will have, when known (a VMM profiling
+    /// itself knows its vCPUs and preallocation threads). The maps keyed by
+    /// thread are then made for that many (with room to spare) instead of
+    /// for any VMM: the kernel preallocates every entry of a hash map when
+    /// it creates it, a third of the profiler's start-up at the default
+    /// sizes. Entries beyond the size are counted in `map_overflows`.
+    pub expected_threads: Option<u32>,
+    /// Have the kernel count and time every run of every eBPF program
+    /// (BPF_ENABLE_STATS) while profiling, and report each program's runs
+    /// and run time in `sources[]`: what the eBPF side cost the host. Off
+    /// by default: the kernel then reads the clock twice per run, of every
+    /// program on the host, not only ours.
+    pub bpf_stats: bool,
+}
+
+impl CollectorConfig {
+    /// Defaults for a target: every collector, 200 ms samples, 256 KiB ring
+    /// buffer, ports 0x80 and 0xf4.
+    pub fn new(target: TargetSpec) -> Self {
+        let exit_codes = !matches!(target, TargetSpec::CurrentProcess);
+        Self {
+            target,
+            command: Vec::new(),
+            sample_interval: Duration::from_millis(200),
+            ring_buffer_bytes: 256 * 1024,
+            drain_interval: None,
+            debug_port: 0x80,
+            boot_time_port: 0xf4,
+            collectors: CollectorSet::ALL,
+            origin: None,
+            exit_codes,
+            expected_threads: None,
+            bpf_stats: false,
+        }
+    }
+}
+struct Shared {
+    stop: AtomicBool,
+    /// An eventfd the worker waits on with the ring buffer: stopping must
+    /// not wait for a sleep that may last until the next sample (seconds
+    /// when samples are spaced out on a slow machine).
+    wake: OwnedFd,
+    state: Mutex<State>,
+}
+
+impl Shared {
+    fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let one: u64 = 1;
+        // SAFETY: an 8-byte write from a live u64 to our own eventfd; an
+        // eventfd write only fails when the counter would overflow, and
+        // then the worker is already woken.
+        unsafe {
+            libc::write(
+                self.wake.as_raw_fd(),
+                (&one as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
+}
+
+/// A running profile. Dropping it stops profiling.
+pub struct Collector {
+    shared: Arc<Shared>,
+    worker: Option<JoinHandle<()>>,
+    target_pid: u32,
+    started: Instant,
+}
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
+/// CPU time the calling thread has used (zero if the clock cannot be
+/// read).
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into a valid pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+/// The zero of every `t_ns`: `origin` when it is not in the future, else
+/// now; and that instant on the clock of `bpf_ktime_get_ns`.
+fn clock_origin(origin: Option<Instant>) -> (Instant, u64) {
+    let now = Instant::now();
+    let now_mono_ns = monotonic_ns();
+    // Instant is CLOCK_MONOTONIC on Linux: an earlier origin shifts both.
+    let started = origin.filter(|o| *o <= now).unwrap_or(now);
+    let start_mono_ns = now_mono_ns.saturating_sub(now.duration_since(started).as_nanos() as u64);
+    (started, start_mono_ns)
+}
+
+/// The sources read once at start-up: the threads that were there, and the
+/// NUMA topology.
+fn startup_sources(threads: usize, topology: &Topology) -> Vec<DataSource> {
+    let beyond = if topology.pfn_ranges.len() > bpf::MAX_PFN_RANGES {
+        format!(
+            "; only the first {} are searched, pages beyond count as unknown node",
+            bpf::MAX_PFN_RANGES
+        )
+    } else {
+        String::new()
+    };
+    vec![
+        DataSource {
+            name: "procfs:threads".into(),
+            status: "attached".into(),
+            detail: "names of threads that existed before profiling started".into(),
+            events: threads as u64,
+            collector: "threads".into(),
+            ..Default::default()
+        },
+        DataSource {
+            name: "sysfs:numa".into(),
+            status: "attached".into(),
+            detail: format!(
+                "{} node(s); page frames mapped to nodes from {} ({} range(s){})",
+                topology.nodes.len(),
+                topology.pfn_source,
+                topology.pfn_ranges.len(),
+                beyond
+            ),
+            events: 0,
+            collector: "numa".into(),
+            ..Default::default()
+        },
+    ]
+}
+
+impl Collector {
+    /// Starts profiling. Tracepoints this kernel lacks are recorded as
+    /// missing in `sources[]` and the rest goes on; errors are for what
+    /// makes profiling impossible.
+    pub fn start(config: CollectorConfig) -> Result<Collector, ProfilerError> {
+        let mut stages = Stages::new();
+        check_privileges()?;
+        check_pid_namespace()?;
+        let (kind, target_pid) = resolve_target(config.target)?;
+        let tracefs = find_or_mount_tracefs()?;
+        stages.end("checks");
+        let topology = Topology::read(Path::new("/"));
+        stages.end("topology");
+
+        let plan = plan_programs(&config.collectors, &tracefs, KvmBackend::detect());
+        let ring_bytes = config
+            .ring_buffer_bytes
+            .max(page_size() as u32)
+            .checked_next_power_of_two()
+            .unwrap_or(1 << 30);
+        stages.end("tracefs formats");
+        let unused = unused_maps(&plan.programs);
+        let settings = ObjectSettings {
+            globals: &plan.globals,
+            direct: &plan.direct,
+            fork_follows: !attached(&plan.programs, Source::TaskNewtask),
+            ring_bytes,
+            unused_maps: &unused,
+        };
+        let (mut ebpf, kernel_btf) = load_object(&config, &topology, &settings, &mut stages)?;
+        fill_topology_maps(&mut ebpf, &topology)?;
+
+        // The target, its live descendants and their threads.
+        let (started, start_mono_ns) = clock_origin(config.origin);
+        let procs = match config.target {
+            // A held child has no threads or children yet.
+            TargetSpec::Launched(p) => vec![p],
+            _ => descendants(target_pid),
+        };
+        let (threads, tgids) = seed_target(&mut ebpf, target_pid, &procs)?;
+        stages.end("seed");
+
+        // Before attaching, so that every run of ours is counted.
+        let (bpf_stats, stats_source) = enable_run_stats(config.bpf_stats);
+        let mut programs = plan.programs;
+        attach_programs(&mut ebpf, &mut programs, &mut stages);
+        if !programs.iter().any(ProgramState::is_attached) {
+            let detail = programs
+                .iter()
+                .map(|p| format!("{}: {} {}", p.spec.source_name(), p.status, p.detail))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(ProfilerError::NothingAttached { detail });
+        }
+
+        let ring = ebpf
+            .take_map("events")
+            .ok_or_else(|| map_error("events", "absent"))?;
+        let ring = RingBuf::try_from(ring).map_err(|e| map_error("events", e))?;
+
+        let host = HostInfo {
+            kvm: kvm_flavour(&HostRoot::default()).as_str().to_string(),
+            kernel_release: kernel_release(),
+            cpus: topology.cpu_nodes.len() as u32,
+            numa_nodes: topology.nodes.clone(),
+        };
+        let mut extra_sources = startup_sources(threads.len(), &topology);
+        extra_sources.push(kernel_btf.source());
+        extra_sources.extend(stats_source);
+        stages.end("finish");
+        let state = State {
+            startup: stages.done,
+            exit_codes: kernel_btf.reads_exit_codes(),
+            bpf: ebpf,
+            bpf_stats,
+            started,
+            start_mono_ns,
+            finished_ns: None,
+            target: Target {
+                kind: kind.into(),
+                command: config.command.clone(),
+                pid: target_pid,
+                name: read_comm(target_pid, target_pid).unwrap_or_default(),
+                exit_code: None,
+                ended_ns: None,
+                interrupted_by: None,
+            },
+            target_pid,
+            life: TargetLife::watch(target_pid, config.target == TargetSpec::CurrentProcess),
+            host,
+            topology,
+            reasons: plan.reasons,
+            programs,
+            extra_sources,
+            threads,
+            tgids,
+            marks: Vec::new(),
+            phase_names: PhaseNames::default(),
+            current_phase: HashMap::new(),
+            samples: Vec::new(),
+            kvm_stats: if matches!(config.target, TargetSpec::CurrentProcess) {
+                kvm_stats::KvmStatsReader::stats_fds_only()
+            } else {
+                kvm_stats::KvmStatsReader::new()
+            },
+            ring_events: 0,
+            vmm_marks: 0,
+            ring_bytes,
+            boot_time_port: config.boot_time_port,
+            marks_dropped: 0,
+            port_marks: 0,
+            sample_cpu: Duration::ZERO,
+            reader_cpu: Duration::ZERO,
+        };
+        Self::spawn(state, ring, &config)
+    }
+
+    /// Hands the state to the worker thread that reads the ring buffer and
+    /// takes samples.
+    fn spawn(
+        state: State,
+        ring: RingBuf<MapData>,
+        config: &CollectorConfig,
+    ) -> Result<Collector, ProfilerError> {
+        let target_pid = state.target_pid;
+        let started = state.started;
+        // SAFETY: eventfd takes an initial value and flags, no pointers.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if wake < 0 {
+            return Err(ProfilerError::Thread {
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            // SAFETY: a fresh descriptor owned by nobody else.
+            wake: unsafe { OwnedFd::from_raw_fd(wake) },
+            state: Mutex::new(state),
+        });
+        let worker_shared = shared.clone();
+        let sample_interval = config.sample_interval.max(Duration::from_millis(10));
+        let drain_interval = config.drain_interval;
+        let worker = std::thread::Builder::new()
+            .name("bootscope-collect".into())
+            .spawn(move || worker_loop(worker_shared, ring, sample_interval, drain_interval))
+            .map_err(|source| ProfilerError::Thread { source })?;
+        Ok(Collector {
+            shared,
+            worker: Some(worker),
+            target_pid,
+            started,
+        })
+    }
+
+    /// The pid being profiled.
+    pub fn target_pid(&self) -> u32 {
+        self.target_pid
+    }
+
+    /// When profiling started (the zero of every `t_ns`).
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// True once the target process has ended.
+    pub fn target_ended(&self) -> bool {
+        let st = self.lock();
+        st.target.ended_ns.is_some() || st.life.ended()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic in the worker cannot leave the state half-updated in a way
+        // that matters more than losing the profile.
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a mark that arrives in-process (bootscope's own VMM), stamped
+    /// now. Port marks (`debug_port`, `boot_time_port`) are ignored while the
+    /// phases collector sees the same writes in the kernel; returns whether
+    /// the mark was recorded.
+    pub fn add_mark(&self, name: &str, source: MarkSource, value: Option<u64>) -> bool {
+        self.add_mark_at(name, source, value, Instant::now())
+    }
+
+    /// As [`Collector::add_mark`], for a mark that happened at `at`.
+    pub fn add_mark_at(
+        &self,
+        name: &str,
+        source: MarkSource,
+        value: Option<u64>,
+        at: Instant,
+    ) -> bool {
+        let mut st = self.lock();
+        let kernel_sees_ports = attached(&st.programs, Source::MarkerPio);
+        if source.is_port() && kernel_sees_ports {
+            return false;
+        }
+        let t_ns = at.saturating_duration_since(st.started).as_nanos() as u64;
+        let tgid = st.target_pid;
+        st.vmm_marks += 1;
+        st.push_mark(Mark {
+            name: name.into(),
+            source,
+            t_ns,
+            value,
+            tgid: Some(tgid),
+        });
+        true
+    }
+
+    /// The profile so far; callable as often as wanted.
+    pub fn snapshot(&self) -> Profile {
+        let mut st = self.lock();
+        st.poll_target();
+        let now = st.now_ns();
+        st.build(now)
+    }
+
+    /// A VMM profiling itself calls this once its vCPUs exist: their KVM
+    /// statistics files are found now, in one scan of its descriptor table,
+    /// instead of scan after scan until they show up.
+    pub fn vcpus_created(&self) {
+        let mut st = self.lock();
+        st.kvm_stats.request_scan();
+        st.refresh_kvm_stats(true);
+    }
+
+    /// Stops profiling and returns the final profile (partial if the target
+    /// ended early).
+    pub fn finish(mut self) -> Profile {
+        // Dropping self afterwards detaches the programs.
+        self.final_profile()
+    }
+
+    /// The final profile, like [`finish`](Self::finish), but leaves the
+    /// programs attached (for a caller that exits right away and lets the
+    /// kernel release them).
+    pub fn final_profile(&mut self) -> Profile {
+        self.stop_worker();
+        let mut st = self.lock();
+        let began = thread_cpu_time();
+        st.poll_target();
+        st.take_sample();
+        st.reader_cpu += thread_cpu_time().saturating_sub(began);
+        let now = st.now_ns();
+        st.finished_ns = Some(now);
+        st.build(now)
+    }
+
+    fn stop_worker(&mut self) {
+        self.shared.stop();
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.stop_worker();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collector_is_shareable_with_a_ui_thread() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Collector>();
+    }
+
+    #[test]
+    fn collector_lists() {
+        let s = CollectorSet::parse("exits, phases").unwrap();
+        assert!(s.exits && s.phases && !s.faults && !s.threads && !s.numa);
+        assert!(s.exit_latency && s.has(CollectorKind::ExitLatency));
+        let all = CollectorSet::parse("all").unwrap();
+        assert_eq!(all, CollectorSet::ALL);
+        assert!(all.exits && all.exit_latency && all.faults && all.threads && all.numa);
+        let each = CollectorSet::parse(&CollectorSet::NAMES.join(",")).unwrap();
+        assert_eq!(each, CollectorSet::ALL);
+        // Exits counted, their latency not; named with exits, exits wins.
+        let counts = CollectorSet::parse("exit-counts").unwrap();
+        assert!(counts.exits && !counts.exit_latency);
+        assert!(counts.has(CollectorKind::Exits) && !counts.has(CollectorKind::ExitLatency));
+        assert!(
+            CollectorSet::parse("exit-counts,exits")
+                .unwrap()
+                .exit_latency
+        );
+        let e = CollectorSet::parse("exits,pages").unwrap_err();
+        assert!(
+            e.contains("\"pages\"") && e.contains("exits, exit-counts, faults"),
+            "{e}"
+        );
+        assert!(CollectorSet::parse("").unwrap_err().contains("empty"));
+        assert!(CollectorSet::parse("exits,").unwrap_err().contains("empty"));
+    }
+}
