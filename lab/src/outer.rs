@@ -11,11 +11,11 @@
 //! port is its console and streams live to the caller; the second carries
 //! the exit code and the output files back (see the `transport` module).
 //!
-//! * [`plan`]: which files go in, which come back, what the arguments become.
-//! * [`initramfs`] and [`modules`]: the outer guest's archive.
-//! * [`init`]: its `/init`, a shell script (`init.sh`) with the run's values
+//! * `plan`: which files go in, which come back, what the arguments become.
+//! * `initramfs` and `modules`: the outer guest's archive.
+//! * `init`: its `/init`, a shell script (`init.sh`) with the run's values
 //!   filled in.
-//! * [`qemu`], [`watch`] and [`heartbeat`]: the QEMU process, its command
+//! * `qemu`, `watch` and `heartbeat`: the QEMU process, its command
 //!   line, the wait for its end and the heartbeat that tells a frozen lab
 //!   machine from a slow one.
 
