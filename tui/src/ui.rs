@@ -1,7 +1,7 @@
 //! Drawing: a pure function of the [`App`] and the frame's area. This file
 //! lays the panes out; each pane is drawn by its own module (one function,
-//! so each can be rendered and snapshot-tested alone), and [`format`](mod@format) holds
-//! the number formats they share.
+//! so each can be rendered and snapshot-tested alone), and
+//! [`format`](mod@format) holds the number formats they share.
 //!
 //! ```text
 //! +- Boot phases ----------------++- Exit reasons -------------------------+
