@@ -460,39 +460,7 @@ fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
     } else {
         (None, None)
     };
-    let t0 = Instant::now();
-    let mut child = Command::new(&opts.command[0])
-        .args(&opts.command[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(stderr_log)
-        .spawn()
-        .map_err(|e| format!("cannot start {:?}: {e}", opts.command[0]))?;
-    let pid = child.id();
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    let timeout = opts.timeout;
-    let watchdog = std::thread::spawn(move || {
-        if done_rx.recv_timeout(timeout) == Err(mpsc::RecvTimeoutError::Timeout) {
-            eprintln!(
-                "boot_bench: the run exceeded {} s; killing it",
-                timeout.as_secs_f64()
-            );
-            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-        }
-    });
-    let stdout = child.stdout.take().ok_or("no stdout pipe")?;
-    let hello = watch_console(
-        stdout,
-        io::BufWriter::new(console_log),
-        opts.marker.as_bytes(),
-        t0,
-    );
-    let status = child
-        .wait()
-        .map_err(|e| format!("cannot wait for the VMM: {e}"))?;
-    let wall = t0.elapsed();
-    let _ = done_tx.send(());
-    let _ = watchdog.join();
+    let (status, hello, wall) = run_watched(&opts, console_log, stderr_log)?;
     let exits = exit_hist.and_then(Histogram::finish);
     let pio = pio_hist.and_then(Histogram::finish);
 
@@ -516,46 +484,8 @@ fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
         show_tail("stderr", &stderr_path);
     }
 
-    let svm = host_is_svm();
-    let mut categories: BTreeMap<&str, u64> = CATEGORIES.iter().map(|c| (*c, 0)).collect();
-    let mut other = 0u64;
-    let mut reasons_text = String::new();
-    if let Some(counts) = &exits {
-        let mut by_count: Vec<(u64, u64)> = counts
-            .buckets
-            .iter()
-            .filter_map(|(keys, count)| Some((*keys.first()?, *count)))
-            .collect();
-        by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        for (reason, count) in by_count {
-            match u32::try_from(reason).ok().and_then(|r| category(svm, r)) {
-                Some(c) => *categories.entry(c).or_insert(0) += count,
-                None => other += count,
-            }
-            if !reasons_text.is_empty() {
-                reasons_text.push(';');
-            }
-            reasons_text.push_str(&format!("{reason:#x}={count}"));
-        }
-    }
-    let mut ports_text = String::new();
-    if let Some(counts) = &pio {
-        let mut by_count: Vec<&(Vec<u64>, u64)> = counts.buckets.iter().collect();
-        by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        for (keys, count) in by_count.into_iter().take(TOP_PORTS) {
-            let [port, rw] = keys.as_slice() else {
-                continue;
-            };
-            if !ports_text.is_empty() {
-                ports_text.push(';');
-            }
-            let dir = if *rw == 1 { "out" } else { "in" };
-            ports_text.push_str(&format!("{port:#x}{dir}={count}"));
-        }
-        if counts.buckets.len() > TOP_PORTS {
-            ports_text.push_str(&format!(";total={}", counts.hits));
-        }
-    }
+    let (categories, other, reasons_text) = exit_breakdown(exits.as_ref());
+    let ports_text = busiest_ports(pio.as_ref());
     let ms = |d: Option<Duration>| {
         d.map(|d| format!("{:.3}", d.as_secs_f64() * 1e3))
             .unwrap_or_default()
@@ -607,6 +537,102 @@ fn cmd_run(args: &[OsString]) -> Result<ExitCode, String> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Exits per category (and those in none), and every reason with its
+/// count, busiest first (`0x7b=120;0x7c=3`).
+fn exit_breakdown(exits: Option<&HistCounts>) -> (BTreeMap<&'static str, u64>, u64, String) {
+    let svm = host_is_svm();
+    let mut categories: BTreeMap<&str, u64> = CATEGORIES.iter().map(|c| (*c, 0)).collect();
+    let mut other = 0u64;
+    let mut reasons_text = String::new();
+    if let Some(counts) = exits {
+        let mut by_count: Vec<(u64, u64)> = counts
+            .buckets
+            .iter()
+            .filter_map(|(keys, count)| Some((*keys.first()?, *count)))
+            .collect();
+        by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        for (reason, count) in by_count {
+            match u32::try_from(reason).ok().and_then(|r| category(svm, r)) {
+                Some(c) => *categories.entry(c).or_insert(0) += count,
+                None => other += count,
+            }
+            if !reasons_text.is_empty() {
+                reasons_text.push(';');
+            }
+            reasons_text.push_str(&format!("{reason:#x}={count}"));
+        }
+    }
+    (categories, other, reasons_text)
+}
+
+/// The [`TOP_PORTS`] busiest I/O ports with their direction and count
+/// (`0x3f8out=812;...`), and the total when there are more.
+fn busiest_ports(pio: Option<&HistCounts>) -> String {
+    let mut ports_text = String::new();
+    if let Some(counts) = pio {
+        let mut by_count: Vec<&(Vec<u64>, u64)> = counts.buckets.iter().collect();
+        by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        for (keys, count) in by_count.into_iter().take(TOP_PORTS) {
+            let [port, rw] = keys.as_slice() else {
+                continue;
+            };
+            if !ports_text.is_empty() {
+                ports_text.push(';');
+            }
+            let dir = if *rw == 1 { "out" } else { "in" };
+            ports_text.push_str(&format!("{port:#x}{dir}={count}"));
+        }
+        if counts.buckets.len() > TOP_PORTS {
+            ports_text.push_str(&format!(";total={}", counts.hits));
+        }
+    }
+    ports_text
+}
+
+/// Runs the command with its stdout watched for the marker, killed when it
+/// overstays the timeout; returns its status, when the marker appeared and
+/// the wall time.
+fn run_watched(
+    opts: &RunOptions,
+    console_log: File,
+    stderr_log: File,
+) -> Result<(std::process::ExitStatus, Option<Duration>, Duration), String> {
+    let t0 = Instant::now();
+    let mut child = Command::new(&opts.command[0])
+        .args(&opts.command[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr_log)
+        .spawn()
+        .map_err(|e| format!("cannot start {:?}: {e}", opts.command[0]))?;
+    let pid = child.id();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let timeout = opts.timeout;
+    let watchdog = std::thread::spawn(move || {
+        if done_rx.recv_timeout(timeout) == Err(mpsc::RecvTimeoutError::Timeout) {
+            eprintln!(
+                "boot_bench: the run exceeded {} s; killing it",
+                timeout.as_secs_f64()
+            );
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        }
+    });
+    let stdout = child.stdout.take().ok_or("no stdout pipe")?;
+    let hello = watch_console(
+        stdout,
+        io::BufWriter::new(console_log),
+        opts.marker.as_bytes(),
+        t0,
+    );
+    let status = child
+        .wait()
+        .map_err(|e| format!("cannot wait for the VMM: {e}"))?;
+    let wall = t0.elapsed();
+    let _ = done_tx.send(());
+    let _ = watchdog.join();
+    Ok((status, hello, wall))
 }
 
 fn append_csv(path: &Path, row: &[String]) -> Result<(), String> {
@@ -684,11 +710,37 @@ fn cmd_summary(args: &[OsString]) -> Result<ExitCode, String> {
     }
     let get = |r: &Row, k: &str| r.get(k).cloned().unwrap_or_default();
 
+    print_runs(&rows);
+    for variant in &variants {
+        print_variant_medians(variant, &rows, &vmms);
+    }
+    println!("\n### Busiest I/O ports (round 1; `kvm:kvm_pio`, accesses by port and direction)\n");
+    for r in rows.iter().filter(|r| get(r, "round") == "1") {
+        let ports = get(r, "ports");
+        if !ports.is_empty() {
+            println!(
+                "- {} {}: {}",
+                get(r, "variant"),
+                get(r, "vmm"),
+                ports.replace(';', ", ")
+            );
+        }
+    }
+    let failed = rows.iter().filter(|r| get(r, "status") != "ok").count();
+    if failed > 0 {
+        println!("\n{failed} run(s) did not reach the marker or exited with an error; they are left out of the medians.");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The table of every run.
+fn print_runs(rows: &[Row]) {
+    let get = |r: &Row, k: &str| r.get(k).cloned().unwrap_or_default();
     println!("### Runs\n");
     println!("Round 0 is a warm-up and is left out of the medians. Times in ms from the start of the VMM process; exits from the `kvm:kvm_exit` tracepoint.\n");
     println!("| variant | round | VMM | status | userspace (console) | userspace (timeline) | wall | exits | KVM stats exits | io | msr | npf | intr | intr window | hlt | cpuid | other |");
     println!("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for r in &rows {
+    for r in rows {
         let cells: Vec<String> = [
             "variant",
             "round",
@@ -720,7 +772,12 @@ fn cmd_summary(args: &[OsString]) -> Result<ExitCode, String> {
         .collect();
         println!("| {} |", cells.join(" | "));
     }
+}
 
+/// One variant's medians per VMM, their ratio, and with two VMMs a
+/// Mann-Whitney test of the times.
+fn print_variant_medians(variant: &str, rows: &[Row], vmms: &[String]) {
+    let get = |r: &Row, k: &str| r.get(k).cloned().unwrap_or_default();
     let metrics: [(&str, &str, u32); 9] = [
         ("hello_ms", "time to userspace, console line (ms)", 1),
         (
@@ -740,99 +797,80 @@ fn cmd_summary(args: &[OsString]) -> Result<ExitCode, String> {
         ("msr", "MSR exits", 0),
         ("npf", "nested page fault exits", 0),
     ];
-    for variant in &variants {
-        println!("\n### Medians, variant `{variant}`\n");
-        let used: Vec<&Row> = rows
+    println!("\n### Medians, variant `{variant}`\n");
+    let used: Vec<&Row> = rows
+        .iter()
+        .filter(|r| {
+            get(r, "variant") == variant && get(r, "round") != "0" && get(r, "status") == "ok"
+        })
+        .collect();
+    let mut header = String::from("| metric |");
+    let mut rule = String::from("|---|");
+    for vmm in vmms {
+        let n = used.iter().filter(|r| &get(r, "vmm") == vmm).count();
+        header.push_str(&format!(" {vmm} (n={n}) |"));
+        rule.push_str("---:|");
+    }
+    if vmms.len() == 2 {
+        header.push_str(&format!(" ratio {}/{} |", vmms[0], vmms[1]));
+        rule.push_str("---:|");
+    }
+    println!("{header}\n{rule}");
+    for (key, label, decimals) in metrics {
+        let medians: Vec<Option<f64>> = vmms
             .iter()
-            .filter(|r| {
-                &get(r, "variant") == variant && get(r, "round") != "0" && get(r, "status") == "ok"
+            .map(|vmm| {
+                median(
+                    used.iter()
+                        .filter(|r| &get(r, "vmm") == vmm)
+                        .filter_map(|r| get(r, key).parse::<f64>().ok())
+                        .collect(),
+                )
             })
             .collect();
-        let mut header = String::from("| metric |");
-        let mut rule = String::from("|---|");
-        for vmm in &vmms {
-            let n = used.iter().filter(|r| &get(r, "vmm") == vmm).count();
-            header.push_str(&format!(" {vmm} (n={n}) |"));
-            rule.push_str("---:|");
+        if medians.iter().all(Option::is_none) {
+            continue;
         }
-        if vmms.len() == 2 {
-            header.push_str(&format!(" ratio {}/{} |", vmms[0], vmms[1]));
-            rule.push_str("---:|");
+        let mut line = format!("| {label} |");
+        for m in &medians {
+            match m {
+                Some(v) => line.push_str(&format!(" {v:.prec$} |", prec = decimals as usize)),
+                None => line.push_str(" - |"),
+            }
         }
-        println!("{header}\n{rule}");
-        for (key, label, decimals) in metrics {
-            let medians: Vec<Option<f64>> = vmms
-                .iter()
-                .map(|vmm| {
-                    median(
-                        used.iter()
-                            .filter(|r| &get(r, "vmm") == vmm)
-                            .filter_map(|r| get(r, key).parse::<f64>().ok())
-                            .collect(),
-                    )
-                })
-                .collect();
-            if medians.iter().all(Option::is_none) {
-                continue;
-            }
-            let mut line = format!("| {label} |");
-            for m in &medians {
-                match m {
-                    Some(v) => line.push_str(&format!(" {v:.prec$} |", prec = decimals as usize)),
-                    None => line.push_str(" - |"),
-                }
-            }
-            if let [Some(a), Some(b)] = medians.as_slice() {
-                if *b > 0.0 {
-                    line.push_str(&format!(" {:.2} |", a / b));
-                } else {
-                    line.push_str(" - |");
-                }
-            } else if medians.len() == 2 {
+        if let [Some(a), Some(b)] = medians.as_slice() {
+            if *b > 0.0 {
+                line.push_str(&format!(" {:.2} |", a / b));
+            } else {
                 line.push_str(" - |");
             }
-            println!("{line}");
+        } else if medians.len() == 2 {
+            line.push_str(" - |");
         }
-        if let [a, b] = vmms.as_slice() {
-            let values = |vmm: &String, key: &str| -> Vec<f64> {
-                used.iter()
-                    .filter(|r| &get(r, "vmm") == vmm)
-                    .filter_map(|r| get(r, key).parse::<f64>().ok())
-                    .collect()
-            };
-            let mut notes = Vec::new();
-            for (key, what) in [("hello_ms", "time to userspace"), ("wall_ms", "wall time")] {
-                let (va, vb) = (values(a, key), values(b, key));
-                if !va.is_empty() && !vb.is_empty() {
-                    let p = bootscope_bench::stats::mann_whitney(&va, &vb).p_value;
-                    notes.push(format!("{what} p = {p:.3}"));
-                }
-            }
-            if !notes.is_empty() {
-                println!(
-                    "\n{a} vs {b}, two-sided Mann-Whitney test: {}.",
-                    notes.join(", ")
-                );
-            }
-        }
+        println!("{line}");
     }
-    println!("\n### Busiest I/O ports (round 1; `kvm:kvm_pio`, accesses by port and direction)\n");
-    for r in rows.iter().filter(|r| get(r, "round") == "1") {
-        let ports = get(r, "ports");
-        if !ports.is_empty() {
+    if let [a, b] = vmms {
+        let values = |vmm: &String, key: &str| -> Vec<f64> {
+            used.iter()
+                .filter(|r| &get(r, "vmm") == vmm)
+                .filter_map(|r| get(r, key).parse::<f64>().ok())
+                .collect()
+        };
+        let mut notes = Vec::new();
+        for (key, what) in [("hello_ms", "time to userspace"), ("wall_ms", "wall time")] {
+            let (va, vb) = (values(a, key), values(b, key));
+            if !va.is_empty() && !vb.is_empty() {
+                let p = bootscope_bench::stats::mann_whitney(&va, &vb).p_value;
+                notes.push(format!("{what} p = {p:.3}"));
+            }
+        }
+        if !notes.is_empty() {
             println!(
-                "- {} {}: {}",
-                get(r, "variant"),
-                get(r, "vmm"),
-                ports.replace(';', ", ")
+                "\n{a} vs {b}, two-sided Mann-Whitney test: {}.",
+                notes.join(", ")
             );
         }
     }
-    let failed = rows.iter().filter(|r| get(r, "status") != "ok").count();
-    if failed > 0 {
-        println!("\n{failed} run(s) did not reach the marker or exited with an error; they are left out of the medians.");
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

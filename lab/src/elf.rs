@@ -1,16 +1,21 @@
-//! Just enough ELF parsing to tell static from dynamic executables.
+//! Whether an executable is static or dynamic, read from its ELF program
+//! headers with the `object` crate.
 //!
 //! A program can run in a guest that holds only what we put there, so we
 //! must know whether it needs a dynamic loader (the `PT_INTERP` segment)
 //! and which one.
 
+use std::ffi::OsString;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
-use crate::{LabError, Result};
+use object::elf::FileHeader64;
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::{Endianness, ReadCache};
 
-const PT_INTERP: u32 = 3;
+use crate::{LabError, Result};
 
 /// How an executable is linked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,54 +28,44 @@ pub(crate) enum Linkage {
     NotElf64,
 }
 
+/// Longest program interpreter path taken as one.
+const MAX_INTERP: u64 = 4096;
+
 /// Reads the program headers of `path` to find its program interpreter.
 pub(crate) fn linkage(path: &Path) -> Result<Linkage> {
-    let mut file = File::open(path).map_err(|e| LabError::io("open", path, e))?;
-    let mut ehdr = [0u8; 64];
-    if file.read_exact(&mut ehdr).is_err() {
+    let file = File::open(path).map_err(|e| LabError::io("open", path, e))?;
+    // Reads only the parts of the file asked for, not the whole program.
+    let data = ReadCache::new(file);
+    let Ok(header) = FileHeader64::<Endianness>::parse(&data) else {
         return Ok(Linkage::NotElf64);
-    }
-    // Magic, ELFCLASS64, ELFDATA2LSB.
-    if &ehdr[..4] != b"\x7fELF" || ehdr[4] != 2 || ehdr[5] != 1 {
-        return Ok(Linkage::NotElf64);
-    }
-    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
-    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-    let u64_at = |b: &[u8], o: usize| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&b[o..o + 8]);
-        u64::from_le_bytes(a)
     };
-    let phoff = u64_at(&ehdr, 0x20);
-    let phentsize = usize::from(u16_at(&ehdr, 0x36));
-    let phnum = usize::from(u16_at(&ehdr, 0x38));
-    if phentsize < 56 || phnum == 0 {
-        return Ok(Linkage::Static);
+    let Ok(endian) = header.endian() else {
+        return Ok(Linkage::NotElf64);
+    };
+    if endian != Endianness::Little {
+        return Ok(Linkage::NotElf64);
     }
-    let mut phdrs = vec![0u8; phentsize * phnum];
-    file.seek(SeekFrom::Start(phoff))
-        .and_then(|_| file.read_exact(&mut phdrs))
-        .map_err(|e| LabError::io("read the ELF program headers of", path, e))?;
-    for ph in phdrs.chunks_exact(phentsize) {
-        if u32_at(ph, 0) != PT_INTERP {
+    let invalid = |what: &'static str, e: object::Error| {
+        LabError::io(what, path, io::Error::new(io::ErrorKind::InvalidData, e))
+    };
+    let headers = header
+        .program_headers(endian, &data)
+        .map_err(|e| invalid("read the ELF program headers of", e))?;
+    for ph in headers {
+        if ph.p_type(endian) != object::elf::PT_INTERP {
             continue;
         }
-        let offset = u64_at(ph, 0x08);
-        let size = u64_at(ph, 0x20);
-        if size == 0 || size > 4096 {
+        let size = ph.p_filesz(endian);
+        if size == 0 || size > MAX_INTERP {
             return Ok(Linkage::NotElf64);
         }
-        let mut interp = vec![0u8; size as usize];
-        file.seek(SeekFrom::Start(offset))
-            .and_then(|_| file.read_exact(&mut interp))
-            .map_err(|e| LabError::io("read the program interpreter of", path, e))?;
-        while interp.last() == Some(&0) {
-            interp.pop();
-        }
-        use std::os::unix::ffi::OsStringExt;
-        return Ok(Linkage::Dynamic(PathBuf::from(
-            std::ffi::OsString::from_vec(interp),
-        )));
+        let interp = ph
+            .interpreter(endian, &data)
+            .map_err(|e| invalid("read the program interpreter of", e))?
+            .unwrap_or_default();
+        return Ok(Linkage::Dynamic(PathBuf::from(OsString::from_vec(
+            interp.to_vec(),
+        ))));
     }
     Ok(Linkage::Static)
 }
@@ -96,5 +91,8 @@ mod tests {
         let script = dir.path().join("s.sh");
         std::fs::write(&script, "#!/bin/sh\n").unwrap();
         assert_eq!(linkage(&script).unwrap(), Linkage::NotElf64);
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "").unwrap();
+        assert_eq!(linkage(&empty).unwrap(), Linkage::NotElf64);
     }
 }

@@ -26,7 +26,6 @@ pub mod cpio;
 mod elf;
 pub mod guest;
 pub mod outer;
-mod sha256;
 mod transport;
 mod util;
 

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::{sha256, util, LabError, Result};
+use crate::{util, LabError, Result};
 
 /// First line of every stream; the number is the format version.
 pub(crate) const HEADER: &str = "BOOTSCOPE-LAB 1";
@@ -56,6 +56,16 @@ pub(crate) const GUEST_SEND_FUNCTION: &str = r#"lab_send() {
 	fi
 }
 "#;
+
+/// The SHA-256 digest of `data` as 64 lowercase hex digits, the form
+/// busybox `sha256sum` prints in the guest.
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
 
 /// Parses and verifies a stream. `outputs` are the host paths of the
 /// requested outputs (for error messages and the index range); `stream_path`
@@ -160,7 +170,7 @@ pub(crate) fn parse(
                         reason: format!("the guest sent {size} bytes, {} arrived", contents.len()),
                     });
                 }
-                let actual = sha256::hex_digest(&contents);
+                let actual = sha256_hex(&contents);
                 if !actual.eq_ignore_ascii_case(sum) {
                     return Err(LabError::OutputDamaged {
                         path: host_path.clone(),
@@ -259,8 +269,21 @@ fn gunzip(data: &[u8], scratch: &Path) -> std::result::Result<Vec<u8>, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::io::Write;
+
+    use super::*;
+
+    #[test]
+    fn sha256_is_what_sha256sum_prints() {
+        assert_eq!(
+            sha256_hex(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 
     fn encode(data: &[u8]) -> String {
         const ALPHABET: &[u8; 64] =
@@ -302,11 +325,7 @@ mod tests {
     fn stream(files: &[(usize, &[u8])], exit: Option<i32>) -> Vec<u8> {
         let mut s = format!("{HEADER}\r\nKVM 1\r\n");
         for (i, data) in files {
-            s += &format!(
-                "FILE {i} {} {} gzip\n",
-                data.len(),
-                sha256::hex_digest(data)
-            );
+            s += &format!("FILE {i} {} {} gzip\n", data.len(), sha256_hex(data));
             let enc = encode(&gzip(data));
             for line in enc.as_bytes().chunks(76) {
                 s += std::str::from_utf8(line).unwrap();

@@ -63,6 +63,23 @@ fn fixture(t_ms: u64) -> Profile {
         source("tracepoint:task:task_rename", "missing", 0),
         source("kvm_stats:debugfs", "attached", f(21191)),
     ];
+    add_exits(&mut p, t_ms);
+    p.page_faults = PageFaultProfile {
+        guest_total: f(608),
+        host_total: f(262_400),
+        host_user: f(262_144),
+        host_kernel: f(256),
+        guest_source: "tracepoint:kvm:kvm_page_fault".into(),
+        ..Default::default()
+    };
+    add_threads_and_numa(&mut p, t_ms);
+    add_phases_and_samples(&mut p, t_ms);
+    p
+}
+
+/// The fixture's exits: seven reasons, an I/O latency histogram, two vCPUs.
+fn add_exits(p: &mut Profile, t_ms: u64) {
+    let f = |n: u64| n * t_ms / 2000;
     let reasons: [(&str, u64); 7] = [
         ("io", 17628),
         ("msr", 1159),
@@ -118,14 +135,12 @@ fn fixture(t_ms: u64) -> Profile {
             by_reason,
         });
     }
-    p.page_faults = PageFaultProfile {
-        guest_total: f(608),
-        host_total: f(262_400),
-        host_user: f(262_144),
-        host_kernel: f(256),
-        guest_source: "tracepoint:kvm:kvm_page_fault".into(),
-        ..Default::default()
-    };
+}
+
+/// The fixture's threads (QEMU, two preallocation threads, two vCPUs) and
+/// NUMA locality on two nodes.
+fn add_threads_and_numa(p: &mut Profile, t_ms: u64) {
+    let f = |n: u64| n * t_ms / 2000;
     let thread = |tid: u32, name: &str, role: &str, cpu: u32, pages: u64, local: u64| {
         let pages = f(pages);
         let local = f(local);
@@ -179,6 +194,11 @@ fn fixture(t_ms: u64) -> Profile {
         pages_unknown_node: 0,
         pfn_map_source: "sysfs memory blocks".into(),
     };
+}
+
+/// The phases begun by `t_ms`, and samples every 100 ms.
+fn add_phases_and_samples(p: &mut Profile, t_ms: u64) {
+    let f = |n: u64| n * t_ms / 2000;
     let all_phases = [
         ("vmm setup", 0, 350),
         ("guest boot", 350, 900),
@@ -215,7 +235,6 @@ fn fixture(t_ms: u64) -> Profile {
             host_faults: host,
         });
     }
-    p
 }
 
 /// An app that has seen two snapshots (rates) of the fixture.

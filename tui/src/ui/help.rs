@@ -1,0 +1,55 @@
+//! The keys help, drawn over the panes.
+
+use ratatui::layout::Rect;
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Clear, Paragraph};
+use ratatui::Frame;
+
+use super::block;
+use crate::app::App;
+
+/// The key help, over everything else.
+pub fn draw_help(f: &mut Frame, area: Rect, app: &App) {
+    let t = &app.theme;
+    let text = [
+        ("q, Ctrl-C", "quit (the final state stays until q)"),
+        ("p, space", "pause or resume refreshing"),
+        ("v", "cycle the exit chart: all vCPUs, vCPU 0, 1, ..."),
+        ("s", "sort: total, rate, name"),
+        ("up/down, k/j", "select the exit reason for the histogram"),
+        ("e", "write the profile to ./bootscope-snapshot-<time>.json"),
+        ("?, h", "show or hide this help"),
+    ];
+    let w = (area.width.saturating_sub(4)).min(72);
+    let h = (text.len() as u16 + 6).min(area.height);
+    let popup = Rect {
+        x: area.x + (area.width - w) / 2,
+        y: area.y + (area.height - h) / 2,
+        width: w,
+        height: h,
+    };
+    let mut lines: Vec<Line> = text
+        .iter()
+        .map(|(k, d)| {
+            Line::from(vec![
+                Span::styled(
+                    format!("  {k:<14}"),
+                    Style::new().add_modifier(Modifier::BOLD),
+                ),
+                Span::raw(*d),
+            ])
+        })
+        .collect();
+    lines.push(Line::raw(""));
+    lines.push(Line::styled(
+        "  Rates are differences between consecutive snapshots; once the target",
+        t.dim(),
+    ));
+    lines.push(Line::styled(
+        "  ends they are averages over the whole profile. Docs: docs/tui.md",
+        t.dim(),
+    ));
+    f.render_widget(Clear, popup);
+    f.render_widget(Paragraph::new(lines).block(block(t, " Keys ")), popup);
+}
