@@ -15,6 +15,8 @@ command -v clang >/dev/null || need+=(clang)
 command -v bpftool >/dev/null || [ -x /usr/sbin/bpftool ] || need+=(bpftool)
 # The TUI's end-to-end tests drive it in tmux (tests/tui_tmux.rs).
 command -v tmux >/dev/null || need+=(tmux)
+# The package test reads the installed manual page (tests/package.rs).
+command -v man >/dev/null || need+=(man-db)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "bootscope: missing Debian packages: ${need[*]}; run as root or: sudo apt-get install -y ${need[*]}" >&2
