@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 
 use crate::host::KvmFlavour;
 use crate::kvm_stats::{self, StatsFd};
-use crate::loader::{EntryMode, KernelFormat, LoadedInitrd, LoadedKernel};
+use crate::loader::{EntryMode, KernelFormat, LoadedKernel};
 use crate::memory::PreallocReport;
 use crate::timeline::{
     derive_phases, GuestInfo, Outcome, Recorder, StopReason, TimelineDoc, TIMELINE_SCHEMA_NAME,
     TIMELINE_SCHEMA_VERSION,
 };
 
+use super::builder::BootImages;
 use super::{StopAfter, VmConfig};
 
 /// KVM's statistics of all vCPUs, summed.
@@ -101,23 +102,21 @@ pub(super) fn setup_only_timeline(
 }
 
 /// The timeline of a run that booted the guest and ended with `reason`.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn run_timeline(
     cfg: &VmConfig,
     recorder: &Recorder,
     flavour: KvmFlavour,
-    kernel: &LoadedKernel,
-    initrd: Option<&LoadedInitrd>,
+    images: &BootImages,
     (reason, detail): (StopReason, String),
     kvm_stats: BTreeMap<String, u64>,
     prealloc: Option<&PreallocReport>,
 ) -> TimelineDoc {
     let guest = GuestInfo {
         kernel: cfg.kernel.display().to_string(),
-        kernel_format: format_name(kernel).into(),
+        kernel_format: format_name(&images.kernel).into(),
         initrd: cfg.initrd.as_ref().map(|p| p.display().to_string()),
-        initrd_mapped_from_file: initrd.is_some_and(|i| i.mapped_from_file),
-        kernel_mapped_bytes: kernel.mapped_from_file,
+        initrd_mapped_from_file: images.initrd.is_some_and(|i| i.mapped_from_file),
+        kernel_mapped_bytes: images.kernel.mapped_from_file,
         cmdline: cfg.cmdline.clone(),
         memory_bytes: cfg.memory_bytes,
         vcpus: cfg.vcpus,
