@@ -63,7 +63,7 @@ pub struct VmConfig {
     pub memory: MemoryOptions,
     /// Install the seccomp sandbox after set-up.
     pub sandbox: bool,
-    /// Run only the set-up phases.
+    /// Build only up to this stage and report the set-up alone.
     pub stop_after: Option<StopAfter>,
     /// Give the guest ACPI tables (hardware-reduced, no 8042, S5 power-off
     /// register); off leaves it the MP table only.
