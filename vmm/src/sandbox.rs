@@ -69,10 +69,10 @@ pub const DENIED_SYSCALLS: &[(&str, libc::c_long)] = &[
 pub enum SandboxError {
     /// The filter could not be compiled.
     #[error("cannot build the seccomp filter: {0}")]
-    Build(String),
+    Build(#[source] seccompiler::BackendError),
     /// The kernel refused the filter.
     #[error("cannot install the seccomp filter on all threads: {0} (does this kernel have CONFIG_SECCOMP_FILTER?)")]
-    Install(String),
+    Install(#[source] seccompiler::Error),
 }
 
 /// Compiles the denylist into a BPF program.
@@ -87,15 +87,15 @@ pub fn build_filter() -> Result<BpfProgram, SandboxError> {
         SeccompAction::Errno(libc::EPERM as u32),
         TargetArch::x86_64,
     )
-    .map_err(|e| SandboxError::Build(e.to_string()))?;
-    BpfProgram::try_from(filter).map_err(|e| SandboxError::Build(e.to_string()))
+    .map_err(SandboxError::Build)?;
+    BpfProgram::try_from(filter).map_err(SandboxError::Build)
 }
 
 /// Installs the filter on every thread of the process (existing ones via
 /// TSYNC; later ones inherit it).
 pub fn install() -> Result<(), SandboxError> {
     let prog = build_filter()?;
-    seccompiler::apply_filter_all_threads(&prog).map_err(|e| SandboxError::Install(e.to_string()))
+    seccompiler::apply_filter_all_threads(&prog).map_err(SandboxError::Install)
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@
 use std::io;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -406,7 +406,6 @@ fn run(
     method: MethodChoice,
     madvise: MadviseFn,
 ) -> Result<PreallocReport, MemoryError> {
-    let page_size = backing.page_size();
     let hint = match backing.backing() {
         PageBacking::HugeTlb(_) => {
             "; the huge page pool ran out (reserve more pages, see --hugepages)"
@@ -414,8 +413,38 @@ fn run(
         _ => "",
     };
     let t0 = Instant::now();
+    let (runs, mut failure) = start_workers(contexts, backing, plan, method, madvise);
+    // Join everything, even after a failure, so no thread outlives the call.
+    let mut regions = Vec::new();
+    for mut run in runs {
+        let (threads, end) = join_workers(&mut run, plan, t0, hint, &mut failure);
+        if failure.is_some() {
+            continue;
+        }
+        let elapsed = end.duration_since(run.start);
+        regions.push(region_report(&run, threads, backing.page_size(), elapsed)?);
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(PreallocReport {
+        regions,
+        elapsed_ns: t0.elapsed().as_nanos() as u64,
+    })
+}
+
+/// Creates every region's worker threads through the region's context,
+/// then lets them all start at once; stops creating at the first failure
+/// (returned), and then lets the workers created so far end without work.
+fn start_workers<'a>(
+    contexts: &'a PreallocContexts,
+    backing: &'a GuestMemoryBacking,
+    plan: &MemoryPlan,
+    method: MethodChoice,
+    madvise: MadviseFn,
+) -> (Vec<RegionRun<'a>>, Option<MemoryError>) {
+    let page_size = backing.page_size();
     let gate = Arc::new(StartGate::default());
-    // Create every region's threads, then let them all start at once.
     let mut runs: Vec<RegionRun> = Vec::new();
     let mut failure = None;
     'start: for (index, context) in &contexts.contexts {
@@ -453,78 +482,86 @@ fn run(
     }
     let workers = runs.iter().map(|r| r.handles.len()).sum();
     gate.release(workers, failure.is_none());
+    (runs, failure)
+}
 
-    // Join everything, even after a failure, so no thread outlives the call.
-    let mut regions = Vec::new();
-    for run in runs {
-        let mut threads = Vec::new();
-        let mut end = run.start;
-        for (name, h) in run.handles {
-            let outcome = match h.join() {
-                Ok(Ok(o)) => o,
-                Ok(Err(source)) => {
-                    failure.get_or_insert(MemoryError::Populate {
-                        thread: name,
-                        guest_node: run.region.guest_node(),
-                        hint,
-                        source,
-                    });
-                    continue;
-                }
-                Err(_) => {
-                    failure.get_or_insert(MemoryError::WorkerPanicked { name });
-                    continue;
-                }
-            };
-            end = end.max(outcome.end);
-            threads.push(ThreadReport {
-                node: outcome.last_cpu.and_then(|c| plan.host_node_of_cpu(c)),
-                name: outcome.name,
-                tid: outcome.tid,
-                allowed_cpus: outcome.allowed_cpus,
-                last_cpu: outcome.last_cpu,
-                pages_touched: outcome.pages,
-                bytes: outcome.bytes,
-                method: outcome.method,
-                started_ns: outcome.start.duration_since(t0).as_nanos() as u64,
-                elapsed_ns: outcome.end.duration_since(outcome.start).as_nanos() as u64,
-            });
-        }
-        if failure.is_some() {
-            continue;
-        }
-        let mut placement = PagePlacement::default();
-        for piece in run.region.pieces() {
-            let share = (PLACEMENT_SAMPLES as u64 * piece.len() as u64 / run.region.size().max(1))
-                .max(1) as usize;
-            placement.add(&page_nodes(piece.host_addr(), piece.len(), share)?);
-        }
-        let method = if threads.iter().any(|t| t.method == PopulateMethod::Touch) {
-            PopulateMethod::Touch
-        } else {
-            PopulateMethod::MadvPopulateWrite
+/// Joins a region's workers: their reports and when the last one ended.
+/// The first failure of any goes to `failure`.
+fn join_workers(
+    run: &mut RegionRun,
+    plan: &MemoryPlan,
+    t0: Instant,
+    hint: &'static str,
+    failure: &mut Option<MemoryError>,
+) -> (Vec<ThreadReport>, Instant) {
+    let mut threads = Vec::new();
+    let mut end = run.start;
+    for (name, h) in run.handles.drain(..) {
+        let outcome = match h.join() {
+            Ok(Ok(o)) => o,
+            Ok(Err(source)) => {
+                failure.get_or_insert(MemoryError::Populate {
+                    thread: name,
+                    guest_node: run.region.guest_node(),
+                    hint,
+                    source,
+                });
+                continue;
+            }
+            Err(_) => {
+                failure.get_or_insert(MemoryError::WorkerPanicked { name });
+                continue;
+            }
         };
-        regions.push(RegionReport {
-            guest_node: run.region.guest_node(),
-            bytes: threads.iter().map(|t| t.bytes).sum(),
-            page_size,
-            method,
-            elapsed_ns: end.duration_since(run.start).as_nanos() as u64,
-            context: ContextReport {
-                name: run.context.name().to_string(),
-                tid: run.context.tid(),
-                allowed_cpus: run.context.allowed_cpus().clone(),
-            },
-            threads,
-            placement,
+        end = end.max(outcome.end);
+        threads.push(ThreadReport {
+            node: outcome.last_cpu.and_then(|c| plan.host_node_of_cpu(c)),
+            name: outcome.name,
+            tid: outcome.tid,
+            allowed_cpus: outcome.allowed_cpus,
+            last_cpu: outcome.last_cpu,
+            pages_touched: outcome.pages,
+            bytes: outcome.bytes,
+            method: outcome.method,
+            started_ns: outcome.start.duration_since(t0).as_nanos() as u64,
+            elapsed_ns: outcome.end.duration_since(outcome.start).as_nanos() as u64,
         });
     }
-    if let Some(e) = failure {
-        return Err(e);
+    (threads, end)
+}
+
+/// A region's report from its workers' reports and a sample of where its
+/// pages landed.
+fn region_report(
+    run: &RegionRun,
+    threads: Vec<ThreadReport>,
+    page_size: u64,
+    elapsed: Duration,
+) -> Result<RegionReport, MemoryError> {
+    let mut placement = PagePlacement::default();
+    for piece in run.region.pieces() {
+        let share = (PLACEMENT_SAMPLES as u64 * piece.len() as u64 / run.region.size().max(1))
+            .max(1) as usize;
+        placement.add(&page_nodes(piece.host_addr(), piece.len(), share)?);
     }
-    Ok(PreallocReport {
-        regions,
-        elapsed_ns: t0.elapsed().as_nanos() as u64,
+    let method = if threads.iter().any(|t| t.method == PopulateMethod::Touch) {
+        PopulateMethod::Touch
+    } else {
+        PopulateMethod::MadvPopulateWrite
+    };
+    Ok(RegionReport {
+        guest_node: run.region.guest_node(),
+        bytes: threads.iter().map(|t| t.bytes).sum(),
+        page_size,
+        method,
+        elapsed_ns: elapsed.as_nanos() as u64,
+        context: ContextReport {
+            name: run.context.name().to_string(),
+            tid: run.context.tid(),
+            allowed_cpus: run.context.allowed_cpus().clone(),
+        },
+        threads,
+        placement,
     })
 }
 

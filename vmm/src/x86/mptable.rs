@@ -37,7 +37,7 @@ pub enum MpTableError {
     TooManyVcpus(u32),
     /// Guest memory write failed.
     #[error("cannot write the MP table to guest memory: {0}")]
-    GuestWrite(String),
+    GuestWrite(#[source] vm_memory::GuestMemoryError),
 }
 
 /// Byte sum, wrapping: a table whose bytes sum to 0 checks out (MP, ACPI).
@@ -120,7 +120,7 @@ pub fn build(vcpus: u32, base: u64) -> Result<Vec<u8>, MpTableError> {
 pub fn setup(mem: &GuestMemoryMmap, vcpus: u32) -> Result<(), MpTableError> {
     let bytes = build(vcpus, layout::EBDA_START)?;
     mem.write_slice(&bytes, GuestAddress(layout::EBDA_START))
-        .map_err(|e| MpTableError::GuestWrite(e.to_string()))
+        .map_err(MpTableError::GuestWrite)
 }
 
 #[cfg(test)]

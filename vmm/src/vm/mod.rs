@@ -1,0 +1,153 @@
+//! Building and running a VM, as a recipe of stages (Firecracker's
+//! builder): memory, irqchip, kernel load, boot data, devices, vCPUs, each
+//! one method with its own error, then the run step that ends with a
+//! [`TimelineDoc`](crate::timeline::TimelineDoc). `--stop-after` builds up
+//! to a stage and reports the set-up alone.
+
+mod builder;
+mod emulation;
+mod error;
+mod report;
+mod running;
+mod vcpu;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kvm_ioctls::VmFd;
+
+use crate::console::MilestonePattern;
+use crate::devices::MarkerCounts;
+use crate::memory::{MemoryOptions, PreallocReport};
+use crate::timeline::{vmm_marks, Recorder};
+use crate::x86::mptable;
+
+use builder::VmBuilder;
+pub use emulation::{
+    EmulationWatch, PVM_EMULATION_LIMIT, PVM_EMULATION_RATE, PVM_GRACE, PVM_WINDOW,
+};
+pub use error::{
+    BootDataError, ConfigError, DeviceSetupError, IrqchipError, MemorySetupError, RunError,
+    VcpuSetupError, VmError,
+};
+
+/// Smallest guest we accept: the kernel, its page tables and an initrd need
+/// room to breathe.
+pub const MIN_MEMORY: u64 = 16 << 20;
+
+/// How long after "reboot: Power down" an ACPI guest may take to write the
+/// sleep control register before the run ends as a halt.
+pub const POWER_OFF_GRACE: Duration = Duration::from_secs(2);
+
+/// Everything `bootscope run` configures.
+pub struct VmConfig {
+    pub kernel: PathBuf,
+    pub initrd: Option<PathBuf>,
+    pub cmdline: String,
+    pub memory_bytes: u64,
+    pub vcpus: u32,
+    pub console: Box<dyn Write + Send>,
+    pub patterns: Vec<MilestonePattern>,
+    /// Stop the guest after this long (None: no limit).
+    pub timeout: Option<Duration>,
+    /// Run a non-PVM guest on a PVM host anyway (slowly, through the
+    /// emulator).
+    pub allow_emulation: bool,
+    /// Map the initrd from its file (shared page cache) instead of copying.
+    pub map_images: bool,
+    /// NUMA regions, preallocation, huge pages (`total` is taken from
+    /// `memory_bytes`).
+    pub memory: MemoryOptions,
+    /// Install the seccomp sandbox after set-up.
+    pub sandbox: bool,
+    /// Build only up to this stage and report the set-up alone.
+    pub stop_after: Option<StopAfter>,
+    /// Give the guest ACPI tables (hardware-reduced, no 8042, S5 power-off
+    /// register); off leaves it the MP table only.
+    pub acpi: bool,
+    /// Set from another thread to stop the guest (e.g. the user quit the
+    /// live view).
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+/// `--stop-after`: the build stage after which to stop and report the
+/// set-up alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopAfter {
+    /// After the memory stage: guest memory allocated, preallocated when
+    /// asked, and registered with KVM. Needs no kernel.
+    Memory,
+    /// After the boot data stage: the irqchip created, the kernel, initrd
+    /// and command line loaded, and the boot tables written.
+    Load,
+}
+
+/// Checks the numbers before touching KVM.
+pub fn validate(cfg: &VmConfig, max_vcpus: u32) -> Result<(), ConfigError> {
+    if cfg.vcpus == 0 {
+        return Err(ConfigError::ZeroVcpus);
+    }
+    let max = max_vcpus.min(mptable::MAX_VCPUS);
+    if cfg.vcpus > max {
+        let why = if max_vcpus < mptable::MAX_VCPUS {
+            "KVM_CAP_MAX_VCPUS".to_string()
+        } else {
+            "the MP table's space".to_string()
+        };
+        return Err(ConfigError::TooManyVcpus {
+            requested: cfg.vcpus,
+            max,
+            why,
+        });
+    }
+    if cfg.memory_bytes < MIN_MEMORY {
+        return Err(ConfigError::MemoryTooSmall {
+            given_mib: cfg.memory_bytes >> 20,
+            min_mib: MIN_MEMORY >> 20,
+        });
+    }
+    if cfg.memory_bytes % 4096 != 0 {
+        return Err(ConfigError::MemoryUnaligned(cfg.memory_bytes));
+    }
+    Ok(())
+}
+
+/// The result of a run.
+pub struct RunReport {
+    pub timeline: crate::timeline::TimelineDoc,
+    pub marker_counts: MarkerCounts,
+    /// What preallocation did, when asked for.
+    pub prealloc: Option<PreallocReport>,
+    /// The guest console could not be written out (a full disk): the
+    /// error and how much was lost.
+    pub console_error: Option<String>,
+}
+
+/// Builds the VM stage by stage and runs the guest to the end (or builds up
+/// to the stage `--stop-after` names). Bad input is [`VmError::Config`],
+/// found before any stage runs except for the kernel load stage's.
+pub fn run(cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmError> {
+    let mut vm = VmBuilder::new(cfg, recorder)?;
+    let ram = vm.memory()?;
+    vm.recorder.vmm(vmm_marks::MEMORY_READY);
+    if vm.stops_after(StopAfter::Memory) {
+        return Ok(vm.setup_only_report(StopAfter::Memory, &ram, None));
+    }
+    vm.irqchip()?;
+    let images = vm.load_kernel(&ram)?;
+    vm.boot_data(&ram, &images)?;
+    vm.recorder.vmm(vmm_marks::KERNEL_LOADED);
+    if vm.stops_after(StopAfter::Load) {
+        return Ok(vm.setup_only_report(StopAfter::Load, &ram, Some(&images)));
+    }
+    let devices = vm.devices()?;
+    let vcpus = vm.vcpus(&ram, &images)?;
+    vm.recorder.vmm(vmm_marks::VCPUS_CREATED);
+    Ok(vm.run(ram, images, devices, vcpus)?)
+}
+
+/// Keeps the VM file descriptor type reachable for callers that need it.
+pub type Vm = VmFd;

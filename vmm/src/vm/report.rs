@@ -1,0 +1,130 @@
+//! The timeline document a build ends with: after a whole run, or after the
+//! set-up stages `--stop-after` asked for.
+
+use std::collections::BTreeMap;
+
+use crate::host::KvmFlavour;
+use crate::kvm_stats::{self, StatsFd};
+use crate::loader::{EntryMode, KernelFormat, LoadedKernel};
+use crate::memory::PreallocReport;
+use crate::timeline::{
+    derive_phases, GuestInfo, Outcome, Recorder, StopReason, TimelineDoc, TIMELINE_SCHEMA_NAME,
+    TIMELINE_SCHEMA_VERSION,
+};
+
+use super::builder::BootImages;
+use super::{StopAfter, VmConfig};
+
+/// KVM's statistics of all vCPUs, summed.
+pub(super) fn sum_stats(stats: &[StatsFd]) -> BTreeMap<String, u64> {
+    let mut total = BTreeMap::new();
+    for s in stats {
+        if let Ok(v) = s.read() {
+            kvm_stats::accumulate(&mut total, &v);
+        }
+    }
+    total
+}
+
+/// The timeline's name for the kernel's format and entry.
+pub(super) fn format_name(kernel: &LoadedKernel) -> &'static str {
+    match kernel.format {
+        KernelFormat::BzImage => "bzimage",
+        KernelFormat::Elf if kernel.mode == EntryMode::Pvh => "elf-pvh",
+        KernelFormat::Elf => "elf",
+    }
+}
+
+impl StopAfter {
+    /// The outcome's detail of a run stopped here.
+    fn detail(self) -> &'static str {
+        match self {
+            StopAfter::Memory => "stopped after memory set-up (--stop-after memory)",
+            StopAfter::Load => "stopped after loading the kernel (--stop-after load)",
+        }
+    }
+}
+
+/// A document with the marks recorded so far and the phases between them.
+fn document(
+    recorder: &Recorder,
+    flavour: KvmFlavour,
+    guest: GuestInfo,
+    outcome: Outcome,
+    kvm_stats: BTreeMap<String, u64>,
+    prealloc: Option<&PreallocReport>,
+) -> TimelineDoc {
+    let marks = recorder.snapshot();
+    TimelineDoc {
+        schema: TIMELINE_SCHEMA_NAME.into(),
+        version: TIMELINE_SCHEMA_VERSION,
+        clock: "CLOCK_MONOTONIC nanoseconds since VMM start".into(),
+        vmm: format!("bootscope {}", env!("CARGO_PKG_VERSION")),
+        host_kvm: format!("{flavour:?}").to_lowercase(),
+        guest,
+        outcome,
+        phases: derive_phases(&marks),
+        marks,
+        kvm_stats,
+        memory: prealloc.and_then(|p| serde_json::to_value(p).ok()),
+    }
+}
+
+/// The timeline of a run that stopped after the set-up stage `stage`
+/// (`kernel`: the loaded kernel, when that stage loaded one).
+pub(super) fn setup_only_timeline(
+    cfg: &VmConfig,
+    recorder: &Recorder,
+    flavour: KvmFlavour,
+    stage: StopAfter,
+    kernel: Option<&LoadedKernel>,
+    prealloc: Option<&PreallocReport>,
+) -> TimelineDoc {
+    let guest = GuestInfo {
+        kernel: match kernel {
+            Some(_) => cfg.kernel.display().to_string(),
+            None => String::new(),
+        },
+        kernel_format: kernel.map_or("none", format_name).into(),
+        initrd: cfg.initrd.as_ref().map(|p| p.display().to_string()),
+        initrd_mapped_from_file: false,
+        kernel_mapped_bytes: 0,
+        cmdline: cfg.cmdline.clone(),
+        memory_bytes: cfg.memory_bytes,
+        vcpus: cfg.vcpus,
+    };
+    let outcome = Outcome {
+        reason: StopReason::StoppedAfterSetup,
+        clean: true,
+        detail: stage.detail().into(),
+    };
+    document(recorder, flavour, guest, outcome, BTreeMap::new(), prealloc)
+}
+
+/// The timeline of a run that booted the guest and ended with `reason`.
+pub(super) fn run_timeline(
+    cfg: &VmConfig,
+    recorder: &Recorder,
+    flavour: KvmFlavour,
+    images: &BootImages,
+    (reason, detail): (StopReason, String),
+    kvm_stats: BTreeMap<String, u64>,
+    prealloc: Option<&PreallocReport>,
+) -> TimelineDoc {
+    let guest = GuestInfo {
+        kernel: cfg.kernel.display().to_string(),
+        kernel_format: format_name(&images.kernel).into(),
+        initrd: cfg.initrd.as_ref().map(|p| p.display().to_string()),
+        initrd_mapped_from_file: images.initrd.is_some_and(|i| i.mapped_from_file),
+        kernel_mapped_bytes: images.kernel.mapped_from_file,
+        cmdline: cfg.cmdline.clone(),
+        memory_bytes: cfg.memory_bytes,
+        vcpus: cfg.vcpus,
+    };
+    let outcome = Outcome {
+        clean: reason.is_clean(),
+        reason,
+        detail,
+    };
+    document(recorder, flavour, guest, outcome, kvm_stats, prealloc)
+}

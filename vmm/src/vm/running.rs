@@ -1,0 +1,236 @@
+//! The run step: the vCPU threads started, the wait for the guest to end
+//! (or the timeout, a stop request, PVM emulation), the threads stopped, and
+//! the run's timeline.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use kvm_ioctls::VcpuFd;
+
+use crate::devices::Devices;
+use crate::host::KvmFlavour;
+use crate::kvm_stats::StatsFd;
+use crate::timeline::{vmm_marks, StopReason};
+
+use super::builder::{BootImages, GuestRam, Vcpus, VmBuilder};
+use super::emulation::{EmulationWatch, PVM_GRACE};
+use super::error::RunError;
+use super::report::{run_timeline, sum_stats};
+use super::vcpu::{describe_vcpu, install_kick_handler, kick_until_done, spawn_vcpu, VcpuEvent};
+use super::{RunReport, POWER_OFF_GRACE};
+
+/// Some(time waited) when an ACPI guest announced power-down and has not
+/// powered off within [`POWER_OFF_GRACE`].
+fn power_off_overdue(devices: &Devices) -> Option<Duration> {
+    if !devices.acpi() {
+        return None;
+    }
+    let ev = devices.console_events();
+    if !ev.power_down.load(Ordering::SeqCst) {
+        return None;
+    }
+    let at = (*ev.halted_at.lock().unwrap_or_else(|e| e.into_inner()))?;
+    let waited = at.elapsed();
+    (waited >= POWER_OFF_GRACE).then_some(waited)
+}
+
+/// How the wait for the guest ended.
+struct Ending {
+    reason: StopReason,
+    detail: String,
+    /// Instructions emulated, when the run stopped because a PVM host was
+    /// emulating the guest.
+    pvm_emulated: Option<u64>,
+}
+
+impl Ending {
+    fn new(reason: StopReason, detail: String) -> Self {
+        Self {
+            reason,
+            detail,
+            pvm_emulated: None,
+        }
+    }
+}
+
+impl VmBuilder {
+    /// Run step: starts one thread per vCPU, waits for the guest to end,
+    /// stops the threads and returns the run's timeline. Guest memory is
+    /// released only after the threads are stopped.
+    pub(super) fn run(
+        self,
+        ram: GuestRam,
+        images: BootImages,
+        devices: Arc<Devices>,
+        vcpus: Vcpus,
+    ) -> Result<RunReport, RunError> {
+        install_kick_handler().map_err(RunError::KickHandler)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel::<VcpuEvent>();
+        let mut threads: Vec<JoinHandle<VcpuFd>> = Vec::new();
+        for (index, vcpu) in vcpus.fds.into_iter().enumerate() {
+            let index = index as u32;
+            let t = spawn_vcpu(
+                index,
+                vcpu,
+                devices.clone(),
+                self.recorder.clone(),
+                stop.clone(),
+                tx.clone(),
+            )
+            .map_err(|source| RunError::SpawnVcpu { index, source })?;
+            threads.push(t);
+        }
+        drop(tx);
+
+        let ending = self.wait_for_end(&rx, &devices, &vcpus.stats);
+        self.recorder.vmm(vmm_marks::GUEST_SHUTDOWN);
+        stop.store(true, Ordering::SeqCst);
+        let notes = stop_vcpus(threads, &ending.reason);
+        let detail = if notes.is_empty() {
+            ending.detail
+        } else {
+            format!("{}; {}", ending.detail, notes.join("; "))
+        };
+        devices.finish_console();
+        let console_error = devices.console_events().write_failure();
+        let kvm_stats = sum_stats(&vcpus.stats);
+        if let Some(emulated) = ending.pvm_emulated {
+            return Err(RunError::PvmEmulation {
+                kernel: self.cfg.kernel.display().to_string(),
+                emulated,
+            });
+        }
+
+        let outcome = guest_outcome(&devices, ending.reason, detail);
+        let timeline = run_timeline(
+            &self.cfg,
+            &self.recorder,
+            self.flavour,
+            &images,
+            outcome,
+            kvm_stats,
+            ram.prealloc.as_ref(),
+        );
+        let GuestRam { backing, prealloc } = ram;
+        drop(backing);
+        Ok(RunReport {
+            timeline,
+            marker_counts: devices.marker_counts(),
+            prealloc,
+            console_error,
+        })
+    }
+
+    /// Waits for the guest to end, the timeout, a stop request, or (on a
+    /// PVM host) a guest the host can only emulate.
+    fn wait_for_end(
+        &self,
+        rx: &mpsc::Receiver<VcpuEvent>,
+        devices: &Devices,
+        stats: &[StatsFd],
+    ) -> Ending {
+        let cfg = &self.cfg;
+        let started = Instant::now();
+        let mut pvm_watch = EmulationWatch::new(started);
+        loop {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(VcpuEvent::Stop(r, d)) => return Ending::new(r, d),
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Ending::new(StopReason::Error, "all vCPU threads ended".to_string())
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if let Some(waited) = power_off_overdue(devices) {
+                return Ending::new(
+                    StopReason::GuestHalt,
+                    format!(
+                        "guest kernel said \"reboot: Power down\" but did not power off through ACPI within {:.1} s (halted)",
+                        waited.as_secs_f64()
+                    ),
+                );
+            }
+            if cfg.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
+                return Ending::new(
+                    StopReason::Stopped,
+                    "stopped on request (the user quit)".to_string(),
+                );
+            }
+            if let Some(t) = cfg.timeout {
+                if started.elapsed() >= t {
+                    return Ending::new(
+                        StopReason::Timeout,
+                        format!(
+                            "guest still running after --timeout {:.1} s",
+                            t.as_secs_f64()
+                        ),
+                    );
+                }
+            }
+            if self.flavour == KvmFlavour::Pvm
+                && !cfg.allow_emulation
+                && started.elapsed() >= PVM_GRACE
+            {
+                let emulated = sum_stats(stats).get("insn_emulation").copied().unwrap_or(0);
+                if pvm_watch.guest_is_emulated(Instant::now(), emulated) {
+                    return Ending {
+                        reason: StopReason::PvmEmulation,
+                        detail: format!(
+                            "stopped: {emulated} instructions emulated (not a PVM guest)"
+                        ),
+                        pvm_emulated: Some(emulated),
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// Kicks every vCPU thread out of `KVM_RUN` and joins it; returns notes for
+/// the outcome's detail. A vCPU thread that does not stop (stuck outside
+/// KVM_RUN) is left behind rather than joined: the run still ends and
+/// reports. A timed-out run also says where each vCPU was (see
+/// `describe_vcpu`).
+fn stop_vcpus(threads: Vec<JoinHandle<VcpuFd>>, reason: &StopReason) -> Vec<String> {
+    for t in &threads {
+        kick_until_done(t);
+    }
+    let mut notes = Vec::new();
+    for (index, t) in threads.into_iter().enumerate() {
+        if !t.is_finished() {
+            notes.push(format!("vcpu{index} did not stop within 5 s of the kick"));
+            continue;
+        }
+        match t.join() {
+            Ok(vcpu) if *reason == StopReason::Timeout => {
+                notes.push(describe_vcpu(index as u32, &vcpu))
+            }
+            Ok(_) => {}
+            Err(_) => notes.push(format!("vcpu{index} thread panicked")),
+        }
+    }
+    notes
+}
+
+/// The run's outcome: a guest kernel panic seen on the console overrides
+/// how the run ended, unless the VMM itself failed.
+fn guest_outcome(devices: &Devices, reason: StopReason, detail: String) -> (StopReason, String) {
+    let events = devices.console_events();
+    if events.panicked.load(Ordering::SeqCst) && reason != StopReason::Error {
+        let line = events
+            .panic_line
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_default();
+        (
+            StopReason::GuestPanic,
+            format!("guest kernel panicked: {line}"),
+        )
+    } else {
+        (reason, detail)
+    }
+}
