@@ -140,6 +140,12 @@ struct RunArgs {
     /// (mapping shares page-cache pages between VMs started from one image).
     #[arg(long)]
     copy_images: bool,
+    /// Boot a bzImage the classic way: its own decompressor runs in the
+    /// guest (with KASLR, if the kernel has it). By default the VMM
+    /// decompresses the kernel on the host, keeps it in
+    /// ~/.cache/bootscope/kernels, and enters it directly.
+    #[arg(long)]
+    guest_decompress: bool,
     /// A guest NUMA node bound to host nodes (repeatable):
     /// node=ID,cpus=LIST,memory=SIZE,host-nodes=LIST,policy=bind|preferred|interleave
     #[arg(long = "numa", value_name = "SPEC")]
@@ -560,6 +566,10 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         timeout,
         allow_emulation: args.allow_emulation,
         map_images: !args.copy_images,
+        decompress: bootscope_vmm::loader::DecompressOptions {
+            in_guest: args.guest_decompress,
+            cache_dir: bootscope_vmm::kernel::decompress::user_cache_dir(),
+        },
         memory: memory_opts,
         sandbox: args.sandbox,
         stop_after,

@@ -77,6 +77,8 @@ pub struct VmConfig {
     pub allow_emulation: bool,
     /// Map the initrd from its file (shared page cache) instead of copying.
     pub map_images: bool,
+    /// bzImage kernels: decompress on the host (cached) or in the guest.
+    pub decompress: loader::DecompressOptions,
     /// NUMA regions, preallocation, huge pages (`total` is taken from
     /// `memory_bytes`).
     pub memory: MemoryOptions,
@@ -305,10 +307,16 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     let topology = Topology::host().map_err(ConfigError::from)?;
     let plan = MemoryPlan::new(&opts, &topology).map_err(ConfigError::from)?;
     plan.check_vcpus(cfg.vcpus).map_err(ConfigError::from)?;
-    // Probe before allocating so a bad kernel fails fast.
-    if cfg.stop_after != Some(StopAfter::Memory) {
-        loader::probe_kernel(&cfg.kernel).map_err(ConfigError::from)?;
-    }
+    // Probe before allocating so a bad kernel fails fast; a bzImage's
+    // payload decompresses on its own thread meanwhile.
+    let prepared = if cfg.stop_after != Some(StopAfter::Memory) {
+        Some(
+            loader::prepare_kernel(&cfg.kernel, &cfg.decompress, Some(recorder.clone()))
+                .map_err(ConfigError::from)?,
+        )
+    } else {
+        None
+    };
 
     let vm = kvm.create_vm().map_err(kvm_err("KVM_CREATE_VM"))?;
     let backing = memory::allocate(&plan, &bootparams::ram_ranges(plan.total()))?;
@@ -385,8 +393,11 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     };
     vm.create_pit2(pit).map_err(kvm_err("KVM_CREATE_PIT2"))?;
 
-    let kernel = loader::load_kernel(mem, &cfg.kernel, cfg.memory_bytes, cfg.map_images)
-        .map_err(ConfigError::from)?;
+    let kernel = match prepared {
+        Some(p) => p.load(mem, cfg.memory_bytes),
+        None => loader::load_kernel(mem, &cfg.kernel, cfg.memory_bytes, &cfg.decompress),
+    }
+    .map_err(ConfigError::from)?;
     let initrd = match &cfg.initrd {
         Some(p) => Some(
             loader::load_initrd(mem, p, &kernel, cfg.memory_bytes, cfg.map_images)
@@ -423,10 +434,12 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     }
     recorder.vmm(vmm_marks::KERNEL_LOADED);
     if cfg.stop_after == Some(StopAfter::Load) {
-        return Ok(early_report(
+        let mut report = early_report(
             "stopped after loading the kernel (--stop-after load)",
             format_name(&kernel),
-        ));
+        );
+        report.timeline.guest.kernel_boot = kernel.boot.clone();
+        return Ok(report);
     }
 
     // Devices.
@@ -624,6 +637,7 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
             initrd: cfg.initrd.as_ref().map(|p| p.display().to_string()),
             initrd_mapped_from_file: initrd.is_some_and(|i| i.mapped_from_file),
             kernel_mapped_bytes: kernel.mapped_from_file,
+            kernel_boot: kernel.boot.clone(),
             cmdline: cfg.cmdline.clone(),
             memory_bytes: cfg.memory_bytes,
             vcpus: cfg.vcpus,
@@ -681,6 +695,7 @@ fn setup_only_timeline(
             initrd: cfg.initrd.as_ref().map(|p| p.display().to_string()),
             initrd_mapped_from_file: false,
             kernel_mapped_bytes: 0,
+            kernel_boot: None,
             cmdline: cfg.cmdline.clone(),
             memory_bytes: cfg.memory_bytes,
             vcpus: cfg.vcpus,

@@ -65,6 +65,7 @@ fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
         timeout: Some(Duration::from_secs(20)),
         allow_emulation: false,
         map_images: true,
+        decompress: Default::default(),
         memory: Default::default(),
         sandbox: false,
         stop_after: None,
