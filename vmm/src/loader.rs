@@ -252,6 +252,9 @@ pub struct KernelProbe {
     pub min_memory: u64,
     /// ELF: the loadable segments.
     pub segments: Vec<ElfSegment>,
+    /// ELF: its notes name the guest OS as Linux, so `e_entry` is the
+    /// 64-bit `startup_64`.
+    pub linux: bool,
 }
 
 /// What a file that is not a regular file is, in words.
@@ -399,6 +402,7 @@ fn probe_bzimage(path: &Path, file_size: u64, head: &[u8]) -> Result<KernelProbe
         setup_header: Some(hdr),
         min_memory,
         segments: Vec::new(),
+        linux: true,
     })
 }
 
@@ -435,6 +439,7 @@ fn probe_elf(
     }
     let mut min_memory = 0u64;
     let mut segments = Vec::new();
+    let mut linux = false;
     for i in 0..phnum {
         let mut ph = [0u8; 56];
         let n = read_at(file, phoff + i * phentsize, &mut ph).map_err(|source| {
@@ -451,6 +456,15 @@ fn probe_elf(
         let p_paddr = u64::from_le_bytes(ph[24..32].try_into().unwrap_or_default());
         let p_filesz = u64::from_le_bytes(ph[32..40].try_into().unwrap_or_default());
         let p_memsz = u64::from_le_bytes(ph[40..48].try_into().unwrap_or_default());
+        if p_type == 4 && !linux && p_filesz <= 64 << 10 {
+            let mut notes = vec![0u8; p_filesz as usize];
+            let n =
+                read_at(file, p_offset, &mut notes).map_err(|source| LoadError::KernelRead {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+            linux = decompress::notes_say_linux(&notes[..n]);
+        }
         if p_type == 1 {
             if p_offset.saturating_add(p_filesz) > file_size {
                 return Err(not(
@@ -487,6 +501,7 @@ fn probe_elf(
         setup_header: None,
         min_memory,
         segments,
+        linux,
     })
 }
 
@@ -760,7 +775,19 @@ fn load_elf_file(
             source: other,
         },
     })?;
+    let inside = |addr: GuestAddress| {
+        probe.segments.iter().any(|seg| {
+            let (start, end) = seg.range();
+            (start..end).contains(&addr.0)
+        })
+    };
+    // A Linux vmlinux is entered at startup_64 (its e_entry) with a zero
+    // page: its PVH path would first probe for Xen through 256 CPUID
+    // leaves, each a VM exit.
     let (entry, mode) = match res.pvh_boot_cap {
+        _ if probe.linux && res.kernel_load.0 >= layout::HIMEM_START && inside(res.kernel_load) => {
+            (res.kernel_load, EntryMode::Linux64)
+        }
         PvhBootCapability::PvhEntryPresent(addr) => (addr, EntryMode::Pvh),
         _ if res.kernel_load.0 >= layout::HIMEM_START => (res.kernel_load, EntryMode::Linux64),
         _ => {
@@ -769,11 +796,7 @@ fn load_elf_file(
             })
         }
     };
-    let inside = probe.segments.iter().any(|seg| {
-        let (start, end) = seg.range();
-        (start..end).contains(&entry.0)
-    });
-    if !inside {
+    if !inside(entry) {
         return Err(LoadError::ElfEntryOutside {
             path: path.to_path_buf(),
             entry: entry.0,
@@ -932,7 +955,7 @@ pub fn load_cmdline(mem: &GuestMemoryMmap, cmdline: &str, max: usize) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::decompress::tests::kernel_payload;
+    use crate::kernel::decompress::tests::{kernel_payload, pvh_only_elf};
     use vm_memory::GuestMemoryBackend;
 
     fn fixture(name: &str) -> PathBuf {
@@ -1016,7 +1039,7 @@ mod tests {
 
     #[test]
     fn bzimage_payload_decompressed_on_the_host_and_entered_through_pvh() {
-        let elf = std::fs::read(fixture("mini-pvh.elf")).unwrap();
+        let elf = pvh_only_elf();
         let payload = kernel_payload(Compression::Xz, &elf);
         let path = bzimage_with_payload("xz", &payload);
         let cache = tempfile::tempdir().unwrap();
@@ -1082,7 +1105,13 @@ mod tests {
             assert_eq!(boot.decompressed_by, "host", "{c:?}");
             assert_eq!(boot.compression.as_deref(), Some(c.name()));
             assert_eq!(boot.cache.as_deref(), Some("off"));
+            // e_entry is a 64-bit entry here: preferred to the PVH note.
             assert_eq!(k.entry, GuestAddress(0x100000));
+            assert_eq!(
+                (k.mode, boot.entry.as_str()),
+                (EntryMode::Linux64, "linux64")
+            );
+            assert_eq!(k.cmdline_max, 2047, "from the bzImage's setup header");
             let _ = std::fs::remove_file(path);
         }
     }
@@ -1105,7 +1134,7 @@ mod tests {
                 "noentry",
                 kernel_payload(Compression::Xz, &noentry),
                 false,
-                "no PVH note and no 64-bit entry",
+                "has no usable entry",
             ),
         ];
         for (tag, payload, in_guest, why) in cases {

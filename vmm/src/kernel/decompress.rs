@@ -32,6 +32,8 @@ pub const MAX_DECOMPRESSED: u64 = 1 << 30;
 const MIN_ENTRY: u64 = 0x10_0000;
 /// ELF note type of the PVH 32-bit entry point (`XEN_ELFNOTE_PHYS32_ENTRY`).
 const XEN_ELFNOTE_PHYS32_ENTRY: u32 = 18;
+/// ELF note type naming the guest OS (`XEN_ELFNOTE_GUEST_OS`).
+const XEN_ELFNOTE_GUEST_OS: u32 = 6;
 const PT_LOAD: u32 = 1;
 const PT_NOTE: u32 = 4;
 
@@ -270,9 +272,10 @@ fn le_u64(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// Checks that `elf` is an x86-64 kernel the VMM can enter, and how: through
-/// its PVH note when it has one, else its 64-bit `e_entry` (Linux 64-bit
-/// boot protocol). The error says what is missing.
+/// Checks that `elf` is an x86-64 kernel the VMM can enter, and how: at its
+/// 64-bit `e_entry` (Linux 64-bit boot protocol) when that lies in a
+/// loadable segment, else through its PVH note. The error says what is
+/// missing.
 pub fn inspect_elf(elf: &[u8]) -> Result<ElfKernel, String> {
     if !elf.starts_with(b"\x7fELF") {
         return Err("the decompressed payload is not an ELF file".into());
@@ -325,20 +328,25 @@ pub fn inspect_elf(elf: &[u8]) -> Result<ElfKernel, String> {
         return Err("the decompressed ELF has overlapping loadable segments".into());
     }
     let end = ranges.iter().map(|r| r.1).max().unwrap_or(0);
-    let (entry, mode) = match pvh {
-        Some(e) => (e, EntryMode::Pvh),
-        None if e_entry >= MIN_ENTRY => (e_entry, EntryMode::Linux64),
-        None => {
-            return Err(format!(
-                "the decompressed ELF has no PVH note and no 64-bit entry (e_entry {e_entry:#x})"
-            ))
-        }
-    };
-    if !ranges.iter().any(|r| (r.0..r.1).contains(&entry)) {
+    let inside = |a: u64| ranges.iter().any(|r| (r.0..r.1).contains(&a));
+    // A bzImage's vmlinux has its 64-bit entry (startup_64) at e_entry:
+    // entered there with a zero page, the kernel skips the PVH path's probe
+    // for Xen (256 CPUID leaves, each a VM exit). The PVH note serves
+    // when e_entry does not.
+    let (entry, mode) = if e_entry >= MIN_ENTRY && inside(e_entry) {
+        (e_entry, EntryMode::Linux64)
+    } else if let Some(e) = pvh.filter(|&e| inside(e)) {
+        (e, EntryMode::Pvh)
+    } else {
         return Err(format!(
-            "the decompressed ELF's entry {entry:#x} lies outside its loadable segments"
+            "the decompressed ELF has no usable entry (e_entry {e_entry:#x} is not a 64-bit \
+             entry inside its segments, and {})",
+            match pvh {
+                Some(e) => format!("its PVH entry {e:#x} lies outside them"),
+                None => "it has no PVH note".to_string(),
+            }
         ));
-    }
+    };
     Ok(ElfKernel {
         entry,
         mode,
@@ -347,26 +355,38 @@ pub fn inspect_elf(elf: &[u8]) -> Result<ElfKernel, String> {
     })
 }
 
-/// The PVH entry address from a PT_NOTE segment's notes, if there is one.
-fn pvh_entry(notes: &[u8]) -> Option<u64> {
+/// Whether a PT_NOTE segment's notes name the guest OS as Linux
+/// (`XEN_ELFNOTE_GUEST_OS` "linux", which every x86 vmlinux built with PVH
+/// or Xen support carries): its `e_entry` is then `startup_64`.
+pub fn notes_say_linux(notes: &[u8]) -> bool {
+    find_note(notes, XEN_ELFNOTE_GUEST_OS).is_some_and(|d| d.starts_with(b"linux"))
+}
+
+/// The descriptor of the first "Xen" note of type `kind`.
+fn find_note(notes: &[u8], kind: u32) -> Option<&[u8]> {
     let mut at = 0usize;
     while at + 12 <= notes.len() {
         let namesz = le_u32(notes, at)? as usize;
         let descsz = le_u32(notes, at + 4)? as usize;
-        let kind = le_u32(notes, at + 8)?;
+        let k = le_u32(notes, at + 8)?;
         let name_at = at + 12;
         let desc_at = name_at.checked_add(namesz.next_multiple_of(4))?;
-        let next = desc_at.checked_add(descsz.next_multiple_of(4))?;
-        if kind == XEN_ELFNOTE_PHYS32_ENTRY && notes.get(name_at..name_at + namesz)? == b"Xen\0" {
-            return match descsz {
-                4 => le_u32(notes, desc_at).map(u64::from),
-                8 => le_u64(notes, desc_at),
-                _ => None,
-            };
+        if k == kind && notes.get(name_at..name_at + namesz)? == b"Xen\0" {
+            return notes.get(desc_at..desc_at.checked_add(descsz)?);
         }
-        at = next;
+        at = desc_at.checked_add(descsz.next_multiple_of(4))?;
     }
     None
+}
+
+/// The PVH entry address from a PT_NOTE segment's notes, if there is one.
+fn pvh_entry(notes: &[u8]) -> Option<u64> {
+    let desc = find_note(notes, XEN_ELFNOTE_PHYS32_ENTRY)?;
+    match desc.len() {
+        4 => le_u32(desc, 0).map(u64::from),
+        8 => le_u64(desc, 0),
+        _ => None,
+    }
 }
 
 /// Where decompressed kernels are kept: `$XDG_CACHE_HOME/bootscope/kernels`,
@@ -679,28 +699,53 @@ pub(crate) mod tests {
         }
     }
 
+    /// mini-pvh.elf with e_entry 0: only its PVH note is an entry.
+    pub(crate) fn pvh_only_elf() -> Vec<u8> {
+        let mut elf = pvh_elf();
+        elf[24..32].copy_from_slice(&0u64.to_le_bytes());
+        elf
+    }
+
     #[test]
-    fn inspects_pvh_entry_and_refuses_elves_without_entry() {
+    fn inspects_entries_preferring_the_64bit_one() {
+        // mini-pvh.elf: e_entry 0x100000 inside its segment, and a PVH note.
         let k = inspect_elf(&pvh_elf()).unwrap();
-        assert_eq!(k.mode, EntryMode::Pvh);
-        assert_eq!(k.entry, 0x100000);
+        assert_eq!((k.entry, k.mode), (0x100000, EntryMode::Linux64));
         assert_eq!(k.segments.len(), 1);
+        let k = inspect_elf(&pvh_only_elf()).unwrap();
+        assert_eq!((k.entry, k.mode), (0x100000, EntryMode::Pvh));
         let noentry = std::fs::read(
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mini-noentry.elf"),
         )
         .unwrap();
         let e = inspect_elf(&noentry).unwrap_err();
-        assert!(e.contains("no PVH note"), "{e}");
+        assert!(
+            e.contains("no usable entry") && e.contains("no PVH note"),
+            "{e}"
+        );
         assert!(inspect_elf(b"plain text").is_err());
-        // Without its PVH note type, the same kernel is entered at e_entry
-        // if that is a 64-bit entry; mini-pvh's e_entry is 0x100000.
-        let mut no_note = pvh_elf();
-        let pos = no_note
-            .windows(4)
-            .position(|w| w == 18u32.to_le_bytes())
-            .unwrap();
-        no_note[pos..pos + 4].copy_from_slice(&99u32.to_le_bytes());
-        let k = inspect_elf(&no_note).unwrap();
-        assert_eq!(k.mode, EntryMode::Linux64);
+    }
+
+    #[test]
+    fn linux_guest_os_note() {
+        let note = |name: &[u8], kind: u32, desc: &[u8]| {
+            let mut n = Vec::new();
+            n.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            n.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+            n.extend_from_slice(&kind.to_le_bytes());
+            n.extend_from_slice(name);
+            n.resize(n.len().next_multiple_of(4), 0);
+            n.extend_from_slice(desc);
+            n.resize(n.len().next_multiple_of(4), 0);
+            n
+        };
+        let mut notes = note(b"Xen\0", 7, b"2.6\0");
+        notes.extend(note(b"Xen\0", 6, b"linux\0"));
+        assert!(notes_say_linux(&notes));
+        assert!(!notes_say_linux(&note(b"Xen\0", 6, b"freebsd\0")));
+        assert!(!notes_say_linux(&note(b"GNU\0", 6, b"linux\0")));
+        // The fixture's only note is its PVH entry.
+        assert!(!notes_say_linux(&pvh_elf()[0x174..0x188]));
+        assert_eq!(pvh_entry(&pvh_elf()[0x174..0x188]), Some(0x100000));
     }
 }
