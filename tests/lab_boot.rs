@@ -75,7 +75,10 @@ fn default_guest_boots_to_userspace_in_the_lab() {
     assert_eq!(kb["compression"], "xz", "{kb}");
     assert_eq!(kb["entry"], "linux64", "{kb}");
     assert_eq!(kb["kaslr"], false, "{kb}");
-    assert!(kb["decompressed_bytes"].as_u64().unwrap_or(0) > 1 << 20, "{kb}");
+    assert!(
+        kb["decompressed_bytes"].as_u64().unwrap_or(0) > 1 << 20,
+        "{kb}"
+    );
     let marks = doc["marks"].as_array().unwrap();
     let has = |name: &str| marks.iter().any(|m| m["name"] == name);
     assert!(
