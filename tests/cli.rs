@@ -34,6 +34,48 @@ fn bad_kernels_exit_2_with_reason() {
 }
 
 #[test]
+fn corrupt_bzimage_payload_exits_2() {
+    if !kvm_available() {
+        return;
+    }
+    // mini-bzimage-reset.bin with a payload that says xz (magic and size
+    // trailer) but whose stream is garbage: no decompressor can make a
+    // kernel of it, so it is refused rather than booted into.
+    let d = scratch("corrupt-payload");
+    let k = d.join("vmlinuz");
+    let mut bz = std::fs::read(fixture("mini-bzimage-reset.bin")).unwrap();
+    let mut payload = vec![0xfd, b'7', b'z', b'X', b'Z', 0];
+    payload.extend((0..200u32).map(|i| (i * 37 % 251) as u8));
+    payload.extend_from_slice(&4096u32.to_le_bytes());
+    let setup = (u32::from(bz[0x1f1]) + 1) * 512;
+    let offset = bz.len() as u32 - setup;
+    bz[0x248..0x24c].copy_from_slice(&offset.to_le_bytes());
+    bz[0x24c..0x250].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    bz.extend_from_slice(&payload);
+    std::fs::write(&k, bz).unwrap();
+    let k = k.to_str().unwrap();
+    expect_usage_error(
+        &["run", "--kernel", k, "--no-profile"],
+        &[k, "xz payload is corrupt"],
+    );
+    // The classic boot does not look at the payload: it loads.
+    let o = bootscope(&[
+        "run",
+        "--kernel",
+        k,
+        "--guest-decompress",
+        "--stop-after",
+        "load",
+        "--no-profile",
+        "--no-summary",
+        "--serial",
+        "null",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
 fn unreadable_kernel_exits_2() {
     if !kvm_available() {
         return;

@@ -68,8 +68,23 @@ fn default_guest_boots_to_userspace_in_the_lab() {
         "the CMOS RTC must answer: {console}"
     );
     assert_eq!(doc["guest"]["kernel_format"], "bzimage");
+    // The kernel was decompressed by the VMM and entered directly, and the
+    // timeline says so.
+    let kb = &doc["guest"]["kernel_boot"];
+    assert_eq!(kb["decompressed_by"], "host", "{kb}");
+    assert_eq!(kb["compression"], "xz", "{kb}");
+    assert_eq!(kb["entry"], "linux64", "{kb}");
+    assert_eq!(kb["kaslr"], false, "{kb}");
+    assert!(
+        kb["decompressed_bytes"].as_u64().unwrap_or(0) > 1 << 20,
+        "{kb}"
+    );
     let marks = doc["marks"].as_array().unwrap();
     let has = |name: &str| marks.iter().any(|m| m["name"] == name);
+    assert!(
+        has("vmm: kernel decompressed") || has("vmm: kernel read from cache"),
+        "the decompression thread's mark: {marks:?}"
+    );
     for m in [
         "vmm: first KVM_RUN",
         "serial: kernel banner",

@@ -33,6 +33,7 @@ fn main() {
         timeout: Some(Duration::from_secs(5)),
         allow_emulation: false,
         map_images: true,
+        decompress: Default::default(),
         memory: Default::default(),
         sandbox: false,
         stop_after: None,

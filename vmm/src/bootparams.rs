@@ -188,6 +188,7 @@ mod tests {
             setup_header: hdr,
             cmdline_max: 2047,
             mapped_from_file: 0,
+            boot: None,
         }
     }
 

@@ -8,12 +8,15 @@
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use linux_loader::loader::bootparam::setup_header;
 use linux_loader::loader::{bzimage::BzImage, elf::Elf, KernelLoader, PvhBootCapability};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
+use crate::kernel::decompress::{self, CacheUse, Compression, HostKernel, PayloadError};
 use crate::layout;
+use crate::timeline::{vmm_marks, KernelBoot, Recorder};
 
 /// x86 `COMMAND_LINE_SIZE`: the most an ELF/PVH kernel accepts.
 pub const DEFAULT_CMDLINE_MAX: usize = 2048;
@@ -52,7 +55,7 @@ pub enum EntryMode {
 }
 
 /// Where the kernel was put and how to enter it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct LoadedKernel {
     pub format: KernelFormat,
     pub entry: GuestAddress,
@@ -63,9 +66,12 @@ pub struct LoadedKernel {
     pub setup_header: Option<setup_header>,
     /// Longest command line (without the NUL) the kernel accepts.
     pub cmdline_max: usize,
-    /// Bytes of the image the guest sees as the file's page cache
-    /// (copy-on-write) rather than a copy: whole pages of ELF segments.
+    /// Bytes of the image the guest sees as the file's page cache rather
+    /// than a copy (0: kernels are copied into guest RAM, which KVM can map
+    /// with large pages).
     pub mapped_from_file: u64,
+    /// How a bzImage was decompressed and entered (None for ELF kernels).
+    pub boot: Option<KernelBoot>,
 }
 
 /// Where the initrd was put.
@@ -186,6 +192,16 @@ pub enum LoadError {
     /// The command line contains a byte the kernel cannot take.
     #[error("the kernel command line contains a NUL or non-ASCII byte; remove it")]
     CmdlineInvalid,
+    /// The bzImage's compressed kernel is damaged.
+    #[error(
+        "{path} cannot be booted: {compression} payload is corrupt ({detail}); the kernel \
+         would not decompress in the guest either. Copy or reinstall the kernel image"
+    )]
+    CorruptPayload {
+        path: PathBuf,
+        compression: &'static str,
+        detail: String,
+    },
     /// Writing to guest memory failed.
     #[error("cannot write {what} to guest memory: {detail}")]
     GuestWrite { what: &'static str, detail: String },
@@ -236,6 +252,9 @@ pub struct KernelProbe {
     pub min_memory: u64,
     /// ELF: the loadable segments.
     pub segments: Vec<ElfSegment>,
+    /// ELF: its notes name the guest OS as Linux, so `e_entry` is the
+    /// 64-bit `startup_64`.
+    pub linux: bool,
 }
 
 /// What a file that is not a regular file is, in words.
@@ -383,6 +402,7 @@ fn probe_bzimage(path: &Path, file_size: u64, head: &[u8]) -> Result<KernelProbe
         setup_header: Some(hdr),
         min_memory,
         segments: Vec::new(),
+        linux: true,
     })
 }
 
@@ -419,6 +439,7 @@ fn probe_elf(
     }
     let mut min_memory = 0u64;
     let mut segments = Vec::new();
+    let mut linux = false;
     for i in 0..phnum {
         let mut ph = [0u8; 56];
         let n = read_at(file, phoff + i * phentsize, &mut ph).map_err(|source| {
@@ -435,6 +456,15 @@ fn probe_elf(
         let p_paddr = u64::from_le_bytes(ph[24..32].try_into().unwrap_or_default());
         let p_filesz = u64::from_le_bytes(ph[32..40].try_into().unwrap_or_default());
         let p_memsz = u64::from_le_bytes(ph[40..48].try_into().unwrap_or_default());
+        if p_type == 4 && !linux && p_filesz <= 64 << 10 {
+            let mut notes = vec![0u8; p_filesz as usize];
+            let n =
+                read_at(file, p_offset, &mut notes).map_err(|source| LoadError::KernelRead {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+            linux = decompress::notes_say_linux(&notes[..n]);
+        }
         if p_type == 1 {
             if p_offset.saturating_add(p_filesz) > file_size {
                 return Err(not(
@@ -471,144 +501,321 @@ fn probe_elf(
         setup_header: None,
         min_memory,
         segments,
+        linux,
     })
 }
 
-/// Loads the kernel into guest memory.
+/// How a bzImage's compressed kernel is handled.
+#[derive(Clone, Debug, Default)]
+pub struct DecompressOptions {
+    /// Let the guest run the bzImage's own decompressor (the classic boot)
+    /// instead of decompressing on the host.
+    pub in_guest: bool,
+    /// Where decompressed kernels are cached (None: not cached).
+    pub cache_dir: Option<PathBuf>,
+}
+
+type HostResult = Result<HostKernel, PayloadError>;
+
+/// A probed kernel whose bzImage payload may be decompressing on a thread
+/// of its own while the VMM sets up memory.
+pub struct PreparedKernel {
+    path: PathBuf,
+    probe: KernelProbe,
+    host: Option<std::thread::JoinHandle<HostResult>>,
+}
+
+impl PreparedKernel {
+    pub fn format(&self) -> KernelFormat {
+        self.probe.format
+    }
+}
+
+/// Probes the kernel (bad input fails here, at once) and, for a bzImage
+/// unless `opts.in_guest`, starts decompressing its payload on a thread.
+/// `recorder` gets a mark when the decompressed kernel is ready.
+pub fn prepare_kernel(
+    path: &Path,
+    opts: &DecompressOptions,
+    recorder: Option<Arc<Recorder>>,
+) -> Result<PreparedKernel, LoadError> {
+    let probe = probe_kernel(path)?;
+    let host = match (probe.format, probe.setup_header) {
+        (KernelFormat::BzImage, Some(hdr)) if !opts.in_guest => {
+            let file = path.to_path_buf();
+            let cache = opts.cache_dir.clone();
+            let job = move || {
+                let r = decompress::host_kernel(&file, &hdr, cache.as_deref());
+                if let (Some(rec), Ok(k)) = (&recorder, &r) {
+                    rec.vmm(if k.cache == CacheUse::Hit {
+                        vmm_marks::KERNEL_FROM_CACHE
+                    } else {
+                        vmm_marks::KERNEL_DECOMPRESSED
+                    });
+                }
+                r
+            };
+            Some(
+                std::thread::Builder::new()
+                    .name("kernel-decompress".into())
+                    .spawn(job)
+                    .map_err(|source| LoadError::KernelRead {
+                        path: path.to_path_buf(),
+                        source,
+                    })?,
+            )
+        }
+        _ => None,
+    };
+    Ok(PreparedKernel {
+        path: path.to_path_buf(),
+        probe,
+        host,
+    })
+}
+
+/// Loads the kernel into guest memory, decompressed on the host when the
+/// payload allows (see [`DecompressOptions`]).
 pub fn load_kernel(
     mem: &GuestMemoryMmap,
     path: &Path,
     memory_bytes: u64,
-    map_from_file: bool,
+    opts: &DecompressOptions,
 ) -> Result<LoadedKernel, LoadError> {
-    let probe = probe_kernel(path)?;
-    let needed = probe.min_memory.max(layout::HIMEM_START + (1 << 20));
-    if memory_bytes < needed {
-        return Err(LoadError::MemoryTooSmall {
+    prepare_kernel(path, opts, None)?.load(mem, memory_bytes)
+}
+
+impl PreparedKernel {
+    /// Waits for the decompression (if any) and loads the kernel.
+    pub fn load(self, mem: &GuestMemoryMmap, memory_bytes: u64) -> Result<LoadedKernel, LoadError> {
+        let PreparedKernel { path, probe, host } = self;
+        let path = path.as_path();
+        let too_small = |needed: u64| LoadError::MemoryTooSmall {
             path: path.to_path_buf(),
             memory_mib: memory_bytes >> 20,
             needed_mib: needed.div_ceil(1 << 20),
-        });
+        };
+        let needed = probe.min_memory.max(layout::HIMEM_START + (1 << 20));
+        if memory_bytes < needed {
+            return Err(too_small(needed));
+        }
+        if probe.format == KernelFormat::Elf {
+            return load_elf_file(mem, path, &probe);
+        }
+        let hdr = probe.setup_header;
+        let reason = match host.map(|h| h.join()) {
+            None => "--guest-decompress".to_string(),
+            Some(Ok(Ok(k))) => {
+                if memory_bytes < k.elf.end {
+                    return Err(too_small(k.elf.end));
+                }
+                return load_host_kernel(mem, path, hdr, k);
+            }
+            Some(Ok(Err(PayloadError::Unusable(why)))) => why,
+            Some(Ok(Err(PayloadError::Corrupt {
+                compression,
+                detail,
+            }))) => {
+                return Err(LoadError::CorruptPayload {
+                    path: path.to_path_buf(),
+                    compression,
+                    detail,
+                })
+            }
+            Some(Ok(Err(PayloadError::Read(source)))) => {
+                return Err(LoadError::KernelRead {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+            Some(Err(_)) => "the decompression thread failed".to_string(),
+        };
+        load_bzimage_for_guest(mem, path, &probe, reason)
     }
+}
+
+/// The longest command line a bzImage's setup header allows.
+fn bzimage_cmdline_max(hdr: Option<&setup_header>) -> usize {
+    hdr.map(|h| {
+        if h.version >= 0x0206 && h.cmdline_size > 0 {
+            h.cmdline_size as usize
+        } else {
+            255
+        }
+    })
+    .unwrap_or(255)
+}
+
+/// Copies the segments of a host-decompressed kernel into guest RAM.
+fn load_host_kernel(
+    mem: &GuestMemoryMmap,
+    path: &Path,
+    hdr: Option<setup_header>,
+    k: HostKernel,
+) -> Result<LoadedKernel, LoadError> {
+    let bytes = k.bytes.as_slice();
+    for seg in &k.elf.segments {
+        let data = &bytes[seg.offset as usize..(seg.offset + seg.filesz) as usize];
+        mem.write_slice(data, GuestAddress(seg.paddr))
+            .map_err(|e| LoadError::GuestWrite {
+                what: "decompressed kernel",
+                detail: format!("{}: {e}", path.display()),
+            })?;
+    }
+    let (entry_name, cmdline_max) = match k.elf.mode {
+        EntryMode::Pvh => ("pvh", DEFAULT_CMDLINE_MAX - 1),
+        EntryMode::Linux64 => ("linux64", bzimage_cmdline_max(hdr.as_ref())),
+    };
+    Ok(LoadedKernel {
+        format: KernelFormat::BzImage,
+        entry: GuestAddress(k.elf.entry),
+        mode: k.elf.mode,
+        end: k.elf.end,
+        setup_header: hdr,
+        cmdline_max,
+        mapped_from_file: 0,
+        boot: Some(KernelBoot {
+            decompressed_by: "host".into(),
+            compression: Some(k.compression.name().into()),
+            entry: entry_name.into(),
+            kaslr: false,
+            cache: Some(k.cache.name().into()),
+            cache_file: k.cache_file.map(|p| p.display().to_string()),
+            cache_note: k.cache_note,
+            decompressed_bytes: Some(bytes.len() as u64),
+            hash_ns: Some(k.hash_ns),
+            decompress_ns: Some(k.decompress_ns),
+            reason: None,
+        }),
+    })
+}
+
+/// Loads a bzImage the classic way: its protected-mode code at 1 MiB,
+/// entered at its 64-bit entry, where it decompresses itself.
+fn load_bzimage_for_guest(
+    mem: &GuestMemoryMmap,
+    path: &Path,
+    probe: &KernelProbe,
+    reason: String,
+) -> Result<LoadedKernel, LoadError> {
+    let mut file = reopen(path)?;
+    let res = BzImage::load(
+        mem,
+        None,
+        &mut file,
+        Some(GuestAddress(layout::HIMEM_START)),
+    )
+    .map_err(|source| LoadError::Loader {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let hdr = res.setup_header.or(probe.setup_header);
+    let compression = hdr.as_ref().and_then(|h| {
+        let mut head = [0u8; 8];
+        let at = (u64::from(if h.setup_sects == 0 { 4 } else { h.setup_sects }) + 1) * 512
+            + u64::from(h.payload_offset);
+        let n = read_at(&mut file, at, &mut head).ok()?;
+        Compression::detect(&head[..n]).map(|c| c.name().to_string())
+    });
+    Ok(LoadedKernel {
+        format: KernelFormat::BzImage,
+        entry: GuestAddress(res.kernel_load.0 + BZIMAGE_64BIT_ENTRY_OFFSET),
+        mode: EntryMode::Linux64,
+        end: res.kernel_end,
+        cmdline_max: bzimage_cmdline_max(hdr.as_ref()),
+        setup_header: hdr,
+        // A bzImage decompresses itself over its own memory: a copy it
+        // must be.
+        mapped_from_file: 0,
+        boot: Some(KernelBoot {
+            decompressed_by: "guest".into(),
+            compression,
+            entry: "bzimage-linux64".into(),
+            kaslr: true,
+            cache: None,
+            cache_file: None,
+            cache_note: None,
+            decompressed_bytes: None,
+            hash_ns: None,
+            decompress_ns: None,
+            reason: Some(reason),
+        }),
+    })
+}
+
+/// Opens the probed kernel again (a file swapped for a non-regular one
+/// since is refused).
+fn reopen(path: &Path) -> Result<File, LoadError> {
     let read_err = |source| LoadError::KernelRead {
         path: path.to_path_buf(),
         source,
     };
-    // Probed above as a regular file: one swapped in since is refused.
-    let (mut file, _) = open_image(path)
+    let (file, _) = open_image(path)
         .map_err(read_err)?
         .map_err(|_| read_err(std::io::Error::other("it is no longer a regular file")))?;
-    let loader_err = |source| LoadError::Loader {
-        path: path.to_path_buf(),
-        source,
-    };
-    match probe.format {
-        KernelFormat::BzImage => {
-            let res = BzImage::load(
-                mem,
-                None,
-                &mut file,
-                Some(GuestAddress(layout::HIMEM_START)),
-            )
-            .map_err(loader_err)?;
-            let hdr = res.setup_header.or(probe.setup_header);
-            let cmdline_max = hdr
-                .map(|h| {
-                    if h.version >= 0x0206 && h.cmdline_size > 0 {
-                        h.cmdline_size as usize
-                    } else {
-                        255
-                    }
-                })
-                .unwrap_or(255);
-            Ok(LoadedKernel {
-                format: KernelFormat::BzImage,
-                entry: GuestAddress(res.kernel_load.0 + BZIMAGE_64BIT_ENTRY_OFFSET),
-                mode: EntryMode::Linux64,
-                end: res.kernel_end,
-                setup_header: hdr,
-                cmdline_max,
-                // A bzImage decompresses itself over its own memory: a
-                // copy it must be.
-                mapped_from_file: 0,
-            })
-        }
-        KernelFormat::Elf => {
-            let res = Elf::load(mem, None, &mut file, None).map_err(|e| match e {
-                linux_loader::loader::Error::Elf(
-                    linux_loader::loader::elf::Error::InvalidEntryAddress,
-                ) => LoadError::ElfNoEntry {
-                    path: path.to_path_buf(),
-                },
-                other => loader_err(other),
-            })?;
-            let (entry, mode) = match res.pvh_boot_cap {
-                PvhBootCapability::PvhEntryPresent(addr) => (addr, EntryMode::Pvh),
-                _ if res.kernel_load.0 >= layout::HIMEM_START => {
-                    (res.kernel_load, EntryMode::Linux64)
-                }
-                _ => {
-                    return Err(LoadError::ElfNoEntry {
-                        path: path.to_path_buf(),
-                    })
-                }
-            };
-            let inside = probe.segments.iter().any(|seg| {
-                let (start, end) = seg.range();
-                (start..end).contains(&entry.0)
-            });
-            if !inside {
-                return Err(LoadError::ElfEntryOutside {
-                    path: path.to_path_buf(),
-                    entry: entry.0,
-                    kind: match mode {
-                        EntryMode::Pvh => "the PVH note's",
-                        EntryMode::Linux64 => "e_entry",
-                    },
-                });
-            }
-            let mapped_from_file = if map_from_file {
-                map_elf_segments(mem, &file, &probe.segments)
-            } else {
-                0
-            };
-            Ok(LoadedKernel {
-                format: KernelFormat::Elf,
-                entry,
-                mode,
-                end: res.kernel_end.max(probe.min_memory),
-                setup_header: None,
-                cmdline_max: DEFAULT_CMDLINE_MAX - 1,
-                mapped_from_file,
-            })
-        }
-    }
+    Ok(file)
 }
 
-/// Replaces the whole pages of each loaded segment (already copied by the
-/// loader) with a private mapping of the file, so VMs started from the same
-/// vmlinux share its page cache. A segment whose file offset and address
-/// disagree modulo the page size keeps its copy; so do the partial pages at
-/// either end (the part past `filesz` must read as zeros). Returns the bytes
-/// mapped.
-fn map_elf_segments(mem: &GuestMemoryMmap, file: &File, segments: &[ElfSegment]) -> u64 {
-    const PAGE: u64 = 4096;
-    let mut mapped = 0;
-    for seg in segments {
-        if seg.offset % PAGE != seg.paddr % PAGE {
-            continue;
+/// Loads an ELF vmlinux: its segments copied into guest RAM, entered
+/// through its PVH note or at `e_entry`.
+fn load_elf_file(
+    mem: &GuestMemoryMmap,
+    path: &Path,
+    probe: &KernelProbe,
+) -> Result<LoadedKernel, LoadError> {
+    let mut file = reopen(path)?;
+    let res = Elf::load(mem, None, &mut file, None).map_err(|e| match e {
+        linux_loader::loader::Error::Elf(linux_loader::loader::elf::Error::InvalidEntryAddress) => {
+            LoadError::ElfNoEntry {
+                path: path.to_path_buf(),
+            }
         }
-        let start = seg.paddr.next_multiple_of(PAGE);
-        let end = (seg.paddr + seg.filesz) & !(PAGE - 1);
-        if end <= start {
-            continue;
+        other => LoadError::Loader {
+            path: path.to_path_buf(),
+            source: other,
+        },
+    })?;
+    let inside = |addr: GuestAddress| {
+        probe.segments.iter().any(|seg| {
+            let (start, end) = seg.range();
+            (start..end).contains(&addr.0)
+        })
+    };
+    // A Linux vmlinux is entered at startup_64 (its e_entry) with a zero
+    // page: its PVH path would first probe for Xen through 256 CPUID
+    // leaves, each a VM exit.
+    let (entry, mode) = match res.pvh_boot_cap {
+        _ if probe.linux && res.kernel_load.0 >= layout::HIMEM_START && inside(res.kernel_load) => {
+            (res.kernel_load, EntryMode::Linux64)
         }
-        let file_offset = seg.offset + (start - seg.paddr);
-        if map_file_over_guest(mem, GuestAddress(start), file, file_offset, end - start).is_ok() {
-            mapped += end - start;
+        PvhBootCapability::PvhEntryPresent(addr) => (addr, EntryMode::Pvh),
+        _ if res.kernel_load.0 >= layout::HIMEM_START => (res.kernel_load, EntryMode::Linux64),
+        _ => {
+            return Err(LoadError::ElfNoEntry {
+                path: path.to_path_buf(),
+            })
         }
+    };
+    if !inside(entry) {
+        return Err(LoadError::ElfEntryOutside {
+            path: path.to_path_buf(),
+            entry: entry.0,
+            kind: match mode {
+                EntryMode::Pvh => "the PVH note's",
+                EntryMode::Linux64 => "e_entry",
+            },
+        });
     }
-    mapped
+    Ok(LoadedKernel {
+        format: KernelFormat::Elf,
+        entry,
+        mode,
+        end: res.kernel_end.max(probe.min_memory),
+        setup_header: None,
+        cmdline_max: DEFAULT_CMDLINE_MAX - 1,
+        mapped_from_file: 0,
+        boot: None,
+    })
 }
 
 /// End of the guest RAM block that starts at `HIMEM_START` (below the MMIO
@@ -748,6 +955,7 @@ pub fn load_cmdline(mem: &GuestMemoryMmap, cmdline: &str, max: usize) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::decompress::tests::{kernel_payload, pvh_only_elf};
     use vm_memory::GuestMemoryBackend;
 
     fn fixture(name: &str) -> PathBuf {
@@ -775,7 +983,13 @@ mod tests {
     #[test]
     fn loads_bzimage_at_one_mib_with_64bit_entry() {
         let mem = memory(64 << 20);
-        let k = load_kernel(&mem, &fixture("mini-bzimage-reset.bin"), 64 << 20, false).unwrap();
+        let k = load_kernel(
+            &mem,
+            &fixture("mini-bzimage-reset.bin"),
+            64 << 20,
+            &DecompressOptions::default(),
+        )
+        .unwrap();
         assert_eq!(k.mode, EntryMode::Linux64);
         assert_eq!(k.entry, GuestAddress(0x100200));
         assert_eq!(k.cmdline_max, 2047);
@@ -790,64 +1004,210 @@ mod tests {
     #[test]
     fn loads_pvh_entry_from_note() {
         let mem = memory(64 << 20);
-        let k = load_kernel(&mem, &fixture("mini-pvh.elf"), 64 << 20, false).unwrap();
+        let k = load_kernel(
+            &mem,
+            &fixture("mini-pvh.elf"),
+            64 << 20,
+            &DecompressOptions::default(),
+        )
+        .unwrap();
         assert_eq!(k.mode, EntryMode::Pvh);
         assert_eq!(k.entry, GuestAddress(0x100000));
         assert_eq!(k.format, KernelFormat::Elf);
     }
 
-    #[test]
-    fn elf_segments_mapped_from_file_read_the_same() {
-        let path = fixture("mini-pvh.elf");
-        let copied = memory(64 << 20);
-        load_kernel(&copied, &path, 64 << 20, false).unwrap();
-        let mapped = memory(64 << 20);
-        let k = load_kernel(&mapped, &path, 64 << 20, true).unwrap();
-        // The fixture's only segment is shorter than a page: nothing whole to
-        // map, so it stays a copy; either way the guest sees the same bytes.
-        assert_eq!(k.mapped_from_file, 0);
-        let (mut a, mut b) = (vec![0u8; 8192], vec![0u8; 8192]);
-        copied.read_slice(&mut a, GuestAddress(0x100000)).unwrap();
-        mapped.read_slice(&mut b, GuestAddress(0x100000)).unwrap();
-        assert_eq!(a, b);
+    /// mini-bzimage-reset.bin with `payload` appended and the setup
+    /// header's payload fields pointing at it.
+    fn bzimage_with_payload(tag: &str, payload: &[u8]) -> PathBuf {
+        let mut bytes = std::fs::read(fixture("mini-bzimage-reset.bin")).unwrap();
+        let setup = (u64::from(bytes[0x1f1]) + 1) * 512;
+        let offset = bytes.len() as u64 - setup;
+        bytes[0x248..0x24c].copy_from_slice(&(offset as u32).to_le_bytes());
+        bytes[0x24c..0x250].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(payload);
+        let path = std::env::temp_dir().join(format!("bootscope-bz-{tag}-{}", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    fn host_opts(cache: &Path) -> DecompressOptions {
+        DecompressOptions {
+            in_guest: false,
+            cache_dir: Some(cache.to_path_buf()),
+        }
     }
 
     #[test]
-    fn whole_pages_of_a_segment_are_mapped() {
-        // A made-up segment: file offset 0x1000 at 0x200800, 0x3000 bytes:
-        // whole pages 0x201000..0x203000 map, the partial ends stay copied.
-        let dir = std::env::temp_dir().join(format!("bootscope-seg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("image");
-        let bytes: Vec<u8> = (0..0x5000u32).map(|i| (i % 251) as u8).collect();
-        std::fs::write(&path, &bytes).unwrap();
-        let file = File::open(&path).unwrap();
+    fn bzimage_payload_decompressed_on_the_host_and_entered_through_pvh() {
+        let elf = pvh_only_elf();
+        let payload = kernel_payload(Compression::Xz, &elf);
+        let path = bzimage_with_payload("xz", &payload);
+        let cache = tempfile::tempdir().unwrap();
         let mem = memory(64 << 20);
-        let seg = ElfSegment {
-            offset: 0x800,
-            paddr: 0x200800,
-            filesz: 0x3000,
-            memsz: 0x3000,
-        };
-        assert_eq!(map_elf_segments(&mem, &file, &[seg]), 0x2000);
-        let mut got = vec![0u8; 0x2000];
-        mem.read_slice(&mut got, GuestAddress(0x201000)).unwrap();
-        assert_eq!(got, bytes[0x1000..0x3000]);
-        // Misaligned offset and address: left alone.
-        let odd = ElfSegment {
-            offset: 0x10,
-            paddr: 0x300000,
-            filesz: 0x3000,
-            memsz: 0x3000,
-        };
-        assert_eq!(map_elf_segments(&mem, &file, &[odd]), 0);
-        let _ = std::fs::remove_dir_all(&dir);
+        let k = load_kernel(&mem, &path, 64 << 20, &host_opts(cache.path())).unwrap();
+        assert_eq!(k.format, KernelFormat::BzImage);
+        assert_eq!(k.mode, EntryMode::Pvh);
+        assert_eq!(k.entry, GuestAddress(0x100000));
+        assert_eq!(k.cmdline_max, 2047);
+        assert!(
+            k.setup_header.is_some(),
+            "the zero page comes from the bzImage"
+        );
+        let boot = k.boot.clone().unwrap();
+        assert_eq!(boot.decompressed_by, "host");
+        assert_eq!(boot.compression.as_deref(), Some("xz"));
+        assert_eq!(boot.entry, "pvh");
+        assert!(!boot.kaslr);
+        assert_eq!(boot.cache.as_deref(), Some("miss"));
+        assert_eq!(boot.decompressed_bytes, Some(elf.len() as u64));
+        // The ELF's one segment (file offset 0x1000 in mini-pvh.elf's
+        // layout, per its program header) is at its physical address.
+        let seg = &probe_kernel(&fixture("mini-pvh.elf")).unwrap().segments[0];
+        let mut got = vec![0u8; seg.filesz as usize];
+        mem.read_slice(&mut got, GuestAddress(seg.paddr)).unwrap();
+        assert_eq!(
+            got,
+            elf[seg.offset as usize..(seg.offset + seg.filesz) as usize]
+        );
+        // The cache holds the decompressed ELF under the payload's hash.
+        let cached = boot.cache_file.unwrap();
+        assert!(cached.starts_with(cache.path().to_str().unwrap()));
+        assert_eq!(std::fs::read(&cached).unwrap(), elf);
+        // Booted again: read from the cache, same bytes in guest memory.
+        let mem2 = memory(64 << 20);
+        let k2 = load_kernel(&mem2, &path, 64 << 20, &host_opts(cache.path())).unwrap();
+        assert_eq!(k2.boot.unwrap().cache.as_deref(), Some("hit"));
+        let mut again = vec![0u8; seg.filesz as usize];
+        mem2.read_slice(&mut again, GuestAddress(seg.paddr))
+            .unwrap();
+        assert_eq!(again, got);
+        // A damaged cache entry is not trusted: decompressed again.
+        std::fs::write(&cached, b"\x7fELF damaged").unwrap();
+        let k3 = load_kernel(&memory(64 << 20), &path, 64 << 20, &host_opts(cache.path())).unwrap();
+        assert_eq!(k3.boot.unwrap().cache.as_deref(), Some("miss"));
+        assert_eq!(std::fs::read(&cached).unwrap(), elf);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn gzip_and_zstd_payloads_and_no_cache() {
+        let elf = std::fs::read(fixture("mini-pvh.elf")).unwrap();
+        for c in [Compression::Gzip, Compression::Zstd] {
+            let path = bzimage_with_payload(c.name(), &kernel_payload(c, &elf));
+            let k = load_kernel(
+                &memory(64 << 20),
+                &path,
+                64 << 20,
+                &DecompressOptions::default(),
+            )
+            .unwrap();
+            let boot = k.boot.unwrap();
+            assert_eq!(boot.decompressed_by, "host", "{c:?}");
+            assert_eq!(boot.compression.as_deref(), Some(c.name()));
+            assert_eq!(boot.cache.as_deref(), Some("off"));
+            // e_entry is a 64-bit entry here: preferred to the PVH note.
+            assert_eq!(k.entry, GuestAddress(0x100000));
+            assert_eq!(
+                (k.mode, boot.entry.as_str()),
+                (EntryMode::Linux64, "linux64")
+            );
+            assert_eq!(k.cmdline_max, 2047, "from the bzImage's setup header");
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    #[test]
+    fn guest_decompression_on_request_or_when_the_host_cannot() {
+        let elf = std::fs::read(fixture("mini-pvh.elf")).unwrap();
+        let noentry = std::fs::read(fixture("mini-noentry.elf")).unwrap();
+        let mut lz4 = vec![0x02, 0x21, 0x4c, 0x18];
+        lz4.extend_from_slice(&[7; 60]);
+        let cases = [
+            (
+                "asked",
+                kernel_payload(Compression::Xz, &elf),
+                true,
+                "--guest-decompress",
+            ),
+            ("lz4", lz4, false, "lz4 payloads are not decompressed"),
+            (
+                "noentry",
+                kernel_payload(Compression::Xz, &noentry),
+                false,
+                "has no usable entry",
+            ),
+        ];
+        for (tag, payload, in_guest, why) in cases {
+            let path = bzimage_with_payload(tag, &payload);
+            let opts = DecompressOptions {
+                in_guest,
+                cache_dir: None,
+            };
+            let mem = memory(64 << 20);
+            let k = load_kernel(&mem, &path, 64 << 20, &opts).unwrap();
+            // The classic boot: protected-mode code at 1 MiB, 64-bit entry.
+            assert_eq!(k.entry, GuestAddress(0x100200), "{tag}");
+            assert_eq!(k.mode, EntryMode::Linux64);
+            let boot = k.boot.unwrap();
+            assert_eq!(boot.decompressed_by, "guest");
+            assert_eq!(boot.entry, "bzimage-linux64");
+            assert!(boot.kaslr);
+            let reason = boot.reason.unwrap();
+            assert!(reason.contains(why), "{tag}: {reason}");
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    #[test]
+    fn corrupt_payload_is_refused() {
+        let elf = std::fs::read(fixture("mini-pvh.elf")).unwrap();
+        let mut payload = kernel_payload(Compression::Xz, &elf);
+        let mid = payload.len() / 2;
+        payload[mid] ^= 0xff;
+        let path = bzimage_with_payload("corrupt", &payload);
+        let mem = memory(64 << 20);
+        let e = load_kernel(&mem, &path, 64 << 20, &DecompressOptions::default()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                LoadError::CorruptPayload {
+                    compression: "xz",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains(path.to_str().unwrap()) && msg.contains("corrupt"),
+            "{msg}"
+        );
+        // Nothing was written where the kernel would have gone.
+        let mut got = [0u8; 64];
+        mem.read_slice(&mut got, GuestAddress(0x100000)).unwrap();
+        assert_eq!(got, [0; 64]);
+        // A payload field running past the end of the file is corrupt too.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let len = payload.len() as u32 + 4096;
+        bytes[0x24c..0x250].copy_from_slice(&len.to_le_bytes());
+        std::fs::write(&path, bytes).unwrap();
+        let e = load_kernel(&mem, &path, 64 << 20, &DecompressOptions::default()).unwrap_err();
+        assert!(matches!(e, LoadError::CorruptPayload { .. }), "{e}");
+        let _ = std::fs::remove_file(path);
     }
 
     #[test]
     fn rejects_bad_images() {
         let mem = memory(64 << 20);
-        let err = |name: &str| load_kernel(&mem, &fixture(name), 64 << 20, false).unwrap_err();
+        let err = |name: &str| {
+            load_kernel(
+                &mem,
+                &fixture(name),
+                64 << 20,
+                &DecompressOptions::default(),
+            )
+            .unwrap_err()
+        };
         assert!(matches!(
             err("not-a-kernel.bin"),
             LoadError::NotAKernel { .. }
@@ -889,14 +1249,14 @@ mod tests {
         // Program headers at 64, 56 bytes each: the second (the PT_NOTE
         // inside the PT_LOAD) made loadable.
         let overlap = patched_pvh("overlap", &[(64 + 56, &1u32.to_le_bytes())]);
-        let e = load_kernel(&mem, &overlap, 64 << 20, false).unwrap_err();
+        let e = load_kernel(&mem, &overlap, 64 << 20, &DecompressOptions::default()).unwrap_err();
         assert!(matches!(e, LoadError::ElfOverlappingSegments { .. }), "{e}");
         assert!(e.to_string().contains("0x100000..0x1000d8"), "{e}");
         assert!(probe_kernel(&overlap).is_err());
         // The PT_LOAD moved to 0x200000: the PVH entry 0x100000 is left
         // outside it.
         let stray = patched_pvh("stray", &[(64 + 24, &0x200000u64.to_le_bytes())]);
-        let e = load_kernel(&mem, &stray, 64 << 20, false).unwrap_err();
+        let e = load_kernel(&mem, &stray, 64 << 20, &DecompressOptions::default()).unwrap_err();
         assert!(
             matches!(
                 e,
@@ -914,7 +1274,13 @@ mod tests {
     #[test]
     fn initrd_goes_high_and_page_aligned() {
         let mem = memory(64 << 20);
-        let k = load_kernel(&mem, &fixture("mini-bzimage-reset.bin"), 64 << 20, false).unwrap();
+        let k = load_kernel(
+            &mem,
+            &fixture("mini-bzimage-reset.bin"),
+            64 << 20,
+            &DecompressOptions::default(),
+        )
+        .unwrap();
         let i = load_initrd(&mem, &fixture("mini-pvh.elf"), &k, 64 << 20, false).unwrap();
         assert!(!i.mapped_from_file);
         assert_eq!(i.addr % 4096, 0);
@@ -929,7 +1295,13 @@ mod tests {
     #[test]
     fn initrd_mapped_from_file_reads_the_same_and_writes_stay_private() {
         let mem = memory(64 << 20);
-        let k = load_kernel(&mem, &fixture("mini-bzimage-reset.bin"), 64 << 20, false).unwrap();
+        let k = load_kernel(
+            &mem,
+            &fixture("mini-bzimage-reset.bin"),
+            64 << 20,
+            &DecompressOptions::default(),
+        )
+        .unwrap();
         let path = fixture("mini-bzimage-ports.bin");
         let i = load_initrd(&mem, &path, &k, 64 << 20, true).unwrap();
         assert!(i.mapped_from_file);

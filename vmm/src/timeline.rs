@@ -25,6 +25,10 @@ pub mod vmm_marks {
     /// itself): the VMM starts after it.
     pub const PROFILER_ATTACHED: &str = "vmm: profiler attached";
     pub const MEMORY_READY: &str = "vmm: memory ready";
+    /// The decompression thread has the bzImage's kernel: read from the
+    /// cache, or decompressed (either way after hashing the payload).
+    pub const KERNEL_FROM_CACHE: &str = "vmm: kernel read from cache";
+    pub const KERNEL_DECOMPRESSED: &str = "vmm: kernel decompressed";
     pub const KERNEL_LOADED: &str = "vmm: kernel and initrd loaded";
     pub const VCPUS_CREATED: &str = "vmm: vcpus created";
     pub const FIRST_KVM_RUN: &str = "vmm: first KVM_RUN";
@@ -334,13 +338,64 @@ pub struct GuestInfo {
     /// rather than copied.
     #[serde(default)]
     pub initrd_mapped_from_file: bool,
-    /// Bytes of the kernel image mapped from its file (ELF kernels only; a
-    /// bzImage decompresses itself and must be copied).
+    /// Bytes of the kernel image mapped from its file. Kernels are copied
+    /// into guest RAM (where KVM can map them with large pages), so this is
+    /// 0; the field stays for readers of the schema.
     #[serde(default)]
     pub kernel_mapped_bytes: u64,
+    /// How a bzImage was booted: decompressed by the VMM and entered
+    /// directly, or by its own decompressor in the guest. Absent for ELF
+    /// kernels and for runs that stopped before loading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_boot: Option<KernelBoot>,
     pub cmdline: String,
     pub memory_bytes: u64,
     pub vcpus: u32,
+}
+
+/// How a bzImage kernel was decompressed and entered.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelBoot {
+    /// `host`: the VMM decompressed the payload and the vCPU entered the
+    /// kernel proper; `guest`: the bzImage's own decompressor ran in the
+    /// guest.
+    pub decompressed_by: String,
+    /// The payload's compression (`xz`, `gzip`, `zstd`, `lzma`, `bzip2`,
+    /// `lzo`, `lz4`), when recognized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
+    /// How the vCPU entered: `pvh` (the decompressed kernel's PVH note),
+    /// `linux64` (the decompressed kernel's 64-bit entry with a zero page
+    /// from the bzImage's setup header), or `bzimage-linux64` (the
+    /// bzImage's 64-bit entry, into its decompressor).
+    pub entry: String,
+    /// Whether the kernel's base can be randomized: only the guest's
+    /// decompressor does KASLR, so a kernel entered past it runs at its
+    /// link address.
+    pub kaslr: bool,
+    /// Host path: `hit` (read from the cache), `miss` (decompressed, then
+    /// stored) or `off` (decompressed, not stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<String>,
+    /// The cache file read or written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_file: Option<String>,
+    /// Why the cache was not used (cache `off`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_note: Option<String>,
+    /// Size of the decompressed kernel (host path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decompressed_bytes: Option<u64>,
+    /// Host path: nanoseconds spent hashing the payload and decompressing
+    /// it (0 on a cache hit), on the decompression thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decompress_ns: Option<u64>,
+    /// Guest path: why the host did not decompress (`--guest-decompress`,
+    /// an unsupported compression, a result without a usable entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// How the run ended.

@@ -65,6 +65,7 @@ fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
         timeout: Some(Duration::from_secs(20)),
         allow_emulation: false,
         map_images: true,
+        decompress: Default::default(),
         memory: Default::default(),
         sandbox: false,
         stop_after: None,
@@ -162,6 +163,72 @@ fn pvh_elf_gets_start_info_and_cmdline() {
     assert!(text.contains("console=ttyS0 marker=pvh-ok"), "{text}");
     assert_eq!(r.timeline.guest.kernel_format, "elf-pvh");
     assert!(r.timeline.outcome.clean);
+}
+
+/// A bzImage made here: mini-bzimage-reset.bin's setup header pointing at
+/// an xz payload holding mini-pvh.elf (its e_entry cleared, so the PVH note
+/// is its only entry), with the size trailer the kernel build appends.
+fn bzimage_around_pvh_elf(dir: &std::path::Path, corrupt: bool) -> PathBuf {
+    let mut elf = std::fs::read(fixture("mini-pvh.elf")).unwrap();
+    elf[24..32].copy_from_slice(&0u64.to_le_bytes());
+    let mut enc = xz2::write::XzEncoder::new(Vec::new(), 6);
+    enc.write_all(&elf).unwrap();
+    let mut payload = enc.finish().unwrap();
+    payload.extend_from_slice(&(elf.len() as u32).to_le_bytes());
+    if corrupt {
+        let mid = payload.len() / 2;
+        payload[mid] ^= 0xff;
+    }
+    let mut bz = std::fs::read(fixture("mini-bzimage-reset.bin")).unwrap();
+    let setup = (u64::from(bz[0x1f1]) + 1) * 512;
+    let offset = bz.len() as u64 - setup;
+    bz[0x248..0x24c].copy_from_slice(&(offset as u32).to_le_bytes());
+    bz[0x24c..0x250].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    bz.extend_from_slice(&payload);
+    let path = dir.join(if corrupt {
+        "corrupt.bzimage"
+    } else {
+        "pvh.bzimage"
+    });
+    std::fs::write(&path, bz).unwrap();
+    path
+}
+
+#[test]
+fn bzimage_payload_decompressed_on_the_host_boots_through_pvh() {
+    if !kvm_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Capture::default();
+    let mut cfg = config("mini-pvh.elf", "console=ttyS0 marker=host-xz", out.clone());
+    cfg.kernel = bzimage_around_pvh_elf(dir.path(), false);
+    cfg.decompress.cache_dir = Some(dir.path().join("cache"));
+    let r = boot(cfg).unwrap();
+    let text = out.text();
+    // The PVH kernel ran, not the bzImage's own code (which resets at once).
+    assert!(text.contains("pvh: start_info ok"), "{text}");
+    assert!(text.contains("marker=host-xz"), "{text}");
+    assert_eq!(r.timeline.guest.kernel_format, "bzimage");
+    let boot_info = r.timeline.guest.kernel_boot.clone().unwrap();
+    assert_eq!(boot_info.decompressed_by, "host");
+    assert_eq!(boot_info.entry, "pvh");
+    assert_eq!(boot_info.cache.as_deref(), Some("miss"));
+    assert!(r
+        .timeline
+        .marks
+        .iter()
+        .any(|m| m.name == "vmm: kernel decompressed"));
+    assert!(r.timeline.outcome.clean, "{:?}", r.timeline.outcome);
+
+    // Corrupt: refused as bad input before the guest runs.
+    let mut cfg = config("mini-pvh.elf", "console=ttyS0", Capture::default());
+    cfg.kernel = bzimage_around_pvh_elf(dir.path(), true);
+    match boot(cfg) {
+        Err(VmError::Config(ConfigError::Load(LoadError::CorruptPayload { .. }))) => {}
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(r) => panic!("a corrupt payload booted: {:?}", r.timeline.outcome),
+    }
 }
 
 #[test]

@@ -65,6 +65,9 @@ pub(super) struct VmBuilder {
     pub(super) vm: VmFd,
     kvm: Kvm,
     plan: MemoryPlan,
+    /// The kernel, read and probed (a bzImage's payload decompressing on
+    /// its own thread meanwhile); None when only memory is set up.
+    prepared: Option<loader::PreparedKernel>,
 }
 
 /// The guest NUMA nodes of `backing` (one per `--numa` region), for the
@@ -98,10 +101,17 @@ impl VmBuilder {
         let topology = Topology::host().map_err(ConfigError::from)?;
         let plan = MemoryPlan::new(&opts, &topology).map_err(ConfigError::from)?;
         plan.check_vcpus(cfg.vcpus).map_err(ConfigError::from)?;
-        // Probe before allocating so a bad kernel fails fast.
-        if cfg.stop_after != Some(StopAfter::Memory) {
-            loader::probe_kernel(&cfg.kernel)?;
-        }
+        // Probe before allocating so a bad kernel fails fast; a bzImage's
+        // payload decompresses on its own thread meanwhile.
+        let prepared = if cfg.stop_after != Some(StopAfter::Memory) {
+            Some(loader::prepare_kernel(
+                &cfg.kernel,
+                &cfg.decompress,
+                Some(recorder.clone()),
+            )?)
+        } else {
+            None
+        };
         let vm = kvm.create_vm().map_err(VmError::CreateVm)?;
         Ok(Self {
             cfg,
@@ -110,6 +120,7 @@ impl VmBuilder {
             vm,
             kvm,
             plan,
+            prepared,
         })
     }
 
@@ -216,10 +227,14 @@ impl VmBuilder {
 
     /// Kernel load stage: the kernel, the initrd and the command line into
     /// guest memory. Its errors are bad input.
-    pub(super) fn load_kernel(&self, ram: &GuestRam) -> Result<BootImages, LoadError> {
+    pub(super) fn load_kernel(&mut self, ram: &GuestRam) -> Result<BootImages, LoadError> {
+        let prepared = self.prepared.take();
         let cfg = &self.cfg;
         let mem = ram.mem();
-        let kernel = loader::load_kernel(mem, &cfg.kernel, cfg.memory_bytes, cfg.map_images)?;
+        let kernel = match prepared {
+            Some(p) => p.load(mem, cfg.memory_bytes)?,
+            None => loader::load_kernel(mem, &cfg.kernel, cfg.memory_bytes, &cfg.decompress)?,
+        };
         let initrd = match &cfg.initrd {
             Some(p) => Some(loader::load_initrd(
                 mem,

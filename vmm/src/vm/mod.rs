@@ -58,6 +58,8 @@ pub struct VmConfig {
     pub allow_emulation: bool,
     /// Map the initrd from its file (shared page cache) instead of copying.
     pub map_images: bool,
+    /// bzImage kernels: decompress on the host (cached) or in the guest.
+    pub decompress: crate::loader::DecompressOptions,
     /// NUMA regions, preallocation, huge pages (`total` is taken from
     /// `memory_bytes`).
     pub memory: MemoryOptions,
