@@ -5,6 +5,7 @@ mod bench_cmd;
 mod cli;
 mod exporter;
 mod profile_cmd;
+mod push;
 mod signals;
 mod tui_cmd;
 
