@@ -458,6 +458,31 @@ mod tests {
         assert!(render(12).contains(r#"reason="io"} 12"#));
     }
 
+    /// Every bootscope metric the Grafana dashboard queries is one the
+    /// exporter writes.
+    #[test]
+    fn the_dashboard_queries_exported_metrics() {
+        let dash = include_str!("../../docs/grafana-bootscope.json");
+        let mut x = Exposition::default();
+        declare_families(&mut x);
+        let mut names: Vec<&str> = dash
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("bootscope_") || w.starts_with("process_"))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        assert!(names.len() >= 8, "{names:?}");
+        for n in names {
+            let family = n.strip_suffix("_bucket").unwrap_or(n);
+            let known = x.families.contains_key(family)
+                || ["bootscope_exporter_vms", "process_cpu_seconds_total"].contains(&family);
+            assert!(
+                known,
+                "the dashboard queries {n}, which the exporter does not write"
+            );
+        }
+    }
+
     #[test]
     fn label_lists() {
         let l = ExtraLabels::parse("vcpu, port").unwrap();
