@@ -17,6 +17,10 @@ command -v bpftool >/dev/null || [ -x /usr/sbin/bpftool ] || need+=(bpftool)
 command -v tmux >/dev/null || need+=(tmux)
 # The package test reads the installed manual page (tests/package.rs).
 command -v man >/dev/null || need+=(man-db)
+# The exporter's end-to-end test scrapes it with the real Prometheus
+# (tests/exporter_prometheus.rs); promtool comes with prometheus.
+command -v prometheus >/dev/null || need+=(prometheus)
+command -v prometheus-pushgateway >/dev/null || need+=(prometheus-pushgateway)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "bootscope: missing Debian packages: ${need[*]}; run as root or: sudo apt-get install -y ${need[*]}" >&2

@@ -58,6 +58,11 @@ pub struct BenchArgs {
     /// Kill a run still going after this many seconds.
     #[arg(long, default_value = "600", value_name = "SECONDS", value_parser = crate::cli::parse_seconds)]
     pub run_timeout: Duration,
+    /// Also push the results to the Prometheus Pushgateway at this URL
+    /// (http://HOST:PORT), under job bootscope, kind bench, host (this
+    /// host's name); a failed push is exit status 1.
+    #[arg(long, value_name = "URL")]
+    pub push: Option<String>,
     /// After `--`: `run` and its arguments; optionally `--vs` and a second
     /// set of run arguments, or `--vs-command` and any command, to
     /// interleave with the first.
@@ -128,6 +133,11 @@ pub struct CheckArgs {
     /// Write the report to this file (and print the text report).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+    /// Also push the results to the Prometheus Pushgateway at this URL
+    /// (http://HOST:PORT), under job bootscope, kind check, host (this
+    /// host's name); a failed push is exit status 1.
+    #[arg(long, value_name = "URL")]
+    pub push: Option<String>,
     /// The current bench file.
     #[arg(value_name = "CURRENT.json")]
     pub current: PathBuf,
@@ -213,10 +223,36 @@ pub fn bench(args: BenchArgs) -> i32 {
     }
 }
 
+/// Refuses a `--push` URL that cannot be a Pushgateway's, before any work.
+fn check_push(url: Option<&str>) -> Result<(), BenchError> {
+    url.map_or(Ok(()), |u| {
+        crate::push::check_url(u).map_err(BenchError::Usage)
+    })
+}
+
+/// Pushes `text` when `--push` was given; false (the error printed) when
+/// the push failed.
+fn push(url: Option<&str>, kind: &str, text: &str) -> bool {
+    let Some(url) = url else {
+        return true;
+    };
+    match crate::push::push(url, kind, text) {
+        Ok(target) => {
+            eprintln!("{kind}: results pushed to {target}");
+            true
+        }
+        Err(e) => {
+            eprintln!("bootscope: error: {e}");
+            false
+        }
+    }
+}
+
 fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
     if let Some(o) = &args.output {
         check_output("--output", o)?;
     }
+    check_push(args.push.as_deref())?;
     let meta = bootscope_bench::provenance::parse_meta(&args.meta)?;
     let sides = split_sides(&args.args)?;
     if args.labels.len() > sides.len() {
@@ -327,6 +363,12 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         }
         eprintln!("bench: results in {}", o.display());
     }
+    // After the file is written: a failed push loses nothing.
+    let pushed = push(
+        args.push.as_deref(),
+        "bench",
+        &crate::push::bench_text(&doc),
+    );
     if let Some(sig) = signal {
         let done: usize = doc.configs.iter().map(|c| c.runs.len()).sum();
         eprintln!(
@@ -353,7 +395,7 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         );
         return Ok(EXIT_FAILURE);
     }
-    Ok(0)
+    Ok(if pushed { 0 } else { EXIT_FAILURE })
 }
 
 /// Whether this build's `bootscope run` profiles itself by default (it then
@@ -575,6 +617,7 @@ fn check_inner(args: &CheckArgs) -> Result<i32, BenchError> {
     if let Some(o) = &args.output {
         check_output("--output", o)?;
     }
+    check_push(args.push.as_deref())?;
     let metrics = args
         .metrics
         .iter()
@@ -604,7 +647,12 @@ fn check_inner(args: &CheckArgs) -> Result<i32, BenchError> {
         }
         None => print!("{formatted}"),
     }
-    Ok(if report.regressions > 0 {
+    let pushed = push(
+        args.push.as_deref(),
+        "check",
+        &crate::push::check_text(&report),
+    );
+    Ok(if report.regressions > 0 || !pushed {
         EXIT_FAILURE
     } else {
         0

@@ -68,6 +68,10 @@ enum Command {
     /// Check a benchmark against a baseline: exit status 1 on a regression
     /// (docs/ci.md).
     Check(crate::bench_cmd::CheckArgs),
+    /// Follow every VMM on this host (any process holding a KVM VM) with
+    /// eBPF and serve its exits, latencies, page faults, preallocation and
+    /// boot phases as Prometheus metrics (docs/export.md).
+    Exporter(crate::exporter::ExporterArgs),
     /// Draw a boot timeline, profile or benchmark as an SVG picture.
     Plot(crate::bench_cmd::PlotArgs),
     /// Convert a profile or a boot timeline to JSON, CSV, Prometheus text or
@@ -331,6 +335,7 @@ pub fn main() -> i32 {
         Command::Compare(args) => Ok(crate::bench_cmd::compare(args)),
         Command::Check(args) => Ok(crate::bench_cmd::check(args)),
         Command::Plot(args) => Ok(crate::bench_cmd::plot(args)),
+        Command::Exporter(args) => Ok(crate::exporter::run(args)),
         Command::Export {
             format,
             json,

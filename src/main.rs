@@ -3,7 +3,9 @@
 
 mod bench_cmd;
 mod cli;
+mod exporter;
 mod profile_cmd;
+mod push;
 mod signals;
 mod tui_cmd;
 

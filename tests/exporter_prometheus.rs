@@ -1,0 +1,352 @@
+//! The exporter and the Pushgateway push against Debian's real
+//! `prometheus` and `prometheus-pushgateway` on the loopback address:
+//! Prometheus scrapes the exporter while bootscope's VMM boots the
+//! `mini-bzimage-ports.bin` fixture (exactly 1002 writes to port 0x80),
+//! and the exit counts are read back through Prometheus's HTTP API; a
+//! bench pushed to the Pushgateway is read back the same way.
+
+mod profile_common;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use profile_common::*;
+
+/// A child process killed when the test ends, however it ends.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn have(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether prometheus, promtool and prometheus-pushgateway are here,
+/// installing them with apt-get where they are not and we are root.
+fn prometheus_available() -> bool {
+    let all = || {
+        ["prometheus", "promtool", "prometheus-pushgateway"]
+            .iter()
+            .all(|p| have(p))
+    };
+    if all() {
+        return true;
+    }
+    if !have("apt-get") {
+        eprintln!(
+            "SKIP: prometheus and prometheus-pushgateway are missing and there is no apt-get"
+        );
+        return false;
+    }
+    let installed = Command::new("apt-get")
+        .args([
+            "install",
+            "-y",
+            "-q",
+            "--no-install-recommends",
+            "prometheus",
+            "prometheus-pushgateway",
+        ])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !installed || !all() {
+        eprintln!(
+            "SKIP: prometheus and prometheus-pushgateway could not be installed with apt-get"
+        );
+        return false;
+    }
+    true
+}
+
+fn get(url: &str) -> Option<String> {
+    let agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .new_agent();
+    agent
+        .get(url)
+        .call()
+        .ok()?
+        .into_body()
+        .read_to_string()
+        .ok()
+}
+
+/// Polls `probe` every 100 ms until it gives Some, for at most `secs`.
+fn wait_for<T>(secs: u64, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(
+            Instant::now() < until,
+            "timed out after {secs} s waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The value of the instant query `q` (one series), once Prometheus has one.
+fn query(prom: u16, q: &str) -> Option<f64> {
+    let agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .new_agent();
+    let body = agent
+        .get(&format!("http://127.0.0.1:{prom}/api/v1/query"))
+        .query("query", q)
+        .call()
+        .ok()?
+        .into_body()
+        .read_to_string()
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let result = v["data"]["result"].as_array()?;
+    assert!(result.len() <= 1, "{q}: more than one series: {body}");
+    result.first()?["value"][1].as_str()?.parse().ok()
+}
+
+/// `promtool check metrics` on an exposition: its complaints, if any.
+fn promtool_check(text: &str) {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn spawn(cmd: &mut Command, log: &Path) -> Running {
+    let f = std::fs::File::create(log).unwrap();
+    Running(
+        cmd.stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{cmd:?}: {e}")),
+    )
+}
+
+fn start_prometheus(dir: &Path, exporter: u16, gateway: u16, prom: u16) -> Running {
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n\
+             \x20 - job_name: bootscope-exporter\n\
+             \x20   static_configs: [{{targets: ['127.0.0.1:{exporter}']}}]\n\
+             \x20 - job_name: pushgateway\n\
+             \x20   honor_labels: true\n\
+             \x20   static_configs: [{{targets: ['127.0.0.1:{gateway}']}}]\n"
+        ),
+    )
+    .unwrap();
+    spawn(
+        Command::new("prometheus").args([
+            &format!("--config.file={}", config.display()),
+            &format!("--storage.tsdb.path={}", dir.join("data").display()),
+            &format!("--web.listen-address=127.0.0.1:{prom}"),
+        ]),
+        &dir.join("prometheus.log"),
+    )
+}
+
+/// Starts the fixture VM and stops it (SIGSTOP) once it holds its KVM VM,
+/// while it preallocates guest memory, before any vCPU exists.
+fn held_vm(dir: &Path) -> Running {
+    let vm = spawn(
+        bootscope().args([
+            "run",
+            "--kernel",
+            &fixture("mini-bzimage-ports.bin"),
+            "--no-profile",
+            "--serial",
+            "null",
+            "--no-summary",
+            "--memory",
+            "512M",
+            "--prealloc",
+        ]),
+        &dir.join("vm.log"),
+    );
+    let pid = vm.0.id();
+    let until = Instant::now() + Duration::from_secs(30);
+    let proc_fd = format!("/proc/{pid}/fd");
+    loop {
+        let holds = std::fs::read_dir(&proc_fd)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == "anon_inode:kvm-vm")
+            });
+        if holds {
+            break;
+        }
+        assert!(Instant::now() < until, "the VM never created its KVM VM");
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    // SAFETY: kill(2) with our child's pid and a signal.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let vcpus: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .filter(|c| c.starts_with("vcpu"))
+        .collect();
+    assert!(
+        vcpus.is_empty(),
+        "the guest already runs ({vcpus:?}): preallocation was too quick to hold it before"
+    );
+    vm
+}
+
+#[test]
+fn prometheus_reads_exit_counts_from_the_exporter_and_a_pushed_bench() {
+    if !can_profile() || !kvm_available() || !prometheus_available() {
+        return;
+    }
+    let dir = scratch("prometheus");
+    let (exporter, gateway, prom) = (free_port(), free_port(), free_port());
+    let _exporter = spawn(
+        bootscope().args([
+            "exporter",
+            "--listen",
+            &format!("127.0.0.1:{exporter}"),
+            "--scan-interval",
+            "0.1",
+            "--labels",
+            "port",
+        ]),
+        &dir.join("exporter.log"),
+    );
+    let _gateway = spawn(
+        Command::new("prometheus-pushgateway").args([
+            format!("--web.listen-address=127.0.0.1:{gateway}"),
+            format!(
+                "--persistence.file={}",
+                dir.join("pushgateway.data").display()
+            ),
+        ]),
+        &dir.join("pushgateway.log"),
+    );
+    let _prometheus = start_prometheus(&dir, exporter, gateway, prom);
+    let metrics_url = format!("http://127.0.0.1:{exporter}/metrics");
+    wait_for(20, "the exporter", || get(&metrics_url));
+
+    // The VM is followed before its guest runs: every exit is counted.
+    let mut vm = held_vm(&dir);
+    let pid = vm.0.id();
+    let up = format!("bootscope_vm_up{{pid=\"{pid}\",comm=\"bootscope\",vm=\"\"}} 1");
+    wait_for(30, "the exporter to follow the VM", || {
+        get(&metrics_url).filter(|m| m.contains(&up))
+    });
+    // SAFETY: kill(2) with our child's pid and a signal.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    assert!(
+        vm.0.wait().unwrap().success(),
+        "the VM failed: see {}",
+        dir.join("vm.log").display()
+    );
+
+    let writes =
+        format!("bootscope_vm_port_io_total{{pid=\"{pid}\",port=\"0x80\",direction=\"write\"}}");
+    let n = wait_for(30, "Prometheus to have the port writes", || {
+        query(prom, &writes).filter(|&v| v >= 1002.0)
+    });
+    assert_eq!(n, 1002.0, "the fixture writes port 0x80 exactly 1002 times");
+    let exits = query(
+        prom,
+        &format!("sum(bootscope_vm_exits_total{{pid=\"{pid}\"}})"),
+    )
+    .unwrap();
+    assert!(exits >= 1002.0, "every port write is an exit: {exits}");
+    wait_for(10, "the ended VM's up = 0", || {
+        query(prom, &format!("bootscope_vm_up{{pid=\"{pid}\"}}")).filter(|&v| v == 0.0)
+    });
+    let own_cpu = query(
+        prom,
+        &format!("process_cpu_seconds_total{{instance=\"127.0.0.1:{exporter}\"}}"),
+    );
+    assert!(own_cpu.is_some_and(|c| c > 0.0), "{own_cpu:?}");
+    promtool_check(&get(&metrics_url).unwrap());
+
+    // A bench pushed to the Pushgateway, read back through Prometheus.
+    let bench = dir.join("bench.json");
+    let o = run(
+        bootscope().args([
+            "bench",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "-o",
+            bench.to_str().unwrap(),
+            "--push",
+            &format!("http://127.0.0.1:{gateway}"),
+            "--",
+            "run",
+            "--kernel",
+            &fixture("mini-bzimage-ports.bin"),
+            "--no-profile",
+            "--serial",
+            "null",
+        ]),
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&bench).unwrap()).unwrap();
+    let exits_total = doc["configs"][0]["summary"]["exits:total"]["median"]
+        .as_f64()
+        .expect("exits:total in the bench file");
+    let pushed = wait_for(30, "the pushed bench in Prometheus", || {
+        query(
+            prom,
+            "bootscope_bench_count{job=\"bootscope\",kind=\"bench\",config=\"a\",metric=\"exits:total\",stat=\"median\"}",
+        )
+    });
+    assert_eq!(pushed, exits_total);
+    let gateway_text = get(&format!("http://127.0.0.1:{gateway}/metrics")).unwrap();
+    assert!(
+        gateway_text.contains("bootscope_bench_time_seconds{"),
+        "{gateway_text}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
