@@ -180,11 +180,8 @@ fn lab_reports_a_failing_guest() {
 /// The children of `pid` (from /proc/PID/task/*/children).
 fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for t in tasks.flatten() {
-        if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+    for tid in bootscope_model::proc::threads_of(pid) {
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")) {
             out.extend(s.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
         }
     }

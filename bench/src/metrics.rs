@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use bootscope_model::timeline::Timeline;
 use serde::{Deserialize, Serialize};
 
 use crate::doc::check_schema;
@@ -108,40 +109,37 @@ const TIMELINE_HINT: &str = "give a file written by `bootscope run --timeline FI
 /// Reads the metrics of a `bootscope.timeline` document.
 pub fn from_timeline(value: &serde_json::Value, path: &Path) -> Result<TimelineFacts, BenchError> {
     check_schema(value, path, "bootscope.timeline", 1, TIMELINE_HINT)?;
+    let t = Timeline::parse(value).map_err(|e| BenchError::Malformed {
+        path: path.into(),
+        schema: "bootscope.timeline",
+        detail: e.to_string(),
+    })?;
+    let outcome = t.outcome.clone().unwrap_or_default();
     let mut facts = TimelineFacts {
-        outcome: value["outcome"]["reason"].as_str().unwrap_or("").into(),
-        clean: value["outcome"]["clean"].as_bool().unwrap_or(false),
-        detail: value["outcome"]["detail"].as_str().unwrap_or("").into(),
+        outcome: outcome.reason,
+        clean: outcome.clean.unwrap_or(false),
+        detail: outcome.detail,
         ..Default::default()
     };
-    let (mut user_start, mut vmm_start) = (None, 0);
-    for phase in value["phases"].as_array().into_iter().flatten() {
-        let (Some(name), Some(d)) = (phase["name"].as_str(), phase["duration_ns"].as_u64()) else {
-            continue;
-        };
-        facts.metrics.insert(format!("phase:{name}"), d);
-        if name == "userspace" {
-            user_start = phase["start_ns"].as_u64();
-        }
-        if name == "vmm setup" {
-            vmm_start = phase["start_ns"].as_u64().unwrap_or(0);
-        }
+    for phase in &t.phases {
+        facts
+            .metrics
+            .insert(format!("phase:{}", phase.name), phase.duration_ns);
     }
     // From the VMM's start: a profiler that attached before it has its own
     // phase (`profiler attach`).
-    if let Some(s) = user_start {
-        facts
-            .metrics
-            .insert("time_to_userspace".into(), s.saturating_sub(vmm_start));
+    if let Some(user) = t.phase("userspace") {
+        let vmm_start = t.phase("vmm setup").map_or(0, |p| p.start_ns);
+        facts.metrics.insert(
+            "time_to_userspace".into(),
+            user.start_ns.saturating_sub(vmm_start),
+        );
     }
-    if let Some(ns) = value["memory"]["elapsed_ns"].as_u64() {
+    if let Some(ns) = t.memory.and_then(|m| m.elapsed_ns) {
         facts.metrics.insert("prealloc".into(), ns);
     }
-    if let Some(stats) = value["kvm_stats"].as_object() {
-        for (key, v) in stats {
-            let Some(v) = v.as_u64() else { continue };
-            facts.metrics.insert(kvm_stat_metric(key), v);
-        }
+    for (key, v) in t.kvm_stats.unwrap_or_default() {
+        facts.metrics.insert(kvm_stat_metric(&key), v);
     }
     Ok(facts)
 }

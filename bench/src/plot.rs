@@ -10,6 +10,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use bootscope_model::timeline::{Timeline, TimelineGuest};
+
 use crate::compare::order_key;
 use crate::doc::{check_schema, BenchDoc, ConfigResult};
 use crate::error::BenchError;
@@ -46,7 +48,12 @@ pub fn render(bytes: &[u8], path: &Path) -> Result<String, BenchError> {
         Some("bootscope.bench") => Ok(bench_svg(&BenchDoc::parse(bytes, path)?, path)),
         Some("bootscope.timeline") => {
             check_schema(&value, path, "bootscope.timeline", 1, HINT)?;
-            Ok(boot_svg(&Boot::from_timeline(&value), path))
+            let timeline = Timeline::parse(&value).map_err(|e| BenchError::Malformed {
+                path: path.into(),
+                schema: "bootscope.timeline",
+                detail: e.to_string(),
+            })?;
+            Ok(boot_svg(&Boot::from_timeline(&timeline), path))
         }
         Some("bootscope.profile") => {
             check_schema(&value, path, "bootscope.profile", 1, HINT)?;
@@ -74,28 +81,19 @@ struct Boot {
 }
 
 impl Boot {
-    fn from_timeline(v: &serde_json::Value) -> Self {
-        let phases = v["phases"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| {
-                Some((
-                    p["name"].as_str()?.to_string(),
-                    p["start_ns"].as_f64()?,
-                    p["end_ns"].as_f64()?,
-                ))
-            })
+    fn from_timeline(t: &Timeline) -> Self {
+        let phases = t
+            .phases
+            .iter()
+            .map(|p| (p.name.clone(), p.start_ns as f64, p.end_ns as f64))
             .collect();
-        let stats = v["kvm_stats"].as_object();
+        let stats = t.kvm_stats.clone().unwrap_or_default();
         let mut exits: Vec<(String, f64)> = stats
-            .into_iter()
-            .flatten()
-            .filter(|(k, _)| k.ends_with("_exits"))
-            .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
-            .filter(|(_, v)| *v > 0.0)
+            .iter()
+            .filter(|(k, v)| k.ends_with("_exits") && **v > 0)
+            .map(|(k, v)| (k.clone(), *v as f64))
             .collect();
-        let total = stats.and_then(|s| s.get("exits")).and_then(|t| t.as_f64());
+        let total = stats.get("exits").map(|&t| t as f64);
         let mut exits_title = "KVM exits by reason (KVM's own statistics)".to_string();
         if let Some(t) = total {
             let named: f64 = exits.iter().map(|e| e.1).sum();
@@ -104,22 +102,33 @@ impl Boot {
             }
             let _ = write!(exits_title, ", {} in all", group_digits(t));
         }
-        let g = &v["guest"];
+        let no_guest = TimelineGuest::default();
+        let g = t.guest.as_ref().unwrap_or(&no_guest);
+        let marks = by_time(
+            t.marks
+                .iter()
+                .map(|m| (m.name.clone(), m.t_ns as f64))
+                .collect(),
+        );
+        fn or<'s>(s: &'s str, absent: &'s str) -> &'s str {
+            if s.is_empty() {
+                absent
+            } else {
+                s
+            }
+        }
         Self {
-            title: format!(
-                "Boot timeline: {}",
-                g["kernel"].as_str().unwrap_or("(kernel)")
-            ),
+            title: format!("Boot timeline: {}", or(&g.kernel, "(kernel)")),
             subtitle: format!(
                 "host KVM {} · {} vCPU(s) · {} MiB · outcome: {}",
-                v["host_kvm"].as_str().unwrap_or("?"),
-                g["vcpus"].as_u64().unwrap_or(0),
-                g["memory_bytes"].as_u64().unwrap_or(0) >> 20,
-                v["outcome"]["detail"].as_str().unwrap_or("?")
+                or(&t.host_kvm, "?"),
+                g.vcpus.unwrap_or(0),
+                g.memory_bytes.unwrap_or(0) >> 20,
+                or(t.outcome.as_ref().map_or("", |o| &o.detail), "?")
             ),
             command: None,
             phases,
-            marks: marks(v),
+            marks,
             exits_title,
             exits,
         }
@@ -180,14 +189,20 @@ impl Boot {
 }
 
 fn marks(v: &serde_json::Value) -> Vec<(String, f64)> {
-    let mut m: Vec<(String, f64)> = v["marks"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|m| Some((m["name"].as_str()?.to_string(), m["t_ns"].as_f64()?)))
-        .collect();
-    m.sort_by(|a, b| a.1.total_cmp(&b.1));
-    m
+    by_time(
+        v["marks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| Some((m["name"].as_str()?.to_string(), m["t_ns"].as_f64()?)))
+            .collect(),
+    )
+}
+
+/// Marks sorted by their time.
+fn by_time(mut marks: Vec<(String, f64)>) -> Vec<(String, f64)> {
+    marks.sort_by(|a, b| a.1.total_cmp(&b.1));
+    marks
 }
 
 /// 12345678 -> "12,345,678".

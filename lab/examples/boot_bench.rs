@@ -45,6 +45,9 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use bootscope_model::mark::MarkSource;
+use bootscope_model::timeline::{Timeline, TimelineMark};
+
 /// The default guest's userspace line.
 const DEFAULT_MARKER: &str = bootscope_lab::guest::HELLO_LINE;
 
@@ -369,24 +372,20 @@ fn read_timeline(path: &Path) -> Result<TimelineFacts, String> {
     let text = fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let doc: serde_json::Value = serde_json::from_slice(&text)
         .map_err(|e| format!("{} is not JSON: {e}", path.display()))?;
-    let mut facts = TimelineFacts::default();
-    let ms = |m: &serde_json::Value| m["t_ns"].as_u64().map(|t| t as f64 / 1e6);
-    if let Some(marks) = doc["marks"].as_array() {
-        facts.userspace_ms = marks
+    let t = Timeline::parse(&doc).map_err(|e| format!("{}: {e}", path.display()))?;
+    let ms = |m: &TimelineMark| m.t_ns as f64 / 1e6;
+    let facts = TimelineFacts {
+        userspace_ms: t
+            .marks
             .iter()
             .find(|m| {
-                m["source"] == "debug_port"
-                    && m["value"]
-                        .as_u64()
-                        .is_some_and(|v| (0x60..=0x7f).contains(&v))
+                m.source == MarkSource::DebugPort
+                    && m.value.is_some_and(|v| (0x60..=0x7f).contains(&v))
             })
-            .and_then(ms);
-        facts.hello_ms = marks
-            .iter()
-            .find(|m| m["name"] == "serial: hello")
-            .and_then(ms);
-    }
-    facts.kvm_stats_exits = doc["kvm_stats"]["exits"].as_u64();
+            .map(ms),
+        hello_ms: t.marks.iter().find(|m| m.name == "serial: hello").map(ms),
+        kvm_stats_exits: t.kvm_stats.and_then(|s| s.get("exits").copied()),
+    };
     Ok(facts)
 }
 

@@ -14,6 +14,8 @@
 pub mod cpulist;
 pub mod host;
 pub mod mark;
+pub mod numa;
 pub mod output;
 pub mod proc;
 pub mod size;
+pub mod timeline;

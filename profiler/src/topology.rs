@@ -1,10 +1,13 @@
 //! Host NUMA topology, read from sysfs/procfs under an injectable root: the
-//! node of each CPU, and the node of each page frame range (what the NUMA
+//! node of each CPU (bootscope_model's sysfs node reader), and the node of each page frame range (what the NUMA
 //! collector needs to place an allocated page, computed here once and passed
 //! to the kernel as small array maps).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+pub use bootscope_model::numa::page_size;
+use bootscope_model::numa::{HostNodes, SysfsRoot};
 
 use crate::profile::NumaNode;
 
@@ -30,33 +33,24 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// Reads the topology below `root` (`/` on a live system).
+    /// Reads the topology below `root` (`/` on a live system). A host
+    /// whose sysfs cannot be read is one node 0 without CPUs.
     pub fn read(root: &Path) -> Self {
-        let node_dir = root.join("sys/devices/system/node");
-        let mut nodes = Vec::new();
-        let mut cpu_nodes = BTreeMap::new();
-        for (id, dir) in node_dirs(&node_dir) {
-            let cpus = crate::pseudo::read(dir.join("cpulist"))
-                .ok()
-                .and_then(|s| parse_cpu_list(&s))
-                .unwrap_or_default();
-            for &c in &cpus {
-                cpu_nodes.insert(c, id);
-            }
-            nodes.push(NumaNode { id, cpus });
-        }
-        if nodes.is_empty() {
-            // No NUMA in this kernel: everything is node 0.
-            let cpus = crate::pseudo::read(root.join("sys/devices/system/cpu/online"))
-                .ok()
-                .and_then(|s| parse_cpu_list(&s))
-                .unwrap_or_default();
-            for &c in &cpus {
-                cpu_nodes.insert(c, 0);
-            }
-            nodes.push(NumaNode { id: 0, cpus });
-        }
-        let (pfn_ranges, pfn_source) = if let Some(r) = memory_block_ranges(root) {
+        let host = HostNodes::read(&SysfsRoot(root.join("sys")))
+            .unwrap_or_else(|_| HostNodes::single(Default::default()));
+        let nodes: Vec<NumaNode> = host
+            .nodes
+            .values()
+            .map(|n| NumaNode {
+                id: n.id,
+                cpus: n.cpus.iter().collect(),
+            })
+            .collect();
+        let cpu_nodes = nodes
+            .iter()
+            .flat_map(|n| n.cpus.iter().map(move |&c| (c, n.id)))
+            .collect();
+        let (pfn_ranges, pfn_source) = if let Some(r) = memory_block_ranges(root, &host) {
             (r, "sysfs memory blocks")
         } else if let Some(r) = crate::pseudo::read(root.join("proc/zoneinfo"))
             .ok()
@@ -93,22 +87,6 @@ impl Topology {
     }
 }
 
-/// `nodeN` directories, sorted by N.
-fn node_dirs(dir: &Path) -> Vec<(u32, PathBuf)> {
-    let mut out: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let id = name.strip_prefix("node")?.parse().ok()?;
-            Some((id, e.path()))
-        })
-        .collect();
-    out.sort();
-    out
-}
-
 /// Parses `0-3,8,10-11` (the kernel's list format), ascending; None when
 /// it does not parse.
 pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
@@ -119,7 +97,7 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<u32>> {
 
 /// Ranges from `/sys/devices/system/node/nodeN/memoryM`: block M covers
 /// bytes `[M * block_size, (M + 1) * block_size)`.
-fn memory_block_ranges(root: &Path) -> Option<Vec<PfnRange>> {
+fn memory_block_ranges(root: &Path, host: &HostNodes) -> Option<Vec<PfnRange>> {
     let bs = crate::pseudo::read(root.join("sys/devices/system/memory/block_size_bytes")).ok()?;
     let block_bytes = u64::from_str_radix(bs.trim().trim_start_matches("0x"), 16).ok()?;
     let page = page_size();
@@ -127,22 +105,17 @@ fn memory_block_ranges(root: &Path) -> Option<Vec<PfnRange>> {
         return None;
     }
     let pages_per_block = block_bytes / page;
-    let mut blocks = Vec::new();
-    for (node, dir) in node_dirs(&root.join("sys/devices/system/node")) {
-        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if let Some(m) = name
-                .strip_prefix("memory")
-                .and_then(|m| m.parse::<u64>().ok())
-            {
-                blocks.push(PfnRange {
-                    start_pfn: m * pages_per_block,
-                    end_pfn: (m + 1) * pages_per_block,
-                    node,
-                });
-            }
-        }
-    }
+    let blocks = host
+        .nodes
+        .values()
+        .flat_map(|n| {
+            n.memory_blocks.iter().map(move |&m| PfnRange {
+                start_pfn: m * pages_per_block,
+                end_pfn: (m + 1) * pages_per_block,
+                node: n.id,
+            })
+        })
+        .collect();
     let merged = merge_ranges(blocks);
     (!merged.is_empty()).then_some(merged)
 }
@@ -199,21 +172,10 @@ pub fn pfn_to_node(ranges: &[PfnRange], pfn: u64) -> Option<u32> {
     (pfn < r.end_pfn).then_some(r.node)
 }
 
-/// The base page size.
-pub fn page_size() -> u64 {
-    // SAFETY: sysconf reads a constant of the running system; no memory is
-    // passed.
-    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if v > 0 {
-        v as u64
-    } else {
-        4096
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn scratch(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("bootscope-topo-{tag}-{}", std::process::id()));
@@ -328,6 +290,8 @@ Node 1, zone  Movable
         let root = scratch("two");
         let sys = root.join("sys/devices/system");
         std::fs::create_dir_all(sys.join("memory")).unwrap();
+        std::fs::create_dir_all(sys.join("cpu")).unwrap();
+        std::fs::write(sys.join("cpu/online"), "0-3\n").unwrap();
         std::fs::write(sys.join("memory/block_size_bytes"), "8000000\n").unwrap();
         for (n, cpus, blocks) in [(0u32, "0-1", [0u64, 1, 2]), (1, "2-3", [4, 5, 6])] {
             let d = sys.join(format!("node/node{n}"));

@@ -1,89 +1,13 @@
 //! A VMM boot timeline (`bootscope run --timeline`, docs/timeline-schema.md)
-//! as a [`Profile`].
-//!
-//! The profiler does not depend on the VMM crate, so the document is read
-//! field by field from JSON; the schema constants below must follow the
-//! VMM's (`bootscope_vmm::timeline`), which an end-to-end test checks.
+//! as a [`Profile`]. The document is read with
+//! [`bootscope_model::timeline`], whose schema constants follow the VMM's
+//! (`bootscope_vmm::timeline`), which an end-to-end test checks.
 
-use serde_json::{Map, Value};
+use bootscope_model::timeline::Timeline;
+pub use bootscope_model::timeline::{TimelineError, TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION};
+use serde_json::Value;
 
-use crate::profile::{DataSource, Mark, MarkSource, PhaseSpan, Profile};
-
-/// The timeline's `schema` field.
-pub const TIMELINE_SCHEMA_NAME: &str = "bootscope.timeline";
-/// The timeline version this converter reads.
-pub const TIMELINE_SCHEMA_VERSION: u32 = 1;
-
-/// Why a JSON document cannot be converted.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum TimelineError {
-    /// Not a timeline at all.
-    #[error("its \"schema\" field is {found}, not \"{TIMELINE_SCHEMA_NAME}\"")]
-    NotATimeline { found: String },
-    /// A timeline of another version.
-    #[error(
-        "it is a version {found} timeline; this bootscope reads version {TIMELINE_SCHEMA_VERSION}"
-    )]
-    Version { found: u64 },
-    /// A field is missing or has the wrong type or value.
-    #[error("field {field} {problem}")]
-    Field { field: String, problem: String },
-}
-
-fn field_error(field: impl Into<String>, problem: &str) -> TimelineError {
-    TimelineError::Field {
-        field: field.into(),
-        problem: problem.to_string(),
-    }
-}
-
-fn object<'a>(v: &'a Value, field: &str) -> Result<&'a Map<String, Value>, TimelineError> {
-    v.as_object()
-        .ok_or_else(|| field_error(field, "is not a JSON object"))
-}
-
-fn required<'a>(
-    obj: &'a Map<String, Value>,
-    at: &str,
-    key: &str,
-) -> Result<&'a Value, TimelineError> {
-    obj.get(key)
-        .ok_or_else(|| field_error(format!("{at}{key}"), "is missing"))
-}
-
-fn string(obj: &Map<String, Value>, at: &str, key: &str) -> Result<String, TimelineError> {
-    required(obj, at, key)?
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| field_error(format!("{at}{key}"), "is not a string"))
-}
-
-fn unsigned(obj: &Map<String, Value>, at: &str, key: &str) -> Result<u64, TimelineError> {
-    let v = obj
-        .get(key)
-        .ok_or_else(|| field_error(format!("{at}{key}"), "is missing"))?;
-    v.as_u64()
-        .ok_or_else(|| field_error(format!("{at}{key}"), "is not a non-negative integer"))
-}
-
-/// A mark's `source`: one of [`MarkSource`]'s names.
-fn mark_source(obj: &Map<String, Value>, at: &str) -> Result<MarkSource, TimelineError> {
-    let name = string(obj, at, "source")?;
-    serde_json::from_value(Value::String(name)).map_err(|_| {
-        field_error(
-            format!("{at}source"),
-            "is not vmm, debug_port, boot_timer, boot_time_port or serial",
-        )
-    })
-}
-
-/// A descriptive string field: absent or of another type reads as empty.
-fn text(obj: &Map<String, Value>, key: &str) -> String {
-    obj.get(key)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string()
-}
+use crate::profile::{DataSource, Mark, PhaseSpan, Profile};
 
 /// Converts a boot timeline document to a profile of bootscope's own VMM
 /// (`target.kind` `self`, data source and `exits.source` `vmm`): its marks
@@ -95,118 +19,64 @@ fn text(obj: &Map<String, Value>, key: &str) -> String {
 /// The schema name and version are checked; marks and phases must be
 /// complete (name, source, time; name, start, end with end >= start).
 pub fn profile_from_timeline(doc: &Value) -> Result<Profile, TimelineError> {
-    let root = object(doc, "(document)")?;
-    match root.get("schema") {
-        Some(Value::String(s)) if s == TIMELINE_SCHEMA_NAME => {}
-        other => {
-            return Err(TimelineError::NotATimeline {
-                found: other.map_or_else(|| "missing".to_string(), Value::to_string),
-            })
-        }
-    }
-    let found = root.get("version").and_then(Value::as_u64).unwrap_or(0);
-    if found != u64::from(TIMELINE_SCHEMA_VERSION) {
-        return Err(TimelineError::Version { found });
-    }
-
+    let t = Timeline::parse_complete(doc)?;
     let mut p = Profile::new();
     p.target.kind = "self".into();
     // `vmm` reads "bootscope 0.1.0": the process is bootscope itself.
-    p.target.name = text(root, "vmm")
+    p.target.name = t
+        .vmm
         .split_whitespace()
         .next()
         .unwrap_or("bootscope")
         .to_string();
-    p.host.kvm = text(root, "host_kvm");
-
-    let marks = required(root, "", "marks")?
-        .as_array()
-        .ok_or_else(|| field_error("marks", "is not an array"))?;
-    for (i, m) in marks.iter().enumerate() {
-        let at = format!("marks[{i}].");
-        let m = object(m, &format!("marks[{i}]"))?;
-        let value = match m.get("value") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(v.as_u64().ok_or_else(|| {
-                field_error(format!("{at}value"), "is not a non-negative integer")
-            })?),
-        };
-        p.marks.push(Mark {
-            name: string(m, &at, "name")?,
-            source: mark_source(m, &at)?,
-            t_ns: unsigned(m, &at, "t_ns")?,
-            value,
+    p.host.kvm = t.host_kvm.clone();
+    p.marks = t
+        .marks
+        .iter()
+        .map(|m| Mark {
+            name: m.name.clone(),
+            source: m.source,
+            t_ns: m.t_ns,
+            value: m.value,
             tgid: None,
-        });
-    }
-
-    let phases = required(root, "", "phases")?
-        .as_array()
-        .ok_or_else(|| field_error("phases", "is not an array"))?;
-    for (i, ph) in phases.iter().enumerate() {
-        let at = format!("phases[{i}].");
-        let ph = object(ph, &format!("phases[{i}]"))?;
-        let span = PhaseSpan {
-            name: string(ph, &at, "name")?,
-            start_ns: unsigned(ph, &at, "start_ns")?,
-            end_ns: unsigned(ph, &at, "end_ns")?,
-        };
-        if span.end_ns < span.start_ns {
-            return Err(field_error(
-                format!("{at}end_ns"),
-                &format!("({}) is before start_ns ({})", span.end_ns, span.start_ns),
-            ));
-        }
-        p.phases.push(span);
-    }
-
-    let kvm_stats = match root.get("kvm_stats") {
-        None | Some(Value::Null) => Map::new(),
-        Some(v) => object(v, "kvm_stats")?.clone(),
-    };
-    let kvm_exits = match kvm_stats.get("exits") {
-        None => None,
-        Some(v) => Some(
-            v.as_u64()
-                .ok_or_else(|| field_error("kvm_stats.exits", "is not a non-negative integer"))?,
-        ),
-    };
+        })
+        .collect();
+    p.phases = t
+        .phases
+        .iter()
+        .map(|ph| PhaseSpan {
+            name: ph.name.clone(),
+            start_ns: ph.start_ns,
+            end_ns: ph.end_ns,
+        })
+        .collect();
+    let kvm_exits = t.kvm_stats.as_ref().and_then(|s| s.get("exits").copied());
     // The only exit figure is KVM's own count, which the VMM read.
     p.exits.source = "vmm".into();
     p.exits.isa = "unknown".into();
     p.exits.kvm_stats_exits = kvm_exits;
 
-    let guest = root.get("guest").and_then(Value::as_object);
-    let outcome = root.get("outcome").and_then(Value::as_object);
-    if let Some(clean) = outcome
-        .and_then(|o| o.get("clean"))
-        .and_then(Value::as_bool)
-    {
+    if let Some(clean) = t.outcome.as_ref().and_then(|o| o.clean) {
         // `bootscope run` exits 0 exactly when the guest stopped cleanly.
         p.target.exit_code = Some(if clean { 0 } else { 1 });
     }
     let mut detail = String::from("boot timeline");
-    if let Some(g) = guest {
-        let kernel = text(g, "kernel");
-        if !kernel.is_empty() {
-            detail.push_str(&format!(" of {kernel}"));
-            let format = text(g, "kernel_format");
-            if !format.is_empty() {
-                detail.push_str(&format!(" ({format})"));
+    if let Some(g) = &t.guest {
+        if !g.kernel.is_empty() {
+            detail.push_str(&format!(" of {}", g.kernel));
+            if !g.kernel_format.is_empty() {
+                detail.push_str(&format!(" ({})", g.kernel_format));
             }
         }
-        if let Some(n) = g.get("vcpus").and_then(Value::as_u64) {
+        if let Some(n) = g.vcpus {
             detail.push_str(&format!(", {n} vCPU"));
         }
-        if let Some(b) = g.get("memory_bytes").and_then(Value::as_u64) {
+        if let Some(b) = g.memory_bytes {
             detail.push_str(&format!(", {} MiB", b >> 20));
         }
     }
-    if let Some(o) = outcome {
-        let reason = text(o, "reason");
-        if !reason.is_empty() {
-            detail.push_str(&format!("; outcome {reason}"));
-        }
+    if let Some(o) = t.outcome.as_ref().filter(|o| !o.reason.is_empty()) {
+        detail.push_str(&format!("; outcome {}", o.reason));
     }
     p.sources.push(DataSource {
         name: "vmm".into(),
@@ -262,9 +132,12 @@ mod tests {
         assert_eq!(p.host.kvm, "svm");
         assert_eq!(p.marks.len(), 2);
         assert_eq!(p.marks[0].name, "vmm: process start");
-        assert_eq!(p.marks[0].source, MarkSource::Vmm);
+        assert_eq!(p.marks[0].source, bootscope_model::mark::MarkSource::Vmm);
         assert_eq!(p.marks[0].value, None);
-        assert_eq!(p.marks[1].source, MarkSource::DebugPort);
+        assert_eq!(
+            p.marks[1].source,
+            bootscope_model::mark::MarkSource::DebugPort
+        );
         assert_eq!(p.marks[1].t_ns, 812_345_678);
         assert_eq!(p.marks[1].value, Some(96));
         assert_eq!(

@@ -27,20 +27,8 @@ pub enum SpecError {
     BadNumaSpec { spec: String, why: String },
 }
 
-/// Reading the host's sysfs failed.
-#[derive(Debug, thiserror::Error)]
-pub enum TopologyError {
-    /// A file could not be read.
-    #[error("cannot read {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    /// A file held something unexpected.
-    #[error("cannot parse {}: {why}", path.display())]
-    Parse { path: PathBuf, why: String },
-}
+/// Reading the host's sysfs failed: which file, and why.
+pub use bootscope_model::numa::SysfsError as TopologyError;
 
 fn on_nodes(nodes: &Option<NodeSet>) -> String {
     match nodes {

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::cpulist::{CpuSet, NodeSet};
 use super::spec::{human_size, HugePageSize, NumaSpec, Policy};
-use super::topology::{SysfsRoot, ThpMode, Topology};
+use super::topology::{hugepage_file, SysfsRoot, ThpMode, Topology};
 use super::PlanError;
 
 /// Most preallocation threads per region (a guard against typos; one per
@@ -196,7 +196,7 @@ impl MemoryPlan {
                 if !topo.hugepages.contains_key(&size) {
                     return Err(PlanError::HugePagesUnsupported {
                         size,
-                        path: topo.root.hugepage_file(size, None, "nr_hugepages"),
+                        path: hugepage_file(&topo.root, size, None, "nr_hugepages"),
                     });
                 }
                 PageBacking::HugeTlb(size)
@@ -437,7 +437,7 @@ impl MemoryPlan {
                     needed,
                     free,
                     reserve_total: reserved + (needed - free),
-                    nr_path: topo.root.hugepage_file(size, node, "nr_hugepages"),
+                    nr_path: hugepage_file(&topo.root, size, node, "nr_hugepages"),
                 }
             };
         let node_pool = |n: u32| {

@@ -1,41 +1,35 @@
-//! The host's NUMA nodes, CPUs and page pools, read from sysfs under an
-//! injectable root so multi-node logic is testable on a one-node machine.
+//! The host's NUMA nodes, CPUs and page pools as the memory planner sees
+//! them: bootscope_model's sysfs node reader, plus hugetlb pools and THP,
+//! read under an injectable root so multi-node logic is testable on a
+//! one-node machine.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+pub use bootscope_model::numa::page_size as host_page_size;
+pub use bootscope_model::numa::SysfsRoot;
+use bootscope_model::numa::{read_u64, HostNodes};
 use serde::Serialize;
 
-use super::cpulist::{CpuSet, IdSet, NodeSet};
+use super::cpulist::{CpuSet, NodeSet};
 use super::spec::HugePageSize;
 use super::TopologyError;
 
-/// Where sysfs is mounted (`/sys` in production, a fake tree in tests).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SysfsRoot(pub PathBuf);
-
-impl Default for SysfsRoot {
-    fn default() -> Self {
-        Self(PathBuf::from("/sys"))
-    }
-}
-
-impl SysfsRoot {
-    /// `rel` (relative to the sysfs mount point) under this root.
-    pub fn path(&self, rel: &str) -> PathBuf {
-        self.0.join(rel.trim_start_matches('/'))
-    }
-
-    /// The global pool file for `size` (`kernel/mm/hugepages/...`).
-    pub fn hugepage_file(&self, size: HugePageSize, node: Option<u32>, file: &str) -> PathBuf {
-        match node {
-            Some(n) => self.path(&format!(
-                "devices/system/node/node{n}/hugepages/{}/{file}",
-                size.sysfs_dir()
-            )),
-            None => self.path(&format!("kernel/mm/hugepages/{}/{file}", size.sysfs_dir())),
-        }
+/// The file `file` of the hugetlb pool for `size`: the global pool
+/// (`kernel/mm/hugepages/...`) or, with `node`, that node's.
+pub fn hugepage_file(
+    root: &SysfsRoot,
+    size: HugePageSize,
+    node: Option<u32>,
+    file: &str,
+) -> PathBuf {
+    match node {
+        Some(n) => root.path(&format!(
+            "devices/system/node/node{n}/hugepages/{}/{file}",
+            size.sysfs_dir()
+        )),
+        None => root.path(&format!("kernel/mm/hugepages/{}/{file}", size.sysfs_dir())),
     }
 }
 
@@ -110,28 +104,6 @@ pub struct Topology {
     pub page_size: u64,
 }
 
-fn read(path: &Path) -> Result<String, TopologyError> {
-    std::fs::read_to_string(path).map_err(|source| TopologyError::Read {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
-fn read_list(path: &Path) -> Result<IdSet, TopologyError> {
-    IdSet::parse(&read(path)?).map_err(|e| TopologyError::Parse {
-        path: path.to_path_buf(),
-        why: e.to_string(),
-    })
-}
-
-fn read_u64(path: &Path) -> Result<u64, TopologyError> {
-    let s = read(path)?;
-    s.trim().parse().map_err(|_| TopologyError::Parse {
-        path: path.to_path_buf(),
-        why: format!("{:?} is not a number", s.trim()),
-    })
-}
-
 /// Reads the pools present under `dir/hugepages-*kB` for every known size.
 fn read_pools(
     root: &SysfsRoot,
@@ -139,11 +111,11 @@ fn read_pools(
 ) -> Result<BTreeMap<HugePageSize, HugePagePool>, TopologyError> {
     let mut pools = BTreeMap::new();
     for size in HugePageSize::ALL {
-        let nr = root.hugepage_file(size, node, "nr_hugepages");
+        let nr = hugepage_file(root, size, node, "nr_hugepages");
         if !nr.exists() {
             continue;
         }
-        let free = read_u64(&root.hugepage_file(size, node, "free_hugepages"))?;
+        let free = read_u64(&hugepage_file(root, size, node, "free_hugepages"))?;
         pools.insert(
             size,
             HugePagePool {
@@ -153,21 +125,6 @@ fn read_pools(
         );
     }
     Ok(pools)
-}
-
-/// `MemTotal` and `MemFree` (bytes) from a node's meminfo
-/// (`Node 0 MemTotal:       24634636 kB`).
-pub fn parse_node_meminfo(text: &str) -> (Option<u64>, Option<u64>) {
-    let field = |name: &str| {
-        text.lines().find_map(|l| {
-            let mut words = l.split_whitespace();
-            // "Node", "<n>", "<Name>:", "<value>", "kB"
-            let (_, _, key, value) = (words.next()?, words.next()?, words.next()?, words.next()?);
-            (key.strip_suffix(':')? == name)
-                .then(|| value.parse::<u64>().ok().map(|kb| kb << 10))?
-        })
-    };
-    (field("MemTotal"), field("MemFree"))
 }
 
 /// The selected word (`[madvise]`) of the THP `enabled` file.
@@ -183,17 +140,6 @@ pub fn parse_thp_mode(text: &str) -> ThpMode {
     }
 }
 
-/// The host's base page size.
-pub fn host_page_size() -> u64 {
-    // SAFETY: sysconf only reads a system constant.
-    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if v > 0 {
-        v as u64
-    } else {
-        4096
-    }
-}
-
 impl Topology {
     /// Reads the live host (`/sys`).
     pub fn host() -> Result<Self, TopologyError> {
@@ -202,42 +148,23 @@ impl Topology {
 
     /// Reads the tree under `root`.
     pub fn read(root: &SysfsRoot) -> Result<Self, TopologyError> {
-        let online_cpus = read_list(&root.path("devices/system/cpu/online"))?;
-        let node_dir = root.path("devices/system/node");
-        let numa = node_dir.is_dir();
+        let host = HostNodes::read(root)?;
         let hugepages = read_pools(root, None)?;
         let mut nodes = BTreeMap::new();
-        if numa {
-            for id in read_list(&root.path("devices/system/node/online"))?.iter() {
-                let dir = format!("devices/system/node/node{id}");
-                let cpus =
-                    read_list(&root.path(&format!("{dir}/cpulist")))?.intersection(&online_cpus);
-                let (mem_total, mem_free) =
-                    match std::fs::read_to_string(root.path(&format!("{dir}/meminfo"))) {
-                        Ok(text) => parse_node_meminfo(&text),
-                        Err(_) => (None, None),
-                    };
-                let hugepages = read_pools(root, Some(id))?;
-                nodes.insert(
-                    id,
-                    NodeTopology {
-                        id,
-                        cpus,
-                        mem_total,
-                        mem_free,
-                        hugepages,
-                    },
-                );
-            }
-        } else {
+        for (id, node) in host.nodes {
+            let hugepages = if host.numa {
+                read_pools(root, Some(id))?
+            } else {
+                hugepages.clone()
+            };
             nodes.insert(
-                0,
+                id,
                 NodeTopology {
-                    id: 0,
-                    cpus: online_cpus.clone(),
-                    mem_total: None,
-                    mem_free: None,
-                    hugepages: hugepages.clone(),
+                    id,
+                    cpus: node.cpus,
+                    mem_total: node.mem_total,
+                    mem_free: node.mem_free,
+                    hugepages,
                 },
             );
         }
@@ -248,8 +175,8 @@ impl Topology {
         };
         Ok(Topology {
             root: root.clone(),
-            numa,
-            online_cpus,
+            numa: host.numa,
+            online_cpus: host.online_cpus,
             nodes,
             hugepages,
             thp,
@@ -384,8 +311,10 @@ pub(crate) mod fake {
 
 #[cfg(test)]
 mod tests {
+    use super::super::cpulist::IdSet;
     use super::fake::FakeSysfs;
     use super::*;
+    use bootscope_model::numa::parse_node_meminfo;
 
     #[test]
     fn reads_two_node_tree() {
