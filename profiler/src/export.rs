@@ -19,7 +19,7 @@ use std::str::FromStr;
 
 use serde::Deserialize as _;
 
-use crate::profile::{Profile, PROFILE_SCHEMA_NAME, PROFILE_SCHEMA_VERSION};
+use crate::profile::{Profile, PROFILE_SCHEMA_NAME, PROFILE_SCHEMA_OLDEST, PROFILE_SCHEMA_VERSION};
 
 pub use chrome::{to_chrome_trace, PHASES_TID};
 pub use csv::to_csv;
@@ -210,7 +210,8 @@ fn input_from_value(v: &serde_json::Value) -> Result<(Profile, InputKind), Value
         Some(PROFILE_SCHEMA_NAME) => {
             const KIND: &str = "profile";
             let found = v.get("version").and_then(|s| s.as_u64()).unwrap_or(0);
-            if found != u64::from(PROFILE_SCHEMA_VERSION) {
+            let readable = u64::from(PROFILE_SCHEMA_OLDEST)..=u64::from(PROFILE_SCHEMA_VERSION);
+            if !readable.contains(&found) {
                 return Err(ValueError::Version {
                     kind: KIND,
                     found,
