@@ -5,6 +5,7 @@ mod bench_cmd;
 mod cli;
 mod profile_cmd;
 mod signals;
+mod sites_cmd;
 mod tui_cmd;
 
 fn main() {
