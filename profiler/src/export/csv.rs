@@ -164,6 +164,47 @@ fn threads(p: &Profile, out: &mut String) {
     }
 }
 
+fn exit_sites(p: &Profile, out: &mut String) {
+    row(
+        out,
+        &[
+            "reason",
+            "vcpu",
+            "phase",
+            "rip",
+            "function",
+            "offset",
+            "count",
+            "share_percent",
+            "latency_total_ns",
+            "latency_mean_ns",
+        ],
+    );
+    let Some(sites) = &p.exits.sites else { return };
+    let totals = sites.reason_totals();
+    for s in &sites.sites {
+        let total = totals.get(&s.reason).copied().unwrap_or(0).max(1);
+        row(
+            out,
+            &[
+                s.reason.clone(),
+                s.vcpu.to_string(),
+                s.phase.clone(),
+                s.rip.map(|r| format!("{r:#x}")).unwrap_or_default(),
+                s.function_name(),
+                s.offset.map(|o| format!("{o:#x}")).unwrap_or_default(),
+                s.count.to_string(),
+                format!("{:.3}", 100.0 * s.count as f64 / total as f64),
+                s.latency_total_ns.to_string(),
+                s.latency_total_ns
+                    .checked_div(s.timed)
+                    .map(|m| m.to_string())
+                    .unwrap_or_default(),
+            ],
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::fixture::{self, AWKWARD_REASON};
@@ -314,46 +355,5 @@ mod tests {
         p.exits.total = 0;
         let rows = table(&p, CsvTable::Exits);
         assert_eq!(rows[1][3], "60.00");
-    }
-}
-
-fn exit_sites(p: &Profile, out: &mut String) {
-    row(
-        out,
-        &[
-            "reason",
-            "vcpu",
-            "phase",
-            "rip",
-            "function",
-            "offset",
-            "count",
-            "share_percent",
-            "latency_total_ns",
-            "latency_mean_ns",
-        ],
-    );
-    let Some(sites) = &p.exits.sites else { return };
-    let totals = sites.reason_totals();
-    for s in &sites.sites {
-        let total = totals.get(&s.reason).copied().unwrap_or(0).max(1);
-        row(
-            out,
-            &[
-                s.reason.clone(),
-                s.vcpu.to_string(),
-                s.phase.clone(),
-                s.rip.map(|r| format!("{r:#x}")).unwrap_or_default(),
-                s.function_name(),
-                s.offset.map(|o| format!("{o:#x}")).unwrap_or_default(),
-                s.count.to_string(),
-                format!("{:.3}", 100.0 * s.count as f64 / total as f64),
-                s.latency_total_ns.to_string(),
-                s.latency_total_ns
-                    .checked_div(s.timed)
-                    .map(|m| m.to_string())
-                    .unwrap_or_default(),
-            ],
-        );
     }
 }
