@@ -6,7 +6,7 @@
 #ifndef BOOTSCOPE_COMMON_H
 #define BOOTSCOPE_COMMON_H
 
-#define BS_ABI_VERSION 4
+#define BS_ABI_VERSION 5
 
 #define BS_COMM_LEN 16
 /* log2 latency slots: slot i holds values in [2^i, 2^(i+1)) ns, slot 0 also
@@ -50,6 +50,8 @@ enum bs_patch_slot {
 	BS_P_KVM_EMULATE_INSN_FAILED,
 	BS_P_MM_PAGE_ALLOC_PFN,
 	BS_P_MM_PAGE_ALLOC_ORDER,
+	BS_P_KVM_EXIT_GUEST_RIP,
+	BS_P_KVM_EXIT_INFO2,
 	BS_P_COUNT,
 };
 

@@ -8,6 +8,11 @@
  * kvm_emulate_insn. All of them are attached everywhere; userspace reports
  * which source each number came from.
  *
+ * Exit sites (`--exit-sites`, the const volatile exit_sites): the same
+ * exits, counted at the same two points, also by the guest RIP of the exit
+ * and, for SVM nested page faults, by guest-physical range. Off, the
+ * verifier drops that code: the programs are the same as without it.
+ *
  * These programs run on every exit: each event costs its fields, loaded
  * straight from the record (BS_CTX), and the lookups of its own map,
  * nothing more. How many events each saw is the
@@ -87,6 +92,36 @@ struct {
 	__type(value, __u64);
 } emulate_counts SEC(".maps");
 
+/* Exit counts and latency sums by guest RIP (with exit_sites only; made
+ * one entry big otherwise). A site this map has no room for is counted in
+ * exit_site_overflows and reported as the reason's unattributed rest. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 32768);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct bs_site_key);
+	__type(value, struct bs_site_val);
+} exit_sites SEC(".maps");
+
+/* SVM nested page faults by guest-physical range (with exit_sites only). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct bs_npf_key);
+	__type(value, struct bs_site_val);
+} npf_ranges SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} exit_site_overflows SEC(".maps");
+
+/* Set by userspace before load: count exits by site too. */
+const volatile __u32 exit_sites_on = 0;
+
 /* Initial value of a new histogram (read-only data). */
 static const struct bs_hist bs_zero_hist;
 
@@ -113,6 +148,56 @@ static __always_inline struct bs_hist *bs_exit_stat(const struct bs_exit_start *
 	return h;
 }
 
+static const struct bs_site_val bs_zero_site;
+
+/* Adds one exit (with its latency when timed) to the value at key in map,
+ * creating it if needed; false if the map is full. */
+static __always_inline int bs_site_add(void *map, const void *key, __u64 timed, __u64 delta)
+{
+	struct bs_site_val *v = bpf_map_lookup_elem(map, key);
+
+	if (!v) {
+		bpf_map_update_elem(map, key, &bs_zero_site, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(map, key);
+		if (!v)
+			return 0;
+	}
+	__sync_fetch_and_add(&v->count, 1);
+	if (timed) {
+		__sync_fetch_and_add(&v->timed, 1);
+		__sync_fetch_and_add(&v->total_ns, delta);
+	}
+	return 1;
+}
+
+/* Counts an exit by its site (and an SVM NPF by its guest-physical range),
+ * at the same point as its reason's count; a full map leaves the exit to
+ * the reason's unattributed rest. */
+static __always_inline void bs_count_site(const struct bs_exit_start *e, __u64 timed, __u64 delta)
+{
+	struct bs_site_key key = {
+		.tgid = e->tgid,
+		.vcpu_id = e->vcpu_id,
+		.reason = e->reason,
+		.isa = e->isa,
+		.phase = e->phase,
+		.rip = e->rip,
+	};
+
+	if (!bs_site_add(&exit_sites, &key, timed, delta))
+		bs_percpu_inc(&exit_site_overflows, 0);
+	if (e->isa == BS_ISA_SVM && e->reason == BS_SVM_EXIT_NPF) {
+		struct bs_npf_key nkey = {
+			.tgid = e->tgid,
+			.phase = e->phase,
+			.range = e->gpa >> BS_NPF_RANGE_SHIFT,
+		};
+
+		if (!bs_site_add(&npf_ranges, &nkey, timed, delta))
+			bs_percpu_inc(&exit_site_overflows, 0);
+	}
+}
+
 /* Counts a thread's exit that no kvm_entry ended (if it is open), without
  * a latency: before its entry is reused for a new exit. */
 static __always_inline void bs_count_unended(const struct bs_exit_start *e)
@@ -122,8 +207,11 @@ static __always_inline void bs_count_unended(const struct bs_exit_start *e)
 	if (!e->ts_ns)
 		return;
 	h = bs_exit_stat(e);
-	if (h)
-		__sync_fetch_and_add(&h->count, 1);
+	if (!h)
+		return;
+	__sync_fetch_and_add(&h->count, 1);
+	if (exit_sites_on)
+		bs_count_site(e, 0, 0);
 }
 
 /* An exit is counted once, with its latency, by the kvm_entry that ends it:
@@ -135,6 +223,7 @@ int bs_kvm_exit(void *ctx)
 	__u32 tgid = id >> 32, tid = (__u32)id;
 	struct bs_exit_start *pending;
 	__u32 phase, reason, isa, vcpu_id;
+	__u64 rip = 0, gpa = 0;
 
 	if (!bs_follow(tgid, &phase))
 		return 0;
@@ -143,6 +232,11 @@ int bs_kvm_exit(void *ctx)
 	if (isa == BS_ISA_VMX)
 		reason &= BS_VMX_REASON_MASK;
 	vcpu_id = BS_CTX(ctx, BS_P_KVM_EXIT_VCPU_ID);
+	if (exit_sites_on) {
+		rip = BS_CTX(ctx, BS_P_KVM_EXIT_GUEST_RIP);
+		if (isa == BS_ISA_SVM && reason == BS_SVM_EXIT_NPF)
+			gpa = BS_CTX(ctx, BS_P_KVM_EXIT_INFO2);
+	}
 
 	/* A vCPU thread's entry stays in the map from exit to exit: writing
 	 * it in place spares a map update (a free-list pop and a lock) on
@@ -156,6 +250,10 @@ int bs_kvm_exit(void *ctx)
 		pending->reason = reason;
 		pending->isa = isa;
 		pending->phase = phase;
+		if (exit_sites_on) {
+			pending->rip = rip;
+			pending->gpa = gpa;
+		}
 		pending->ts_ns = bpf_ktime_get_ns();
 	} else {
 		/* This thread's first exit (or first as this vCPU): the one
@@ -168,6 +266,8 @@ int bs_kvm_exit(void *ctx)
 			.vcpu_id = vcpu_id,
 			.phase = phase,
 			.tgid = tgid,
+			.rip = rip,
+			.gpa = gpa,
 		};
 		struct bs_vcpu_key vkey = { .tgid = tgid, .vcpu_id = vcpu_id };
 
@@ -203,6 +303,8 @@ int bs_kvm_entry(void *ctx)
 	__sync_fetch_and_add(&hist->count, 1);
 	__sync_fetch_and_add(&hist->slots[bs_hist_slot(delta)], 1);
 	__sync_fetch_and_add(&hist->total_ns, delta);
+	if (exit_sites_on)
+		bs_count_site(start, 1, delta);
 	return 0;
 }
 

@@ -34,6 +34,45 @@ struct bs_exit_start {
 	__u32 phase;
 	__u32 tgid;
 	__u32 pad;
+	/* With exit sites on: the guest RIP of the exit and, for a nested
+	 * page fault on SVM, the faulting guest-physical address (else 0). */
+	__u64 rip;
+	__u64 gpa;
+};
+
+/* SVM's exit code of a nested page fault (kvm_exit's info2 is then the
+ * faulting guest-physical address). */
+#define BS_SVM_EXIT_NPF 0x400
+/* Nested page faults are counted by guest-physical range of this size
+ * (2 MiB, a large page: the kernel's text, its initrd and its page tables
+ * fall in different ones). */
+#define BS_NPF_RANGE_SHIFT 21
+
+/* Exit-site key: an exit's count and latency by the guest code that made
+ * it. Only with exit sites on (const volatile exit_sites). */
+struct bs_site_key {
+	__u32 tgid;
+	__u32 vcpu_id;
+	__u32 reason;
+	__u32 isa;
+	__u32 phase;
+	__u32 pad;
+	__u64 rip;
+};
+
+/* Exits at one site (or one NPF range): all of them, those whose latency
+ * was measured (ended by kvm_entry), and that latency's sum. */
+struct bs_site_val {
+	__u64 count;
+	__u64 timed;
+	__u64 total_ns;
+};
+
+/* Nested page faults by guest-physical range (gpa >> BS_NPF_RANGE_SHIFT). */
+struct bs_npf_key {
+	__u32 tgid;
+	__u32 phase;
+	__u64 range;
 };
 
 /* vCPU index -> thread id. */

@@ -151,6 +151,10 @@ pub struct PlotArgs {
     /// A bench file, a boot timeline or a profile.
     #[arg(value_name = "INPUT.json")]
     pub input: PathBuf,
+    /// Draw the profile's exit sites as a flame graph (exit reason, then
+    /// guest function), the profile recorded with --exit-sites.
+    #[arg(long)]
+    pub flamegraph: bool,
 }
 
 /// Prints an error the way the rest of the CLI does and maps it to an exit
@@ -667,6 +671,10 @@ pub fn plot(args: PlotArgs) -> i32 {
             path: args.input.clone(),
             source,
         })?;
+        if args.flamegraph {
+            let svg = crate::sites_cmd::flamegraph(&args.input).map_err(BenchError::Usage)?;
+            return Ok(write(&args.output, &svg));
+        }
         let svg = bootscope_bench::plot::render(&bytes, &args.input)?;
         Ok(write(&args.output, svg.as_bytes()))
     };

@@ -233,6 +233,14 @@ struct RunArgs {
     /// latency (one program per exit instead of two).
     #[arg(long, value_name = "LIST", value_parser = bootscope_profiler::CollectorSet::parse, conflicts_with = "no_profile")]
     collect: Option<bootscope_profiler::CollectorSet>,
+    /// Count exits by the guest code that made them (`exits.sites`), named
+    /// with the guest kernel's symbols.
+    #[arg(long, conflicts_with = "no_profile")]
+    exit_sites: bool,
+    /// The guest kernel's symbols for --exit-sites: a vmlinux, a bzImage,
+    /// a System.map or a kallsyms dump (default: the kernel booted).
+    #[arg(long, value_name = "PATH", requires = "exit_sites")]
+    guest_symbols: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -611,6 +619,12 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     // milliseconds natively, a tenth of a second in the lab) would
     // otherwise run inside its set-up, and on one CPU take their time from
     // it. The attach is the timeline's `profiler attach` phase.
+    let symbols = if args.exit_sites {
+        crate::sites_cmd::load_symbols(args.guest_symbols.as_deref(), Some(cfg.kernel.clone()))
+            .map_err(|e| usage(anyhow::anyhow!(e)))?
+    } else {
+        None
+    };
     let collector = attach_self_profile(&args, &recorder)?;
     let report = if args.tui {
         crate::tui_cmd::run_vm(
@@ -649,7 +663,7 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     doc.phases = bootscope_vmm::timeline::derive_phases(&doc.marks);
     let profiled = collector.is_some();
     if let Some(c) = collector {
-        finish_self_profile(&args, c, &doc)?;
+        finish_self_profile(&args, c, &doc, symbols.as_ref())?;
     }
     let mut result = finish_run(&args, &doc);
     if let Some(sig) = interrupted {
@@ -720,6 +734,7 @@ fn attach_self_profile(
     let regions = args.numa.len().max(1) as u32;
     let prealloc = u32::try_from(args.prealloc_threads).unwrap_or(u32::MAX);
     config.bpf_stats = args.bpf_stats;
+    config.exit_sites = args.exit_sites;
     if let Some(set) = args.collect {
         config.collectors = set;
     }
@@ -776,6 +791,7 @@ fn finish_self_profile(
     args: &RunArgs,
     collector: Arc<bootscope_profiler::Collector>,
     doc: &TimelineDoc,
+    symbols: Option<&bootscope_profiler::guest_symbols::SymbolTable>,
 ) -> Result<(), Failure> {
     let Ok(mut collector) = Arc::try_unwrap(collector) else {
         eprintln!("bootscope: the profile could not be finished (collector still in use)");
@@ -790,6 +806,7 @@ fn finish_self_profile(
     profile.target.kind = "self".into();
     profile.target.command = command_line();
     profile.target.exit_code = Some(if doc.outcome.clean { 0 } else { 1 });
+    crate::sites_cmd::annotate(&mut profile, symbols);
     if let Some(path) = &args.output {
         write_output(path, &serde_json::to_vec_pretty(&profile)?)?;
     }
@@ -1184,12 +1201,12 @@ fn cmd_export(
         check_output("--output", o).map_err(usage)?;
     }
     let (profile, _) = export::read_input(input).map_err(|e| bad_input(&e))?;
-    let text = export::render(&profile, format);
+    let text = export::render_bytes(&profile, format);
     match output {
-        Some(path) => write_output(path, text.as_bytes())?,
+        Some(path) => write_output(path, &text)?,
         None => {
             let mut out = std::io::stdout().lock();
-            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            match out.write_all(&text).and_then(|()| out.flush()) {
                 // A reader that stops early (`| head`) is not an error.
                 Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
                     return Err(anyhow::Error::new(e)

@@ -7,6 +7,7 @@ mod exporter;
 mod profile_cmd;
 mod push;
 mod signals;
+mod sites_cmd;
 mod tui_cmd;
 
 fn main() {

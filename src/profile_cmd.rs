@@ -59,6 +59,15 @@ pub struct ProfileArgs {
     /// latency (one program per exit instead of two).
     #[arg(long, value_name = "LIST", value_parser = CollectorSet::parse)]
     pub collect: Option<CollectorSet>,
+    /// Count exits by the guest code that made them (`exits.sites`), named
+    /// with the guest kernel's symbols.
+    #[arg(long)]
+    pub exit_sites: bool,
+    /// The guest kernel's symbols for --exit-sites: a vmlinux, a bzImage,
+    /// a System.map or a kallsyms dump (default: the `--kernel`/`-kernel`
+    /// of the command launched).
+    #[arg(long, value_name = "PATH", requires = "exit_sites")]
+    pub guest_symbols: Option<PathBuf>,
     /// The command to launch and follow from its first instruction, after
     /// `--` (e.g. `-- qemu-system-x86_64 -enable-kvm ...`).
     #[arg(last = true, value_name = "COMMAND")]
@@ -147,6 +156,15 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         Some(pid) => check_pid(pid).map_err(usage)?,
         None => check_command(&command).map_err(usage)?,
     }
+    let symbols = if args.exit_sites {
+        crate::sites_cmd::load_symbols(
+            args.guest_symbols.as_deref(),
+            crate::sites_cmd::command_kernel(&command),
+        )
+        .map_err(|e| usage(anyhow::anyhow!(e)))?
+    } else {
+        None
+    };
     let mut held = None;
     // Under --tui a launched command must not read the keys or write over
     // the screen: its output goes to a file, shown in the console pane.
@@ -172,6 +190,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     config.sample_interval = Duration::from_millis(args.sample_interval_ms.max(10));
     config.ring_buffer_bytes = args.ring_buffer_kib.saturating_mul(1024);
     config.bpf_stats = args.bpf_stats;
+    config.exit_sites = args.exit_sites;
     if let Some(set) = args.collect {
         config.collectors = set;
     }
@@ -276,6 +295,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
             }
         }
     }
+    crate::sites_cmd::annotate(&mut profile, symbols.as_ref());
     let json = serde_json::to_vec_pretty(&profile)?;
     crate::cli::write_output(&args.output, &json)?;
     if !args.no_summary {
@@ -344,6 +364,7 @@ pub fn summary(p: &Profile, output: &Path) -> String {
         };
         let _ = writeln!(s, "  {:<28} {:>10}{lat}", r.reason, r.count);
     }
+    s.push_str(&crate::sites_cmd::summary(p));
     if !e.marker_writes.is_empty() {
         let m: Vec<String> = e
             .marker_writes

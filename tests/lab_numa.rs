@@ -309,7 +309,13 @@ fn guest_boots_with_two_numa_nodes_and_exits_split_by_vcpu() {
             .arg(&timeline),
         None,
     );
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        stderr(&o)
+    );
     let console = std::fs::read_to_string(&serial).unwrap();
     for line in [
         "smp: Brought up 2 nodes, 2 CPUs",

@@ -260,6 +260,19 @@ pub fn check_schema(
     version: u32,
     hint: &'static str,
 ) -> Result<(), BenchError> {
+    check_schema_versions(value, path, schema, version, version, hint)
+}
+
+/// As [`check_schema`], for a document read in any version from `oldest`
+/// to `version`.
+pub fn check_schema_versions(
+    value: &serde_json::Value,
+    path: &Path,
+    schema: &str,
+    oldest: u32,
+    version: u32,
+    hint: &'static str,
+) -> Result<(), BenchError> {
     let found = value.get("schema").and_then(|s| s.as_str());
     if found != Some(schema) {
         return Err(BenchError::WrongSchema {
@@ -270,7 +283,7 @@ pub fn check_schema(
         });
     }
     match value.get("version").and_then(|v| v.as_u64()) {
-        Some(v) if v == u64::from(version) => Ok(()),
+        Some(v) if (u64::from(oldest)..=u64::from(version)).contains(&v) => Ok(()),
         Some(v) => Err(BenchError::WrongVersion {
             path: path.into(),
             schema: schema.into(),

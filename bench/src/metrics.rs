@@ -164,7 +164,7 @@ pub fn from_profile(
     value: &serde_json::Value,
     path: &Path,
 ) -> Result<BTreeMap<String, u64>, BenchError> {
-    check_schema(value, path, "bootscope.profile", 1, PROFILE_HINT)?;
+    crate::doc::check_schema_versions(value, path, "bootscope.profile", 1, 2, PROFILE_HINT)?;
     let mut m = BTreeMap::new();
     let exits = &value["exits"];
     for r in exits["by_reason"].as_array().into_iter().flatten() {

@@ -56,7 +56,7 @@ pub fn render(bytes: &[u8], path: &Path) -> Result<String, BenchError> {
             Ok(boot_svg(&Boot::from_timeline(&timeline), path))
         }
         Some("bootscope.profile") => {
-            check_schema(&value, path, "bootscope.profile", 1, HINT)?;
+            crate::doc::check_schema_versions(&value, path, "bootscope.profile", 1, 2, HINT)?;
             Ok(boot_svg(&Boot::from_profile(&value), path))
         }
         other => Err(BenchError::WrongSchema {

@@ -11,7 +11,7 @@ pub static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bootscope.bpf.o"));
 
 /// `BS_ABI_VERSION` in bpf/common.h.
-pub const BS_ABI_VERSION: u32 = 4;
+pub const BS_ABI_VERSION: u32 = 5;
 pub const COMM_LEN: usize = 16;
 pub const HIST_SLOTS: usize = crate::hist::HIST_SLOTS;
 pub const MAX_PFN_RANGES: usize = 64;
@@ -127,7 +127,7 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     spec!("bs_task_rename", "task", "task_rename", TaskRename, Threads, ["pid", "newcomm"], [], "threads[].name"),
     spec!("bs_sched_process_exit", "sched", "sched_process_exit", SchedProcessExit, Threads, [], ["group_dead"], "threads[].end_ns, exit_code; target.ended_ns"),
     spec!("bs_sched_switch", "sched", "sched_switch", SchedSwitch, Threads, [], [], "threads[].cpus (run time per CPU)"),
-    spec!("bs_kvm_exit", "kvm", "kvm_exit", KvmExit, Exits, ["exit_reason", "vcpu_id"], ["isa"], "exits.by_reason/by_vcpu/by_phase (VMX/SVM)"),
+    spec!("bs_kvm_exit", "kvm", "kvm_exit", KvmExit, Exits, ["exit_reason", "vcpu_id"], ["isa", "guest_rip", "info2"], "exits.by_reason/by_vcpu/by_phase (VMX/SVM); exits.sites with --exit-sites"),
     spec!("bs_kvm_entry", "kvm", "kvm_entry", KvmEntry, ExitLatency, [], [], "exits.by_reason[].latency_hist (exit to next entry)"),
     spec!("bs_kvm_userspace_exit", "kvm", "kvm_userspace_exit", KvmUserspaceExit, Exits, ["reason", "errno"], [], "exits.by_reason when kvm_exit does not fire (PVM)"),
     spec!("bs_kvm_pio", "kvm", "kvm_pio", KvmPio, Exits, ["rw", "port", "size"], [], "exits.pio"),
@@ -222,6 +222,43 @@ pub struct BsExitStart {
     pub phase: u32,
     pub tgid: u32,
     pub pad: u32,
+    pub rip: u64,
+    pub gpa: u64,
+}
+
+/// `BS_NPF_RANGE_SHIFT`: nested page faults are counted by guest-physical
+/// ranges of this many bits.
+pub const NPF_RANGE_SHIFT: u32 = 21;
+
+/// `struct bs_site_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BsSiteKey {
+    pub tgid: u32,
+    pub vcpu_id: u32,
+    pub reason: u32,
+    pub isa: u32,
+    pub phase: u32,
+    pub pad: u32,
+    pub rip: u64,
+}
+
+/// `struct bs_site_val`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BsSiteVal {
+    pub count: u64,
+    pub timed: u64,
+    pub total_ns: u64,
+}
+
+/// `struct bs_npf_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BsNpfKey {
+    pub tgid: u32,
+    pub phase: u32,
+    pub range: u64,
 }
 
 /// `struct bs_vcpu_key`.
@@ -369,7 +406,10 @@ const _: () = assert!(size_of::<BsField>() == 8);
 const _: () = assert!(size_of::<BsEvent>() == 56);
 const _: () = assert!(size_of::<BsHist>() == 8 * (HIST_SLOTS + 2));
 const _: () = assert!(size_of::<BsExitKey>() == 20);
-const _: () = assert!(size_of::<BsExitStart>() == 32);
+const _: () = assert!(size_of::<BsExitStart>() == 48);
+const _: () = assert!(size_of::<BsSiteKey>() == 32);
+const _: () = assert!(size_of::<BsSiteVal>() == 24);
+const _: () = assert!(size_of::<BsNpfKey>() == 16);
 const _: () = assert!(size_of::<BsVcpuKey>() == 8);
 const _: () = assert!(size_of::<BsUexitKey>() == 16);
 const _: () = assert!(size_of::<BsPioKey>() == 20);
@@ -403,6 +443,9 @@ pod!(
     BsHist,
     BsExitKey,
     BsExitStart,
+    BsSiteKey,
+    BsSiteVal,
+    BsNpfKey,
     BsVcpuKey,
     BsUexitKey,
     BsPioKey,

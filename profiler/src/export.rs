@@ -8,6 +8,7 @@
 
 mod chrome;
 mod csv;
+mod pprof;
 mod prometheus;
 mod timeline;
 
@@ -19,19 +20,27 @@ use std::str::FromStr;
 
 use serde::Deserialize as _;
 
-use crate::profile::{Profile, PROFILE_SCHEMA_NAME, PROFILE_SCHEMA_VERSION};
+use crate::profile::{Profile, PROFILE_SCHEMA_NAME, PROFILE_SCHEMA_OLDEST, PROFILE_SCHEMA_VERSION};
 
 pub use chrome::{to_chrome_trace, PHASES_TID};
 pub use csv::to_csv;
+pub use pprof::to_pprof;
 pub use prometheus::to_prometheus;
 pub use timeline::{
     profile_from_timeline, TimelineError, TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION,
 };
 
 /// Names accepted by [`Format::parse`], as the CLI's `--format` spells them.
-pub const FORMAT_NAMES: [&str; 4] = ["json", "csv", "prometheus", "chrome-trace"];
+pub const FORMAT_NAMES: [&str; 6] = [
+    "json",
+    "csv",
+    "prometheus",
+    "chrome-trace",
+    "folded",
+    "pprof",
+];
 /// Names accepted for the CSV `--table`.
-pub const CSV_TABLE_NAMES: [&str; 4] = ["exits", "latency", "phases", "threads"];
+pub const CSV_TABLE_NAMES: [&str; 5] = ["exits", "latency", "phases", "threads", "exit-sites"];
 
 /// One of the CSV tables.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -46,6 +55,8 @@ pub enum CsvTable {
     Phases,
     /// Threads: `tid,name,role,cpus,nodes,pages_allocated,pages_local,pages_remote`.
     Threads,
+    /// Exit sites: `reason,vcpu,phase,rip,function,offset,count,share_percent,latency_total_ns,latency_mean_ns`.
+    ExitSites,
 }
 
 impl FromStr for CsvTable {
@@ -57,6 +68,7 @@ impl FromStr for CsvTable {
             "latency" => Ok(Self::Latency),
             "phases" => Ok(Self::Phases),
             "threads" => Ok(Self::Threads),
+            "exit-sites" => Ok(Self::ExitSites),
             _ => Err(FormatError::UnknownTable(s.to_string())),
         }
     }
@@ -73,19 +85,25 @@ pub enum Format {
     Prometheus,
     /// Chrome Trace Event JSON (object form), for ui.perfetto.dev.
     ChromeTrace,
+    /// `exits.sites` alone, as JSON (`--format json --table exit-sites`).
+    ExitSitesJson,
+    /// `reason;function count` lines of the exit sites (flame graphs).
+    Folded,
+    /// The exit sites as a gzipped pprof profile.
+    Pprof,
 }
 
 /// A format or table name that does not exist, or a table without CSV.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FormatError {
     /// Unknown `--format`.
-    #[error("unknown format {0:?}; use one of json, csv, prometheus, chrome-trace")]
+    #[error("unknown format {0:?}; use one of json, csv, prometheus, chrome-trace, folded, pprof")]
     UnknownFormat(String),
     /// Unknown `--table`.
-    #[error("unknown CSV table {0:?}; use one of exits, latency, phases, threads")]
+    #[error("unknown CSV table {0:?}; use one of exits, latency, phases, threads, exit-sites")]
     UnknownTable(String),
     /// `--table` given with a format that has no tables.
-    #[error("--table only applies to --format csv (the {0} format has a single form)")]
+    #[error("--table only applies to --format csv (and --format json with --table exit-sites); the {0} format has a single form")]
     TableWithoutCsv(String),
 }
 
@@ -94,6 +112,7 @@ impl Format {
     /// `table` (default `exits`); a table with another format is an error.
     pub fn parse(name: &str, table: Option<&str>) -> Result<Self, FormatError> {
         let format = match name {
+            "json" if table == Some("exit-sites") => return Ok(Self::ExitSitesJson),
             "json" => Self::Json,
             "csv" => Self::Csv(
                 table
@@ -103,6 +122,8 @@ impl Format {
             ),
             "prometheus" => Self::Prometheus,
             "chrome-trace" => Self::ChromeTrace,
+            "folded" => Self::Folded,
+            "pprof" => Self::Pprof,
             _ => return Err(FormatError::UnknownFormat(name.to_string())),
         };
         if table.is_some() && !matches!(format, Self::Csv(_)) {
@@ -210,7 +231,8 @@ fn input_from_value(v: &serde_json::Value) -> Result<(Profile, InputKind), Value
         Some(PROFILE_SCHEMA_NAME) => {
             const KIND: &str = "profile";
             let found = v.get("version").and_then(|s| s.as_u64()).unwrap_or(0);
-            if found != u64::from(PROFILE_SCHEMA_VERSION) {
+            let readable = u64::from(PROFILE_SCHEMA_OLDEST)..=u64::from(PROFILE_SCHEMA_VERSION);
+            if !readable.contains(&found) {
                 return Err(ValueError::Version {
                     kind: KIND,
                     found,
@@ -290,6 +312,27 @@ pub fn render(profile: &Profile, format: Format) -> String {
         Format::Csv(table) => to_csv(profile, table),
         Format::Prometheus => to_prometheus(profile),
         Format::ChromeTrace => to_chrome_trace(profile),
+        Format::ExitSitesJson => {
+            let sites = profile.exits.sites.clone().unwrap_or_default();
+            let mut s = serde_json::to_string_pretty(&sites).expect("exit sites serialize");
+            s.push('\n');
+            s
+        }
+        Format::Folded => profile
+            .exits
+            .sites
+            .as_ref()
+            .map(|s| s.folded())
+            .unwrap_or_default(),
+        Format::Pprof => String::new(),
+    }
+}
+
+/// The export as bytes: [`render`]'s text, or pprof's gzipped protobuf.
+pub fn render_bytes(profile: &Profile, format: Format) -> Vec<u8> {
+    match format {
+        Format::Pprof => to_pprof(profile),
+        other => render(profile, other).into_bytes(),
     }
 }
 

@@ -14,6 +14,7 @@ pub mod bpf;
 pub mod collector;
 pub mod error;
 pub mod export;
+pub mod guest_symbols;
 pub mod hist;
 pub mod kvm_stats;
 pub mod launch;
@@ -23,6 +24,7 @@ pub mod phases;
 pub mod profile;
 mod pseudo;
 pub mod reasons;
+pub mod sites;
 pub mod topology;
 pub mod tracefs;
 

@@ -40,6 +40,8 @@ pub const PATCH_SLOTS: &[(&str, &str)] = &[
     ("kvm_emulate_insn", "failed"),
     ("mm_page_alloc", "pfn"),
     ("mm_page_alloc", "order"),
+    ("kvm_exit", "guest_rip"),
+    ("kvm_exit", "info2"),
 ];
 
 /// The slot of an (event, field), if programs load it directly.

@@ -5,12 +5,16 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::sites::{ExitSite, ExitSites, NpfRange, SiteSymbols};
 pub use bootscope_model::mark::MarkSource;
 
 /// Value of the `schema` field.
 pub const PROFILE_SCHEMA_NAME: &str = "bootscope.profile";
-/// Bump on any incompatible change.
-pub const PROFILE_SCHEMA_VERSION: u32 = 1;
+/// Bump on any change of the document.
+pub const PROFILE_SCHEMA_VERSION: u32 = 2;
+/// The oldest version [`Profile::read`] still reads (what later versions
+/// added is absent from it).
+pub const PROFILE_SCHEMA_OLDEST: u32 = 1;
 
 /// A whole profile (`bootscope profile --output FILE`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -206,6 +210,10 @@ pub struct ExitProfile {
     /// Of those, instructions the emulator failed on.
     #[serde(default)]
     pub emulation_failures: u64,
+    /// Exits by the guest code that made them (`--exit-sites`); absent
+    /// when not collected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sites: Option<ExitSites>,
 }
 
 /// Port I/O to one port.
@@ -447,7 +455,7 @@ pub enum ProfileReadError {
     #[error("{path} is not a bootscope profile: {detail}")]
     Malformed { path: String, detail: String },
     /// A profile of another version.
-    #[error("{path} is a version {found} profile; this bootscope reads version {PROFILE_SCHEMA_VERSION}")]
+    #[error("{path} is a version {found} profile; this bootscope reads versions {PROFILE_SCHEMA_OLDEST} to {PROFILE_SCHEMA_VERSION}")]
     Version { path: String, found: u64 },
 }
 
@@ -488,7 +496,8 @@ impl Profile {
             });
         }
         let found = v.get("version").and_then(|s| s.as_u64()).unwrap_or(0);
-        if found != u64::from(PROFILE_SCHEMA_VERSION) {
+        if !(u64::from(PROFILE_SCHEMA_OLDEST)..=u64::from(PROFILE_SCHEMA_VERSION)).contains(&found)
+        {
             return Err(ProfileReadError::Version { path: p, found });
         }
         serde_json::from_value(v).map_err(|e| ProfileReadError::Malformed {

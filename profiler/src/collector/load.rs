@@ -250,6 +250,9 @@ pub(super) struct ObjectSettings<'a> {
     pub(super) unused_maps: &'a [&'static str],
 }
 
+/// The maps only exit sites fill: one entry big without `--exit-sites`.
+pub(super) const SITE_MAPS: [&str; 2] = ["exit_sites", "npf_ranges"];
+
 /// Loads the object with every field global resolved from the formats.
 pub(super) fn load_object(
     config: &CollectorConfig,
@@ -291,8 +294,11 @@ pub(super) fn load_object(
             loader.map_max_entries(map, entries);
         }
     }
+    let exit_sites_on = u32::from(config.exit_sites);
+    loader.override_global("exit_sites_on", &exit_sites_on, true);
     // After the sizes above: an unused map stays small whatever they say.
-    for map in settings.unused_maps {
+    let site_maps: &[&str] = if config.exit_sites { &[] } else { &SITE_MAPS };
+    for map in settings.unused_maps.iter().chain(site_maps) {
         loader.map_max_entries(map, 1);
     }
     let (object, _) = crate::patch::patch(bpf::OBJECT, settings.direct)?;

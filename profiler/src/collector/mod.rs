@@ -14,6 +14,7 @@
 mod load;
 mod plan;
 mod read;
+mod sites;
 mod state;
 mod target;
 
@@ -188,6 +189,10 @@ pub struct CollectorConfig {
     /// by default: the kernel then reads the clock twice per run, of every
     /// program on the host, not only ours.
     pub bpf_stats: bool,
+    /// Count exits by guest RIP too (`exits.sites`): the exits programs
+    /// then read the exit's RIP and keep a count per site. Off, they are
+    /// loaded without that code.
+    pub exit_sites: bool,
 }
 
 impl CollectorConfig {
@@ -208,6 +213,7 @@ impl CollectorConfig {
             exit_codes,
             expected_threads: None,
             bpf_stats: false,
+            exit_sites: false,
         }
     }
 }
@@ -428,6 +434,7 @@ impl Collector {
             port_marks: 0,
             sample_cpu: Duration::ZERO,
             reader_cpu: Duration::ZERO,
+            exit_sites: config.exit_sites,
         };
         Self::spawn(state, ring, &config)
     }

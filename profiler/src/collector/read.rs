@@ -295,6 +295,7 @@ impl State {
                     .sum();
         }
         out.kvm_stats_exits = self.kvm_stats.total();
+        out.sites = self.exit_sites();
         let mut pio: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
         for (k, n) in hash_entries::<bpf::BsPioKey, u64>(&self.bpf, "pio_counts") {
             events[Source::KvmPio as usize] += n;

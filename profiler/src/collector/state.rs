@@ -67,6 +67,8 @@ pub(super) struct State {
     pub(super) sample_cpu: Duration,
     /// CPU time of the worker thread so far, and of the final read.
     pub(super) reader_cpu: Duration,
+    /// Exits are counted by site too (`exits.sites`).
+    pub(super) exit_sites: bool,
 }
 
 /// `BPF_EXIST` (uapi linux/bpf.h): update only an entry that is there.

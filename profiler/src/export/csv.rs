@@ -13,6 +13,7 @@ pub fn to_csv(p: &Profile, table: CsvTable) -> String {
         CsvTable::Latency => latency(p, &mut out),
         CsvTable::Phases => phases(p, &mut out),
         CsvTable::Threads => threads(p, &mut out),
+        CsvTable::ExitSites => exit_sites(p, &mut out),
     }
     out
 }
@@ -158,6 +159,47 @@ fn threads(p: &Profile, out: &mut String) {
                 t.pages_allocated.to_string(),
                 t.pages_local.to_string(),
                 t.pages_remote.to_string(),
+            ],
+        );
+    }
+}
+
+fn exit_sites(p: &Profile, out: &mut String) {
+    row(
+        out,
+        &[
+            "reason",
+            "vcpu",
+            "phase",
+            "rip",
+            "function",
+            "offset",
+            "count",
+            "share_percent",
+            "latency_total_ns",
+            "latency_mean_ns",
+        ],
+    );
+    let Some(sites) = &p.exits.sites else { return };
+    let totals = sites.reason_totals();
+    for s in &sites.sites {
+        let total = totals.get(&s.reason).copied().unwrap_or(0).max(1);
+        row(
+            out,
+            &[
+                s.reason.clone(),
+                s.vcpu.to_string(),
+                s.phase.clone(),
+                s.rip.map(|r| format!("{r:#x}")).unwrap_or_default(),
+                s.function_name(),
+                s.offset.map(|o| format!("{o:#x}")).unwrap_or_default(),
+                s.count.to_string(),
+                format!("{:.3}", 100.0 * s.count as f64 / total as f64),
+                s.latency_total_ns.to_string(),
+                s.latency_total_ns
+                    .checked_div(s.timed)
+                    .map(|m| m.to_string())
+                    .unwrap_or_default(),
             ],
         );
     }

@@ -1,0 +1,310 @@
+//! Guest kernel symbols for exit sites: a table from a `vmlinux` (ELF with
+//! symbols), a `System.map`, a kallsyms dump, or a stock kernel image
+//! (bzImage or stripped ELF) whose own kallsyms tables are recovered
+//! ([`kallsyms`]); the guest's KASLR slide inferred from the exits
+//! themselves ([`slide`]); the naming itself done by blazesym from the
+//! table in kallsyms form.
+
+pub mod image;
+pub mod kallsyms;
+pub mod slide;
+
+use std::path::{Path, PathBuf};
+
+use blazesym::symbolize::source::{Kernel, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use blazesym::MaybeDefault;
+use thiserror::Error;
+
+use crate::sites::{ExitSites, SiteSymbols, KERNEL_HALF};
+use kallsyms::KernelSymbol;
+
+/// Why a symbol file cannot be used.
+#[derive(Debug, Error)]
+pub enum SymbolsError {
+    #[error("cannot read guest symbols {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not a guest symbol file: {why}; give a vmlinux, a bzImage, a System.map or a kallsyms dump")]
+    NotSymbols { path: String, why: String },
+    #[error("cannot write the guest symbol table to {path}: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The fewest symbols a kernel table has: fewer is a stub or another file.
+const MIN_SYMBOLS: usize = 1000;
+
+/// A guest kernel's symbol table, ready to name addresses.
+pub struct SymbolTable {
+    /// What it came from, for `exits.sites.symbols.source`.
+    pub source: String,
+    /// Link-time addresses, sorted.
+    symbols: Vec<KernelSymbol>,
+    /// The decompressed kernel ELF, when the table came from an image: its
+    /// instructions confirm a KASLR slide.
+    pub image: Option<image::KernelImage>,
+    /// The table in kallsyms form, as blazesym reads it.
+    kallsyms_file: PathBuf,
+}
+
+impl Drop for SymbolTable {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.kallsyms_file);
+    }
+}
+
+impl SymbolTable {
+    /// Reads a vmlinux, a bzImage, a `System.map` or a kallsyms dump.
+    pub fn load(path: &Path) -> Result<Self, SymbolsError> {
+        let shown = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| SymbolsError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let not = |why: String| SymbolsError::NotSymbols {
+            path: shown.clone(),
+            why,
+        };
+        let (symbols, image, what) = if let Some(img) = image::KernelImage::parse(&bytes) {
+            let img = img.map_err(not)?;
+            let (symbols, what) = match img.elf_symbols() {
+                Some(s) if s.len() >= MIN_SYMBOLS => (s, "ELF symbols of"),
+                _ => (
+                    kallsyms::recover(img.bytes()).map_err(|e| not(e.to_string()))?,
+                    "kallsyms recovered from",
+                ),
+            };
+            (symbols, Some(img), what)
+        } else {
+            let text = String::from_utf8_lossy(&bytes);
+            (parse_map(&text).map_err(not)?, None, "symbol map")
+        };
+        let mut symbols = symbols;
+        symbols.retain(|s| s.addr >= KERNEL_HALF);
+        symbols.sort_by_key(|s| s.addr);
+        if symbols.len() < MIN_SYMBOLS {
+            return Err(not(format!(
+                "it holds {} kernel symbols, a kernel has tens of thousands (Debian's \
+                 /boot/System.map-* is a stub: give /boot/vmlinuz-* instead)",
+                symbols.len()
+            )));
+        }
+        let kallsyms_file = std::env::temp_dir().join(format!(
+            "bootscope-guest-kallsyms-{}-{:p}",
+            std::process::id(),
+            &symbols
+        ));
+        std::fs::write(&kallsyms_file, kallsyms::to_text(&symbols)).map_err(|source| {
+            SymbolsError::Write {
+                path: kallsyms_file.display().to_string(),
+                source,
+            }
+        })?;
+        Ok(SymbolTable {
+            source: format!("{what} {shown}"),
+            symbols,
+            image,
+            kallsyms_file,
+        })
+    }
+
+    /// The kernel image, `[_text, _end)` (or the symbols' span): its init
+    /// text, where much of a boot runs, lies beyond `_etext`.
+    pub fn text_range(&self) -> (u64, u64) {
+        let find = |n: &str| self.symbols.iter().find(|s| s.name == n).map(|s| s.addr);
+        let first = self.symbols.first().map_or(0, |s| s.addr);
+        let last = self.symbols.last().map_or(0, |s| s.addr);
+        (
+            find("_text").or(find("_stext")).unwrap_or(first),
+            find("_end").unwrap_or(last),
+        )
+    }
+
+    /// The function of each link-time address (None: outside the kernel's
+    /// text, or not found), with the offset into it.
+    pub fn names(&self, addrs: &[u64]) -> Vec<Option<(String, u64)>> {
+        let (lo, hi) = self.text_range();
+        let src = Source::Kernel(Kernel {
+            kallsyms: MaybeDefault::Some(self.kallsyms_file.clone()),
+            vmlinux: MaybeDefault::None,
+            kaslr_offset: Some(0),
+            debug_syms: false,
+            ..Default::default()
+        });
+        let symbolizer = Symbolizer::new();
+        let found = symbolizer
+            .symbolize(&src, Input::AbsAddr(addrs))
+            .unwrap_or_default();
+        addrs
+            .iter()
+            .zip(found.iter().map(Some).chain(std::iter::repeat(None)))
+            .map(|(&a, s)| match s {
+                Some(Symbolized::Sym(sym)) if (lo..hi).contains(&a) => {
+                    Some((sym.name.to_string(), sym.offset as u64))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Names every kernel site of `sites` (a slide found or none), and says
+    /// how in `sites.symbols`.
+    pub fn annotate(&self, sites: &mut ExitSites) {
+        let found = slide::infer(self, sites);
+        let mut info = SiteSymbols {
+            source: self.source.clone(),
+            kaslr_offset: found.offset,
+            kaslr: found.how.clone(),
+            ..Default::default()
+        };
+        info.warnings.extend(found.warning.clone());
+        if let Some(offset) = found.offset {
+            let kernel: Vec<usize> = (0..sites.sites.len())
+                .filter(|&i| sites.sites[i].rip.is_some_and(|r| r >= KERNEL_HALF))
+                .collect();
+            let addrs: Vec<u64> = kernel
+                .iter()
+                .map(|&i| sites.sites[i].rip.unwrap_or(0).wrapping_sub(offset))
+                .collect();
+            for (i, name) in kernel.into_iter().zip(self.names(&addrs)) {
+                match name {
+                    Some((f, off)) => {
+                        sites.sites[i].function = Some(f);
+                        sites.sites[i].offset = Some(off);
+                        info.resolved += 1;
+                    }
+                    None => info.unresolved += 1,
+                }
+            }
+        } else {
+            info.unresolved = sites
+                .sites
+                .iter()
+                .filter(|s| s.rip.is_some_and(|r| r >= KERNEL_HALF))
+                .count() as u64;
+        }
+        if info.unresolved > info.resolved && info.resolved + info.unresolved > 0 {
+            info.warnings.push(format!(
+                "{} of {} kernel sites are outside the kernel text of {}: the guest may \
+                 run another kernel",
+                info.unresolved,
+                info.resolved + info.unresolved,
+                self.source
+            ));
+        }
+        sites.symbols = Some(info);
+    }
+}
+
+/// Parses `System.map` / `/proc/kallsyms` text (`ADDR TYPE NAME [module]`).
+fn parse_map(text: &str) -> Result<Vec<KernelSymbol>, String> {
+    let mut out = Vec::new();
+    let mut bad = 0usize;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut f = line.split_whitespace();
+        let parsed = (|| {
+            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+            let kind = f.next().filter(|k| k.len() == 1)?.chars().next()?;
+            let name = f.next()?.to_string();
+            Some(KernelSymbol { addr, kind, name })
+        })();
+        match parsed {
+            Some(s) => out.push(s),
+            None => bad += 1,
+        }
+    }
+    if out.is_empty() || bad > out.len() {
+        return Err(format!(
+            "it is neither an ELF file nor a kernel image, and {bad} of its lines are not \
+             `ADDRESS TYPE NAME` symbol lines"
+        ));
+    }
+    Ok(out)
+}
+
+/// The guest kernel a command line boots (`--kernel PATH`, QEMU's
+/// `-kernel PATH`), for finding symbols without being told.
+pub fn kernel_of_command(command: &[String]) -> Option<PathBuf> {
+    command
+        .windows(2)
+        .find(|w| w[0] == "--kernel" || w[0] == "-kernel")
+        .map(|w| PathBuf::from(&w[1]))
+        .or_else(|| {
+            command
+                .iter()
+                .find_map(|a| a.strip_prefix("--kernel=").map(PathBuf::from))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_parse_and_stubs_are_refused() {
+        let syms =
+            parse_map("ffffffff81000000 T _text\nffffffff81000010 t io_serial_out\n").unwrap();
+        assert_eq!(syms[1].name, "io_serial_out");
+        let stub =
+            "ffffffffffffffff B The real System.map is in the linux-image-<version>-dbg package\n";
+        let path = std::env::temp_dir().join(format!("bootscope-stub-map-{}", std::process::id()));
+        std::fs::write(&path, stub).unwrap();
+        let e = SymbolTable::load(&path).err().unwrap().to_string();
+        let _ = std::fs::remove_file(&path);
+        assert!(e.contains("stub") && e.contains("vmlinuz"), "{e}");
+        assert!(parse_map("hello\nworld\n").is_err());
+        let cmd: Vec<String> = ["bootscope", "run", "--kernel", "/k", "--initrd", "/i"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(kernel_of_command(&cmd), Some(PathBuf::from("/k")));
+        assert_eq!(kernel_of_command(&cmd[..2]), None);
+    }
+
+    /// The table of the machine's own Debian kernel image, recovered from
+    /// the image: the symbols its boot code names, where the image's ELF
+    /// headers put its text.
+    #[test]
+    fn a_debian_kernel_image_yields_its_kallsyms() {
+        let Some(kernel) = std::fs::read_dir("/boot").ok().and_then(|d| {
+            d.flatten().map(|e| e.path()).find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+            })
+        }) else {
+            eprintln!("SKIP: no /boot/vmlinuz-* here");
+            return;
+        };
+        let t = SymbolTable::load(&kernel).unwrap();
+        assert!(
+            t.source.starts_with("kallsyms recovered from"),
+            "{}",
+            t.source
+        );
+        assert!(t.symbols.len() > 50_000, "{}", t.symbols.len());
+        let img = t.image.as_ref().unwrap();
+        let (lo, hi) = t.text_range();
+        assert_eq!(
+            Some(lo),
+            img.text_start(),
+            "_text is where the ELF's text starts"
+        );
+        assert!(hi > lo);
+        let addr = |n: &str| {
+            t.symbols
+                .iter()
+                .find(|s| s.name == n)
+                .map(|s| s.addr)
+                .unwrap()
+        };
+        let names = t.names(&[addr("start_kernel") + 3, addr("serial8250_console_putchar")]);
+        assert_eq!(names[0], Some(("start_kernel".to_string(), 3)));
+        assert_eq!(names[1].as_ref().unwrap().0, "serial8250_console_putchar");
+    }
+}

@@ -1,0 +1,233 @@
+//! Exit sites: which guest code made the exits (`exits.sites` in a
+//! profile, collected with `--exit-sites`), and the views every consumer
+//! shares: the top functions of a reason, the folded stacks, the totals.
+//!
+//! A site is one guest RIP of one reason, vCPU and phase. The sites of a
+//! reason always add up to that reason's count: exits the in-kernel map had
+//! no room for are one row with no RIP, the reason's unattributed rest.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The name of the rest of a reason no site could take (a full map).
+pub const UNATTRIBUTED: &str = "[unattributed]";
+/// The name of every guest address in the lower canonical half: guest
+/// user space, and code that runs before the kernel maps itself high (the
+/// bzImage decompressor, the first instructions of a PVH entry).
+pub const GUEST_USER: &str = "[guest user]";
+/// Guest addresses at or above this are kernel addresses (x86-64's upper
+/// canonical half).
+pub const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
+
+/// Exits by site, nested page faults by guest-physical range, and how the
+/// sites' addresses were named.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExitSites {
+    pub sites: Vec<ExitSite>,
+    /// SVM nested page faults by 2 MiB guest-physical range.
+    #[serde(default)]
+    pub npf_ranges: Vec<NpfRange>,
+    /// Exits the site map had no room for (in the unattributed rows).
+    #[serde(default)]
+    pub overflows: u64,
+    /// How the addresses were named; absent when they were not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symbols: Option<SiteSymbols>,
+}
+
+/// Exits of one reason at one guest RIP, on one vCPU, in one phase.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitSite {
+    pub reason: String,
+    pub vcpu: u32,
+    pub phase: String,
+    /// The guest RIP of the exits; absent for the reason's unattributed
+    /// rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rip: Option<u64>,
+    pub count: u64,
+    /// Of `count`, the exits whose latency was measured.
+    pub timed: u64,
+    /// Sum of their latencies.
+    pub latency_total_ns: u64,
+    /// The guest function (`[guest user]` for user-space addresses);
+    /// absent when not symbolized or not found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+    /// The RIP's offset into `function`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+}
+
+impl ExitSite {
+    /// The function, `[guest user]`, `[unattributed]` or the RIP in hex:
+    /// what flame graphs and pprof group by.
+    pub fn function_name(&self) -> String {
+        match (self.rip, &self.function) {
+            (None, _) => UNATTRIBUTED.into(),
+            (_, Some(f)) => f.clone(),
+            (Some(rip), None) if rip < KERNEL_HALF => GUEST_USER.into(),
+            (Some(rip), None) => format!("{rip:#x}"),
+        }
+    }
+
+    /// `function+0xoff`, or what [`Self::function_name`] says.
+    pub fn label(&self) -> String {
+        match (&self.function, self.offset) {
+            (Some(f), Some(off)) if f != GUEST_USER => format!("{f}+{off:#x}"),
+            _ => self.function_name(),
+        }
+    }
+}
+
+/// SVM nested page faults in one guest-physical range and phase.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NpfRange {
+    pub gpa_start: u64,
+    pub gpa_end: u64,
+    pub phase: String,
+    pub count: u64,
+    pub timed: u64,
+    pub latency_total_ns: u64,
+}
+
+/// How the sites were symbolized.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteSymbols {
+    /// What the symbols came from (`kallsyms recovered from
+    /// /boot/vmlinuz-6.1.0-56-amd64`, `System.map FILE`, ...).
+    pub source: String,
+    /// The guest kernel's KASLR slide (runtime minus link-time address),
+    /// when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kaslr_offset: Option<u64>,
+    /// How the slide was found, or why it is unknown.
+    pub kaslr: String,
+    /// Kernel-half sites named / left as hex.
+    pub resolved: u64,
+    pub unresolved: u64,
+    /// What the reader must know (an unknown slide, a table that looks
+    /// like another kernel's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// One row of a per-reason ranking.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SiteTotal {
+    pub name: String,
+    pub count: u64,
+    pub timed: u64,
+    pub latency_total_ns: u64,
+}
+
+impl SiteTotal {
+    /// Mean latency of the timed exits (0 when none was timed).
+    pub fn mean_ns(&self) -> u64 {
+        self.latency_total_ns.checked_div(self.timed).unwrap_or(0)
+    }
+}
+
+impl ExitSites {
+    /// Each reason's exits, sites added up (the same number as the reason's
+    /// count in `exits.by_reason`).
+    pub fn reason_totals(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for s in &self.sites {
+            *out.entry(s.reason.clone()).or_default() += s.count;
+        }
+        out
+    }
+
+    /// The sites of `reason` added up by `key` (across vCPUs and phases),
+    /// most exits first.
+    pub fn ranked(&self, reason: &str, key: impl Fn(&ExitSite) -> String) -> Vec<SiteTotal> {
+        let mut by: BTreeMap<String, SiteTotal> = BTreeMap::new();
+        for s in self.sites.iter().filter(|s| s.reason == reason) {
+            let name = key(s);
+            let t = by.entry(name.clone()).or_insert_with(|| SiteTotal {
+                name,
+                ..Default::default()
+            });
+            t.count += s.count;
+            t.timed += s.timed;
+            t.latency_total_ns += s.latency_total_ns;
+        }
+        let mut v: Vec<SiteTotal> = by.into_values().collect();
+        v.sort_by(|a, b| b.count.cmp(&a.count).then(a.name.cmp(&b.name)));
+        v
+    }
+
+    /// The functions of `reason`, most exits first.
+    pub fn top_functions(&self, reason: &str) -> Vec<SiteTotal> {
+        self.ranked(reason, ExitSite::function_name)
+    }
+
+    /// The sites (`function+offset`) of `reason`, most exits first.
+    pub fn top_sites(&self, reason: &str) -> Vec<SiteTotal> {
+        self.ranked(reason, ExitSite::label)
+    }
+
+    /// `reason;function count` lines, one per reason and function, as
+    /// flame graph tools read them (sorted, so equal profiles give equal
+    /// text).
+    pub fn folded(&self) -> String {
+        let mut by: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for s in &self.sites {
+            *by.entry((s.reason.clone(), s.function_name())).or_default() += s.count;
+        }
+        let mut out = String::new();
+        for ((reason, function), n) in by {
+            // Flame graph tools split frames at ';' and the count at the
+            // last space.
+            let clean = |t: &str| t.replace([';', ' '], "_");
+            out.push_str(&format!("{};{} {n}\n", clean(&reason), clean(&function)));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(reason: &str, rip: Option<u64>, function: Option<&str>, count: u64) -> ExitSite {
+        ExitSite {
+            reason: reason.into(),
+            vcpu: 0,
+            phase: "kernel".into(),
+            rip,
+            count,
+            timed: count,
+            latency_total_ns: count * 100,
+            function: function.map(Into::into),
+            offset: function.map(|_| 0x1a),
+        }
+    }
+
+    #[test]
+    fn sites_rank_by_function_and_fold() {
+        let s = ExitSites {
+            sites: vec![
+                site("io", Some(0xffff_ffff_8100_0010), Some("io_serial_out"), 40),
+                site("io", Some(0xffff_ffff_8100_0020), Some("io_serial_out"), 2),
+                site("io", Some(0x40_1000), None, 3),
+                site("io", None, None, 5),
+                site("msr", Some(0xffff_ffff_8200_0000), None, 7),
+            ],
+            ..Default::default()
+        };
+        let top = s.top_functions("io");
+        assert_eq!(top[0].name, "io_serial_out");
+        assert_eq!((top[0].count, top[0].mean_ns()), (42, 100));
+        assert_eq!(top[1].name, UNATTRIBUTED);
+        assert_eq!(top[2].name, GUEST_USER);
+        assert_eq!(s.top_sites("io")[0].name, "io_serial_out+0x1a");
+        assert_eq!(s.reason_totals()["io"], 50);
+        assert_eq!(
+            s.folded(),
+            "io;[guest_user] 3\nio;[unattributed] 5\nio;io_serial_out 42\nmsr;0xffffffff82000000 7\n"
+        );
+    }
+}

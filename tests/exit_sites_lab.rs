@@ -1,0 +1,87 @@
+//! Exit sites in the lab (real nested SVM): the default guest booted with
+//! its default command line (console on, KASLR on) under bootscope's VMM
+//! with `--exit-sites`. Its io exits come from the guest kernel's serial
+//! console functions, every reason's sites add up to the reason, which
+//! adds up to KVM's own exit count, and a `nokaslr` boot names the same
+//! functions at a slide of 0.
+
+mod lab_common;
+
+use std::process::Command;
+
+use bootscope_profiler::Profile;
+use lab_common::prereqs;
+
+/// `run`'s default command line (src/cli.rs), to which `nokaslr` is added.
+const DEFAULT_CMDLINE: &str =
+    "console=ttyS0 reboot=k panic=-1 pci=off io_delay=none i8042.noaux i8042.nomux i8042.dumbkbd";
+
+/// Boots the default guest in the lab with `extra` run arguments and
+/// returns its profile (None: the lab is unavailable, said why).
+fn boot_with_sites(tag: &str, extra: &[&str]) -> Option<Profile> {
+    let p = prereqs(tag)?;
+    let out = p.dir.join("profile.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+        .args(["lab", "--timeout", "900", "--", "run", "--exit-sites"])
+        .arg("--kernel")
+        .arg(&p.kernel)
+        .arg("--initrd")
+        .arg(&p.initrd)
+        .args(["--timeout", "600", "--serial", "null"])
+        .args(extra)
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .expect("bootscope lab runs");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("exit sites ("), "no site summary: {stderr}");
+    let profile = Profile::read(&out).expect("profile copied back");
+    let _ = std::fs::remove_dir_all(&p.dir);
+    Some(profile)
+}
+
+/// The checks every boot must pass; returns the top io function.
+fn check_sites(p: &Profile) -> String {
+    let sites = p.exits.sites.as_ref().expect("exits.sites");
+    assert_eq!(p.exits.kvm_stats_exits, Some(p.exits.total));
+    let totals = sites.reason_totals();
+    for r in &p.exits.by_reason {
+        assert_eq!(totals.get(&r.reason), Some(&r.count), "{}", r.reason);
+    }
+    assert_eq!(totals.values().sum::<u64>(), p.exits.total);
+    let info = sites.symbols.as_ref().expect("symbols");
+    assert!(info.kaslr_offset.is_some(), "{info:?}");
+    assert!(info.source.contains("kallsyms recovered from"), "{info:?}");
+    let top = sites.top_functions("io");
+    let first = &top[0];
+    assert!(
+        first.name.contains("serial") || first.name.starts_with("io_serial"),
+        "top io function {first:?} of {top:?}"
+    );
+    first.name.clone()
+}
+
+#[test]
+fn exit_sites_name_the_serial_console_with_and_without_kaslr() {
+    let Some(kaslr) = boot_with_sites("sites-kaslr", &[]) else {
+        return;
+    };
+    let top = check_sites(&kaslr);
+    let Some(plain) = boot_with_sites(
+        "sites-nokaslr",
+        &["--cmdline", &format!("{DEFAULT_CMDLINE} nokaslr")],
+    ) else {
+        return;
+    };
+    assert_eq!(check_sites(&plain), top);
+    let info = plain
+        .exits
+        .sites
+        .as_ref()
+        .unwrap()
+        .symbols
+        .as_ref()
+        .unwrap();
+    assert_eq!(info.kaslr_offset, Some(0), "{info:?}");
+}
