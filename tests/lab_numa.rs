@@ -283,32 +283,35 @@ fn guest_boots_with_two_numa_nodes_and_exits_split_by_vcpu() {
     let serial = p.dir.join("serial.log");
     let profile = p.dir.join("profile.json");
     let timeline = p.dir.join("timeline.json");
-    let o = run(
-        bootscope()
-            .args([
-                "lab",
-                "--numa-nodes",
-                "2",
-                "--retries",
-                "2",
-                "--timeout",
-                "900",
-            ])
-            .args(["--", "run", "--kernel"])
-            .arg(&p.kernel)
-            .arg("--initrd")
-            .arg(&p.initrd)
-            .args(["--vcpus", "2", "--memory", "512M", "--timeout", "600"])
-            .args(["--numa", "node=0,cpus=0,memory=256M,host-nodes=0"])
-            .args(["--numa", "node=1,cpus=1,memory=256M,host-nodes=1"])
-            .args(["--no-summary", "--serial"])
-            .arg(&serial)
-            .arg("--output")
-            .arg(&profile)
-            .arg("--timeline")
-            .arg(&timeline),
-        None,
-    );
+    let boot = || {
+        run(
+            bootscope()
+                .args(["lab", "--numa-nodes", "2", "--retries", "2"])
+                .args(["--timeout", "600", "--", "run", "--kernel"])
+                .arg(&p.kernel)
+                .arg("--initrd")
+                .arg(&p.initrd)
+                .args(["--vcpus", "2", "--memory", "512M", "--timeout", "240"])
+                .args(["--numa", "node=0,cpus=0,memory=256M,host-nodes=0"])
+                .args(["--numa", "node=1,cpus=1,memory=256M,host-nodes=1"])
+                .args(["--no-summary", "--serial"])
+                .arg(&serial)
+                .arg("--output")
+                .arg(&profile)
+                .arg("--timeline")
+                .arg(&timeline),
+            None,
+        )
+    };
+    let mut o = boot();
+    // Under QEMU's emulator a two-vCPU nested guest now and then stops
+    // for good with both vCPUs' interrupts off (an interrupt the emulator
+    // lost, as with the lab machine's own timer, docs/architecture.md);
+    // such a boot is started once more. Any other failure fails at once.
+    if stderr(&o).contains("guest still running after --timeout") {
+        eprintln!("the nested guest stopped making progress; booting it once more");
+        o = boot();
+    }
     assert_eq!(
         o.status.code(),
         Some(0),
