@@ -221,6 +221,12 @@ struct RunArgs {
     /// latency (one program per exit instead of two).
     #[arg(long, value_name = "LIST", value_parser = bootscope_profiler::CollectorSet::parse, conflicts_with = "no_profile")]
     collect: Option<bootscope_profiler::CollectorSet>,
+    /// Record every kernel initcall (name, level, start, duration) as
+    /// sub-phases of `kernel`: the kernel logs them below the console's log
+    /// level and bootscope reads its log from guest memory at shutdown
+    /// (docs/initcalls.md).
+    #[arg(long, conflicts_with = "stop_after")]
+    initcalls: bool,
 }
 
 #[derive(clap::Args)]
@@ -562,10 +568,16 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
                 .map_err(|e| usage(anyhow::anyhow!("--serial: {e}")))?,
         ),
     };
+    let cmdline = if args.initcalls {
+        bootscope_vmm::kernel_log::cmdline_with_initcalls(&args.cmdline)
+            .map_err(|e| usage(e.into()))?
+    } else {
+        args.cmdline.clone()
+    };
     let cfg = VmConfig {
         kernel,
         initrd,
-        cmdline: args.cmdline.clone(),
+        cmdline,
         memory_bytes,
         vcpus: args.vcpus,
         console,
@@ -578,6 +590,7 @@ fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         stop_after,
         acpi: !args.no_acpi,
         stop: Some(interrupts.flag()),
+        initcalls: args.initcalls,
     };
     // A kernel that cannot be booted is refused before the profiler
     // attaches, as fast as without it (the VMM probes it again).
@@ -810,6 +823,9 @@ fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {
         }
         if let Some(exits) = doc.kvm_stats.get("exits") {
             eprintln!("KVM exits (KVM's own statistics): {exits}");
+        }
+        if let Some(initcalls) = &doc.initcalls {
+            eprint!("{}", bootscope_vmm::kernel_log::summary(initcalls, 10));
         }
         eprintln!("outcome: {}", doc.outcome.detail);
     }

@@ -9,6 +9,7 @@ pub mod console;
 pub mod devices;
 pub mod exit;
 pub mod host;
+pub mod kernel_log;
 pub mod kvm_stats;
 pub mod layout;
 pub mod loader;

@@ -90,6 +90,10 @@ pub struct VmConfig {
     /// Set from another thread to stop the guest (e.g. the user quit the
     /// live view).
     pub stop: Option<Arc<AtomicBool>>,
+    /// Read the kernel log from guest memory at shutdown and place its
+    /// initcalls on the timeline (the command line must carry
+    /// [`crate::kernel_log::CMDLINE_PARAMS`]).
+    pub initcalls: bool,
 }
 
 /// `--stop-after`: the set-up phase after which to stop.
@@ -439,6 +443,12 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     let console = std::mem::replace(&mut cfg.console, Box::new(std::io::sink()));
     let sink = ConsoleSink::new(console, std::mem::take(&mut cfg.patterns), recorder.clone());
     let devices = Arc::new(Devices::new(serial_irq, sink, recorder.clone(), cfg.acpi));
+    if cfg.initcalls {
+        devices
+            .console_events()
+            .keep_lines
+            .store(true, Ordering::SeqCst);
+    }
 
     // vCPUs.
     let supported_cpuid = kvm
@@ -612,6 +622,9 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
         (reason, detail)
     };
     let marks = recorder.snapshot();
+    let initcalls = cfg
+        .initcalls
+        .then(|| crate::kernel_log::collect_after_run(mem, &devices.console_events(), &marks));
     let timeline = TimelineDoc {
         schema: TIMELINE_SCHEMA_NAME.into(),
         version: TIMELINE_SCHEMA_VERSION,
@@ -637,6 +650,7 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
         marks,
         kvm_stats,
         memory: prealloc.as_ref().and_then(|p| serde_json::to_value(p).ok()),
+        initcalls,
     };
     drop(backing);
     Ok(RunReport {
@@ -694,6 +708,7 @@ fn setup_only_timeline(
         marks,
         kvm_stats: BTreeMap::new(),
         memory: prealloc.as_ref().and_then(|p| serde_json::to_value(p).ok()),
+        initcalls: None,
     }
 }
 

@@ -70,6 +70,7 @@ fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
         stop_after: None,
         acpi: true,
         stop: None,
+        initcalls: false,
     }
 }
 

@@ -1,0 +1,340 @@
+//! The guest kernel's log, read out of guest memory when the guest has
+//! stopped, and the initcalls in it placed on the timeline's clock
+//! (`bootscope run --initcalls`).
+//!
+//! The kernel keeps `initcall_debug`'s lines in its printk ring buffer at
+//! `KERN_DEBUG`, below the console's log level, so they cost the guest no
+//! serial port exits. At shutdown the VMM finds the kernel's VMCOREINFO text
+//! in guest RAM ([`vmcoreinfo`]), walks the kernel's page tables from
+//! `init_top_pgt` ([`phys`]), reads the ring buffer with the layout
+//! VMCOREINFO states ([`ringbuffer`]), parses the initcalls ([`initcalls`])
+//! and maps their guest timestamps onto the VMM's clock ([`align`]).
+
+pub mod align;
+pub mod initcalls;
+pub mod phys;
+pub mod ringbuffer;
+pub mod vmcoreinfo;
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::console::ConsoleLine;
+pub use align::ClockAlignment;
+pub use initcalls::{cmdline_with_initcalls, GuestInitcall, NoisyCmdline, CMDLINE_PARAMS, LEVELS};
+use phys::{KernelVirt, PhysMemory};
+use ringbuffer::{LogRead, RingLayout};
+use vmcoreinfo::VmcoreInfo;
+
+/// Why the kernel log could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelLogError {
+    /// No VMCOREINFO in guest RAM: the kernel lacks `CONFIG_CRASH_CORE`, or
+    /// it stopped before building it (early in boot).
+    #[error(
+        "no VMCOREINFO text in guest memory (the kernel needs CONFIG_CRASH_CORE, and must get \
+         past its early set-up)"
+    )]
+    NoVmcoreInfo,
+    /// VMCOREINFO lacks a key the reader needs (a kernel older than 5.10
+    /// has no lockless ring buffer).
+    #[error("VMCOREINFO has no {key} (a kernel before 5.10 keeps its log differently)")]
+    MissingKey { key: String },
+    /// A VMCOREINFO value is not a number.
+    #[error("VMCOREINFO {key}={value:?} is not a number")]
+    BadValue { key: String, value: String },
+    /// A kernel address did not translate or read.
+    #[error("{what} at {address:#x} is not mapped in the guest's kernel page tables")]
+    Unmapped { what: &'static str, address: u64 },
+    /// The ring buffer's header makes no sense.
+    #[error("the printk ring buffer looks corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// One initcall on the timeline's clock.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Initcall {
+    pub name: String,
+    pub level: String,
+    /// Nanoseconds since VMM start (the guest time plus the alignment
+    /// offset; uncertain by the alignment's `error_ns`).
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    /// What it returned (0 is success, negative an errno).
+    pub ret: i64,
+    /// The guest's own timestamp of its start (`ts_nsec`).
+    pub guest_start_ns: u64,
+}
+
+/// One initcall level: from its first initcall's start to its last one's
+/// end.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InitcallLevel {
+    pub level: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub duration_ns: u64,
+    pub initcalls: u32,
+    /// The initcalls' own time summed (the rest of the span is the kernel
+    /// between them).
+    pub initcalls_ns: u64,
+}
+
+/// The `initcalls` section of the timeline.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InitcallsDoc {
+    /// How they were recorded.
+    pub method: String,
+    /// The kernel's release, from VMCOREINFO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os_release: Option<String>,
+    /// Log records read, the first sequence number kept (above 0: the ring
+    /// wrapped and older records were lost) and the text ring's size.
+    pub log_records: u64,
+    pub log_first_seq: u64,
+    pub log_bytes: u64,
+    /// Host time spent finding and reading the log at shutdown.
+    pub read_ns: u64,
+    /// How guest times map onto the timeline; absent without a console line
+    /// to anchor them (`start_ns` is then the guest time itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ClockAlignment>,
+    /// Why nothing was recorded, when nothing was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub levels: Vec<InitcallLevel>,
+    pub initcalls: Vec<Initcall>,
+}
+
+/// What the method field says for the in-memory reader.
+pub const METHOD_GUEST_MEMORY: &str =
+    "initcall_debug at KERN_DEBUG (not printed on the console), read from the printk ring \
+     buffer in guest memory at shutdown";
+
+/// Reads the kernel log from a stopped guest.
+pub fn read_log(mem: &dyn PhysMemory) -> Result<(VmcoreInfo, LogRead), KernelLogError> {
+    let info = vmcoreinfo::find(mem)?;
+    let phys_base = info.number("phys_base")?;
+    let five_level = info.number("pgtable_l5_enabled").unwrap_or(0) != 0;
+    let sme_mask = info.number("sme_mask").unwrap_or(0) as u64;
+    let kv = KernelVirt::new(
+        mem,
+        info.symbol("init_top_pgt")?,
+        phys_base,
+        five_level,
+        sme_mask,
+    );
+    let prb_sym = info.symbol("prb")?;
+    let prb = kv.u64_at(prb_sym).ok_or(KernelLogError::Unmapped {
+        what: "the prb pointer",
+        address: prb_sym,
+    })?;
+    let layout = RingLayout::from_vmcoreinfo(&info)?;
+    let read = ringbuffer::read_records(&kv, &layout, prb)?;
+    Ok((info, read))
+}
+
+/// The whole `--initcalls` result from a stopped guest's memory, the
+/// console lines' host times and the VMM's first `KVM_RUN`.
+pub fn collect(mem: &dyn PhysMemory, lines: &[ConsoleLine], first_run_ns: u64) -> InitcallsDoc {
+    let started = Instant::now();
+    let mut doc = InitcallsDoc {
+        method: METHOD_GUEST_MEMORY.to_string(),
+        ..InitcallsDoc::default()
+    };
+    match read_log(mem) {
+        Ok((info, read)) => {
+            doc.os_release = info.os_release().map(str::to_string);
+            fill(&mut doc, &read, lines, first_run_ns);
+        }
+        Err(e) => doc.error = Some(e.to_string()),
+    }
+    doc.read_ns = started.elapsed().as_nanos() as u64;
+    doc
+}
+
+/// [`collect`] for a run that just ended: the console lines kept and the
+/// first `KVM_RUN` mark.
+pub fn collect_after_run(
+    mem: &dyn PhysMemory,
+    events: &crate::console::ConsoleEvents,
+    marks: &[crate::timeline::PhaseMark],
+) -> InitcallsDoc {
+    let first_run = marks
+        .iter()
+        .find(|m| m.name == crate::timeline::vmm_marks::FIRST_KVM_RUN)
+        .map_or(0, |m| m.t_ns);
+    let lines = events.lines.lock().unwrap_or_else(|e| e.into_inner());
+    collect(mem, &lines, first_run)
+}
+
+/// Fills the log statistics, alignment, initcalls and levels from a log.
+pub fn fill(doc: &mut InitcallsDoc, read: &LogRead, lines: &[ConsoleLine], first_run_ns: u64) {
+    doc.log_records = read.records.len() as u64;
+    doc.log_first_seq = read.first_seq;
+    doc.log_bytes = read.data_ring_bytes;
+    doc.clock = align::align(&read.records, lines, first_run_ns);
+    let offset = doc.clock.as_ref().map_or(0, |c| c.offset_ns);
+    let guest = initcalls::parse(&read.records);
+    if guest.is_empty() && doc.error.is_none() {
+        doc.error = Some(
+            "the kernel log has no initcall lines (was initcall_debug on the command line?)"
+                .to_string(),
+        );
+    }
+    doc.initcalls = place(&guest, offset);
+    doc.levels = levels(&doc.initcalls);
+}
+
+/// Guest initcalls moved onto the timeline by `offset`.
+pub fn place(guest: &[GuestInitcall], offset: i64) -> Vec<Initcall> {
+    guest
+        .iter()
+        .map(|g| Initcall {
+            name: g.name.clone(),
+            level: g.level.clone(),
+            start_ns: (g.guest_start_ns as i64).saturating_add(offset).max(0) as u64,
+            duration_ns: g.duration_ns,
+            ret: g.ret,
+            guest_start_ns: g.guest_start_ns,
+        })
+        .collect()
+}
+
+/// The level groups, in the order the levels ran.
+pub fn levels(calls: &[Initcall]) -> Vec<InitcallLevel> {
+    let mut out: Vec<InitcallLevel> = Vec::new();
+    for c in calls {
+        let end = c.start_ns + c.duration_ns;
+        match out.iter_mut().find(|l| l.level == c.level) {
+            Some(l) => {
+                l.start_ns = l.start_ns.min(c.start_ns);
+                l.end_ns = l.end_ns.max(end);
+                l.initcalls += 1;
+                l.initcalls_ns += c.duration_ns;
+            }
+            None => out.push(InitcallLevel {
+                level: c.level.clone(),
+                start_ns: c.start_ns,
+                end_ns: end,
+                duration_ns: 0,
+                initcalls: 1,
+                initcalls_ns: c.duration_ns,
+            }),
+        }
+    }
+    for l in &mut out {
+        l.duration_ns = l.end_ns - l.start_ns;
+    }
+    out.sort_by_key(|l| l.start_ns);
+    out
+}
+
+/// The summary printed after a run: the level groups and the `top`
+/// slowest initcalls.
+pub fn summary(doc: &InitcallsDoc, top: usize) -> String {
+    use std::fmt::Write as _;
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let mut out = String::new();
+    if let Some(e) = &doc.error {
+        let _ = writeln!(out, "initcalls: none recorded: {e}");
+        if doc.initcalls.is_empty() {
+            return out;
+        }
+    }
+    let clock = match &doc.clock {
+        Some(c) => format!("guest clock aligned ±{:.3} ms", ms(c.error_ns)),
+        None => "guest clock not aligned (no console anchor): guest times".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "initcalls: {} in {} levels ({clock}; log read in {:.1} ms)",
+        doc.initcalls.len(),
+        doc.levels.len(),
+        ms(doc.read_ns)
+    );
+    let _ = writeln!(
+        out,
+        "{:<44} {:>10} {:>12} {:>7}",
+        "initcall level", "start ms", "duration ms", "count"
+    );
+    for l in &doc.levels {
+        let _ = writeln!(
+            out,
+            "{:<44} {:>10.3} {:>12.3} {:>7}",
+            l.level,
+            ms(l.start_ns),
+            ms(l.duration_ns),
+            l.initcalls
+        );
+    }
+    let mut slow: Vec<&Initcall> = doc.initcalls.iter().collect();
+    slow.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns));
+    let _ = writeln!(
+        out,
+        "{:<44} {:>10} {:>12} {:>7}",
+        "slowest initcalls", "start ms", "duration ms", "level"
+    );
+    for c in slow.into_iter().take(top) {
+        let _ = writeln!(
+            out,
+            "{:<44} {:>10.3} {:>12.3} {:>7}",
+            c.name,
+            ms(c.start_ns),
+            ms(c.duration_ns),
+            c.level
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ringbuffer::tests::{read_synthetic, synthetic_ring};
+    use super::*;
+
+    #[test]
+    fn a_synthetic_log_becomes_initcalls_and_levels_on_the_vmm_clock() {
+        let texts = [
+            "Linux version 6.1.0",
+            "calling  init_a+0x0/0x10 @ 1",
+            "initcall init_a+0x0/0x10 returned 0 after 5 usecs",
+            "doing core, parsing ARGS: 'x'",
+            "calling  init_b+0x0/0x10 @ 1",
+            "initcall init_b+0x0/0x10 returned 0 after 20 usecs",
+        ];
+        let m = synthetic_ring(&texts[..6], 0, 0, |i| 1_000_000_000 + 10_000 * i as u64);
+        let read = read_synthetic(&m);
+        let lines = [ConsoleLine {
+            text: "[    1.000000] Linux version 6.1.0".into(),
+            first_byte_ns: 5_000_000,
+            last_byte_ns: 5_100_000,
+        }];
+        let mut doc = InitcallsDoc::default();
+        fill(&mut doc, &read, &lines, 1_000);
+        assert!(doc.error.is_none(), "{:?}", doc.error);
+        let clock = doc.clock.clone().unwrap();
+        assert_eq!(clock.anchors, 1);
+        let names: Vec<_> = doc.initcalls.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["init_a", "init_b"]);
+        let a = &doc.initcalls[0];
+        assert_eq!(a.guest_start_ns, 1_000_010_000);
+        assert_eq!(a.start_ns as i64, 1_000_010_000 + clock.offset_ns);
+        assert_eq!(doc.levels.len(), 2);
+        assert_eq!(doc.levels[0].level, "early");
+        assert_eq!(doc.levels[1].level, "core");
+        assert_eq!(doc.levels[1].initcalls_ns, 20_000);
+        let s = summary(&doc, 5);
+        assert!(s.contains("initcalls: 2 in 2 levels"), "{s}");
+        assert!(s.contains("init_b"), "{s}");
+    }
+
+    #[test]
+    fn memory_without_a_kernel_says_why() {
+        let mem = phys::tests::FlatMemory::new(1 << 20);
+        let doc = collect(&mem, &[], 0);
+        assert!(doc.error.unwrap().contains("VMCOREINFO"));
+        assert!(doc.initcalls.is_empty());
+    }
+}
