@@ -4,7 +4,9 @@
 //! console log level keeps off the console. The level each runs in comes
 //! from `parse_args`'s own debug line, `doing core, parsing ARGS: '...'`,
 //! printed once per level when dynamic debug is enabled for that function;
-//! initcalls before the first such line are the `early` ones.
+//! initcalls before the first such line are the `early` ones, except those
+//! `start_kernel` calls itself (pid 0) before any level: the `console`
+//! initcalls.
 
 use std::collections::HashMap;
 
@@ -12,10 +14,11 @@ use serde::{Deserialize, Serialize};
 
 use super::ringbuffer::LogRecord;
 
-/// The kernel's initcall levels in the order they run (`early` runs from
-/// `do_pre_smp_initcalls`, the rest from `do_initcalls`).
+/// The kernel's initcall levels in the order they run (`console` from
+/// `start_kernel`, `early` from `do_pre_smp_initcalls`, the rest from
+/// `do_initcalls`).
 pub const LEVELS: &[&str] = &[
-    "early", "pure", "core", "postcore", "arch", "subsys", "fs", "device", "late",
+    "console", "early", "pure", "core", "postcore", "arch", "subsys", "fs", "device", "late",
 ];
 
 /// What `--initcalls` adds to the kernel command line: initcall debug lines
@@ -120,7 +123,7 @@ fn parse_level(text: &str) -> Option<&'static str> {
 /// returned) is left out; so is a module's init (level `module`) when its
 /// `doing MODULE` line has no level name.
 pub fn parse(records: &[LogRecord]) -> Vec<GuestInitcall> {
-    let mut level = LEVELS[0];
+    let mut level = "early";
     let mut open: HashMap<(String, u32), (u64, &'static str)> = HashMap::new();
     let mut done = Vec::new();
     let mut past_levels = false;
@@ -132,7 +135,11 @@ pub fn parse(records: &[LogRecord]) -> Vec<GuestInitcall> {
                 past_levels = true;
             }
             if let Some((name, pid)) = parse_calling(line) {
-                let lvl = if past_levels { "module" } else { level };
+                let lvl = match (past_levels, level, pid) {
+                    (true, _, _) => "module",
+                    (false, "early", 0) => "console",
+                    _ => level,
+                };
                 open.insert((name.to_string(), pid), (r.ts_nsec, lvl));
             } else if let Some((name, ret, usecs)) = parse_returned(line) {
                 let key = open
@@ -173,6 +180,8 @@ mod tests {
     #[test]
     fn pairs_calls_with_returns_and_tags_levels() {
         let log = [
+            rec(0, 50, "calling  con_init+0x0/0x22c @ 0"),
+            rec(0, 60, "initcall con_init+0x0/0x22c returned 0 after 0 usecs"),
             rec(1, 100, "calling  init_mmap_min_addr+0x0/0x40 @ 1"),
             rec(2, 150, "initcall init_mmap_min_addr+0x0/0x40 returned 0 after 0 usecs"),
             rec(3, 200, "doing core, parsing ARGS: 'console=ttyS0'"),
@@ -186,13 +195,17 @@ mod tests {
         ];
         let calls = parse(&log);
         let names: Vec<_> = calls.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["init_mmap_min_addr", "pci_subsys_init", "serial8250_init"]);
-        assert_eq!(calls[0].level, "early");
-        assert_eq!(calls[1].level, "core");
-        assert_eq!(calls[1].ret, -19);
-        assert_eq!(calls[1].duration_ns, 550_000);
-        assert_eq!(calls[2].level, "device");
-        assert_eq!(calls[2].guest_start_ns, 1000);
+        assert_eq!(
+            names,
+            ["con_init", "init_mmap_min_addr", "pci_subsys_init", "serial8250_init"]
+        );
+        assert_eq!(calls[0].level, "console");
+        assert_eq!(calls[1].level, "early");
+        assert_eq!(calls[2].level, "core");
+        assert_eq!(calls[2].ret, -19);
+        assert_eq!(calls[2].duration_ns, 550_000);
+        assert_eq!(calls[3].level, "device");
+        assert_eq!(calls[3].guest_start_ns, 1000);
     }
 
     #[test]
