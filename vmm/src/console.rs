@@ -237,7 +237,11 @@ impl ConsoleSink {
 
     fn watch_state(&mut self, buf: &[u8]) {
         let keep = self.events.keep_lines.load(Ordering::Relaxed);
-        let now = if keep { self.recorder.clock().now_ns() } else { 0 };
+        let now = if keep {
+            self.recorder.clock().now_ns()
+        } else {
+            0
+        };
         for &b in buf {
             if b != b'\n' {
                 if self.state_line.is_empty() {

@@ -8,6 +8,7 @@ pub mod bootparams;
 pub mod console;
 pub mod devices;
 pub mod exit;
+pub mod exit_slots;
 pub mod host;
 pub mod kernel_log;
 pub mod kvm_stats;

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,7 @@ use crate::bootparams;
 use crate::console::{ConsoleSink, MilestonePattern};
 use crate::devices::{Devices, MarkerCounts};
 use crate::exit::{handle_exit, ExitAction};
+use crate::exit_slots::ExitSlots;
 use crate::host::{self, KvmFlavour};
 use crate::kvm_stats::{self, StatsFd};
 use crate::layout;
@@ -499,6 +500,9 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<VcpuEvent>();
     let mut threads: Vec<JoinHandle<VcpuFd>> = Vec::new();
+    let exit_slots = cfg
+        .initcalls
+        .then(|| Arc::new(Mutex::new(ExitSlots::default())));
     for (index, vcpu) in vcpus.into_iter().enumerate() {
         let t = spawn_vcpu(
             index as u32,
@@ -507,6 +511,7 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
             recorder.clone(),
             stop.clone(),
             tx.clone(),
+            exit_slots.clone(),
         )
         .map_err(|source| VmError::Host {
             what: "cannot start a vCPU thread",
@@ -622,9 +627,13 @@ pub fn run(mut cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmEr
         (reason, detail)
     };
     let marks = recorder.snapshot();
-    let initcalls = cfg
-        .initcalls
-        .then(|| crate::kernel_log::collect_after_run(mem, &devices.console_events(), &marks));
+    let initcalls = cfg.initcalls.then(|| {
+        let mut doc = crate::kernel_log::collect_after_run(mem, &devices.console_events(), &marks);
+        if let Some(slots) = &exit_slots {
+            doc.count_exits(&slots.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+        doc
+    });
     let timeline = TimelineDoc {
         schema: TIMELINE_SCHEMA_NAME.into(),
         version: TIMELINE_SCHEMA_VERSION,
@@ -740,6 +749,7 @@ fn spawn_vcpu(
     recorder: Arc<Recorder>,
     stop: Arc<AtomicBool>,
     tx: mpsc::Sender<VcpuEvent>,
+    exit_slots: Option<Arc<Mutex<ExitSlots>>>,
 ) -> std::io::Result<JoinHandle<VcpuFd>> {
     std::thread::Builder::new()
         .name(format!("vcpu{index}"))
@@ -747,15 +757,22 @@ fn spawn_vcpu(
             if index == 0 {
                 recorder.vmm_once(vmm_marks::FIRST_KVM_RUN);
             }
+            let clock = recorder.clock();
+            let mut slots = exit_slots.as_ref().map(|_| ExitSlots::default());
             while !stop.load(Ordering::SeqCst) {
                 match vcpu.run() {
-                    Ok(exit) => match handle_exit(exit, &devices, index) {
-                        ExitAction::Continue => {}
-                        ExitAction::Stop(reason, detail) => {
-                            let _ = tx.send(VcpuEvent::Stop(reason, detail));
-                            break;
+                    Ok(exit) => {
+                        if let Some(s) = slots.as_mut() {
+                            s.count(clock.now_ns(), &exit);
                         }
-                    },
+                        match handle_exit(exit, &devices, index) {
+                            ExitAction::Continue => {}
+                            ExitAction::Stop(reason, detail) => {
+                                let _ = tx.send(VcpuEvent::Stop(reason, detail));
+                                break;
+                            }
+                        }
+                    }
                     Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {}
                     Err(e) => {
                         let _ = tx.send(VcpuEvent::Stop(
@@ -765,6 +782,9 @@ fn spawn_vcpu(
                         break;
                     }
                 }
+            }
+            if let (Some(mine), Some(all)) = (slots, exit_slots) {
+                all.lock().unwrap_or_else(|e| e.into_inner()).merge(&mine);
             }
             vcpu
         })

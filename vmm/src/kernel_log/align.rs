@@ -47,7 +47,10 @@ fn split_console_line(line: &str) -> Option<(u64, &str)> {
     if us.len() != 6 {
         return None;
     }
-    Some((s.parse::<u64>().ok()? * 1_000_000 + us.parse::<u64>().ok()?, text))
+    Some((
+        s.parse::<u64>().ok()? * 1_000_000 + us.parse::<u64>().ok()?,
+        text,
+    ))
 }
 
 /// Aligns the log to the console lines' host times; `first_run_ns` is the
@@ -131,8 +134,16 @@ mod tests {
             rec(2, 10_000_080_000, "debug, not on the console"),
         ];
         let lines = [
-            line("[   10.000000] Linux version 6.1", 10_001_002_000, 10_001_032_000),
-            line("[   10.000037] Command line: x", 10_001_039_000, 10_001_069_000),
+            line(
+                "[   10.000000] Linux version 6.1",
+                10_001_002_000,
+                10_001_032_000,
+            ),
+            line(
+                "[   10.000037] Command line: x",
+                10_001_039_000,
+                10_001_069_000,
+            ),
         ];
         let a = align(&recs, &lines, 500).unwrap();
         // upper = 1_002_000, lower = max(11_032_000-10_037_000, 11_069_000-10_080_000)

@@ -24,7 +24,7 @@ pub const LEVELS: &[&str] = &[
 /// What `--initcalls` adds to the kernel command line: initcall debug lines
 /// into the log, `parse_args`'s level lines, and a log buffer large enough
 /// to keep them all (the default 128 KiB overflows on a full boot).
-pub const CMDLINE_PARAMS: &str = "initcall_debug dyndbg=\"func parse_args +p\" log_buf_len=1M";
+pub const CMDLINE_PARAMS: &str = "initcall_debug dyndbg=\"func parse_args +p\" log_buf_len=256K";
 
 /// A kernel command line that would put `initcall_debug`'s lines on the
 /// console (thousands of serial port exits: the measurement would distort
@@ -55,7 +55,11 @@ pub fn cmdline_with_initcalls(cmdline: &str) -> Result<String, NoisyCmdline> {
         }
     }
     let mut out = cmdline.trim_end().to_string();
-    for p in ["initcall_debug", "dyndbg=\"func parse_args +p\"", "log_buf_len=1M"] {
+    for p in [
+        "initcall_debug",
+        "dyndbg=\"func parse_args +p\"",
+        "log_buf_len=256K",
+    ] {
         let key = p.split('=').next().unwrap_or(p);
         let present = cmdline
             .split_whitespace()
@@ -142,10 +146,7 @@ pub fn parse(records: &[LogRecord]) -> Vec<GuestInitcall> {
                 };
                 open.insert((name.to_string(), pid), (r.ts_nsec, lvl));
             } else if let Some((name, ret, usecs)) = parse_returned(line) {
-                let key = open
-                    .keys()
-                    .find(|(n, _)| n == name)
-                    .cloned();
+                let key = open.keys().find(|(n, _)| n == name).cloned();
                 if let Some(key) = key {
                     let (start, lvl) = open.remove(&key).unwrap_or((0, ""));
                     done.push(GuestInitcall {
@@ -181,23 +182,48 @@ mod tests {
     fn pairs_calls_with_returns_and_tags_levels() {
         let log = [
             rec(0, 50, "calling  con_init+0x0/0x22c @ 0"),
-            rec(0, 60, "initcall con_init+0x0/0x22c returned 0 after 0 usecs"),
+            rec(
+                0,
+                60,
+                "initcall con_init+0x0/0x22c returned 0 after 0 usecs",
+            ),
             rec(1, 100, "calling  init_mmap_min_addr+0x0/0x40 @ 1"),
-            rec(2, 150, "initcall init_mmap_min_addr+0x0/0x40 returned 0 after 0 usecs"),
+            rec(
+                2,
+                150,
+                "initcall init_mmap_min_addr+0x0/0x40 returned 0 after 0 usecs",
+            ),
             rec(3, 200, "doing core, parsing ARGS: 'console=ttyS0'"),
             rec(4, 300, "calling  pci_subsys_init+0x0/0x7a @ 1"),
-            rec(5, 900, "initcall pci_subsys_init+0x0/0x7a returned -19 after 550 usecs"),
+            rec(
+                5,
+                900,
+                "initcall pci_subsys_init+0x0/0x7a returned -19 after 550 usecs",
+            ),
             rec(6, 950, "doing device, parsing ARGS: 'console=ttyS0'"),
             rec(7, 1000, "calling  serial8250_init+0x0/0x130 @ 1"),
-            rec(8, 1100, "Serial: 8250/16550 driver, 4 ports, IRQ sharing enabled"),
-            rec(9, 5000, "initcall serial8250_init+0x0/0x130 returned 0 after 3900 usecs"),
+            rec(
+                8,
+                1100,
+                "Serial: 8250/16550 driver, 4 ports, IRQ sharing enabled",
+            ),
+            rec(
+                9,
+                5000,
+                "initcall serial8250_init+0x0/0x130 returned 0 after 3900 usecs",
+            ),
             rec(10, 6000, "calling  never_returns+0x0/0x10 @ 1"),
         ];
         let calls = parse(&log);
         let names: Vec<_> = calls.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(
             names,
-            ["con_init", "init_mmap_min_addr", "pci_subsys_init", "serial8250_init"]
+            [
+                "con_init",
+                "init_mmap_min_addr",
+                "pci_subsys_init",
+                "serial8250_init"
+            ]
         );
         assert_eq!(calls[0].level, "console");
         assert_eq!(calls[1].level, "early");
@@ -231,7 +257,10 @@ mod tests {
             Some(("virtio_init", 57))
         );
         assert_eq!(parse_calling("calling  x"), None);
-        assert_eq!(parse_returned("initcall x returned zero after 1 usecs"), None);
+        assert_eq!(
+            parse_returned("initcall x returned zero after 1 usecs"),
+            None
+        );
         assert_eq!(parse_level("doing dyndbg params, parsing ARGS: ''"), None);
         assert_eq!(parse_level("doing late, parsing ARGS: ''"), Some("late"));
     }

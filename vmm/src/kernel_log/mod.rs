@@ -65,6 +65,12 @@ pub struct Initcall {
     pub ret: i64,
     /// The guest's own timestamp of its start (`ts_nsec`).
     pub guest_start_ns: u64,
+    /// Port I/O and MMIO exits the guest made during it (counted by the
+    /// VMM per 100 µs; see docs/initcalls.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_exits: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mmio_exits: Option<u64>,
 }
 
 /// One initcall level: from its first initcall's start to its last one's
@@ -79,6 +85,28 @@ pub struct InitcallLevel {
     /// The initcalls' own time summed (the rest of the span is the kernel
     /// between them).
     pub initcalls_ns: u64,
+    /// Port I/O and MMIO exits in the level's span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_exits: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mmio_exits: Option<u64>,
+}
+
+impl InitcallsDoc {
+    /// Gives each initcall and level the port I/O and MMIO exits the VMM
+    /// counted during it.
+    pub fn count_exits(&mut self, slots: &crate::exit_slots::ExitSlots) {
+        for c in &mut self.initcalls {
+            let n = slots.between(c.start_ns, c.start_ns + c.duration_ns);
+            c.io_exits = Some(n.io);
+            c.mmio_exits = Some(n.mmio);
+        }
+        for l in &mut self.levels {
+            let n = slots.between(l.start_ns, l.end_ns);
+            l.io_exits = Some(n.io);
+            l.mmio_exits = Some(n.mmio);
+        }
+    }
 }
 
 /// The `initcalls` section of the timeline.
@@ -198,6 +226,8 @@ pub fn place(guest: &[GuestInitcall], offset: i64) -> Vec<Initcall> {
             duration_ns: g.duration_ns,
             ret: g.ret,
             guest_start_ns: g.guest_start_ns,
+            io_exits: None,
+            mmio_exits: None,
         })
         .collect()
 }
@@ -221,6 +251,8 @@ pub fn levels(calls: &[Initcall]) -> Vec<InitcallLevel> {
                 duration_ns: 0,
                 initcalls: 1,
                 initcalls_ns: c.duration_ns,
+                io_exits: None,
+                mmio_exits: None,
             }),
         }
     }
@@ -231,11 +263,13 @@ pub fn levels(calls: &[Initcall]) -> Vec<InitcallLevel> {
     out
 }
 
-/// The summary printed after a run: the level groups and the `top`
-/// slowest initcalls.
+/// The summary printed after a run: the level groups, the `top` slowest
+/// initcalls and, when the VMM counted them, those with the most port I/O
+/// exits.
 pub fn summary(doc: &InitcallsDoc, top: usize) -> String {
     use std::fmt::Write as _;
     let ms = |ns: u64| ns as f64 / 1e6;
+    let exits = |n: Option<u64>| n.map_or("-".to_string(), |n| n.to_string());
     let mut out = String::new();
     if let Some(e) = &doc.error {
         let _ = writeln!(out, "initcalls: none recorded: {e}");
@@ -254,37 +288,44 @@ pub fn summary(doc: &InitcallsDoc, top: usize) -> String {
         doc.levels.len(),
         ms(doc.read_ns)
     );
-    let _ = writeln!(
-        out,
-        "{:<44} {:>10} {:>12} {:>7}",
-        "initcall level", "start ms", "duration ms", "count"
-    );
+    let header = |out: &mut String, first: &str, last: &str| {
+        let _ = writeln!(
+            out,
+            "{first:<36} {:>10} {:>12} {:>8} {last:>8}",
+            "start ms", "duration ms", "io exits"
+        );
+    };
+    header(&mut out, "initcall level", "count");
     for l in &doc.levels {
         let _ = writeln!(
             out,
-            "{:<44} {:>10.3} {:>12.3} {:>7}",
+            "{:<36} {:>10.3} {:>12.3} {:>8} {:>8}",
             l.level,
             ms(l.start_ns),
             ms(l.duration_ns),
+            exits(l.io_exits),
             l.initcalls
         );
     }
-    let mut slow: Vec<&Initcall> = doc.initcalls.iter().collect();
-    slow.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns));
-    let _ = writeln!(
-        out,
-        "{:<44} {:>10} {:>12} {:>7}",
-        "slowest initcalls", "start ms", "duration ms", "level"
-    );
-    for c in slow.into_iter().take(top) {
-        let _ = writeln!(
-            out,
-            "{:<44} {:>10.3} {:>12.3} {:>7}",
-            c.name,
-            ms(c.start_ns),
-            ms(c.duration_ns),
-            c.level
-        );
+    let mut rows = |title: &str, key: &dyn Fn(&Initcall) -> u64| {
+        let mut sorted: Vec<&Initcall> = doc.initcalls.iter().collect();
+        sorted.sort_by_key(|c| std::cmp::Reverse(key(c)));
+        header(&mut out, title, "level");
+        for c in sorted.into_iter().take(top) {
+            let _ = writeln!(
+                out,
+                "{:<36} {:>10.3} {:>12.3} {:>8} {:>8}",
+                c.name,
+                ms(c.start_ns),
+                ms(c.duration_ns),
+                exits(c.io_exits),
+                c.level
+            );
+        }
+    };
+    rows("slowest initcalls", &|c| c.duration_ns);
+    if doc.initcalls.iter().any(|c| c.io_exits.is_some()) {
+        rows("most io exits", &|c| c.io_exits.unwrap_or(0));
     }
     out
 }
@@ -328,6 +369,18 @@ mod tests {
         let s = summary(&doc, 5);
         assert!(s.contains("initcalls: 2 in 2 levels"), "{s}");
         assert!(s.contains("init_b"), "{s}");
+        assert!(!s.contains("most io exits"), "{s}");
+        // Exits the VMM counted while init_b ran (its 20 µs) and after.
+        let mut slots = crate::exit_slots::ExitSlots::default();
+        let at = doc.initcalls[1].start_ns;
+        for t in [at, at + 5_000, at + 500_000] {
+            slots.count(t, &kvm_ioctls::VcpuExit::IoOut(0x70, &[0]));
+        }
+        doc.count_exits(&slots);
+        assert!(doc.initcalls[1].io_exits.unwrap() <= 2);
+        assert_eq!(doc.levels[1].io_exits, doc.initcalls[1].io_exits);
+        let s = summary(&doc, 5);
+        assert!(s.contains("most io exits"), "{s}");
     }
 
     #[test]

@@ -124,7 +124,9 @@ fn text_around(buf: &[u8], hit: usize) -> Option<String> {
     // is not guaranteed, but a NUL must end it within a page.
     let end_limit = (begin + MAX_LEN).min(buf.len());
     let end = begin + buf[begin..end_limit].iter().position(|&b| b == 0)?;
-    std::str::from_utf8(&buf[begin..end]).ok().map(str::to_string)
+    std::str::from_utf8(&buf[begin..end])
+        .ok()
+        .map(str::to_string)
 }
 
 #[cfg(test)]
@@ -149,7 +151,10 @@ NUMBER(phys_base)=-2147483648\nKERNELOFFSET=19000000\n";
             Err(KernelLogError::MissingKey { .. })
         ));
         let bad = VmcoreInfo::parse("SIZE(x)=12a\n");
-        assert!(matches!(bad.size("x"), Err(KernelLogError::BadValue { .. })));
+        assert!(matches!(
+            bad.size("x"),
+            Err(KernelLogError::BadValue { .. })
+        ));
     }
 
     #[test]
