@@ -44,7 +44,7 @@ pub fn cmdline_with_initcalls(cmdline: &str) -> Result<String, NoisyCmdline> {
     for word in cmdline.split_whitespace() {
         let noisy = match word.split_once('=') {
             None => matches!(word, "debug" | "ignore_loglevel"),
-            Some(("loglevel", n)) => n.parse::<u32>().map_or(false, |n| n >= 8),
+            Some(("loglevel", n)) => n.parse::<u32>().is_ok_and(|n| n >= 8),
             Some(("ignore_loglevel", _)) => true,
             _ => false,
         };

@@ -127,7 +127,7 @@ pub fn read_records(
     let tr = prb + layout.text_data_ring;
     let size_bits = u32_at(mem, tr + layout.size_bits, "prb_data_ring.size_bits")?;
     let data_va = u64_at(mem, tr + layout.data, "prb_data_ring.data")?;
-    if count_bits > MAX_COUNT_BITS || size_bits > MAX_SIZE_BITS || size_bits < 3 {
+    if count_bits > MAX_COUNT_BITS || !(3..=MAX_SIZE_BITS).contains(&size_bits) {
         return Err(KernelLogError::Corrupt(format!(
             "descriptor count bits {count_bits}, data size bits {size_bits}"
         )));
