@@ -68,6 +68,10 @@ enum Command {
     /// Check a benchmark against a baseline: exit status 1 on a regression
     /// (docs/ci.md).
     Check(crate::bench_cmd::CheckArgs),
+    /// The initcalls of a boot under another VMM, from `initcall_debug`
+    /// lines on its guest's console (`run --initcalls` needs no console
+    /// lines).
+    Initcalls(crate::initcalls_cmd::InitcallsArgs),
     /// Draw a boot timeline, profile or benchmark as an SVG picture.
     Plot(crate::bench_cmd::PlotArgs),
     /// Convert a profile or a boot timeline to JSON, CSV, Prometheus text or
@@ -329,6 +333,7 @@ pub fn main() -> i32 {
         Command::Compare(args) => Ok(crate::bench_cmd::compare(args)),
         Command::Check(args) => Ok(crate::bench_cmd::check(args)),
         Command::Plot(args) => Ok(crate::bench_cmd::plot(args)),
+        Command::Initcalls(args) => crate::initcalls_cmd::run(args),
         Command::Export {
             format,
             json,

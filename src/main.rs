@@ -3,6 +3,7 @@
 
 mod bench_cmd;
 mod cli;
+mod initcalls_cmd;
 mod profile_cmd;
 mod signals;
 mod tui_cmd;

@@ -11,6 +11,7 @@
 //! and maps their guest timestamps onto the VMM's clock ([`align`]).
 
 pub mod align;
+pub mod console_log;
 pub mod initcalls;
 pub mod phys;
 pub mod ringbuffer;
@@ -195,6 +196,23 @@ pub fn collect_after_run(
         .map_or(0, |m| m.t_ns);
     let lines = events.lines.lock().unwrap_or_else(|e| e.into_inner());
     collect(mem, &lines, first_run)
+}
+
+/// Initcalls from a console log (the fallback for another VMM): guest
+/// times, no alignment, no exits.
+pub fn from_console(console: &str) -> InitcallsDoc {
+    let records = console_log::records(console);
+    let mut doc = InitcallsDoc {
+        method: console_log::METHOD_CONSOLE.to_string(),
+        ..InitcallsDoc::default()
+    };
+    let read = LogRead {
+        first_seq: 0,
+        data_ring_bytes: 0,
+        records,
+    };
+    fill(&mut doc, &read, &[], 0);
+    doc
 }
 
 /// Fills the log statistics, alignment, initcalls and levels from a log.
