@@ -30,10 +30,15 @@ fn boot(p: &lab_common::Prereqs, tag: &str, extra: &[&str]) -> (serde_json::Valu
         .arg(&serial)
         .output()
         .expect("bootscope lab runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
+    // The lab passes on what ran inside on either stream.
+    let output = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "{output}");
     if extra.contains(&"--initcalls") {
-        assert!(stderr.contains("slowest initcalls"), "summary: {stderr}");
+        assert!(output.contains("slowest initcalls"), "summary: {output}");
     }
     let doc = serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
     (doc, read(&serial))
@@ -98,12 +103,20 @@ fn initcalls_of_the_default_guest_are_on_the_timeline_without_console_cost() {
         "initcall lines reached the console"
     );
 
-    // The same boot without --initcalls: the port I/O exits must not grow.
-    let (plain, _) = boot(&p, "without", &[]);
+    // The same boot without --initcalls. The console differs only by the
+    // longer command line (echoed twice), the log buffer's notice and three
+    // shutdown lines, some 700 bytes; printing the 670-odd initcalls' lines
+    // would add over 80,000. Port I/O exits follow the console bytes.
+    let (plain, plain_console) = boot(&p, "without", &[]);
+    let extra_bytes = console.len() as i64 - plain_console.len() as i64;
+    assert!(
+        extra_bytes < 2_000,
+        "the console grew by {extra_bytes} bytes with --initcalls"
+    );
     let io = |d: &serde_json::Value| d["kvm_stats"]["io_exits"].as_u64().unwrap();
     let (with, without) = (io(&doc), io(&plain));
     assert!(
-        with as f64 <= without as f64 * 1.02 + 100.0,
+        with as f64 <= without as f64 * 1.05,
         "io exits {with} with --initcalls, {without} without"
     );
     let _ = std::fs::remove_dir_all(&p.dir);
