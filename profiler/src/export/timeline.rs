@@ -159,6 +159,7 @@ pub fn profile_from_timeline(doc: &Value) -> Result<Profile, TimelineError> {
         }
         p.phases.push(span);
     }
+    initcall_phases(root, &mut p)?;
 
     let kvm_stats = match root.get("kvm_stats") {
         None | Some(Value::Null) => Map::new(),
@@ -242,6 +243,35 @@ pub fn profile_from_timeline(doc: &Value) -> Result<Profile, TimelineError> {
     Ok(p)
 }
 
+/// The initcall levels (`initcalls: LEVEL`) and initcalls (`initcall:
+/// NAME`) of a `run --initcalls` timeline, as phases nested in `kernel`.
+fn initcall_phases(root: &Map<String, Value>, p: &mut Profile) -> Result<(), TimelineError> {
+    let Some(ic) = root.get("initcalls").filter(|v| !v.is_null()) else {
+        return Ok(());
+    };
+    let ic = object(ic, "initcalls")?;
+    for (list, prefix, key, dur) in [
+        ("levels", "initcalls: ", "level", "duration_ns"),
+        ("initcalls", "initcall: ", "name", "duration_ns"),
+    ] {
+        let Some(items) = ic.get(list) else { continue };
+        let items = items
+            .as_array()
+            .ok_or_else(|| field_error(format!("initcalls.{list}"), "is not an array"))?;
+        for (i, item) in items.iter().enumerate() {
+            let at = format!("initcalls.{list}[{i}].");
+            let item = object(item, &format!("initcalls.{list}[{i}]"))?;
+            let start_ns = unsigned(item, &at, "start_ns")?;
+            p.phases.push(PhaseSpan {
+                name: format!("{prefix}{}", string(item, &at, key)?),
+                start_ns,
+                end_ns: start_ns.saturating_add(unsigned(item, &at, dur)?),
+            });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::fixture::TIMELINE_EXAMPLE;
@@ -302,6 +332,26 @@ mod tests {
         assert_eq!(p.target.exit_code, Some(1));
         let stats = p.sources.iter().find(|s| s.name == "kvm_stats").unwrap();
         assert_eq!(stats.status, "missing");
+    }
+
+    #[test]
+    fn initcalls_become_nested_phases() {
+        let mut doc = example();
+        doc["initcalls"] = serde_json::json!({
+            "method": "m",
+            "levels": [{ "level": "device", "start_ns": 100, "end_ns": 300, "duration_ns": 200 }],
+            "initcalls": [{ "name": "serial8250_init", "level": "device", "start_ns": 120,
+                            "duration_ns": 30, "ret": 0, "guest_start_ns": 5 }]
+        });
+        let p = profile_from_timeline(&doc).unwrap();
+        let find = |n: &str| p.phases.iter().find(|ph| ph.name == n).cloned();
+        let level = find("initcalls: device").unwrap();
+        assert_eq!((level.start_ns, level.end_ns), (100, 300));
+        let call = find("initcall: serial8250_init").unwrap();
+        assert_eq!((call.start_ns, call.end_ns), (120, 150));
+        doc["initcalls"]["initcalls"][0]["start_ns"] = serde_json::json!("soon");
+        let e = profile_from_timeline(&doc).unwrap_err();
+        assert!(e.to_string().contains("initcalls.initcalls[0].start_ns"), "{e}");
     }
 
     #[test]
