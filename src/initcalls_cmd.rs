@@ -57,3 +57,28 @@ pub fn run(args: InitcallsArgs) -> Result<i32, Failure> {
     println!("method: {}", doc.method);
     Ok(0)
 }
+
+/// Shares the profile's sampled counters (every exit by reason, page
+/// faults) out among the initcalls of a profiled `run --initcalls`: both
+/// are on the VMM's clock.
+pub fn attribute_profile(
+    initcalls: &mut bootscope_vmm::kernel_log::InitcallsDoc,
+    profile: &bootscope_profiler::Profile,
+) {
+    let mut samples: Vec<_> = profile
+        .samples
+        .iter()
+        .map(|s| {
+            (
+                s.t_ns,
+                bootscope_vmm::kernel_log::SampledCounts {
+                    exits: s.exits_total,
+                    exits_by_reason: s.exits_by_reason.clone(),
+                    guest_faults: s.guest_faults,
+                    host_faults: s.host_faults,
+                },
+            )
+        })
+        .collect();
+    initcalls.attribute_samples(&mut samples);
+}

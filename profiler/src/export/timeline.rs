@@ -351,7 +351,10 @@ mod tests {
         assert_eq!((call.start_ns, call.end_ns), (120, 150));
         doc["initcalls"]["initcalls"][0]["start_ns"] = serde_json::json!("soon");
         let e = profile_from_timeline(&doc).unwrap_err();
-        assert!(e.to_string().contains("initcalls.initcalls[0].start_ns"), "{e}");
+        assert!(
+            e.to_string().contains("initcalls.initcalls[0].start_ns"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod phys;
 pub mod ringbuffer;
 pub mod vmcoreinfo;
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -72,6 +73,22 @@ pub struct Initcall {
     pub io_exits: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mmio_exits: Option<u64>,
+    /// What a profiler's sampled counters grew by during it (`run
+    /// --initcalls` profiled), at the samples' resolution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<SampledCounts>,
+}
+
+/// Counters of the host's view of the guest (every exit by reason, page
+/// faults), as a profiler samples them: cumulative at a sample, a growth
+/// over an interval.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SampledCounts {
+    pub exits: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub exits_by_reason: BTreeMap<String, u64>,
+    pub guest_faults: u64,
+    pub host_faults: u64,
 }
 
 /// One initcall level: from its first initcall's start to its last one's
@@ -91,6 +108,9 @@ pub struct InitcallLevel {
     pub io_exits: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mmio_exits: Option<u64>,
+    /// What the profiler's counters grew by in the level's span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<SampledCounts>,
 }
 
 impl InitcallsDoc {
@@ -106,6 +126,78 @@ impl InitcallsDoc {
             let n = slots.between(l.start_ns, l.end_ns);
             l.io_exits = Some(n.io);
             l.mmio_exits = Some(n.mmio);
+        }
+    }
+}
+
+/// The counters at `t_ns`, linearly between the samples around it (`samples`
+/// sorted by time, cumulative).
+fn counters_at(samples: &[(u64, SampledCounts)], t_ns: u64) -> SampledCounts {
+    let after = samples.partition_point(|(t, _)| *t <= t_ns);
+    let (Some((t0, c0)), Some((t1, c1))) = (
+        after.checked_sub(1).and_then(|i| samples.get(i)),
+        samples.get(after),
+    ) else {
+        // Outside the samples: the nearest one.
+        return samples
+            .get(after.min(samples.len().saturating_sub(1)))
+            .map(|(_, c)| c.clone())
+            .unwrap_or_default();
+    };
+    let f = (t_ns - t0) as f64 / (t1 - t0).max(1) as f64;
+    let lerp = |a: u64, b: u64| a + (b.saturating_sub(a) as f64 * f).round() as u64;
+    SampledCounts {
+        exits: lerp(c0.exits, c1.exits),
+        exits_by_reason: c1
+            .exits_by_reason
+            .iter()
+            .map(|(k, &b)| {
+                (
+                    k.clone(),
+                    lerp(c0.exits_by_reason.get(k).copied().unwrap_or(0), b),
+                )
+            })
+            .collect(),
+        guest_faults: lerp(c0.guest_faults, c1.guest_faults),
+        host_faults: lerp(c0.host_faults, c1.host_faults),
+    }
+}
+
+fn growth(samples: &[(u64, SampledCounts)], start: u64, end: u64) -> SampledCounts {
+    let (a, b) = (counters_at(samples, start), counters_at(samples, end));
+    SampledCounts {
+        exits: b.exits.saturating_sub(a.exits),
+        exits_by_reason: b
+            .exits_by_reason
+            .iter()
+            .map(|(k, &v)| {
+                let before = a.exits_by_reason.get(k).copied().unwrap_or(0);
+                (k.clone(), v.saturating_sub(before))
+            })
+            .filter(|(_, v)| *v > 0)
+            .collect(),
+        guest_faults: b.guest_faults.saturating_sub(a.guest_faults),
+        host_faults: b.host_faults.saturating_sub(a.host_faults),
+    }
+}
+
+impl InitcallsDoc {
+    /// Gives each initcall and level what a profiler's cumulative counters
+    /// (`samples`: time on the timeline's clock, counters) grew by during
+    /// it, interpolating between samples.
+    pub fn attribute_samples(&mut self, samples: &mut [(u64, SampledCounts)]) {
+        samples.sort_by_key(|(t, _)| *t);
+        if samples.len() < 2 || self.initcalls.is_empty() {
+            return;
+        }
+        let mut spacing: Vec<u64> = samples.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        spacing.sort_unstable();
+        self.sample_spacing_ns = Some(spacing[spacing.len() / 2]);
+        for c in &mut self.initcalls {
+            c.sampled = Some(growth(samples, c.start_ns, c.start_ns + c.duration_ns));
+        }
+        for l in &mut self.levels {
+            l.sampled = Some(growth(samples, l.start_ns, l.end_ns));
         }
     }
 }
@@ -129,6 +221,10 @@ pub struct InitcallsDoc {
     /// to anchor them (`start_ns` is then the guest time itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<ClockAlignment>,
+    /// Median spacing of the profiler's samples the `sampled` counts come
+    /// from: an initcall much shorter gets a share of its neighbours'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_spacing_ns: Option<u64>,
     /// Why nothing was recorded, when nothing was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -246,6 +342,7 @@ pub fn place(guest: &[GuestInitcall], offset: i64) -> Vec<Initcall> {
             guest_start_ns: g.guest_start_ns,
             io_exits: None,
             mmio_exits: None,
+            sampled: None,
         })
         .collect()
 }
@@ -271,6 +368,7 @@ pub fn levels(calls: &[Initcall]) -> Vec<InitcallLevel> {
                 initcalls_ns: c.duration_ns,
                 io_exits: None,
                 mmio_exits: None,
+                sampled: None,
             }),
         }
     }
@@ -345,7 +443,41 @@ pub fn summary(doc: &InitcallsDoc, top: usize) -> String {
     if doc.initcalls.iter().any(|c| c.io_exits.is_some()) {
         rows("most io exits", &|c| c.io_exits.unwrap_or(0));
     }
+    sampled_rows(&mut out, doc, top);
     out
+}
+
+/// The initcalls with the most exits in the profiler's samples.
+fn sampled_rows(out: &mut String, doc: &InitcallsDoc, top: usize) {
+    use std::fmt::Write as _;
+    let Some(spacing) = doc.sample_spacing_ns else {
+        return;
+    };
+    let exits = |c: &Initcall| c.sampled.as_ref().map_or(0, |s| s.exits);
+    let mut sorted: Vec<&Initcall> = doc.initcalls.iter().collect();
+    sorted.sort_by_key(|c| std::cmp::Reverse(exits(c)));
+    let _ = writeln!(
+        out,
+        "{:<36} {:>10} {:>12} {:>8} {:>8}  (profiler, samples {:.0} ms apart)",
+        "most exits",
+        "start ms",
+        "duration ms",
+        "exits",
+        "faults",
+        spacing as f64 / 1e6
+    );
+    for c in sorted.into_iter().take(top) {
+        let s = c.sampled.clone().unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{:<36} {:>10.3} {:>12.3} {:>8} {:>8}",
+            c.name,
+            c.start_ns as f64 / 1e6,
+            c.duration_ns as f64 / 1e6,
+            s.exits,
+            s.guest_faults + s.host_faults
+        );
+    }
 }
 
 #[cfg(test)]
@@ -399,6 +531,44 @@ mod tests {
         assert_eq!(doc.levels[1].io_exits, doc.initcalls[1].io_exits);
         let s = summary(&doc, 5);
         assert!(s.contains("most io exits"), "{s}");
+    }
+
+    #[test]
+    fn sampled_counters_are_shared_out_by_time() {
+        let counts = |exits: u64, npf: u64, faults: u64| SampledCounts {
+            exits,
+            exits_by_reason: [("npf".to_string(), npf)].into(),
+            guest_faults: faults,
+            host_faults: 0,
+        };
+        let mut doc = InitcallsDoc {
+            initcalls: place(
+                &[GuestInitcall {
+                    name: "slow_init".into(),
+                    level: "device".into(),
+                    guest_start_ns: 15,
+                    duration_ns: 20,
+                    ret: 0,
+                    pid: 1,
+                }],
+                0,
+            ),
+            ..InitcallsDoc::default()
+        };
+        doc.levels = levels(&doc.initcalls);
+        let mut samples = vec![
+            (30, counts(300, 30, 9)),
+            (10, counts(100, 10, 3)),
+            (50, counts(500, 50, 15)),
+        ];
+        doc.attribute_samples(&mut samples);
+        // 15..35: exits 150 -> 350, npf 15 -> 35, faults 4.5 -> 10.5.
+        let s = doc.initcalls[0].sampled.clone().unwrap();
+        assert_eq!(s.exits, 200);
+        assert_eq!(s.exits_by_reason["npf"], 20);
+        assert_eq!(s.guest_faults, 11 - 5);
+        assert_eq!(doc.sample_spacing_ns, Some(20));
+        assert_eq!(doc.levels[0].sampled.as_ref().unwrap().exits, 200);
     }
 
     #[test]
