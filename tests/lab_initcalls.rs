@@ -98,6 +98,21 @@ fn initcalls_of_the_default_guest_are_on_the_timeline_without_console_cost() {
     ] {
         assert!(levels.contains(&l), "level {l} missing from {levels:?}");
     }
+    // Port I/O exits per initcall: some made them, and together no more
+    // than the whole boot.
+    let per_call: Vec<u64> = calls
+        .iter()
+        .map(|c| c["io_exits"].as_u64().expect("io_exits per initcall"))
+        .collect();
+    let boot_io = doc["kvm_stats"]["io_exits"].as_u64().unwrap();
+    assert!(
+        per_call.iter().any(|&n| n > 0),
+        "no initcall made an io exit"
+    );
+    assert!(
+        per_call.iter().sum::<u64>() <= boot_io,
+        "{per_call:?} > {boot_io}"
+    );
     assert!(
         !console.contains("calling  ") && !console.contains("initcall serial8250_init"),
         "initcall lines reached the console"
