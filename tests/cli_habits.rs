@@ -6,7 +6,7 @@ mod profile_common;
 
 use profile_common::{bootscope_output as bootscope, expect_usage_error, scratch, stderr};
 
-const SUBCOMMANDS: [&str; 12] = [
+const SUBCOMMANDS: [&str; 13] = [
     "run",
     "doctor",
     "lab",
@@ -16,6 +16,7 @@ const SUBCOMMANDS: [&str; 12] = [
     "compare",
     "check",
     "plot",
+    "initcalls",
     "export",
     "completions",
     "man",
