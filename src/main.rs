@@ -4,6 +4,7 @@
 mod bench_cmd;
 mod cli;
 mod exporter;
+mod initcalls_cmd;
 mod profile_cmd;
 mod push;
 mod signals;

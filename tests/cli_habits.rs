@@ -6,7 +6,7 @@ mod profile_common;
 
 use profile_common::{bootscope_output as bootscope, expect_usage_error, scratch, stderr};
 
-const SUBCOMMANDS: [&str; 13] = [
+const SUBCOMMANDS: [&str; 14] = [
     "run",
     "doctor",
     "lab",
@@ -17,6 +17,7 @@ const SUBCOMMANDS: [&str; 13] = [
     "check",
     "exporter",
     "plot",
+    "initcalls",
     "export",
     "completions",
     "man",

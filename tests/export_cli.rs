@@ -181,7 +181,7 @@ fn timeline_exports_in_every_format() {
     export_ok(&["--format", "json", "-o", profile_path.to_str().unwrap(), ts]);
     let profile: Value = serde_json::from_slice(&std::fs::read(&profile_path).unwrap()).unwrap();
     assert_eq!(profile["schema"], "bootscope.profile");
-    assert_eq!(profile["version"], 1);
+    assert_eq!(profile["version"], 2);
     assert_eq!(profile["target"]["kind"], "self");
     assert_eq!(
         profile["exits"]["kvm_stats_exits"],

@@ -455,7 +455,7 @@ mod tests {
             (
                 "v9.json",
                 r#"{"schema":"bootscope.profile","version":9}"#,
-                &["version 9 profile", "reads version 1"],
+                &["version 9 profile", "reads version 2"],
             ),
             (
                 "tv2.json",

@@ -39,6 +39,7 @@ fn main() {
         stop_after: None,
         acpi: true,
         stop: None,
+        initcalls: false,
     };
     match run(cfg, rec) {
         Ok(r) => {

@@ -158,6 +158,23 @@ pub struct ConsoleEvents {
     pub write_error: Mutex<Option<io::Error>>,
     /// Console bytes that could not be written out.
     pub lost_bytes: std::sync::atomic::AtomicU64,
+    /// Keep every line with its host times in `lines` (to align the guest's
+    /// clock to the VMM's); off, nothing is kept.
+    pub keep_lines: AtomicBool,
+    /// The lines kept, at most [`MAX_KEPT_LINES`].
+    pub lines: Mutex<Vec<ConsoleLine>>,
+}
+
+/// Most console lines kept for clock alignment.
+pub const MAX_KEPT_LINES: usize = 100_000;
+
+/// One console line and when the VMM saw its first and last bytes
+/// (nanoseconds since VMM start).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConsoleLine {
+    pub text: String,
+    pub first_byte_ns: u64,
+    pub last_byte_ns: u64,
 }
 
 impl ConsoleEvents {
@@ -188,6 +205,8 @@ pub struct ConsoleSink {
     seen_first_byte: bool,
     events: Arc<ConsoleEvents>,
     state_line: Vec<u8>,
+    /// When the first byte of `state_line` arrived.
+    state_line_start_ns: u64,
     halt_re: Regex,
     panic_re: Regex,
 }
@@ -205,6 +224,7 @@ impl ConsoleSink {
             seen_first_byte: false,
             events: Arc::new(ConsoleEvents::default()),
             state_line: Vec::new(),
+            state_line_start_ns: 0,
             halt_re: Regex::new(HALT_PATTERN).expect("built-in pattern compiles"),
             panic_re: Regex::new(PANIC_PATTERN).expect("built-in pattern compiles"),
         }
@@ -216,14 +236,26 @@ impl ConsoleSink {
     }
 
     fn watch_state(&mut self, buf: &[u8]) {
+        let keep = self.events.keep_lines.load(Ordering::Relaxed);
+        let now = if keep {
+            self.recorder.clock().now_ns()
+        } else {
+            0
+        };
         for &b in buf {
             if b != b'\n' {
+                if self.state_line.is_empty() {
+                    self.state_line_start_ns = now;
+                }
                 if self.state_line.len() < MAX_LINE {
                     self.state_line.push(b);
                 }
                 continue;
             }
             let line = String::from_utf8_lossy(&self.state_line).into_owned();
+            if keep {
+                self.keep_line(&line, now);
+            }
             if self.panic_re.is_match(&line) && !self.events.panicked.swap(true, Ordering::SeqCst) {
                 let text = line.trim().to_string();
                 *self
@@ -256,6 +288,17 @@ impl ConsoleSink {
                 );
             }
             self.state_line.clear();
+        }
+    }
+
+    fn keep_line(&self, line: &str, now: u64) {
+        let mut lines = self.events.lines.lock().unwrap_or_else(|e| e.into_inner());
+        if lines.len() < MAX_KEPT_LINES {
+            lines.push(ConsoleLine {
+                text: line.trim_end_matches('\r').to_string(),
+                first_byte_ns: self.state_line_start_ns,
+                last_byte_ns: now,
+            });
         }
     }
 

@@ -426,6 +426,9 @@ pub struct TimelineDoc {
     /// and where pages landed), when preallocation ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<serde_json::Value>,
+    /// The kernel's initcalls as sub-phases of `kernel` (`run --initcalls`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initcalls: Option<crate::kernel_log::InitcallsDoc>,
 }
 
 impl TimelineDoc {

@@ -71,6 +71,7 @@ fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
         stop_after: None,
         acpi: true,
         stop: None,
+        initcalls: false,
     }
 }
 
@@ -420,4 +421,27 @@ fn initrd_is_placed_and_announced() {
     let r = boot(cfg);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(r.unwrap().timeline.outcome.clean);
+}
+
+#[test]
+fn initcalls_of_a_kernel_without_vmcoreinfo_say_why_and_leave_the_outcome_alone() {
+    if !kvm_available() {
+        return;
+    }
+    let mut cfg = config(
+        "mini-bzimage-reset.bin",
+        "console=ttyS0",
+        Capture::default(),
+    );
+    cfg.initcalls = true;
+    let r = boot(cfg).unwrap();
+    let t = &r.timeline;
+    assert_eq!(t.outcome.reason, StopReason::I8042Reset);
+    assert!(t.outcome.clean);
+    let ic = t.initcalls.as_ref().expect("an initcalls section");
+    let error = ic.error.as_deref().unwrap_or_default();
+    assert!(error.contains("VMCOREINFO"), "{error}");
+    assert!(ic.initcalls.is_empty() && ic.levels.is_empty());
+    // All 64 MiB of guest RAM were searched, in well under a second.
+    assert!(ic.read_ns < 1_000_000_000, "read took {} ns", ic.read_ns);
 }

@@ -5,6 +5,7 @@
 
 use bootscope_model::timeline::Timeline;
 pub use bootscope_model::timeline::{TimelineError, TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::profile::{DataSource, Mark, PhaseSpan, Profile};
@@ -50,6 +51,9 @@ pub fn profile_from_timeline(doc: &Value) -> Result<Profile, TimelineError> {
             end_ns: ph.end_ns,
         })
         .collect();
+    if let Some(root) = doc.as_object() {
+        initcall_phases(root, &mut p)?;
+    }
     let kvm_exits = t.kvm_stats.as_ref().and_then(|s| s.get("exits").copied());
     // The only exit figure is KVM's own count, which the VMM read.
     p.exits.source = "vmm".into();
@@ -112,6 +116,74 @@ pub fn profile_from_timeline(doc: &Value) -> Result<Profile, TimelineError> {
     Ok(p)
 }
 
+/// A level of the timeline's `initcalls` object.
+#[derive(serde::Deserialize)]
+struct LevelSpan {
+    level: String,
+    start_ns: u64,
+    duration_ns: u64,
+}
+
+/// An initcall of the timeline's `initcalls` object.
+#[derive(serde::Deserialize)]
+struct CallSpan {
+    name: String,
+    start_ns: u64,
+    duration_ns: u64,
+}
+
+/// Item `i` of the array `list` of the `initcalls` object, typed; an error
+/// names the item.
+fn initcall_item<T: serde::de::DeserializeOwned>(
+    ic: &Value,
+    list: &str,
+) -> Result<Vec<T>, TimelineError> {
+    let Some(items) = ic.get(list).filter(|v| !v.is_null()) else {
+        return Ok(Vec::new());
+    };
+    let items = items.as_array().ok_or_else(|| TimelineError::Field {
+        field: format!("initcalls.{list}"),
+        problem: "is not an array".into(),
+    })?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            T::deserialize(item).map_err(|e| TimelineError::Field {
+                field: format!("initcalls.{list}[{i}]"),
+                problem: format!("is malformed: {e}"),
+            })
+        })
+        .collect()
+}
+
+/// The initcall levels (`initcalls: LEVEL`) and initcalls (`initcall:
+/// NAME`) of a `run --initcalls` timeline, as phases nested in `kernel`.
+fn initcall_phases(
+    root: &serde_json::Map<String, Value>,
+    p: &mut Profile,
+) -> Result<(), TimelineError> {
+    let Some(ic) = root.get("initcalls").filter(|v| !v.is_null()) else {
+        return Ok(());
+    };
+    let levels: Vec<LevelSpan> = initcall_item(ic, "levels")?;
+    let calls: Vec<CallSpan> = initcall_item(ic, "initcalls")?;
+    let levels = levels
+        .into_iter()
+        .map(|l| (format!("initcalls: {}", l.level), l.start_ns, l.duration_ns));
+    let calls = calls
+        .into_iter()
+        .map(|c| (format!("initcall: {}", c.name), c.start_ns, c.duration_ns));
+    for (name, start_ns, duration_ns) in levels.chain(calls) {
+        p.phases.push(PhaseSpan {
+            name,
+            start_ns,
+            end_ns: start_ns.saturating_add(duration_ns),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::fixture::TIMELINE_EXAMPLE;
@@ -125,7 +197,7 @@ mod tests {
     fn converts_the_documented_example() {
         let p = profile_from_timeline(&example()).unwrap();
         assert_eq!(p.schema, "bootscope.profile");
-        assert_eq!(p.version, 1);
+        assert_eq!(p.version, crate::profile::PROFILE_SCHEMA_VERSION);
         assert_eq!(p.target.kind, "self");
         assert_eq!(p.target.name, "bootscope");
         assert_eq!(p.target.exit_code, Some(0));
@@ -175,6 +247,26 @@ mod tests {
         assert_eq!(p.target.exit_code, Some(1));
         let stats = p.sources.iter().find(|s| s.name == "kvm_stats").unwrap();
         assert_eq!(stats.status, "missing");
+    }
+
+    #[test]
+    fn initcalls_become_nested_phases() {
+        let mut doc = example();
+        doc["initcalls"] = serde_json::json!({
+            "method": "m",
+            "levels": [{ "level": "device", "start_ns": 100, "end_ns": 300, "duration_ns": 200 }],
+            "initcalls": [{ "name": "serial8250_init", "level": "device", "start_ns": 120,
+                            "duration_ns": 30, "ret": 0, "guest_start_ns": 5 }]
+        });
+        let p = profile_from_timeline(&doc).unwrap();
+        let find = |n: &str| p.phases.iter().find(|ph| ph.name == n).cloned();
+        let level = find("initcalls: device").unwrap();
+        assert_eq!((level.start_ns, level.end_ns), (100, 300));
+        let call = find("initcall: serial8250_init").unwrap();
+        assert_eq!((call.start_ns, call.end_ns), (120, 150));
+        doc["initcalls"]["initcalls"][0]["start_ns"] = serde_json::json!("soon");
+        let e = profile_from_timeline(&doc).unwrap_err();
+        assert!(e.to_string().contains("initcalls.initcalls[0]"), "{e}");
     }
 
     #[test]

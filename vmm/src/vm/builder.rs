@@ -298,12 +298,21 @@ impl VmBuilder {
         let console = std::mem::replace(&mut cfg.console, Box::new(std::io::sink()));
         let patterns = std::mem::take(&mut cfg.patterns);
         let sink = ConsoleSink::new(console, patterns, self.recorder.clone());
-        Ok(Arc::new(Devices::new(
+        let devices = Arc::new(Devices::new(
             serial_irq,
             sink,
             self.recorder.clone(),
             cfg.acpi,
-        )))
+        ));
+        if cfg.initcalls {
+            // The console lines are the anchors that align the kernel
+            // log's clock with the VMM's.
+            devices
+                .console_events()
+                .keep_lines
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(devices)
     }
 
     /// vCPU stage: every vCPU with its CPUID, boot MSRs, LAPIC and FPU; the

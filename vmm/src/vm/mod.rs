@@ -73,6 +73,10 @@ pub struct VmConfig {
     /// Set from another thread to stop the guest (e.g. the user quit the
     /// live view).
     pub stop: Option<Arc<AtomicBool>>,
+    /// Read the kernel log from guest memory at shutdown and place its
+    /// initcalls on the timeline (the command line must carry
+    /// [`crate::kernel_log::CMDLINE_PARAMS`]).
+    pub initcalls: bool,
 }
 
 /// `--stop-after`: the build stage after which to stop and report the

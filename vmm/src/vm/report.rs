@@ -67,6 +67,7 @@ fn document(
         marks,
         kvm_stats,
         memory: prealloc.and_then(|p| serde_json::to_value(p).ok()),
+        initcalls: None,
     }
 }
 

@@ -4,13 +4,14 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use kvm_ioctls::VcpuFd;
 
 use crate::devices::Devices;
+use crate::exit_slots::ExitSlots;
 use crate::host::KvmFlavour;
 use crate::kvm_stats::StatsFd;
 use crate::timeline::{vmm_marks, StopReason};
@@ -71,6 +72,10 @@ impl VmBuilder {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel::<VcpuEvent>();
         let mut threads: Vec<JoinHandle<VcpuFd>> = Vec::new();
+        let exit_slots = self
+            .cfg
+            .initcalls
+            .then(|| Arc::new(Mutex::new(ExitSlots::default())));
         for (index, vcpu) in vcpus.fds.into_iter().enumerate() {
             let index = index as u32;
             let t = spawn_vcpu(
@@ -80,6 +85,7 @@ impl VmBuilder {
                 self.recorder.clone(),
                 stop.clone(),
                 tx.clone(),
+                exit_slots.clone(),
             )
             .map_err(|source| RunError::SpawnVcpu { index, source })?;
             threads.push(t);
@@ -106,7 +112,7 @@ impl VmBuilder {
         }
 
         let outcome = guest_outcome(&devices, ending.reason, detail);
-        let timeline = run_timeline(
+        let mut timeline = run_timeline(
             &self.cfg,
             &self.recorder,
             self.flavour,
@@ -115,6 +121,17 @@ impl VmBuilder {
             kvm_stats,
             ram.prealloc.as_ref(),
         );
+        if self.cfg.initcalls {
+            let mut doc = crate::kernel_log::collect_after_run(
+                ram.backing.guest_memory(),
+                &devices.console_events(),
+                &timeline.marks,
+            );
+            if let Some(slots) = &exit_slots {
+                doc.count_exits(&slots.lock().unwrap_or_else(|e| e.into_inner()));
+            }
+            timeline.initcalls = Some(doc);
+        }
         let GuestRam { backing, prealloc } = ram;
         drop(backing);
         Ok(RunReport {

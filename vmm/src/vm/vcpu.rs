@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,7 @@ use kvm_ioctls::VcpuFd;
 
 use crate::devices::Devices;
 use crate::exit::{handle_exit, ExitAction};
+use crate::exit_slots::ExitSlots;
 use crate::timeline::{vmm_marks, Recorder, StopReason};
 
 /// What a vCPU thread tells the run loop.
@@ -56,6 +57,7 @@ pub(super) fn spawn_vcpu(
     recorder: Arc<Recorder>,
     stop: Arc<AtomicBool>,
     tx: mpsc::Sender<VcpuEvent>,
+    exit_slots: Option<Arc<Mutex<ExitSlots>>>,
 ) -> std::io::Result<JoinHandle<VcpuFd>> {
     std::thread::Builder::new()
         .name(format!("vcpu{index}"))
@@ -63,15 +65,22 @@ pub(super) fn spawn_vcpu(
             if index == 0 {
                 recorder.vmm_once(vmm_marks::FIRST_KVM_RUN);
             }
+            let clock = recorder.clock();
+            let mut slots = exit_slots.as_ref().map(|_| ExitSlots::default());
             while !stop.load(Ordering::SeqCst) {
                 match vcpu.run() {
-                    Ok(exit) => match handle_exit(exit, &devices, index) {
-                        ExitAction::Continue => {}
-                        ExitAction::Stop(reason, detail) => {
-                            let _ = tx.send(VcpuEvent::Stop(reason, detail));
-                            break;
+                    Ok(exit) => {
+                        if let Some(s) = slots.as_mut() {
+                            s.count(clock.now_ns(), &exit);
                         }
-                    },
+                        match handle_exit(exit, &devices, index) {
+                            ExitAction::Continue => {}
+                            ExitAction::Stop(reason, detail) => {
+                                let _ = tx.send(VcpuEvent::Stop(reason, detail));
+                                break;
+                            }
+                        }
+                    }
                     Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {}
                     Err(e) => {
                         let _ = tx.send(VcpuEvent::Stop(
@@ -81,6 +90,9 @@ pub(super) fn spawn_vcpu(
                         break;
                     }
                 }
+            }
+            if let (Some(mine), Some(all)) = (slots, exit_slots) {
+                all.lock().unwrap_or_else(|e| e.into_inner()).merge(&mine);
             }
             vcpu
         })

@@ -1,0 +1,581 @@
+//! The guest kernel's log, read out of guest memory when the guest has
+//! stopped, and the initcalls in it placed on the timeline's clock
+//! (`bootscope run --initcalls`).
+//!
+//! The kernel keeps `initcall_debug`'s lines in its printk ring buffer at
+//! `KERN_DEBUG`, below the console's log level, so they cost the guest no
+//! serial port exits. At shutdown the VMM finds the kernel's VMCOREINFO text
+//! in guest RAM ([`vmcoreinfo`]), walks the kernel's page tables from
+//! `init_top_pgt` ([`phys`]), reads the ring buffer with the layout
+//! VMCOREINFO states ([`ringbuffer`]), parses the initcalls ([`initcalls`])
+//! and maps their guest timestamps onto the VMM's clock ([`align`]).
+
+pub mod align;
+pub mod console_log;
+pub mod initcalls;
+pub mod phys;
+pub mod ringbuffer;
+pub mod vmcoreinfo;
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::console::ConsoleLine;
+pub use align::ClockAlignment;
+pub use initcalls::{cmdline_with_initcalls, GuestInitcall, NoisyCmdline, CMDLINE_PARAMS, LEVELS};
+use phys::{KernelVirt, PhysMemory};
+use ringbuffer::{LogRead, RingLayout};
+use vmcoreinfo::VmcoreInfo;
+
+/// Why the kernel log could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelLogError {
+    /// No VMCOREINFO in guest RAM: the kernel lacks `CONFIG_CRASH_CORE`, or
+    /// it stopped before building it (early in boot).
+    #[error(
+        "no VMCOREINFO text in guest memory (the kernel needs CONFIG_CRASH_CORE, and must get \
+         past its early set-up)"
+    )]
+    NoVmcoreInfo,
+    /// VMCOREINFO lacks a key the reader needs (a kernel older than 5.10
+    /// has no lockless ring buffer).
+    #[error("VMCOREINFO has no {key} (a kernel before 5.10 keeps its log differently)")]
+    MissingKey { key: String },
+    /// A VMCOREINFO value is not a number.
+    #[error("VMCOREINFO {key}={value:?} is not a number")]
+    BadValue { key: String, value: String },
+    /// A kernel address did not translate or read.
+    #[error("{what} at {address:#x} is not mapped in the guest's kernel page tables")]
+    Unmapped { what: &'static str, address: u64 },
+    /// The ring buffer's header makes no sense.
+    #[error("the printk ring buffer looks corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// One initcall on the timeline's clock.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Initcall {
+    pub name: String,
+    pub level: String,
+    /// Nanoseconds since VMM start (the guest time plus the alignment
+    /// offset; uncertain by the alignment's `error_ns`).
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    /// What it returned (0 is success, negative an errno).
+    pub ret: i64,
+    /// The guest's own timestamp of its start (`ts_nsec`).
+    pub guest_start_ns: u64,
+    /// Port I/O and MMIO exits the guest made during it (counted by the
+    /// VMM per 100 µs; see docs/initcalls.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_exits: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mmio_exits: Option<u64>,
+    /// What a profiler's sampled counters grew by during it (`run
+    /// --initcalls` profiled), at the samples' resolution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<SampledCounts>,
+}
+
+/// Counters of the host's view of the guest (every exit by reason, page
+/// faults), as a profiler samples them: cumulative at a sample, a growth
+/// over an interval.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SampledCounts {
+    pub exits: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub exits_by_reason: BTreeMap<String, u64>,
+    pub guest_faults: u64,
+    pub host_faults: u64,
+}
+
+/// One initcall level: from its first initcall's start to its last one's
+/// end.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InitcallLevel {
+    pub level: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub duration_ns: u64,
+    pub initcalls: u32,
+    /// The initcalls' own time summed (the rest of the span is the kernel
+    /// between them).
+    pub initcalls_ns: u64,
+    /// Port I/O and MMIO exits in the level's span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_exits: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mmio_exits: Option<u64>,
+    /// What the profiler's counters grew by in the level's span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampled: Option<SampledCounts>,
+}
+
+impl InitcallsDoc {
+    /// Gives each initcall and level the port I/O and MMIO exits the VMM
+    /// counted during it.
+    pub fn count_exits(&mut self, slots: &crate::exit_slots::ExitSlots) {
+        for c in &mut self.initcalls {
+            let n = slots.between(c.start_ns, c.start_ns + c.duration_ns);
+            c.io_exits = Some(n.io);
+            c.mmio_exits = Some(n.mmio);
+        }
+        for l in &mut self.levels {
+            let n = slots.between(l.start_ns, l.end_ns);
+            l.io_exits = Some(n.io);
+            l.mmio_exits = Some(n.mmio);
+        }
+    }
+}
+
+/// The counters at `t_ns`, linearly between the samples around it (`samples`
+/// sorted by time, cumulative).
+fn counters_at(samples: &[(u64, SampledCounts)], t_ns: u64) -> SampledCounts {
+    let after = samples.partition_point(|(t, _)| *t <= t_ns);
+    let (Some((t0, c0)), Some((t1, c1))) = (
+        after.checked_sub(1).and_then(|i| samples.get(i)),
+        samples.get(after),
+    ) else {
+        // Outside the samples: the nearest one.
+        return samples
+            .get(after.min(samples.len().saturating_sub(1)))
+            .map(|(_, c)| c.clone())
+            .unwrap_or_default();
+    };
+    let f = (t_ns - t0) as f64 / (t1 - t0).max(1) as f64;
+    let lerp = |a: u64, b: u64| a + (b.saturating_sub(a) as f64 * f).round() as u64;
+    SampledCounts {
+        exits: lerp(c0.exits, c1.exits),
+        exits_by_reason: c1
+            .exits_by_reason
+            .iter()
+            .map(|(k, &b)| {
+                (
+                    k.clone(),
+                    lerp(c0.exits_by_reason.get(k).copied().unwrap_or(0), b),
+                )
+            })
+            .collect(),
+        guest_faults: lerp(c0.guest_faults, c1.guest_faults),
+        host_faults: lerp(c0.host_faults, c1.host_faults),
+    }
+}
+
+fn growth(samples: &[(u64, SampledCounts)], start: u64, end: u64) -> SampledCounts {
+    let (a, b) = (counters_at(samples, start), counters_at(samples, end));
+    SampledCounts {
+        exits: b.exits.saturating_sub(a.exits),
+        exits_by_reason: b
+            .exits_by_reason
+            .iter()
+            .map(|(k, &v)| {
+                let before = a.exits_by_reason.get(k).copied().unwrap_or(0);
+                (k.clone(), v.saturating_sub(before))
+            })
+            .filter(|(_, v)| *v > 0)
+            .collect(),
+        guest_faults: b.guest_faults.saturating_sub(a.guest_faults),
+        host_faults: b.host_faults.saturating_sub(a.host_faults),
+    }
+}
+
+impl InitcallsDoc {
+    /// Gives each initcall and level what a profiler's cumulative counters
+    /// (`samples`: time on the timeline's clock, counters) grew by during
+    /// it, interpolating between samples.
+    pub fn attribute_samples(&mut self, samples: &mut [(u64, SampledCounts)]) {
+        samples.sort_by_key(|(t, _)| *t);
+        if samples.len() < 2 || self.initcalls.is_empty() {
+            return;
+        }
+        let mut spacing: Vec<u64> = samples.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        spacing.sort_unstable();
+        self.sample_spacing_ns = Some(spacing[spacing.len() / 2]);
+        for c in &mut self.initcalls {
+            c.sampled = Some(growth(samples, c.start_ns, c.start_ns + c.duration_ns));
+        }
+        for l in &mut self.levels {
+            l.sampled = Some(growth(samples, l.start_ns, l.end_ns));
+        }
+    }
+}
+
+/// The `initcalls` section of the timeline.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InitcallsDoc {
+    /// How they were recorded.
+    pub method: String,
+    /// The kernel's release, from VMCOREINFO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os_release: Option<String>,
+    /// Log records read, the first sequence number kept (above 0: the ring
+    /// wrapped and older records were lost) and the text ring's size.
+    pub log_records: u64,
+    pub log_first_seq: u64,
+    pub log_bytes: u64,
+    /// Host time spent finding and reading the log at shutdown.
+    pub read_ns: u64,
+    /// How guest times map onto the timeline; absent without a console line
+    /// to anchor them (`start_ns` is then the guest time itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ClockAlignment>,
+    /// Median spacing of the profiler's samples the `sampled` counts come
+    /// from: an initcall much shorter gets a share of its neighbours'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_spacing_ns: Option<u64>,
+    /// Why nothing was recorded, when nothing was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub levels: Vec<InitcallLevel>,
+    pub initcalls: Vec<Initcall>,
+}
+
+/// What the method field says for the in-memory reader.
+pub const METHOD_GUEST_MEMORY: &str =
+    "initcall_debug at KERN_DEBUG (not printed on the console), read from the printk ring \
+     buffer in guest memory at shutdown";
+
+/// Reads the kernel log from a stopped guest.
+pub fn read_log(mem: &dyn PhysMemory) -> Result<(VmcoreInfo, LogRead), KernelLogError> {
+    let info = vmcoreinfo::find(mem)?;
+    let phys_base = info.number("phys_base")?;
+    let five_level = info.number("pgtable_l5_enabled").unwrap_or(0) != 0;
+    let sme_mask = info.number("sme_mask").unwrap_or(0) as u64;
+    let kv = KernelVirt::new(
+        mem,
+        info.symbol("init_top_pgt")?,
+        phys_base,
+        five_level,
+        sme_mask,
+    );
+    let prb_sym = info.symbol("prb")?;
+    let prb = kv.u64_at(prb_sym).ok_or(KernelLogError::Unmapped {
+        what: "the prb pointer",
+        address: prb_sym,
+    })?;
+    let layout = RingLayout::from_vmcoreinfo(&info)?;
+    let read = ringbuffer::read_records(&kv, &layout, prb)?;
+    Ok((info, read))
+}
+
+/// The whole `--initcalls` result from a stopped guest's memory, the
+/// console lines' host times and the VMM's first `KVM_RUN`.
+pub fn collect(mem: &dyn PhysMemory, lines: &[ConsoleLine], first_run_ns: u64) -> InitcallsDoc {
+    let started = Instant::now();
+    let mut doc = InitcallsDoc {
+        method: METHOD_GUEST_MEMORY.to_string(),
+        ..InitcallsDoc::default()
+    };
+    match read_log(mem) {
+        Ok((info, read)) => {
+            doc.os_release = info.os_release().map(str::to_string);
+            fill(&mut doc, &read, lines, first_run_ns);
+        }
+        Err(e) => doc.error = Some(e.to_string()),
+    }
+    doc.read_ns = started.elapsed().as_nanos() as u64;
+    doc
+}
+
+/// [`collect`] for a run that just ended: the console lines kept and the
+/// first `KVM_RUN` mark.
+pub fn collect_after_run(
+    mem: &dyn PhysMemory,
+    events: &crate::console::ConsoleEvents,
+    marks: &[crate::timeline::PhaseMark],
+) -> InitcallsDoc {
+    let first_run = marks
+        .iter()
+        .find(|m| m.name == crate::timeline::vmm_marks::FIRST_KVM_RUN)
+        .map_or(0, |m| m.t_ns);
+    let lines = events.lines.lock().unwrap_or_else(|e| e.into_inner());
+    collect(mem, &lines, first_run)
+}
+
+/// Initcalls from a console log (the fallback for another VMM): guest
+/// times, no alignment, no exits.
+pub fn from_console(console: &str) -> InitcallsDoc {
+    let records = console_log::records(console);
+    let mut doc = InitcallsDoc {
+        method: console_log::METHOD_CONSOLE.to_string(),
+        ..InitcallsDoc::default()
+    };
+    let read = LogRead {
+        first_seq: 0,
+        data_ring_bytes: 0,
+        records,
+    };
+    fill(&mut doc, &read, &[], 0);
+    doc
+}
+
+/// Fills the log statistics, alignment, initcalls and levels from a log.
+pub fn fill(doc: &mut InitcallsDoc, read: &LogRead, lines: &[ConsoleLine], first_run_ns: u64) {
+    doc.log_records = read.records.len() as u64;
+    doc.log_first_seq = read.first_seq;
+    doc.log_bytes = read.data_ring_bytes;
+    doc.clock = align::align(&read.records, lines, first_run_ns);
+    let offset = doc.clock.as_ref().map_or(0, |c| c.offset_ns);
+    let guest = initcalls::parse(&read.records);
+    if guest.is_empty() && doc.error.is_none() {
+        doc.error = Some(
+            "the kernel log has no initcall lines (was initcall_debug on the command line?)"
+                .to_string(),
+        );
+    }
+    doc.initcalls = place(&guest, offset);
+    doc.levels = levels(&doc.initcalls);
+}
+
+/// Guest initcalls moved onto the timeline by `offset`.
+pub fn place(guest: &[GuestInitcall], offset: i64) -> Vec<Initcall> {
+    guest
+        .iter()
+        .map(|g| Initcall {
+            name: g.name.clone(),
+            level: g.level.clone(),
+            start_ns: (g.guest_start_ns as i64).saturating_add(offset).max(0) as u64,
+            duration_ns: g.duration_ns,
+            ret: g.ret,
+            guest_start_ns: g.guest_start_ns,
+            io_exits: None,
+            mmio_exits: None,
+            sampled: None,
+        })
+        .collect()
+}
+
+/// The level groups, in the order the levels ran.
+pub fn levels(calls: &[Initcall]) -> Vec<InitcallLevel> {
+    let mut out: Vec<InitcallLevel> = Vec::new();
+    for c in calls {
+        let end = c.start_ns + c.duration_ns;
+        match out.iter_mut().find(|l| l.level == c.level) {
+            Some(l) => {
+                l.start_ns = l.start_ns.min(c.start_ns);
+                l.end_ns = l.end_ns.max(end);
+                l.initcalls += 1;
+                l.initcalls_ns += c.duration_ns;
+            }
+            None => out.push(InitcallLevel {
+                level: c.level.clone(),
+                start_ns: c.start_ns,
+                end_ns: end,
+                duration_ns: 0,
+                initcalls: 1,
+                initcalls_ns: c.duration_ns,
+                io_exits: None,
+                mmio_exits: None,
+                sampled: None,
+            }),
+        }
+    }
+    for l in &mut out {
+        l.duration_ns = l.end_ns - l.start_ns;
+    }
+    out.sort_by_key(|l| l.start_ns);
+    out
+}
+
+/// The summary printed after a run: the level groups, the `top` slowest
+/// initcalls and, when the VMM counted them, those with the most port I/O
+/// exits.
+pub fn summary(doc: &InitcallsDoc, top: usize) -> String {
+    use std::fmt::Write as _;
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let exits = |n: Option<u64>| n.map_or("-".to_string(), |n| n.to_string());
+    let mut out = String::new();
+    if let Some(e) = &doc.error {
+        let _ = writeln!(out, "initcalls: none recorded: {e}");
+        if doc.initcalls.is_empty() {
+            return out;
+        }
+    }
+    let clock = match &doc.clock {
+        Some(c) => format!("guest clock aligned ±{:.3} ms", ms(c.error_ns)),
+        None => "guest clock not aligned (no console anchor): guest times".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "initcalls: {} in {} levels ({clock}; log read in {:.1} ms)",
+        doc.initcalls.len(),
+        doc.levels.len(),
+        ms(doc.read_ns)
+    );
+    let header = |out: &mut String, first: &str, last: &str| {
+        let _ = writeln!(
+            out,
+            "{first:<36} {:>10} {:>12} {:>8} {last:>8}",
+            "start ms", "duration ms", "io exits"
+        );
+    };
+    header(&mut out, "initcall level", "count");
+    for l in &doc.levels {
+        let _ = writeln!(
+            out,
+            "{:<36} {:>10.3} {:>12.3} {:>8} {:>8}",
+            l.level,
+            ms(l.start_ns),
+            ms(l.duration_ns),
+            exits(l.io_exits),
+            l.initcalls
+        );
+    }
+    let mut rows = |title: &str, key: &dyn Fn(&Initcall) -> u64| {
+        let mut sorted: Vec<&Initcall> = doc.initcalls.iter().collect();
+        sorted.sort_by_key(|c| std::cmp::Reverse(key(c)));
+        header(&mut out, title, "level");
+        for c in sorted.into_iter().take(top) {
+            let _ = writeln!(
+                out,
+                "{:<36} {:>10.3} {:>12.3} {:>8} {:>8}",
+                c.name,
+                ms(c.start_ns),
+                ms(c.duration_ns),
+                exits(c.io_exits),
+                c.level
+            );
+        }
+    };
+    rows("slowest initcalls", &|c| c.duration_ns);
+    if doc.initcalls.iter().any(|c| c.io_exits.is_some()) {
+        rows("most io exits", &|c| c.io_exits.unwrap_or(0));
+    }
+    sampled_rows(&mut out, doc, top);
+    out
+}
+
+/// The initcalls with the most exits in the profiler's samples.
+fn sampled_rows(out: &mut String, doc: &InitcallsDoc, top: usize) {
+    use std::fmt::Write as _;
+    let Some(spacing) = doc.sample_spacing_ns else {
+        return;
+    };
+    let exits = |c: &Initcall| c.sampled.as_ref().map_or(0, |s| s.exits);
+    let mut sorted: Vec<&Initcall> = doc.initcalls.iter().collect();
+    sorted.sort_by_key(|c| std::cmp::Reverse(exits(c)));
+    let _ = writeln!(
+        out,
+        "{:<36} {:>10} {:>12} {:>8} {:>8}  (profiler, samples {:.0} ms apart)",
+        "most exits",
+        "start ms",
+        "duration ms",
+        "exits",
+        "faults",
+        spacing as f64 / 1e6
+    );
+    for c in sorted.into_iter().take(top) {
+        let s = c.sampled.clone().unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{:<36} {:>10.3} {:>12.3} {:>8} {:>8}",
+            c.name,
+            c.start_ns as f64 / 1e6,
+            c.duration_ns as f64 / 1e6,
+            s.exits,
+            s.guest_faults + s.host_faults
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ringbuffer::tests::{read_synthetic, synthetic_ring};
+    use super::*;
+
+    #[test]
+    fn a_synthetic_log_becomes_initcalls_and_levels_on_the_vmm_clock() {
+        let texts = [
+            "Linux version 6.1.0",
+            "calling  init_a+0x0/0x10 @ 1",
+            "initcall init_a+0x0/0x10 returned 0 after 5 usecs",
+            "doing core, parsing ARGS: 'x'",
+            "calling  init_b+0x0/0x10 @ 1",
+            "initcall init_b+0x0/0x10 returned 0 after 20 usecs",
+        ];
+        let m = synthetic_ring(&texts[..6], 0, 0, |i| 1_000_000_000 + 10_000 * i as u64);
+        let read = read_synthetic(&m);
+        let lines = [ConsoleLine {
+            text: "[    1.000000] Linux version 6.1.0".into(),
+            first_byte_ns: 5_000_000,
+            last_byte_ns: 5_100_000,
+        }];
+        let mut doc = InitcallsDoc::default();
+        fill(&mut doc, &read, &lines, 1_000);
+        assert!(doc.error.is_none(), "{:?}", doc.error);
+        let clock = doc.clock.clone().unwrap();
+        assert_eq!(clock.anchors, 1);
+        let names: Vec<_> = doc.initcalls.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["init_a", "init_b"]);
+        let a = &doc.initcalls[0];
+        assert_eq!(a.guest_start_ns, 1_000_010_000);
+        assert_eq!(a.start_ns as i64, 1_000_010_000 + clock.offset_ns);
+        assert_eq!(doc.levels.len(), 2);
+        assert_eq!(doc.levels[0].level, "early");
+        assert_eq!(doc.levels[1].level, "core");
+        assert_eq!(doc.levels[1].initcalls_ns, 20_000);
+        let s = summary(&doc, 5);
+        assert!(s.contains("initcalls: 2 in 2 levels"), "{s}");
+        assert!(s.contains("init_b"), "{s}");
+        assert!(!s.contains("most io exits"), "{s}");
+        // Exits the VMM counted while init_b ran (its 20 µs) and after.
+        let mut slots = crate::exit_slots::ExitSlots::default();
+        let at = doc.initcalls[1].start_ns;
+        for t in [at, at + 5_000, at + 500_000] {
+            slots.count(t, &kvm_ioctls::VcpuExit::IoOut(0x70, &[0]));
+        }
+        doc.count_exits(&slots);
+        assert!(doc.initcalls[1].io_exits.unwrap() <= 2);
+        assert_eq!(doc.levels[1].io_exits, doc.initcalls[1].io_exits);
+        let s = summary(&doc, 5);
+        assert!(s.contains("most io exits"), "{s}");
+    }
+
+    #[test]
+    fn sampled_counters_are_shared_out_by_time() {
+        let counts = |exits: u64, npf: u64, faults: u64| SampledCounts {
+            exits,
+            exits_by_reason: [("npf".to_string(), npf)].into(),
+            guest_faults: faults,
+            host_faults: 0,
+        };
+        let mut doc = InitcallsDoc {
+            initcalls: place(
+                &[GuestInitcall {
+                    name: "slow_init".into(),
+                    level: "device".into(),
+                    guest_start_ns: 15,
+                    duration_ns: 20,
+                    ret: 0,
+                    pid: 1,
+                }],
+                0,
+            ),
+            ..InitcallsDoc::default()
+        };
+        doc.levels = levels(&doc.initcalls);
+        let mut samples = vec![
+            (30, counts(300, 30, 9)),
+            (10, counts(100, 10, 3)),
+            (50, counts(500, 50, 15)),
+        ];
+        doc.attribute_samples(&mut samples);
+        // 15..35: exits 150 -> 350, npf 15 -> 35, faults 4.5 -> 10.5.
+        let s = doc.initcalls[0].sampled.clone().unwrap();
+        assert_eq!(s.exits, 200);
+        assert_eq!(s.exits_by_reason["npf"], 20);
+        assert_eq!(s.guest_faults, 11 - 5);
+        assert_eq!(doc.sample_spacing_ns, Some(20));
+        assert_eq!(doc.levels[0].sampled.as_ref().unwrap().exits, 200);
+    }
+
+    #[test]
+    fn memory_without_a_kernel_says_why() {
+        let mem = phys::tests::FlatMemory::new(1 << 20);
+        let doc = collect(&mem, &[], 0);
+        assert!(doc.error.unwrap().contains("VMCOREINFO"));
+        assert!(doc.initcalls.is_empty());
+    }
+}
