@@ -48,9 +48,16 @@ fn boot_with_sites(tag: &str, extra: &[&str]) -> Option<Profile> {
         .arg(&out)
         .output()
         .expect("bootscope lab runs");
+    // The lab streams its guest's console, where the inner run's summary
+    // goes, to its standard output; its own messages to standard error.
+    let console = String::from_utf8_lossy(&o.stdout);
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("exit sites ("), "no site summary: {stderr}");
+    assert_eq!(o.status.code(), Some(0), "{console}{stderr}");
+    assert!(
+        console.contains("exit sites ("),
+        "no site summary: {console}{stderr}"
+    );
+    print!("{console}");
     let profile = Profile::read(&out).expect("profile copied back");
     let _ = std::fs::remove_dir_all(&p.dir);
     Some(profile)
