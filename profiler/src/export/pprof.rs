@@ -1,7 +1,8 @@
 //! Exit sites as a pprof profile (`profile.proto`, gzipped), as `go tool
 //! pprof` reads it: one sample per site, its stack the guest function under
 //! the exit reason, its values the exits and their time (ns), its labels
-//! the reason, phase and vCPU.
+//! the reason, phase and vCPU. The default sample type is the exits (the
+//! ranking of the profile's summary); `-sample_index=exit_time` shows time.
 //!
 //! The protobuf wire format needs only varints and length-delimited
 //! fields; the few messages are written here field by field (numbers from
@@ -122,6 +123,9 @@ pub fn to_pprof(p: &Profile) -> Vec<u8> {
         f.uint(1, id).uint(2, n).uint(3, n);
         out.bytes(5, &f.0);
     }
+    // pprof shows the last sample type unless told: exits, as the summary
+    // ranks (Profile.default_sample_type, field 14).
+    out.uint(14, strings.id("exits"));
     for s in &strings.list {
         out.bytes(6, s.as_bytes());
     }
