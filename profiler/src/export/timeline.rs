@@ -5,7 +5,6 @@
 
 use bootscope_model::timeline::Timeline;
 pub use bootscope_model::timeline::{TimelineError, TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION};
-use serde::Deserialize;
 use serde_json::Value;
 
 use crate::profile::{DataSource, Mark, PhaseSpan, Profile};
