@@ -57,7 +57,9 @@ pub struct LoadedKernel {
     pub format: KernelFormat,
     pub entry: GuestAddress,
     pub mode: EntryMode,
-    /// First byte past the loaded image (lowest address an initrd may use).
+    /// First byte past the memory the kernel uses while it boots (the
+    /// image; for a bzImage also the `init_size` bytes it decompresses
+    /// into): the lowest address an initrd may use.
     pub end: u64,
     /// The image's setup header (bzImage only), to seed the zero page.
     pub setup_header: Option<setup_header>,
@@ -525,7 +527,10 @@ pub fn load_kernel(
                 format: KernelFormat::BzImage,
                 entry: GuestAddress(res.kernel_load.0 + BZIMAGE_64BIT_ENTRY_OFFSET),
                 mode: EntryMode::Linux64,
-                end: res.kernel_end,
+                // The decompressor claims init_size bytes from the load
+                // address, past the image's own end: an initrd there would
+                // be overwritten before the kernel reads it.
+                end: res.kernel_end.max(probe.min_memory),
                 setup_header: hdr,
                 cmdline_max,
                 // A bzImage decompresses itself over its own memory: a
@@ -727,6 +732,9 @@ pub fn map_file_over_guest(
 
 /// Checks the command line against the kernel's limit and writes it.
 pub fn load_cmdline(mem: &GuestMemoryMmap, cmdline: &str, max: usize) -> Result<(), LoadError> {
+    // An image's cmdline_size may promise more than the guest-memory room
+    // the command line has.
+    let max = max.min(layout::CMDLINE_MAX_SIZE - 1);
     if cmdline.len() > max {
         return Err(LoadError::CmdlineTooLong {
             len: cmdline.len(),
@@ -784,7 +792,10 @@ mod tests {
         let mut got = vec![0u8; 64];
         mem.read_slice(&mut got, GuestAddress(0x100000)).unwrap();
         assert_eq!(got, file[0x400..0x440]);
-        assert_eq!(k.end, 0x100000 + (file.len() as u64 - 0x400));
+        // The end covers init_size (0x7000) from the load address, which
+        // lies past the image's own 0x380 bytes.
+        assert!(k.end >= 0x100000 + 0x7000, "{:#x}", k.end);
+        assert!(k.end > 0x100000 + (file.len() as u64 - 0x400));
     }
 
     #[test]
@@ -961,6 +972,13 @@ mod tests {
                 len: 2048,
                 max: 2047
             })
+        ));
+        // A header's cmdline_size beyond the room reserved for the command
+        // line does not let a longer one overwrite what follows it.
+        let long = "x".repeat(layout::CMDLINE_MAX_SIZE);
+        assert!(matches!(
+            load_cmdline(&mem, &long, u32::MAX as usize),
+            Err(LoadError::CmdlineTooLong { max, .. }) if max == layout::CMDLINE_MAX_SIZE - 1
         ));
         assert!(matches!(
             load_cmdline(&mem, "a\0b", 2047),
