@@ -64,15 +64,13 @@ pub fn tracefs_format(data: &[u8]) {
             size: field.size,
         };
         for &(event, name) in patch::PATCH_SLOTS {
-            if name == field.name {
-                if patch::check_field(event, name, f).is_ok() {
-                    assert!(
-                        u64::from(f.off) + u64::from(f.size) <= 2048,
-                        "field {name} at {}+{} accepted for direct loads",
-                        f.off,
-                        f.size
-                    );
-                }
+            if name == field.name && patch::check_field(event, name, f).is_ok() {
+                assert!(
+                    u64::from(f.off) + u64::from(f.size) <= 2048,
+                    "field {name} at {}+{} accepted for direct loads",
+                    f.off,
+                    f.size
+                );
             }
         }
     }
