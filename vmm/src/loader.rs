@@ -129,6 +129,13 @@ pub enum LoadError {
         first: (u64, u64),
         second: (u64, u64),
     },
+    /// A loadable segment lies below 1 MiB, over the boot structures.
+    #[error(
+        "{path} has a loadable segment at guest-physical {start:#x}..{end:#x}, below 1 MiB where \
+         the VMM puts the boot structures (page tables, zero page, command line, ACPI tables); \
+         relink the kernel to load at 1 MiB or above"
+    )]
+    ElfLowSegment { path: PathBuf, start: u64, end: u64 },
     /// The entry point is not inside any loaded segment.
     #[error(
         "{path}: its entry point {entry:#x} ({kind}) lies outside every loadable segment, so the \
@@ -460,6 +467,13 @@ fn probe_elf(
         .filter(|(start, end)| end > start)
         .collect();
     ranges.sort_unstable();
+    if let Some(&(start, end)) = ranges.first().filter(|r| r.0 < layout::HIMEM_START) {
+        return Err(LoadError::ElfLowSegment {
+            path: path.to_path_buf(),
+            start,
+            end,
+        });
+    }
     if let Some(w) = ranges.windows(2).find(|w| w[1].0 < w[0].1) {
         return Err(LoadError::ElfOverlappingSegments {
             path: path.to_path_buf(),
@@ -918,8 +932,23 @@ mod tests {
             ),
             "{e}"
         );
+        // The PT_LOAD moved below 1 MiB, over the boot structures.
+        let low = patched_pvh("low", &[(64 + 24, &0xf0000u64.to_le_bytes())]);
+        let e = load_kernel(&mem, &low, 64 << 20, false).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                LoadError::ElfLowSegment {
+                    start: 0xf0000,
+                    end: 0xf00d8,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let _ = std::fs::remove_file(overlap);
         let _ = std::fs::remove_file(stray);
+        let _ = std::fs::remove_file(low);
     }
 
     #[test]
