@@ -308,6 +308,33 @@ fn guest_that_never_ends_times_out_with_status_1() {
     assert!(stderr(&o).contains("--timeout"), "{}", stderr(&o));
 }
 
+/// A guest that writes pseudo-random values to every port and MMIO address
+/// the VMM emulates, then triple-faults: `run` reports the triple fault
+/// and exits with the status documented for it (a triple fault is one of
+/// the clean ends, status 0); the VMM never panics.
+#[test]
+fn hostile_guest_is_reported_not_a_panic() {
+    if !kvm_available() {
+        return;
+    }
+    let o = bootscope(&[
+        "run",
+        "--kernel",
+        &fixture("mini-bzimage-hostile.bin"),
+        "--memory",
+        "64M",
+        "--serial",
+        "null",
+    ]);
+    let err = stderr(&o);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("outcome: guest shut down (triple fault on vcpu0)"),
+        "{err}"
+    );
+    assert_eq!(o.status.code(), Some(0), "{err}");
+}
+
 #[test]
 fn doctor_reports_the_kvm_flavour() {
     let o = bootscope(&["doctor"]);

@@ -74,7 +74,7 @@ pub fn check_field(event: &str, field: &str, f: BsField) -> Result<(), String> {
             f.size, f.off
         ));
     }
-    if f.off < CTX_RESERVED || f.off + f.size > CTX_LIMIT {
+    if f.off < CTX_RESERVED || f.off.saturating_add(f.size) > CTX_LIMIT {
         return Err(format!(
             "its field {field} lies at offset {} of the {event} record on this kernel, \
              outside the bytes {CTX_RESERVED}..{CTX_LIMIT} a program may read",
@@ -363,6 +363,10 @@ mod tests {
         assert!(e.contains("16 bytes wide"), "{e}");
         let e = check_field("kvm_exit", "isa", f(4, 4)).unwrap_err();
         assert!(e.contains("outside"), "{e}");
+        // An offset near u32::MAX (a format file says so) does not wrap
+        // around into the readable bytes.
+        assert!(check_field("kvm_exit", "isa", f(u32::MAX, 1)).is_err());
+        assert!(check_field("kvm_exit", "isa", f(u32::MAX - 3, 4)).is_err());
         let e = check_field("kvm_exit", "isa", f(2048, 4)).unwrap_err();
         assert!(e.contains("outside"), "{e}");
     }

@@ -60,7 +60,9 @@ pub struct LoadedKernel {
     pub format: KernelFormat,
     pub entry: GuestAddress,
     pub mode: EntryMode,
-    /// First byte past the loaded image (lowest address an initrd may use).
+    /// First byte past the memory the kernel uses while it boots (the
+    /// image; for a bzImage also the `init_size` bytes it decompresses
+    /// into): the lowest address an initrd may use.
     pub end: u64,
     /// The image's setup header (bzImage only), to seed the zero page.
     pub setup_header: Option<setup_header>,
@@ -133,6 +135,13 @@ pub enum LoadError {
         first: (u64, u64),
         second: (u64, u64),
     },
+    /// A loadable segment lies below 1 MiB, over the boot structures.
+    #[error(
+        "{path} has a loadable segment at guest-physical {start:#x}..{end:#x}, below 1 MiB where \
+         the VMM puts the boot structures (page tables, zero page, command line, ACPI tables); \
+         relink the kernel to load at 1 MiB or above"
+    )]
+    ElfLowSegment { path: PathBuf, start: u64, end: u64 },
     /// The entry point is not inside any loaded segment.
     #[error(
         "{path}: its entry point {entry:#x} ({kind}) lies outside every loadable segment, so the \
@@ -488,6 +497,13 @@ fn probe_elf(
         .filter(|(start, end)| end > start)
         .collect();
     ranges.sort_unstable();
+    if let Some(&(start, end)) = ranges.first().filter(|r| r.0 < layout::HIMEM_START) {
+        return Err(LoadError::ElfLowSegment {
+            path: path.to_path_buf(),
+            start,
+            end,
+        });
+    }
     if let Some(w) = ranges.windows(2).find(|w| w[1].0 < w[0].1) {
         return Err(LoadError::ElfOverlappingSegments {
             path: path.to_path_buf(),
@@ -721,7 +737,10 @@ fn load_bzimage_for_guest(
         format: KernelFormat::BzImage,
         entry: GuestAddress(res.kernel_load.0 + BZIMAGE_64BIT_ENTRY_OFFSET),
         mode: EntryMode::Linux64,
-        end: res.kernel_end,
+        // The decompressor claims init_size bytes from the load address,
+        // past the image's own end: an initrd there would be overwritten
+        // before the kernel reads it.
+        end: res.kernel_end.max(probe.min_memory),
         cmdline_max: bzimage_cmdline_max(hdr.as_ref()),
         setup_header: hdr,
         // A bzImage decompresses itself over its own memory: a copy it
@@ -934,6 +953,9 @@ pub fn map_file_over_guest(
 
 /// Checks the command line against the kernel's limit and writes it.
 pub fn load_cmdline(mem: &GuestMemoryMmap, cmdline: &str, max: usize) -> Result<(), LoadError> {
+    // An image's cmdline_size may promise more than the guest-memory room
+    // the command line has.
+    let max = max.min(layout::CMDLINE_MAX_SIZE - 1);
     if cmdline.len() > max {
         return Err(LoadError::CmdlineTooLong {
             len: cmdline.len(),
@@ -998,7 +1020,10 @@ mod tests {
         let mut got = vec![0u8; 64];
         mem.read_slice(&mut got, GuestAddress(0x100000)).unwrap();
         assert_eq!(got, file[0x400..0x440]);
-        assert_eq!(k.end, 0x100000 + (file.len() as u64 - 0x400));
+        // The end covers init_size (0x7000) from the load address, which
+        // lies past the image's own 0x380 bytes.
+        assert!(k.end >= 0x100000 + 0x7000, "{:#x}", k.end);
+        assert!(k.end > 0x100000 + (file.len() as u64 - 0x400));
     }
 
     #[test]
@@ -1267,8 +1292,23 @@ mod tests {
             ),
             "{e}"
         );
+        // The PT_LOAD moved below 1 MiB, over the boot structures.
+        let low = patched_pvh("low", &[(64 + 24, &0xf0000u64.to_le_bytes())]);
+        let e = load_kernel(&mem, &low, 64 << 20, &DecompressOptions::default()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                LoadError::ElfLowSegment {
+                    start: 0xf0000,
+                    end: 0xf00d8,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let _ = std::fs::remove_file(overlap);
         let _ = std::fs::remove_file(stray);
+        let _ = std::fs::remove_file(low);
     }
 
     #[test]
@@ -1333,6 +1373,13 @@ mod tests {
                 len: 2048,
                 max: 2047
             })
+        ));
+        // A header's cmdline_size beyond the room reserved for the command
+        // line does not let a longer one overwrite what follows it.
+        let long = "x".repeat(layout::CMDLINE_MAX_SIZE);
+        assert!(matches!(
+            load_cmdline(&mem, &long, u32::MAX as usize),
+            Err(LoadError::CmdlineTooLong { max, .. }) if max == layout::CMDLINE_MAX_SIZE - 1
         ));
         assert!(matches!(
             load_cmdline(&mem, "a\0b", 2047),

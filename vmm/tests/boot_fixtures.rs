@@ -260,6 +260,29 @@ fn triple_fault_ends_the_vm() {
     assert_eq!(r.timeline.outcome.reason, StopReason::TripleFault);
 }
 
+/// mini-bzimage-hostile.bin: 32 rounds of pseudo-random values written to
+/// and read from every emulated port (widths 1, 2, 4) and unclaimed MMIO
+/// (widths 1 to 8), then a triple fault. The devices take all of it and
+/// the run ends on the triple fault, with every marker-port write counted.
+#[test]
+fn hostile_port_and_mmio_accesses_end_on_the_triple_fault() {
+    if !kvm_available() {
+        return;
+    }
+    let r = boot(config("mini-bzimage-hostile.bin", "", Capture::default())).unwrap();
+    assert_eq!(
+        r.timeline.outcome.reason,
+        StopReason::TripleFault,
+        "{}",
+        r.timeline.outcome.detail
+    );
+    // Three writes (out b/w/l) per round to 0x80 and to 0xf4, plus the two
+    // markers each before the loop.
+    let c = &r.marker_counts;
+    assert_eq!(c.debug_port_total(), 32 * 3 + 2, "{c:?}");
+    assert_eq!(c.boot_time_port.values().sum::<u64>(), 32 * 3 + 2, "{c:?}");
+}
+
 #[test]
 fn every_port_write_is_counted() {
     if !kvm_available() {
