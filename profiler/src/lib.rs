@@ -28,6 +28,6 @@ pub mod sites;
 pub mod topology;
 pub mod tracefs;
 
-pub use collector::{Collector, CollectorConfig, CollectorSet, TargetSpec};
+pub use collector::{check_privileges, Collector, CollectorConfig, CollectorSet, TargetSpec};
 pub use error::ProfilerError;
 pub use profile::Profile;

@@ -39,24 +39,14 @@ pub fn bind(listen: &str) -> Result<tiny_http::Server, String> {
 }
 
 /// Whether this process may load eBPF programs: root, or CAP_BPF with
-/// CAP_PERFMON, or CAP_SYS_ADMIN.
+/// CAP_PERFMON, or CAP_SYS_ADMIN (the profiler's own check).
 pub fn check_can_follow() -> Result<(), String> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    const CAP_SYS_ADMIN: u64 = 1 << 21;
-    const CAP_PERFMON: u64 = 1 << 38;
-    const CAP_BPF: u64 = 1 << 39;
-    if eff & CAP_SYS_ADMIN != 0 || (eff & CAP_BPF != 0 && eff & CAP_PERFMON != 0) {
-        return Ok(());
-    }
-    Err(format!(
-        "the exporter follows VMs with eBPF: run it as root or with CAP_BPF and \
-         CAP_PERFMON (effective capabilities now {eff:#x})"
-    ))
+    bootscope_profiler::check_privileges().map_err(|e| {
+        format!(
+            "the exporter follows VMs with eBPF: run it as root or with CAP_BPF and \
+             CAP_PERFMON ({e})"
+        )
+    })
 }
 
 /// Answers requests until `stop` is set: GET /metrics with the exposition

@@ -17,6 +17,7 @@ mod read;
 mod sites;
 mod state;
 mod target;
+pub use target::check_privileges;
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -44,8 +45,8 @@ use read::{kernel_release, map_error};
 pub use read::{thread_role, vcpu_from_thread_name};
 use state::{worker_loop, State};
 use target::{
-    check_pid_namespace, check_privileges, descendants, find_or_mount_tracefs, read_comm,
-    resolve_target, seed_target, TargetLife,
+    check_pid_namespace, descendants, find_or_mount_tracefs, read_comm, resolve_target,
+    seed_target, TargetLife,
 };
 
 /// What to profile.

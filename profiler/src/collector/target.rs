@@ -18,7 +18,7 @@ use crate::error::ProfilerError;
 use crate::tracefs::Tracefs;
 
 /// Checks for root or CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN).
-pub(super) fn check_privileges() -> Result<(), ProfilerError> {
+pub fn check_privileges() -> Result<(), ProfilerError> {
     let status = crate::pseudo::read("/proc/self/status").unwrap_or_default();
     let eff = status
         .lines()
