@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -443,6 +444,10 @@ pub struct Execution {
 /// How long a stopped run has between SIGTERM and SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// How long what a run left running in its process group has between
+/// SIGTERM and SIGKILL.
+const GROUP_GRACE: Duration = Duration::from_secs(1);
+
 /// Runs `argv` with standard input closed, timing it and watching its
 /// standard output for `patterns`. Once `stop` is set the process gets
 /// SIGTERM (SIGKILL after [`STOP_GRACE`]) and is waited for.
@@ -456,16 +461,21 @@ pub fn execute(
         .first()
         .ok_or_else(|| BenchError::Usage("empty command".into()))?;
     let mut cmd = Command::new(program);
+    // A process group of its own: a stopped or overstaying run is ended
+    // with everything it started (a script's QEMU), and what it leaves
+    // behind when it exits is ended too.
     cmd.args(&argv[1..])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stderr(Stdio::piped())
+        .process_group(0);
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| BenchError::Spawn {
         program: program.to_string_lossy().into_owned(),
         source,
     })?;
     let pid = child.id();
+    let listed = bootscope_model::proc::ListedGroup::new(pid);
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
 
@@ -544,17 +554,20 @@ pub fn execute(
         }
         if !timed_out && start.elapsed() >= timeout {
             timed_out = true;
-            signal(pid, libc::SIGKILL);
+            signal_group(pid, libc::SIGKILL);
         }
         match stopping {
             None if stop.is_some_and(|s| s.load(Ordering::SeqCst)) => {
                 stopping = Some(Instant::now());
-                signal(pid, libc::SIGTERM);
+                signal_group(pid, libc::SIGTERM);
             }
-            Some(at) if at.elapsed() >= STOP_GRACE => signal(pid, libc::SIGKILL),
+            Some(at) if at.elapsed() >= STOP_GRACE => signal_group(pid, libc::SIGKILL),
             _ => {}
         }
     };
+    // Nothing of the run outlives it.
+    bootscope_model::proc::end_group(pid, GROUP_GRACE);
+    drop(listed);
     let status = status.map_err(|source| BenchError::Spawn {
         program: program.to_string_lossy().into_owned(),
         source,
@@ -578,17 +591,12 @@ pub fn execute(
     })
 }
 
-/// Sends `sig` to a run that overstayed or is being stopped.
-fn signal(pid: u32, sig: libc::c_int) {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return;
-    };
-    // SAFETY: kill(2) takes plain integers; the pid is our own child, which
-    // has not been reaped yet (the waiter thread is still blocked in wait),
-    // so the number cannot name another process.
-    unsafe {
-        libc::kill(pid, sig);
-    }
+/// Sends `sig` to a run that overstayed or is being stopped: to its whole
+/// process group, whose leader (our child) has not been reaped yet (the
+/// waiter thread is still blocked in wait), so the number names no other
+/// group.
+fn signal_group(pgid: u32, sig: libc::c_int) {
+    bootscope_model::proc::signal_group(pgid, sig);
 }
 
 /// A command line as a shell would need it, for messages.
@@ -727,6 +735,68 @@ mod tests {
         assert!(e.timed_out);
         assert_eq!(e.exit_code, None);
         assert!(e.wall < Duration::from_secs(10));
+    }
+
+    /// Processes whose command line is `words`.
+    fn processes(words: &str) -> Vec<String> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| {
+                let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                (cmd.trim_end() == words).then(|| e.file_name().to_string_lossy().into_owned())
+            })
+            .collect()
+    }
+
+    fn sh(script: &str) -> Vec<OsString> {
+        ["sh", "-c", script].iter().map(OsString::from).collect()
+    }
+
+    /// A run that ends leaving a background job, one stopped and one that
+    /// overstays, each a shell with children: none of the children is left.
+    #[test]
+    fn runs_end_with_their_whole_process_group() {
+        let started = Instant::now();
+        let e = execute(
+            &sh("sleep 987.25 & echo started"),
+            &[],
+            Duration::from_secs(30),
+            None,
+        )
+        .unwrap();
+        assert_eq!(e.exit_code, Some(0));
+        assert!(processes("sleep 987.25").is_empty(), "left behind");
+        // The job held standard output open: not waited for.
+        assert!(started.elapsed() < READER_GRACE, "{:?}", started.elapsed());
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let setter = stop.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            setter.store(true, Ordering::SeqCst);
+        });
+        let e = execute(
+            &sh("sleep 986.25 & sleep 986.25"),
+            &[],
+            Duration::from_secs(30),
+            Some(&stop),
+        )
+        .unwrap();
+        t.join().unwrap();
+        assert_ne!(e.exit_code, Some(0));
+        assert!(processes("sleep 986.25").is_empty(), "left behind");
+
+        let e = execute(
+            &sh("sleep 985.25 & sleep 985.25"),
+            &[],
+            Duration::from_millis(300),
+            None,
+        )
+        .unwrap();
+        assert!(e.timed_out);
+        assert!(processes("sleep 985.25").is_empty(), "left behind");
     }
 
     #[test]

@@ -580,19 +580,22 @@ fn cached(file: &Path, declared: Option<u64>) -> Option<(KernelBytes, ElfKernel)
 }
 
 /// Writes `bytes` to `file` atomically: a temporary file in the same
-/// directory, renamed over it once complete.
+/// directory (listed for removal should a signal end the process), renamed
+/// over it once complete.
 fn store(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dir = file
         .parent()
         .ok_or_else(|| std::io::Error::other("the cache file has no directory"))?;
     std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".vmlinux-")
-        .tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.persist(file).map_err(|e| e.error)?;
-    Ok(())
+    let mut tmp = bootscope_model::output::Temporary::new_in(
+        dir,
+        std::ffi::OsStr::new(".vmlinux-"),
+        "",
+        0o600,
+    )?;
+    tmp.as_file_mut().write_all(bytes)?;
+    tmp.persist(file)
 }
 
 #[cfg(test)]
