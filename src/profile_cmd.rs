@@ -279,57 +279,15 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
     let mut code = 0;
     if let Some(mut h) = held {
-        let s = match status {
-            Some(s) => Some(s),
-            None => {
-                // The signal bootscope got goes on to the command's group;
-                // --duration or a closed live view sends SIGTERM.
-                let sig = signal.unwrap_or(libc::SIGTERM);
-                eprintln!(
-                    "bootscope: {stopped_by}: stopping the launched command and its process group ({})",
-                    crate::signals::name(sig)
-                );
-                h.signal_group(sig);
-                let deadline = Instant::now() + STOP_GRACE;
-                loop {
-                    if let Some(s) = h.try_wait()? {
-                        break Some(s);
-                    }
-                    if Instant::now() >= deadline {
-                        h.signal_group(libc::SIGKILL);
-                        let _ = h.signal(libc::SIGKILL);
-                        break Some(h.wait()?);
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
-        };
-        // Whatever the command left running in its group (a script's
-        // background jobs, a forked QEMU) goes with it.
-        let left = bootscope_model::proc::group_members(h.pgid());
-        if !left.is_empty() {
-            eprintln!(
-                "bootscope: the launched command left {} process(es) of its group running: stopping them (SIGTERM, SIGKILL after {} s)",
-                left.len(),
-                GROUP_GRACE.as_secs()
-            );
-            let still = bootscope_model::proc::end_group(h.pgid(), GROUP_GRACE);
-            if !still.is_empty() {
-                eprintln!(
-                    "bootscope: warning: processes of the launched command's group outlived SIGKILL: {still:?}"
-                );
-            }
-        }
+        let s = end_launched(&mut h, status, signal, stopped_by)?;
         drop(group.take());
         // The group is gone: the terminal is this process's again.
         drop(foreground.take());
-        if let Some(s) = s {
-            use std::os::unix::process::ExitStatusExt;
-            let c = s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0));
-            profile.target.exit_code = Some(c);
-            if status.is_some() {
-                code = c;
-            }
+        use std::os::unix::process::ExitStatusExt;
+        let c = s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0));
+        profile.target.exit_code = Some(c);
+        if status.is_some() {
+            code = c;
         }
     }
     crate::sites_cmd::annotate(&mut profile, symbols.as_ref());
@@ -346,6 +304,58 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         code = crate::signals::exit_status(sig);
     }
     Ok(code)
+}
+
+/// Ends the launched command and its process group, and returns its exit
+/// status: `status` when it ended by itself; otherwise the group gets
+/// `signal` (SIGTERM when profiling stopped for another reason), then
+/// SIGKILL after [`STOP_GRACE`]. Whatever is left of the group after the
+/// command (a script's background jobs, a forked QEMU) gets SIGTERM, then
+/// SIGKILL after [`GROUP_GRACE`].
+fn end_launched(
+    h: &mut HeldCommand,
+    status: Option<std::process::ExitStatus>,
+    signal: Option<i32>,
+    stopped_by: &str,
+) -> Result<std::process::ExitStatus> {
+    let s = match status {
+        Some(s) => s,
+        None => {
+            let sig = signal.unwrap_or(libc::SIGTERM);
+            eprintln!(
+                "bootscope: {stopped_by}: stopping the launched command and its process group ({})",
+                crate::signals::name(sig)
+            );
+            h.signal_group(sig);
+            let deadline = Instant::now() + STOP_GRACE;
+            loop {
+                if let Some(s) = h.try_wait()? {
+                    break s;
+                }
+                if Instant::now() >= deadline {
+                    h.signal_group(libc::SIGKILL);
+                    let _ = h.signal(libc::SIGKILL);
+                    break h.wait()?;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    let left = bootscope_model::proc::group_members(h.pgid());
+    if !left.is_empty() {
+        eprintln!(
+            "bootscope: the launched command left {} process(es) of its group running: stopping them (SIGTERM, SIGKILL after {} s)",
+            left.len(),
+            GROUP_GRACE.as_secs()
+        );
+        let still = bootscope_model::proc::end_group(h.pgid(), GROUP_GRACE);
+        if !still.is_empty() {
+            eprintln!(
+                "bootscope: warning: processes of the launched command's group outlived SIGKILL: {still:?}"
+            );
+        }
+    }
+    Ok(s)
 }
 
 /// How long a launched command has to end after the signal bootscope got
