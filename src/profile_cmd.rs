@@ -145,8 +145,6 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     // launched command's process group, which is then ended whole; the
     // profile is still written.
     let interrupts = crate::signals::catch()?;
-    let quit = interrupts.flag();
-    let duration = args.duration;
     let command: Vec<String> = args
         .command
         .iter()
@@ -222,16 +220,78 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         h.release().context("cannot release the launched command")?;
     }
     let started = Instant::now();
+    let waited = wait_for_target(
+        &args,
+        &collector,
+        held.as_mut(),
+        &interrupts,
+        started,
+        &command,
+        child_log.as_deref(),
+    )?;
+    let mut profile = collector.finish();
+    let signal = interrupts.received();
+    profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
+    let mut code = 0;
+    if let Some(h) = held {
+        let (exit_code, own) = stop_launched(h, &waited, signal)?;
+        drop(group.take());
+        // The group is gone: the terminal is this process's again.
+        drop(foreground.take());
+        profile.target.exit_code = exit_code;
+        if own {
+            code = exit_code.unwrap_or(0);
+        }
+    }
+    crate::sites_cmd::annotate(&mut profile, symbols.as_ref());
+    let json = serde_json::to_vec_pretty(&profile)?;
+    crate::cli::write_output(&args.output, &json)?;
+    if !args.no_summary {
+        eprint!("{}", summary(&profile, &args.output));
+    }
+    if let Some(sig) = signal {
+        eprintln!(
+            "bootscope: interrupted by {}: the profile covers the time until then",
+            crate::signals::name(sig)
+        );
+        code = crate::signals::exit_status(sig);
+    }
+    Ok(code)
+}
+
+/// How the wait for the target ended.
+struct Waited {
+    /// The launched command's status, when it ended by itself.
+    status: Option<std::process::ExitStatus>,
+    /// What ended the profiling (`the target ended`, a signal's name,
+    /// `--duration elapsed`, ...).
+    stopped_by: &'static str,
+}
+
+/// Waits until the target ends, a signal or the closed live view stops the
+/// profiling, or `--duration` elapses. Under `--tui` the live view runs
+/// first.
+fn wait_for_target(
+    args: &ProfileArgs,
+    collector: &Collector,
+    mut held: Option<&mut HeldCommand>,
+    interrupts: &crate::signals::Interrupts,
+    started: Instant,
+    command: &[String],
+    child_log: Option<&Path>,
+) -> Result<Waited, Failure> {
+    let quit = interrupts.flag();
+    let duration = args.duration;
     let mut status = None;
     let mut stopped_by = "the target ended";
     if args.tui {
         let ended = crate::tui_cmd::profile_live(
-            &collector,
-            held.as_mut(),
+            collector,
+            held.as_deref_mut(),
             started,
             duration,
-            &command,
-            child_log.as_deref(),
+            command,
+            child_log,
             args.refresh_ms,
         )?;
         // Closing the UI before the target ended stops it as Ctrl-C does.
@@ -244,7 +304,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     // from the guest on a small machine.
     let pidfd = bootscope_profiler::launch::pidfd_open(collector.target_pid()).ok();
     loop {
-        if let Some(h) = held.as_mut() {
+        if let Some(h) = held.as_deref_mut() {
             if let Some(s) = h
                 .try_wait()
                 .context("cannot wait for the launched command")?
@@ -274,56 +334,28 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
             break;
         }
     }
-    let mut profile = collector.finish();
-    let signal = interrupts.received();
-    profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
-    let mut code = 0;
-    if let Some(mut h) = held {
-        let s = end_launched(&mut h, status, signal, stopped_by)?;
-        drop(group.take());
-        // The group is gone: the terminal is this process's again.
-        drop(foreground.take());
-        use std::os::unix::process::ExitStatusExt;
-        let c = s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0));
-        profile.target.exit_code = Some(c);
-        if status.is_some() {
-            code = c;
-        }
-    }
-    crate::sites_cmd::annotate(&mut profile, symbols.as_ref());
-    let json = serde_json::to_vec_pretty(&profile)?;
-    crate::cli::write_output(&args.output, &json)?;
-    if !args.no_summary {
-        eprint!("{}", summary(&profile, &args.output));
-    }
-    if let Some(sig) = signal {
-        eprintln!(
-            "bootscope: interrupted by {}: the profile covers the time until then",
-            crate::signals::name(sig)
-        );
-        code = crate::signals::exit_status(sig);
-    }
-    Ok(code)
+    Ok(Waited { status, stopped_by })
 }
 
-/// Ends the launched command and its process group, and returns its exit
-/// status: `status` when it ended by itself; otherwise the group gets
+/// Ends the launched command and its process group, and gives its exit
+/// code (128 + signal when a signal ended it), and whether it ended by
+/// itself (its status is then bootscope's). Still running, the group gets
 /// `signal` (SIGTERM when profiling stopped for another reason), then
 /// SIGKILL after [`STOP_GRACE`]. Whatever is left of the group after the
 /// command (a script's background jobs, a forked QEMU) gets SIGTERM, then
 /// SIGKILL after [`GROUP_GRACE`].
-fn end_launched(
-    h: &mut HeldCommand,
-    status: Option<std::process::ExitStatus>,
+fn stop_launched(
+    mut h: HeldCommand,
+    waited: &Waited,
     signal: Option<i32>,
-    stopped_by: &str,
-) -> Result<std::process::ExitStatus> {
-    let s = match status {
+) -> Result<(Option<i32>, bool), Failure> {
+    let s = match waited.status {
         Some(s) => s,
         None => {
             let sig = signal.unwrap_or(libc::SIGTERM);
             eprintln!(
-                "bootscope: {stopped_by}: stopping the launched command and its process group ({})",
+                "bootscope: {}: stopping the launched command and its process group ({})",
+                waited.stopped_by,
                 crate::signals::name(sig)
             );
             h.signal_group(sig);
@@ -355,7 +387,9 @@ fn end_launched(
             );
         }
     }
-    Ok(s)
+    use std::os::unix::process::ExitStatusExt;
+    let c = s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0));
+    Ok((Some(c), waited.status.is_some()))
 }
 
 /// How long a launched command has to end after the signal bootscope got
@@ -512,6 +546,24 @@ pub fn summary(p: &Profile, output: &Path) -> String {
         n.pages_remote,
         n.pages_unknown_node
     );
+    threads_summary(&mut s, p);
+    cost_summary(&mut s, p);
+    let _ = writeln!(
+        s,
+        "lost events: {}{}",
+        p.lost_events,
+        if p.map_overflows > 0 {
+            format!(" (and {} not counted: a map was full)", p.map_overflows)
+        } else {
+            String::new()
+        }
+    );
+    s
+}
+
+/// The busiest 16 threads: their CPUs, run time and nodes.
+fn threads_summary(s: &mut String, p: &Profile) {
+    use std::fmt::Write as _;
     let _ = writeln!(
         s,
         "threads ({}):\n  {:>8} {:<16} {:<8} {:>10} {:>10}  cpus (run time) / nodes",
@@ -554,6 +606,11 @@ pub fn summary(p: &Profile, output: &Path) -> String {
     if threads.len() > 16 {
         let _ = writeln!(s, "  ... {} more in the profile", threads.len() - 16);
     }
+}
+
+/// The eBPF programs as they attached, and what profiling cost.
+fn cost_summary(s: &mut String, p: &Profile) {
+    use std::fmt::Write as _;
     let by_status = |st: &str| -> Vec<String> {
         p.sources
             .iter()
@@ -607,15 +664,4 @@ pub fn summary(p: &Profile, output: &Path) -> String {
             top.join(", ")
         );
     }
-    let _ = writeln!(
-        s,
-        "lost events: {}{}",
-        p.lost_events,
-        if p.map_overflows > 0 {
-            format!(" (and {} not counted: a map was full)", p.map_overflows)
-        } else {
-            String::new()
-        }
-    );
-    s
 }

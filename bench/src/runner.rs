@@ -448,37 +448,13 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// SIGTERM and SIGKILL.
 const GROUP_GRACE: Duration = Duration::from_secs(1);
 
-/// Runs `argv` with standard input closed, timing it and watching its
-/// standard output for `patterns`. Once `stop` is set the process gets
-/// SIGTERM (SIGKILL after [`STOP_GRACE`]) and is waited for.
-pub fn execute(
-    argv: &[OsString],
+/// Reads the child's standard output on a thread, noting when each
+/// pattern first matched (from `start`); the receiver gets them at its end.
+fn read_console(
+    stdout: Option<std::process::ChildStdout>,
     patterns: &[ConsolePattern],
-    timeout: Duration,
-    stop: Option<&AtomicBool>,
-) -> Result<Execution, BenchError> {
-    let program = argv
-        .first()
-        .ok_or_else(|| BenchError::Usage("empty command".into()))?;
-    let mut cmd = Command::new(program);
-    // A process group of its own: a stopped or overstaying run is ended
-    // with everything it started (a script's QEMU), and what it leaves
-    // behind when it exits is ended too.
-    cmd.args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let start = Instant::now();
-    let mut child = cmd.spawn().map_err(|source| BenchError::Spawn {
-        program: program.to_string_lossy().into_owned(),
-        source,
-    })?;
-    let pid = child.id();
-    let listed = bootscope_model::proc::ListedGroup::new(pid);
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-
+    start: Instant,
+) -> Result<mpsc::Receiver<BTreeMap<String, Duration>>, BenchError> {
     let (console_tx, console_rx) = mpsc::channel();
     let pats = patterns.to_vec();
     std::thread::Builder::new()
@@ -510,6 +486,14 @@ pub fn execute(
             program: "a reader thread".into(),
             source,
         })?;
+    Ok(console_rx)
+}
+
+/// Reads the child's standard error on a thread; the receiver gets its
+/// last lines at its end.
+fn read_stderr_tail(
+    stderr: Option<std::process::ChildStderr>,
+) -> Result<mpsc::Receiver<String>, BenchError> {
     let (err_tx, err_rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("bench-stderr".into())
@@ -528,6 +512,42 @@ pub fn execute(
             program: "a reader thread".into(),
             source,
         })?;
+    Ok(err_rx)
+}
+
+/// Runs `argv` with standard input closed, timing it and watching its
+/// standard output for `patterns`. Once `stop` is set the process gets
+/// SIGTERM (SIGKILL after [`STOP_GRACE`]) and is waited for.
+pub fn execute(
+    argv: &[OsString],
+    patterns: &[ConsolePattern],
+    timeout: Duration,
+    stop: Option<&AtomicBool>,
+) -> Result<Execution, BenchError> {
+    let program = argv
+        .first()
+        .ok_or_else(|| BenchError::Usage("empty command".into()))?;
+    let mut cmd = Command::new(program);
+    // A process group of its own: a stopped or overstaying run is ended
+    // with everything it started (a script's QEMU), and what it leaves
+    // behind when it exits is ended too.
+    cmd.args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let start = Instant::now();
+    let mut child = cmd.spawn().map_err(|source| BenchError::Spawn {
+        program: program.to_string_lossy().into_owned(),
+        source,
+    })?;
+    let pid = child.id();
+    let listed = bootscope_model::proc::ListedGroup::new(pid);
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+
+    let console_rx = read_console(stdout, patterns, start)?;
+    let err_rx = read_stderr_tail(stderr)?;
     let (exit_tx, exit_rx) = mpsc::channel::<(std::io::Result<ExitStatus>, Instant)>();
     std::thread::Builder::new()
         .name("bench-wait".into())
@@ -735,68 +755,6 @@ mod tests {
         assert!(e.timed_out);
         assert_eq!(e.exit_code, None);
         assert!(e.wall < Duration::from_secs(10));
-    }
-
-    /// Processes whose command line is `words`.
-    fn processes(words: &str) -> Vec<String> {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| {
-                let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
-                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-                (cmd.trim_end() == words).then(|| e.file_name().to_string_lossy().into_owned())
-            })
-            .collect()
-    }
-
-    fn sh(script: &str) -> Vec<OsString> {
-        ["sh", "-c", script].iter().map(OsString::from).collect()
-    }
-
-    /// A run that ends leaving a background job, one stopped and one that
-    /// overstays, each a shell with children: none of the children is left.
-    #[test]
-    fn runs_end_with_their_whole_process_group() {
-        let started = Instant::now();
-        let e = execute(
-            &sh("sleep 987.25 & echo started"),
-            &[],
-            Duration::from_secs(30),
-            None,
-        )
-        .unwrap();
-        assert_eq!(e.exit_code, Some(0));
-        assert!(processes("sleep 987.25").is_empty(), "left behind");
-        // The job held standard output open: not waited for.
-        assert!(started.elapsed() < READER_GRACE, "{:?}", started.elapsed());
-
-        let stop = Arc::new(AtomicBool::new(false));
-        let setter = stop.clone();
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(300));
-            setter.store(true, Ordering::SeqCst);
-        });
-        let e = execute(
-            &sh("sleep 986.25 & sleep 986.25"),
-            &[],
-            Duration::from_secs(30),
-            Some(&stop),
-        )
-        .unwrap();
-        t.join().unwrap();
-        assert_ne!(e.exit_code, Some(0));
-        assert!(processes("sleep 986.25").is_empty(), "left behind");
-
-        let e = execute(
-            &sh("sleep 985.25 & sleep 985.25"),
-            &[],
-            Duration::from_millis(300),
-            None,
-        )
-        .unwrap();
-        assert!(e.timed_out);
-        assert!(processes("sleep 985.25").is_empty(), "left behind");
     }
 
     #[test]
