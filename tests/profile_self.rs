@@ -109,7 +109,11 @@ fn run_writes_its_own_profile() {
     let guest = at("vmm: profiler's guest programs attached").expect("the guest mark");
     assert!(attached < guest && guest <= run, "{tmarks:?}");
     assert_eq!(phases[1].2, wait, "{phases:?}");
-    assert_eq!(phases[2], ("profiler guest attach", wait, run), "{phases:?}");
+    assert_eq!(
+        phases[2],
+        ("profiler guest attach", wait, run),
+        "{phases:?}"
+    );
     // The profile's set-up stages all fall inside the first phase, the
     // guest programs' stages after it.
     let stages = p["startup"].as_array().unwrap();
@@ -180,7 +184,12 @@ fn the_first_kvm_run_waits_for_the_guest_programs() {
             .args([out.as_os_str(), "--timeline".as_ref(), timeline.as_os_str()]),
         None,
     );
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let read = |p: &PathBuf| -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
     };

@@ -6,7 +6,15 @@
 //! thread of their own while the VMM sets up, and the VMM waits for them
 //! before it runs its vCPUs. The programs its set-up needs (threads, host
 //! page faults, page allocations) are attached before it starts.
+//!
+//! The thread runs at the lowest priority (nice 19) until the VMM waits
+//! for it, then at the VMM's: where the host has a CPU to spare the attach
+//! is hidden by the set-up, and where it has none (one CPU, a loaded host)
+//! the attach does not slow the set-up down (which would misreport the
+//! VMM's own `vmm setup`) but runs in the wait, which is the timeline's
+//! `profiler guest attach`.
 
+use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -46,10 +54,59 @@ fn lock(shared: &Shared) -> MutexGuard<'_, State> {
     shared.state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Verifies and attaches the guest programs. The object with the programs
+/// The niceness of the guest programs' thread until they are waited for.
+const BACKGROUND_NICE: i32 = 19;
+
+/// The calling thread's niceness (Linux: `PRIO_PROCESS` with 0 is the
+/// calling thread, with a thread id that thread).
+fn nice_of(tid: i32) -> Option<i32> {
+    // SAFETY: getpriority takes two integers. -1 is also a valid
+    // niceness, so errno tells an error apart.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let n = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
+        (*libc::__errno_location() == 0).then_some(n)
+    }
+}
+
+/// Sets a thread's niceness (0: the calling thread); raising it back needs
+/// CAP_SYS_NICE, and without it the thread keeps the lower priority.
+fn set_nice(tid: i32, nice: i32) {
+    // SAFETY: setpriority takes integers only.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+}
+
+/// Puts the calling thread, the guest programs' own, in the background:
+/// nice 19 until [`hurry`] (or, if that came first, not at all).
+fn background(shared: &Shared) {
+    let own = nice_of(0).unwrap_or(0);
+    set_nice(0, BACKGROUND_NICE);
+    // SAFETY: gettid has no arguments.
+    let tid = unsafe { libc::gettid() };
+    shared.guest_tid.store(tid, Ordering::SeqCst);
+    if shared.guest_hurry.load(Ordering::SeqCst) {
+        set_nice(0, own);
+    }
+}
+
+/// The VMM waits for the guest programs: their thread gets the waiting
+/// thread's priority back.
+pub(super) fn hurry(shared: &Shared) {
+    shared.guest_hurry.store(true, Ordering::SeqCst);
+    let tid = shared.guest_tid.load(Ordering::SeqCst);
+    if tid > 0 {
+        set_nice(tid, nice_of(0).unwrap_or(0));
+    }
+}
+
+/// Verifies and attaches the guest programs (`in_background`: on their
+/// own thread, first put in the background). The object with the programs
 /// leaves the state meanwhile; the maps stay, so the collector goes on
 /// reading them (and the VMM's marks are not held up).
-pub(super) fn attach_guest_programs(shared: &Shared) {
+pub(super) fn attach_guest_programs(shared: &Shared, in_background: bool) {
+    if in_background {
+        background(shared);
+    }
     if let Some(ms) = std::env::var(GUEST_ATTACH_DELAY_ENV)
         .ok()
         .and_then(|v| v.parse::<u64>().ok())

@@ -25,7 +25,7 @@ pub use target::check_privileges;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -240,6 +240,10 @@ struct Shared {
     /// when samples are spaced out on a slow machine).
     wake: OwnedFd,
     state: Mutex<State>,
+    /// The guest programs' thread, once it runs in the background
+    /// ([`guest`]), and whether it is waited for.
+    guest_tid: AtomicI32,
+    guest_hurry: AtomicBool,
 }
 
 impl Shared {
@@ -496,6 +500,8 @@ impl Collector {
             // SAFETY: a fresh descriptor owned by nobody else.
             wake: unsafe { OwnedFd::from_raw_fd(wake) },
             state: Mutex::new(state),
+            guest_tid: AtomicI32::new(0),
+            guest_hurry: AtomicBool::new(false),
         });
         let worker_shared = shared.clone();
         let sample_interval = config.sample_interval.max(Duration::from_millis(10));
@@ -595,7 +601,7 @@ impl Collector {
             let shared = self.shared.clone();
             let spawned = std::thread::Builder::new()
                 .name("bootscope-guest".into())
-                .spawn(move || guest::attach_guest_programs(&shared));
+                .spawn(move || guest::attach_guest_programs(&shared, true));
             // Without a thread they are attached by the wait, on the
             // caller's.
             if let Ok(handle) = spawned {
@@ -620,8 +626,11 @@ impl Collector {
     pub fn wait_guest_programs(&self) -> Option<Instant> {
         let mut guest = self.guest_lock();
         match std::mem::replace(&mut *guest, GuestAttach::Done) {
-            GuestAttach::Pending => guest::attach_guest_programs(&self.shared),
+            GuestAttach::Pending => guest::attach_guest_programs(&self.shared, false),
             GuestAttach::Running(h) => {
+                if !h.is_finished() {
+                    guest::hurry(&self.shared);
+                }
                 let _ = h.join();
             }
             GuestAttach::Done => {}
@@ -637,6 +646,7 @@ impl Collector {
         match std::mem::replace(&mut *guest, GuestAttach::Done) {
             GuestAttach::Pending => guest::skip_guest_programs(&self.shared),
             GuestAttach::Running(h) => {
+                guest::hurry(&self.shared);
                 let _ = h.join();
             }
             GuestAttach::Done => {}
