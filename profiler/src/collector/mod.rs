@@ -342,6 +342,36 @@ fn startup_sources(threads: usize, topology: &Topology) -> Vec<DataSource> {
     ]
 }
 
+/// Verifies and attaches the planned programs, but the guest programs when
+/// they are deferred (`defer`); returns whether some are. Err when none is
+/// attached or left to attach.
+fn attach_setup_programs(
+    ebpf: &mut aya::Ebpf,
+    programs: &mut [ProgramState],
+    defer: bool,
+    stages: &mut Stages,
+) -> Result<bool, ProfilerError> {
+    attach_programs(
+        ebpf,
+        programs,
+        |spec| !(defer && fires_in_guest(spec)),
+        stages,
+        &SETUP_STAGES,
+    );
+    if !programs.iter().any(ProgramState::is_attached) {
+        let detail = programs
+            .iter()
+            .map(|p| format!("{}: {} {}", p.spec.source_name(), p.status, p.detail))
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(ProfilerError::NothingAttached { detail });
+    }
+    Ok(defer
+        && programs
+            .iter()
+            .any(|p| p.is_attached() && fires_in_guest(&p.spec)))
+}
+
 impl Collector {
     /// Starts profiling. Tracepoints this kernel lacks are recorded as
     /// missing in `sources[]` and the rest goes on; errors are for what
@@ -387,26 +417,12 @@ impl Collector {
         // Before attaching, so that every run of ours is counted.
         let (bpf_stats, stats_source) = enable_run_stats(config.bpf_stats);
         let mut programs = plan.programs;
-        let defer = config.defer_guest_programs;
-        attach_programs(
+        let deferred = attach_setup_programs(
             &mut ebpf,
             &mut programs,
-            |spec| !(defer && fires_in_guest(spec)),
+            config.defer_guest_programs,
             &mut stages,
-            &SETUP_STAGES,
-        );
-        let deferred = defer
-            && programs
-                .iter()
-                .any(|p| p.is_attached() && fires_in_guest(&p.spec));
-        if !programs.iter().any(ProgramState::is_attached) {
-            let detail = programs
-                .iter()
-                .map(|p| format!("{}: {} {}", p.spec.source_name(), p.status, p.detail))
-                .collect::<Vec<_>>()
-                .join("; ");
-            return Err(ProfilerError::NothingAttached { detail });
-        }
+        )?;
 
         let mut ebpf = BpfObject::new(ebpf);
         let ring = ebpf
