@@ -1,7 +1,8 @@
 //! The legacy devices a Linux guest needs to boot and to say it is done:
 //! COM1 (vm-superio 16550), the i8042 reset line (vm-superio), the CMOS
-//! RTC, the ACPI sleep and reset registers, and the boot-marker sinks
-//! (debug port 0x80, port 0xf4, the boot-timer MMIO word).
+//! RTC, the ACPI sleep and reset registers, PCI configuration mechanism #1
+//! with a lone host bridge, and the boot-marker sinks (debug port 0x80,
+//! port 0xf4, the boot-timer MMIO word).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -12,6 +13,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use crate::console::ConsoleSink;
 use crate::layout;
+use crate::pci::{self, PciConfig};
 use crate::rtc::{self, CmosRtc};
 use crate::timeline::{boot_time_port_mark_name, debug_port_mark_name, MarkSource, Recorder};
 use crate::x86::acpi;
@@ -76,6 +78,7 @@ pub struct Devices {
     i8042: Mutex<I8042Device<ResetTrigger>>,
     power: PowerState,
     rtc: Mutex<CmosRtc>,
+    pci: Mutex<PciConfig>,
     acpi: bool,
     recorder: Arc<Recorder>,
     counts: Mutex<MarkerCounts>,
@@ -101,6 +104,7 @@ impl Devices {
             i8042: Mutex::new(I8042Device::new(ResetTrigger(power.clone()))),
             power,
             rtc: Mutex::new(CmosRtc::default()),
+            pci: Mutex::new(PciConfig::default()),
             acpi,
             recorder,
             counts: Mutex::new(MarkerCounts::default()),
@@ -145,6 +149,7 @@ impl Devices {
             rtc::INDEX_PORT | rtc::DATA_PORT if data.len() == 1 => {
                 data[0] = lock(&self.rtc).read(port);
             }
+            p if pci::owns(p) => lock(&self.pci).read(p, data),
             // No wake events: status and control read as clear.
             acpi::SLEEP_CONTROL_PORT | acpi::SLEEP_STATUS_PORT | acpi::RESET_PORT => data.fill(0),
             _ => {}
@@ -164,6 +169,7 @@ impl Devices {
                 let _ = lock(&self.i8042).write((port - layout::I8042_DATA_PORT) as u8, value);
             }
             rtc::INDEX_PORT | rtc::DATA_PORT => lock(&self.rtc).write(port, value),
+            p if pci::owns(p) => lock(&self.pci).write(p, data),
             // Only S5 is offered (the DSDT names no other state).
             acpi::SLEEP_CONTROL_PORT if acpi::sleep_request(value) == Some(acpi::S5_SLEEP_TYPE) => {
                 *lock(&self.power) = Some(PowerRequest::Off);
