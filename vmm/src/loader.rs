@@ -535,22 +535,12 @@ pub struct DecompressOptions {
 
 type HostResult = Result<HostKernel, PayloadError>;
 
-/// A probed kernel whose bzImage payload may be decompressing (or whose ELF
-/// file is being mapped) on a thread of its own while the VMM sets up
-/// memory.
+/// A probed kernel whose bzImage payload may be decompressing on a thread
+/// of its own while the VMM sets up memory.
 pub struct PreparedKernel {
     path: PathBuf,
     probe: KernelProbe,
     host: Option<std::thread::JoinHandle<HostResult>>,
-    elf: Option<std::thread::JoinHandle<std::io::Result<MappedFile>>>,
-}
-
-/// Maps the ELF kernel at `path` (still a regular file) with its pages
-/// populated.
-fn map_elf(path: &Path) -> std::io::Result<MappedFile> {
-    let (file, _) =
-        open_image(path)?.map_err(|_| std::io::Error::other("it is no longer a regular file"))?;
-    MappedFile::of(&file)
 }
 
 impl PreparedKernel {
@@ -595,22 +585,10 @@ pub fn prepare_kernel(
         }
         _ => None,
     };
-    // An ELF file's pages are read in while memory is set up; a thread that
-    // cannot start leaves the mapping to the load.
-    let elf = (probe.format == KernelFormat::Elf)
-        .then(|| {
-            let file = path.to_path_buf();
-            std::thread::Builder::new()
-                .name("kernel-map".into())
-                .spawn(move || map_elf(&file))
-                .ok()
-        })
-        .flatten();
     Ok(PreparedKernel {
         path: path.to_path_buf(),
         probe,
         host,
-        elf,
     })
 }
 
@@ -628,12 +606,7 @@ pub fn load_kernel(
 impl PreparedKernel {
     /// Waits for the decompression (if any) and loads the kernel.
     pub fn load(self, mem: &GuestMemoryMmap, memory_bytes: u64) -> Result<LoadedKernel, LoadError> {
-        let PreparedKernel {
-            path,
-            probe,
-            host,
-            elf,
-        } = self;
+        let PreparedKernel { path, probe, host } = self;
         let path = path.as_path();
         let too_small = |needed: u64| LoadError::MemoryTooSmall {
             path: path.to_path_buf(),
@@ -645,7 +618,7 @@ impl PreparedKernel {
             return Err(too_small(needed));
         }
         if probe.format == KernelFormat::Elf {
-            return load_elf_file(mem, path, &probe, elf);
+            return load_elf_file(mem, path, &probe);
         }
         let hdr = probe.setup_header;
         let reason = match host.map(|h| h.join()) {
@@ -810,16 +783,11 @@ fn load_elf_file(
     mem: &GuestMemoryMmap,
     path: &Path,
     probe: &KernelProbe,
-    mapping: Option<std::thread::JoinHandle<std::io::Result<MappedFile>>>,
 ) -> Result<LoadedKernel, LoadError> {
-    // Read through a mapping of the file (its pages populated at once,
-    // usually on a thread while memory was set up; no copy through a read
-    // buffer): the segments go into guest RAM with one copy each.
-    let mapped = match mapping.map(|t| t.join()) {
-        Some(Ok(m)) => m,
-        None | Some(Err(_)) => map_elf(path),
-    }
-    .map_err(|source| LoadError::KernelRead {
+    // Read through a mapping of the file (its pages populated at once, no
+    // copy through a read buffer): the segments go into guest RAM with one
+    // copy each.
+    let mapped = MappedFile::of(&reopen(path)?).map_err(|source| LoadError::KernelRead {
         path: path.to_path_buf(),
         source,
     })?;
