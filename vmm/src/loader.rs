@@ -14,9 +14,7 @@ use linux_loader::loader::bootparam::setup_header;
 use linux_loader::loader::{bzimage::BzImage, elf::Elf, KernelLoader, PvhBootCapability};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-use crate::kernel::decompress::{
-    self, CacheUse, Compression, HostKernel, MappedFile, PayloadError,
-};
+use crate::kernel::decompress::{self, CacheUse, Compression, HostKernel, PayloadError};
 use crate::layout;
 use crate::timeline::{vmm_marks, KernelBoot, Recorder};
 
@@ -784,15 +782,8 @@ fn load_elf_file(
     path: &Path,
     probe: &KernelProbe,
 ) -> Result<LoadedKernel, LoadError> {
-    // Read through a mapping of the file (its pages populated at once, no
-    // copy through a read buffer): the segments go into guest RAM with one
-    // copy each.
-    let mapped = MappedFile::of(&reopen(path)?).map_err(|source| LoadError::KernelRead {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let mut image = std::io::Cursor::new(mapped.as_slice());
-    let res = Elf::load(mem, None, &mut image, None).map_err(|e| match e {
+    let mut file = reopen(path)?;
+    let res = Elf::load(mem, None, &mut file, None).map_err(|e| match e {
         linux_loader::loader::Error::Elf(linux_loader::loader::elf::Error::InvalidEntryAddress) => {
             LoadError::ElfNoEntry {
                 path: path.to_path_buf(),

@@ -443,12 +443,8 @@ unsafe impl Send for MappedFile {}
 
 impl MappedFile {
     pub fn open(path: &Path) -> std::io::Result<MappedFile> {
-        Self::of(&std::fs::File::open(path)?)
-    }
-
-    /// Maps the whole of the open `file`.
-    pub fn of(file: &std::fs::File) -> std::io::Result<MappedFile> {
         use std::os::fd::AsRawFd;
+        let file = std::fs::File::open(path)?;
         let len = file.metadata()?.len() as usize;
         if len == 0 {
             return Err(std::io::Error::other("empty file"));
