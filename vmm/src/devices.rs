@@ -1,8 +1,9 @@
 //! The legacy devices a Linux guest needs to boot and to say it is done:
 //! COM1 (vm-superio 16550), the i8042 reset line (vm-superio), the CMOS
 //! RTC, the ACPI sleep and reset registers, the chipset's reset control
-//! register (port 0xcf9), and the boot-marker sinks (debug port 0x80, port
-//! 0xf4, the boot-timer MMIO word).
+//! register (byte port 0xcf9), PCI configuration mechanism #1 with a lone
+//! host bridge (the other accesses at 0xcf8..0xcff), and the boot-marker
+//! sinks (debug port 0x80, port 0xf4, the boot-timer MMIO word).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -14,6 +15,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use crate::console::ConsoleSink;
 use crate::layout;
+use crate::pci::{self, PciConfig};
 use crate::rtc::{self, CmosRtc};
 use crate::timeline::{boot_time_port_mark_name, debug_port_mark_name, MarkSource, Recorder};
 use crate::x86::acpi;
@@ -83,6 +85,7 @@ pub struct Devices {
     rtc: Mutex<CmosRtc>,
     /// The reset control register's kept bit (`SYS_RST`), as PIIX keeps it.
     reset_control: AtomicU8,
+    pci: Mutex<PciConfig>,
     acpi: bool,
     recorder: Arc<Recorder>,
     counts: Mutex<MarkerCounts>,
@@ -109,6 +112,7 @@ impl Devices {
             power,
             rtc: Mutex::new(CmosRtc::default()),
             reset_control: AtomicU8::new(0),
+            pci: Mutex::new(PciConfig::default()),
             acpi,
             recorder,
             counts: Mutex::new(MarkerCounts::default()),
@@ -153,11 +157,14 @@ impl Devices {
             rtc::INDEX_PORT | rtc::DATA_PORT if data.len() == 1 => {
                 data[0] = lock(&self.rtc).read(port);
             }
-            // No wake events: status and control read as clear.
-            acpi::SLEEP_CONTROL_PORT | acpi::SLEEP_STATUS_PORT | acpi::RESET_PORT => data.fill(0),
+            // A byte at 0xcf9 is the reset control register, as on PIIX;
+            // the configuration mechanism has the other accesses.
             layout::RESET_CONTROL_PORT if data.len() == 1 => {
                 data[0] = self.reset_control.load(Ordering::SeqCst);
             }
+            p if pci::owns(p) => lock(&self.pci).read(p, data),
+            // No wake events: status and control read as clear.
+            acpi::SLEEP_CONTROL_PORT | acpi::SLEEP_STATUS_PORT | acpi::RESET_PORT => data.fill(0),
             _ => {}
         }
     }
@@ -192,6 +199,7 @@ impl Devices {
                         .store(value & layout::RESET_CONTROL_SYS_RST, Ordering::SeqCst);
                 }
             }
+            p if pci::owns(p) => lock(&self.pci).write(p, data),
             layout::DEBUG_PORT => {
                 let first = {
                     let mut c = lock(&self.counts);

@@ -411,8 +411,9 @@ pub struct KernelBoot {
     /// Size of the decompressed kernel (host path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decompressed_bytes: Option<u64>,
-    /// Host path: nanoseconds spent hashing the payload and decompressing
-    /// it (0 on a cache hit), on the decompression thread.
+    /// Host path: nanoseconds spent hashing the payload (absent when the
+    /// cache's index by file identity named the kernel without a hash) and
+    /// decompressing it (0 on a cache hit), on the decompression thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hash_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
