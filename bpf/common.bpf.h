@@ -95,6 +95,42 @@ struct {
 	__type(value, __u64);
 } source_events SEC(".maps") __weak;
 
+/* Per-slot counts (struct bs_slot_key): set before load. Width 0 (the
+ * default) turns them off, and the verifier drops their code. Weak: every
+ * collector that counts per slot includes this header. */
+const volatile __u64 time_slot_ns __weak = 0;
+/* bpf_ktime_get_ns() at the start of slot 0 (the profile's zero). */
+const volatile __u64 time_slot_base_ns __weak = 0;
+
+/* Counts per {slot, kind, code, isa}. Not preallocated, and one entry big
+ * unless slots are on: entries are added in time order, so when it is full
+ * the slots that lose counts are the latest ones. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 131072);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct bs_slot_key);
+	__type(value, __u64);
+} time_slots SEC(".maps") __weak;
+
+/* Events not counted per slot because time_slots was full, by
+ * enum bs_slot_kind (they are in the totals all the same). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BS_SLOT_KINDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} time_slot_overflows SEC(".maps") __weak;
+
+/* The first slot an event could not be counted in (key 0; the first
+ * insert wins): slots before it are complete. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} time_slot_full_at SEC(".maps") __weak;
+
 static __always_inline __u64 bs_read_field(void *ctx, __u32 off, __u32 size)
 {
 	__u64 v = 0;
@@ -161,6 +197,39 @@ static __always_inline void bs_count(void *map, const void *key, __u64 n)
 		return;
 	}
 	bs_percpu_inc(&map_overflows, 0);
+}
+
+/* Counts one event of kind/code/isa that happened at ts (bpf_ktime_get_ns)
+ * in its time slot; a full map is counted in time_slot_overflows, never
+ * silently. Nothing at all when slots are off. */
+static __always_inline void bs_count_slot(__u64 ts, __u32 kind, __u32 code, __u32 isa)
+{
+	struct bs_slot_key key = {};
+	__u64 one = 1, slot, *v;
+	__u32 zero = 0;
+
+	if (!time_slot_ns)
+		return;
+	slot = ts > time_slot_base_ns ? (ts - time_slot_base_ns) / time_slot_ns : 0;
+	key.slot = slot > 0xffffffffULL ? 0xffffffffU : (__u32)slot;
+	key.kind = kind;
+	key.code = code;
+	key.isa = isa;
+	v = bpf_map_lookup_elem(&time_slots, &key);
+	if (v) {
+		__sync_fetch_and_add(v, 1);
+		return;
+	}
+	if (bpf_map_update_elem(&time_slots, &key, &one, BPF_NOEXIST) == 0)
+		return;
+	/* Another CPU created it first, or the map is full. */
+	v = bpf_map_lookup_elem(&time_slots, &key);
+	if (v) {
+		__sync_fetch_and_add(v, 1);
+		return;
+	}
+	bs_percpu_inc(&time_slot_overflows, kind);
+	bpf_map_update_elem(&time_slot_full_at, &zero, &slot, BPF_NOEXIST);
 }
 
 /* floor(log2(v)) for v > 0, 0 for v == 0 (bcc's bits.bpf.h log2l). */

@@ -6,7 +6,7 @@
 #ifndef BOOTSCOPE_COMMON_H
 #define BOOTSCOPE_COMMON_H
 
-#define BS_ABI_VERSION 5
+#define BS_ABI_VERSION 6
 
 #define BS_COMM_LEN 16
 /* log2 latency slots: slot i holds values in [2^i, 2^(i+1)) ns, slot 0 also
@@ -118,6 +118,28 @@ struct bs_event {
 	__u64 arg0;
 	__u64 arg1;
 	char comm[BS_COMM_LEN];
+};
+
+/* Per-time-slot counts (`run --initcalls`: time_slot_ns set before load):
+ * each exit and fault is also counted by the slot of its time,
+ * slot = (bpf_ktime_get_ns() - time_slot_base_ns) / time_slot_ns, so that
+ * any interval of the boot (an initcall) can be given its own counts. */
+enum bs_slot_kind {
+	/* kvm:kvm_exit: code = exit reason, isa = kvm_exit's isa. */
+	BS_SLOT_EXIT = 0,
+	/* kvm:kvm_userspace_exit (the PVM fallback): code as in
+	 * struct bs_uexit_key. */
+	BS_SLOT_UEXIT = 1,
+	/* A page fault: code = enum bs_fault_kind. */
+	BS_SLOT_FAULT = 2,
+	BS_SLOT_KINDS = 3,
+};
+
+struct bs_slot_key {
+	__u32 slot;
+	__u32 kind;
+	__u32 code;
+	__u32 isa;
 };
 
 /* A log2 histogram of nanoseconds, updated with atomic adds. */

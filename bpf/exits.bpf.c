@@ -13,6 +13,11 @@
  * and, for SVM nested page faults, by guest-physical range. Off, the
  * verifier drops that code: the programs are the same as without it.
  *
+ * Time slots (`run --initcalls`, the const volatile time_slot_ns): each
+ * exit is also counted by the time slot of its kvm_exit, at the same point
+ * as its reason's count (common.bpf.h, bs_count_slot). Off, the verifier
+ * drops that code too.
+ *
  * These programs run on every exit: each event costs its fields, loaded
  * straight from the record (BS_CTX), and the lookups of its own map,
  * nothing more. How many events each saw is the
@@ -212,6 +217,7 @@ static __always_inline void bs_count_unended(const struct bs_exit_start *e)
 	__sync_fetch_and_add(&h->count, 1);
 	if (exit_sites_on)
 		bs_count_site(e, 0, 0);
+	bs_count_slot(e->ts_ns, BS_SLOT_EXIT, e->reason, e->isa);
 }
 
 /* An exit is counted once, with its latency, by the kvm_entry that ends it:
@@ -287,7 +293,7 @@ int bs_kvm_entry(void *ctx)
 	__u32 tid = (__u32)id;
 	struct bs_exit_start *start;
 	struct bs_hist *hist;
-	__u64 now, delta;
+	__u64 now, delta, exited;
 
 	/* Only threads of followed processes have an exit open (the tgid
 	 * check: a thread id reused by another process). */
@@ -297,6 +303,7 @@ int bs_kvm_entry(void *ctx)
 	now = bpf_ktime_get_ns();
 	delta = now > start->ts_ns ? now - start->ts_ns : 0;
 	hist = bs_exit_stat(start);
+	exited = start->ts_ns;
 	start->ts_ns = 0;
 	if (!hist)
 		return 0;
@@ -305,6 +312,7 @@ int bs_kvm_entry(void *ctx)
 	__sync_fetch_and_add(&hist->total_ns, delta);
 	if (exit_sites_on)
 		bs_count_site(start, 1, delta);
+	bs_count_slot(exited, BS_SLOT_EXIT, start->reason, start->isa);
 	return 0;
 }
 
@@ -325,6 +333,8 @@ int bs_kvm_userspace_exit(void *ctx)
 			   : (__u32)BS_CTX(ctx, BS_P_KVM_USERSPACE_EXIT_REASON);
 	key.phase = phase;
 	bs_count(&uexit_counts, &key, 1);
+	if (time_slot_ns)
+		bs_count_slot(bpf_ktime_get_ns(), BS_SLOT_UEXIT, key.code, 0);
 	return 0;
 }
 

@@ -32,6 +32,9 @@ static __always_inline int bs_fault(__u32 kind)
 	key.phase = phase;
 	key.kind = kind;
 	bs_count(&fault_counts, &key, 1);
+	/* Per time slot too with `run --initcalls` (dropped otherwise). */
+	if (time_slot_ns)
+		bs_count_slot(bpf_ktime_get_ns(), BS_SLOT_FAULT, kind, 0);
 	return 0;
 }
 

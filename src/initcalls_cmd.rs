@@ -58,15 +58,27 @@ pub fn run(args: InitcallsArgs) -> Result<i32, Failure> {
     Ok(0)
 }
 
-/// Shares the profile's sampled counters (every exit by reason, page
-/// faults) out among the initcalls of a profiled `run --initcalls`: both
-/// are on the VMM's clock.
+/// Gives the initcalls of a profiled `run --initcalls` what the profiler
+/// counted during each (both are on the VMM's clock): exactly, from its
+/// per-slot counts, where it has them; else its sampled counters (every exit
+/// by reason, page faults) shared out between samples.
 pub fn attribute_profile(
     initcalls: &mut bootscope_vmm::kernel_log::InitcallsDoc,
     profile: &bootscope_profiler::Profile,
 ) {
-    let mut samples: Vec<_> = profile
-        .samples
+    attribute(initcalls, profile.time_slots.as_ref(), &profile.samples);
+}
+
+/// [`attribute_profile`] from the profile's parts.
+pub fn attribute(
+    initcalls: &mut bootscope_vmm::kernel_log::InitcallsDoc,
+    slots: Option<&bootscope_profiler::profile::TimeSlots>,
+    samples: &[bootscope_profiler::profile::Sample],
+) {
+    if let Some(slots) = slots {
+        initcalls.attribute_counts(&ProfileSlots(slots));
+    }
+    let mut samples: Vec<_> = samples
         .iter()
         .map(|s| {
             (
@@ -81,4 +93,31 @@ pub fn attribute_profile(
         })
         .collect();
     initcalls.attribute_samples(&mut samples);
+}
+
+/// The profiler's per-slot counts, as the VMM's initcalls ask for them.
+struct ProfileSlots<'a>(&'a bootscope_profiler::profile::TimeSlots);
+
+impl bootscope_vmm::kernel_log::IntervalCounts for ProfileSlots<'_> {
+    fn slot_ns(&self) -> u64 {
+        self.0.slot_ns
+    }
+
+    fn complete_until_ns(&self) -> Option<u64> {
+        let s = self.0;
+        s.full_from_slot.map(|slot| {
+            let t = i128::from(s.start_ns) + i128::from(slot) * i128::from(s.slot_ns);
+            u64::try_from(t.max(0)).unwrap_or(u64::MAX)
+        })
+    }
+
+    fn between(&self, start_ns: u64, end_ns: u64) -> bootscope_vmm::kernel_log::SampledCounts {
+        let t = self.0.between(start_ns, end_ns);
+        bootscope_vmm::kernel_log::SampledCounts {
+            exits: t.exits,
+            exits_by_reason: t.exits_by_reason,
+            guest_faults: t.guest_faults,
+            host_faults: t.host_faults,
+        }
+    }
 }

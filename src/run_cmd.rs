@@ -448,6 +448,11 @@ fn release_bpf_in_background() {
     }
 }
 
+/// Width of the profiler's time slots under `run --initcalls`: the
+/// resolution of each initcall's exits and faults (the VMM's own port
+/// and MMIO exit slots have the same).
+const INITCALL_SLOT: Duration = Duration::from_nanos(bootscope_vmm::exit_slots::SLOT_NS);
+
 /// Starts attaching the profiler's guest programs beside the VMM's set-up,
 /// and gives the hook the VMM calls before its first KVM_RUN: it waits for
 /// them, so that no exit goes uncounted. The timeline gets the wait
@@ -477,9 +482,6 @@ fn guest_programs_gate(
     })
 }
 
-/// How often the profiler samples its counters under `run --initcalls`.
-const INITCALL_SAMPLE_INTERVAL: Duration = Duration::from_millis(10);
-
 /// Starts the eBPF collector on this process with the programs the VMM's
 /// set-up needs attached (its guest programs are deferred:
 /// [`guest_programs_gate`]), then forwards every VMM mark to it (the ones
@@ -507,9 +509,9 @@ fn attach_self_profile(
     config.bpf_stats = args.bpf_stats;
     config.exit_sites = args.exit_sites;
     if args.initcalls {
-        // Counters often enough to share them out among initcalls (the
-        // sampler still keeps itself under 0.4 % of a CPU).
-        config.sample_interval = INITCALL_SAMPLE_INTERVAL;
+        // Every exit and fault counted per slot in the kernel: each
+        // initcall gets its own counts once the guest has stopped.
+        config.time_slots = Some(INITCALL_SLOT);
     }
     if let Some(set) = args.collect {
         config.collectors = set;

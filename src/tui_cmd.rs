@@ -17,7 +17,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,7 @@ use bootscope_profiler::profile::{
 use bootscope_profiler::topology::Topology;
 use bootscope_profiler::Collector;
 use bootscope_tui::{Console, ProfileSource, TuiOptions};
+use bootscope_vmm::kernel_log::InitcallsDoc;
 use bootscope_vmm::timeline::{vmm_marks, Recorder};
 use bootscope_vmm::vm::{self, RunReport, VmConfig, VmError};
 
@@ -511,6 +512,9 @@ struct RunSource {
     title: String,
     console: Option<PathBuf>,
     redirected: bool,
+    /// The run's initcalls (`--initcalls`), left here by the VM thread
+    /// when the guest stopped.
+    initcalls: Arc<Mutex<Option<InitcallsDoc>>>,
 }
 
 impl ProfileSource for RunSource {
@@ -548,6 +552,22 @@ impl ProfileSource for RunSource {
             lines: tail_lines(path, max_lines),
         })
     }
+
+    /// The initcalls with what the profiler counted in each (or, without
+    /// it, the port I/O exits the VMM counted), as the timeline will have
+    /// them.
+    fn initcalls(&mut self) -> Option<bootscope_tui::Initcalls> {
+        let mut doc = self
+            .initcalls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        if let Some(c) = &self.collector {
+            let samples = c.snapshot().samples;
+            crate::initcalls_cmd::attribute(&mut doc, c.time_slots().as_ref(), &samples);
+        }
+        bootscope_tui::Initcalls::from_json(&serde_json::to_value(&doc).ok()?)
+    }
 }
 
 /// Runs the VM on its own thread under the TUI; returns what `vm::run`
@@ -566,6 +586,8 @@ pub fn run_vm(
         .unwrap_or_else(|| "no kernel".into());
     let procfs = collector.is_none().then(ProcfsProfile::new);
     let vm_recorder = recorder.clone();
+    let initcalls = Arc::new(Mutex::new(None));
+    let vm_initcalls = initcalls.clone();
     let stop = cfg
         .stop
         .get_or_insert_with(|| Arc::new(std::sync::atomic::AtomicBool::new(false)))
@@ -576,6 +598,10 @@ pub fn run_vm(
             let report = vm::run(cfg, vm_recorder.clone());
             // The VMM is done now, however long the final screen stays.
             vm_recorder.vmm_once(vmm_marks::VMM_EXIT);
+            if let Ok(r) = &report {
+                *vm_initcalls.lock().unwrap_or_else(|e| e.into_inner()) =
+                    r.timeline.initcalls.clone();
+            }
             report
         })
         .context("cannot start the VM thread")?;
@@ -587,6 +613,7 @@ pub fn run_vm(
         title: format!("bootscope run {kernel} (pid {})", std::process::id()),
         console: console.file(),
         redirected: console.redirected,
+        initcalls,
     };
     let shown = bootscope_tui::run_live(&mut source, options(refresh_ms));
     // The collector must have one owner again before the run finishes it.

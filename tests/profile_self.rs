@@ -367,3 +367,142 @@ fn bpf_stats_account_for_every_event() {
     let _ = std::fs::remove_dir_all(&d);
     let _ = std::fs::remove_dir_all(&d2);
 }
+
+/// The `[slot, count]` pairs of a `time_slots` series, summed.
+fn slot_sum(series: &serde_json::Value) -> u64 {
+    series
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|pair| pair[1].as_u64().unwrap())
+        .sum()
+}
+
+/// With `--initcalls` the profiler counts every exit and page fault per
+/// 100 µs slot in the kernel: per reason, the slots add up to the profile's
+/// own total (nothing lost, nothing counted twice). Without it there are
+/// none. (The fixture is not Linux: its initcalls say why there are none,
+/// and the run is unchanged.)
+#[test]
+fn initcalls_count_exits_and_faults_per_time_slot() {
+    if !kvm_available() || !can_profile() {
+        return;
+    }
+    let (o, p, t, d) = run_self_profiled("slots", "mini-bzimage-ports.bin", &["--initcalls"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(t["initcalls"]["error"].is_string(), "{}", t["initcalls"]);
+    let slots = &p["time_slots"];
+    assert_eq!(slots["slot_ns"], 100_000, "{slots}");
+    // On the timeline's clock: slot 0 starts at the VMM's start.
+    assert_eq!(slots["start_ns"], 0, "{slots}");
+    assert_eq!(slots["overflow_exits"], 0, "{slots}");
+    assert_eq!(slots["overflow_faults"], 0, "{slots}");
+    assert!(slots["full_from_slot"].is_null(), "{slots}");
+    assert_eq!(slots["exits_source"], p["exits"]["source"]);
+    let by_reason = p["exits"]["by_reason"].as_array().unwrap();
+    assert!(!by_reason.is_empty());
+    for r in by_reason {
+        let name = r["reason"].as_str().unwrap();
+        assert_eq!(
+            slot_sum(&slots["exits"][name]),
+            r["count"].as_u64().unwrap(),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        slots["exits"].as_object().unwrap().len(),
+        by_reason.len(),
+        "{slots}"
+    );
+    // The port writes are in the slots where the guest made them: between
+    // the VMM's first KVM_RUN and the guest's shutdown on the timeline.
+    let mark = |name: &str| {
+        t["marks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .and_then(|m| m["t_ns"].as_u64())
+            .unwrap_or_else(|| panic!("no mark {name}"))
+    };
+    let (k0, k1) = (
+        mark("vmm: first KVM_RUN") / 100_000,
+        mark("vmm: guest shutdown") / 100_000,
+    );
+    let io_name = by_reason
+        .iter()
+        .max_by_key(|r| r["count"].as_u64())
+        .unwrap()["reason"]
+        .as_str()
+        .unwrap();
+    let in_kernel: u64 = slots["exits"][io_name]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|pair| (k0..=k1).contains(&pair[0].as_u64().unwrap()))
+        .map(|pair| pair[1].as_u64().unwrap())
+        .sum();
+    assert!(
+        in_kernel >= 1000,
+        "{io_name}: {in_kernel} in slots {k0}..={k1}"
+    );
+    let faults = &p["page_faults"];
+    assert_eq!(slot_sum(&slots["guest_faults"]), faults["guest_total"]);
+    assert_eq!(slot_sum(&slots["host_faults"]), faults["host_total"]);
+
+    // Without --initcalls: no slots.
+    let (o, p, _, d2) = run_self_profiled("noslots", "mini-bzimage-ports.bin", &[]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(p["time_slots"].is_null(), "{}", p["time_slots"]);
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::remove_dir_all(&d2);
+}
+
+/// A slot map too small for the boot counts what it had no room for, and
+/// says from which slot on its counts are incomplete: never silently short.
+#[test]
+fn a_full_slot_map_counts_what_it_lost() {
+    if !kvm_available() || !can_profile() {
+        return;
+    }
+    let d = scratch("slotsfull");
+    let out = d.join("profile.json");
+    let o = run(
+        bootscope()
+            .env("BOOTSCOPE_TIME_SLOT_ENTRIES", "4")
+            .args(["run", "--kernel", &fixture("mini-bzimage-ports.bin")])
+            .args(["--serial", "null", "--initcalls", "--output"])
+            .arg(&out),
+        None,
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let slots = &p["time_slots"];
+    assert_eq!(slots["capacity"], 4, "{slots}");
+    assert!(slots["entries"].as_u64().unwrap() <= 4, "{slots}");
+    let lost = slots["overflow_exits"].as_u64().unwrap();
+    assert!(lost > 0, "{slots}");
+    assert!(slots["full_from_slot"].is_u64(), "{slots}");
+    let counted: u64 = slots["exits"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(slot_sum)
+        .sum();
+    assert_eq!(counted + lost, p["exits"]["total"].as_u64().unwrap());
+    let faults = &p["page_faults"];
+    let total_faults =
+        faults["guest_total"].as_u64().unwrap() + faults["host_total"].as_u64().unwrap();
+    let counted_faults = slot_sum(&slots["guest_faults"]) + slot_sum(&slots["host_faults"]);
+    assert!(
+        counted_faults + slots["overflow_faults"].as_u64().unwrap() >= total_faults,
+        "{slots}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -11,7 +11,7 @@ pub static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bootscope.bpf.o"));
 
 /// `BS_ABI_VERSION` in bpf/common.h.
-pub const BS_ABI_VERSION: u32 = 5;
+pub const BS_ABI_VERSION: u32 = 6;
 pub const COMM_LEN: usize = 16;
 pub const HIST_SLOTS: usize = crate::hist::HIST_SLOTS;
 pub const MAX_PFN_RANGES: usize = 64;
@@ -35,6 +35,14 @@ pub mod fault_kind {
     pub const GUEST_MMIO: u32 = 2;
     pub const HOST_USER: u32 = 3;
     pub const HOST_KERNEL: u32 = 4;
+}
+
+/// Per-time-slot count kinds (`enum bs_slot_kind`).
+pub mod slot_kind {
+    pub const EXIT: u32 = 0;
+    pub const UEXIT: u32 = 1;
+    pub const FAULT: u32 = 2;
+    pub const KINDS: u32 = 3;
 }
 
 /// Which collector a program belongs to.
@@ -347,6 +355,16 @@ pub struct BsFaultKey {
     pub kind: u32,
 }
 
+/// `struct bs_slot_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BsSlotKey {
+    pub slot: u32,
+    pub kind: u32,
+    pub code: u32,
+    pub isa: u32,
+}
+
 /// `struct bs_run_key`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -419,6 +437,7 @@ const _: () = assert!(size_of::<BsCpuidKey>() == 16);
 const _: () = assert!(size_of::<BsEmulateKey>() == 12);
 const _: () = assert!(size_of::<BsMarkerKey>() == 12);
 const _: () = assert!(size_of::<BsFaultKey>() == 16);
+const _: () = assert!(size_of::<BsSlotKey>() == 16);
 const _: () = assert!(size_of::<BsRunKey>() == 8);
 const _: () = assert!(size_of::<BsRunVal>() == 24);
 const _: () = assert!(size_of::<BsPfnRange>() == 24);
@@ -455,6 +474,7 @@ pod!(
     BsEmulateKey,
     BsMarkerKey,
     BsFaultKey,
+    BsSlotKey,
     BsRunKey,
     BsRunVal,
     BsPfnRange,

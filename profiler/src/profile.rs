@@ -51,6 +51,102 @@ pub struct Profile {
     /// in profiles written before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collector: Option<CollectorCost>,
+    /// Exits and page faults per time slot, counted in the kernel (a VMM
+    /// profiling itself with `run --initcalls`; absent otherwise and in
+    /// profiles written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_slots: Option<TimeSlots>,
+}
+
+/// Every exit and page fault of the target counted by the time slot it
+/// happened in (an exit by the time of its `kvm_exit`), in the kernel: any
+/// interval gets its own exact counts, to the slot's width.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimeSlots {
+    /// Width of a slot.
+    pub slot_ns: u64,
+    /// `t_ns` where slot 0 starts (0 for a VMM profiling itself: its
+    /// slots are then on its timeline's clock); slot `i` covers
+    /// `start_ns + i * slot_ns` up to the next.
+    pub start_ns: i64,
+    /// Entries the in-kernel map had room for (one per slot and reason or
+    /// fault kind) and entries used.
+    pub capacity: u64,
+    pub entries: u64,
+    /// Events not counted per slot because the map was full (they are in
+    /// the totals all the same): exits and faults.
+    pub overflow_exits: u64,
+    pub overflow_faults: u64,
+    /// The first slot an event could not be counted in: every slot before
+    /// it is complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_from_slot: Option<u64>,
+    /// Where the exits come from: `tracepoint:kvm:kvm_exit` (VMX/SVM, by
+    /// the reasons of `exits.by_reason`) or `tracepoint:kvm:kvm_userspace_exit`
+    /// (the PVM fallback); empty when no exit was counted.
+    #[serde(default)]
+    pub exits_source: String,
+    /// Exits by reason: `[slot, count]` pairs in slot order, slots without
+    /// exits of that reason left out. A reason's counts add up to its
+    /// `exits.by_reason` count (less `overflow_exits`).
+    pub exits: BTreeMap<String, Vec<[u64; 2]>>,
+    /// Guest page faults (the kind `page_faults.guest_total` counts) and
+    /// host page faults (user and kernel), as `[slot, count]` pairs.
+    pub guest_faults: Vec<[u64; 2]>,
+    pub host_faults: Vec<[u64; 2]>,
+}
+
+impl TimeSlots {
+    /// What was counted in `start_ns..end_ns` (profile time): whole slots,
+    /// and a slot the interval covers in part in proportion (each reason
+    /// rounded on its own).
+    pub fn between(&self, start_ns: u64, end_ns: u64) -> SlotTotals {
+        let share =
+            |series: &[[u64; 2]]| slot_share(series, self.slot_ns, self.start_ns, start_ns, end_ns);
+        let exits_by_reason: BTreeMap<String, u64> = self
+            .exits
+            .iter()
+            .map(|(r, s)| (r.clone(), share(s)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        SlotTotals {
+            exits: exits_by_reason.values().sum(),
+            exits_by_reason,
+            guest_faults: share(&self.guest_faults),
+            host_faults: share(&self.host_faults),
+        }
+    }
+}
+
+/// Counts of an interval ([`TimeSlots::between`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlotTotals {
+    pub exits: u64,
+    pub exits_by_reason: BTreeMap<String, u64>,
+    pub guest_faults: u64,
+    pub host_faults: u64,
+}
+
+/// The count of `series` (`[slot, count]`, by slot) in `start..end`, partial
+/// slots pro rata, rounded.
+fn slot_share(series: &[[u64; 2]], width: u64, origin: i64, start: u64, end: u64) -> u64 {
+    if end <= start || width == 0 {
+        return 0;
+    }
+    let (start, end) = (i128::from(start), i128::from(end));
+    let (width, origin) = (i128::from(width), i128::from(origin));
+    let slot_of = |t: i128| ((t - origin).max(0) / width) as u64;
+    let first = slot_of(start);
+    let last = slot_of(end - 1);
+    let from = series.partition_point(|[s, _]| *s < first);
+    let mut total = 0.0f64;
+    for &[slot, count] in series[from..].iter().take_while(|[s, _]| *s <= last) {
+        let lo = origin + i128::from(slot) * width;
+        let hi = lo + width;
+        let covered = (hi.min(end) - lo.max(start)).max(0);
+        total += count as f64 * covered as f64 / width as f64;
+    }
+    total.round() as u64
 }
 
 /// CPU time of the profiler's reading while the target ran: the thread that
@@ -504,5 +600,46 @@ impl Profile {
             path: p,
             detail: e.to_string(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_slots_give_an_interval_its_counts_partial_slots_pro_rata() {
+        let slots = TimeSlots {
+            slot_ns: 100,
+            start_ns: 0,
+            exits: [
+                ("io".to_string(), vec![[0, 4], [1, 2], [5, 10]]),
+                ("npf".to_string(), vec![[1, 1]]),
+            ]
+            .into(),
+            guest_faults: vec![[1, 1]],
+            host_faults: vec![[5, 3]],
+            ..TimeSlots::default()
+        };
+        let all = slots.between(0, 1_000);
+        assert_eq!(all.exits, 17);
+        assert_eq!(all.exits_by_reason["io"], 16);
+        assert_eq!((all.guest_faults, all.host_faults), (1, 3));
+        // Half of slot 0 (2) and all of slot 1 (2 io, 1 npf).
+        let t = slots.between(50, 200);
+        assert_eq!(t.exits_by_reason["io"], 4);
+        assert_eq!(t.exits, 5);
+        // Inside one slot: its share.
+        assert_eq!(slots.between(500, 550).exits_by_reason["io"], 5);
+        // Nothing there, or an empty interval: no reasons at all.
+        assert_eq!(slots.between(200, 500), SlotTotals::default());
+        assert_eq!(slots.between(60, 60), SlotTotals::default());
+        // Slots that start before the profile's zero: slot 0 is -50..50.
+        let shifted = TimeSlots {
+            start_ns: -50,
+            ..slots.clone()
+        };
+        assert_eq!(shifted.between(0, 50).exits_by_reason["io"], 2);
+        assert_eq!(shifted.between(0, 100).exits_by_reason["io"], 3);
     }
 }

@@ -8,11 +8,14 @@ use std::collections::{BTreeMap, VecDeque};
 use bootscope_profiler::profile::{ExitReasonStat, PhaseSpan, Profile, ThreadProfile};
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
+use crate::initcalls::Initcalls;
 use crate::theme::Theme;
 
 /// How many fault-rate points the TUI keeps when the profile has no samples
 /// of its own.
 const HISTORY_POINTS: usize = 240;
+/// Rows PgDn and PgUp move the phase pane by.
+pub const PHASE_PAGE: usize = 8;
 
 /// Order of the exit reasons and thread rows (`s` cycles).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -42,6 +45,75 @@ impl SortMode {
             SortMode::Name => "name",
         }
     }
+}
+
+/// Order of the initcalls under each level when `kernel` is expanded (`o`
+/// switches).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InitcallOrder {
+    /// The slowest of each level first ([`SLOWEST_PER_LEVEL`] of them, the
+    /// rest summed in one row).
+    #[default]
+    Slowest,
+    /// Every initcall, in the order they ran.
+    Time,
+}
+
+impl InitcallOrder {
+    pub fn label(self) -> &'static str {
+        match self {
+            InitcallOrder::Slowest => "slowest first",
+            InitcallOrder::Time => "time order",
+        }
+    }
+}
+
+/// Initcalls listed per level, slowest first.
+pub const SLOWEST_PER_LEVEL: usize = 5;
+
+/// One row of the phase pane.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PhaseRow {
+    /// A boot phase; `index` is its place among the phases (its colour).
+    Phase {
+        index: usize,
+        name: String,
+        start_ns: u64,
+        end_ns: u64,
+        running: bool,
+        /// `kernel` with initcalls to show: whether they are shown.
+        initcalls: Option<bool>,
+    },
+    /// An initcall level under `kernel`.
+    Level {
+        level: String,
+        calls: usize,
+        start_ns: u64,
+        end_ns: u64,
+        exits: Option<u64>,
+    },
+    /// An initcall under its level.
+    Call {
+        name: String,
+        start_ns: u64,
+        duration_ns: u64,
+        ret: i64,
+        exits: Option<u64>,
+    },
+    /// The initcalls of a level not listed (slowest first): how many, their
+    /// time and exits.
+    More {
+        calls: usize,
+        duration_ns: u64,
+        exits: Option<u64>,
+    },
+}
+
+/// Whether a profile phase is an initcall or level that a timeline
+/// converted to a profile carries (`initcall: NAME`, `initcalls: LEVEL`):
+/// the pane shows those under `kernel` instead.
+pub fn is_initcall_phase(name: &str) -> bool {
+    name.starts_with("initcall: ") || name.starts_with("initcalls: ")
 }
 
 /// What a key asks the event loop to do.
@@ -101,6 +173,15 @@ pub struct App {
     /// The time between snapshots, when their cost made the TUI take them
     /// less often than asked.
     pub stretched_refresh: Option<std::time::Duration>,
+    /// The kernel's initcalls, once the source has them (after the guest
+    /// stopped, `run --initcalls`).
+    pub initcalls: Option<Initcalls>,
+    /// `kernel` expanded into its initcalls (`i`).
+    pub expand_kernel: bool,
+    pub initcall_order: InitcallOrder,
+    /// First row of the phase pane shown (PgDn/PgUp), when its rows do not
+    /// fit.
+    pub phase_scroll: usize,
     history: VecDeque<FaultPoint>,
 }
 
@@ -121,6 +202,10 @@ impl App {
             console: None,
             theme,
             stretched_refresh: None,
+            initcalls: None,
+            expand_kernel: false,
+            initcall_order: InitcallOrder::default(),
+            phase_scroll: 0,
             history: VecDeque::new(),
         }
     }
@@ -192,6 +277,37 @@ impl App {
                 Action::Redraw
             }
             KeyCode::Char('e') => Action::WriteSnapshot,
+            KeyCode::Char('i') => {
+                match &self.initcalls {
+                    Some(_) => {
+                        self.expand_kernel = !self.expand_kernel;
+                        self.phase_scroll = 0;
+                    }
+                    None => {
+                        self.message = Some(
+                            "no initcalls: they come with the final data of `run --initcalls`"
+                                .into(),
+                        )
+                    }
+                }
+                Action::Redraw
+            }
+            KeyCode::Char('o') => {
+                self.initcall_order = match self.initcall_order {
+                    InitcallOrder::Slowest => InitcallOrder::Time,
+                    InitcallOrder::Time => InitcallOrder::Slowest,
+                };
+                self.phase_scroll = 0;
+                Action::Redraw
+            }
+            KeyCode::PageDown | KeyCode::Char(']') => {
+                self.phase_scroll = self.phase_scroll.saturating_add(PHASE_PAGE);
+                Action::Redraw
+            }
+            KeyCode::PageUp | KeyCode::Char('[') => {
+                self.phase_scroll = self.phase_scroll.saturating_sub(PHASE_PAGE);
+                Action::Redraw
+            }
             KeyCode::Down | KeyCode::Char('j') => {
                 self.move_selection(1);
                 Action::Redraw
@@ -393,6 +509,77 @@ impl App {
         let last = self.profile.phases.len().checked_sub(1)?;
         let p: &PhaseSpan = &self.profile.phases[last];
         (p.end_ns >= self.profile.duration_ns).then_some(last)
+    }
+
+    /// The phase pane's rows: the boot phases and, with `kernel` expanded,
+    /// its initcall levels (in the order they ran), each with its initcalls
+    /// in [`App::initcall_order`].
+    pub fn phase_rows(&self) -> Vec<PhaseRow> {
+        let current = self.current_phase();
+        let mut rows = Vec::new();
+        for (index, s) in self.profile.phases.iter().enumerate() {
+            if is_initcall_phase(&s.name) {
+                continue;
+            }
+            let has_initcalls = s.name == "kernel" && self.initcalls.is_some();
+            rows.push(PhaseRow::Phase {
+                index,
+                name: s.name.clone(),
+                start_ns: s.start_ns,
+                end_ns: s.end_ns,
+                running: current == Some(index),
+                initcalls: has_initcalls.then_some(self.expand_kernel),
+            });
+            if has_initcalls && self.expand_kernel {
+                self.initcall_rows(&mut rows);
+            }
+        }
+        rows
+    }
+
+    fn initcall_rows(&self, rows: &mut Vec<PhaseRow>) {
+        let Some(ic) = &self.initcalls else {
+            return;
+        };
+        for g in &ic.groups {
+            rows.push(PhaseRow::Level {
+                level: g.level.clone(),
+                calls: g.calls.len(),
+                start_ns: g.start_ns,
+                end_ns: g.end_ns,
+                exits: g.exits,
+            });
+            let mut calls: Vec<_> = g.calls.iter().collect();
+            let shown = match self.initcall_order {
+                InitcallOrder::Time => calls.len(),
+                InitcallOrder::Slowest => {
+                    calls.sort_by(|a, b| {
+                        b.duration_ns
+                            .cmp(&a.duration_ns)
+                            .then(a.start_ns.cmp(&b.start_ns))
+                    });
+                    SLOWEST_PER_LEVEL.min(calls.len())
+                }
+            };
+            for c in &calls[..shown] {
+                rows.push(PhaseRow::Call {
+                    name: c.name.clone(),
+                    start_ns: c.start_ns,
+                    duration_ns: c.duration_ns,
+                    ret: c.ret,
+                    exits: c.exits,
+                });
+            }
+            let rest = &calls[shown..];
+            if !rest.is_empty() {
+                let exits = rest.iter().map(|c| c.exits).sum::<Option<u64>>();
+                rows.push(PhaseRow::More {
+                    calls: rest.len(),
+                    duration_ns: rest.iter().map(|c| c.duration_ns).sum(),
+                    exits,
+                });
+            }
+        }
     }
 
     /// Guest-side and host-side fault rates per second, oldest first: from

@@ -24,12 +24,14 @@ pub use bootscope_profiler::Profile;
 
 pub mod app;
 pub mod event;
+pub mod initcalls;
 pub mod replay;
 pub mod term;
 pub mod theme;
 pub mod ui;
 
 pub use app::App;
+pub use initcalls::Initcalls;
 pub use replay::ReplaySource;
 pub use theme::{ColorMode, Theme};
 
@@ -50,6 +52,11 @@ pub trait ProfileSource {
     /// A text pane under the charts (a guest console, a command's output):
     /// its title and up to `max_lines` last lines. None: no such pane.
     fn console(&mut self, _max_lines: usize) -> Option<Console> {
+        None
+    }
+    /// The kernel's initcalls, asked once the source has finished (they
+    /// are known only after the guest stopped). None: none to show.
+    fn initcalls(&mut self) -> Option<Initcalls> {
         None
     }
 }
@@ -175,6 +182,7 @@ pub fn run_live(source: &mut dyn ProfileSource, opts: TuiOptions) -> Result<Prof
             if !app.finished {
                 if source.finished() {
                     app.finish(source.snapshot());
+                    app.initcalls = source.initcalls();
                     dirty = true;
                 } else if !app.paused {
                     // CPU time, not wall time: waiting for the collector's

@@ -503,3 +503,121 @@ fn numa_pane_from_real_two_node_profiles() {
     assert!(node1.trim_end_matches('│').ends_with("0%"), "{t}");
     assert!(t.contains("remote 65,536 (256 MiB)"), "{t}");
 }
+
+/// The final state of a `run --initcalls` boot from the lab
+/// (tests/fixtures/README.md): its phases and its initcalls, as the
+/// timeline holds them.
+fn initcalls_app(theme: Theme) -> App {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/lab-initcalls.timeline.json");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let profile = bootscope_profiler::export::profile_from_timeline(&doc).unwrap();
+    let mut app = App::new("bootscope run (pid 1)", theme);
+    app.finish(profile);
+    app.initcalls = bootscope_tui::Initcalls::from_json(&doc);
+    app
+}
+
+fn press(app: &mut App, code: crossterm::event::KeyCode) {
+    app.on_key(crossterm::event::KeyEvent::new(
+        code,
+        crossterm::event::KeyModifiers::NONE,
+    ));
+}
+
+#[test]
+fn kernel_expands_into_the_initcalls_of_a_lab_boot() {
+    use crossterm::event::KeyCode;
+    let mut app = initcalls_app(Theme::unicode());
+    let ic = app.initcalls.clone().expect("initcalls in the fixture");
+    assert_eq!(ic.len(), 670);
+    assert_eq!(ic.exits_label, "exits");
+    // Collapsed: the phases only (the timeline's initcall phases are not
+    // listed among them), and a hint.
+    let buf = render(64, 10, |f, a| ui::draw_phases(f, a, &app));
+    snapshot("phases-initcalls-collapsed", &buf);
+    let t = text(&buf);
+    assert!(t.contains("i: 670 initcalls"), "{t}");
+    assert!(t.contains("kernel ▸"), "{t}");
+    assert!(!t.contains("initcalls: device"), "{t}");
+
+    // Expanded: the kernel's span as the axis, the levels in the order
+    // they ran, each with its slowest initcalls and their exits.
+    press(&mut app, KeyCode::Char('i'));
+    let buf = render(64, 30, |f, a| ui::draw_phases(f, a, &app));
+    snapshot("phases-initcalls-slowest", &buf);
+    let t = text(&buf);
+    assert!(
+        t.contains("670 initcalls · slowest first · exits · 1-28/"),
+        "{t}"
+    );
+    assert!(t.contains("kernel ▾"), "{t}");
+    let early = t.find(" early (30)").expect("the early level");
+    let core = t.find(" core (53)").expect("the core level");
+    assert!(early < core, "levels in time order: {t}");
+    // The device level's slowest initcall, with the exits the profiler
+    // counted in it (the timeline's own figure).
+    let shpcd = ic
+        .groups
+        .iter()
+        .flat_map(|g| &g.calls)
+        .find(|c| c.name == "shpcd_init")
+        .unwrap();
+    // Further down: a page at a time.
+    let mut page = t.clone();
+    for _ in 0..10 {
+        if page.contains("shpcd_init") {
+            break;
+        }
+        press(&mut app, KeyCode::PageDown);
+        page = text(&render(64, 30, |f, a| ui::draw_phases(f, a, &app)));
+    }
+    let line = page
+        .lines()
+        .find(|l| l.contains("shpcd_init"))
+        .unwrap_or_else(|| panic!("{page}"));
+    assert!(page.contains(" device (204)"), "{page}");
+    assert!(line.contains("622.8 ms"), "{line}");
+    assert!(
+        line.contains(&format!(" {}", ui::fmt_count(shpcd.exits.unwrap()))),
+        "{line}"
+    );
+    assert!(t.contains("more"), "the rest of a level in one row: {t}");
+
+    // Scrolling down reaches the last level; time order lists every
+    // initcall of a level in the order they ran.
+    for _ in 0..20 {
+        press(&mut app, KeyCode::PageDown);
+    }
+    let t = text(&render(64, 30, |f, a| ui::draw_phases(f, a, &app)));
+    assert!(t.contains(" late (109)"), "{t}");
+    assert!(t.contains("userspace"), "{t}");
+    press(&mut app, KeyCode::Char('o'));
+    let buf = render(64, 30, |f, a| ui::draw_phases(f, a, &app));
+    snapshot("phases-initcalls-time-order", &buf);
+    let t = text(&buf);
+    assert!(t.contains("time order"), "{t}");
+    assert!(t.contains("time order · exits · 1-28/"), "{t}");
+    let first = ic.groups[0].calls[0].name.as_str();
+    assert!(t.contains(first), "{first} first: {t}");
+
+    // Collapsing again gives the phases back.
+    press(&mut app, KeyCode::Char('i'));
+    let t = text(&render(64, 10, |f, a| ui::draw_phases(f, a, &app)));
+    assert!(t.contains("kernel ▸"), "{t}");
+
+    // Plain ASCII for serial consoles.
+    let mut app = initcalls_app(Theme::plain());
+    press(&mut app, KeyCode::Char('i'));
+    let buf = render(64, 16, |f, a| ui::draw_phases(f, a, &app));
+    snapshot("phases-initcalls-plain", &buf);
+    assert!(text(&buf).contains("kernel -"));
+}
+
+#[test]
+fn initcalls_key_without_initcalls_says_where_they_come_from() {
+    let mut app = live_app(Theme::unicode());
+    press(&mut app, crossterm::event::KeyCode::Char('i'));
+    assert!(!app.expand_kernel);
+    assert!(app.message.as_deref().unwrap().contains("--initcalls"));
+}

@@ -253,11 +253,31 @@ pub(super) struct ObjectSettings<'a> {
 /// The maps only exit sites fill: one entry big without `--exit-sites`.
 pub(super) const SITE_MAPS: [&str; 2] = ["exit_sites", "npf_ranges"];
 
-/// Loads the object with every field global resolved from the formats.
+/// Entries of the per-time-slot map when slots are on: one per slot and
+/// exit reason (or fault kind) that occurred in it. A boot of tens of
+/// thousands of exits fills a fraction; a guest that stays up keeps adding
+/// a few per timer tick, and once it is full the latest slots lose counts
+/// (counted in `time_slot_overflows`). Not preallocated: what is not used
+/// costs only its buckets (16 bytes each).
+pub(super) const TIME_SLOT_ENTRIES: u32 = 262_144;
+
+/// [`TIME_SLOT_ENTRIES`], or `BOOTSCOPE_TIME_SLOT_ENTRIES` where set (tests
+/// fill a small map on purpose).
+pub(super) fn time_slot_entries() -> u32 {
+    std::env::var("BOOTSCOPE_TIME_SLOT_ENTRIES")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(TIME_SLOT_ENTRIES)
+}
+
+/// Loads the object with every field global resolved from the formats;
+/// time slots, when on, start at `slot_base_mono_ns` (CLOCK_MONOTONIC).
 pub(super) fn load_object(
     config: &CollectorConfig,
     topology: &Topology,
     settings: &ObjectSettings,
+    slot_base_mono_ns: u64,
     stages: &mut Stages,
 ) -> Result<(Ebpf, KernelBtf), ProfilerError> {
     let (mut loader, btf) = if !Path::new(KERNEL_BTF).exists() {
@@ -296,6 +316,16 @@ pub(super) fn load_object(
     }
     let exit_sites_on = u32::from(config.exit_sites);
     loader.override_global("exit_sites_on", &exit_sites_on, true);
+    let slot_ns: u64 = config
+        .time_slots
+        .map_or(0, |w| (w.as_nanos() as u64).max(1));
+    loader
+        .override_global("time_slot_ns", &slot_ns, true)
+        .override_global("time_slot_base_ns", &slot_base_mono_ns, true);
+    loader.map_max_entries(
+        "time_slots",
+        if slot_ns > 0 { time_slot_entries() } else { 1 },
+    );
     // After the sizes above: an unused map stays small whatever they say.
     let site_maps: &[&str] = if config.exit_sites { &[] } else { &SITE_MAPS };
     for map in settings.unused_maps.iter().chain(site_maps) {

@@ -208,6 +208,12 @@ pub struct CollectorConfig {
     /// itself waits just before its first `KVM_RUN`, so its set-up runs
     /// beside their attach and no exit is missed.
     pub defer_guest_programs: bool,
+    /// Count every exit and page fault per time slot of this width too
+    /// (`Profile::time_slots`; `run --initcalls` asks for 100 µs): any
+    /// interval of the profile then gets its own counts. None (the
+    /// default): the programs are loaded without that code and the map is
+    /// one entry big.
+    pub time_slots: Option<Duration>,
 }
 
 impl CollectorConfig {
@@ -230,6 +236,7 @@ impl CollectorConfig {
             bpf_stats: false,
             exit_sites: false,
             defer_guest_programs: false,
+            time_slots: None,
         }
     }
 }
@@ -401,11 +408,21 @@ impl Collector {
             ring_bytes,
             unused_maps: &unused,
         };
-        let (mut ebpf, kernel_btf) = load_object(&config, &topology, &settings, &mut stages)?;
+        // An origin given is the profile's zero whenever it is read; time
+        // slot 0 starts there (else about now, before the programs load).
+        let given_origin = config.origin.map(|o| clock_origin(Some(o)));
+        let slot_base_mono_ns = given_origin.map_or_else(monotonic_ns, |(_, mono)| mono);
+        let (mut ebpf, kernel_btf) = load_object(
+            &config,
+            &topology,
+            &settings,
+            slot_base_mono_ns,
+            &mut stages,
+        )?;
         fill_topology_maps(&mut ebpf, &topology)?;
 
         // The target, its live descendants and their threads.
-        let (started, start_mono_ns) = clock_origin(config.origin);
+        let (started, start_mono_ns) = given_origin.unwrap_or_else(|| clock_origin(None));
         let procs = match config.target {
             // A held child has no threads or children yet.
             TargetSpec::Launched(p) => vec![p],
@@ -485,6 +502,11 @@ impl Collector {
             reader_cpu: Duration::ZERO,
             exit_sites: config.exit_sites,
             guest_attached: None,
+            time_slots: config.time_slots.map(|w| state::SlotClock {
+                width_ns: (w.as_nanos() as u64).max(1),
+                base_mono_ns: slot_base_mono_ns,
+                capacity: load::time_slot_entries(),
+            }),
         };
         let guest = if deferred {
             GuestAttach::Pending
@@ -599,6 +621,19 @@ impl Collector {
         st.build(now)
     }
 
+    /// The per-slot counts so far (`time_slots`; None unless
+    /// [`CollectorConfig::time_slots`] asked for them). Reads the largest
+    /// map there is: for once the target has stopped, not for every
+    /// refresh.
+    pub fn time_slots(&self) -> Option<TimeSlots> {
+        let st = self.lock();
+        st.time_slots?;
+        let mut counts = [0; bpf::SOURCE_COUNT];
+        let exits = st.exit_reasons(false, &mut counts);
+        let faults = st.faults(&mut counts);
+        st.read_time_slots(&exits, &faults)
+    }
+
     /// A VMM profiling itself calls this once its vCPUs exist: their KVM
     /// statistics files are found now, in one scan of its descriptor table,
     /// instead of scan after scan until they show up.
@@ -688,12 +723,16 @@ impl Collector {
         self.stop_worker();
         let mut st = self.lock();
         let began = thread_cpu_time();
+        st.stop_following();
         st.poll_target();
         st.take_sample();
         st.reader_cpu += thread_cpu_time().saturating_sub(began);
         let now = st.now_ns();
         st.finished_ns = Some(now);
-        st.build(now)
+        let mut profile = st.build(now);
+        // Read once, at the end: the slot map is the largest there is.
+        profile.time_slots = st.read_time_slots(&profile.exits, &profile.page_faults);
+        profile
     }
 
     fn guest_lock_mut(&mut self) -> &mut GuestAttach {

@@ -71,6 +71,18 @@ pub(super) struct State {
     pub(super) exit_sites: bool,
     /// When the deferred guest programs' attach ended.
     pub(super) guest_attached: Option<Instant>,
+    /// Exits and faults are counted per time slot too (`time_slots`).
+    pub(super) time_slots: Option<SlotClock>,
+}
+
+/// Where the in-kernel time slots lie: slot `i` starts at
+/// `base_mono_ns + i * width_ns` on CLOCK_MONOTONIC.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SlotClock {
+    pub(super) width_ns: u64,
+    pub(super) base_mono_ns: u64,
+    /// Entries the map was made with.
+    pub(super) capacity: u32,
 }
 
 /// `BPF_EXIST` (uapi linux/bpf.h): update only an entry that is there.
@@ -251,6 +263,25 @@ impl State {
         if let Some(map) = self.bpf.map_mut("followed") {
             if let Ok(mut m) = BpfHashMap::<&mut MapData, u32, u32>::try_from(map) {
                 let _ = m.insert(tgid, phase, BPF_EXIST);
+            }
+        }
+    }
+
+    /// Stops counting anything of the target: the final read then sees
+    /// every map as of one moment (the reading thread of a VMM profiling
+    /// itself would otherwise add host page faults of its own between one
+    /// map's read and the next).
+    pub(super) fn stop_following(&mut self) {
+        if let Some(map) = self.bpf.map_mut("target") {
+            if let Ok(mut slot) = Array::<&mut MapData, bpf::BsTarget>::try_from(map) {
+                let _ = slot.set(0, bpf::BsTarget { tgid: 0, phase: 0 }, 0);
+            }
+        }
+        if let Some(map) = self.bpf.map_mut("followed") {
+            if let Ok(mut m) = BpfHashMap::<&mut MapData, u32, u32>::try_from(map) {
+                for tgid in &self.tgids {
+                    let _ = m.remove(tgid);
+                }
             }
         }
     }

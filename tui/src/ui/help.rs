@@ -18,6 +18,9 @@ pub fn draw_help(f: &mut Frame, area: Rect, app: &App) {
         ("v", "cycle the exit chart: all vCPUs, vCPU 0, 1, ..."),
         ("s", "sort: total, rate, name"),
         ("up/down, k/j", "select the exit reason for the histogram"),
+        ("i", "kernel's initcalls (from run --initcalls, at the end)"),
+        ("o", "initcalls: slowest first or in time order"),
+        ("PgDn/PgUp", "scroll the phase pane (also ] and [)"),
         ("e", "write the profile to ./bootscope-snapshot-<time>.json"),
         ("?, h", "show or hide this help"),
     ];
@@ -34,7 +37,7 @@ pub fn draw_help(f: &mut Frame, area: Rect, app: &App) {
         .map(|(k, d)| {
             Line::from(vec![
                 Span::styled(
-                    format!("  {k:<14}"),
+                    format!("  {k:<14} "),
                     Style::new().add_modifier(Modifier::BOLD),
                 ),
                 Span::raw(*d),

@@ -73,10 +73,33 @@ pub struct Initcall {
     pub io_exits: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mmio_exits: Option<u64>,
-    /// What a profiler's sampled counters grew by during it (`run
-    /// --initcalls` profiled), at the samples' resolution.
+    /// What the profiler counted during it (`run --initcalls` profiled):
+    /// every exit by reason and the page faults, exact to its time slots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted: Option<SampledCounts>,
+    /// What a profiler's sampled counters grew by during it, at the
+    /// samples' resolution: only where `counted` is not known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampled: Option<SampledCounts>,
+}
+
+impl Initcall {
+    /// The profiler's counts during it, exact or else sampled.
+    pub fn profiled(&self) -> Option<&SampledCounts> {
+        self.counted.as_ref().or(self.sampled.as_ref())
+    }
+}
+
+/// Counts of an interval of the timeline from a source outside the VMM
+/// (a profiler's per-slot counts): the VMM only asks for intervals.
+pub trait IntervalCounts {
+    /// Width of the slots the counts are kept in (their resolution).
+    fn slot_ns(&self) -> u64;
+    /// From this time on (the timeline's clock) the counts may be
+    /// incomplete; None: complete throughout.
+    fn complete_until_ns(&self) -> Option<u64>;
+    /// What was counted in `start_ns..end_ns`.
+    fn between(&self, start_ns: u64, end_ns: u64) -> SampledCounts;
 }
 
 /// Counters of the host's view of the guest (every exit by reason, page
@@ -108,7 +131,11 @@ pub struct InitcallLevel {
     pub io_exits: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mmio_exits: Option<u64>,
-    /// What the profiler's counters grew by in the level's span.
+    /// What the profiler counted in the level's span (exact to its slots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted: Option<SampledCounts>,
+    /// What the profiler's sampled counters grew by in the level's span,
+    /// where `counted` is not known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sampled: Option<SampledCounts>,
 }
@@ -182,22 +209,50 @@ fn growth(samples: &[(u64, SampledCounts)], start: u64, end: u64) -> SampledCoun
 }
 
 impl InitcallsDoc {
-    /// Gives each initcall and level what a profiler's cumulative counters
-    /// (`samples`: time on the timeline's clock, counters) grew by during
-    /// it, interpolating between samples.
+    /// Gives each initcall and level what a profiler counted during it
+    /// (`counted`), where its counts are complete: those that end before
+    /// [`IntervalCounts::complete_until_ns`].
+    pub fn attribute_counts(&mut self, counts: &dyn IntervalCounts) {
+        if self.initcalls.is_empty() {
+            return;
+        }
+        let until = counts.complete_until_ns().unwrap_or(u64::MAX);
+        self.slot_ns = Some(counts.slot_ns());
+        self.slots_complete_until_ns = counts.complete_until_ns();
+        for c in &mut self.initcalls {
+            let end = c.start_ns + c.duration_ns;
+            if end <= until {
+                c.counted = Some(counts.between(c.start_ns, end));
+            }
+        }
+        for l in &mut self.levels {
+            if l.end_ns <= until {
+                l.counted = Some(counts.between(l.start_ns, l.end_ns));
+            }
+        }
+    }
+
+    /// Gives each initcall and level without `counted` what a profiler's
+    /// cumulative counters (`samples`: time on the timeline's clock,
+    /// counters) grew by during it, interpolating between samples.
     pub fn attribute_samples(&mut self, samples: &mut [(u64, SampledCounts)]) {
         samples.sort_by_key(|(t, _)| *t);
         if samples.len() < 2 || self.initcalls.is_empty() {
             return;
         }
-        let mut spacing: Vec<u64> = samples.windows(2).map(|w| w[1].0 - w[0].0).collect();
-        spacing.sort_unstable();
-        self.sample_spacing_ns = Some(spacing[spacing.len() / 2]);
-        for c in &mut self.initcalls {
+        let mut filled = false;
+        for c in self.initcalls.iter_mut().filter(|c| c.counted.is_none()) {
             c.sampled = Some(growth(samples, c.start_ns, c.start_ns + c.duration_ns));
+            filled = true;
         }
-        for l in &mut self.levels {
+        for l in self.levels.iter_mut().filter(|l| l.counted.is_none()) {
             l.sampled = Some(growth(samples, l.start_ns, l.end_ns));
+            filled = true;
+        }
+        if filled {
+            let mut spacing: Vec<u64> = samples.windows(2).map(|w| w[1].0 - w[0].0).collect();
+            spacing.sort_unstable();
+            self.sample_spacing_ns = Some(spacing[spacing.len() / 2]);
         }
     }
 }
@@ -221,6 +276,14 @@ pub struct InitcallsDoc {
     /// to anchor them (`start_ns` is then the guest time itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<ClockAlignment>,
+    /// Width of the profiler's time slots the `counted` counts come from
+    /// (their resolution).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot_ns: Option<u64>,
+    /// Where the profiler's slot map filled up: its counts are complete
+    /// before this time only, and what ends later has `sampled` instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots_complete_until_ns: Option<u64>,
     /// Median spacing of the profiler's samples the `sampled` counts come
     /// from: an initcall much shorter gets a share of its neighbours'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -342,6 +405,7 @@ pub fn place(guest: &[GuestInitcall], offset: i64) -> Vec<Initcall> {
             guest_start_ns: g.guest_start_ns,
             io_exits: None,
             mmio_exits: None,
+            counted: None,
             sampled: None,
         })
         .collect()
@@ -368,6 +432,7 @@ pub fn levels(calls: &[Initcall]) -> Vec<InitcallLevel> {
                 initcalls_ns: c.duration_ns,
                 io_exits: None,
                 mmio_exits: None,
+                counted: None,
                 sampled: None,
             }),
         }
@@ -447,27 +512,29 @@ pub fn summary(doc: &InitcallsDoc, top: usize) -> String {
     out
 }
 
-/// The initcalls with the most exits in the profiler's samples.
+/// The initcalls with the most exits the profiler counted (or sampled).
 fn sampled_rows(out: &mut String, doc: &InitcallsDoc, top: usize) {
     use std::fmt::Write as _;
-    let Some(spacing) = doc.sample_spacing_ns else {
-        return;
+    let how = match (doc.slot_ns, doc.sample_spacing_ns) {
+        (Some(w), None) => format!("profiler, per {} µs slot", w / 1_000),
+        (Some(w), Some(s)) => format!(
+            "profiler, per {} µs slot; sampled {:.0} ms apart after its slots filled",
+            w / 1_000,
+            s as f64 / 1e6
+        ),
+        (None, Some(s)) => format!("profiler, samples {:.0} ms apart", s as f64 / 1e6),
+        (None, None) => return,
     };
-    let exits = |c: &Initcall| c.sampled.as_ref().map_or(0, |s| s.exits);
+    let exits = |c: &Initcall| c.profiled().map_or(0, |s| s.exits);
     let mut sorted: Vec<&Initcall> = doc.initcalls.iter().collect();
     sorted.sort_by_key(|c| std::cmp::Reverse(exits(c)));
     let _ = writeln!(
         out,
-        "{:<36} {:>10} {:>12} {:>8} {:>8}  (profiler, samples {:.0} ms apart)",
-        "most exits",
-        "start ms",
-        "duration ms",
-        "exits",
-        "faults",
-        spacing as f64 / 1e6
+        "{:<36} {:>10} {:>12} {:>8} {:>8}  ({how})",
+        "most exits", "start ms", "duration ms", "exits", "faults",
     );
     for c in sorted.into_iter().take(top) {
-        let s = c.sampled.clone().unwrap_or_default();
+        let s = c.profiled().cloned().unwrap_or_default();
         let _ = writeln!(
             out,
             "{:<36} {:>10.3} {:>12.3} {:>8} {:>8}",
@@ -569,6 +636,69 @@ mod tests {
         assert_eq!(s.guest_faults, 11 - 5);
         assert_eq!(doc.sample_spacing_ns, Some(20));
         assert_eq!(doc.levels[0].sampled.as_ref().unwrap().exits, 200);
+    }
+
+    /// Counts of one exit per nanosecond from 0 on, complete up to 30.
+    struct PerNs;
+
+    impl IntervalCounts for PerNs {
+        fn slot_ns(&self) -> u64 {
+            1
+        }
+        fn complete_until_ns(&self) -> Option<u64> {
+            Some(30)
+        }
+        fn between(&self, start_ns: u64, end_ns: u64) -> SampledCounts {
+            SampledCounts {
+                exits: end_ns - start_ns,
+                exits_by_reason: [("io".to_string(), end_ns - start_ns)].into(),
+                guest_faults: 1,
+                host_faults: 0,
+            }
+        }
+    }
+
+    #[test]
+    fn counted_exits_replace_samples_where_the_counts_are_complete() {
+        let call = |name: &str, start: u64, len: u64| GuestInitcall {
+            name: name.into(),
+            level: "device".into(),
+            guest_start_ns: start,
+            duration_ns: len,
+            ret: 0,
+            pid: 1,
+        };
+        let mut doc = InitcallsDoc {
+            initcalls: place(&[call("early_one", 10, 15), call("late_one", 40, 10)], 0),
+            ..InitcallsDoc::default()
+        };
+        doc.levels = levels(&doc.initcalls);
+        doc.attribute_counts(&PerNs);
+        let counted = doc.initcalls[0].counted.clone().unwrap();
+        assert_eq!(counted.exits, 15);
+        assert_eq!(counted.exits_by_reason["io"], 15);
+        assert_eq!(doc.slot_ns, Some(1));
+        assert_eq!(doc.slots_complete_until_ns, Some(30));
+        // Past the complete slots: nothing counted, the samples fill in.
+        assert!(doc.initcalls[1].counted.is_none());
+        assert!(doc.levels[0].counted.is_none());
+        let counts = |exits: u64| SampledCounts {
+            exits,
+            ..SampledCounts::default()
+        };
+        doc.attribute_samples(&mut vec![(0, counts(0)), (100, counts(100))]);
+        assert!(doc.initcalls[0].sampled.is_none());
+        assert_eq!(doc.initcalls[1].sampled.as_ref().unwrap().exits, 10);
+        assert_eq!(doc.initcalls[1].profiled().unwrap().exits, 10);
+        assert_eq!(doc.initcalls[0].profiled().unwrap().exits, 15);
+        assert_eq!(doc.sample_spacing_ns, Some(100));
+        let s = summary(&doc, 5);
+        assert!(s.contains("per 0 µs slot; sampled 0 ms apart"), "{s}");
+        // Serialized: both kinds, each where it applies.
+        let v = serde_json::to_value(&doc).unwrap();
+        assert_eq!(v["initcalls"][0]["counted"]["exits"], 15);
+        assert!(v["initcalls"][0].get("sampled").is_none());
+        assert_eq!(v["slot_ns"], 1);
     }
 
     #[test]
