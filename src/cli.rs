@@ -63,7 +63,7 @@ enum Command {
     /// report per-phase and per-exit-reason statistics (docs/bench-schema.md).
     Bench(crate::bench_cmd::BenchArgs),
     /// Compare two benchmarks metric by metric, with significance, in plain
-    /// words.
+    /// words; or two profiles by exit reason and exit site.
     Compare(crate::bench_cmd::CompareArgs),
     /// Check a benchmark against a baseline: exit status 1 on a regression
     /// (docs/ci.md).
@@ -836,6 +836,7 @@ fn finish_self_profile(
     profile.target.command = command_line();
     profile.target.exit_code = Some(if doc.outcome.clean { 0 } else { 1 });
     crate::sites_cmd::annotate(&mut profile, symbols);
+    crate::sites_cmd::label_npf_ranges(&mut profile, &doc.guest.regions);
     if let Some(path) = &args.output {
         write_output(path, &serde_json::to_vec_pretty(&profile)?)?;
     }
