@@ -35,6 +35,29 @@ pub fn load_symbols(
     }
 }
 
+/// The symbols of the kernel a `run` booted, once it has: from the
+/// vmlinux the VMM decompressed (its kernel cache file) when there is one,
+/// which saves decompressing the payload a second time, else from the
+/// kernel file. None (said why): they could not be read.
+pub fn booted_kernel_symbols(guest: &bootscope_vmm::timeline::GuestInfo) -> Option<SymbolTable> {
+    let kernel = PathBuf::from(&guest.kernel);
+    let cached = guest
+        .kernel_boot
+        .as_ref()
+        .and_then(|b| b.cache_file.as_ref())
+        .map(PathBuf::from)
+        .filter(|p| p.is_file());
+    if let Some(Ok(mut t)) = cached.as_deref().map(SymbolTable::load) {
+        t.source = format!(
+            "{} (the payload of {}, decompressed by the VMM)",
+            t.source,
+            kernel.display()
+        );
+        return Some(t);
+    }
+    load_symbols(None, Some(kernel)).ok().flatten()
+}
+
 /// The kernel a launched command boots, for `profile -- COMMAND`.
 pub fn command_kernel(command: &[String]) -> Option<PathBuf> {
     kernel_of_command(command)

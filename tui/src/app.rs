@@ -90,6 +90,8 @@ pub struct App {
     pub sort: SortMode,
     /// The exit reason whose latency histogram is shown (None: the first).
     pub selected_reason: Option<String>,
+    /// The latency pane shows the selected reason's exit sites instead.
+    pub show_sites: bool,
     pub show_help: bool,
     /// A message for the status line (a snapshot's path, an error).
     pub message: Option<String>,
@@ -115,6 +117,7 @@ impl App {
             vcpu: None,
             sort: SortMode::default(),
             selected_reason: None,
+            show_sites: false,
             show_help: false,
             message: None,
             note: None,
@@ -192,6 +195,10 @@ impl App {
                 Action::Redraw
             }
             KeyCode::Char('e') => Action::WriteSnapshot,
+            KeyCode::Char('x') => {
+                self.show_sites = !self.show_sites;
+                Action::Redraw
+            }
             KeyCode::Down | KeyCode::Char('j') => {
                 self.move_selection(1);
                 Action::Redraw

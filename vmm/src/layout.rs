@@ -179,7 +179,10 @@ mod tests {
         assert_eq!((cmd.start, cmd.end), (CMDLINE_START, CMDLINE_START + 100));
         // Every boot structure lies in the first RAM block, before the
         // kernel.
-        for g in v.iter().filter(|g| g.name.starts_with("boot") && !g.name.contains("MMIO")) {
+        for g in v
+            .iter()
+            .filter(|g| g.name.starts_with("boot") && !g.name.contains("MMIO"))
+        {
             assert!(g.end <= 0x100_0000 && g.start < g.end, "{g:?}");
         }
     }
