@@ -103,7 +103,7 @@ pub fn draw_sites(f: &mut Frame, area: Rect, app: &App) {
                 t.bar(),
             ),
             Span::raw(format!(" {:>count_w$}", fmt_count(*n))),
-            Span::styled(format!("{share:>share_w$.1}"), t.dim()),
+            Span::styled(format!(" {share:>5.1}%"), t.dim()),
         ]));
     }
     inner_lines(f, area, b, lines);
