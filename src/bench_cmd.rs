@@ -254,6 +254,61 @@ fn push(url: Option<&str>, kind: &str, text: &str) -> bool {
     }
 }
 
+/// Each side's label: the one given with --label, else a, b.
+fn labelled(sides: Vec<Side>, labels: &[String]) -> Vec<ConfigPlan> {
+    let default_labels = ["a", "b"];
+    sides
+        .into_iter()
+        .enumerate()
+        .map(|(i, side)| ConfigPlan {
+            label: labels
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| default_labels[i].to_string()),
+            side,
+        })
+        .collect()
+}
+
+/// The console patterns: the defaults (unless --no-default-patterns), with
+/// a --console-pattern of the same name replacing one.
+fn console_patterns(args: &BenchArgs) -> Result<Vec<ConsolePattern>, BenchError> {
+    let mut patterns = Vec::new();
+    if !args.no_default_patterns {
+        for p in DEFAULT_CONSOLE_PATTERNS {
+            patterns.push(ConsolePattern::parse(p)?);
+        }
+    }
+    for p in &args.console_patterns {
+        let p = ConsolePattern::parse(p)?;
+        patterns.retain(|q: &ConsolePattern| q.name != p.name);
+        patterns.push(p);
+    }
+    Ok(patterns)
+}
+
+/// What the bench is about to run.
+fn announce(plan: &BenchPlan) {
+    eprintln!(
+        "bench: {} configuration(s), {} warm-up + {} measured run(s) each{}",
+        plan.configs.len(),
+        plan.warmup,
+        plan.runs,
+        if plan.configs.len() == 2 {
+            ", interleaved"
+        } else {
+            ""
+        }
+    );
+    for c in &plan.configs {
+        let (what, argv) = match &c.side {
+            Side::Bootscope(a) => ("bootscope run", a),
+            Side::Command(a) => ("command", a),
+        };
+        eprintln!("bench: {}: {what} {}", c.label, runner::shell_words(argv));
+    }
+}
+
 fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
     if let Some(o) = &args.output {
         check_output("--output", o)?;
@@ -268,30 +323,8 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
             sides.len()
         )));
     }
-    let default_labels = ["a", "b"];
-    let configs: Vec<ConfigPlan> = sides
-        .into_iter()
-        .enumerate()
-        .map(|(i, side)| ConfigPlan {
-            label: args
-                .labels
-                .get(i)
-                .cloned()
-                .unwrap_or_else(|| default_labels[i].to_string()),
-            side,
-        })
-        .collect();
-    let mut patterns = Vec::new();
-    if !args.no_default_patterns {
-        for p in DEFAULT_CONSOLE_PATTERNS {
-            patterns.push(ConsolePattern::parse(p)?);
-        }
-    }
-    for p in &args.console_patterns {
-        let p = ConsolePattern::parse(p)?;
-        patterns.retain(|q: &ConsolePattern| q.name != p.name);
-        patterns.push(p);
-    }
+    let configs = labelled(sides, &args.labels);
+    let patterns = console_patterns(&args)?;
     let exe = std::env::current_exe().map_err(|source| BenchError::Spawn {
         program: "bootscope (its own executable)".into(),
         source,
@@ -333,24 +366,7 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         stop: Some(interrupts.flag()),
     };
     plan.validate()?;
-    eprintln!(
-        "bench: {} configuration(s), {} warm-up + {} measured run(s) each{}",
-        plan.configs.len(),
-        plan.warmup,
-        plan.runs,
-        if plan.configs.len() == 2 {
-            ", interleaved"
-        } else {
-            ""
-        }
-    );
-    for c in &plan.configs {
-        let (what, argv) = match &c.side {
-            Side::Bootscope(a) => ("bootscope run", a),
-            Side::Command(a) => ("command", a),
-        };
-        eprintln!("bench: {}: {what} {}", c.label, runner::shell_words(argv));
-    }
+    announce(&plan);
     // The revision as the runs start, before anything could change it.
     let git = std::env::current_dir()
         .ok()

@@ -145,8 +145,6 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     // SIGTERM end the profiling: the command is stopped, the profile
     // still written.
     let interrupts = crate::signals::catch()?;
-    let quit = interrupts.flag();
-    let duration = args.duration;
     let command: Vec<String> = args
         .command
         .iter()
@@ -211,16 +209,75 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         h.release().context("cannot release the launched command")?;
     }
     let started = Instant::now();
+    let waited = wait_for_target(
+        &args,
+        &collector,
+        held.as_mut(),
+        &interrupts,
+        started,
+        &command,
+        child_log.as_deref(),
+    )?;
+    let mut profile = collector.finish();
+    let signal = interrupts.received();
+    profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
+    let mut code = 0;
+    if let Some(h) = held {
+        let (exit_code, own) = stop_launched(h, &waited)?;
+        profile.target.exit_code = exit_code;
+        if own {
+            code = exit_code.unwrap_or(0);
+        }
+    }
+    crate::sites_cmd::annotate(&mut profile, symbols.as_ref());
+    let json = serde_json::to_vec_pretty(&profile)?;
+    crate::cli::write_output(&args.output, &json)?;
+    if !args.no_summary {
+        eprint!("{}", summary(&profile, &args.output));
+    }
+    if let Some(sig) = signal {
+        eprintln!(
+            "bootscope: interrupted by {}: the profile covers the time until then",
+            crate::signals::name(sig)
+        );
+        code = crate::signals::exit_status(sig);
+    }
+    Ok(code)
+}
+
+/// How the wait for the target ended.
+struct Waited {
+    /// The launched command's status, when it ended by itself.
+    status: Option<std::process::ExitStatus>,
+    /// What ended the profiling (`the target ended`, a signal's name,
+    /// `--duration elapsed`, ...).
+    stopped_by: &'static str,
+}
+
+/// Waits until the target ends, a signal or the closed live view stops the
+/// profiling, or `--duration` elapses. Under `--tui` the live view runs
+/// first.
+fn wait_for_target(
+    args: &ProfileArgs,
+    collector: &Collector,
+    mut held: Option<&mut HeldCommand>,
+    interrupts: &crate::signals::Interrupts,
+    started: Instant,
+    command: &[String],
+    child_log: Option<&Path>,
+) -> Result<Waited, Failure> {
+    let quit = interrupts.flag();
+    let duration = args.duration;
     let mut status = None;
     let mut stopped_by = "the target ended";
     if args.tui {
         let ended = crate::tui_cmd::profile_live(
-            &collector,
-            held.as_mut(),
+            collector,
+            held.as_deref_mut(),
             started,
             duration,
-            &command,
-            child_log.as_deref(),
+            command,
+            child_log,
             args.refresh_ms,
         )?;
         // Closing the UI before the target ended stops it as Ctrl-C does.
@@ -233,7 +290,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     // from the guest on a small machine.
     let pidfd = bootscope_profiler::launch::pidfd_open(collector.target_pid()).ok();
     loop {
-        if let Some(h) = held.as_mut() {
+        if let Some(h) = held.as_deref_mut() {
             if let Some(s) = h
                 .try_wait()
                 .context("cannot wait for the launched command")?
@@ -263,52 +320,37 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
             break;
         }
     }
-    let mut profile = collector.finish();
-    let signal = interrupts.received();
-    profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
-    let mut code = 0;
-    if let Some(mut h) = held {
-        let s = match status {
-            Some(s) => Some(s),
-            None => {
-                eprintln!("bootscope: {stopped_by}: stopping the launched command (SIGTERM)");
-                let _ = h.signal(libc::SIGTERM);
-                let deadline = Instant::now() + Duration::from_secs(5);
-                loop {
-                    if let Some(s) = h.try_wait()? {
-                        break Some(s);
-                    }
-                    if Instant::now() >= deadline {
-                        let _ = h.signal(libc::SIGKILL);
-                        break Some(h.wait()?);
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
+    Ok(Waited { status, stopped_by })
+}
+
+/// Ends a launched command that is still running (SIGTERM, then SIGKILL
+/// after 5 s) and gives its exit code (128 + signal when a signal ended
+/// it), and whether it ended by itself (its status is then bootscope's).
+fn stop_launched(mut h: HeldCommand, waited: &Waited) -> Result<(Option<i32>, bool), Failure> {
+    let s = match waited.status {
+        Some(s) => s,
+        None => {
+            eprintln!(
+                "bootscope: {}: stopping the launched command (SIGTERM)",
+                waited.stopped_by
+            );
+            let _ = h.signal(libc::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                if let Some(s) = h.try_wait()? {
+                    break s;
                 }
-            }
-        };
-        if let Some(s) = s {
-            use std::os::unix::process::ExitStatusExt;
-            let c = s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0));
-            profile.target.exit_code = Some(c);
-            if status.is_some() {
-                code = c;
+                if Instant::now() >= deadline {
+                    let _ = h.signal(libc::SIGKILL);
+                    break h.wait()?;
+                }
+                std::thread::sleep(Duration::from_millis(20));
             }
         }
-    }
-    crate::sites_cmd::annotate(&mut profile, symbols.as_ref());
-    let json = serde_json::to_vec_pretty(&profile)?;
-    crate::cli::write_output(&args.output, &json)?;
-    if !args.no_summary {
-        eprint!("{}", summary(&profile, &args.output));
-    }
-    if let Some(sig) = signal {
-        eprintln!(
-            "bootscope: interrupted by {}: the profile covers the time until then",
-            crate::signals::name(sig)
-        );
-        code = crate::signals::exit_status(sig);
-    }
-    Ok(code)
+    };
+    use std::os::unix::process::ExitStatusExt;
+    let c = s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0));
+    Ok((Some(c), waited.status.is_some()))
 }
 
 /// The longest the waiting loop sleeps between checks: how soon Ctrl-C is
@@ -408,6 +450,24 @@ pub fn summary(p: &Profile, output: &Path) -> String {
         n.pages_remote,
         n.pages_unknown_node
     );
+    threads_summary(&mut s, p);
+    cost_summary(&mut s, p);
+    let _ = writeln!(
+        s,
+        "lost events: {}{}",
+        p.lost_events,
+        if p.map_overflows > 0 {
+            format!(" (and {} not counted: a map was full)", p.map_overflows)
+        } else {
+            String::new()
+        }
+    );
+    s
+}
+
+/// The busiest 16 threads: their CPUs, run time and nodes.
+fn threads_summary(s: &mut String, p: &Profile) {
+    use std::fmt::Write as _;
     let _ = writeln!(
         s,
         "threads ({}):\n  {:>8} {:<16} {:<8} {:>10} {:>10}  cpus (run time) / nodes",
@@ -450,6 +510,11 @@ pub fn summary(p: &Profile, output: &Path) -> String {
     if threads.len() > 16 {
         let _ = writeln!(s, "  ... {} more in the profile", threads.len() - 16);
     }
+}
+
+/// The eBPF programs as they attached, and what profiling cost.
+fn cost_summary(s: &mut String, p: &Profile) {
+    use std::fmt::Write as _;
     let by_status = |st: &str| -> Vec<String> {
         p.sources
             .iter()
@@ -503,15 +568,4 @@ pub fn summary(p: &Profile, output: &Path) -> String {
             top.join(", ")
         );
     }
-    let _ = writeln!(
-        s,
-        "lost events: {}{}",
-        p.lost_events,
-        if p.map_overflows > 0 {
-            format!(" (and {} not counted: a map was full)", p.map_overflows)
-        } else {
-            String::new()
-        }
-    );
-    s
 }

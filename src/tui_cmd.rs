@@ -360,36 +360,10 @@ impl ProcfsProfile {
         }
     }
 
-    fn build(&mut self, recorder: &Recorder, why: &str) -> Profile {
-        let now = recorder.clock().now_ns();
+    /// Reads every live thread's name, run time and CPU from /proc into
+    /// `threads` (run time since the last look filed under its CPU now).
+    fn read_threads(&mut self, now: u64) {
         let pid = self.pid;
-        let mut p = Profile::new();
-        p.duration_ns = now;
-        p.target = Target {
-            kind: "self".into(),
-            command: crate::cli::command_line(),
-            pid,
-            name: std::fs::read_to_string("/proc/self/comm")
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default(),
-            ..Default::default()
-        };
-        p.host.cpus = self.topology.cpu_nodes.len() as u32;
-        p.host.numa_nodes = self.topology.nodes.clone();
-        // Marks and phases, on the VMM's clock.
-        p.marks = recorder
-            .snapshot()
-            .into_iter()
-            .map(|m| Mark {
-                source: m.source,
-                name: m.name,
-                t_ns: m.t_ns,
-                value: m.value.map(u64::from),
-                tgid: Some(pid),
-            })
-            .collect();
-        p.phases = bootscope_profiler::phases::derive_spans(&p.marks, now);
-        // Threads: alive ones from /proc; ended ones keep their last state.
         let tick_ns = 1_000_000_000 / self.ticks_per_sec;
         for tid in bootscope_model::proc::threads_of(pid) {
             let base = format!("/proc/{pid}/task/{tid}");
@@ -430,6 +404,39 @@ impl ProcfsProfile {
             nodes.dedup();
             t.nodes = nodes;
         }
+    }
+
+    fn build(&mut self, recorder: &Recorder, why: &str) -> Profile {
+        let now = recorder.clock().now_ns();
+        let pid = self.pid;
+        let mut p = Profile::new();
+        p.duration_ns = now;
+        p.target = Target {
+            kind: "self".into(),
+            command: crate::cli::command_line(),
+            pid,
+            name: std::fs::read_to_string("/proc/self/comm")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
+            ..Default::default()
+        };
+        p.host.cpus = self.topology.cpu_nodes.len() as u32;
+        p.host.numa_nodes = self.topology.nodes.clone();
+        // Marks and phases, on the VMM's clock.
+        p.marks = recorder
+            .snapshot()
+            .into_iter()
+            .map(|m| Mark {
+                source: m.source,
+                name: m.name,
+                t_ns: m.t_ns,
+                value: m.value.map(u64::from),
+                tgid: Some(pid),
+            })
+            .collect();
+        p.phases = bootscope_profiler::phases::derive_spans(&p.marks, now);
+        // Threads: alive ones from /proc; ended ones keep their last state.
+        self.read_threads(now);
         p.threads = self.threads.values().cloned().collect();
         // Host page faults of the whole process.
         if let Some(stat) = stat_fields(&format!("/proc/{pid}/stat")) {

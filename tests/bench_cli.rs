@@ -509,12 +509,22 @@ fn compare_pairs_interleaved_runs_by_round() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Runs bootscope with `args`: exit status 2 and `needle` on stderr.
+fn expect_usage(args: &[&str], needle: &str) {
+    let o = bootscope(args);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+    assert!(
+        stderr(&o).contains(needle),
+        "{args:?}: want {needle:?} in {}",
+        text(&o)
+    );
+}
+
 #[test]
 fn check_and_compare_explain_bad_input() {
     let dir = scratch("badinput");
     let one_run = [("phase:kernel", 100 * MS), ("exits:total", 10u64)];
     let good = write_json(&dir, "good.json", &bench_doc("a", &[&one_run, &one_run]));
-    let single = write_json(&dir, "single.json", &bench_doc("a", &[&one_run]));
     let malformed = dir.join("malformed.json");
     std::fs::write(
         &malformed,
@@ -538,43 +548,34 @@ fn check_and_compare_explain_bad_input() {
         &bench_doc("a", &[&other_phases, &other_phases]),
     );
 
-    let expect2 = |args: &[&str], needle: &str| {
-        let o = bootscope(args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
-        assert!(
-            stderr(&o).contains(needle),
-            "{args:?}: want {needle:?} in {}",
-            text(&o)
-        );
-    };
     let m = malformed.to_str().unwrap();
     let n = notjson.to_str().unwrap();
-    expect2(
+    expect_usage(
         &["check", "--baseline", m, &good],
         "malformed.json: malformed bootscope.bench file",
     );
-    expect2(
+    expect_usage(
         &["check", "--baseline", n, &good],
         "notjson.json is not JSON",
     );
-    expect2(
+    expect_usage(
         &["check", "--baseline", &v2, &good],
         "v2.json: bootscope.bench version 2, this bootscope reads version 1",
     );
-    expect2(
+    expect_usage(
         &["check", "--baseline", &timeline, &good],
         "schema \"bootscope.timeline\", expected bootscope.bench",
     );
-    expect2(
+    expect_usage(
         &["check", "--baseline", "/nonexistent/base.json", &good],
         "cannot read /nonexistent/base.json",
     );
-    expect2(
+    expect_usage(
         &["check", "--baseline", &good, &other],
         "the boot phases differ: only in",
     );
-    expect2(&["compare", &good, &other], "only in");
-    expect2(
+    expect_usage(&["compare", &good, &other], "only in");
+    expect_usage(
         &[
             "check",
             "--baseline",
@@ -585,8 +586,20 @@ fn check_and_compare_explain_bad_input() {
         ],
         "metric \"exits:io_exits\" is not in",
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_and_compare_explain_bad_options() {
+    let dir = scratch("badoptions");
+    let one_run = [("phase:kernel", 100 * MS), ("exits:total", 10u64)];
+    let good = write_json(&dir, "good.json", &bench_doc("a", &[&one_run, &one_run]));
+    let single = write_json(&dir, "single.json", &bench_doc("a", &[&one_run]));
+    let notjson = dir.join("notjson.json");
+    std::fs::write(&notjson, b"<html>").unwrap();
+    let n = notjson.to_str().unwrap();
     // A time check needs two runs per side for Welch's test ...
-    expect2(
+    expect_usage(
         &[
             "check",
             "--baseline",
@@ -598,7 +611,7 @@ fn check_and_compare_explain_bad_input() {
         "needs at least 2 successful runs",
     );
     // ... and more for Mann-Whitney at alpha 0.01.
-    expect2(
+    expect_usage(
         &[
             "check",
             "--baseline",
@@ -621,11 +634,11 @@ fn check_and_compare_explain_bad_input() {
         &single,
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    expect2(
+    expect_usage(
         &["check", "--baseline", &good, "--alpha", "2", &good],
         "--alpha 2",
     );
-    expect2(
+    expect_usage(
         &[
             "check",
             "--baseline",
@@ -636,21 +649,21 @@ fn check_and_compare_explain_bad_input() {
         ],
         "allowed regression in percent",
     );
-    expect2(&["compare", &good], "holds one configuration");
-    expect2(
+    expect_usage(&["compare", &good], "holds one configuration");
+    expect_usage(
         &["compare", "--test", "wilcoxon", &good, &good],
         "the paired test compares the runs of each round of one bench file",
     );
     // check's baseline was recorded apart: no pairs to make.
-    expect2(
+    expect_usage(
         &["check", "--test", "wilcoxon", "--baseline", &good, &good],
         "invalid value 'wilcoxon'",
     );
-    expect2(
+    expect_usage(
         &["plot", n, "-o", dir.join("x.svg").to_str().unwrap()],
         "is not JSON",
     );
-    expect2(
+    expect_usage(
         &["plot", &good, "-o", "/nonexistent/dir/x.svg"],
         "does not exist; create it first",
     );

@@ -443,32 +443,13 @@ pub struct Execution {
 /// How long a stopped run has between SIGTERM and SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// Runs `argv` with standard input closed, timing it and watching its
-/// standard output for `patterns`. Once `stop` is set the process gets
-/// SIGTERM (SIGKILL after [`STOP_GRACE`]) and is waited for.
-pub fn execute(
-    argv: &[OsString],
+/// Reads the child's standard output on a thread, noting when each
+/// pattern first matched (from `start`); the receiver gets them at its end.
+fn read_console(
+    stdout: Option<std::process::ChildStdout>,
     patterns: &[ConsolePattern],
-    timeout: Duration,
-    stop: Option<&AtomicBool>,
-) -> Result<Execution, BenchError> {
-    let program = argv
-        .first()
-        .ok_or_else(|| BenchError::Usage("empty command".into()))?;
-    let mut cmd = Command::new(program);
-    cmd.args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let start = Instant::now();
-    let mut child = cmd.spawn().map_err(|source| BenchError::Spawn {
-        program: program.to_string_lossy().into_owned(),
-        source,
-    })?;
-    let pid = child.id();
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-
+    start: Instant,
+) -> Result<mpsc::Receiver<BTreeMap<String, Duration>>, BenchError> {
     let (console_tx, console_rx) = mpsc::channel();
     let pats = patterns.to_vec();
     std::thread::Builder::new()
@@ -500,6 +481,14 @@ pub fn execute(
             program: "a reader thread".into(),
             source,
         })?;
+    Ok(console_rx)
+}
+
+/// Reads the child's standard error on a thread; the receiver gets its
+/// last lines at its end.
+fn read_stderr_tail(
+    stderr: Option<std::process::ChildStderr>,
+) -> Result<mpsc::Receiver<String>, BenchError> {
     let (err_tx, err_rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("bench-stderr".into())
@@ -518,6 +507,37 @@ pub fn execute(
             program: "a reader thread".into(),
             source,
         })?;
+    Ok(err_rx)
+}
+
+/// Runs `argv` with standard input closed, timing it and watching its
+/// standard output for `patterns`. Once `stop` is set the process gets
+/// SIGTERM (SIGKILL after [`STOP_GRACE`]) and is waited for.
+pub fn execute(
+    argv: &[OsString],
+    patterns: &[ConsolePattern],
+    timeout: Duration,
+    stop: Option<&AtomicBool>,
+) -> Result<Execution, BenchError> {
+    let program = argv
+        .first()
+        .ok_or_else(|| BenchError::Usage("empty command".into()))?;
+    let mut cmd = Command::new(program);
+    cmd.args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child = cmd.spawn().map_err(|source| BenchError::Spawn {
+        program: program.to_string_lossy().into_owned(),
+        source,
+    })?;
+    let pid = child.id();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+
+    let console_rx = read_console(stdout, patterns, start)?;
+    let err_rx = read_stderr_tail(stderr)?;
     let (exit_tx, exit_rx) = mpsc::channel::<(std::io::Result<ExitStatus>, Instant)>();
     std::thread::Builder::new()
         .name("bench-wait".into())

@@ -7,21 +7,10 @@ use bootscope_bench::compare::{self, CheckOptions, Sample};
 use bootscope_bench::doc::BenchDoc;
 use bootscope_bench::plot;
 use bootscope_bench::stats::TestKind;
-use bootscope_profiler::export::{self, CsvTable, Format};
+use bootscope_profiler::export::{self, Format};
 use bootscope_profiler::Profile;
 
 use crate::memfile::MemFile;
-
-/// Every export format and CSV table.
-const FORMATS: [Format; 7] = [
-    Format::Json,
-    Format::Csv(CsvTable::Exits),
-    Format::Csv(CsvTable::Latency),
-    Format::Csv(CsvTable::Phases),
-    Format::Csv(CsvTable::Threads),
-    Format::Prometheus,
-    Format::ChromeTrace,
-];
 
 /// Any bytes as a profile or timeline file: `export`'s reader (which
 /// converts timelines), every export format of what it read, `Profile::read`
@@ -30,7 +19,7 @@ const FORMATS: [Format; 7] = [
 pub fn profile_or_timeline(data: &[u8]) {
     let file = MemFile::new(data);
     if let Ok((profile, _kind)) = export::read_input(file.path()) {
-        for format in FORMATS {
+        for format in Format::EVERY_PROFILE {
             let text = export::render(&profile, format);
             assert!(text.ends_with('\n'), "{format:?} output lacks its newline");
         }

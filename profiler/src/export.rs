@@ -104,6 +104,20 @@ pub enum Format {
     Pprof,
 }
 
+impl Format {
+    /// The formats every profile renders in, sites or not (the others
+    /// render the exit sites).
+    pub const EVERY_PROFILE: [Format; 7] = [
+        Format::Json,
+        Format::Csv(CsvTable::Exits),
+        Format::Csv(CsvTable::Latency),
+        Format::Csv(CsvTable::Phases),
+        Format::Csv(CsvTable::Threads),
+        Format::Prometheus,
+        Format::ChromeTrace,
+    ];
+}
+
 /// A format or table name that does not exist, or a table without CSV.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FormatError {
@@ -426,15 +440,7 @@ mod tests {
     #[test]
     fn empty_profile_renders_in_every_format() {
         let p = Profile::new();
-        for f in [
-            Format::Json,
-            Format::Csv(CsvTable::Exits),
-            Format::Csv(CsvTable::Latency),
-            Format::Csv(CsvTable::Phases),
-            Format::Csv(CsvTable::Threads),
-            Format::Prometheus,
-            Format::ChromeTrace,
-        ] {
+        for f in Format::EVERY_PROFILE {
             let out = render(&p, f);
             assert!(out.ends_with('\n'), "{f:?}: {out}");
             assert!(!out.trim().is_empty(), "{f:?}");

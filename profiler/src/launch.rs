@@ -13,7 +13,7 @@ use std::io::{Error, ErrorKind, Result};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitStatus;
 
 /// Exit status of a child whose exec failed.
@@ -33,16 +33,7 @@ pub fn resolve_program(program: &str) -> Option<PathBuf> {
         return Some(PathBuf::from(program));
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/bin:/bin"));
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| is_executable(p))
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    p.metadata()
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    bootscope_model::proc::find_in_path(program, &path)
 }
 
 fn cstring(b: &[u8]) -> Result<CString> {

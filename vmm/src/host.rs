@@ -2,7 +2,7 @@
 //! flavour (bootscope_model::host).
 //! Every probe takes an injectable root so tests can use a fake tree.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -121,17 +121,7 @@ pub fn bpf_works() -> Result<(), String> {
 
 /// Searches PATH for a program.
 pub fn which(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| is_executable(p))
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    p.metadata()
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    bootscope_model::proc::find_in_path(program, &std::env::var_os("PATH")?)
 }
 
 /// Every check `bootscope doctor` prints.

@@ -13,10 +13,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-/// Version of the timeline JSON schema; bump on any incompatible change.
-pub const TIMELINE_SCHEMA_VERSION: u32 = 1;
-/// Value of the `schema` field, so a reader can tell what a file is.
-pub const TIMELINE_SCHEMA_NAME: &str = "bootscope.timeline";
+/// The schema's name and version, as its readers check them.
+pub use bootscope_model::timeline::{TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION};
 
 /// Names of the marks the VMM records itself.
 pub mod vmm_marks {

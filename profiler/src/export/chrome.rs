@@ -117,6 +117,38 @@ fn total_counters(p: &Profile, pid: u32, end_ns: u64, events: &mut Vec<Value>) {
     }));
 }
 
+/// One lane per thread: its name, and its life as one event with its CPUs,
+/// nodes and pages.
+fn thread_events(p: &Profile, pid: u32, meta: &mut Vec<Value>, events: &mut Vec<Value>) {
+    for t in &p.threads {
+        let name = if t.name.is_empty() {
+            format!("thread {}", t.tid)
+        } else {
+            t.name.clone()
+        };
+        meta.push(metadata(
+            "thread_name",
+            pid,
+            Some(t.tid),
+            json!({ "name": name }),
+        ));
+        let cpus: Vec<Value> = t
+            .cpus
+            .iter()
+            .map(|c| json!({ "cpu": c.cpu, "node": c.node, "run_ms": ms(c.run_ns) }))
+            .collect();
+        events.push(json!({
+            "ph": "X", "name": name, "cat": "thread", "pid": pid, "tid": t.tid,
+            "ts": us(t.start_ns), "dur": us(t.end_ns.saturating_sub(t.start_ns)),
+            "args": {
+                "tid": t.tid, "role": t.role, "cpus": cpus, "nodes": t.nodes,
+                "pages_allocated": t.pages_allocated, "pages_local": t.pages_local,
+                "pages_remote": t.pages_remote
+            }
+        }));
+    }
+}
+
 /// Renders the trace: metadata events first, then the others by time, one
 /// event per line.
 pub fn to_chrome_trace(p: &Profile) -> String {
@@ -176,33 +208,7 @@ pub fn to_chrome_trace(p: &Profile) -> String {
         }));
     }
 
-    for t in &p.threads {
-        let name = if t.name.is_empty() {
-            format!("thread {}", t.tid)
-        } else {
-            t.name.clone()
-        };
-        meta.push(metadata(
-            "thread_name",
-            pid,
-            Some(t.tid),
-            json!({ "name": name }),
-        ));
-        let cpus: Vec<Value> = t
-            .cpus
-            .iter()
-            .map(|c| json!({ "cpu": c.cpu, "node": c.node, "run_ms": ms(c.run_ns) }))
-            .collect();
-        events.push(json!({
-            "ph": "X", "name": name, "cat": "thread", "pid": pid, "tid": t.tid,
-            "ts": us(t.start_ns), "dur": us(t.end_ns.saturating_sub(t.start_ns)),
-            "args": {
-                "tid": t.tid, "role": t.role, "cpus": cpus, "nodes": t.nodes,
-                "pages_allocated": t.pages_allocated, "pages_local": t.pages_local,
-                "pages_remote": t.pages_remote
-            }
-        }));
-    }
+    thread_events(p, pid, &mut meta, &mut events);
 
     if p.samples.is_empty() {
         let end_ns = p

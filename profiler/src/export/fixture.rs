@@ -48,42 +48,9 @@ fn reasons(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
 }
 
-/// Four exit reasons (two with latency histograms, one with a name that
-/// needs escaping everywhere), phases, marks, three threads, samples.
-pub fn profile() -> Profile {
-    let mut p = Profile::new();
-    p.target = Target {
-        kind: "command".into(),
-        command: vec!["qemu-system-x86_64".into(), "-m".into(), "512".into()],
-        pid: 4242,
-        name: "qemu-system-x86".into(),
-        exit_code: Some(0),
-        ..Default::default()
-    };
-    p.host = HostInfo {
-        kvm: "svm".into(),
-        kernel_release: "6.1.0-56-amd64".into(),
-        cpus: 4,
-        numa_nodes: vec![
-            NumaNode {
-                id: 0,
-                cpus: vec![0, 1],
-            },
-            NumaNode {
-                id: 1,
-                cpus: vec![2, 3],
-            },
-        ],
-    };
-    p.duration_ns = 900_000_000;
-    p.sources = vec![DataSource {
-        name: "tracepoint:kvm:kvm_exit".into(),
-        status: "attached".into(),
-        detail: String::new(),
-        events: 1_000,
-        ..Default::default()
-    }];
-    p.exits = ExitProfile {
+/// The fixture's exits: four reasons, two with latency histograms.
+fn exits() -> ExitProfile {
+    ExitProfile {
         source: "tracepoint:kvm:kvm_exit".into(),
         isa: "svm".into(),
         total: 1_000,
@@ -132,25 +99,12 @@ pub fn profile() -> Profile {
         }],
         kvm_stats_exits: Some(1_003),
         ..Default::default()
-    };
-    p.page_faults = PageFaultProfile {
-        guest_total: 300,
-        host_total: 5_000,
-        by_thread: vec![ThreadFaults {
-            tid: 4243,
-            name: "touch_pages".into(),
-            guest: 0,
-            host: 4_000,
-        }],
-        by_phase: vec![PhaseFaults {
-            phase: "kernel".into(),
-            guest: 300,
-            host: 100,
-        }],
-        host_latency_hist: vec![bucket(512, 1024, 5_000)],
-        ..Default::default()
-    };
-    p.threads = vec![
+    }
+}
+
+/// The fixture's three threads.
+fn threads() -> Vec<ThreadProfile> {
+    vec![
         ThreadProfile {
             tid: 4242,
             name: "qemu-system-x86".into(),
@@ -209,7 +163,95 @@ pub fn profile() -> Profile {
             pages_remote: 6,
             ..Default::default()
         },
-    ];
+    ]
+}
+
+/// The fixture's counter samples.
+fn samples() -> Vec<Sample> {
+    vec![
+        Sample {
+            t_ns: 100_000_000,
+            exits_total: 200,
+            exits_by_reason: reasons(&[("io", 150), ("npf", 50)]),
+            guest_faults: 50,
+            host_faults: 4_500,
+        },
+        Sample {
+            t_ns: 500_000_000,
+            exits_total: 700,
+            exits_by_reason: reasons(&[("io", 400), ("npf", 250), ("hlt", 50)]),
+            guest_faults: 250,
+            host_faults: 4_900,
+        },
+        Sample {
+            t_ns: 900_000_000,
+            exits_total: 1_000,
+            exits_by_reason: reasons(&[
+                ("io", 600),
+                ("npf", 300),
+                ("hlt", 75),
+                (AWKWARD_REASON, 25),
+            ]),
+            guest_faults: 300,
+            host_faults: 5_000,
+        },
+    ]
+}
+
+/// Four exit reasons (two with latency histograms, one with a name that
+/// needs escaping everywhere), phases, marks, three threads, samples.
+pub fn profile() -> Profile {
+    let mut p = Profile::new();
+    p.target = Target {
+        kind: "command".into(),
+        command: vec!["qemu-system-x86_64".into(), "-m".into(), "512".into()],
+        pid: 4242,
+        name: "qemu-system-x86".into(),
+        exit_code: Some(0),
+        ..Default::default()
+    };
+    p.host = HostInfo {
+        kvm: "svm".into(),
+        kernel_release: "6.1.0-56-amd64".into(),
+        cpus: 4,
+        numa_nodes: vec![
+            NumaNode {
+                id: 0,
+                cpus: vec![0, 1],
+            },
+            NumaNode {
+                id: 1,
+                cpus: vec![2, 3],
+            },
+        ],
+    };
+    p.duration_ns = 900_000_000;
+    p.sources = vec![DataSource {
+        name: "tracepoint:kvm:kvm_exit".into(),
+        status: "attached".into(),
+        detail: String::new(),
+        events: 1_000,
+        ..Default::default()
+    }];
+    p.exits = exits();
+    p.page_faults = PageFaultProfile {
+        guest_total: 300,
+        host_total: 5_000,
+        by_thread: vec![ThreadFaults {
+            tid: 4243,
+            name: "touch_pages".into(),
+            guest: 0,
+            host: 4_000,
+        }],
+        by_phase: vec![PhaseFaults {
+            phase: "kernel".into(),
+            guest: 300,
+            host: 100,
+        }],
+        host_latency_hist: vec![bucket(512, 1024, 5_000)],
+        ..Default::default()
+    };
+    p.threads = threads();
     p.numa = NumaProfile {
         pages_local: 100_104,
         pages_remote: 31_078,
@@ -272,34 +314,7 @@ pub fn profile() -> Profile {
             end_ns: 890_000_000,
         },
     ];
-    p.samples = vec![
-        Sample {
-            t_ns: 100_000_000,
-            exits_total: 200,
-            exits_by_reason: reasons(&[("io", 150), ("npf", 50)]),
-            guest_faults: 50,
-            host_faults: 4_500,
-        },
-        Sample {
-            t_ns: 500_000_000,
-            exits_total: 700,
-            exits_by_reason: reasons(&[("io", 400), ("npf", 250), ("hlt", 50)]),
-            guest_faults: 250,
-            host_faults: 4_900,
-        },
-        Sample {
-            t_ns: 900_000_000,
-            exits_total: 1_000,
-            exits_by_reason: reasons(&[
-                ("io", 600),
-                ("npf", 300),
-                ("hlt", 75),
-                (AWKWARD_REASON, 25),
-            ]),
-            guest_faults: 300,
-            host_faults: 5_000,
-        },
-    ];
+    p.samples = samples();
     p.lost_events = 3;
     p
 }

@@ -91,9 +91,29 @@ fn add_buckets(into: &mut Vec<(u64, u64)>, buckets: &[HistBucket]) {
 /// Renders the profile's metrics.
 pub fn to_prometheus(p: &Profile) -> String {
     let mut out = String::new();
-
+    exit_counts(&mut out, p);
+    exit_latencies(&mut out, p);
+    boot_counts(&mut out, p);
+    profiling_cost(&mut out, p);
     family(
         &mut out,
+        "bootscope_profile_duration_seconds",
+        "gauge",
+        "Time the profile covers.",
+    );
+    sample(
+        &mut out,
+        "bootscope_profile_duration_seconds",
+        &[],
+        &seconds(p.duration_ns),
+    );
+    out
+}
+
+/// Exits by reason.
+fn exit_counts(out: &mut String, p: &Profile) {
+    family(
+        out,
         "bootscope_vm_exits_total",
         "counter",
         "VM exits by reason, from the profiler's exit source.",
@@ -107,15 +127,18 @@ pub fn to_prometheus(p: &Profile) -> String {
     );
     for (reason, count) in &exits {
         sample(
-            &mut out,
+            out,
             "bootscope_vm_exits_total",
             &[("reason", reason), ("source", &p.exits.source)],
             &count.to_string(),
         );
     }
+}
 
+/// Exit latency histograms by reason.
+fn exit_latencies(out: &mut String, p: &Profile) {
     family(
-        &mut out,
+        out,
         "bootscope_vm_exit_latency_seconds",
         "histogram",
         "Time from a VM exit to the next entry, by exit reason.",
@@ -155,7 +178,7 @@ pub fn to_prometheus(p: &Profile) -> String {
         for &(hi_ns, count) in &lat.buckets {
             cumulative += count;
             sample(
-                &mut out,
+                out,
                 "bootscope_vm_exit_latency_seconds_bucket",
                 &[("reason", reason), ("le", &seconds(hi_ns))],
                 &cumulative.to_string(),
@@ -163,44 +186,42 @@ pub fn to_prometheus(p: &Profile) -> String {
         }
         let count = cumulative.to_string();
         sample(
-            &mut out,
+            out,
             "bootscope_vm_exit_latency_seconds_bucket",
             &[("reason", reason), ("le", "+Inf")],
             &count,
         );
         if let Some(sum) = lat.sum_ns {
             sample(
-                &mut out,
+                out,
                 "bootscope_vm_exit_latency_seconds_sum",
                 &[("reason", reason)],
                 &seconds(sum),
             );
         }
         sample(
-            &mut out,
+            out,
             "bootscope_vm_exit_latency_seconds_count",
             &[("reason", reason)],
             &count,
         );
     }
+}
 
+/// KVM's own exit count, boot phases, page faults, NUMA locality, lost events.
+fn boot_counts(out: &mut String, p: &Profile) {
     family(
-        &mut out,
+        out,
         "bootscope_kvm_stats_exits_total",
         "counter",
         "VM exits by KVM's own statistics (KVM_GET_STATS_FD), for cross-checking.",
     );
     if let Some(n) = p.exits.kvm_stats_exits {
-        sample(
-            &mut out,
-            "bootscope_kvm_stats_exits_total",
-            &[],
-            &n.to_string(),
-        );
+        sample(out, "bootscope_kvm_stats_exits_total", &[], &n.to_string());
     }
 
     family(
-        &mut out,
+        out,
         "bootscope_boot_phase_seconds",
         "gauge",
         "Duration of each boot phase.",
@@ -213,7 +234,7 @@ pub fn to_prometheus(p: &Profile) -> String {
     );
     for (phase, ns) in &phases {
         sample(
-            &mut out,
+            out,
             "bootscope_boot_phase_seconds",
             &[("phase", phase)],
             &seconds(*ns),
@@ -221,7 +242,7 @@ pub fn to_prometheus(p: &Profile) -> String {
     }
 
     family(
-        &mut out,
+        out,
         "bootscope_page_faults_total",
         "counter",
         "Page faults: guest side (KVM MMU) and host side (the target's threads).",
@@ -231,7 +252,7 @@ pub fn to_prometheus(p: &Profile) -> String {
         ("host", p.page_faults.host_total),
     ] {
         sample(
-            &mut out,
+            out,
             "bootscope_page_faults_total",
             &[("side", side)],
             &n.to_string(),
@@ -239,7 +260,7 @@ pub fn to_prometheus(p: &Profile) -> String {
     }
 
     family(
-        &mut out,
+        out,
         "bootscope_numa_pages",
         "gauge",
         "Pages of the target on the NUMA node of the CPU that allocated them (local) or on another node (remote).",
@@ -249,7 +270,7 @@ pub fn to_prometheus(p: &Profile) -> String {
         ("remote", p.numa.pages_remote),
     ] {
         sample(
-            &mut out,
+            out,
             "bootscope_numa_pages",
             &[("locality", locality)],
             &n.to_string(),
@@ -257,18 +278,21 @@ pub fn to_prometheus(p: &Profile) -> String {
     }
 
     family(
-        &mut out,
+        out,
         "bootscope_lost_events_total",
         "counter",
         "Events the kernel could not hand over (ring buffer full).",
     );
     sample(
-        &mut out,
+        out,
         "bootscope_lost_events_total",
         &[],
         &p.lost_events.to_string(),
     );
+}
 
+/// What profiling cost: start-up, eBPF program run time, reading.
+fn profiling_cost(out: &mut String, p: &Profile) {
     // What profiling cost: start-up stages (unique: a stage ended twice
     // adds up), and with --bpf-stats the kernel's own count and time of
     // every program run (one source per program; kvm_pio has two, told
@@ -287,9 +311,9 @@ pub fn to_prometheus(p: &Profile) -> String {
         ),
     ];
     for (name, help, value) in stage_families.iter().filter(|_| !p.startup.is_empty()) {
-        family(&mut out, name, "gauge", help);
+        family(out, name, "gauge", help);
         for x in &p.startup {
-            sample(&mut out, name, &[("stage", &x.stage)], &seconds(value(x)));
+            sample(out, name, &[("stage", &x.stage)], &seconds(value(x)));
         }
     }
     let timed: Vec<_> = p.timed_sources().collect();
@@ -306,7 +330,7 @@ pub fn to_prometheus(p: &Profile) -> String {
         ),
     ];
     for (name, help, in_seconds) in program_families.iter().filter(|_| !timed.is_empty()) {
-        family(&mut out, name, "counter", help);
+        family(out, name, "counter", help);
         for (s, runs, ns) in &timed {
             let value = if *in_seconds {
                 seconds(*ns)
@@ -317,7 +341,7 @@ pub fn to_prometheus(p: &Profile) -> String {
                 ("source", s.name.as_str()),
                 ("collector", s.collector.as_str()),
             ];
-            sample(&mut out, name, &labels, &value);
+            sample(out, name, &labels, &value);
         }
     }
 
@@ -344,24 +368,10 @@ pub fn to_prometheus(p: &Profile) -> String {
             ),
         ];
         for (name, kind, help, value) in &reading {
-            family(&mut out, name, kind, help);
-            sample(&mut out, name, &[], value);
+            family(out, name, kind, help);
+            sample(out, name, &[], value);
         }
     }
-
-    family(
-        &mut out,
-        "bootscope_profile_duration_seconds",
-        "gauge",
-        "Time the profile covers.",
-    );
-    sample(
-        &mut out,
-        "bootscope_profile_duration_seconds",
-        &[],
-        &seconds(p.duration_ns),
-    );
-    out
 }
 
 #[cfg(test)]

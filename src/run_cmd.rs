@@ -1,0 +1,656 @@
+//! `bootscope run`: boots a kernel under the VMM, with the profiler attached
+//! to this process by default, and writes the timeline and the profile.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use bootscope_model::size::parse_size;
+use bootscope_vmm::console::{merge_patterns, MilestonePattern};
+use bootscope_vmm::timeline::{vmm_marks, Clock, Recorder, StopReason, TimelineDoc};
+use bootscope_vmm::vm::{self, VmConfig, VmError};
+
+use crate::cli::{
+    check_outputs, command_line, default_guest, parse_seconds, usage, write_output, Failure,
+    DEFAULT_CMDLINE, EXIT_FAILURE,
+};
+
+#[derive(clap::Args, Clone)]
+pub(crate) struct RunArgs {
+    /// Kernel image (bzImage or ELF vmlinux with a PVH note); default: the
+    /// Debian kernel with the project's default initramfs.
+    #[arg(long)]
+    kernel: Option<PathBuf>,
+    /// Initial ramdisk.
+    #[arg(long)]
+    initrd: Option<PathBuf>,
+    /// Kernel command line.
+    #[arg(long, default_value = DEFAULT_CMDLINE)]
+    cmdline: String,
+    /// Guest memory (e.g. 512M, 2G; a bare number is MiB).
+    #[arg(long)]
+    memory: Option<String>,
+    /// Number of vCPUs.
+    #[arg(long, default_value_t = 1)]
+    vcpus: u32,
+    /// Where the guest console goes: stdout, null or a file path.
+    #[arg(long, default_value = "stdout")]
+    serial: String,
+    /// Write the boot timeline (JSON, schema in docs/timeline-schema.md).
+    #[arg(long)]
+    timeline: Option<PathBuf>,
+    /// Extra console milestone NAME=REGEX (repeatable; a default's name
+    /// replaces it).
+    #[arg(long = "serial-pattern", value_name = "NAME=REGEX")]
+    serial_patterns: Vec<String>,
+    /// Do not match the built-in console milestones.
+    #[arg(long)]
+    no_default_patterns: bool,
+    /// Stop the guest after this many seconds (exit status 1).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    timeout: Option<Duration>,
+    /// On a PVM host, run a non-PVM kernel anyway through the instruction
+    /// emulator (very slow).
+    #[arg(long)]
+    allow_emulation: bool,
+    /// Do not print the summary table.
+    #[arg(long)]
+    no_summary: bool,
+    /// Show the boot live in a terminal UI (docs/tui.md); a console on
+    /// stdout then goes to a file, shown in a pane.
+    #[arg(long)]
+    tui: bool,
+    /// Refresh the terminal UI this often, in milliseconds (up to a minute).
+    #[arg(long, default_value_t = crate::tui_cmd::DEFAULT_REFRESH_MS,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    refresh_ms: u64,
+    /// Map the initrd from its file (copy-on-write) instead of copying it
+    /// into guest RAM: VMs started from one image then share its page
+    /// cache, at the price of a nested page fault per 4 KiB page the guest
+    /// reads or frees (a copy sits in huge pages).
+    #[arg(long)]
+    map_initrd: bool,
+    /// Boot a bzImage the classic way: its own decompressor runs in the
+    /// guest (with KASLR, if the kernel has it). By default the VMM
+    /// decompresses the kernel on the host, keeps it in
+    /// ~/.cache/bootscope/kernels, and enters it directly.
+    #[arg(long)]
+    guest_decompress: bool,
+    /// A guest NUMA node bound to host nodes (repeatable):
+    /// node=ID,cpus=LIST,memory=SIZE,host-nodes=LIST,policy=bind|preferred|interleave
+    #[arg(long = "numa", value_name = "SPEC")]
+    numa: Vec<String>,
+    /// Preallocate (fault in) all guest memory before boot.
+    #[arg(long)]
+    prealloc: bool,
+    /// Preallocation threads per region.
+    #[arg(long, default_value_t = 1)]
+    prealloc_threads: usize,
+    /// CPUs for the preallocation thread contexts (default: the CPUs of the
+    /// region's host nodes).
+    #[arg(long, value_name = "LIST")]
+    prealloc_cpus: Option<String>,
+    /// Back guest memory with huge pages from the hugetlb pool: 2M or 1G.
+    #[arg(long, value_name = "SIZE")]
+    hugepages: Option<String>,
+    /// Require transparent huge pages (madvise) on guest memory; fail where
+    /// the host has them off. By default guest memory is advised whenever
+    /// the host's THP mode allows it.
+    #[arg(long, conflicts_with = "no_thp")]
+    thp: bool,
+    /// Back guest memory with base pages only (no MADV_HUGEPAGE).
+    #[arg(long)]
+    no_thp: bool,
+    /// After set-up, install a seccomp filter that denies what a running VMM
+    /// does not need (including changing CPU affinity).
+    #[arg(long)]
+    sandbox: bool,
+    /// Give the guest no ACPI tables (MP table only): it then probes for an
+    /// i8042 controller and can only halt, not power off.
+    #[arg(long)]
+    no_acpi: bool,
+    /// Run only the set-up phases and report their timeline: memory or load.
+    #[arg(long, value_name = "PHASE")]
+    stop_after: Option<String>,
+    /// Do not profile the VMM with eBPF (on by default where BPF works).
+    #[arg(long)]
+    no_profile: bool,
+    /// Profile the VMM with eBPF and fail if the profiler cannot start
+    /// (by default a run without BPF goes on unprofiled, with a warning).
+    #[arg(long, conflicts_with = "no_profile")]
+    profile: bool,
+    /// Write the eBPF profile of the run (schema in docs/profile-schema.md).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Have the kernel count and time every run of the eBPF programs
+    /// (`sources[].runs`, `run_ns` in the profile).
+    #[arg(long, conflicts_with = "no_profile")]
+    bpf_stats: bool,
+    /// Profile with these collectors only (comma-separated: exits, faults,
+    /// threads, numa, phases; default all): each one left out is eBPF
+    /// programs not run on its events. exit-counts: the exits without their
+    /// latency (one program per exit instead of two).
+    #[arg(long, value_name = "LIST", value_parser = bootscope_profiler::CollectorSet::parse, conflicts_with = "no_profile")]
+    collect: Option<bootscope_profiler::CollectorSet>,
+    /// Count exits by the guest code that made them (`exits.sites`), named
+    /// with the guest kernel's symbols.
+    #[arg(long, conflicts_with = "no_profile")]
+    exit_sites: bool,
+    /// The guest kernel's symbols for --exit-sites: a vmlinux, a bzImage,
+    /// a System.map or a kallsyms dump (default: the kernel booted).
+    #[arg(long, value_name = "PATH", requires = "exit_sites")]
+    guest_symbols: Option<PathBuf>,
+    /// Record every kernel initcall (name, level, start, duration) as
+    /// sub-phases of `kernel`: the kernel logs them below the console's log
+    /// level and bootscope reads its log from guest memory at shutdown
+    /// (docs/initcalls.md).
+    #[arg(long, conflicts_with = "stop_after")]
+    initcalls: bool,
+}
+
+pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
+    if crate::tui_cmd::no_terminal(args.tui) {
+        return Err(usage(anyhow::anyhow!(bootscope_tui::NOT_A_TERMINAL)));
+    }
+    // From here on SIGINT and SIGTERM stop the guest and the run still
+    // writes its timeline and profile (outcome `interrupted`).
+    let interrupts = crate::signals::catch()?;
+    let recorder = Arc::new(Recorder::new(clock));
+    recorder.push(bootscope_vmm::timeline::PhaseMark {
+        name: vmm_marks::PROCESS_START.into(),
+        source: bootscope_vmm::timeline::MarkSource::Vmm,
+        t_ns: 0,
+        value: None,
+        vcpu: None,
+    });
+    let (memory_bytes, memory_opts) = memory_options(&args)?;
+    let stop_after = stop_after(&args)?;
+    check_outputs(&run_outputs(&args)).map_err(usage)?;
+    let mut patterns = Vec::new();
+    for spec in &args.serial_patterns {
+        patterns.push(MilestonePattern::parse(spec).map_err(|e| usage(e.into()))?);
+    }
+    let patterns = merge_patterns(patterns, !args.no_default_patterns);
+    let (kernel, initrd) = guest_images(&args, stop_after)?;
+    let tui_console = crate::tui_cmd::TuiConsole::new(args.tui, &args.serial).map_err(usage)?;
+    let cmdline = if args.initcalls {
+        bootscope_vmm::kernel_log::cmdline_with_initcalls(&args.cmdline)
+            .map_err(|e| usage(e.into()))?
+    } else {
+        args.cmdline.clone()
+    };
+    let cfg = VmConfig {
+        kernel,
+        initrd,
+        cmdline,
+        memory_bytes,
+        vcpus: args.vcpus,
+        console: open_console(&tui_console.serial)?,
+        patterns,
+        timeout: args.timeout,
+        allow_emulation: args.allow_emulation,
+        map_images: args.map_initrd,
+        decompress: bootscope_vmm::loader::DecompressOptions {
+            in_guest: args.guest_decompress,
+            cache_dir: bootscope_vmm::kernel::decompress::user_cache_dir(),
+        },
+        memory: memory_opts,
+        sandbox: args.sandbox,
+        stop_after,
+        acpi: !args.no_acpi,
+        stop: Some(interrupts.flag()),
+        initcalls: args.initcalls,
+    };
+    // A kernel that cannot be booted is refused before the profiler
+    // attaches, as fast as without it (the VMM probes it again).
+    if !args.no_profile && stop_after != Some(vm::StopAfter::Memory) {
+        bootscope_vmm::loader::probe_kernel(&cfg.kernel)
+            .map_err(|e| usage(vm::ConfigError::from(e).into()))?;
+    }
+    if let Some(initrd) = &cfg.initrd {
+        bootscope_vmm::loader::check_initrd(initrd)
+            .map_err(|e| usage(vm::ConfigError::from(e).into()))?;
+    }
+    // The profiler attaches before the VMM starts, so that the VMM's
+    // phases are its own: loading and attaching the eBPF programs (tens of
+    // milliseconds natively, a tenth of a second in the lab) would
+    // otherwise run inside its set-up, and on one CPU take their time from
+    // it. The attach is the timeline's `profiler attach` phase.
+    // A symbol file given is checked before anything runs (bad input), and
+    // the live view names sites as they come; otherwise the booted
+    // kernel's own symbols are read after the run, from the VMM's
+    // decompressed copy where it made one (docs/profiler.md).
+    let symbols = if args.exit_sites && (args.guest_symbols.is_some() || args.tui) {
+        crate::sites_cmd::load_symbols(args.guest_symbols.as_deref(), Some(cfg.kernel.clone()))
+            .map_err(|e| usage(anyhow::anyhow!(e)))?
+    } else {
+        None
+    };
+    let collector = attach_self_profile(&args, &recorder)?;
+    let report = if args.tui {
+        crate::tui_cmd::run_vm(
+            cfg,
+            &recorder,
+            collector.clone(),
+            &tui_console,
+            args.refresh_ms,
+            symbols.as_ref(),
+        )?
+    } else {
+        vm::run(cfg, recorder.clone())
+    };
+    let report = match report {
+        Ok(r) => r,
+        Err(VmError::Config(e)) => return Err(usage(e.into())),
+        Err(e) => return Err(e.into()),
+    };
+    let ended = Ended {
+        recorder: &recorder,
+        interrupts: &interrupts,
+        symbols: symbols.as_ref(),
+        serial: &tui_console.serial,
+    };
+    ended.finish(&args, report, collector)
+}
+
+/// `--memory`, `--numa`, the preallocation and huge page options, as the
+/// VMM's memory options and the guest's memory size.
+fn memory_options(args: &RunArgs) -> Result<(u64, bootscope_vmm::memory::MemoryOptions), Failure> {
+    let mut numa = Vec::new();
+    for spec in &args.numa {
+        numa.push(
+            spec.parse::<bootscope_vmm::memory::NumaSpec>()
+                .map_err(|e| usage(anyhow::Error::new(e).context(format!("--numa {spec}"))))?,
+        );
+    }
+    let memory_bytes = match &args.memory {
+        Some(m) => parse_size(m).context("--memory").map_err(usage)?,
+        None if !numa.is_empty() => numa.iter().map(|n| n.memory).sum(),
+        None => 256 << 20,
+    };
+    let prealloc_cpus = match &args.prealloc_cpus {
+        Some(l) => Some(
+            l.parse::<bootscope_vmm::memory::CpuSet>()
+                .map_err(|e| usage(anyhow::Error::new(e).context("--prealloc-cpus")))?,
+        ),
+        None => None,
+    };
+    let hugepages = match &args.hugepages {
+        Some(h) => Some(
+            h.parse::<bootscope_vmm::memory::HugePageSize>()
+                .map_err(|e| usage(anyhow::Error::new(e).context("--hugepages")))?,
+        ),
+        None => None,
+    };
+    let opts = bootscope_vmm::memory::MemoryOptions {
+        total: None,
+        numa,
+        prealloc: args.prealloc,
+        prealloc_threads: args.prealloc_threads,
+        prealloc_cpus,
+        hugepages,
+        thp: match (args.thp, args.no_thp) {
+            (true, _) => bootscope_vmm::memory::ThpChoice::Required,
+            (_, true) => bootscope_vmm::memory::ThpChoice::Off,
+            _ => bootscope_vmm::memory::ThpChoice::Auto,
+        },
+    };
+    Ok((memory_bytes, opts))
+}
+
+fn stop_after(args: &RunArgs) -> Result<Option<vm::StopAfter>, Failure> {
+    match args.stop_after.as_deref() {
+        None => Ok(None),
+        Some("memory") => Ok(Some(vm::StopAfter::Memory)),
+        Some("load") => Ok(Some(vm::StopAfter::Load)),
+        Some(other) => Err(usage(anyhow::anyhow!(
+            "--stop-after {other:?}: give memory or load"
+        ))),
+    }
+}
+
+/// The files `run` writes, with the flag that names each.
+fn run_outputs(args: &RunArgs) -> Vec<(&'static str, &Path)> {
+    let mut outputs: Vec<(&str, &Path)> = Vec::new();
+    if let Some(t) = &args.timeline {
+        outputs.push(("--timeline", t));
+    }
+    if let (Some(o), false) = (&args.output, args.no_profile) {
+        outputs.push(("--output", o));
+    }
+    if !matches!(args.serial.as_str(), "stdout" | "-" | "null") {
+        outputs.push(("--serial", Path::new(&args.serial)));
+    }
+    outputs
+}
+
+/// The kernel and initrd to boot: the named ones, or the default guest.
+fn guest_images(
+    args: &RunArgs,
+    stop_after: Option<vm::StopAfter>,
+) -> Result<(PathBuf, Option<PathBuf>), Failure> {
+    Ok(match args.kernel.clone() {
+        Some(k) => (k, args.initrd.clone()),
+        // Memory set-up alone needs no kernel.
+        None if stop_after == Some(vm::StopAfter::Memory) => (PathBuf::new(), None),
+        None => {
+            let (k, i) = default_guest().map_err(usage)?;
+            eprintln!(
+                "bootscope: default guest: kernel {} initrd {}",
+                k.display(),
+                i.display()
+            );
+            (k, Some(args.initrd.clone().unwrap_or(i)))
+        }
+    })
+}
+
+/// Where the guest's console goes (`--serial`): standard output, nowhere,
+/// or a file.
+fn open_console(serial: &str) -> Result<Box<dyn Write + Send>, Failure> {
+    Ok(match serial {
+        "stdout" | "-" => Box::new(std::io::stdout()),
+        "null" => Box::new(std::io::sink()),
+        path => Box::new(
+            bootscope_model::output::open_stream(Path::new(path))
+                .map_err(|e| usage(anyhow::anyhow!("--serial: {e}")))?,
+        ),
+    })
+}
+
+/// What a run that has ended needs to write its documents.
+struct Ended<'a> {
+    recorder: &'a Arc<Recorder>,
+    interrupts: &'a crate::signals::Interrupts,
+    symbols: Option<&'a bootscope_profiler::guest_symbols::SymbolTable>,
+    /// `--serial` as the console was opened.
+    serial: &'a str,
+}
+
+impl Ended<'_> {
+    /// Completes the timeline (marks, phases, an interrupting signal),
+    /// writes the profile and the timeline, and gives the exit status.
+    fn finish(
+        &self,
+        args: &RunArgs,
+        report: vm::RunReport,
+        collector: Option<Arc<bootscope_profiler::Collector>>,
+    ) -> Result<i32, Failure> {
+        let console_error = report.console_error;
+        let mut doc = report.timeline;
+        // A signal that stopped the guest (one that came after it ended
+        // changes nothing).
+        let interrupted = self
+            .interrupts
+            .received()
+            .filter(|_| doc.outcome.reason == StopReason::Stopped);
+        if let Some(sig) = interrupted {
+            doc.outcome.reason = StopReason::Interrupted;
+            doc.outcome.detail = format!(
+                "interrupted by {}: the guest was stopped before it ended",
+                crate::signals::name(sig)
+            );
+        }
+        // Once: under --tui it is recorded when the VM ends, not when the UI
+        // is closed.
+        self.recorder.vmm_once(vmm_marks::VMM_EXIT);
+        doc.marks = self.recorder.snapshot();
+        doc.phases = bootscope_vmm::timeline::derive_phases(&doc.marks);
+        let profiled = collector.is_some();
+        if let Some(c) = collector {
+            let profile = finish_self_profile(args, c, &doc, self.symbols)?;
+            if let (Some(initcalls), Some(profile)) = (doc.initcalls.as_mut(), profile) {
+                crate::initcalls_cmd::attribute_profile(initcalls, &profile);
+            }
+        }
+        let mut result = finish_run(args, &doc);
+        if let Some(sig) = interrupted {
+            result = result.and(Err(Failure {
+                code: crate::signals::exit_status(sig),
+                error: anyhow::anyhow!("{}", doc.outcome.detail),
+            }));
+        } else if let Some(e) = console_error {
+            eprintln!(
+                "bootscope: error: cannot write the guest console to --serial {}: {e}",
+                self.serial
+            );
+            if matches!(result, Ok(0)) {
+                result = Ok(EXIT_FAILURE);
+            }
+        }
+        if profiled {
+            release_bpf_in_background();
+        }
+        result
+    }
+}
+
+/// Detaching the profiler's tracepoint programs costs the kernel one RCU
+/// grace period each (over a second in all on small VMs), and a process's exit
+/// waits for it. A child that inherits the descriptors and outlives this
+/// process by a moment takes that wait off the command's critical path.
+fn release_bpf_in_background() {
+    // SAFETY: fork in a multi-threaded process: the child only calls
+    // async-signal-safe functions (nanosleep, _exit) before it ends.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let ts = libc::timespec {
+            tv_sec: 2,
+            tv_nsec: 0,
+        };
+        // SAFETY: close, nanosleep and _exit are async-signal-safe; the child
+        // touches no other state and never returns. It lets go of the
+        // standard streams at once so nobody waits on its pipes.
+        unsafe {
+            libc::close(0);
+            libc::close(1);
+            libc::close(2);
+            libc::nanosleep(&ts, std::ptr::null_mut());
+            libc::_exit(0);
+        }
+    }
+}
+
+/// How often the profiler samples its counters under `run --initcalls`.
+const INITCALL_SAMPLE_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Starts the eBPF collector on this process (loading and attaching its
+/// programs takes tens of milliseconds natively, a tenth of a second in the
+/// lab), then forwards every VMM mark to it (the ones recorded so far with
+/// their own times). Called before the VMM starts, so every preallocation
+/// thread and every guest exit is seen. None: not profiling (`--no-profile`,
+/// or the profiler cannot start and nothing asked for a profile).
+fn attach_self_profile(
+    args: &RunArgs,
+    recorder: &Arc<Recorder>,
+) -> Result<Option<Arc<bootscope_profiler::Collector>>, Failure> {
+    if args.no_profile {
+        return Ok(None);
+    }
+    let mut config =
+        bootscope_profiler::CollectorConfig::new(bootscope_profiler::TargetSpec::CurrentProcess);
+    // One clock for the profile and the timeline: the VMM's process start.
+    config.origin = Some(recorder.clock().instant_at(0));
+    // vCPUs, preallocation threads and their contexts per region, and
+    // bootscope's own few (main, console, profiler, TUI).
+    let regions = args.numa.len().max(1) as u32;
+    let prealloc = u32::try_from(args.prealloc_threads).unwrap_or(u32::MAX);
+    config.bpf_stats = args.bpf_stats;
+    config.exit_sites = args.exit_sites;
+    if args.initcalls {
+        // Counters often enough to share them out among initcalls (the
+        // sampler still keeps itself under 0.4 % of a CPU).
+        config.sample_interval = INITCALL_SAMPLE_INTERVAL;
+    }
+    if let Some(set) = args.collect {
+        config.collectors = set;
+    }
+    config.expected_threads = Some(
+        args.vcpus
+            .saturating_add(prealloc.saturating_add(1).saturating_mul(regions))
+            .saturating_add(16),
+    );
+    // Why a profiler that cannot start is an error; else go on without it.
+    let required_by = if args.profile {
+        Some("--profile asks for a profile but the profiler cannot start")
+    } else if args.output.is_some() {
+        Some("--output asks for a profile but the profiler cannot start")
+    } else {
+        None
+    };
+    let collector = match (bootscope_profiler::Collector::start(config), required_by) {
+        (Ok(c), _) => Arc::new(c),
+        (Err(e), Some(why)) => return Err(anyhow::Error::new(e).context(why).into()),
+        (Err(e), None) => {
+            eprintln!("bootscope: not profiling this run: {e} (--no-profile silences this)");
+            return Ok(None);
+        }
+    };
+    let weak = Arc::downgrade(&collector);
+    let clock = recorder.clock();
+    let forward = move |c: &bootscope_profiler::Collector,
+                        m: &bootscope_vmm::timeline::PhaseMark| {
+        c.add_mark_at(
+            &m.name,
+            m.source,
+            m.value.map(u64::from),
+            clock.instant_at(m.t_ns),
+        );
+        // Their statistics files exist now: the cross-check's source.
+        if m.name == bootscope_vmm::timeline::vmm_marks::VCPUS_CREATED {
+            c.vcpus_created();
+        }
+    };
+    // Marks recorded before the collector was ready (process start).
+    for m in recorder.snapshot() {
+        forward(&collector, &m);
+    }
+    recorder.set_listener(Box::new(move |m| {
+        if let Some(c) = weak.upgrade() {
+            forward(&c, m);
+        }
+    }));
+    recorder.vmm(vmm_marks::PROFILER_ATTACHED);
+    Ok(Some(collector))
+}
+
+fn finish_self_profile(
+    args: &RunArgs,
+    collector: Arc<bootscope_profiler::Collector>,
+    doc: &TimelineDoc,
+    symbols: Option<&bootscope_profiler::guest_symbols::SymbolTable>,
+) -> Result<Option<bootscope_profiler::Profile>, Failure> {
+    let Ok(mut collector) = Arc::try_unwrap(collector) else {
+        eprintln!("bootscope: the profile could not be finished (collector still in use)");
+        return Ok(None);
+    };
+    // Stopping the collector detaches every tracepoint program, which the
+    // kernel does one RCU grace period at a time (~100 ms each here); the
+    // process is about to exit, so take the final profile and let the exit
+    // release them instead.
+    let mut profile = collector.final_profile();
+    std::mem::forget(collector);
+    profile.target.kind = "self".into();
+    profile.target.command = command_line();
+    profile.target.exit_code = Some(if doc.outcome.clean { 0 } else { 1 });
+    let booted;
+    let symbols = match symbols {
+        None if args.exit_sites => {
+            booted = crate::sites_cmd::booted_kernel_symbols(&doc.guest);
+            booted.as_ref()
+        }
+        given => given,
+    };
+    crate::sites_cmd::annotate(&mut profile, symbols);
+    crate::sites_cmd::label_npf_ranges(&mut profile, &doc.guest.regions);
+    if let Some(path) = &args.output {
+        write_output(path, &serde_json::to_vec_pretty(&profile)?)?;
+    }
+    if !args.no_summary {
+        let shown = args
+            .output
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("(not saved: use --output)"));
+        eprint!("{}", crate::profile_cmd::summary(&profile, &shown));
+    }
+    Ok(Some(profile))
+}
+
+fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {
+    if let Some(path) = &args.timeline {
+        let json = serde_json::to_vec_pretty(doc)?;
+        write_output(path, &json)?;
+    }
+    if !args.no_summary {
+        eprintln!();
+        if doc.guest.kernel.is_empty() {
+            eprintln!(
+                "bootscope: set-up timeline ({} MiB guest)",
+                doc.guest.memory_bytes >> 20
+            );
+        } else {
+            eprintln!(
+                "bootscope: boot timeline of {} ({})",
+                doc.guest.kernel, doc.guest.kernel_format
+            );
+        }
+        eprint!("{}", doc.summary_table());
+        if let Some(mem) = &doc.memory {
+            print_prealloc_summary(mem);
+        }
+        if let Some(exits) = doc.kvm_stats.get("exits") {
+            eprintln!("KVM exits (KVM's own statistics): {exits}");
+        }
+        if let Some(initcalls) = &doc.initcalls {
+            eprint!("{}", bootscope_vmm::kernel_log::summary(initcalls, 10));
+        }
+        eprintln!("outcome: {}", doc.outcome.detail);
+    }
+    if doc.outcome.clean {
+        Ok(0)
+    } else if doc.outcome.reason == StopReason::Interrupted {
+        // The caller gives the status of the signal.
+        Ok(EXIT_FAILURE)
+    } else {
+        Err(Failure {
+            code: EXIT_FAILURE,
+            error: anyhow::anyhow!(
+                "the guest did not shut down cleanly: {}",
+                doc.outcome.detail
+            ),
+        })
+    }
+}
+
+/// One line per region and thread: where preallocation ran and how fast.
+fn print_prealloc_summary(mem: &serde_json::Value) {
+    let Some(regions) = mem["regions"].as_array() else {
+        return;
+    };
+    for r in regions {
+        let bytes = r["bytes"].as_u64().unwrap_or(0);
+        let ns = r["elapsed_ns"].as_u64().unwrap_or(0).max(1);
+        eprintln!(
+            "preallocation: guest node {}: {} MiB in {:.1} ms ({:.2} GiB/s, {})",
+            r["guest_node"],
+            bytes >> 20,
+            ns as f64 / 1e6,
+            bytes as f64 / (1u64 << 30) as f64 / (ns as f64 / 1e9),
+            r["method"].as_str().unwrap_or("?")
+        );
+        for t in r["threads"].as_array().into_iter().flatten() {
+            eprintln!(
+                "  {:<16} tid {:<8} cpus {:<8} last cpu {:<3} node {:<3} pages {}",
+                t["name"].as_str().unwrap_or("?"),
+                t["tid"],
+                t["allowed_cpus"].as_str().unwrap_or("?"),
+                t["last_cpu"],
+                t["node"],
+                t["pages_touched"]
+            );
+        }
+    }
+}
