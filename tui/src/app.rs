@@ -515,7 +515,12 @@ mod tests {
         app.on_key(key('s'));
         app.on_key(key('s'));
         assert_eq!(app.sort, SortMode::Total);
-        assert_eq!(app.on_key(key('x')), Action::None);
+        assert!(!app.show_sites);
+        assert_eq!(app.on_key(key('x')), Action::Redraw);
+        assert!(app.show_sites);
+        app.on_key(key('x'));
+        assert!(!app.show_sites);
+        assert_eq!(app.on_key(key('z')), Action::None);
     }
 
     #[test]
