@@ -182,7 +182,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     } else {
         args.cmdline.clone()
     };
-    let cfg = VmConfig {
+    let mut cfg = VmConfig {
         kernel,
         initrd,
         cmdline,
@@ -203,6 +203,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         acpi: !args.no_acpi,
         stop: Some(interrupts.flag()),
         initcalls: args.initcalls,
+        before_first_run: None,
     };
     // A kernel that cannot be booted is refused before the profiler
     // attaches, as fast as without it (the VMM probes it again).
@@ -214,11 +215,9 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         bootscope_vmm::loader::check_initrd(initrd)
             .map_err(|e| usage(vm::ConfigError::from(e).into()))?;
     }
-    // The profiler attaches before the VMM starts, so that the VMM's
-    // phases are its own: loading and attaching the eBPF programs (tens of
-    // milliseconds natively, a tenth of a second in the lab) would
-    // otherwise run inside its set-up, and on one CPU take their time from
-    // it. The attach is the timeline's `profiler attach` phase.
+    // The programs the set-up needs attach before the VMM starts (`profiler
+    // attach`), the guest programs beside its set-up, waited for before its
+    // first KVM_RUN (`profiler guest attach`; attach_self_profile).
     // A symbol file given is checked before anything runs (bad input), and
     // the live view names sites as they come; otherwise the booted
     // kernel's own symbols are read after the run, from the VMM's
@@ -229,7 +228,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     } else {
         None
     };
-    let collector = attach_self_profile(&args, &recorder)?;
+    let collector = attach_self_profile(&args, &recorder, &mut cfg)?;
     let report = if args.tui {
         crate::tui_cmd::run_vm(
             cfg,
@@ -454,18 +453,50 @@ fn release_bpf_in_background() {
     }
 }
 
+/// Starts attaching the profiler's guest programs beside the VMM's set-up,
+/// and gives the hook the VMM calls before its first KVM_RUN: it waits for
+/// them, so that no exit goes uncounted. The timeline gets the wait
+/// (`profiler guest attach`, from the gate to the first KVM_RUN) and the
+/// moment the attach ended.
+fn guest_programs_gate(
+    collector: &Arc<bootscope_profiler::Collector>,
+    recorder: &Arc<Recorder>,
+) -> Box<dyn FnOnce() + Send> {
+    collector.attach_guest_programs();
+    // Weak: the VMM's configuration must not keep the collector alive.
+    let weak = Arc::downgrade(collector);
+    let recorder = recorder.clone();
+    Box::new(move || {
+        let Some(c) = weak.upgrade() else { return };
+        recorder.vmm(vmm_marks::PROFILER_GUEST_WAIT);
+        if let Some(at) = c.wait_guest_programs() {
+            let clock = recorder.clock();
+            recorder.push(bootscope_vmm::timeline::PhaseMark {
+                name: vmm_marks::PROFILER_GUEST_ATTACHED.into(),
+                source: bootscope_vmm::timeline::MarkSource::Vmm,
+                t_ns: at.saturating_duration_since(clock.instant_at(0)).as_nanos() as u64,
+                value: None,
+                vcpu: None,
+            });
+        }
+    })
+}
+
 /// How often the profiler samples its counters under `run --initcalls`.
 const INITCALL_SAMPLE_INTERVAL: Duration = Duration::from_millis(10);
 
-/// Starts the eBPF collector on this process (loading and attaching its
-/// programs takes tens of milliseconds natively, a tenth of a second in the
-/// lab), then forwards every VMM mark to it (the ones recorded so far with
-/// their own times). Called before the VMM starts, so every preallocation
-/// thread and every guest exit is seen. None: not profiling (`--no-profile`,
-/// or the profiler cannot start and nothing asked for a profile).
+/// Starts the eBPF collector on this process with the programs the VMM's
+/// set-up needs attached (its guest programs are deferred:
+/// [`guest_programs_gate`]), then forwards every VMM mark to it (the ones
+/// recorded so far with their own times), and gives `cfg` the hook that
+/// waits for the guest programs. Called before the VMM starts, so every
+/// preallocation thread, its CPUs, node and pages are seen. None: not
+/// profiling (`--no-profile`, or the profiler cannot start and nothing
+/// asked for a profile).
 fn attach_self_profile(
     args: &RunArgs,
     recorder: &Arc<Recorder>,
+    cfg: &mut VmConfig,
 ) -> Result<Option<Arc<bootscope_profiler::Collector>>, Failure> {
     if args.no_profile {
         return Ok(None);
@@ -488,6 +519,9 @@ fn attach_self_profile(
     if let Some(set) = args.collect {
         config.collectors = set;
     }
+    // Attached beside the VMM's set-up, or not at all when the run stops
+    // before its first KVM_RUN (guest_programs_gate).
+    config.defer_guest_programs = true;
     config.expected_threads = Some(
         args.vcpus
             .saturating_add(prealloc.saturating_add(1).saturating_mul(regions))
@@ -534,6 +568,9 @@ fn attach_self_profile(
         }
     }));
     recorder.vmm(vmm_marks::PROFILER_ATTACHED);
+    if cfg.stop_after.is_none() {
+        cfg.before_first_run = Some(guest_programs_gate(&collector, recorder));
+    }
     Ok(Some(collector))
 }
 

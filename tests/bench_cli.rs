@@ -8,12 +8,8 @@ use std::process::{Command, Output};
 
 use serde_json::{json, Value};
 
-fn bootscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bootscope"))
-        .args(args)
-        .output()
-        .expect("bootscope runs")
-}
+mod profile_common;
+use profile_common::{bootscope_output as bootscope, fixture, kvm_available, scratch, stderr};
 
 fn text(o: &Output) -> String {
     format!(
@@ -24,41 +20,8 @@ fn text(o: &Output) -> String {
     )
 }
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("vmm/tests/fixtures")
-        .join(name)
-        .display()
-        .to_string()
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bootscope-bench-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn kvm_available() -> bool {
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-    {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("SKIP: /dev/kvm cannot be opened ({e})");
-            false
-        }
-    }
 }
 
 /// The committed lab baseline (see tests/baselines/README.md).

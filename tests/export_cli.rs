@@ -3,49 +3,12 @@
 //! naming the file.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn bootscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bootscope"))
-        .args(args)
-        .output()
-        .expect("bootscope runs")
-}
-
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("vmm/tests/fixtures")
-        .join(name)
-        .display()
-        .to_string()
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bootscope-export-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn kvm_available() -> bool {
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-    {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("SKIP: /dev/kvm cannot be opened ({e}); no timeline to export");
-            false
-        }
-    }
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod profile_common;
+use profile_common::{bootscope_output as bootscope, fixture, kvm_available, scratch, stderr};
 
 fn stdout(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).expect("output is UTF-8")
@@ -60,20 +23,14 @@ fn export_ok(args: &[&str]) -> String {
     stdout(&o)
 }
 
-/// Runs and expects exit 2 with every `needles` in stderr, and no panic.
+/// Runs and expects exit 2 with every `needles` in stderr, nothing on
+/// stdout, and no panic.
 fn expect_usage_error(args: &[&str], needles: &[&str]) {
-    let o = bootscope(args);
-    let err = stderr(&o);
-    assert_eq!(
-        o.status.code(),
-        Some(2),
-        "{args:?} should exit 2; stderr: {err}"
+    profile_common::expect_usage_error(args, needles);
+    assert!(
+        bootscope(args).stdout.is_empty(),
+        "{args:?} wrote to stdout"
     );
-    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-    assert!(o.stdout.is_empty(), "{args:?} wrote to stdout");
-    for n in needles {
-        assert!(err.contains(n), "{args:?}: stderr lacks {n:?}: {err}");
-    }
 }
 
 /// Boots the reset fixture and returns the timeline's path.

@@ -173,3 +173,57 @@ fn kvm_exit_reasons_latency_and_cross_check_in_the_lab() {
     assert!(failed.is_empty(), "{failed:#?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `bootscope run` profiling itself where kvm:kvm_exit fires: its guest
+/// programs are attached beside the VMM's set-up (on the lab's one CPU,
+/// mostly in the wait before the first KVM_RUN), and not one exit is
+/// missed: the profile's count equals KVM's own (the VMM's statistics
+/// file descriptors), and preallocation's workers are in the profile.
+#[test]
+fn self_profile_sees_every_exit_from_the_first_kvm_run_in_the_lab() {
+    if let Err(e) =
+        bootscope_lab::outer::check_prerequisites(std::path::Path::new("qemu-system-x86_64"))
+    {
+        eprintln!("SKIP: the lab is unavailable here: {e}");
+        return;
+    }
+    if let Err(e) = bootscope_lab::guest::find_debian_kernel() {
+        eprintln!("SKIP: {e}");
+        return;
+    }
+    let dir = scratch("lab-self");
+    let (out, timeline) = (dir.join("self.json"), dir.join("self-timeline.json"));
+    let exe = env!("CARGO_BIN_EXE_bootscope");
+    let o = run(
+        bootscope()
+            .args(["lab", "--timeout", "900", "--program", exe, "--", "run"])
+            .args(["--kernel", &fixture("mini-bzimage-ports.bin")])
+            .args(["--serial", "null", "--no-summary", "--memory", "64M"])
+            .args(["--prealloc", "--prealloc-threads", "2", "--output"])
+            .args([out.as_os_str(), "--timeline".as_ref(), timeline.as_os_str()]),
+        None,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let p = read_profile(&out);
+    assert_eq!(p.exits.source, "tracepoint:kvm:kvm_exit");
+    io_exits(&p);
+    assert_counts_equal_kvms(&p);
+    let exit = source(&p, "tracepoint:kvm:kvm_exit");
+    assert_eq!(exit.status, "attached", "{exit:?}");
+    let stages: Vec<&str> = p.startup.iter().map(|s| s.stage.as_str()).collect();
+    assert!(stages.contains(&"guest verify"), "{stages:?}");
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
+    let phases: Vec<&str> = t["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        phases[..3],
+        ["profiler attach", "vmm setup", "profiler guest attach"]
+    );
+    let workers = p.threads.iter().filter(|t| t.role == "prealloc").count();
+    assert_eq!(workers, 2, "{:?}", p.threads);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

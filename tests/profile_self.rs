@@ -100,14 +100,32 @@ fn run_writes_its_own_profile() {
     assert_eq!(phases[0], ("profiler attach", 0, attached), "{phases:?}");
     assert_eq!(phases[1].0, "vmm setup", "{phases:?}");
     assert_eq!(phases[1].1, attached, "{phases:?}");
-    // The profile's start-up stages all fall inside that phase.
-    let startup_ns: u64 = p["startup"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["ns"].as_u64().unwrap())
-        .sum();
-    assert!(startup_ns <= attached, "{startup_ns} > {attached}");
+    // The guest programs were attached beside the set-up; the VMM waited
+    // for them before its first KVM_RUN.
+    let (wait, run) = (
+        at("vmm: waiting for the profiler's guest programs").expect("the wait mark"),
+        at("vmm: first KVM_RUN").unwrap(),
+    );
+    let guest = at("vmm: profiler's guest programs attached").expect("the guest mark");
+    assert!(attached < guest && guest <= run, "{tmarks:?}");
+    assert_eq!(phases[1].2, wait, "{phases:?}");
+    assert_eq!(
+        phases[2],
+        ("profiler guest attach", wait, run),
+        "{phases:?}"
+    );
+    // The profile's set-up stages all fall inside the first phase, the
+    // guest programs' stages after it.
+    let stages = p["startup"].as_array().unwrap();
+    let sum = |guest: bool| -> u64 {
+        stages
+            .iter()
+            .filter(|s| s["stage"].as_str().unwrap().starts_with("guest ") == guest)
+            .map(|s| s["ns"].as_u64().unwrap())
+            .sum()
+    };
+    assert!(sum(false) <= attached, "{} > {attached}", sum(false));
+    assert!(sum(true) > 0 && sum(true) <= guest - attached, "{stages:?}");
     // The vCPU thread is named and placed.
     let threads = p["threads"].as_array().unwrap();
     assert!(threads
@@ -136,6 +154,102 @@ fn run_writes_its_own_profile() {
         Some(vmm_exits),
         "{}",
         p["sources"]
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The guest programs' attach held back (GUEST_ATTACH_DELAY_ENV) past the
+/// VMM's set-up: the VMM waits for it, and every port write of the guest,
+/// the first ones right after the first KVM_RUN, is still counted in the
+/// kernel. Preallocation ran with the set-up's programs alone, and the
+/// profile and the placement report show each worker, its CPUs, node and
+/// pages.
+#[test]
+fn the_first_kvm_run_waits_for_the_guest_programs() {
+    if !kvm_available() || !can_profile() {
+        return;
+    }
+    const DELAY_MS: u64 = 400;
+    let d = scratch("selfwait");
+    let (out, timeline) = (d.join("p.json"), d.join("t.json"));
+    let o = run(
+        bootscope()
+            .env(
+                bootscope_profiler::collector::GUEST_ATTACH_DELAY_ENV,
+                DELAY_MS.to_string(),
+            )
+            .args(["run", "--kernel", &fixture("mini-bzimage-ports.bin")])
+            .args(["--serial", "null", "--memory", "256M", "--prealloc"])
+            .args(["--prealloc-threads", "2", "--output"])
+            .args([out.as_os_str(), "--timeline".as_ref(), timeline.as_os_str()]),
+        None,
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let read = |p: &PathBuf| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    };
+    let (p, t) = (read(&out), read(&timeline));
+    let at = |name: &str| {
+        t["marks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .and_then(|m| m["t_ns"].as_u64())
+            .unwrap_or_else(|| panic!("no mark {name}: {}", t["marks"]))
+    };
+    let attached = at("vmm: profiler attached");
+    let guest = at("vmm: profiler's guest programs attached");
+    let run_at = at("vmm: first KVM_RUN");
+    assert!(guest >= attached + DELAY_MS * 1_000_000, "{}", t["marks"]);
+    assert!(guest <= run_at, "{}", t["marks"]);
+    let wait = t["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "profiler guest attach")
+        .expect("the wait phase");
+    assert_eq!(wait["end_ns"].as_u64(), Some(run_at));
+    // Counted in the kernel from the first write on.
+    let writes = p["exits"]["marker_writes"].as_array().unwrap();
+    let count = |port: u64, value: u64| {
+        writes
+            .iter()
+            .find(|w| w["port"] == port && w["value"] == value)
+            .and_then(|w| w["count"].as_u64())
+            .unwrap_or(0)
+    };
+    assert_eq!(count(0x80, 0x40), 1, "{writes:?}");
+    assert_eq!(count(0x80, 0x90), 1000, "{writes:?}");
+    for s in p["sources"].as_array().unwrap() {
+        assert_ne!(s["status"], "failed", "{s}");
+    }
+    // The workers, as the VMM placed them and as the profile saw them.
+    let workers = t["memory"]["regions"][0]["threads"].as_array().unwrap();
+    assert_eq!(workers.len(), 2, "{workers:?}");
+    let threads = p["threads"].as_array().unwrap();
+    let mut allocated = 0;
+    for w in workers {
+        assert_eq!(w["pages_touched"].as_u64(), Some((128 << 20) / 4096), "{w}");
+        let seen = threads
+            .iter()
+            .find(|th| th["tid"] == w["tid"])
+            .unwrap_or_else(|| panic!("worker {w} not in the profile: {threads:?}"));
+        assert_eq!(seen["name"], w["name"], "{seen}");
+        assert_eq!(seen["role"], "prealloc", "{seen}");
+        assert!(!seen["cpus"].as_array().unwrap().is_empty(), "{seen}");
+        assert_eq!(seen["nodes"][0], w["node"], "{seen} {w}");
+        allocated += seen["bytes_allocated"].as_u64().unwrap();
+    }
+    // The 256 MiB (4 KiB or huge pages), give or take their page tables.
+    assert!(
+        allocated > (256 << 20) * 97 / 100 && allocated < (256 << 20) * 103 / 100,
+        "{allocated}"
     );
     let _ = std::fs::remove_dir_all(&d);
 }

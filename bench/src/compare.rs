@@ -95,7 +95,7 @@ impl Sample {
     fn phases(&self) -> BTreeSet<&str> {
         self.values
             .keys()
-            .filter(|k| k.starts_with("phase:") && *k != PROFILER_ATTACH)
+            .filter(|k| k.starts_with("phase:") && !is_profiler_phase(k))
             .map(String::as_str)
             .collect()
     }
@@ -188,9 +188,15 @@ pub fn select_metrics(
     Ok(shared)
 }
 
-/// The phase of a profiler attaching before the VMM (`bootscope run`
-/// profiling itself).
-const PROFILER_ATTACH: &str = "phase:profiler attach";
+/// The phases of a profiler attaching (`bootscope run` profiling itself):
+/// before the VMM starts, and the VMM's wait for the guest programs before
+/// its first KVM_RUN.
+const PROFILER_PHASES: [&str; 2] = ["phase:profiler attach", "phase:profiler guest attach"];
+
+/// One of [`PROFILER_PHASES`].
+fn is_profiler_phase(metric: &str) -> bool {
+    PROFILER_PHASES.contains(&metric)
+}
 
 /// Both samples with phases must have the same phases.
 fn check_phases(base: &Sample, new: &Sample) -> Result<(), BenchError> {

@@ -3,7 +3,7 @@
 //! | name | kind | source |
 //! |---|---|---|
 //! | `wall` | time | spawn to exit of the run's process, measured by `bench` |
-//! | `time_to_userspace` | time | VMM start (the `vmm setup` phase's start) to the `userspace` phase's start; a `profiler attach` phase before the VMM is not counted |
+//! | `time_to_userspace` | time | VMM start (the `vmm setup` phase's start) to the `userspace` phase's start; a `profiler attach` phase before the VMM is not counted, the `profiler guest attach` wait before the first `KVM_RUN` is |
 //! | `phase:NAME` | time | the timeline's phase `NAME`, `duration_ns` |
 //! | `prealloc` | time | the timeline's `memory.elapsed_ns`: preallocating guest memory (`run --prealloc`) |
 //! | `console:NAME` | time | spawn to the first console line (standard output) matching pattern `NAME` |

@@ -40,6 +40,7 @@ fn main() {
         acpi: true,
         stop: None,
         initcalls: false,
+        before_first_run: None,
     };
     match run(cfg, rec) {
         Ok(r) => {

@@ -20,8 +20,16 @@ pub use bootscope_model::timeline::{TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSIO
 pub mod vmm_marks {
     pub const PROCESS_START: &str = "vmm: process start";
     /// bootscope's eBPF profiler is attached (`bootscope run` profiling
-    /// itself): the VMM starts after it.
+    /// itself): the programs the set-up needs (threads, host page faults,
+    /// page allocations); the VMM starts after it.
     pub const PROFILER_ATTACHED: &str = "vmm: profiler attached";
+    /// The VMM, ready to run its vCPUs, waits for the profiler's guest
+    /// programs (those that fire only while a vCPU runs: KVM's exits,
+    /// guest faults, marker ports), attached meanwhile on their own thread.
+    pub const PROFILER_GUEST_WAIT: &str = "vmm: waiting for the profiler's guest programs";
+    /// The profiler's guest programs are attached (when that ended, during
+    /// the set-up or the wait).
+    pub const PROFILER_GUEST_ATTACHED: &str = "vmm: profiler's guest programs attached";
     pub const MEMORY_READY: &str = "vmm: memory ready";
     /// The decompression thread has the bzImage's kernel: read from the
     /// cache, or decompressed (either way after hashing the payload).
@@ -213,7 +221,11 @@ pub fn is_userspace_start(mark: &PhaseMark) -> bool {
 ///   profiler attached before the VMM started (the VMM's phases are then
 ///   its own and start after it);
 /// - `vmm setup`: VMM start (process start, or the profiler attached) to
-///   the first `KVM_RUN`;
+///   the first `KVM_RUN`, or to the wait for the profiler's guest
+///   programs when there is one;
+/// - `profiler guest attach`: that wait to the first `KVM_RUN` (the rest of
+///   the profiler's attach the set-up did not hide, and the vCPU threads'
+///   start);
 /// - `firmware/boot loader`: first `KVM_RUN` to the kernel's first sign of
 ///   life (only when the guest reports one separately);
 /// - `kernel`: first `KVM_RUN` (or the kernel-start mark) to userspace start;
@@ -224,6 +236,8 @@ pub fn derive_phases(marks: &[PhaseMark]) -> Vec<Phase> {
     let named = |name: &str| first(&|m: &PhaseMark| m.name == name && m.source == MarkSource::Vmm);
     let start = named(vmm_marks::PROCESS_START);
     let run = named(vmm_marks::FIRST_KVM_RUN);
+    let guest_wait =
+        named(vmm_marks::PROFILER_GUEST_WAIT).filter(|w| run.is_some_and(|r| w.t_ns <= r.t_ns));
     // Attached before any of the VMM's own set-up marks (memory ready, the
     // kernel loaded, ...): the VMM started after it.
     let attached = named(vmm_marks::PROFILER_ATTACHED).filter(|a| {
@@ -261,7 +275,10 @@ pub fn derive_phases(marks: &[PhaseMark]) -> Vec<Phase> {
     if attached.is_some() {
         add("profiler attach", start, attached);
     }
-    add("vmm setup", attached.or(start), run);
+    add("vmm setup", attached.or(start), guest_wait.or(run));
+    if guest_wait.is_some() {
+        add("profiler guest attach", guest_wait, run);
+    }
     if let Some(k) = kernel_marker {
         add("firmware/boot loader", run, Some(k));
         add("kernel", Some(k), user.or(shutdown));
@@ -600,6 +617,35 @@ mod tests {
         assert_eq!(p[0].name, "vmm setup");
         assert_eq!((p[0].start_ns, p[0].end_ns), (0, 10));
         assert!(p.iter().all(|p| p.name != "profiler attach"));
+    }
+
+    #[test]
+    fn the_wait_for_the_profilers_guest_programs_is_a_phase() {
+        let p = derive_phases(&boot(vec![
+            mark(vmm_marks::PROFILER_ATTACHED, MarkSource::Vmm, 2, None),
+            mark(vmm_marks::MEMORY_READY, MarkSource::Vmm, 4, None),
+            mark(vmm_marks::PROFILER_GUEST_ATTACHED, MarkSource::Vmm, 5, None),
+            mark(vmm_marks::PROFILER_GUEST_WAIT, MarkSource::Vmm, 7, None),
+        ]));
+        let spans: Vec<_> = p
+            .iter()
+            .map(|p| (p.name.as_str(), p.start_ns, p.end_ns))
+            .collect();
+        assert_eq!(
+            spans[..3],
+            [
+                ("profiler attach", 0, 2),
+                ("vmm setup", 2, 7),
+                ("profiler guest attach", 7, 10)
+            ]
+        );
+        assert_eq!(spans[3].0, "kernel");
+        // A run that never reached its first KVM_RUN has no such phase.
+        let stopped = vec![
+            mark(vmm_marks::PROCESS_START, MarkSource::Vmm, 0, None),
+            mark(vmm_marks::PROFILER_GUEST_WAIT, MarkSource::Vmm, 7, None),
+        ];
+        assert!(derive_phases(&stopped).is_empty());
     }
 
     #[test]

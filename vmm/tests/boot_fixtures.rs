@@ -72,11 +72,48 @@ fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
         acpi: true,
         stop: None,
         initcalls: false,
+        before_first_run: None,
     }
 }
 
 fn boot(cfg: VmConfig) -> Result<RunReport, VmError> {
     run(cfg, Arc::new(Recorder::new(Clock::start())))
+}
+
+/// The hook runs once, after the vCPUs exist and before the first
+/// `KVM_RUN`, and the run waits for it.
+#[test]
+fn the_run_waits_for_its_before_first_run_hook() {
+    if !kvm_available() {
+        return;
+    }
+    let recorder = Arc::new(Recorder::new(Clock::start()));
+    let mut cfg = config(
+        "mini-bzimage-reset.bin",
+        "console=ttyS0",
+        Capture::default(),
+    );
+    let calls = Arc::new(Mutex::new(0));
+    let (r, c) = (recorder.clone(), calls.clone());
+    cfg.before_first_run = Some(Box::new(move || {
+        *c.lock().unwrap() += 1;
+        std::thread::sleep(Duration::from_millis(200));
+        r.vmm("hook returned");
+    }));
+    let report = run(cfg, recorder).unwrap();
+    assert_eq!(*calls.lock().unwrap(), 1);
+    let at = |name: &str| {
+        report
+            .timeline
+            .marks
+            .iter()
+            .find(|m| m.name == name)
+            .unwrap_or_else(|| panic!("no mark {name}"))
+            .t_ns
+    };
+    let (created, returned) = (at("vmm: vcpus created"), at("hook returned"));
+    assert!(returned >= created + 200_000_000, "{created} {returned}");
+    assert!(at("vmm: first KVM_RUN") >= returned);
 }
 
 #[test]

@@ -292,6 +292,7 @@ fn default_check_metrics_and_missing_ones() {
             ("time_to_userspace", &[10.0, 11.0]),
             ("phase:kernel", &[5.0, 6.0]),
             ("phase:profiler attach", &[3.0, 3.0]),
+            ("phase:profiler guest attach", &[0.5, 0.5]),
         ],
     );
     let bare = sample(
@@ -305,7 +306,7 @@ fn default_check_metrics_and_missing_ones() {
     let names: Vec<&str> = r.results.iter().map(|c| c.metric.as_str()).collect();
     assert_eq!(names, ["time_to_userspace", "phase:kernel"]);
     let r = check(&profiled, &profiled.clone(), &opts(&[], 20.0)).unwrap();
-    assert_eq!(r.results.len(), 3);
+    assert_eq!(r.results.len(), 4);
 }
 
 #[test]

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::comparison::{compare_metric, Comparison, SampleInfo};
 use super::render::{format_p, format_pct, format_value};
-use super::{check_phases, order_key, Sample, PROFILER_ATTACH};
+use super::{check_phases, is_profiler_phase, order_key, Sample};
 use crate::error::BenchError;
 use crate::metrics::{self, MetricKind};
 use crate::stats::{self, TestKind};
@@ -163,7 +163,7 @@ fn default_specs(baseline: &Sample, current: &Sample) -> Result<Vec<MetricSpec>,
         .keys()
         .filter(|k| *k == "time_to_userspace" || *k == "exits:total" || k.starts_with("phase:"))
         // Checked where both have it.
-        .filter(|k| *k != PROFILER_ATTACH || current.values.contains_key(*k))
+        .filter(|k| !is_profiler_phase(k) || current.values.contains_key(*k))
         .cloned()
         .collect();
     if names.is_empty() {

@@ -14,8 +14,14 @@ use crate::{LabError, Result};
 /// Outer kernel command line: console on the first serial port; `quiet`
 /// and `loglevel=3` keep kernel messages from mixing with the program's
 /// output; `panic=-1` reboots at once on a panic, which `-no-reboot` turns
-/// into a QEMU exit instead of a hang.
-const KERNEL_CMDLINE: &str = "console=ttyS0 quiet loglevel=3 panic=-1";
+/// into a QEMU exit instead of a hang. `numa_balancing=disable`: with two
+/// or more nodes the kernel would otherwise unmap and migrate the running
+/// program's pages between nodes by itself (a nested guest's memory
+/// included, under its running vCPUs), which moves the pages placement
+/// tests look at and, with two lab CPUs, stalls two-vCPU nested guests
+/// (docs/architecture.md, "Two nested vCPUs at once"). No effect on one
+/// node.
+const KERNEL_CMDLINE: &str = "console=ttyS0 quiet loglevel=3 panic=-1 numa_balancing=disable";
 
 /// The QEMU command line of the outer guest.
 ///
@@ -224,6 +230,12 @@ mod tests {
         assert_eq!(after(&two, "-smp"), "2");
         assert_eq!(after(&two, "-accel"), "tcg,thread=multi");
         assert!(!two.iter().any(|a| a == "-numa"));
+        // The lab kernel never moves pages between nodes by itself.
+        let append = after(&two, "-append");
+        assert!(
+            append.split(' ').any(|p| p == "numa_balancing=disable"),
+            "{append}"
+        );
     }
 
     #[test]

@@ -384,18 +384,40 @@ pub(super) fn enable_run_stats(wanted: bool) -> (Option<OwnedFd>, Option<DataSou
     (fd, Some(source))
 }
 
-/// Verifies and attaches every program planned as attached, threads first
-/// (PROGRAMS order); one that fails is marked failed with the reason.
-pub(super) fn attach_programs(ebpf: &mut Ebpf, programs: &mut [ProgramState], stages: &mut Stages) {
-    for st in programs.iter_mut().filter(|s| s.is_attached()) {
+/// The names of the verify and attach stages in `startup[]`.
+pub(super) struct AttachStages {
+    pub(super) verify: &'static str,
+    pub(super) attach: &'static str,
+}
+
+/// Before the target is followed.
+pub(super) const SETUP_STAGES: AttachStages = AttachStages {
+    verify: "verify",
+    attach: "attach",
+};
+
+/// Verifies and attaches every program planned as attached that `chosen`
+/// picks, threads first (PROGRAMS order); one that fails is marked failed
+/// with the reason.
+pub(super) fn attach_programs(
+    ebpf: &mut Ebpf,
+    programs: &mut [ProgramState],
+    chosen: impl Fn(&ProgramSpec) -> bool,
+    stages: &mut Stages,
+    names: &AttachStages,
+) {
+    for st in programs
+        .iter_mut()
+        .filter(|s| s.is_attached() && chosen(&s.spec))
+    {
         let mut verified = None;
         if let Err(detail) = attach_one(ebpf, &st.spec, &mut verified) {
             st.status = ProgramStatus::Failed;
             st.detail = detail;
         }
         // A program that failed before attaching spent it all verifying.
-        stages.end_at("verify", verified.unwrap_or_else(StagePoint::now));
-        stages.end("attach");
+        stages.end_at(names.verify, verified.unwrap_or_else(StagePoint::now));
+        stages.end(names.attach);
     }
 }
 

@@ -11,18 +11,21 @@
 //! # Ok::<(), bootscope_profiler::ProfilerError>(())
 //! ```
 
+mod guest;
 mod load;
+mod object;
 mod plan;
 mod read;
 mod sites;
 mod state;
 mod target;
+pub use guest::GUEST_ATTACH_DELAY_ENV;
 pub use target::check_privileges;
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -37,9 +40,12 @@ use crate::phases::PhaseNames;
 use crate::profile::*;
 use crate::topology::{page_size, Topology};
 
+use guest::{fires_in_guest, GuestAttach};
 use load::{
     attach_programs, enable_run_stats, fill_topology_maps, load_object, ObjectSettings, Stages,
+    SETUP_STAGES,
 };
+use object::BpfObject;
 use plan::{attached, plan_programs, unused_maps, KvmBackend, ProgramState};
 use read::{kernel_release, map_error};
 pub use read::{thread_role, vcpu_from_thread_name};
@@ -194,6 +200,14 @@ pub struct CollectorConfig {
     /// then read the exit's RIP and keep a count per site. Off, they are
     /// loaded without that code.
     pub exit_sites: bool,
+    /// Attach the guest programs (those that fire only while a vCPU runs:
+    /// KVM's exits and their detail, guest faults, marker ports) later:
+    /// `start` attaches the others, [`Collector::attach_guest_programs`]
+    /// starts these on a thread of their own, and
+    /// [`Collector::wait_guest_programs`] waits for them. A VMM profiling
+    /// itself waits just before its first `KVM_RUN`, so its set-up runs
+    /// beside their attach and no exit is missed.
+    pub defer_guest_programs: bool,
 }
 
 impl CollectorConfig {
@@ -215,6 +229,7 @@ impl CollectorConfig {
             expected_threads: None,
             bpf_stats: false,
             exit_sites: false,
+            defer_guest_programs: false,
         }
     }
 }
@@ -225,6 +240,10 @@ struct Shared {
     /// when samples are spaced out on a slow machine).
     wake: OwnedFd,
     state: Mutex<State>,
+    /// The guest programs' thread, once it runs in the background
+    /// ([`guest`]), and whether it is waited for.
+    guest_tid: AtomicI32,
+    guest_hurry: AtomicBool,
 }
 
 impl Shared {
@@ -248,6 +267,7 @@ impl Shared {
 pub struct Collector {
     shared: Arc<Shared>,
     worker: Option<JoinHandle<()>>,
+    guest: Mutex<GuestAttach>,
     target_pid: u32,
     started: Instant,
 }
@@ -322,6 +342,36 @@ fn startup_sources(threads: usize, topology: &Topology) -> Vec<DataSource> {
     ]
 }
 
+/// Verifies and attaches the planned programs, but the guest programs when
+/// they are deferred (`defer`); returns whether some are. Err when none is
+/// attached or left to attach.
+fn attach_setup_programs(
+    ebpf: &mut aya::Ebpf,
+    programs: &mut [ProgramState],
+    defer: bool,
+    stages: &mut Stages,
+) -> Result<bool, ProfilerError> {
+    attach_programs(
+        ebpf,
+        programs,
+        |spec| !(defer && fires_in_guest(spec)),
+        stages,
+        &SETUP_STAGES,
+    );
+    if !programs.iter().any(ProgramState::is_attached) {
+        let detail = programs
+            .iter()
+            .map(|p| format!("{}: {} {}", p.spec.source_name(), p.status, p.detail))
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(ProfilerError::NothingAttached { detail });
+    }
+    Ok(defer
+        && programs
+            .iter()
+            .any(|p| p.is_attached() && fires_in_guest(&p.spec)))
+}
+
 impl Collector {
     /// Starts profiling. Tracepoints this kernel lacks are recorded as
     /// missing in `sources[]` and the rest goes on; errors are for what
@@ -367,16 +417,14 @@ impl Collector {
         // Before attaching, so that every run of ours is counted.
         let (bpf_stats, stats_source) = enable_run_stats(config.bpf_stats);
         let mut programs = plan.programs;
-        attach_programs(&mut ebpf, &mut programs, &mut stages);
-        if !programs.iter().any(ProgramState::is_attached) {
-            let detail = programs
-                .iter()
-                .map(|p| format!("{}: {} {}", p.spec.source_name(), p.status, p.detail))
-                .collect::<Vec<_>>()
-                .join("; ");
-            return Err(ProfilerError::NothingAttached { detail });
-        }
+        let deferred = attach_setup_programs(
+            &mut ebpf,
+            &mut programs,
+            config.defer_guest_programs,
+            &mut stages,
+        )?;
 
+        let mut ebpf = BpfObject::new(ebpf);
         let ring = ebpf
             .take_map("events")
             .ok_or_else(|| map_error("events", "absent"))?;
@@ -436,8 +484,14 @@ impl Collector {
             sample_cpu: Duration::ZERO,
             reader_cpu: Duration::ZERO,
             exit_sites: config.exit_sites,
+            guest_attached: None,
         };
-        Self::spawn(state, ring, &config)
+        let guest = if deferred {
+            GuestAttach::Pending
+        } else {
+            GuestAttach::Done
+        };
+        Self::spawn(state, ring, &config, guest)
     }
 
     /// Hands the state to the worker thread that reads the ring buffer and
@@ -446,6 +500,7 @@ impl Collector {
         state: State,
         ring: RingBuf<MapData>,
         config: &CollectorConfig,
+        guest: GuestAttach,
     ) -> Result<Collector, ProfilerError> {
         let target_pid = state.target_pid;
         let started = state.started;
@@ -461,6 +516,8 @@ impl Collector {
             // SAFETY: a fresh descriptor owned by nobody else.
             wake: unsafe { OwnedFd::from_raw_fd(wake) },
             state: Mutex::new(state),
+            guest_tid: AtomicI32::new(0),
+            guest_hurry: AtomicBool::new(false),
         });
         let worker_shared = shared.clone();
         let sample_interval = config.sample_interval.max(Duration::from_millis(10));
@@ -472,6 +529,7 @@ impl Collector {
         Ok(Collector {
             shared,
             worker: Some(worker),
+            guest: Mutex::new(guest),
             target_pid,
             started,
         })
@@ -550,6 +608,71 @@ impl Collector {
         st.refresh_kvm_stats(true);
     }
 
+    /// Starts attaching the guest programs on a thread of their own, when
+    /// they were deferred ([`CollectorConfig::defer_guest_programs`]) and
+    /// not started yet.
+    pub fn attach_guest_programs(&self) {
+        let mut guest = self.guest_lock();
+        if matches!(*guest, GuestAttach::Pending) {
+            let shared = self.shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name("bootscope-guest".into())
+                .spawn(move || guest::attach_guest_programs(&shared, true));
+            // Without a thread they are attached by the wait, on the
+            // caller's.
+            if let Ok(handle) = spawned {
+                *guest = GuestAttach::Running(handle);
+            }
+        }
+    }
+
+    /// True when no guest program is left to attach: none deferred, or all
+    /// attached (or failed).
+    pub fn guest_programs_attached(&self) -> bool {
+        match &*self.guest_lock() {
+            GuestAttach::Done => true,
+            GuestAttach::Pending => false,
+            GuestAttach::Running(h) => h.is_finished(),
+        }
+    }
+
+    /// Waits until the deferred guest programs are attached, attaching them
+    /// on this thread if they were not started. Returns when their attach
+    /// ended; None when none were deferred.
+    pub fn wait_guest_programs(&self) -> Option<Instant> {
+        let mut guest = self.guest_lock();
+        match std::mem::replace(&mut *guest, GuestAttach::Done) {
+            GuestAttach::Pending => guest::attach_guest_programs(&self.shared, false),
+            GuestAttach::Running(h) => {
+                if !h.is_finished() {
+                    guest::hurry(&self.shared);
+                }
+                let _ = h.join();
+            }
+            GuestAttach::Done => {}
+        }
+        drop(guest);
+        self.lock().guest_attached
+    }
+
+    /// Guest programs still deferred are not attached now (the target never
+    /// ran a vCPU); a running attach is waited for.
+    fn settle_guest_programs(&self) {
+        let mut guest = self.guest_lock();
+        match std::mem::replace(&mut *guest, GuestAttach::Done) {
+            GuestAttach::Pending => guest::skip_guest_programs(&self.shared),
+            GuestAttach::Running(h) => {
+                guest::hurry(&self.shared);
+                let _ = h.join();
+            }
+            GuestAttach::Done => {}
+        }
+    }
+
+    fn guest_lock(&self) -> MutexGuard<'_, GuestAttach> {
+        self.guest.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Stops profiling and returns the final profile (partial if the target
     /// ended early).
     pub fn finish(mut self) -> Profile {
@@ -561,6 +684,7 @@ impl Collector {
     /// programs attached (for a caller that exits right away and lets the
     /// kernel release them).
     pub fn final_profile(&mut self) -> Profile {
+        self.settle_guest_programs();
         self.stop_worker();
         let mut st = self.lock();
         let began = thread_cpu_time();
@@ -570,6 +694,10 @@ impl Collector {
         let now = st.now_ns();
         st.finished_ns = Some(now);
         st.build(now)
+    }
+
+    fn guest_lock_mut(&mut self) -> &mut GuestAttach {
+        self.guest.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 
     fn stop_worker(&mut self) {
@@ -582,6 +710,11 @@ impl Collector {
 
 impl Drop for Collector {
     fn drop(&mut self) {
+        // The guest programs' thread holds the object: it ends first.
+        if let GuestAttach::Running(h) = std::mem::replace(self.guest_lock_mut(), GuestAttach::Done)
+        {
+            let _ = h.join();
+        }
         self.stop_worker();
     }
 }

@@ -4,8 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use aya::maps::{HashMap as BpfHashMap, IterableMap, MapData, PerCpuArray};
-use aya::{Ebpf, Pod};
+use aya::Pod;
 
+use super::object::BpfObject;
 use super::plan::{self, ProgramState};
 use super::state::{State, MAX_MARKS};
 use super::target::read_comm;
@@ -45,7 +46,7 @@ pub fn thread_role(name: &str, tid: u32, tgid: u32) -> &'static str {
         "other"
     }
 }
-pub(super) fn hash_entries<K: Pod, V: Pod>(bpf: &Ebpf, name: &str) -> Vec<(K, V)> {
+pub(super) fn hash_entries<K: Pod, V: Pod>(bpf: &BpfObject, name: &str) -> Vec<(K, V)> {
     let Some(map) = bpf.map(name) else {
         return Vec::new();
     };
@@ -61,7 +62,7 @@ pub(super) fn hash_entries<K: Pod, V: Pod>(bpf: &Ebpf, name: &str) -> Vec<(K, V)
     }
 }
 
-pub(super) fn percpu_sum(bpf: &Ebpf, name: &str, index: u32) -> u64 {
+pub(super) fn percpu_sum(bpf: &BpfObject, name: &str, index: u32) -> u64 {
     let Some(map) = bpf.map(name) else {
         return 0;
     };

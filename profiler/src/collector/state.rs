@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::Ebpf;
 use bootscope_model::mark::{boot_time_port_mark_name, debug_port_mark_name};
 
+use super::object::BpfObject;
 use super::plan::ProgramState;
 use super::target::TargetLife;
 use super::{thread_cpu_time, Shared};
@@ -32,7 +32,7 @@ pub(super) struct ThreadInfo {
 
 /// Everything behind the lock.
 pub(super) struct State {
-    pub(super) bpf: Ebpf,
+    pub(super) bpf: BpfObject,
     /// Held while the kernel keeps run statistics for `--bpf-stats`.
     pub(super) bpf_stats: Option<OwnedFd>,
     pub(super) startup: Vec<StartupStage>,
@@ -69,6 +69,8 @@ pub(super) struct State {
     pub(super) reader_cpu: Duration,
     /// Exits are counted by site too (`exits.sites`).
     pub(super) exit_sites: bool,
+    /// When the deferred guest programs' attach ended.
+    pub(super) guest_attached: Option<Instant>,
 }
 
 /// `BPF_EXIST` (uapi linux/bpf.h): update only an entry that is there.

@@ -77,6 +77,12 @@ pub struct VmConfig {
     /// initcalls on the timeline (the command line must carry
     /// [`crate::kernel_log::CMDLINE_PARAMS`]).
     pub initcalls: bool,
+    /// Called once, on the VMM's thread, after the vCPU stage and just
+    /// before the vCPU threads start (the first `KVM_RUN`); the run waits
+    /// for it to return. A caller that must see every guest exit from the
+    /// first one on, and is still getting ready, holds the run here. Not
+    /// called when the build stops earlier (`stop_after`, an error).
+    pub before_first_run: Option<Box<dyn FnOnce() + Send>>,
 }
 
 /// `--stop-after`: the build stage after which to stop and report the
@@ -152,6 +158,9 @@ pub fn run(cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmError>
     let devices = vm.devices()?;
     let vcpus = vm.vcpus(&ram, &images)?;
     vm.recorder.vmm(vmm_marks::VCPUS_CREATED);
+    if let Some(hook) = vm.cfg.before_first_run.take() {
+        hook();
+    }
     Ok(vm.run(ram, images, devices, vcpus)?)
 }
 
