@@ -155,6 +155,11 @@ pub fn main() -> i32 {
             return if e.use_stderr() { EXIT_USAGE } else { 0 };
         }
     };
+    // SIGINT and SIGTERM end every command cleanly (src/signals.rs): the
+    // temporary files of the outputs being written are removed first.
+    if let Err(e) = crate::signals::install() {
+        eprintln!("bootscope: warning: {e:#}");
+    }
     let result = match cli.command {
         Command::Run(args) => cmd_run(args, clock),
         Command::Doctor { json } => cmd_doctor(json),

@@ -141,9 +141,9 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         return Err(usage(anyhow::anyhow!(bootscope_tui::NOT_A_TERMINAL)));
     }
     crate::cli::check_output("--output", &args.output).map_err(usage)?;
-    // SIGINT (a launched command gets its own from the terminal) and
-    // SIGTERM end the profiling: the command is stopped, the profile
-    // still written.
+    // SIGINT and SIGTERM end the profiling: they are passed on to the
+    // launched command's process group, which is then ended whole; the
+    // profile is still written.
     let interrupts = crate::signals::catch()?;
     let command: Vec<String> = args
         .command
@@ -171,6 +171,13 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     } else {
         None
     };
+    // The launched command leads a process group of its own: SIGINT and
+    // SIGTERM go to the whole group, and nothing of it outlives the
+    // profile. At a terminal the group is the foreground job (as a shell
+    // makes it), so the command still reads it and gets its keys (Ctrl-C);
+    // not under --tui, which keeps the terminal.
+    let mut group = None;
+    let mut foreground = None;
     let target = match args.pid {
         Some(pid) => TargetSpec::Pid(pid),
         None => {
@@ -179,6 +186,10 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
             })?
             .with_context(|| format!("cannot start {}", command.join(" ")))?;
             let pid = h.pid();
+            group = Some(bootscope_model::proc::ListedGroup::new(h.pgid()));
+            if child_log.is_none() {
+                foreground = Foreground::give(h.pgid());
+            }
             held = Some(h);
             TargetSpec::Launched(pid)
         }
@@ -223,7 +234,10 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
     let mut code = 0;
     if let Some(h) = held {
-        let (exit_code, own) = stop_launched(h, &waited)?;
+        let (exit_code, own) = stop_launched(h, &waited, signal)?;
+        drop(group.take());
+        // The group is gone: the terminal is this process's again.
+        drop(foreground.take());
         profile.target.exit_code = exit_code;
         if own {
             code = exit_code.unwrap_or(0);
@@ -323,24 +337,35 @@ fn wait_for_target(
     Ok(Waited { status, stopped_by })
 }
 
-/// Ends a launched command that is still running (SIGTERM, then SIGKILL
-/// after 5 s) and gives its exit code (128 + signal when a signal ended
-/// it), and whether it ended by itself (its status is then bootscope's).
-fn stop_launched(mut h: HeldCommand, waited: &Waited) -> Result<(Option<i32>, bool), Failure> {
+/// Ends the launched command and its process group, and gives its exit
+/// code (128 + signal when a signal ended it), and whether it ended by
+/// itself (its status is then bootscope's). Still running, the group gets
+/// `signal` (SIGTERM when profiling stopped for another reason), then
+/// SIGKILL after [`STOP_GRACE`]. Whatever is left of the group after the
+/// command (a script's background jobs, a forked QEMU) gets SIGTERM, then
+/// SIGKILL after [`GROUP_GRACE`].
+fn stop_launched(
+    mut h: HeldCommand,
+    waited: &Waited,
+    signal: Option<i32>,
+) -> Result<(Option<i32>, bool), Failure> {
     let s = match waited.status {
         Some(s) => s,
         None => {
+            let sig = signal.unwrap_or(libc::SIGTERM);
             eprintln!(
-                "bootscope: {}: stopping the launched command (SIGTERM)",
-                waited.stopped_by
+                "bootscope: {}: stopping the launched command and its process group ({})",
+                waited.stopped_by,
+                crate::signals::name(sig)
             );
-            let _ = h.signal(libc::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(5);
+            h.signal_group(sig);
+            let deadline = Instant::now() + STOP_GRACE;
             loop {
                 if let Some(s) = h.try_wait()? {
                     break s;
                 }
                 if Instant::now() >= deadline {
+                    h.signal_group(libc::SIGKILL);
                     let _ = h.signal(libc::SIGKILL);
                     break h.wait()?;
                 }
@@ -348,9 +373,80 @@ fn stop_launched(mut h: HeldCommand, waited: &Waited) -> Result<(Option<i32>, bo
             }
         }
     };
+    let left = bootscope_model::proc::group_members(h.pgid());
+    if !left.is_empty() {
+        eprintln!(
+            "bootscope: the launched command left {} process(es) of its group running: stopping them (SIGTERM, SIGKILL after {} s)",
+            left.len(),
+            GROUP_GRACE.as_secs()
+        );
+        let still = bootscope_model::proc::end_group(h.pgid(), GROUP_GRACE);
+        if !still.is_empty() {
+            eprintln!(
+                "bootscope: warning: processes of the launched command's group outlived SIGKILL: {still:?}"
+            );
+        }
+    }
     use std::os::unix::process::ExitStatusExt;
     let c = s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0));
     Ok((Some(c), waited.status.is_some()))
+}
+
+/// How long a launched command has to end after the signal bootscope got
+/// (or SIGTERM) before its group gets SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// How long what a launched command left running in its group has between
+/// SIGTERM and SIGKILL.
+const GROUP_GRACE: Duration = Duration::from_secs(1);
+
+/// The terminal's foreground handed to a launched command's process group,
+/// as a shell hands it to a job; taken back when dropped.
+struct Foreground {
+    old_sigttou: libc::sigaction,
+}
+
+impl Foreground {
+    /// Makes `pgid` the foreground of the terminal on standard input, if
+    /// that terminal's foreground is this process's group now.
+    fn give(pgid: u32) -> Option<Self> {
+        let pgid = libc::pid_t::try_from(pgid).ok()?;
+        // SAFETY: isatty, tcgetpgrp, getpgrp, sigaction and tcsetpgrp take
+        // plain integers and pointers to sigaction values that live on
+        // this stack frame for the calls; a zeroed sigaction is a valid
+        // "no flags, empty mask" value.
+        unsafe {
+            if libc::isatty(libc::STDIN_FILENO) != 1
+                || libc::tcgetpgrp(libc::STDIN_FILENO) != libc::getpgrp()
+            {
+                return None;
+            }
+            // In the background this process may still write to the
+            // terminal and take it back (SIGTTOU would stop it).
+            let mut ignore: libc::sigaction = std::mem::zeroed();
+            ignore.sa_sigaction = libc::SIG_IGN;
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(libc::SIGTTOU, &ignore, &mut old) != 0 {
+                return None;
+            }
+            if libc::tcsetpgrp(libc::STDIN_FILENO, pgid) != 0 {
+                libc::sigaction(libc::SIGTTOU, &old, std::ptr::null_mut());
+                return None;
+            }
+            Some(Foreground { old_sigttou: old })
+        }
+    }
+}
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        // SAFETY: tcsetpgrp and getpgrp take plain integers; `old_sigttou`
+        // is the action sigaction returned, valid for the call.
+        unsafe {
+            libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp());
+            libc::sigaction(libc::SIGTTOU, &self.old_sigttou, std::ptr::null_mut());
+        }
+    }
 }
 
 /// The longest the waiting loop sleeps between checks: how soon Ctrl-C is

@@ -1,15 +1,27 @@
-//! SIGINT and SIGTERM for the commands that run something (`run`,
-//! `profile`, `bench`): the first one sets a flag the command polls (it then
-//! stops its guest or child, writes what it measured, removes its temporary
-//! files and exits 130 or 143); a second one ends the process at once,
-//! for a command that does not stop by itself.
+//! SIGINT and SIGTERM, for every command, in one place.
+//!
+//! [`install`] (called once, before any command runs) starts a thread that
+//! receives both signals. What it does with one:
+//!
+//! - In a command that winds down by itself (`run`, `profile`, `bench`,
+//!   `lab`, `exporter`: they call [`catch`]), the first signal sets a flag
+//!   the command polls: it stops its guest or child, writes what it
+//!   measured, removes its temporary files and exits 130 or 143.
+//! - Otherwise (every other command, and a second signal in one of those),
+//!   the process ends at once with 130 (SIGINT) or 143 (SIGTERM), after
+//!   removing the temporary files of the outputs being written
+//!   ([`bootscope_model::output::remove_temporary_files`]): an output
+//!   being written keeps its previous contents and nothing is left beside
+//!   it. The process groups of the commands it launched
+//!   ([`bootscope_model::proc::ListedGroup`])
+//!   are killed too, so that none outlives it.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context, Result};
 use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::flag;
+use signal_hook::iterator::Signals;
 
 /// The signals that interrupt a command.
 pub const SIGNALS: [i32; 2] = [SIGINT, SIGTERM];
@@ -23,20 +35,78 @@ pub struct Interrupts {
     which: Arc<AtomicUsize>,
 }
 
-/// Installs the handlers. A second signal after the first exits with
-/// 128 + its number without waiting for the command to wind down.
-pub fn catch() -> Result<Interrupts> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let which = Arc::new(AtomicUsize::new(0));
-    for sig in SIGNALS {
-        // Registered before the flag: on the first signal the condition is
-        // still false, so only a second one ends the process.
-        flag::register_conditional_shutdown(sig, 128 + sig, stop.clone())
-            .and_then(|_| flag::register_usize(sig, which.clone(), sig as usize))
-            .and_then(|_| flag::register(sig, stop.clone()))
-            .with_context(|| format!("cannot install a handler for {}", name(sig)))?;
+/// The process's one set of flags, shared with the signal thread.
+struct Shared {
+    interrupts: Interrupts,
+    /// A command that winds down on the first signal is running.
+    winds_down: AtomicBool,
+}
+
+static SHARED: OnceLock<std::result::Result<Shared, String>> = OnceLock::new();
+
+/// Starts the signal thread (once; later calls return what the first one
+/// did).
+pub fn install() -> Result<()> {
+    let shared = SHARED.get_or_init(|| {
+        let mut signals = Signals::new(SIGNALS).map_err(|e| e.to_string())?;
+        let shared = Shared {
+            interrupts: Interrupts {
+                stop: Arc::new(AtomicBool::new(false)),
+                which: Arc::new(AtomicUsize::new(0)),
+            },
+            winds_down: AtomicBool::new(false),
+        };
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                for sig in signals.forever() {
+                    on_signal(sig);
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(shared)
+    });
+    match shared {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            Err(anyhow::anyhow!("{e}")).context("cannot install the SIGINT and SIGTERM handlers")
+        }
     }
-    Ok(Interrupts { stop, which })
+}
+
+/// What the signal thread does with one signal.
+fn on_signal(sig: i32) {
+    let Some(Ok(shared)) = SHARED.get() else {
+        return;
+    };
+    let i = &shared.interrupts;
+    // The first signal to a command that winds down by itself: it sees the
+    // flag. (A flag already set, by a first signal or by the command itself,
+    // e.g. the live view closed, means this one ends the process.)
+    if shared.winds_down.load(Ordering::SeqCst) && !i.stop.load(Ordering::SeqCst) {
+        i.which.store(sig as usize, Ordering::SeqCst);
+        i.stop.store(true, Ordering::SeqCst);
+        return;
+    }
+    bootscope_model::output::remove_temporary_files();
+    bootscope_model::proc::kill_listed_groups();
+    // SAFETY: _exit ends the process at once; it has no preconditions. It
+    // is used rather than `exit` so that no destructor or atexit handler
+    // runs on this thread while the others are still working.
+    unsafe { libc::_exit(exit_status(sig)) }
+}
+
+/// Makes the calling command one that winds down on the first SIGINT or
+/// SIGTERM, and returns its flags. A second signal after the first exits
+/// with 128 + its number (removing temporary files) without waiting for
+/// the command to wind down.
+pub fn catch() -> Result<Interrupts> {
+    install()?;
+    let Some(Ok(shared)) = SHARED.get() else {
+        anyhow::bail!("cannot install the SIGINT and SIGTERM handlers");
+    };
+    shared.winds_down.store(true, Ordering::SeqCst);
+    Ok(shared.interrupts.clone())
 }
 
 impl Interrupts {

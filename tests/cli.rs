@@ -309,14 +309,16 @@ fn guest_that_never_ends_times_out_with_status_1() {
 }
 
 /// A guest that writes pseudo-random values to every port and MMIO address
-/// the VMM emulates, then triple-faults: `run` reports the triple fault
-/// and exits with the status documented for it (a triple fault is one of
-/// the clean ends, status 0); the VMM never panics.
+/// the VMM emulates, then triple-faults without asking for a reset: `run`
+/// reports the crash, writes the timeline with outcome `triple_fault`
+/// (unclean) and exits 1; the VMM never panics.
 #[test]
 fn hostile_guest_is_reported_not_a_panic() {
     if !kvm_available() {
         return;
     }
+    let d = scratch("hostile");
+    let t = d.join("t.json");
     let o = bootscope(&[
         "run",
         "--kernel",
@@ -325,14 +327,67 @@ fn hostile_guest_is_reported_not_a_panic() {
         "64M",
         "--serial",
         "null",
+        "--no-profile",
+        // Every port access is an emulated instruction on a PVM host: on a
+        // loaded machine their rate can pass the emulation check's.
+        "--allow-emulation",
+        "--timeline",
+        t.to_str().unwrap(),
     ]);
     let err = stderr(&o);
     assert!(!err.contains("panicked"), "{err}");
     assert!(
-        err.contains("outcome: guest shut down (triple fault on vcpu0)"),
+        err.contains("outcome: guest crashed: triple fault on vcpu0"),
         "{err}"
     );
-    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("did not shut down cleanly"), "{err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&t).unwrap()).unwrap();
+    assert_eq!(
+        doc["outcome"]["reason"], "triple_fault",
+        "{}",
+        doc["outcome"]
+    );
+    assert_eq!(doc["outcome"]["clean"], false);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The ways a guest asks to be reset end cleanly (status 0), each with
+/// its own outcome; a bare triple fault does not.
+#[test]
+fn requested_resets_exit_0_and_a_bare_triple_fault_exits_1() {
+    if !kvm_available() {
+        return;
+    }
+    let d = scratch("resets");
+    for (kernel, reason, code) in [
+        ("mini-bzimage-reset.bin", "i8042_reset", 0),
+        ("mini-bzimage-cf9.bin", "cf9_reset", 0),
+        ("mini-bzimage-restart.bin", "triple_fault_reboot", 0),
+        ("mini-bzimage-triple.bin", "triple_fault", 1),
+    ] {
+        let t = d.join(format!("{reason}.json"));
+        let o = bootscope(&[
+            "run",
+            "--kernel",
+            &fixture(kernel),
+            "--serial",
+            "null",
+            "--no-profile",
+            "--timeline",
+            t.to_str().unwrap(),
+        ]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(code), "{kernel}: {err}");
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&t).unwrap()).unwrap();
+        assert_eq!(
+            doc["outcome"]["reason"], reason,
+            "{kernel}: {}",
+            doc["outcome"]
+        );
+        assert_eq!(doc["outcome"]["clean"], code == 0, "{kernel}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]

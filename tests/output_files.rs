@@ -407,3 +407,105 @@ fn ordinary_outputs_are_written_with_the_usual_mode() {
     assert_eq!(names.len(), 1, "no temporary file left behind");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A boot timeline of `marks` marks with long names: its JSON export is
+/// large enough (about 1 KiB a mark) that writing it takes a while.
+fn big_timeline(path: &Path, marks: usize) {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let name = "x".repeat(1000);
+    write!(
+        f,
+        r#"{{"schema":"bootscope.timeline","version":1,"vmm":"bootscope 0.1.0","host_kvm":"none","phases":[],"marks":["#
+    )
+    .unwrap();
+    for i in 0..marks {
+        let sep = if i == 0 { "" } else { "," };
+        write!(
+            f,
+            r#"{sep}{{"name":"{name} {i}","source":"vmm","t_ns":{i}}}"#
+        )
+        .unwrap();
+    }
+    write!(f, "]}}").unwrap();
+    f.flush().unwrap();
+}
+
+/// The names in `dir` that look like a writer's temporary file for
+/// `name`: `.NAME.` + random + `.tmp`.
+fn temporaries(dir: &Path, name: &str) -> Vec<String> {
+    let prefix = format!(".{name}.");
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&prefix) && n.ends_with(".tmp"))
+        .collect()
+}
+
+/// SIGINT or SIGTERM to a short command (here `export`) while it writes
+/// its output: the real binary is killed in the middle of the write (its
+/// temporary file seen in the directory), exits 130 or 143, leaves no
+/// temporary file, and the output keeps its previous contents.
+#[test]
+fn a_signal_during_a_write_leaves_no_temporary_file() {
+    let d = scratch("signal-write");
+    let input = d.join("big-timeline.json");
+    big_timeline(&input, 30_000);
+    for (sig, code) in [(libc::SIGTERM, 143), (libc::SIGINT, 130)] {
+        let out_dir = d.join(format!("out-{sig}"));
+        std::fs::create_dir_all(&out_dir).unwrap();
+        let out = out_dir.join("out.json");
+        let mut caught = false;
+        // The window is the write and its flush to disk; should one try
+        // miss it (the rename came first), try again.
+        for _attempt in 0..5 {
+            std::fs::write(&out, b"previous contents").unwrap();
+            let mut child = bootscope_cmd(&["export", "--json", "-o"])
+                .arg(&out)
+                .arg(&input)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(120);
+            let mut seen = false;
+            while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+                if !temporaries(&out_dir, "out.json").is_empty() {
+                    // SAFETY: kill(2) with our own child's pid, not reaped.
+                    unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+                    seen = true;
+                    break;
+                }
+            }
+            let o = child.wait_with_output().unwrap();
+            let err = stderr(&o);
+            assert!(seen || o.status.success(), "export failed: {err}");
+            assert!(
+                temporaries(&out_dir, "out.json").is_empty(),
+                "temporary file left behind ({:?}): {err}",
+                o.status
+            );
+            let names: Vec<_> = std::fs::read_dir(&out_dir).unwrap().flatten().collect();
+            assert_eq!(names.len(), 1, "{names:?}");
+            let now = std::fs::read(&out).unwrap();
+            if seen && o.status.code() == Some(code) && now == b"previous contents" {
+                caught = true;
+                break;
+            }
+            // Missed: the rename came before the signal, or the export
+            // ended first. Either way the output is whole, never half.
+            assert!(
+                o.status.success() || o.status.code() == Some(code),
+                "{:?}: {err}",
+                o.status
+            );
+            let doc: serde_json::Value =
+                serde_json::from_slice(&now).expect("a whole output, or the previous one");
+            assert!(doc.is_object());
+        }
+        assert!(caught, "never caught the export in its write");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -298,6 +298,103 @@ fn profile_stopped_by_sigterm_stops_its_command() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// The launched command's pid (bootscope's child) once it runs `comm`.
+fn launched(bootscope: &Child, comm: &str) -> u32 {
+    let mut pid = 0;
+    wait_for(60, "the launched command", || {
+        let children = std::fs::read_to_string(format!(
+            "/proc/{}/task/{}/children",
+            bootscope.id(),
+            bootscope.id()
+        ))
+        .unwrap_or_default();
+        pid = children
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        pid != 0
+            && std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
+    });
+    pid
+}
+
+/// `profile -- sh -c '... & ...'`: the command leads a process group of its
+/// own; SIGINT or SIGTERM to bootscope reaches the whole group, and no
+/// process of it survives (a non-interactive shell's background job
+/// ignores SIGINT: it is ended after). The profile says it was
+/// interrupted.
+#[test]
+fn profile_stopped_by_a_signal_ends_the_command_s_process_group() {
+    if !can_profile() {
+        return;
+    }
+    let d = scratch("profile-group");
+    for (sig, name, code) in [
+        (libc::SIGTERM, "SIGTERM", 143),
+        (libc::SIGINT, "SIGINT", 130),
+    ] {
+        let out = d.join(format!("{name}.json"));
+        let script = format!("sleep 1235.{code} & sleep 1235.{code}");
+        let mut child = bootscope()
+            .args(["profile", "--no-summary", "--output"])
+            .arg(&out)
+            .args(["--", "sh", "-c", &script])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pgid = launched(&child, "sh");
+        wait_for(30, "both sleeps", || {
+            bootscope_model::proc::group_members(pgid).len() == 3
+        });
+        send(&child, sig);
+        let status = wait_exit(&mut child, 30);
+        let o = child.wait_with_output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(status.code(), Some(code), "{name}: {err}");
+        let left = bootscope_model::proc::group_members(pgid);
+        assert!(left.is_empty(), "{name}: group {pgid} left {left:?}: {err}");
+        let words = format!("sleep 1235.{code}");
+        assert!(processes_naming(&words).is_empty(), "{name}: {err}");
+        let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        assert_eq!(p["target"]["interrupted_by"], name, "{}", p["target"]);
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A launched command that exits leaving a background job: the job is
+/// ended with it, and the command's own status is kept.
+#[test]
+fn profile_ends_what_the_command_left_in_its_group() {
+    if !can_profile() {
+        return;
+    }
+    let d = scratch("profile-leftover");
+    let out = d.join("p.json");
+    let mut child = bootscope()
+        .args(["profile", "--no-summary", "--output"])
+        .arg(&out)
+        .args(["--", "sh", "-c", "sleep 1236.5 & sleep 1; exit 3"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pgid = launched(&child, "sh");
+    let status = wait_exit(&mut child, 60);
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(status.code(), Some(3), "{err}");
+    assert!(err.contains("left 1 process"), "{err}");
+    assert!(
+        bootscope_model::proc::group_members(pgid).is_empty(),
+        "{err}"
+    );
+    assert!(processes_naming("sleep 1236.5").is_empty(), "{err}");
+    let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(p["target"]["exit_code"], 3);
+    assert!(p["target"]["interrupted_by"].is_null(), "{}", p["target"]);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn bench_interrupted_keeps_finished_runs() {
     if !kvm_available() {

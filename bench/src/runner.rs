@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -443,6 +444,10 @@ pub struct Execution {
 /// How long a stopped run has between SIGTERM and SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// How long what a run left running in its process group has between
+/// SIGTERM and SIGKILL.
+const GROUP_GRACE: Duration = Duration::from_secs(1);
+
 /// Reads the child's standard output on a thread, noting when each
 /// pattern first matched (from `start`); the receiver gets them at its end.
 fn read_console(
@@ -523,16 +528,21 @@ pub fn execute(
         .first()
         .ok_or_else(|| BenchError::Usage("empty command".into()))?;
     let mut cmd = Command::new(program);
+    // A process group of its own: a stopped or overstaying run is ended
+    // with everything it started (a script's QEMU), and what it leaves
+    // behind when it exits is ended too.
     cmd.args(&argv[1..])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stderr(Stdio::piped())
+        .process_group(0);
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| BenchError::Spawn {
         program: program.to_string_lossy().into_owned(),
         source,
     })?;
     let pid = child.id();
+    let listed = bootscope_model::proc::ListedGroup::new(pid);
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
 
@@ -564,17 +574,20 @@ pub fn execute(
         }
         if !timed_out && start.elapsed() >= timeout {
             timed_out = true;
-            signal(pid, libc::SIGKILL);
+            signal_group(pid, libc::SIGKILL);
         }
         match stopping {
             None if stop.is_some_and(|s| s.load(Ordering::SeqCst)) => {
                 stopping = Some(Instant::now());
-                signal(pid, libc::SIGTERM);
+                signal_group(pid, libc::SIGTERM);
             }
-            Some(at) if at.elapsed() >= STOP_GRACE => signal(pid, libc::SIGKILL),
+            Some(at) if at.elapsed() >= STOP_GRACE => signal_group(pid, libc::SIGKILL),
             _ => {}
         }
     };
+    // Nothing of the run outlives it.
+    bootscope_model::proc::end_group(pid, GROUP_GRACE);
+    drop(listed);
     let status = status.map_err(|source| BenchError::Spawn {
         program: program.to_string_lossy().into_owned(),
         source,
@@ -598,17 +611,12 @@ pub fn execute(
     })
 }
 
-/// Sends `sig` to a run that overstayed or is being stopped.
-fn signal(pid: u32, sig: libc::c_int) {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return;
-    };
-    // SAFETY: kill(2) takes plain integers; the pid is our own child, which
-    // has not been reaped yet (the waiter thread is still blocked in wait),
-    // so the number cannot name another process.
-    unsafe {
-        libc::kill(pid, sig);
-    }
+/// Sends `sig` to a run that overstayed or is being stopped: to its whole
+/// process group, whose leader (our child) has not been reaped yet (the
+/// waiter thread is still blocked in wait), so the number names no other
+/// group.
+fn signal_group(pgid: u32, sig: libc::c_int) {
+    bootscope_model::proc::signal_group(pgid, sig);
 }
 
 /// A command line as a shell would need it, for messages.

@@ -14,7 +14,7 @@ use kvm_ioctls::VcpuExit;
 use vmm_sys_util::eventfd::EventFd;
 
 /// Every port a device listens on, and the ports next to each range.
-const PORTS: [u16; 27] = [
+const PORTS: [u16; 29] = [
     0x3f7,
     0x3f8,
     0x3f9,
@@ -42,6 +42,8 @@ const PORTS: [u16; 27] = [
     acpi::SLEEP_STATUS_PORT,
     acpi::RESET_PORT,
     acpi::RESET_PORT + 1,
+    layout::RESET_CONTROL_PORT,
+    layout::RESET_CONTROL_PORT + 1,
 ];
 
 /// The boot timer, its neighbours and the edges of the MMIO space.
@@ -82,7 +84,8 @@ impl Input<'_> {
 ///
 /// Checks: nothing panics; reads and MMIO never stop the guest; a write
 /// stops it only for a power request or a halt; absent ports and MMIO read
-/// as all ones, the ACPI registers as zero; every marker write is counted.
+/// as all ones, the ACPI registers as zero, the reset control register as
+/// its `SYS_RST` bit; every marker write is counted.
 pub fn port_and_mmio_accesses(data: &[u8]) {
     let mut input = Input(data);
     let [flags] = input.bytes::<1>();
@@ -176,6 +179,12 @@ fn check_port_read(port: u16, value: &[u8]) {
             value.iter().all(|b| *b == 0),
             "ACPI port {port:#x} read {value:?}"
         );
+    } else if port == layout::RESET_CONTROL_PORT && value.len() == 1 {
+        assert_eq!(
+            value[0] & !layout::RESET_CONTROL_SYS_RST,
+            0,
+            "reset control register read {value:?}"
+        );
     } else if !((serial || byte_wide) && value.len() == 1) {
         assert!(
             value.iter().all(|b| *b == 0xff),
@@ -189,7 +198,7 @@ fn check_write_action(action: &ExitAction, port: u16) {
         ExitAction::Continue => {}
         ExitAction::Stop(StopReason::GuestHalt, _) => {}
         ExitAction::Stop(StopReason::AcpiPowerOff | StopReason::AcpiReset, _) => {}
-        ExitAction::Stop(StopReason::I8042Reset, _) => {}
+        ExitAction::Stop(StopReason::I8042Reset | StopReason::Cf9Reset, _) => {}
         other => panic!("a write to port {port:#x} gave {other:?}"),
     }
 }

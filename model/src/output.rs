@@ -26,13 +26,22 @@
 //! [`check_writable`] tells before a long run whether a path can be
 //! written, and [`check_distinct`] whether two outputs of one command name
 //! the same file.
+//!
+//! Every temporary file made here (and by [`Temporary`], for other
+//! writers of their own) is listed while it exists, so that a process
+//! ended by a signal can remove them first: [`remove_temporary_files`],
+//! which the `bootscope` binary's SIGINT/SIGTERM handling calls before it
+//! exits. A temporary file is created and listed under one lock, so none
+//! escapes the list; once the list is closed no new one is made.
 
-use std::ffi::{CString, OsString};
+use std::collections::BTreeMap;
+use std::ffi::{CString, OsStr, OsString};
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::Write;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 /// Why an output cannot be written. Each message names the path and what
 /// to do.
@@ -248,6 +257,132 @@ fn plain(e: std::io::Error) -> std::io::Error {
     }
 }
 
+/// The temporary files of this process that exist now, by a serial number.
+struct Registry {
+    /// Set by [`remove_temporary_files`]: no new temporary file is made.
+    closed: bool,
+    next: u64,
+    live: BTreeMap<u64, PathBuf>,
+}
+
+impl Registry {
+    const fn new() -> Self {
+        Registry {
+            closed: false,
+            next: 0,
+            live: BTreeMap::new(),
+        }
+    }
+
+    /// Makes a temporary file with `make` and lists it, unless the list is
+    /// closed (the process is ending on a signal).
+    fn create(
+        &mut self,
+        make: impl FnOnce() -> std::io::Result<tempfile::NamedTempFile>,
+    ) -> std::io::Result<(tempfile::NamedTempFile, u64)> {
+        if self.closed {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                "interrupted by a signal: no new file is written",
+            ));
+        }
+        let file = make()?;
+        let id = self.next;
+        self.next += 1;
+        self.live.insert(id, file.path().to_path_buf());
+        Ok((file, id))
+    }
+
+    /// Removes every listed file and closes the list; returns how many were
+    /// removed.
+    fn remove_all(&mut self) -> usize {
+        self.closed = true;
+        let live = std::mem::take(&mut self.live);
+        live.values()
+            .filter(|p| std::fs::remove_file(p).is_ok())
+            .count()
+    }
+}
+
+/// This process's temporary files.
+static TEMPORARIES: Mutex<Registry> = Mutex::new(Registry::new());
+
+fn temporaries() -> MutexGuard<'static, Registry> {
+    // The list stays usable after a thread panicked holding it.
+    TEMPORARIES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Removes every temporary file this process is writing and refuses new
+/// ones from then on (creating one fails with `ErrorKind::Interrupted`).
+/// For a process about to exit on a signal: an output being written is
+/// left as it was (its temporary file gone, the file at its path
+/// untouched, or complete if its rename came first), and nothing is left
+/// beside it. Safe to call from any thread but not from a signal handler
+/// (it takes a lock); returns how many files were removed.
+pub fn remove_temporary_files() -> usize {
+    temporaries().remove_all()
+}
+
+/// A temporary file listed for [`remove_temporary_files`]: created with an
+/// unpredictable name and `O_EXCL` in the given directory, removed when
+/// dropped, or renamed into place by [`Temporary::persist`]. For writers
+/// with their own rules (a cache file); outputs use [`OutputFile`].
+pub struct Temporary {
+    // Dropped first: the file is removed before it leaves the list, so
+    // there is no moment when it exists unlisted.
+    file: tempfile::NamedTempFile,
+    listed: Listed,
+}
+
+/// A temporary file's place in the list; leaving it on drop.
+struct Listed(u64);
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        temporaries().live.remove(&self.0);
+    }
+}
+
+impl Temporary {
+    /// A new temporary file in `dir` named `PREFIX` + random + `SUFFIX`,
+    /// with permission bits `mode` less the umask.
+    pub fn new_in(dir: &Path, prefix: &OsStr, suffix: &str, mode: u32) -> std::io::Result<Self> {
+        let (file, id) = temporaries().create(|| {
+            tempfile::Builder::new()
+                .prefix(prefix)
+                .suffix(suffix)
+                .permissions(std::fs::Permissions::from_mode(mode))
+                .tempfile_in(dir)
+        })?;
+        Ok(Temporary {
+            file,
+            listed: Listed(id),
+        })
+    }
+
+    pub fn as_file(&self) -> &File {
+        self.file.as_file()
+    }
+
+    pub fn as_file_mut(&mut self) -> &mut File {
+        self.file.as_file_mut()
+    }
+
+    /// The temporary file's own path.
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// Renames the file to `path` (replacing what is there); on failure it
+    /// is removed.
+    pub fn persist(self, path: &Path) -> std::io::Result<()> {
+        let Temporary { file, listed } = self;
+        let result = file.persist(path).map(drop).map_err(|e| e.error);
+        drop(listed);
+        result
+    }
+}
+
 /// Whether this process may write the existing device or FIFO at `path`
 /// (checked without opening it: opening a FIFO blocks until a reader comes).
 fn may_write(path: &Path) -> std::io::Result<()> {
@@ -277,10 +412,7 @@ pub fn check_writable(path: &Path) -> Result<(), OutputError> {
         }),
         Kind::Replace => {
             let dir = existing_dir(&r)?;
-            tempfile::Builder::new()
-                .prefix(&temp_prefix(&r.path)?)
-                .suffix(".tmp")
-                .tempfile_in(&dir)
+            Temporary::new_in(&dir, &temp_prefix(&r.path)?, ".tmp", DEFAULT_MODE)
                 .map(drop)
                 .map_err(|e| OutputError::DirectoryNotWritable {
                     path: r.path.clone(),
@@ -300,7 +432,7 @@ pub struct OutputFile {
 }
 
 enum Inner {
-    Temp(tempfile::NamedTempFile),
+    Temp(Temporary),
     InPlace(File),
 }
 
@@ -319,15 +451,13 @@ impl OutputFile {
             Kind::InPlace => Inner::InPlace(open_in_place(&r.path)?),
             Kind::Replace => {
                 let dir = existing_dir(&r)?;
-                let tmp = tempfile::Builder::new()
-                    .prefix(&temp_prefix(&r.path)?)
-                    .suffix(".tmp")
-                    .permissions(std::fs::Permissions::from_mode(mode))
-                    .tempfile_in(&dir)
-                    .map_err(|e| OutputError::DirectoryNotWritable {
-                        path: r.path.clone(),
-                        dir,
-                        source: plain(e),
+                let tmp =
+                    Temporary::new_in(&dir, &temp_prefix(&r.path)?, ".tmp", mode).map_err(|e| {
+                        OutputError::DirectoryNotWritable {
+                            path: r.path.clone(),
+                            dir,
+                            source: plain(e),
+                        }
                     })?;
                 if let Some(m) = &r.meta {
                     keep_owner_and_mode(tmp.as_file(), m).map_err(|source| OutputError::Io {
@@ -374,10 +504,10 @@ impl OutputFile {
                         path: path.clone(),
                         source,
                     })?;
-                t.persist(&path).map(drop).map_err(|e| OutputError::Io {
+                t.persist(&path).map_err(|source| OutputError::Io {
                     what: "rename into place",
                     path: path.clone(),
-                    source: e.error,
+                    source,
                 })
             }
         }
@@ -658,6 +788,59 @@ mod tests {
             std::fs::metadata(&p).unwrap().ino(),
             std::fs::metadata(&victim).unwrap().ino()
         );
+    }
+
+    fn listed(p: &Path) -> bool {
+        temporaries().live.values().any(|l| l == p)
+    }
+
+    #[test]
+    fn temporary_files_are_listed_while_they_exist() {
+        let d = scratch();
+        let p = d.path().join("out.json");
+        let mut f = OutputFile::create(&p).unwrap();
+        let Inner::Temp(t) = &f.inner else {
+            panic!("a regular file goes through a temporary file");
+        };
+        let tmp = t.path().to_path_buf();
+        assert!(listed(&tmp));
+        f.write_all(b"x").unwrap();
+        f.commit().unwrap();
+        assert!(!listed(&tmp), "committed: off the list");
+        let f = OutputFile::create(&p).unwrap();
+        let Inner::Temp(t) = &f.inner else { panic!() };
+        let tmp = t.path().to_path_buf();
+        drop(f);
+        assert!(
+            !listed(&tmp) && !tmp.exists(),
+            "dropped: removed and off the list"
+        );
+        let t = Temporary::new_in(d.path(), OsStr::new(".c-"), "", 0o600).unwrap();
+        let tmp = t.path().to_path_buf();
+        assert!(listed(&tmp));
+        t.persist(&d.path().join("c")).unwrap();
+        assert!(!listed(&tmp));
+        assert_eq!(names(d.path()), ["c", "out.json"]);
+    }
+
+    /// What a signal does: every listed file removed, none made after.
+    #[test]
+    fn removing_the_listed_files_closes_the_list() {
+        let d = scratch();
+        let mut reg = Registry::new();
+        let make = || tempfile::Builder::new().prefix(".x.").tempfile_in(d.path());
+        let (a, _) = reg.create(make).unwrap();
+        let (b, _) = reg.create(make).unwrap();
+        let (a, b) = (
+            a.into_temp_path().keep().unwrap(),
+            b.into_temp_path().keep().unwrap(),
+        );
+        assert!(a.exists() && b.exists());
+        assert_eq!(reg.remove_all(), 2);
+        assert!(!a.exists() && !b.exists());
+        let e = reg.create(make).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::Interrupted);
+        assert!(names(d.path()).is_empty(), "{:?}", names(d.path()));
     }
 
     #[test]

@@ -32,9 +32,126 @@ pub fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// Processes of process group `pgid` that are still alive, ascending (from
+/// /proc: a zombie or dead entry has exited and is left out).
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            // `pid (comm) STATE ppid pgrp ...`; comm may hold spaces and
+            // parentheses, so the fields start after the last `)`.
+            let mut fields = stat
+                .rsplit_once(')')
+                .map(|(_, rest)| rest.split_whitespace())
+                .into_iter()
+                .flatten();
+            let state = fields.next();
+            let pgrp = fields.nth(1).and_then(|f| f.parse::<u32>().ok());
+            pgrp == Some(pgid) && !matches!(state, Some("Z" | "X" | "x"))
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Whether `pgid` may be signalled as a group: a real group that is not
+/// this process's own (`kill(-1)` or `kill(0)` would reach far more).
+fn signallable(pgid: u32) -> Option<libc::pid_t> {
+    let g = libc::pid_t::try_from(pgid).ok().filter(|g| *g > 1)?;
+    // SAFETY: getpgrp has no preconditions and cannot fail.
+    (g != unsafe { libc::getpgrp() }).then_some(g)
+}
+
+/// Sends `sig` to every process of group `pgid` (never to this process's
+/// own group); false when the group has no process left or cannot be
+/// signalled.
+pub fn signal_group(pgid: u32, sig: libc::c_int) -> bool {
+    let Some(g) = signallable(pgid) else {
+        return false;
+    };
+    // SAFETY: kill(2) with a negative pid (a process group other than ours,
+    // checked above) and a signal number; it has no memory preconditions.
+    unsafe { libc::kill(-g, sig) == 0 }
+}
+
+/// Ends whatever is left of process group `pgid`: SIGTERM, up to `grace`
+/// for its processes to go, then SIGKILL and up to a second more. Returns
+/// the pids still alive at the end (empty once the group is gone).
+pub fn end_group(pgid: u32, grace: std::time::Duration) -> Vec<u32> {
+    use std::time::{Duration, Instant};
+    if signallable(pgid).is_none() {
+        return Vec::new();
+    }
+    let wait = |limit: Duration| {
+        let until = Instant::now() + limit;
+        loop {
+            let left = group_members(pgid);
+            if left.is_empty() || Instant::now() >= until {
+                return left;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    if group_members(pgid).is_empty() {
+        return Vec::new();
+    }
+    signal_group(pgid, libc::SIGTERM);
+    if wait(grace).is_empty() {
+        return Vec::new();
+    }
+    signal_group(pgid, libc::SIGKILL);
+    wait(Duration::from_secs(1))
+}
+
+/// The process groups of launched commands still running, for
+/// [`kill_listed_groups`].
+static LISTED_GROUPS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+fn listed_groups() -> std::sync::MutexGuard<'static, Vec<u32>> {
+    LISTED_GROUPS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A launched command's process group, listed while this value lives:
+/// should a signal end the process at once, [`kill_listed_groups`] kills
+/// it first, so that nothing of it outlives its parent. Drop it once the
+/// group has been ended.
+pub struct ListedGroup(u32);
+
+impl ListedGroup {
+    pub fn new(pgid: u32) -> Self {
+        listed_groups().push(pgid);
+        ListedGroup(pgid)
+    }
+}
+
+impl Drop for ListedGroup {
+    fn drop(&mut self) {
+        let mut groups = listed_groups();
+        if let Some(i) = groups.iter().position(|g| *g == self.0) {
+            groups.swap_remove(i);
+        }
+    }
+}
+
+/// SIGKILL to every listed process group, for a process about to exit on
+/// a signal. Not for a signal handler (it takes a lock).
+pub fn kill_listed_groups() {
+    for pgid in listed_groups().iter() {
+        signal_group(*pgid, libc::SIGKILL);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::time::Duration;
 
     #[test]
     fn our_threads_include_the_main_thread() {
@@ -52,5 +169,36 @@ mod tests {
         assert_eq!(find_in_path("sh", OsStr::new("/nonexistent")), None);
         // A directory is not a program, whatever its mode.
         assert!(!is_executable(Path::new("/bin")));
+    }
+
+    #[test]
+    fn a_process_group_is_ended_whole() {
+        // A shell in a group of its own whose children ignore SIGTERM.
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "trap '' TERM; sleep 1000 & sleep 1000 & wait"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = sh.id();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while group_members(pgid).len() < 3 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{:?}",
+                group_members(pgid)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let left = end_group(pgid, Duration::from_millis(200));
+        assert!(left.is_empty(), "{left:?}");
+        assert!(sh.wait().is_ok());
+        assert!(group_members(pgid).is_empty());
+        // Never this process's own group, nor init's.
+        // SAFETY: getpgrp has no preconditions.
+        let own = unsafe { libc::getpgrp() } as u32;
+        assert!(!signal_group(own, 0));
+        assert!(!signal_group(1, 0));
+        assert!(!signal_group(0, 0));
+        assert!(end_group(own, Duration::ZERO).is_empty());
     }
 }

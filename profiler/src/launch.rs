@@ -7,6 +7,11 @@
 //! has exec'd. So this forks by hand, with everything the child needs
 //! (program path, argv, envp) prepared before the fork, and only
 //! async-signal-safe calls after it.
+//!
+//! The child leads a process group of its own (as `CommandExt::
+//! process_group(0)` would make it), so that whatever it starts (a script's
+//! QEMU) can be signalled and ended with it: [`HeldCommand::signal_group`],
+//! [`bootscope_model::proc::end_group`].
 
 use std::ffi::{CString, OsString};
 use std::io::{Error, ErrorKind, Result};
@@ -94,7 +99,15 @@ impl HeldCommand {
             // valid one-byte buffer, c_path/arg_ptrs/env_ptrs are
             // NUL-terminated strings and NULL-terminated arrays that live
             // until execve replaces the process; _exit never returns.
+            // setpgid and signal are async-signal-safe.
             unsafe {
+                // A process group of its own (the parent does the same, so
+                // that it holds whichever runs first).
+                libc::setpgid(0, 0);
+                // The parent's handlers (which write to its signal pipe) are
+                // not this process's: until exec, SIGINT and SIGTERM kill it.
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                libc::signal(libc::SIGTERM, libc::SIG_DFL);
                 libc::close(w);
                 let mut byte = 0u8;
                 loop {
@@ -113,6 +126,11 @@ impl HeldCommand {
             }
         }
         drop(read_end);
+        // SAFETY: setpgid on our own child, which has not exec'd (it waits
+        // for the release), with plain integers.
+        unsafe {
+            libc::setpgid(pid, pid);
+        }
         Ok(Self {
             pid,
             release: Some(write_end),
@@ -172,6 +190,17 @@ impl HeldCommand {
         self.release()?;
         self.wait_flags(0)?
             .ok_or_else(|| Error::other("waitpid returned no status"))
+    }
+
+    /// The child's process group: its own pid.
+    pub fn pgid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Sends a signal to every process of the child's group; false when
+    /// none is left.
+    pub fn signal_group(&self, sig: i32) -> bool {
+        bootscope_model::proc::signal_group(self.pgid(), sig)
     }
 
     /// Sends a signal to the child (if it has not been reaped).
@@ -265,6 +294,28 @@ mod tests {
         drop(h);
         assert!(!flag.exists());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_command_leads_a_group_of_its_own() {
+        let mut h = HeldCommand::spawn(&["sleep".into(), "1000".into()]).unwrap();
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", h.pid())).unwrap();
+        let pgrp: u32 = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(pgrp, h.pid());
+        assert_eq!(h.pgid(), h.pid());
+        h.release().unwrap();
+        assert!(h.signal_group(libc::SIGKILL));
+        let s = h.wait().unwrap();
+        assert_eq!(s.signal(), Some(libc::SIGKILL));
+        assert!(bootscope_model::proc::group_members(h.pgid()).is_empty());
     }
 
     #[test]

@@ -149,6 +149,10 @@ pub struct ConsoleEvents {
     pub power_down: AtomicBool,
     /// When the halt line was seen.
     pub halted_at: Mutex<Option<std::time::Instant>>,
+    /// The kernel announced a restart ("reboot: Restarting system"): a
+    /// triple fault after it is the reset it asked for (`reboot=t`), not a
+    /// crash.
+    pub restarting: AtomicBool,
     /// The kernel panicked ("Kernel panic - not syncing").
     pub panicked: AtomicBool,
     /// The panic line, for the report.
@@ -195,6 +199,9 @@ impl ConsoleEvents {
 const HALT_PATTERN: &str = r"reboot: (System halted|Power down)";
 /// The kernel's panic banner.
 const PANIC_PATTERN: &str = r"Kernel panic - not syncing";
+/// The kernel's last line before it resets the machine (`reboot`,
+/// `kernel_restart()`), with or without a restart command.
+const RESTART_PATTERN: &str = r"reboot: Restarting system";
 
 /// The serial device's output: forwards bytes to the user's chosen sink and
 /// timestamps the first byte and every milestone.
@@ -209,6 +216,7 @@ pub struct ConsoleSink {
     state_line_start_ns: u64,
     halt_re: Regex,
     panic_re: Regex,
+    restart_re: Regex,
 }
 
 impl ConsoleSink {
@@ -227,6 +235,7 @@ impl ConsoleSink {
             state_line_start_ns: 0,
             halt_re: Regex::new(HALT_PATTERN).expect("built-in pattern compiles"),
             panic_re: Regex::new(PANIC_PATTERN).expect("built-in pattern compiles"),
+            restart_re: Regex::new(RESTART_PATTERN).expect("built-in pattern compiles"),
         }
     }
 
@@ -269,6 +278,9 @@ impl ConsoleSink {
                     None,
                     None,
                 );
+            }
+            if self.restart_re.is_match(&line) {
+                self.events.restarting.store(true, Ordering::SeqCst);
             }
             if self.halt_re.is_match(&line) && !self.events.halted.load(Ordering::SeqCst) {
                 self.events

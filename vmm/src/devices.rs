@@ -1,10 +1,13 @@
 //! The legacy devices a Linux guest needs to boot and to say it is done:
 //! COM1 (vm-superio 16550), the i8042 reset line (vm-superio), the CMOS
-//! RTC, the ACPI sleep and reset registers, and the boot-marker sinks
-//! (debug port 0x80, port 0xf4, the boot-timer MMIO word).
+//! RTC, the ACPI sleep and reset registers, the chipset's reset control
+//! register (byte port 0xcf9), PCI configuration mechanism #1 with a lone
+//! host bridge (the other accesses at 0xcf8..0xcff), and the boot-marker
+//! sinks (debug port 0x80, port 0xf4, the boot-timer MMIO word).
 
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use vm_superio::{I8042Device, Serial, Trigger};
@@ -12,6 +15,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use crate::console::ConsoleSink;
 use crate::layout;
+use crate::pci::{self, PciConfig};
 use crate::rtc::{self, CmosRtc};
 use crate::timeline::{boot_time_port_mark_name, debug_port_mark_name, MarkSource, Recorder};
 use crate::x86::acpi;
@@ -36,6 +40,9 @@ pub enum PowerRequest {
     Reset,
     /// The i8042 reset line pulsed (`reboot=k`).
     I8042Reset,
+    /// `RST_CPU` written to the reset control register, port 0xcf9
+    /// (`reboot=pci`).
+    Cf9Reset,
 }
 
 /// The guest's last stop request, shared by the devices that can make one.
@@ -76,6 +83,9 @@ pub struct Devices {
     i8042: Mutex<I8042Device<ResetTrigger>>,
     power: PowerState,
     rtc: Mutex<CmosRtc>,
+    /// The reset control register's kept bit (`SYS_RST`), as PIIX keeps it.
+    reset_control: AtomicU8,
+    pci: Mutex<PciConfig>,
     acpi: bool,
     recorder: Arc<Recorder>,
     counts: Mutex<MarkerCounts>,
@@ -101,6 +111,8 @@ impl Devices {
             i8042: Mutex::new(I8042Device::new(ResetTrigger(power.clone()))),
             power,
             rtc: Mutex::new(CmosRtc::default()),
+            reset_control: AtomicU8::new(0),
+            pci: Mutex::new(PciConfig::default()),
             acpi,
             recorder,
             counts: Mutex::new(MarkerCounts::default()),
@@ -145,6 +157,12 @@ impl Devices {
             rtc::INDEX_PORT | rtc::DATA_PORT if data.len() == 1 => {
                 data[0] = lock(&self.rtc).read(port);
             }
+            // A byte at 0xcf9 is the reset control register, as on PIIX;
+            // the configuration mechanism has the other accesses.
+            layout::RESET_CONTROL_PORT if data.len() == 1 => {
+                data[0] = self.reset_control.load(Ordering::SeqCst);
+            }
+            p if pci::owns(p) => lock(&self.pci).read(p, data),
             // No wake events: status and control read as clear.
             acpi::SLEEP_CONTROL_PORT | acpi::SLEEP_STATUS_PORT | acpi::RESET_PORT => data.fill(0),
             _ => {}
@@ -171,6 +189,17 @@ impl Devices {
             acpi::RESET_PORT if value == acpi::RESET_VALUE => {
                 *lock(&self.power) = Some(PowerRequest::Reset);
             }
+            // A byte register, as on PIIX (a wider access at 0xcf9 is not
+            // it): RST_CPU resets, and SYS_RST is all it keeps.
+            layout::RESET_CONTROL_PORT if data.len() == 1 => {
+                if value & layout::RESET_CONTROL_RST_CPU != 0 {
+                    *lock(&self.power) = Some(PowerRequest::Cf9Reset);
+                } else {
+                    self.reset_control
+                        .store(value & layout::RESET_CONTROL_SYS_RST, Ordering::SeqCst);
+                }
+            }
+            p if pci::owns(p) => lock(&self.pci).write(p, data),
             layout::DEBUG_PORT => {
                 let first = {
                     let mut c = lock(&self.counts);

@@ -45,6 +45,12 @@ pub fn handle_exit(exit: VcpuExit<'_>, devices: &Devices, vcpu: u32) -> ExitActi
                         StopReason::I8042Reset,
                         format!("guest reset through the i8042 controller (vcpu{vcpu})"),
                     ),
+                    PowerRequest::Cf9Reset => (
+                        StopReason::Cf9Reset,
+                        format!(
+                            "guest reset through the reset control register, port 0xcf9 (vcpu{vcpu})"
+                        ),
+                    ),
                 };
                 return ExitAction::Stop(reason, detail);
             }
@@ -68,10 +74,26 @@ pub fn handle_exit(exit: VcpuExit<'_>, devices: &Devices, vcpu: u32) -> ExitActi
             devices.mmio_write(addr, data, vcpu);
             ExitAction::Continue
         }
-        VcpuExit::Shutdown => ExitAction::Stop(
-            StopReason::TripleFault,
-            format!("guest shut down (triple fault on vcpu{vcpu})"),
-        ),
+        // A triple fault is how a CPU resets when nothing else will: Linux
+        // ends `reboot=t` that way, after saying so on the console. Without
+        // that word it is a crash (the guest faulted with no usable IDT).
+        VcpuExit::Shutdown => {
+            if devices.console_events().restarting.load(Ordering::SeqCst) {
+                ExitAction::Stop(
+                    StopReason::TripleFaultReboot,
+                    format!(
+                        "guest reset by a triple fault on vcpu{vcpu} after the kernel announced the restart (\"reboot: Restarting system\")"
+                    ),
+                )
+            } else {
+                ExitAction::Stop(
+                    StopReason::TripleFault,
+                    format!(
+                        "guest crashed: triple fault on vcpu{vcpu} (KVM_EXIT_SHUTDOWN) with no reset or power-off request"
+                    ),
+                )
+            }
+        }
         VcpuExit::SystemEvent(kind, _) => {
             let what = match kind {
                 SYSTEM_EVENT_SHUTDOWN => "shutdown",
@@ -234,6 +256,76 @@ mod tests {
             ),
             ExitAction::Stop(StopReason::AcpiReset, _)
         ));
+    }
+
+    #[test]
+    fn reset_control_register_resets_on_rst_cpu_only() {
+        let (d, _, _, _) = devices();
+        let port = crate::layout::RESET_CONTROL_PORT;
+        // Linux's reboot=pci: read, write SYS_RST, read it back, then
+        // SYS_RST | RST_CPU | FULL_RST.
+        let mut v = [0xffu8];
+        handle_exit(VcpuExit::IoIn(port, &mut v), &d, 0);
+        assert_eq!(v, [0]);
+        assert_eq!(
+            handle_exit(VcpuExit::IoOut(port, &[0x0a]), &d, 0),
+            ExitAction::Continue
+        );
+        handle_exit(VcpuExit::IoIn(port, &mut v), &d, 0);
+        assert_eq!(v, [0x02], "only SYS_RST is kept");
+        // Wider accesses are not the byte register.
+        assert_eq!(
+            handle_exit(VcpuExit::IoOut(port, &[0x0e, 0x0e]), &d, 0),
+            ExitAction::Continue
+        );
+        let mut wide = [0u8; 2];
+        handle_exit(VcpuExit::IoIn(port, &mut wide), &d, 0);
+        assert_eq!(wide, [0xff, 0xff]);
+        let stop = handle_exit(VcpuExit::IoOut(port, &[0x0e]), &d, 1);
+        let ExitAction::Stop(StopReason::Cf9Reset, detail) = stop else {
+            panic!("{stop:?}");
+        };
+        assert!(
+            detail.contains("0xcf9") && detail.contains("vcpu1"),
+            "{detail}"
+        );
+        assert!(StopReason::Cf9Reset.is_clean());
+    }
+
+    /// A triple fault with no reset or power-off request is a crash; after
+    /// the kernel said it restarts (Linux's reboot=t) it is that reset.
+    #[test]
+    fn triple_fault_is_a_crash_unless_a_restart_was_announced() {
+        let (d, _, _, _) = devices();
+        // Console lines that are not the announcement change nothing.
+        for b in b"[ 1.0] reboot: Restarting\n[ 1.1] system reboot\n" {
+            handle_exit(VcpuExit::IoOut(0x3f8, &[*b]), &d, 0);
+        }
+        let stop = handle_exit(VcpuExit::Shutdown, &d, 2);
+        let ExitAction::Stop(reason, detail) = stop else {
+            panic!("{stop:?}");
+        };
+        assert_eq!(reason, StopReason::TripleFault);
+        assert!(!reason.is_clean());
+        assert!(
+            detail.contains("crashed") && detail.contains("vcpu2"),
+            "{detail}"
+        );
+
+        let (d, _, _, _) = devices();
+        for b in b"[ 3.0] reboot: Restarting system\n" {
+            assert_eq!(
+                handle_exit(VcpuExit::IoOut(0x3f8, &[*b]), &d, 0),
+                ExitAction::Continue
+            );
+        }
+        let stop = handle_exit(VcpuExit::Shutdown, &d, 0);
+        let ExitAction::Stop(reason, detail) = stop else {
+            panic!("{stop:?}");
+        };
+        assert_eq!(reason, StopReason::TripleFaultReboot);
+        assert!(reason.is_clean());
+        assert!(detail.contains("Restarting system"), "{detail}");
     }
 
     #[test]

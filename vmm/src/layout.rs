@@ -60,6 +60,14 @@ pub const I8042_COMMAND_PORT: u16 = 0x64;
 pub const DEBUG_PORT: u16 = 0x80;
 /// qemu-boot-time's marker port.
 pub const BOOT_TIME_PORT: u16 = 0xf4;
+/// The chipset's reset control register (PIIX/ICH `RCR`), byte wide: Linux
+/// resets through it with `reboot=pci` (and after the ACPI and i8042
+/// attempts fail with the default `reboot=`).
+pub const RESET_CONTROL_PORT: u16 = 0xcf9;
+/// `RST_CPU` in the reset control register: writing it set resets.
+pub const RESET_CONTROL_RST_CPU: u8 = 0x04;
+/// `SYS_RST` (hard rather than soft reset): the only bit the register keeps.
+pub const RESET_CONTROL_SYS_RST: u8 = 0x02;
 
 // The boot structures must not overlap each other.
 const _: () = assert!(PVH_MEMMAP_START + 0x400 <= ZERO_PAGE_START);

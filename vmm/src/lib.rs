@@ -16,6 +16,7 @@ pub mod kvm_stats;
 pub mod layout;
 pub mod loader;
 pub mod memory;
+pub mod pci;
 pub mod rtc;
 pub mod sandbox;
 pub mod timeline;

@@ -708,7 +708,7 @@ fn load_host_kernel(
             cache_file: k.cache_file.map(|p| p.display().to_string()),
             cache_note: k.cache_note,
             decompressed_bytes: Some(bytes.len() as u64),
-            hash_ns: Some(k.hash_ns),
+            hash_ns: k.hash_ns,
             decompress_ns: Some(k.decompress_ns),
             reason: None,
         }),

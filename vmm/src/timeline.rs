@@ -302,8 +302,15 @@ pub enum StopReason {
     AcpiPowerOff,
     /// The guest reset through the ACPI reset register.
     AcpiReset,
-    /// The guest triple-faulted (KVM_EXIT_SHUTDOWN).
+    /// The guest reset through the chipset's reset control register (port
+    /// 0xcf9).
+    Cf9Reset,
+    /// The guest triple-faulted (KVM_EXIT_SHUTDOWN) without asking for a
+    /// reset or power-off first: it crashed.
     TripleFault,
+    /// The guest triple-faulted after its kernel announced a restart on the
+    /// console (`reboot: Restarting system`): Linux's `reboot=t`.
+    TripleFaultReboot,
     /// KVM reported a system event (reset, shutdown or crash).
     SystemEvent,
     /// The kernel halted after `poweroff` (no ACPI power-off path), seen on
@@ -327,14 +334,17 @@ pub enum StopReason {
 }
 
 impl StopReason {
-    /// Whether this is a clean end of the guest (exit status 0).
+    /// Whether this is a clean end of the guest (exit status 0): a reset
+    /// or power-off the guest asked for, or `--stop-after`. A triple fault
+    /// with no such request is a crash.
     pub fn is_clean(&self) -> bool {
         matches!(
             self,
             StopReason::I8042Reset
                 | StopReason::AcpiPowerOff
                 | StopReason::AcpiReset
-                | StopReason::TripleFault
+                | StopReason::Cf9Reset
+                | StopReason::TripleFaultReboot
                 | StopReason::SystemEvent
                 | StopReason::GuestHalt
                 | StopReason::StoppedAfterSetup
@@ -406,8 +416,9 @@ pub struct KernelBoot {
     /// Size of the decompressed kernel (host path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decompressed_bytes: Option<u64>,
-    /// Host path: nanoseconds spent hashing the payload and decompressing
-    /// it (0 on a cache hit), on the decompression thread.
+    /// Host path: nanoseconds spent hashing the payload (absent when the
+    /// cache's index by file identity named the kernel without a hash) and
+    /// decompressing it (0 on a cache hit), on the decompression thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hash_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

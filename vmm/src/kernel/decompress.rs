@@ -9,7 +9,9 @@
 //! Here the VMM decompresses the payload instead, checks that the result is
 //! an x86-64 ELF with a usable entry (a PVH note or a 64-bit `e_entry`), and
 //! keeps it in a cache keyed by the payload's SHA-256 so that later boots of
-//! the same kernel skip the work.
+//! the same kernel skip the work (and, through the index by file identity
+//! in [`super::identity`], later boots of the same unchanged file skip
+//! reading and hashing it too).
 //!
 //! Supported: xz (Debian's and most distributions' choice), gzip and zstd.
 //! Other compressions (lzma, bzip2, lzo, lz4) are reported as unusable and
@@ -23,6 +25,7 @@ use std::path::{Path, PathBuf};
 use linux_loader::loader::bootparam::setup_header;
 use sha2::{Digest, Sha256};
 
+use super::identity::{self, FileIdentity, IndexEntry};
 use crate::loader::{ElfSegment, EntryMode};
 
 /// The largest decompressed kernel accepted (the size trailer of anything
@@ -82,6 +85,14 @@ impl Compression {
             Compression::Lzo => "lzo",
             Compression::Lz4 => "lz4",
         }
+    }
+
+    /// The compression called `name` (as [`Compression::name`] says it).
+    pub fn from_name(name: &str) -> Option<Compression> {
+        use Compression::*;
+        [Xz, Gzip, Zstd, Lzma, Bzip2, Lzo, Lz4]
+            .into_iter()
+            .find(|c| c.name() == name)
     }
 
     /// Whether the host can decompress it.
@@ -503,29 +514,54 @@ pub struct HostKernel {
     pub cache_file: Option<PathBuf>,
     /// Why the cache was not used, when it was not.
     pub cache_note: Option<String>,
-    /// Time spent hashing the payload.
-    pub hash_ns: u64,
+    /// Time spent hashing the payload (None: the cache's index by file
+    /// identity named the kernel, nothing was read or hashed).
+    pub hash_ns: Option<u64>,
     /// Time spent decompressing (0 on a cache hit).
     pub decompress_ns: u64,
 }
 
 /// Reads the bzImage at `path`, and returns its kernel decompressed, from
 /// the cache in `cache_dir` when it is there (and storing it there when it
-/// was not).
+/// was not). The cache's index by file identity (see [`identity`]) finds a
+/// known, unchanged file's kernel without reading the file.
+///
+/// [`identity`]: super::identity
 pub fn host_kernel(
     path: &Path,
     hdr: &setup_header,
     cache_dir: Option<&Path>,
 ) -> Result<HostKernel, PayloadError> {
+    let id = cache_dir.and_then(|_| FileIdentity::of(path).ok());
+    if let (Some(dir), Some(id)) = (cache_dir, &id) {
+        if let Some(k) = known_file(dir, id) {
+            return Ok(k);
+        }
+    }
     let image = std::fs::read(path).map_err(PayloadError::Read)?;
     let payload = payload(&image, hdr)?;
     let compression = Compression::detect(payload);
     let t = std::time::Instant::now();
     let digest = hex(&Sha256::digest(payload));
-    let hash_ns = t.elapsed().as_nanos() as u64;
+    let hash_ns = Some(t.elapsed().as_nanos() as u64);
     let cache_file = cache_dir.map(|d| d.join(format!("vmlinux-{digest}")));
+    // Indexed only when the file did not change while it was read.
+    let index = |c: Compression, size: u64| {
+        if let (Some(dir), Some(id)) = (cache_dir, &id) {
+            if FileIdentity::of(path).ok().as_ref() == Some(id) {
+                let entry = IndexEntry {
+                    digest: digest.clone(),
+                    compression: c,
+                    size,
+                };
+                // An index that cannot be written costs the next boot a hash.
+                let _ = identity::record(dir, id, &entry);
+            }
+        }
+    };
     if let (Some(file), Some(c)) = (&cache_file, compression) {
         if let Some((bytes, elf)) = cached(file, declared_size(payload)) {
+            index(c, bytes.as_slice().len() as u64);
             return Ok(HostKernel {
                 compression: c,
                 bytes,
@@ -545,7 +581,10 @@ pub fn host_kernel(
     let (cache, cache_note) = match &cache_file {
         None => (CacheUse::Off, Some("no cache directory".to_string())),
         Some(file) => match store(file, &vmlinux) {
-            Ok(()) => (CacheUse::Miss, None),
+            Ok(()) => {
+                index(compression, vmlinux.len() as u64);
+                (CacheUse::Miss, None)
+            }
             Err(e) => (
                 CacheUse::Off,
                 Some(format!("cannot write {}: {e}", file.display())),
@@ -568,6 +607,23 @@ pub fn host_kernel(
     })
 }
 
+/// The cached kernel of a file the index knows, unchanged since.
+fn known_file(dir: &Path, id: &FileIdentity) -> Option<HostKernel> {
+    let entry = identity::lookup(dir, id)?;
+    let file = dir.join(format!("vmlinux-{}", entry.digest));
+    let (bytes, elf) = cached(&file, Some(entry.size))?;
+    Some(HostKernel {
+        compression: entry.compression,
+        bytes,
+        elf,
+        cache: CacheUse::Hit,
+        cache_file: Some(file),
+        cache_note: None,
+        hash_ns: None,
+        decompress_ns: 0,
+    })
+}
+
 /// The cached kernel at `file`, when it is there, has the declared size and
 /// is a usable kernel (a damaged cache entry is decompressed again).
 fn cached(file: &Path, declared: Option<u64>) -> Option<(KernelBytes, ElfKernel)> {
@@ -580,19 +636,22 @@ fn cached(file: &Path, declared: Option<u64>) -> Option<(KernelBytes, ElfKernel)
 }
 
 /// Writes `bytes` to `file` atomically: a temporary file in the same
-/// directory, renamed over it once complete.
+/// directory (listed for removal should a signal end the process), renamed
+/// over it once complete.
 fn store(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dir = file
         .parent()
         .ok_or_else(|| std::io::Error::other("the cache file has no directory"))?;
     std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".vmlinux-")
-        .tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.persist(file).map_err(|e| e.error)?;
-    Ok(())
+    let mut tmp = bootscope_model::output::Temporary::new_in(
+        dir,
+        std::ffi::OsStr::new(".vmlinux-"),
+        "",
+        0o600,
+    )?;
+    tmp.as_file_mut().write_all(bytes)?;
+    tmp.persist(file)
 }
 
 #[cfg(test)]

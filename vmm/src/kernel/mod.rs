@@ -3,3 +3,4 @@
 //! directly.
 
 pub mod decompress;
+pub mod identity;

@@ -79,6 +79,9 @@ fn bzimage_with_payload(tag: &str, payload: &[u8]) -> PathBuf {
     path
 }
 
+/// Longer than the cache index's settling time.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_millis(150);
+
 fn host_opts(cache: &Path) -> DecompressOptions {
     DecompressOptions {
         in_guest: false,
@@ -91,6 +94,8 @@ fn bzimage_payload_decompressed_on_the_host_and_entered_through_pvh() {
     let elf = pvh_only_elf();
     let payload = kernel_payload(Compression::Xz, &elf);
     let path = bzimage_with_payload("xz", &payload);
+    // Left alone long enough for the cache's index to record it.
+    std::thread::sleep(SETTLE_WAIT);
     let cache = tempfile::tempdir().unwrap();
     let mem = memory(64 << 20);
     let k = load_kernel(&mem, &path, 64 << 20, &host_opts(cache.path())).unwrap();
@@ -125,7 +130,9 @@ fn bzimage_payload_decompressed_on_the_host_and_entered_through_pvh() {
     // Booted again: read from the cache, same bytes in guest memory.
     let mem2 = memory(64 << 20);
     let k2 = load_kernel(&mem2, &path, 64 << 20, &host_opts(cache.path())).unwrap();
-    assert_eq!(k2.boot.unwrap().cache.as_deref(), Some("hit"));
+    let boot2 = k2.boot.unwrap();
+    assert_eq!(boot2.cache.as_deref(), Some("hit"));
+    assert_eq!(boot2.hash_ns, None, "found by file identity, not hashed");
     let mut again = vec![0u8; seg.filesz as usize];
     mem2.read_slice(&mut again, GuestAddress(seg.paddr))
         .unwrap();
@@ -135,6 +142,43 @@ fn bzimage_payload_decompressed_on_the_host_and_entered_through_pvh() {
     let k3 = load_kernel(&memory(64 << 20), &path, 64 << 20, &host_opts(cache.path())).unwrap();
     assert_eq!(k3.boot.unwrap().cache.as_deref(), Some("miss"));
     assert_eq!(std::fs::read(&cached).unwrap(), elf);
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn a_changed_bzimage_misses_the_cache_index() {
+    let elf = pvh_only_elf();
+    let seg = probe_kernel(&fixture("mini-pvh.elf")).unwrap().segments[0];
+    let at = seg.offset as usize;
+    let mut other = elf.clone();
+    // The first byte of the loaded segment changed.
+    other[at] ^= 0xff;
+    let path = bzimage_with_payload("changed", &kernel_payload(Compression::Gzip, &elf));
+    std::thread::sleep(SETTLE_WAIT);
+    let cache = tempfile::tempdir().unwrap();
+    let first_byte = |mem: &GuestMemoryMmap| {
+        let mut b = [0u8];
+        mem.read_slice(&mut b, GuestAddress(seg.paddr)).unwrap();
+        b[0]
+    };
+    let mem = memory(64 << 20);
+    let k = load_kernel(&mem, &path, 64 << 20, &host_opts(cache.path())).unwrap();
+    assert_eq!(k.boot.unwrap().cache.as_deref(), Some("miss"));
+    assert_eq!(first_byte(&mem), elf[at]);
+    // Rewritten in place with another kernel: hashed again, not the old
+    // kernel from the index.
+    let rewritten = bzimage_with_payload("changed", &kernel_payload(Compression::Gzip, &other));
+    assert_eq!(rewritten, path);
+    std::thread::sleep(SETTLE_WAIT);
+    let mem2 = memory(64 << 20);
+    let k2 = load_kernel(&mem2, &path, 64 << 20, &host_opts(cache.path())).unwrap();
+    let boot = k2.boot.unwrap();
+    assert_eq!(boot.cache.as_deref(), Some("miss"));
+    assert!(boot.hash_ns.is_some());
+    assert_eq!(first_byte(&mem2), other[at]);
+    // And that file, unchanged, is then found by its identity.
+    let k3 = load_kernel(&memory(64 << 20), &path, 64 << 20, &host_opts(cache.path())).unwrap();
+    assert_eq!(k3.boot.unwrap().hash_ns, None);
     let _ = std::fs::remove_file(path);
 }
 

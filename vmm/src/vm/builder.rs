@@ -333,6 +333,7 @@ impl VmBuilder {
         let msrs =
             regs::supported_boot_msrs(msr_list.as_slice()).map_err(VcpuSetupError::BootMsrs)?;
         let vcpus = self.cfg.vcpus;
+        let tsc_deadline = self.kvm.check_extension(kvm_ioctls::Cap::TscDeadlineTimer);
         let mut out = Vcpus {
             fds: Vec::new(),
             stats: Vec::new(),
@@ -344,6 +345,13 @@ impl VmBuilder {
                 .map_err(vcpu_ioctl("KVM_CREATE_VCPU"))?;
             let mut cpuid = supported_cpuid.clone();
             cpuid::configure_vcpu_cpuid(cpuid.as_mut_slice(), index, vcpus);
+            if tsc_deadline {
+                cpuid::offer_tsc_deadline(cpuid.as_mut_slice());
+            }
+            // PVM guests are left as KVM describes them.
+            if vcpus == 1 && self.flavour != KvmFlavour::Pvm {
+                cpuid::withdraw_x2apic(cpuid.as_mut_slice());
+            }
             vcpu.set_cpuid2(&cpuid)
                 .map_err(vcpu_ioctl("KVM_SET_CPUID2"))?;
             vcpu.set_msrs(&msrs).map_err(vcpu_ioctl("KVM_SET_MSRS"))?;

@@ -23,6 +23,16 @@ use super::report::{run_timeline, sum_stats};
 use super::vcpu::{describe_vcpu, install_kick_handler, kick_until_done, spawn_vcpu, VcpuEvent};
 use super::{RunReport, POWER_OFF_GRACE};
 
+/// How long the run loop sleeps between its checks of what no vCPU thread
+/// reports (a stop request, an overdue power-off, the timeout, which it
+/// wakes for exactly). Each wake-up interrupts the guest when the host has
+/// one CPU for both (a VM exit), so the loop wakes rarely: a stop request
+/// waits at most this long.
+const POLL: Duration = Duration::from_millis(250);
+/// The same on a PVM host, where the loop also watches whether the guest
+/// is being emulated, instruction by instruction.
+const PVM_POLL: Duration = Duration::from_millis(50);
+
 /// Some(time waited) when an ACPI guest announced power-down and has not
 /// powered off within [`POWER_OFF_GRACE`].
 fn power_off_overdue(devices: &Devices) -> Option<Duration> {
@@ -153,8 +163,16 @@ impl VmBuilder {
         let cfg = &self.cfg;
         let started = Instant::now();
         let mut pvm_watch = EmulationWatch::new(started);
+        let poll = if self.flavour == KvmFlavour::Pvm {
+            PVM_POLL
+        } else {
+            POLL
+        };
         loop {
-            match rx.recv_timeout(Duration::from_millis(50)) {
+            let wait = cfg
+                .timeout
+                .map_or(poll, |t| t.saturating_sub(started.elapsed()).min(poll));
+            match rx.recv_timeout(wait) {
                 Ok(VcpuEvent::Stop(r, d)) => return Ending::new(r, d),
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     return Ending::new(StopReason::Error, "all vCPU threads ended".to_string())
