@@ -97,7 +97,9 @@ pub struct CompareArgs {
     #[arg(long, short)]
     pub output: Option<PathBuf>,
     /// The base bench file, then the new one; one file holding two
-    /// interleaved configurations compares them.
+    /// interleaved configurations compares them. Two profiles
+    /// (`bootscope.profile`) are compared by exit reason and, where both
+    /// have them (`--exit-sites`), by exit site.
     #[arg(required = true, num_args = 1..=2, value_name = "BENCH.json")]
     pub files: Vec<PathBuf>,
 }
@@ -584,6 +586,9 @@ fn compare_inner(args: &CompareArgs) -> Result<i32, BenchError> {
             "--alpha {}: give a significance level between 0 and 1 (for example 0.01)",
             args.alpha
         )));
+    }
+    if let Some(code) = crate::sites_cmd::compare_profiles(args)? {
+        return Ok(code);
     }
     let (base, new) = match args.files.as_slice() {
         [one] => {

@@ -62,7 +62,7 @@ enum Command {
     /// report per-phase and per-exit-reason statistics (docs/bench-schema.md).
     Bench(crate::bench_cmd::BenchArgs),
     /// Compare two benchmarks metric by metric, with significance, in plain
-    /// words.
+    /// words; or two profiles by exit reason and exit site.
     Compare(crate::bench_cmd::CompareArgs),
     /// Check a benchmark against a baseline: exit status 1 on a regression
     /// (docs/ci.md).

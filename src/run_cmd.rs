@@ -218,7 +218,11 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     // The programs the set-up needs attach before the VMM starts (`profiler
     // attach`), the guest programs beside its set-up, waited for before its
     // first KVM_RUN (`profiler guest attach`; attach_self_profile).
-    let symbols = if args.exit_sites {
+    // A symbol file given is checked before anything runs (bad input), and
+    // the live view names sites as they come; otherwise the booted
+    // kernel's own symbols are read after the run, from the VMM's
+    // decompressed copy where it made one (docs/profiler.md).
+    let symbols = if args.exit_sites && (args.guest_symbols.is_some() || args.tui) {
         crate::sites_cmd::load_symbols(args.guest_symbols.as_deref(), Some(cfg.kernel.clone()))
             .map_err(|e| usage(anyhow::anyhow!(e)))?
     } else {
@@ -232,6 +236,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
             collector.clone(),
             &tui_console,
             args.refresh_ms,
+            symbols.as_ref(),
         )?
     } else {
         vm::run(cfg, recorder.clone())
@@ -590,7 +595,16 @@ fn finish_self_profile(
     profile.target.kind = "self".into();
     profile.target.command = command_line();
     profile.target.exit_code = Some(if doc.outcome.clean { 0 } else { 1 });
+    let booted;
+    let symbols = match symbols {
+        None if args.exit_sites => {
+            booted = crate::sites_cmd::booted_kernel_symbols(&doc.guest);
+            booted.as_ref()
+        }
+        given => given,
+    };
     crate::sites_cmd::annotate(&mut profile, symbols);
+    crate::sites_cmd::label_npf_ranges(&mut profile, &doc.guest.regions);
     if let Some(path) = &args.output {
         write_output(path, &serde_json::to_vec_pretty(&profile)?)?;
     }

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use bootscope_profiler::guest_symbols::{kernel_of_command, SymbolTable};
+use bootscope_profiler::sites::GuestRegion;
 use bootscope_profiler::Profile;
 
 /// The symbol table to name sites with: `--guest-symbols`, else the guest
@@ -32,6 +33,29 @@ pub fn load_symbols(
             Ok(None)
         }
     }
+}
+
+/// The symbols of the kernel a `run` booted, once it has: from the
+/// vmlinux the VMM decompressed (its kernel cache file) when there is one,
+/// which saves decompressing the payload a second time, else from the
+/// kernel file. None (said why): they could not be read.
+pub fn booted_kernel_symbols(guest: &bootscope_vmm::timeline::GuestInfo) -> Option<SymbolTable> {
+    let kernel = PathBuf::from(&guest.kernel);
+    let cached = guest
+        .kernel_boot
+        .as_ref()
+        .and_then(|b| b.cache_file.as_ref())
+        .map(PathBuf::from)
+        .filter(|p| p.is_file());
+    if let Some(Ok(mut t)) = cached.as_deref().map(SymbolTable::load) {
+        t.source = format!(
+            "{} (the payload of {}, decompressed by the VMM)",
+            t.source,
+            kernel.display()
+        );
+        return Some(t);
+    }
+    load_symbols(None, Some(kernel)).ok().flatten()
 }
 
 /// The kernel a launched command boots, for `profile -- COMMAND`.
@@ -92,6 +116,7 @@ pub fn summary(p: &Profile) -> String {
             );
         }
     }
+    npf_summary(&mut s, sites);
     if sites.overflows > 0 {
         let _ = writeln!(
             s,
@@ -100,6 +125,43 @@ pub fn summary(p: &Profile) -> String {
         );
     }
     s
+}
+
+/// Labels the profile's nested page fault ranges with what bootscope's VMM
+/// placed there (its timeline's `guest.regions`).
+pub fn label_npf_ranges(profile: &mut Profile, regions: &[bootscope_vmm::layout::GuestRegion]) {
+    let regions: Vec<GuestRegion> = regions
+        .iter()
+        .map(|g| GuestRegion {
+            name: g.name.clone(),
+            start: g.start,
+            end: g.end,
+        })
+        .collect();
+    if let Some(sites) = profile.exits.sites.as_mut().filter(|_| !regions.is_empty()) {
+        sites.label_npf_ranges(&regions);
+    }
+}
+
+/// The guest-physical ranges with the most nested page faults.
+fn npf_summary(s: &mut String, sites: &bootscope_profiler::sites::ExitSites) {
+    let by = sites.npf_by_range();
+    if by.is_empty() {
+        return;
+    }
+    let total: u64 = by.iter().map(|r| r.3).sum();
+    let _ = writeln!(s, "  nested page faults by guest-physical range ({total}):");
+    for (a, b, label, n) in by.iter().take(TOP_SITES) {
+        let share = 100.0 * *n as f64 / total.max(1) as f64;
+        let what = label.as_deref().unwrap_or("-");
+        let _ = writeln!(s, "    {a:#012x}-{b:#012x} {n:>10} {share:>6.1}%  {what}");
+    }
+    if by.iter().all(|r| r.2.is_none()) {
+        let _ = writeln!(
+            s,
+            "    (not labelled: the guest's memory layout is known for bootscope's own VMM only)"
+        );
+    }
 }
 
 /// The exit sites of a profile as a flame graph SVG (inferno). Err: the
@@ -120,4 +182,77 @@ pub fn flamegraph(input: &Path) -> Result<Vec<u8>, String> {
     inferno::flamegraph::from_lines(&mut opts, folded.lines(), &mut svg)
         .map_err(|e| format!("cannot draw the flame graph of {}: {e}", input.display()))?;
     Ok(svg)
+}
+
+/// The schema a JSON file names, if it is JSON with one (an unreadable or
+/// non-JSON file is left to the bench reader, which says what is wrong).
+fn schema_of(path: &Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    Some(v.get("schema")?.as_str()?.to_string())
+}
+
+/// `bootscope compare` on profiles: None when no file given is a profile
+/// (they are bench documents), else the report written and the exit
+/// status. Err: bad input (a profile beside a bench document, options that
+/// apply to bench documents only, a profile that cannot be read).
+pub fn compare_profiles(
+    args: &crate::bench_cmd::CompareArgs,
+) -> Result<Option<i32>, bootscope_bench::BenchError> {
+    use bootscope_bench::BenchError;
+    let schemas: Vec<Option<String>> = args.files.iter().map(|f| schema_of(f)).collect();
+    let is_profile =
+        |s: &Option<String>| s.as_deref() == Some(bootscope_profiler::profile::PROFILE_SCHEMA_NAME);
+    if !schemas.iter().any(is_profile) {
+        return Ok(None);
+    }
+    let usage = |m: String| Err(BenchError::Usage(m));
+    let [a, b] = args.files.as_slice() else {
+        return usage(format!(
+            "{} is a profile: give a second profile to compare it with",
+            args.files[0].display()
+        ));
+    };
+    if let Some(i) = schemas.iter().position(|s| !is_profile(s)) {
+        let what = match &schemas[i] {
+            Some(s) => format!("a {s} document"),
+            None => "not a bootscope document".into(),
+        };
+        return usage(format!(
+            "{} is a profile but {} is {what}: compare two profiles or two bench files",
+            args.files[1 - i].display(),
+            args.files[i].display()
+        ));
+    }
+    if !args.metrics.is_empty() || args.config.is_some() {
+        return usage(
+            "--metric and --config apply to bench files; two profiles are compared by exit \
+             reason and exit site"
+                .into(),
+        );
+    }
+    let read = |p: &Path| Profile::read(p).map_err(|e| BenchError::Usage(e.to_string()));
+    let report = bootscope_profiler::compare::compare(
+        &read(a)?,
+        &a.display().to_string(),
+        &read(b)?,
+        &b.display().to_string(),
+    );
+    let text = match if args.json { "json" } else { &args.format } {
+        "json" => report.json(),
+        _ => report.text(),
+    };
+    Ok(Some(match &args.output {
+        Some(o) => match crate::cli::write_output(o, text.as_bytes()) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("bootscope: error: {e:#}");
+                crate::cli::EXIT_USAGE
+            }
+        },
+        None => {
+            print!("{text}");
+            0
+        }
+    }))
 }

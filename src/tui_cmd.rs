@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use bootscope_profiler::collector::thread_role;
+use bootscope_profiler::guest_symbols::SymbolTable;
 use bootscope_profiler::kvm_stats::KvmStatsReader;
 use bootscope_profiler::launch::HeldCommand;
 use bootscope_profiler::profile::{
@@ -504,8 +505,10 @@ impl ProcfsProfile {
 
 /// `bootscope run --tui`: the VM thread, and the collector or the procfs
 /// profile.
-struct RunSource {
+struct RunSource<'a> {
     recorder: Arc<Recorder>,
+    /// Names the exit sites of every snapshot (`run --tui --exit-sites`).
+    symbols: Option<&'a SymbolTable>,
     collector: Option<Arc<Collector>>,
     procfs: Option<ProcfsProfile>,
     vm: JoinHandle<Result<RunReport, VmError>>,
@@ -517,10 +520,16 @@ struct RunSource {
     initcalls: Arc<Mutex<Option<InitcallsDoc>>>,
 }
 
-impl ProfileSource for RunSource {
+impl ProfileSource for RunSource<'_> {
     fn snapshot(&mut self) -> Profile {
         match (&self.collector, &mut self.procfs) {
-            (Some(c), _) => c.snapshot(),
+            (Some(c), _) => {
+                let mut p = c.snapshot();
+                if let (Some(t), Some(sites)) = (self.symbols, p.exits.sites.as_mut()) {
+                    t.annotate(sites);
+                }
+                p
+            }
             (None, Some(p)) => p.build(
                 &self.recorder,
                 "the eBPF profiler is not running (not root, --no-profile, or it could not start)",
@@ -578,6 +587,7 @@ pub fn run_vm(
     collector: Option<Arc<Collector>>,
     console: &TuiConsole,
     refresh_ms: u64,
+    symbols: Option<&SymbolTable>,
 ) -> Result<Result<RunReport, VmError>> {
     let kernel = cfg
         .kernel
@@ -607,6 +617,7 @@ pub fn run_vm(
         .context("cannot start the VM thread")?;
     let mut source = RunSource {
         recorder: recorder.clone(),
+        symbols,
         collector,
         procfs,
         vm,

@@ -47,6 +47,7 @@ pub fn kind(name: &str) -> MetricKind {
     if name == "wall"
         || name == "time_to_userspace"
         || name == "prealloc"
+        || name == "bpf:run_ns"
         || name.starts_with("phase:")
         || name.starts_with("console:")
     {
@@ -81,6 +82,10 @@ pub fn display_name(name: &str) -> String {
         k.into()
     } else if name == "wall" {
         "wall time".into()
+    } else if name == "bpf:run_ns" {
+        "eBPF programs' run time".into()
+    } else if name == "bpf:runs" {
+        "eBPF program runs".into()
     } else {
         name.replace('_', " ")
     }
@@ -182,6 +187,17 @@ pub fn from_profile(
     if let Some(h) = pf["host_total"].as_u64() {
         m.insert("faults:host".into(), h);
     }
+    // With `--bpf-stats`: what the kernel accounted to the eBPF programs.
+    let stats: Vec<_> = value["sources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| Some((s["runs"].as_u64()?, s["run_ns"].as_u64()?)))
+        .collect();
+    if !stats.is_empty() {
+        m.insert("bpf:runs".into(), stats.iter().map(|s| s.0).sum());
+        m.insert("bpf:run_ns".into(), stats.iter().map(|s| s.1).sum());
+    }
     Ok(m)
 }
 
@@ -257,9 +273,16 @@ mod tests {
             "exits": {"total": 12, "by_reason": [
                 {"reason": "io", "code": 123, "count": 10},
                 {"reason": "npf", "code": 1024, "count": 2}]},
-            "page_faults": {"guest_total": 4, "host_total": 400}
+            "page_faults": {"guest_total": 4, "host_total": 400},
+            "sources": [
+                {"name": "tracepoint:kvm:kvm_exit", "runs": 5, "run_ns": 700},
+                {"name": "tracepoint:kvm:kvm_entry", "runs": 4, "run_ns": 300},
+                {"name": "procfs:threads"}]
         });
         let m = from_profile(&p, Path::new("p.json")).unwrap();
+        assert_eq!(m["bpf:runs"], 9);
+        assert_eq!(m["bpf:run_ns"], 1000);
+        assert_eq!(kind("bpf:run_ns"), MetricKind::Time);
         assert_eq!(m["exit-reason:io"], 10);
         assert_eq!(m["exit-reason:total"], 12);
         assert_eq!(m["faults:guest"], 4);

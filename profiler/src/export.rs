@@ -40,7 +40,14 @@ pub const FORMAT_NAMES: [&str; 6] = [
     "pprof",
 ];
 /// Names accepted for the CSV `--table`.
-pub const CSV_TABLE_NAMES: [&str; 5] = ["exits", "latency", "phases", "threads", "exit-sites"];
+pub const CSV_TABLE_NAMES: [&str; 6] = [
+    "exits",
+    "latency",
+    "phases",
+    "threads",
+    "exit-sites",
+    "npf-ranges",
+];
 
 /// One of the CSV tables.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,6 +64,9 @@ pub enum CsvTable {
     Threads,
     /// Exit sites: `reason,vcpu,phase,rip,function,offset,count,share_percent,latency_total_ns,latency_mean_ns`.
     ExitSites,
+    /// Nested page faults by guest-physical range:
+    /// `gpa_start,gpa_end,phase,label,count,latency_total_ns,latency_mean_ns`.
+    NpfRanges,
 }
 
 impl FromStr for CsvTable {
@@ -69,6 +79,7 @@ impl FromStr for CsvTable {
             "phases" => Ok(Self::Phases),
             "threads" => Ok(Self::Threads),
             "exit-sites" => Ok(Self::ExitSites),
+            "npf-ranges" => Ok(Self::NpfRanges),
             _ => Err(FormatError::UnknownTable(s.to_string())),
         }
     }
@@ -114,7 +125,7 @@ pub enum FormatError {
     #[error("unknown format {0:?}; use one of json, csv, prometheus, chrome-trace, folded, pprof")]
     UnknownFormat(String),
     /// Unknown `--table`.
-    #[error("unknown CSV table {0:?}; use one of exits, latency, phases, threads, exit-sites")]
+    #[error("unknown CSV table {0:?}; use one of exits, latency, phases, threads, exit-sites, npf-ranges")]
     UnknownTable(String),
     /// `--table` given with a format that has no tables.
     #[error("--table only applies to --format csv (and --format json with --table exit-sites); the {0} format has a single form")]

@@ -12,6 +12,7 @@
 mod batch;
 pub mod bpf;
 pub mod collector;
+pub mod compare;
 pub mod error;
 pub mod export;
 pub mod guest_symbols;

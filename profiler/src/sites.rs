@@ -90,6 +90,61 @@ pub struct NpfRange {
     pub count: u64,
     pub timed: u64,
     pub latency_total_ns: u64,
+    /// What the range holds (`kernel image`, `initrd`, `boot page tables,
+    /// RAM`, ...): the regions it overlaps, from the layout of bootscope's
+    /// own VMM; absent for other VMMs, whose layout is not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// A named piece of guest-physical memory, as a VMM laid it out (the
+/// timeline's `guest.regions`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestRegion {
+    pub name: String,
+    pub start: u64,
+    /// First byte past the region.
+    pub end: u64,
+}
+
+/// Regions that only say what is around the placed things.
+const BACKGROUND: [&str; 2] = ["RAM", "MMIO gap"];
+
+/// What `[start, end)` holds: the names of the placed regions it overlaps,
+/// in address order, then the background (`RAM`, `MMIO gap`) if they do
+/// not cover it all; `outside guest memory` when no region overlaps.
+pub fn region_label(regions: &[GuestRegion], start: u64, end: u64) -> String {
+    let overlapping = |g: &&GuestRegion| g.start < end && start < g.end;
+    let mut names: Vec<&str> = Vec::new();
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    for g in regions.iter().filter(overlapping) {
+        if !BACKGROUND.contains(&g.name.as_str()) {
+            if !names.contains(&g.name.as_str()) {
+                names.push(&g.name);
+            }
+            spans.push((g.start.max(start), g.end.min(end)));
+        }
+    }
+    spans.sort_unstable();
+    let mut covered_to = start;
+    for (a, b) in spans {
+        if a > covered_to {
+            break;
+        }
+        covered_to = covered_to.max(b);
+    }
+    if covered_to < end {
+        for bg in BACKGROUND {
+            if regions.iter().filter(overlapping).any(|g| g.name == bg) {
+                names.push(bg);
+            }
+        }
+    }
+    if names.is_empty() {
+        "outside guest memory".into()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// How the sites were symbolized.
@@ -130,6 +185,30 @@ impl SiteTotal {
 }
 
 impl ExitSites {
+    /// Labels every nested page fault range with what the VMM placed in it.
+    pub fn label_npf_ranges(&mut self, regions: &[GuestRegion]) {
+        for r in &mut self.npf_ranges {
+            r.label = Some(region_label(regions, r.gpa_start, r.gpa_end));
+        }
+    }
+
+    /// Nested page faults by range (across phases), most first: range,
+    /// label, count.
+    pub fn npf_by_range(&self) -> Vec<(u64, u64, Option<String>, u64)> {
+        let mut by: BTreeMap<(u64, u64), (Option<String>, u64)> = BTreeMap::new();
+        for r in &self.npf_ranges {
+            let e = by.entry((r.gpa_start, r.gpa_end)).or_default();
+            e.0 = e.0.take().or_else(|| r.label.clone());
+            e.1 += r.count;
+        }
+        let mut v: Vec<_> = by
+            .into_iter()
+            .map(|((a, b), (l, n))| (a, b, l, n))
+            .collect();
+        v.sort_by(|x, y| y.3.cmp(&x.3).then(x.0.cmp(&y.0)));
+        v
+    }
+
     /// Each reason's exits, sites added up (the same number as the reason's
     /// count in `exits.by_reason`).
     pub fn reason_totals(&self) -> BTreeMap<String, u64> {
@@ -204,6 +283,62 @@ mod tests {
             function: function.map(Into::into),
             offset: function.map(|_| 0x1a),
         }
+    }
+
+    #[test]
+    fn npf_ranges_labelled_by_the_regions_they_overlap() {
+        let g = |name: &str, start: u64, end: u64| GuestRegion {
+            name: name.into(),
+            start,
+            end,
+        };
+        const M: u64 = 1 << 20;
+        let regions = [
+            g("RAM", 0, 256 * M),
+            g("boot page tables", 0x9000, 0xf000),
+            g("kernel image", 16 * M, 47 * M),
+            g("initrd", 200 * M, 210 * M),
+            g("MMIO gap", 3072 * M, 4096 * M),
+            g("local APIC (MMIO)", 0xfee0_0000, 0xfee0_1000),
+        ];
+        let label = |a: u64| region_label(&regions, a, a + 2 * M);
+        assert_eq!(label(0), "boot page tables, RAM");
+        assert_eq!(label(16 * M), "kernel image");
+        assert_eq!(label(46 * M), "kernel image, RAM");
+        assert_eq!(label(208 * M), "initrd");
+        assert_eq!(label(100 * M), "RAM");
+        assert_eq!(label(0xfee0_0000), "local APIC (MMIO), MMIO gap");
+        assert_eq!(label(8192 * M), "outside guest memory");
+        let mut s = ExitSites {
+            npf_ranges: vec![
+                NpfRange {
+                    gpa_start: 16 * M,
+                    gpa_end: 18 * M,
+                    phase: "a".into(),
+                    count: 2,
+                    ..Default::default()
+                },
+                NpfRange {
+                    gpa_start: 0,
+                    gpa_end: 2 * M,
+                    phase: "a".into(),
+                    count: 1,
+                    ..Default::default()
+                },
+                NpfRange {
+                    gpa_start: 16 * M,
+                    gpa_end: 18 * M,
+                    phase: "b".into(),
+                    count: 3,
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        s.label_npf_ranges(&regions);
+        let by = s.npf_by_range();
+        assert_eq!(by[0], (16 * M, 18 * M, Some("kernel image".into()), 5));
+        assert_eq!(by[1].2.as_deref(), Some("boot page tables, RAM"));
     }
 
     #[test]

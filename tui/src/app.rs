@@ -162,6 +162,8 @@ pub struct App {
     pub sort: SortMode,
     /// The exit reason whose latency histogram is shown (None: the first).
     pub selected_reason: Option<String>,
+    /// The latency pane shows the selected reason's exit sites instead.
+    pub show_sites: bool,
     pub show_help: bool,
     /// A message for the status line (a snapshot's path, an error).
     pub message: Option<String>,
@@ -196,6 +198,7 @@ impl App {
             vcpu: None,
             sort: SortMode::default(),
             selected_reason: None,
+            show_sites: false,
             show_help: false,
             message: None,
             note: None,
@@ -306,6 +309,10 @@ impl App {
             }
             KeyCode::PageUp | KeyCode::Char('[') => {
                 self.phase_scroll = self.phase_scroll.saturating_sub(PHASE_PAGE);
+                Action::Redraw
+            }
+            KeyCode::Char('x') => {
+                self.show_sites = !self.show_sites;
                 Action::Redraw
             }
             KeyCode::Down | KeyCode::Char('j') => {
@@ -695,7 +702,12 @@ mod tests {
         app.on_key(key('s'));
         app.on_key(key('s'));
         assert_eq!(app.sort, SortMode::Total);
-        assert_eq!(app.on_key(key('x')), Action::None);
+        assert!(!app.show_sites);
+        assert_eq!(app.on_key(key('x')), Action::Redraw);
+        assert!(app.show_sites);
+        app.on_key(key('x'));
+        assert!(!app.show_sites);
+        assert_eq!(app.on_key(key('z')), Action::None);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! +- Boot phases ----------------++- Exit reasons -------------------------+
-//! +- Exit latency ---------------++- Page faults --------------------------+
+//! +- Exit latency (x: sites) ----++- Page faults --------------------------+
 //! +- Preallocation threads -----------------------++- NUMA locality -------+
 //! +- Console (when the source has one) ------------------------------------+
 //!  status: state | target | sources | lost events | elapsed
@@ -28,6 +28,7 @@ mod help;
 mod latency;
 mod numa;
 mod phases;
+mod sites;
 mod status;
 mod threads;
 
@@ -39,6 +40,7 @@ pub use help::draw_help;
 pub use latency::draw_latency;
 pub use numa::draw_numa;
 pub use phases::draw_phases;
+pub use sites::draw_sites;
 pub use status::draw_status;
 pub use threads::draw_threads;
 
@@ -83,7 +85,11 @@ pub fn draw(f: &mut Frame, app: &App) {
         Layout::horizontal([Constraint::Percentage(68), Constraint::Percentage(32)]).areas(bottom);
     draw_phases(f, phases, app);
     draw_exits(f, exits, app);
-    draw_latency(f, latency, app);
+    if app.show_sites {
+        draw_sites(f, latency, app);
+    } else {
+        draw_latency(f, latency, app);
+    }
     draw_faults(f, faults, app);
     draw_threads(f, threads, app);
     draw_numa(f, numa, app);

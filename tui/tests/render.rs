@@ -621,3 +621,63 @@ fn initcalls_key_without_initcalls_says_where_they_come_from() {
     assert!(!app.expand_kernel);
     assert!(app.message.as_deref().unwrap().contains("--initcalls"));
 }
+
+/// An app that has seen a real lab profile with exit sites
+/// (tests/fixtures/README.md at the workspace root says how it was made).
+fn sites_app(name: &str) -> App {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name);
+    let profile = Profile::read(&path).unwrap();
+    let mut app = App::new("bootscope run (pid 122)", Theme::unicode());
+    app.finish(profile);
+    app
+}
+
+#[test]
+fn exit_sites_pane_from_a_real_lab_profile() {
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let mut app = sites_app("lab-sites-loud.profile.json");
+    let key = |c| KeyEvent::new(c, KeyModifiers::NONE);
+    // `x` swaps the latency pane for the sites of the selected reason.
+    let whole = render(120, 40, |f, _| ui::draw(f, &app));
+    assert!(text(&whole).contains(" Exit latency "));
+    app.on_key(key(KeyCode::Char('x')));
+    let whole = render(120, 40, |f, _| ui::draw(f, &app));
+    assert!(
+        text(&whole).contains(" Exit sites · io "),
+        "{}",
+        text(&whole)
+    );
+    let sites = app.profile.exits.sites.clone().unwrap();
+    let buf = render(56, 10, |f, a| ui::draw_sites(f, a, &app));
+    snapshot("sites-lab-io", &buf);
+    let t = text(&buf);
+    // The top rows are the profile's own top io functions, with their
+    // counts: the serial console.
+    let top = sites.top_functions("io");
+    for f in top.iter().take(2) {
+        let line = t.lines().find(|l| l.contains(f.name.as_str()));
+        let line = line.unwrap_or_else(|| panic!("{} missing:\n{t}", f.name));
+        assert!(line.contains(&ui::fmt_count(f.count)), "{line}");
+        assert!(f.name.starts_with("io_serial_"), "{}", f.name);
+    }
+    let io_total: u64 = top.iter().map(|f| f.count).sum();
+    assert!(
+        t.contains(&format!("{} exits at", ui::fmt_count(io_total))),
+        "{t}"
+    );
+    // Down selects the next reason; the pane follows it.
+    app.on_key(key(KeyCode::Down));
+    let next = app.selected_reason_stat().unwrap().reason.clone();
+    let buf = render(56, 10, |f, a| ui::draw_sites(f, a, &app));
+    let t = text(&buf);
+    assert!(t.contains(&format!("Exit sites · {next} ")), "{t}");
+    let first = &sites.top_functions(&next)[0];
+    assert!(t.contains(first.name.as_str()), "{t}");
+    // A profile without sites says so.
+    let mut bare = live_app(Theme::unicode());
+    bare.show_sites = true;
+    let t = text(&render(56, 10, |f, a| ui::draw_sites(f, a, &bare)));
+    assert!(t.contains("exit sites not collected"), "{t}");
+}

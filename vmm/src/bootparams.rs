@@ -184,6 +184,7 @@ mod tests {
             format: KernelFormat::BzImage,
             entry: GuestAddress(0x100200),
             mode: EntryMode::Linux64,
+            start: 0x100000,
             end: 0x200000,
             setup_header: hdr,
             cmdline_max: 2047,

@@ -75,3 +75,123 @@ const _: () = assert!(ZERO_PAGE_START + 0x1000 <= BOOT_STACK_POINTER);
 const _: () = assert!(BOOT_STACK_POINTER < PML4_START);
 const _: () = assert!(PDE_START + 4 * 0x1000 <= CMDLINE_START);
 const _: () = assert!(CMDLINE_START + CMDLINE_MAX_SIZE as u64 <= EBDA_START);
+
+/// One named piece of the guest-physical address space.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GuestRegion {
+    pub name: String,
+    pub start: u64,
+    /// First byte past the region.
+    pub end: u64,
+}
+
+/// What the VMM put where, for [`guest_regions`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Placement {
+    /// The kernel's memory while it boots: its image, and for a bzImage
+    /// that decompresses itself the `init_size` bytes it decompresses into.
+    pub kernel: (u64, u64),
+    pub initrd: Option<(u64, u64)>,
+    /// Bytes of the command line with its NUL.
+    pub cmdline_bytes: u64,
+    pub acpi: bool,
+    pub memory_bytes: u64,
+}
+
+/// Every region of guest-physical memory the VMM placed something in, the
+/// guest RAM around them, the MMIO gap and the devices in it, in address
+/// order. What the guest later does with its RAM (its own page tables, a
+/// kernel that moves itself) is not known here: that is `RAM`.
+pub fn guest_regions(p: &Placement) -> Vec<GuestRegion> {
+    let r = |name: &str, start: u64, end: u64| GuestRegion {
+        name: name.into(),
+        start,
+        end,
+    };
+    let mut v = vec![
+        r("boot GDT and IDT", GDT_START, IDT_START + 8),
+        r(
+            "boot parameters (PVH start info, zero page)",
+            PVH_INFO_START,
+            ZERO_PAGE_START + 0x1000,
+        ),
+        r("boot stack", ZERO_PAGE_START + 0x1000, PML4_START),
+        r("boot page tables", PML4_START, PDE_START + 4 * 0x1000),
+        r(
+            "command line",
+            CMDLINE_START,
+            CMDLINE_START + p.cmdline_bytes.max(1),
+        ),
+        r("MP table", EBDA_START, LOW_MEMORY_END),
+    ];
+    if p.acpi {
+        v.push(r(
+            "ACPI tables",
+            crate::x86::acpi::RSDP_START,
+            crate::x86::acpi::TABLES_END,
+        ));
+    }
+    v.push(r("kernel image", p.kernel.0, p.kernel.1));
+    if let Some((a, size)) = p.initrd.filter(|i| i.1 > 0) {
+        v.push(r("initrd", a, a + size));
+    }
+    let low_end = p.memory_bytes.min(MMIO_GAP_START);
+    v.push(r("RAM", 0, low_end));
+    if p.memory_bytes > MMIO_GAP_START {
+        v.push(r(
+            "RAM",
+            MMIO_GAP_END,
+            MMIO_GAP_END + p.memory_bytes - MMIO_GAP_START,
+        ));
+    }
+    v.extend([
+        r(
+            "boot timer (MMIO)",
+            BOOT_TIMER_MMIO,
+            BOOT_TIMER_MMIO + 0x1000,
+        ),
+        r(
+            "I/O APIC (MMIO)",
+            IOAPIC_DEFAULT_BASE,
+            IOAPIC_DEFAULT_BASE + 0x1000,
+        ),
+        r(
+            "local APIC (MMIO)",
+            APIC_DEFAULT_BASE,
+            APIC_DEFAULT_BASE + 0x1000,
+        ),
+        r("MMIO gap", MMIO_GAP_START, MMIO_GAP_END),
+    ]);
+    v.sort_by_key(|g| (g.start, std::cmp::Reverse(g.end)));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_in_order_and_inside_ram() {
+        let v = guest_regions(&Placement {
+            kernel: (0x100_0000, 0x300_0000),
+            initrd: Some((0x800_0000, 0x10_0000)),
+            cmdline_bytes: 100,
+            acpi: true,
+            memory_bytes: 256 << 20,
+        });
+        let names: Vec<&str> = v.iter().map(|g| g.name.as_str()).collect();
+        assert_eq!(names[0], "RAM");
+        assert!(names.contains(&"ACPI tables") && names.contains(&"initrd"));
+        assert!(v.windows(2).all(|w| w[0].start <= w[1].start));
+        let cmd = v.iter().find(|g| g.name == "command line").unwrap();
+        assert_eq!((cmd.start, cmd.end), (CMDLINE_START, CMDLINE_START + 100));
+        // Every boot structure lies in the first RAM block, before the
+        // kernel.
+        for g in v
+            .iter()
+            .filter(|g| g.name.starts_with("boot") && !g.name.contains("MMIO"))
+        {
+            assert!(g.end <= 0x100_0000 && g.start < g.end, "{g:?}");
+        }
+    }
+}

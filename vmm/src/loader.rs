@@ -60,6 +60,8 @@ pub struct LoadedKernel {
     pub format: KernelFormat,
     pub entry: GuestAddress,
     pub mode: EntryMode,
+    /// Lowest guest-physical address of the kernel's image.
+    pub start: u64,
     /// First byte past the memory the kernel uses while it boots (the
     /// image; for a bzImage also the `init_size` bytes it decompresses
     /// into): the lowest address an initrd may use.
@@ -686,6 +688,13 @@ fn load_host_kernel(
         format: KernelFormat::BzImage,
         entry: GuestAddress(k.elf.entry),
         mode: k.elf.mode,
+        start: k
+            .elf
+            .segments
+            .iter()
+            .map(|s| s.paddr)
+            .min()
+            .unwrap_or(k.elf.entry),
         end: k.elf.end,
         setup_header: hdr,
         cmdline_max,
@@ -737,6 +746,7 @@ fn load_bzimage_for_guest(
         format: KernelFormat::BzImage,
         entry: GuestAddress(res.kernel_load.0 + BZIMAGE_64BIT_ENTRY_OFFSET),
         mode: EntryMode::Linux64,
+        start: res.kernel_load.0,
         // The decompressor claims init_size bytes from the load address,
         // past the image's own end: an initrd there would be overwritten
         // before the kernel reads it.
@@ -829,6 +839,12 @@ fn load_elf_file(
         format: KernelFormat::Elf,
         entry,
         mode,
+        start: probe
+            .segments
+            .iter()
+            .map(|s| s.paddr)
+            .min()
+            .unwrap_or(entry.0),
         end: res.kernel_end.max(probe.min_memory),
         setup_header: None,
         cmdline_max: DEFAULT_CMDLINE_MAX - 1,

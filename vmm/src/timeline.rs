@@ -376,6 +376,11 @@ pub struct GuestInfo {
     pub cmdline: String,
     pub memory_bytes: u64,
     pub vcpus: u32,
+    /// What the VMM placed where in guest-physical memory (boot
+    /// structures, kernel, initrd, RAM, MMIO), in address order; absent
+    /// for runs that stopped before loading.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub regions: Vec<crate::layout::GuestRegion>,
 }
 
 /// How a bzImage kernel was decompressed and entered.

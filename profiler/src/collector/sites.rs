@@ -117,6 +117,7 @@ impl State {
                 count: v.count,
                 timed: v.timed,
                 latency_total_ns: v.total_ns,
+                label: None,
             })
             .collect();
         Some(out)

@@ -14,6 +14,7 @@ pub fn to_csv(p: &Profile, table: CsvTable) -> String {
         CsvTable::Phases => phases(p, &mut out),
         CsvTable::Threads => threads(p, &mut out),
         CsvTable::ExitSites => exit_sites(p, &mut out),
+        CsvTable::NpfRanges => npf_ranges(p, &mut out),
     }
     out
 }
@@ -198,6 +199,39 @@ fn exit_sites(p: &Profile, out: &mut String) {
                 s.latency_total_ns.to_string(),
                 s.latency_total_ns
                     .checked_div(s.timed)
+                    .map(|m| m.to_string())
+                    .unwrap_or_default(),
+            ],
+        );
+    }
+}
+
+fn npf_ranges(p: &Profile, out: &mut String) {
+    row(
+        out,
+        &[
+            "gpa_start",
+            "gpa_end",
+            "phase",
+            "label",
+            "count",
+            "latency_total_ns",
+            "latency_mean_ns",
+        ],
+    );
+    let ranges = p.exits.sites.iter().flat_map(|s| &s.npf_ranges);
+    for r in ranges {
+        row(
+            out,
+            &[
+                format!("{:#x}", r.gpa_start),
+                format!("{:#x}", r.gpa_end),
+                r.phase.clone(),
+                r.label.clone().unwrap_or_default(),
+                r.count.to_string(),
+                r.latency_total_ns.to_string(),
+                r.latency_total_ns
+                    .checked_div(r.timed)
                     .map(|m| m.to_string())
                     .unwrap_or_default(),
             ],

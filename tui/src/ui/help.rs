@@ -17,7 +17,14 @@ pub fn draw_help(f: &mut Frame, area: Rect, app: &App) {
         ("p, space", "pause or resume refreshing"),
         ("v", "cycle the exit chart: all vCPUs, vCPU 0, 1, ..."),
         ("s", "sort: total, rate, name"),
-        ("up/down, k/j", "select the exit reason for the histogram"),
+        (
+            "up/down, k/j",
+            "select the exit reason for the histogram or sites",
+        ),
+        (
+            "x",
+            "exit latency or exit sites (guest functions) of that reason",
+        ),
         ("i", "kernel's initcalls (from run --initcalls, at the end)"),
         ("o", "initcalls: slowest first or in time order"),
         ("PgDn/PgUp", "scroll the phase pane (also ] and [)"),

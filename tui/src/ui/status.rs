@@ -113,9 +113,9 @@ pub fn draw_status(f: &mut Frame, area: Rect, app: &App) {
         line1.push(Span::styled(n.clone(), t.dim()));
     }
     let keys = if app.finished {
-        "target ended: q quit  v vCPU  s sort  e snapshot  ? help"
+        "target ended: q quit  v vCPU  s sort  x sites  e snapshot  ? help"
     } else {
-        "q quit  p pause  v vCPU  s sort  e snapshot  ? help"
+        "q quit  p pause  v vCPU  s sort  x sites  e snapshot  ? help"
     };
     let mut line2 = Vec::new();
     if let Some(m) = &app.message {

@@ -94,6 +94,7 @@ pub(super) fn setup_only_timeline(
         cmdline: cfg.cmdline.clone(),
         memory_bytes: cfg.memory_bytes,
         vcpus: cfg.vcpus,
+        regions: Vec::new(),
     };
     let outcome = Outcome {
         reason: StopReason::StoppedAfterSetup,
@@ -123,6 +124,13 @@ pub(super) fn run_timeline(
         cmdline: cfg.cmdline.clone(),
         memory_bytes: cfg.memory_bytes,
         vcpus: cfg.vcpus,
+        regions: crate::layout::guest_regions(&crate::layout::Placement {
+            kernel: (images.kernel.start, images.kernel.end),
+            initrd: images.initrd.map(|i| (i.addr, i.size)),
+            cmdline_bytes: cfg.cmdline.len() as u64 + 1,
+            acpi: cfg.acpi,
+            memory_bytes: cfg.memory_bytes,
+        }),
     };
     let outcome = Outcome {
         clean: reason.is_clean(),

@@ -1,0 +1,371 @@
+//! Two profiles compared (`bootscope compare A.profile.json
+//! B.profile.json`): exits per reason, and, where both profiles have exit
+//! sites, per site (the reason and the guest function as the profile names
+//! it), each list sorted by the size of the change.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::sites::ExitSites;
+use crate::Profile;
+
+/// Schema name of the JSON comparison.
+pub const COMPARE_SCHEMA_NAME: &str = "bootscope.profile-compare";
+/// Its version.
+pub const COMPARE_SCHEMA_VERSION: u32 = 1;
+/// Site rows the text report shows (the JSON has all).
+pub const TEXT_SITES: usize = 30;
+
+/// One count in both profiles.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Change {
+    pub base: u64,
+    pub new: u64,
+    /// `new - base`.
+    pub change: i64,
+}
+
+impl Change {
+    fn new(base: u64, new: u64) -> Self {
+        Self {
+            base,
+            new,
+            change: new as i64 - base as i64,
+        }
+    }
+
+    /// `base -> new (+change, +pct %)`, the percentage left out from 0.
+    fn text(&self) -> String {
+        let pct = if self.base > 0 {
+            format!(", {:+.1} %", 100.0 * self.change as f64 / self.base as f64)
+        } else {
+            String::new()
+        };
+        format!(
+            "{} -> {} ({}{pct})",
+            group(self.base as i64),
+            group(self.new as i64),
+            signed(self.change)
+        )
+    }
+}
+
+/// Exits of one reason in both profiles.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReasonChange {
+    pub reason: String,
+    #[serde(flatten)]
+    pub counts: Change,
+}
+
+/// Exits of one reason at one guest function in both profiles.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SiteChange {
+    pub reason: String,
+    /// The function as the profile names it (`[guest user]`,
+    /// `[unattributed]`, or the address in hex when it was not named).
+    pub function: String,
+    #[serde(flatten)]
+    pub counts: Change,
+}
+
+/// The comparison of two profiles.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProfileComparison {
+    pub schema: &'static str,
+    pub version: u32,
+    pub base: String,
+    pub new: String,
+    /// Both profiles' exit views (`exits.source`), when they differ: their
+    /// reasons are then not the same names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sources_differ: Option<(String, String)>,
+    pub total: Change,
+    /// Every reason of either profile, the largest change first.
+    pub reasons: Vec<ReasonChange>,
+    /// Whether both profiles have exit sites (`--exit-sites`).
+    pub sites_compared: bool,
+    /// The files without exit sites.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sites_missing_in: Vec<String>,
+    /// Sites whose count changed, the largest change first.
+    pub sites: Vec<SiteChange>,
+    /// Sites with the same count in both.
+    pub sites_unchanged: usize,
+    /// The sites' symbol warnings of either profile, with its file.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Exits per (reason, function) of one profile's sites.
+fn by_function(s: &ExitSites) -> BTreeMap<(String, String), u64> {
+    let mut out = BTreeMap::new();
+    for site in &s.sites {
+        *out.entry((site.reason.clone(), site.function_name()))
+            .or_default() += site.count;
+    }
+    out
+}
+
+/// Every key of either map with its two counts, the largest change first
+/// (then by key, so equal inputs give equal output).
+fn pair<K: Ord + Clone>(a: &BTreeMap<K, u64>, b: &BTreeMap<K, u64>) -> Vec<(K, Change)> {
+    let mut keys: Vec<&K> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut v: Vec<(K, Change)> = keys
+        .into_iter()
+        .map(|k| {
+            let c = Change::new(
+                a.get(k).copied().unwrap_or(0),
+                b.get(k).copied().unwrap_or(0),
+            );
+            (k.clone(), c)
+        })
+        .collect();
+    v.sort_by(|x, y| {
+        y.1.change
+            .unsigned_abs()
+            .cmp(&x.1.change.unsigned_abs())
+            .then_with(|| x.0.cmp(&y.0))
+    });
+    v
+}
+
+/// Compares `base` (read from `base_name`) with `new`.
+pub fn compare(
+    base: &Profile,
+    base_name: &str,
+    new: &Profile,
+    new_name: &str,
+) -> ProfileComparison {
+    let reasons = |p: &Profile| -> BTreeMap<String, u64> {
+        p.exits
+            .by_reason
+            .iter()
+            .map(|r| (r.reason.clone(), r.count))
+            .collect()
+    };
+    let reasons = pair(&reasons(base), &reasons(new))
+        .into_iter()
+        .map(|(reason, counts)| ReasonChange { reason, counts })
+        .collect();
+    let mut sites_missing_in = Vec::new();
+    for (p, name) in [(base, base_name), (new, new_name)] {
+        if p.exits.sites.is_none() {
+            sites_missing_in.push(name.to_string());
+        }
+    }
+    let mut warnings = Vec::new();
+    for (p, name) in [(base, base_name), (new, new_name)] {
+        let info = p.exits.sites.as_ref().and_then(|s| s.symbols.as_ref());
+        for w in info.map(|i| i.warnings.as_slice()).unwrap_or_default() {
+            warnings.push(format!("{name}: {w}"));
+        }
+    }
+    let (sites, sites_unchanged) = match (&base.exits.sites, &new.exits.sites) {
+        (Some(a), Some(b)) => {
+            let all = pair(&by_function(a), &by_function(b));
+            let unchanged = all.iter().filter(|(_, c)| c.change == 0).count();
+            let changed = all
+                .into_iter()
+                .filter(|(_, c)| c.change != 0)
+                .map(|((reason, function), counts)| SiteChange {
+                    reason,
+                    function,
+                    counts,
+                })
+                .collect();
+            (changed, unchanged)
+        }
+        _ => (Vec::new(), 0),
+    };
+    let sources_differ = (base.exits.source != new.exits.source)
+        .then(|| (base.exits.source.clone(), new.exits.source.clone()));
+    ProfileComparison {
+        schema: COMPARE_SCHEMA_NAME,
+        version: COMPARE_SCHEMA_VERSION,
+        base: base_name.into(),
+        new: new_name.into(),
+        sources_differ,
+        total: Change::new(base.exits.total, new.exits.total),
+        reasons,
+        sites_compared: sites_missing_in.is_empty(),
+        sites_missing_in,
+        sites,
+        sites_unchanged,
+        warnings,
+    }
+}
+
+impl ProfileComparison {
+    /// The report as people read it.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "exits: {} -> {}", self.base, self.new);
+        if let Some((a, b)) = &self.sources_differ {
+            let _ = writeln!(
+                s,
+                "note: the exit views differ ({a} against {b}): their reasons are not the same names"
+            );
+        }
+        let _ = writeln!(s, "  total: {}", self.total.text());
+        for r in &self.reasons {
+            let _ = writeln!(s, "  {}: {}", r.reason, r.counts.text());
+        }
+        if !self.sites_compared {
+            let _ = writeln!(
+                s,
+                "exit sites: not collected in {} (profile with --exit-sites to compare them)",
+                self.sites_missing_in.join(" and ")
+            );
+            return s;
+        }
+        let _ = writeln!(
+            s,
+            "exit sites (reason at guest function), largest change first:"
+        );
+        for c in self.sites.iter().take(TEXT_SITES) {
+            let _ = writeln!(s, "  {} at {}: {}", c.reason, c.function, c.counts.text());
+        }
+        let more = self.sites.len().saturating_sub(TEXT_SITES);
+        if more > 0 {
+            let _ = writeln!(s, "  ... {more} more changed (--json lists them all)");
+        }
+        let _ = writeln!(
+            s,
+            "  {} changed, {} unchanged",
+            self.sites.len(),
+            self.sites_unchanged
+        );
+        for w in &self.warnings {
+            let _ = writeln!(s, "warning: {w}");
+        }
+        s
+    }
+
+    /// The report as JSON (pretty, with a final newline).
+    pub fn json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+}
+
+/// `43,012`, `-1,200`.
+fn group(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    if n < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+/// `+1,200`, `-3`, `0`.
+fn signed(n: i64) -> String {
+    if n > 0 {
+        format!("+{}", group(n))
+    } else {
+        group(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::ExitReasonStat;
+    use crate::sites::ExitSite;
+
+    fn profile(reasons: &[(&str, u64)], sites: Option<&[(&str, &str, u64)]>) -> Profile {
+        let mut p = Profile::new();
+        for (r, n) in reasons {
+            p.exits.by_reason.push(ExitReasonStat {
+                reason: (*r).into(),
+                count: *n,
+                ..Default::default()
+            });
+            p.exits.total += n;
+        }
+        p.exits.sites = sites.map(|s| ExitSites {
+            sites: s
+                .iter()
+                .enumerate()
+                .map(|(i, (reason, f, n))| ExitSite {
+                    reason: (*reason).into(),
+                    rip: Some(0xffff_ffff_8100_0000 + i as u64),
+                    function: Some((*f).into()),
+                    offset: Some(i as u64),
+                    count: *n,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn reasons_and_sites_by_size_of_change() {
+        let a = profile(
+            &[("io", 43_012), ("msr", 10), ("hlt", 5)],
+            Some(&[
+                ("io", "io_serial_out", 43_000),
+                ("io", "io_serial_in", 12),
+                ("msr", "native_write_msr", 10),
+                ("hlt", "default_idle", 5),
+            ]),
+        );
+        let b = profile(
+            &[("io", 402), ("msr", 10), ("npf", 7)],
+            Some(&[
+                ("io", "io_serial_out", 400),
+                ("io", "io_serial_out", 2),
+                ("msr", "native_write_msr", 10),
+                ("npf", "clear_page", 7),
+            ]),
+        );
+        let c = compare(&a, "a.json", &b, "b.json");
+        assert_eq!(
+            c.text(),
+            "exits: a.json -> b.json\n  \
+             total: 43,027 -> 419 (-42,608, -99.0 %)\n  \
+             io: 43,012 -> 402 (-42,610, -99.1 %)\n  \
+             npf: 0 -> 7 (+7)\n  \
+             hlt: 5 -> 0 (-5, -100.0 %)\n  \
+             msr: 10 -> 10 (0, +0.0 %)\n\
+             exit sites (reason at guest function), largest change first:\n  \
+             io at io_serial_out: 43,000 -> 402 (-42,598, -99.1 %)\n  \
+             io at io_serial_in: 12 -> 0 (-12, -100.0 %)\n  \
+             npf at clear_page: 0 -> 7 (+7)\n  \
+             hlt at default_idle: 5 -> 0 (-5, -100.0 %)\n  \
+             4 changed, 1 unchanged\n"
+        );
+        let v: serde_json::Value = serde_json::from_str(&c.json()).unwrap();
+        assert_eq!(v["schema"], "bootscope.profile-compare");
+        assert_eq!(v["sites"][0]["function"], "io_serial_out");
+        assert_eq!(v["sites"][0]["change"], -42_598);
+    }
+
+    #[test]
+    fn without_sites_reasons_only() {
+        let a = profile(&[("io", 3)], None);
+        let b = profile(&[("io", 1)], Some(&[("io", "io_serial_out", 1)]));
+        let c = compare(&a, "a.json", &b, "b.json");
+        assert!(!c.sites_compared);
+        assert!(c.text().ends_with(
+            "exit sites: not collected in a.json (profile with --exit-sites to compare them)\n"
+        ));
+        assert_eq!(group(-1_234_567), "-1,234,567");
+        assert_eq!(signed(0), "0");
+    }
+}
