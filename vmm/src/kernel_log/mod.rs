@@ -686,7 +686,7 @@ mod tests {
             exits,
             ..SampledCounts::default()
         };
-        doc.attribute_samples(&mut vec![(0, counts(0)), (100, counts(100))]);
+        doc.attribute_samples(&mut [(0, counts(0)), (100, counts(100))]);
         assert!(doc.initcalls[0].sampled.is_none());
         assert_eq!(doc.initcalls[1].sampled.as_ref().unwrap().exits, 10);
         assert_eq!(doc.initcalls[1].profiled().unwrap().exits, 10);
