@@ -7,6 +7,7 @@ use bootscope_vmm::console::{ConsoleSink, MilestonePattern};
 use bootscope_vmm::devices::Devices;
 use bootscope_vmm::exit::{handle_exit, ExitAction};
 use bootscope_vmm::layout;
+use bootscope_vmm::pci;
 use bootscope_vmm::rtc;
 use bootscope_vmm::timeline::{Clock, Recorder, StopReason};
 use bootscope_vmm::x86::acpi;
@@ -14,7 +15,7 @@ use kvm_ioctls::VcpuExit;
 use vmm_sys_util::eventfd::EventFd;
 
 /// Every port a device listens on, and the ports next to each range.
-const PORTS: [u16; 29] = [
+const PORTS: [u16; 36] = [
     0x3f7,
     0x3f8,
     0x3f9,
@@ -44,6 +45,13 @@ const PORTS: [u16; 29] = [
     acpi::RESET_PORT + 1,
     layout::RESET_CONTROL_PORT,
     layout::RESET_CONTROL_PORT + 1,
+    pci::CONFIG_ADDRESS_PORT + 2,
+    pci::CONFIG_ADDRESS_PORT + 3,
+    pci::CONFIG_DATA_PORT,
+    pci::CONFIG_DATA_PORT + 1,
+    pci::CONFIG_DATA_PORT + 2,
+    pci::CONFIG_DATA_PORT + 3,
+    pci::CONFIG_DATA_PORT + 4,
 ];
 
 /// The boot timer, its neighbours and the edges of the MMIO space.
@@ -85,7 +93,9 @@ impl Input<'_> {
 /// Checks: nothing panics; reads and MMIO never stop the guest; a write
 /// stops it only for a power request or a halt; absent ports and MMIO read
 /// as all ones, the ACPI registers as zero, the reset control register as
-/// its `SYS_RST` bit; every marker write is counted.
+/// its `SYS_RST` bit, the PCI address register as its latched bits (a
+/// model of it is kept) and configuration data as all ones except the host
+/// bridge's at 00:00.0; every marker write is counted.
 pub fn port_and_mmio_accesses(data: &[u8]) {
     let mut input = Input(data);
     let [flags] = input.bytes::<1>();
@@ -98,6 +108,8 @@ pub fn port_and_mmio_accesses(data: &[u8]) {
     );
     let devices = Devices::new(irq, console, recorder, flags & 1 != 0);
     let (mut debug_port, mut boot_time_port, mut boot_timer) = (0u64, 0u64, 0u64);
+    // The PCI address register as the guest's writes leave it.
+    let mut pci_address = 0u32;
     while !input.0.is_empty() {
         let [op] = input.bytes::<1>();
         let width = usize::from((op >> 2) & 3);
@@ -115,7 +127,12 @@ pub fn port_and_mmio_accesses(data: &[u8]) {
                 if kind == 0 {
                     let action = handle_exit(VcpuExit::IoIn(port, value), &devices, vcpu);
                     assert_eq!(action, ExitAction::Continue, "port {port:#x} read stopped");
-                    check_port_read(port, value);
+                    if pci::owns(port) && !(port == layout::RESET_CONTROL_PORT && value.len() == 1)
+                    {
+                        check_pci_read(port, value, pci_address);
+                    } else {
+                        check_port_read(port, value);
+                    }
                 } else {
                     value.copy_from_slice(&input.bytes::<8>()[..value.len()]);
                     if port == layout::DEBUG_PORT {
@@ -123,6 +140,11 @@ pub fn port_and_mmio_accesses(data: &[u8]) {
                     }
                     if port == layout::BOOT_TIME_PORT {
                         boot_time_port += 1;
+                    }
+                    if port == pci::CONFIG_ADDRESS_PORT {
+                        if let Ok(word) = <[u8; 4]>::try_from(&*value) {
+                            pci_address = u32::from_le_bytes(word) & 0x80ff_fffc;
+                        }
                     }
                     let action = handle_exit(VcpuExit::IoOut(port, value), &devices, vcpu);
                     check_write_action(&action, port);
@@ -189,6 +211,28 @@ fn check_port_read(port: u16, value: &[u8]) {
         assert!(
             value.iter().all(|b| *b == 0xff),
             "absent port {port:#x} (or a wide access) read {value:?}"
+        );
+    }
+}
+
+/// A read of the PCI configuration mechanism: the address register (32-bit)
+/// reads back what was latched; configuration data reads all ones unless
+/// the enabled address is the host bridge's (00:00.0); anything else reads
+/// all ones.
+fn check_pci_read(port: u16, value: &[u8], address: u32) {
+    if port == pci::CONFIG_ADDRESS_PORT && value.len() == 4 {
+        assert_eq!(
+            u32::from_le_bytes(value.try_into().unwrap()),
+            address,
+            "PCI address register read back"
+        );
+        return;
+    }
+    let bridge = address & 0x8000_0000 != 0 && (address >> 8) & 0xffff == 0;
+    if port < pci::CONFIG_DATA_PORT || !bridge {
+        assert!(
+            value.iter().all(|b| *b == 0xff),
+            "PCI port {port:#x} read {value:?} with address {address:#x}"
         );
     }
 }
