@@ -19,6 +19,7 @@ pub mod guest_symbols;
 pub mod hist;
 pub mod kvm_stats;
 pub mod launch;
+mod le;
 mod mount;
 pub mod patch;
 pub mod phases;

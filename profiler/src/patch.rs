@@ -13,6 +13,8 @@
 
 use thiserror::Error;
 
+use crate::le::{u16_at, u32_at, u64_at};
+
 use crate::bpf::BsField;
 
 /// `BS_PATCH_BASE` in bpf/common.h.
@@ -137,16 +139,6 @@ const BPF_LD_IMM64: u8 = 0x18;
 const BPF_ALU64_MOV_K: u8 = 0xb7;
 const SHF_EXECINSTR: u64 = 0x4;
 const SHT_PROGBITS: u32 = 1;
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
-}
 
 /// Executable sections of the object: (file offset, size).
 fn code_sections(b: &[u8]) -> Result<Vec<(usize, usize)>, PatchError> {

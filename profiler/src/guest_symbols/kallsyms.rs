@@ -19,6 +19,8 @@
 
 use thiserror::Error;
 
+use crate::le::{u16_at, u32_at, u64_at};
+
 /// Why no symbol table came out of an image.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum KallsymsError {
@@ -38,18 +40,6 @@ pub struct KernelSymbol {
     pub addr: u64,
     pub kind: char,
     pub name: String,
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
 /// The token table: where it starts, and its 256 tokens.
