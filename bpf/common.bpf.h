@@ -293,4 +293,46 @@ static __always_inline struct bs_event *bs_event_reserve(__u32 kind, __u32 tgid,
 	return e;
 }
 
+/* Set before load: follow every process that runs a KVM guest, from its
+ * first KVM event on (`bootscope exporter`). 0: only the target and its
+ * descendants, and the verifier drops the code below. */
+const volatile __u32 follow_any_vm __weak = 0;
+
+/* bs_follow for the programs of KVM's own events (they fire only in a
+ * process running a guest): with follow_any_vm, a process not followed yet
+ * is from now on, in phase 0, and userspace hears of it (BS_EV_VM_NEW).
+ * Two CPUs may race to add it: the one whose insert wins reports it. */
+static __always_inline int bs_follow_vm(__u32 tgid, __u32 *phase)
+{
+	__u32 zero = 0;
+	struct bs_event *e;
+
+	if (bs_follow(tgid, phase))
+		return 1;
+	if (!follow_any_vm || tgid == 0)
+		return 0;
+	*phase = 0;
+	if (bpf_map_update_elem(&followed, &tgid, &zero, BPF_NOEXIST) != 0)
+	{
+		/* Added by another CPU meanwhile, or the map is full. */
+		if (bpf_map_lookup_elem(&followed, &tgid))
+			return 1;
+		bs_percpu_inc(&map_overflows, 0);
+		return 0;
+	}
+	e = bs_event_reserve(BS_EV_VM_NEW, tgid, (__u32)bpf_get_current_pid_tgid());
+	if (e) {
+		bpf_get_current_comm(e->comm, sizeof(e->comm));
+		bpf_ringbuf_submit(e, 0);
+	}
+	return 1;
+}
+
+static __always_inline int bs_followed_vm(__u32 tgid)
+{
+	__u32 phase;
+
+	return bs_follow_vm(tgid, &phase);
+}
+
 #endif /* BOOTSCOPE_COMMON_BPF_H */

@@ -104,6 +104,9 @@ enum bs_event_kind {
 	/* A task ended: arg0 = its exit code, arg1 = 1 if it was the last of
 	 * its process. */
 	BS_EV_TASK_EXIT = 4,
+	/* A process not followed before ran a KVM guest (follow_any_vm):
+	 * followed from this event on; comm = the thread's name. */
+	BS_EV_VM_NEW = 5,
 };
 
 #define BS_CLONE_FLAGS_UNKNOWN 0xffffffffffffffffULL

@@ -231,7 +231,7 @@ int bs_kvm_exit(void *ctx)
 	__u32 phase, reason, isa, vcpu_id;
 	__u64 rip = 0, gpa = 0;
 
-	if (!bs_follow(tgid, &phase))
+	if (!bs_follow_vm(tgid, &phase))
 		return 0;
 	isa = BS_CTX(ctx, BS_P_KVM_EXIT_ISA);
 	reason = BS_CTX(ctx, BS_P_KVM_EXIT_EXIT_REASON);
@@ -324,7 +324,7 @@ int bs_kvm_userspace_exit(void *ctx)
 	struct bs_uexit_key key = {};
 	__s32 err;
 
-	if (!bs_follow(tgid, &phase))
+	if (!bs_follow_vm(tgid, &phase))
 		return 0;
 	err = (__s32)BS_CTX(ctx, BS_P_KVM_USERSPACE_EXIT_ERRNO);
 	key.tgid = tgid;
@@ -344,7 +344,7 @@ int bs_kvm_pio(void *ctx)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32, phase;
 	struct bs_pio_key key = {};
 
-	if (!bs_follow(tgid, &phase))
+	if (!bs_follow_vm(tgid, &phase))
 		return 0;
 	key.tgid = tgid;
 	key.port = BS_CTX(ctx, BS_P_KVM_PIO_PORT);
@@ -361,7 +361,7 @@ int bs_kvm_mmio(void *ctx)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct bs_mmio_key key = {};
 
-	if (!bs_followed(tgid))
+	if (!bs_followed_vm(tgid))
 		return 0;
 	key.tgid = tgid;
 	key.type = BS_CTX(ctx, BS_P_KVM_MMIO_TYPE);
@@ -376,7 +376,7 @@ int bs_kvm_msr(void *ctx)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct bs_msr_key key = {};
 
-	if (!bs_followed(tgid))
+	if (!bs_followed_vm(tgid))
 		return 0;
 	key.tgid = tgid;
 	key.msr = BS_CTX(ctx, BS_P_KVM_MSR_ECX);
@@ -392,7 +392,7 @@ int bs_kvm_cpuid(void *ctx)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct bs_cpuid_key key = {};
 
-	if (!bs_followed(tgid))
+	if (!bs_followed_vm(tgid))
 		return 0;
 	key.tgid = tgid;
 	key.function = BS_CTX(ctx, BS_P_KVM_CPUID_FUNCTION);
@@ -407,7 +407,7 @@ int bs_kvm_emulate_insn(void *ctx)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32, phase;
 	struct bs_emulate_key key = {};
 
-	if (!bs_follow(tgid, &phase))
+	if (!bs_follow_vm(tgid, &phase))
 		return 0;
 	key.tgid = tgid;
 	key.phase = phase;

@@ -18,14 +18,15 @@ struct {
 	__type(value, __u64);
 } fault_counts SEC(".maps");
 
-/* How many events each program saw is the sum of its kind's counts. */
-static __always_inline int bs_fault(__u32 kind)
+/* How many events each program saw is the sum of its kind's counts.
+ * in_guest: KVM's own fault events (a process running a guest). */
+static __always_inline int bs_fault(__u32 kind, int in_guest)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, phase;
 	struct bs_fault_key key = {};
 
-	if (!bs_follow(tgid, &phase))
+	if (!(in_guest ? bs_follow_vm(tgid, &phase) : bs_follow(tgid, &phase)))
 		return 0;
 	key.tgid = tgid;
 	key.tid = (__u32)id;
@@ -41,29 +42,29 @@ static __always_inline int bs_fault(__u32 kind)
 SEC("raw_tp/kvm_page_fault")
 int bs_kvm_page_fault(void *ctx)
 {
-	return bs_fault(BS_FAULT_GUEST);
+	return bs_fault(BS_FAULT_GUEST, 1);
 }
 
 SEC("raw_tp/kvm_mmu_spte_requested")
 int bs_kvmmmu_spte_requested(void *ctx)
 {
-	return bs_fault(BS_FAULT_GUEST_MAP);
+	return bs_fault(BS_FAULT_GUEST_MAP, 1);
 }
 
 SEC("raw_tp/handle_mmio_page_fault")
 int bs_kvmmmu_mmio_page_fault(void *ctx)
 {
-	return bs_fault(BS_FAULT_GUEST_MMIO);
+	return bs_fault(BS_FAULT_GUEST_MMIO, 1);
 }
 
 SEC("raw_tp/page_fault_user")
 int bs_page_fault_user(void *ctx)
 {
-	return bs_fault(BS_FAULT_HOST_USER);
+	return bs_fault(BS_FAULT_HOST_USER, 0);
 }
 
 SEC("raw_tp/page_fault_kernel")
 int bs_page_fault_kernel(void *ctx)
 {
-	return bs_fault(BS_FAULT_HOST_KERNEL);
+	return bs_fault(BS_FAULT_HOST_KERNEL, 0);
 }

@@ -38,7 +38,7 @@ int bs_marker_pio(void *ctx)
 	struct bs_event *e;
 	__u32 port, size, value, stored, *last;
 
-	if (!bs_followed(tgid))
+	if (!bs_followed_vm(tgid))
 		return 0;
 	if (!BS_CTX(ctx, BS_P_KVM_PIO_RW))
 		return 0;

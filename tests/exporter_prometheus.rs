@@ -350,3 +350,112 @@ fn prometheus_reads_exit_counts_from_the_exporter_and_a_pushed_bench() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Runs the port fixture VM (`--no-profile`) to its end; its pid.
+fn port_fixture_vm(dir: &Path, tag: &str) -> Running {
+    spawn(
+        bootscope().args([
+            "run",
+            "--kernel",
+            &fixture("mini-bzimage-ports.bin"),
+            "--no-profile",
+            "--serial",
+            "null",
+            "--no-summary",
+        ]),
+        &dir.join(format!("{tag}.log")),
+    )
+}
+
+/// Port 0x80 writes in a profile.
+fn debug_port_writes(p: &bootscope_profiler::Profile) -> u64 {
+    p.exits
+        .pio
+        .iter()
+        .filter(|s| s.port == 0x80 && s.direction == "write")
+        .map(|s| s.count)
+        .sum()
+}
+
+/// One set of programs follows every VM from its first exit, keeps each
+/// VM's counts apart, and forgets an ended VM's counts when told.
+#[test]
+fn one_program_set_counts_each_vm_apart_and_forgets_the_ended() {
+    use bootscope_profiler::{Collector, CollectorConfig, TargetSpec};
+    if !can_profile() || !kvm_available() {
+        return;
+    }
+    let dir = scratch("every-vm");
+    let c = Collector::start(CollectorConfig::new(TargetSpec::AnyVm)).expect("collector starts");
+    let mut a = port_fixture_vm(&dir, "a");
+    let mut b = port_fixture_vm(&dir, "b");
+    let (pa, pb) = (a.0.id(), b.0.id());
+    for vm in [&mut a, &mut b] {
+        assert!(vm.0.wait().unwrap().success(), "see {}", dir.display());
+    }
+    // Their ends arrive through the ring buffer.
+    wait_for(20, "both VMs' ends", || {
+        let vms = c.followed_vms();
+        [pa, pb]
+            .iter()
+            .all(|p| vms.iter().any(|v| v.tgid == *p && v.ended_ns.is_some()))
+            .then_some(())
+    });
+    let (all, each) = c.snapshot_each();
+    for pid in [pa, pb] {
+        let p = &each[&pid];
+        assert_eq!(p.target.pid, pid);
+        assert_eq!(p.target.name, "bootscope");
+        assert_eq!(debug_port_writes(p), 1002, "pid {pid}: {:?}", p.exits.pio);
+        assert!(p.threads.iter().all(|t| t.tgid == pid), "{:?}", p.threads);
+    }
+    // Other VMs of the host (other tests) may add to the whole.
+    assert!(debug_port_writes(&all) >= 2004);
+    c.forget(&[pa]);
+    let (after, each) = c.snapshot_each();
+    assert!(!each.contains_key(&pa));
+    assert_eq!(debug_port_writes(&each[&pb]), 1002);
+    assert!(
+        debug_port_writes(&after) <= debug_port_writes(&all) - 1002,
+        "the forgotten VM's counts are gone from the maps"
+    );
+    assert!(c.followed_vms().iter().all(|v| v.tgid != pa));
+    drop(c);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A VM that starts and ends between two scans of `/proc` is served all
+/// the same, with every exit, and as ended: the programs found it.
+#[test]
+fn a_vm_shorter_than_a_scan_is_served() {
+    if !can_profile() || !kvm_available() {
+        return;
+    }
+    let dir = scratch("short-vm");
+    let port = free_port();
+    let _exporter = spawn(
+        bootscope().args([
+            "exporter",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--scan-interval",
+            "3600",
+            "--labels",
+            "port",
+        ]),
+        &dir.join("exporter.log"),
+    );
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    // Its one scan has been made once it answers.
+    wait_for(20, "the exporter", || get(&url));
+    let mut vm = port_fixture_vm(&dir, "vm");
+    let pid = vm.0.id();
+    assert!(vm.0.wait().unwrap().success(), "see {}", dir.display());
+    let writes =
+        format!("bootscope_vm_port_io_total{{pid=\"{pid}\",comm=\"bootscope\",vm=\"\",port=\"0x80\",direction=\"write\"}} 1002");
+    let ended = format!("bootscope_vm_up{{pid=\"{pid}\",comm=\"bootscope\",vm=\"\"}} 0");
+    wait_for(20, "the ended VM's counts", || {
+        get(&url).filter(|m| m.contains(&writes) && m.contains(&ended))
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+}

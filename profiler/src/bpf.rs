@@ -26,6 +26,7 @@ pub mod event_kind {
     pub const TASK_NEW: u32 = 2;
     pub const TASK_RENAME: u32 = 3;
     pub const TASK_EXIT: u32 = 4;
+    pub const VM_NEW: u32 = 5;
 }
 
 /// Fault kinds (`enum bs_fault_kind`).
@@ -345,6 +346,14 @@ pub struct BsMarkerKey {
     pub value: u32,
 }
 
+/// `struct bs_marker_last_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BsMarkerLastKey {
+    pub tgid: u32,
+    pub port: u32,
+}
+
 /// `struct bs_fault_key`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -439,6 +448,7 @@ const _: () = assert!(size_of::<BsMarkerKey>() == 12);
 const _: () = assert!(size_of::<BsFaultKey>() == 16);
 const _: () = assert!(size_of::<BsSlotKey>() == 16);
 const _: () = assert!(size_of::<BsRunKey>() == 8);
+const _: () = assert!(size_of::<BsMarkerLastKey>() == 8);
 const _: () = assert!(size_of::<BsRunVal>() == 24);
 const _: () = assert!(size_of::<BsPfnRange>() == 24);
 const _: () = assert!(size_of::<BsTarget>() == 8);
@@ -473,6 +483,7 @@ pod!(
     BsCpuidKey,
     BsEmulateKey,
     BsMarkerKey,
+    BsMarkerLastKey,
     BsFaultKey,
     BsSlotKey,
     BsRunKey,

@@ -384,6 +384,43 @@ impl KvmStatsReader {
         }
     }
 
+    /// KVM's exit count of one process's VMs, if any was seen (closed
+    /// vCPU files of a [`Self::stats_fds_only`] reader are not told apart
+    /// by process: they count in [`Self::total`] only).
+    pub fn total_of(&self, tgid: u32) -> Option<u64> {
+        match &self.debugfs {
+            Ok(_) => {
+                let prefix = format!("{tgid}-");
+                let mine: Vec<u64> = self
+                    .debugfs_values
+                    .iter()
+                    .filter(|(k, _)| k.starts_with(&prefix))
+                    .map(|(_, &v)| v)
+                    .collect();
+                (!mine.is_empty()).then(|| mine.iter().sum())
+            }
+            Err(_) => {
+                let mine: Vec<u64> = self
+                    .vcpus
+                    .iter()
+                    .filter(|v| v.tgid == tgid)
+                    .map(|v| v.last)
+                    .collect();
+                (!mine.is_empty()).then(|| mine.iter().sum())
+            }
+        }
+    }
+
+    /// Drops what was read of one process's VMs (it ended and its final
+    /// counts were taken).
+    pub fn forget(&mut self, tgid: u32) {
+        let prefix = format!("{tgid}-");
+        self.debugfs_values.retain(|k, _| !k.starts_with(&prefix));
+        self.ever_held.retain(|k| !k.starts_with(&prefix));
+        self.held_vms.retain(|h| h.tgid != tgid);
+        self.vcpus.retain(|v| v.tgid != tgid);
+    }
+
     /// KVM's exit count over everything seen, if anything was seen.
     pub fn total(&self) -> Option<u64> {
         match &self.debugfs {

@@ -30,6 +30,8 @@ pub mod sites;
 pub mod topology;
 pub mod tracefs;
 
-pub use collector::{check_privileges, Collector, CollectorConfig, CollectorSet, TargetSpec};
+pub use collector::{
+    check_privileges, Collector, CollectorConfig, CollectorSet, FollowedVm, TargetSpec,
+};
 pub use error::ProfilerError;
 pub use profile::Profile;

@@ -135,6 +135,19 @@ pub fn describe(proc_root: &Path, pid: u32) -> Option<VmProcess> {
     })
 }
 
+/// What names a VM the eBPF programs found, as read when they found it
+/// (the process may be gone since, or its pid reused).
+pub fn from_followed(proc_root: &Path, vm: &bootscope_profiler::FollowedVm) -> VmProcess {
+    VmProcess {
+        pid: vm.tgid,
+        comm: vm.comm.clone(),
+        name: vm_name(&vm.cmdline),
+        start_time_s: vm
+            .start_ticks
+            .map_or(0.0, |t| boot_time_s(proc_root) + t as f64 / clock_ticks()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -200,10 +200,10 @@ pub const FAMILIES: [(&str, &str, &str); 19] = [
     ("bootscope_vm_prealloc_cpu_seconds_total", "counter", "CPU time of the preallocation threads on each NUMA node."),
     ("bootscope_vm_prealloc_pages_total", "counter", "Pages the preallocation threads allocated, local or remote to the allocating CPU's node."),
     ("bootscope_vm_boot_phase_seconds", "gauge", "Duration of each boot phase seen since the exporter followed the VM."),
-    ("bootscope_vm_lost_events_total", "counter", "Events the kernel could not hand over for the VM (ring buffer full)."),
-    ("bootscope_vm_map_overflows_total", "counter", "Events not counted for the VM because an eBPF map was full."),
-    ("bootscope_vm_bpf_program_runs_total", "counter", "Runs of the eBPF programs following the VM, by collector (they run on every process's events)."),
-    ("bootscope_vm_bpf_program_run_seconds_total", "counter", "Time the kernel spent running the eBPF programs following the VM, by collector."),
+    ("bootscope_exporter_lost_events_total", "counter", "Events the kernel could not hand over to the exporter (ring buffer full)."),
+    ("bootscope_exporter_map_overflows_total", "counter", "Events not counted because an eBPF map was full."),
+    ("bootscope_exporter_bpf_program_runs_total", "counter", "Runs of the exporter's eBPF programs, by collector (one set for every VM; they run on every process's events)."),
+    ("bootscope_exporter_bpf_program_run_seconds_total", "counter", "Time the kernel spent running the exporter's eBPF programs, by collector."),
 ];
 
 /// Declares every family of [`FAMILIES`].
@@ -379,29 +379,40 @@ pub fn write_vm(
             secs(ns),
         );
     }
-    w.counter(
-        "bootscope_vm_lost_events_total",
+}
+
+/// The families of the one set of eBPF programs that follows every VM:
+/// events it lost, and what its programs cost (with `--bpf-stats`), from
+/// the profile of every VM together.
+pub fn write_collector(x: &mut Exposition, all: &Profile) {
+    x.sample(
+        "bootscope_exporter_lost_events_total",
         "",
         &[],
-        p.lost_events as f64,
+        all.lost_events as f64,
     );
-    w.counter(
-        "bootscope_vm_map_overflows_total",
+    x.sample(
+        "bootscope_exporter_map_overflows_total",
         "",
         &[],
-        p.map_overflows as f64,
+        all.map_overflows as f64,
     );
     let mut cost: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    for (s, runs, ns) in p.timed_sources() {
+    for (s, runs, ns) in all.timed_sources() {
         let c = cost.entry(s.collector.as_str()).or_default();
         c.0 += runs;
         c.1 += ns;
     }
     for (collector, (runs, ns)) in cost {
         let l = [("collector", collector)];
-        w.counter("bootscope_vm_bpf_program_runs_total", "", &l, runs as f64);
-        w.counter(
-            "bootscope_vm_bpf_program_run_seconds_total",
+        x.sample(
+            "bootscope_exporter_bpf_program_runs_total",
+            "",
+            &l,
+            runs as f64,
+        );
+        x.sample(
+            "bootscope_exporter_bpf_program_run_seconds_total",
             "",
             &l,
             secs(ns),

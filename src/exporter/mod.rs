@@ -2,9 +2,12 @@
 //! a KVM VM) with the eBPF collectors and serves their metrics to
 //! Prometheus over HTTP (docs/export.md).
 //!
-//! A scanner thread looks for VMMs every `--scan-interval`, starts a
-//! collector for each new one and finishes the collectors of those that
-//! ended; the main thread answers scrapes from what the collectors hold.
+//! One set of eBPF programs follows every VM: each process from its first
+//! KVM event on (however short its life), and those a scan of `/proc`
+//! finds before their guest runs. A scanner thread, every
+//! `--scan-interval`, starts serving the VMs found and takes the final
+//! counts of those that ended; the main thread answers scrapes from the
+//! programs' maps, read once per scrape and split by process.
 
 mod discover;
 mod metrics;
@@ -16,7 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bootscope_profiler::{Collector, CollectorConfig, CollectorSet, Profile, TargetSpec};
+use bootscope_profiler::{
+    Collector, CollectorConfig, CollectorSet, FollowedVm, Profile, TargetSpec,
+};
 
 use discover::VmProcess;
 pub use metrics::ExtraLabels;
@@ -56,8 +61,7 @@ pub struct ExporterArgs {
 struct Followed {
     who: VmProcess,
     pid_label: String,
-    collector: Option<Collector>,
-    /// Its final profile once it ended (a last snapshot while finishing).
+    /// Its final profile once it ended (None while it runs).
     last: Option<Profile>,
     ended_at: Option<Instant>,
     followed_since_s: f64,
@@ -68,8 +72,8 @@ struct Followed {
 #[derive(Default)]
 struct Registry {
     vms: BTreeMap<u32, Followed>,
-    /// Processes the collectors could not follow, with their start time
-    /// (not tried again while the same process holds the pid).
+    /// Processes that could not be followed, with their start time (not
+    /// tried again while the same process holds the pid).
     refused: BTreeMap<u32, f64>,
     followed_total: u64,
     follow_errors_total: u64,
@@ -80,7 +84,11 @@ struct Registry {
 
 struct Exporter {
     registry: Mutex<Registry>,
-    config: CollectorConfig,
+    /// Held while VMs are taken on or retired (by the scanner and by a
+    /// scrape): each happens once.
+    upkeep: Mutex<()>,
+    /// One set of eBPF programs for every VM of the host.
+    collector: Collector,
     extra: ExtraLabels,
     keep_ended: Duration,
     start_time_s: f64,
@@ -98,55 +106,74 @@ impl Exporter {
         self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts following the VMMs found that are not followed yet.
-    fn follow_new(&self, pids: &[u32]) {
+    fn is_live(&self, pid: u32) -> bool {
+        self.lock()
+            .vms
+            .get(&pid)
+            .is_some_and(|f| f.ended_at.is_none())
+    }
+
+    /// Serves `who` from now on (a VM the programs or the scan found).
+    fn register(&self, who: VmProcess, since_s: f64) {
+        eprintln!(
+            "exporter: following pid {} ({}{})",
+            who.pid,
+            who.comm,
+            if who.name.is_empty() {
+                String::new()
+            } else {
+                format!(", vm {}", who.name)
+            }
+        );
+        let mut r = self.lock();
+        r.followed_total += 1;
+        r.refused.remove(&who.pid);
+        // A VM ended a while ago may still be served under a pid the kernel
+        // has handed on: the new one replaces it.
+        r.vms.insert(
+            who.pid,
+            Followed {
+                pid_label: who.pid.to_string(),
+                who,
+                last: None,
+                ended_at: None,
+                followed_since_s: since_s,
+                floors: Floors::default(),
+            },
+        );
+    }
+
+    /// Serves the VMs the programs found (each from its first KVM event:
+    /// however short it was) and follows those the scan found before their
+    /// guest ran (from now: their set-up's page faults and threads too).
+    fn follow_new(&self, seen: &[FollowedVm], holding: &[u32]) {
         let proc_root = Path::new("/proc");
-        for &pid in pids {
-            let (known, refused_at) = {
-                let r = self.lock();
-                let live = r.vms.get(&pid).is_some_and(|f| f.ended_at.is_none());
-                (live, r.refused.get(&pid).copied())
-            };
-            if known {
+        let started = self.collector.started();
+        for vm in seen {
+            if self.is_live(vm.tgid) {
+                continue;
+            }
+            // Named as it was when the programs found it: it may be gone
+            // since.
+            let who = discover::from_followed(proc_root, vm);
+            let since = unix_now_s()
+                - Instant::now()
+                    .saturating_duration_since(started + Duration::from_nanos(vm.since_ns))
+                    .as_secs_f64();
+            self.register(who, since);
+        }
+        for &pid in holding {
+            if self.is_live(pid) {
                 continue;
             }
             let Some(who) = discover::describe(proc_root, pid) else {
                 continue;
             };
-            if refused_at == Some(who.start_time_s) {
+            if self.lock().refused.get(&pid) == Some(&who.start_time_s) {
                 continue;
             }
-            let mut config = self.config.clone();
-            config.target = TargetSpec::Pid(pid);
-            match Collector::start(config) {
-                Ok(c) => {
-                    eprintln!(
-                        "exporter: following pid {pid} ({}{})",
-                        who.comm,
-                        if who.name.is_empty() {
-                            String::new()
-                        } else {
-                            format!(", vm {}", who.name)
-                        }
-                    );
-                    let mut r = self.lock();
-                    r.followed_total += 1;
-                    r.refused.remove(&pid);
-                    // A process ended long ago may still be served under a
-                    // pid the kernel has handed on: the new one replaces it.
-                    r.vms.insert(
-                        pid,
-                        Followed {
-                            pid_label: pid.to_string(),
-                            who,
-                            collector: Some(c),
-                            last: None,
-                            ended_at: None,
-                            followed_since_s: unix_now_s(),
-                            floors: Floors::default(),
-                        },
-                    );
-                }
+            match self.collector.follow(pid) {
+                Ok(()) => self.register(who, unix_now_s()),
                 Err(e) => {
                     eprintln!("exporter: cannot follow pid {pid} ({}): {e}", who.comm);
                     let mut r = self.lock();
@@ -157,50 +184,62 @@ impl Exporter {
         }
     }
 
-    /// Finishes the collectors of VMs that ended (or no longer hold a VM),
-    /// and forgets VMs ended longer than `keep_ended` ago.
-    fn retire(&self, holding: &[u32]) {
-        let ending: Vec<(u32, Collector)> = {
+    /// Takes the final profiles of VMs that ended (the programs saw the
+    /// process exit) or no longer hold a VM (not in `holding`, the scan's
+    /// list, when there is one), has the programs forget them, and stops
+    /// serving VMs ended longer than `keep_ended` ago.
+    fn retire(&self, seen: &[FollowedVm], holding: Option<&[u32]>) {
+        let ending: Vec<u32> = {
+            let r = self.lock();
+            r.vms
+                .iter()
+                .filter(|(_, f)| f.ended_at.is_none())
+                .map(|(&pid, _)| pid)
+                .filter(|pid| {
+                    holding.is_some_and(|h| !h.contains(pid))
+                        || seen.iter().any(|v| v.tgid == *pid && v.ended_ns.is_some())
+                })
+                .collect()
+        };
+        if !ending.is_empty() {
+            let (_, mut each) = self.collector.snapshot_each();
+            self.collector.forget(&ending);
             let mut r = self.lock();
-            let mut out = Vec::new();
-            for (pid, f) in r.vms.iter_mut() {
-                let gone = f
-                    .collector
-                    .as_ref()
-                    .is_some_and(|c| c.target_ended() || !holding.contains(pid));
-                if gone {
-                    // Served from this snapshot until the final profile is
-                    // in: the series never pause.
-                    f.last = f.collector.as_ref().map(Collector::snapshot);
+            for pid in &ending {
+                let last = each.remove(pid).unwrap_or_default();
+                eprintln!(
+                    "exporter: pid {pid} ended ({} exits seen)",
+                    last.exits.total
+                );
+                if let Some(f) = r.vms.get_mut(pid) {
+                    f.last = Some(last);
                     f.ended_at = Some(Instant::now());
-                    out.extend(f.collector.take().map(|c| (*pid, c)));
                 }
             }
-            r.ended_total += out.len() as u64;
-            let keep = self.keep_ended;
-            r.vms
-                .retain(|_, f| f.ended_at.is_none_or(|t| t.elapsed() < keep));
-            r.refused.retain(|pid, _| holding.contains(pid));
-            out
-        };
-        for (pid, c) in ending {
-            let last = c.finish();
-            eprintln!(
-                "exporter: pid {pid} ended ({} exits seen)",
-                last.exits.total
-            );
-            if let Some(f) = self.lock().vms.get_mut(&pid) {
-                f.last = Some(last);
-            }
+            r.ended_total += ending.len() as u64;
+        }
+        let keep = self.keep_ended;
+        let mut r = self.lock();
+        r.vms
+            .retain(|_, f| f.ended_at.is_none_or(|t| t.elapsed() < keep));
+        if let Some(h) = holding {
+            r.refused.retain(|pid, _| h.contains(pid));
         }
     }
 
     fn scan_loop(&self, stop: &AtomicBool, interval: Duration) {
         while !stop.load(Ordering::SeqCst) {
             let began = Instant::now();
-            let holding = discover::scan(Path::new("/proc"));
-            self.retire(&holding);
-            self.follow_new(&holding);
+            // The programs' list first: a VM in it that still runs holds its
+            // VM when the scan looks.
+            {
+                let _turn = self.upkeep.lock().unwrap_or_else(|e| e.into_inner());
+                let seen = self.collector.followed_vms();
+                let holding = discover::scan(Path::new("/proc"));
+                self.follow_new(&seen, &holding);
+                let seen = self.collector.followed_vms();
+                self.retire(&seen, Some(&holding));
+            }
             {
                 let mut r = self.lock();
                 r.scans_total += 1;
@@ -217,23 +256,27 @@ impl Exporter {
         }
     }
 
-    /// The whole exposition, as of now.
+    /// The whole exposition, as of now: with the VMs the programs found
+    /// since the last scan, and the final counts of those whose end they
+    /// saw.
     fn render(&self) -> String {
+        {
+            let _turn = self.upkeep.lock().unwrap_or_else(|e| e.into_inner());
+            let seen = self.collector.followed_vms();
+            self.follow_new(&seen, &[]);
+            self.retire(&seen, None);
+        }
         let mut x = Exposition::default();
         metrics::declare_families(&mut x);
+        let (all, each) = self.collector.snapshot_each();
         let mut r = self.lock();
         let mut running = 0;
-        for f in r.vms.values_mut() {
-            let snapshot;
-            let profile = match (&f.collector, &f.last) {
-                (Some(c), _) => {
-                    snapshot = c.snapshot();
-                    &snapshot
-                }
-                (None, Some(p)) => p,
-                (None, None) => continue,
+        for (pid, f) in r.vms.iter_mut() {
+            let Some(profile) = f.last.as_ref().or_else(|| each.get(pid)) else {
+                continue;
             };
-            running += usize::from(f.collector.is_some());
+            let up = f.ended_at.is_none();
+            running += usize::from(up);
             let mut w = VmWriter {
                 x: &mut x,
                 floors: &mut f.floors,
@@ -243,7 +286,6 @@ impl Exporter {
                     vm: &f.who.name,
                 },
             };
-            let up = f.ended_at.is_none();
             metrics::write_vm(
                 &mut w,
                 profile,
@@ -253,6 +295,7 @@ impl Exporter {
                 self.extra,
             );
         }
+        metrics::write_collector(&mut x, &all);
         serve::write_exporter_metrics(&mut x, &r, running, self.start_time_s);
         x.render()
     }
@@ -280,7 +323,7 @@ pub fn run(args: ExporterArgs) -> i32 {
             return crate::cli::EXIT_FAILURE;
         }
     };
-    let mut config = CollectorConfig::new(TargetSpec::Pid(0));
+    let mut config = CollectorConfig::new(TargetSpec::AnyVm);
     // Prometheus keeps the time series: the profiles' own samples would
     // only grow the daemon's memory.
     config.sample_interval = Duration::from_secs(3600);
@@ -289,9 +332,17 @@ pub fn run(args: ExporterArgs) -> i32 {
     if let Some(c) = args.collect {
         config.collectors = c;
     }
+    let collector = match Collector::start(config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("bootscope: error: cannot load the eBPF programs: {e}");
+            return crate::cli::EXIT_FAILURE;
+        }
+    };
     let exporter = Arc::new(Exporter {
         registry: Mutex::new(Registry::default()),
-        config,
+        upkeep: Mutex::new(()),
+        collector,
         extra: args.labels.unwrap_or_default(),
         keep_ended: args.keep_ended,
         start_time_s: unix_now_s(),

@@ -316,6 +316,8 @@ pub(super) fn load_object(
     }
     let exit_sites_on = u32::from(config.exit_sites);
     loader.override_global("exit_sites_on", &exit_sites_on, true);
+    let follow_any_vm = u32::from(config.target == super::TargetSpec::AnyVm);
+    loader.override_global("follow_any_vm", &follow_any_vm, true);
     let slot_ns: u64 = config
         .time_slots
         .map_or(0, |w| (w.as_nanos() as u64).max(1));

@@ -11,6 +11,7 @@
 //! # Ok::<(), bootscope_profiler::ProfilerError>(())
 //! ```
 
+mod every;
 mod guest;
 mod load;
 mod object;
@@ -19,10 +20,11 @@ mod read;
 mod sites;
 mod state;
 mod target;
+pub use every::FollowedVm;
 pub use guest::GUEST_ATTACH_DELAY_ENV;
 pub use target::check_privileges;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -65,6 +67,26 @@ pub enum TargetSpec {
     Launched(u32),
     /// This process: bootscope profiling its own VMM.
     CurrentProcess,
+    /// Every process that runs a KVM guest, each from its first KVM event
+    /// (or from [`Collector::follow`]) on, read apart with
+    /// [`Collector::snapshot_each`] (`bootscope exporter`).
+    AnyVm,
+}
+
+impl TargetSpec {
+    /// Whether the target cannot end while profiled (this process, or
+    /// every VM).
+    fn never_ends(self) -> bool {
+        matches!(self, TargetSpec::CurrentProcess | TargetSpec::AnyVm)
+    }
+
+    fn kvm_stats_reader(self) -> kvm_stats::KvmStatsReader {
+        if self == TargetSpec::CurrentProcess {
+            kvm_stats::KvmStatsReader::stats_fds_only()
+        } else {
+            kvm_stats::KvmStatsReader::new()
+        }
+    }
 }
 
 /// Which collectors to run.
@@ -426,6 +448,8 @@ impl Collector {
         let procs = match config.target {
             // A held child has no threads or children yet.
             TargetSpec::Launched(p) => vec![p],
+            // The programs find the VMs.
+            TargetSpec::AnyVm => Vec::new(),
             _ => descendants(target_pid),
         };
         let (threads, tgids) = seed_target(&mut ebpf, target_pid, &procs)?;
@@ -475,7 +499,7 @@ impl Collector {
                 interrupted_by: None,
             },
             target_pid,
-            life: TargetLife::watch(target_pid, config.target == TargetSpec::CurrentProcess),
+            life: TargetLife::watch(target_pid, config.target.never_ends()),
             host,
             topology,
             reasons: plan.reasons,
@@ -487,11 +511,7 @@ impl Collector {
             phase_names: PhaseNames::default(),
             current_phase: HashMap::new(),
             samples: Vec::new(),
-            kvm_stats: if matches!(config.target, TargetSpec::CurrentProcess) {
-                kvm_stats::KvmStatsReader::stats_fds_only()
-            } else {
-                kvm_stats::KvmStatsReader::new()
-            },
+            kvm_stats: config.target.kvm_stats_reader(),
             ring_events: 0,
             vmm_marks: 0,
             ring_bytes,
@@ -507,6 +527,9 @@ impl Collector {
                 base_mono_ns: slot_base_mono_ns,
                 capacity: load::time_slot_entries(),
             }),
+            vms: BTreeMap::new(),
+            roots: HashMap::new(),
+            view: None,
         };
         let guest = if deferred {
             GuestAttach::Pending

@@ -91,11 +91,11 @@ impl State {
     /// (no kvm_entry has counted it yet: a vCPU in userspace, or the VM
     /// gone) added to its key's count without a latency.
     pub(super) fn exit_stats(&self) -> BTreeMap<bpf::BsExitKey, bpf::BsHist> {
-        let mut out: BTreeMap<bpf::BsExitKey, bpf::BsHist> =
-            hash_entries::<bpf::BsExitKey, bpf::BsHist>(&self.bpf, "exit_stats")
-                .into_iter()
-                .collect();
-        let open = hash_entries::<u32, bpf::BsExitStart>(&self.bpf, "exit_start");
+        let mut out: BTreeMap<bpf::BsExitKey, bpf::BsHist> = self
+            .entries::<bpf::BsExitKey, bpf::BsHist>("exit_stats")
+            .into_iter()
+            .collect();
+        let open = self.entries::<u32, bpf::BsExitStart>("exit_start");
         for (_, e) in open.into_iter().filter(|(_, e)| e.ts_ns != 0) {
             let key = bpf::BsExitKey {
                 tgid: e.tgid,
@@ -169,7 +169,7 @@ impl State {
         }
         .into();
         let vcpu_tids: HashMap<(u32, u32), u32> = if with_detail {
-            hash_entries::<bpf::BsVcpuKey, u32>(&self.bpf, "vcpu_tids")
+            self.entries::<bpf::BsVcpuKey, u32>("vcpu_tids")
                 .into_iter()
                 .map(|(k, v)| ((k.tgid, k.vcpu_id), v))
                 .collect()
@@ -235,7 +235,7 @@ impl State {
         out.source = "tracepoint:kvm:kvm_userspace_exit".into();
         out.isa = "userspace".into();
         let mut vcpu_of_tid: HashMap<u32, u32> = HashMap::new();
-        let entries: Vec<(bpf::BsUexitKey, u64)> = hash_entries(&self.bpf, "uexit_counts");
+        let entries: Vec<(bpf::BsUexitKey, u64)> = self.entries("uexit_counts");
         // Threads without a vCPU number in their name get one by order.
         let mut tids: Vec<u32> = entries.iter().map(|(k, _)| k.tid).collect();
         tids.sort();
@@ -289,16 +289,16 @@ impl State {
         // Where kvm_exit gave the reasons, the fallback's map was not read
         // for them (both attached only when the backend is unknown).
         if out.source == "tracepoint:kvm:kvm_exit" && self.attached(Source::KvmUserspaceExit) {
-            events[Source::KvmUserspaceExit as usize] =
-                hash_entries::<bpf::BsUexitKey, u64>(&self.bpf, "uexit_counts")
-                    .iter()
-                    .map(|(_, n)| n)
-                    .sum();
+            events[Source::KvmUserspaceExit as usize] = self
+                .entries::<bpf::BsUexitKey, u64>("uexit_counts")
+                .iter()
+                .map(|(_, n)| n)
+                .sum();
         }
         out.kvm_stats_exits = self.kvm_stats.total();
         out.sites = self.exit_sites();
         let mut pio: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
-        for (k, n) in hash_entries::<bpf::BsPioKey, u64>(&self.bpf, "pio_counts") {
+        for (k, n) in self.entries::<bpf::BsPioKey, u64>("pio_counts") {
             events[Source::KvmPio as usize] += n;
             *pio.entry((k.port, k.rw, k.size)).or_default() += n;
         }
@@ -314,7 +314,7 @@ impl State {
         out.pio
             .sort_by(|a, b| b.count.cmp(&a.count).then(a.port.cmp(&b.port)));
         let mut markers: BTreeMap<(u32, u32), u64> = BTreeMap::new();
-        for (k, n) in hash_entries::<bpf::BsMarkerKey, u64>(&self.bpf, "marker_counts") {
+        for (k, n) in self.entries::<bpf::BsMarkerKey, u64>("marker_counts") {
             *markers.entry((k.port, k.value)).or_default() += n;
         }
         out.marker_writes = markers
@@ -322,7 +322,7 @@ impl State {
             .map(|((port, value), count)| MarkerWrites { port, value, count })
             .collect();
         let mut mmio: BTreeMap<(u64, u32), u64> = BTreeMap::new();
-        for (k, n) in hash_entries::<bpf::BsMmioKey, u64>(&self.bpf, "mmio_counts") {
+        for (k, n) in self.entries::<bpf::BsMmioKey, u64>("mmio_counts") {
             events[Source::KvmMmio as usize] += n;
             *mmio.entry((k.gpa, k.kind)).or_default() += n;
         }
@@ -343,7 +343,7 @@ impl State {
         out.mmio
             .sort_by(|a, b| b.count.cmp(&a.count).then(a.gpa.cmp(&b.gpa)));
         let mut msr: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
-        for (k, n) in hash_entries::<bpf::BsMsrKey, u64>(&self.bpf, "msr_counts") {
+        for (k, n) in self.entries::<bpf::BsMsrKey, u64>("msr_counts") {
             events[Source::KvmMsr as usize] += n;
             let e = msr.entry((k.msr, k.write)).or_default();
             e.0 += n;
@@ -363,7 +363,7 @@ impl State {
         out.msr
             .sort_by(|a, b| b.count.cmp(&a.count).then(a.msr.cmp(&b.msr)));
         let mut cpuid: BTreeMap<(u32, u32), u64> = BTreeMap::new();
-        for (k, n) in hash_entries::<bpf::BsCpuidKey, u64>(&self.bpf, "cpuid_counts") {
+        for (k, n) in self.entries::<bpf::BsCpuidKey, u64>("cpuid_counts") {
             events[Source::KvmCpuid as usize] += n;
             *cpuid.entry((k.function, k.index)).or_default() += n;
         }
@@ -375,7 +375,7 @@ impl State {
                 count,
             })
             .collect();
-        for (k, n) in hash_entries::<bpf::BsEmulateKey, u64>(&self.bpf, "emulate_counts") {
+        for (k, n) in self.entries::<bpf::BsEmulateKey, u64>("emulate_counts") {
             events[Source::KvmEmulateInsn as usize] += n;
             out.emulated_instructions += n;
             if k.failed != 0 {
@@ -387,7 +387,7 @@ impl State {
 
     pub(super) fn faults(&self, events: &mut [u64; bpf::SOURCE_COUNT]) -> PageFaultProfile {
         let mut out = PageFaultProfile::default();
-        let entries = hash_entries::<bpf::BsFaultKey, u64>(&self.bpf, "fault_counts");
+        let entries = self.entries::<bpf::BsFaultKey, u64>("fault_counts");
         let has = |kind| entries.iter().any(|(k, n)| k.kind == kind && *n > 0);
         let guest_kind = if has(bpf::fault_kind::GUEST) {
             out.guest_source = "tracepoint:kvm:kvm_page_fault".into();
@@ -462,7 +462,7 @@ impl State {
         faults: &PageFaultProfile,
     ) -> Option<TimeSlots> {
         let clock = self.time_slots?;
-        let entries = hash_entries::<bpf::BsSlotKey, u64>(&self.bpf, "time_slots");
+        let entries = self.entries::<bpf::BsSlotKey, u64>("time_slots");
         let used = entries.len() as u64;
         let slot_of = |ts: u64| ts.saturating_sub(clock.base_mono_ns) / clock.width_ns;
         let mut counts: BTreeMap<(u32, u32, u32, u64), u64> = BTreeMap::new();
@@ -471,7 +471,7 @@ impl State {
                 .entry((k.kind, k.code, k.isa, u64::from(k.slot)))
                 .or_default() += n;
         }
-        for (_, e) in hash_entries::<u32, bpf::BsExitStart>(&self.bpf, "exit_start") {
+        for (_, e) in self.entries::<u32, bpf::BsExitStart>("exit_start") {
             if e.ts_ns != 0 {
                 let key = (bpf::slot_kind::EXIT, e.reason, e.isa, slot_of(e.ts_ns));
                 *counts.entry(key).or_default() += 1;
@@ -579,14 +579,14 @@ impl State {
             entry(&mut threads, tid, info.tgid);
         }
         let mut cpus: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
-        for (k, v) in hash_entries::<bpf::BsRunKey, bpf::BsRunVal>(&self.bpf, "run_time") {
+        for (k, v) in self.entries::<bpf::BsRunKey, bpf::BsRunVal>("run_time") {
             events[Source::SchedSwitch as usize] += v.slices;
             entry(&mut threads, k.tid, v.tgid);
             *cpus.entry(k.tid).or_default().entry(k.cpu).or_default() += v.run_ns;
         }
         let mut by_node: BTreeMap<u32, NodeLocality> = BTreeMap::new();
         let mut nodes_of: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
-        for (k, v) in hash_entries::<bpf::BsNumaKey, bpf::BsNumaVal>(&self.bpf, "numa_pages") {
+        for (k, v) in self.entries::<bpf::BsNumaKey, bpf::BsNumaVal>("numa_pages") {
             events[Source::MmPageAlloc as usize] += v.allocs;
             entry(&mut threads, k.tid, k.tgid);
             let t = threads.get_mut(&k.tid).expect("just inserted");

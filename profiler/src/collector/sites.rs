@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::read::{hash_entries, percpu_sum};
+use super::read::percpu_sum;
 use super::state::State;
 use crate::bpf::{self, BsExitKey, BsSiteKey, BsSiteVal};
 use crate::sites::{ExitSite, ExitSites, NpfRange};
@@ -45,11 +45,11 @@ impl State {
     /// counted it) added at its RIP without a latency, as
     /// [`State::exit_stats`] adds it to its reason.
     fn site_counts(&self) -> BTreeMap<BsSiteKey, BsSiteVal> {
-        let mut out: BTreeMap<BsSiteKey, BsSiteVal> =
-            hash_entries::<BsSiteKey, BsSiteVal>(&self.bpf, "exit_sites")
-                .into_iter()
-                .collect();
-        let open = hash_entries::<u32, bpf::BsExitStart>(&self.bpf, "exit_start");
+        let mut out: BTreeMap<BsSiteKey, BsSiteVal> = self
+            .entries::<BsSiteKey, BsSiteVal>("exit_sites")
+            .into_iter()
+            .collect();
+        let open = self.entries::<u32, bpf::BsExitStart>("exit_start");
         for (_, e) in open.into_iter().filter(|(_, e)| e.ts_ns != 0) {
             let key = BsSiteKey {
                 tgid: e.tgid,
@@ -102,7 +102,7 @@ impl State {
         out.sites
             .sort_by(|a, b| b.count.cmp(&a.count).then(a.rip.cmp(&b.rip)));
         let mut npf: BTreeMap<(u64, u32), BsSiteVal> = BTreeMap::new();
-        for (k, v) in hash_entries::<bpf::BsNpfKey, BsSiteVal>(&self.bpf, "npf_ranges") {
+        for (k, v) in self.entries::<bpf::BsNpfKey, BsSiteVal>("npf_ranges") {
             let e = npf.entry((k.range, k.phase)).or_default();
             e.count += v.count;
             e.timed += v.timed;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use bootscope_model::mark::{boot_time_port_mark_name, debug_port_mark_name};
 
+use super::every::{FollowedVm, View};
 use super::object::BpfObject;
 use super::plan::ProgramState;
 use super::target::TargetLife;
@@ -73,6 +74,13 @@ pub(super) struct State {
     pub(super) guest_attached: Option<Instant>,
     /// Exits and faults are counted per time slot too (`time_slots`).
     pub(super) time_slots: Option<SlotClock>,
+    /// The VMs followed apart ([`super::TargetSpec::AnyVm`]), by process.
+    pub(super) vms: BTreeMap<u32, FollowedVm>,
+    /// Processes started by a followed VM: the VM (their root).
+    pub(super) roots: HashMap<u32, u32>,
+    /// While profiles are built per VM: the maps read once, and whose
+    /// profile is being built.
+    pub(super) view: Option<View>,
 }
 
 /// Where the in-kernel time slots lie: slot `i` starts at
@@ -320,6 +328,13 @@ impl State {
                     if let Some(p) = parent_tgid.and_then(|p| self.current_phase.get(&p).copied()) {
                         self.current_phase.insert(e.tid, p);
                     }
+                    // The parent is the thread that forked: a process of
+                    // the VM's (or its own) tgid.
+                    let parent = parent_tgid.unwrap_or(e.tgid);
+                    if !self.vms.is_empty() && parent != 0 {
+                        let root = self.root_of(parent);
+                        self.roots.insert(e.tid, root);
+                    }
                 }
                 let entry = self.threads.entry(e.tid).or_default();
                 entry.tgid = tgid;
@@ -354,8 +369,12 @@ impl State {
                     if e.tgid == self.target_pid && self.target.ended_ns.is_none() {
                         self.target.ended_ns = Some(t);
                     }
+                    if let Some(vm) = self.vms.get_mut(&e.tgid) {
+                        vm.ended_ns.get_or_insert(t);
+                    }
                 }
             }
+            bpf::event_kind::VM_NEW => self.note_vm(e.tgid, e.comm(), t),
             _ => {}
         }
     }

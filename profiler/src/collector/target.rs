@@ -165,7 +165,8 @@ pub(super) fn process_alive(pid: u32) -> bool {
 /// How the collector learns that the target process ended (besides the
 /// threads collector's exit event).
 pub(super) enum TargetLife {
-    /// Profiling its own process: it cannot end while profiling.
+    /// Profiling its own process (or every VM): it cannot end while
+    /// profiling.
     Own,
     /// A pidfd: readable once the process has exited (a zombie included),
     /// one cheap poll, and no pid reuse to fool it.
@@ -202,6 +203,8 @@ pub(super) fn resolve_target(spec: TargetSpec) -> Result<(&'static str, u32), Pr
         TargetSpec::Pid(p) => ("pid", p),
         TargetSpec::Launched(p) => ("command", p),
         TargetSpec::CurrentProcess => ("self", std::process::id()),
+        // No process of its own: tgid 0 never matches the target slot.
+        TargetSpec::AnyVm => return Ok(("any-vm", 0)),
     };
     if target_pid == 0 || !Path::new(&format!("/proc/{target_pid}")).exists() {
         return Err(ProfilerError::NoSuchProcess { pid: target_pid });

@@ -1,0 +1,373 @@
+//! Following every VM of the host with one set of programs
+//! ([`TargetSpec::AnyVm`](super::TargetSpec::AnyVm), `bootscope exporter`):
+//! the programs of KVM's own events follow a process from its first one
+//! (`follow_any_vm`), the caller may add processes it found itself
+//! ([`Collector::follow`]), and each process's counts are read apart
+//! ([`Collector::snapshot_each`]) from maps that hold them all, keyed by
+//! process. A process that ended is forgotten ([`Collector::forget`]) once
+//! its final counts are read, so that the maps do not fill up with the
+//! dead and a pid the kernel hands on starts from zero.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::mem::{offset_of, size_of};
+
+use aya::maps::{HashMap as BpfHashMap, MapData};
+use aya::Pod;
+
+use super::read::hash_entries;
+use super::state::{State, ThreadInfo};
+use super::target::read_comm;
+use super::Collector;
+use crate::bpf;
+use crate::error::ProfilerError;
+use crate::phases;
+use crate::profile::{Profile, Target};
+use bootscope_model::proc::threads_of;
+
+/// A process followed because it runs a guest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FollowedVm {
+    /// Its process id.
+    pub tgid: u32,
+    /// Its name (`/proc/PID/comm` when it was first seen, else the name of
+    /// the thread that ran the guest).
+    pub comm: String,
+    /// Its command line, read when it was first followed (empty if it was
+    /// gone by then).
+    pub cmdline: Vec<String>,
+    /// When the process started, in clock ticks since the host booted
+    /// (`/proc/PID/stat` field 22), read when it was first followed.
+    pub start_ticks: Option<u64>,
+    /// When it was first followed (ns since the collector started).
+    pub since_ns: u64,
+    /// When it ended, if it did.
+    pub ended_ns: Option<u64>,
+}
+
+/// Maps whose key starts with the process id (`__u32 tgid` first in every
+/// one of these key structs; checked by a test against the Rust types).
+const TGID_KEYED: [&str; 14] = [
+    "exit_stats",
+    "vcpu_tids",
+    "uexit_counts",
+    "pio_counts",
+    "mmio_counts",
+    "msr_counts",
+    "cpuid_counts",
+    "emulate_counts",
+    "exit_sites",
+    "npf_ranges",
+    "fault_counts",
+    "numa_pages",
+    "marker_counts",
+    "marker_last",
+];
+
+fn u32_at<T: Pod>(t: &T, offset: usize) -> u32 {
+    assert!(offset + 4 <= size_of::<T>(), "a u32 field inside the type");
+    // SAFETY: T is plain old data of at least offset + 4 bytes (asserted);
+    // the read is unaligned-safe.
+    unsafe {
+        (t as *const T)
+            .cast::<u8>()
+            .add(offset)
+            .cast::<u32>()
+            .read_unaligned()
+    }
+}
+
+/// The process an entry of map `name` belongs to; None for maps shared by
+/// every process (the time slots, per-CPU tables).
+fn entry_tgid<K: Pod, V: Pod>(name: &str, k: &K, v: &V) -> Option<u32> {
+    match name {
+        "exit_start" => Some(u32_at(v, offset_of!(bpf::BsExitStart, tgid))),
+        "run_time" => Some(u32_at(v, offset_of!(bpf::BsRunVal, tgid))),
+        "threads" => Some(u32_at(v, 0)),
+        n if TGID_KEYED.contains(&n) => Some(u32_at(k, 0)),
+        _ => None,
+    }
+}
+
+/// Reading the maps once for many profiles: each map is read at its first
+/// use and kept, and each profile takes the entries of its own process.
+#[derive(Default)]
+pub(super) struct View {
+    /// Whose profile is being built (None: every process's).
+    pub(super) root: Option<u32>,
+    cache: RefCell<HashMap<&'static str, Box<dyn Any + Send>>>,
+}
+
+impl State {
+    /// The entries of hash map `name` (of the process being built, under a
+    /// [`View`]).
+    pub(super) fn entries<K: Pod + Send, V: Pod + Send>(&self, name: &'static str) -> Vec<(K, V)> {
+        let Some(view) = &self.view else {
+            return hash_entries(&self.bpf, name);
+        };
+        let mut cache = view.cache.borrow_mut();
+        let all = cache
+            .entry(name)
+            .or_insert_with(|| Box::new(hash_entries::<K, V>(&self.bpf, name)));
+        let Some(all) = all.downcast_ref::<Vec<(K, V)>>() else {
+            // One map is read with one pair of types everywhere.
+            return hash_entries(&self.bpf, name);
+        };
+        let Some(root) = view.root else {
+            return all.clone();
+        };
+        all.iter()
+            .filter(|(k, v)| entry_tgid(name, k, v).is_none_or(|t| self.root_of(t) == root))
+            .copied()
+            .collect()
+    }
+
+    /// The followed VM a process belongs to: itself, or the VM that started
+    /// it.
+    pub(super) fn root_of(&self, tgid: u32) -> u32 {
+        self.roots.get(&tgid).copied().unwrap_or(tgid)
+    }
+
+    /// Notes a VM followed from now on (seen by the programs, or added by
+    /// the caller).
+    pub(super) fn note_vm(&mut self, tgid: u32, thread_name: String, t_ns: u64) {
+        self.tgids.insert(tgid);
+        self.vms.entry(tgid).or_insert_with(|| {
+            let dir = format!("/proc/{tgid}");
+            let cmdline = std::fs::read(format!("{dir}/cmdline"))
+                .unwrap_or_default()
+                .split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            // The name in parentheses may hold spaces: fields count from
+            // after it.
+            let start_ticks = std::fs::read_to_string(format!("{dir}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = s.rsplit_once(')')?.1;
+                    rest.split_whitespace().nth(19)?.parse().ok()
+                });
+            FollowedVm {
+                tgid,
+                comm: read_comm(tgid, tgid).unwrap_or(thread_name),
+                cmdline,
+                start_ticks,
+                since_ns: t_ns,
+                ended_ns: None,
+            }
+        });
+    }
+
+    /// The profile of one followed VM (its own counts, marks, threads and
+    /// KVM statistics); under a [`View`].
+    fn build_vm(&mut self, now: u64, root: u32) -> Profile {
+        if let Some(v) = self.view.as_mut() {
+            v.root = Some(root);
+        }
+        let mut p = self.build(now);
+        let vm = self.vms.get(&root);
+        p.target = Target {
+            kind: "pid".into(),
+            command: Vec::new(),
+            pid: root,
+            name: vm.map(|v| v.comm.clone()).unwrap_or_default(),
+            exit_code: None,
+            ended_ns: vm.and_then(|v| v.ended_ns),
+            interrupted_by: None,
+        };
+        p.marks
+            .retain(|m| m.tgid.is_some_and(|t| self.root_of(t) == root));
+        let end = vm.and_then(|v| v.ended_ns).unwrap_or(now).min(now);
+        p.phases = phases::derive_spans(&p.marks, end);
+        p.threads.retain(|t| self.root_of(t.tgid) == root);
+        p.samples.clear();
+        p.exits.kvm_stats_exits = self.kvm_stats.total_of(root);
+        p
+    }
+
+    /// Drops every entry of `tgids` from the maps and the state.
+    fn forget_all(&mut self, tgids: &[u32]) {
+        fn remove_where<K: Pod, V: Pod>(
+            bpf: &mut super::object::BpfObject,
+            name: &'static str,
+            tgids: &[u32],
+        ) {
+            let Some(map) = bpf.map_mut(name) else {
+                return;
+            };
+            let Ok(mut h) = BpfHashMap::<&mut MapData, K, V>::try_from(map) else {
+                return;
+            };
+            let gone: Vec<K> = h
+                .iter()
+                .filter_map(Result::ok)
+                .filter(|(k, v)| entry_tgid(name, k, v).is_some_and(|t| tgids.contains(&t)))
+                .map(|(k, _)| k)
+                .collect();
+            for k in gone {
+                let _ = h.remove(&k);
+            }
+        }
+        let b = &mut self.bpf;
+        remove_where::<bpf::BsExitKey, bpf::BsHist>(b, "exit_stats", tgids);
+        remove_where::<u32, bpf::BsExitStart>(b, "exit_start", tgids);
+        remove_where::<bpf::BsVcpuKey, u32>(b, "vcpu_tids", tgids);
+        remove_where::<bpf::BsUexitKey, u64>(b, "uexit_counts", tgids);
+        remove_where::<bpf::BsPioKey, u64>(b, "pio_counts", tgids);
+        remove_where::<bpf::BsMmioKey, u64>(b, "mmio_counts", tgids);
+        remove_where::<bpf::BsMsrKey, u64>(b, "msr_counts", tgids);
+        remove_where::<bpf::BsCpuidKey, u64>(b, "cpuid_counts", tgids);
+        remove_where::<bpf::BsEmulateKey, u64>(b, "emulate_counts", tgids);
+        remove_where::<bpf::BsSiteKey, bpf::BsSiteVal>(b, "exit_sites", tgids);
+        remove_where::<bpf::BsNpfKey, bpf::BsSiteVal>(b, "npf_ranges", tgids);
+        remove_where::<bpf::BsFaultKey, u64>(b, "fault_counts", tgids);
+        remove_where::<bpf::BsNumaKey, bpf::BsNumaVal>(b, "numa_pages", tgids);
+        remove_where::<bpf::BsMarkerKey, u64>(b, "marker_counts", tgids);
+        remove_where::<bpf::BsMarkerLastKey, u32>(b, "marker_last", tgids);
+        remove_where::<bpf::BsRunKey, bpf::BsRunVal>(b, "run_time", tgids);
+        remove_where::<u32, u32>(b, "threads", tgids);
+        if let Some(map) = self.bpf.map_mut("followed") {
+            if let Ok(mut h) = BpfHashMap::<&mut MapData, u32, u32>::try_from(map) {
+                for t in tgids {
+                    let _ = h.remove(t);
+                }
+            }
+        }
+        for t in tgids {
+            self.vms.remove(t);
+            self.tgids.remove(t);
+            self.current_phase.remove(t);
+            self.kvm_stats.forget(*t);
+        }
+        self.roots
+            .retain(|child, root| !tgids.contains(child) && !tgids.contains(root));
+        self.threads.retain(|_, i| !tgids.contains(&i.tgid));
+        self.marks
+            .retain(|m| m.tgid.is_none_or(|t| !tgids.contains(&t)));
+    }
+}
+
+impl Collector {
+    /// Follows process `tgid` from now on, as if its guest had run
+    /// (with [`super::TargetSpec::AnyVm`], for a VM found before its first
+    /// exit). Err when the kernel's table of followed processes is full.
+    pub fn follow(&self, tgid: u32) -> Result<(), ProfilerError> {
+        let mut st = self.lock();
+        if st.vms.contains_key(&tgid) {
+            return Ok(());
+        }
+        {
+            let map = st
+                .bpf
+                .map_mut("followed")
+                .ok_or_else(|| super::map_error("followed", "absent"))?;
+            let mut h = BpfHashMap::<&mut MapData, u32, u32>::try_from(map)
+                .map_err(|e| super::map_error("followed", e))?;
+            // BPF_NOEXIST: the programs may have added it meanwhile.
+            if let Err(e) = h.insert(tgid, 0, 1) {
+                if h.get(&tgid, 0).is_err() {
+                    return Err(super::map_error("followed", e));
+                }
+            }
+        }
+        let now = st.now_ns();
+        st.note_vm(tgid, String::new(), now);
+        let tids = threads_of(tgid);
+        if let Some(map) = st.bpf.map_mut("threads") {
+            if let Ok(mut known) = BpfHashMap::<&mut MapData, u32, u32>::try_from(map) {
+                for &tid in &tids {
+                    let _ = known.insert(tid, tgid, 0);
+                }
+            }
+        }
+        for tid in tids {
+            st.threads.entry(tid).or_insert_with(|| ThreadInfo {
+                tgid,
+                name: read_comm(tgid, tid).unwrap_or_default(),
+                ..Default::default()
+            });
+        }
+        Ok(())
+    }
+
+    /// The VMs followed (and not forgotten), by process id.
+    pub fn followed_vms(&self) -> Vec<FollowedVm> {
+        self.lock().vms.values().cloned().collect()
+    }
+
+    /// One profile per followed VM (see [`Collector::followed_vms`]), each
+    /// with only its own counts, and one of them all (the programs' own
+    /// statistics, lost events and map overflows are the whole set's): the
+    /// maps are read once for all.
+    pub fn snapshot_each(&self) -> (Profile, BTreeMap<u32, Profile>) {
+        let mut st = self.lock();
+        st.poll_target();
+        let now = st.now_ns();
+        st.view = Some(View::default());
+        let all = st.build(now);
+        let roots: Vec<u32> = st.vms.keys().copied().collect();
+        let each = roots
+            .into_iter()
+            .map(|r| (r, st.build_vm(now, r)))
+            .collect();
+        st.view = None;
+        (all, each)
+    }
+
+    /// Drops what was counted for `tgids` (VMs that ended, whose final
+    /// profiles were taken) and the processes they started.
+    pub fn forget(&self, tgids: &[u32]) {
+        let mut st = self.lock();
+        let mut all: Vec<u32> = tgids.to_vec();
+        all.extend(
+            st.roots
+                .iter()
+                .filter(|(_, root)| tgids.contains(root))
+                .map(|(&child, _)| child),
+        );
+        st.forget_all(&all);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The split and the forgetting read the process id from the first four
+    /// bytes of these maps' keys.
+    #[test]
+    fn keys_start_with_the_process_id() {
+        assert_eq!(offset_of!(bpf::BsExitKey, tgid), 0);
+        assert_eq!(offset_of!(bpf::BsVcpuKey, tgid), 0);
+        assert_eq!(offset_of!(bpf::BsUexitKey, tgid), 0);
+        assert_eq!(offset_of!(bpf::BsPioKey, tgid), 0);
+        assert_eq!(offset_of!(bpf::BsMmioKey, tgid), 0);
+        assert_eq!(offset_of!(bpf::BsMsrKey, tgid), 0);
+        assert_eq!(offset_of!(bpf::BsCpuidKey, tgid), 0);
+        assert_eq!(offset_of!(bpf::BsEmulateKey, tgid), 0);
+        assert_eq!(offset_of!(bpf::BsSiteKey, tgid), 0);
+        assert_eq!(offset_of!(bpf::BsNpfKey, tgid), 0);
+        assert_eq!(offset_of!(bpf::BsFaultKey, tgid), 0);
+        assert_eq!(offset_of!(bpf::BsNumaKey, tgid), 0);
+        assert_eq!(offset_of!(bpf::BsMarkerKey, tgid), 0);
+        assert_eq!(offset_of!(bpf::BsMarkerLastKey, tgid), 0);
+    }
+
+    #[test]
+    fn entries_are_told_apart_by_process() {
+        let k = bpf::BsPioKey {
+            tgid: 77,
+            ..Default::default()
+        };
+        assert_eq!(entry_tgid("pio_counts", &k, &5u64), Some(77));
+        assert_eq!(entry_tgid("threads", &12u32, &77u32), Some(77));
+        let start = bpf::BsExitStart {
+            tgid: 78,
+            ..Default::default()
+        };
+        assert_eq!(entry_tgid("exit_start", &12u32, &start), Some(78));
+        assert_eq!(entry_tgid("time_slots", &k, &5u64), None);
+    }
+}
