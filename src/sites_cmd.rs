@@ -47,7 +47,14 @@ pub fn booted_kernel_symbols(guest: &bootscope_vmm::timeline::GuestInfo) -> Opti
         .and_then(|b| b.cache_file.as_ref())
         .map(PathBuf::from)
         .filter(|p| p.is_file());
-    if let Some(Ok(mut t)) = cached.as_deref().map(SymbolTable::load) {
+    // The cache file is named by its content: its symbol table can be
+    // kept beside it.
+    let table = |vmlinux: &Path| {
+        let mut name = vmlinux.as_os_str().to_owned();
+        name.push(".kallsyms");
+        SymbolTable::load_cached(vmlinux, Path::new(&name))
+    };
+    if let Some(Ok(mut t)) = cached.as_deref().map(table) {
         t.source = format!(
             "{} (the payload of {}, decompressed by the VMM)",
             t.source,

@@ -63,6 +63,20 @@ impl Drop for SymbolTable {
 impl SymbolTable {
     /// Reads a vmlinux, a bzImage, a `System.map` or a kallsyms dump.
     pub fn load(path: &Path) -> Result<Self, SymbolsError> {
+        Self::load_with(path, None)
+    }
+
+    /// As [`SymbolTable::load`], for an image whose content never changes
+    /// under its name (the VMM's kernel cache file, named by its content):
+    /// a table recovered from it is kept in `table_cache` (kallsyms form)
+    /// and read from there the next time, instead of searching the image
+    /// again (seconds of CPU in a nested guest). A cache that cannot be
+    /// written or read is only a slower load.
+    pub fn load_cached(path: &Path, table_cache: &Path) -> Result<Self, SymbolsError> {
+        Self::load_with(path, Some(table_cache))
+    }
+
+    fn load_with(path: &Path, table_cache: Option<&Path>) -> Result<Self, SymbolsError> {
         let shown = path.display().to_string();
         let bytes = std::fs::read(path).map_err(|source| SymbolsError::Read {
             path: shown.clone(),
@@ -76,10 +90,16 @@ impl SymbolTable {
             let img = img.map_err(not)?;
             let (symbols, what) = match img.elf_symbols() {
                 Some(s) if s.len() >= MIN_SYMBOLS => (s, "ELF symbols of"),
-                _ => (
-                    kallsyms::recover(img.bytes()).map_err(|e| not(e.to_string()))?,
-                    "kallsyms recovered from",
-                ),
+                _ => match table_cache.and_then(read_table) {
+                    Some(s) => (s, "kallsyms recovered (cached) from"),
+                    None => {
+                        let s = kallsyms::recover(img.bytes()).map_err(|e| not(e.to_string()))?;
+                        if let Some(c) = table_cache {
+                            keep_table(c, &s);
+                        }
+                        (s, "kallsyms recovered from")
+                    }
+                },
             };
             (symbols, Some(img), what)
         } else {
@@ -204,6 +224,31 @@ impl SymbolTable {
 }
 
 /// Parses `System.map` / `/proc/kallsyms` text (`ADDR TYPE NAME [module]`).
+/// A table [`keep_table`] wrote, if it is there and whole.
+fn read_table(path: &Path) -> Option<Vec<KernelSymbol>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    parse_map(&text).ok().filter(|s| s.len() >= MIN_SYMBOLS)
+}
+
+/// Writes a recovered table to `path` whole or not at all (a temporary
+/// file beside it, renamed into place).
+fn keep_table(path: &Path, symbols: &[KernelSymbol]) {
+    let Some(dir) = path.parent() else {
+        return;
+    };
+    let written = tempfile::NamedTempFile::new_in(dir).and_then(|mut f| {
+        std::io::Write::write_all(&mut f, kallsyms::to_text(symbols).as_bytes())?;
+        f.persist(path).map_err(|e| e.error)?;
+        Ok(())
+    });
+    if let Err(e) = written {
+        eprintln!(
+            "bootscope: the guest symbol table is not kept in {}: {e}",
+            path.display()
+        );
+    }
+}
+
 fn parse_map(text: &str) -> Result<Vec<KernelSymbol>, String> {
     let mut out = Vec::new();
     let mut bad = 0usize;
@@ -270,15 +315,22 @@ mod tests {
     /// The table of the machine's own Debian kernel image, recovered from
     /// the image: the symbols its boot code names, where the image's ELF
     /// headers put its text.
-    #[test]
-    fn a_debian_kernel_image_yields_its_kallsyms() {
-        let Some(kernel) = std::fs::read_dir("/boot").ok().and_then(|d| {
+    fn debian_kernel() -> Option<PathBuf> {
+        let found = std::fs::read_dir("/boot").ok().and_then(|d| {
             d.flatten().map(|e| e.path()).find(|p| {
                 p.file_name()
                     .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
             })
-        }) else {
+        });
+        if found.is_none() {
             eprintln!("SKIP: no /boot/vmlinuz-* here");
+        }
+        found
+    }
+
+    #[test]
+    fn a_debian_kernel_image_yields_its_kallsyms() {
+        let Some(kernel) = debian_kernel() else {
             return;
         };
         let t = SymbolTable::load(&kernel).unwrap();
@@ -306,5 +358,36 @@ mod tests {
         let names = t.names(&[addr("start_kernel") + 3, addr("serial8250_console_putchar")]);
         assert_eq!(names[0], Some(("start_kernel".to_string(), 3)));
         assert_eq!(names[1].as_ref().unwrap().0, "serial8250_console_putchar");
+    }
+
+    /// A table recovered once is kept and read back the next time: the
+    /// same symbols, said to come from the cache; a damaged cache is
+    /// recovered again and rewritten whole.
+    #[test]
+    fn a_recovered_table_is_kept_and_read_back() {
+        let Some(kernel) = debian_kernel() else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("vmlinux.kallsyms");
+        let first = SymbolTable::load_cached(&kernel, &cache).unwrap();
+        assert!(first.source.starts_with("kallsyms recovered from"));
+        assert!(cache.is_file());
+        let second = SymbolTable::load_cached(&kernel, &cache).unwrap();
+        assert!(
+            second
+                .source
+                .starts_with("kallsyms recovered (cached) from"),
+            "{}",
+            second.source
+        );
+        assert!(first.symbols == second.symbols, "the same table");
+        assert!(second.image.is_some(), "the image still confirms slides");
+        std::fs::write(&cache, "ffffffff81000000 T _text\n").unwrap();
+        let third = SymbolTable::load_cached(&kernel, &cache).unwrap();
+        assert!(third.source.starts_with("kallsyms recovered from"));
+        assert!(third.symbols == first.symbols, "the same table");
+        let kept = read_table(&cache).unwrap();
+        assert!(kept.len() >= first.symbols.len(), "{}", kept.len());
     }
 }
