@@ -194,6 +194,8 @@ pub struct KvmStatsReader {
     /// Counts of vCPUs whose stats file was closed.
     closed_total: u64,
     closed_count: usize,
+    /// The same by process.
+    closed_by_tgid: BTreeMap<u32, u64>,
     last_error: Option<String>,
     /// VMs kept alive for their final debugfs count.
     held_vms: Vec<HeldVm>,
@@ -226,6 +228,7 @@ impl KvmStatsReader {
             vcpus: Vec::new(),
             closed_total: 0,
             closed_count: 0,
+            closed_by_tgid: BTreeMap::new(),
             last_error: None,
             held_vms: Vec::new(),
             ever_held: std::collections::BTreeSet::new(),
@@ -321,6 +324,7 @@ impl KvmStatsReader {
                     let gone = self.vcpus.swap_remove(i);
                     self.closed_total += gone.last;
                     self.closed_count += 1;
+                    *self.closed_by_tgid.entry(tgid).or_default() += gone.last;
                 } else {
                     i += 1;
                 }
@@ -378,15 +382,14 @@ impl KvmStatsReader {
                 gone.read();
                 self.closed_total += gone.last;
                 self.closed_count += 1;
+                *self.closed_by_tgid.entry(tgid).or_default() += gone.last;
             } else {
                 i += 1;
             }
         }
     }
 
-    /// KVM's exit count of one process's VMs, if any was seen (closed
-    /// vCPU files of a [`Self::stats_fds_only`] reader are not told apart
-    /// by process: they count in [`Self::total`] only).
+    /// KVM's exit count of one process's VMs, if any was seen.
     pub fn total_of(&self, tgid: u32) -> Option<u64> {
         match &self.debugfs {
             Ok(_) => {
@@ -400,14 +403,24 @@ impl KvmStatsReader {
                 (!mine.is_empty()).then(|| mine.iter().sum())
             }
             Err(_) => {
-                let mine: Vec<u64> = self
+                let mut mine: Vec<u64> = self
                     .vcpus
                     .iter()
                     .filter(|v| v.tgid == tgid)
                     .map(|v| v.last)
                     .collect();
+                mine.extend(self.closed_by_tgid.get(&tgid));
                 (!mine.is_empty()).then(|| mine.iter().sum())
             }
+        }
+    }
+
+    /// Whether a VM (or a vCPU statistics file) of process `tgid` is held,
+    /// so that its final counts stay readable.
+    pub fn holds(&self, tgid: u32) -> bool {
+        match &self.debugfs {
+            Ok(_) => self.held_vms.iter().any(|h| h.tgid == tgid),
+            Err(_) => self.vcpus.iter().any(|v| v.tgid == tgid),
         }
     }
 
@@ -419,6 +432,7 @@ impl KvmStatsReader {
         self.ever_held.retain(|k| !k.starts_with(&prefix));
         self.held_vms.retain(|h| h.tgid != tgid);
         self.vcpus.retain(|v| v.tgid != tgid);
+        self.closed_by_tgid.remove(&tgid);
     }
 
     /// KVM's exit count over everything seen, if anything was seen.

@@ -304,6 +304,9 @@ impl Collector {
     pub fn snapshot_each(&self) -> (Profile, BTreeMap<u32, Profile>) {
         let mut st = self.lock();
         st.poll_target();
+        // KVM's own counts as of now (looking for new vCPUs too): the
+        // samples that read them otherwise are hours apart here.
+        st.refresh_kvm_stats(true);
         let now = st.now_ns();
         st.view = Some(View::default());
         let all = st.build(now);

@@ -93,6 +93,10 @@ pub(super) struct SlotClock {
     pub(super) capacity: u32,
 }
 
+/// How long after a VM is first followed (every VM's mode) its KVM
+/// statistics are looked for on every tick.
+pub(super) const HOLD_WINDOW_NS: u64 = 10_000_000_000;
+
 /// `BPF_EXIST` (uapi linux/bpf.h): update only an entry that is there.
 pub(super) const BPF_EXIST: u64 = 2;
 
@@ -168,7 +172,7 @@ pub(super) fn worker_loop(
         let frequent = {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             if now < next_sample {
-                if st.kvm_stats.needs_frequent_reads() {
+                if st.kvm_stats_wanted() {
                     st.refresh_kvm_stats(false);
                 }
             } else {
@@ -193,7 +197,7 @@ pub(super) fn worker_loop(
                 first_sample = false;
             }
             st.reader_cpu = thread_cpu_time().saturating_sub(cpu_at_start);
-            st.kvm_stats.needs_frequent_reads()
+            st.kvm_stats_wanted()
         };
         // Sleep until the next sample unless counts need reading more often:
         // a profiler on a one-CPU machine takes its CPU time from the guest.
@@ -403,10 +407,44 @@ impl State {
 
     /// Reads KVM's own counts; `rescan` also looks for new vCPUs (for a
     /// VMM profiling itself, only once it said they exist).
+    /// Whether KVM's statistics must be read on every tick: until each
+    /// followed VM's are held (a short-lived VM's would go with it). With
+    /// nothing followed (every VM's mode, before the first one), no. In
+    /// every VM's mode only for VMs followed less than
+    /// [`HOLD_WINDOW_NS`] ago: a VMM that never opens vCPU statistics
+    /// files (QEMU, unless asked) is then looked at only at scrapes.
+    pub(super) fn kvm_stats_wanted(&self) -> bool {
+        if self.vms.is_empty() {
+            return !self.tgids.is_empty() && self.kvm_stats.needs_frequent_reads();
+        }
+        !self.vms_to_hold().is_empty()
+    }
+
+    /// Live VMs followed less than [`HOLD_WINDOW_NS`] ago whose KVM
+    /// statistics are not held yet.
+    fn vms_to_hold(&self) -> Vec<u32> {
+        let now = self.now_ns();
+        self.vms
+            .values()
+            .filter(|v| {
+                v.ended_ns.is_none()
+                    && now.saturating_sub(v.since_ns) < HOLD_WINDOW_NS
+                    && !self.kvm_stats.holds(v.tgid)
+            })
+            .map(|v| v.tgid)
+            .collect()
+    }
+
     pub(super) fn refresh_kvm_stats(&mut self, rescan: bool) {
-        let pids: Vec<u32> = self.tgids.iter().copied().collect();
         // Until a VM shows up, look for one on every tick: short-lived VMs
-        // would otherwise be missed.
+        // would otherwise be missed. In every VM's mode a tick looks only
+        // at the VMs still to hold.
+        if !rescan && !self.vms.is_empty() {
+            let pids = self.vms_to_hold();
+            self.kvm_stats.poll(&pids, true);
+            return;
+        }
+        let pids: Vec<u32> = self.tgids.iter().copied().collect();
         let rescan = rescan || self.kvm_stats.total().is_none();
         self.kvm_stats.poll(&pids, rescan);
     }
