@@ -191,21 +191,7 @@ fn start_prometheus(dir: &Path, exporter: u16, gateway: u16, prom: u16) -> Runni
 /// Starts the fixture VM and stops it (SIGSTOP) once it holds its KVM VM,
 /// while it preallocates guest memory, before any vCPU exists.
 fn held_vm(dir: &Path) -> Running {
-    let vm = spawn(
-        bootscope().args([
-            "run",
-            "--kernel",
-            &fixture("mini-bzimage-ports.bin"),
-            "--no-profile",
-            "--serial",
-            "null",
-            "--no-summary",
-            "--memory",
-            "512M",
-            "--prealloc",
-        ]),
-        &dir.join("vm.log"),
-    );
+    let vm = port_fixture_vm(dir, "vm", &["--memory", "512M", "--prealloc"]);
     let pid = vm.0.id();
     let until = Instant::now() + Duration::from_secs(30);
     let proc_fd = format!("/proc/{pid}/fd");
@@ -362,18 +348,21 @@ fn prometheus_reads_exit_counts_from_the_exporter_and_a_pushed_bench() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Runs the port fixture VM (`--no-profile`) to its end; its pid.
-fn port_fixture_vm(dir: &Path, tag: &str) -> Running {
+/// Starts the port fixture VM (`--no-profile`, with `extra` run
+/// arguments), its output in `dir/TAG.log`.
+fn port_fixture_vm(dir: &Path, tag: &str, extra: &[&str]) -> Running {
     spawn(
-        bootscope().args([
-            "run",
-            "--kernel",
-            &fixture("mini-bzimage-ports.bin"),
-            "--no-profile",
-            "--serial",
-            "null",
-            "--no-summary",
-        ]),
+        bootscope()
+            .args([
+                "run",
+                "--kernel",
+                &fixture("mini-bzimage-ports.bin"),
+                "--no-profile",
+                "--serial",
+                "null",
+                "--no-summary",
+            ])
+            .args(extra),
         &dir.join(format!("{tag}.log")),
     )
 }
@@ -398,8 +387,8 @@ fn one_program_set_counts_each_vm_apart_and_forgets_the_ended() {
     }
     let dir = scratch("every-vm");
     let c = Collector::start(CollectorConfig::new(TargetSpec::AnyVm)).expect("collector starts");
-    let mut a = port_fixture_vm(&dir, "a");
-    let mut b = port_fixture_vm(&dir, "b");
+    let mut a = port_fixture_vm(&dir, "a", &[]);
+    let mut b = port_fixture_vm(&dir, "b", &[]);
     let (pa, pb) = (a.0.id(), b.0.id());
     for vm in [&mut a, &mut b] {
         assert!(vm.0.wait().unwrap().success(), "see {}", dir.display());
@@ -459,7 +448,7 @@ fn a_vm_shorter_than_a_scan_is_served() {
     let url = format!("http://127.0.0.1:{port}/metrics");
     // Its one scan has been made once it answers.
     wait_for(20, "the exporter", || get(&url));
-    let mut vm = port_fixture_vm(&dir, "vm");
+    let mut vm = port_fixture_vm(&dir, "vm", &[]);
     let pid = vm.0.id();
     assert!(vm.0.wait().unwrap().success(), "see {}", dir.display());
     let writes =
