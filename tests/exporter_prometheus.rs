@@ -308,24 +308,20 @@ fn prometheus_reads_exit_counts_from_the_exporter_and_a_pushed_bench() {
     // A bench pushed to the Pushgateway, read back through Prometheus.
     let bench = dir.join("bench.json");
     let o = run(
-        bootscope().args([
-            "bench",
-            "--runs",
-            "1",
-            "--warmup",
-            "0",
-            "-o",
-            bench.to_str().unwrap(),
-            "--push",
-            &format!("http://127.0.0.1:{gateway}"),
-            "--",
-            "run",
-            "--kernel",
-            &fixture("mini-bzimage-ports.bin"),
-            "--no-profile",
-            "--serial",
-            "null",
-        ]),
+        bootscope()
+            .args([
+                "bench",
+                "--runs",
+                "1",
+                "--warmup",
+                "0",
+                "-o",
+                bench.to_str().unwrap(),
+                "--push",
+                &format!("http://127.0.0.1:{gateway}"),
+                "--",
+            ])
+            .args(port_fixture_run()),
         None,
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -348,20 +344,23 @@ fn prometheus_reads_exit_counts_from_the_exporter_and_a_pushed_bench() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `run` of the port fixture (exactly 1002 writes to port 0x80), without
+/// the profiler.
+fn port_fixture_run() -> Vec<String> {
+    ["run", "--kernel", &fixture("mini-bzimage-ports.bin")]
+        .into_iter()
+        .map(String::from)
+        .chain(["--no-profile", "--serial", "null"].map(String::from))
+        .collect()
+}
+
 /// Starts the port fixture VM (`--no-profile`, with `extra` run
 /// arguments), its output in `dir/TAG.log`.
 fn port_fixture_vm(dir: &Path, tag: &str, extra: &[&str]) -> Running {
     spawn(
         bootscope()
-            .args([
-                "run",
-                "--kernel",
-                &fixture("mini-bzimage-ports.bin"),
-                "--no-profile",
-                "--serial",
-                "null",
-                "--no-summary",
-            ])
+            .args(port_fixture_run())
+            .arg("--no-summary")
             .args(extra),
         &dir.join(format!("{tag}.log")),
     )
