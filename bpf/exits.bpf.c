@@ -97,15 +97,18 @@ struct {
 	__type(value, __u64);
 } emulate_counts SEC(".maps");
 
-/* Exit counts and latency sums by guest RIP (with exit_sites only; made
- * one entry big otherwise). A site this map has no room for is counted in
- * exit_site_overflows and reported as the reason's unattributed rest. */
+/* Exits by guest RIP (with exit_sites only; made one entry big
+ * otherwise): each site's count and latency histogram, which stand in for
+ * its reason's exit_stats entry (userspace adds a reason's sites up), so an
+ * exit costs one map lookup with sites as without. An exit whose site this
+ * map has no room for is counted in exit_stats instead and in
+ * exit_site_overflows, and reported as its reason's unattributed rest. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 32768);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct bs_site_key);
-	__type(value, struct bs_site_val);
+	__type(value, struct bs_hist);
 } exit_sites SEC(".maps");
 
 /* SVM nested page faults by guest-physical range (with exit_sites only). */
@@ -175,10 +178,9 @@ static __always_inline int bs_site_add(void *map, const void *key, __u64 timed, 
 	return 1;
 }
 
-/* Counts an exit by its site (and an SVM NPF by its guest-physical range),
- * at the same point as its reason's count; a full map leaves the exit to
- * the reason's unattributed rest. */
-static __always_inline void bs_count_site(const struct bs_exit_start *e, __u64 timed, __u64 delta)
+/* The histogram of an exit's site, created if needed (NULL, counted as a
+ * site overflow, if the map is full). */
+static __always_inline struct bs_hist *bs_site_stat(const struct bs_exit_start *e)
 {
 	struct bs_site_key key = {
 		.tgid = e->tgid,
@@ -188,9 +190,35 @@ static __always_inline void bs_count_site(const struct bs_exit_start *e, __u64 t
 		.phase = e->phase,
 		.rip = e->rip,
 	};
+	struct bs_hist *h = bpf_map_lookup_elem(&exit_sites, &key);
 
-	if (!bs_site_add(&exit_sites, &key, timed, delta))
+	if (h)
+		return h;
+	bpf_map_update_elem(&exit_sites, &key, &bs_zero_hist, BPF_NOEXIST);
+	h = bpf_map_lookup_elem(&exit_sites, &key);
+	if (!h)
 		bs_percpu_inc(&exit_site_overflows, 0);
+	return h;
+}
+
+/* Where an exit is counted: its site's histogram with sites on (its
+ * reason's entry when the site map is full), else its reason's. */
+static __always_inline struct bs_hist *bs_exit_hist(const struct bs_exit_start *e)
+{
+	struct bs_hist *h;
+
+	if (exit_sites_on) {
+		h = bs_site_stat(e);
+		if (h)
+			return h;
+	}
+	return bs_exit_stat(e);
+}
+
+/* Counts an SVM NPF by its guest-physical range (with sites on), at the
+ * same point as its count. */
+static __always_inline void bs_count_npf(const struct bs_exit_start *e, __u64 timed, __u64 delta)
+{
 	if (e->isa == BS_ISA_SVM && e->reason == BS_SVM_EXIT_NPF) {
 		struct bs_npf_key nkey = {
 			.tgid = e->tgid,
@@ -211,12 +239,12 @@ static __always_inline void bs_count_unended(const struct bs_exit_start *e)
 
 	if (!e->ts_ns)
 		return;
-	h = bs_exit_stat(e);
+	h = bs_exit_hist(e);
 	if (!h)
 		return;
 	__sync_fetch_and_add(&h->count, 1);
 	if (exit_sites_on)
-		bs_count_site(e, 0, 0);
+		bs_count_npf(e, 0, 0);
 	bs_count_slot(e->ts_ns, BS_SLOT_EXIT, e->reason, e->isa);
 }
 
@@ -302,7 +330,7 @@ int bs_kvm_entry(void *ctx)
 		return 0;
 	now = bpf_ktime_get_ns();
 	delta = now > start->ts_ns ? now - start->ts_ns : 0;
-	hist = bs_exit_stat(start);
+	hist = bs_exit_hist(start);
 	exited = start->ts_ns;
 	start->ts_ns = 0;
 	if (!hist)
@@ -311,7 +339,7 @@ int bs_kvm_entry(void *ctx)
 	__sync_fetch_and_add(&hist->slots[bs_hist_slot(delta)], 1);
 	__sync_fetch_and_add(&hist->total_ns, delta);
 	if (exit_sites_on)
-		bs_count_site(start, 1, delta);
+		bs_count_npf(start, 1, delta);
 	bs_count_slot(exited, BS_SLOT_EXIT, start->reason, start->isa);
 	return 0;
 }

@@ -208,6 +208,15 @@ pub struct BsHist {
     pub total_ns: u64,
 }
 
+impl BsHist {
+    /// Adds another histogram's counts into this one.
+    pub fn add(&mut self, other: &BsHist) {
+        crate::hist::add_slots(&mut self.slots, &other.slots);
+        self.count = self.count.saturating_add(other.count);
+        self.total_ns = self.total_ns.saturating_add(other.total_ns);
+    }
+}
+
 /// `struct bs_exit_key`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

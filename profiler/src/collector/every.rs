@@ -220,7 +220,7 @@ impl State {
         remove_where::<bpf::BsMsrKey, u64>(b, "msr_counts", tgids);
         remove_where::<bpf::BsCpuidKey, u64>(b, "cpuid_counts", tgids);
         remove_where::<bpf::BsEmulateKey, u64>(b, "emulate_counts", tgids);
-        remove_where::<bpf::BsSiteKey, bpf::BsSiteVal>(b, "exit_sites", tgids);
+        remove_where::<bpf::BsSiteKey, bpf::BsHist>(b, "exit_sites", tgids);
         remove_where::<bpf::BsNpfKey, bpf::BsSiteVal>(b, "npf_ranges", tgids);
         remove_where::<bpf::BsFaultKey, u64>(b, "fault_counts", tgids);
         remove_where::<bpf::BsNumaKey, bpf::BsNumaVal>(b, "numa_pages", tgids);

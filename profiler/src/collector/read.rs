@@ -95,6 +95,13 @@ impl State {
             .entries::<bpf::BsExitKey, bpf::BsHist>("exit_stats")
             .into_iter()
             .collect();
+        // With sites on, an exit is counted at its site (at its reason only
+        // when the site map was full): a reason is the sum of both.
+        if self.exit_sites {
+            for (k, h) in self.entries::<bpf::BsSiteKey, bpf::BsHist>("exit_sites") {
+                out.entry(super::sites::reason_key(&k)).or_default().add(&h);
+            }
+        }
         let open = self.entries::<u32, bpf::BsExitStart>("exit_start");
         for (_, e) in open.into_iter().filter(|(_, e)| e.ts_ns != 0) {
             let key = bpf::BsExitKey {

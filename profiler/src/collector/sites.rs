@@ -11,7 +11,7 @@ use crate::bpf::{self, BsExitKey, BsSiteKey, BsSiteVal};
 use crate::sites::{ExitSite, ExitSites, NpfRange};
 
 /// The reason key of a site (its RIP left out).
-fn reason_key(k: &BsSiteKey) -> BsExitKey {
+pub(super) fn reason_key(k: &BsSiteKey) -> BsExitKey {
     BsExitKey {
         tgid: k.tgid,
         vcpu_id: k.vcpu_id,
@@ -45,9 +45,19 @@ impl State {
     /// counted it) added at its RIP without a latency, as
     /// [`State::exit_stats`] adds it to its reason.
     fn site_counts(&self) -> BTreeMap<BsSiteKey, BsSiteVal> {
+        // Each site's histogram: its exits, those timed (ended by
+        // kvm_entry: in a latency slot) and their latency.
         let mut out: BTreeMap<BsSiteKey, BsSiteVal> = self
-            .entries::<BsSiteKey, BsSiteVal>("exit_sites")
+            .entries::<BsSiteKey, bpf::BsHist>("exit_sites")
             .into_iter()
+            .map(|(k, h)| {
+                let v = BsSiteVal {
+                    count: h.count,
+                    timed: h.slots.iter().sum(),
+                    total_ns: h.total_ns,
+                };
+                (k, v)
+            })
             .collect();
         let open = self.entries::<u32, bpf::BsExitStart>("exit_start");
         for (_, e) in open.into_iter().filter(|(_, e)| e.ts_ns != 0) {
