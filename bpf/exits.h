@@ -60,8 +60,9 @@ struct bs_site_key {
 	__u64 rip;
 };
 
-/* Exits at one site (or one NPF range): all of them, those whose latency
- * was measured (ended by kvm_entry), and that latency's sum. */
+/* Nested page faults in one guest-physical range: all of them, those whose
+ * latency was measured (ended by kvm_entry), and that latency's sum. (An
+ * exit site's entry is a struct bs_hist, as its reason's would be.) */
 struct bs_site_val {
 	__u64 count;
 	__u64 timed;

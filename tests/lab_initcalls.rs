@@ -7,8 +7,10 @@
 //! exits agree with the VMM's own count.
 
 mod lab_common;
+mod profile_common;
 
 use lab_common::prereqs;
+use profile_common::slot_sum;
 
 use std::path::Path;
 use std::process::Command;
@@ -173,19 +175,11 @@ fn profiled_initcalls_get_the_exits_the_kernel_counted() {
     assert_eq!(slots["start_ns"], 0, "{slots}");
     assert_eq!(slots["overflow_exits"], 0, "{slots}");
     assert_eq!(slots["exits_source"], "tracepoint:kvm:kvm_exit");
-    let sum = |series: &serde_json::Value| -> u64 {
-        series
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|pair| pair[1].as_u64().unwrap())
-            .sum()
-    };
     let exits = &profile["exits"];
     let mut all = 0;
     for r in exits["by_reason"].as_array().unwrap() {
         let name = r["reason"].as_str().unwrap();
-        let n = sum(&slots["exits"][name]);
+        let n = slot_sum(&slots["exits"][name]);
         assert_eq!(n, r["count"].as_u64().unwrap(), "{name}");
         all += n;
     }
@@ -195,11 +189,11 @@ fn profiled_initcalls_get_the_exits_the_kernel_counted() {
         "KVM's own count"
     );
     assert_eq!(
-        sum(&slots["guest_faults"]),
+        slot_sum(&slots["guest_faults"]),
         profile["page_faults"]["guest_total"]
     );
     assert_eq!(
-        sum(&slots["host_faults"]),
+        slot_sum(&slots["host_faults"]),
         profile["page_faults"]["host_total"]
     );
 

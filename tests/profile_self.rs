@@ -7,7 +7,7 @@ mod profile_common;
 use std::path::PathBuf;
 use std::process::Output;
 
-use profile_common::{bootscope, can_profile, fixture, kvm_available, run, scratch};
+use profile_common::{bootscope, can_profile, fixture, kvm_available, run, scratch, slot_sum};
 
 /// `bootscope run --kernel FIXTURE --serial null EXTRA... --output P
 /// --timeline T` in a scratch directory: its output, the profile and the
@@ -366,16 +366,6 @@ fn bpf_stats_account_for_every_event() {
     assert!(!sources.iter().any(|s| s["name"] == "bpf_stats:run_time"));
     let _ = std::fs::remove_dir_all(&d);
     let _ = std::fs::remove_dir_all(&d2);
-}
-
-/// The `[slot, count]` pairs of a `time_slots` series, summed.
-fn slot_sum(series: &serde_json::Value) -> u64 {
-    series
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|pair| pair[1].as_u64().unwrap())
-        .sum()
 }
 
 /// With `--initcalls` the profiler counts every exit and page fault per

@@ -16,6 +16,26 @@ pub fn threads_of(pid: u32) -> Vec<u32> {
     tids
 }
 
+/// Field `n` (1-based, as in proc(5)) of a /proc/PID/stat line; the
+/// command name may hold spaces and parentheses, so fields are counted
+/// after its closing parenthesis.
+pub fn stat_field(stat: &str, n: usize) -> Option<&str> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(n.checked_sub(3)?)
+}
+
+/// The command line of the process whose procfs directory is `dir`
+/// (`/proc/PID`), one string per argument; empty when it is gone (or a
+/// kernel thread).
+pub fn argv_of(dir: &Path) -> Vec<String> {
+    std::fs::read(dir.join("cmdline"))
+        .unwrap_or_default()
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
 /// The first executable regular file named `program` in the directories
 /// of `path` (a `PATH`-style list), as a shell would find it.
 pub fn find_in_path(program: &str, path: &OsStr) -> Option<PathBuf> {
@@ -152,6 +172,15 @@ mod tests {
     use super::*;
     use std::os::unix::process::CommandExt;
     use std::time::Duration;
+
+    #[test]
+    fn stat_fields_after_an_awkward_command_name() {
+        let stat = "42 (a) b (c) S 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 777 0";
+        assert_eq!(stat_field(stat, 3), Some("S"));
+        assert_eq!(stat_field(stat, 4), Some("1"));
+        assert_eq!(stat_field(stat, 22), Some("777"));
+        assert_eq!(stat_field(stat, 2), None);
+    }
 
     #[test]
     fn our_threads_include_the_main_thread() {

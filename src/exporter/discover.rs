@@ -3,6 +3,9 @@
 
 use std::path::Path;
 
+use bootscope_model::proc::argv_of;
+pub use bootscope_model::proc::stat_field;
+
 /// A process holding a KVM VM.
 #[derive(Clone, Debug, PartialEq)]
 pub struct VmProcess {
@@ -105,14 +108,6 @@ fn boot_time_s(proc_root: &Path) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Field `n` (1-based, as in proc(5)) of a /proc/PID/stat line; the
-/// command name may hold spaces and parentheses, so fields are counted
-/// after its closing parenthesis.
-pub fn stat_field(stat: &str, n: usize) -> Option<&str> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(n.checked_sub(3)?)
-}
-
 /// What names process `pid`; None once it has ended.
 pub fn describe(proc_root: &Path, pid: u32) -> Option<VmProcess> {
     let dir = proc_root.join(pid.to_string());
@@ -120,12 +115,7 @@ pub fn describe(proc_root: &Path, pid: u32) -> Option<VmProcess> {
     let comm = std::fs::read_to_string(dir.join("comm"))
         .map(|s| s.trim_end_matches('\n').to_string())
         .unwrap_or_default();
-    let argv: Vec<String> = std::fs::read(dir.join("cmdline"))
-        .unwrap_or_default()
-        .split(|&b| b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
+    let argv = argv_of(&dir);
     let start_ticks: f64 = stat_field(&stat, 22)?.parse().ok()?;
     Some(VmProcess {
         pid,
@@ -167,15 +157,6 @@ mod tests {
         assert_eq!(vm_name(&argv("bootscope run --kernel k")), "");
         assert_eq!(vm_name(&argv("qemu -name")), "");
         assert_eq!(vm_name(&argv("qemu -name debug-threads=on")), "");
-    }
-
-    #[test]
-    fn stat_fields_after_an_awkward_command_name() {
-        let stat = "42 (a) b (c) S 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 777 0";
-        assert_eq!(stat_field(stat, 3), Some("S"));
-        assert_eq!(stat_field(stat, 4), Some("1"));
-        assert_eq!(stat_field(stat, 22), Some("777"));
-        assert_eq!(stat_field(stat, 2), None);
     }
 
     /// A process holding a VM is found, one holding none is not; on a host

@@ -188,7 +188,14 @@ impl Exporter {
     /// process exit) or no longer hold a VM (not in `holding`, the scan's
     /// list, when there is one), has the programs forget them, and stops
     /// serving VMs ended longer than `keep_ended` ago.
-    fn retire(&self, seen: &[FollowedVm], holding: Option<&[u32]>) {
+    /// `taken`: the profiles of every VM read just before, if the caller
+    /// has them (else they are read here when a VM ended).
+    fn retire(
+        &self,
+        seen: &[FollowedVm],
+        holding: Option<&[u32]>,
+        taken: Option<&BTreeMap<u32, Profile>>,
+    ) {
         let ending: Vec<u32> = {
             let r = self.lock();
             r.vms
@@ -202,11 +209,18 @@ impl Exporter {
                 .collect()
         };
         if !ending.is_empty() {
-            let (_, mut each) = self.collector.snapshot_each();
+            let read;
+            let each = match taken {
+                Some(t) => t,
+                None => {
+                    read = self.collector.snapshot_each().1;
+                    &read
+                }
+            };
             self.collector.forget(&ending);
             let mut r = self.lock();
             for pid in &ending {
-                let last = each.remove(pid).unwrap_or_default();
+                let last = each.get(pid).cloned().unwrap_or_default();
                 eprintln!(
                     "exporter: pid {pid} ended ({} exits seen)",
                     last.exits.total
@@ -238,7 +252,7 @@ impl Exporter {
                 let holding = discover::scan(Path::new("/proc"));
                 self.follow_new(&seen, &holding);
                 let seen = self.collector.followed_vms();
-                self.retire(&seen, Some(&holding));
+                self.retire(&seen, Some(&holding), None);
             }
             {
                 let mut r = self.lock();
@@ -260,15 +274,18 @@ impl Exporter {
     /// since the last scan, and the final counts of those whose end they
     /// saw.
     fn render(&self) -> String {
-        {
+        // One read of the maps serves the VMs that ended (their final
+        // counts) and the exposition.
+        let (all, each) = {
             let _turn = self.upkeep.lock().unwrap_or_else(|e| e.into_inner());
             let seen = self.collector.followed_vms();
             self.follow_new(&seen, &[]);
-            self.retire(&seen, None);
-        }
+            let (all, each) = self.collector.snapshot_each();
+            self.retire(&seen, None, Some(&each));
+            (all, each)
+        };
         let mut x = Exposition::default();
         metrics::declare_families(&mut x);
-        let (all, each) = self.collector.snapshot_each();
         let mut r = self.lock();
         let mut running = 0;
         for (pid, f) in r.vms.iter_mut() {

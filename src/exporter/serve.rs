@@ -96,7 +96,7 @@ fn own_usage() -> (f64, f64) {
     // SAFETY: as above.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as f64;
     let field = |n| {
-        super::discover::stat_field(&stat, n)
+        bootscope_model::proc::stat_field(&stat, n)
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(0.0)
     };

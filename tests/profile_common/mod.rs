@@ -117,3 +117,13 @@ pub fn expect_usage_error(args: &[&str], needles: &[&str]) {
         assert!(err.contains(n), "{args:?}: stderr lacks {n:?}: {err}");
     }
 }
+
+/// The `[slot, count]` pairs of a profile's `time_slots` series, summed.
+pub fn slot_sum(series: &serde_json::Value) -> u64 {
+    series
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|pair| pair[1].as_u64().unwrap())
+        .sum()
+}

@@ -76,6 +76,13 @@ fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
     }
 }
 
+/// The run ended for `reason`, clean or not as `clean` says.
+fn assert_outcome(r: &RunReport, reason: StopReason, clean: bool) {
+    let o = &r.timeline.outcome;
+    assert_eq!(o.reason, reason, "{}", o.detail);
+    assert_eq!(o.clean, clean, "{o:?}");
+}
+
 fn boot(cfg: VmConfig) -> Result<RunReport, VmError> {
     run(cfg, Arc::new(Recorder::new(Clock::start())))
 }
@@ -294,8 +301,7 @@ fn triple_fault_ends_the_vm_as_a_crash() {
         return;
     }
     let r = boot(config("mini-bzimage-triple.bin", "", Capture::default())).unwrap();
-    assert_eq!(r.timeline.outcome.reason, StopReason::TripleFault);
-    assert!(!r.timeline.outcome.clean, "{:?}", r.timeline.outcome);
+    assert_outcome(&r, StopReason::TripleFault, false);
 }
 
 /// mini-bzimage-cf9.bin resets as Linux's `reboot=pci` does, through the
@@ -307,13 +313,7 @@ fn reset_control_register_reset_is_clean() {
         return;
     }
     let r = boot(config("mini-bzimage-cf9.bin", "", Capture::default())).unwrap();
-    assert_eq!(
-        r.timeline.outcome.reason,
-        StopReason::Cf9Reset,
-        "{}",
-        r.timeline.outcome.detail
-    );
-    assert!(r.timeline.outcome.clean);
+    assert_outcome(&r, StopReason::Cf9Reset, true);
 }
 
 /// mini-bzimage-restart.bin prints the kernel's `reboot: Restarting system`
@@ -331,13 +331,7 @@ fn announced_restart_by_triple_fault_is_clean() {
         "{}",
         out.text()
     );
-    assert_eq!(
-        r.timeline.outcome.reason,
-        StopReason::TripleFaultReboot,
-        "{}",
-        r.timeline.outcome.detail
-    );
-    assert!(r.timeline.outcome.clean);
+    assert_outcome(&r, StopReason::TripleFaultReboot, true);
 }
 
 /// mini-bzimage-hostile.bin: 32 rounds of pseudo-random values written to
@@ -355,13 +349,7 @@ fn hostile_port_and_mmio_accesses_end_on_the_triple_fault() {
     let mut cfg = config("mini-bzimage-hostile.bin", "", Capture::default());
     cfg.allow_emulation = true;
     let r = boot(cfg).unwrap();
-    assert_eq!(
-        r.timeline.outcome.reason,
-        StopReason::TripleFault,
-        "{}",
-        r.timeline.outcome.detail
-    );
-    assert!(!r.timeline.outcome.clean);
+    assert_outcome(&r, StopReason::TripleFault, false);
     // Three writes (out b/w/l) per round to 0x80 and to 0xf4, plus the two
     // markers each before the loop.
     let c = &r.marker_counts;
@@ -395,8 +383,7 @@ fn halted_guest_times_out() {
     let mut cfg = config("mini-bzimage-hlt.bin", "", Capture::default());
     cfg.timeout = Some(Duration::from_millis(500));
     let r = boot(cfg).unwrap();
-    assert_eq!(r.timeline.outcome.reason, StopReason::Timeout);
-    assert!(!r.timeline.outcome.clean);
+    assert_outcome(&r, StopReason::Timeout, false);
     // Where the vCPU was: the fixture's `cli; hlt`.
     let detail = &r.timeline.outcome.detail;
     assert!(detail.contains("vcpu0 halted at rip 0x"), "{detail}");

@@ -12,9 +12,11 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::mem::{offset_of, size_of};
+use std::path::PathBuf;
 
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use aya::Pod;
+use bootscope_model::proc::{argv_of, stat_field, threads_of};
 
 use super::read::hash_entries;
 use super::state::{State, ThreadInfo};
@@ -24,7 +26,6 @@ use crate::bpf;
 use crate::error::ProfilerError;
 use crate::phases;
 use crate::profile::{Profile, Target};
-use bootscope_model::proc::threads_of;
 
 /// A process followed because it runs a guest.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -134,21 +135,11 @@ impl State {
     pub(super) fn note_vm(&mut self, tgid: u32, thread_name: String, t_ns: u64) {
         self.tgids.insert(tgid);
         self.vms.entry(tgid).or_insert_with(|| {
-            let dir = format!("/proc/{tgid}");
-            let cmdline = std::fs::read(format!("{dir}/cmdline"))
-                .unwrap_or_default()
-                .split(|&b| b == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            // The name in parentheses may hold spaces: fields count from
-            // after it.
-            let start_ticks = std::fs::read_to_string(format!("{dir}/stat"))
+            let dir = PathBuf::from(format!("/proc/{tgid}"));
+            let start_ticks = std::fs::read_to_string(dir.join("stat"))
                 .ok()
-                .and_then(|s| {
-                    let rest = s.rsplit_once(')')?.1;
-                    rest.split_whitespace().nth(19)?.parse().ok()
-                });
+                .and_then(|s| stat_field(&s, 22)?.parse().ok());
+            let cmdline = argv_of(&dir);
             FollowedVm {
                 tgid,
                 comm: read_comm(tgid, tgid).unwrap_or(thread_name),

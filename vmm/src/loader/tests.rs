@@ -14,6 +14,11 @@ fn memory(bytes: u64) -> GuestMemoryMmap {
     GuestMemoryMmap::<()>::from_ranges(&crate::bootparams::ram_ranges(bytes)).unwrap()
 }
 
+/// `load_kernel` into 64 MiB, without a kernel cache.
+fn load_plain(mem: &GuestMemoryMmap, path: &Path) -> Result<LoadedKernel, LoadError> {
+    load_kernel(mem, path, 64 << 20, &DecompressOptions::default())
+}
+
 #[test]
 fn probes_by_content() {
     let b = probe_kernel(&fixture("mini-bzimage-reset.bin")).unwrap();
@@ -29,13 +34,7 @@ fn probes_by_content() {
 #[test]
 fn loads_bzimage_at_one_mib_with_64bit_entry() {
     let mem = memory(64 << 20);
-    let k = load_kernel(
-        &mem,
-        &fixture("mini-bzimage-reset.bin"),
-        64 << 20,
-        &DecompressOptions::default(),
-    )
-    .unwrap();
+    let k = load_plain(&mem, &fixture("mini-bzimage-reset.bin")).unwrap();
     assert_eq!(k.mode, EntryMode::Linux64);
     assert_eq!(k.entry, GuestAddress(0x100200));
     assert_eq!(k.cmdline_max, 2047);
@@ -53,13 +52,7 @@ fn loads_bzimage_at_one_mib_with_64bit_entry() {
 #[test]
 fn loads_pvh_entry_from_note() {
     let mem = memory(64 << 20);
-    let k = load_kernel(
-        &mem,
-        &fixture("mini-pvh.elf"),
-        64 << 20,
-        &DecompressOptions::default(),
-    )
-    .unwrap();
+    let k = load_plain(&mem, &fixture("mini-pvh.elf")).unwrap();
     assert_eq!(k.mode, EntryMode::Pvh);
     assert_eq!(k.entry, GuestAddress(0x100000));
     assert_eq!(k.format, KernelFormat::Elf);
@@ -187,13 +180,7 @@ fn gzip_and_zstd_payloads_and_no_cache() {
     let elf = std::fs::read(fixture("mini-pvh.elf")).unwrap();
     for c in [Compression::Gzip, Compression::Zstd] {
         let path = bzimage_with_payload(c.name(), &kernel_payload(c, &elf));
-        let k = load_kernel(
-            &memory(64 << 20),
-            &path,
-            64 << 20,
-            &DecompressOptions::default(),
-        )
-        .unwrap();
+        let k = load_plain(&memory(64 << 20), &path).unwrap();
         let boot = k.boot.unwrap();
         assert_eq!(boot.decompressed_by, "host", "{c:?}");
         assert_eq!(boot.compression.as_deref(), Some(c.name()));
@@ -259,7 +246,7 @@ fn corrupt_payload_is_refused() {
     payload[mid] ^= 0xff;
     let path = bzimage_with_payload("corrupt", &payload);
     let mem = memory(64 << 20);
-    let e = load_kernel(&mem, &path, 64 << 20, &DecompressOptions::default()).unwrap_err();
+    let e = load_plain(&mem, &path).unwrap_err();
     assert!(
         matches!(
             e,
@@ -284,7 +271,7 @@ fn corrupt_payload_is_refused() {
     let len = payload.len() as u32 + 4096;
     bytes[0x24c..0x250].copy_from_slice(&len.to_le_bytes());
     std::fs::write(&path, bytes).unwrap();
-    let e = load_kernel(&mem, &path, 64 << 20, &DecompressOptions::default()).unwrap_err();
+    let e = load_plain(&mem, &path).unwrap_err();
     assert!(matches!(e, LoadError::CorruptPayload { .. }), "{e}");
     let _ = std::fs::remove_file(path);
 }
@@ -292,15 +279,7 @@ fn corrupt_payload_is_refused() {
 #[test]
 fn rejects_bad_images() {
     let mem = memory(64 << 20);
-    let err = |name: &str| {
-        load_kernel(
-            &mem,
-            &fixture(name),
-            64 << 20,
-            &DecompressOptions::default(),
-        )
-        .unwrap_err()
-    };
+    let err = |name: &str| load_plain(&mem, &fixture(name)).unwrap_err();
     assert!(matches!(
         err("not-a-kernel.bin"),
         LoadError::NotAKernel { .. }
@@ -342,14 +321,14 @@ fn rejects_overlapping_segments_and_stray_entries() {
     // Program headers at 64, 56 bytes each: the second (the PT_NOTE
     // inside the PT_LOAD) made loadable.
     let overlap = patched_pvh("overlap", &[(64 + 56, &1u32.to_le_bytes())]);
-    let e = load_kernel(&mem, &overlap, 64 << 20, &DecompressOptions::default()).unwrap_err();
+    let e = load_plain(&mem, &overlap).unwrap_err();
     assert!(matches!(e, LoadError::ElfOverlappingSegments { .. }), "{e}");
     assert!(e.to_string().contains("0x100000..0x1000d8"), "{e}");
     assert!(probe_kernel(&overlap).is_err());
     // The PT_LOAD moved to 0x200000: the PVH entry 0x100000 is left
     // outside it.
     let stray = patched_pvh("stray", &[(64 + 24, &0x200000u64.to_le_bytes())]);
-    let e = load_kernel(&mem, &stray, 64 << 20, &DecompressOptions::default()).unwrap_err();
+    let e = load_plain(&mem, &stray).unwrap_err();
     assert!(
         matches!(
             e,
@@ -362,7 +341,7 @@ fn rejects_overlapping_segments_and_stray_entries() {
     );
     // The PT_LOAD moved below 1 MiB, over the boot structures.
     let low = patched_pvh("low", &[(64 + 24, &0xf0000u64.to_le_bytes())]);
-    let e = load_kernel(&mem, &low, 64 << 20, &DecompressOptions::default()).unwrap_err();
+    let e = load_plain(&mem, &low).unwrap_err();
     assert!(
         matches!(
             e,
@@ -382,13 +361,7 @@ fn rejects_overlapping_segments_and_stray_entries() {
 #[test]
 fn initrd_goes_high_and_page_aligned() {
     let mem = memory(64 << 20);
-    let k = load_kernel(
-        &mem,
-        &fixture("mini-bzimage-reset.bin"),
-        64 << 20,
-        &DecompressOptions::default(),
-    )
-    .unwrap();
+    let k = load_plain(&mem, &fixture("mini-bzimage-reset.bin")).unwrap();
     let i = load_initrd(&mem, &fixture("mini-pvh.elf"), &k, 64 << 20, false).unwrap();
     assert!(!i.mapped_from_file);
     assert_eq!(i.addr % 4096, 0);
@@ -403,13 +376,7 @@ fn initrd_goes_high_and_page_aligned() {
 #[test]
 fn initrd_mapped_from_file_reads_the_same_and_writes_stay_private() {
     let mem = memory(64 << 20);
-    let k = load_kernel(
-        &mem,
-        &fixture("mini-bzimage-reset.bin"),
-        64 << 20,
-        &DecompressOptions::default(),
-    )
-    .unwrap();
+    let k = load_plain(&mem, &fixture("mini-bzimage-reset.bin")).unwrap();
     let path = fixture("mini-bzimage-ports.bin");
     let i = load_initrd(&mem, &path, &k, 64 << 20, true).unwrap();
     assert!(i.mapped_from_file);
