@@ -3,7 +3,11 @@
 //! fallback where bootscope cannot read guest memory (`run --initcalls`
 //! reads the log from it instead and costs no console lines).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bootscope_profiler::guest_symbols::SymbolTable;
+use bootscope_vmm::kernel_log::{GuestKernel, GuestKernelLoader};
 
 use crate::cli::{check_output, usage, write_output, Failure};
 
@@ -120,4 +124,55 @@ impl bootscope_vmm::kernel_log::IntervalCounts for ProfileSlots<'_> {
             host_faults: t.host_faults,
         }
     }
+}
+
+/// The booted kernel's symbols and types, for `run --initcalls`' trace
+/// method: the symbol table of the image (its ELF symbols, or its kallsyms
+/// tables recovered) and the BTF section of its ELF.
+struct BootedKernel(SymbolTable);
+
+impl GuestKernel for BootedKernel {
+    fn address_of(&self, name: &str) -> Option<u64> {
+        self.0.address_of(name)
+    }
+
+    fn functions_at(&self, addrs: &[u64]) -> Vec<Option<String>> {
+        self.0
+            .names(addrs)
+            .into_iter()
+            .map(|n| n.map(|(name, _)| name))
+            .collect()
+    }
+
+    fn btf(&self) -> Result<Vec<u8>, String> {
+        self.0
+            .image
+            .as_ref()
+            .and_then(|i| i.section(".BTF"))
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| {
+                "the kernel image has no .BTF section (the kernel needs CONFIG_DEBUG_INFO_BTF=y)"
+                    .to_string()
+            })
+    }
+
+    fn source(&self) -> String {
+        self.0.source.clone()
+    }
+}
+
+/// Loads the symbols and types of the image a run booted (`kernel`, the
+/// file given, or the VMM's decompressed copy of it, whose recovered table
+/// is kept beside it).
+pub fn kernel_loader(kernel: PathBuf) -> GuestKernelLoader {
+    Arc::new(move |image: &Path| {
+        let table = if image == kernel {
+            SymbolTable::load(image)
+        } else {
+            crate::sites_cmd::cache_file_symbols(image)
+        };
+        table
+            .map(|t| Box::new(BootedKernel(t)) as Box<dyn GuestKernel>)
+            .map_err(|e| e.to_string())
+    })
 }

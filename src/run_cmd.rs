@@ -149,6 +149,20 @@ pub(crate) struct RunArgs {
     /// (docs/initcalls.md).
     #[arg(long, conflicts_with = "stop_after")]
     initcalls: bool,
+    /// How --initcalls records them: `trace`, the kernel's initcall
+    /// tracepoints into its trace buffer (needs the kernel's BTF and symbol
+    /// table, which bootscope reads from the image after the boot), or
+    /// `log`, `initcall_debug`'s lines into its printk log (any kernel with
+    /// VMCOREINFO; costs the boot more).
+    #[arg(long, value_enum, default_value = "trace", requires = "initcalls")]
+    initcalls_method: InitcallMethod,
+}
+
+/// `run --initcalls-method`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum InitcallMethod {
+    Trace,
+    Log,
 }
 
 pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
@@ -176,12 +190,19 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     let patterns = merge_patterns(patterns, !args.no_default_patterns);
     let (kernel, initrd) = guest_images(&args, stop_after)?;
     let tui_console = crate::tui_cmd::TuiConsole::new(args.tui, &args.serial).map_err(usage)?;
-    let cmdline = if args.initcalls {
-        bootscope_vmm::kernel_log::cmdline_with_initcalls(&args.cmdline)
-            .map_err(|e| usage(e.into()))?
-    } else {
-        args.cmdline.clone()
+    let trace = args.initcalls && args.initcalls_method == InitcallMethod::Trace;
+    let cmdline = match (args.initcalls, args.initcalls_method) {
+        (false, _) => args.cmdline.clone(),
+        (true, InitcallMethod::Trace) => {
+            bootscope_vmm::kernel_log::traced::cmdline_with_trace(&args.cmdline)
+                .map_err(|e| usage(e.into()))?
+        }
+        (true, InitcallMethod::Log) => {
+            bootscope_vmm::kernel_log::cmdline_with_initcalls(&args.cmdline)
+                .map_err(|e| usage(e.into()))?
+        }
     };
+    let initcall_kernel = trace.then(|| crate::initcalls_cmd::kernel_loader(kernel.clone()));
     let mut cfg = VmConfig {
         kernel,
         initrd,
@@ -203,6 +224,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         acpi: !args.no_acpi,
         stop: Some(interrupts.flag()),
         initcalls: args.initcalls,
+        initcall_kernel,
         before_first_run: None,
     };
     // A kernel that cannot be booted is refused before the profiler

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use bootscope_profiler::guest_symbols::{kernel_of_command, SymbolTable};
+use bootscope_profiler::guest_symbols::{kernel_of_command, SymbolTable, SymbolsError};
 use bootscope_profiler::sites::GuestRegion;
 use bootscope_profiler::Profile;
 
@@ -47,14 +47,7 @@ pub fn booted_kernel_symbols(guest: &bootscope_vmm::timeline::GuestInfo) -> Opti
         .and_then(|b| b.cache_file.as_ref())
         .map(PathBuf::from)
         .filter(|p| p.is_file());
-    // The cache file is named by its content: its symbol table can be
-    // kept beside it.
-    let table = |vmlinux: &Path| {
-        let mut name = vmlinux.as_os_str().to_owned();
-        name.push(".kallsyms");
-        SymbolTable::load_cached(vmlinux, Path::new(&name))
-    };
-    if let Some(Ok(mut t)) = cached.as_deref().map(table) {
+    if let Some(Ok(mut t)) = cached.as_deref().map(cache_file_symbols) {
         t.source = format!(
             "{} (the payload of {}, decompressed by the VMM)",
             t.source,
@@ -63,6 +56,15 @@ pub fn booted_kernel_symbols(guest: &bootscope_vmm::timeline::GuestInfo) -> Opti
         return Some(t);
     }
     load_symbols(None, Some(kernel)).ok().flatten()
+}
+
+/// The symbols of the VMM's kernel cache file `vmlinux`: named by its
+/// content, so the table recovered from it is kept beside it
+/// (`FILE.kallsyms`) and read from there next time.
+pub fn cache_file_symbols(vmlinux: &Path) -> Result<SymbolTable, SymbolsError> {
+    let mut name = vmlinux.as_os_str().to_owned();
+    name.push(".kallsyms");
+    SymbolTable::load_cached(vmlinux, Path::new(&name))
 }
 
 /// The kernel a launched command boots, for `profile -- COMMAND`.

@@ -40,6 +40,7 @@ fn main() {
         acpi: true,
         stop: None,
         initcalls: false,
+        initcall_kernel: None,
         before_first_run: None,
     };
     match run(cfg, rec) {

@@ -72,6 +72,7 @@ fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
         acpi: true,
         stop: None,
         initcalls: false,
+        initcall_kernel: None,
         before_first_run: None,
     }
 }

@@ -123,6 +123,16 @@ impl KernelImage {
         self.elf.get(from..to.min(from + n))
     }
 
+    /// The contents of the ELF section `name` (`.BTF`: the kernel's type
+    /// information), if the image has it.
+    pub fn section(&self, name: &str) -> Option<&[u8]> {
+        let file = object::File::parse(&*self.elf).ok()?;
+        let data = file.section_by_name(name)?.data().ok()?;
+        // The same bytes, borrowed from the image rather than the parse.
+        let start = data.as_ptr() as usize - self.elf.as_ptr() as usize;
+        self.elf.get(start..start + data.len())
+    }
+
     /// The ELF's own symbol table (an unstripped vmlinux), if it has one.
     pub fn elf_symbols(&self) -> Option<Vec<KernelSymbol>> {
         let file = object::File::parse(&*self.elf).ok()?;

@@ -138,13 +138,18 @@ impl SymbolTable {
     /// The kernel image, `[_text, _end)` (or the symbols' span): its init
     /// text, where much of a boot runs, lies beyond `_etext`.
     pub fn text_range(&self) -> (u64, u64) {
-        let find = |n: &str| self.symbols.iter().find(|s| s.name == n).map(|s| s.addr);
+        let find = |n: &str| self.address_of(n);
         let first = self.symbols.first().map_or(0, |s| s.addr);
         let last = self.symbols.last().map_or(0, |s| s.addr);
         (
             find("_text").or(find("_stext")).unwrap_or(first),
             find("_end").unwrap_or(last),
         )
+    }
+
+    /// The link-time address of the symbol `name`.
+    pub fn address_of(&self, name: &str) -> Option<u64> {
+        self.symbols.iter().find(|s| s.name == name).map(|s| s.addr)
     }
 
     /// The function of each link-time address (None: outside the kernel's

@@ -11,13 +11,16 @@
 //! and maps their guest timestamps onto the VMM's clock ([`align`]).
 
 pub mod align;
+pub mod btf;
 pub mod console_log;
 pub mod initcalls;
 pub mod phys;
 pub mod ringbuffer;
+pub mod trace_ring;
+pub mod traced;
 pub mod vmcoreinfo;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -27,6 +30,7 @@ pub use align::ClockAlignment;
 pub use initcalls::{cmdline_with_initcalls, GuestInitcall, NoisyCmdline, CMDLINE_PARAMS, LEVELS};
 use phys::{KernelVirt, PhysMemory};
 use ringbuffer::{LogRead, RingLayout};
+pub use traced::{GuestKernel, GuestKernelLoader};
 use vmcoreinfo::VmcoreInfo;
 
 /// Why the kernel log could not be read.
@@ -257,6 +261,49 @@ impl InitcallsDoc {
     }
 }
 
+/// Traced durations against the kernel's own (`initcall_debug`'s `after N
+/// usecs`, `ktime_get()` around the call) for the same initcalls of the
+/// same boot, matched by name in order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DurationCheck {
+    pub compared: u64,
+    /// Those within 10 % or 50 µs of the kernel's figure.
+    pub agree: u64,
+    /// The largest difference: initcall, traced and kernel durations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worst: Option<(String, u64, u64)>,
+}
+
+/// Whether a traced duration agrees with the kernel's own figure: within
+/// 10 % of it or 50 µs (its microsecond rounding and the log line's own
+/// cost between the two clocks' readings).
+pub fn durations_agree(traced_ns: u64, kernel_ns: u64) -> bool {
+    traced_ns.abs_diff(kernel_ns) <= (kernel_ns / 10).max(50_000)
+}
+
+/// Compares `traced` initcalls with the `logged` ones of the same boot.
+pub fn check_durations(traced: &[GuestInitcall], logged: &[GuestInitcall]) -> DurationCheck {
+    let mut by_name: HashMap<&str, std::collections::VecDeque<u64>> = HashMap::new();
+    for l in logged {
+        by_name.entry(&l.name).or_default().push_back(l.duration_ns);
+    }
+    let mut check = DurationCheck::default();
+    let mut worst = 0;
+    for t in traced {
+        let Some(kernel) = by_name.get_mut(t.name.as_str()).and_then(|q| q.pop_front()) else {
+            continue;
+        };
+        check.compared += 1;
+        check.agree += u64::from(durations_agree(t.duration_ns, kernel));
+        let diff = t.duration_ns.abs_diff(kernel);
+        if check.worst.is_none() || diff > worst {
+            worst = diff;
+            check.worst = Some((t.name.clone(), t.duration_ns, kernel));
+        }
+    }
+    check
+}
+
 /// The `initcalls` section of the timeline.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct InitcallsDoc {
@@ -270,8 +317,22 @@ pub struct InitcallsDoc {
     pub log_records: u64,
     pub log_first_seq: u64,
     pub log_bytes: u64,
-    /// Host time spent finding and reading the log at shutdown.
+    /// Host time spent finding and reading the log at shutdown (and, for
+    /// the tracepoints, loading the kernel's symbols and types).
     pub read_ns: u64,
+    /// The trace method: where the kernel's symbols and types came from,
+    /// the events read and those the kernel overwrote (its trace buffer
+    /// was too small).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symbols: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_events: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_overrun: Option<u64>,
+    /// The trace method with `initcall_debug` also on the command line:
+    /// the traced durations against the kernel's own figures in its log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_durations: Option<DurationCheck>,
     /// How guest times map onto the timeline; absent without a console line
     /// to anchor them (`start_ns` is then the guest time itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -300,19 +361,29 @@ pub const METHOD_GUEST_MEMORY: &str =
     "initcall_debug at KERN_DEBUG (not printed on the console), read from the printk ring \
      buffer in guest memory at shutdown";
 
+/// What the method field says for the trace reader.
+pub const METHOD_TRACE: &str =
+    "the kernel's initcall tracepoints, recorded in its trace ring buffer (trace_clock=perf, \
+     printk's clock) and read from guest memory at shutdown";
+
+/// The kernel's memory as its own page tables map it, from VMCOREINFO.
+fn kernel_virt<'a>(
+    mem: &'a dyn PhysMemory,
+    info: &VmcoreInfo,
+) -> Result<KernelVirt<'a>, KernelLogError> {
+    Ok(KernelVirt::new(
+        mem,
+        info.symbol("init_top_pgt")?,
+        info.number("phys_base")?,
+        info.number("pgtable_l5_enabled").unwrap_or(0) != 0,
+        info.number("sme_mask").unwrap_or(0) as u64,
+    ))
+}
+
 /// Reads the kernel log from a stopped guest.
 pub fn read_log(mem: &dyn PhysMemory) -> Result<(VmcoreInfo, LogRead), KernelLogError> {
     let info = vmcoreinfo::find(mem)?;
-    let phys_base = info.number("phys_base")?;
-    let five_level = info.number("pgtable_l5_enabled").unwrap_or(0) != 0;
-    let sme_mask = info.number("sme_mask").unwrap_or(0) as u64;
-    let kv = KernelVirt::new(
-        mem,
-        info.symbol("init_top_pgt")?,
-        phys_base,
-        five_level,
-        sme_mask,
-    );
+    let kv = kernel_virt(mem, &info)?;
     let prb_sym = info.symbol("prb")?;
     let prb = kv.u64_at(prb_sym).ok_or(KernelLogError::Unmapped {
         what: "the prb pointer",
@@ -342,19 +413,89 @@ pub fn collect(mem: &dyn PhysMemory, lines: &[ConsoleLine], first_run_ns: u64) -
     doc
 }
 
-/// [`collect`] for a run that just ended: the console lines kept and the
-/// first `KVM_RUN` mark.
+/// What to do instead when the trace method cannot read a kernel.
+const TRACE_FALLBACK: &str =
+    "boot with --initcalls-method log to read initcall_debug's lines from the kernel log instead";
+
+/// The `--initcalls` result of the trace method from a stopped guest's
+/// memory: the initcalls from its trace buffer (`kernel`: its symbols and
+/// types), their clock aligned through its log and the console lines.
+pub fn collect_traced(
+    mem: &dyn PhysMemory,
+    lines: &[ConsoleLine],
+    first_run_ns: u64,
+    kernel: Result<Box<dyn GuestKernel>, String>,
+) -> InitcallsDoc {
+    let started = Instant::now();
+    let mut doc = InitcallsDoc {
+        method: METHOD_TRACE.to_string(),
+        ..InitcallsDoc::default()
+    };
+    match read_log(mem) {
+        Ok((info, read)) => {
+            doc.os_release = info.os_release().map(str::to_string);
+            let traced = kernel.and_then(|k| {
+                doc.symbols = Some(k.source());
+                let kv = kernel_virt(mem, &info).map_err(|e| e.to_string())?;
+                let runtime = info.symbol("init_top_pgt").map_err(|e| e.to_string())?;
+                let linked = k
+                    .address_of("init_top_pgt")
+                    .ok_or("the kernel's symbol table has no init_top_pgt")?;
+                traced::read(&kv, k.as_ref(), runtime.wrapping_sub(linked))
+            });
+            match traced {
+                Ok(t) => {
+                    doc.trace_events = Some(t.read.events.len() as u64);
+                    doc.trace_overrun = Some(t.read.overrun);
+                    fill_with(&mut doc, &read, lines, first_run_ns, &t.initcalls);
+                    let logged = initcalls::parse(&read.records);
+                    if !logged.is_empty() {
+                        doc.kernel_durations = Some(check_durations(&t.initcalls, &logged));
+                    }
+                    if t.initcalls.is_empty() && doc.error.is_none() {
+                        doc.error = Some(format!(
+                            "the trace buffer has no initcall events (was trace_event={} on \
+                             the command line?)",
+                            traced::TRACE_EVENTS
+                        ));
+                    }
+                }
+                Err(e) => {
+                    doc.error = Some(format!("initcall events not read: {e}; {TRACE_FALLBACK}"));
+                }
+            }
+        }
+        Err(e) => doc.error = Some(e.to_string()),
+    }
+    doc.read_ns = started.elapsed().as_nanos() as u64;
+    doc
+}
+
+/// [`collect`] (or, with `kernel`, [`collect_traced`]) for a run that just
+/// ended: the console lines kept and the first `KVM_RUN` mark; `image` is
+/// the kernel image booted (the decompressed vmlinux when there is one).
 pub fn collect_after_run(
     mem: &dyn PhysMemory,
     events: &crate::console::ConsoleEvents,
     marks: &[crate::timeline::PhaseMark],
+    kernel: Option<(&GuestKernelLoader, &std::path::Path)>,
 ) -> InitcallsDoc {
     let first_run = marks
         .iter()
         .find(|m| m.name == crate::timeline::vmm_marks::FIRST_KVM_RUN)
         .map_or(0, |m| m.t_ns);
     let lines = events.lines.lock().unwrap_or_else(|e| e.into_inner());
-    collect(mem, &lines, first_run)
+    match kernel {
+        Some((load, image)) => {
+            let started = Instant::now();
+            let kernel = load(image);
+            let loaded_ns = started.elapsed().as_nanos() as u64;
+            let mut doc = collect_traced(mem, &lines, first_run, kernel);
+            doc.read_ns += loaded_ns;
+            doc
+        }
+        None => collect(mem, &lines, first_run),
+    }
 }
 
 /// Initcalls from a console log (the fallback for another VMM): guest
@@ -376,11 +517,6 @@ pub fn from_console(console: &str) -> InitcallsDoc {
 
 /// Fills the log statistics, alignment, initcalls and levels from a log.
 pub fn fill(doc: &mut InitcallsDoc, read: &LogRead, lines: &[ConsoleLine], first_run_ns: u64) {
-    doc.log_records = read.records.len() as u64;
-    doc.log_first_seq = read.first_seq;
-    doc.log_bytes = read.data_ring_bytes;
-    doc.clock = align::align(&read.records, lines, first_run_ns);
-    let offset = doc.clock.as_ref().map_or(0, |c| c.offset_ns);
     let guest = initcalls::parse(&read.records);
     if guest.is_empty() && doc.error.is_none() {
         doc.error = Some(
@@ -388,7 +524,24 @@ pub fn fill(doc: &mut InitcallsDoc, read: &LogRead, lines: &[ConsoleLine], first
                 .to_string(),
         );
     }
-    doc.initcalls = place(&guest, offset);
+    fill_with(doc, read, lines, first_run_ns, &guest);
+}
+
+/// Fills the log statistics, the alignment (the log's records against the
+/// console lines) and the levels of `guest` initcalls on the log's clock.
+fn fill_with(
+    doc: &mut InitcallsDoc,
+    read: &LogRead,
+    lines: &[ConsoleLine],
+    first_run_ns: u64,
+    guest: &[GuestInitcall],
+) {
+    doc.log_records = read.records.len() as u64;
+    doc.log_first_seq = read.first_seq;
+    doc.log_bytes = read.data_ring_bytes;
+    doc.clock = align::align(&read.records, lines, first_run_ns);
+    let offset = doc.clock.as_ref().map_or(0, |c| c.offset_ns);
+    doc.initcalls = place(guest, offset);
     doc.levels = levels(&doc.initcalls);
 }
 
@@ -469,6 +622,27 @@ pub fn summary(doc: &InitcallsDoc, top: usize) -> String {
         doc.levels.len(),
         ms(doc.read_ns)
     );
+    if let Some(n) = doc.trace_overrun.filter(|&n| n > 0) {
+        let _ = writeln!(
+            out,
+            "initcalls: the kernel's trace buffer overwrote {n} events: the earliest initcalls \
+             are missing (give a larger trace_buf_size= on --cmdline)"
+        );
+    }
+    if let Some(c) = &doc.kernel_durations {
+        let _ = writeln!(
+            out,
+            "initcalls: {} of {} durations within 10 % or 50 µs of the kernel's own \
+             (initcall_debug){}",
+            c.agree,
+            c.compared,
+            c.worst.as_ref().map_or(String::new(), |(n, t, k)| format!(
+                "; largest difference {n}: {:.3} ms traced, {:.3} ms by the kernel",
+                ms(*t),
+                ms(*k)
+            ))
+        );
+    }
     let header = |out: &mut String, first: &str, last: &str| {
         let _ = writeln!(
             out,
@@ -699,6 +873,48 @@ mod tests {
         assert_eq!(v["initcalls"][0]["counted"]["exits"], 15);
         assert!(v["initcalls"][0].get("sampled").is_none());
         assert_eq!(v["slot_ns"], 1);
+    }
+
+    #[test]
+    fn traced_durations_are_checked_against_the_kernels_own() {
+        let call = |name: &str, start: u64, len: u64| GuestInitcall {
+            name: name.into(),
+            level: "device".into(),
+            guest_start_ns: start,
+            duration_ns: len,
+            ret: 0,
+            pid: 1,
+        };
+        let traced = [
+            call("a", 0, 1_000_000),
+            call("b", 10, 30_000),
+            call("a", 20, 500_000),
+            call("c", 30, 5_000_000),
+            call("only_traced", 40, 1),
+        ];
+        let logged = [
+            call("a", 0, 1_050_000),
+            call("b", 10, 0),
+            call("a", 20, 700_000),
+            call("c", 30, 5_400_000),
+        ];
+        let c = check_durations(&traced, &logged);
+        // a: 5 % off; b: 30 µs off; a again: 200 µs and 29 % off;
+        // c: 400 µs and 7 % off.
+        assert_eq!((c.compared, c.agree), (4, 3));
+        assert_eq!(c.worst, Some(("c".into(), 5_000_000, 5_400_000)));
+        assert!(durations_agree(50_000, 0));
+        assert!(!durations_agree(50_001, 0));
+        let mut doc = InitcallsDoc {
+            initcalls: place(&traced, 0),
+            kernel_durations: Some(c),
+            trace_overrun: Some(3),
+            ..InitcallsDoc::default()
+        };
+        doc.levels = levels(&doc.initcalls);
+        let s = summary(&doc, 3);
+        assert!(s.contains("3 of 4 durations within 10 %"), "{s}");
+        assert!(s.contains("overwrote 3 events"), "{s}");
     }
 
     #[test]

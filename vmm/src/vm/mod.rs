@@ -77,6 +77,11 @@ pub struct VmConfig {
     /// initcalls on the timeline (the command line must carry
     /// [`crate::kernel_log::CMDLINE_PARAMS`]).
     pub initcalls: bool,
+    /// With `initcalls`: read them from the kernel's initcall tracepoints
+    /// (the command line from [`crate::kernel_log::traced::cmdline_with_trace`]),
+    /// with the symbols and types this loads from the booted image after
+    /// the guest stopped. None: from `initcall_debug`'s log lines.
+    pub initcall_kernel: Option<crate::kernel_log::GuestKernelLoader>,
     /// Called once, on the VMM's thread, after the vCPU stage and just
     /// before the vCPU threads start (the first `KVM_RUN`); the run waits
     /// for it to return. A caller that must see every guest exit from the

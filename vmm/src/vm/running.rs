@@ -132,10 +132,23 @@ impl VmBuilder {
             ram.prealloc.as_ref(),
         );
         if self.cfg.initcalls {
+            // The image booted: the decompressed vmlinux when there is one.
+            let image = timeline
+                .guest
+                .kernel_boot
+                .as_ref()
+                .and_then(|b| b.cache_file.as_ref())
+                .map(std::path::PathBuf::from)
+                .filter(|p| p.is_file())
+                .unwrap_or_else(|| self.cfg.kernel.clone());
             let mut doc = crate::kernel_log::collect_after_run(
                 ram.backing.guest_memory(),
                 &devices.console_events(),
                 &timeline.marks,
+                self.cfg
+                    .initcall_kernel
+                    .as_ref()
+                    .map(|l| (l, image.as_path())),
             );
             if let Some(slots) = &exit_slots {
                 doc.count_exits(&slots.lock().unwrap_or_else(|e| e.into_inner()));
