@@ -129,15 +129,18 @@ impl bootscope_vmm::kernel_log::IntervalCounts for ProfileSlots<'_> {
 /// The booted kernel's symbols and types, for `run --initcalls`' trace
 /// method: the symbol table of the image (its ELF symbols, or its kallsyms
 /// tables recovered) and the BTF section of its ELF.
-struct BootedKernel(SymbolTable);
+struct BootedKernel {
+    table: SymbolTable,
+    btf: Option<Vec<u8>>,
+}
 
 impl GuestKernel for BootedKernel {
     fn address_of(&self, name: &str) -> Option<u64> {
-        self.0.address_of(name)
+        self.table.address_of(name)
     }
 
     fn functions_at(&self, addrs: &[u64]) -> Vec<Option<String>> {
-        self.0
+        self.table
             .names(addrs)
             .into_iter()
             .map(|n| n.map(|(name, _)| name))
@@ -145,11 +148,12 @@ impl GuestKernel for BootedKernel {
     }
 
     fn btf(&self) -> Result<Vec<u8>, String> {
-        self.0
-            .image
-            .as_ref()
-            .and_then(|i| i.section(".BTF"))
-            .map(<[u8]>::to_vec)
+        self.btf
+            .clone()
+            .or_else(|| {
+                let image = self.table.image.as_ref()?;
+                image.section(".BTF").map(<[u8]>::to_vec)
+            })
             .ok_or_else(|| {
                 "the kernel image has no .BTF section (the kernel needs CONFIG_DEBUG_INFO_BTF=y)"
                     .to_string()
@@ -157,22 +161,36 @@ impl GuestKernel for BootedKernel {
     }
 
     fn source(&self) -> String {
-        self.0.source.clone()
+        self.table.source.clone()
     }
 }
 
 /// Loads the symbols and types of the image a run booted (`kernel`, the
-/// file given, or the VMM's decompressed copy of it, whose recovered table
-/// is kept beside it).
+/// file given, or the VMM's decompressed copy of it). For the copy, once
+/// its symbol table has been recovered and kept beside it, only that table
+/// and the image's `.BTF` section are read, not the whole image: this runs
+/// after every `--initcalls` boot.
 pub fn kernel_loader(kernel: PathBuf) -> GuestKernelLoader {
     Arc::new(move |image: &Path| {
+        let kept = crate::sites_cmd::kept_table(image);
+        if image != kernel && kept.is_file() {
+            if let (Ok(table), Some(btf)) = (
+                SymbolTable::load(&kept),
+                bootscope_profiler::guest_symbols::image::file_section(image, ".BTF"),
+            ) {
+                return Ok(Box::new(BootedKernel {
+                    table,
+                    btf: Some(btf),
+                }) as Box<dyn GuestKernel>);
+            }
+        }
         let table = if image == kernel {
             SymbolTable::load(image)
         } else {
             crate::sites_cmd::cache_file_symbols(image)
         };
         table
-            .map(|t| Box::new(BootedKernel(t)) as Box<dyn GuestKernel>)
+            .map(|table| Box::new(BootedKernel { table, btf: None }) as Box<dyn GuestKernel>)
             .map_err(|e| e.to_string())
     })
 }

@@ -62,9 +62,15 @@ pub fn booted_kernel_symbols(guest: &bootscope_vmm::timeline::GuestInfo) -> Opti
 /// content, so the table recovered from it is kept beside it
 /// (`FILE.kallsyms`) and read from there next time.
 pub fn cache_file_symbols(vmlinux: &Path) -> Result<SymbolTable, SymbolsError> {
+    SymbolTable::load_cached(vmlinux, &kept_table(vmlinux))
+}
+
+/// Where the symbol table recovered from the kernel cache file `vmlinux`
+/// is kept: `FILE.kallsyms`.
+pub fn kept_table(vmlinux: &Path) -> PathBuf {
     let mut name = vmlinux.as_os_str().to_owned();
     name.push(".kallsyms");
-    SymbolTable::load_cached(vmlinux, Path::new(&name))
+    PathBuf::from(name)
 }
 
 /// The kernel a launched command boots, for `profile -- COMMAND`.

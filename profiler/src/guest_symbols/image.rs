@@ -17,6 +17,17 @@ pub struct KernelImage {
     text_start: Option<u64>,
 }
 
+/// The contents of the ELF section `name` of the file at `path`, reading
+/// only the ELF's headers and that section (not a whole 60 MB image).
+/// None: not an ELF, or no such section.
+pub fn file_section(path: &std::path::Path, name: &str) -> Option<Vec<u8>> {
+    let file = std::fs::File::open(path).ok()?;
+    let cache = object::ReadCache::new(file);
+    let elf = object::File::parse(&cache).ok()?;
+    let data = elf.section_by_name(name)?.data().ok()?;
+    Some(data.to_vec())
+}
+
 /// bzImage header fields (Documentation/arch/x86/boot.rst).
 const SETUP_SECTS: usize = 0x1f1;
 const HEADER_MAGIC: usize = 0x202;

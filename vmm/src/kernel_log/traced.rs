@@ -217,7 +217,7 @@ pub fn read(
         }
         *t = u32::from_le_bytes(b) as u16;
     }
-    if types.iter().any(|&t| t == 0) {
+    if types.contains(&0) {
         return Err(
             "the initcall events have no type numbers (tracing never registered them)".into(),
         );
