@@ -194,3 +194,68 @@ pub fn kernel_loader(kernel: PathBuf) -> GuestKernelLoader {
             .map_err(|e| e.to_string())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bootscope_profiler::guest_symbols::image::KernelImage;
+    use bootscope_vmm::kernel_log::btf::Btf;
+    use bootscope_vmm::kernel_log::trace_ring::TraceLayout;
+    use bootscope_vmm::kernel_log::traced::InitcallEvents;
+
+    /// The machine's own Debian kernel: its decompressed image stands in
+    /// for the VMM's kernel cache file. The first load recovers the symbol
+    /// table and keeps it beside the file; the second reads only that
+    /// table and the `.BTF` section. Both find what the trace reader needs:
+    /// `global_trace`, the three events, and every field in the BTF.
+    #[test]
+    fn the_booted_kernel_gives_the_trace_readers_symbols_and_types() {
+        let Some(kernel) = std::fs::read_dir("/boot").ok().and_then(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .find(|p| p.to_string_lossy().contains("/vmlinuz-"))
+        }) else {
+            eprintln!("SKIP: no /boot/vmlinuz-* here");
+            return;
+        };
+        let image = KernelImage::parse(&std::fs::read(&kernel).unwrap())
+            .unwrap()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cache_file = dir.path().join("vmlinux-test");
+        std::fs::write(&cache_file, image.bytes()).unwrap();
+        let load = kernel_loader(kernel);
+        let mut seen = Vec::new();
+        for round in ["recovered", "kept"] {
+            let k = load(&cache_file).unwrap();
+            let source = k.source();
+            match round {
+                "recovered" => assert!(source.contains("recovered from"), "{source}"),
+                _ => assert!(source.starts_with("symbol map") && source.ends_with(".kallsyms")),
+            }
+            let btf = Btf::parse(&k.btf().unwrap()).unwrap();
+            TraceLayout::from_btf(&btf).unwrap();
+            InitcallEvents::from_btf(&btf, [1, 2, 3]).unwrap();
+            let addrs: Vec<u64> = [
+                "global_trace",
+                "event_initcall_start",
+                "event_initcall_finish",
+                "event_initcall_level",
+                "init_top_pgt",
+                "serial8250_init",
+            ]
+            .iter()
+            .map(|n| k.address_of(n).unwrap_or_else(|| panic!("{n} ({round})")))
+            .collect();
+            let names = k.functions_at(&addrs[5..]);
+            assert_eq!(names, [Some("serial8250_init".to_string())], "{round}");
+            seen.push(addrs);
+        }
+        assert_eq!(seen[0], seen[1]);
+        assert!(crate::sites_cmd::kept_table(&cache_file).is_file());
+        // Not an image at all: a clear error, nothing panics.
+        let junk = dir.path().join("junk");
+        std::fs::write(&junk, b"not a kernel").unwrap();
+        assert!(load(&junk).is_err());
+    }
+}
