@@ -441,7 +441,17 @@ pub fn collect_traced(
                 let linked = k
                     .address_of("init_top_pgt")
                     .ok_or("the kernel's symbol table has no init_top_pgt")?;
-                traced::read(&kv, k.as_ref(), runtime.wrapping_sub(linked))
+                // KASLR moves the kernel by whole 2 MiB pages: another
+                // slide means a symbol table of another kernel.
+                let slide = runtime.wrapping_sub(linked);
+                if slide % (2 << 20) != 0 {
+                    return Err(format!(
+                        "the symbol table ({}) is not the booted kernel's: its init_top_pgt \
+                         is {linked:#x}, VMCOREINFO's {runtime:#x}",
+                        k.source()
+                    ));
+                }
+                traced::read(&kv, k.as_ref(), slide)
             });
             match traced {
                 Ok(t) => {

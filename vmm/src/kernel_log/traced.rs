@@ -374,4 +374,36 @@ mod tests {
             ]
         );
     }
+
+    /// A kernel with the given BTF blob and no symbols.
+    struct NoSymbols(Result<Vec<u8>, String>);
+
+    impl GuestKernel for NoSymbols {
+        fn address_of(&self, _: &str) -> Option<u64> {
+            None
+        }
+        fn functions_at(&self, addrs: &[u64]) -> Vec<Option<String>> {
+            vec![None; addrs.len()]
+        }
+        fn btf(&self) -> Result<Vec<u8>, String> {
+            self.0.clone()
+        }
+        fn source(&self) -> String {
+            "test".into()
+        }
+    }
+
+    #[test]
+    fn what_is_missing_is_named() {
+        let mem = super::super::trace_ring::tests::Words::default();
+        let e = read(&mem, &NoSymbols(Err("no .BTF section".into())), 0).err().unwrap();
+        assert_eq!(e, "no .BTF section");
+        let e = read(&mem, &NoSymbols(Ok(b"junk".to_vec())), 0).err().unwrap();
+        assert!(e.starts_with("the kernel's BTF:"), "{e}");
+        let mut w = super::super::btf::tests::BtfWriter::new();
+        let long = w.int();
+        w.strukt("trace_array", 8, &[("list", long, 0)]);
+        let e = read(&mem, &NoSymbols(Ok(w.finish())), 0).err().unwrap();
+        assert!(e.contains("trace_array.array_buffer.buffer"), "{e}");
+    }
 }
