@@ -397,15 +397,27 @@ pub fn read_log(mem: &dyn PhysMemory) -> Result<(VmcoreInfo, LogRead), KernelLog
 /// The whole `--initcalls` result from a stopped guest's memory, the
 /// console lines' host times and the VMM's first `KVM_RUN`.
 pub fn collect(mem: &dyn PhysMemory, lines: &[ConsoleLine], first_run_ns: u64) -> InitcallsDoc {
+    collect_with(mem, METHOD_GUEST_MEMORY, |doc, _, read| {
+        fill(doc, read, lines, first_run_ns);
+    })
+}
+
+/// Reads the log of a stopped guest and lets `body` fill the rest of the
+/// document from it; the time taken is `read_ns`.
+fn collect_with(
+    mem: &dyn PhysMemory,
+    method: &str,
+    body: impl FnOnce(&mut InitcallsDoc, &VmcoreInfo, &LogRead),
+) -> InitcallsDoc {
     let started = Instant::now();
     let mut doc = InitcallsDoc {
-        method: METHOD_GUEST_MEMORY.to_string(),
+        method: method.to_string(),
         ..InitcallsDoc::default()
     };
     match read_log(mem) {
         Ok((info, read)) => {
             doc.os_release = info.os_release().map(str::to_string);
-            fill(&mut doc, &read, lines, first_run_ns);
+            body(&mut doc, &info, &read);
         }
         Err(e) => doc.error = Some(e.to_string()),
     }
@@ -426,59 +438,48 @@ pub fn collect_traced(
     first_run_ns: u64,
     kernel: Result<Box<dyn GuestKernel>, String>,
 ) -> InitcallsDoc {
-    let started = Instant::now();
-    let mut doc = InitcallsDoc {
-        method: METHOD_TRACE.to_string(),
-        ..InitcallsDoc::default()
-    };
-    match read_log(mem) {
-        Ok((info, read)) => {
-            doc.os_release = info.os_release().map(str::to_string);
-            let traced = kernel.and_then(|k| {
-                doc.symbols = Some(k.source());
-                let kv = kernel_virt(mem, &info).map_err(|e| e.to_string())?;
-                let runtime = info.symbol("init_top_pgt").map_err(|e| e.to_string())?;
-                let linked = k
-                    .address_of("init_top_pgt")
-                    .ok_or("the kernel's symbol table has no init_top_pgt")?;
-                // KASLR moves the kernel by whole 2 MiB pages: another
-                // slide means a symbol table of another kernel.
-                let slide = runtime.wrapping_sub(linked);
-                if slide % (2 << 20) != 0 {
-                    return Err(format!(
-                        "the symbol table ({}) is not the booted kernel's: its init_top_pgt \
-                         is {linked:#x}, VMCOREINFO's {runtime:#x}",
-                        k.source()
+    collect_with(mem, METHOD_TRACE, |doc, info, read| {
+        let traced = kernel.and_then(|k| {
+            doc.symbols = Some(k.source());
+            let kv = kernel_virt(mem, info).map_err(|e| e.to_string())?;
+            let runtime = info.symbol("init_top_pgt").map_err(|e| e.to_string())?;
+            let linked = k
+                .address_of("init_top_pgt")
+                .ok_or("the kernel's symbol table has no init_top_pgt")?;
+            // KASLR moves the kernel by whole 2 MiB pages: another slide
+            // means a symbol table of another kernel.
+            let slide = runtime.wrapping_sub(linked);
+            if slide % (2 << 20) != 0 {
+                return Err(format!(
+                    "the symbol table ({}) is not the booted kernel's: its init_top_pgt is \
+                     {linked:#x}, VMCOREINFO's {runtime:#x}",
+                    k.source()
+                ));
+            }
+            traced::read(&kv, k.as_ref(), slide)
+        });
+        match traced {
+            Ok(t) => {
+                doc.trace_events = Some(t.read.events.len() as u64);
+                doc.trace_overrun = Some(t.read.overrun);
+                fill_with(doc, read, lines, first_run_ns, &t.initcalls);
+                let logged = initcalls::parse(&read.records);
+                if !logged.is_empty() {
+                    doc.kernel_durations = Some(check_durations(&t.initcalls, &logged));
+                }
+                if t.initcalls.is_empty() {
+                    doc.error = Some(format!(
+                        "the trace buffer has no initcall events (was trace_event={} on the \
+                         command line?)",
+                        traced::TRACE_EVENTS
                     ));
                 }
-                traced::read(&kv, k.as_ref(), slide)
-            });
-            match traced {
-                Ok(t) => {
-                    doc.trace_events = Some(t.read.events.len() as u64);
-                    doc.trace_overrun = Some(t.read.overrun);
-                    fill_with(&mut doc, &read, lines, first_run_ns, &t.initcalls);
-                    let logged = initcalls::parse(&read.records);
-                    if !logged.is_empty() {
-                        doc.kernel_durations = Some(check_durations(&t.initcalls, &logged));
-                    }
-                    if t.initcalls.is_empty() && doc.error.is_none() {
-                        doc.error = Some(format!(
-                            "the trace buffer has no initcall events (was trace_event={} on \
-                             the command line?)",
-                            traced::TRACE_EVENTS
-                        ));
-                    }
-                }
-                Err(e) => {
-                    doc.error = Some(format!("initcall events not read: {e}; {TRACE_FALLBACK}"));
-                }
+            }
+            Err(e) => {
+                doc.error = Some(format!("initcall events not read: {e}; {TRACE_FALLBACK}"));
             }
         }
-        Err(e) => doc.error = Some(e.to_string()),
-    }
-    doc.read_ns = started.elapsed().as_nanos() as u64;
-    doc
+    })
 }
 
 /// [`collect`] (or, with `kernel`, [`collect_traced`]) for a run that just
@@ -933,5 +934,8 @@ mod tests {
         let doc = collect(&mem, &[], 0);
         assert!(doc.error.unwrap().contains("VMCOREINFO"));
         assert!(doc.initcalls.is_empty());
+        let doc = collect_traced(&mem, &[], 0, Err("no kernel".into()));
+        assert!(doc.error.unwrap().contains("VMCOREINFO"));
+        assert_eq!(doc.method, METHOD_TRACE);
     }
 }

@@ -396,9 +396,13 @@ mod tests {
     #[test]
     fn what_is_missing_is_named() {
         let mem = super::super::trace_ring::tests::Words::default();
-        let e = read(&mem, &NoSymbols(Err("no .BTF section".into())), 0).err().unwrap();
+        let e = read(&mem, &NoSymbols(Err("no .BTF section".into())), 0)
+            .err()
+            .unwrap();
         assert_eq!(e, "no .BTF section");
-        let e = read(&mem, &NoSymbols(Ok(b"junk".to_vec())), 0).err().unwrap();
+        let e = read(&mem, &NoSymbols(Ok(b"junk".to_vec())), 0)
+            .err()
+            .unwrap();
         assert!(e.starts_with("the kernel's BTF:"), "{e}");
         let mut w = super::super::btf::tests::BtfWriter::new();
         let long = w.int();
