@@ -836,6 +836,18 @@ mod tests {
         assert!(s.contains("most io exits"), "{s}");
     }
 
+    /// A device-level initcall of `kernel_init` on the guest's clock.
+    fn call(name: &str, start: u64, len: u64) -> GuestInitcall {
+        GuestInitcall {
+            name: name.into(),
+            level: "device".into(),
+            guest_start_ns: start,
+            duration_ns: len,
+            ret: 0,
+            pid: 1,
+        }
+    }
+
     #[test]
     fn sampled_counters_are_shared_out_by_time() {
         let counts = |exits: u64, npf: u64, faults: u64| SampledCounts {
@@ -896,14 +908,6 @@ mod tests {
 
     #[test]
     fn counted_exits_replace_samples_where_the_counts_are_complete() {
-        let call = |name: &str, start: u64, len: u64| GuestInitcall {
-            name: name.into(),
-            level: "device".into(),
-            guest_start_ns: start,
-            duration_ns: len,
-            ret: 0,
-            pid: 1,
-        };
         let mut doc = InitcallsDoc {
             initcalls: place(&[call("early_one", 10, 15), call("late_one", 40, 10)], 0),
             ..InitcallsDoc::default()
@@ -939,14 +943,6 @@ mod tests {
 
     #[test]
     fn traced_durations_are_checked_against_the_kernels_own() {
-        let call = |name: &str, start: u64, len: u64| GuestInitcall {
-            name: name.into(),
-            level: "device".into(),
-            guest_start_ns: start,
-            duration_ns: len,
-            ret: 0,
-            pid: 1,
-        };
         let traced = [
             call("a", 0, 1_000_000),
             call("b", 10, 30_000),

@@ -97,7 +97,12 @@ impl RingLayout {
     }
 }
 
-fn u64_at(mem: &dyn VirtMemory, va: u64, what: &'static str) -> Result<u64, KernelLogError> {
+/// The `u64` at kernel address `va`; `what` names it in the error.
+pub(super) fn u64_at(
+    mem: &dyn VirtMemory,
+    va: u64,
+    what: &'static str,
+) -> Result<u64, KernelLogError> {
     let mut b = [0u8; 8];
     mem.read(va, &mut b)
         .then(|| u64::from_le_bytes(b))
@@ -238,7 +243,15 @@ pub(crate) mod tests {
     }
 
     impl FlatVirt {
-        fn put(&mut self, va: u64, bytes: &[u8]) {
+        /// Zeroed memory from 0 to `len`.
+        pub(crate) fn zeroed(len: usize) -> Self {
+            Self {
+                base: 0,
+                bytes: vec![0; len],
+            }
+        }
+
+        pub(crate) fn put(&mut self, va: u64, bytes: &[u8]) {
             let off = (va - self.base) as usize;
             self.bytes[off..off + bytes.len()].copy_from_slice(bytes);
         }

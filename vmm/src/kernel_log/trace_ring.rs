@@ -13,7 +13,7 @@
 //! time. Field offsets come from the kernel's BTF ([`super::btf`]).
 
 use super::btf::Btf;
-use super::ringbuffer::VirtMemory;
+use super::ringbuffer::{u64_at as ptr, VirtMemory};
 use super::KernelLogError;
 
 /// Event header types (`enum ring_buffer_type`); 1..=28 are data events
@@ -121,15 +121,6 @@ pub struct TraceRead {
     pub events: Vec<RawEvent>,
     pub overrun: u64,
     pub pages: u64,
-}
-
-fn ptr(mem: &dyn VirtMemory, va: u64, what: &'static str) -> Result<u64, KernelLogError> {
-    let mut b = [0u8; 8];
-    if mem.read(va, &mut b) {
-        Ok(u64::from_le_bytes(b))
-    } else {
-        Err(KernelLogError::Unmapped { what, address: va })
-    }
 }
 
 /// Reads every CPU's events from `global_trace` (its kernel address).
@@ -349,29 +340,15 @@ pub(crate) mod tests {
         assert_eq!(out.len(), 1);
     }
 
-    /// Kernel memory as a map of 8-byte-aligned words and pages.
-    #[derive(Default)]
-    pub struct Words(pub std::collections::HashMap<u64, u8>);
+    use super::super::ringbuffer::tests::FlatVirt;
 
-    impl Words {
-        pub fn put(&mut self, at: u64, bytes: &[u8]) {
-            for (i, b) in bytes.iter().enumerate() {
-                self.0.insert(at + i as u64, *b);
-            }
-        }
-        pub fn put_u64(&mut self, at: u64, v: u64) {
-            self.put(at, &v.to_le_bytes());
-        }
+    /// Zeroed kernel memory below 3 MiB, where the test rings live.
+    pub fn memory() -> FlatVirt {
+        FlatVirt::zeroed(3 << 20)
     }
 
-    impl VirtMemory for Words {
-        fn read(&self, va: u64, buf: &mut [u8]) -> bool {
-            for (i, b) in buf.iter_mut().enumerate() {
-                // Pages are all there; other words only where written.
-                *b = self.0.get(&(va + i as u64)).copied().unwrap_or(0);
-            }
-            true
-        }
+    fn put_u64(m: &mut FlatVirt, at: u64, v: u64) {
+        m.put(at, &v.to_le_bytes());
     }
 
     pub fn layout() -> TraceLayout {
@@ -396,28 +373,28 @@ pub(crate) mod tests {
     /// A trace array at 0x1000 with one CPU whose ring holds three pages
     /// (head 0x3000 -> 0x3100 -> 0x3200, the commit page, -> back), the
     /// spare reader page 0x3300 empty; each page's events as given.
-    pub fn ring(pages: [&[u8]; 3], stamps: [u64; 3]) -> Words {
+    pub fn ring(pages: [&[u8]; 3], stamps: [u64; 3]) -> FlatVirt {
         let l = layout();
-        let mut m = Words::default();
-        m.put_u64(0x1000 + l.array_buffer, 0x2000);
-        m.put_u64(0x2000 + l.cpus, 1);
-        m.put_u64(0x2000 + l.buffers, 0x2100);
-        m.put_u64(0x2100, 0x2200);
+        let mut m = memory();
+        put_u64(&mut m, 0x1000 + l.array_buffer, 0x2000);
+        put_u64(&mut m, 0x2000 + l.cpus, 1);
+        put_u64(&mut m, 0x2000 + l.buffers, 0x2100);
+        put_u64(&mut m, 0x2100, 0x2200);
         let cb = 0x2200;
-        m.put_u64(cb + l.head_page, 0x3000);
-        m.put_u64(cb + l.commit_page, 0x3200);
-        m.put_u64(cb + l.reader_page, 0x3300);
-        m.put_u64(cb + l.overrun.unwrap(), 7);
+        put_u64(&mut m, cb + l.head_page, 0x3000);
+        put_u64(&mut m, cb + l.commit_page, 0x3200);
+        put_u64(&mut m, cb + l.reader_page, 0x3300);
+        put_u64(&mut m, cb + l.overrun.unwrap(), 7);
         for (i, bp) in [0x3000u64, 0x3100, 0x3200].into_iter().enumerate() {
             let next = [0x3100u64, 0x3200, 0x3000 | 1][i];
-            m.put_u64(bp + l.list, next);
+            put_u64(&mut m, bp + l.list, next);
             let data = 0x10_0000 + 0x1000 * i as u64;
-            m.put_u64(bp + l.page, data);
-            m.put_u64(data + l.time_stamp, stamps[i]);
-            m.put_u64(data + l.commit, pages[i].len() as u64);
+            put_u64(&mut m, bp + l.page, data);
+            put_u64(&mut m, data + l.time_stamp, stamps[i]);
+            put_u64(&mut m, data + l.commit, pages[i].len() as u64);
             m.put(data + l.data, pages[i]);
         }
-        m.put_u64(0x3300 + l.page, 0x20_0000);
+        put_u64(&mut m, 0x3300 + l.page, 0x20_0000);
         m
     }
 
@@ -434,11 +411,11 @@ pub(crate) mod tests {
         assert_eq!(read.pages, 4);
         // A ring that never reaches its commit page is refused.
         let mut m = ring([&a, &b, &c], [100, 200, 300]);
-        m.put_u64(0x2200 + layout().commit_page, 0x9000);
+        put_u64(&mut m, 0x2200 + layout().commit_page, 0x9000);
         let e = read_events(&m, &layout(), 0x1000).unwrap_err();
         assert!(e.to_string().contains("never reach"), "{e}");
         // No buffer: tracing never set up.
-        let e = read_events(&Words::default(), &layout(), 0x1000).unwrap_err();
+        let e = read_events(&memory(), &layout(), 0x1000).unwrap_err();
         assert!(e.to_string().contains("no ring buffer"), "{e}");
     }
 

@@ -395,7 +395,7 @@ mod tests {
 
     #[test]
     fn what_is_missing_is_named() {
-        let mem = super::super::trace_ring::tests::Words::default();
+        let mem = super::super::trace_ring::tests::memory();
         let e = read(&mem, &NoSymbols(Err("no .BTF section".into())), 0)
             .err()
             .unwrap();
