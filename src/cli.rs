@@ -307,7 +307,13 @@ pub(crate) fn default_guest() -> Result<(PathBuf, PathBuf)> {
 }
 
 fn cmd_doctor(json: bool) -> Result<i32, Failure> {
-    let findings = host::doctor(&HostRoot::default());
+    let root = HostRoot::default();
+    let mut findings = host::kvm_findings(&root);
+    findings.extend(bootscope_profiler::host::findings(
+        &root,
+        host::kvm_flavour(&root),
+    ));
+    findings.extend(host::memory_findings(&root));
     if json {
         println!("{}", serde_json::to_string_pretty(&findings)?);
     } else {

@@ -121,6 +121,15 @@ pub fn kvm_flavour(root: &HostRoot) -> KvmFlavour {
     }
 }
 
+/// One line of `bootscope doctor`: each crate reports what it needs of the
+/// host, and the CLI prints the lines together.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Finding {
+    pub item: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

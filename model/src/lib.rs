@@ -8,11 +8,13 @@
 //! - [`cpulist`]: Linux CPU lists (`0-3,8`);
 //! - [`numa`]: the NUMA node topology from sysfs;
 //! - [`proc`]: a process's threads from procfs;
+//! - [`kvm_stats`]: KVM's binary statistics format;
 //! - [`mark`]: where a timeline mark came from, and the port marks' names;
 //! - [`timeline`]: the timeline document, as its readers see it.
 
 pub mod cpulist;
 pub mod host;
+pub mod kvm_stats;
 pub mod mark;
 pub mod numa;
 pub mod output;

@@ -31,9 +31,6 @@ use std::path::{Path, PathBuf};
 /// Where debugfs is normally mounted.
 pub const DEBUGFS: &str = "/sys/kernel/debug";
 
-const STATS_HEADER_SIZE: usize = 24;
-const STATS_DESC_FIXED_SIZE: usize = 16;
-
 /// The `exits` value of every VM of the given processes below `kvm_dir`
 /// (`<debugfs>/kvm`), keyed by directory name. Unreadable files are skipped.
 pub fn read_debugfs_exits(kvm_dir: &Path, pids: &[u32]) -> BTreeMap<String, u64> {
@@ -86,22 +83,10 @@ pub fn debugfs_kvm_dir() -> Result<PathBuf, String> {
 
 /// Finds the `exits` statistic's data offset in a binary stats file.
 fn exits_offset(file: &File) -> std::io::Result<Option<u64>> {
-    let mut header = [0u8; STATS_HEADER_SIZE];
-    file.read_exact_at(&mut header, 0)?;
-    let u32_at =
-        |b: &[u8], off: usize| u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]]);
-    let name_size = u32_at(&header, 4) as usize;
-    let num_desc = u32_at(&header, 8) as usize;
-    let desc_offset = u64::from(u32_at(&header, 16));
-    let data_offset = u64::from(u32_at(&header, 20));
-    let desc_size = STATS_DESC_FIXED_SIZE + name_size;
-    let mut descs = vec![0u8; desc_size * num_desc];
-    file.read_exact_at(&mut descs, desc_offset)?;
-    Ok(descs.chunks(desc_size).find_map(|d| {
-        let name = &d[STATS_DESC_FIXED_SIZE..];
-        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-        (&name[..end] == b"exits").then(|| data_offset + u64::from(u32_at(d, 8)))
-    }))
+    Ok(bootscope_model::kvm_stats::offset_of(
+        |off, buf| file.read_exact_at(buf, off),
+        "exits",
+    )?)
 }
 
 /// A VM of a followed process kept alive by a copy of its descriptor, so

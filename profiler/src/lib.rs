@@ -17,6 +17,7 @@ pub mod error;
 pub mod export;
 pub mod guest_symbols;
 pub mod hist;
+pub mod host;
 pub mod kvm_stats;
 pub mod launch;
 mod le;
