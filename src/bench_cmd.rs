@@ -377,7 +377,7 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
     let signal = interrupts.received();
     doc.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
     doc.provenance = bootscope_bench::provenance::Provenance { meta, git };
-    print!("{}", summary_text(&doc));
+    crate::stdout::print(summary_text(&doc)).map_err(crate::stdout::bench_error)?;
     if let Some(o) = &args.output {
         let code = write(o, &doc.to_json());
         if code != 0 {
@@ -624,7 +624,7 @@ fn compare_inner(args: &CompareArgs) -> Result<i32, BenchError> {
     match &args.output {
         Some(o) => Ok(write(o, text.as_bytes())),
         None => {
-            print!("{text}");
+            crate::stdout::print(text).map_err(crate::stdout::bench_error)?;
             Ok(0)
         }
     }
@@ -668,9 +668,9 @@ fn check_inner(args: &CheckArgs) -> Result<i32, BenchError> {
             if code != 0 {
                 return Ok(code);
             }
-            print!("{}", report.text());
+            crate::stdout::print(report.text()).map_err(crate::stdout::bench_error)?;
         }
-        None => print!("{formatted}"),
+        None => crate::stdout::print(formatted).map_err(crate::stdout::bench_error)?,
     }
     let pushed = push(
         args.push.as_deref(),
@@ -688,10 +688,7 @@ fn check_inner(args: &CheckArgs) -> Result<i32, BenchError> {
 pub fn plot(args: PlotArgs) -> i32 {
     let run = || -> Result<i32, BenchError> {
         check_output("--output", &args.output)?;
-        let bytes = std::fs::read(&args.input).map_err(|source| BenchError::Read {
-            path: args.input.clone(),
-            source,
-        })?;
+        let bytes = bootscope_model::input::read_input(&args.input)?;
         if args.flamegraph {
             let svg = crate::sites_cmd::flamegraph(&args.input).map_err(BenchError::Usage)?;
             return Ok(write(&args.output, &svg));

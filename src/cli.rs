@@ -1,5 +1,4 @@
 use std::ffi::OsString;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -150,9 +149,25 @@ pub fn main() -> i32 {
             eprintln!("bootscope: error: {}", not_utf8_message());
             return EXIT_USAGE;
         }
-        Err(e) => {
+        Err(e) if e.use_stderr() => {
             let _ = e.print();
-            return if e.use_stderr() { EXIT_USAGE } else { 0 };
+            return EXIT_USAGE;
+        }
+        // --help and --version: standard output, checked like any other.
+        Err(e) => {
+            use std::io::IsTerminal;
+            let text = if std::io::stdout().is_terminal() {
+                e.render().ansi().to_string()
+            } else {
+                e.render().to_string()
+            };
+            return match crate::stdout::print(text) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("bootscope: error: cannot write standard output: {e}");
+                    EXIT_FAILURE
+                }
+            };
         }
     };
     // SIGINT and SIGTERM end every command cleanly (src/signals.rs): the
@@ -284,22 +299,12 @@ pub fn write_output(path: &Path, bytes: &[u8]) -> Result<()> {
     bootscope_model::output::write_file(path, bytes).map_err(anyhow::Error::new)
 }
 
-fn default_cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        return PathBuf::from(d).join("bootscope");
-    }
-    if let Some(h) = std::env::var_os("HOME") {
-        return PathBuf::from(h).join(".cache/bootscope");
-    }
-    std::env::temp_dir().join("bootscope")
-}
-
 /// The default guest: Debian's kernel and the project's busybox initramfs.
 pub(crate) fn default_guest() -> Result<(PathBuf, PathBuf)> {
     let kernel = bootscope_lab::guest::find_debian_kernel().context("no default guest kernel")?;
-    let dir = default_cache_dir();
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create cache directory {}", dir.display()))?;
+    // bootscope's own cache, private and checked (no shared fallback):
+    // the initramfs written there is booted as root.
+    let dir = bootscope_model::cache::cache_dir("")?;
     let initrd = dir.join("default-guest.cpio");
     bootscope_lab::guest::build_default_initramfs(&initrd)
         .context("cannot build the default guest initramfs")?;
@@ -314,18 +319,22 @@ fn cmd_doctor(json: bool) -> Result<i32, Failure> {
         host::kvm_flavour(&root),
     ));
     findings.extend(host::memory_findings(&root));
-    if json {
-        println!("{}", serde_json::to_string_pretty(&findings)?);
+    let text = if json {
+        serde_json::to_string_pretty(&findings)? + "\n"
     } else {
-        for f in &findings {
-            println!(
-                "{:<10} {:<4} {}",
-                f.item,
-                if f.ok { "ok" } else { "--" },
-                f.detail
-            );
-        }
-    }
+        findings
+            .iter()
+            .map(|f| {
+                format!(
+                    "{:<10} {:<4} {}\n",
+                    f.item,
+                    if f.ok { "ok" } else { "--" },
+                    f.detail
+                )
+            })
+            .collect()
+    };
+    crate::stdout::print(text).map_err(crate::stdout::failure)?;
     Ok(0)
 }
 
@@ -392,13 +401,8 @@ fn cmd_completions(shell: clap_complete::Shell) -> Result<i32, Failure> {
     let mut cmd = command();
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut cmd, "bootscope", &mut script);
-    let mut out = std::io::stdout().lock();
-    match out.write_all(&script).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(anyhow::Error::new(e)
-            .context("cannot write to standard output")
-            .into()),
-        _ => Ok(0),
-    }
+    crate::stdout::print(script).map_err(crate::stdout::failure)?;
+    Ok(0)
 }
 
 /// Writes `bootscope.1` and `bootscope-SUBCOMMAND.1` for every subcommand
@@ -447,18 +451,7 @@ fn cmd_export(
     let text = export::render_bytes(&profile, format);
     match output {
         Some(path) => write_output(path, &text)?,
-        None => {
-            let mut out = std::io::stdout().lock();
-            match out.write_all(&text).and_then(|()| out.flush()) {
-                // A reader that stops early (`| head`) is not an error.
-                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                    return Err(anyhow::Error::new(e)
-                        .context("cannot write to standard output")
-                        .into())
-                }
-                _ => {}
-            }
-        }
+        None => crate::stdout::print(text).map_err(crate::stdout::failure)?,
     }
     Ok(0)
 }

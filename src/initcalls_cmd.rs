@@ -39,13 +39,14 @@ pub fn run(args: InitcallsArgs) -> Result<i32, Failure> {
     if let Some(o) = &args.output {
         check_output("--output", o).map_err(usage)?;
     }
-    let bytes = std::fs::read(&args.console).map_err(|e| {
+    let bytes = bootscope_model::input::read_input(&args.console).map_err(|e| {
         usage(anyhow::anyhow!(
             "cannot read the console log {}: {e}",
             args.console.display()
         ))
     })?;
-    let doc = bootscope_vmm::kernel_log::from_console(&String::from_utf8_lossy(&bytes));
+    let doc = bootscope_vmm::kernel_log::from_console(&String::from_utf8_lossy(&bytes))
+        .map_err(|e| usage(anyhow::anyhow!("{}: {e}", args.console.display())))?;
     if doc.initcalls.is_empty() {
         return Err(usage(anyhow::anyhow!(
             "{} has no initcall_debug lines with printk timestamps: boot the guest with \
@@ -57,8 +58,12 @@ pub fn run(args: InitcallsArgs) -> Result<i32, Failure> {
     if let Some(o) = &args.output {
         write_output(o, &serde_json::to_vec_pretty(&doc)?)?;
     }
-    print!("{}", bootscope_vmm::kernel_log::summary(&doc, args.top));
-    println!("method: {}", doc.method);
+    let text = format!(
+        "{}method: {}\n",
+        bootscope_vmm::kernel_log::summary(&doc, args.top),
+        doc.method
+    );
+    crate::stdout::print(text).map_err(crate::stdout::failure)?;
     Ok(0)
 }
 

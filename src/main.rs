@@ -11,6 +11,7 @@ mod push;
 mod run_cmd;
 mod signals;
 mod sites_cmd;
+mod stdout;
 mod tui_cmd;
 
 fn main() {

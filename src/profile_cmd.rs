@@ -155,6 +155,8 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         None => check_command(&command).map_err(usage)?,
     }
     let symbols = if args.exit_sites {
+        // Reading an input: a signal ends the command at once.
+        let _immediate = crate::signals::Immediate::new();
         crate::sites_cmd::load_symbols(
             args.guest_symbols.as_deref(),
             crate::sites_cmd::command_kernel(&command),

@@ -3,6 +3,11 @@
 //! `URL/metrics/job/bootscope/kind/{bench,check}/host/HOSTNAME` (ureq: a
 //! small blocking HTTP client, no async runtime). A PUT replaces what the
 //! previous push of the same kind from the same host left there.
+//!
+//! Credentials in the URL (`http://USER:PASSWORD@HOST:PORT`) are sent as
+//! HTTP basic authentication and never printed: every message shows the
+//! URL with them replaced by `***` ([`redact`]). What the server says back
+//! is printed with its control characters escaped.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -10,21 +15,83 @@ use std::time::Duration;
 use bootscope_bench::metrics::MetricKind;
 use bootscope_bench::{BenchDoc, CheckReport};
 
-/// Checks a `--push` URL before any work: Err is a bad-input message.
+/// A `--push` URL taken apart: `http://[USERINFO@]HOST[:PORT][/PATH]`.
+struct PushUrl<'a> {
+    userinfo: Option<&'a str>,
+    /// `HOST[:PORT][/PATH]`.
+    rest: &'a str,
+}
+
+fn split_url(url: &str) -> Option<PushUrl<'_>> {
+    let after = url.strip_prefix("http://")?;
+    let authority_end = after.find('/').unwrap_or(after.len());
+    match after[..authority_end].rfind('@') {
+        Some(at) => Some(PushUrl {
+            userinfo: Some(&after[..at]),
+            rest: &after[at + 1..],
+        }),
+        None => Some(PushUrl {
+            userinfo: None,
+            rest: after,
+        }),
+    }
+}
+
+/// `url` with its credentials (user and password) replaced by `***`, for
+/// messages; a URL that does not parse is shown as its scheme and host
+/// only, as far as they can be told.
+pub fn redact(url: &str) -> String {
+    match split_url(url) {
+        Some(PushUrl {
+            userinfo: Some(_),
+            rest,
+        }) => format!("http://***@{rest}"),
+        Some(_) => url.to_string(),
+        // Not http://: any `...@` before the first `/` after a scheme may
+        // still be credentials.
+        None => match (url.find("://"), url.rfind('@')) {
+            (Some(s), Some(at)) if at > s => format!("{}***@{}", &url[..s + 3], &url[at + 1..]),
+            (None, Some(at)) => format!("***@{}", &url[at + 1..]),
+            _ => url.to_string(),
+        },
+    }
+}
+
+/// Checks a `--push` URL before any work: Err is a bad-input message
+/// (which shows the URL without its credentials).
 pub fn check_url(url: &str) -> Result<(), String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
+    let shown = crate::push::redact(url);
+    let shown = bootscope_model::text::printable(&shown);
+    let parts = split_url(url).ok_or_else(|| {
         format!(
-            "--push {url:?}: give the Pushgateway's http:// address, for example \
+            "--push \"{shown}\": give the Pushgateway's http:// address, for example \
              http://127.0.0.1:9091 (this bootscope pushes over plain HTTP)"
         )
     })?;
-    let host = rest.split('/').next().unwrap_or("");
-    if host.is_empty() || rest.contains(['?', '#', ' ']) {
+    let host_port = parts.rest.split('/').next().unwrap_or("");
+    if host_port.is_empty() || url.contains(['?', '#', ' ']) || url.chars().any(char::is_control) {
         return Err(format!(
-            "--push {url:?}: not a Pushgateway address; give http://HOST:PORT"
+            "--push \"{shown}\": not a Pushgateway address; give http://HOST:PORT"
         ));
     }
+    // The port: after the last colon not inside an IPv6 literal's brackets.
+    let after_host = host_port.rfind(']').map_or(host_port, |i| &host_port[i..]);
+    if let Some(colon) = after_host.find(':') {
+        let port = &after_host[colon + 1..];
+        if !matches!(port.parse::<u16>(), Ok(p) if p > 0) || !port.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!(
+                "--push \"{shown}\": {port:?} is not a port; give a number from 1 to 65535 \
+                 (the Pushgateway's is 9091)"
+            ));
+        }
+    }
     Ok(())
+}
+
+/// Standard base64 with padding (RFC 4648 section 4), for basic
+/// authentication.
+fn base64(bytes: &[u8]) -> String {
+    base64url(bytes).replace('-', "+").replace('_', "/")
 }
 
 /// URL-safe base64 with padding, as the Pushgateway takes label values in
@@ -192,30 +259,75 @@ pub fn hostname() -> String {
 /// PUTs `text` to the Pushgateway at `url` under the group of `kind` from
 /// this host; Err names the URL and what went wrong.
 pub fn push(url: &str, kind: &str, text: &str) -> Result<String, String> {
-    let target = format!(
-        "{}{}",
-        url.trim_end_matches('/'),
-        group_path(kind, &hostname())
-    );
+    check_url(url)?;
+    let parts = split_url(url).ok_or_else(|| format!("--push {}: not an http:// URL", redact(url)))?;
+    let path = group_path(kind, &hostname());
+    let target = format!("http://{}{path}", parts.rest.trim_end_matches('/'));
+    let shown = bootscope_model::text::printable(&redact(&format!(
+        "{}{path}",
+        url.trim_end_matches('/')
+    )))
+    .into_owned();
     let agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(15)))
         .http_status_as_error(false)
         .build()
         .new_agent();
-    let resp = agent
+    let mut request = agent
         .put(&target)
-        .header("Content-Type", "text/plain; version=0.0.4")
-        .send(text)
-        .map_err(|e| format!("cannot push to {target}: {e}; is the Pushgateway running there?"))?;
+        .header("Content-Type", "text/plain; version=0.0.4");
+    if let Some(userinfo) = parts.userinfo {
+        request = request.header(
+            "Authorization",
+            format!("Basic {}", base64(percent_decode(userinfo).as_slice())),
+        );
+    }
+    let resp = request.send(text).map_err(|e| {
+        // The client's message may quote the URL: without credentials
+        // (there are none in `target`) and without control characters.
+        let e = bootscope_model::text::printable(&e.to_string()).into_owned();
+        format!("cannot push to {shown}: {e}; is the Pushgateway running there?")
+    })?;
     let status = resp.status();
     if status.is_success() {
-        return Ok(target);
+        return Ok(shown);
     }
-    let body = resp.into_body().read_to_string().unwrap_or_default();
+    // At most 4 KiB of the server's answer, its control characters escaped.
+    let body = resp
+        .into_body()
+        .with_config()
+        .limit(4096)
+        .read_to_string()
+        .unwrap_or_default();
     Err(format!(
-        "the Pushgateway at {target} refused the push: {status} {}",
-        body.trim()
+        "the Pushgateway at {shown} refused the push: {status} {}",
+        bootscope_model::text::printable(body.trim())
     ))
+}
+
+/// `%XX` escapes of a URL's user information decoded (`p%40ss` is
+/// `p@ss`); anything else kept as it is.
+fn percent_decode(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b[i], hex) {
+            (b'%', Some(v)) => {
+                out.push(v);
+                i += 3;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -242,5 +354,33 @@ mod tests {
         assert_eq!(base64url(&[0xfb, 0xff]), "-_8=");
         assert_eq!(path_label("host", "a/b"), "/host@base64/YS9i");
         assert_eq!(path_label("host", ""), "/host@base64/=");
+    }
+
+    #[test]
+    fn credentials_are_never_shown_and_ports_are_checked() {
+        assert_eq!(
+            redact("http://user:secret@gw:9091/p"),
+            "http://***@gw:9091/p"
+        );
+        assert_eq!(redact("http://gw:9091"), "http://gw:9091");
+        assert_eq!(redact("https://u:s@gw"), "https://***@gw");
+        for bad in [
+            "http://user:secret@gw:99999",
+            "https://user:secret@gw:9091",
+            "http://user:secret@gw:9091/?x",
+        ] {
+            let e = check_url(bad).unwrap_err();
+            assert!(!e.contains("secret") && !e.contains("user"), "{e}");
+        }
+        assert!(check_url("http://gw:99999").unwrap_err().contains("not a port"));
+        assert!(check_url("http://gw:0").is_err());
+        assert!(check_url("http://gw:+80").is_err());
+        assert!(check_url("http://gw:").is_err());
+        assert!(check_url("http://[::1]:9091").is_ok());
+        assert!(check_url("http://[::1]").is_ok());
+        assert!(check_url("http://u:p@gw:9091").is_ok());
+        assert!(check_url("http://gw\u{1b}[2J:9091").is_err());
+        assert_eq!(base64(b"user:p@ss?"), "dXNlcjpwQHNzPw==");
+        assert_eq!(percent_decode("p%40ss%zz%4"), b"p@ss%zz%4");
     }
 }

@@ -216,7 +216,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         map_images: args.map_initrd,
         decompress: bootscope_vmm::loader::DecompressOptions {
             in_guest: args.guest_decompress,
-            cache_dir: bootscope_vmm::kernel::decompress::user_cache_dir(),
+            cache_dir: kernel_cache_dir(),
         },
         memory: memory_opts,
         sandbox: args.sandbox,
@@ -245,6 +245,8 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     // kernel's own symbols are read after the run, from the VMM's
     // decompressed copy where it made one (docs/profiler.md).
     let symbols = if args.exit_sites && (args.guest_symbols.is_some() || args.tui) {
+        // Reading an input: a signal ends the command at once.
+        let _immediate = crate::signals::Immediate::new();
         crate::sites_cmd::load_symbols(args.guest_symbols.as_deref(), Some(cfg.kernel.clone()))
             .map_err(|e| usage(anyhow::anyhow!(e)))?
     } else {
@@ -367,6 +369,18 @@ fn guest_images(
             (k, Some(args.initrd.clone().unwrap_or(i)))
         }
     })
+}
+
+/// The kernel cache's directory; None (said why) when it cannot be
+/// trusted or has no place: the kernel is then decompressed and not kept.
+fn kernel_cache_dir() -> Option<PathBuf> {
+    match bootscope_vmm::kernel::decompress::user_cache_dir() {
+        Ok(d) => Some(d),
+        Err(e) => {
+            eprintln!("bootscope: warning: the kernel cache is not used: {e}");
+            None
+        }
+    }
 }
 
 /// Where the guest's console goes (`--serial`): standard output, nowhere,
@@ -668,7 +682,12 @@ fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {
         if let Some(initcalls) = &doc.initcalls {
             eprint!("{}", bootscope_vmm::kernel_log::summary(initcalls, 10));
         }
-        eprintln!("outcome: {}", doc.outcome.detail);
+        // The detail may quote the guest's console (a panic line): its
+        // control characters are shown escaped, not sent to the terminal.
+        eprintln!(
+            "outcome: {}",
+            bootscope_model::text::printable(&doc.outcome.detail)
+        );
     }
     if doc.outcome.clean {
         Ok(0)
@@ -680,7 +699,7 @@ fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {
             code: EXIT_FAILURE,
             error: anyhow::anyhow!(
                 "the guest did not shut down cleanly: {}",
-                doc.outcome.detail
+                bootscope_model::text::printable(&doc.outcome.detail)
             ),
         })
     }

@@ -15,6 +15,11 @@
 //!   it. The process groups of the commands it launched
 //!   ([`bootscope_model::proc::ListedGroup`])
 //!   are killed too, so that none outlives it.
+//! - While a command that winds down is reading its inputs (an
+//!   [`Immediate`] guard is alive: a `--guest-symbols` FIFO whose writer
+//!   never writes would otherwise keep it waiting), the first signal ends
+//!   it at once, as for any other command: there is nothing to wind down
+//!   yet.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -43,6 +48,33 @@ struct Shared {
 }
 
 static SHARED: OnceLock<std::result::Result<Shared, String>> = OnceLock::new();
+
+/// How many [`Immediate`] guards are alive.
+static IMMEDIATE: AtomicUsize = AtomicUsize::new(0);
+
+/// While alive, the first SIGINT or SIGTERM ends the process at once even
+/// in a command that winds down (it is reading its inputs: nothing to
+/// wind down yet, and a read may wait on a FIFO).
+pub struct Immediate(());
+
+impl Immediate {
+    pub fn new() -> Self {
+        IMMEDIATE.fetch_add(1, Ordering::SeqCst);
+        Immediate(())
+    }
+}
+
+impl Default for Immediate {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Immediate {
+    fn drop(&mut self) {
+        IMMEDIATE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// Starts the signal thread (once; later calls return what the first one
 /// did).
@@ -83,7 +115,8 @@ fn on_signal(sig: i32) {
     // The first signal to a command that winds down by itself: it sees the
     // flag. (A flag already set, by a first signal or by the command itself,
     // e.g. the live view closed, means this one ends the process.)
-    if shared.winds_down.load(Ordering::SeqCst) && !i.stop.load(Ordering::SeqCst) {
+    let immediate = IMMEDIATE.load(Ordering::SeqCst) > 0;
+    if shared.winds_down.load(Ordering::SeqCst) && !i.stop.load(Ordering::SeqCst) && !immediate {
         i.which.store(sig as usize, Ordering::SeqCst);
         i.stop.store(true, Ordering::SeqCst);
         return;

@@ -202,7 +202,7 @@ pub fn flamegraph(input: &Path) -> Result<Vec<u8>, String> {
 /// The schema a JSON file names, if it is JSON with one (an unreadable or
 /// non-JSON file is left to the bench reader, which says what is wrong).
 fn schema_of(path: &Path) -> Option<String> {
-    let bytes = std::fs::read(path).ok()?;
+    let bytes = bootscope_model::input::read_input(path).ok()?;
     let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     Some(v.get("schema")?.as_str()?.to_string())
 }
@@ -266,7 +266,7 @@ pub fn compare_profiles(
             }
         },
         None => {
-            print!("{text}");
+            crate::stdout::print(text).map_err(crate::stdout::bench_error)?;
             0
         }
     }))

@@ -188,23 +188,22 @@ impl ConfigResult {
 impl BenchDoc {
     /// Reads and checks a bench file: JSON, schema, version, shape.
     pub fn read(path: &Path) -> Result<Self, BenchError> {
-        let bytes = std::fs::read(path).map_err(|source| BenchError::Read {
-            path: path.into(),
-            source,
-        })?;
+        let bytes = bootscope_model::input::read_input(path)?;
         Self::parse(&bytes, path)
     }
 
-    /// [`Self::read`] on bytes already read; `path` is for messages.
+    /// [`Self::read`] on bytes already read; `path` is for messages. The
+    /// document is read straight into its types (its `schema` and
+    /// `version` checked first, by [`head`]): no JSON tree of the whole
+    /// file is built, which would take several times the file's size.
     pub fn parse(bytes: &[u8], path: &Path) -> Result<Self, BenchError> {
-        let value: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|source| BenchError::NotJson {
-                path: path.into(),
-                hint: HINT,
-                source,
-            })?;
+        let value = head(bytes).map_err(|source| BenchError::NotJson {
+            path: path.into(),
+            hint: HINT,
+            source,
+        })?;
         check_schema(&value, path, SCHEMA, VERSION, HINT)?;
-        let doc: BenchDoc = serde_json::from_value(value).map_err(|e| BenchError::Malformed {
+        let doc: BenchDoc = serde_json::from_slice(bytes).map_err(|e| BenchError::Malformed {
             path: path.into(),
             schema: SCHEMA,
             detail: e.to_string(),
@@ -250,6 +249,21 @@ impl BenchDoc {
         // A document of plain data always serializes.
         serde_json::to_vec_pretty(self).unwrap_or_default()
     }
+}
+
+/// A JSON document's `schema` and `version` fields (null where absent),
+/// as a small object for [`check_schema`]: the rest of the document is
+/// checked to be JSON and skipped, not built into a tree.
+pub fn head(bytes: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
+    #[derive(Deserialize)]
+    struct Head {
+        #[serde(default)]
+        schema: serde_json::Value,
+        #[serde(default)]
+        version: serde_json::Value,
+    }
+    let h: Head = serde_json::from_slice(bytes)?;
+    Ok(serde_json::json!({ "schema": h.schema, "version": h.version }))
 }
 
 /// Checks a document's `schema` and `version` fields.

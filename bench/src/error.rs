@@ -13,6 +13,10 @@ pub enum BenchError {
         #[source]
         source: std::io::Error,
     },
+    /// An input file cannot be opened or is beyond the input limits
+    /// ([`bootscope_model::input`]: a directory, a socket, too large).
+    #[error("{0}")]
+    Input(#[from] bootscope_model::input::InputError),
     /// An input file is not JSON at all.
     #[error("{} is not JSON ({source}); {hint}", path.display())]
     NotJson {

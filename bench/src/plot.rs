@@ -38,15 +38,19 @@ const CONFIG_COLORS: [&str; 2] = ["#4e79a7", "#f28e2b"];
 pub fn render(bytes: &[u8], path: &Path) -> Result<String, BenchError> {
     const HINT: &str = "give a bench file (bootscope bench --output), a timeline \
                         (bootscope run --timeline) or a profile (bootscope profile --output)";
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|source| BenchError::NotJson {
-            path: path.into(),
-            hint: HINT,
-            source,
-        })?;
-    match value.get("schema").and_then(|s| s.as_str()) {
+    let not_json = |source| BenchError::NotJson {
+        path: path.into(),
+        hint: HINT,
+        source,
+    };
+    // The schema alone first: a bench file (the large kind) is read
+    // straight into its types, never as a whole JSON tree.
+    let head = crate::doc::head(bytes).map_err(not_json)?;
+    let full = || serde_json::from_slice::<serde_json::Value>(bytes).map_err(not_json);
+    match head.get("schema").and_then(|s| s.as_str()) {
         Some("bootscope.bench") => Ok(bench_svg(&BenchDoc::parse(bytes, path)?, path)),
         Some("bootscope.timeline") => {
+            let value = full()?;
             check_schema(&value, path, "bootscope.timeline", 1, HINT)?;
             let timeline = Timeline::parse(&value).map_err(|e| BenchError::Malformed {
                 path: path.into(),
@@ -56,6 +60,7 @@ pub fn render(bytes: &[u8], path: &Path) -> Result<String, BenchError> {
             Ok(boot_svg(&Boot::from_timeline(&timeline), path))
         }
         Some("bootscope.profile") => {
+            let value = full()?;
             crate::doc::check_schema_versions(&value, path, "bootscope.profile", 1, 2, HINT)?;
             Ok(boot_svg(&Boot::from_profile(&value), path))
         }

@@ -412,10 +412,7 @@ impl BenchPlan {
 }
 
 fn read_json(path: &Path) -> Result<serde_json::Value, BenchError> {
-    let bytes = std::fs::read(path).map_err(|source| BenchError::Read {
-        path: path.into(),
-        source,
-    })?;
+    let bytes = bootscope_model::input::read_input(path)?;
     serde_json::from_slice(&bytes).map_err(|source| BenchError::NotJson {
         path: path.into(),
         hint: "the run wrote an unreadable file",

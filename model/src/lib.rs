@@ -3,6 +3,10 @@
 //! - [`output`]: the one writer of output files (timelines, profiles,
 //!   benchmarks, reports, snapshots, the lab's files), so that every
 //!   command treats the paths it is given alike;
+//! - [`input`]: the one opener of input files (never blocking, type
+//!   checked, size bounded);
+//! - [`cache`]: the cache directory, its trust rules and its sealed
+//!   entries;
 //! - [`host`]: the KVM flavour of this host;
 //! - [`size`]: sizes with binary suffixes (`512M`, `2GiB`);
 //! - [`cpulist`]: Linux CPU lists (`0-3,8`);
@@ -10,14 +14,18 @@
 //! - [`proc`]: a process's threads from procfs;
 //! - [`kvm_stats`]: KVM's binary statistics format;
 //! - [`mark`]: where a timeline mark came from, and the port marks' names;
-//! - [`timeline`]: the timeline document, as its readers see it.
+//! - [`timeline`]: the timeline document, as its readers see it;
+//! - [`text`]: text from outside made safe to print on a terminal.
 
+pub mod cache;
 pub mod cpulist;
 pub mod host;
+pub mod input;
 pub mod kvm_stats;
 pub mod mark;
 pub mod numa;
 pub mod output;
 pub mod proc;
 pub mod size;
+pub mod text;
 pub mod timeline;

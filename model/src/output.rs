@@ -12,7 +12,13 @@
 //!   less the umask, as with `File::create`.
 //! - A character device or a FIFO (`/dev/null`, `/dev/stdout`, a named
 //!   pipe) is written in place: it is opened for writing, never replaced by
-//!   a regular file.
+//!   a regular file. The open never blocks (`O_NONBLOCK`, then back to
+//!   blocking writes): a FIFO that no process reads is refused at once
+//!   instead of holding the command in `open()`. A FIFO in a sticky
+//!   world-writable directory (such as `/tmp`) owned neither by this user
+//!   nor by the directory's owner is refused, the rule of the kernel's
+//!   `fs.protected_fifos` (and the same rule as for links, below): another
+//!   user planted it to read what is written.
 //! - A block device, a socket or a directory is refused.
 //! - A symbolic link is followed, like a shell's `>` or GNU `sort -o`: the
 //!   file it points to is written (atomically, by the rules above) and the
@@ -59,6 +65,14 @@ pub enum OutputError {
         dir: PathBuf,
         owner: u32,
     },
+    #[error("{} is a FIFO owned by uid {owner} in the shared directory {}; FIFOs there are not written unless this user or the directory's owner made them: remove it or choose another name", path.display(), dir.display())]
+    UntrustedFifo {
+        path: PathBuf,
+        dir: PathBuf,
+        owner: u32,
+    },
+    #[error("{} is a FIFO that no process is reading; start its reader first, or give a file", path.display())]
+    NoReader { path: PathBuf },
     #[error("{}: too many levels of symbolic links", path.display())]
     TooManyLinks { path: PathBuf },
     #[error("{} is a {what}; give a regular file, a character device or a FIFO", path.display())]
@@ -124,6 +138,20 @@ fn effective_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// Whether the file `meta` in `dir` was planted by another user: `dir` is
+/// sticky and world-writable (such as `/tmp`) and the file is owned
+/// neither by this user nor by the directory's owner (the rule of the
+/// kernel's `fs.protected_symlinks` and `fs.protected_fifos`).
+fn planted(dir: &Path, meta: &Metadata) -> bool {
+    match std::fs::metadata(dir) {
+        Ok(d) => {
+            let shared = d.mode() & 0o1002 == 0o1002;
+            shared && meta.uid() != effective_uid() && meta.uid() != d.uid()
+        }
+        Err(_) => false,
+    }
+}
+
 /// Follows the symbolic links of `path`'s last component, refusing the ones
 /// [the module documentation](self) says are refused.
 fn resolve(path: &Path) -> Result<Resolved, OutputError> {
@@ -163,15 +191,12 @@ fn resolve(path: &Path) -> Result<Resolved, OutputError> {
             });
         }
         let dir = parent_dir(&cur);
-        if let Ok(d) = std::fs::metadata(&dir) {
-            let shared = d.mode() & 0o1002 == 0o1002;
-            if shared && meta.uid() != effective_uid() && meta.uid() != d.uid() {
-                return Err(OutputError::UntrustedLink {
-                    path: cur,
-                    dir,
-                    owner: meta.uid(),
-                });
-            }
+        if planted(&dir, &meta) {
+            return Err(OutputError::UntrustedLink {
+                path: cur,
+                dir,
+                owner: meta.uid(),
+            });
         }
         let target = std::fs::read_link(&cur).map_err(|source| OutputError::Io {
             what: "read the symbolic link",
@@ -202,6 +227,12 @@ fn kind(r: &Resolved) -> Result<Kind, OutputError> {
     };
     if t.is_file() {
         Ok(Kind::Replace)
+    } else if t.is_fifo() && planted(&parent_dir(&r.path), m) {
+        Err(OutputError::UntrustedFifo {
+            path: r.path.clone(),
+            dir: parent_dir(&r.path),
+            owner: m.uid(),
+        })
     } else if t.is_char_device() || t.is_fifo() {
         Ok(Kind::InPlace)
     } else if t.is_dir() {
@@ -524,15 +555,52 @@ impl Write for OutputFile {
     }
 }
 
+/// Opens a device or FIFO for writing without blocking (a FIFO with no
+/// reader fails at once with `ENXIO`), then puts it back to blocking
+/// writes; checks on the open descriptor that it is still a device or
+/// FIFO.
 fn open_in_place(path: &Path) -> Result<File, OutputError> {
-    OpenOptions::new()
+    let not_writable = |source| OutputError::NotWritable {
+        path: path.to_path_buf(),
+        source,
+    };
+    let f = OpenOptions::new()
         .write(true)
-        .custom_flags(libc::O_NOCTTY)
+        .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK)
         .open(path)
-        .map_err(|source| OutputError::NotWritable {
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                OutputError::NoReader {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                not_writable(e)
+            }
+        })?;
+    let t = f.metadata().map_err(not_writable)?.file_type();
+    if !(t.is_fifo() || t.is_char_device()) {
+        return Err(OutputError::Unsupported {
             path: path.to_path_buf(),
-            source,
-        })
+            what: crate::input::kind_name(t),
+        });
+    }
+    crate::input::set_blocking(&f).map_err(not_writable)?;
+    Ok(f)
+}
+
+/// Checks that `dir`, an output directory (`man --out-dir`), is a
+/// directory reached by links that are safe to follow (the rules of
+/// [this module](self)); a directory not there yet is fine.
+pub fn check_out_dir(dir: &Path) -> Result<(), OutputError> {
+    let r = resolve(dir)?;
+    match &r.meta {
+        None => Ok(()),
+        Some(m) if m.is_dir() => Ok(()),
+        Some(m) => Err(OutputError::Unsupported {
+            path: dir.to_path_buf(),
+            what: crate::input::kind_name(m.file_type()),
+        }),
+    }
 }
 
 /// Gives the temporary file the owner, group and permission bits of the
@@ -694,12 +762,14 @@ mod tests {
         // SAFETY: `c` is a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         check_writable(&p).unwrap();
-        let reader = {
-            let p = p.clone();
-            std::thread::spawn(move || std::fs::read(&p).unwrap())
-        };
+        // No reader: refused at once, not blocked in open().
+        let e = write_file(&p, b"nobody").unwrap_err();
+        assert!(matches!(e, OutputError::NoReader { .. }), "{e}");
+        let mut reader = crate::input::Input::open(&p).unwrap().reader();
         write_file(&p, b"through the pipe").unwrap();
-        assert_eq!(reader.join().unwrap(), b"through the pipe");
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut reader, &mut got).unwrap();
+        assert_eq!(got, b"through the pipe");
         assert!(std::fs::symlink_metadata(&p).unwrap().file_type().is_fifo());
     }
 
@@ -756,6 +826,56 @@ mod tests {
         std::os::unix::fs::lchown(&link, Some(0), Some(0)).unwrap();
         write_file(&link, b"mine").unwrap();
         assert_eq!(std::fs::read(&victim).unwrap(), b"mine");
+    }
+
+    #[test]
+    fn a_stranger_fifo_in_a_sticky_directory_is_not_written() {
+        if effective_uid() != 0 {
+            eprintln!("SKIP: needs root to give a FIFO another owner");
+            return;
+        }
+        let d = scratch();
+        let shared = d.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let p = shared.join("out.json");
+        let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: `c` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+        std::os::unix::fs::lchown(&p, Some(54321), Some(54321)).unwrap();
+        // Its planter reads it: still refused, nothing written.
+        let mut reader = crate::input::Input::open(&p).unwrap().reader();
+        for e in [
+            write_file(&p, b"secret").unwrap_err(),
+            check_writable(&p).unwrap_err(),
+            open_stream(&p).unwrap_err(),
+        ] {
+            assert!(matches!(e, OutputError::UntrustedFifo { .. }), "{e}");
+            assert!(e.to_string().contains("uid 54321"), "{e}");
+        }
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut reader, &mut got).unwrap();
+        assert!(got.is_empty());
+        // The same FIFO made by the writer itself is written.
+        std::os::unix::fs::lchown(&p, Some(0), Some(0)).unwrap();
+        let mut reader = crate::input::Input::open(&p).unwrap().reader();
+        write_file(&p, b"mine").unwrap();
+        let mut got = Vec::new();
+        std::io::Read::read_to_end(&mut reader, &mut got).unwrap();
+        assert_eq!(got, b"mine");
+    }
+
+    #[test]
+    fn output_directories_are_reached_only_by_safe_links() {
+        let d = scratch();
+        check_out_dir(d.path()).unwrap();
+        check_out_dir(&d.path().join("not-yet")).unwrap();
+        let link = d.path().join("dangling");
+        symlink(d.path().join("nothing"), &link).unwrap();
+        assert!(check_out_dir(&link).is_err());
+        let file = d.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        assert!(check_out_dir(&file).is_err());
     }
 
     #[test]

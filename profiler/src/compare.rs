@@ -23,8 +23,8 @@ pub const TEXT_SITES: usize = 30;
 pub struct Change {
     pub base: u64,
     pub new: u64,
-    /// `new - base`.
-    pub change: i64,
+    /// `new - base` (128 bits: any two 64-bit counts differ by less).
+    pub change: i128,
 }
 
 impl Change {
@@ -32,7 +32,7 @@ impl Change {
         Self {
             base,
             new,
-            change: new as i64 - base as i64,
+            change: i128::from(new) - i128::from(base),
         }
     }
 
@@ -45,8 +45,8 @@ impl Change {
         };
         format!(
             "{} -> {} ({}{pct})",
-            group(self.base as i64),
-            group(self.new as i64),
+            group(i128::from(self.base)),
+            group(i128::from(self.new)),
             signed(self.change)
         )
     }
@@ -103,8 +103,12 @@ pub struct ProfileComparison {
 fn by_function(s: &ExitSites) -> BTreeMap<(String, String), u64> {
     let mut out = BTreeMap::new();
     for site in &s.sites {
-        *out.entry((site.reason.clone(), site.function_name()))
-            .or_default() += site.count;
+        let n: &mut u64 = out
+            .entry((site.reason.clone(), site.function_name()))
+            .or_default();
+        // Counts of one function add up to at most the profile's total:
+        // only a made-up profile reaches the limit.
+        *n = n.saturating_add(site.count);
     }
     out
 }
@@ -255,7 +259,7 @@ impl ProfileComparison {
 }
 
 /// `43,012`, `-1,200`.
-fn group(n: i64) -> String {
+fn group(n: i128) -> String {
     let digits = n.unsigned_abs().to_string();
     let mut out = String::new();
     for (i, ch) in digits.chars().enumerate() {
@@ -272,7 +276,7 @@ fn group(n: i64) -> String {
 }
 
 /// `+1,200`, `-3`, `0`.
-fn signed(n: i64) -> String {
+fn signed(n: i128) -> String {
     if n > 0 {
         format!("+{}", group(n))
     } else {
@@ -312,6 +316,24 @@ mod tests {
             ..Default::default()
         });
         p
+    }
+
+    #[test]
+    fn the_largest_counts_are_printed_whole() {
+        let max = u64::MAX;
+        let a = profile(&[("HLT", 0)], None);
+        let mut b = profile(&[("HLT", max)], None);
+        b.exits.total = max;
+        let c = compare(&a, "a", &b, "b");
+        assert_eq!(c.total.change, i128::from(max));
+        let text = c.text();
+        assert!(text.contains("18,446,744,073,709,551,615"), "{text}");
+        assert!(text.contains("+18,446,744,073,709,551,615"), "{text}");
+        assert!(!text.contains("-1"), "{text}");
+        let json = c.json();
+        assert!(json.contains("18446744073709551615"), "{json}");
+        let back = compare(&b, "b", &a, "a");
+        assert!(back.text().contains("-18,446,744,073,709,551,615"));
     }
 
     #[test]

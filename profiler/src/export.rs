@@ -170,6 +170,10 @@ pub enum InputKind {
 /// Errors reading an export input. Each names the file and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
+    /// The file cannot be opened, or is beyond the input limits
+    /// ([`bootscope_model::input`]).
+    #[error("{0}; give the path of a profile (bootscope profile --output FILE) or of a boot timeline (bootscope run --timeline FILE)")]
+    Limits(#[from] bootscope_model::input::InputError),
     /// The file cannot be read.
     #[error("cannot read {path}: {source}; give the path of a profile (bootscope profile --output FILE) or of a boot timeline (bootscope run --timeline FILE)")]
     Io {
@@ -204,10 +208,7 @@ pub enum InputError {
 /// the result (see [`normalize`]).
 pub fn read_input(path: &Path) -> Result<(Profile, InputKind), InputError> {
     let p = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| InputError::Io {
-        path: p.clone(),
-        source,
-    })?;
+    let bytes = bootscope_model::input::read_input(path)?;
     let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| InputError::NotJson {
         path: p.clone(),
         detail: e.to_string(),
@@ -452,7 +453,7 @@ mod tests {
         let d = scratch("bad");
         let missing = d.join("missing.json");
         let e = read_input(&missing).unwrap_err();
-        assert!(matches!(e, InputError::Io { .. }));
+        assert!(matches!(e, InputError::Limits(_)), "{e}");
         assert!(e.to_string().contains("missing.json"), "{e}");
         assert!(e.to_string().contains("bootscope run --timeline"), "{e}");
 

@@ -540,6 +540,10 @@ pub struct Sample {
 /// Errors reading a profile file.
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileReadError {
+    /// The file cannot be opened, or is beyond the input limits
+    /// ([`bootscope_model::input`]).
+    #[error("profile: {0}")]
+    Limits(#[from] bootscope_model::input::InputError),
     /// The file cannot be read.
     #[error("cannot read profile {path}: {source}")]
     Io {
@@ -576,10 +580,7 @@ impl Profile {
     /// Reads and checks a profile file.
     pub fn read(path: &std::path::Path) -> Result<Self, ProfileReadError> {
         let p = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| ProfileReadError::Io {
-            path: p.clone(),
-            source,
-        })?;
+        let bytes = bootscope_model::input::read_input(path)?;
         let v: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|e| ProfileReadError::Malformed {
                 path: p.clone(),

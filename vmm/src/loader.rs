@@ -565,10 +565,15 @@ pub fn prepare_kernel(
             let job = move || {
                 let r = decompress::host_kernel(&file, &hdr, cache.as_deref());
                 if let (Some(rec), Ok(k)) = (&recorder, &r) {
-                    rec.vmm(if k.cache == CacheUse::Hit {
-                        vmm_marks::KERNEL_FROM_CACHE
-                    } else {
-                        vmm_marks::KERNEL_DECOMPRESSED
+                    rec.vmm(&match (k.cache, &k.cache_note) {
+                        (CacheUse::Hit, _) => vmm_marks::KERNEL_FROM_CACHE.to_string(),
+                        // Says in the timeline that the cache entry was not
+                        // used, and why.
+                        (CacheUse::Rebuilt, Some(why)) => format!(
+                            "{} (cache: rebuilt, {why})",
+                            vmm_marks::KERNEL_DECOMPRESSED
+                        ),
+                        _ => vmm_marks::KERNEL_DECOMPRESSED.to_string(),
                     });
                 }
                 r

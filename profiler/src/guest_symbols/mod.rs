@@ -30,6 +30,12 @@ pub enum SymbolsError {
     },
     #[error("{path} is not a guest symbol file: {why}; give a vmlinux, a bzImage, a System.map or a kallsyms dump")]
     NotSymbols { path: String, why: String },
+    #[error("{source}")]
+    Input {
+        path: String,
+        #[source]
+        source: bootscope_model::input::InputError,
+    },
     #[error("cannot write the guest symbol table to {path}: {source}")]
     Write {
         path: String,
@@ -50,14 +56,11 @@ pub struct SymbolTable {
     /// The decompressed kernel ELF, when the table came from an image: its
     /// instructions confirm a KASLR slide.
     pub image: Option<image::KernelImage>,
-    /// The table in kallsyms form, as blazesym reads it.
-    kallsyms_file: PathBuf,
-}
-
-impl Drop for SymbolTable {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.kallsyms_file);
-    }
+    /// The table in kallsyms form, as blazesym reads it: a private
+    /// temporary file (mode 0600, an unpredictable name made with
+    /// `O_EXCL`), removed when the table is dropped or a signal ends the
+    /// process.
+    kallsyms_file: bootscope_model::output::Temporary,
 }
 
 impl SymbolTable {
@@ -78,9 +81,9 @@ impl SymbolTable {
 
     fn load_with(path: &Path, table_cache: Option<&Path>) -> Result<Self, SymbolsError> {
         let shown = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|source| SymbolsError::Read {
+        let bytes = bootscope_model::input::read_input(path).map_err(|e| SymbolsError::Input {
             path: shown.clone(),
-            source,
+            source: e,
         })?;
         let not = |why: String| SymbolsError::NotSymbols {
             path: shown.clone(),
@@ -116,17 +119,7 @@ impl SymbolTable {
                 symbols.len()
             )));
         }
-        let kallsyms_file = std::env::temp_dir().join(format!(
-            "bootscope-guest-kallsyms-{}-{:p}",
-            std::process::id(),
-            &symbols
-        ));
-        std::fs::write(&kallsyms_file, kallsyms::to_text(&symbols)).map_err(|source| {
-            SymbolsError::Write {
-                path: kallsyms_file.display().to_string(),
-                source,
-            }
-        })?;
+        let kallsyms_file = kallsyms_temporary(&symbols)?;
         Ok(SymbolTable {
             source: format!("{what} {shown}"),
             symbols,
@@ -157,7 +150,7 @@ impl SymbolTable {
     pub fn names(&self, addrs: &[u64]) -> Vec<Option<(String, u64)>> {
         let (lo, hi) = self.text_range();
         let src = Source::Kernel(Kernel {
-            kallsyms: MaybeDefault::Some(self.kallsyms_file.clone()),
+            kallsyms: MaybeDefault::Some(self.kallsyms_file.path().to_path_buf()),
             vmlinux: MaybeDefault::None,
             kaslr_offset: Some(0),
             debug_syms: false,
@@ -229,23 +222,63 @@ impl SymbolTable {
 }
 
 /// Parses `System.map` / `/proc/kallsyms` text (`ADDR TYPE NAME [module]`).
-/// A table [`keep_table`] wrote, if it is there and whole.
+/// The table in kallsyms form in a private temporary file, for blazesym.
+fn kallsyms_temporary(
+    symbols: &[KernelSymbol],
+) -> Result<bootscope_model::output::Temporary, SymbolsError> {
+    use std::io::Write;
+    let dir = std::env::temp_dir();
+    let write = || {
+        let mut t = bootscope_model::output::Temporary::new_in(
+            &dir,
+            std::ffi::OsStr::new("bootscope-guest-kallsyms-"),
+            "",
+            0o600,
+        )?;
+        t.as_file_mut()
+            .write_all(kallsyms::to_text(symbols).as_bytes())?;
+        t.as_file_mut().flush()?;
+        Ok(t)
+    };
+    write().map_err(|source| SymbolsError::Write {
+        path: dir.display().to_string(),
+        source,
+    })
+}
+
+/// The largest kept table read back (Linux has about 200,000 symbols, some
+/// 10 MB of text).
+const MAX_KEPT_TABLE: u64 = 256 << 20;
+
+/// A table [`keep_table`] wrote, if it is there, whole, and can be
+/// trusted: in a directory that is this user's own and writable by no one
+/// else, a private file of this user's, matching its seal (XXH3 of its
+/// contents). Any other file at that path is not read (and the table is
+/// recovered again).
 fn read_table(path: &Path) -> Option<Vec<KernelSymbol>> {
-    let text = std::fs::read_to_string(path).ok()?;
+    use bootscope_model::cache;
+    let dir = path.parent()?;
+    cache::check_dir(dir, dir).ok()?;
+    let bytes = cache::read_file(path, MAX_KEPT_TABLE).ok()??;
+    if cache::verify(path, &bytes) != cache::Verdict::Sound {
+        return None;
+    }
+    let text = String::from_utf8(bytes).ok()?;
     parse_map(&text).ok().filter(|s| s.len() >= MIN_SYMBOLS)
 }
 
 /// Writes a recovered table to `path` whole or not at all (a temporary
-/// file beside it, renamed into place).
+/// file beside it, renamed into place), sealed with its checksum; only in
+/// a directory that is this user's own and writable by no one else (the
+/// kernel cache's).
 fn keep_table(path: &Path, symbols: &[KernelSymbol]) {
+    use bootscope_model::cache;
     let Some(dir) = path.parent() else {
         return;
     };
-    let written = tempfile::NamedTempFile::new_in(dir).and_then(|mut f| {
-        std::io::Write::write_all(&mut f, kallsyms::to_text(symbols).as_bytes())?;
-        f.persist(path).map_err(|e| e.error)?;
-        Ok(())
-    });
+    let written = cache::check_dir(dir, dir)
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|()| cache::store(path, kallsyms::to_text(symbols).as_bytes()));
     if let Err(e) = written {
         eprintln!(
             "bootscope: the guest symbol table is not kept in {}: {e}",
@@ -394,5 +427,53 @@ mod tests {
         assert!(third.symbols == first.symbols, "the same table");
         let kept = read_table(&cache).unwrap();
         assert!(kept.len() >= first.symbols.len(), "{}", kept.len());
+    }
+
+    /// A kept table is read only when it is the one bootscope sealed, in a
+    /// private directory: a foreign table of the right form (a thousand
+    /// made-up lines, or the real table with a name changed) is not used.
+    #[test]
+    fn a_foreign_kept_table_is_not_used() {
+        use bootscope_model::cache;
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let table = dir.path().join("vmlinux.kallsyms");
+        let foreign: String = (0..1000)
+            .map(|i| format!("ffffffff{:08x} T planted_{i}\n", 0x8100_0000u32 + i * 16))
+            .collect();
+        std::fs::write(&table, &foreign).unwrap();
+        assert!(read_table(&table).is_none(), "unsealed");
+        cache::store(&table, foreign.as_bytes()).unwrap();
+        assert_eq!(read_table(&table).map(|t| t.len()), Some(1000), "sealed");
+        // Changed after it was sealed.
+        let changed = foreign.replace("planted_5\n", "planted_X\n");
+        cache::write_private(&table, changed.as_bytes()).unwrap();
+        assert!(read_table(&table).is_none(), "checksum mismatch");
+        // Sealed, but others may write the file or its directory.
+        cache::store(&table, foreign.as_bytes()).unwrap();
+        std::fs::set_permissions(&table, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(read_table(&table).is_none(), "writable by others");
+        std::fs::set_permissions(&table, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(read_table(&table).is_none(), "in a shared directory");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(read_table(&table).is_some());
+    }
+
+    #[test]
+    fn the_table_for_blazesym_is_a_private_unpredictable_file() {
+        use std::os::unix::fs::MetadataExt;
+        let syms: Vec<KernelSymbol> = parse_map("ffffffff81000000 T _text\n").unwrap();
+        let a = kallsyms_temporary(&syms).unwrap();
+        let b = kallsyms_temporary(&syms).unwrap();
+        assert_ne!(a.path(), b.path());
+        let m = std::fs::symlink_metadata(a.path()).unwrap();
+        assert!(m.is_file());
+        assert_eq!(m.mode() & 0o777, 0o600);
+        let name = a.path().file_name().unwrap().to_string_lossy().into_owned();
+        assert!(!name.contains(&std::process::id().to_string()), "{name}");
+        let p = a.path().to_path_buf();
+        drop(a);
+        assert!(!p.exists(), "removed with the table");
     }
 }

@@ -400,19 +400,13 @@ fn pvh_entry(notes: &[u8]) -> Option<u64> {
     }
 }
 
-/// Where decompressed kernels are kept: `$XDG_CACHE_HOME/bootscope/kernels`,
-/// else `~/.cache/bootscope/kernels`; None when neither variable is set.
-pub fn user_cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|h| PathBuf::from(h).join(".cache"))
-        })?;
-    Some(base.join("bootscope").join("kernels"))
+/// Where decompressed kernels are kept: the `kernels` directory of
+/// bootscope's cache ([`bootscope_model::cache`]: `$XDG_CACHE_HOME/bootscope`,
+/// else `~/.cache/bootscope`, else for root `/var/cache/bootscope`),
+/// created private where missing and checked to be this user's own and
+/// writable by no one else. The error says why it cannot be used.
+pub fn user_cache_dir() -> Result<PathBuf, bootscope_model::cache::CacheError> {
+    bootscope_model::cache::cache_dir("kernels")
 }
 
 /// A decompressed kernel in memory: freshly decompressed, or the cached
@@ -442,10 +436,10 @@ pub struct MappedFile {
 unsafe impl Send for MappedFile {}
 
 impl MappedFile {
-    pub fn open(path: &Path) -> std::io::Result<MappedFile> {
+    /// Maps the whole of an open file (of `len` bytes, from its metadata).
+    pub fn map(file: &std::fs::File, len: u64) -> std::io::Result<MappedFile> {
         use std::os::fd::AsRawFd;
-        let file = std::fs::File::open(path)?;
-        let len = file.metadata()?.len() as usize;
+        let len = usize::try_from(len).map_err(std::io::Error::other)?;
         if len == 0 {
             return Err(std::io::Error::other("empty file"));
         }
@@ -489,6 +483,10 @@ pub enum CacheUse {
     Hit,
     /// Decompressed and stored in the cache.
     Miss,
+    /// Found in the cache but not as it was stored (its checksum does not
+    /// match, it has none, or the file is not this user's own): decompressed
+    /// again and stored over it (`HostKernel::cache_note` says why).
+    Rebuilt,
     /// Decompressed; no cache (none configured, or it could not be written:
     /// see `HostKernel::cache_note`).
     Off,
@@ -499,6 +497,7 @@ impl CacheUse {
         match self {
             CacheUse::Hit => "hit",
             CacheUse::Miss => "miss",
+            CacheUse::Rebuilt => "rebuilt",
             CacheUse::Off => "off",
         }
     }
@@ -538,7 +537,8 @@ pub fn host_kernel(
             return Ok(k);
         }
     }
-    let image = std::fs::read(path).map_err(PayloadError::Read)?;
+    let image = bootscope_model::input::read_input(path)
+        .map_err(|e| PayloadError::Read(std::io::Error::other(e.to_string())))?;
     let payload = payload(&image, hdr)?;
     let compression = Compression::detect(payload);
     let t = std::time::Instant::now();
@@ -559,8 +559,17 @@ pub fn host_kernel(
             }
         }
     };
+    let mut rebuilt = None;
     if let (Some(file), Some(c)) = (&cache_file, compression) {
-        if let Some((bytes, elf)) = cached(file, declared_size(payload)) {
+        let found = match cached(file, declared_size(payload)) {
+            Found::Sound(bytes, elf) => Some((bytes, elf)),
+            Found::Absent => None,
+            Found::Damaged(why) => {
+                rebuilt = Some(why);
+                None
+            }
+        };
+        if let Some((bytes, elf)) = found {
             index(c, bytes.as_slice().len() as u64);
             return Ok(HostKernel {
                 compression: c,
@@ -580,10 +589,13 @@ pub fn host_kernel(
     let elf = inspect_elf(&vmlinux).map_err(PayloadError::Unusable)?;
     let (cache, cache_note) = match &cache_file {
         None => (CacheUse::Off, Some("no cache directory".to_string())),
-        Some(file) => match store(file, &vmlinux) {
+        Some(file) => match bootscope_model::cache::store(file, &vmlinux) {
             Ok(()) => {
                 index(compression, vmlinux.len() as u64);
-                (CacheUse::Miss, None)
+                match rebuilt {
+                    Some(why) => (CacheUse::Rebuilt, Some(why)),
+                    None => (CacheUse::Miss, None),
+                }
             }
             Err(e) => (
                 CacheUse::Off,
@@ -596,7 +608,7 @@ pub fn host_kernel(
         bytes: KernelBytes::Owned(vmlinux),
         elf,
         cache,
-        cache_file: if cache == CacheUse::Miss {
+        cache_file: if matches!(cache, CacheUse::Miss | CacheUse::Rebuilt) {
             cache_file
         } else {
             None
@@ -607,11 +619,15 @@ pub fn host_kernel(
     })
 }
 
-/// The cached kernel of a file the index knows, unchanged since.
+/// The cached kernel of a file the index knows, unchanged since (and
+/// sound: a damaged entry is found again by the payload's digest, and
+/// rebuilt there).
 fn known_file(dir: &Path, id: &FileIdentity) -> Option<HostKernel> {
     let entry = identity::lookup(dir, id)?;
     let file = dir.join(format!("vmlinux-{}", entry.digest));
-    let (bytes, elf) = cached(&file, Some(entry.size))?;
+    let Found::Sound(bytes, elf) = cached(&file, Some(entry.size)) else {
+        return None;
+    };
     Some(HostKernel {
         compression: entry.compression,
         bytes,
@@ -624,34 +640,46 @@ fn known_file(dir: &Path, id: &FileIdentity) -> Option<HostKernel> {
     })
 }
 
-/// The cached kernel at `file`, when it is there, has the declared size and
-/// is a usable kernel (a damaged cache entry is decompressed again).
-fn cached(file: &Path, declared: Option<u64>) -> Option<(KernelBytes, ElfKernel)> {
-    let mapped = MappedFile::open(file).ok()?;
-    if Some(mapped.as_slice().len() as u64) != declared {
-        return None;
-    }
-    let elf = inspect_elf(mapped.as_slice()).ok()?;
-    Some((KernelBytes::Mapped(mapped), elf))
+/// What the cache holds for a kernel.
+enum Found {
+    /// The entry, as it was stored: its seal matches.
+    Sound(KernelBytes, ElfKernel),
+    /// No entry.
+    Absent,
+    /// An entry that must not be used, and why (for the timeline):
+    /// `checksum mismatch`, `no checksum`, or what is wrong with the file.
+    Damaged(String),
 }
 
-/// Writes `bytes` to `file` atomically: a temporary file in the same
-/// directory (listed for removal should a signal end the process), renamed
-/// over it once complete.
-fn store(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = file
-        .parent()
-        .ok_or_else(|| std::io::Error::other("the cache file has no directory"))?;
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = bootscope_model::output::Temporary::new_in(
-        dir,
-        std::ffi::OsStr::new(".vmlinux-"),
-        "",
-        0o600,
-    )?;
-    tmp.as_file_mut().write_all(bytes)?;
-    tmp.persist(file)
+/// The cached kernel at `file`: opened without following a link or
+/// blocking, checked to be this user's own private regular file, of the
+/// declared size, matching its seal (XXH3 of its contents), and a usable
+/// kernel.
+fn cached(file: &Path, declared: Option<u64>) -> Found {
+    use bootscope_model::cache;
+    let (f, meta) = match cache::open_file(file) {
+        Ok(Some(found)) => found,
+        Ok(None) => return Found::Absent,
+        Err(e) => return Found::Damaged(e.to_string()),
+    };
+    if Some(meta.len()) != declared {
+        return Found::Damaged(format!(
+            "size {} where the kernel declares {}",
+            meta.len(),
+            declared.unwrap_or(0)
+        ));
+    }
+    let mapped = match MappedFile::map(&f, meta.len()) {
+        Ok(m) => m,
+        Err(e) => return Found::Damaged(format!("cannot map it: {e}")),
+    };
+    if let Some(why) = cache::verify(file, mapped.as_slice()).why_rebuilt() {
+        return Found::Damaged(why.to_string());
+    }
+    match inspect_elf(mapped.as_slice()) {
+        Ok(elf) => Found::Sound(KernelBytes::Mapped(mapped), elf),
+        Err(e) => Found::Damaged(e),
+    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,10 @@
 //!
 //! Each entry is one small file in the cache directory, named after the
 //! identity (`id-<dev>-<ino>-<size>-<mtime>-<ctime>`) and holding the digest,
-//! the compression and the decompressed size; it is written atomically.
+//! the compression, the decompressed size and the XXH3 checksum of those
+//! three words; it is written atomically (mode 0600) and read only when it
+//! is this user's own private regular file and its checksum matches
+//! ([`bootscope_model::cache`]).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -67,8 +70,13 @@ pub struct IndexEntry {
 /// The index entry of `id` in the cache directory `dir`, if there is a
 /// well-formed one.
 pub fn lookup(dir: &Path, id: &FileIdentity) -> Option<IndexEntry> {
-    let text = std::fs::read_to_string(id.entry_file(dir)).ok()?;
-    let mut words = text.split_whitespace();
+    let bytes = bootscope_model::cache::read_file(&id.entry_file(dir), 256).ok()??;
+    let text = String::from_utf8(bytes).ok()?;
+    let (body, sum) = text.trim_end().rsplit_once(' ')?;
+    if sum != format!("{:016x}", bootscope_model::cache::checksum(body.as_bytes())) {
+        return None;
+    }
+    let mut words = body.split_whitespace();
     let digest = words.next()?;
     let compression = Compression::from_name(words.next()?)?;
     let size = words.next()?.parse().ok()?;
@@ -99,21 +107,20 @@ pub fn settled(id: &FileIdentity) -> bool {
 /// over the entry); a file that changed less than [`SETTLE`] ago is not
 /// recorded.
 pub fn record(dir: &Path, id: &FileIdentity, entry: &IndexEntry) -> std::io::Result<()> {
-    use std::io::Write;
     if !settled(id) {
         return Ok(());
     }
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::Builder::new().prefix(".id-").tempfile_in(dir)?;
-    writeln!(
-        tmp,
+    let body = format!(
         "{} {} {}",
         entry.digest,
         entry.compression.name(),
         entry.size
-    )?;
-    tmp.persist(id.entry_file(dir)).map_err(|e| e.error)?;
-    Ok(())
+    );
+    let sum = bootscope_model::cache::checksum(body.as_bytes());
+    bootscope_model::cache::write_private(
+        &id.entry_file(dir),
+        format!("{body} {sum:016x}\n").as_bytes(),
+    )
 }
 
 #[cfg(test)]
@@ -173,8 +180,29 @@ mod tests {
             format!("{digest} zstd 12 more"),
             "../../etc zstd 12".to_string(),
         ] {
-            std::fs::write(id.entry_file(dir.path()), text.as_bytes()).unwrap();
+            let sum = bootscope_model::cache::checksum(text.as_bytes());
+            let sealed = format!("{text} {sum:016x}\n");
+            bootscope_model::cache::write_private(&id.entry_file(dir.path()), sealed.as_bytes())
+                .unwrap();
             assert_eq!(lookup(dir.path(), &id), None, "{text:?}");
         }
+        // A well-formed entry whose checksum does not match, or that others
+        // may write, is not used either.
+        let good = format!("{digest} zstd 12");
+        let sum = bootscope_model::cache::checksum(good.as_bytes());
+        let file = id.entry_file(dir.path());
+        for (text, mode) in [
+            (format!("{good} {:016x}\n", sum ^ 1), 0o600),
+            (format!("{digest} zstd 13 {sum:016x}\n"), 0o600),
+            (format!("{good} {sum:016x}\n"), 0o666),
+        ] {
+            bootscope_model::cache::write_private(&file, text.as_bytes()).unwrap();
+            std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                .unwrap();
+            assert_eq!(lookup(dir.path(), &id), None, "{text:?} {mode:o}");
+        }
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        assert!(lookup(dir.path(), &id).is_some());
     }
 }

@@ -8,7 +8,7 @@
 //! `start_kernel` calls itself (pid 0) before any level: the `console`
 //! initcalls.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -102,7 +102,9 @@ fn parse_calling(text: &str) -> Option<(&str, u32)> {
     Some((symbol_name(sym), pid.trim().parse().ok()?))
 }
 
-/// `initcall FN+0x0/0x20 returned 0 after 12 usecs` → (FN, ret, usecs).
+/// `initcall FN+0x0/0x20 returned 0 after 12 usecs` → (FN, ret, usecs);
+/// a duration too large for 64-bit nanoseconds is `u64::MAX` usecs (the
+/// console reader refuses it).
 fn parse_returned(text: &str) -> Option<(&str, i64, u64)> {
     let rest = text.strip_prefix("initcall ")?;
     let (sym, rest) = rest.split_once(" returned ")?;
@@ -126,9 +128,13 @@ fn parse_level(text: &str) -> Option<&'static str> {
 /// without its `returned` line (the log was cut, or the initcall never
 /// returned) is left out; so is a module's init (level `module`) when its
 /// `doing MODULE` line has no level name.
+///
+/// Linear in the log: the initcalls started and not yet returned are
+/// indexed by name, then pid (a `returned` line has no pid: it closes the
+/// open call of that name with the lowest pid).
 pub fn parse(records: &[LogRecord]) -> Vec<GuestInitcall> {
     let mut level = "early";
-    let mut open: HashMap<(String, u32), (u64, &'static str)> = HashMap::new();
+    let mut open: HashMap<String, BTreeMap<u32, (u64, &'static str)>> = HashMap::new();
     let mut done = Vec::new();
     let mut past_levels = false;
     for r in records {
@@ -144,20 +150,27 @@ pub fn parse(records: &[LogRecord]) -> Vec<GuestInitcall> {
                     (false, "early", 0) => "console",
                     _ => level,
                 };
-                open.insert((name.to_string(), pid), (r.ts_nsec, lvl));
+                open.entry(name.to_string())
+                    .or_default()
+                    .insert(pid, (r.ts_nsec, lvl));
             } else if let Some((name, ret, usecs)) = parse_returned(line) {
-                let key = open.keys().find(|(n, _)| n == name).cloned();
-                if let Some(key) = key {
-                    let (start, lvl) = open.remove(&key).unwrap_or((0, ""));
-                    done.push(GuestInitcall {
-                        name: key.0,
-                        level: lvl.to_string(),
-                        guest_start_ns: start,
-                        duration_ns: usecs.saturating_mul(1000),
-                        ret,
-                        pid: key.1,
-                    });
+                let Some(by_pid) = open.get_mut(name) else {
+                    continue;
+                };
+                let Some((pid, (start, lvl))) = by_pid.pop_first() else {
+                    continue;
+                };
+                if by_pid.is_empty() {
+                    open.remove(name);
                 }
+                done.push(GuestInitcall {
+                    name: name.to_string(),
+                    level: lvl.to_string(),
+                    guest_start_ns: start,
+                    duration_ns: usecs.checked_mul(1000).unwrap_or(u64::MAX),
+                    ret,
+                    pid,
+                });
             }
         }
     }
@@ -248,6 +261,36 @@ mod tests {
         assert!(e.to_string().contains("remove `loglevel=8`"));
         assert!(cmdline_with_initcalls("debug").is_err());
         assert!(cmdline_with_initcalls("ignore_loglevel").is_err());
+    }
+
+    /// Many calls open at once (a log cut short, or junk): each return is
+    /// matched through the index by name, the lowest pid first, and the
+    /// unmatched ones are left out.
+    #[test]
+    fn many_open_calls_are_matched_by_name_and_pid() {
+        let mut log = Vec::new();
+        for i in 0..100_000u64 {
+            log.push(rec(i, i, &format!("calling  never_returns_{i}+0x0/0x10 @ 1")));
+        }
+        for pid in [7u32, 3, 5] {
+            log.push(rec(0, 200_000 + u64::from(pid), &format!("calling  same+0x0/0x10 @ {pid}")));
+        }
+        for i in 0..100_000u64 {
+            log.push(rec(0, 300_000 + i, &format!("initcall unknown_{i}+0x0/0x10 returned 0 after 1 usecs")));
+        }
+        for _ in 0..4 {
+            log.push(rec(0, 400_000, "initcall same+0x0/0x10 returned 0 after 2 usecs"));
+        }
+        log.push(rec(0, 500_000, "initcall huge+0x0/0x10 returned 0 after 18446744073709551615 usecs"));
+        let calls = parse(&log);
+        let pids: Vec<u32> = calls.iter().map(|c| c.pid).collect();
+        assert_eq!(pids, [3, 5, 7]);
+        assert!(calls.iter().all(|c| c.name == "same" && c.duration_ns == 2000));
+        let huge = parse(&[
+            rec(0, 1, "calling  huge+0x0/0x10 @ 1"),
+            rec(0, 2, "initcall huge+0x0/0x10 returned 0 after 18446744073709551615 usecs"),
+        ]);
+        assert_eq!(huge[0].duration_ns, u64::MAX, "overflow is not wrapped");
     }
 
     #[test]

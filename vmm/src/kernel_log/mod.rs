@@ -559,9 +559,10 @@ pub fn collect_after_run(
 }
 
 /// Initcalls from a console log (the fallback for another VMM): guest
-/// times, no alignment, no exits.
-pub fn from_console(console: &str) -> InitcallsDoc {
-    let records = console_log::records(console);
+/// times, no alignment, no exits. Err: a timestamp or duration out of
+/// range (said where).
+pub fn from_console(console: &str) -> Result<InitcallsDoc, String> {
+    let records = console_log::records(console).map_err(|e| e.to_string())?;
     let mut doc = InitcallsDoc {
         method: console_log::METHOD_CONSOLE.to_string(),
         ..InitcallsDoc::default()
@@ -572,7 +573,18 @@ pub fn from_console(console: &str) -> InitcallsDoc {
         records,
     };
     fill(&mut doc, &read, &[], 0);
-    doc
+    if let Some(c) = doc.initcalls.iter().find(|c| {
+        c.duration_ns > console_log::MAX_TIMESTAMP_NS
+            || c.start_ns.checked_add(c.duration_ns).is_none()
+    }) {
+        return Err(format!(
+            "the initcall {} lasts {} ns from {} ns: out of range (is this a kernel console log?)",
+            bootscope_model::text::printable(&c.name),
+            c.duration_ns,
+            c.start_ns
+        ));
+    }
+    Ok(doc)
 }
 
 /// Fills the log statistics, alignment, initcalls and levels from a log.
@@ -629,13 +641,13 @@ pub fn place(guest: &[GuestInitcall], offset: i64) -> Vec<Initcall> {
 pub fn levels(calls: &[Initcall]) -> Vec<InitcallLevel> {
     let mut out: Vec<InitcallLevel> = Vec::new();
     for c in calls {
-        let end = c.start_ns + c.duration_ns;
+        let end = c.start_ns.saturating_add(c.duration_ns);
         match out.iter_mut().find(|l| l.level == c.level) {
             Some(l) => {
                 l.start_ns = l.start_ns.min(c.start_ns);
                 l.end_ns = l.end_ns.max(end);
                 l.initcalls += 1;
-                l.initcalls_ns += c.duration_ns;
+                l.initcalls_ns = l.initcalls_ns.saturating_add(c.duration_ns);
             }
             None => out.push(InitcallLevel {
                 level: c.level.clone(),
@@ -732,7 +744,8 @@ pub fn summary(doc: &InitcallsDoc, top: usize) -> String {
             let _ = writeln!(
                 out,
                 "{:<36} {:>10.3} {:>12.3} {:>8} {:>8}",
-                c.name,
+                // Names parsed from a console log: shown escaped.
+                bootscope_model::text::printable(&c.name),
                 ms(c.start_ns),
                 ms(c.duration_ns),
                 exits(c.io_exits),
@@ -774,7 +787,7 @@ fn sampled_rows(out: &mut String, doc: &InitcallsDoc, top: usize) {
         let _ = writeln!(
             out,
             "{:<36} {:>10.3} {:>12.3} {:>8} {:>8}",
-            c.name,
+            bootscope_model::text::printable(&c.name),
             c.start_ns as f64 / 1e6,
             c.duration_ns as f64 / 1e6,
             s.exits,

@@ -133,8 +133,53 @@ fn bzimage_payload_decompressed_on_the_host_and_entered_through_pvh() {
     // A damaged cache entry is not trusted: decompressed again.
     std::fs::write(&cached, b"\x7fELF damaged").unwrap();
     let k3 = load_kernel(&memory(64 << 20), &path, 64 << 20, &host_opts(cache.path())).unwrap();
-    assert_eq!(k3.boot.unwrap().cache.as_deref(), Some("miss"));
+    let boot3 = k3.boot.unwrap();
+    assert_eq!(boot3.cache.as_deref(), Some("rebuilt"));
+    assert!(boot3.cache_note.unwrap().contains("size"));
     assert_eq!(std::fs::read(&cached).unwrap(), elf);
+    let _ = std::fs::remove_file(path);
+}
+
+/// A kernel of `len` bytes: mini-pvh.elf followed by a pattern (bytes
+/// past its segments, which the loader ignores).
+fn big_elf(len: usize) -> Vec<u8> {
+    let mut elf = pvh_only_elf();
+    let mut x: u32 = 1;
+    while elf.len() < len {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        elf.push((x >> 16) as u8 & 0x0f);
+    }
+    elf
+}
+
+#[test]
+fn a_cached_kernel_that_changed_is_rebuilt_and_the_timeline_says_so() {
+    let elf = big_elf(16 << 20);
+    let path = bzimage_with_payload("zeroed", &kernel_payload(Compression::Zstd, &elf));
+    std::thread::sleep(SETTLE_WAIT);
+    let cache = tempfile::tempdir().unwrap();
+    let k = load_kernel(&memory(64 << 20), &path, 64 << 20, &host_opts(cache.path())).unwrap();
+    let cached = PathBuf::from(k.boot.unwrap().cache_file.unwrap());
+    // 5 MB zeroed in the middle: same size, still an ELF kernel.
+    let mut damaged = std::fs::read(&cached).unwrap();
+    let mid = damaged.len() / 2;
+    damaged[mid - (5 << 19)..mid + (5 << 19)].fill(0);
+    bootscope_model::cache::write_private(&cached, &damaged).unwrap();
+    let rec = Arc::new(crate::timeline::Recorder::new(crate::timeline::Clock::start()));
+    let prepared = prepare_kernel(&path, &host_opts(cache.path()), Some(rec.clone())).unwrap();
+    let k2 = prepared.load(&memory(64 << 20), 64 << 20).unwrap();
+    let boot = k2.boot.unwrap();
+    assert_eq!(boot.cache.as_deref(), Some("rebuilt"));
+    assert_eq!(boot.cache_note.as_deref(), Some("checksum mismatch"));
+    let marks: Vec<String> = rec.snapshot().into_iter().map(|m| m.name).collect();
+    assert!(
+        marks.contains(&"vmm: kernel decompressed (cache: rebuilt, checksum mismatch)".into()),
+        "{marks:?}"
+    );
+    assert_eq!(std::fs::read(&cached).unwrap(), elf, "rebuilt in place");
+    // And then a hit again.
+    let k3 = load_kernel(&memory(64 << 20), &path, 64 << 20, &host_opts(cache.path())).unwrap();
+    assert_eq!(k3.boot.unwrap().cache.as_deref(), Some("hit"));
     let _ = std::fs::remove_file(path);
 }
 

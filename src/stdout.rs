@@ -1,0 +1,52 @@
+//! Standard output, for every command: one checked writer.
+//!
+//! Rust ignores SIGPIPE, so a write to a pipe whose reader has gone
+//! (`bootscope check ... | head`) fails with `EPIPE`, and `print!` panics on
+//! any write error. Every command writes its standard output through
+//! [`print`] instead:
+//!
+//! - a reader that has gone is not an error: the rest of the output is
+//!   dropped and the command finishes its work (writing its files, pushing
+//!   its metrics) with the exit status it would have had;
+//! - any other write error (`>/dev/full`: `ENOSPC`) is returned, and the
+//!   command fails with exit status 1 and `cannot write standard output:
+//!   ...`.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Set once standard output's reader has gone: nothing more is written.
+static CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Writes `text` to standard output and flushes it, by the rules of [this
+/// module](self).
+pub fn print(text: impl AsRef<[u8]>) -> std::io::Result<()> {
+    if CLOSED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_ref()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            CLOSED.store(true, Ordering::Relaxed);
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// The error of a failed [`print`], for commands that return anyhow
+/// errors (exit status 1).
+pub fn failure(e: std::io::Error) -> crate::cli::Failure {
+    anyhow::Error::new(e)
+        .context("cannot write standard output")
+        .into()
+}
+
+/// The error of a failed [`print`], for the bench commands (exit status
+/// 1).
+pub fn bench_error(source: std::io::Error) -> bootscope_bench::error::BenchError {
+    bootscope_bench::error::BenchError::Write {
+        path: "standard output".into(),
+        source,
+    }
+}
