@@ -403,16 +403,36 @@ fn pvh_entry(notes: &[u8]) -> Option<u64> {
 /// Where decompressed kernels are kept: `$XDG_CACHE_HOME/bootscope/kernels`,
 /// else `~/.cache/bootscope/kernels`; None when neither variable is set.
 pub fn user_cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
+    cache_dir_for(
+        std::env::var_os("XDG_CACHE_HOME").as_deref(),
+        std::env::var_os("HOME").as_deref(),
+    )
+}
+
+/// The cache directory [`user_cache_dir`] gives a process whose
+/// `XDG_CACHE_HOME` and `HOME` are these: where a bootscope run elsewhere
+/// (the lab machine) looks for its kernels.
+pub fn cache_dir_for(
+    xdg_cache_home: Option<&std::ffi::OsStr>,
+    home: Option<&std::ffi::OsStr>,
+) -> Option<PathBuf> {
+    let base = xdg_cache_home
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
         .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
+            home.filter(|v| !v.is_empty())
                 .map(|h| PathBuf::from(h).join(".cache"))
         })?;
     Some(base.join("bootscope").join("kernels"))
+}
+
+/// The files that make up the cache entry whose kernel is `cache_file` (a
+/// [`HostKernel::cache_file`]): what carrying the entry into another cache
+/// directory takes, each under the same name there. A lookup there verifies
+/// them as it verifies any entry.
+pub fn entry_files(cache_file: &Path) -> Vec<PathBuf> {
+    vec![cache_file.to_path_buf()]
 }
 
 /// A decompressed kernel in memory: freshly decompressed, or the cached
@@ -783,6 +803,26 @@ pub(crate) mod tests {
             "{e}"
         );
         assert!(inspect_elf(b"plain text").is_err());
+    }
+
+    #[test]
+    fn cache_dir_follows_xdg_then_home() {
+        let dir = |x: Option<&str>, h: Option<&str>| {
+            cache_dir_for(x.map(std::ffi::OsStr::new), h.map(std::ffi::OsStr::new))
+        };
+        assert_eq!(
+            dir(Some("/x"), Some("/root")),
+            Some(PathBuf::from("/x/bootscope/kernels"))
+        );
+        // A relative or empty XDG_CACHE_HOME is ignored, as the spec says.
+        for x in [Some("rel"), Some(""), None] {
+            assert_eq!(
+                dir(x, Some("/root")),
+                Some(PathBuf::from("/root/.cache/bootscope/kernels"))
+            );
+        }
+        assert_eq!(dir(None, Some("")), None);
+        assert_eq!(dir(None, None), None);
     }
 
     #[test]
