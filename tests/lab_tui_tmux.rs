@@ -134,22 +134,26 @@ impl Drop for Tmux {
 }
 
 /// The phases pane's title (` Boot phases · 1.2 s `: the boot so far) and
-/// its running phase (the row marked `▶`), from a screen.
+/// its running phase (the row marked `▶`, `>` in ASCII), from a screen.
 fn phases_pane(screen: &str) -> Option<(String, Option<String>)> {
     let title = screen.lines().find_map(|l| {
         let rest = l.split("Boot phases").nth(1)?;
         let total = rest.trim_start_matches([' ', '·', '-']);
-        let end = total.find(['─', '┐', '+', '╮']).unwrap_or(total.len());
-        Some(total[..end].trim().to_string())
-    })?;
-    let running = screen.lines().find_map(|l| {
-        let rest = l.split('▶').nth(1)?;
         Some(
-            rest.split_whitespace()
-                .take_while(|w| !w.starts_with(['█', '░', '─']))
+            total
+                .split_whitespace()
+                .take(2)
                 .collect::<Vec<_>>()
                 .join(" "),
         )
+    })?;
+    let running = screen.lines().find_map(|l| {
+        let rest = l.split_once("│▶ ").or_else(|| l.split_once("|> "))?.1;
+        let name: Vec<&str> = rest
+            .split_whitespace()
+            .take_while(|w| w.chars().all(char::is_alphabetic))
+            .collect();
+        Some(name.join(" "))
     });
     Some((title, running))
 }

@@ -103,15 +103,19 @@ pub(super) fn init_script(
         // keys typed before the program starts.
         Some(t) => (
             vec![b"stty onlcr -echo 2>/dev/null".to_vec()],
-            vec![
-                [b"export TERM=", q(OsStr::new(&t.term)).as_slice()].concat(),
-                format!(
-                    "stty sane onlcr rows {} cols {} </dev/ttyS0 2>/dev/null",
-                    t.rows, t.cols
-                )
-                .into_bytes(),
-                [b"setsid -c ", command.as_slice(), b" <>/dev/ttyS0 >&0 2>&1"].concat(),
-            ],
+            t.env
+                .iter()
+                .filter(|(k, _)| k.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'))
+                .map(|(k, v)| [format!("export {k}=").as_bytes(), &q(OsStr::new(v))].concat())
+                .chain([
+                    format!(
+                        "stty sane onlcr rows {} cols {} </dev/ttyS0 2>/dev/null",
+                        t.rows, t.cols
+                    )
+                    .into_bytes(),
+                    [b"setsid -c ", command.as_slice(), b" <>/dev/ttyS0 >&0 2>&1"].concat(),
+                ])
+                .collect(),
         ),
     };
     let send_outputs = plan
@@ -304,7 +308,10 @@ mod tests {
         let term = LabTerminal {
             rows: 40,
             cols: 120,
-            term: "tmux-256color".into(),
+            env: vec![
+                ("TERM".into(), "tmux-256color".into()),
+                ("LANG".into(), "C.UTF-8".into()),
+            ],
         };
         let options = InitOptions {
             randomize_addresses: false,
@@ -317,7 +324,10 @@ mod tests {
             "{script}"
         );
         assert!(!script.contains("stty -onlcr"), "{script}");
-        assert!(script.contains("export TERM='tmux-256color'\n"), "{script}");
+        assert!(
+            script.contains("export TERM='tmux-256color'\nexport LANG='C.UTF-8'\n"),
+            "{script}"
+        );
         assert!(
             script.contains("stty sane onlcr rows 40 cols 120 </dev/ttyS0 2>/dev/null\n"),
             "{script}"

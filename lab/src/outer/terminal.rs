@@ -25,8 +25,9 @@ pub struct LabTerminal {
     /// Its size in character cells.
     pub rows: u16,
     pub cols: u16,
-    /// Its type (`TERM`).
-    pub term: String,
+    /// What the program is told of it in its environment: `TERM`, and
+    /// `COLORTERM`, `NO_COLOR` and a UTF-8 `LANG` when the host's say so.
+    pub env: Vec<(String, String)>,
 }
 
 impl LabTerminal {
@@ -61,16 +62,41 @@ impl LabTerminal {
                 }
             ));
         }
-        let term = std::env::var("TERM")
-            .ok()
-            .filter(|t| is_term_name(t))
-            .unwrap_or_else(|| Self::DEFAULT_TERM.to_string());
         Ok(LabTerminal {
             rows: size.ws_row,
             cols: size.ws_col,
-            term,
+            env: terminal_env(|k| std::env::var(k).ok()),
         })
     }
+}
+
+/// The environment that describes the host terminal, from the host's
+/// variables (`var`): its `TERM` (or [`LabTerminal::DEFAULT_TERM`]), its
+/// `COLORTERM` and `NO_COLOR`, and `LANG=C.UTF-8` when the host's locale
+/// (the first of `LC_ALL`, `LC_CTYPE`, `LANG` set) is UTF-8: the lab
+/// machine has no locales of its own, and the terminal's character set is
+/// what the program needs to know.
+pub(super) fn terminal_env(var: impl Fn(&str) -> Option<String>) -> Vec<(String, String)> {
+    let set = |k: &str| var(k).filter(|v| !v.is_empty());
+    let term = set("TERM")
+        .filter(|t| is_term_name(t))
+        .unwrap_or_else(|| LabTerminal::DEFAULT_TERM.to_string());
+    let mut env = vec![("TERM".to_string(), term)];
+    if let Some(c) = set("COLORTERM").filter(|c| is_term_name(c)) {
+        env.push(("COLORTERM".into(), c));
+    }
+    if set("NO_COLOR").is_some() {
+        env.push(("NO_COLOR".into(), "1".into()));
+    }
+    let locale = ["LC_ALL", "LC_CTYPE", "LANG"]
+        .iter()
+        .find_map(|k| set(k))
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if locale.contains("utf-8") || locale.contains("utf8") {
+        env.push(("LANG".into(), "C.UTF-8".into()));
+    }
+    env
 }
 
 /// A `TERM` value worth passing on: a terminfo name (letters, digits,
@@ -249,6 +275,43 @@ mod tests {
         assert!(!f.feed(b"k\x01", &mut out));
         assert!(f.feed(b"x", &mut out));
         assert_eq!(out, b"k");
+    }
+
+    #[test]
+    fn the_host_terminal_s_environment() {
+        let env = |vars: &[(&str, &str)]| {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            terminal_env(move |k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+        };
+        let pairs = |v: &[(&str, &str)]| {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(env(&[]), pairs(&[("TERM", "xterm-256color")]));
+        assert_eq!(
+            env(&[
+                ("TERM", "tmux-256color"),
+                ("COLORTERM", "truecolor"),
+                ("NO_COLOR", "yes"),
+                ("LANG", "en_GB.UTF-8"),
+                ("HOME", "/home/u"),
+            ]),
+            pairs(&[
+                ("TERM", "tmux-256color"),
+                ("COLORTERM", "truecolor"),
+                ("NO_COLOR", "1"),
+                ("LANG", "C.UTF-8"),
+            ])
+        );
+        // LC_ALL decides over LANG; a bad TERM is not passed on.
+        assert_eq!(
+            env(&[("TERM", "x;y"), ("LC_ALL", "C"), ("LANG", "C.UTF-8")]),
+            pairs(&[("TERM", "xterm-256color")])
+        );
     }
 
     #[test]
