@@ -385,6 +385,7 @@ fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
             inputs: Vec::new(),
             outputs: Vec::new(),
             aslr: false,
+            tty: false,
             retries: 1,
             args: run_args,
         })

@@ -60,6 +60,12 @@ pub(crate) struct LabArgs {
     /// fresh address, on every run, which real hardware does not do.
     #[arg(long)]
     pub(crate) aslr: bool,
+    /// Give the program the console as its terminal, sized and typed as
+    /// this one, with the keys typed passed through (this terminal is in
+    /// raw mode meanwhile; Ctrl-A x stops the lab). On by itself for a
+    /// command with --tui.
+    #[arg(long)]
+    pub(crate) tty: bool,
     /// The command to run inside (bootscope's arguments, or the --exe
     /// program's), after `--`. Existing files it names are carried in; its
     /// arguments reach the program as they are.
@@ -87,7 +93,26 @@ pub(crate) fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     } else {
         with_default_guest(args.args)?
     };
+    let terminal = if args.tty || (args.exe.is_none() && wants_terminal(&inner)) {
+        let t = bootscope_lab::outer::LabTerminal::of_host().map_err(|why| {
+            usage(anyhow::anyhow!(
+                "the program in the lab needs a terminal (--tui or --tty), but {why}: run \
+                 `bootscope lab` in a terminal, or leave --tui out"
+            ))
+        })?;
+        Some(t)
+    } else {
+        None
+    };
+    // Kept until the run is over: it may hold the prepared files.
+    let prepared = if args.exe.is_none() {
+        crate::lab_prepare::prepare(&inner)
+    } else {
+        crate::lab_prepare::Prepared::default()
+    };
     let mut cfg = bootscope_lab::outer::LabConfig::new(exe, inner);
+    cfg.placed_inputs.clone_from(&prepared.placed);
+    cfg.terminal = terminal;
     cfg.outputs = outputs;
     cfg.memory_mib = memory >> 20;
     cfg.cpus = args.cpus.unwrap_or(args.numa_nodes.max(1));
@@ -111,6 +136,21 @@ pub(crate) fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
         Err(e) if e.is_bad_input() => Err(usage(e.into())),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whether the bootscope command `args` shows a terminal UI (`--tui`).
+fn wants_terminal(args: &[OsString]) -> bool {
+    let argv = std::iter::once(OsString::from("bootscope")).chain(args.iter().cloned());
+    let Ok(matches) = crate::cli::command().try_get_matches_from(argv) else {
+        return false;
+    };
+    matches.subcommand().is_some_and(|(_, sub)| {
+        sub.try_get_one::<bool>("tui")
+            .ok()
+            .flatten()
+            .copied()
+            .unwrap_or(false)
+    })
 }
 
 /// `run ARGS` without `--kernel` boots the default guest, as it does on the

@@ -6,6 +6,7 @@ mod cli;
 mod exporter;
 mod initcalls_cmd;
 mod lab_cmd;
+mod lab_prepare;
 mod profile_cmd;
 mod push;
 mod run_cmd;

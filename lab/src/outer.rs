@@ -39,9 +39,11 @@ mod initramfs;
 mod modules;
 mod plan;
 mod qemu;
+mod terminal;
 mod watch;
 
 pub use plan::{plan_arguments, plan_programs, ArgPlan, InputFile};
+pub use terminal::LabTerminal;
 
 use heartbeat::HeartbeatLine;
 use qemu::MachineShape;
@@ -98,6 +100,18 @@ pub struct LabConfig {
     /// the main program (for example a script run by busybox) can start
     /// them by their host paths.
     pub extra_programs: Vec<PathBuf>,
+    /// Host files carried in at another path than their own (`guest`,
+    /// absolute): what the host prepared for the program where the program
+    /// looks for it, such as an entry of the kernel cache in the lab
+    /// machine's cache directory (its `HOME` is [`GUEST_HOME`]). The host
+    /// file must be a regular file.
+    pub placed_inputs: Vec<InputFile>,
+    /// Give the program a terminal: the lab machine's console, with this
+    /// size and type, as its controlling terminal, and the host's keys
+    /// (see the `terminal` module). The host's standard input must be a
+    /// terminal then; it is in raw mode while the lab runs. None: the
+    /// program runs with standard input from `/dev/null`.
+    pub terminal: Option<LabTerminal>,
     /// Keep address space layout randomization on in the outer guest. Off
     /// by default: QEMU's emulator translates code per virtual address, so
     /// a program loaded at fresh random addresses is translated anew on
@@ -118,6 +132,9 @@ pub struct LabConfig {
     /// [`LabError::Interrupted`].
     pub stop: Option<Arc<AtomicBool>>,
 }
+
+/// `HOME` of the program in the lab machine (`/init` exports it).
+pub const GUEST_HOME: &str = "/root";
 
 impl LabConfig {
     /// Default guest memory: room for bootscope, a nested guest and its
@@ -147,6 +164,8 @@ impl LabConfig {
             timeout: Self::DEFAULT_TIMEOUT,
             extra_inputs: Vec::new(),
             extra_programs: Vec::new(),
+            placed_inputs: Vec::new(),
+            terminal: None,
             randomize_addresses: false,
             freeze_after: Self::DEFAULT_FREEZE_AFTER,
             frozen_retries: 1,
@@ -219,7 +238,8 @@ pub fn run_lab_with_console(
     check_exe(&cfg.bootscope_exe)?;
     let cwd = std::env::current_dir()
         .map_err(|e| LabError::io("determine", "the current directory", e))?;
-    let plan = plan_arguments(&cfg.args, &cfg.outputs, &cfg.extra_inputs, &cwd)?;
+    let mut plan = plan_arguments(&cfg.args, &cfg.outputs, &cfg.extra_inputs, &cwd)?;
+    add_placed_inputs(&mut plan, &cfg.placed_inputs)?;
     let programs = plan_programs(&cfg.extra_programs, &cwd)?;
     // Outputs are written back only at the end: refuse now, not after the
     // run, one that cannot be written (a directory still missing is made
@@ -244,7 +264,10 @@ pub fn run_lab_with_console(
         &cfg.bootscope_exe,
         &programs,
         &plan,
-        cfg.randomize_addresses,
+        init::InitOptions {
+            randomize_addresses: cfg.randomize_addresses,
+            terminal: cfg.terminal.as_ref(),
+        },
     )?;
     let archive_mib = archive_len.div_ceil(1 << 20);
     if archive_mib * 2 + 256 > cfg.memory_mib {
@@ -265,6 +288,7 @@ pub fn run_lab_with_console(
         &archive,
         &paths.stream,
         &paths.heartbeat,
+        cfg.terminal.is_some(),
     );
     let (status, elapsed, stderr_tail) = run_attempts(cfg, &mut cmd, &paths, console)?;
     let report = read_report(&paths.stream, &plan, tmp.path(), status, &stderr_tail)?;
@@ -303,6 +327,31 @@ fn check_config(cfg: &LabConfig) -> Result<()> {
             "a heartbeat silence of {:.1} s is too short to call the lab machine frozen (it beats every 2 s, later when loaded); use at least 10 s",
             cfg.freeze_after.as_secs_f64()
         )));
+    }
+    Ok(())
+}
+
+/// Adds the inputs the host placed at guest paths of its choosing; each
+/// must be a regular file going to an absolute path no other input takes.
+fn add_placed_inputs(plan: &mut ArgPlan, placed: &[InputFile]) -> Result<()> {
+    for input in placed {
+        let bad = |why: &str| {
+            LabError::InvalidConfig(format!(
+                "{} cannot be carried in at {}: {why}",
+                input.host.display(),
+                input.guest.display()
+            ))
+        };
+        if !input.guest.is_absolute() {
+            return Err(bad("the lab machine's path must be absolute"));
+        }
+        if !fs::metadata(&input.host).is_ok_and(|m| m.is_file()) {
+            return Err(bad("it is not a regular file on this host"));
+        }
+        if plan.inputs.iter().any(|i| i.guest == input.guest) {
+            return Err(bad("another input goes there"));
+        }
+        plan.inputs.push(input.clone());
     }
     Ok(())
 }
@@ -351,6 +400,7 @@ fn run_attempts(
             timeout: cfg.timeout,
             heartbeat: line,
             freeze_after: cfg.freeze_after,
+            terminal: cfg.terminal.is_some(),
         };
         match watch::run_qemu(cmd, &paths.qemu, watch, console) {
             Err(LabError::Frozen { silent, .. }) if attempt <= cfg.frozen_retries => {

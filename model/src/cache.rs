@@ -73,7 +73,8 @@ pub fn cache_base() -> Result<PathBuf, CacheError> {
     cache_base_for(var("XDG_CACHE_HOME"), var("HOME"), effective_uid())
 }
 
-fn cache_base_for(
+/// [`cache_base`] for a process with these variables and effective uid.
+pub fn cache_base_for(
     xdg: Option<PathBuf>,
     home: Option<PathBuf>,
     uid: u32,

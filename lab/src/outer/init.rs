@@ -3,9 +3,11 @@
 //!
 //! The script prepares the file systems bootscope uses (proc, sysfs,
 //! devtmpfs, tracefs, debugfs, bpffs), starts the heartbeat, loads the KVM
-//! modules, reports whether `/dev/kvm` appeared, runs the program with
-//! stdin from `/dev/null` (the console has no input), sends the results
-//! over ttyS1 and powers off.
+//! modules, reports whether `/dev/kvm` appeared, runs the program, sends
+//! the results over ttyS1 and powers off. The program runs with stdin from
+//! `/dev/null`, or, given a [`LabTerminal`], in a session of its own with
+//! the console (ttyS0) as its controlling terminal, sized and typed as the
+//! host's.
 //!
 //! `init.sh` is a complete shell script whose values are placeholders
 //! `@NAME@`. A placeholder alone on its line stands for a block of lines
@@ -19,6 +21,7 @@ use std::path::Path;
 
 use super::modules::Module;
 use super::plan::ArgPlan;
+use super::terminal::LabTerminal;
 use crate::guest::DebianKernel;
 use crate::{transport, util};
 
@@ -35,14 +38,27 @@ enum Value {
     Lines(Vec<Vec<u8>>),
 }
 
+/// How `/init` sets the lab machine up for the program.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct InitOptions<'a> {
+    /// Leave address space layout randomization on.
+    pub(super) randomize_addresses: bool,
+    /// Give the program the console as its terminal.
+    pub(super) terminal: Option<&'a LabTerminal>,
+}
+
 /// The outer guest's `/init` for `plan`, starting the program as `exe`.
 pub(super) fn init_script(
     kernel: &DebianKernel,
     modules: &[Module],
     plan: &ArgPlan,
     exe: &Path,
-    randomize_addresses: bool,
+    options: InitOptions,
 ) -> Vec<u8> {
+    let InitOptions {
+        randomize_addresses,
+        terminal,
+    } = options;
     let q = |s: &OsStr| util::shell_quote(s);
     let load_modules = modules
         .iter()
@@ -77,6 +93,31 @@ pub(super) fn init_script(
         command.push(b' ');
         command.extend_from_slice(&q(arg));
     }
+    let (console_mode, run_command) = match terminal {
+        // Plain newlines on the console, as on a host terminal or pipe.
+        None => (
+            vec![b"stty -onlcr 2>/dev/null".to_vec()],
+            vec![[command.as_slice(), b" </dev/null"].concat()],
+        ),
+        // A terminal's newlines (the host terminal is raw), and no echo of
+        // keys typed before the program starts.
+        Some(t) => (
+            vec![b"stty onlcr -echo 2>/dev/null".to_vec()],
+            t.env
+                .iter()
+                .filter(|(k, _)| k.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'))
+                .map(|(k, v)| [format!("export {k}=").as_bytes(), &q(OsStr::new(v))].concat())
+                .chain([
+                    format!(
+                        "stty sane onlcr rows {} cols {} </dev/ttyS0 2>/dev/null",
+                        t.rows, t.cols
+                    )
+                    .into_bytes(),
+                    [b"setsid -c ", command.as_slice(), b" <>/dev/ttyS0 >&0 2>&1"].concat(),
+                ])
+                .collect(),
+        ),
+    };
     let send_outputs = plan
         .outputs
         .iter()
@@ -101,7 +142,8 @@ pub(super) fn init_script(
             ("ADDRESS_RANDOMIZATION", Value::Lines(address_randomization)),
             ("CWD", Value::Text(q(plan.cwd.as_os_str()))),
             ("OUTPUT_DIRS", Value::Lines(output_dirs)),
-            ("COMMAND", Value::Text(command)),
+            ("CONSOLE_MODE", Value::Lines(console_mode)),
+            ("RUN_COMMAND", Value::Lines(run_command)),
             ("LAB_SEND_FUNCTION", Value::Lines(send_function)),
             ("STREAM_HEADER", Value::Text(transport::HEADER.into())),
             ("SEND_OUTPUTS", Value::Lines(send_outputs)),
@@ -214,7 +256,14 @@ mod tests {
             cwd: PathBuf::from("/home/u"),
         };
         let exe = Path::new(GUEST_EXE);
-        let script = String::from_utf8(init_script(&kernel, &modules, &plan, exe, false)).unwrap();
+        let script = String::from_utf8(init_script(
+            &kernel,
+            &modules,
+            &plan,
+            exe,
+            InitOptions::default(),
+        ))
+        .unwrap();
         assert!(script.contains("insmod '/lib/modules/6.1.0-56-amd64/kernel/arch/x86/kvm/kvm.ko'"));
         assert!(script.contains("mount -t tracefs tracefs /sys/kernel/tracing"));
         assert!(script.contains("lab: nested KVM ready (kvm_amd npt="));
@@ -233,8 +282,75 @@ mod tests {
         assert!(script.trim_end().ends_with("poweroff -f"));
         assert!(script.contains(">/dev/ttyS2"), "the heartbeat");
         assert!(script.contains("echo 0 >/proc/sys/kernel/randomize_va_space"));
-        let kept = String::from_utf8(init_script(&kernel, &modules, &plan, exe, true)).unwrap();
+        let keep_aslr = InitOptions {
+            randomize_addresses: true,
+            terminal: None,
+        };
+        let kept =
+            String::from_utf8(init_script(&kernel, &modules, &plan, exe, keep_aslr)).unwrap();
         assert!(!kept.contains("randomize_va_space"));
+    }
+
+    #[test]
+    fn a_terminal_makes_the_console_the_program_s() {
+        let kernel = DebianKernel {
+            version: "6.1.0-56-amd64".into(),
+            vmlinuz: "/boot/vmlinuz-6.1.0-56-amd64".into(),
+            modules_dir: "/lib/modules/6.1.0-56-amd64".into(),
+        };
+        let plan = ArgPlan {
+            args: os(&["run", "--tui"]),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            output_dirs: Vec::new(),
+            cwd: PathBuf::from("/"),
+        };
+        let term = LabTerminal {
+            rows: 40,
+            cols: 120,
+            env: vec![
+                ("TERM".into(), "tmux-256color".into()),
+                ("LANG".into(), "C.UTF-8".into()),
+            ],
+        };
+        let options = InitOptions {
+            randomize_addresses: false,
+            terminal: Some(&term),
+        };
+        let script = init_script(&kernel, &[], &plan, Path::new(GUEST_EXE), options);
+        let script = String::from_utf8(script).unwrap();
+        assert!(
+            script.contains("\nstty onlcr -echo 2>/dev/null\n"),
+            "{script}"
+        );
+        assert!(!script.contains("stty -onlcr"), "{script}");
+        assert!(
+            script.contains("export TERM='tmux-256color'\nexport LANG='C.UTF-8'\n"),
+            "{script}"
+        );
+        assert!(
+            script.contains("stty sane onlcr rows 40 cols 120 </dev/ttyS0 2>/dev/null\n"),
+            "{script}"
+        );
+        assert!(
+            script.contains(
+                "setsid -c '/bin/bootscope' 'run' '--tui' <>/dev/ttyS0 >&0 2>&1\nlab_code=$?\n"
+            ),
+            "{script}"
+        );
+        assert!(!script.contains("</dev/null\nlab_code"), "{script}");
+        // Without a terminal: no input, plain newlines.
+        let plain = init_script(
+            &kernel,
+            &[],
+            &plan,
+            Path::new(GUEST_EXE),
+            InitOptions::default(),
+        );
+        let plain = String::from_utf8(plain).unwrap();
+        assert!(plain.contains("\nstty -onlcr 2>/dev/null\n"));
+        assert!(plain.contains("'/bin/bootscope' 'run' '--tui' </dev/null\nlab_code=$?\n"));
+        assert!(!plain.contains("setsid") && !plain.contains("TERM="));
     }
 
     #[test]
@@ -285,7 +401,13 @@ mod tests {
             output_dirs: Vec::new(),
             cwd: PathBuf::from("/"),
         };
-        let script = init_script(&kernel, &[], &plan, Path::new(GUEST_EXE), false);
+        let script = init_script(
+            &kernel,
+            &[],
+            &plan,
+            Path::new(GUEST_EXE),
+            InitOptions::default(),
+        );
         let script = String::from_utf8(script).unwrap();
         assert!(script.contains("'/bin/bootscope' '@CWD@' 'it'\\''s' </dev/null\n"));
         let leftover = script

@@ -7,8 +7,7 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tracefs tracefs /sys/kernel/tracing || echo "lab: warning: cannot mount tracefs"
 mount -t debugfs debugfs /sys/kernel/debug || echo "lab: warning: cannot mount debugfs"
 mount -t bpf bpf /sys/fs/bpf 2>/dev/null
-# Plain newlines on the console, as on a host terminal or pipe.
-stty -onlcr 2>/dev/null
+@CONSOLE_MODE@
 # Heartbeat on the third serial port: the host counts the lab machine as
 # frozen when it stops (LabConfig::freeze_after).
 # The host's kicks arrive on the same port (see HeartbeatLine): not echoed.
@@ -35,7 +34,7 @@ fi
 @ADDRESS_RANDOMIZATION@
 mkdir -p @CWD@ && cd @CWD@
 @OUTPUT_DIRS@
-@COMMAND@ </dev/null
+@RUN_COMMAND@
 lab_code=$?
 cd /
 @LAB_SEND_FUNCTION@

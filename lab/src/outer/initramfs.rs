@@ -9,7 +9,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::init::init_script;
+use super::init::{init_script, InitOptions};
 use super::modules::kvm_modules;
 use super::plan::{ArgPlan, InputFile};
 use crate::cpio::Builder;
@@ -31,7 +31,7 @@ pub(super) fn build_outer_initramfs(
     exe: &Path,
     programs: &[InputFile],
     plan: &ArgPlan,
-    randomize_addresses: bool,
+    options: InitOptions,
 ) -> Result<u64> {
     let modules = kvm_modules(kernel)?;
     let libraries = shared_libraries(exe)?;
@@ -105,7 +105,7 @@ pub(super) fn build_outer_initramfs(
         );
     }
     let start = exe_alias(exe).unwrap_or_else(|| PathBuf::from(GUEST_EXE));
-    let init = init_script(kernel, &modules, plan, &start, randomize_addresses);
+    let init = init_script(kernel, &modules, plan, &start, options);
     cpio.add_file_bytes("init", &init, 0o755)?;
     let len = cpio.len();
     let mut writer = cpio.finish()?;

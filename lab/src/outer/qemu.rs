@@ -26,9 +26,11 @@ const KERNEL_CMDLINE: &str = "console=ttyS0 quiet loglevel=3 panic=-1 numa_balan
 /// The QEMU command line of the outer guest.
 ///
 /// `-nodefaults` drops the default devices (VGA, network, the monitor
-/// multiplexed onto stdio); two ISA serial ports remain: ttyS0 on QEMU's
-/// stdio (a pipe we read, with stdin from /dev/null so no terminal is ever
-/// touched) and ttyS1 on the result file.
+/// multiplexed onto stdio); three ISA serial ports remain: ttyS0 on QEMU's
+/// stdio (pipes: we read its output, and with `terminal` write the host's
+/// keys to its input; without, its input is /dev/null), ttyS1 on the
+/// result file and ttyS2 on the heartbeat pipe. QEMU never touches a
+/// terminal itself.
 pub(super) fn qemu_command(
     qemu: &Path,
     shape: &MachineShape,
@@ -36,6 +38,7 @@ pub(super) fn qemu_command(
     initrd: &Path,
     stream: &Path,
     heartbeat: &Path,
+    terminal: bool,
 ) -> Command {
     let mut cmd = Command::new(qemu);
     // One host thread per emulated CPU when there are several.
@@ -75,7 +78,11 @@ pub(super) fn qemu_command(
         .arg("-chardev")
         .arg(chardev_option("pipe", "beat", heartbeat))
         .args(["-serial", "chardev:beat"])
-        .stdin(Stdio::null())
+        .stdin(if terminal {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // QEMU dies with us: a `bootscope lab` killed by a signal (SIGTERM from
@@ -214,6 +221,7 @@ mod tests {
                 Path::new("/i"),
                 Path::new("/s"),
                 Path::new("/h"),
+                false,
             );
             cmd.get_args()
                 .map(|a| a.to_string_lossy().into_owned())

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::heartbeat::{HeartbeatLine, HeartbeatWatch, KICK_EVERY};
+use super::terminal::{forward_keys, RawMode};
 use crate::{LabError, Result};
 
 /// Lines of QEMU's stderr kept for error messages.
@@ -49,6 +50,9 @@ pub(super) struct Watch {
     pub(super) timeout: Duration,
     pub(super) heartbeat: HeartbeatLine,
     pub(super) freeze_after: Duration,
+    /// The program has the console as its terminal: the host terminal is
+    /// in raw mode while QEMU runs and its keys go to QEMU's input.
+    pub(super) terminal: bool,
 }
 
 /// Starts QEMU, copies its stdout to `console` live, forwards its stderr
@@ -76,14 +80,27 @@ pub(super) fn run_qemu(
     })?;
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
+    let stdin = child.stdin.take();
     let mut guard = ChildGuard {
         child,
         reaped: false,
     };
+    // Declared before the threads, so dropped after they end: the
+    // terminal is put back once nothing writes to it any more.
+    let raw = match (watch.terminal, &stdin) {
+        (true, Some(_)) => Some(RawMode::enter()?),
+        _ => None,
+    };
+    let keys_done = AtomicBool::new(false);
+    let detached = AtomicBool::new(false);
 
-    std::thread::scope(|scope| {
+    let result = std::thread::scope(|scope| {
         let copier = stdout.map(|out| scope.spawn(move || copy_live(out, console)));
         let errors = stderr.map(|err| scope.spawn(move || forward_stderr(err)));
+        let keys = stdin.filter(|_| raw.is_some()).map(|input| {
+            let (done, detached) = (&keys_done, &detached);
+            scope.spawn(move || forward_keys(input, done, detached))
+        });
         let deadline = start + timeout;
         let mut beat = HeartbeatWatch::new(start);
         let mut next_beat_check = start;
@@ -95,10 +112,11 @@ pub(super) fn run_qemu(
                 }
                 Ok(None) if Instant::now() >= deadline => break Err(LabError::Timeout { timeout }),
                 Ok(None)
-                    if watch
-                        .stop
-                        .as_ref()
-                        .is_some_and(|s| s.load(Ordering::SeqCst)) =>
+                    if detached.load(Ordering::SeqCst)
+                        || watch
+                            .stop
+                            .as_ref()
+                            .is_some_and(|s| s.load(Ordering::SeqCst)) =>
                 {
                     break Err(LabError::Interrupted)
                 }
@@ -121,12 +139,18 @@ pub(super) fn run_qemu(
         // On errors QEMU still runs: stop it so its pipes close and the
         // copying threads finish.
         guard.kill();
+        keys_done.store(true, Ordering::SeqCst);
+        if let Some(keys) = keys {
+            let _ = keys.join();
+        }
         if let Some(copier) = copier {
             let _ = copier.join();
         }
         let tail = errors.and_then(|h| h.join().ok()).unwrap_or_default();
         waited.map(|status| (status, elapsed, tail))
-    })
+    });
+    drop(raw);
+    result
 }
 
 /// Copies QEMU's stdout (the guest console) to `console`, flushing after

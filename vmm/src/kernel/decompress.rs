@@ -409,6 +409,35 @@ pub fn user_cache_dir() -> Result<PathBuf, bootscope_model::cache::CacheError> {
     bootscope_model::cache::cache_dir("kernels")
 }
 
+/// The kernel cache directory a root process whose `XDG_CACHE_HOME` and
+/// `HOME` are these would use (by the same rules as [`user_cache_dir`]),
+/// not created or checked: where a bootscope run elsewhere (the lab
+/// machine) looks for its kernels.
+pub fn cache_dir_for(
+    xdg_cache_home: Option<&std::ffi::OsStr>,
+    home: Option<&std::ffi::OsStr>,
+) -> Option<PathBuf> {
+    let var = |v: Option<&std::ffi::OsStr>| {
+        v.filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    bootscope_model::cache::cache_base_for(var(xdg_cache_home), var(home), 0)
+        .ok()
+        .map(|base| base.join("kernels"))
+}
+
+/// The files that make up the cache entry whose kernel is `cache_file` (a
+/// [`HostKernel::cache_file`]): what carrying the entry into another cache
+/// directory takes, each under the same name there. A lookup there verifies
+/// them as it verifies any entry.
+pub fn entry_files(cache_file: &Path) -> Vec<PathBuf> {
+    vec![
+        cache_file.to_path_buf(),
+        bootscope_model::cache::seal_path(cache_file),
+    ]
+}
+
 /// A decompressed kernel in memory: freshly decompressed, or the cached
 /// file mapped read-only.
 pub enum KernelBytes {
@@ -811,6 +840,26 @@ pub(crate) mod tests {
             "{e}"
         );
         assert!(inspect_elf(b"plain text").is_err());
+    }
+
+    #[test]
+    fn cache_dir_follows_xdg_then_home() {
+        let dir = |x: Option<&str>, h: Option<&str>| {
+            cache_dir_for(x.map(std::ffi::OsStr::new), h.map(std::ffi::OsStr::new))
+        };
+        assert_eq!(
+            dir(Some("/x"), Some("/root")),
+            Some(PathBuf::from("/x/bootscope/kernels"))
+        );
+        // A relative or empty XDG_CACHE_HOME is ignored, as the spec says.
+        for x in [Some("rel"), Some(""), None] {
+            assert_eq!(
+                dir(x, Some("/root")),
+                Some(PathBuf::from("/root/.cache/bootscope/kernels"))
+            );
+        }
+        assert_eq!(dir(None, Some("")), None);
+        assert_eq!(dir(None, None), None);
     }
 
     #[test]
