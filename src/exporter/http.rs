@@ -384,7 +384,9 @@ impl Server {
             };
             let handles = (slot.answering.clone(), slot.close.clone());
             c.open.insert(id, slot);
-            self.stats.open.store(c.open.len() as u64, Ordering::Relaxed);
+            self.stats
+                .open
+                .store(c.open.len() as u64, Ordering::Relaxed);
             (id, handles.0, handles.1)
         };
         let me = self.clone();
@@ -478,12 +480,12 @@ async fn accept_loop(listener: TcpListener, server: Arc<Server>, stop: Arc<Atomi
         let closed = if out_of_resources(&e) {
             let mut c = server.connections();
             let closed = c.shed(&server.stats);
-            let (open, cap) = (c.open.len(), c.cap);
+            let cap = c.cap;
             drop(c);
             complaints.complain(|| {
                 format!(
                     "cannot accept a connection: {e}; closed {closed} idle connections, \
-                     serving at most {cap} for {} s ({open} open)",
+                     serving at most {cap} for {} s",
                     LOWERED_FOR.as_secs()
                 )
             });

@@ -391,7 +391,13 @@ pub fn run(args: ExporterArgs) -> i32 {
         let e = exporter.clone();
         Arc::new(move || e.render())
     };
-    let served = exporter_http::serve(listener, limits, exporter.http.clone(), stop.clone(), render);
+    let served = exporter_http::serve(
+        listener,
+        limits,
+        exporter.http.clone(),
+        stop.clone(),
+        render,
+    );
     if let Err(e) = served {
         eprintln!("bootscope: error: cannot serve HTTP: {e}");
         stop.store(true, Ordering::SeqCst);

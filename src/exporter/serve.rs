@@ -4,6 +4,7 @@
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 
 use bootscope::exporter_http::HttpStats;
@@ -35,6 +36,14 @@ pub fn bind(listen: &str) -> Result<TcpListener, String> {
         ),
         _ => format!("--listen {addr}: cannot listen: {e}"),
     })?;
+    // A longer queue of connections not yet accepted than the 128 std
+    // asks for (the kernel caps it at net.core.somaxconn): a burst of
+    // connects can fill a short one before the accept loop runs again, and
+    // a scraper whose connection finds it full waits a second for its
+    // retry. Listening again on a listening socket only sets the queue's
+    // length.
+    // SAFETY: listen(2) on the socket the listener owns.
+    unsafe { libc::listen(listener.as_raw_fd(), 4096) };
     Ok(listener)
 }
 
