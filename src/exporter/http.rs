@@ -276,7 +276,9 @@ async fn serve_connection<I>(
         .max_header_size(limits.max_head_bytes)
         .max_headers(limits.max_headers)
         .keep_alive(true)
-        .half_close(false);
+        // A client that closes its sending side after its request still
+        // gets the answer.
+        .half_close(true);
     let service = hyper::service::service_fn(move |req| {
         answer(req, pages.clone(), Answering::new(&answering))
     });
@@ -584,4 +586,144 @@ pub fn answer_bytes(request: &[u8], limits: Limits, render: Render) -> io::Resul
             out.map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render() -> Render {
+        Arc::new(|| "bootscope_exporter_vms 3\n".to_string())
+    }
+
+    fn ask(request: &str) -> String {
+        let out = answer_bytes(request.as_bytes(), Limits::default(), render()).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_pages_and_their_headers() {
+        let metrics = ask("GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(metrics.starts_with("HTTP/1.1 200 OK\r\n"), "{metrics}");
+        assert!(metrics.contains(&format!("\r\ncontent-type: {TEXT_TYPE}\r\n")));
+        assert!(metrics.contains("\r\ncontent-length: 25\r\n"), "{metrics}");
+        assert!(metrics.ends_with("\r\n\r\nbootscope_exporter_vms 3\n"));
+        let head = ask("HEAD /metrics HTTP/1.1\r\n\r\n");
+        assert!(head.contains("\r\ncontent-length: 25\r\n"), "{head}");
+        assert!(head.ends_with("\r\n\r\n"), "{head}");
+        assert!(ask("GET / HTTP/1.1\r\n\r\n").ends_with(INDEX));
+        let missing = ask("GET /metric HTTP/1.1\r\n\r\n");
+        assert!(missing.starts_with("HTTP/1.1 404 "), "{missing}");
+        let post = ask("POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\nab");
+        assert!(post.starts_with("HTTP/1.1 405 "), "{post}");
+        assert!(post.contains("\r\nallow: GET, HEAD\r\n"), "{post}");
+    }
+
+    #[test]
+    fn pipelined_requests_are_answered_in_turn() {
+        let out = ask("GET / HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\n\r\n");
+        let statuses: Vec<_> = out
+            .match_indices("HTTP/1.1 ")
+            .map(|(i, _)| &out[i + 9..i + 12])
+            .collect();
+        assert_eq!(statuses, ["200", "200", "404"], "{out}");
+    }
+
+    #[test]
+    fn a_head_too_long_or_unfinished_ends_the_connection() {
+        let endless = format!("GET /metrics HTTP/1.1\r\nX: {}", "a".repeat(1 << 20));
+        let out = ask(&endless);
+        assert!(out.starts_with("HTTP/1.1 431 "), "{out}");
+        let many: String = (0..100).map(|i| format!("X-{i}: v\r\n")).collect();
+        let out = ask(&format!("GET /metrics HTTP/1.1\r\n{many}\r\n"));
+        assert!(out.starts_with("HTTP/1.1 431 "), "{out}");
+        assert!(ask("GET /metrics HTTP/1.1\r\nHost").is_empty());
+        assert!(ask("GET / HTTP/2.0\r\n\r\n").starts_with("HTTP/1.1 400 "));
+    }
+
+    #[test]
+    fn a_failed_rendering_is_a_500() {
+        let broken: Render = Arc::new(|| panic!("a rendering that fails"));
+        let out =
+            answer_bytes(b"GET /metrics HTTP/1.1\r\n\r\n", Limits::default(), broken).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 500 "), "{out}");
+    }
+
+    #[test]
+    fn scrapes_that_wait_share_the_next_exposition() {
+        let made = Arc::new(AtomicUsize::new(0));
+        let counted = made.clone();
+        let pages = Pages::new(Arc::new(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            format!("{}\n", counted.fetch_add(1, Ordering::SeqCst))
+        }));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let bodies = rt.block_on(async {
+            let mut asks = vec![tokio::spawn(pages.clone().exposition(Instant::now()))];
+            // The first is being made when the others ask.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            asks.extend((0..19).map(|_| tokio::spawn(pages.clone().exposition(Instant::now()))));
+            let mut bodies = Vec::new();
+            for a in asks {
+                bodies.push(a.await.unwrap().unwrap());
+            }
+            bodies
+        });
+        // The first asked alone; the 19 that waited share the second.
+        assert_eq!(made.load(Ordering::SeqCst), 2);
+        assert!(bodies[1..].iter().all(|b| b == &bodies[1]));
+        assert_ne!(bodies[0], bodies[1]);
+    }
+
+    fn connections(n: usize) -> (Connections, Vec<Arc<AtomicUsize>>) {
+        let mut c = Connections {
+            next_id: 0,
+            open: BTreeMap::new(),
+            cap: n,
+            lowered_at: None,
+        };
+        let mut answering = Vec::new();
+        for id in 0..n as u64 {
+            let a = Arc::new(AtomicUsize::new(0));
+            answering.push(a.clone());
+            c.open.insert(
+                id,
+                Slot {
+                    answering: a,
+                    close: Arc::new(Notify::new()),
+                },
+            );
+        }
+        (c, answering)
+    }
+
+    #[test]
+    fn the_oldest_connection_not_being_answered_makes_room() {
+        let stats = HttpStats::default();
+        let (mut c, answering) = connections(3);
+        answering[0].store(1, Ordering::SeqCst);
+        assert!(c.evict_one(&stats));
+        assert_eq!(c.open.keys().copied().collect::<Vec<_>>(), [0, 2]);
+        answering[2].store(1, Ordering::SeqCst);
+        assert!(!c.evict_one(&stats), "every one left is being answered");
+        assert_eq!(stats.evicted.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn out_of_descriptors_a_quarter_goes_and_the_cap_holds_for_a_while() {
+        let stats = HttpStats::default();
+        let (mut c, _answering) = connections(20);
+        assert_eq!(c.shed(&stats), 5);
+        assert_eq!((c.open.len(), c.cap), (15, 15));
+        let limits = Limits::default();
+        c.recover(&limits);
+        assert_eq!(c.cap, 15);
+        c.lowered_at = Some(Instant::now() - LOWERED_FOR);
+        c.recover(&limits);
+        assert_eq!(c.cap, limits.max_connections);
+    }
 }
