@@ -1,7 +1,8 @@
 //! Fuzz targets for everything in bootscope that reads input it does not
 //! control: kernel images, initrds and command lines, the guest's port and
-//! MMIO accesses, the JSON documents it reads back, the tracefs format files
-//! and the command-line value parsers.
+//! MMIO accesses, the JSON documents it reads back, the tracefs format files,
+//! the command-line value parsers and the requests the exporter's HTTP
+//! server reads.
 //!
 //! Each target is a plain function over bytes that calls the real code and
 //! panics only on a bug (a crash, a broken invariant). The AFL++ driver
@@ -12,6 +13,7 @@
 
 pub mod devices;
 pub mod documents;
+pub mod http;
 pub mod images;
 pub mod memfile;
 pub mod text;
@@ -56,6 +58,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "tracefs_format",
         run: text::tracefs_format,
+    },
+    Target {
+        name: "http_request",
+        run: http::request,
     },
 ];
 

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bootscope::exporter_http::{self, HttpStats, Limits};
 use bootscope_profiler::{
     Collector, CollectorConfig, CollectorSet, FollowedVm, Profile, TargetSpec,
 };
@@ -92,6 +93,7 @@ struct Exporter {
     extra: ExtraLabels,
     keep_ended: Duration,
     start_time_s: f64,
+    http: Arc<HttpStats>,
 }
 
 fn unix_now_s() -> f64 {
@@ -314,6 +316,8 @@ impl Exporter {
         }
         metrics::write_collector(&mut x, &all);
         serve::write_exporter_metrics(&mut x, &r, running, self.start_time_s);
+        drop(r);
+        serve::write_server_metrics(&mut x, &self.http);
         x.render()
     }
 }
@@ -322,8 +326,8 @@ impl Exporter {
 /// address that is not ADDR:PORT, a port in use or not ours to take), 1
 /// when following VMs is impossible here.
 pub fn run(args: ExporterArgs) -> i32 {
-    let server = match serve::bind(&args.listen) {
-        Ok(s) => s,
+    let listener = match serve::bind(&args.listen) {
+        Ok(l) => l,
         Err(msg) => {
             eprintln!("bootscope: error: {msg}");
             return crate::cli::EXIT_USAGE;
@@ -363,6 +367,7 @@ pub fn run(args: ExporterArgs) -> i32 {
         extra: args.labels.unwrap_or_default(),
         keep_ended: args.keep_ended,
         start_time_s: unix_now_s(),
+        http: Arc::new(HttpStats::default()),
     });
     let stop = interrupts.flag();
     let scanner = {
@@ -378,15 +383,27 @@ pub fn run(args: ExporterArgs) -> i32 {
             return crate::cli::EXIT_FAILURE;
         }
     };
-    eprintln!(
-        "exporter: serving http://{}/metrics",
-        server
-            .server_addr()
-            .to_ip()
-            .map(|a| a.to_string())
-            .unwrap_or_default()
+    if let Ok(addr) = listener.local_addr() {
+        eprintln!("exporter: serving http://{addr}/metrics");
+    }
+    let limits = Limits::default().within_descriptor_limit();
+    let render: exporter_http::Render = {
+        let e = exporter.clone();
+        Arc::new(move || e.render())
+    };
+    let served = exporter_http::serve(
+        listener,
+        limits,
+        exporter.http.clone(),
+        stop.clone(),
+        render,
     );
-    serve::answer(&server, &stop, || exporter.render());
+    if let Err(e) = served {
+        eprintln!("bootscope: error: cannot serve HTTP: {e}");
+        stop.store(true, Ordering::SeqCst);
+        let _ = scanner.join();
+        return crate::cli::EXIT_FAILURE;
+    }
     let _ = scanner.join();
     if let Some(sig) = interrupts.received() {
         eprintln!("exporter: stopped by {}", crate::signals::name(sig));

@@ -1,18 +1,20 @@
-//! The exporter's HTTP side (tiny_http: a small synchronous server, enough
-//! for a scrape every few seconds, without an async runtime), its start-up
-//! checks, and its own metrics.
+//! The exporter's listening socket, its start-up checks, and its own
+//! metrics (the HTTP server itself is `http.rs`, the library's
+//! `exporter_http`).
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+
+use bootscope::exporter_http::HttpStats;
 
 use super::metrics::Exposition;
 use super::Registry;
 
 /// Binds `listen` (ADDR:PORT); Err is a message naming the input and what
 /// to do.
-pub fn bind(listen: &str) -> Result<tiny_http::Server, String> {
+pub fn bind(listen: &str) -> Result<TcpListener, String> {
     let addr: SocketAddr = listen.parse().map_err(|_| {
         format!(
             "--listen {listen:?} is not ADDR:PORT; give an IP address and a port, \
@@ -34,8 +36,15 @@ pub fn bind(listen: &str) -> Result<tiny_http::Server, String> {
         ),
         _ => format!("--listen {addr}: cannot listen: {e}"),
     })?;
-    tiny_http::Server::from_listener(listener, None)
-        .map_err(|e| format!("--listen {addr}: cannot serve: {e}"))
+    // A longer queue of connections not yet accepted than the 128 std
+    // asks for (the kernel caps it at net.core.somaxconn): a burst of
+    // connects can fill a short one before the accept loop runs again, and
+    // a scraper whose connection finds it full waits a second for its
+    // retry. Listening again on a listening socket only sets the queue's
+    // length.
+    // SAFETY: listen(2) on the socket the listener owns.
+    unsafe { libc::listen(listener.as_raw_fd(), 4096) };
+    Ok(listener)
 }
 
 /// Whether this process may load eBPF programs: root, or CAP_BPF with
@@ -47,44 +56,6 @@ pub fn check_can_follow() -> Result<(), String> {
              CAP_PERFMON ({e})"
         )
     })
-}
-
-/// Answers requests until `stop` is set: GET /metrics with the exposition
-/// `render` gives, GET / with a pointer to it, 404 otherwise.
-pub fn answer(server: &tiny_http::Server, stop: &AtomicBool, render: impl Fn() -> String) {
-    let text_type = "Content-Type: text/plain; version=0.0.4; charset=utf-8";
-    let header = |h: &str| h.parse::<tiny_http::Header>().ok();
-    while !stop.load(Ordering::SeqCst) {
-        let req = match server.recv_timeout(Duration::from_millis(200)) {
-            Ok(Some(r)) => r,
-            Ok(None) => continue,
-            Err(e) => {
-                eprintln!("exporter: {e}");
-                continue;
-            }
-        };
-        let path = req.url().split('?').next().unwrap_or("").to_string();
-        let get = matches!(
-            req.method(),
-            tiny_http::Method::Get | tiny_http::Method::Head
-        );
-        let response = match (get, path.as_str()) {
-            (true, "/metrics") => tiny_http::Response::from_string(render()),
-            (true, "/") => {
-                tiny_http::Response::from_string("bootscope exporter: metrics at /metrics\n")
-            }
-            (true, _) => {
-                tiny_http::Response::from_string("not found: try /metrics\n").with_status_code(404)
-            }
-            (false, _) => tiny_http::Response::from_string("only GET\n").with_status_code(405),
-        };
-        let response = match header(text_type) {
-            Some(h) => response.with_header(h),
-            None => response,
-        };
-        // A client gone before its answer is its own loss.
-        let _ = req.respond(response);
-    }
 }
 
 /// This process's CPU time (user + system) and resident memory, from
@@ -159,5 +130,76 @@ pub fn write_exporter_metrics(x: &mut Exposition, r: &Registry, running: usize, 
     for (name, kind, help, v) in gauges {
         x.family(name, kind, help);
         x.sample(name, "", &[], v);
+    }
+}
+
+/// Descriptors open in this process (None when they cannot be counted,
+/// as when there are none left to open the directory with).
+fn open_fds() -> Option<f64> {
+    Some(std::fs::read_dir("/proc/self/fd").ok()?.count() as f64)
+}
+
+/// The soft limit on this process's descriptors.
+fn max_fds() -> Option<f64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limit into `lim`, which it may.
+    (unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0).then_some(lim.rlim_cur as f64)
+}
+
+/// The HTTP server's connections and the process's descriptors.
+pub fn write_server_metrics(x: &mut Exposition, s: &HttpStats) {
+    let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed) as f64;
+    let families: [(&'static str, &'static str, &'static str, Option<f64>); 7] = [
+        (
+            "bootscope_exporter_http_connections",
+            "gauge",
+            "HTTP connections open now.",
+            Some(get(&s.open)),
+        ),
+        (
+            "bootscope_exporter_http_connections_accepted_total",
+            "counter",
+            "HTTP connections accepted.",
+            Some(get(&s.accepted)),
+        ),
+        (
+            "bootscope_exporter_http_connections_evicted_total",
+            "counter",
+            "HTTP connections closed before their client was done, to make room for newer ones or for descriptors.",
+            Some(get(&s.evicted)),
+        ),
+        (
+            "bootscope_exporter_http_connections_refused_total",
+            "counter",
+            "HTTP connections closed at once because every open one was being answered.",
+            Some(get(&s.refused)),
+        ),
+        (
+            "bootscope_exporter_http_accept_errors_total",
+            "counter",
+            "Failed accepts of HTTP connections (out of descriptors or memory, aborted).",
+            Some(get(&s.accept_errors)),
+        ),
+        (
+            "process_open_fds",
+            "gauge",
+            "Number of open file descriptors.",
+            open_fds(),
+        ),
+        (
+            "process_max_fds",
+            "gauge",
+            "Maximum number of open file descriptors.",
+            max_fds(),
+        ),
+    ];
+    for (name, kind, help, v) in families {
+        if let Some(v) = v {
+            x.family(name, kind, help);
+            x.sample(name, "", &[], v);
+        }
     }
 }
