@@ -2,6 +2,7 @@ use virtio_bindings::virtio_config::*;
 use virtio_bindings::virtio_mmio::*;
 
 use super::*;
+use vm_memory::{Bytes, GuestAddress};
 use crate::virtio::rng::Rng;
 use crate::virtio::testing::*;
 
