@@ -9,9 +9,10 @@
 //! Input layout: byte 0 picks the device (bits 0-1) and whether the disk
 //! is read-only (bit 2); bytes 1-8 the driver features; bytes 9-10 the
 //! queue size; byte 11 how the rings are placed; bytes 12-15 an operation
-//! count; the next 8 KiB (or what there is) are copied over the rings and
-//! the buffer area; what remains is a list of 6-byte operations (kind,
-//! register or queue, value).
+//! count; then that many 6-byte operations (kind, register or queue,
+//! value); what remains is copied into guest memory, piece by piece, over
+//! [`PIECES`]: queue 0's descriptor table and available ring, queue 1's,
+//! a page for request headers, and the start of the buffer area.
 
 use std::sync::{Arc, Mutex};
 
@@ -20,22 +21,31 @@ use bootscope_vmm::timeline::{Clock, Recorder};
 use bootscope_vmm::virtio::block::Block;
 use bootscope_vmm::virtio::console::Console;
 use bootscope_vmm::virtio::rng::Rng;
-use bootscope_vmm::virtio::testing::{self, avail_ring, desc_table};
+use bootscope_vmm::virtio::testing::{self, avail_ring};
 use bootscope_vmm::virtio::{DiskImage, DiskSpec, VirtioDevice};
 use vm_memory::{Bytes, GuestAddress};
 
 use crate::memfile::MemFile;
 
-/// Bytes of the input copied into guest memory: the rings of queues 0 and
-/// 1 and the start of the buffer area.
-const MEMORY_BYTES: usize = 0x2000;
+/// Where the input's memory bytes go (guest address, length), in order.
+pub const PIECES: [(u64, usize); 6] = [
+    (0x1000, 0x100),
+    (0x2000, 0x40),
+    (0x5000, 0x100),
+    (0x6000, 0x40),
+    (0x1800, 0x800),
+    (0x2_0000, 0x1000),
+];
 /// Most operations run.
 const MAX_OPS: usize = 256;
 /// The disk's size: 16 sectors.
 const DISK_SECTORS: u64 = 16;
 
 fn u16_at(d: &[u8], i: usize) -> u16 {
-    u16::from_le_bytes([d.get(i).copied().unwrap_or(0), d.get(i + 1).copied().unwrap_or(0)])
+    u16::from_le_bytes([
+        d.get(i).copied().unwrap_or(0),
+        d.get(i + 1).copied().unwrap_or(0),
+    ])
 }
 
 fn u32_at(d: &[u8], i: usize) -> u32 {
@@ -89,14 +99,28 @@ pub fn queues_and_requests(data: &[u8]) {
     let placement = data.get(11).copied().unwrap_or(0);
     let ops = (u32_at(data, 12) as usize).min(MAX_OPS);
     let body = data.get(16..).unwrap_or(&[]);
-    let (memory, rest) = body.split_at(body.len().min(MEMORY_BYTES));
-    // The fuzzed bytes over queue 0's rings and beyond.
-    let _ = mem.write_slice(memory, GuestAddress(desc_table(0)));
+    let (rest, mut memory) = body.split_at(body.len().min(ops * 6));
+    for (addr, len) in PIECES {
+        let (piece, more) = memory.split_at(memory.len().min(len));
+        let _ = mem.write_slice(piece, GuestAddress(addr));
+        memory = more;
+    }
     if placement & 1 == 0 {
         testing::initialise(&mut t, features, queues, size);
     } else {
         // Rings anywhere, in guest memory or not.
-        testing::initialise(&mut t, features, 0, size);
+        for (reg, v) in [
+            (0x70, 0),
+            (0x70, 1),
+            (0x70, 3),
+            (0x24, 0),
+            (0x20, features as u32),
+            (0x24, 1),
+            (0x20, (features >> 32) as u32),
+            (0x70, 0x0b),
+        ] {
+            testing::write_reg(&mut t, reg, v);
+        }
         for q in 0..queues as u32 {
             let base = u64_at(data, 16 + 8 * q as usize);
             for (reg, v) in [
@@ -107,11 +131,11 @@ pub fn queues_and_requests(data: &[u8]) {
                 (0x90, base.wrapping_add(0x1000) as u32),
                 (0xa0, base.wrapping_add(0x2000) as u32),
                 (0x44, 1),
-                (0x70, 0x0f),
             ] {
                 testing::write_reg(&mut t, reg, v);
             }
         }
+        testing::write_reg(&mut t, 0x70, 0x0f);
     }
     for op in rest.chunks_exact(6).take(ops) {
         let v = u32_at(op, 2);

@@ -307,10 +307,7 @@ impl MmioTransport {
         }
         match self.driver_features_sel {
             0 => self.driver_features = (self.driver_features & !0xffff_ffff) | u64::from(v),
-            1 => {
-                self.driver_features =
-                    (self.driver_features & 0xffff_ffff) | (u64::from(v) << 32)
-            }
+            1 => self.driver_features = (self.driver_features & 0xffff_ffff) | (u64::from(v) << 32),
             _ => {}
         }
     }

@@ -234,6 +234,9 @@ impl VirtioDevices {
 
     /// What every device did, for the timeline.
     pub fn reports(&self, phases: &[crate::timeline::Phase]) -> Vec<VirtioDeviceDoc> {
-        self.transports.iter().map(|t| lock(t).report(phases)).collect()
+        self.transports
+            .iter()
+            .map(|t| lock(t).report(phases))
+            .collect()
     }
 }

@@ -95,7 +95,9 @@ impl Rng {
         for (addr, len) in bufs {
             let mut off = 0usize;
             while off < len as usize && given < MAX_REQUEST {
-                let n = (len as usize - off).min(random.len()).min(MAX_REQUEST - given);
+                let n = (len as usize - off)
+                    .min(random.len())
+                    .min(MAX_REQUEST - given);
                 if getrandom(&mut random[..n]).is_err() {
                     return given as u32;
                 }

@@ -119,7 +119,11 @@ pub fn initialise(t: &mut MmioTransport, features: u64, queues: usize, size: u16
     write_reg(t, VIRTIO_MMIO_STATUS, s);
     for sel in 0..2u32 {
         write_reg(t, VIRTIO_MMIO_DRIVER_FEATURES_SEL, sel);
-        write_reg(t, VIRTIO_MMIO_DRIVER_FEATURES, (features >> (32 * sel)) as u32);
+        write_reg(
+            t,
+            VIRTIO_MMIO_DRIVER_FEATURES,
+            (features >> (32 * sel)) as u32,
+        );
     }
     write_reg(t, VIRTIO_MMIO_STATUS, s | VIRTIO_CONFIG_S_FEATURES_OK);
     for q in 0..queues {

@@ -101,8 +101,7 @@ fn run(
                 return;
             }
             let (d, q) = ((data >> 16) as usize, (data & 0xffff) as usize);
-            let (Some(t), Some(e)) = (transports.get(d), evts.get(d).and_then(|v| v.get(q)))
-            else {
+            let (Some(t), Some(e)) = (transports.get(d), evts.get(d).and_then(|v| v.get(q))) else {
                 continue;
             };
             // Clear the count first: a notification after this read wakes

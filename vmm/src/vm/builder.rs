@@ -356,8 +356,10 @@ impl VmBuilder {
         mem: &GuestMemoryMmap,
         devices: &Devices,
     ) -> Result<Vec<Arc<std::sync::Mutex<MmioTransport>>>, DeviceSetupError> {
-        let mut disks: Vec<Option<virtio::DiskImage>> =
-            std::mem::take(&mut self.disks).into_iter().map(Some).collect();
+        let mut disks: Vec<Option<virtio::DiskImage>> = std::mem::take(&mut self.disks)
+            .into_iter()
+            .map(Some)
+            .collect();
         let mut out = Vec::new();
         for (i, slot) in virtio_slots(&self.cfg).into_iter().enumerate() {
             let (name, device): (String, Box<dyn VirtioDevice>) = match slot {

@@ -573,6 +573,41 @@ mod tests {
     }
 
     #[test]
+    fn dsdt_describes_each_virtio_device_with_its_window_and_interrupt() {
+        let slots = [
+            VirtioMmioSlot {
+                base: 0xd000_1000,
+                size: 0x1000,
+                irq: 5,
+            },
+            VirtioMmioSlot {
+                base: 0xd000_2000,
+                size: 0x1000,
+                irq: 6,
+            },
+        ];
+        let t = build_with(1, &[], &slots);
+        check_layout(&t);
+        let d = &t.tables.iter().find(|(n, _, _)| *n == "DSDT").unwrap().2;
+        let v0 = find(d, b"V000").expect("device V000");
+        let v1 = find(d, b"V001").expect("device V001");
+        assert!(find(&build(1, &[]).tables[1].2, b"LNRO0005").is_none());
+        for (i, (at, end)) in [(v0, v1), (v1, d.len())].into_iter().enumerate() {
+            let dev = &d[at..end];
+            // _HID "LNRO0005" as a string.
+            assert!(find(dev, b"_HID\x0dLNRO0005\0").is_some(), "device {i}");
+            // Memory32Fixed (0x86), read-write, base, length.
+            let m = find(dev, &[0x86, 0x09, 0x00, 0x01]).expect("Memory32Fixed");
+            assert_eq!(u32_at(dev, m + 4), slots[i].base as u32);
+            assert_eq!(u32_at(dev, m + 8), 0x1000);
+            // Extended interrupt: consumer, edge, active high, its line.
+            let irq = find(dev, &[0x89, 0x06, 0x00]).expect("interrupt");
+            assert_eq!(dev[irq + 3], 0b11);
+            assert_eq!(u32_at(dev, irq + 5), slots[i].irq);
+        }
+    }
+
+    #[test]
     fn sleep_control_decoding() {
         assert_eq!(sleep_request((S5_SLEEP_TYPE << 2) | SLEEP_ENABLE), Some(5));
         assert_eq!(sleep_request(S5_SLEEP_TYPE << 2), None, "SLP_EN clear");

@@ -37,13 +37,17 @@ pub enum DiskError {
         #[source]
         source: std::io::Error,
     },
-    #[error("--disk {path}: is {what}, not a disk image (give a raw image file or a block device)")]
+    #[error(
+        "--disk {path}: is {what}, not a disk image (give a raw image file or a block device)"
+    )]
     NotAnImage { path: String, what: &'static str },
     #[error("--disk {path}: its size, {size} bytes, is not a whole number of 512-byte sectors (a raw image is; `truncate -s` can round it)")]
     Unaligned { path: String, size: u64 },
     #[error("--disk {path}: is empty")]
     Empty { path: String },
-    #[error("--disk {path}: is in use by another process ({held}); stop it, or give both ,readonly")]
+    #[error(
+        "--disk {path}: is in use by another process ({held}); stop it, or give both ,readonly"
+    )]
     Locked { path: String, held: &'static str },
     #[error("--disk {path}: cannot lock it: {source}")]
     Lock {

@@ -12,8 +12,8 @@ pub mod request;
 use std::io::{Seek, SeekFrom};
 
 use virtio_bindings::virtio_blk::{
-    VIRTIO_BLK_F_FLUSH, VIRTIO_BLK_F_RO, VIRTIO_BLK_F_SEG_MAX, VIRTIO_BLK_S_IOERR,
-    VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP,
+    VIRTIO_BLK_F_FLUSH, VIRTIO_BLK_F_RO, VIRTIO_BLK_F_SEG_MAX, VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK,
+    VIRTIO_BLK_S_UNSUPP,
 };
 use virtio_queue::Queue;
 use vm_memory::{Bytes, GuestMemoryMmap};
@@ -79,7 +79,8 @@ impl Block {
         let res: std::io::Result<u32> = match req.kind {
             RequestKind::Read => {
                 io.reads += 1;
-                self.read(req, mem).inspect(|_| io.bytes_read += req.data_len)
+                self.read(req, mem)
+                    .inspect(|_| io.bytes_read += req.data_len)
             }
             RequestKind::Write if self.disk.readonly => {
                 io.writes += 1;
@@ -235,8 +236,7 @@ impl VirtioDevice for Block {
     }
 
     fn features(&self) -> u64 {
-        let mut f =
-            FEATURE_VERSION_1 | (1 << VIRTIO_BLK_F_FLUSH) | (1 << VIRTIO_BLK_F_SEG_MAX);
+        let mut f = FEATURE_VERSION_1 | (1 << VIRTIO_BLK_F_FLUSH) | (1 << VIRTIO_BLK_F_SEG_MAX);
         if self.disk.readonly {
             f |= 1 << VIRTIO_BLK_F_RO;
         }

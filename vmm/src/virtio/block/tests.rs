@@ -114,12 +114,21 @@ fn reads_writes_flushes_and_get_id() {
     assert!(img[5 * 512..6 * 512].iter().all(|&b| b == 0xab));
     assert_eq!(img[6 * 512], (6 * 512 % 251) as u8);
 
-    assert_eq!(r.request(VIRTIO_BLK_T_FLUSH, 0, None).0, VIRTIO_BLK_S_OK as u8);
+    assert_eq!(
+        r.request(VIRTIO_BLK_T_FLUSH, 0, None).0,
+        VIRTIO_BLK_S_OK as u8
+    );
     let (status, len) = r.request(VIRTIO_BLK_T_GET_ID, 0, Some((20, true)));
     assert_eq!((status, len), (VIRTIO_BLK_S_OK as u8, 21));
     let mut id = [0u8; 20];
     r.mem.read_slice(&mut id, GuestAddress(D)).unwrap();
-    let name = r.image.path().file_name().unwrap().to_string_lossy().into_owned();
+    let name = r
+        .image
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     assert!(name.as_bytes().starts_with(&id[..name.len().min(20)]));
 
     let doc = r.t.report(&[]);
@@ -127,10 +136,18 @@ fn reads_writes_flushes_and_get_id() {
     assert_eq!(disk.total.requests, 4);
     assert_eq!((disk.total.reads, disk.total.writes), (1, 1));
     assert_eq!((disk.total.flushes, disk.total.get_id), (1, 1));
-    assert_eq!((disk.total.bytes_read, disk.total.bytes_written), (1024, 512));
+    assert_eq!(
+        (disk.total.bytes_read, disk.total.bytes_written),
+        (1024, 512)
+    );
     assert_eq!(disk.total.errors, 0);
     assert_eq!(disk.latency.iter().map(|b| b.count).sum::<u64>(), 4);
-    assert_eq!(disk.by_phase.len(), 1, "all outside phases: {:?}", disk.by_phase);
+    assert_eq!(
+        disk.by_phase.len(),
+        1,
+        "all outside phases: {:?}",
+        disk.by_phase
+    );
 }
 
 #[test]
@@ -140,7 +157,10 @@ fn a_readonly_disk_refuses_writes_and_stays_unchanged() {
     r.mem.write_slice(&[0xcd; 512], GuestAddress(D)).unwrap();
     let (status, _) = r.request(VIRTIO_BLK_T_OUT, 0, Some((512, false)));
     assert_eq!(status, VIRTIO_BLK_S_IOERR as u8);
-    assert_eq!(r.request(VIRTIO_BLK_T_FLUSH, 0, None).0, VIRTIO_BLK_S_OK as u8);
+    assert_eq!(
+        r.request(VIRTIO_BLK_T_FLUSH, 0, None).0,
+        VIRTIO_BLK_S_OK as u8
+    );
     assert_eq!(r.image_bytes(), before);
     let disk = r.t.report(&[]).disk.unwrap();
     assert_eq!(disk.total.errors, 1);
@@ -161,7 +181,10 @@ fn bad_requests_get_an_error_status_and_the_device_goes_on() {
     assert!(r.t.live());
     let doc = r.t.report(&[]);
     assert_eq!(doc.bad_requests, 2);
-    assert!(doc.first_bad_request.unwrap().contains("past the disk's end"));
+    assert!(doc
+        .first_bad_request
+        .unwrap()
+        .contains("past the disk's end"));
 }
 
 #[test]

@@ -2,9 +2,9 @@ use virtio_bindings::virtio_config::*;
 use virtio_bindings::virtio_mmio::*;
 
 use super::*;
-use vm_memory::{Bytes, GuestAddress};
 use crate::virtio::rng::Rng;
 use crate::virtio::testing::*;
+use vm_memory::{Bytes, GuestAddress};
 
 fn rng_transport() -> (MmioTransport, GuestMemoryMmap) {
     let mem = memory();
@@ -18,7 +18,11 @@ fn identifies_as_a_modern_device() {
     assert_eq!(read_reg(&mut t, VIRTIO_MMIO_VERSION), 2);
     assert_eq!(read_reg(&mut t, VIRTIO_MMIO_DEVICE_ID), 4);
     write_reg(&mut t, VIRTIO_MMIO_DEVICE_FEATURES_SEL, 1);
-    assert_eq!(read_reg(&mut t, VIRTIO_MMIO_DEVICE_FEATURES), 1, "VERSION_1");
+    assert_eq!(
+        read_reg(&mut t, VIRTIO_MMIO_DEVICE_FEATURES),
+        1,
+        "VERSION_1"
+    );
     write_reg(&mut t, VIRTIO_MMIO_DEVICE_FEATURES_SEL, 7);
     assert_eq!(read_reg(&mut t, VIRTIO_MMIO_DEVICE_FEATURES), 0);
     assert_eq!(read_reg(&mut t, VIRTIO_MMIO_QUEUE_NUM_MAX), 64);
@@ -59,7 +63,11 @@ fn features_the_device_lacks_or_a_legacy_driver_get_no_features_ok() {
         let (mut t, _) = rng_transport();
         let s = initialise(&mut t, features, 1, 16);
         assert_eq!(s & VIRTIO_CONFIG_S_FEATURES_OK, 0, "{features:#x}");
-        assert_eq!(s & VIRTIO_CONFIG_S_DRIVER_OK, 0, "no DRIVER_OK without FEATURES_OK");
+        assert_eq!(
+            s & VIRTIO_CONFIG_S_DRIVER_OK,
+            0,
+            "no DRIVER_OK without FEATURES_OK"
+        );
         assert!(!t.live());
     }
 }
@@ -120,7 +128,8 @@ fn an_impossible_avail_index_breaks_the_device() {
     let (mut t, mem) = rng_transport();
     initialise(&mut t, FEATURE_VERSION_1, 1, 16);
     // 40 new entries on a 16-entry queue.
-    mem.write_obj(40u16, GuestAddress(avail_ring(0) + 2)).unwrap();
+    mem.write_obj(40u16, GuestAddress(avail_ring(0) + 2))
+        .unwrap();
     t.process_queue(0);
     assert!(!t.live());
     let why = t.broken().unwrap().to_string();
@@ -142,7 +151,10 @@ fn rng_fills_writable_buffers_and_interrupts() {
     let mut got = [0u8; 64];
     mem.read_slice(&mut got, GuestAddress(BUFFERS)).unwrap();
     assert!(got.iter().any(|&b| b != 0));
-    assert_eq!(read_reg(&mut t, VIRTIO_MMIO_INTERRUPT_STATUS), VIRTIO_MMIO_INT_VRING);
+    assert_eq!(
+        read_reg(&mut t, VIRTIO_MMIO_INTERRUPT_STATUS),
+        VIRTIO_MMIO_INT_VRING
+    );
     assert_eq!(t.interrupt().irqfd().read().unwrap(), 1);
     write_reg(&mut t, VIRTIO_MMIO_INTERRUPT_ACK, VIRTIO_MMIO_INT_VRING);
     assert_eq!(read_reg(&mut t, VIRTIO_MMIO_INTERRUPT_STATUS), 0);

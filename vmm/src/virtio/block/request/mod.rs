@@ -6,8 +6,7 @@
 //! to execute.
 
 use virtio_bindings::virtio_blk::{
-    VIRTIO_BLK_ID_BYTES, VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_IN,
-    VIRTIO_BLK_T_OUT,
+    VIRTIO_BLK_ID_BYTES, VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT,
 };
 use virtio_queue::{desc::split::Descriptor, DescriptorChain};
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, GuestMemoryMmap, Permissions};
@@ -99,9 +98,7 @@ pub struct Parsed {
 
 /// Collects the chain's descriptors; a chain the iterator had to cut
 /// (its last descriptor still says "next") is broken.
-fn descriptors(
-    chain: DescriptorChain<&GuestMemoryMmap>,
-) -> Result<Vec<Descriptor>, RequestError> {
+fn descriptors(chain: DescriptorChain<&GuestMemoryMmap>) -> Result<Vec<Descriptor>, RequestError> {
     let descs: Vec<Descriptor> = chain.collect();
     match descs.last() {
         None => Err(RequestError::Empty),
