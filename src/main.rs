@@ -3,6 +3,7 @@
 
 mod bench_cmd;
 mod cli;
+mod device_args;
 mod exporter;
 mod initcalls_cmd;
 mod lab_cmd;

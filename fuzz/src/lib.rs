@@ -1,8 +1,9 @@
 //! Fuzz targets for everything in bootscope that reads input it does not
 //! control: kernel images, initrds and command lines, the guest's port and
-//! MMIO accesses, the JSON documents it reads back, the tracefs format files,
-//! the command-line value parsers and the requests the exporter's HTTP
-//! server reads.
+//! MMIO accesses, the descriptor chains and rings of its virtio devices,
+//! the JSON documents it reads back, the tracefs format files, the
+//! command-line value parsers and the requests the exporter's HTTP server
+//! reads.
 //!
 //! Each target is a plain function over bytes that calls the real code and
 //! panics only on a bug (a crash, a broken invariant). The AFL++ driver
@@ -17,6 +18,7 @@ pub mod http;
 pub mod images;
 pub mod memfile;
 pub mod text;
+pub mod virtio;
 
 /// A fuzz target: its name (the corpus directory under `corpus/`) and its
 /// function.
@@ -62,6 +64,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "http_request",
         run: http::request,
+    },
+    Target {
+        name: "virtio",
+        run: virtio::queues_and_requests,
     },
 ];
 

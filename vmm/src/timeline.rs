@@ -460,6 +460,10 @@ pub struct TimelineDoc {
     /// The kernel's initcalls as sub-phases of `kernel` (`run --initcalls`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initcalls: Option<crate::kernel_log::InitcallsDoc>,
+    /// The virtio devices and what each did (`--disk`, `--rng`, `--console
+    /// virtio`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<crate::virtio::VirtioDeviceDoc>,
 }
 
 impl TimelineDoc {
