@@ -12,7 +12,7 @@ pub const END: &str = "<!-- end of rules -->";
 fn detector_words(d: &Detector) -> String {
     match d {
         Detector::ExitsAt { functions, ports } => format!(
-            "exits before userspace at {} (exit sites); without sites, port I/O on {:#x}-{:#x} x the io exits' mean latency",
+            "port I/O exits before userspace at {} (exit sites); without sites, port I/O on {:#x}-{:#x} x the io exits' mean latency",
             functions.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", "),
             ports.0,
             ports.1

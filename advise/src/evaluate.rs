@@ -10,6 +10,9 @@ use crate::rules::{Change, Detector, Fix, Need, Risk, Rule, NAMED_INITCALLS, RUL
 /// -ENODEV: the return value of a probe that found no device.
 const ENODEV: i64 = -19;
 
+/// Port I/O exit reasons: SVM, VMX, and the PVM fallback's.
+const IO_REASONS: [&str; 3] = ["io", "IO_INSTRUCTION", "KVM_EXIT_IO"];
+
 /// Phases whose exits the kernel's boot messages cannot explain.
 const AFTER_KERNEL: [&str; 2] = ["userspace", "vmm teardown"];
 
@@ -282,7 +285,7 @@ fn exits_at(ev: &Evidence, functions: &[&str], ports: (u16, u16)) -> Vec<Found> 
         let mut by_function: Vec<(String, String, u64, u64)> = Vec::new();
         for s in sites
             .iter()
-            .filter(|s| !AFTER_KERNEL.contains(&s.phase.as_str()))
+            .filter(|s| !AFTER_KERNEL.contains(&s.phase.as_str()) && IO_REASONS.contains(&s.reason.as_str()))
         {
             let Some(f) = s.function.as_deref().filter(|f| functions.contains(f)) else {
                 continue;
@@ -333,7 +336,7 @@ fn exits_at(ev: &Evidence, functions: &[&str], ports: (u16, u16)) -> Vec<Found> 
     let io = exits
         .by_reason
         .iter()
-        .find(|r| ["io", "IO_INSTRUCTION", "KVM_EXIT_IO"].contains(&r.reason.as_str()));
+        .find(|r| IO_REASONS.contains(&r.reason.as_str()));
     let mean = io.and_then(|r| r.latency_ns.map(|l| l as f64 / r.count.max(1) as f64));
     let accounts = mean.map(|m| (m * count as f64) as u64);
     let mut line = format!(

@@ -153,13 +153,9 @@ impl ProvePlan {
         };
         let (bt, nt) = values(metric);
         let cmp = compare_metric(metric, &bt, &nt, TEST, self.opts.level);
-        r.phase = compare_metric(
-            &format!("phase:{}", s.phase),
-            &values(&format!("phase:{}", s.phase)).0,
-            &values(&format!("phase:{}", s.phase)).1,
-            TEST,
-            self.opts.level,
-        );
+        let phase = format!("phase:{}", s.phase);
+        let (bp, np) = values(&phase);
+        r.phase = compare_metric(&phase, &bp, &np, TEST, self.opts.level);
         r.exits = b
             .keys()
             .filter(|k| k.starts_with("exits:"))

@@ -82,9 +82,9 @@ pub struct Fix {
 #[derive(Clone, Copy, Debug, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Detector {
-    /// Exits before userspace made by these guest functions (exit
-    /// sites); without sites, port I/O on `ports` (first..=last) at the
-    /// mean latency of its reason.
+    /// Port I/O exits before userspace made by these guest functions
+    /// (exit sites); without sites, port I/O on `ports` (first..=last) at
+    /// the mean latency of its reason.
     ExitsAt {
         functions: &'static [&'static str],
         ports: (u16, u16),

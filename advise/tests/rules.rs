@@ -51,7 +51,7 @@ fn serial_console_from_exit_sites() {
     // io_serial_out and io_serial_in, before userspace: 21,568 + 21,137
     // exits in `kernel`, 221 + 214 in `guest boot` (the fixture's sites).
     assert!(
-        f.evidence[0].contains("io exits at io_serial_out before userspace: 21,789 of 47,319"),
+        f.evidence[0].contains("io exits at io_serial_out before userspace: 21,789 of 47,853"),
         "{:?}",
         f.evidence
     );
@@ -112,7 +112,7 @@ fn serial_console_from_ports_without_sites() {
 fn msr_exits_propose_an_unsafe_fix_only_listed() {
     let f = &found("msr-exits", &loud())[0];
     assert!(
-        f.evidence[0].starts_with("msr exits: 1,260 of 47,319, about 413.4 ms"),
+        f.evidence[0].starts_with("msr exits: 1,260 of 47,853, about 413.4 ms"),
         "{:?}",
         f.evidence
     );
