@@ -422,7 +422,7 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
 
 /// Whether this build's `bootscope run` profiles itself by default (it then
 /// has `--no-profile`, and `--output` for the profile).
-fn run_profiles_itself(exe: &Path) -> bool {
+pub(crate) fn run_profiles_itself(exe: &Path) -> bool {
     std::process::Command::new(exe)
         .args(["run", "--help"])
         .stdin(std::process::Stdio::null())

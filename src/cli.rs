@@ -76,6 +76,9 @@ enum Command {
     Initcalls(crate::initcalls_cmd::InitcallsArgs),
     /// Draw a boot timeline, profile or benchmark as an SVG picture.
     Plot(crate::bench_cmd::PlotArgs),
+    /// From a boot's timeline or profile to ranked findings and candidate
+    /// fixes; with --prove, an A/B bench per fix (docs/advise.md).
+    Advise(crate::advise_cmd::AdviseArgs),
     /// Convert a profile or a boot timeline to JSON, CSV, Prometheus text or
     /// a Chrome trace for ui.perfetto.dev (docs/export.md).
     Export {
@@ -185,6 +188,7 @@ pub fn main() -> i32 {
         Command::Compare(args) => Ok(crate::bench_cmd::compare(args)),
         Command::Check(args) => Ok(crate::bench_cmd::check(args)),
         Command::Plot(args) => Ok(crate::bench_cmd::plot(args)),
+        Command::Advise(args) => Ok(crate::advise_cmd::advise_cmd(args)),
         Command::Exporter(args) => Ok(crate::exporter::run(args)),
         Command::Initcalls(args) => crate::initcalls_cmd::run(args),
         Command::Export {

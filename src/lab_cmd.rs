@@ -189,7 +189,7 @@ fn with_default_guest(args: Vec<OsString>) -> Result<Vec<OsString>, Failure> {
 
 /// The arguments of each subcommand that name a file it writes (clap ids;
 /// `run`'s `--serial` also takes `stdout` and `null`).
-const OUTPUT_ARGS: [(&str, &[&str]); 9] = [
+const OUTPUT_ARGS: [(&str, &[&str]); 10] = [
     ("run", &["serial", "timeline", "output"]),
     ("demo", &["timeline"]),
     ("profile", &["output"]),
@@ -199,6 +199,7 @@ const OUTPUT_ARGS: [(&str, &[&str]); 9] = [
     ("plot", &["output"]),
     ("export", &["output"]),
     ("lab", &["outputs"]),
+    ("advise", &["output", "svg"]),
 ];
 
 /// Values of `run --serial` that name no file.

@@ -1,6 +1,7 @@
 //! `bootscope`: the command line over the VMM, the lab and (later) the
 //! profiler. Only this crate uses anyhow; the libraries return typed errors.
 
+mod advise_cmd;
 mod bench_cmd;
 mod cli;
 mod device_args;

@@ -115,6 +115,10 @@ pub struct RunRecord {
     /// Why the run failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The mark that opened the timeline's `userspace` phase, for
+    /// bootscope runs that reached userspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub userspace_mark: Option<String>,
     /// Metric name to value: nanoseconds for times, plain counts otherwise
     /// (see docs/bench-schema.md for the names).
     pub metrics: BTreeMap<String, u64>,
@@ -325,6 +329,7 @@ mod tests {
             exit_code: Some(0),
             outcome: Some("guest_halt".into()),
             error: None,
+            userspace_mark: None,
             metrics: [
                 ("phase:kernel".to_string(), kernel),
                 ("exits:io_exits".to_string(), io),

@@ -107,6 +107,9 @@ pub struct TimelineFacts {
     pub clean: bool,
     /// `outcome.detail`.
     pub detail: String,
+    /// The mark that opened the `userspace` phase (the first userspace
+    /// mark), when the guest reached userspace.
+    pub userspace_mark: Option<String>,
 }
 
 const TIMELINE_HINT: &str = "give a file written by `bootscope run --timeline FILE`";
@@ -139,6 +142,11 @@ pub fn from_timeline(value: &serde_json::Value, path: &Path) -> Result<TimelineF
             "time_to_userspace".into(),
             user.start_ns.saturating_sub(vmm_start),
         );
+        facts.userspace_mark = t
+            .marks
+            .iter()
+            .find(|m| m.t_ns == user.start_ns)
+            .map(|m| m.name.clone());
     }
     if let Some(ns) = t.memory.and_then(|m| m.elapsed_ns) {
         facts.metrics.insert("prealloc".into(), ns);

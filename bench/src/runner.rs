@@ -337,6 +337,7 @@ impl BenchPlan {
             exit_code: out.exit_code,
             outcome: None,
             error: None,
+            userspace_mark: None,
             metrics: BTreeMap::new(),
         };
         record.metrics.insert("wall".into(), duration_ns(out.wall));
@@ -371,6 +372,7 @@ impl BenchPlan {
                     Ok(facts) => {
                         record.metrics.extend(facts.metrics);
                         record.outcome = Some(facts.outcome);
+                        record.userspace_mark = facts.userspace_mark;
                         if !facts.clean {
                             record.ok = false;
                             problems.push(format!("unclean guest end: {}", facts.detail));

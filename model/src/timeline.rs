@@ -54,6 +54,8 @@ pub struct Timeline {
     pub kvm_stats: Option<BTreeMap<String, u64>>,
     /// The guest memory set-up (`run --prealloc`).
     pub memory: Option<TimelineMemory>,
+    /// The kernel's initcalls (`run --initcalls`).
+    pub initcalls: Option<TimelineInitcalls>,
 }
 
 /// The `guest` object.
@@ -64,6 +66,49 @@ pub struct TimelineGuest {
     pub kernel_format: String,
     pub vcpus: Option<u64>,
     pub memory_bytes: Option<u64>,
+    /// The kernel command line the guest booted with.
+    pub cmdline: String,
+    /// The initrd file, when one was given.
+    pub initrd: Option<String>,
+    /// The initrd's pages are the file's page cache (`--map-initrd`).
+    pub initrd_mapped_from_file: Option<bool>,
+    /// How a bzImage was decompressed and entered.
+    pub kernel_boot: Option<TimelineKernelBoot>,
+}
+
+/// The `guest.kernel_boot` object (bzImage kernels only).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct TimelineKernelBoot {
+    /// `host` or `guest`.
+    pub decompressed_by: String,
+    pub compression: String,
+    pub kaslr: Option<bool>,
+    pub decompress_ns: Option<u64>,
+}
+
+/// The `initcalls` object (`run --initcalls`, docs/initcalls.md).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct TimelineInitcalls {
+    pub method: String,
+    /// Why no initcall was recorded.
+    pub error: Option<String>,
+    pub initcalls: Vec<TimelineInitcall>,
+}
+
+/// One of `initcalls.initcalls[]`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct TimelineInitcall {
+    pub name: String,
+    pub level: String,
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    /// Its return value (negative: an errno, e.g. -19 ENODEV).
+    pub ret: i64,
+    /// Port I/O exits the VMM counted in its span.
+    pub io_exits: Option<u64>,
 }
 
 /// The `outcome` object: how the run ended.
@@ -280,6 +325,27 @@ mod tests {
         assert_eq!(t.phase("kernel").unwrap().duration_ns, 4);
         assert_eq!(t.kvm_stats.as_ref().unwrap()["exits"], 3);
         assert_eq!(t.memory.as_ref().unwrap().elapsed_ns, Some(7));
+        assert!(t.initcalls.is_none());
+        let t = Timeline::parse(&json!({
+            "schema": "bootscope.timeline", "version": 1,
+            "guest": {"cmdline": "console=ttyS0", "initrd": "/i.cpio",
+                      "kernel_boot": {"decompressed_by": "host", "compression": "xz"}},
+            "initcalls": {"method": "m", "initcalls": [
+                {"name": "i8042_init", "level": "device", "start_ns": 3, "duration_ns": 9,
+                 "ret": -19, "io_exits": 2}]}
+        }))
+        .unwrap();
+        let g = t.guest.unwrap();
+        assert_eq!(
+            (g.cmdline.as_str(), g.initrd.as_deref()),
+            ("console=ttyS0", Some("/i.cpio"))
+        );
+        assert_eq!(g.kernel_boot.unwrap().decompressed_by, "host");
+        let i = &t.initcalls.unwrap().initcalls[0];
+        assert_eq!(
+            (i.name.as_str(), i.ret, i.io_exits),
+            ("i8042_init", -19, Some(2))
+        );
         assert!(Timeline::parse_complete(&minimal())
             .unwrap()
             .marks

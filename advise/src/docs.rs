@@ -1,0 +1,143 @@
+//! docs/advise.md's table of rules, generated from [`crate::rules::RULES`]
+//! (a test keeps the committed file in sync: regenerate it with
+//! `BOOTSCOPE_WRITE_DOCS=1 cargo test --release -p bootscope-advise docs`).
+
+use crate::rules::{Change, Detector, Need, Risk, RULES};
+
+/// The marker lines between which docs/advise.md holds the table.
+pub const BEGIN: &str = "<!-- rules: generated from advise/src/rules.rs -->";
+/// See [`BEGIN`].
+pub const END: &str = "<!-- end of rules -->";
+
+fn detector_words(d: &Detector) -> String {
+    match d {
+        Detector::ExitsAt { functions, ports } => format!(
+            "port I/O exits before userspace at {} (exit sites); without sites, port I/O on {:#x}-{:#x} x the io exits' mean latency",
+            functions.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", "),
+            ports.0,
+            ports.1
+        ),
+        Detector::ExitReasons { reasons } => format!(
+            "exits of reason {} (count x latency)",
+            reasons.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ")
+        ),
+        Detector::SlowInitcalls { names, min_ns } => format!(
+            "initcall {} taking at least {} ms",
+            names.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(" or "),
+            *min_ns as f64 / 1e6
+        ),
+        Detector::FailedProbes { min_ns } => format!(
+            "any other initcall returning -ENODEV after at least {} ms",
+            *min_ns as f64 / 1e6
+        ),
+        Detector::CompressedInitramfs => {
+            "`populate_rootfs`'s duration, with an initrd that is not a plain cpio (by its magic bytes)".into()
+        }
+        Detector::CopiedInitrd { min_bytes } => {
+            format!("an initrd of at least {} MiB copied, not mapped", min_bytes >> 20)
+        }
+        Detector::GuestDecompression => {
+            "`guest.kernel_boot.decompressed_by` is `guest`; the firmware/boot loader phase".into()
+        }
+        Detector::SerialPrealloc { min_ns } => format!(
+            "one preallocation thread, or `memory.elapsed_ns`, of at least {} ms",
+            *min_ns as f64 / 1e6
+        ),
+        Detector::CmdlineLacks { absent } => format!(
+            "no entropy device on the VMM's command line and none of {} (no time attributed)",
+            absent.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+fn need_words(n: Need) -> &'static str {
+    match n {
+        Need::Exits => "exits",
+        Need::ExitSitesOrPorts => "exit sites or ports",
+        Need::Initcalls => "initcalls",
+        Need::Phases => "phases",
+        Need::Cmdline => "command line",
+        Need::Guest => "timeline",
+    }
+}
+
+fn change_words(c: &Change) -> String {
+    match c {
+        Change::KernelArgs(a) => format!("kernel: `{a}`"),
+        Change::RunFlags(f) => format!("run: `{}`", f.join(" ")),
+        Change::Advice(a) => format!("advice: {a}"),
+    }
+}
+
+fn risk_words(r: Risk) -> &'static str {
+    match r {
+        Risk::Low => "low",
+        Risk::GivesUp => "gives up",
+        Risk::Unsafe => "**unsafe** (`--allow-unsafe`)",
+    }
+}
+
+/// The Markdown table of every rule and fix.
+pub fn rules_markdown() -> String {
+    let mut out = String::from(
+        "| rule | evidence | needs | fix | risk: what it gives up | source |\n|---|---|---|---|---|---|\n",
+    );
+    for rule in RULES {
+        let needs = rule
+            .needs
+            .iter()
+            .map(|n| need_words(*n))
+            .collect::<Vec<_>>()
+            .join(", ");
+        for (i, fix) in rule.fixes.iter().enumerate() {
+            let (id, evidence, needs) = if i == 0 {
+                (
+                    format!("`{}`: {}", rule.id, rule.title),
+                    detector_words(&rule.detector),
+                    needs.clone(),
+                )
+            } else {
+                (String::new(), String::new(), String::new())
+            };
+            out.push_str(&format!(
+                "| {id} | {evidence} | {needs} | {} | {}: {} | {} |\n",
+                change_words(&fix.change),
+                risk_words(fix.risk),
+                fix.gives_up,
+                fix.source
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/advise.md holds the table the code has.
+    #[test]
+    fn docs_advise_md_lists_every_rule() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/advise.md");
+        let text = std::fs::read_to_string(path).expect("docs/advise.md");
+        let (before, rest) = text
+            .split_once(BEGIN)
+            .expect("docs/advise.md: begin marker");
+        let (table, after) = rest.split_once(END).expect("docs/advise.md: end marker");
+        let want = format!("\n{}", rules_markdown());
+        if table != want {
+            if std::env::var_os("BOOTSCOPE_WRITE_DOCS").is_some() {
+                std::fs::write(path, format!("{before}{BEGIN}{want}{END}{after}")).unwrap();
+                return;
+            }
+            panic!("docs/advise.md's table of rules is not the code's: regenerate it with BOOTSCOPE_WRITE_DOCS=1 cargo test --release -p bootscope-advise docs");
+        }
+        for rule in RULES {
+            assert!(
+                table.contains(&format!("`{}`", rule.id)),
+                "{} missing",
+                rule.id
+            );
+        }
+    }
+}

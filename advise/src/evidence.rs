@@ -1,0 +1,406 @@
+//! What the rules look at: one [`Evidence`] gathered from a run's timeline
+//! and its profile (either or both), with what each lacks left empty so a
+//! rule can say which data it would have needed.
+
+use std::path::{Path, PathBuf};
+
+use bootscope_model::timeline::{Timeline, TIMELINE_SCHEMA_NAME};
+use serde::Serialize;
+
+use crate::error::AdviseError;
+use crate::profile::{ProfileView, PROFILE_SCHEMA_NAME};
+
+/// Whose VMM booted the guest.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Vmm {
+    /// `bootscope run`: its options can be tried.
+    #[default]
+    Bootscope,
+    /// Another VMM (a profile of its command): only the kernel command
+    /// line can be tried, through a template.
+    Other,
+}
+
+/// Exits by reason, and where they came from.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Exits {
+    pub total: u64,
+    pub by_reason: Vec<ReasonExits>,
+    /// Port I/O per port (all directions).
+    pub pio: Vec<(u16, u64)>,
+    /// `--exit-sites`: exits by the guest function that made them.
+    pub sites: Option<Vec<SiteExits>>,
+}
+
+/// Exits of one reason.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ReasonExits {
+    pub reason: String,
+    pub count: u64,
+    /// Sum of exit-to-entry latencies (VMX/SVM only).
+    pub latency_ns: Option<u64>,
+}
+
+/// Exits of one reason at one guest function in one phase.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SiteExits {
+    pub reason: String,
+    pub phase: String,
+    pub function: Option<String>,
+    pub count: u64,
+    pub latency_ns: u64,
+}
+
+/// One initcall.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Initcall {
+    pub name: String,
+    pub level: String,
+    pub duration_ns: u64,
+    pub ret: i64,
+}
+
+/// The initrd.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Initrd {
+    pub path: String,
+    /// Mapped from its file rather than copied (`--map-initrd`).
+    pub mapped: bool,
+    /// `gzip`, `xz`, `zstd`, ... or `none` (a plain cpio); absent when the
+    /// file could not be read.
+    pub compression: Option<String>,
+    pub bytes: Option<u64>,
+}
+
+/// Everything the rules can look at.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Evidence {
+    /// The documents read.
+    pub documents: Vec<PathBuf>,
+    pub vmm: Vmm,
+    /// `vmx`, `svm`, `pvm`, `none` or empty.
+    pub host_kvm: String,
+    /// The VMM's own command line (a profile's target), when known.
+    pub vmm_command: Vec<String>,
+    /// The kernel command line, when known.
+    pub cmdline: Option<String>,
+    pub kernel_format: Option<String>,
+    /// `host` or `guest` (bzImage only).
+    pub decompressed_by: Option<String>,
+    pub kaslr: Option<bool>,
+    pub initrd: Option<Initrd>,
+    pub memory_bytes: Option<u64>,
+    /// Phase name to duration, in boot order.
+    pub phases: Vec<(String, u64)>,
+    /// Preallocation of guest memory (`run --prealloc`).
+    pub prealloc_ns: Option<u64>,
+    /// Threads that preallocated guest memory, and their run time.
+    pub prealloc_threads: Vec<(String, u64)>,
+    pub exits: Option<Exits>,
+    /// Guest page faults handled by KVM, when profiled.
+    pub guest_faults: Option<u64>,
+    /// `None`: not recorded (no `--initcalls`).
+    pub initcalls: Option<Vec<Initcall>>,
+    /// Why a recording of initcalls found none.
+    pub initcalls_error: Option<String>,
+}
+
+impl Evidence {
+    /// The duration of phase `name`.
+    pub fn phase_ns(&self, name: &str) -> Option<u64> {
+        self.phases.iter().find(|(n, _)| n == name).map(|(_, d)| *d)
+    }
+
+    /// The kernel command line's words.
+    pub fn cmdline_words(&self) -> Vec<&str> {
+        self.cmdline
+            .as_deref()
+            .map(|c| c.split_whitespace().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether the kernel command line has `word` (or `word=...` when
+    /// `word` has no `=`).
+    pub fn cmdline_has(&self, word: &str) -> bool {
+        self.cmdline_words().iter().any(|w| {
+            *w == word || (!word.contains('=') && w.split_once('=').is_some_and(|(k, _)| k == word))
+        })
+    }
+
+    /// Reads one or two documents: a timeline and/or a profile of one boot.
+    pub fn read(paths: &[PathBuf]) -> Result<Self, AdviseError> {
+        let mut timeline = None;
+        let mut profile = None;
+        for path in paths {
+            let bytes = std::fs::read(path).map_err(|source| AdviseError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            let doc: serde_json::Value =
+                serde_json::from_slice(&bytes).map_err(|source| AdviseError::NotJson {
+                    path: path.clone(),
+                    source,
+                })?;
+            let wrong = |problem: String| AdviseError::WrongDocument {
+                path: path.clone(),
+                problem,
+            };
+            match doc.get("schema").and_then(serde_json::Value::as_str) {
+                Some(TIMELINE_SCHEMA_NAME) if timeline.is_none() => {
+                    let t = Timeline::parse(&doc).map_err(|e| wrong(e.to_string()))?;
+                    timeline = Some((path.clone(), t));
+                }
+                Some(PROFILE_SCHEMA_NAME) if profile.is_none() => {
+                    let p = ProfileView::parse(&doc).map_err(|e| wrong(e.to_string()))?;
+                    profile = Some((path.clone(), p));
+                }
+                Some(s @ (TIMELINE_SCHEMA_NAME | PROFILE_SCHEMA_NAME)) => {
+                    return Err(wrong(format!(
+                        "a second {s} document: give at most one timeline and one profile, of the same boot"
+                    )))
+                }
+                other => {
+                    return Err(wrong(format!(
+                        "its \"schema\" is {}, not {TIMELINE_SCHEMA_NAME} or {PROFILE_SCHEMA_NAME}",
+                        other.map_or_else(|| "missing".into(), |s| format!("{s:?}"))
+                    )))
+                }
+            }
+        }
+        let mut ev = Evidence::default();
+        if let Some((path, p)) = &profile {
+            ev.documents.push(path.clone());
+            ev.add_profile(p);
+        }
+        if let Some((path, t)) = &timeline {
+            ev.documents.push(path.clone());
+            ev.add_timeline(t);
+        }
+        if ev.documents.is_empty() {
+            return Err(AdviseError::Usage(
+                "give a timeline (bootscope run --timeline FILE) or a profile (bootscope profile --output FILE)".into(),
+            ));
+        }
+        Ok(ev)
+    }
+
+    /// Adds what a timeline says (it wins over a profile where both do).
+    pub fn add_timeline(&mut self, t: &Timeline) {
+        self.vmm = Vmm::Bootscope;
+        if !t.host_kvm.is_empty() {
+            self.host_kvm.clone_from(&t.host_kvm);
+        }
+        if let Some(g) = &t.guest {
+            if !g.cmdline.is_empty() {
+                self.cmdline = Some(g.cmdline.clone());
+            }
+            if !g.kernel_format.is_empty() {
+                self.kernel_format = Some(g.kernel_format.clone());
+            }
+            if let Some(kb) = &g.kernel_boot {
+                self.decompressed_by = Some(kb.decompressed_by.clone());
+                self.kaslr = kb.kaslr;
+            }
+            self.memory_bytes = g.memory_bytes.or(self.memory_bytes);
+            if let Some(path) = &g.initrd {
+                self.initrd = Some(inspect_initrd(
+                    Path::new(path),
+                    g.initrd_mapped_from_file.unwrap_or(false),
+                ));
+            }
+        }
+        self.phases = t
+            .phases
+            .iter()
+            .map(|p| (p.name.clone(), p.end_ns.saturating_sub(p.start_ns)))
+            .collect();
+        self.prealloc_ns = t.memory.as_ref().and_then(|m| m.elapsed_ns);
+        if let Some(ic) = &t.initcalls {
+            self.initcalls_error.clone_from(&ic.error);
+            self.initcalls = Some(
+                ic.initcalls
+                    .iter()
+                    .map(|i| Initcall {
+                        name: i.name.clone(),
+                        level: i.level.clone(),
+                        duration_ns: i.duration_ns,
+                        ret: i.ret,
+                    })
+                    .collect(),
+            );
+        }
+    }
+
+    /// Adds what a profile says.
+    pub fn add_profile(&mut self, p: &ProfileView) {
+        self.vmm = if p.target.kind == "self" || is_bootscope_run(&p.target.command) {
+            Vmm::Bootscope
+        } else {
+            Vmm::Other
+        };
+        self.host_kvm.clone_from(&p.host.kvm);
+        self.vmm_command.clone_from(&p.target.command);
+        if self.cmdline.is_none() {
+            self.cmdline = cmdline_from_command(&p.target.command);
+        }
+        if self.phases.is_empty() {
+            self.phases = p
+                .phases
+                .iter()
+                .map(|ph| (ph.name.clone(), ph.end_ns.saturating_sub(ph.start_ns)))
+                .collect();
+        }
+        self.prealloc_threads = p
+            .threads
+            .iter()
+            .filter(|t| t.role == "prealloc")
+            .map(|t| (t.name.clone(), t.run_ns))
+            .collect();
+        self.guest_faults = Some(p.page_faults.guest_total);
+        let e = &p.exits;
+        if e.source.is_empty() && e.total == 0 {
+            return;
+        }
+        let mut pio: Vec<(u16, u64)> = Vec::new();
+        for row in &e.pio {
+            match pio.iter_mut().find(|(port, _)| *port == row.port) {
+                Some((_, n)) => *n += row.count,
+                None => pio.push((row.port, row.count)),
+            }
+        }
+        self.exits = Some(Exits {
+            total: e.total,
+            by_reason: e
+                .by_reason
+                .iter()
+                .map(|r| ReasonExits {
+                    reason: r.reason.clone(),
+                    count: r.count,
+                    latency_ns: r.latency_total_ns,
+                })
+                .collect(),
+            pio,
+            sites: e.sites.as_ref().map(|s| {
+                s.sites
+                    .iter()
+                    .map(|r| SiteExits {
+                        reason: r.reason.clone(),
+                        phase: r.phase.clone(),
+                        function: r.function.clone(),
+                        count: r.count,
+                        latency_ns: r.latency_total_ns,
+                    })
+                    .collect()
+            }),
+        });
+    }
+}
+
+/// Whether a profiled command is `bootscope run`.
+fn is_bootscope_run(command: &[String]) -> bool {
+    command
+        .first()
+        .is_some_and(|p| Path::new(p).file_name().is_some_and(|n| n == "bootscope"))
+        && command.get(1).is_some_and(|s| s == "run")
+}
+
+/// The kernel command line in a VMM's own command line: QEMU's `-append`,
+/// Cloud Hypervisor's and bootscope's `--cmdline`.
+pub fn cmdline_from_command(command: &[String]) -> Option<String> {
+    for (i, arg) in command.iter().enumerate() {
+        for flag in ["-append", "--cmdline"] {
+            if arg == flag {
+                return command.get(i + 1).cloned();
+            }
+            if let Some(v) = arg.strip_prefix(&format!("{flag}=")) {
+                return Some(v.to_string());
+            }
+        }
+    }
+    None
+}
+
+/// Compression of a file by its first bytes: what the kernel's
+/// `unpack_to_rootfs` recognizes (lib/decompress.c's magic table).
+pub fn compression_of(head: &[u8]) -> &'static str {
+    const MAGIC: [(&[u8], &str); 8] = [
+        (b"070701", "none"),
+        (b"070702", "none"),
+        (&[0x1f, 0x8b], "gzip"),
+        (&[0xfd, b'7', b'z', b'X', b'Z', 0], "xz"),
+        (&[0x28, 0xb5, 0x2f, 0xfd], "zstd"),
+        (&[0x02, 0x21, 0x4c, 0x18], "lz4"),
+        (b"BZh", "bzip2"),
+        (&[0x89, b'L', b'Z', b'O'], "lzo"),
+    ];
+    MAGIC.iter().find(|(m, _)| head.starts_with(m)).map_or(
+        if head.first() == Some(&0x5d) {
+            "lzma"
+        } else {
+            "unknown"
+        },
+        |(_, n)| n,
+    )
+}
+
+fn inspect_initrd(path: &Path, mapped: bool) -> Initrd {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    let read = std::fs::File::open(path).and_then(|mut f| {
+        let len = f.metadata()?.len();
+        let n = f.read(&mut head)?;
+        Ok((len, n))
+    });
+    let (compression, bytes) = match read {
+        Ok((len, n)) => (Some(compression_of(&head[..n]).to_string()), Some(len)),
+        Err(_) => (None, None),
+    };
+    Initrd {
+        path: path.display().to_string(),
+        mapped,
+        compression,
+        bytes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compression_by_magic() {
+        assert_eq!(compression_of(b"070701000"), "none");
+        assert_eq!(compression_of(&[0x1f, 0x8b, 8, 0]), "gzip");
+        assert_eq!(compression_of(&[0xfd, b'7', b'z', b'X', b'Z', 0, 0]), "xz");
+        assert_eq!(compression_of(&[0x28, 0xb5, 0x2f, 0xfd]), "zstd");
+        assert_eq!(compression_of(b"xyz"), "unknown");
+    }
+
+    #[test]
+    fn cmdline_from_vmm_commands() {
+        let words = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            cmdline_from_command(&words("qemu -kernel k -append quiet")).as_deref(),
+            Some("quiet")
+        );
+        assert_eq!(
+            cmdline_from_command(&words("ch --cmdline=console=hvc0")).as_deref(),
+            Some("console=hvc0")
+        );
+        assert_eq!(cmdline_from_command(&words("firecracker --no-api")), None);
+    }
+
+    #[test]
+    fn cmdline_words_match_keys() {
+        let ev = Evidence {
+            cmdline: Some("console=ttyS0 quiet 8250.nr_uarts=1".into()),
+            ..Evidence::default()
+        };
+        assert!(ev.cmdline_has("quiet"));
+        assert!(ev.cmdline_has("8250.nr_uarts"));
+        assert!(ev.cmdline_has("8250.nr_uarts=1"));
+        assert!(!ev.cmdline_has("8250.nr_uarts=4"));
+        assert!(!ev.cmdline_has("loglevel"));
+    }
+}

@@ -1,0 +1,360 @@
+//! The rules: one table ([`RULES`]), a row per rule, each saying what
+//! evidence it looks for ([`Detector`]), which data that needs
+//! ([`Need`]), the fixes it proposes ([`Fix`]: the change, what it risks
+//! or gives up) and the documentation that justifies it. Adding a rule is
+//! adding a row; [`crate::evaluate::evaluate`] is the one function that
+//! evaluates any of them, and docs/advise.md is generated from this table
+//! ([`crate::docs::rules_markdown`], kept in sync by a test).
+
+use serde::Serialize;
+
+/// Data a rule needs, and the flag that records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Need {
+    /// Exits by reason: a profile.
+    Exits,
+    /// Exits by guest function, or at least port I/O by port.
+    ExitSitesOrPorts,
+    /// Initcalls and their durations.
+    Initcalls,
+    /// The boot's phases (a timeline, or a profile's phases).
+    Phases,
+    /// The kernel command line.
+    Cmdline,
+    /// How the kernel was loaded and the initrd given (a timeline).
+    Guest,
+}
+
+impl Need {
+    /// What records the data.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Self::Exits => "a profile: `bootscope run --output P.json` (run profiles itself), or `bootscope profile --output P.json -- VMM ...`",
+            Self::ExitSitesOrPorts => "`run --exit-sites` (VMX/SVM hosts) names the guest functions; any profile has exits by port",
+            Self::Initcalls => "`run --initcalls` (or `bootscope initcalls` on another VMM's console with `initcall_debug`)",
+            Self::Phases => "a timeline: `bootscope run --timeline T.json`",
+            Self::Cmdline => "a timeline (`run --timeline`), or a profile of a command that names its kernel command line (`-append`, `--cmdline`)",
+            Self::Guest => "a timeline: `bootscope run --timeline T.json`",
+        }
+    }
+}
+
+/// How much a rule trusts a change not to cost anything but time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Risk {
+    /// Nothing the guest relies on is lost.
+    Low,
+    /// Something is given up (messages, a device, a check): the fix says what.
+    GivesUp,
+    /// Weakens the guest's security: listed, tried only with `--allow-unsafe`.
+    Unsafe,
+}
+
+/// A concrete change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "value")]
+pub enum Change {
+    /// Words added to the kernel command line (any VMM, through its
+    /// command line or the `{cmdline}` template). `{initcall}` is replaced
+    /// by the initcall the finding names.
+    KernelArgs(&'static str),
+    /// Options added to `bootscope run` (bootscope's VMM only).
+    RunFlags(&'static [&'static str]),
+    /// A change to the kernel, its configuration, the initramfs or the
+    /// VMM's set-up that cannot be tried automatically.
+    Advice(&'static str),
+}
+
+/// One candidate fix of a rule.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Fix {
+    pub change: Change,
+    pub risk: Risk,
+    /// What it risks or gives up.
+    pub gives_up: &'static str,
+    /// The documentation that says what the change does.
+    pub source: &'static str,
+}
+
+/// What a rule looks for.
+#[derive(Clone, Copy, Debug, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Detector {
+    /// Port I/O exits before userspace made by these guest functions
+    /// (exit sites); without sites, port I/O on `ports` (first..=last) at
+    /// the mean latency of its reason.
+    ExitsAt {
+        functions: &'static [&'static str],
+        ports: (u16, u16),
+    },
+    /// Exits of these reasons (count x latency).
+    ExitReasons { reasons: &'static [&'static str] },
+    /// Initcalls of these names that took at least `min_ns`.
+    SlowInitcalls {
+        names: &'static [&'static str],
+        min_ns: u64,
+    },
+    /// Initcalls, of any name not named by another rule, that returned
+    /// -ENODEV (no such device) after at least `min_ns`: probes for
+    /// hardware the VM does not have.
+    FailedProbes { min_ns: u64 },
+    /// `populate_rootfs` unpacking a compressed initramfs.
+    CompressedInitramfs,
+    /// An initrd copied into guest memory, at least `min_bytes` large.
+    CopiedInitrd { min_bytes: u64 },
+    /// A bzImage whose decompressor ran in the guest.
+    GuestDecompression,
+    /// Preallocation of guest memory by one thread, at least `min_ns`.
+    SerialPrealloc { min_ns: u64 },
+    /// The kernel command line lacks all of `absent` (a setting it could
+    /// have); no time is attributed.
+    CmdlineLacks { absent: &'static [&'static str] },
+}
+
+/// One rule.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Rule {
+    /// Stable name (JSON, docs).
+    pub id: &'static str,
+    /// What the finding is about, in a few words.
+    pub title: &'static str,
+    pub detector: Detector,
+    /// Data the detector cannot do without.
+    pub needs: &'static [Need],
+    pub fixes: &'static [Fix],
+}
+
+/// The kernel's parameter reference, cited by most rows.
+pub const KERNEL_PARAMETERS: &str = "Documentation/admin-guide/kernel-parameters.txt";
+
+/// Initcalls other rows name; the failed-probe row leaves them alone.
+pub const NAMED_INITCALLS: &[&str] = &[
+    "serial8250_init",
+    "crypto_algapi_init",
+    "alg_test_init",
+    "populate_rootfs",
+    "i8042_init",
+    "pci_subsys_init",
+    "pcibios_init",
+    "pci_arch_init",
+    "raid6_select_algo",
+    "calibrate_xor_blocks",
+];
+
+/// The rules, in no particular order (findings are ranked by the time
+/// their evidence accounts for).
+pub const RULES: &[Rule] = &[
+    Rule {
+        id: "serial-console",
+        title: "kernel messages written to the serial console, one port exit per byte",
+        detector: Detector::ExitsAt {
+            functions: &["io_serial_out", "io_serial_in", "serial8250_console_putchar", "wait_for_xmitr"],
+            ports: (0x3f8, 0x3ff),
+        },
+        needs: &[Need::ExitSitesOrPorts],
+        fixes: &[
+            Fix {
+                change: Change::KernelArgs("quiet"),
+                risk: Risk::GivesUp,
+                gives_up: "the console shows only warnings and worse (loglevel 4); the messages stay in the kernel log (dmesg); console patterns on informational lines (\"Run /init as init process\") no longer match",
+                source: "Documentation/admin-guide/kernel-parameters.txt: quiet, loglevel",
+            },
+            Fix {
+                change: Change::RunFlags(&["--console", "virtio"]),
+                risk: Risk::Low,
+                gives_up: "needs a kernel with virtio-console (CONFIG_VIRTIO_CONSOLE, hvc0); the earliest messages, before the driver, are not shown",
+                source: "Documentation/admin-guide/serial-console.rst; Firecracker and Cloud Hypervisor docs: virtio-console instead of the 8250 UART",
+            },
+        ],
+    },
+    Rule {
+        id: "legacy-uarts",
+        title: "8250 driver probing legacy UARTs the VM does not have",
+        detector: Detector::SlowInitcalls { names: &["serial8250_init"], min_ns: 1_000_000 },
+        needs: &[Need::Initcalls],
+        fixes: &[Fix {
+            change: Change::KernelArgs("8250.nr_uarts=1"),
+            risk: Risk::Low,
+            gives_up: "only ttyS0 is registered",
+            source: "Documentation/admin-guide/kernel-parameters.txt: 8250.nr_uarts",
+        }],
+    },
+    Rule {
+        id: "crypto-self-tests",
+        title: "crypto algorithm self-tests at boot",
+        detector: Detector::SlowInitcalls { names: &["crypto_algapi_init", "alg_test_init"], min_ns: 5_000_000 },
+        needs: &[Need::Initcalls],
+        fixes: &[
+            Fix {
+                change: Change::KernelArgs("cryptomgr.notests"),
+                risk: Risk::GivesUp,
+                gives_up: "crypto implementations are not self-tested at registration (a FIPS requirement where FIPS mode is used)",
+                source: "Documentation/admin-guide/kernel-parameters.txt: cryptomgr.notests",
+            },
+            Fix {
+                change: Change::Advice("build the kernel with CONFIG_CRYPTO_MANAGER_DISABLE_TESTS=y"),
+                risk: Risk::GivesUp,
+                gives_up: "as cryptomgr.notests, for every boot of that kernel",
+                source: "crypto/Kconfig: CRYPTO_MANAGER_DISABLE_TESTS",
+            },
+        ],
+    },
+    Rule {
+        id: "raid-benchmarks",
+        title: "RAID6 and XOR algorithm benchmarks at boot",
+        detector: Detector::SlowInitcalls { names: &["raid6_select_algo", "calibrate_xor_blocks"], min_ns: 5_000_000 },
+        needs: &[Need::Initcalls],
+        fixes: &[Fix {
+            change: Change::Advice("build RAID6/XOR as modules (CONFIG_RAID6_PQ=m, CONFIG_XOR_BLOCKS=m), or with CONFIG_RAID6_PQ_BENCHMARK=n"),
+            risk: Risk::Low,
+            gives_up: "a fixed algorithm choice instead of the fastest measured one",
+            source: "lib/raid6/Kconfig: RAID6_PQ_BENCHMARK",
+        }],
+    },
+    Rule {
+        id: "i8042-probe",
+        title: "probing a PS/2 controller the VM does not have",
+        detector: Detector::SlowInitcalls { names: &["i8042_init"], min_ns: 1_000_000 },
+        needs: &[Need::Initcalls],
+        fixes: &[Fix {
+            change: Change::KernelArgs("i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd"),
+            risk: Risk::Low,
+            gives_up: "no PS/2 mouse; the keyboard is not probed",
+            source: "Documentation/admin-guide/kernel-parameters.txt: i8042.noaux, i8042.nomux, i8042.nopnp, i8042.dumbkbd",
+        }],
+    },
+    Rule {
+        id: "pci-probe",
+        title: "scanning a PCI bus",
+        detector: Detector::SlowInitcalls { names: &["pci_subsys_init", "pcibios_init", "pci_arch_init"], min_ns: 1_000_000 },
+        needs: &[Need::Initcalls],
+        fixes: &[Fix {
+            change: Change::KernelArgs("pci=off"),
+            risk: Risk::GivesUp,
+            gives_up: "no PCI device is found: only for VMs whose devices are all virtio-mmio or legacy",
+            source: "Documentation/admin-guide/kernel-parameters.txt: pci=off",
+        }],
+    },
+    Rule {
+        id: "failed-probe",
+        title: "an initcall probing hardware the VM does not have (returned -ENODEV)",
+        detector: Detector::FailedProbes { min_ns: 1_000_000 },
+        needs: &[Need::Initcalls],
+        fixes: &[
+            Fix {
+                change: Change::KernelArgs("initcall_blacklist={initcall}"),
+                risk: Risk::GivesUp,
+                gives_up: "the initcall never runs: its driver finds no device even where there is one",
+                source: "Documentation/admin-guide/kernel-parameters.txt: initcall_blacklist",
+            },
+            Fix {
+                change: Change::Advice("build the driver as a module, or leave it out of the kernel configuration"),
+                risk: Risk::Low,
+                gives_up: "the driver must be loaded where the hardware exists",
+                source: "Documentation/kbuild/kconfig.rst",
+            },
+        ],
+    },
+    Rule {
+        id: "compressed-initramfs",
+        title: "the kernel decompressing the initramfs (populate_rootfs)",
+        detector: Detector::CompressedInitramfs,
+        needs: &[Need::Initcalls, Need::Guest],
+        fixes: &[Fix {
+            change: Change::Advice("give an uncompressed cpio archive as the initramfs (or one compressed with lz4, the fastest to unpack)"),
+            risk: Risk::Low,
+            gives_up: "a larger file to store and read (the VMM copies or maps it)",
+            source: "Documentation/driver-api/early-userspace/buffer-format.rst; Documentation/filesystems/ramfs-rootfs-initramfs.rst",
+        }],
+    },
+    Rule {
+        id: "copied-initrd",
+        title: "the VMM copying a large initrd into guest memory",
+        detector: Detector::CopiedInitrd { min_bytes: 32 << 20 },
+        needs: &[Need::Guest],
+        fixes: &[Fix {
+            change: Change::RunFlags(&["--map-initrd"]),
+            risk: Risk::Low,
+            gives_up: "a nested page fault per 4 KiB page the guest reads (the copy sits in huge pages)",
+            source: "bootscope run --help: --map-initrd",
+        }],
+    },
+    Rule {
+        id: "guest-decompression",
+        title: "the kernel's own decompressor running in the guest",
+        detector: Detector::GuestDecompression,
+        needs: &[Need::Guest],
+        fixes: &[Fix {
+            change: Change::Advice("boot without --guest-decompress (the VMM decompresses once and caches), or an uncompressed vmlinux with a PVH entry (CONFIG_PVH)"),
+            risk: Risk::GivesUp,
+            gives_up: "no KASLR (the decompressor randomizes the kernel's address)",
+            source: "Documentation/arch/x86/boot.rst; Firecracker and Cloud Hypervisor boot uncompressed vmlinux/PVH kernels",
+        }],
+    },
+    Rule {
+        id: "serial-prealloc",
+        title: "guest memory preallocated by one thread",
+        detector: Detector::SerialPrealloc { min_ns: 20_000_000 },
+        needs: &[Need::Phases],
+        fixes: &[
+            Fix {
+                change: Change::RunFlags(&["--prealloc-threads", "2"]),
+                risk: Risk::Low,
+                gives_up: "more host CPUs busy during set-up",
+                source: "bootscope run --help: --prealloc-threads; QEMU's memory-backend prealloc-threads",
+            },
+            Fix {
+                change: Change::RunFlags(&["--hugepages", "2M"]),
+                risk: Risk::GivesUp,
+                gives_up: "needs a hugetlb pool as large as guest memory (vm.nr_hugepages); the memory is not swappable",
+                source: "Documentation/admin-guide/mm/hugetlbpage.rst; Firecracker docs/hugepages.md",
+            },
+        ],
+    },
+    Rule {
+        id: "msr-exits",
+        title: "MSR accesses trapping to the hypervisor (speculation-control MSRs among them)",
+        detector: Detector::ExitReasons { reasons: &["msr", "MSR_READ", "MSR_WRITE", "KVM_EXIT_X86_RDMSR", "KVM_EXIT_X86_WRMSR"] },
+        needs: &[Need::Exits],
+        fixes: &[Fix {
+            change: Change::KernelArgs("mitigations=off"),
+            risk: Risk::Unsafe,
+            gives_up: "turns off every CPU vulnerability mitigation (Spectre, Meltdown, MDS, ...): the guest's processes and kernel are exposed",
+            source: "Documentation/admin-guide/kernel-parameters.txt: mitigations; Documentation/admin-guide/hw-vuln/",
+        }],
+    },
+    Rule {
+        id: "kaslr",
+        title: "the decompressor randomizing the kernel's address (KASLR)",
+        detector: Detector::GuestDecompression,
+        needs: &[Need::Guest],
+        fixes: &[Fix {
+            change: Change::KernelArgs("nokaslr"),
+            risk: Risk::Unsafe,
+            gives_up: "the kernel runs at a predictable address, which eases exploits",
+            source: "Documentation/admin-guide/kernel-parameters.txt: nokaslr",
+        }],
+    },
+    Rule {
+        id: "no-entropy-source",
+        title: "no entropy source for the guest's random number generator",
+        detector: Detector::CmdlineLacks { absent: &["random.trust_cpu=on", "random.trust_bootloader=on"] },
+        needs: &[Need::Cmdline],
+        fixes: &[
+            Fix {
+                change: Change::RunFlags(&["--rng"]),
+                risk: Risk::Low,
+                gives_up: "needs a kernel with virtio-rng (CONFIG_HW_RANDOM_VIRTIO)",
+                source: "Documentation/admin-guide/hw_random.rst; QEMU's virtio-rng-device",
+            },
+            Fix {
+                change: Change::KernelArgs("random.trust_cpu=on"),
+                risk: Risk::Unsafe,
+                gives_up: "the CPU's RDRAND alone may seed the kernel's random generator",
+                source: "Documentation/admin-guide/kernel-parameters.txt: random.trust_cpu",
+            },
+        ],
+    },
+];

@@ -1,0 +1,293 @@
+//! The self-contained SVG report: findings as bars of the time their
+//! evidence accounts for (estimates), then each fix's measured ratio of
+//! time to userspace with its interval against 1 (the original), the
+//! combination, and the final command line.
+
+use std::fmt::Write as _;
+
+use bootscope_bench::compare::xml_escape;
+
+use crate::evaluate::human_ns;
+use crate::prove::{FixResult, Verdict};
+use crate::report::{final_command, AdviseDoc};
+
+const WIDTH: f64 = 960.0;
+const LEFT: f64 = 330.0;
+const RIGHT: f64 = 40.0;
+const ROW: f64 = 26.0;
+
+fn verdict_colour(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Accepted => "#2e7d32",
+        Verdict::NotSignificant | Verdict::Incomplete => "#757575",
+        Verdict::Slower | Verdict::BreaksBoot => "#c62828",
+        Verdict::CouldNotBeTried => "#ef6c00",
+    }
+}
+
+fn text(out: &mut String, x: f64, y: f64, size: u32, anchor: &str, s: &str) {
+    let _ = writeln!(
+        out,
+        r#"<text x="{x:.1}" y="{y:.1}" font-size="{size}" text-anchor="{anchor}">{}</text>"#,
+        xml_escape(s)
+    );
+}
+
+fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(n - 1).collect::<String>())
+    }
+}
+
+/// Findings: one bar per finding, scaled to the largest.
+fn findings(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
+    text(
+        out,
+        20.0,
+        y,
+        16,
+        "start",
+        "Findings (time the evidence accounts for: estimates)",
+    );
+    y += 12.0;
+    let max = doc
+        .advice
+        .findings
+        .iter()
+        .filter_map(|f| f.accounts_ns)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let span = WIDTH - LEFT - RIGHT - 90.0;
+    for f in &doc.advice.findings {
+        y += ROW;
+        let label = format!(
+            "{}{}",
+            f.rule,
+            f.subject
+                .as_deref()
+                .map(|s| format!(": {s}"))
+                .unwrap_or_default()
+        );
+        text(out, LEFT - 8.0, y, 12, "end", &clip(&label, 48));
+        match f.accounts_ns {
+            Some(t) => {
+                let w = (t as f64 / max * span).max(1.0);
+                let _ = writeln!(
+                    out,
+                    r##"<rect x="{LEFT}" y="{:.1}" width="{w:.1}" height="14" fill="#5c6bc0"><title>{}</title></rect>"##,
+                    y - 11.0,
+                    xml_escape(&f.evidence.join("; "))
+                );
+                text(
+                    out,
+                    LEFT + w + 6.0,
+                    y,
+                    12,
+                    "start",
+                    &format!("{} (estimate)", human_ns(t)),
+                );
+            }
+            None => text(out, LEFT, y, 12, "start", "no time attributed"),
+        }
+    }
+    if !doc.advice.unchecked.is_empty() {
+        y += ROW;
+        let names: Vec<&str> = doc.advice.unchecked.iter().map(|u| u.rule).collect();
+        text(
+            out,
+            20.0,
+            y,
+            12,
+            "start",
+            &format!("not checked (data missing): {}", names.join(", ")),
+        );
+    }
+    y
+}
+
+/// The ratio axis: from `lo` to `hi`, mapped onto the plot's width.
+struct Axis {
+    lo: f64,
+    hi: f64,
+}
+
+impl Axis {
+    fn x(&self, v: f64) -> f64 {
+        let span = WIDTH - LEFT - RIGHT - 200.0;
+        LEFT + (v.clamp(self.lo, self.hi) - self.lo) / (self.hi - self.lo) * span
+    }
+}
+
+fn ratio_row(out: &mut String, axis: &Axis, r: &FixResult, y: f64, label: &str) {
+    let changes: Vec<String> = r.changes.iter().map(|c| c.describe()).collect();
+    text(
+        out,
+        LEFT - 8.0,
+        y,
+        12,
+        "end",
+        &clip(&format!("{label}{}", changes.join(" + ")), 50),
+    );
+    let colour = verdict_colour(r.verdict);
+    let verdict = match r.verdict {
+        Verdict::Accepted => "accepted",
+        Verdict::NotSignificant => "not significant",
+        Verdict::Slower => "slower",
+        Verdict::BreaksBoot => "breaks the boot",
+        Verdict::CouldNotBeTried => "could not be tried",
+        Verdict::Incomplete => "incomplete",
+    };
+    let Some(c) = &r.time_to_userspace else {
+        text(out, axis.x(1.0) + 8.0, y, 12, "start", verdict);
+        return;
+    };
+    let (b, n) = c.centers();
+    let ratio = if b > 0.0 { n / b } else { 1.0 };
+    if let Some(ri) = &c.ratio {
+        let _ = writeln!(
+            out,
+            r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{colour}" stroke-width="2"/>"#,
+            axis.x(ri.low),
+            y - 4.0,
+            axis.x(ri.high),
+            y - 4.0
+        );
+    }
+    let _ = writeln!(
+        out,
+        r#"<circle cx="{:.1}" cy="{:.1}" r="5" fill="{colour}"><title>{}</title></circle>"#,
+        axis.x(ratio),
+        y - 4.0,
+        xml_escape(&r.detail)
+    );
+    let p = c
+        .test
+        .as_ref()
+        .map(|t| format!(", p = {}", bootscope_bench::compare::format_p(t.p_value)))
+        .unwrap_or_default();
+    text(
+        out,
+        WIDTH - RIGHT - 190.0,
+        y,
+        12,
+        "start",
+        &format!("{ratio:.3}{p}: {verdict}"),
+    );
+}
+
+/// Fixes: ratio of time to userspace, with fix / without.
+fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
+    let Some(p) = doc.prove else {
+        return y;
+    };
+    y += 2.0 * ROW;
+    text(
+        out,
+        20.0,
+        y,
+        16,
+        "start",
+        &format!(
+        "Measured: time to userspace with the fix / without ({} boots per side, Welch, level {})",
+        p.runs_per_side, p.level
+    ),
+    );
+    let rows: Vec<&FixResult> = p
+        .fixes
+        .iter()
+        .chain(p.combined.iter().filter(|c| c.changes.len() > 1))
+        .collect();
+    let mut lo: f64 = 0.9;
+    let mut hi: f64 = 1.1;
+    for r in &rows {
+        if let Some(c) = &r.time_to_userspace {
+            let (b, n) = c.centers();
+            if b > 0.0 {
+                lo = lo.min(n / b);
+                hi = hi.max(n / b);
+            }
+            if let Some(ri) = &c.ratio {
+                lo = lo.min(ri.low);
+                hi = hi.max(ri.high);
+            }
+        }
+    }
+    let axis = Axis {
+        lo: (lo - 0.05).max(0.0),
+        hi: hi + 0.05,
+    };
+    let top = y + 12.0;
+    for r in &p.fixes {
+        y += ROW;
+        ratio_row(out, &axis, r, y, "");
+    }
+    if let Some(c) = p.combined.as_ref().filter(|c| c.changes.len() > 1) {
+        y += ROW;
+        ratio_row(out, &axis, c, y, "combined: ");
+    }
+    let x1 = axis.x(1.0);
+    let _ = writeln!(
+        out,
+        r##"<line x1="{x1:.1}" y1="{top:.1}" x2="{x1:.1}" y2="{:.1}" stroke="#000" stroke-dasharray="4 3"/>"##,
+        y + 6.0
+    );
+    y += ROW;
+    for v in [axis.lo, 1.0, axis.hi] {
+        text(out, axis.x(v), y, 11, "middle", &format!("{v:.2}"));
+    }
+    for n in &p.not_tried {
+        y += ROW * 0.8;
+        text(
+            out,
+            20.0,
+            y,
+            12,
+            "start",
+            &clip(
+                &format!("not tried: {} ({})", n.change.describe(), n.reason),
+                140,
+            ),
+        );
+    }
+    y += ROW;
+    text(
+        out,
+        20.0,
+        y,
+        12,
+        "start",
+        &clip(&format!("final: {}", final_command(p)), 150),
+    );
+    y
+}
+
+/// The report as a self-contained SVG document.
+pub fn report_svg(doc: &AdviseDoc) -> String {
+    let mut body = String::new();
+    let mut y = 30.0;
+    text(&mut body, 20.0, y, 18, "start", "bootscope advise");
+    y += 20.0;
+    if let Some(c) = doc.cmdline {
+        text(
+            &mut body,
+            20.0,
+            y,
+            12,
+            "start",
+            &clip(&format!("kernel command line: {c}"), 150),
+        );
+    }
+    y += 20.0;
+    y = findings(&mut body, doc, y);
+    y = proven(&mut body, doc, y);
+    let height = y + 30.0;
+    format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0}" viewBox="0 0 {WIDTH} {height:.0}" font-family="sans-serif">
+<rect width="100%" height="100%" fill="#fff"/>
+{body}</svg>
+"##
+    )
+}

@@ -1,0 +1,230 @@
+//! The boot `--prove` measures, and how a fix changes it: `bootscope run`
+//! arguments (the kernel command line in `--cmdline`, VMM options
+//! appended) or another VMM's command line as a template with
+//! `{cmdline}`.
+
+use std::ffi::OsString;
+
+use crate::error::AdviseError;
+use crate::evaluate::ConcreteChange;
+
+/// The placeholder a `--prove-command` template must hold.
+pub const PLACEHOLDER: &str = "{cmdline}";
+
+/// What is booted.
+#[derive(Clone, Debug)]
+pub enum ProveTarget {
+    /// `bootscope run ARGS` (without `run`).
+    Bootscope {
+        args: Vec<String>,
+        /// The kernel command line `run` uses without `--cmdline`.
+        default_cmdline: String,
+    },
+    /// Another VMM: its words, one of which holds `{cmdline}`.
+    Template { words: Vec<String>, cmdline: String },
+}
+
+/// Splits a command template into words as a POSIX shell would for
+/// quotes and backslashes (no variables, globs or operators).
+pub fn split_words(s: &str) -> Result<Vec<String>, AdviseError> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => word.push(c),
+                        None => return Err(unclosed(s, "'")),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\' | '$' | '`')) => word.push(c),
+                            Some(c) => {
+                                word.push('\\');
+                                word.push(c);
+                            }
+                            None => return Err(unclosed(s, "\"")),
+                        },
+                        Some(c) => word.push(c),
+                        None => return Err(unclosed(s, "\"")),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                if let Some(c) = chars.next() {
+                    word.push(c);
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    Ok(words)
+}
+
+fn unclosed(s: &str, quote: &str) -> AdviseError {
+    AdviseError::Usage(format!(
+        "--prove-command {s:?}: a {quote} quote is not closed"
+    ))
+}
+
+impl ProveTarget {
+    /// A template target; refuses one without `{cmdline}`.
+    pub fn template(template: &str, cmdline: String) -> Result<Self, AdviseError> {
+        let words = split_words(template)?;
+        if words.is_empty() {
+            return Err(AdviseError::Usage("--prove-command is empty: give the VMM's command line with {cmdline} where the kernel command line goes".into()));
+        }
+        if !words.iter().any(|w| w.contains(PLACEHOLDER)) {
+            return Err(AdviseError::Usage(format!(
+                "--prove-command {template:?} has no {PLACEHOLDER}: put it where the VMM takes the kernel command line, e.g. QEMU's -append \"{PLACEHOLDER}\" or Cloud Hypervisor's --cmdline \"{PLACEHOLDER}\""
+            )));
+        }
+        Ok(Self::Template { words, cmdline })
+    }
+
+    /// The kernel command line of the original boot.
+    pub fn cmdline(&self) -> String {
+        match self {
+            Self::Bootscope {
+                args,
+                default_cmdline,
+            } => cmdline_arg(args).map_or_else(|| default_cmdline.clone(), |(_, v)| v),
+            Self::Template { cmdline, .. } => cmdline.clone(),
+        }
+    }
+
+    /// The arguments (bootscope: after `run`) with `changes` applied.
+    pub fn argv(&self, changes: &[&ConcreteChange]) -> Vec<OsString> {
+        let mut cmdline = self.cmdline();
+        let mut flags: Vec<String> = Vec::new();
+        for c in changes {
+            match c {
+                ConcreteChange::KernelArgs(a) => {
+                    cmdline = if cmdline.trim().is_empty() {
+                        a.clone()
+                    } else {
+                        format!("{} {a}", cmdline.trim_end())
+                    };
+                }
+                ConcreteChange::RunFlags(f) => flags.extend(f.iter().cloned()),
+                ConcreteChange::Advice(_) => {}
+            }
+        }
+        match self {
+            Self::Bootscope { args, .. } => {
+                let mut out: Vec<String> = args.clone();
+                match cmdline_arg(args) {
+                    Some((i, _)) if args[i] == "--cmdline" => out[i + 1] = cmdline,
+                    Some((i, _)) => out[i] = format!("--cmdline={cmdline}"),
+                    None => {
+                        out.push("--cmdline".into());
+                        out.push(cmdline);
+                    }
+                }
+                out.extend(flags);
+                out.into_iter().map(OsString::from).collect()
+            }
+            Self::Template { words, .. } => words
+                .iter()
+                .map(|w| OsString::from(w.replace(PLACEHOLDER, &cmdline)))
+                .collect(),
+        }
+    }
+}
+
+/// Where `--cmdline` is in `run` arguments, and its value.
+fn cmdline_arg(args: &[String]) -> Option<(usize, String)> {
+    args.iter().enumerate().find_map(|(i, a)| {
+        if a == "--cmdline" {
+            args.get(i + 1).map(|v| (i, v.clone()))
+        } else {
+            a.strip_prefix("--cmdline=").map(|v| (i, v.to_string()))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: Vec<OsString>) -> Vec<String> {
+        v.into_iter().map(|s| s.into_string().unwrap()).collect()
+    }
+
+    #[test]
+    fn words_as_a_shell_splits_them() {
+        assert_eq!(
+            split_words(r#"qemu -append "{cmdline} x" -name 'a b' c\ d"#).unwrap(),
+            ["qemu", "-append", "{cmdline} x", "-name", "a b", "c d"]
+        );
+        assert!(split_words("qemu -append \"x").is_err());
+    }
+
+    #[test]
+    fn template_needs_the_placeholder() {
+        let e = ProveTarget::template("qemu -append quiet", String::new()).unwrap_err();
+        assert!(e.to_string().contains("has no {cmdline}"), "{e}");
+        assert!(e.is_bad_input());
+        let t =
+            ProveTarget::template("qemu -append \"{cmdline}\"", "console=ttyS0".into()).unwrap();
+        let quiet = ConcreteChange::KernelArgs("quiet".into());
+        assert_eq!(
+            strings(t.argv(&[&quiet])),
+            ["qemu", "-append", "console=ttyS0 quiet"]
+        );
+        assert_eq!(strings(t.argv(&[])), ["qemu", "-append", "console=ttyS0"]);
+    }
+
+    #[test]
+    fn run_arguments_get_the_changes() {
+        let quiet = ConcreteChange::KernelArgs("quiet".into());
+        let map = ConcreteChange::RunFlags(vec!["--map-initrd".into()]);
+        let t = ProveTarget::Bootscope {
+            args: vec!["--kernel".into(), "k".into()],
+            default_cmdline: "console=ttyS0".into(),
+        };
+        assert_eq!(
+            strings(t.argv(&[&quiet, &map])),
+            [
+                "--kernel",
+                "k",
+                "--cmdline",
+                "console=ttyS0 quiet",
+                "--map-initrd"
+            ]
+        );
+        let t = ProveTarget::Bootscope {
+            args: vec!["--cmdline=a b".into(), "--memory".into(), "256M".into()],
+            default_cmdline: "x".into(),
+        };
+        assert_eq!(
+            strings(t.argv(&[&quiet])),
+            ["--cmdline=a b quiet", "--memory", "256M"]
+        );
+        assert_eq!(t.cmdline(), "a b");
+    }
+}

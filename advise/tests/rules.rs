@@ -1,0 +1,388 @@
+//! Each rule against evidence: real profiles and timelines captured in the
+//! lab (tests/fixtures, README there says how each was made), and made-up
+//! evidence for the rules those boots do not trigger. Evidence in,
+//! findings and fixes out.
+
+use std::path::PathBuf;
+
+use bootscope_advise::evaluate::{advise, evaluate, ConcreteChange, RuleOutcome, Triable};
+use bootscope_advise::evidence::{Evidence, Initcall, Initrd, Vmm};
+use bootscope_advise::rules::{Need, Rule, RULES};
+use bootscope_advise::{AdviseError, Finding};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures")).join(name)
+}
+
+fn rule(id: &str) -> &'static Rule {
+    RULES
+        .iter()
+        .find(|r| r.id == id)
+        .unwrap_or_else(|| panic!("no rule {id}"))
+}
+
+fn found(id: &str, ev: &Evidence) -> Vec<Finding> {
+    match evaluate(rule(id), ev) {
+        RuleOutcome::Found(f) => f,
+        other => panic!("{id}: expected a finding, got {other:?}"),
+    }
+}
+
+fn changes(f: &Finding) -> Vec<ConcreteChange> {
+    f.fixes.iter().map(|c| c.change.clone()).collect()
+}
+
+fn kernel(a: &str) -> ConcreteChange {
+    ConcreteChange::KernelArgs(a.into())
+}
+
+fn loud() -> Evidence {
+    Evidence::read(&[
+        fixture("lab-sites-loud.timeline.json"),
+        fixture("lab-sites-loud.profile.json"),
+    ])
+    .unwrap()
+}
+
+#[test]
+fn serial_console_from_exit_sites() {
+    let ev = loud();
+    let f = &found("serial-console", &ev)[0];
+    // io_serial_out and io_serial_in, before userspace: 21,568 + 21,137
+    // exits in `kernel`, 221 + 214 in `guest boot` (the fixture's sites).
+    assert!(
+        f.evidence[0].contains("io exits at io_serial_out before userspace: 21,789 of 47,853"),
+        "{:?}",
+        f.evidence
+    );
+    assert!(
+        f.evidence[1].contains("io_serial_in before userspace: 21,351"),
+        "{:?}",
+        f.evidence
+    );
+    let want = 1_107_857_728 + 122_727_953 + 1_081_140_778 + 63_245_279;
+    assert_eq!(f.accounts_ns, Some(want));
+    assert_eq!(
+        changes(f),
+        [
+            kernel("quiet"),
+            ConcreteChange::RunFlags(vec!["--console".into(), "virtio".into()])
+        ]
+    );
+    assert!(f.fixes.iter().all(|c| c.estimate_ns == Some(want)));
+    assert_eq!(f.fixes[0].triable, Triable::Yes);
+    // The loud boot's biggest finding is its console.
+    assert_eq!(advise(&ev).findings[0].rule, "serial-console");
+}
+
+#[test]
+fn serial_console_quiet_boot_keeps_only_the_virtio_console() {
+    let ev = Evidence::read(&[fixture("lab-sites-quiet.profile.json")]).unwrap();
+    assert!(ev.cmdline_has("quiet"), "{:?}", ev.cmdline);
+    let f = &found("serial-console", &ev)[0];
+    assert_eq!(
+        changes(f),
+        [ConcreteChange::RunFlags(vec![
+            "--console".into(),
+            "virtio".into()
+        ])]
+    );
+    let loud_ns = found("serial-console", &loud())[0].accounts_ns.unwrap();
+    assert!(
+        f.accounts_ns.unwrap() * 5 < loud_ns,
+        "quiet {:?} vs loud {loud_ns}",
+        f.accounts_ns
+    );
+}
+
+#[test]
+fn serial_console_from_ports_without_sites() {
+    let ev = Evidence::read(&[fixture("lab-nosites-quiet.profile.json")]).unwrap();
+    let f = &found("serial-console", &ev)[0];
+    assert!(
+        f.evidence[0].starts_with("port I/O on 0x3f8-0x3ff: "),
+        "{:?}",
+        f.evidence
+    );
+    assert!(f.evidence[1].contains("--exit-sites"), "{:?}", f.evidence);
+    assert!(f.accounts_ns.is_some_and(|t| t > 0));
+}
+
+#[test]
+fn msr_exits_propose_an_unsafe_fix_only_listed() {
+    let f = &found("msr-exits", &loud())[0];
+    assert!(
+        f.evidence[0].starts_with("msr exits: 1,260 of 47,853, about 413.4 ms"),
+        "{:?}",
+        f.evidence
+    );
+    assert_eq!(changes(f), [kernel("mitigations=off")]);
+    assert_eq!(f.fixes[0].triable, Triable::NeedsAllowUnsafe);
+}
+
+#[test]
+fn profile_without_initcalls_says_which_rules_it_could_not_check() {
+    let advice = advise(&loud());
+    for id in [
+        "legacy-uarts",
+        "crypto-self-tests",
+        "failed-probe",
+        "compressed-initramfs",
+    ] {
+        let u = advice
+            .unchecked
+            .iter()
+            .find(|u| u.rule == id)
+            .unwrap_or_else(|| panic!("{id} checked"));
+        assert_eq!(u.needs, Need::Initcalls);
+        assert!(u.flag.contains("run --initcalls"), "{}", u.flag);
+    }
+    // A profile alone has no timeline: the guest's set-up is unknown.
+    let ev = Evidence::read(&[fixture("lab-nosites-quiet.profile.json")]).unwrap();
+    let advice = advise(&ev);
+    assert!(advice
+        .unchecked
+        .iter()
+        .any(|u| u.rule == "copied-initrd" && u.needs == Need::Guest));
+}
+
+/// Evidence of a boot with initcalls, as a timeline gives it.
+fn with_initcalls(calls: &[(&str, u64, i64)]) -> Evidence {
+    Evidence {
+        vmm: Vmm::Bootscope,
+        kernel_format: Some("bzimage".into()),
+        cmdline: Some("console=ttyS0".into()),
+        initcalls: Some(
+            calls
+                .iter()
+                .map(|(name, ns, ret)| Initcall {
+                    name: (*name).into(),
+                    level: "device".into(),
+                    duration_ns: *ns,
+                    ret: *ret,
+                })
+                .collect(),
+        ),
+        ..Evidence::default()
+    }
+}
+
+#[test]
+fn slow_named_initcalls() {
+    let ev = with_initcalls(&[
+        ("serial8250_init", 4_000_000, 0),
+        ("crypto_algapi_init", 250_000_000, 0),
+        ("i8042_init", 30_000_000, -19),
+        ("pci_subsys_init", 12_000_000, 0),
+        ("raid6_select_algo", 40_000_000, 0),
+        ("inet_init", 170_000_000, 0),
+    ]);
+    assert_eq!(
+        changes(&found("legacy-uarts", &ev)[0]),
+        [kernel("8250.nr_uarts=1")]
+    );
+    let crypto = &found("crypto-self-tests", &ev)[0];
+    assert_eq!(crypto.accounts_ns, Some(250_000_000));
+    assert_eq!(crypto.fixes[0].change, kernel("cryptomgr.notests"));
+    assert_eq!(crypto.fixes[1].triable, Triable::No);
+    assert_eq!(
+        changes(&found("i8042-probe", &ev)[0]),
+        [kernel("i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd")]
+    );
+    assert_eq!(changes(&found("pci-probe", &ev)[0]), [kernel("pci=off")]);
+    assert_eq!(
+        found("raid-benchmarks", &ev)[0].fixes[0].triable,
+        Triable::No
+    );
+    // i8042_init returned -ENODEV, but its own rule covers it.
+    assert!(matches!(
+        evaluate(rule("failed-probe"), &ev),
+        RuleOutcome::Clear
+    ));
+    // Ranked by time: the crypto self-tests first.
+    assert_eq!(advise(&ev).findings[0].rule, "crypto-self-tests");
+    // Under the threshold, or already fixed: nothing.
+    let ev = with_initcalls(&[("serial8250_init", 900_000, 0)]);
+    assert!(matches!(
+        evaluate(rule("legacy-uarts"), &ev),
+        RuleOutcome::Clear
+    ));
+    let mut ev = with_initcalls(&[("pci_subsys_init", 12_000_000, 0)]);
+    ev.cmdline = Some("console=ttyS0 pci=off".into());
+    assert!(matches!(
+        evaluate(rule("pci-probe"), &ev),
+        RuleOutcome::Clear
+    ));
+}
+
+#[test]
+fn failed_probes_name_their_initcall() {
+    let ev = with_initcalls(&[
+        ("fake_hw_init", 20_000_000, -19),
+        ("quick_absent_init", 200_000, -19),
+        ("slow_present_init", 20_000_000, 0),
+    ]);
+    let f = found("failed-probe", &ev);
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].subject.as_deref(), Some("fake_hw_init"));
+    assert!(f[0].evidence[0].contains("-ENODEV"), "{:?}", f[0].evidence);
+    assert_eq!(
+        f[0].fixes[0].change,
+        kernel("initcall_blacklist=fake_hw_init")
+    );
+    assert_eq!(f[0].fixes[0].triable, Triable::Yes);
+}
+
+#[test]
+fn compressed_initramfs_by_its_magic() {
+    let dir = tempfile::tempdir().unwrap();
+    let gz = dir.path().join("initrd.cpio.gz");
+    std::fs::write(&gz, [0x1f, 0x8b, 8, 0, 0, 0, 0, 0]).unwrap();
+    let plain = dir.path().join("initrd.cpio");
+    std::fs::write(&plain, b"070701000000").unwrap();
+    let timeline = |initrd: &std::path::Path| {
+        let path = dir.path().join("t.json");
+        let doc = serde_json::json!({
+            "schema": "bootscope.timeline", "version": 1,
+            "guest": {"kernel": "k", "kernel_format": "bzimage", "cmdline": "console=ttyS0",
+                      "initrd": initrd, "initrd_mapped_from_file": false},
+            "marks": [], "phases": [],
+            "initcalls": {"method": "m", "initcalls": [
+                {"name": "populate_rootfs", "level": "rootfs", "start_ns": 1, "duration_ns": 380_000_000, "ret": 0}]}
+        });
+        std::fs::write(&path, doc.to_string()).unwrap();
+        Evidence::read(&[path]).unwrap()
+    };
+    let f = &found("compressed-initramfs", &timeline(&gz))[0];
+    assert!(
+        f.evidence[0].starts_with("populate_rootfs: 380.0 ms unpacking the initramfs"),
+        "{:?}",
+        f.evidence
+    );
+    assert!(
+        f.evidence[0].contains("gzip-compressed, 8 bytes"),
+        "{:?}",
+        f.evidence
+    );
+    assert_eq!(f.fixes[0].triable, Triable::No);
+    assert!(matches!(
+        evaluate(rule("compressed-initramfs"), &timeline(&plain)),
+        RuleOutcome::Clear
+    ));
+}
+
+#[test]
+fn vmm_set_up_rules() {
+    let mut ev = Evidence {
+        vmm: Vmm::Bootscope,
+        kernel_format: Some("bzimage".into()),
+        decompressed_by: Some("guest".into()),
+        kaslr: Some(true),
+        phases: vec![("firmware/boot loader".into(), 90_000_000)],
+        initrd: Some(Initrd {
+            path: "/i".into(),
+            mapped: false,
+            compression: Some("none".into()),
+            bytes: Some(64 << 20),
+        }),
+        prealloc_ns: Some(300_000_000),
+        ..Evidence::default()
+    };
+    assert_eq!(
+        found("copied-initrd", &ev)[0].fixes[0].change,
+        ConcreteChange::RunFlags(vec!["--map-initrd".into()])
+    );
+    assert_eq!(
+        found("guest-decompression", &ev)[0].accounts_ns,
+        Some(90_000_000)
+    );
+    assert_eq!(
+        found("kaslr", &ev)[0].fixes[0].triable,
+        Triable::NeedsAllowUnsafe
+    );
+    let prealloc = &found("serial-prealloc", &ev)[0];
+    assert_eq!(prealloc.accounts_ns, Some(300_000_000));
+    assert_eq!(
+        prealloc.fixes[0].change,
+        ConcreteChange::RunFlags(vec!["--prealloc-threads".into(), "2".into()])
+    );
+    // Another VMM: its options are advice, not bootscope run flags to try.
+    ev.vmm = Vmm::Other;
+    ev.kernel_format = None;
+    ev.prealloc_threads = vec![("touch_pages".into(), 400_000_000)];
+    let prealloc = &found("serial-prealloc", &ev)[0];
+    assert!(
+        prealloc.evidence[0].contains("touch_pages"),
+        "{:?}",
+        prealloc.evidence
+    );
+    assert_eq!(prealloc.fixes[0].triable, Triable::BootscopeOnly);
+    assert!(matches!(
+        evaluate(rule("copied-initrd"), &ev),
+        RuleOutcome::Unchecked(Need::Guest)
+    ));
+}
+
+#[test]
+fn no_entropy_source_unless_one_is_given() {
+    let mut ev = with_initcalls(&[]);
+    let f = &found("no-entropy-source", &ev)[0];
+    assert_eq!(f.accounts_ns, None);
+    assert_eq!(
+        f.fixes[0].change,
+        ConcreteChange::RunFlags(vec!["--rng".into()])
+    );
+    assert_eq!(f.fixes[1].triable, Triable::NeedsAllowUnsafe);
+    ev.vmm_command = vec!["bootscope".into(), "run".into(), "--rng".into()];
+    assert!(matches!(
+        evaluate(rule("no-entropy-source"), &ev),
+        RuleOutcome::Clear
+    ));
+    ev.vmm_command.clear();
+    ev.cmdline = Some("console=ttyS0 random.trust_cpu=on".into());
+    assert!(matches!(
+        evaluate(rule("no-entropy-source"), &ev),
+        RuleOutcome::Clear
+    ));
+}
+
+#[test]
+fn unreadable_or_wrong_documents_are_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let cases = [
+        (dir.path().join("missing.json"), "cannot read"),
+        (write("a.json", "not json"), "is not JSON"),
+        (
+            write("b.json", r#"{"schema": "bootscope.bench", "version": 1}"#),
+            "its \"schema\" is \"bootscope.bench\"",
+        ),
+        (
+            write("c.json", r#"{"schema": "bootscope.profile", "version": 9}"#),
+            "version 9 profile",
+        ),
+        (
+            write(
+                "d.json",
+                r#"{"schema": "bootscope.timeline", "version": 2}"#,
+            ),
+            "version 2 timeline",
+        ),
+    ];
+    for (path, want) in cases {
+        let e: AdviseError = Evidence::read(&[path.clone()]).unwrap_err();
+        assert!(e.is_bad_input());
+        let msg = e.to_string();
+        assert!(
+            msg.contains(want) && msg.contains(&*path.to_string_lossy()),
+            "{msg}"
+        );
+    }
+    let p = fixture("lab-sites-loud.profile.json");
+    let e = Evidence::read(&[p.clone(), p]).unwrap_err().to_string();
+    assert!(e.contains("a second bootscope.profile document"), "{e}");
+}

@@ -1,0 +1,290 @@
+//! `bootscope advise`: findings from a timeline and/or profile, and with
+//! `--prove` the A/B benches that accept or reject each fix (the logic is
+//! in the `bootscope-advise` crate; docs/advise.md).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bootscope_advise::prove::{trials, Budget, ProveOptions, ProvePlan, ProveReport, MARKER_NAME};
+use bootscope_advise::report::{advice_text, AdviseDoc};
+use bootscope_advise::target::ProveTarget;
+use bootscope_advise::{advise, AdviseError, Evidence};
+use bootscope_bench::doc::Machine;
+use bootscope_bench::ConsolePattern;
+
+use crate::cli::{check_outputs, write_output, DEFAULT_CMDLINE, EXIT_FAILURE, EXIT_USAGE};
+
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  bootscope advise boot.timeline.json boot.profile.json
+  bootscope advise --prove --budget 40 --output advice.json --svg advice.svg -- run --kernel K --initrd I
+  bootscope advise qemu.profile.json --prove --marker 'Hello from init' \\
+      --prove-command 'qemu-system-x86_64 -M microvm ... -append \"{cmdline}\"'")]
+pub struct AdviseArgs {
+    /// A boot's timeline (`run --timeline`) and/or profile (`run --output`,
+    /// `profile --output`); with --prove and none given, the check boot
+    /// records them.
+    #[arg(value_name = "TIMELINE-OR-PROFILE.json", num_args = 0..=2)]
+    pub documents: Vec<PathBuf>,
+    /// Print the JSON document (docs/advise-schema.md) instead of text.
+    #[arg(long, short = 'j')]
+    pub json: bool,
+    /// Write the JSON document to this file.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// Write a self-contained SVG report to this file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub svg: Option<PathBuf>,
+    /// Try each fix that can be tried: an interleaved A/B bench of the boot
+    /// after `--` (or --prove-command) with and without it.
+    #[arg(long)]
+    pub prove: bool,
+    /// Another VMM's command line, with {cmdline} where its kernel command
+    /// line goes (QEMU: -append "{cmdline}").
+    #[arg(long, value_name = "TEMPLATE", requires = "prove")]
+    pub prove_command: Option<String>,
+    /// The original kernel command line for --prove-command (default: the
+    /// document's).
+    #[arg(long, requires = "prove_command")]
+    pub cmdline: Option<String>,
+    /// The console line (a regular expression) that marks userspace in
+    /// --prove-command's boot.
+    #[arg(long, value_name = "REGEX", default_value = r"Run \S+ as init process")]
+    pub marker: String,
+    /// What proving may spend: a number of boots (the check boot
+    /// included) or a duration (90s, 15m, 2h).
+    #[arg(long, value_name = "N|DURATION", requires = "prove")]
+    pub budget: Option<String>,
+    /// Try at most this many fixes (the highest ranked).
+    #[arg(long, default_value_t = 4)]
+    pub max_fixes: usize,
+    /// Measured boots per side of each A/B bench.
+    #[arg(long, default_value_t = 4)]
+    pub runs: u32,
+    /// Significance level: a fix is accepted when Welch's test on time to
+    /// userspace gives p below it.
+    #[arg(long, default_value_t = 0.05)]
+    pub level: f64,
+    /// Also try fixes that weaken the guest's security (mitigations=off,
+    /// nokaslr, random.trust_cpu=on).
+    #[arg(long)]
+    pub allow_unsafe: bool,
+    /// Kill a boot still going after this many seconds.
+    #[arg(long, default_value = "600", value_name = "SECONDS", value_parser = crate::cli::parse_seconds)]
+    pub run_timeout: Duration,
+    /// After `--`: `run` and its arguments, the boot --prove measures.
+    #[arg(last = true, value_name = "RUN-ARGS")]
+    pub args: Vec<OsString>,
+}
+
+/// Runs `bootscope advise`; returns the exit status.
+pub fn advise_cmd(args: AdviseArgs) -> i32 {
+    match inner(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("bootscope: error: {e}");
+            if e.is_bad_input() {
+                EXIT_USAGE
+            } else {
+                EXIT_FAILURE
+            }
+        }
+    }
+}
+
+fn usage(msg: impl Into<String>) -> AdviseError {
+    AdviseError::Usage(msg.into())
+}
+
+/// Everything checked before any boot.
+fn check_args(args: &AdviseArgs) -> Result<(), AdviseError> {
+    let mut outputs: Vec<(&str, &Path)> = Vec::new();
+    if let Some(o) = &args.output {
+        outputs.push(("--output", o));
+    }
+    if let Some(s) = &args.svg {
+        outputs.push(("--svg", s));
+    }
+    check_outputs(&outputs).map_err(|e| usage(format!("{e:#}")))?;
+    if !args.prove {
+        if !args.args.is_empty() {
+            return Err(usage(
+                "arguments after `--` are the boot --prove measures: add --prove",
+            ));
+        }
+        if args.documents.is_empty() {
+            return Err(usage("give a timeline (bootscope run --timeline FILE) or a profile (bootscope profile --output FILE), or --prove with the boot after `--`"));
+        }
+    } else if args.prove_command.is_some() && !args.args.is_empty() {
+        return Err(usage(
+            "give the boot either after `--` (bootscope run) or as --prove-command, not both",
+        ));
+    } else if args.prove_command.is_none() && args.args.is_empty() {
+        return Err(usage("--prove needs the boot to measure: `-- run RUN-ARGS...`, or --prove-command 'VMM ... {cmdline} ...'"));
+    }
+    Ok(())
+}
+
+fn target(args: &AdviseArgs, ev: Option<&Evidence>) -> Result<ProveTarget, AdviseError> {
+    if let Some(t) = &args.prove_command {
+        let cmdline = args
+            .cmdline
+            .clone()
+            .or_else(|| ev.and_then(|e| e.cmdline.clone()))
+            .unwrap_or_default();
+        return ProveTarget::template(t, cmdline);
+    }
+    let mut run_args: Vec<String> = Vec::new();
+    for a in &args.args {
+        run_args.push(
+            a.to_str()
+                .ok_or_else(|| usage(format!("run argument {a:?} is not UTF-8")))?
+                .to_string(),
+        );
+    }
+    if run_args.first().is_some_and(|a| a == "run") {
+        run_args.remove(0);
+    }
+    for owned in ["--timeline", "--output", "-o"] {
+        if run_args
+            .iter()
+            .any(|a| a == owned || a.starts_with(&format!("{owned}=")))
+        {
+            return Err(usage(format!(
+                "leave {owned} out of the run arguments: --prove gives every boot its own"
+            )));
+        }
+    }
+    Ok(ProveTarget::Bootscope {
+        args: run_args,
+        default_cmdline: DEFAULT_CMDLINE.into(),
+    })
+}
+
+fn options(args: &AdviseArgs) -> Result<ProveOptions, AdviseError> {
+    let budget = args.budget.as_deref().map(Budget::parse).transpose()?;
+    let marker = ConsolePattern::parse(&format!("{MARKER_NAME}={}", args.marker))?;
+    let opts = ProveOptions {
+        budget,
+        runs: args.runs,
+        max_fixes: args.max_fixes,
+        level: args.level,
+        allow_unsafe: args.allow_unsafe,
+        run_timeout: args.run_timeout,
+        marker,
+    };
+    opts.validate()?;
+    Ok(opts)
+}
+
+fn host_kvm() -> String {
+    let flavour = bootscope_vmm::host::kvm_flavour(&bootscope_vmm::host::HostRoot::default());
+    serde_json::to_value(flavour)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn inner(args: &AdviseArgs) -> Result<i32, AdviseError> {
+    check_args(args)?;
+    let given = if args.documents.is_empty() {
+        None
+    } else {
+        Some(Evidence::read(&args.documents)?)
+    };
+    if !args.prove {
+        let ev = given.expect("checked: documents given");
+        let advice = advise(&ev);
+        return Ok(emit(args, &ev, &advice, None));
+    }
+    let target = target(args, given.as_ref())?;
+    let opts = options(args)?;
+    let interrupts = crate::signals::catch().map_err(|e| usage(format!("{e:#}")))?;
+    let work_dir = tempfile::Builder::new()
+        .prefix("bootscope-advise-")
+        .tempdir()
+        .map_err(|e| {
+            usage(format!(
+                "cannot create a private work directory in {}: {e}",
+                std::env::temp_dir().display()
+            ))
+        })?;
+    let exe = std::env::current_exe()
+        .map_err(|e| usage(format!("cannot find bootscope's own executable: {e}")))?;
+    let plan = ProvePlan {
+        run_profiles_itself: crate::bench_cmd::run_profiles_itself(&exe),
+        exe,
+        target,
+        opts,
+        machine: Machine::detect(&host_kvm()),
+        work_dir: work_dir.path().to_path_buf(),
+        stop: interrupts.flag(),
+    };
+    eprintln!(
+        "advise: check boot of the original: {}",
+        bootscope_bench::runner::shell_words(&plan.target.argv(&[]))
+    );
+    let check = plan.check_boot(given.is_none())?;
+    let ev = match given {
+        Some(ev) => ev,
+        None => Evidence::read(&check.documents)?,
+    };
+    let advice = advise(&ev);
+    eprint!("{}", advice_text(&advice));
+    let (tried, left) = trials(&advice, &plan.opts, &plan.target);
+    eprintln!(
+        "advise: {} fix(es) to try, {} boots per A/B bench",
+        tried.len(),
+        2 * plan.opts.runs
+    );
+    let mut report = plan.prove(check, tried, left, &mut |line: &str| {
+        eprintln!("advise: {line}")
+    })?;
+    let signal = interrupts.received();
+    report.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
+    drop(work_dir);
+    let code = emit(args, &ev, &advice, Some(&report));
+    if let Some(sig) = signal {
+        eprintln!(
+            "bootscope: interrupted by {}: what was measured is reported",
+            crate::signals::name(sig)
+        );
+        return Ok(crate::signals::exit_status(sig));
+    }
+    Ok(code)
+}
+
+/// Prints and writes the report; the exit status.
+fn emit(
+    args: &AdviseArgs,
+    ev: &Evidence,
+    advice: &bootscope_advise::Advice,
+    prove: Option<&ProveReport>,
+) -> i32 {
+    let doc = AdviseDoc::new(ev, advice, prove);
+    let json = doc.to_json();
+    if args.json {
+        print!("{}", String::from_utf8_lossy(&json));
+    } else {
+        print!("{}", advice_text(advice));
+        if let Some(p) = prove {
+            print!("{}", bootscope_advise::report::prove_text(p));
+        }
+    }
+    for (path, bytes) in [
+        (args.output.as_ref(), json),
+        (
+            args.svg.as_ref(),
+            bootscope_advise::svg::report_svg(&doc).into_bytes(),
+        ),
+    ] {
+        if let Some(path) = path {
+            if let Err(e) = write_output(path, &bytes) {
+                eprintln!("bootscope: error: {e:#}");
+                return EXIT_USAGE;
+            }
+        }
+    }
+    0
+}
