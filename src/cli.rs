@@ -75,6 +75,9 @@ enum Command {
     /// lines on its guest's console (`run --initcalls` needs no console
     /// lines).
     Initcalls(crate::initcalls_cmd::InitcallsArgs),
+    /// Browse a saved profile or boot timeline in the terminal UI: the live
+    /// TUI's panes over the recorded samples, with time scrubbing.
+    Tui(crate::browse_cmd::BrowseArgs),
     /// Draw a boot timeline, profile or benchmark as an SVG picture.
     Plot(crate::bench_cmd::PlotArgs),
     /// Convert a profile or a boot timeline to JSON, CSV, Prometheus text or
@@ -170,6 +173,7 @@ pub fn main() -> i32 {
         Command::Compare(args) => Ok(crate::bench_cmd::compare(args)),
         Command::Check(args) => Ok(crate::bench_cmd::check(args)),
         Command::Plot(args) => Ok(crate::bench_cmd::plot(args)),
+        Command::Tui(args) => crate::browse_cmd::run(args),
         Command::Exporter(args) => Ok(crate::exporter::run(args)),
         Command::Initcalls(args) => crate::initcalls_cmd::run(args),
         Command::Export {
