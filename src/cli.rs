@@ -74,6 +74,9 @@ enum Command {
     /// lines on its guest's console (`run --initcalls` needs no console
     /// lines).
     Initcalls(crate::initcalls_cmd::InitcallsArgs),
+    /// Browse a saved profile or boot timeline in the terminal UI: the live
+    /// TUI's panes over the recorded samples, with time scrubbing.
+    Tui(crate::browse_cmd::BrowseArgs),
     /// Draw a boot timeline, profile or benchmark as an SVG picture.
     Plot(crate::bench_cmd::PlotArgs),
     /// From a boot's timeline or profile to ranked findings and candidate
@@ -189,6 +192,7 @@ pub fn main() -> i32 {
         Command::Check(args) => Ok(crate::bench_cmd::check(args)),
         Command::Plot(args) => Ok(crate::bench_cmd::plot(args)),
         Command::Advise(args) => Ok(crate::advise_cmd::advise_cmd(args)),
+        Command::Tui(args) => crate::browse_cmd::run(args),
         Command::Exporter(args) => Ok(crate::exporter::run(args)),
         Command::Initcalls(args) => crate::initcalls_cmd::run(args),
         Command::Export {

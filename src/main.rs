@@ -3,6 +3,7 @@
 
 mod advise_cmd;
 mod bench_cmd;
+mod browse_cmd;
 mod cli;
 mod device_args;
 mod exporter;

@@ -6,7 +6,7 @@ mod profile_common;
 
 use profile_common::{bootscope_output as bootscope, expect_usage_error, scratch, stderr};
 
-const SUBCOMMANDS: [&str; 14] = [
+const SUBCOMMANDS: [&str; 15] = [
     "run",
     "doctor",
     "lab",
@@ -17,6 +17,7 @@ const SUBCOMMANDS: [&str; 14] = [
     "check",
     "exporter",
     "plot",
+    "tui",
     "initcalls",
     "export",
     "completions",

@@ -139,6 +139,7 @@ fn package_installs_works_and_removes_cleanly() {
         "compare",
         "check",
         "plot",
+        "tui",
         "export",
         "completions",
         "man",

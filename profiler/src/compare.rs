@@ -1,7 +1,9 @@
 //! Two profiles compared (`bootscope compare A.profile.json
-//! B.profile.json`): exits per reason, and, where both profiles have exit
-//! sites, per site (the reason and the guest function as the profile names
-//! it), each list sorted by the size of the change.
+//! B.profile.json`): the boot phases' durations, exits per reason, and,
+//! where both profiles have exit sites, per site (the reason and the guest
+//! function as the profile names it), each list of exits sorted by the size
+//! of the change. One boot against one boot: the phases' differences come
+//! with no significance test (the report says so and points to `bench`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -52,6 +54,96 @@ impl Change {
     }
 }
 
+/// How long one phase took in both profiles (absent where a profile has
+/// no such phase).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PhaseChange {
+    pub phase: String,
+    pub base_ns: Option<u64>,
+    pub new_ns: Option<u64>,
+    /// `new_ns - base_ns`, where both have the phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change_ns: Option<i64>,
+}
+
+impl PhaseChange {
+    /// `12.3 ms -> 10.1 ms (-2.2 ms, -17.9 %)`, `absent -> 3.0 ms`.
+    fn text(&self) -> String {
+        let ms = |ns: Option<u64>| match ns {
+            Some(ns) => format!("{} ms", ms_text(ns as f64)),
+            None => "absent".to_string(),
+        };
+        let mut out = format!("{} -> {}", ms(self.base_ns), ms(self.new_ns));
+        if let (Some(change), Some(base)) = (self.change_ns, self.base_ns) {
+            let sign = if change > 0 { "+" } else { "" };
+            out.push_str(&format!(" ({sign}{} ms", ms_text(change as f64)));
+            if base > 0 {
+                out.push_str(&format!(", {:+.1} %", 100.0 * change as f64 / base as f64));
+            }
+            out.push(')');
+        }
+        out
+    }
+}
+
+/// Milliseconds from nanoseconds, one decimal, digits grouped.
+fn ms_text(ns: f64) -> String {
+    let tenths = (ns / 1e5).round() as i64;
+    let whole = group(tenths / 10);
+    let whole = if tenths < 0 && tenths / 10 == 0 {
+        format!("-{whole}")
+    } else {
+        whole
+    };
+    format!("{whole}.{}", (tenths % 10).unsigned_abs())
+}
+
+/// What the phase section says of one pair of boots.
+pub const PHASES_CAVEAT: &str = "one boot each: no significance test; `bootscope bench --output FILE` boots each configuration N times and `bootscope compare` of two bench files tests the difference";
+
+/// Each phase's total duration in `p`, in the order the phases first
+/// started; a timeline's initcall spans left out.
+fn phase_durations(p: &Profile) -> Vec<(String, u64)> {
+    let mut spans: Vec<_> = p.phases.iter().collect();
+    spans.sort_by_key(|s| s.start_ns);
+    let mut out: Vec<(String, u64)> = Vec::new();
+    for s in spans {
+        if s.name.starts_with("initcall: ") || s.name.starts_with("initcalls: ") {
+            continue;
+        }
+        let d = s.end_ns.saturating_sub(s.start_ns);
+        match out.iter_mut().find(|(n, _)| *n == s.name) {
+            Some(e) => e.1 += d,
+            None => out.push((s.name.clone(), d)),
+        }
+    }
+    out
+}
+
+/// The phases of either profile, in the base's order then the new one's.
+fn phase_changes(base: &Profile, new: &Profile) -> Vec<PhaseChange> {
+    let (a, b) = (phase_durations(base), phase_durations(new));
+    let mut names: Vec<&str> = a.iter().map(|p| p.0.as_str()).collect();
+    for (n, _) in &b {
+        if !names.contains(&n.as_str()) {
+            names.push(n);
+        }
+    }
+    let get = |v: &[(String, u64)], n: &str| v.iter().find(|p| p.0 == n).map(|p| p.1);
+    names
+        .into_iter()
+        .map(|n| {
+            let (base_ns, new_ns) = (get(&a, n), get(&b, n));
+            PhaseChange {
+                phase: n.to_string(),
+                base_ns,
+                new_ns,
+                change_ns: base_ns.zip(new_ns).map(|(x, y)| y as i64 - x as i64),
+            }
+        })
+        .collect()
+}
+
 /// Exits of one reason in both profiles.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ReasonChange {
@@ -82,6 +174,8 @@ pub struct ProfileComparison {
     /// reasons are then not the same names.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sources_differ: Option<(String, String)>,
+    /// Every phase of either profile and how long it took in each.
+    pub phases: Vec<PhaseChange>,
     pub total: Change,
     /// Every reason of either profile, the largest change first.
     pub reasons: Vec<ReasonChange>,
@@ -194,6 +288,7 @@ pub fn compare(
         base: base_name.into(),
         new: new_name.into(),
         sources_differ,
+        phases: phase_changes(base, new),
         total: Change::new(base.exits.total, new.exits.total),
         reasons,
         sites_compared: sites_missing_in.is_empty(),
@@ -208,6 +303,13 @@ impl ProfileComparison {
     /// The report as people read it.
     pub fn text(&self) -> String {
         let mut s = String::new();
+        if !self.phases.is_empty() {
+            let _ = writeln!(s, "phases: {} -> {}", self.base, self.new);
+            let _ = writeln!(s, "  ({PHASES_CAVEAT})");
+            for p in &self.phases {
+                let _ = writeln!(s, "  {}: {}", p.phase, p.text());
+            }
+        }
         let _ = writeln!(s, "exits: {} -> {}", self.base, self.new);
         if let Some((a, b)) = &self.sources_differ {
             let _ = writeln!(
@@ -389,5 +491,46 @@ mod tests {
         ));
         assert_eq!(group(-1_234_567), "-1,234,567");
         assert_eq!(signed(0), "0");
+    }
+
+    #[test]
+    fn phases_compared_with_the_caveat() {
+        use crate::profile::PhaseSpan;
+        let span = |name: &str, start_ns: u64, end_ns: u64| PhaseSpan {
+            name: name.into(),
+            start_ns,
+            end_ns,
+        };
+        let mut a = profile(&[("io", 1)], None);
+        a.phases = vec![
+            span("vmm setup", 0, 100_000_000),
+            span("initcall: foo", 150_000_000, 160_000_000),
+            span("kernel", 100_000_000, 1_300_000_000),
+        ];
+        let mut b = profile(&[("io", 1)], None);
+        b.phases = vec![
+            span("vmm setup", 0, 120_000_000),
+            span("kernel", 120_000_000, 1_000_000_000),
+            span("userspace", 1_000_000_000, 1_000_400_000),
+        ];
+        let c = compare(&a, "a.json", &b, "b.json");
+        let text = c.text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "phases: a.json -> b.json");
+        assert_eq!(lines[1], format!("  ({PHASES_CAVEAT})"));
+        assert_eq!(
+            &lines[2..5],
+            [
+                "  vmm setup: 100.0 ms -> 120.0 ms (+20.0 ms, +20.0 %)",
+                "  kernel: 1,200.0 ms -> 880.0 ms (-320.0 ms, -26.7 %)",
+                "  userspace: absent -> 0.4 ms",
+            ]
+        );
+        assert_eq!(lines[5], "exits: a.json -> b.json");
+        let v: serde_json::Value = serde_json::from_str(&c.json()).unwrap();
+        assert_eq!(v["phases"][1]["change_ns"], -320_000_000);
+        assert_eq!(v["phases"][2]["base_ns"], serde_json::Value::Null);
+        assert_eq!(ms_text(-50_000.0), "-0.1");
+        assert_eq!(ms_text(-40_000.0), "0.0");
     }
 }

@@ -184,6 +184,8 @@ pub struct App {
     /// First row of the phase pane shown (PgDn/PgUp), when its rows do not
     /// fit.
     pub phase_scroll: usize,
+    /// Browsing a saved profile (`bootscope tui`): where the replay stands.
+    pub replay: Option<crate::browse::ReplayStatus>,
     history: VecDeque<FaultPoint>,
 }
 
@@ -209,6 +211,7 @@ impl App {
             expand_kernel: false,
             initcall_order: InitcallOrder::default(),
             phase_scroll: 0,
+            replay: None,
             history: VecDeque::new(),
         }
     }

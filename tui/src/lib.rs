@@ -6,7 +6,8 @@
 //! produces. Layout: [`app`] (state, keys), [`ui`] (drawing, one function per
 //! pane), [`event`] (input thread and tick), [`term`] (raw mode, alternate
 //! screen and their restoration), [`theme`] (colours and symbols from the
-//! environment), [`replay`] (a saved profile as a source). Keys and panes are
+//! environment), [`replay`] (a saved profile as a source), [`browse`] (a
+//! saved profile browsed with time scrubbing). Keys and panes are
 //! described in docs/tui.md.
 //!
 //! ```no_run
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub use bootscope_profiler::Profile;
 
 pub mod app;
+pub mod browse;
 pub mod event;
 pub mod initcalls;
 pub mod replay;
@@ -31,6 +33,7 @@ pub mod theme;
 pub mod ui;
 
 pub use app::App;
+pub use browse::{run_browse, Browser};
 pub use initcalls::Initcalls;
 pub use replay::ReplaySource;
 pub use theme::{ColorMode, Theme};

@@ -31,6 +31,33 @@ pub fn draw_help(f: &mut Frame, area: Rect, app: &App) {
         ("e", "write the profile to ./bootscope-snapshot-<time>.json"),
         ("?, h", "show or hide this help"),
     ];
+    let replay = [
+        ("space, p", "play the replay from here, or pause it"),
+        (
+            "left/right",
+            "step to the previous or next sample (also , and .)",
+        ),
+        (
+            "n, N",
+            "jump to the next phase, or back to this one's start",
+        ),
+        ("1-9", "jump to the start of phase 1-9"),
+        (
+            "Home/End",
+            "the start or the end of the profile (also g and G)",
+        ),
+        ("+, -", "play twice or half as fast"),
+    ];
+    let text: Vec<(&str, &str)> = if app.replay.is_some() {
+        // Replay keys in place of pause and snapshot's live meaning.
+        replay
+            .iter()
+            .chain(text.iter().filter(|(k, _)| !k.starts_with('p')))
+            .copied()
+            .collect()
+    } else {
+        text.to_vec()
+    };
     let w = (area.width.saturating_sub(4)).min(72);
     let h = (text.len() as u16 + 6).min(area.height);
     let popup = Rect {
@@ -52,14 +79,19 @@ pub fn draw_help(f: &mut Frame, area: Rect, app: &App) {
         })
         .collect();
     lines.push(Line::raw(""));
-    lines.push(Line::styled(
-        "  Rates are differences between consecutive snapshots; once the target",
-        t.dim(),
-    ));
-    lines.push(Line::styled(
-        "  ends they are averages over the whole profile. Docs: docs/tui.md",
-        t.dim(),
-    ));
+    let (rates1, rates2) = if app.replay.is_some() {
+        (
+            "  Rates are differences between the last two samples; at the end",
+            "  they are averages over the whole profile. Docs: docs/tui.md",
+        )
+    } else {
+        (
+            "  Rates are differences between consecutive snapshots; once the target",
+            "  ends they are averages over the whole profile. Docs: docs/tui.md",
+        )
+    };
+    lines.push(Line::styled(rates1, t.dim()));
+    lines.push(Line::styled(rates2, t.dim()));
     f.render_widget(Clear, popup);
     f.render_widget(Paragraph::new(lines).block(block(t, " Keys ")), popup);
 }

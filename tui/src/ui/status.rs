@@ -42,13 +42,35 @@ fn sources_spans<'a>(p: &Profile, t: &Theme) -> Vec<Span<'a>> {
     out
 }
 
+/// A replay's position: of how long, at which speed, in which phase,
+/// samples seen.
+fn replay_position(r: &crate::browse::ReplayStatus) -> String {
+    let mut out = format!(" of {:.1} s", r.end_ns as f64 / 1e9);
+    if r.playing {
+        out.push_str(&format!(" x{}", r.speed));
+    }
+    if let Some(ph) = &r.phase {
+        out.push_str(&format!(" | {ph}"));
+    }
+    out.push_str(&format!(" | sample {}/{}", r.samples_seen, r.samples));
+    out
+}
+
 /// Two lines: state, target, sources, lost events, elapsed time; then the
 /// keys or the last message.
 pub fn draw_status(f: &mut Frame, area: Rect, app: &App) {
     let t = &app.theme;
     let p = &app.profile;
     let sep = || Span::styled(" | ", t.dim());
-    let state = if app.finished {
+    let state = if let Some(r) = &app.replay {
+        let play = match (r.playing, t.ascii) {
+            (true, false) => "▶",
+            (true, true) => ">",
+            (false, false) => "‖",
+            (false, true) => "||",
+        };
+        format!(" REPLAY {play} ")
+    } else if app.finished {
         match p.target.exit_code {
             Some(c) => format!(" ENDED (exit {c}) "),
             None => " ENDED ".to_string(),
@@ -62,7 +84,9 @@ pub fn draw_status(f: &mut Frame, area: Rect, app: &App) {
     let mut line1 = vec![
         Span::styled(
             state,
-            if app.finished || app.paused {
+            if app.replay.is_some() {
+                t.title().add_modifier(Modifier::REVERSED)
+            } else if app.finished || app.paused {
                 t.warn().add_modifier(Modifier::REVERSED)
             } else {
                 t.good().add_modifier(Modifier::REVERSED)
@@ -73,6 +97,9 @@ pub fn draw_status(f: &mut Frame, area: Rect, app: &App) {
         sep(),
         Span::raw(format!("{:.1} s", p.duration_ns as f64 / 1e9)),
     ];
+    if let Some(r) = &app.replay {
+        line1.push(Span::raw(replay_position(r)));
+    }
     if let Some(r) = app.stretched_refresh.filter(|_| !app.finished) {
         line1.push(Span::styled(
             format!(" (refresh {} ms: large profile)", r.as_millis()),
@@ -112,7 +139,14 @@ pub fn draw_status(f: &mut Frame, area: Rect, app: &App) {
         line1.push(sep());
         line1.push(Span::styled(n.clone(), t.dim()));
     }
-    let keys = if app.finished {
+    let replay_keys =
+        format!(
+        "q quit  space play  {} step  n/N phase  1-9 jump  +/- speed  x sites  i initcalls  ? help",
+        if t.ascii { "left/right" } else { "\u{2190}\u{2192}" }
+    );
+    let keys = if app.replay.is_some() {
+        replay_keys.as_str()
+    } else if app.finished {
         "target ended: q quit  v vCPU  s sort  x sites  e snapshot  ? help"
     } else {
         "q quit  p pause  v vCPU  s sort  x sites  e snapshot  ? help"

@@ -1,0 +1,249 @@
+//! A boot (timeline or profile): its phases and marks on a millisecond
+//! axis, a timeline's initcalls nested under `kernel`, then its exits per
+//! reason (with a profile's top exit sites) and per phase.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use bootscope_model::timeline::{Timeline, TimelineGuest};
+
+use super::exits::{by_phase, exit_bars, phase_stacks, top_sites};
+use super::initcalls::{self, Initcalls};
+use super::svg::*;
+
+/// A boot, from either document.
+pub(super) struct Boot {
+    title: String,
+    subtitle: String,
+    /// The profiled command line.
+    command: Option<String>,
+    phases: Vec<(String, f64, f64)>,
+    marks: Vec<(String, f64)>,
+    exits_title: String,
+    exits: Vec<(String, f64)>,
+    /// A profile's exit sites per reason, most first.
+    sites: BTreeMap<String, Vec<(String, f64)>>,
+    /// A profile's exits per phase, by reason.
+    by_phase: Vec<(String, Vec<(String, f64)>)>,
+    /// A timeline's initcalls (`run --initcalls`).
+    initcalls: Option<Initcalls>,
+}
+
+impl Boot {
+    pub(super) fn from_timeline(t: &Timeline, doc: &serde_json::Value) -> Self {
+        let phases = t
+            .phases
+            .iter()
+            .map(|p| (p.name.clone(), p.start_ns as f64, p.end_ns as f64))
+            .collect();
+        let stats = t.kvm_stats.clone().unwrap_or_default();
+        let mut exits: Vec<(String, f64)> = stats
+            .iter()
+            .filter(|(k, v)| k.ends_with("_exits") && **v > 0)
+            .map(|(k, v)| (k.clone(), *v as f64))
+            .collect();
+        let total = stats.get("exits").map(|&t| t as f64);
+        let mut exits_title = "KVM exits by reason (KVM's own statistics)".to_string();
+        if let Some(t) = total {
+            let named: f64 = exits.iter().map(|e| e.1).sum();
+            if t > named {
+                exits.push(("other (no KVM counter)".into(), t - named));
+            }
+            let _ = write!(exits_title, ", {} in all", group_digits(t));
+        }
+        let no_guest = TimelineGuest::default();
+        let g = t.guest.as_ref().unwrap_or(&no_guest);
+        let marks = by_time(
+            t.marks
+                .iter()
+                .map(|m| (m.name.clone(), m.t_ns as f64))
+                .collect(),
+        );
+        fn or<'s>(s: &'s str, absent: &'s str) -> &'s str {
+            if s.is_empty() {
+                absent
+            } else {
+                s
+            }
+        }
+        Self {
+            title: format!("Boot timeline: {}", or(&g.kernel, "(kernel)")),
+            subtitle: format!(
+                "host KVM {} · {} vCPU(s) · {} MiB · outcome: {}",
+                or(&t.host_kvm, "?"),
+                g.vcpus.unwrap_or(0),
+                g.memory_bytes.unwrap_or(0) >> 20,
+                or(t.outcome.as_ref().map_or("", |o| &o.detail), "?")
+            ),
+            command: None,
+            phases,
+            marks,
+            exits_title,
+            exits,
+            sites: BTreeMap::new(),
+            by_phase: Vec::new(),
+            initcalls: Initcalls::from_timeline(doc),
+        }
+    }
+
+    pub(super) fn from_profile(v: &serde_json::Value) -> Self {
+        let phases: Vec<(String, f64, f64)> = v["phases"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                Some((
+                    p["name"].as_str()?.to_string(),
+                    p["start_ns"].as_f64()?,
+                    p["end_ns"].as_f64()?,
+                ))
+            })
+            .collect();
+        let exits = v["exits"]["by_reason"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| Some((r["reason"].as_str()?.to_string(), r["count"].as_f64()?)))
+            .collect();
+        let phase_names: Vec<String> = phases.iter().map(|p| p.0.clone()).collect();
+        let t = &v["target"];
+        Self {
+            title: format!(
+                "Profile: pid {} ({})",
+                t["pid"],
+                t["name"].as_str().unwrap_or("?")
+            ),
+            subtitle: format!(
+                "host KVM {} · {} CPUs · host page faults {} · guest page faults {}",
+                v["host"]["kvm"].as_str().unwrap_or("?"),
+                v["host"]["cpus"],
+                v["page_faults"]["host_total"],
+                v["page_faults"]["guest_total"],
+            ),
+            command: t["command"]
+                .as_array()
+                .map(|c| {
+                    c.iter()
+                        .filter_map(|a| a.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .filter(|c| !c.is_empty()),
+            phases,
+            marks: marks(v),
+            exits_title: format!(
+                "Exits by reason ({}), {} in all",
+                v["exits"]["source"].as_str().unwrap_or("?"),
+                group_digits(v["exits"]["total"].as_f64().unwrap_or(0.0))
+            ),
+            exits,
+            sites: top_sites(v),
+            by_phase: by_phase(v, &phase_names),
+            initcalls: None,
+        }
+    }
+}
+
+pub(super) fn marks(v: &serde_json::Value) -> Vec<(String, f64)> {
+    by_time(
+        v["marks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| Some((m["name"].as_str()?.to_string(), m["t_ns"].as_f64()?)))
+            .collect(),
+    )
+}
+
+/// Marks sorted by their time.
+pub(super) fn by_time(mut marks: Vec<(String, f64)>) -> Vec<(String, f64)> {
+    marks.sort_by(|a, b| a.1.total_cmp(&b.1));
+    marks
+}
+
+pub(super) fn boot_svg(b: &Boot, path: &Path) -> String {
+    let mut svg = Svg::new();
+    svg.heading(&b.title, 16.0);
+    svg.note(&b.subtitle);
+    if let Some(c) = &b.command {
+        svg.note(&format!("command: {c}"));
+    }
+    svg.note(&format!("from {}", path.display()));
+    let end = b
+        .phases
+        .iter()
+        .map(|p| p.2)
+        .chain(b.marks.iter().map(|m| m.1))
+        .fold(0.0, f64::max);
+    let total = b.phases.iter().map(|p| p.2).fold(0.0, f64::max);
+    svg.heading("Phases and marks", 14.0);
+    let rows = (b.phases.len() + b.marks.len()) as f64;
+    let scale = svg.time_axis(0.0, end, rows * ROW_H + 4.0);
+    for (i, (name, start, stop)) in b.phases.iter().enumerate() {
+        let y = svg.y;
+        let color = PHASE_COLORS[i % PHASE_COLORS.len()];
+        svg.text(
+            LEFT - 8.0,
+            y + BAR_H - 2.0,
+            &fit(name, LEFT - 16.0),
+            r#"text-anchor="end" font-weight="bold""#,
+        );
+        let (x0, x1) = (scale.x(*start), scale.x(*stop));
+        let d = stop - start;
+        let share = if total > 0.0 { d / total * 100.0 } else { 0.0 };
+        svg.rect(
+            x0,
+            y + 2.0,
+            x1 - x0,
+            BAR_H,
+            color,
+            &format!("{name}: {} to {}", ms(*start), ms(*stop)),
+        );
+        bar_label(
+            &mut svg,
+            x0,
+            x1.max(x0 + 1.0),
+            y + BAR_H - 2.0,
+            &format!("{} ({share:.1} %)", ms(d)),
+        );
+        svg.y += ROW_H;
+    }
+    for (name, t) in &b.marks {
+        let y = svg.y;
+        svg.text(
+            LEFT - 8.0,
+            y + BAR_H - 2.0,
+            &fit(name, LEFT - 16.0),
+            r##"text-anchor="end" fill="#333""##,
+        );
+        let x = scale.x(*t);
+        let mid = y + 2.0 + BAR_H / 2.0;
+        let _ = writeln!(
+            svg.body,
+            r##"<path d="M{x:.1},{:.1} l5,{:.1} l-5,{:.1} l-5,{:.1} z" fill="#333"><title>{}</title></path>"##,
+            mid - 6.0,
+            6.0,
+            6.0,
+            -6.0,
+            esc(&format!("{name} at {}", ms(*t)))
+        );
+        bar_label(&mut svg, x - 6.0, x + 4.0, y + BAR_H - 2.0, &ms(*t));
+        svg.y += ROW_H;
+    }
+    if b.phases.is_empty() && b.marks.is_empty() {
+        svg.note("(no phases or marks in this file)");
+    }
+    if let Some(ic) = &b.initcalls {
+        let kernel = b
+            .phases
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.0 == "kernel")
+            .map(|(i, p)| (p.1, p.2, PHASE_COLORS[i % PHASE_COLORS.len()]));
+        initcalls::draw(&mut svg, ic, kernel);
+    }
+    exit_bars(&mut svg, &b.exits_title, &b.exits, &b.sites);
+    phase_stacks(&mut svg, &b.by_phase);
+    svg.finish(&b.title)
+}

@@ -1,0 +1,101 @@
+//! `bootscope tui FILE.json`: browse a saved profile or boot timeline in
+//! the terminal UI, with time scrubbing (`tui/src/browse.rs`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::anyhow;
+use clap::Args;
+
+use bootscope_profiler::export::{self, InputKind, TIMELINE_SCHEMA_NAME};
+use bootscope_tui::{Browser, Initcalls, TuiOptions};
+
+use crate::cli::{usage, Failure};
+
+#[derive(Args)]
+#[command(after_help = "Examples:
+  bootscope tui profile.json
+  bootscope tui boot.json                          # a run's timeline (--initcalls: its initcalls)
+  bootscope tui run.profile.json --timeline boot.json
+
+Keys: space play/pause, left/right step through the samples, n/N next/this
+phase, 1-9 jump to a phase, Home/End, +/- speed, x exit sites, i initcalls,
+? help, q quit (docs/tui.md).")]
+pub struct BrowseArgs {
+    /// A profile (`profile --output`, `run --output`) or a boot timeline
+    /// (`run --timeline`).
+    #[arg(value_name = "FILE.json")]
+    input: PathBuf,
+    /// The boot timeline of the same run (`run --initcalls --timeline`):
+    /// its initcalls are shown under `kernel` (`i`).
+    #[arg(long, value_name = "TIMELINE.json")]
+    timeline: Option<PathBuf>,
+    /// How fast `space` plays the boot: 1 is its own pace, 10 ten times
+    /// as fast.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_speed)]
+    speed: f64,
+}
+
+fn parse_speed(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 256.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a speed: give a number above 0 and at most 256 (1 plays at the boot's own pace)"
+        )),
+    }
+}
+
+/// The initcalls of a boot timeline, read from `path`.
+fn timeline_initcalls(path: &Path) -> Result<Option<Initcalls>, Failure> {
+    let bytes =
+        std::fs::read(path).map_err(|e| usage(anyhow!("cannot read {}: {e}", path.display())))?;
+    let doc: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        usage(anyhow!(
+            "{} is not JSON ({e}); give a boot timeline (bootscope run --timeline FILE)",
+            path.display()
+        ))
+    })?;
+    if doc.get("schema").and_then(|s| s.as_str()) != Some(TIMELINE_SCHEMA_NAME) {
+        return Err(usage(anyhow!(
+            "{} is not a boot timeline (its \"schema\" is not \"{TIMELINE_SCHEMA_NAME}\"); --timeline takes the file of `bootscope run --timeline`",
+            path.display()
+        )));
+    }
+    Ok(Initcalls::from_json(&doc))
+}
+
+pub fn run(args: BrowseArgs) -> Result<i32, Failure> {
+    let bad_input = |e: &dyn std::fmt::Display| usage(anyhow!("{e}"));
+    let (profile, kind) = export::read_input(&args.input).map_err(|e| bad_input(&e))?;
+    let mut initcalls = match kind {
+        InputKind::Timeline => timeline_initcalls(&args.input)?,
+        InputKind::Profile => None,
+    };
+    if let Some(t) = &args.timeline {
+        initcalls = timeline_initcalls(t)?;
+        if initcalls.is_none() {
+            return Err(usage(anyhow!(
+                "{} has no initcalls: record them with `bootscope run --initcalls --timeline FILE`, or leave --timeline out",
+                t.display()
+            )));
+        }
+    }
+    if !bootscope_tui::term::stdout_is_terminal() {
+        return Err(usage(anyhow!(
+            "bootscope tui needs a terminal on standard output; `bootscope export` prints a profile as text"
+        )));
+    }
+    let title = format!(
+        "{} ({} {})",
+        args.input.display(),
+        if profile.target.name.is_empty() {
+            "target"
+        } else {
+            &profile.target.name
+        },
+        profile.target.pid
+    );
+    let mut browser = Browser::new(profile, initcalls, args.speed);
+    bootscope_tui::run_browse(&mut browser, title, TuiOptions::default())
+        .map_err(|e| anyhow!("the TUI failed: {e}"))?;
+    Ok(0)
+}
