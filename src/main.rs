@@ -2,6 +2,7 @@
 //! profiler. Only this crate uses anyhow; the libraries return typed errors.
 
 mod bench_cmd;
+mod bench_storm;
 mod cli;
 mod exporter;
 mod initcalls_cmd;

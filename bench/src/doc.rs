@@ -1,5 +1,6 @@
 //! The bench document (`bootscope bench --output`): schema
-//! `bootscope.bench`, version 1, described in docs/bench-schema.md. It
+//! `bootscope.bench`, version 2 (version 1 files, without storms, are
+//! read too), described in docs/bench-schema.md. It
 //! keeps every run's raw values, so `compare` and `check` can run their
 //! tests on them, and a summary per metric for people.
 
@@ -15,8 +16,12 @@ use crate::stats::{self, Summary};
 
 /// Schema name of the bench document.
 pub const SCHEMA: &str = "bootscope.bench";
-/// Its version; an incompatible change bumps it.
-pub const VERSION: u32 = 1;
+/// Its version; an incompatible change bumps it. Version 2 added storms
+/// (`bench --parallel N`), whose runs are not all alike; version 1 files
+/// are still read.
+pub const VERSION: u32 = 2;
+/// The oldest version read.
+pub const OLDEST_VERSION: u32 = 1;
 
 const HINT: &str = "give a file written by `bootscope bench --output FILE`";
 
@@ -70,6 +75,10 @@ pub struct Settings {
     /// Console patterns timed on each run's standard output, `NAME=REGEX`.
     #[serde(default)]
     pub console_patterns: Vec<String>,
+    /// `bench --parallel N`: every round boots N VMs of a configuration at
+    /// once (a storm), after one VM alone when N > 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<u32>,
 }
 
 /// What a configuration runs.
@@ -92,6 +101,9 @@ pub struct ConfigResult {
     pub command: Vec<String>,
     /// Every run, warm-ups included, in the order they ran.
     pub runs: Vec<RunRecord>,
+    /// `bench --parallel N`: every storm, in the order they ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub storms: Vec<crate::storm::StormRecord>,
     /// Per metric over the successful measured runs.
     #[serde(default)]
     pub summary: BTreeMap<String, MetricSummary>,
@@ -105,6 +117,13 @@ pub struct RunRecord {
     /// Round (0-based; warm-up rounds first).
     pub round: u32,
     pub warmup: bool,
+    /// Its position in the round's storm (`bench --parallel N`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<u32>,
+    /// The VM booted alone before the round's storm: its metrics are the
+    /// storm's single-VM figures (`solo:NAME`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub solo: bool,
     /// Exit status 0 and, for bootscope, a timeline with a clean outcome.
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -145,14 +164,28 @@ impl ConfigResult {
     }
 
     /// Values of each metric over the successful measured runs, each with
-    /// the round of its run.
-    pub fn samples_by_round(&self) -> BTreeMap<String, Vec<(u32, f64)>> {
-        let mut out: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
+    /// the key that pairs it with the same run of another configuration:
+    /// its round, and within a storm its position (`round << 32 | vm`).
+    /// A solo run's metrics are named `solo:NAME`; a storm's own metrics
+    /// (`storm:...`) come from its storms with every VM successful.
+    pub fn samples_by_round(&self) -> BTreeMap<String, Vec<(u64, f64)>> {
+        let mut out: BTreeMap<String, Vec<(u64, f64)>> = BTreeMap::new();
         for run in self.measured() {
+            let key = u64::from(run.round) << 32 | u64::from(run.vm.unwrap_or(0));
             for (name, v) in &run.metrics {
+                let name = if run.solo {
+                    format!("solo:{name}")
+                } else {
+                    name.clone()
+                };
+                out.entry(name).or_default().push((key, *v as f64));
+            }
+        }
+        for storm in self.storms.iter().filter(|s| s.ok && !s.warmup) {
+            for (name, v) in &storm.metrics {
                 out.entry(name.clone())
                     .or_default()
-                    .push((run.round, *v as f64));
+                    .push((u64::from(storm.round) << 32, *v as f64));
             }
         }
         out
@@ -203,7 +236,7 @@ impl BenchDoc {
                 hint: HINT,
                 source,
             })?;
-        check_schema(&value, path, SCHEMA, VERSION, HINT)?;
+        check_schema_versions(&value, path, SCHEMA, OLDEST_VERSION, VERSION, HINT)?;
         let doc: BenchDoc = serde_json::from_value(value).map_err(|e| BenchError::Malformed {
             path: path.into(),
             schema: SCHEMA,
@@ -396,7 +429,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("version 7, this bootscope reads version 1"),
+            e.contains("version 7, this bootscope reads version 2"),
             "{e}"
         );
         let e = BenchDoc::parse(br#"{"schema":"bootscope.bench","version":1}"#, p)

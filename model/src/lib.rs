@@ -8,6 +8,7 @@
 //! - [`cpulist`]: Linux CPU lists (`0-3,8`);
 //! - [`numa`]: the NUMA node topology from sysfs;
 //! - [`proc`]: a process's threads from procfs;
+//! - [`smaps`]: what a process costs the host in memory (RSS, PSS, USS);
 //! - [`mark`]: where a timeline mark came from, and the port marks' names;
 //! - [`timeline`]: the timeline document, as its readers see it.
 
@@ -18,4 +19,5 @@ pub mod numa;
 pub mod output;
 pub mod proc;
 pub mod size;
+pub mod smaps;
 pub mod timeline;

@@ -54,6 +54,9 @@ pub struct Timeline {
     pub kvm_stats: Option<BTreeMap<String, u64>>,
     /// The guest memory set-up (`run --prealloc`).
     pub memory: Option<TimelineMemory>,
+    /// What the VMM process cost the host in memory at the first
+    /// userspace mark (or the end of a `--stop-after` set-up).
+    pub host_memory: Option<crate::smaps::MemorySample>,
 }
 
 /// The `guest` object.
