@@ -340,6 +340,8 @@ mod tests {
             index: i,
             round: i,
             warmup,
+            vm: None,
+            solo: false,
             ok: true,
             exit_code: Some(0),
             outcome: Some("guest_halt".into()),
@@ -360,6 +362,7 @@ mod tests {
                 run(1, false, 10, 100),
                 run(2, false, 12, 102),
             ],
+            storms: Vec::new(),
             summary: BTreeMap::new(),
         };
         c.summarize();
@@ -375,6 +378,7 @@ mod tests {
                 interleaved: false,
                 profile: false,
                 console_patterns: Vec::new(),
+                parallel: None,
             },
             provenance: Provenance::default(),
             configs: vec![c],
@@ -395,6 +399,48 @@ mod tests {
         // Without notes or a revision the file has neither field.
         let v: serde_json::Value = serde_json::from_slice(&doc.to_json()).unwrap();
         assert!(v.get("meta").is_none() && v.get("git").is_none(), "{v}");
+    }
+
+    #[test]
+    fn storm_samples() {
+        let mut doc = sample_doc();
+        let c = &mut doc.configs[0];
+        c.runs[1].solo = true;
+        c.runs[2].vm = Some(0);
+        let mut third = c.runs[2].clone();
+        third.vm = Some(1);
+        third.metrics.insert("phase:kernel".into(), 14);
+        c.runs.push(third);
+        let storm = |round: u32, ok: bool| crate::storm::StormRecord {
+            round,
+            warmup: false,
+            vms: 2,
+            ok,
+            failed: u32::from(!ok),
+            makespan_ns: 20,
+            boots_per_second: 1e8,
+            metrics: [("storm:makespan".to_string(), 20 + u64::from(round))]
+                .into_iter()
+                .collect(),
+        };
+        c.storms = vec![storm(2, true), storm(3, false)];
+        c.summarize();
+        let samples = c.samples_by_round();
+        assert_eq!(samples["solo:phase:kernel"], [(1 << 32, 10.0)]);
+        // Storm VMs pair by round and position.
+        assert_eq!(
+            samples["phase:kernel"],
+            [(2 << 32, 12.0), ((2 << 32) + 1, 14.0)]
+        );
+        // A storm with a failed VM is left out.
+        assert_eq!(samples["storm:makespan"], [(2 << 32, 22.0)]);
+        let back = BenchDoc::parse(&doc.to_json(), Path::new("x.json")).unwrap();
+        assert_eq!(back.configs[0].storms.len(), 2);
+        assert!(back.configs[0].runs[1].solo);
+        // A version 1 file is still read.
+        let mut v: serde_json::Value = serde_json::from_slice(&sample_doc().to_json()).unwrap();
+        v["version"] = 1.into();
+        BenchDoc::parse(v.to_string().as_bytes(), Path::new("v1.json")).unwrap();
     }
 
     #[test]

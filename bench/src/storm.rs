@@ -359,6 +359,110 @@ mod tests {
         );
     }
 
+    fn plan(configs: Vec<ConfigPlan>, n: u32) -> BenchPlan {
+        BenchPlan {
+            exe: std::path::PathBuf::from("/nonexistent/bootscope"),
+            configs,
+            runs: 2,
+            warmup: 0,
+            profile: false,
+            run_profiles_itself: false,
+            console_patterns: vec![
+                crate::ConsolePattern::parse("userspace=^up").unwrap(),
+                crate::ConsolePattern::parse("kernel banner=Linux version").unwrap(),
+            ],
+            run_timeout: Duration::from_secs(30),
+            work_dir: std::env::temp_dir().join(format!(
+                "bench-storm-{}-{n}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            )),
+            machine: crate::doc::Machine::default(),
+            stop: None,
+            parallel: Some(n),
+        }
+    }
+
+    /// Storms of real processes: the N of a storm run at the same time
+    /// (the makespan is about one VM's time, not N), each VM is a run of
+    /// its own, the one alone comes first, and a failing VM fails its
+    /// storm but keeps the others' values.
+    #[test]
+    fn storms_of_commands() {
+        let cmd = |s: &str| Side::Command(os(&["sh", "-c", s]));
+        let dir = tempfile::tempdir().unwrap();
+        let counter = dir.path().join("count");
+        let p = plan(
+            vec![
+                ConfigPlan {
+                    label: "ok".into(),
+                    side: cmd("echo up; echo Linux version 1; sleep 0.3"),
+                },
+                ConfigPlan {
+                    label: "flaky".into(),
+                    // Runs count themselves under a lock: the second of
+                    // each round (one VM of its storm, after the one
+                    // alone) fails.
+                    side: cmd(&format!(
+                        "n=$(flock {c} sh -c 'echo x >> {c}; wc -l < {c}'); \
+                         echo Linux version 1; sleep 0.05; [ $((n % 5)) -ne 2 ] || exit 3",
+                        c = counter.display()
+                    )),
+                },
+            ],
+            4,
+        );
+        let mut storms_seen = 0;
+        let doc = p
+            .run(|pr| storms_seen += usize::from(pr.storm.is_some()))
+            .unwrap();
+        assert_eq!(storms_seen, 4);
+        assert_eq!(doc.settings.parallel, Some(4));
+        let ok = &doc.configs[0];
+        assert_eq!(ok.runs.len(), 2 * 5);
+        assert!(ok.runs[0].solo && ok.runs[0].vm.is_none());
+        let vms: Vec<Option<u32>> = ok.runs[1..5].iter().map(|r| r.vm).collect();
+        assert_eq!(vms, [Some(0), Some(1), Some(2), Some(3)]);
+        assert_eq!(ok.storms.len(), 2);
+        for s in &ok.storms {
+            assert!(s.ok && s.failed == 0 && s.vms == 4, "{s:?}");
+            // Four VMs of 0.3 s each at once: well under 4 x 0.3 s.
+            let makespan = s.metrics["storm:makespan"];
+            assert!(
+                (300_000_000..1_000_000_000).contains(&makespan),
+                "makespan {makespan}"
+            );
+            assert!(
+                s.boots_per_second > 4.0 && s.boots_per_second < 14.0,
+                "{s:?}"
+            );
+            assert!(s.metrics["storm:wall:p99"] >= s.metrics["storm:wall:p50"]);
+            // Memory read at the `userspace` console line.
+            assert!(s.metrics["storm:memory:pss:sum"] > 0);
+            assert!(s.metrics["storm:memory:uss:sum"] >= s.metrics["storm:memory:uss:max"]);
+        }
+        assert!(ok.runs.iter().all(|r| r.metrics.contains_key("memory:pss")));
+        assert!(ok.summary.contains_key("solo:wall"));
+        assert!(ok.summary.contains_key("storm:console:kernel banner:p90"));
+        assert_eq!(ok.summary["storm:makespan"].stats.n, 2);
+        let flaky = &doc.configs[1];
+        assert_eq!(flaky.storms.len(), 2);
+        assert_eq!(flaky.failures(), 2, "{:?}", flaky.runs);
+        for s in &flaky.storms {
+            assert!(!s.ok && s.failed == 1, "{s:?}");
+            // The others' values are kept.
+            assert!(s.metrics.contains_key("storm:wall:p50"), "{s:?}");
+        }
+        assert!(!flaky.summary.contains_key("storm:makespan"));
+        let failed = flaky.runs.iter().find(|r| !r.ok).unwrap();
+        assert!(
+            failed.vm.is_some() && failed.exit_code == Some(3),
+            "{failed:?}"
+        );
+        assert!(failed.error.as_deref().unwrap().contains("exit status 3"));
+        let _ = std::fs::remove_dir_all(&p.work_dir);
+    }
+
     #[test]
     fn guest_memory_from_arguments() {
         let b = |v: &[&str]| guest_memory(&Side::Bootscope(os(v)));
