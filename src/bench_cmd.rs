@@ -55,6 +55,13 @@ pub struct BenchArgs {
     /// current directory is recorded by itself.
     #[arg(long = "meta", value_name = "KEY=VALUE")]
     pub meta: Vec<String>,
+    /// Boot N VMs of each configuration at once in every round (a storm,
+    /// released together), after one VM alone: per-VM times as a
+    /// distribution (median, p90, p99, max), the storm's makespan and boots
+    /// per second, each VM's host memory (docs/bench-schema.md). Refused
+    /// when the host's available memory cannot hold N guests.
+    #[arg(long, value_name = "N")]
+    pub parallel: Option<u32>,
     /// Kill a run still going after this many seconds.
     #[arg(long, default_value = "600", value_name = "SECONDS", value_parser = crate::cli::parse_seconds)]
     pub run_timeout: Duration,
@@ -300,6 +307,16 @@ fn announce(plan: &BenchPlan) {
             ""
         }
     );
+    if let Some(n) = plan.parallel {
+        eprintln!(
+            "bench: storms of {n} VM(s) started at once{}",
+            if n > 1 {
+                ", each after one VM alone"
+            } else {
+                ""
+            }
+        );
+    }
     for c in &plan.configs {
         let (what, argv) = match &c.side {
             Side::Bootscope(a) => ("bootscope run", a),
@@ -364,6 +381,7 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         work_dir: work_dir.path().to_path_buf(),
         machine: Machine::detect(&host_kvm),
         stop: Some(interrupts.flag()),
+        parallel: args.parallel,
     };
     plan.validate()?;
     announce(&plan);
@@ -468,7 +486,15 @@ fn print_progress(p: &Progress) {
         let first = err.lines().next().unwrap_or("");
         let _ = write!(line, " ({first})");
     }
+    if let Some(vm) = r.vm {
+        let _ = write!(line, " [storm VM {vm}]");
+    } else if r.solo {
+        line.push_str(" [alone]");
+    }
     eprintln!("{line}");
+    if let Some(storm) = p.storm {
+        eprintln!("{}", crate::bench_storm::progress_line(p.label, storm));
+    }
 }
 
 /// The table printed at the end of a benchmark.
@@ -496,7 +522,10 @@ fn summary_text(doc: &BenchDoc) -> String {
             .summary
             .keys()
             .filter(|k| {
-                let shown = !k.starts_with("kvm:") && !k.starts_with("faults:pf_");
+                let shown = !k.starts_with("kvm:")
+                    && !k.starts_with("faults:pf_")
+                    && !k.starts_with("storm:")
+                    && !k.starts_with("solo:");
                 let nonzero = c.summary[*k].stats.max > 0.0;
                 shown && (nonzero || metrics::kind(k) == MetricKind::Time)
             })
@@ -516,6 +545,7 @@ fn summary_text(doc: &BenchDoc) -> String {
                 f(m.stats.max)
             );
         }
+        s.push_str(&crate::bench_storm::storm_text(c));
     }
     if doc.configs.len() == 2 {
         let path = Path::new("(this run)");

@@ -4,6 +4,7 @@
 mod advise_cmd;
 mod bench_cmd;
 mod browse_cmd;
+mod bench_storm;
 mod cli;
 mod device_args;
 mod exporter;

@@ -189,6 +189,7 @@ pub fn bench_text(doc: &BenchDoc) -> String {
     for (name, kind, scale, help) in [
         ("bootscope_bench_time_seconds", MetricKind::Time, 1e-9, "Boot times of the benchmark's successful measured runs, by configuration, metric and statistic."),
         ("bootscope_bench_count", MetricKind::Count, 1.0, "Event counts of the benchmark's successful measured runs, by configuration, metric and statistic."),
+        ("bootscope_bench_bytes", MetricKind::Bytes, 1.0, "Host memory (RSS, PSS, USS) of the benchmark's successful measured runs, by configuration, metric and statistic."),
     ] {
         family(&mut out, name, help);
         for c in &doc.configs {

@@ -496,9 +496,9 @@ fn check_and_compare_explain_bad_input() {
     .unwrap();
     let notjson = dir.join("notjson.json");
     std::fs::write(&notjson, b"<html>").unwrap();
-    let mut v2 = bench_doc("a", &[&one_run]);
-    v2["version"] = json!(2);
-    let v2 = write_json(&dir, "v2.json", &v2);
+    let mut v3 = bench_doc("a", &[&one_run]);
+    v3["version"] = json!(3);
+    let v3 = write_json(&dir, "v3.json", &v3);
     let timeline = write_json(
         &dir,
         "timeline.json",
@@ -522,8 +522,8 @@ fn check_and_compare_explain_bad_input() {
         "notjson.json is not JSON",
     );
     expect_usage(
-        &["check", "--baseline", &v2, &good],
-        "v2.json: bootscope.bench version 2, this bootscope reads version 1",
+        &["check", "--baseline", &v3, &good],
+        "v3.json: bootscope.bench version 3, this bootscope reads version 2",
     );
     expect_usage(
         &["check", "--baseline", &timeline, &good],

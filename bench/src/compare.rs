@@ -36,9 +36,11 @@ pub struct Sample {
     /// Successful measured runs.
     pub runs: usize,
     pub values: BTreeMap<String, Vec<f64>>,
-    /// The round of each value of `values` (same order), which pairs the
+    /// The pairing key of each value of `values` (same order): its round,
+    /// and in a storm the VM's position in it
+    /// ([`crate::doc::ConfigResult::samples_by_round`]), which pairs the
     /// runs of two configurations of one interleaved bench file.
-    pub rounds: BTreeMap<String, Vec<u32>>,
+    pub rounds: BTreeMap<String, Vec<u64>>,
     /// The bench file's `--meta` notes and git revision.
     pub provenance: Provenance,
 }
@@ -75,7 +77,7 @@ impl Sample {
     /// The values of `metric` of the rounds both samples ran it in, in
     /// round order (a round whose run failed on one side is left out).
     fn paired(&self, other: &Self, metric: &str) -> (Vec<f64>, Vec<f64>) {
-        let by_round = |s: &Self| -> BTreeMap<u32, f64> {
+        let by_round = |s: &Self| -> BTreeMap<u64, f64> {
             let values = s.values.get(metric).map(Vec::as_slice).unwrap_or(&[]);
             let rounds = s.rounds.get(metric).map(Vec::as_slice).unwrap_or(&[]);
             rounds.iter().copied().zip(values.iter().copied()).collect()

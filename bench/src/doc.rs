@@ -1,5 +1,6 @@
 //! The bench document (`bootscope bench --output`): schema
-//! `bootscope.bench`, version 1, described in docs/bench-schema.md. It
+//! `bootscope.bench`, version 2 (version 1 files, without storms, are
+//! read too), described in docs/bench-schema.md. It
 //! keeps every run's raw values, so `compare` and `check` can run their
 //! tests on them, and a summary per metric for people.
 
@@ -15,8 +16,12 @@ use crate::stats::{self, Summary};
 
 /// Schema name of the bench document.
 pub const SCHEMA: &str = "bootscope.bench";
-/// Its version; an incompatible change bumps it.
-pub const VERSION: u32 = 1;
+/// Its version; an incompatible change bumps it. Version 2 added storms
+/// (`bench --parallel N`), whose runs are not all alike; version 1 files
+/// are still read.
+pub const VERSION: u32 = 2;
+/// The oldest version read.
+pub const OLDEST_VERSION: u32 = 1;
 
 const HINT: &str = "give a file written by `bootscope bench --output FILE`";
 
@@ -70,6 +75,10 @@ pub struct Settings {
     /// Console patterns timed on each run's standard output, `NAME=REGEX`.
     #[serde(default)]
     pub console_patterns: Vec<String>,
+    /// `bench --parallel N`: every round boots N VMs of a configuration at
+    /// once (a storm), after one VM alone when N > 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<u32>,
 }
 
 /// What a configuration runs.
@@ -92,6 +101,9 @@ pub struct ConfigResult {
     pub command: Vec<String>,
     /// Every run, warm-ups included, in the order they ran.
     pub runs: Vec<RunRecord>,
+    /// `bench --parallel N`: every storm, in the order they ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub storms: Vec<crate::storm::StormRecord>,
     /// Per metric over the successful measured runs.
     #[serde(default)]
     pub summary: BTreeMap<String, MetricSummary>,
@@ -105,6 +117,13 @@ pub struct RunRecord {
     /// Round (0-based; warm-up rounds first).
     pub round: u32,
     pub warmup: bool,
+    /// Its position in the round's storm (`bench --parallel N`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<u32>,
+    /// The VM booted alone before the round's storm: its metrics are the
+    /// storm's single-VM figures (`solo:NAME`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub solo: bool,
     /// Exit status 0 and, for bootscope, a timeline with a clean outcome.
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -149,14 +168,28 @@ impl ConfigResult {
     }
 
     /// Values of each metric over the successful measured runs, each with
-    /// the round of its run.
-    pub fn samples_by_round(&self) -> BTreeMap<String, Vec<(u32, f64)>> {
-        let mut out: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
+    /// the key that pairs it with the same run of another configuration:
+    /// its round, and within a storm its position (`round << 32 | vm`).
+    /// A solo run's metrics are named `solo:NAME`; a storm's own metrics
+    /// (`storm:...`) come from its storms with every VM successful.
+    pub fn samples_by_round(&self) -> BTreeMap<String, Vec<(u64, f64)>> {
+        let mut out: BTreeMap<String, Vec<(u64, f64)>> = BTreeMap::new();
         for run in self.measured() {
+            let key = u64::from(run.round) << 32 | u64::from(run.vm.unwrap_or(0));
             for (name, v) in &run.metrics {
+                let name = if run.solo {
+                    format!("solo:{name}")
+                } else {
+                    name.clone()
+                };
+                out.entry(name).or_default().push((key, *v as f64));
+            }
+        }
+        for storm in self.storms.iter().filter(|s| s.ok && !s.warmup) {
+            for (name, v) in &storm.metrics {
                 out.entry(name.clone())
                     .or_default()
-                    .push((run.round, *v as f64));
+                    .push((u64::from(storm.round) << 32, *v as f64));
             }
         }
         out
@@ -206,7 +239,7 @@ impl BenchDoc {
             hint: HINT,
             source,
         })?;
-        check_schema(&value, path, SCHEMA, VERSION, HINT)?;
+        check_schema_versions(&value, path, SCHEMA, OLDEST_VERSION, VERSION, HINT)?;
         let doc: BenchDoc = serde_json::from_slice(bytes).map_err(|e| BenchError::Malformed {
             path: path.into(),
             schema: SCHEMA,
@@ -325,6 +358,8 @@ mod tests {
             index: i,
             round: i,
             warmup,
+            vm: None,
+            solo: false,
             ok: true,
             exit_code: Some(0),
             outcome: Some("guest_halt".into()),
@@ -346,6 +381,7 @@ mod tests {
                 run(1, false, 10, 100),
                 run(2, false, 12, 102),
             ],
+            storms: Vec::new(),
             summary: BTreeMap::new(),
         };
         c.summarize();
@@ -361,6 +397,7 @@ mod tests {
                 interleaved: false,
                 profile: false,
                 console_patterns: Vec::new(),
+                parallel: None,
             },
             provenance: Provenance::default(),
             configs: vec![c],
@@ -381,6 +418,48 @@ mod tests {
         // Without notes or a revision the file has neither field.
         let v: serde_json::Value = serde_json::from_slice(&doc.to_json()).unwrap();
         assert!(v.get("meta").is_none() && v.get("git").is_none(), "{v}");
+    }
+
+    #[test]
+    fn storm_samples() {
+        let mut doc = sample_doc();
+        let c = &mut doc.configs[0];
+        c.runs[1].solo = true;
+        c.runs[2].vm = Some(0);
+        let mut third = c.runs[2].clone();
+        third.vm = Some(1);
+        third.metrics.insert("phase:kernel".into(), 14);
+        c.runs.push(third);
+        let storm = |round: u32, ok: bool| crate::storm::StormRecord {
+            round,
+            warmup: false,
+            vms: 2,
+            ok,
+            failed: u32::from(!ok),
+            makespan_ns: 20,
+            boots_per_second: 1e8,
+            metrics: [("storm:makespan".to_string(), 20 + u64::from(round))]
+                .into_iter()
+                .collect(),
+        };
+        c.storms = vec![storm(2, true), storm(3, false)];
+        c.summarize();
+        let samples = c.samples_by_round();
+        assert_eq!(samples["solo:phase:kernel"], [(1 << 32, 10.0)]);
+        // Storm VMs pair by round and position.
+        assert_eq!(
+            samples["phase:kernel"],
+            [(2 << 32, 12.0), ((2 << 32) + 1, 14.0)]
+        );
+        // A storm with a failed VM is left out.
+        assert_eq!(samples["storm:makespan"], [(2 << 32, 22.0)]);
+        let back = BenchDoc::parse(&doc.to_json(), Path::new("x.json")).unwrap();
+        assert_eq!(back.configs[0].storms.len(), 2);
+        assert!(back.configs[0].runs[1].solo);
+        // A version 1 file is still read.
+        let mut v: serde_json::Value = serde_json::from_slice(&sample_doc().to_json()).unwrap();
+        v["version"] = 1.into();
+        BenchDoc::parse(v.to_string().as_bytes(), Path::new("v1.json")).unwrap();
     }
 
     #[test]
@@ -415,7 +494,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("version 7, this bootscope reads version 1"),
+            e.contains("version 7, this bootscope reads version 2"),
             "{e}"
         );
         let e = BenchDoc::parse(br#"{"schema":"bootscope.bench","version":1}"#, p)

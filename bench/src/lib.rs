@@ -15,6 +15,7 @@ pub mod plot;
 pub mod provenance;
 pub mod runner;
 pub mod stats;
+pub mod storm;
 
 pub use compare::{CheckOptions, CheckReport, CompareReport, MetricSpec, Sample};
 pub use doc::BenchDoc;

@@ -6,6 +6,7 @@
 //! | `time_to_userspace` | time | VMM start (the `vmm setup` phase's start) to the `userspace` phase's start; a `profiler attach` phase before the VMM is not counted, the `profiler guest attach` wait before the first `KVM_RUN` is |
 //! | `phase:NAME` | time | the timeline's phase `NAME`, `duration_ns` |
 //! | `prealloc` | time | the timeline's `memory.elapsed_ns`: preallocating guest memory (`run --prealloc`) |
+//! | `memory_ready` | time | the timeline's `vmm: process start` mark to `vmm: memory ready`: the VMM's guest memory set-up |
 //! | `console:NAME` | time | spawn to the first console line (standard output) matching pattern `NAME` |
 //! | `exits:total` | count | KVM statistic `exits` |
 //! | `exits:KEY` | count | KVM statistics named `*_exits` (`io_exits`, `mmio_exits`, `halt_exits`, ...) |
@@ -13,6 +14,9 @@
 //! | `kvm:KEY` | count | every other cumulative KVM statistic (`insn_emulation`, `halt_wakeup`, ...) |
 //! | `exit-reason:NAME`, `exit-reason:total` | count | the profile's `exits.by_reason` (`bench --profile`) |
 //! | `faults:guest`, `faults:host` | count | the profile's `page_faults.guest_total` / `host_total` |
+//! | `memory:rss`, `memory:pss`, `memory:uss` | bytes | the VMM's `/proc/PID/smaps_rollup` at the userspace mark (the timeline's `host_memory`; for a command, read by `bench` at its console's `userspace` pattern) |
+//! | `storm:METRIC:STAT`, `storm:makespan` | as METRIC, time | `bench --parallel N`: per storm, [`crate::storm`] |
+//! | `solo:METRIC` | as METRIC | `bench --parallel N`: the one VM booted alone before each storm |
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -31,6 +35,9 @@ pub enum MetricKind {
     Time,
     /// Events: nearly deterministic, compared by medians.
     Count,
+    /// Host memory in bytes (RSS, PSS, USS): compared by medians, like
+    /// counts.
+    Bytes,
 }
 
 impl MetricKind {
@@ -38,15 +45,36 @@ impl MetricKind {
         match self {
             Self::Time => "ns",
             Self::Count => "count",
+            Self::Bytes => "bytes",
         }
     }
 }
 
-/// The kind of a metric, from its name.
+/// The kind of a metric, from its name: a storm's statistic of a per-VM
+/// metric (`storm:time_to_userspace:p99`, `storm:memory:pss:sum`) and the
+/// single-VM figure beside it (`solo:time_to_userspace`) are of that
+/// metric's kind; `storm:makespan` is a time.
 pub fn kind(name: &str) -> MetricKind {
+    if let Some(rest) = name.strip_prefix("solo:") {
+        return kind(rest);
+    }
+    if let Some(rest) = name.strip_prefix("storm:") {
+        if rest == "makespan" {
+            return MetricKind::Time;
+        }
+        let base = crate::storm::STATISTICS
+            .iter()
+            .find_map(|s| rest.strip_suffix(s).and_then(|r| r.strip_suffix(':')))
+            .unwrap_or(rest);
+        return kind(base);
+    }
+    if name.starts_with("memory:") {
+        return MetricKind::Bytes;
+    }
     if name == "wall"
         || name == "time_to_userspace"
         || name == "prealloc"
+        || name == "memory_ready"
         || name == "bpf:run_ns"
         || name.starts_with("phase:")
         || name.starts_with("console:")
@@ -60,6 +88,22 @@ pub fn kind(name: &str) -> MetricKind {
 /// A metric as people read it: `kernel phase`, `time to userspace`,
 /// `io_exits`.
 pub fn display_name(name: &str) -> String {
+    if let Some(rest) = name.strip_prefix("solo:") {
+        return format!("{} (one VM alone)", display_name(rest));
+    }
+    if let Some(rest) = name.strip_prefix("storm:") {
+        if rest == "makespan" {
+            return "storm makespan".into();
+        }
+        if let Some((base, stat)) = rest.rsplit_once(':') {
+            if crate::storm::STATISTICS.contains(&stat) {
+                return format!("{} {stat} per storm", display_name(base));
+            }
+        }
+    }
+    if let Some(m) = name.strip_prefix("memory:") {
+        return format!("{} (host memory)", m.to_uppercase());
+    }
     if let Some(p) = name.strip_prefix("phase:") {
         format!("{p} phase")
     } else if let Some(c) = name.strip_prefix("console:") {
@@ -68,6 +112,8 @@ pub fn display_name(name: &str) -> String {
         "exits (total)".into()
     } else if name == "prealloc" {
         "preallocation".into()
+    } else if name == "memory_ready" {
+        "memory set-up".into()
     } else if name == "exit-reason:total" {
         "exits traced (total)".into()
     } else if let Some(r) = name.strip_prefix("exit-reason:") {
@@ -151,10 +197,38 @@ pub fn from_timeline(value: &serde_json::Value, path: &Path) -> Result<TimelineF
     if let Some(ns) = t.memory.and_then(|m| m.elapsed_ns) {
         facts.metrics.insert("prealloc".into(), ns);
     }
+    if let Some(m) = t.host_memory {
+        facts.metrics.extend(memory_metrics(&m.usage));
+    }
+    // The VMM's start to its guest memory set up: the whole of a
+    // `--stop-after memory` run.
+    let mark = |name: &str| t.marks.iter().find(|m| m.name == name).map(|m| m.t_ns);
+    if let Some(ready) = mark("vmm: memory ready") {
+        let start = mark("vmm: process start").unwrap_or(0);
+        facts
+            .metrics
+            .insert("memory_ready".into(), ready.saturating_sub(start));
+    }
     for (key, v) in t.kvm_stats.unwrap_or_default() {
         facts.metrics.insert(kvm_stat_metric(&key), v);
     }
     Ok(facts)
+}
+
+/// The host memory metrics of one VMM: `memory:rss`, `memory:pss`,
+/// `memory:uss` (and `memory:hugetlb` when it maps hugetlb pages).
+pub fn memory_metrics(m: &bootscope_model::smaps::MemoryUse) -> BTreeMap<String, u64> {
+    let mut out: BTreeMap<String, u64> = [
+        ("memory:rss".to_string(), m.rss_bytes),
+        ("memory:pss".to_string(), m.pss_bytes),
+        ("memory:uss".to_string(), m.uss_bytes),
+    ]
+    .into_iter()
+    .collect();
+    if m.hugetlb_bytes > 0 {
+        out.insert("memory:hugetlb".into(), m.hugetlb_bytes);
+    }
+    out
 }
 
 /// The metric name of a KVM statistic.

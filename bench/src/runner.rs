@@ -113,6 +113,9 @@ pub struct BenchPlan {
     /// stopped (SIGTERM, SIGKILL after a grace period) and left out, and
     /// `run` returns the runs that finished.
     pub stop: Option<Arc<AtomicBool>>,
+    /// `--parallel N`: each round boots N VMs of a configuration at once
+    /// (a storm, [`crate::storm`]), after one alone when N > 1.
+    pub parallel: Option<u32>,
 }
 
 /// Reported after every run.
@@ -122,6 +125,8 @@ pub struct Progress<'a> {
     pub total: usize,
     pub label: &'a str,
     pub run: &'a RunRecord,
+    /// The storm this run ended, after its last VM's run (`--parallel`).
+    pub storm: Option<&'a crate::storm::StormRecord>,
     /// Warm-up rounds, then measured rounds.
     pub rounds: u32,
     pub warmup_rounds: u32,
@@ -133,6 +138,7 @@ impl BenchPlan {
         if self.runs == 0 {
             return Err(BenchError::Usage("--runs must be at least 1".into()));
         }
+        self.validate_parallel()?;
         if self.configs.is_empty() || self.configs.len() > 2 {
             return Err(BenchError::Usage(
                 "give one configuration, or two to interleave (--vs / --vs-command)".into(),
@@ -200,11 +206,12 @@ impl BenchPlan {
                     }
                 },
                 runs: Vec::new(),
+                storms: Vec::new(),
                 summary: BTreeMap::new(),
             })
             .collect();
         let rounds = self.warmup + self.runs;
-        let total = rounds as usize * self.configs.len();
+        let total = rounds as usize * self.configs.len() * self.runs_per_round() as usize;
         let mut index = 0u32;
         for round in 0..rounds {
             let order: Vec<usize> = if self.configs.len() == 2 && round % 2 == 1 {
@@ -216,20 +223,49 @@ impl BenchPlan {
                 if self.stopped() {
                     break;
                 }
-                let record = self.run_once(&self.configs[ci], index, round, round < self.warmup)?;
-                if self.stopped() {
-                    break;
+                let warmup = round < self.warmup;
+                let mut records = Vec::new();
+                if self.parallel.is_none_or(|n| n > 1) {
+                    let mut record = self.run_once(&self.configs[ci], index, round, warmup)?;
+                    record.solo = self.parallel.is_some();
+                    if self.stopped() {
+                        break;
+                    }
+                    records.push(record);
                 }
-                index += 1;
-                results[ci].runs.push(record);
-                progress(&Progress {
-                    done: index as usize,
-                    total,
-                    label: &self.configs[ci].label,
-                    run: results[ci].runs.last().expect("just pushed"),
-                    rounds,
-                    warmup_rounds: self.warmup,
-                });
+                let mut storm = None;
+                if let Some(n) = self.parallel {
+                    let first = index + records.len() as u32;
+                    let (vms, s) = self.run_storm(&self.configs[ci], n, first, round, warmup)?;
+                    if self.stopped() {
+                        break;
+                    }
+                    records.extend(vms);
+                    storm = Some(s);
+                }
+                let last = records.len();
+                for (i, record) in records.into_iter().enumerate() {
+                    index += 1;
+                    results[ci].runs.push(record);
+                    let storm_done = if i + 1 == last {
+                        storm.take().map(|s| {
+                            results[ci].storms.push(s);
+                            results[ci].storms.len() - 1
+                        })
+                    } else {
+                        None
+                    };
+                    let c = &results[ci];
+                    progress(&Progress {
+                        done: index as usize,
+                        total,
+                        label: &self.configs[ci].label,
+                        run: c.runs.last().expect("just pushed"),
+                        storm: storm_done.map(|i| &c.storms[i]),
+                        rounds,
+                        warmup_rounds: self.warmup,
+                    });
+                }
             }
         }
         for r in &mut results {
@@ -247,6 +283,7 @@ impl BenchPlan {
                 interleaved: self.configs.len() == 2,
                 profile: self.profile,
                 console_patterns: self.console_patterns.iter().map(|p| p.spec()).collect(),
+                parallel: self.parallel,
             },
             provenance: Default::default(),
             configs: results,
@@ -256,6 +293,15 @@ impl BenchPlan {
 
     fn stopped(&self) -> bool {
         self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst))
+    }
+
+    /// Processes per configuration and round: one, or with `--parallel N`
+    /// the storm's N and the VM alone before it (N > 1).
+    fn runs_per_round(&self) -> u32 {
+        match self.parallel {
+            None | Some(0 | 1) => 1,
+            Some(n) => n + 1,
+        }
     }
 
     /// The command line of one run, and where its timeline and profile go.
@@ -312,7 +358,7 @@ impl BenchPlan {
         (argv, timeline, profile)
     }
 
-    fn run_once(
+    pub(crate) fn run_once(
         &self,
         config: &ConfigPlan,
         index: u32,
@@ -333,6 +379,8 @@ impl BenchPlan {
             index,
             round,
             warmup,
+            vm: None,
+            solo: false,
             ok: out.exit_code == Some(0),
             exit_code: out.exit_code,
             outcome: None,
@@ -345,6 +393,11 @@ impl BenchPlan {
             record
                 .metrics
                 .insert(format!("console:{name}"), duration_ns(*t));
+        }
+        // Another command's memory, read by bench at its userspace line
+        // (bootscope's VMM reads its own, into its timeline).
+        if let (Side::Command(_), Some(m)) = (&config.side, &out.memory) {
+            record.metrics.extend(metrics::memory_metrics(m));
         }
         // Bad input is the same on every run: the first refusal ends the
         // benchmark. (Another command's status 2 may mean anything.)
@@ -438,6 +491,23 @@ pub struct Execution {
     pub timed_out: bool,
     /// The last lines of standard error.
     pub stderr_tail: String,
+    /// The memory of the run's processes (its process group, summed) when
+    /// its console first matched the pattern named `userspace`.
+    pub memory: Option<bootscope_model::smaps::MemoryUse>,
+}
+
+/// The console pattern whose first match is the userspace moment of a
+/// command's boot: bench then reads the memory of its processes.
+pub const USERSPACE_PATTERN: &str = "userspace";
+
+/// The memory of process group `pgid`'s live processes, summed; `None`
+/// when none could be read.
+fn group_memory(pgid: u32) -> Option<bootscope_model::smaps::MemoryUse> {
+    use bootscope_model::smaps::MemoryUse;
+    bootscope_model::proc::group_members(pgid)
+        .into_iter()
+        .filter_map(|pid| MemoryUse::of_pid(pid).ok())
+        .reduce(MemoryUse::plus)
 }
 
 /// How long a stopped run has between SIGTERM and SIGKILL.
@@ -447,19 +517,30 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// SIGTERM and SIGKILL.
 const GROUP_GRACE: Duration = Duration::from_secs(1);
 
+/// What the console reader saw: when each pattern first matched, and the
+/// memory of the run's processes at the userspace pattern.
+type ConsoleSeen = (
+    BTreeMap<String, Duration>,
+    Option<bootscope_model::smaps::MemoryUse>,
+);
+
 /// Reads the child's standard output on a thread, noting when each
-/// pattern first matched (from `start`); the receiver gets them at its end.
+/// pattern first matched (from `start`), and at the first match of the
+/// [`USERSPACE_PATTERN`] the memory of process group `pgid`; the receiver
+/// gets them at its end.
 fn read_console(
     stdout: Option<std::process::ChildStdout>,
     patterns: &[ConsolePattern],
     start: Instant,
-) -> Result<mpsc::Receiver<BTreeMap<String, Duration>>, BenchError> {
+    pgid: u32,
+) -> Result<mpsc::Receiver<ConsoleSeen>, BenchError> {
     let (console_tx, console_rx) = mpsc::channel();
     let pats = patterns.to_vec();
     std::thread::Builder::new()
         .name("bench-stdout".into())
         .spawn(move || {
             let mut seen = BTreeMap::new();
+            let mut memory = None;
             if let Some(out) = stdout {
                 let mut reader = BufReader::new(out);
                 let mut line = Vec::new();
@@ -474,12 +555,15 @@ fn read_console(
                     for p in &pats {
                         if !seen.contains_key(&p.name) && p.regex.is_match(text) {
                             seen.insert(p.name.clone(), at);
+                            if p.name == USERSPACE_PATTERN {
+                                memory = group_memory(pgid);
+                            }
                         }
                     }
                     line.clear();
                 }
             }
-            let _ = console_tx.send(seen);
+            let _ = console_tx.send((seen, memory));
         })
         .map_err(|source| BenchError::Spawn {
             program: "a reader thread".into(),
@@ -545,7 +629,7 @@ pub fn execute(
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
 
-    let console_rx = read_console(stdout, patterns, start)?;
+    let console_rx = read_console(stdout, patterns, start, pid)?;
     let err_rx = read_stderr_tail(stderr)?;
     let (exit_tx, exit_rx) = mpsc::channel::<(std::io::Result<ExitStatus>, Instant)>();
     std::thread::Builder::new()
@@ -594,9 +678,8 @@ pub fn execute(
     let wall = ended.duration_since(start);
     // A line read after the exit was written before it: the reader thread
     // merely woke up late.
-    let console = console_rx
-        .recv_timeout(READER_GRACE)
-        .unwrap_or_default()
+    let (console, memory) = console_rx.recv_timeout(READER_GRACE).unwrap_or_default();
+    let console = console
         .into_iter()
         .map(|(name, t): (String, Duration)| (name, t.min(wall)))
         .collect();
@@ -607,6 +690,7 @@ pub fn execute(
         console,
         timed_out,
         stderr_tail,
+        memory,
     })
 }
 
@@ -792,6 +876,7 @@ mod tests {
             work_dir: std::env::temp_dir().join(format!("bench-unit-{}", std::process::id())),
             machine: Machine::detect("none"),
             stop: None,
+            parallel: None,
         };
         let mut seen = Vec::new();
         let doc = plan
@@ -834,6 +919,7 @@ mod tests {
             work_dir: std::env::temp_dir().join(format!("bench-stop-{}", std::process::id())),
             machine: Machine::default(),
             stop: Some(stop.clone()),
+            parallel: None,
         };
         let setter = stop.clone();
         let t = std::thread::spawn(move || {
@@ -868,6 +954,7 @@ mod tests {
             work_dir: PathBuf::from("/tmp"),
             machine: Machine::default(),
             stop: None,
+            parallel: None,
         };
         let e = plan.validate().unwrap_err().to_string();
         assert!(e.contains("leave out --timeline"), "{e}");

@@ -13,6 +13,7 @@
 //! - [`numa`]: the NUMA node topology from sysfs;
 //! - [`proc`]: a process's threads from procfs;
 //! - [`kvm_stats`]: KVM's binary statistics format;
+//! - [`smaps`]: what a process costs the host in memory (RSS, PSS, USS);
 //! - [`mark`]: where a timeline mark came from, and the port marks' names;
 //! - [`timeline`]: the timeline document, as its readers see it;
 //! - [`text`]: text from outside made safe to print on a terminal.
@@ -28,4 +29,5 @@ pub mod output;
 pub mod proc;
 pub mod size;
 pub mod text;
+pub mod smaps;
 pub mod timeline;

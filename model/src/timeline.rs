@@ -56,6 +56,9 @@ pub struct Timeline {
     pub memory: Option<TimelineMemory>,
     /// The kernel's initcalls (`run --initcalls`).
     pub initcalls: Option<TimelineInitcalls>,
+    /// What the VMM process cost the host in memory at the first
+    /// userspace mark (or the end of a `--stop-after` set-up).
+    pub host_memory: Option<crate::smaps::MemorySample>,
 }
 
 /// The `guest` object.

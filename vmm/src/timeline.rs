@@ -44,6 +44,7 @@ pub mod vmm_marks {
 }
 
 pub use bootscope_model::mark::{boot_time_port_mark_name, debug_port_mark_name, MarkSource};
+pub use bootscope_model::smaps::{MemorySample, MemoryUse};
 
 /// One instant in the boot.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -105,6 +106,9 @@ pub struct Recorder {
     clock: Clock,
     marks: Mutex<Vec<PhaseMark>>,
     listener: std::sync::OnceLock<MarkListener>,
+    /// What this process cost the host in memory at the first userspace
+    /// mark (or at the end of the set-up `--stop-after` asked for).
+    memory: std::sync::OnceLock<MemorySample>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -121,7 +125,31 @@ impl Recorder {
             clock,
             marks: Mutex::new(Vec::new()),
             listener: std::sync::OnceLock::new(),
+            memory: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Reads this process's memory use (`/proc/self/smaps_rollup`, once)
+    /// and keeps it as taken at `at`, unless a sample was kept already.
+    /// Runs on the calling thread: a vCPU thread that wrote the userspace
+    /// mark reads it before the guest goes on.
+    pub fn sample_memory(&self, at: &str) {
+        if self.memory.get().is_some() {
+            return;
+        }
+        let t_ns = self.clock.now_ns();
+        if let Ok(usage) = MemoryUse::of_self() {
+            let _ = self.memory.set(MemorySample {
+                at: at.into(),
+                t_ns,
+                usage,
+            });
+        }
+    }
+
+    /// The memory sample, when one was taken.
+    pub fn memory_sample(&self) -> Option<MemorySample> {
+        self.memory.get().cloned()
     }
 
     /// Installs the listener called for every mark recorded from now on
@@ -179,7 +207,11 @@ impl Recorder {
         if let Some(l) = self.listener.get() {
             l(&mark);
         }
+        let userspace = is_userspace_start(&mark);
         self.lock().push(mark);
+        if userspace {
+            self.sample_memory("userspace");
+        }
     }
 
     pub fn snapshot(&self) -> Vec<PhaseMark> {
@@ -464,6 +496,11 @@ pub struct TimelineDoc {
     /// virtio`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<crate::virtio::VirtioDeviceDoc>,
+    /// What the VMM process cost the host in memory (RSS, PSS, USS from
+    /// `/proc/self/smaps_rollup`) at the first userspace mark, or at the
+    /// end of the set-up `--stop-after` asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_memory: Option<MemorySample>,
 }
 
 impl TimelineDoc {

@@ -90,7 +90,7 @@ pub fn compare_metric(
     let ratio = match kind {
         MetricKind::Time if test.paired() => stats::paired_ratio_interval(base, new, 1.0 - alpha),
         MetricKind::Time => stats::ratio_interval(base, new, 1.0 - alpha),
-        MetricKind::Count => None,
+        MetricKind::Count | MetricKind::Bytes => None,
     };
     Some(Comparison {
         ratio,

@@ -24,6 +24,8 @@ impl Comparison {
                 (MetricKind::Time, false) => "slower",
                 (MetricKind::Count, true) => "fewer",
                 (MetricKind::Count, false) => "more",
+                (MetricKind::Bytes, true) => "smaller",
+                (MetricKind::Bytes, false) => "larger",
             };
             format!("{} % {word}", format_pct(pct))
         };
@@ -76,6 +78,7 @@ pub fn format_value(kind: MetricKind, v: f64) -> String {
         MetricKind::Time => format!("{:.1} ms", v / 1e6),
         MetricKind::Count if v.fract() == 0.0 => format!("{v:.0}"),
         MetricKind::Count => format!("{v:.1}"),
+        MetricKind::Bytes => format!("{:.1} MiB", v / 1_048_576.0),
     }
 }
 
@@ -249,6 +252,7 @@ impl CheckReport {
             let class = match r.kind {
                 MetricKind::Time => "bootscope.check.time",
                 MetricKind::Count => "bootscope.check.count",
+                MetricKind::Bytes => "bootscope.check.bytes",
             };
             let name = xml_escape(&r.metric);
             if r.status == "regression" {

@@ -13,7 +13,7 @@ fn sample(path: &str, values: &[(&str, &[f64])]) -> Sample {
             .collect(),
         rounds: values
             .iter()
-            .map(|(k, v)| (k.to_string(), (0..v.len() as u32).collect()))
+            .map(|(k, v)| (k.to_string(), (0..v.len() as u64).collect()))
             .collect(),
         provenance: crate::provenance::Provenance::default(),
     }
@@ -92,7 +92,7 @@ fn paired_compare_sees_through_drift() {
     assert!((r.estimate - 1.02).abs() < 1e-9 && (r.low - 1.02).abs() < 1e-9);
     // Pairs are made by round: a round whose run failed on one side
     // (round 3 missing from the new side) leaves that round out.
-    let rounds: Vec<u32> = (0..20).filter(|r| *r != 3).collect();
+    let rounds: Vec<u64> = (0..20).filter(|r| *r != 3).collect();
     b.values.insert(
         "time_to_userspace".into(),
         rounds.iter().map(|r| new[*r as usize]).collect(),

@@ -155,13 +155,20 @@ fn check_options(opts: &CheckOptions) -> Result<(), BenchError> {
 }
 
 /// What is checked when no metric is named: time to userspace, every phase
-/// and exits:total, after checking both booted through the same phases.
+/// and exits:total (and of storms the p99 time to userspace and the
+/// makespan), after checking both booted through the same phases.
 fn default_specs(baseline: &Sample, current: &Sample) -> Result<Vec<MetricSpec>, BenchError> {
     check_phases(baseline, current)?;
     let mut names: Vec<String> = baseline
         .values
         .keys()
-        .filter(|k| *k == "time_to_userspace" || *k == "exits:total" || k.starts_with("phase:"))
+        .filter(|k| {
+            *k == "time_to_userspace"
+                || *k == "exits:total"
+                || k.starts_with("phase:")
+                || *k == "storm:time_to_userspace:p99"
+                || *k == "storm:makespan"
+        })
         // Checked where both have it.
         .filter(|k| !is_profiler_phase(k) || current.values.contains_key(*k))
         .cloned()
@@ -239,7 +246,7 @@ fn check_metric(
     let limit = spec.max_regression_pct.unwrap_or(opts.max_regression_pct);
     let beyond = c.change_pct > limit;
     let regression = match kind {
-        MetricKind::Count => beyond,
+        MetricKind::Count | MetricKind::Bytes => beyond,
         MetricKind::Time => beyond && c.significant,
     };
     let (b, n) = c.centers();

@@ -69,6 +69,7 @@ fn document(
         memory: prealloc.and_then(|p| serde_json::to_value(p).ok()),
         initcalls: None,
         devices: Vec::new(),
+        host_memory: recorder.memory_sample(),
     }
 }
 
@@ -82,6 +83,10 @@ pub(super) fn setup_only_timeline(
     kernel: Option<&LoadedKernel>,
     prealloc: Option<&PreallocReport>,
 ) -> TimelineDoc {
+    recorder.sample_memory(match stage {
+        StopAfter::Memory => "memory set-up",
+        StopAfter::Load => "load",
+    });
     let guest = GuestInfo {
         kernel: match kernel {
             Some(_) => cfg.kernel.display().to_string(),
