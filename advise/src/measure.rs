@@ -63,6 +63,7 @@ impl ProvePlan {
             work_dir: dir.clone(),
             machine: self.machine.clone(),
             stop: Some(self.stop.clone()),
+            parallel: None,
         };
         let metric = self.metric();
         let result = plan.run(|p: &Progress| {

@@ -260,6 +260,7 @@ impl BenchPlan {
                         stderr.trim()
                     )),
                     metrics: BTreeMap::new(),
+                    userspace_mark: None,
                 },
                 Err(e) => return Err(e),
             };
@@ -312,6 +313,7 @@ mod tests {
             exit_code: Some(0),
             outcome: None,
             error: None,
+            userspace_mark: None,
             metrics: [
                 ("time_to_userspace".to_string(), ttu),
                 ("phase:kernel".to_string(), ttu),

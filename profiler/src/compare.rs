@@ -89,7 +89,7 @@ impl PhaseChange {
 /// Milliseconds from nanoseconds, one decimal, digits grouped.
 fn ms_text(ns: f64) -> String {
     let tenths = (ns / 1e5).round() as i64;
-    let whole = group(tenths / 10);
+    let whole = group(i128::from(tenths / 10));
     let whole = if tenths < 0 && tenths / 10 == 0 {
         format!("-{whole}")
     } else {
