@@ -40,7 +40,7 @@ pub const MAX_INPUT_ENV: &str = "BOOTSCOPE_MAX_INPUT";
 /// Why an input cannot be read. Each message names the path and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
-    #[error("cannot open {}: {source}", path.display())]
+    #[error("cannot read {}: {source}", path.display())]
     Open {
         path: PathBuf,
         source: std::io::Error,
