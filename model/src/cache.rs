@@ -149,7 +149,11 @@ fn dir_problem(m: &Metadata, uid: u32, own: bool) -> Option<String> {
         return Some(format!(
             "it is owned by uid {}, not by {} (uid {uid})",
             m.uid(),
-            if own { "this user" } else { "this user or root" }
+            if own {
+                "this user"
+            } else {
+                "this user or root"
+            }
         ));
     }
     let open = m.mode() & 0o022;
@@ -210,16 +214,16 @@ pub fn check_file(path: &Path, m: &Metadata) -> Result<(), CacheError> {
     if m.uid() != uid {
         return Err(untrusted(
             path,
-            format!("it is owned by uid {}, not by this user (uid {uid})", m.uid()),
+            format!(
+                "it is owned by uid {}, not by this user (uid {uid})",
+                m.uid()
+            ),
         ));
     }
     if m.mode() & 0o022 != 0 {
         return Err(untrusted(
             path,
-            format!(
-                "it is writable by others (mode {:04o})",
-                m.mode() & 0o7777
-            ),
+            format!("it is writable by others (mode {:04o})", m.mode() & 0o7777),
         ));
     }
     Ok(())
@@ -255,7 +259,10 @@ pub fn read_file(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, CacheError>
     if m.len() > limit {
         return Err(untrusted(
             path,
-            format!("it is {} bytes, more than a cache entry of its kind", m.len()),
+            format!(
+                "it is {} bytes, more than a cache entry of its kind",
+                m.len()
+            ),
         ));
     }
     let mut out = Vec::with_capacity(m.len() as usize);
