@@ -78,7 +78,9 @@ pub fn check_url(url: &str) -> Result<(), String> {
     let after_host = host_port.rfind(']').map_or(host_port, |i| &host_port[i..]);
     if let Some(colon) = after_host.find(':') {
         let port = &after_host[colon + 1..];
-        if !matches!(port.parse::<u16>(), Ok(p) if p > 0) || !port.bytes().all(|b| b.is_ascii_digit()) {
+        if !matches!(port.parse::<u16>(), Ok(p) if p > 0)
+            || !port.bytes().all(|b| b.is_ascii_digit())
+        {
             return Err(format!(
                 "--push \"{shown}\": {port:?} is not a port; give a number from 1 to 65535 \
                  (the Pushgateway's is 9091)"
@@ -261,14 +263,13 @@ pub fn hostname() -> String {
 /// this host; Err names the URL and what went wrong.
 pub fn push(url: &str, kind: &str, text: &str) -> Result<String, String> {
     check_url(url)?;
-    let parts = split_url(url).ok_or_else(|| format!("--push {}: not an http:// URL", redact(url)))?;
+    let parts =
+        split_url(url).ok_or_else(|| format!("--push {}: not an http:// URL", redact(url)))?;
     let path = group_path(kind, &hostname());
     let target = format!("http://{}{path}", parts.rest.trim_end_matches('/'));
-    let shown = bootscope_model::text::printable(&redact(&format!(
-        "{}{path}",
-        url.trim_end_matches('/')
-    )))
-    .into_owned();
+    let shown =
+        bootscope_model::text::printable(&redact(&format!("{}{path}", url.trim_end_matches('/'))))
+            .into_owned();
     let agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(15)))
         .http_status_as_error(false)
@@ -373,7 +374,9 @@ mod tests {
             let e = check_url(bad).unwrap_err();
             assert!(!e.contains("secret") && !e.contains("user"), "{e}");
         }
-        assert!(check_url("http://gw:99999").unwrap_err().contains("not a port"));
+        assert!(check_url("http://gw:99999")
+            .unwrap_err()
+            .contains("not a port"));
         assert!(check_url("http://gw:0").is_err());
         assert!(check_url("http://gw:+80").is_err());
         assert!(check_url("http://gw:").is_err());

@@ -106,9 +106,13 @@ fn a_group_writable_cache_is_refused_saying_why() {
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o770)).unwrap();
     let kernel = root("vmm/tests/fixtures/mini-bzimage-reset.bin");
     let o = output_within(
-        bootscope()
-            .env("XDG_CACHE_HOME", d.path())
-            .args(["run", "--stop-after", "memory", "--kernel", &kernel]),
+        bootscope().env("XDG_CACHE_HOME", d.path()).args([
+            "run",
+            "--stop-after",
+            "memory",
+            "--kernel",
+            &kernel,
+        ]),
         60,
     );
     let e = stderr(&o);
@@ -160,7 +164,11 @@ fn a_serial_fifo_without_a_reader_is_refused_at_once() {
         20,
     );
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("no process is reading"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no process is reading"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -461,7 +469,10 @@ fn inputs_have_a_size_limit_checked_before_reading() {
         let o = output_within(bootscope().args(&args), 20);
         let e = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
-        assert!(e.contains("input limit") && e.contains("BOOTSCOPE_MAX_INPUT"), "{args:?}: {e}");
+        assert!(
+            e.contains("input limit") && e.contains("BOOTSCOPE_MAX_INPUT"),
+            "{args:?}: {e}"
+        );
     }
     // An endless device: read up to the limit, then refused.
     let o = output_within(
@@ -471,7 +482,11 @@ fn inputs_have_a_size_limit_checked_before_reading() {
         20,
     );
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("input limit of 16 MiB"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("input limit of 16 MiB"),
+        "{}",
+        stderr(&o)
+    );
     // The limit raised: the file is read (and found not to be JSON).
     let small = d.path().join("small.json");
     std::fs::write(&small, vec![b' '; 2048]).unwrap();
@@ -482,7 +497,11 @@ fn inputs_have_a_size_limit_checked_before_reading() {
             .args(["export", "--json", &s]),
         20,
     );
-    assert!(stderr(&o).contains("input limit of 1 KiB"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("input limit of 1 KiB"),
+        "{}",
+        stderr(&o)
+    );
     let o = output_within(
         bootscope()
             .env("BOOTSCOPE_MAX_INPUT", "4K")
@@ -510,7 +529,10 @@ fn initcall_timestamps_that_overflow_are_an_error() {
          [99999999999.000000] initcall a_init+0x0/0x10 returned 0 after 1 usecs\n",
     )
     .unwrap();
-    let o = output_within(bootscope().args(["initcalls", &log.display().to_string()]), 20);
+    let o = output_within(
+        bootscope().args(["initcalls", &log.display().to_string()]),
+        20,
+    );
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(e.contains("line 2") && e.contains("out of range"), "{e}");
@@ -520,7 +542,10 @@ fn initcall_timestamps_that_overflow_are_an_error() {
          [    0.200000] initcall a_init+0x0/0x10 returned 0 after 18446744073709551 usecs\n",
     )
     .unwrap();
-    let o = output_within(bootscope().args(["initcalls", &log.display().to_string()]), 20);
+    let o = output_within(
+        bootscope().args(["initcalls", &log.display().to_string()]),
+        20,
+    );
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(e.contains("a_init") && e.contains("out of range"), "{e}");

@@ -105,8 +105,15 @@ pub fn cache_dir(sub: &str) -> Result<PathBuf, CacheError> {
 }
 
 /// Creates `dir` (under the cache directory `base`) where missing, mode
-/// 0700, and checks it and every directory above it by [`check_dir`].
+/// 0700, and checks it and every directory above it by [`check_dir`]. The
+/// part that exists is checked first: nothing is created in a directory
+/// that is not trusted.
 pub fn private_dir(base: &Path, dir: &Path) -> Result<(), CacheError> {
+    let existing = dir
+        .ancestors()
+        .find(|a| !a.as_os_str().is_empty() && std::fs::metadata(a).is_ok())
+        .unwrap_or(Path::new("/"));
+    check_chain(base, existing, dir)?;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -143,7 +150,11 @@ fn dir_problem(m: &Metadata, uid: u32, own: bool) -> Option<String> {
         return Some(format!(
             "it is owned by uid {}, not by {} (uid {uid})",
             m.uid(),
-            if own { "this user" } else { "this user or root" }
+            if own {
+                "this user"
+            } else {
+                "this user or root"
+            }
         ));
     }
     let open = m.mode() & 0o022;
@@ -164,20 +175,23 @@ fn dir_problem(m: &Metadata, uid: u32, own: bool) -> Option<String> {
 /// path) owned by this user or root and writable by no one else unless
 /// sticky.
 pub fn check_dir(base: &Path, dir: &Path) -> Result<(), CacheError> {
+    check_chain(base, dir, dir)
+}
+
+/// [`check_dir`] of the existing directory `existing` (`dir` or one above
+/// it; `base` may not exist yet), naming `dir` in the error.
+fn check_chain(base: &Path, existing: &Path, dir: &Path) -> Result<(), CacheError> {
     let uid = effective_uid();
-    let real = std::fs::canonicalize(dir).map_err(|source| CacheError::Stat {
-        path: dir.to_path_buf(),
+    let real = std::fs::canonicalize(existing).map_err(|source| CacheError::Stat {
+        path: existing.to_path_buf(),
         source,
     })?;
-    let real_base = std::fs::canonicalize(base).map_err(|source| CacheError::Stat {
-        path: base.to_path_buf(),
-        source,
-    })?;
+    let real_base = std::fs::canonicalize(base).ok();
     for p in real.ancestors() {
         let m = stat(p)?;
-        let own = p.starts_with(&real_base);
+        let own = real_base.as_ref().is_some_and(|b| p.starts_with(b));
         if let Some(why) = dir_problem(&m, uid, own) {
-            let why = if p == real {
+            let why = if p == real && existing == dir {
                 why
             } else {
                 format!("the directory above it, {}: {why}", p.display())
@@ -201,16 +215,16 @@ pub fn check_file(path: &Path, m: &Metadata) -> Result<(), CacheError> {
     if m.uid() != uid {
         return Err(untrusted(
             path,
-            format!("it is owned by uid {}, not by this user (uid {uid})", m.uid()),
+            format!(
+                "it is owned by uid {}, not by this user (uid {uid})",
+                m.uid()
+            ),
         ));
     }
     if m.mode() & 0o022 != 0 {
         return Err(untrusted(
             path,
-            format!(
-                "it is writable by others (mode {:04o})",
-                m.mode() & 0o7777
-            ),
+            format!("it is writable by others (mode {:04o})", m.mode() & 0o7777),
         ));
     }
     Ok(())
@@ -246,7 +260,10 @@ pub fn read_file(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, CacheError>
     if m.len() > limit {
         return Err(untrusted(
             path,
-            format!("it is {} bytes, more than a cache entry of its kind", m.len()),
+            format!(
+                "it is {} bytes, more than a cache entry of its kind",
+                m.len()
+            ),
         ));
     }
     let mut out = Vec::with_capacity(m.len() as usize);
@@ -398,6 +415,12 @@ mod tests {
             assert!(e.to_string().contains("writable"), "{e}");
             set_mode(which, 0o700);
         }
+        // Nothing is created under a directory that is refused.
+        set_mode(&base, 0o770);
+        let deeper = dir.join("deeper");
+        assert!(private_dir(&base, &deeper).is_err());
+        assert!(!deeper.exists());
+        set_mode(&base, 0o700);
         // Above the cache: group-writable refused, sticky world-writable
         // (like /tmp) allowed.
         set_mode(d.path(), 0o775);

@@ -40,7 +40,7 @@ pub const MAX_INPUT_ENV: &str = "BOOTSCOPE_MAX_INPUT";
 /// Why an input cannot be read. Each message names the path and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
-    #[error("cannot open {}: {source}", path.display())]
+    #[error("cannot read {}: {source}", path.display())]
     Open {
         path: PathBuf,
         source: std::io::Error,
@@ -55,7 +55,11 @@ pub enum InputError {
     #[error("{} is a {what}; give a regular file (or a pipe or character device)", path.display())]
     Unsupported { path: PathBuf, what: &'static str },
     #[error("{} is {} ({size} bytes), more than the input limit of {}; raise the limit with {MAX_INPUT_ENV}=SIZE (for example {MAX_INPUT_ENV}=8G) if it is meant", path.display(), human_size(*size), human_size(*limit))]
-    TooLarge { path: PathBuf, size: u64, limit: u64 },
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
     #[error("{} gives more than the input limit of {} (it is not a regular file, so it was read up to the limit); raise the limit with {MAX_INPUT_ENV}=SIZE if it is meant", path.display(), human_size(*limit))]
     StreamTooLarge { path: PathBuf, limit: u64 },
     #[error("{MAX_INPUT_ENV}={value:?} is not a size: {why}; give one such as 2G")]
@@ -281,7 +285,9 @@ impl Read for Limited {
                 }
             };
         }
-        let want = buf.len().min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
         let n = self.file.read(&mut buf[..want])?;
         self.left -= n as u64;
         Ok(n)
@@ -304,7 +310,6 @@ mod tests {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
     use std::time::{Duration, Instant};
-
 
     fn mkfifo(p: &Path) {
         let c = CString::new(p.as_os_str().as_bytes()).unwrap();

@@ -569,10 +569,9 @@ pub fn prepare_kernel(
                         (CacheUse::Hit, _) => vmm_marks::KERNEL_FROM_CACHE.to_string(),
                         // Says in the timeline that the cache entry was not
                         // used, and why.
-                        (CacheUse::Rebuilt, Some(why)) => format!(
-                            "{} (cache: rebuilt, {why})",
-                            vmm_marks::KERNEL_DECOMPRESSED
-                        ),
+                        (CacheUse::Rebuilt, Some(why)) => {
+                            format!("{} (cache: rebuilt, {why})", vmm_marks::KERNEL_DECOMPRESSED)
+                        }
                         _ => vmm_marks::KERNEL_DECOMPRESSED.to_string(),
                     });
                 }

@@ -270,25 +270,51 @@ mod tests {
     fn many_open_calls_are_matched_by_name_and_pid() {
         let mut log = Vec::new();
         for i in 0..100_000u64 {
-            log.push(rec(i, i, &format!("calling  never_returns_{i}+0x0/0x10 @ 1")));
+            log.push(rec(
+                i,
+                i,
+                &format!("calling  never_returns_{i}+0x0/0x10 @ 1"),
+            ));
         }
         for pid in [7u32, 3, 5] {
-            log.push(rec(0, 200_000 + u64::from(pid), &format!("calling  same+0x0/0x10 @ {pid}")));
+            log.push(rec(
+                0,
+                200_000 + u64::from(pid),
+                &format!("calling  same+0x0/0x10 @ {pid}"),
+            ));
         }
         for i in 0..100_000u64 {
-            log.push(rec(0, 300_000 + i, &format!("initcall unknown_{i}+0x0/0x10 returned 0 after 1 usecs")));
+            log.push(rec(
+                0,
+                300_000 + i,
+                &format!("initcall unknown_{i}+0x0/0x10 returned 0 after 1 usecs"),
+            ));
         }
         for _ in 0..4 {
-            log.push(rec(0, 400_000, "initcall same+0x0/0x10 returned 0 after 2 usecs"));
+            log.push(rec(
+                0,
+                400_000,
+                "initcall same+0x0/0x10 returned 0 after 2 usecs",
+            ));
         }
-        log.push(rec(0, 500_000, "initcall huge+0x0/0x10 returned 0 after 18446744073709551615 usecs"));
+        log.push(rec(
+            0,
+            500_000,
+            "initcall huge+0x0/0x10 returned 0 after 18446744073709551615 usecs",
+        ));
         let calls = parse(&log);
         let pids: Vec<u32> = calls.iter().map(|c| c.pid).collect();
         assert_eq!(pids, [3, 5, 7]);
-        assert!(calls.iter().all(|c| c.name == "same" && c.duration_ns == 2000));
+        assert!(calls
+            .iter()
+            .all(|c| c.name == "same" && c.duration_ns == 2000));
         let huge = parse(&[
             rec(0, 1, "calling  huge+0x0/0x10 @ 1"),
-            rec(0, 2, "initcall huge+0x0/0x10 returned 0 after 18446744073709551615 usecs"),
+            rec(
+                0,
+                2,
+                "initcall huge+0x0/0x10 returned 0 after 18446744073709551615 usecs",
+            ),
         ]);
         assert_eq!(huge[0].duration_ns, u64::MAX, "overflow is not wrapped");
     }

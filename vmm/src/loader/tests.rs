@@ -165,7 +165,9 @@ fn a_cached_kernel_that_changed_is_rebuilt_and_the_timeline_says_so() {
     let mid = damaged.len() / 2;
     damaged[mid - (5 << 19)..mid + (5 << 19)].fill(0);
     bootscope_model::cache::write_private(&cached, &damaged).unwrap();
-    let rec = Arc::new(crate::timeline::Recorder::new(crate::timeline::Clock::start()));
+    let rec = Arc::new(crate::timeline::Recorder::new(
+        crate::timeline::Clock::start(),
+    ));
     let prepared = prepare_kernel(&path, &host_opts(cache.path()), Some(rec.clone())).unwrap();
     let k2 = prepared.load(&memory(64 << 20), 64 << 20).unwrap();
     let boot = k2.boot.unwrap();
