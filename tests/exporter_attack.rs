@@ -354,8 +354,9 @@ fn hostile_clients_do_not_keep_scrapes_out() {
         rss_before >> 20,
         rss_most >> 20
     );
-    // At most 256 connections, each a socket.
-    assert!(fds_most <= fds_before + 256 + 16, "{fds_most} descriptors");
+    // At most 256 connections, each a socket (and a few the scan of /proc
+    // and the exposition open for a moment).
+    assert!(fds_most <= fds_before + 256 + 32, "{fds_most} descriptors");
     assert!(
         rss_most <= rss_before + (64 << 20),
         "{rss_most} bytes resident"
