@@ -485,7 +485,7 @@ mod tests {
         let mut ok = plan();
         let good = placed(&file, "/root/.cache/bootscope/kernels/vmlinux-ab");
         add_placed_inputs(&mut ok, std::slice::from_ref(&good)).unwrap();
-        assert_eq!(ok.inputs, [good.clone()]);
+        assert_eq!(ok.inputs, std::slice::from_ref(&good));
         for (bad, why) in [
             (vec![placed(&file, "rel/vmlinux-ab")], "must be absolute"),
             (vec![placed(dir.path(), "/d")], "not a regular file"),
