@@ -251,3 +251,27 @@ fn lab_run_tui_moves_while_the_guest_boots_and_quits_clean() {
     assert!(!std::fs::read(&console).unwrap().is_empty());
     let _ = std::fs::remove_dir_all(&p.dir);
 }
+
+/// Without a terminal on the host there is none to give: exit 2 at once,
+/// before the lab starts, saying what to do.
+#[test]
+fn lab_tui_without_a_terminal_is_refused() {
+    for args in [
+        vec!["lab", "--", "run", "--tui", "--kernel", "/nonexistent"],
+        vec!["lab", "--tty", "--exe", "/bin/sh", "--", "-c", "true"],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("bootscope runs");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("needs a terminal")
+                && err.contains("standard input is not a terminal")
+                && err.contains("run `bootscope lab` in a terminal"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -473,6 +473,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn placed_inputs_are_files_at_absolute_paths_of_their_own() {
+        let dir = TempDir::new("placed").unwrap();
+        let file = dir.path().join("vmlinux-ab");
+        fs::write(&file, b"x").unwrap();
+        let plan = || plan_arguments(&[], &[], &[], dir.path()).unwrap();
+        let placed = |host: &Path, guest: &str| InputFile {
+            host: host.to_path_buf(),
+            guest: PathBuf::from(guest),
+        };
+        let mut ok = plan();
+        let good = placed(&file, "/root/.cache/bootscope/kernels/vmlinux-ab");
+        add_placed_inputs(&mut ok, std::slice::from_ref(&good)).unwrap();
+        assert_eq!(ok.inputs, std::slice::from_ref(&good));
+        for (bad, why) in [
+            (vec![placed(&file, "rel/vmlinux-ab")], "must be absolute"),
+            (vec![placed(dir.path(), "/d")], "not a regular file"),
+            (
+                vec![placed(&dir.path().join("none"), "/n")],
+                "not a regular file",
+            ),
+            (vec![good.clone(), good.clone()], "another input goes there"),
+        ] {
+            let err = add_placed_inputs(&mut plan(), &bad).unwrap_err();
+            assert!(
+                matches!(&err, LabError::InvalidConfig(m) if m.contains(why)),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
     fn bad_cpu_counts_are_refused_before_anything_runs() {
         for cpus in [0, LabConfig::MAX_CPUS + 1] {
             let mut cfg = LabConfig::new("/nonexistent/bootscope", Vec::new());
