@@ -37,7 +37,17 @@ fn parallel_bad_input_is_refused_before_any_boot() {
     // No kernel needed: nothing boots.
     let k = "/nonexistent/kernel";
     expect_usage_error(
-        &["bench", "--parallel", "0", "-o", o, "--", "run", "--kernel", k],
+        &[
+            "bench",
+            "--parallel",
+            "0",
+            "-o",
+            o,
+            "--",
+            "run",
+            "--kernel",
+            k,
+        ],
         &["--parallel 0", "1 or more"],
     );
     // Twice the available memory's worth of 1 TiB guests.
@@ -45,7 +55,17 @@ fn parallel_bad_input_is_refused_before_any_boot() {
     let ns = n.to_string();
     expect_usage_error(
         &[
-            "bench", "--parallel", &ns, "-o", o, "--", "run", "--kernel", k, "--memory", "1T",
+            "bench",
+            "--parallel",
+            &ns,
+            "-o",
+            o,
+            "--",
+            "run",
+            "--kernel",
+            k,
+            "--memory",
+            "1T",
         ],
         &[
             &format!("--parallel {n}: configuration a boots {n} VMs of 1 TiB"),
@@ -74,10 +94,7 @@ fn parallel_bad_input_is_refused_before_any_boot() {
         ],
         &["configuration b boots"],
     );
-    expect_usage_error(
-        &["bench", "--parallel", "x", "--", "run"],
-        &["--parallel"],
-    );
+    expect_usage_error(&["bench", "--parallel", "x", "--", "run"], &["--parallel"]);
     assert!(!out.exists(), "no output file after a refusal");
 }
 
@@ -115,8 +132,17 @@ fn a_small_storm_of_fixture_guests() {
     assert!(err.contains("storms of 3 VM(s) started at once"), "{err}");
     assert!(err.contains("a storm of 3: 3 ok, 0 failed"), "{err}");
     let summary = String::from_utf8_lossy(&o.stdout);
-    for needle in ["storms of 3 VMs: 2 with every VM ok", "time to userspace", "p99", "boots per second", "PSS of all 3 VMs"] {
-        assert!(summary.contains(needle), "summary lacks {needle:?}: {summary}");
+    for needle in [
+        "storms of 3 VMs: 2 with every VM ok",
+        "time to userspace",
+        "p99",
+        "boots per second",
+        "PSS of all 3 VMs",
+    ] {
+        assert!(
+            summary.contains(needle),
+            "summary lacks {needle:?}: {summary}"
+        );
     }
     let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     assert_eq!(doc["version"], 2);
@@ -143,10 +169,20 @@ fn a_small_storm_of_fixture_guests() {
     for s in storms {
         assert_eq!(s["ok"], true, "{s}");
         let m = &s["metrics"];
-        let p = |stat: &str| m[format!("storm:time_to_userspace:{stat}")].as_u64().unwrap();
-        assert!(p("p50") <= p("p90") && p("p90") <= p("p99") && p("p99") <= p("max"), "{s}");
+        let p = |stat: &str| {
+            m[format!("storm:time_to_userspace:{stat}")]
+                .as_u64()
+                .unwrap()
+        };
+        assert!(
+            p("p50") <= p("p90") && p("p90") <= p("p99") && p("p99") <= p("max"),
+            "{s}"
+        );
         assert!(m["storm:makespan"].as_u64().unwrap() >= m["storm:wall:max"].as_u64().unwrap() / 2);
-        assert!(m["storm:memory:pss:sum"].as_u64().unwrap() >= m["storm:memory:pss:max"].as_u64().unwrap());
+        assert!(
+            m["storm:memory:pss:sum"].as_u64().unwrap()
+                >= m["storm:memory:pss:max"].as_u64().unwrap()
+        );
         assert!(s["boots_per_second"].as_f64().unwrap() > 0.0);
     }
     assert_eq!(c["summary"]["storm:time_to_userspace:p99"]["n"], 2);
@@ -167,7 +203,10 @@ fn a_small_storm_of_fixture_guests() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let report = String::from_utf8_lossy(&o.stdout);
-    assert!(report.contains("time to userspace p99 per storm"), "{report}");
+    assert!(
+        report.contains("time to userspace p99 per storm"),
+        "{report}"
+    );
 }
 
 /// `--stop-after memory` storms: the memory set-up time and each VMM's
@@ -207,5 +246,8 @@ fn a_storm_of_memory_set_ups() {
     // Preallocated: every VMM holds its 64 MiB of guest memory privately.
     let uss = m["storm:memory:uss:p50"].as_u64().unwrap();
     assert!(uss >= 64 << 20, "USS {uss}: {s}");
-    assert!(m["storm:memory:uss:sum"].as_u64().unwrap() >= 4 * (64 << 20), "{s}");
+    assert!(
+        m["storm:memory:uss:sum"].as_u64().unwrap() >= 4 * (64 << 20),
+        "{s}"
+    );
 }

@@ -515,7 +515,6 @@ pub struct Execution {
     pub memory: Option<bootscope_model::smaps::MemoryUse>,
 }
 
-
 /// How long a stopped run has between SIGTERM and SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
