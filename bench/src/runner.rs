@@ -118,6 +118,9 @@ pub struct BenchPlan {
     pub parallel: Option<u32>,
 }
 
+/// One configuration's runs of one round, and its storm (`--parallel`).
+type RoundRuns = (Vec<RunRecord>, Option<crate::storm::StormRecord>);
+
 /// Reported after every run.
 pub struct Progress<'a> {
     /// Runs finished so far, this one included.
@@ -290,7 +293,7 @@ impl BenchPlan {
         index: u32,
         round: u32,
         warmup: bool,
-    ) -> Result<Option<(Vec<RunRecord>, Option<crate::storm::StormRecord>)>, BenchError> {
+    ) -> Result<Option<RoundRuns>, BenchError> {
         let mut records = Vec::new();
         if self.parallel.is_none_or(|n| n > 1) {
             let mut record = self.run_once(config, index, round, warmup)?;
