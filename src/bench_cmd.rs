@@ -505,14 +505,26 @@ fn summary_text(doc: &BenchDoc) -> String {
     }
     for c in &doc.configs {
         let ok = c.measured().count();
-        let _ = writeln!(
-            s,
-            "\n{}: {} ok, {} failed of {} measured run(s)",
-            c.label,
-            ok,
-            c.failures(),
-            doc.settings.runs
-        );
+        let _ = match doc.settings.parallel {
+            // Every VM of every storm is a run of its own.
+            Some(_) => writeln!(
+                s,
+                "\n{}: {} ok, {} failed of {} measured boot(s) in {} round(s)",
+                c.label,
+                ok,
+                c.failures(),
+                c.runs.iter().filter(|r| !r.warmup).count(),
+                doc.settings.runs
+            ),
+            None => writeln!(
+                s,
+                "\n{}: {} ok, {} failed of {} measured run(s)",
+                c.label,
+                ok,
+                c.failures(),
+                doc.settings.runs
+            ),
+        };
         let _ = writeln!(
             s,
             "  {:<34} {:>11} {:>11} {:>11} {:>11} {:>11}",

@@ -110,7 +110,7 @@ fn bench_interleaves_two_boots_then_compare_and_plot_read_it() {
 
     let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     assert_eq!(doc["schema"], "bootscope.bench");
-    assert_eq!(doc["version"], 1);
+    assert_eq!(doc["version"], 2);
     assert_eq!(doc["settings"]["interleaved"], true);
     assert!(!doc["created"].as_str().unwrap().is_empty());
     assert!(!doc["machine"]["host_kvm"].as_str().unwrap().is_empty());
@@ -751,7 +751,7 @@ fn bench_records_meta_and_the_git_revision() {
         text(&o)
     );
     let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
-    assert_eq!(doc["version"], 1);
+    assert_eq!(doc["version"], 2);
     assert_eq!(doc["meta"], json!({"kernel": "mini 1", "config": "x=y"}));
     assert_eq!(doc["git"], json!({"commit": head, "dirty": false}));
     // compare and check name them.

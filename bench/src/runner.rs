@@ -118,6 +118,9 @@ pub struct BenchPlan {
     pub parallel: Option<u32>,
 }
 
+/// One configuration's runs of one round, and its storm (`--parallel`).
+type RoundRuns = (Vec<RunRecord>, Option<crate::storm::StormRecord>);
+
 /// Reported after every run.
 pub struct Progress<'a> {
     /// Runs finished so far, this one included.
@@ -224,25 +227,11 @@ impl BenchPlan {
                     break;
                 }
                 let warmup = round < self.warmup;
-                let mut records = Vec::new();
-                if self.parallel.is_none_or(|n| n > 1) {
-                    let mut record = self.run_once(&self.configs[ci], index, round, warmup)?;
-                    record.solo = self.parallel.is_some();
-                    if self.stopped() {
-                        break;
-                    }
-                    records.push(record);
-                }
-                let mut storm = None;
-                if let Some(n) = self.parallel {
-                    let first = index + records.len() as u32;
-                    let (vms, s) = self.run_storm(&self.configs[ci], n, first, round, warmup)?;
-                    if self.stopped() {
-                        break;
-                    }
-                    records.extend(vms);
-                    storm = Some(s);
-                }
+                let Some((records, mut storm)) =
+                    self.round_of(&self.configs[ci], index, round, warmup)?
+                else {
+                    break;
+                };
                 let last = records.len();
                 for (i, record) in records.into_iter().enumerate() {
                     index += 1;
@@ -293,6 +282,38 @@ impl BenchPlan {
 
     fn stopped(&self) -> bool {
         self.stop.as_ref().is_some_and(|s| s.load(Ordering::SeqCst))
+    }
+
+    /// One configuration's runs of one round: one run; with `--parallel N`
+    /// the VM alone (N > 1) and the storm. `None` once stopped (the run
+    /// under way is left out).
+    fn round_of(
+        &self,
+        config: &ConfigPlan,
+        index: u32,
+        round: u32,
+        warmup: bool,
+    ) -> Result<Option<RoundRuns>, BenchError> {
+        let mut records = Vec::new();
+        if self.parallel.is_none_or(|n| n > 1) {
+            let mut record = self.run_once(config, index, round, warmup)?;
+            record.solo = self.parallel.is_some();
+            if self.stopped() {
+                return Ok(None);
+            }
+            records.push(record);
+        }
+        let mut storm = None;
+        if let Some(n) = self.parallel {
+            let first = index + records.len() as u32;
+            let (vms, s) = self.run_storm(config, n, first, round, warmup)?;
+            if self.stopped() {
+                return Ok(None);
+            }
+            records.extend(vms);
+            storm = Some(s);
+        }
+        Ok(Some((records, storm)))
     }
 
     /// Processes per configuration and round: one, or with `--parallel N`
@@ -496,20 +517,6 @@ pub struct Execution {
     pub memory: Option<bootscope_model::smaps::MemoryUse>,
 }
 
-/// The console pattern whose first match is the userspace moment of a
-/// command's boot: bench then reads the memory of its processes.
-pub const USERSPACE_PATTERN: &str = "userspace";
-
-/// The memory of process group `pgid`'s live processes, summed; `None`
-/// when none could be read.
-fn group_memory(pgid: u32) -> Option<bootscope_model::smaps::MemoryUse> {
-    use bootscope_model::smaps::MemoryUse;
-    bootscope_model::proc::group_members(pgid)
-        .into_iter()
-        .filter_map(|pid| MemoryUse::of_pid(pid).ok())
-        .reduce(MemoryUse::plus)
-}
-
 /// How long a stopped run has between SIGTERM and SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -526,7 +533,7 @@ type ConsoleSeen = (
 
 /// Reads the child's standard output on a thread, noting when each
 /// pattern first matched (from `start`), and at the first match of the
-/// [`USERSPACE_PATTERN`] the memory of process group `pgid`; the receiver
+/// [`crate::storm::USERSPACE_PATTERN`] the memory of process group `pgid`; the receiver
 /// gets them at its end.
 fn read_console(
     stdout: Option<std::process::ChildStdout>,
@@ -555,8 +562,8 @@ fn read_console(
                     for p in &pats {
                         if !seen.contains_key(&p.name) && p.regex.is_match(text) {
                             seen.insert(p.name.clone(), at);
-                            if p.name == USERSPACE_PATTERN {
-                                memory = group_memory(pgid);
+                            if p.name == crate::storm::USERSPACE_PATTERN {
+                                memory = crate::storm::group_memory(pgid);
                             }
                         }
                     }

@@ -32,6 +32,20 @@ use crate::stats;
 /// The statistics a storm keeps of a per-VM metric (`sum` for memory only).
 pub const STATISTICS: [&str; 5] = ["p50", "p90", "p99", "max", "sum"];
 
+/// The console pattern whose first match is the userspace moment of a
+/// command's boot: bench then reads the memory of its processes.
+pub const USERSPACE_PATTERN: &str = "userspace";
+
+/// The memory of process group `pgid`'s live processes, summed; `None`
+/// when none could be read.
+pub fn group_memory(pgid: u32) -> Option<bootscope_model::smaps::MemoryUse> {
+    use bootscope_model::smaps::MemoryUse;
+    bootscope_model::proc::group_members(pgid)
+        .into_iter()
+        .filter_map(|pid| MemoryUse::of_pid(pid).ok())
+        .reduce(MemoryUse::plus)
+}
+
 /// One storm: N VMs of one configuration started at once.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StormRecord {
