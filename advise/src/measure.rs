@@ -171,26 +171,7 @@ impl ProvePlan {
             );
             return r;
         };
-        (r.verdict, r.detail) = match (&cmp.test, cmp.significant, cmp.change_pct < 0.0) {
-            (None, _, _) => (Verdict::Incomplete, cmp.no_test.clone().unwrap_or_default()),
-            (Some(t), true, true) => (
-                Verdict::Accepted,
-                format!("{} sooner, p = {}", pct(cmp.change_pct), p(t.p_value)),
-            ),
-            (Some(t), true, false) => (
-                Verdict::Slower,
-                format!("{} later, p = {}", pct(cmp.change_pct), p(t.p_value)),
-            ),
-            (Some(t), false, _) => (
-                Verdict::NotSignificant,
-                format!(
-                    "change {:+.1} %, p = {} (not below {})",
-                    cmp.change_pct,
-                    p(t.p_value),
-                    self.opts.level
-                ),
-            ),
-        };
+        (r.verdict, r.detail) = verdict(&cmp, self.opts.level);
         r.time_to_userspace = Some(cmp);
         r
     }
@@ -206,6 +187,28 @@ impl ProvePlan {
                 started.elapsed() + one <= d
             }
         }
+    }
+
+    /// One A/B bench and its verdict, with progress; counts its boots.
+    fn measure(
+        &self,
+        s: &Subject,
+        check: &CheckBoot,
+        boots: &mut u32,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<FixResult, AdviseError> {
+        progress(&format!(
+            "{}: {} boots, interleaved",
+            s.name,
+            2 * self.opts.runs
+        ));
+        let doc = self.bench(s, progress)?;
+        *boots += doc
+            .as_ref()
+            .map_or(1, |d| d.configs.iter().map(|c| c.runs.len() as u32).sum());
+        let r = self.judge(s, check, doc);
+        progress(&format!("{}: {:?}: {}", s.name, r.verdict, r.detail));
+        Ok(r)
     }
 
     /// Measures each trial, then the accepted ones together.
@@ -240,17 +243,7 @@ impl ProvePlan {
                 estimate_ns: t.estimate_ns,
                 phase: t.phase.clone(),
             };
-            progress(&format!(
-                "{}: {} boots, interleaved",
-                s.name,
-                2 * self.opts.runs
-            ));
-            let doc = self.bench(&s, progress)?;
-            boots += doc
-                .as_ref()
-                .map_or(1, |d| d.configs.iter().map(|c| c.runs.len() as u32).sum());
-            let r = self.judge(&s, &check, doc);
-            progress(&format!("{}: {:?}: {}", s.name, r.verdict, r.detail));
+            let r = self.measure(&s, &check, &mut boots, progress)?;
             fixes.push(r);
         }
         let accepted: Vec<&ConcreteChange> = fixes
@@ -276,16 +269,7 @@ impl ProvePlan {
                 estimate_ns: None,
                 phase: "kernel".into(),
             };
-            progress(&format!(
-                "{}: {} boots, interleaved",
-                s.name,
-                2 * self.opts.runs
-            ));
-            let doc = self.bench(&s, progress)?;
-            boots += doc
-                .as_ref()
-                .map_or(1, |d| d.configs.iter().map(|c| c.runs.len() as u32).sum());
-            combined = Some(self.judge(&s, &check, doc));
+            combined = Some(self.measure(&s, &check, &mut boots, progress)?);
         }
         let final_changes: Vec<&ConcreteChange> = match &combined {
             Some(c) if c.verdict == Verdict::Accepted => accepted,
@@ -315,6 +299,29 @@ impl ProvePlan {
             final_cmdline,
             interrupted_by: None,
         })
+    }
+}
+
+/// A fix's verdict from its comparison of time to userspace.
+fn verdict(cmp: &bootscope_bench::compare::Comparison, level: f64) -> (Verdict, String) {
+    match (&cmp.test, cmp.significant, cmp.change_pct < 0.0) {
+        (None, _, _) => (Verdict::Incomplete, cmp.no_test.clone().unwrap_or_default()),
+        (Some(t), true, true) => (
+            Verdict::Accepted,
+            format!("{} sooner, p = {}", pct(cmp.change_pct), p(t.p_value)),
+        ),
+        (Some(t), true, false) => (
+            Verdict::Slower,
+            format!("{} later, p = {}", pct(cmp.change_pct), p(t.p_value)),
+        ),
+        (Some(t), false, _) => (
+            Verdict::NotSignificant,
+            format!(
+                "change {:+.1} %, p = {} (not below {level})",
+                cmp.change_pct,
+                p(t.p_value)
+            ),
+        ),
     }
 }
 

@@ -321,12 +321,8 @@ impl ProvePlan {
         self.stop.load(Ordering::SeqCst)
     }
 
-    /// Boots the original once (bench's runner): it must end cleanly and
-    /// reach userspace, else [`AdviseError::DoesNotBoot`]. With `record`,
-    /// a bootscope boot also writes its timeline and profile with exit
-    /// sites (VMX/SVM) and initcalls, and another VMM's boot runs under
-    /// `bootscope profile`: the evidence when no document was given.
-    pub fn check_boot(&self, record: bool) -> Result<CheckBoot, AdviseError> {
+    /// The check boot's command line, and the documents it writes.
+    fn check_argv(&self, record: bool) -> (Vec<OsString>, Vec<PathBuf>) {
         let timeline = self.work_dir.join("check.timeline.json");
         let profile = self.work_dir.join("check.profile.json");
         let mut argv: Vec<OsString> = Vec::new();
@@ -371,6 +367,17 @@ impl ProvePlan {
                 argv.extend(self.target.argv(&[]));
             }
         }
+        (argv, documents)
+    }
+
+    /// Boots the original once (bench's runner): it must end cleanly and
+    /// reach userspace, else [`AdviseError::DoesNotBoot`]. With `record`,
+    /// a bootscope boot also writes its timeline and profile with exit
+    /// sites (VMX/SVM) and initcalls, and another VMM's boot runs under
+    /// `bootscope profile`: the evidence when no document was given.
+    pub fn check_boot(&self, record: bool) -> Result<CheckBoot, AdviseError> {
+        let (argv, documents) = self.check_argv(record);
+        let timeline = self.work_dir.join("check.timeline.json");
         let out = runner::execute(
             &argv,
             &self.patterns()?,
