@@ -222,11 +222,16 @@ fn candidate(
 ) -> Option<Candidate> {
     let change = match fix.change {
         Change::KernelArgs(a) => {
+            // Only the words the command line lacks.
             let args = a.replace("{initcall}", subject.unwrap_or_default());
-            if args.split_whitespace().all(|w| ev.cmdline_has(w)) {
+            let missing: Vec<&str> = args
+                .split_whitespace()
+                .filter(|w| !ev.cmdline_has(w))
+                .collect();
+            if missing.is_empty() {
                 return None;
             }
-            ConcreteChange::KernelArgs(args)
+            ConcreteChange::KernelArgs(missing.join(" "))
         }
         Change::RunFlags(f) => {
             if ev.vmm_command.iter().any(|a| a == f[0]) {
