@@ -83,10 +83,19 @@ impl ProvePlan {
         let _ = std::fs::remove_dir_all(&dir);
         match result {
             Ok(doc) => Ok(Ok(doc)),
-            Err(BenchError::RunRefused { command, stderr }) => Ok(Err(format!(
-                "the VMM refused `{command}` (exit status 2): {}",
-                stderr.trim()
-            ))),
+            Err(BenchError::RunRefused { command, stderr }) => {
+                // Its error line, not the usage text after it.
+                let why = stderr
+                    .lines()
+                    .map(str::trim)
+                    .find(|l| l.starts_with("error:"))
+                    .or_else(|| stderr.lines().map(str::trim).find(|l| !l.is_empty()))
+                    .unwrap_or_default()
+                    .to_string();
+                Ok(Err(format!(
+                    "the VMM refused `{command}` (exit status 2): {why}"
+                )))
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -308,16 +317,16 @@ fn verdict(cmp: &bootscope_bench::compare::Comparison, level: f64) -> (Verdict, 
         (None, _, _) => (Verdict::Incomplete, cmp.no_test.clone().unwrap_or_default()),
         (Some(t), true, true) => (
             Verdict::Accepted,
-            format!("{} sooner, p = {}", pct(cmp.change_pct), p(t.p_value)),
+            format!("{} sooner, p {}", pct(cmp.change_pct), p(t.p_value)),
         ),
         (Some(t), true, false) => (
             Verdict::Slower,
-            format!("{} later, p = {}", pct(cmp.change_pct), p(t.p_value)),
+            format!("{} later, p {}", pct(cmp.change_pct), p(t.p_value)),
         ),
         (Some(t), false, _) => (
             Verdict::NotSignificant,
             format!(
-                "change {:+.1} %, p = {} (not below {level})",
+                "change {:+.1} %, p {} (not below {level})",
                 cmp.change_pct,
                 p(t.p_value)
             ),

@@ -482,8 +482,14 @@ mod tests {
     #[test]
     fn budgets() {
         assert_eq!(Budget::parse("40").unwrap(), Budget::Boots(40));
-        assert_eq!(Budget::parse("15m").unwrap(), Budget::Time(Duration::from_secs(900)));
-        assert_eq!(Budget::parse("2h").unwrap(), Budget::Time(Duration::from_secs(7200)));
+        assert_eq!(
+            Budget::parse("15m").unwrap(),
+            Budget::Time(Duration::from_secs(900))
+        );
+        assert_eq!(
+            Budget::parse("2h").unwrap(),
+            Budget::Time(Duration::from_secs(7200))
+        );
         for bad in ["0", "0s", "-3", "5 parsecs", "m", ""] {
             assert!(Budget::parse(bad).unwrap_err().is_bad_input(), "{bad}");
         }
@@ -491,15 +497,17 @@ mod tests {
 
     #[test]
     fn the_guests_own_userspace_mark() {
-        let t = |marks: serde_json::Value| {
-            serde_json::json!({"schema": "bootscope.timeline", "version": 1, "marks": marks, "phases": []})
-        };
+        let t = |marks: serde_json::Value| serde_json::json!({"schema": "bootscope.timeline", "version": 1, "marks": marks, "phases": []});
         let marks = serde_json::json!([
             {"name": "serial: run init", "source": "serial", "t_ns": 5},
             {"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 9, "value": 96}
         ]);
-        assert_eq!(guest_userspace_mark(&t(marks)).as_deref(), Some("port 0x80: userspace 0x60"));
-        let marks = serde_json::json!([{"name": "serial: run init", "source": "serial", "t_ns": 5}]);
+        assert_eq!(
+            guest_userspace_mark(&t(marks)).as_deref(),
+            Some("port 0x80: userspace 0x60")
+        );
+        let marks =
+            serde_json::json!([{"name": "serial: run init", "source": "serial", "t_ns": 5}]);
         assert_eq!(guest_userspace_mark(&t(marks)), None);
     }
 
@@ -524,15 +532,33 @@ mod tests {
         let (tried, left) = trials(&advice, &opts, &template);
         let tried: Vec<_> = tried.iter().map(|t| t.change.describe()).collect();
         assert_eq!(tried, ["kernel command line: quiet"]);
-        let reasons: Vec<_> = left.iter().map(|n| (n.change.describe(), n.reason.as_str())).collect();
-        assert!(reasons.contains(&(
-            "bootscope run --console virtio".into(),
-            "a bootscope run option: the template changes only the kernel command line"
-        )), "{reasons:?}");
-        assert!(reasons.iter().any(|(c, r)| c.contains("mitigations=off") && r.contains("--allow-unsafe")), "{reasons:?}");
-        let opts = ProveOptions { allow_unsafe: true, max_fixes: 2, ..opts };
+        let reasons: Vec<_> = left
+            .iter()
+            .map(|n| (n.change.describe(), n.reason.as_str()))
+            .collect();
+        assert!(
+            reasons.contains(&(
+                "bootscope run --console virtio".into(),
+                "a bootscope run option: the template changes only the kernel command line"
+            )),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons
+                .iter()
+                .any(|(c, r)| c.contains("mitigations=off") && r.contains("--allow-unsafe")),
+            "{reasons:?}"
+        );
+        let opts = ProveOptions {
+            allow_unsafe: true,
+            max_fixes: 2,
+            ..opts
+        };
         let (tried, left) = trials(&advice, &opts, &template);
         assert_eq!(tried.len(), 2);
-        assert!(left.iter().any(|n| n.reason == "beyond --max-fixes 2"), "{left:?}");
+        assert!(
+            left.iter().any(|n| n.reason == "beyond --max-fixes 2"),
+            "{left:?}"
+        );
     }
 }

@@ -166,7 +166,7 @@ fn ratio_row(out: &mut String, axis: &Axis, r: &FixResult, y: f64, label: &str) 
     let p = c
         .test
         .as_ref()
-        .map(|t| format!(", p = {}", bootscope_bench::compare::format_p(t.p_value)))
+        .map(|t| format!(", p {}", bootscope_bench::compare::format_p(t.p_value)))
         .unwrap_or_default();
     text(
         out,
@@ -371,7 +371,7 @@ mod tests {
         assert!(svg.contains("d &lt;&amp;&gt;"), "escaped detail");
         assert!(svg.contains("kernel command line: quiet"));
         assert!(
-            svg.contains(">0.602, p = ") && svg.contains(": accepted<"),
+            svg.contains(">0.602, p ") && svg.contains(": accepted<"),
             "{svg}"
         );
         assert!(svg.contains("not significant"));

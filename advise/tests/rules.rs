@@ -374,7 +374,7 @@ fn unreadable_or_wrong_documents_are_bad_input() {
         ),
     ];
     for (path, want) in cases {
-        let e: AdviseError = Evidence::read(&[path.clone()]).unwrap_err();
+        let e: AdviseError = Evidence::read(std::slice::from_ref(&path)).unwrap_err();
         assert!(e.is_bad_input());
         let msg = e.to_string();
         assert!(
