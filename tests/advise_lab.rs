@@ -3,7 +3,9 @@
 //! `pci=off` nor `i8042.*` options, no entropy device) is profiled by the
 //! check boot, and the A/B benches accept the fixes that help (`quiet`)
 //! and reject, by measurement, at least one candidate that does not.
-//! Slow: some 25 boots of the lab guest.
+//! Slow: some 20 to 30 boots of the lab guest; on a shared machine the
+//! boots vary so much that `quiet`'s saving may not reach significance
+//! (docs/benchmarks.md).
 
 mod lab_common;
 
@@ -33,7 +35,7 @@ fn prove_accepts_what_helps_and_rejects_what_does_not() {
     let svg = out_dir.join("advice.svg");
     let out = Command::new(env!("CARGO_BIN_EXE_bootscope"))
         .args(["lab", "--timeout", "5400", "--", "advise", "--prove"])
-        .args(["--runs", "3", "--max-fixes", "3", "--level", "0.05"])
+        .args(["--runs", "4", "--max-fixes", "3", "--level", "0.05"])
         .arg("--output")
         .arg(&json)
         .arg("--svg")
