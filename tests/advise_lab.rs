@@ -112,9 +112,8 @@ fn prove_accepts_what_helps_and_rejects_what_does_not() {
         "no fix rejected by measurement:\n{output}"
     );
     for r in &rejected {
-        assert_eq!(
+        assert!(
             r["ok_runs"][1].as_u64().unwrap() > 0 || r["verdict"] == "breaks_boot",
-            true,
             "{r}"
         );
     }

@@ -246,7 +246,10 @@ mod tests {
             "marks": [{"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 105}]
         });
         let f = from_timeline(&t, Path::new("t.json")).unwrap();
-        assert_eq!(f.userspace_mark.as_deref(), Some("port 0x80: userspace 0x60"));
+        assert_eq!(
+            f.userspace_mark.as_deref(),
+            Some("port 0x80: userspace 0x60")
+        );
         assert_eq!(f.metrics["prealloc"], 42);
         assert_eq!(kind("prealloc"), MetricKind::Time);
         assert!(f.clean);
