@@ -214,6 +214,7 @@ fn inner(args: &AdviseArgs) -> Result<i32, AdviseError> {
         .map_err(|e| usage(format!("cannot find bootscope's own executable: {e}")))?;
     let plan = ProvePlan {
         run_profiles_itself: crate::bench_cmd::run_profiles_itself(&exe),
+        guest_marks_userspace: std::sync::atomic::AtomicBool::new(false),
         exe,
         target,
         opts,
@@ -221,10 +222,12 @@ fn inner(args: &AdviseArgs) -> Result<i32, AdviseError> {
         work_dir: work_dir.path().to_path_buf(),
         stop: interrupts.flag(),
     };
-    eprintln!(
-        "advise: check boot of the original: {}",
-        bootscope_bench::runner::shell_words(&plan.target.argv(&[]))
-    );
+    let words = bootscope_bench::runner::shell_words(&plan.target.argv(&[]));
+    let prefix = match plan.target {
+        ProveTarget::Bootscope { .. } => "bootscope run ",
+        ProveTarget::Template { .. } => "",
+    };
+    eprintln!("advise: check boot of the original: {prefix}{words}");
     let check = plan.check_boot(given.is_none())?;
     let ev = match given {
         Some(ev) => ev,

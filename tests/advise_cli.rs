@@ -28,25 +28,58 @@ fn advice_from_a_loud_boot() {
     let o = advise(&[t.to_str().unwrap(), p.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.starts_with("1. kernel messages written to the serial console"), "{text}");
-    assert!(text.contains("fix: kernel command line: quiet (gives up; --prove tries it)"), "{text}");
-    assert!(text.contains("estimated saving: up to 2.37 s (estimate)"), "{text}");
-    assert!(text.contains("kernel command line: mitigations=off (UNSAFE; tried only with --allow-unsafe)"), "{text}");
+    assert!(
+        text.starts_with("1. kernel messages written to the serial console"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fix: kernel command line: quiet (gives up; --prove tries it)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("estimated saving: up to 2.37 s (estimate)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "kernel command line: mitigations=off (UNSAFE; tried only with --allow-unsafe)"
+        ),
+        "{text}"
+    );
     assert!(text.contains("legacy-uarts (8250 driver probing legacy UARTs the VM does not have): needs `run --initcalls`"), "{text}");
 
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("a.json");
     let svg = dir.path().join("a.svg");
-    let o = advise(&["--json", "--output", out.to_str().unwrap(), "--svg", svg.to_str().unwrap(), p.to_str().unwrap()]);
+    let o = advise(&[
+        "--json",
+        "--output",
+        out.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+        p.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(doc, serde_json::from_slice::<serde_json::Value>(&std::fs::read(&out).unwrap()).unwrap());
-    assert_eq!((doc["schema"].as_str(), doc["version"].as_u64()), (Some("bootscope.advise"), Some(1)));
+    assert_eq!(
+        doc,
+        serde_json::from_slice::<serde_json::Value>(&std::fs::read(&out).unwrap()).unwrap()
+    );
+    assert_eq!(
+        (doc["schema"].as_str(), doc["version"].as_u64()),
+        (Some("bootscope.advise"), Some(1))
+    );
     assert_eq!(doc["findings"][0]["rule"], "serial-console");
-    assert_eq!(doc["findings"][0]["fixes"][0]["change"]["kind"], "kernel_args");
+    assert_eq!(
+        doc["findings"][0]["fixes"][0]["change"]["kind"],
+        "kernel_args"
+    );
     assert!(doc.get("prove").is_none());
     let picture = std::fs::read_to_string(&svg).unwrap();
-    assert!(picture.starts_with("<svg") && picture.contains("serial-console"), "{picture}");
+    assert!(
+        picture.starts_with("<svg") && picture.contains("serial-console"),
+        "{picture}"
+    );
 }
 
 /// Exit status 2, a message holding `want`, and nothing booted.
@@ -55,7 +88,10 @@ fn refused(args: &[&str], want: &str) {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
     assert!(err.contains(want), "{args:?}: {err}");
-    assert!(!err.contains("advise: check boot"), "{args:?} booted: {err}");
+    assert!(
+        !err.contains("advise: check boot"),
+        "{args:?} booted: {err}"
+    );
 }
 
 #[test]
@@ -63,35 +99,71 @@ fn bad_input_is_refused_before_any_boot() {
     let p = fixture("lab-sites-loud.profile.json");
     let p = p.to_str().unwrap();
     refused(
-        &[p, "--prove", "--prove-command", "qemu-system-x86_64 -append quiet"],
+        &[
+            p,
+            "--prove",
+            "--prove-command",
+            "qemu-system-x86_64 -append quiet",
+        ],
         "has no {cmdline}: put it where the VMM takes the kernel command line",
     );
-    refused(&["--prove", "--budget", "0", "--", "run"], "--budget \"0\": give a number of boots");
-    refused(&["--prove", "--budget", "0s", "--", "run"], "--budget \"0s\"");
-    refused(&["--prove", "--budget", "5", "--", "run"], "--budget 5 boots cannot hold the check boot and one A/B bench");
-    refused(&["--prove", "--runs", "1", "--", "run"], "--runs must be at least 2");
-    refused(&["--prove", "--", "run", "--timeline", "t.json"], "leave --timeline out of the run arguments");
+    refused(
+        &["--prove", "--budget", "0", "--", "run"],
+        "--budget \"0\": give a number of boots",
+    );
+    refused(
+        &["--prove", "--budget", "0s", "--", "run"],
+        "--budget \"0s\"",
+    );
+    refused(
+        &["--prove", "--budget", "5", "--", "run"],
+        "--budget 5 boots cannot hold the check boot and one A/B bench",
+    );
+    refused(
+        &["--prove", "--runs", "1", "--", "run"],
+        "--runs must be at least 2",
+    );
+    refused(
+        &["--prove", "--", "run", "--timeline", "t.json"],
+        "leave --timeline out of the run arguments",
+    );
     refused(&["--prove"], "--prove needs the boot to measure");
     refused(&[p, "--", "run"], "add --prove");
     refused(&[], "give a timeline");
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.json");
     std::fs::write(&junk, "{}").unwrap();
-    refused(&[junk.to_str().unwrap()], "junk.json: its \"schema\" is missing");
+    refused(
+        &[junk.to_str().unwrap()],
+        "junk.json: its \"schema\" is missing",
+    );
     refused(&["/nonexistent/t.json"], "cannot read /nonexistent/t.json");
 }
 
 #[test]
 fn a_prove_command_that_does_not_boot_is_bad_input() {
     let p = fixture("lab-sites-loud.profile.json");
-    let o = advise(&[p.to_str().unwrap(), "--prove", "--prove-command", "false {cmdline}"]);
+    let o = advise(&[
+        p.to_str().unwrap(),
+        "--prove",
+        "--prove-command",
+        "false {cmdline}",
+    ]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("the boot to prove with does not boot as given: false"), "{err}");
+    assert!(
+        err.contains("the boot to prove with does not boot as given: false"),
+        "{err}"
+    );
     assert!(err.contains("exit status 1"), "{err}");
     assert!(!err.contains("A/B"), "{err}");
     // A boot that ends well but never prints the userspace line.
-    let o = advise(&[p.to_str().unwrap(), "--prove", "--prove-command", "echo {cmdline}"]);
+    let o = advise(&[
+        p.to_str().unwrap(),
+        "--prove",
+        "--prove-command",
+        "echo {cmdline}",
+    ]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("never printed the userspace line"), "{err}");
@@ -99,5 +171,8 @@ fn a_prove_command_that_does_not_boot_is_bad_input() {
     let o = advise(&["--prove", "--", "run", "--kernel", "/nonexistent/bzImage"]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("does not boot as given") && err.contains("exit status 2"), "{err}");
+    assert!(
+        err.contains("does not boot as given") && err.contains("exit status 2"),
+        "{err}"
+    );
 }

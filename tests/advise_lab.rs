@@ -3,7 +3,9 @@
 //! `pci=off` nor `i8042.*` options, no entropy device) is profiled by the
 //! check boot, and the A/B benches accept the fixes that help (`quiet`)
 //! and reject, by measurement, at least one candidate that does not.
-//! Slow: some 25 boots of the lab guest.
+//! Slow: some 20 to 30 boots of the lab guest; on a shared machine the
+//! boots vary so much that `quiet`'s saving may not reach significance
+//! (docs/benchmarks.md).
 
 mod lab_common;
 
@@ -33,7 +35,7 @@ fn prove_accepts_what_helps_and_rejects_what_does_not() {
     let svg = out_dir.join("advice.svg");
     let out = Command::new(env!("CARGO_BIN_EXE_bootscope"))
         .args(["lab", "--timeout", "5400", "--", "advise", "--prove"])
-        .args(["--runs", "3", "--max-fixes", "3", "--level", "0.05"])
+        .args(["--runs", "4", "--max-fixes", "3", "--level", "0.05"])
         .arg("--output")
         .arg(&json)
         .arg("--svg")
@@ -42,7 +44,14 @@ fn prove_accepts_what_helps_and_rejects_what_does_not() {
         .arg(&p.kernel)
         .arg("--initrd")
         .arg(&gz)
-        .args(["--cmdline", SLOW_CMDLINE, "--memory", "256M", "--serial", "null"])
+        .args([
+            "--cmdline",
+            SLOW_CMDLINE,
+            "--memory",
+            "256M",
+            "--serial",
+            "null",
+        ])
         .args(["--timeout", "600"])
         .output()
         .expect("bootscope lab runs");
@@ -62,8 +71,15 @@ fn prove_accepts_what_helps_and_rejects_what_does_not() {
         .collect();
     // Each known cause, found from the check boot's own profile and
     // timeline.
-    for want in ["serial-console", "compressed-initramfs", "no-entropy-source"] {
-        assert!(rules.contains(&want), "{want} not found in {rules:?}\n{output}");
+    for want in [
+        "serial-console",
+        "compressed-initramfs",
+        "no-entropy-source",
+    ] {
+        assert!(
+            rules.contains(&want),
+            "{want} not found in {rules:?}\n{output}"
+        );
     }
     let prove = &doc["prove"];
     let fixes = prove["fixes"].as_array().unwrap();
@@ -75,27 +91,51 @@ fn prove_accepts_what_helps_and_rejects_what_does_not() {
     };
     // The console's bytes are the slow guest's largest cost: quiet helps.
     assert_eq!(verdict("quiet").as_deref(), Some("accepted"), "{output}");
-    let quiet = fixes.iter().find(|f| f["changes"][0]["value"] == "quiet").unwrap();
+    let quiet = fixes
+        .iter()
+        .find(|f| f["changes"][0]["value"] == "quiet")
+        .unwrap();
     let ttu = &quiet["time_to_userspace"];
-    assert!(ttu["significant"].as_bool().unwrap() && ttu["change_pct"].as_f64().unwrap() < 0.0, "{quiet}");
+    assert!(
+        ttu["significant"].as_bool().unwrap() && ttu["change_pct"].as_f64().unwrap() < 0.0,
+        "{quiet}"
+    );
     // At least one candidate measured and rejected.
     let rejected: Vec<&serde_json::Value> = fixes
         .iter()
-        .filter(|f| ["not_significant", "slower", "breaks_boot"].contains(&f["verdict"].as_str().unwrap()))
+        .filter(|f| {
+            ["not_significant", "slower", "breaks_boot"].contains(&f["verdict"].as_str().unwrap())
+        })
         .collect();
-    assert!(!rejected.is_empty(), "no fix rejected by measurement:\n{output}");
+    assert!(
+        !rejected.is_empty(),
+        "no fix rejected by measurement:\n{output}"
+    );
     for r in &rejected {
-        assert_eq!(r["ok_runs"][1].as_u64().unwrap() > 0 || r["verdict"] == "breaks_boot", true, "{r}");
+        assert!(
+            r["ok_runs"][1].as_u64().unwrap() > 0 || r["verdict"] == "breaks_boot",
+            "{r}"
+        );
     }
     // The final command line holds the accepted fixes and no rejected one.
     let final_cmdline = prove["final_cmdline"].as_str().unwrap();
     assert!(final_cmdline.contains("quiet"), "{final_cmdline}");
     for r in &rejected {
         if let Some(words) = r["changes"][0]["value"].as_str() {
-            assert!(!final_cmdline.contains(words), "{final_cmdline} holds rejected {words}");
+            assert!(
+                !final_cmdline.contains(words),
+                "{final_cmdline} holds rejected {words}"
+            );
         }
     }
-    assert!(prove["combined"]["verdict"] == "accepted", "{}", prove["combined"]);
+    assert!(
+        prove["combined"]["verdict"] == "accepted",
+        "{}",
+        prove["combined"]
+    );
     let picture = std::fs::read_to_string(&svg).unwrap();
-    assert!(picture.starts_with("<svg") && picture.contains("quiet"), "{picture}");
+    assert!(
+        picture.starts_with("<svg") && picture.contains("quiet"),
+        "{picture}"
+    );
 }

@@ -159,9 +159,9 @@ pub fn evaluate(rule: &Rule, ev: &Evidence) -> RuleOutcome {
     let found = match rule.detector {
         Detector::ExitsAt { functions, ports } => exits_at(ev, functions, ports),
         Detector::ExitReasons { reasons } => exit_reasons(ev, reasons),
-        Detector::SlowInitcalls { names, min_ns } => initcalls(ev, |i| {
+        Detector::SlowInitcalls { names, min_ns } => merged(initcalls(ev, |i| {
             names.contains(&i.name.as_str()) && i.duration_ns >= min_ns
-        }),
+        })),
         Detector::FailedProbes { min_ns } => initcalls(ev, |i| {
             i.ret == ENODEV
                 && i.duration_ns >= min_ns
@@ -222,11 +222,16 @@ fn candidate(
 ) -> Option<Candidate> {
     let change = match fix.change {
         Change::KernelArgs(a) => {
+            // Only the words the command line lacks.
             let args = a.replace("{initcall}", subject.unwrap_or_default());
-            if args.split_whitespace().all(|w| ev.cmdline_has(w)) {
+            let missing: Vec<&str> = args
+                .split_whitespace()
+                .filter(|w| !ev.cmdline_has(w))
+                .collect();
+            if missing.is_empty() {
                 return None;
             }
-            ConcreteChange::KernelArgs(args)
+            ConcreteChange::KernelArgs(missing.join(" "))
         }
         Change::RunFlags(f) => {
             if ev.vmm_command.iter().any(|a| a == f[0]) {
@@ -283,10 +288,9 @@ fn exits_at(ev: &Evidence, functions: &[&str], ports: (u16, u16)) -> Vec<Found> 
     };
     if let Some(sites) = &exits.sites {
         let mut by_function: Vec<(String, String, u64, u64)> = Vec::new();
-        for s in sites
-            .iter()
-            .filter(|s| !AFTER_KERNEL.contains(&s.phase.as_str()) && IO_REASONS.contains(&s.reason.as_str()))
-        {
+        for s in sites.iter().filter(|s| {
+            !AFTER_KERNEL.contains(&s.phase.as_str()) && IO_REASONS.contains(&s.reason.as_str())
+        }) {
             let Some(f) = s.function.as_deref().filter(|f| functions.contains(f)) else {
                 continue;
             };
@@ -422,6 +426,24 @@ fn initcalls(ev: &Evidence, pick: impl Fn(&crate::evidence::Initcall) -> bool) -
             phase: "kernel",
         })
         .collect()
+}
+
+/// One finding of several initcalls of one rule (`pci_arch_init` and
+/// `pci_subsys_init` are one PCI scan): their evidence, their time summed.
+fn merged(found: Vec<Found>) -> Vec<Found> {
+    let mut it = found.into_iter();
+    let Some(mut first) = it.next() else {
+        return Vec::new();
+    };
+    for f in it {
+        first.evidence.extend(f.evidence);
+        first.accounts_ns = first.accounts_ns.zip(f.accounts_ns).map(|(a, b)| a + b);
+        if let (Some(a), Some(b)) = (&mut first.subject, f.subject) {
+            a.push_str(", ");
+            a.push_str(&b);
+        }
+    }
+    vec![first]
 }
 
 fn compressed_initramfs(ev: &Evidence) -> Vec<Found> {

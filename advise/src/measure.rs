@@ -84,10 +84,19 @@ impl ProvePlan {
         let _ = std::fs::remove_dir_all(&dir);
         match result {
             Ok(doc) => Ok(Ok(doc)),
-            Err(BenchError::RunRefused { command, stderr }) => Ok(Err(format!(
-                "the VMM refused `{command}` (exit status 2): {}",
-                stderr.trim()
-            ))),
+            Err(BenchError::RunRefused { command, stderr }) => {
+                // Its error line, not the usage text after it.
+                let why = stderr
+                    .lines()
+                    .map(str::trim)
+                    .find(|l| l.starts_with("error:"))
+                    .or_else(|| stderr.lines().map(str::trim).find(|l| !l.is_empty()))
+                    .unwrap_or_default()
+                    .to_string();
+                Ok(Err(format!(
+                    "the VMM refused `{command}` (exit status 2): {why}"
+                )))
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -172,26 +181,7 @@ impl ProvePlan {
             );
             return r;
         };
-        (r.verdict, r.detail) = match (&cmp.test, cmp.significant, cmp.change_pct < 0.0) {
-            (None, _, _) => (Verdict::Incomplete, cmp.no_test.clone().unwrap_or_default()),
-            (Some(t), true, true) => (
-                Verdict::Accepted,
-                format!("{} sooner, p = {}", pct(cmp.change_pct), p(t.p_value)),
-            ),
-            (Some(t), true, false) => (
-                Verdict::Slower,
-                format!("{} later, p = {}", pct(cmp.change_pct), p(t.p_value)),
-            ),
-            (Some(t), false, _) => (
-                Verdict::NotSignificant,
-                format!(
-                    "change {:+.1} %, p = {} (not below {})",
-                    cmp.change_pct,
-                    p(t.p_value),
-                    self.opts.level
-                ),
-            ),
-        };
+        (r.verdict, r.detail) = verdict(&cmp, self.opts.level);
         r.time_to_userspace = Some(cmp);
         r
     }
@@ -207,6 +197,28 @@ impl ProvePlan {
                 started.elapsed() + one <= d
             }
         }
+    }
+
+    /// One A/B bench and its verdict, with progress; counts its boots.
+    fn measure(
+        &self,
+        s: &Subject,
+        check: &CheckBoot,
+        boots: &mut u32,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<FixResult, AdviseError> {
+        progress(&format!(
+            "{}: {} boots, interleaved",
+            s.name,
+            2 * self.opts.runs
+        ));
+        let doc = self.bench(s, progress)?;
+        *boots += doc
+            .as_ref()
+            .map_or(1, |d| d.configs.iter().map(|c| c.runs.len() as u32).sum());
+        let r = self.judge(s, check, doc);
+        progress(&format!("{}: {:?}: {}", s.name, r.verdict, r.detail));
+        Ok(r)
     }
 
     /// Measures each trial, then the accepted ones together.
@@ -241,17 +253,7 @@ impl ProvePlan {
                 estimate_ns: t.estimate_ns,
                 phase: t.phase.clone(),
             };
-            progress(&format!(
-                "{}: {} boots, interleaved",
-                s.name,
-                2 * self.opts.runs
-            ));
-            let doc = self.bench(&s, progress)?;
-            boots += doc
-                .as_ref()
-                .map_or(1, |d| d.configs.iter().map(|c| c.runs.len() as u32).sum());
-            let r = self.judge(&s, &check, doc);
-            progress(&format!("{}: {:?}: {}", s.name, r.verdict, r.detail));
+            let r = self.measure(&s, &check, &mut boots, progress)?;
             fixes.push(r);
         }
         let accepted: Vec<&ConcreteChange> = fixes
@@ -277,16 +279,7 @@ impl ProvePlan {
                 estimate_ns: None,
                 phase: "kernel".into(),
             };
-            progress(&format!(
-                "{}: {} boots, interleaved",
-                s.name,
-                2 * self.opts.runs
-            ));
-            let doc = self.bench(&s, progress)?;
-            boots += doc
-                .as_ref()
-                .map_or(1, |d| d.configs.iter().map(|c| c.runs.len() as u32).sum());
-            combined = Some(self.judge(&s, &check, doc));
+            combined = Some(self.measure(&s, &check, &mut boots, progress)?);
         }
         let final_changes: Vec<&ConcreteChange> = match &combined {
             Some(c) if c.verdict == Verdict::Accepted => accepted,
@@ -316,6 +309,29 @@ impl ProvePlan {
             final_cmdline,
             interrupted_by: None,
         })
+    }
+}
+
+/// A fix's verdict from its comparison of time to userspace.
+fn verdict(cmp: &bootscope_bench::compare::Comparison, level: f64) -> (Verdict, String) {
+    match (&cmp.test, cmp.significant, cmp.change_pct < 0.0) {
+        (None, _, _) => (Verdict::Incomplete, cmp.no_test.clone().unwrap_or_default()),
+        (Some(t), true, true) => (
+            Verdict::Accepted,
+            format!("{} sooner, p {}", pct(cmp.change_pct), p(t.p_value)),
+        ),
+        (Some(t), true, false) => (
+            Verdict::Slower,
+            format!("{} later, p {}", pct(cmp.change_pct), p(t.p_value)),
+        ),
+        (Some(t), false, _) => (
+            Verdict::NotSignificant,
+            format!(
+                "change {:+.1} %, p {} (not below {level})",
+                cmp.change_pct,
+                p(t.p_value)
+            ),
+        ),
     }
 }
 

@@ -281,6 +281,25 @@ pub struct ProvePlan {
     pub stop: Arc<AtomicBool>,
     /// This bootscope's `run` profiles itself (has `--no-profile`).
     pub run_profiles_itself: bool,
+    /// Set by the check boot when the guest marks userspace itself (port
+    /// 0x80, port 0xf4, the boot timer): every boot then runs with
+    /// `--no-default-patterns`, so that time to userspace ends at that
+    /// mark on both sides, not at a console line a fix such as `quiet`
+    /// hides.
+    pub guest_marks_userspace: AtomicBool,
+}
+
+/// The guest's own userspace mark in a timeline, when it wrote one.
+fn guest_userspace_mark(timeline: &serde_json::Value) -> Option<String> {
+    let t = bootscope_model::timeline::Timeline::parse(timeline).ok()?;
+    t.marks
+        .iter()
+        .find(|m| {
+            m.name.starts_with("port 0x80: userspace")
+                || m.name.starts_with("port 0xf4: ") && m.value == Some(7)
+                || m.name.starts_with("boot timer:")
+        })
+        .map(|m| m.name.clone())
 }
 
 /// Arguments as strings, for reports.
@@ -299,7 +318,12 @@ impl ProvePlan {
     }
 
     pub(crate) fn side(&self, changes: &[&ConcreteChange]) -> Side {
-        let argv = self.target.argv(changes);
+        let mut argv = self.target.argv(changes);
+        if self.guest_marks_userspace.load(Ordering::SeqCst)
+            && !argv.iter().any(|a| a == "--no-default-patterns")
+        {
+            argv.push("--no-default-patterns".into());
+        }
         match self.target {
             ProveTarget::Bootscope { .. } => Side::Bootscope(argv),
             ProveTarget::Template { .. } => Side::Command(argv),
@@ -321,12 +345,8 @@ impl ProvePlan {
         self.stop.load(Ordering::SeqCst)
     }
 
-    /// Boots the original once (bench's runner): it must end cleanly and
-    /// reach userspace, else [`AdviseError::DoesNotBoot`]. With `record`,
-    /// a bootscope boot also writes its timeline and profile with exit
-    /// sites (VMX/SVM) and initcalls, and another VMM's boot runs under
-    /// `bootscope profile`: the evidence when no document was given.
-    pub fn check_boot(&self, record: bool) -> Result<CheckBoot, AdviseError> {
+    /// The check boot's command line, and the documents it writes.
+    fn check_argv(&self, record: bool) -> (Vec<OsString>, Vec<PathBuf>) {
         let timeline = self.work_dir.join("check.timeline.json");
         let profile = self.work_dir.join("check.profile.json");
         let mut argv: Vec<OsString> = Vec::new();
@@ -371,6 +391,17 @@ impl ProvePlan {
                 argv.extend(self.target.argv(&[]));
             }
         }
+        (argv, documents)
+    }
+
+    /// Boots the original once (bench's runner): it must end cleanly and
+    /// reach userspace, else [`AdviseError::DoesNotBoot`]. With `record`,
+    /// a bootscope boot also writes its timeline and profile with exit
+    /// sites (VMX/SVM) and initcalls, and another VMM's boot runs under
+    /// `bootscope profile`: the evidence when no document was given.
+    pub fn check_boot(&self, record: bool) -> Result<CheckBoot, AdviseError> {
+        let (argv, documents) = self.check_argv(record);
+        let timeline = self.work_dir.join("check.timeline.json");
         let out = runner::execute(
             &argv,
             &self.patterns()?,
@@ -412,6 +443,14 @@ impl ProvePlan {
                 if !facts.clean {
                     return Err(fail(format!("unclean end: {}", facts.detail)));
                 }
+                if let Some(own) = guest_userspace_mark(&v) {
+                    self.guest_marks_userspace.store(true, Ordering::SeqCst);
+                    return Ok(CheckBoot {
+                        wall_ns: u64::try_from(out.wall.as_nanos()).unwrap_or(u64::MAX),
+                        userspace_mark: own,
+                        documents,
+                    });
+                }
                 facts.userspace_mark.ok_or_else(|| {
                     fail("it never reached userspace (no userspace mark in its timeline)".into())
                 })?
@@ -431,5 +470,95 @@ impl ProvePlan {
             userspace_mark: mark,
             documents,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evaluate::advise;
+    use crate::evidence::Evidence;
+
+    #[test]
+    fn budgets() {
+        assert_eq!(Budget::parse("40").unwrap(), Budget::Boots(40));
+        assert_eq!(
+            Budget::parse("15m").unwrap(),
+            Budget::Time(Duration::from_secs(900))
+        );
+        assert_eq!(
+            Budget::parse("2h").unwrap(),
+            Budget::Time(Duration::from_secs(7200))
+        );
+        for bad in ["0", "0s", "-3", "5 parsecs", "m", ""] {
+            assert!(Budget::parse(bad).unwrap_err().is_bad_input(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_guests_own_userspace_mark() {
+        let t = |marks: serde_json::Value| serde_json::json!({"schema": "bootscope.timeline", "version": 1, "marks": marks, "phases": []});
+        let marks = serde_json::json!([
+            {"name": "serial: run init", "source": "serial", "t_ns": 5},
+            {"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 9, "value": 96}
+        ]);
+        assert_eq!(
+            guest_userspace_mark(&t(marks)).as_deref(),
+            Some("port 0x80: userspace 0x60")
+        );
+        let marks =
+            serde_json::json!([{"name": "serial: run init", "source": "serial", "t_ns": 5}]);
+        assert_eq!(guest_userspace_mark(&t(marks)), None);
+    }
+
+    #[test]
+    fn trials_leave_out_advice_unsafe_and_run_options_of_a_template() {
+        let ev = Evidence::read(&[std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/lab-sites-loud.profile.json"
+        ))])
+        .unwrap();
+        let advice = advise(&ev);
+        let opts = ProveOptions {
+            budget: None,
+            runs: 2,
+            max_fixes: 4,
+            level: 0.05,
+            allow_unsafe: false,
+            run_timeout: Duration::from_secs(1),
+            marker: ConsolePattern::parse("userspace=x").unwrap(),
+        };
+        let template = ProveTarget::template("qemu -append {cmdline}", String::new()).unwrap();
+        let (tried, left) = trials(&advice, &opts, &template);
+        let tried: Vec<_> = tried.iter().map(|t| t.change.describe()).collect();
+        assert_eq!(tried, ["kernel command line: quiet"]);
+        let reasons: Vec<_> = left
+            .iter()
+            .map(|n| (n.change.describe(), n.reason.as_str()))
+            .collect();
+        assert!(
+            reasons.contains(&(
+                "bootscope run --console virtio".into(),
+                "a bootscope run option: the template changes only the kernel command line"
+            )),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons
+                .iter()
+                .any(|(c, r)| c.contains("mitigations=off") && r.contains("--allow-unsafe")),
+            "{reasons:?}"
+        );
+        let opts = ProveOptions {
+            allow_unsafe: true,
+            max_fixes: 2,
+            ..opts
+        };
+        let (tried, left) = trials(&advice, &opts, &template);
+        assert_eq!(tried.len(), 2);
+        assert!(
+            left.iter().any(|n| n.reason == "beyond --max-fixes 2"),
+            "{left:?}"
+        );
     }
 }

@@ -178,7 +178,7 @@ fn fix_result_text(out: &mut String, r: &crate::prove::FixResult) {
             Some(ri) => {
                 let _ = writeln!(
                     out,
-                    ", estimate {:.3}, {} interval {:.3}..{:.3}",
+                    ", estimate {:.3}, {} % interval {:.3}..{:.3}",
                     ri.estimate,
                     bootscope_bench::compare::format_confidence(ri.confidence),
                     ri.low,

@@ -166,7 +166,7 @@ fn ratio_row(out: &mut String, axis: &Axis, r: &FixResult, y: f64, label: &str) 
     let p = c
         .test
         .as_ref()
-        .map(|t| format!(", p = {}", bootscope_bench::compare::format_p(t.p_value)))
+        .map(|t| format!(", p {}", bootscope_bench::compare::format_p(t.p_value)))
         .unwrap_or_default();
     text(
         out,
@@ -290,4 +290,99 @@ pub fn report_svg(doc: &AdviseDoc) -> String {
 {body}</svg>
 "##
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evaluate::{Advice, ConcreteChange};
+    use crate::evidence::Evidence;
+    use crate::prove::{CheckBoot, ProveReport};
+    use bootscope_bench::compare::compare_metric;
+    use bootscope_bench::TestKind;
+
+    fn result(change: &str, base: &[f64], new: &[f64], verdict: Verdict) -> FixResult {
+        FixResult {
+            changes: vec![ConcreteChange::KernelArgs(change.into())],
+            rules: vec!["r"],
+            verdict,
+            detail: "d <&>".into(),
+            estimate_ns: Some(1_000_000),
+            time_to_userspace: compare_metric(
+                "time_to_userspace",
+                base,
+                new,
+                TestKind::Welch,
+                0.05,
+            ),
+            phase: None,
+            exits: Vec::new(),
+            ok_runs: (base.len(), new.len()),
+            command: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn draws_each_fix_against_one() {
+        let base = [10.0e9, 10.2e9, 9.9e9, 10.1e9];
+        let report = ProveReport {
+            metric: "time_to_userspace".into(),
+            test: TestKind::Welch,
+            level: 0.05,
+            runs_per_side: 4,
+            budget: None,
+            boots: 17,
+            original_command: vec!["--kernel".into(), "k".into()],
+            original_cmdline: "console=ttyS0".into(),
+            check: CheckBoot {
+                wall_ns: 1,
+                userspace_mark: "m".into(),
+                documents: Vec::new(),
+            },
+            fixes: vec![
+                result(
+                    "quiet",
+                    &base,
+                    &[6.0e9, 6.1e9, 5.9e9, 6.2e9],
+                    Verdict::Accepted,
+                ),
+                result(
+                    "8250.nr_uarts=1",
+                    &base,
+                    &[10.1e9, 9.8e9, 10.2e9, 10.0e9],
+                    Verdict::NotSignificant,
+                ),
+            ],
+            not_tried: Vec::new(),
+            combined: None,
+            final_command: vec!["--cmdline".into(), "console=ttyS0 quiet".into()],
+            final_cmdline: "console=ttyS0 quiet".into(),
+            interrupted_by: None,
+        };
+        let ev = Evidence::default();
+        let advice = Advice {
+            findings: Vec::new(),
+            unchecked: Vec::new(),
+            clear: Vec::new(),
+        };
+        let doc = AdviseDoc::new(&ev, &advice, Some(&report));
+        let svg = report_svg(&doc);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("d &lt;&amp;&gt;"), "escaped detail");
+        assert!(svg.contains("kernel command line: quiet"));
+        assert!(
+            svg.contains(">0.602, p ") && svg.contains(": accepted<"),
+            "{svg}"
+        );
+        assert!(svg.contains("not significant"));
+        assert!(
+            svg.contains("final: bootscope run --cmdline &apos;console=ttyS0 quiet&apos;"),
+            "{svg}"
+        );
+        // The accepted fix's interval is drawn (4 boots a side give one).
+        assert!(
+            svg.contains("stroke=\"#2e7d32\" stroke-width=\"2\""),
+            "{svg}"
+        );
+    }
 }

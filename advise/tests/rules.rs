@@ -374,7 +374,7 @@ fn unreadable_or_wrong_documents_are_bad_input() {
         ),
     ];
     for (path, want) in cases {
-        let e: AdviseError = Evidence::read(&[path.clone()]).unwrap_err();
+        let e: AdviseError = Evidence::read(std::slice::from_ref(&path)).unwrap_err();
         assert!(e.is_bad_input());
         let msg = e.to_string();
         assert!(
@@ -385,4 +385,69 @@ fn unreadable_or_wrong_documents_are_bad_input() {
     let p = fixture("lab-sites-loud.profile.json");
     let e = Evidence::read(&[p.clone(), p]).unwrap_err().to_string();
     assert!(e.contains("a second bootscope.profile document"), "{e}");
+}
+
+/// The lab's slow guest (tests/fixtures/README.md): a verbose console, a
+/// gzip-compressed initramfs, no `pci=off` or `i8042.*` options, no
+/// entropy device. Each cause is found from its timeline and profile.
+#[test]
+fn slow_guest_every_known_cause_found() {
+    let dir = tempfile::tempdir().unwrap();
+    // The initrd the timeline names was on the machine that made it: a
+    // gzip file in its place.
+    let gz = dir.path().join("guest.cpio.gz");
+    std::fs::write(&gz, [0x1f, 0x8b, 8, 0, 0, 0, 0, 0]).unwrap();
+    let mut t: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture("advise-slow.timeline.json")).unwrap())
+            .unwrap();
+    t["guest"]["initrd"] = serde_json::json!(gz);
+    let tp = dir.path().join("t.json");
+    std::fs::write(&tp, t.to_string()).unwrap();
+    let ev = Evidence::read(&[tp, fixture("advise-slow.profile.json")]).unwrap();
+    let advice = advise(&ev);
+    assert!(advice.unchecked.is_empty(), "{:?}", advice.unchecked);
+    let rules: Vec<&str> = advice.findings.iter().map(|f| f.rule).collect();
+    // The console first: some 43,500 port exits in the kernel phase.
+    assert_eq!(rules[0], "serial-console", "{rules:?}");
+    for want in [
+        "legacy-uarts",
+        "i8042-probe",
+        "pci-probe",
+        "compressed-initramfs",
+        "failed-probe",
+        "crypto-self-tests",
+        "no-entropy-source",
+    ] {
+        assert!(rules.contains(&want), "{want} not in {rules:?}");
+    }
+    let f = |id: &str| advice.findings.iter().find(|f| f.rule == id).unwrap();
+    assert!(f("compressed-initramfs").evidence[0].contains("gzip-compressed"));
+    // Both PCI initcalls are one finding, one fix.
+    let pci = f("pci-probe");
+    assert_eq!(
+        pci.subject.as_deref(),
+        Some("pci_arch_init, pci_subsys_init")
+    );
+    assert_eq!(changes(pci), [kernel("pci=off")]);
+    assert_eq!(
+        f("failed-probe").fixes[0].change,
+        kernel("initcall_blacklist=pmc_atom_init")
+    );
+    let timed: Vec<u64> = advice
+        .findings
+        .iter()
+        .filter_map(|f| f.accounts_ns)
+        .collect();
+    assert!(timed.windows(2).all(|w| w[0] >= w[1]), "{timed:?}");
+    // The run's default command line already holds what these rules
+    // would add: nothing left to propose.
+    let mut quiet_default = ev.clone();
+    quiet_default.cmdline =
+        Some("console=ttyS0 reboot=k panic=-1 pci=off io_delay=none i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd".into());
+    let a = advise(&quiet_default);
+    assert!(
+        a.clear.contains(&"pci-probe") && a.clear.contains(&"i8042-probe"),
+        "{:?}",
+        a.clear
+    );
 }

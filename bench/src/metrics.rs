@@ -316,9 +316,14 @@ mod tests {
                 {"name": "userspace", "start_ns": 105, "end_ns": 205, "duration_ns": 100}
             ],
             "kvm_stats": {"exits": 10, "io_exits": 7, "pf_fixed": 3, "insn_emulation": 2},
-            "memory": {"regions": [], "elapsed_ns": 42}
+            "memory": {"regions": [], "elapsed_ns": 42},
+            "marks": [{"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 105}]
         });
         let f = from_timeline(&t, Path::new("t.json")).unwrap();
+        assert_eq!(
+            f.userspace_mark.as_deref(),
+            Some("port 0x80: userspace 0x60")
+        );
         assert_eq!(f.metrics["prealloc"], 42);
         assert_eq!(kind("prealloc"), MetricKind::Time);
         assert!(f.clean);
