@@ -264,9 +264,15 @@ impl Browser {
                 let mut g = g.clone();
                 g.calls.retain(|c| c.start_ns <= t);
                 for c in &mut g.calls {
-                    c.duration_ns = c.duration_ns.min(t - c.start_ns);
+                    let cut = c.duration_ns.min(t - c.start_ns);
+                    c.exits = c.exits.map(|e| share(e, cut, c.duration_ns));
+                    c.duration_ns = cut;
                 }
-                g.end_ns = g.end_ns.min(t);
+                let end = g.end_ns.min(t);
+                g.exits = g
+                    .exits
+                    .map(|e| share(e, end - g.start_ns, g.end_ns - g.start_ns));
+                g.end_ns = end;
                 g
             })
             .filter(|g| !g.calls.is_empty())
@@ -286,6 +292,14 @@ impl Browser {
         app.initcalls = self.initcalls_now();
         app.replay = Some(self.status());
     }
+}
+
+/// `n` times `part / whole` (all of `n` when `whole` is 0).
+fn share(n: u64, part: u64, whole: u64) -> u64 {
+    if whole == 0 {
+        return n;
+    }
+    (n as f64 * part as f64 / whole as f64).round() as u64
 }
 
 /// Exit sites as they stood at `t_ns`: those of phases that had ended in
