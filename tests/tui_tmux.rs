@@ -497,7 +497,10 @@ fn tui_refuses_what_it_cannot_browse() {
     std::fs::write(&not_json, "not json").unwrap();
     let profile = recorded("lab-replay.profile.json");
     for (args, says) in [
-        (vec!["tui", "/nonexistent.json"], "cannot read /nonexistent.json"),
+        (
+            vec!["tui", "/nonexistent.json"],
+            "cannot read /nonexistent.json",
+        ),
         (vec!["tui", not_json.to_str().unwrap()], "is not JSON"),
         (
             vec!["tui", &profile, "--timeline", &profile],

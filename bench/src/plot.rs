@@ -158,7 +158,9 @@ mod tests {
                 .position(|t| t == s)
                 .unwrap_or_else(|| panic!("no text {s:?} in {tx:?}"))
         };
-        assert!(tx.iter().any(|t| t.starts_with("Kernel initcalls by level (4 initcalls in 2 levels)")));
+        assert!(tx
+            .iter()
+            .any(|t| t.starts_with("Kernel initcalls by level (4 initcalls in 2 levels)")));
         // Nested: kernel, then each level followed by its slow initcalls.
         let k = tx.iter().rposition(|t| t == "kernel").unwrap();
         let (core, slow, device, serial, broken) = (
@@ -189,7 +191,8 @@ mod tests {
         let svg = render(&bytes, Path::new("lab-initcalls.timeline.json")).unwrap();
         let tx = texts(&svg);
         assert!(
-            tx.iter().any(|t| t.starts_with("Kernel initcalls by level (670 initcalls in ")),
+            tx.iter()
+                .any(|t| t.starts_with("Kernel initcalls by level (670 initcalls in ")),
             "{tx:?}"
         );
         // The device level's slowest initcall of the boot is labelled.
@@ -213,8 +216,16 @@ mod tests {
         // io's bar (43,446 exits), then its top sites: the serial console.
         let io = at("43,446");
         assert_eq!(tx[io - 1], "io");
-        assert!(tx[io + 1].ends_with("io_serial_out"), "{:?}", &tx[io..io + 4]);
-        assert!(tx[io + 2].ends_with("io_serial_in"), "{:?}", &tx[io..io + 4]);
+        assert!(
+            tx[io + 1].ends_with("io_serial_out"),
+            "{:?}",
+            &tx[io..io + 4]
+        );
+        assert!(
+            tx[io + 2].ends_with("io_serial_in"),
+            "{:?}",
+            &tx[io..io + 4]
+        );
         // 21,939 of 43,446 io exits at io_serial_out: 50 %.
         assert!(tx[io + 1].starts_with(" 50 %"), "{:?}", tx[io + 1]);
         // Exits per phase: the profile's three phases with exits, in boot
