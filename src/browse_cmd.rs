@@ -84,9 +84,14 @@ pub fn run(args: BrowseArgs) -> Result<i32, Failure> {
             "bootscope tui needs a terminal on standard output; `bootscope export` prints a profile as text"
         )));
     }
+    // The file's name: a long path would push the position off the
+    // status line.
+    let name = args.input.file_name().map_or_else(
+        || args.input.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     let title = format!(
-        "{} ({} {})",
-        args.input.display(),
+        "{name} ({} {})",
         if profile.target.name.is_empty() {
             "target"
         } else {

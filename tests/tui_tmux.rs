@@ -401,3 +401,119 @@ fn tui_without_a_terminal_says_to_use_output() {
         assert!(o.stdout.is_empty(), "nothing drawn on a pipe");
     }
 }
+
+/// A recorded lab boot (tests/fixtures/README.md says how it was made).
+fn recorded(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// The sample count `sample N/M` of the replay's status line.
+fn samples_seen(screen: &str) -> Option<u32> {
+    let rest = screen.split("sample ").nth(1)?;
+    rest.split('/').next()?.trim().parse().ok()
+}
+
+#[test]
+fn tui_browses_a_saved_profile_scrubs_switches_panes_and_quits() {
+    let Some(tmux) = Tmux::start("browse") else {
+        return;
+    };
+    let dir = scratch("tui-browse");
+    tmux.type_line(&format!(
+        "cd {} && {} tui {} --timeline {}; echo EXIT=$?",
+        dir.display(),
+        bin(),
+        recorded("lab-replay.profile.json"),
+        recorded("lab-replay.timeline.json"),
+    ));
+    // It opens at the end of the profile: the whole boot, every sample.
+    let end = tmux.wait_for("the replay", Duration::from_secs(20), |s| {
+        s.contains("REPLAY") && s.contains("vmm teardown")
+    });
+    let total = samples_seen(&end).expect("a sample count");
+    assert!(total > 10, "{end}");
+    assert!(end.contains(&format!("sample {total}/{total}")), "{end}");
+    assert!(end.contains("Exit reasons"), "{end}");
+    // Home: the start, nothing seen yet.
+    tmux.send(&["Home"]);
+    let start = tmux.wait_for("the start", Duration::from_secs(10), |s| {
+        s.contains(&format!("sample 0/{total}"))
+    });
+    assert!(!start.contains("vmm teardown"), "{start}");
+    // Right steps through the samples (and the phases' starts).
+    for _ in 0..6 {
+        tmux.send(&["Right"]);
+    }
+    let stepped = tmux.wait_for("six steps", Duration::from_secs(10), |s| {
+        samples_seen(s).is_some_and(|n| n > 0 && n < total)
+    });
+    // `4` jumps to the fourth phase's start (profiler attach, vmm setup,
+    // guest boot, kernel); `n` to the next phase.
+    tmux.send(&["4"]);
+    let kernel = tmux.wait_for("the kernel phase", Duration::from_secs(10), |s| {
+        s.contains("| kernel |")
+    });
+    assert_ne!(kernel, stepped);
+    tmux.send(&["n"]);
+    tmux.wait_for("the userspace phase", Duration::from_secs(10), |s| {
+        s.contains("| userspace |")
+    });
+    // Play runs on by itself.
+    tmux.send(&["+", "+", "+", "+", "Space"]);
+    let before = samples_seen(&tmux.screen()).unwrap();
+    tmux.wait_for("play to move on", Duration::from_secs(20), |s| {
+        samples_seen(s).is_some_and(|n| n > before)
+    });
+    tmux.send(&["Space", "End"]);
+    tmux.wait_for("the end again", Duration::from_secs(10), |s| {
+        s.contains(&format!("sample {total}/{total}"))
+    });
+    // x: the exit sites of the selected reason; i: the kernel's initcalls.
+    tmux.send(&["x"]);
+    let sites = tmux.wait_for("the exit sites", Duration::from_secs(10), |s| {
+        s.contains("Exit sites")
+    });
+    assert!(sites.contains("io_serial_"), "{sites}");
+    tmux.send(&["i"]);
+    let ic = tmux.wait_for("the initcalls", Duration::from_secs(10), |s| {
+        s.contains("initcalls ·") && s.contains("kernel ▾")
+    });
+    assert!(ic.contains("early ("), "{ic}");
+    tmux.send(&["q"]);
+    let (code, screen) = tmux.wait_exit(Duration::from_secs(10));
+    assert_eq!(code, 0, "{}", tmux.screen_and_history());
+    tmux.assert_clean(&screen);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tui_refuses_what_it_cannot_browse() {
+    let dir = scratch("tui-browse-bad");
+    let not_json = dir.join("x.json");
+    std::fs::write(&not_json, "not json").unwrap();
+    let profile = recorded("lab-replay.profile.json");
+    for (args, says) in [
+        (
+            vec!["tui", "/nonexistent.json"],
+            "cannot read /nonexistent.json",
+        ),
+        (vec!["tui", not_json.to_str().unwrap()], "is not JSON"),
+        (
+            vec!["tui", &profile, "--timeline", &profile],
+            "is not a boot timeline",
+        ),
+        (vec!["tui", &profile, "--speed", "0"], "is not a speed"),
+        // A valid file, but no terminal to draw on.
+        (vec!["tui", &profile], "needs a terminal"),
+    ] {
+        let o = run(bootscope().args(&args), None);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+        assert!(o.stdout.is_empty());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

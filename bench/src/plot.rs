@@ -121,4 +121,130 @@ mod tests {
         .to_string();
         assert!(e.contains("version 9"), "{e}");
     }
+
+    fn workspace_file(path: &str) -> Vec<u8> {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+        std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    /// The `<text>` elements' contents, unescaped enough for assertions.
+    fn texts(svg: &str) -> Vec<String> {
+        svg.split("<text ")
+            .skip(1)
+            .filter_map(|t| Some(t.split_once('>')?.1.split_once("</text>")?.0.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn initcalls_nested_under_kernel_by_level() {
+        let t = serde_json::json!({
+            "schema": "bootscope.timeline", "version": 1,
+            "phases": [
+                {"name": "vmm setup", "start_ns": 0, "end_ns": 100_000_000, "duration_ns": 100_000_000},
+                {"name": "kernel", "start_ns": 100_000_000, "end_ns": 1_100_000_000, "duration_ns": 1_000_000_000}
+            ],
+            "initcalls": {
+                "levels": [
+                    {"level": "core", "start_ns": 200_000_000, "end_ns": 300_000_000},
+                    {"level": "device", "start_ns": 400_000_000, "end_ns": 900_000_000}
+                ],
+                "initcalls": [
+                    {"name": "tiny_init", "level": "core", "start_ns": 200_000_000, "duration_ns": 1_000_000, "ret": 0},
+                    {"name": "slow_core_init", "level": "core", "start_ns": 210_000_000, "duration_ns": 80_000_000, "ret": 0},
+                    {"name": "serial8250_init", "level": "device", "start_ns": 400_000_000, "duration_ns": 300_000_000, "ret": 0},
+                    {"name": "broken_init", "level": "device", "start_ns": 700_000_000, "duration_ns": 50_000_000, "ret": -19}
+                ]
+            }
+        });
+        let svg = render(t.to_string().as_bytes(), Path::new("t.json")).unwrap();
+        let tx = texts(&svg);
+        let pos = |s: &str| {
+            tx.iter()
+                .position(|t| t == s)
+                .unwrap_or_else(|| panic!("no text {s:?} in {tx:?}"))
+        };
+        assert!(tx
+            .iter()
+            .any(|t| t.starts_with("Kernel initcalls by level (4 initcalls in 2 levels)")));
+        // Nested: kernel, then each level followed by its slow initcalls.
+        let k = tx.iter().rposition(|t| t == "kernel").unwrap();
+        let (core, slow, device, serial, broken) = (
+            pos("core (2)"),
+            pos("slow_core_init"),
+            pos("device (2)"),
+            pos("serial8250_init"),
+            pos("broken_init"),
+        );
+        assert!(k < core && core < slow && slow < device && device < serial && serial < broken);
+        // Under 1 % of the axis: drawn in its level's row, not labelled.
+        assert!(!tx.iter().any(|t| t == "tiny_init"), "{tx:?}");
+        assert!(svg.contains("<title>tiny_init (core): 1.0 ms from 200 ms</title>"));
+        assert!(tx.iter().any(|t| t == "300 ms"), "{tx:?}");
+        // A failed initcall in red, with what it returned.
+        assert!(tx.iter().any(|t| t == "50.0 ms, returned -19"), "{tx:?}");
+        assert!(svg.contains(r##"fill="#d62728"><title>broken_init"##));
+        // Without initcalls: no such section.
+        let mut bare = t.clone();
+        bare.as_object_mut().unwrap().remove("initcalls");
+        let svg = render(bare.to_string().as_bytes(), Path::new("t.json")).unwrap();
+        assert!(!svg.contains("Kernel initcalls"));
+    }
+
+    #[test]
+    fn initcalls_of_a_lab_boot() {
+        let bytes = workspace_file("tui/tests/fixtures/lab-initcalls.timeline.json");
+        let svg = render(&bytes, Path::new("lab-initcalls.timeline.json")).unwrap();
+        let tx = texts(&svg);
+        assert!(
+            tx.iter()
+                .any(|t| t.starts_with("Kernel initcalls by level (670 initcalls in ")),
+            "{tx:?}"
+        );
+        // The device level's slowest initcall of the boot is labelled.
+        assert!(tx.iter().any(|t| t == "device (204)"), "{tx:?}");
+        assert!(tx.iter().any(|t| t == "shpcd_init"), "{tx:?}");
+        // Each of the level's initcalls drawn in its row, with its tooltip.
+        assert!(svg.matches(" (device): ").count() >= 204);
+    }
+
+    #[test]
+    fn top_sites_beside_the_exit_bars_and_exits_per_phase() {
+        let bytes = workspace_file("tests/fixtures/lab-sites-loud.profile.json");
+        let svg = render(&bytes, Path::new("loud.json")).unwrap();
+        let tx = texts(&svg);
+        let at = |s: &str| {
+            tx.iter()
+                .position(|t| t.ends_with(s))
+                .unwrap_or_else(|| panic!("no text ending {s:?} in {tx:?}"))
+        };
+        assert!(tx.iter().any(|t| t.starts_with("top exit sites")), "{tx:?}");
+        // io's bar (43,446 exits), then its top sites: the serial console.
+        let io = at("43,446");
+        assert_eq!(tx[io - 1], "io");
+        assert!(
+            tx[io + 1].ends_with("io_serial_out"),
+            "{:?}",
+            &tx[io..io + 4]
+        );
+        assert!(
+            tx[io + 2].ends_with("io_serial_in"),
+            "{:?}",
+            &tx[io..io + 4]
+        );
+        // 21,939 of 43,446 io exits at io_serial_out: 50 %.
+        assert!(tx[io + 1].starts_with(" 50 %"), "{:?}", tx[io + 1]);
+        // Exits per phase: the profile's three phases with exits, in boot
+        // order, each with its total.
+        let per_phase = at("Exits per phase, by reason");
+        let rest = &tx[per_phase..];
+        let row = |name: &str| rest.iter().position(|t| t == name).unwrap();
+        assert!(row("guest boot") < row("kernel") && row("kernel") < row("userspace"));
+        assert_eq!(rest[row("kernel") + 1], "45,610");
+        assert!(rest.iter().any(|t| t == "other"), "{rest:?}");
+        // A profile without sites: plain bars, no sites column.
+        let bytes = workspace_file("tests/fixtures/lab-nosites-quiet.profile.json");
+        let svg = render(&bytes, Path::new("quiet.json")).unwrap();
+        assert!(!svg.contains("top exit sites"));
+        assert!(svg.contains("Exits per phase"));
+    }
 }

@@ -510,13 +510,18 @@ impl App {
         (rows, is_prealloc)
     }
 
-    /// Index of the phase running now: the last one, while the target
-    /// runs and nothing has ended it.
+    /// Index of the phase running now: the last one (initcall spans left
+    /// out), while the target runs and nothing has ended it.
     pub fn current_phase(&self) -> Option<usize> {
         if self.finished || self.profile.target.ended_ns.is_some() {
             return None;
         }
-        let last = self.profile.phases.len().checked_sub(1)?;
+        // The initcall spans a timeline carries are not boot phases.
+        let last = self
+            .profile
+            .phases
+            .iter()
+            .rposition(|p| !is_initcall_phase(&p.name))?;
         let p: &PhaseSpan = &self.profile.phases[last];
         (p.end_ns >= self.profile.duration_ns).then_some(last)
     }

@@ -229,10 +229,25 @@ impl Browser {
 
     /// The profile as it was at the position.
     pub fn profile_now(&self) -> Profile {
-        let mut p = profile_at(&self.profile, self.t_ns);
-        if self.t_ns < self.end_ns() {
+        self.profile_at(self.t_ns)
+    }
+
+    /// Whether the last sample by `t_ns` is too old to tell the exits.
+    fn stale(&self, t_ns: u64) -> bool {
+        let last = self.profile.samples.iter().rfind(|s| s.t_ns <= t_ns);
+        last.is_none_or(|s| t_ns - s.t_ns > STALE_SAMPLE_NS)
+    }
+
+    fn profile_at(&self, t_ns: u64) -> Profile {
+        let mut p = profile_at(&self.profile, t_ns);
+        if t_ns < self.end_ns() {
             if let Some(s) = &self.profile.exits.sites {
-                p.exits.sites = Some(sites_at(s, &self.profile, self.t_ns));
+                p.exits.sites = Some(sites_at(s, &self.profile, t_ns));
+            }
+            // Samples far apart (a loaded machine) say little of the
+            // exits in between: the exits per phase say more.
+            if self.stale(t_ns) {
+                exits_by_phase_at(&mut p, &self.profile, t_ns);
             }
         }
         p
@@ -240,8 +255,14 @@ impl Browser {
 
     /// The profile the rates are taken against: the one at the sample
     /// before the last one recorded by the position, its time set so that
-    /// the interval is the samples' own.
+    /// the interval is the samples' own; where the samples are too old,
+    /// the one a second before the position.
     fn previous_profile(&self) -> Option<Profile> {
+        if self.stale(self.t_ns) {
+            // Exits from the phases: against the profile a second before.
+            let before = self.t_ns.checked_sub(STALE_SAMPLE_NS)?;
+            return Some(self.profile_at(before));
+        }
         let samples = &self.profile.samples;
         let k = samples.partition_point(|s| s.t_ns <= self.t_ns);
         let (before, last) = (samples.get(k.checked_sub(2)?)?, samples.get(k - 1)?);
@@ -264,9 +285,15 @@ impl Browser {
                 let mut g = g.clone();
                 g.calls.retain(|c| c.start_ns <= t);
                 for c in &mut g.calls {
-                    c.duration_ns = c.duration_ns.min(t - c.start_ns);
+                    let cut = c.duration_ns.min(t - c.start_ns);
+                    c.exits = c.exits.map(|e| share(e, cut, c.duration_ns));
+                    c.duration_ns = cut;
                 }
-                g.end_ns = g.end_ns.min(t);
+                let end = g.end_ns.min(t);
+                g.exits = g
+                    .exits
+                    .map(|e| share(e, end - g.start_ns, g.end_ns - g.start_ns));
+                g.end_ns = end;
                 g
             })
             .filter(|g| !g.calls.is_empty())
@@ -288,24 +315,75 @@ impl Browser {
     }
 }
 
+/// A sample older than this leaves the exit counts to the exits per phase.
+const STALE_SAMPLE_NS: u64 = 1_000_000_000;
+
+/// How much of phase `name` had passed at `t_ns`: 1 once it ended, 0 before
+/// it began (a phase the profile has no span for: the profile's share).
+fn phase_share(p: &Profile, name: &str, t_ns: u64) -> f64 {
+    let Some(span) = p.phases.iter().find(|s| s.name == name) else {
+        return t_ns as f64 / p.duration_ns.max(1) as f64;
+    };
+    if t_ns >= span.end_ns {
+        1.0
+    } else if t_ns < span.start_ns {
+        0.0
+    } else {
+        (t_ns - span.start_ns) as f64 / span.end_ns.saturating_sub(span.start_ns).max(1) as f64
+    }
+}
+
+/// Exit counts at `t_ns` from the saved exits per phase (those of ended
+/// phases in full, the running one's in proportion): per reason with its
+/// latency, the total, per vCPU and KVM's count in the same proportion.
+fn exits_by_phase_at(out: &mut Profile, saved: &Profile, t_ns: u64) {
+    if saved.exits.by_phase.is_empty() {
+        return;
+    }
+    let scale = |n: u64, f: f64| (n as f64 * f).round() as u64;
+    let mut by_reason: std::collections::BTreeMap<&str, f64> = Default::default();
+    for ph in &saved.exits.by_phase {
+        let f = phase_share(saved, &ph.phase, t_ns);
+        for (r, n) in &ph.by_reason {
+            *by_reason.entry(r).or_default() += *n as f64 * f;
+        }
+    }
+    out.exits.by_reason = saved.exits.by_reason.clone();
+    for r in &mut out.exits.by_reason {
+        let now = by_reason.get(r.reason.as_str()).copied().unwrap_or(0.0);
+        let f = now / r.count.max(1) as f64;
+        r.count = now.round() as u64;
+        r.latency_total_ns = r.latency_total_ns.map(|v| scale(v, f));
+        for b in &mut r.latency_hist {
+            b.count = scale(b.count, f);
+        }
+    }
+    let total: f64 = by_reason.values().sum();
+    let f = total / saved.exits.total.max(1) as f64;
+    out.exits.total = total.round() as u64;
+    out.exits.by_vcpu = saved.exits.by_vcpu.clone();
+    for v in &mut out.exits.by_vcpu {
+        for n in v.by_reason.values_mut() {
+            *n = scale(*n, f);
+        }
+    }
+    out.exits.kvm_stats_exits = saved.exits.kvm_stats_exits.map(|n| scale(n, f));
+}
+
+/// `n` times `part / whole` (all of `n` when `whole` is 0).
+fn share(n: u64, part: u64, whole: u64) -> u64 {
+    if whole == 0 {
+        return n;
+    }
+    (n as f64 * part as f64 / whole as f64).round() as u64
+}
+
 /// Exit sites as they stood at `t_ns`: those of phases that had ended in
 /// full, those of the phase running then in proportion to how much of it
 /// had passed, none of later phases (sites are recorded by phase, not by
 /// time).
 fn sites_at(sites: &ExitSites, p: &Profile, t_ns: u64) -> ExitSites {
-    let share = |phase: &str| -> f64 {
-        let Some(span) = p.phases.iter().find(|s| s.name == phase) else {
-            // A phase the profile has no span for: by the profile's time.
-            return t_ns as f64 / p.duration_ns.max(1) as f64;
-        };
-        if t_ns >= span.end_ns {
-            1.0
-        } else if t_ns < span.start_ns {
-            0.0
-        } else {
-            (t_ns - span.start_ns) as f64 / span.end_ns.saturating_sub(span.start_ns).max(1) as f64
-        }
-    };
+    let share = |phase: &str| phase_share(p, phase, t_ns);
     let scale = |n: u64, f: f64| (n as f64 * f).round() as u64;
     let mut out = sites.clone();
     out.sites.retain_mut(|s| {

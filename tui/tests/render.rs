@@ -681,3 +681,159 @@ fn exit_sites_pane_from_a_real_lab_profile() {
     let t = text(&render(56, 10, |f, a| ui::draw_sites(f, a, &bare)));
     assert!(t.contains("exit sites not collected"), "{t}");
 }
+
+/// `bootscope tui` on a recorded lab boot: the browser over the profile
+/// (tests/fixtures/README.md at the workspace root says how it was made),
+/// drawn as the position moves.
+fn browse_app(browser: &bootscope_tui::Browser, app: &mut App) -> Buffer {
+    browser.show(app);
+    render(120, 40, |f, _| ui::draw(f, app))
+}
+
+#[test]
+fn browsing_a_recorded_profile_moves_every_pane() {
+    use bootscope_tui::browse::BrowseKey;
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let key = |c| KeyEvent::new(c, KeyModifiers::NONE);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/lab-sites-loud.profile.json");
+    let saved = Profile::read(&path).unwrap();
+    let mut b = bootscope_tui::Browser::new(saved.clone(), None, 1.0);
+    let mut app = App::new(
+        "lab-sites-loud.profile.json (bootscope 122)",
+        Theme::unicode(),
+    );
+    // Opens at the end: the saved profile, as the final live screen.
+    let buf = browse_app(&b, &mut app);
+    snapshot("browse-end", &buf);
+    let t = text(&buf);
+    assert_eq!(app.profile, saved);
+    assert!(t.contains("REPLAY ‖"), "{t}");
+    let n = saved.samples.len();
+    assert!(t.contains(&format!("sample {n}/{n}")), "{t}");
+    assert!(t.contains("vmm teardown"), "{t}");
+    // The start: nothing recorded yet.
+    assert_eq!(b.on_key(key(KeyCode::Home)), BrowseKey::Moved);
+    let t = text(&browse_app(&b, &mut app));
+    assert!(t.contains(&format!("sample 0/{n}")), "{t}");
+    assert!(!t.contains("vmm teardown"), "{t}");
+    // The kernel phase's start (the fourth phase): it is the running one,
+    // and the exits so far are those of the samples by then.
+    b.on_key(key(KeyCode::Char('4')));
+    let buf = browse_app(&b, &mut app);
+    snapshot("browse-kernel-start", &buf);
+    let t = text(&buf);
+    assert!(t.contains("| kernel |"), "{t}");
+    assert!(t.contains("▶ kernel"), "{t}");
+    // The profile's samples stop long before (the lab machine was busy):
+    // the exits are those of the phases before the kernel.
+    let kernel = saved.phases.iter().find(|p| p.name == "kernel").unwrap();
+    let last = saved
+        .samples
+        .iter()
+        .rfind(|s| s.t_ns <= kernel.start_ns)
+        .unwrap();
+    assert!(kernel.start_ns - last.t_ns > 1_000_000_000);
+    let before: u64 = saved
+        .exits
+        .by_phase
+        .iter()
+        .filter(|p| p.phase != "kernel" && p.phase != "userspace")
+        .flat_map(|p| p.by_reason.values())
+        .sum();
+    assert_eq!(app.profile.exits.total, before);
+    assert!(
+        t.contains(&format!("total {}", ui::fmt_count(before))),
+        "{t}"
+    );
+    // Sites at the kernel's start: those of the phases before it in full,
+    // none of the kernel's.
+    let io_serial_out = |p: &Profile, phase: Option<&str>| -> u64 {
+        p.exits
+            .sites
+            .as_ref()
+            .unwrap()
+            .sites
+            .iter()
+            .filter(|s| s.function.as_deref() == Some("io_serial_out"))
+            .filter(|s| phase.is_none_or(|ph| s.phase == ph))
+            .map(|s| s.count)
+            .sum()
+    };
+    let before_kernel = io_serial_out(&saved, Some("guest boot"));
+    assert_eq!(io_serial_out(&app.profile, None), before_kernel);
+    // Halfway through the kernel: half of the kernel's besides.
+    app.show_sites = true;
+    b.seek(kernel.start_ns + (kernel.end_ns - kernel.start_ns) / 2);
+    let t = text(&browse_app(&b, &mut app));
+    let (half, full) = (
+        io_serial_out(&app.profile, Some("kernel")),
+        io_serial_out(&saved, Some("kernel")),
+    );
+    assert!(half.abs_diff(full / 2) <= 1, "{half} of {full}");
+    assert!(
+        t.contains("Exit sites") && t.contains("io_serial_out"),
+        "{t}"
+    );
+    // Stepping right from there reaches the next stop: a sample or a
+    // phase's start, whichever comes first.
+    let now = b.t_ns();
+    let next = saved
+        .samples
+        .iter()
+        .map(|s| s.t_ns)
+        .chain(saved.phases.iter().map(|p| p.start_ns))
+        .chain([saved.duration_ns])
+        .filter(|&t| t > now)
+        .min()
+        .unwrap();
+    b.on_key(key(KeyCode::Right));
+    browse_app(&b, &mut app);
+    assert_eq!(app.replay.as_ref().unwrap().t_ns, next);
+    assert_eq!(app.profile.duration_ns, next);
+    // Help lists the replay's keys; plain ASCII has no arrows.
+    app.show_help = true;
+    let t = text(&browse_app(&b, &mut app));
+    assert!(t.contains("jump to the start of phase 1-9"), "{t}");
+    let mut plain = App::new("p", Theme::plain());
+    let t = text(&browse_app(&b, &mut plain));
+    assert!(
+        t.contains("REPLAY ||") && t.contains("left/right step"),
+        "{t}"
+    );
+}
+
+#[test]
+fn browsing_a_timeline_shows_the_initcalls_started_by_the_position() {
+    use crossterm::event::KeyCode;
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/lab-initcalls.timeline.json");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let profile = bootscope_profiler::export::profile_from_timeline(&doc).unwrap();
+    let ic = bootscope_tui::Initcalls::from_json(&doc).unwrap();
+    let device = ic
+        .groups
+        .iter()
+        .find(|g| g.level == "device")
+        .unwrap()
+        .clone();
+    let mut b = bootscope_tui::Browser::new(profile, Some(ic), 1.0);
+    let mut app = App::new("lab-initcalls.timeline.json", Theme::unicode());
+    // In the middle of the device level: its first initcalls, none after.
+    let mid = device.calls[device.calls.len() / 2].start_ns;
+    b.seek(mid);
+    browse_app(&b, &mut app);
+    press(&mut app, KeyCode::Char('i'));
+    let shown = app.initcalls.as_ref().unwrap();
+    let dev = shown.groups.iter().find(|g| g.level == "device").unwrap();
+    assert_eq!(dev.calls.len(), device.calls.len() / 2 + 1);
+    assert!(!shown.groups.iter().any(|g| g.level == "late"));
+    // Tall enough for every row.
+    let buf = render(64, 70, |f, a| ui::draw_phases(f, a, &app));
+    snapshot("browse-initcalls-device", &buf);
+    let t = text(&buf);
+    assert!(t.contains("▶ kernel ▾") && t.contains(" device ("), "{t}");
+    assert!(!t.contains(" late ("), "{t}");
+    // The initcall running at the position: cut there, no exits yet.
+    assert_eq!(dev.calls.last().unwrap().exits, Some(0));
+}

@@ -111,7 +111,7 @@ impl Initcalls {
             .iter()
             .filter(|c| c.duration_ns as f64 >= span_ns * LABEL_MIN_SHARE)
             .collect();
-        calls.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns));
+        calls.sort_by_key(|c| std::cmp::Reverse(c.duration_ns));
         calls.truncate(LABELLED_PER_LEVEL);
         calls
     }
