@@ -5,7 +5,10 @@
 //! and powers off; the lab machine (the VMM's host) checks both in the
 //! image. The read-only one holds an ext4 file system made here: the guest
 //! mounts it, reads it, and its write fails with EROFS; the image is the
-//! same byte for byte afterwards. One lab boot.
+//! same byte for byte afterwards. The guest also has a virtio console
+//! beside the serial one (`console=ttyS0 console=hvc0`): once its driver
+//! loads, the kernel's log reaches the console sink through it too. One
+//! lab boot.
 
 mod lab_common;
 
@@ -139,7 +142,7 @@ fn lab_script(dir: &Path, busybox: &Path, exe: &Path, kernel: &Path, initrd: &Pa
 {bb} mkdir -p out
 {bb} truncate -s 80M disk.raw
 {bb} sha256sum ro.img > ro.before
-{exe} run --kernel {k} --initrd {i} --memory 512M --no-profile --timeout 1500 --disk {d}/disk.raw --disk {d}/ro.img,readonly --timeline {d}/out/timeline.json --serial {d}/out/serial.log --no-summary > out/run.log 2>&1
+{exe} run --kernel {k} --initrd {i} --memory 512M --no-profile --timeout 1500 --console virtio --cmdline "console=ttyS0 console=hvc0 reboot=k panic=-1 pci=off io_delay=none" --disk {d}/disk.raw --disk {d}/ro.img,readonly --timeline {d}/out/timeline.json --serial {d}/out/serial.log --no-summary > out/run.log 2>&1
 echo "run exit $?" > out/result.txt
 echo "image $({bb} head -c 67108864 disk.raw | {bb} sha256sum | {bb} cut -c1-64)" >> out/result.txt
 echo "stored $({bb} dd if=disk.raw bs=1048576 skip=64 count=1 2>/dev/null | {bb} head -c 64)" >> out/result.txt
@@ -174,7 +177,13 @@ fn disk_data_survives_and_a_readonly_disk_refuses_writes_in_the_lab() {
         .modules_dir;
     let modules = match module_closure(
         &modules_dir,
-        &["virtio_mmio", "virtio_blk", "crc32c_generic", "ext4"],
+        &[
+            "virtio_mmio",
+            "virtio_blk",
+            "virtio_console",
+            "crc32c_generic",
+            "ext4",
+        ],
     ) {
         Ok(m) => m,
         Err(e) => return eprintln!("SKIP: {e}"),
