@@ -7,7 +7,7 @@
 //! mounts it, reads it, and its write fails with EROFS; the image is the
 //! same byte for byte afterwards. The guest also has a virtio console
 //! beside the serial one (`console=ttyS0 console=hvc0`): once its driver
-//! loads, the kernel's log reaches the console sink through it too. One
+//! loads, the kernel's lines reach the console sink through it too. One
 //! lab boot.
 
 mod lab_common;
@@ -94,13 +94,13 @@ echo "bootscope-virtio: vda serial $({bb} cat /sys/block/vda/serial)"
 {bb} dd if=/dev/urandom of=/tmp/data bs=1048576 count=64 2>/dev/null
 sum=$({bb} sha256sum /tmp/data | {bb} cut -c1-64)
 echo "bootscope-virtio: wrote $sum"
-{bb} dd if=/tmp/data of=/dev/vda bs=1048576 conv=notrunc 2>/dev/null
-printf '%s' "$sum" | {bb} dd of=/dev/vda bs=1048576 seek=64 conv=notrunc 2>/dev/null
+{bb} dd if=/tmp/data of=/dev/vda bs=1048576 conv=notrunc,fsync 2>/dev/null
+printf '%s' "$sum" | {bb} dd of=/dev/vda bs=1048576 seek=64 conv=notrunc,fsync 2>/dev/null
 {bb} sync
 {bb} rm /tmp/data
 {bb} mkdir -p /mnt
 {bb} mount -t ext4 /dev/vdb /mnt && echo "bootscope-virtio: ro content $({bb} cat /mnt/hello.txt)"
-if echo x > /mnt/new 2>/tmp/err; then echo "bootscope-virtio: ro write succeeded"; else echo "bootscope-virtio: ro write refused: $({bb} cat /tmp/err)"; fi
+if ( echo x > /mnt/new ) 2>/tmp/err; then echo "bootscope-virtio: ro write succeeded"; else echo "bootscope-virtio: ro write refused: $({bb} cat /tmp/err)"; fi
 [ -c /dev/port ] || {bb} mknod /dev/port c 1 4
 printf '\140' | {bb} dd of=/dev/port bs=1 seek=128 count=1 conv=notrunc 2>/dev/null
 {bb} poweroff -f
