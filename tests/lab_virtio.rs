@@ -263,6 +263,13 @@ fn disk_data_survives_and_a_readonly_disk_refuses_writes_in_the_lab() {
     // The timeline: both disks, their I/O, in the phase it happened.
     let doc: serde_json::Value =
         serde_json::from_str(&read("timeline.json")).expect("timeline copied back");
+    check_timeline(&doc, &serial, &context);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The timeline of the lab boot: both disks and their I/O in the phase it
+/// happened, the rng untouched, the virtio console's lines.
+fn check_timeline(doc: &serde_json::Value, serial: &str, context: &str) {
     assert_eq!(doc["outcome"]["clean"], true, "{}", doc["outcome"]);
     let devices = doc["devices"].as_array().expect("devices");
     let by_name = |n: &str| {
@@ -298,5 +305,17 @@ fn disk_data_survives_and_a_readonly_disk_refuses_writes_in_the_lab() {
     );
     let regions = doc["guest"]["regions"].as_array().unwrap();
     assert!(regions.iter().any(|r| r["name"] == "virtio-blk0 (MMIO)"));
-    let _ = std::fs::remove_dir_all(&dir);
+    // The virtio console carried the kernel's lines logged once its
+    // driver was there: they are in the console file twice (serial and
+    // hvc0), the earlier ones once.
+    let hvc = by_name("virtio-console");
+    assert!(hvc["driver_ready_ns"].is_u64(), "{hvc}");
+    assert!(hvc["console_bytes"].as_u64().unwrap() > 0, "{hvc}");
+    assert_eq!(hvc["bad_requests"], 0, "{hvc}");
+    assert_eq!(
+        serial.matches("EXT4-fs (vdb): mounted filesystem").count(),
+        2,
+        "a late kernel line through both consoles: {context}"
+    );
+    assert_eq!(serial.matches("Linux version").count(), 1, "{context}");
 }
