@@ -13,6 +13,8 @@ command -v cc >/dev/null || need+=(gcc)
 command -v clang >/dev/null || need+=(clang)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 command -v bpftool >/dev/null || [ -x /usr/sbin/bpftool ] || need+=(bpftool)
+# The virtio lab test makes its read-only disk with mkfs.ext4 (tests/lab_virtio.rs).
+[ -x /usr/sbin/mkfs.ext4 ] || [ -x /sbin/mkfs.ext4 ] || need+=(e2fsprogs)
 # The TUI's end-to-end tests drive it in tmux (tests/tui_tmux.rs).
 command -v tmux >/dev/null || need+=(tmux)
 # The package test reads the installed manual page (tests/package.rs).

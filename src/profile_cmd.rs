@@ -513,6 +513,7 @@ pub fn summary(p: &Profile, output: &Path) -> String {
             .collect();
         let _ = writeln!(s, "marker port writes: {}", m.join(", "));
     }
+    mmio_summary(&mut s, &e.mmio);
     if e.emulated_instructions > 0 {
         let _ = writeln!(s, "emulated instructions: {}", e.emulated_instructions);
     }
@@ -665,5 +666,26 @@ fn cost_summary(s: &mut String, p: &Profile) {
             if top.is_empty() { "" } else { "; most: " },
             top.join(", ")
         );
+    }
+}
+
+/// MMIO accesses by what they reached (`virtio-blk0 notify write`), most
+/// first, when the profile's addresses are labelled.
+fn mmio_summary(s: &mut String, mmio: &[bootscope_profiler::profile::MmioStat]) {
+    use std::fmt::Write as _;
+    let mut by: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for m in mmio {
+        if let Some(l) = &m.label {
+            *by.entry(format!("mmio {l} {}", m.kind)).or_default() += m.count;
+        }
+    }
+    if by.is_empty() {
+        return;
+    }
+    let mut v: Vec<(String, u64)> = by.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let _ = writeln!(s, "MMIO by device:");
+    for (what, n) in v.iter().take(8) {
+        let _ = writeln!(s, "  {what:<44} {n:>10}");
     }
 }

@@ -142,8 +142,9 @@ pub fn summary(p: &Profile) -> String {
     s
 }
 
-/// Labels the profile's nested page fault ranges with what bootscope's VMM
-/// placed there (its timeline's `guest.regions`).
+/// Labels the profile's nested page fault ranges and MMIO addresses with
+/// what bootscope's VMM placed there (its timeline's `guest.regions`):
+/// a virtio device's accesses by device and register.
 pub fn label_npf_ranges(profile: &mut Profile, regions: &[bootscope_vmm::layout::GuestRegion]) {
     let regions: Vec<GuestRegion> = regions
         .iter()
@@ -155,6 +156,9 @@ pub fn label_npf_ranges(profile: &mut Profile, regions: &[bootscope_vmm::layout:
         .collect();
     if let Some(sites) = profile.exits.sites.as_mut().filter(|_| !regions.is_empty()) {
         sites.label_npf_ranges(&regions);
+    }
+    for m in &mut profile.exits.mmio {
+        m.label = bootscope_profiler::sites::mmio_label(&regions, m.gpa);
     }
 }
 

@@ -5,7 +5,10 @@
 //! and powers off; the lab machine (the VMM's host) checks both in the
 //! image. The read-only one holds an ext4 file system made here: the guest
 //! mounts it, reads it, and its write fails with EROFS; the image is the
-//! same byte for byte afterwards. One lab boot.
+//! same byte for byte afterwards. The guest also has a virtio console
+//! beside the serial one (`console=ttyS0 console=hvc0`): once its driver
+//! loads, the kernel's lines reach the console sink through it too. One
+//! lab boot.
 
 mod lab_common;
 
@@ -91,13 +94,13 @@ echo "bootscope-virtio: vda serial $({bb} cat /sys/block/vda/serial)"
 {bb} dd if=/dev/urandom of=/tmp/data bs=1048576 count=64 2>/dev/null
 sum=$({bb} sha256sum /tmp/data | {bb} cut -c1-64)
 echo "bootscope-virtio: wrote $sum"
-{bb} dd if=/tmp/data of=/dev/vda bs=1048576 conv=notrunc 2>/dev/null
-printf '%s' "$sum" | {bb} dd of=/dev/vda bs=1048576 seek=64 conv=notrunc 2>/dev/null
+{bb} dd if=/tmp/data of=/dev/vda bs=1048576 conv=notrunc,fsync 2>/dev/null
+printf '%s' "$sum" | {bb} dd of=/dev/vda bs=1048576 seek=64 conv=notrunc,fsync 2>/dev/null
 {bb} sync
 {bb} rm /tmp/data
 {bb} mkdir -p /mnt
 {bb} mount -t ext4 /dev/vdb /mnt && echo "bootscope-virtio: ro content $({bb} cat /mnt/hello.txt)"
-if echo x > /mnt/new 2>/tmp/err; then echo "bootscope-virtio: ro write succeeded"; else echo "bootscope-virtio: ro write refused: $({bb} cat /tmp/err)"; fi
+if ( echo x > /mnt/new ) 2>/tmp/err; then echo "bootscope-virtio: ro write succeeded"; else echo "bootscope-virtio: ro write refused: $({bb} cat /tmp/err)"; fi
 [ -c /dev/port ] || {bb} mknod /dev/port c 1 4
 printf '\140' | {bb} dd of=/dev/port bs=1 seek=128 count=1 conv=notrunc 2>/dev/null
 {bb} poweroff -f
@@ -139,7 +142,7 @@ fn lab_script(dir: &Path, busybox: &Path, exe: &Path, kernel: &Path, initrd: &Pa
 {bb} mkdir -p out
 {bb} truncate -s 80M disk.raw
 {bb} sha256sum ro.img > ro.before
-{exe} run --kernel {k} --initrd {i} --memory 512M --no-profile --timeout 1500 --disk {d}/disk.raw --disk {d}/ro.img,readonly --timeline {d}/out/timeline.json --serial {d}/out/serial.log --no-summary > out/run.log 2>&1
+{exe} run --kernel {k} --initrd {i} --memory 512M --no-profile --timeout 1500 --console virtio --cmdline "console=ttyS0 console=hvc0 reboot=k panic=-1 pci=off io_delay=none" --disk {d}/disk.raw --disk {d}/ro.img,readonly --timeline {d}/out/timeline.json --serial {d}/out/serial.log --no-summary > out/run.log 2>&1
 echo "run exit $?" > out/result.txt
 echo "image $({bb} head -c 67108864 disk.raw | {bb} sha256sum | {bb} cut -c1-64)" >> out/result.txt
 echo "stored $({bb} dd if=disk.raw bs=1048576 skip=64 count=1 2>/dev/null | {bb} head -c 64)" >> out/result.txt
@@ -174,7 +177,13 @@ fn disk_data_survives_and_a_readonly_disk_refuses_writes_in_the_lab() {
         .modules_dir;
     let modules = match module_closure(
         &modules_dir,
-        &["virtio_mmio", "virtio_blk", "crc32c_generic", "ext4"],
+        &[
+            "virtio_mmio",
+            "virtio_blk",
+            "virtio_console",
+            "crc32c_generic",
+            "ext4",
+        ],
     ) {
         Ok(m) => m,
         Err(e) => return eprintln!("SKIP: {e}"),
@@ -254,6 +263,13 @@ fn disk_data_survives_and_a_readonly_disk_refuses_writes_in_the_lab() {
     // The timeline: both disks, their I/O, in the phase it happened.
     let doc: serde_json::Value =
         serde_json::from_str(&read("timeline.json")).expect("timeline copied back");
+    check_timeline(&doc, &serial, &context);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The timeline of the lab boot: both disks and their I/O in the phase it
+/// happened, the rng untouched, the virtio console's lines.
+fn check_timeline(doc: &serde_json::Value, serial: &str, context: &str) {
     assert_eq!(doc["outcome"]["clean"], true, "{}", doc["outcome"]);
     let devices = doc["devices"].as_array().expect("devices");
     let by_name = |n: &str| {
@@ -289,5 +305,17 @@ fn disk_data_survives_and_a_readonly_disk_refuses_writes_in_the_lab() {
     );
     let regions = doc["guest"]["regions"].as_array().unwrap();
     assert!(regions.iter().any(|r| r["name"] == "virtio-blk0 (MMIO)"));
-    let _ = std::fs::remove_dir_all(&dir);
+    // The virtio console carried the kernel's lines logged once its
+    // driver was there: they are in the console file twice (serial and
+    // hvc0), the earlier ones once.
+    let hvc = by_name("virtio-console");
+    assert!(hvc["driver_ready_ns"].is_u64(), "{hvc}");
+    assert!(hvc["console_bytes"].as_u64().unwrap() > 0, "{hvc}");
+    assert_eq!(hvc["bad_requests"], 0, "{hvc}");
+    assert_eq!(
+        serial.matches("EXT4-fs (vdb): mounted filesystem").count(),
+        2,
+        "a late kernel line through both consoles: {context}"
+    );
+    assert_eq!(serial.matches("Linux version").count(), 1, "{context}");
 }

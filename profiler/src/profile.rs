@@ -338,6 +338,11 @@ pub struct MmioStat {
     /// `read`, `write` or `unsatisfied-read`.
     pub kind: String,
     pub count: u64,
+    /// What is at the address (`virtio-blk0 notify`, `boot timer
+    /// (MMIO)`), from the layout of bootscope's own VMM; absent for
+    /// other VMMs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
 }
 
 /// Accesses to one MSR.

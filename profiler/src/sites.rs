@@ -147,6 +147,36 @@ pub fn region_label(regions: &[GuestRegion], start: u64, end: u64) -> String {
     }
 }
 
+/// The name of a virtio-mmio register at `offset` in its window.
+fn virtio_register(offset: u64) -> &'static str {
+    match offset {
+        0x50 => "notify",
+        0x60 => "interrupt status",
+        0x64 => "interrupt ack",
+        0x70 => "status",
+        o if o >= 0x100 => "config",
+        0x00..=0x0c => "identification",
+        0x10..=0x24 => "features",
+        _ => "queue set-up",
+    }
+}
+
+/// What is at guest-physical address `gpa`: the smallest placed region
+/// holding it; in a virtio device's window (`virtio-blk0 (MMIO)`) the
+/// device and the register (`virtio-blk0 notify`).
+pub fn mmio_label(regions: &[GuestRegion], gpa: u64) -> Option<String> {
+    let r = regions
+        .iter()
+        .filter(|g| g.start <= gpa && gpa < g.end && !BACKGROUND.contains(&g.name.as_str()))
+        .min_by_key(|g| g.end - g.start)?;
+    Some(match r.name.strip_suffix(" (MMIO)") {
+        Some(dev) if dev.starts_with("virtio-") => {
+            format!("{dev} {}", virtio_register(gpa - r.start))
+        }
+        _ => r.name.clone(),
+    })
+}
+
 /// How the sites were symbolized.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SiteSymbols {
@@ -283,6 +313,37 @@ mod tests {
             function: function.map(Into::into),
             offset: function.map(|_| 0x1a),
         }
+    }
+
+    #[test]
+    fn mmio_addresses_named_by_device_and_register() {
+        let r = |name: &str, start: u64, end: u64| GuestRegion {
+            name: name.into(),
+            start,
+            end,
+        };
+        let regions = [
+            r("MMIO gap", 0xc000_0000, 0x1_0000_0000),
+            r("boot timer (MMIO)", 0xd000_0000, 0xd000_1000),
+            r("virtio-blk0 (MMIO)", 0xd000_1000, 0xd000_2000),
+        ];
+        assert_eq!(
+            mmio_label(&regions, 0xd000_1050).as_deref(),
+            Some("virtio-blk0 notify")
+        );
+        assert_eq!(
+            mmio_label(&regions, 0xd000_1060).as_deref(),
+            Some("virtio-blk0 interrupt status")
+        );
+        assert_eq!(
+            mmio_label(&regions, 0xd000_1108).as_deref(),
+            Some("virtio-blk0 config")
+        );
+        assert_eq!(
+            mmio_label(&regions, 0xd000_0000).as_deref(),
+            Some("boot timer (MMIO)")
+        );
+        assert_eq!(mmio_label(&regions, 0xd100_0000), None, "the gap alone");
     }
 
     #[test]

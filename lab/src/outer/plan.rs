@@ -170,6 +170,31 @@ fn plan_argument(
             inputs.add(input);
             Ok(rewritten)
         }
+        None => with_options(arg, cwd, outputs, inputs),
+    }
+}
+
+/// An argument `PATH,OPTIONS` whose `PATH` is an existing file (`run
+/// --disk IMAGE,readonly`): the file is carried in, and the argument names
+/// it where the guest has it, options kept.
+fn with_options(
+    arg: &OsStr,
+    cwd: &Path,
+    outputs: &[PathBuf],
+    inputs: &mut Inputs,
+) -> Result<OsString> {
+    let text = arg.as_bytes();
+    let Some(comma) = text.iter().position(|&b| b == b',') else {
+        return Ok(arg.to_os_string());
+    };
+    let (path, options) = (OsStr::from_bytes(&text[..comma]), &text[comma..]);
+    match input_for(path, cwd, outputs)? {
+        Some((input, rewritten)) => {
+            inputs.add(input);
+            let mut joined = rewritten.into_vec();
+            joined.extend_from_slice(options);
+            Ok(OsString::from_vec(joined))
+        }
         None => Ok(arg.to_os_string()),
     }
 }
@@ -438,6 +463,27 @@ mod tests {
         // /proc files are the guest kernel's business.
         let proc_arg = plan_arguments(&os(&["/proc/self/status"]), &[], &[], &cwd).unwrap();
         assert!(proc_arg.inputs.is_empty());
+    }
+
+    #[test]
+    fn a_file_with_options_is_carried_in() {
+        let dir = TempDir::new("plan-options-test").unwrap();
+        let img = dir.path().join("disk.img");
+        std::fs::write(&img, b"x").unwrap();
+        let arg = format!("{},readonly", img.display());
+        let plan = plan_arguments(
+            &[OsString::from("--disk"), OsString::from(&arg)],
+            &[],
+            &[],
+            dir.path(),
+        )
+        .unwrap();
+        assert_eq!(plan.args[1], OsString::from(&arg));
+        assert!(plan.inputs.iter().any(|i| i.host == img));
+        // Not a file before the comma: left alone, nothing carried.
+        let plan = plan_arguments(&[OsString::from("a,b")], &[], &[], dir.path()).unwrap();
+        assert_eq!(plan.args[0], OsString::from("a,b"));
+        assert!(plan.inputs.is_empty());
     }
 
     #[test]

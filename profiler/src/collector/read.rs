@@ -336,6 +336,7 @@ impl State {
         out.mmio = mmio
             .into_iter()
             .map(|((gpa, kind), count)| MmioStat {
+                label: None,
                 gpa,
                 kind: match kind {
                     0 => "unsatisfied-read",
