@@ -75,6 +75,8 @@ enum Command {
     /// lines on its guest's console (`run --initcalls` needs no console
     /// lines).
     Initcalls(crate::initcalls_cmd::InitcallsArgs),
+    /// Build guest disk images: `guest build debian` (docs/guest.md).
+    Guest(crate::guest_cmd::GuestArgs),
     /// Draw a boot timeline, profile or benchmark as an SVG picture.
     Plot(crate::bench_cmd::PlotArgs),
     /// Convert a profile or a boot timeline to JSON, CSV, Prometheus text or
@@ -172,6 +174,7 @@ pub fn main() -> i32 {
         Command::Plot(args) => Ok(crate::bench_cmd::plot(args)),
         Command::Exporter(args) => Ok(crate::exporter::run(args)),
         Command::Initcalls(args) => crate::initcalls_cmd::run(args),
+        Command::Guest(args) => crate::guest_cmd::run(args),
         Command::Export {
             format,
             json,

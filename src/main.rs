@@ -4,6 +4,7 @@
 mod bench_cmd;
 mod cli;
 mod exporter;
+mod guest_cmd;
 mod initcalls_cmd;
 mod lab_cmd;
 mod profile_cmd;

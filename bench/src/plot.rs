@@ -82,11 +82,23 @@ struct Boot {
 
 impl Boot {
     fn from_timeline(t: &Timeline) -> Self {
-        let phases = t
+        let mut phases: Vec<(String, f64, f64)> = t
             .phases
             .iter()
             .map(|p| (p.name.clone(), p.start_ns as f64, p.end_ns as f64))
             .collect();
+        // A systemd guest's critical chain to its workload, under `userspace`
+        // (deepest first: the order the units became active).
+        if let Some(units) = &t.units {
+            for link in units.critical_chain.iter().rev() {
+                let start = link.active_ns.saturating_sub(link.duration_ns);
+                phases.push((
+                    format!("chain: {}", link.name),
+                    start as f64,
+                    link.active_ns as f64,
+                ));
+            }
+        }
         let stats = t.kvm_stats.clone().unwrap_or_default();
         let mut exits: Vec<(String, f64)> = stats
             .iter()
@@ -888,6 +900,22 @@ mod tests {
         assert!(svg.contains("other (no KVM counter)"));
         assert!(svg.contains(">60</text>"));
         assert!(svg.trim_end().ends_with("</svg>"));
+    }
+
+    #[test]
+    fn a_systemd_guest_s_critical_chain_is_drawn_under_userspace() {
+        let t = serde_json::json!({
+            "schema": "bootscope.timeline", "version": 2,
+            "marks": [], "phases": [{"name": "userspace", "start_ns": 0, "end_ns": 9000000, "duration_ns": 9000000}],
+            "units": {"source": "t", "units": [], "chain_target": "w.service", "critical_chain": [
+                {"name": "w.service", "active_ns": 8000000, "duration_ns": 0},
+                {"name": "multi-user.target", "active_ns": 7000000, "duration_ns": 0},
+                {"name": "slow.service", "active_ns": 6000000, "duration_ns": 4000000}]}
+        });
+        let svg = render(t.to_string().as_bytes(), Path::new("t.json")).unwrap();
+        let at = |s: &str| svg.find(s).unwrap_or_else(|| panic!("{s} missing"));
+        assert!(at(">chain: slow.service<") < at(">chain: w.service<"));
+        assert!(svg.contains("chain: slow.service: 2.0 ms to 6.0 ms"), "{svg}");
     }
 
     #[test]

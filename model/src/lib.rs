@@ -9,7 +9,8 @@
 //! - [`numa`]: the NUMA node topology from sysfs;
 //! - [`proc`]: a process's threads from procfs;
 //! - [`mark`]: where a timeline mark came from, and the port marks' names;
-//! - [`timeline`]: the timeline document, as its readers see it.
+//! - [`timeline`]: the timeline document, as its readers see it;
+//! - [`units`]: a systemd guest's units on the timeline's clock.
 
 pub mod cpulist;
 pub mod host;
@@ -19,3 +20,4 @@ pub mod output;
 pub mod proc;
 pub mod size;
 pub mod timeline;
+pub mod units;

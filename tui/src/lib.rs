@@ -29,6 +29,7 @@ pub mod replay;
 pub mod term;
 pub mod theme;
 pub mod ui;
+pub mod units;
 
 pub use app::App;
 pub use initcalls::Initcalls;
@@ -57,6 +58,11 @@ pub trait ProfileSource {
     /// The kernel's initcalls, asked once the source has finished (they
     /// are known only after the guest stopped). None: none to show.
     fn initcalls(&mut self) -> Option<Initcalls> {
+        None
+    }
+    /// A systemd guest's units, asked once the source has finished. None:
+    /// none to show.
+    fn units(&mut self) -> Option<units::Units> {
         None
     }
 }
@@ -183,6 +189,7 @@ pub fn run_live(source: &mut dyn ProfileSource, opts: TuiOptions) -> Result<Prof
                 if source.finished() {
                     app.finish(source.snapshot());
                     app.initcalls = source.initcalls();
+                    app.units = source.units();
                     dirty = true;
                 } else if !app.paused {
                     // CPU time, not wall time: waiting for the collector's

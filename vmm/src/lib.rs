@@ -20,5 +20,6 @@ pub mod pci;
 pub mod rtc;
 pub mod sandbox;
 pub mod timeline;
+pub mod units;
 pub mod vm;
 pub mod x86;

@@ -68,6 +68,7 @@ fn document(
         kvm_stats,
         memory: prealloc.and_then(|p| serde_json::to_value(p).ok()),
         initcalls: None,
+        units: None,
     }
 }
 
