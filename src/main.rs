@@ -3,6 +3,7 @@
 
 mod bench_cmd;
 mod cli;
+mod device_args;
 mod exporter;
 mod guest_cmd;
 mod initcalls_cmd;

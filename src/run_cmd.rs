@@ -156,6 +156,8 @@ pub(crate) struct RunArgs {
     /// VMCOREINFO; costs the boot more).
     #[arg(long, value_enum, default_value = "trace", requires = "initcalls")]
     initcalls_method: InitcallMethod,
+    #[command(flatten)]
+    devices: crate::device_args::DeviceArgs,
 }
 
 /// `run --initcalls-method`.
@@ -191,14 +193,15 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     let (kernel, initrd) = guest_images(&args, stop_after)?;
     let tui_console = crate::tui_cmd::TuiConsole::new(args.tui, &args.serial).map_err(usage)?;
     let trace = args.initcalls && args.initcalls_method == InitcallMethod::Trace;
+    let base_cmdline = args.devices.cmdline(&args.cmdline);
     let cmdline = match (args.initcalls, args.initcalls_method) {
-        (false, _) => args.cmdline.clone(),
+        (false, _) => base_cmdline,
         (true, InitcallMethod::Trace) => {
-            bootscope_vmm::kernel_log::traced::cmdline_with_trace(&args.cmdline)
+            bootscope_vmm::kernel_log::traced::cmdline_with_trace(&base_cmdline)
                 .map_err(|e| usage(e.into()))?
         }
         (true, InitcallMethod::Log) => {
-            bootscope_vmm::kernel_log::cmdline_with_initcalls(&args.cmdline)
+            bootscope_vmm::kernel_log::cmdline_with_initcalls(&base_cmdline)
                 .map_err(|e| usage(e.into()))?
         }
     };
@@ -226,6 +229,9 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         initcalls: args.initcalls,
         initcall_kernel,
         before_first_run: None,
+        disks: args.devices.disks.clone(),
+        rng: args.devices.rng(!args.no_acpi),
+        virtio_console: args.devices.virtio_console(),
     };
     // A kernel that cannot be booted is refused before the profiler
     // attaches, as fast as without it (the VMM probes it again).
@@ -237,6 +243,9 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         bootscope_vmm::loader::check_initrd(initrd)
             .map_err(|e| usage(vm::ConfigError::from(e).into()))?;
     }
+    // Disks too (opened, checked and locked for a moment; the VMM takes
+    // them again).
+    bootscope_vmm::virtio::DiskImage::open_all(&cfg.disks).map_err(|e| usage(e.into()))?;
     // The programs the set-up needs attach before the VMM starts (`profiler
     // attach`), the guest programs beside its set-up, waited for before its
     // first KVM_RUN (`profiler guest attach`; attach_self_profile).

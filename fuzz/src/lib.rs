@@ -1,6 +1,7 @@
 //! Fuzz targets for everything in bootscope that reads input it does not
 //! control: kernel images, initrds and command lines, the guest's port and
-//! MMIO accesses, the JSON documents it reads back, the tracefs format files
+//! MMIO accesses, the descriptor chains and rings of its virtio devices,
+//! the JSON documents it reads back, the tracefs format files
 //! and the command-line value parsers.
 //!
 //! Each target is a plain function over bytes that calls the real code and
@@ -15,6 +16,7 @@ pub mod documents;
 pub mod images;
 pub mod memfile;
 pub mod text;
+pub mod virtio;
 
 /// A fuzz target: its name (the corpus directory under `corpus/`) and its
 /// function.
@@ -56,6 +58,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "tracefs_format",
         run: text::tracefs_format,
+    },
+    Target {
+        name: "virtio",
+        run: virtio::queues_and_requests,
     },
 ];
 

@@ -42,6 +42,9 @@ fn main() {
         initcalls: false,
         initcall_kernel: None,
         before_first_run: None,
+        disks: Vec::new(),
+        rng: false,
+        virtio_console: false,
     };
     match run(cfg, rec) {
         Ok(r) => {

@@ -348,6 +348,32 @@ impl ConsoleSink {
     }
 }
 
+/// The console sink shared by every device that writes the guest's
+/// console (the serial port, a virtio console).
+#[derive(Clone)]
+pub struct SharedConsole(pub Arc<Mutex<ConsoleSink>>);
+
+impl SharedConsole {
+    pub fn new(sink: ConsoleSink) -> Self {
+        Self(Arc::new(Mutex::new(sink)))
+    }
+
+    /// Locks the sink; a panicked writer leaves it usable.
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, ConsoleSink> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Write for SharedConsole {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.lock().write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.lock().flush()
+    }
+}
+
 impl Write for ConsoleSink {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         if !self.seen_first_byte && !buf.is_empty() {

@@ -3,7 +3,8 @@
 //! RTC, the ACPI sleep and reset registers, the chipset's reset control
 //! register (byte port 0xcf9), PCI configuration mechanism #1 with a lone
 //! host bridge (the other accesses at 0xcf8..0xcff), and the boot-marker
-//! sinks (debug port 0x80, port 0xf4, the boot-timer MMIO word).
+//! sinks (debug port 0x80, port 0xf4, the boot-timer MMIO word); the
+//! virtio-mmio windows are handed to [`crate::virtio`].
 
 use std::collections::BTreeMap;
 use std::io;
@@ -13,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use vm_superio::{I8042Device, Serial, Trigger};
 use vmm_sys_util::eventfd::EventFd;
 
-use crate::console::ConsoleSink;
+use crate::console::{ConsoleSink, SharedConsole};
 use crate::layout;
 use crate::pci::{self, PciConfig};
 use crate::rtc::{self, CmosRtc};
@@ -79,7 +80,11 @@ impl MarkerCounts {
 
 /// All emulated devices, shared by the vCPU threads.
 pub struct Devices {
-    serial: Mutex<Serial<EventFdTrigger, vm_superio::serial::NoEvents, ConsoleSink>>,
+    serial: Mutex<Serial<EventFdTrigger, vm_superio::serial::NoEvents, SharedConsole>>,
+    /// The console sink the serial port (and a virtio console) write into.
+    console: SharedConsole,
+    /// The virtio-mmio devices (none until [`Devices::set_virtio`]).
+    virtio: std::sync::OnceLock<crate::virtio::VirtioDevices>,
     i8042: Mutex<I8042Device<ResetTrigger>>,
     power: PowerState,
     rtc: Mutex<CmosRtc>,
@@ -106,8 +111,11 @@ impl Devices {
         acpi: bool,
     ) -> Self {
         let power = PowerState::default();
+        let console = SharedConsole::new(console);
         Self {
-            serial: Mutex::new(Serial::new(EventFdTrigger(serial_irq), console)),
+            serial: Mutex::new(Serial::new(EventFdTrigger(serial_irq), console.clone())),
+            console,
+            virtio: std::sync::OnceLock::new(),
             i8042: Mutex::new(I8042Device::new(ResetTrigger(power.clone()))),
             power,
             rtc: Mutex::new(CmosRtc::default()),
@@ -135,11 +143,26 @@ impl Devices {
 
     /// Flushes the console and matches its last partial line.
     pub fn finish_console(&self) {
-        lock(&self.serial).writer_mut().finish();
+        self.console.lock().finish();
     }
 
     pub fn console_events(&self) -> Arc<crate::console::ConsoleEvents> {
-        lock(&self.serial).writer().events()
+        self.console.lock().events()
+    }
+
+    /// The console sink, for a virtio console to write into.
+    pub fn console(&self) -> &SharedConsole {
+        &self.console
+    }
+
+    /// Gives the devices their virtio-mmio devices (once).
+    pub fn set_virtio(&self, virtio: crate::virtio::VirtioDevices) {
+        let _ = self.virtio.set(virtio);
+    }
+
+    /// The virtio-mmio devices, if any.
+    pub fn virtio(&self) -> Option<&crate::virtio::VirtioDevices> {
+        self.virtio.get()
     }
 
     /// Port read. Absent ports read as all ones, as on real hardware.
@@ -236,13 +259,20 @@ impl Devices {
         }
     }
 
-    /// MMIO read: nothing is mapped, reads see all ones.
-    pub fn mmio_read(&self, _addr: u64, data: &mut [u8]) {
+    /// MMIO read: the virtio devices' windows; elsewhere nothing is
+    /// mapped and reads see all ones.
+    pub fn mmio_read(&self, addr: u64, data: &mut [u8]) {
+        if self.virtio().is_some_and(|v| v.mmio_read(addr, data)) {
+            return;
+        }
         data.fill(0xff);
     }
 
-    /// MMIO write: only the boot timer listens.
+    /// MMIO write: the virtio devices and the boot timer listen.
     pub fn mmio_write(&self, addr: u64, data: &[u8], vcpu: u32) {
+        if self.virtio().is_some_and(|v| v.mmio_write(addr, data)) {
+            return;
+        }
         if addr == layout::BOOT_TIMER_MMIO && data.first() == Some(&layout::BOOT_TIMER_MAGIC) {
             let first = {
                 let mut c = lock(&self.counts);

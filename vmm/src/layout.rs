@@ -38,6 +38,18 @@ pub const MMIO_GAP_START: u64 = 0xc000_0000;
 pub const MMIO_GAP_END: u64 = 0x1_0000_0000;
 /// Firecracker's boot-timer device: the guest writes 123 here.
 pub const BOOT_TIMER_MMIO: u64 = 0xd000_0000;
+/// The first virtio-mmio register window (after the boot timer's page);
+/// device `n` is at `VIRTIO_MMIO_START + n * VIRTIO_MMIO_SIZE`.
+pub const VIRTIO_MMIO_START: u64 = BOOT_TIMER_MMIO + 0x1000;
+/// One virtio-mmio register window (registers and config space).
+pub const VIRTIO_MMIO_SIZE: u64 = 0x1000;
+/// Device `n`'s interrupt is I/O APIC pin `VIRTIO_IRQ_BASE + n` (edge
+/// triggered, through an irqfd), up to the last pin.
+pub const VIRTIO_IRQ_BASE: u32 = 5;
+/// The I/O APIC's last pin.
+pub const IOAPIC_LAST_PIN: u32 = 23;
+/// Most virtio devices a guest gets (one interrupt line each).
+pub const VIRTIO_MAX_DEVICES: usize = (IOAPIC_LAST_PIN - VIRTIO_IRQ_BASE + 1) as usize;
 /// Value a guest writes to the boot timer to say "userspace started".
 pub const BOOT_TIMER_MAGIC: u8 = 123;
 /// Local APIC default base.
@@ -75,6 +87,12 @@ const _: () = assert!(ZERO_PAGE_START + 0x1000 <= BOOT_STACK_POINTER);
 const _: () = assert!(BOOT_STACK_POINTER < PML4_START);
 const _: () = assert!(PDE_START + 4 * 0x1000 <= CMDLINE_START);
 const _: () = assert!(CMDLINE_START + CMDLINE_MAX_SIZE as u64 <= EBDA_START);
+// The virtio windows lie in the MMIO gap, clear of the I/O APIC, and their
+// interrupts clear of COM1's.
+const _: () = assert!(
+    VIRTIO_MMIO_START + VIRTIO_MAX_DEVICES as u64 * VIRTIO_MMIO_SIZE <= IOAPIC_DEFAULT_BASE
+);
+const _: () = assert!(VIRTIO_IRQ_BASE > SERIAL_IRQ);
 
 /// One named piece of the guest-physical address space.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

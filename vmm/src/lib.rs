@@ -21,5 +21,6 @@ pub mod rtc;
 pub mod sandbox;
 pub mod timeline;
 pub mod units;
+pub mod virtio;
 pub mod vm;
 pub mod x86;

@@ -466,6 +466,10 @@ pub struct TimelineDoc {
     /// disk (`bootscope_vmm::units`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub units: Option<bootscope_model::units::UnitsDoc>,
+    /// The virtio devices and what each did (`--disk`, `--rng`, `--console
+    /// virtio`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<crate::virtio::VirtioDeviceDoc>,
 }
 
 impl TimelineDoc {

@@ -74,6 +74,9 @@ fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
         initcalls: false,
         initcall_kernel: None,
         before_first_run: None,
+        disks: Vec::new(),
+        rng: false,
+        virtio_console: false,
     }
 }
 

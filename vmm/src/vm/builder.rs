@@ -20,6 +20,7 @@ use crate::memory::{
     self, GuestMemoryBacking, MemoryPlan, MethodChoice, PreallocContexts, PreallocReport, Topology,
 };
 use crate::timeline::Recorder;
+use crate::virtio::{self, MmioTransport, VirtioDevice, VirtioDevices};
 use crate::x86::{acpi, cpuid, mptable, regs};
 
 use super::error::{
@@ -68,6 +69,29 @@ pub(super) struct VmBuilder {
     /// The kernel, read and probed (a bzImage's payload decompressing on
     /// its own thread meanwhile); None when only memory is set up.
     prepared: Option<loader::PreparedKernel>,
+    /// The `--disk` images, opened, checked and locked; the devices stage
+    /// takes them.
+    disks: Vec<virtio::DiskImage>,
+}
+
+/// The virtio devices, slot by slot: disks, then the rng, then the
+/// console.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum VirtioSlot {
+    Disk(usize),
+    Rng,
+    Console,
+}
+
+fn virtio_slots(cfg: &VmConfig) -> Vec<VirtioSlot> {
+    let mut v: Vec<VirtioSlot> = (0..cfg.disks.len()).map(VirtioSlot::Disk).collect();
+    if cfg.rng {
+        v.push(VirtioSlot::Rng);
+    }
+    if cfg.virtio_console {
+        v.push(VirtioSlot::Console);
+    }
+    v
 }
 
 /// The guest NUMA nodes of `backing` (one per `--numa` region), for the
@@ -112,6 +136,7 @@ impl VmBuilder {
         } else {
             None
         };
+        let disks = virtio::DiskImage::open_all(&cfg.disks).map_err(ConfigError::from)?;
         let vm = kvm.create_vm().map_err(VmError::CreateVm)?;
         Ok(Self {
             cfg,
@@ -121,6 +146,7 @@ impl VmBuilder {
             kvm,
             plan,
             prepared,
+            disks,
         })
     }
 
@@ -262,8 +288,13 @@ impl VmBuilder {
         mptable::setup(mem, cfg.vcpus)?;
         let rsdp = if cfg.acpi {
             Some(
-                acpi::setup(mem, cfg.vcpus, &guest_numa(&ram.backing))
-                    .map_err(BootDataError::Acpi)?,
+                acpi::setup(
+                    mem,
+                    cfg.vcpus,
+                    &guest_numa(&ram.backing),
+                    &virtio_acpi_slots(cfg),
+                )
+                .map_err(BootDataError::Acpi)?,
             )
         } else {
             None
@@ -288,7 +319,7 @@ impl VmBuilder {
     /// Devices stage: the serial port's interrupt wired through an irqfd,
     /// the console sink (taking the configured console and patterns) and
     /// the devices the vCPU threads share.
-    pub(super) fn devices(&mut self) -> Result<Arc<Devices>, DeviceSetupError> {
+    pub(super) fn devices(&mut self, ram: &GuestRam) -> Result<Arc<Devices>, DeviceSetupError> {
         let serial_irq =
             EventFd::new(libc::EFD_NONBLOCK).map_err(DeviceSetupError::SerialEventFd)?;
         self.vm
@@ -312,7 +343,71 @@ impl VmBuilder {
                 .keep_lines
                 .store(true, std::sync::atomic::Ordering::SeqCst);
         }
+        let transports = self.virtio_devices(ram.mem(), &devices)?;
+        devices.set_virtio(VirtioDevices::new(transports));
         Ok(devices)
+    }
+
+    /// The virtio devices: each one's transport at its window, its
+    /// interrupt wired through an irqfd and each queue's notification
+    /// through an ioeventfd matched on the queue's index.
+    fn virtio_devices(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        devices: &Devices,
+    ) -> Result<Vec<Arc<std::sync::Mutex<MmioTransport>>>, DeviceSetupError> {
+        let mut disks: Vec<Option<virtio::DiskImage>> = std::mem::take(&mut self.disks)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut out = Vec::new();
+        for (i, slot) in virtio_slots(&self.cfg).into_iter().enumerate() {
+            let (name, device): (String, Box<dyn VirtioDevice>) = match slot {
+                VirtioSlot::Disk(d) => {
+                    let Some(image) = disks.get_mut(d).and_then(Option::take) else {
+                        continue;
+                    };
+                    (
+                        format!("virtio-blk{d}"),
+                        Box::new(virtio::block::Block::new(image, self.recorder.clock())),
+                    )
+                }
+                VirtioSlot::Rng => ("virtio-rng".into(), Box::new(virtio::rng::Rng::default())),
+                VirtioSlot::Console => (
+                    "virtio-console".into(),
+                    Box::new(virtio::console::Console::new(devices.console().0.clone())),
+                ),
+            };
+            let (base, irq) = virtio::slot_window(i);
+            let evt_err = |source| DeviceSetupError::VirtioEventFd {
+                device: name.clone(),
+                source,
+            };
+            let irqfd = EventFd::new(libc::EFD_NONBLOCK).map_err(evt_err)?;
+            self.vm
+                .register_irqfd(&irqfd, irq)
+                .map_err(|source| DeviceSetupError::VirtioKvm {
+                    device: name.clone(),
+                    ioctl: "KVM_IRQFD",
+                    source,
+                })?;
+            let interrupt = Arc::new(virtio::mmio::Interrupt::new(irqfd));
+            let t = MmioTransport::new(name.clone(), device, mem.clone(), interrupt, base, irq)
+                .map_err(evt_err)?
+                .with_recorder(self.recorder.clone());
+            let notify = base + u64::from(virtio_bindings::virtio_mmio::VIRTIO_MMIO_QUEUE_NOTIFY);
+            for (q, e) in t.queue_evts().iter().enumerate() {
+                self.vm
+                    .register_ioevent(e, &kvm_ioctls::IoEventAddress::Mmio(notify), q as u32)
+                    .map_err(|source| DeviceSetupError::VirtioKvm {
+                        device: name.clone(),
+                        ioctl: "KVM_IOEVENTFD",
+                        source,
+                    })?;
+            }
+            out.push(Arc::new(std::sync::Mutex::new(t)));
+        }
+        Ok(out)
     }
 
     /// vCPU stage: every vCPU with its CPUID, boot MSRs, LAPIC and FPU; the
@@ -372,6 +467,20 @@ impl VmBuilder {
         }
         Ok(out)
     }
+}
+
+/// The virtio devices' windows and interrupts, for the DSDT.
+fn virtio_acpi_slots(cfg: &VmConfig) -> Vec<acpi::VirtioMmioSlot> {
+    (0..virtio_slots(cfg).len())
+        .map(|i| {
+            let (base, irq) = virtio::slot_window(i);
+            acpi::VirtioMmioSlot {
+                base,
+                size: layout::VIRTIO_MMIO_SIZE,
+                irq,
+            }
+        })
+        .collect()
 }
 
 /// The boot CPU's descriptor tables and page tables in guest memory, and

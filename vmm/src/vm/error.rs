@@ -36,6 +36,15 @@ pub enum ConfigError {
     /// The host's NUMA topology could not be read.
     #[error(transparent)]
     Topology(#[from] TopologyError),
+    /// A `--disk` image cannot be used.
+    #[error(transparent)]
+    Disk(#[from] crate::virtio::DiskError),
+    /// virtio devices are described to the guest in its ACPI tables.
+    #[error("{0} need ACPI (they are described in its DSDT): drop --no-acpi, or leave them out (--no-rng)")]
+    VirtioWithoutAcpi(String),
+    /// More virtio devices than interrupt lines.
+    #[error("{given} virtio devices asked for; at most {max} fit (one I/O APIC line each)")]
+    TooManyVirtioDevices { given: usize, max: usize },
 }
 
 /// The memory stage failed: allocating guest memory, starting the
@@ -116,6 +125,21 @@ pub enum DeviceSetupError {
     /// KVM could not attach the eventfd to the serial IRQ.
     #[error("KVM KVM_IRQFD failed: {0}")]
     SerialIrqfd(#[source] kvm_ioctls::Error),
+    /// A virtio device's eventfds could not be created.
+    #[error("cannot create the eventfds of {device}: {source}")]
+    VirtioEventFd {
+        device: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// KVM refused a virtio device's irqfd or ioeventfd.
+    #[error("KVM {ioctl} for {device} failed: {source}")]
+    VirtioKvm {
+        device: String,
+        ioctl: &'static str,
+        #[source]
+        source: kvm_ioctls::Error,
+    },
 }
 
 /// The vCPU stage failed: creating and configuring the vCPUs.
@@ -157,6 +181,9 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    /// The virtio device thread could not be started.
+    #[error("cannot start the virtio device thread: {0}")]
+    VirtioWorker(#[source] std::io::Error),
     /// The stock kernel would run under PVM's emulator forever.
     #[error(
         "this host's KVM is PVM (kvm_pvm) and {kernel} is not a PVM guest: its instructions \

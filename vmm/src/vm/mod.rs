@@ -88,6 +88,13 @@ pub struct VmConfig {
     /// first one on, and is still getting ready, holds the run here. Not
     /// called when the build stops earlier (`stop_after`, an error).
     pub before_first_run: Option<Box<dyn FnOnce() + Send>>,
+    /// virtio-blk disks (`--disk`), in order.
+    pub disks: Vec<crate::virtio::DiskSpec>,
+    /// A virtio-rng device (`--rng`).
+    pub rng: bool,
+    /// A virtio console writing into the console sink (`--console
+    /// virtio`).
+    pub virtio_console: bool,
 }
 
 /// `--stop-after`: the build stage after which to stop and report the
@@ -129,6 +136,26 @@ pub fn validate(cfg: &VmConfig, max_vcpus: u32) -> Result<(), ConfigError> {
     if cfg.memory_bytes % 4096 != 0 {
         return Err(ConfigError::MemoryUnaligned(cfg.memory_bytes));
     }
+    let devices = cfg.disks.len() + usize::from(cfg.rng) + usize::from(cfg.virtio_console);
+    if devices > crate::layout::VIRTIO_MAX_DEVICES {
+        return Err(ConfigError::TooManyVirtioDevices {
+            given: devices,
+            max: crate::layout::VIRTIO_MAX_DEVICES,
+        });
+    }
+    if devices > 0 && !cfg.acpi {
+        let mut what = Vec::new();
+        if !cfg.disks.is_empty() {
+            what.push("--disk");
+        }
+        if cfg.rng {
+            what.push("--rng");
+        }
+        if cfg.virtio_console {
+            what.push("--console virtio");
+        }
+        return Err(ConfigError::VirtioWithoutAcpi(what.join(", ")));
+    }
     Ok(())
 }
 
@@ -160,7 +187,7 @@ pub fn run(cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmError>
     if vm.stops_after(StopAfter::Load) {
         return Ok(vm.setup_only_report(StopAfter::Load, &ram, Some(&images)));
     }
-    let devices = vm.devices()?;
+    let devices = vm.devices(&ram)?;
     let vcpus = vm.vcpus(&ram, &images)?;
     vm.recorder.vmm(vmm_marks::VCPUS_CREATED);
     if let Some(hook) = vm.cfg.before_first_run.take() {

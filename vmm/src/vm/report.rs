@@ -69,6 +69,7 @@ fn document(
         memory: prealloc.and_then(|p| serde_json::to_value(p).ok()),
         initcalls: None,
         units: None,
+        devices: Vec::new(),
     }
 }
 

@@ -79,6 +79,13 @@ impl VmBuilder {
         vcpus: Vcpus,
     ) -> Result<RunReport, RunError> {
         install_kick_handler().map_err(RunError::KickHandler)?;
+        let worker = match devices.virtio().filter(|v| !v.transports().is_empty()) {
+            Some(v) => Some(
+                crate::virtio::worker::Worker::start(v.transports().to_vec())
+                    .map_err(RunError::VirtioWorker)?,
+            ),
+            None => None,
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel::<VcpuEvent>();
         let mut threads: Vec<JoinHandle<VcpuFd>> = Vec::new();
@@ -106,6 +113,9 @@ impl VmBuilder {
         self.recorder.vmm(vmm_marks::GUEST_SHUTDOWN);
         stop.store(true, Ordering::SeqCst);
         let notes = stop_vcpus(threads, &ending.reason);
+        if let Some(w) = worker {
+            w.stop();
+        }
         let detail = if notes.is_empty() {
             ending.detail
         } else {
@@ -131,6 +141,10 @@ impl VmBuilder {
             kvm_stats,
             ram.prealloc.as_ref(),
         );
+        if let Some(v) = devices.virtio() {
+            timeline.devices = v.reports(&timeline.phases);
+            crate::virtio::report::add_regions(&mut timeline.guest.regions, &timeline.devices);
+        }
         if self.cfg.initcalls {
             // The image booted: the decompressed vmlinux when there is one.
             let image = timeline

@@ -101,7 +101,46 @@ fn io_register(port: u16) -> GAS {
     )
 }
 
-fn dsdt() -> Vec<u8> {
+/// A virtio-mmio device as the DSDT describes it: its register window and
+/// its interrupt line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VirtioMmioSlot {
+    pub base: u64,
+    pub size: u64,
+    pub irq: u32,
+}
+
+/// The ACPI id Linux's virtio-mmio driver matches (`LNRO0005`).
+pub const VIRTIO_MMIO_HID: &str = "LNRO0005";
+
+/// `Device (Vnnn)` for each virtio-mmio device: `_HID` `LNRO0005`, and
+/// `_CRS` with its window (Memory32Fixed) and its edge-triggered,
+/// active-high interrupt, as Firecracker describes its devices on x86
+/// (the kernel has no command-line virtio-mmio devices).
+fn virtio_devices(slots: &[VirtioMmioSlot]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, slot) in slots.iter().enumerate() {
+        let mem = aml::Memory32Fixed::new(true, slot.base as u32, slot.size as u32);
+        let irq = aml::Interrupt::new(true, true, false, false, slot.irq);
+        let crs = aml::ResourceTemplate::new(vec![&mem, &irq]);
+        let hid: aml::AmlStr = VIRTIO_MMIO_HID;
+        let uid = i as u32;
+        let names = [
+            aml::Name::new("_HID".into(), &hid),
+            aml::Name::new("_UID".into(), &uid),
+            aml::Name::new("_CCA".into(), &aml::ONE),
+            aml::Name::new("_CRS".into(), &crs),
+        ];
+        let dev = aml::Device::new(
+            format!("V{i:03X}").as_str().into(),
+            names.iter().map(|n| n as &dyn Aml).collect(),
+        );
+        dev.to_aml_bytes(&mut out);
+    }
+    out
+}
+
+fn dsdt(virtio: &[VirtioMmioSlot]) -> Vec<u8> {
     let mut dsdt = Sdt::new(*b"DSDT", 36, 6, OEM_ID, OEM_TABLE_ID, OEM_REVISION);
     // A hardware-reduced guest has no legacy PIC and maps no ISA interrupt
     // by itself: COM1's IRQ must be named here, or the UART's transmit
@@ -132,7 +171,8 @@ fn dsdt() -> Vec<u8> {
         "RTC_".into(),
         rtc_names.iter().map(|n| n as &dyn Aml).collect(),
     );
-    let sb = aml::Scope::new("\\_SB_".into(), vec![&com1, &rtc]);
+    let virtio = RawAml(virtio_devices(virtio));
+    let sb = aml::Scope::new("\\_SB_".into(), vec![&com1, &rtc, &virtio]);
     // Name (_S5, Package () { 5, 0, 0, 0 }): SLP_TYPa, SLP_TYPb, reserved.
     let s5 = aml::Name::new(
         "_S5_".into(),
@@ -141,6 +181,15 @@ fn dsdt() -> Vec<u8> {
     dsdt.append_slice(&bytes(&sb));
     dsdt.append_slice(&bytes(&s5));
     dsdt.as_slice().to_vec()
+}
+
+/// AML already encoded.
+struct RawAml(Vec<u8>);
+
+impl Aml for RawAml {
+    fn to_aml_bytes(&self, sink: &mut dyn acpi_tables::AmlSink) {
+        sink.vec(&self.0);
+    }
 }
 
 fn fadt(dsdt_addr: u64) -> Vec<u8> {
@@ -255,6 +304,11 @@ fn slit(nodes: &[NumaNode]) -> Vec<u8> {
 /// also keeps APIC ids in one byte) and, with two or more `nodes`, their
 /// NUMA topology.
 pub fn build(vcpus: u32, nodes: &[NumaNode]) -> Tables {
+    build_with(vcpus, nodes, &[])
+}
+
+/// [`build`], with the virtio-mmio devices in the DSDT.
+pub fn build_with(vcpus: u32, nodes: &[NumaNode], virtio: &[VirtioMmioSlot]) -> Tables {
     let align = |a: u64| a.next_multiple_of(16);
     let numa = nodes.len() > 1;
     let xsdt_addr = align(RSDP_START + Rsdp::len() as u64);
@@ -263,7 +317,7 @@ pub fn build(vcpus: u32, nodes: &[NumaNode]) -> Tables {
     let entries = if numa { 4 } else { 2 };
     let xsdt_len = 36 + entries * 8;
     let dsdt_addr = align(xsdt_addr + xsdt_len);
-    let dsdt = dsdt();
+    let dsdt = dsdt(virtio);
     let fadt_addr = align(dsdt_addr + dsdt.len() as u64);
     let fadt = fadt(dsdt_addr);
     let madt_addr = align(fadt_addr + fadt.len() as u64);
@@ -301,8 +355,9 @@ pub fn setup(
     mem: &GuestMemoryMmap,
     vcpus: u32,
     nodes: &[NumaNode],
+    virtio: &[VirtioMmioSlot],
 ) -> Result<u64, vm_memory::GuestMemoryError> {
-    let t = build(vcpus, nodes);
+    let t = build_with(vcpus, nodes, virtio);
     mem.write_slice(&t.rsdp, GuestAddress(RSDP_START))?;
     for (_, addr, bytes) in &t.tables {
         mem.write_slice(bytes, GuestAddress(*addr))?;
@@ -515,6 +570,41 @@ mod tests {
         // The RTC: I/O 0x70, 2 ports, and no interrupt.
         assert!(find(&d[rtc..], &[0x47, 0x01, 0x70, 0x00, 0x70, 0x00, 0x01, 0x02]).is_some());
         assert!(find(&d[rtc..at], &[0x89]).is_none());
+    }
+
+    #[test]
+    fn dsdt_describes_each_virtio_device_with_its_window_and_interrupt() {
+        let slots = [
+            VirtioMmioSlot {
+                base: 0xd000_1000,
+                size: 0x1000,
+                irq: 5,
+            },
+            VirtioMmioSlot {
+                base: 0xd000_2000,
+                size: 0x1000,
+                irq: 6,
+            },
+        ];
+        let t = build_with(1, &[], &slots);
+        check_layout(&t);
+        let d = &t.tables.iter().find(|(n, _, _)| *n == "DSDT").unwrap().2;
+        let v0 = find(d, b"V000").expect("device V000");
+        let v1 = find(d, b"V001").expect("device V001");
+        assert!(find(&build(1, &[]).tables[1].2, b"LNRO0005").is_none());
+        for (i, (at, end)) in [(v0, v1), (v1, d.len())].into_iter().enumerate() {
+            let dev = &d[at..end];
+            // _HID "LNRO0005" as a string.
+            assert!(find(dev, b"_HID\x0dLNRO0005\0").is_some(), "device {i}");
+            // Memory32Fixed (0x86), read-write, base, length.
+            let m = find(dev, &[0x86, 0x09, 0x00, 0x01]).expect("Memory32Fixed");
+            assert_eq!(u32_at(dev, m + 4), slots[i].base as u32);
+            assert_eq!(u32_at(dev, m + 8), 0x1000);
+            // Extended interrupt: consumer, edge, active high, its line.
+            let irq = find(dev, &[0x89, 0x06, 0x00]).expect("interrupt");
+            assert_eq!(dev[irq + 3], 0b11);
+            assert_eq!(u32_at(dev, irq + 5), slots[i].irq);
+        }
     }
 
     #[test]
