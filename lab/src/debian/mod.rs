@@ -364,7 +364,7 @@ fn copy_out(cache_file: &Path, out: &Path, want: &str) -> Result<Option<String>,
     if got != want {
         return Ok(None);
     }
-    dst.file_mut().sync_all().map_err(io_err("write", out))?;
+    // commit() flushes the file to disk before renaming it into place.
     dst.commit()?;
     Ok(Some(got))
 }

@@ -46,7 +46,7 @@ pub fn read_record_file(image: &Path) -> Result<Option<String>, String> {
 
 /// The record on a disk image before the boot, to tell after it whether
 /// this boot wrote it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct RecordProbe {
     image: PathBuf,
     before: Option<String>,
