@@ -239,23 +239,28 @@ pub fn summary(units: &UnitsDoc, zero_ns: u64) -> String {
     let ms = |ns: u64| ns as f64 / 1e6;
     let _ = writeln!(
         out,
-        "userspace units: {} activated (systemd {}); critical chain to {} (@ active, + activating, ms from the first KVM_RUN):",
+        "userspace units: {} activated (systemd {}); critical chain to {} (@ started or active, + time to start, ms from the first KVM_RUN):",
         units.units.len(),
         units.systemd_version,
         units.chain_target
     );
     for (depth, link) in units.critical_chain.iter().enumerate() {
-        let plus = if link.duration_ns > 0 {
-            format!(" +{:.1}", ms(link.duration_ns))
+        // As systemd-analyze: when it started and how long it took, or
+        // when it became active if it had nothing to wait for.
+        let (at, plus) = if link.duration_ns > 0 {
+            (
+                link.active_ns - link.duration_ns,
+                format!(" +{:.1}", ms(link.duration_ns)),
+            )
         } else {
-            String::new()
+            (link.active_ns, String::new())
         };
         let _ = writeln!(
             out,
             "  {}{} @{:.1}{plus}",
             "  ".repeat(depth),
             link.name,
-            ms(link.active_ns.saturating_sub(zero_ns))
+            ms(at.saturating_sub(zero_ns))
         );
     }
     let mut slowest: Vec<&Unit> = units.units.iter().collect();
