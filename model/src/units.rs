@@ -67,8 +67,19 @@ pub struct Startup {
     pub timeline_kernel_ns: u64,
     /// systemd's start to start-up finished, on the timeline.
     pub timeline_userspace_ns: u64,
-    /// `timeline total / systemd total` (kernel + userspace).
-    pub ratio: f64,
+    /// `timeline_userspace_ns / userspace_ns`: how well the aligned record
+    /// holds together (its manager's timestamps, systemd's own line, the
+    /// marker's clock reads).
+    pub userspace_ratio: f64,
+    /// `(timeline_kernel_ns + timeline_userspace_ns) / (kernel_ns +
+    /// userspace_ns)`: above 1 by the time the kernel ran before its clock
+    /// started.
+    pub total_ratio: f64,
+    /// How long the kernel ran, from the first `KVM_RUN`, before its
+    /// `CLOCK_MONOTONIC` started (systemd's `(kernel)` figure leaves this
+    /// out): `clock.offset_ns` minus the first `KVM_RUN`, within
+    /// `clock.error_ns`.
+    pub kernel_before_clock_ns: i64,
 }
 
 /// One unit's activation on the timeline's clock.

@@ -144,7 +144,8 @@ fn startup(record: &Record, offset_ns: i64, first_run_ns: Option<u64>) -> Option
     let (line, kernel_us, userspace_us) = record::startup_finished(&record.analyze)?;
     let systemd_start_ns = to_timeline(record.manager_us("UserspaceTimestampMonotonic"), offset_ns);
     let finish_ns = to_timeline(record.manager_us("FinishTimestampMonotonic"), offset_ns);
-    let timeline_kernel_ns = systemd_start_ns.saturating_sub(first_run_ns?);
+    let first_run_ns = first_run_ns?;
+    let timeline_kernel_ns = systemd_start_ns.saturating_sub(first_run_ns);
     let timeline_userspace_ns = finish_ns.saturating_sub(systemd_start_ns);
     let systemd_total = (kernel_us + userspace_us) * 1000;
     Some(Startup {
@@ -155,7 +156,10 @@ fn startup(record: &Record, offset_ns: i64, first_run_ns: Option<u64>) -> Option
         finish_ns,
         timeline_kernel_ns,
         timeline_userspace_ns,
-        ratio: (timeline_kernel_ns + timeline_userspace_ns) as f64 / systemd_total.max(1) as f64,
+        userspace_ratio: timeline_userspace_ns as f64 / (userspace_us * 1000).max(1) as f64,
+        total_ratio: (timeline_kernel_ns + timeline_userspace_ns) as f64
+            / systemd_total.max(1) as f64,
+        kernel_before_clock_ns: offset_ns - first_run_ns as i64,
     })
 }
 
@@ -272,11 +276,13 @@ pub fn summary(units: &UnitsDoc, zero_ns: u64) -> String {
     if let (Some(s), Some(c)) = (&units.startup, &units.clock) {
         let _ = writeln!(
             out,
-            "systemd: {}\ntimeline: {:.1} ms (kernel, from the first KVM_RUN) + {:.1} ms (userspace); ratio {:.3}; guest clock aligned within {:.3} ms",
+            "systemd: {}\ntimeline: {:.1} ms (kernel, from the first KVM_RUN) + {:.1} ms (userspace); userspace ratio {:.4}, total {:.4}: the kernel ran {:.1} ms before its clock started; guest clock aligned within {:.3} ms",
             s.line,
             ms(s.timeline_kernel_ns),
             ms(s.timeline_userspace_ns),
-            s.ratio,
+            s.userspace_ratio,
+            s.total_ratio,
+            s.kernel_before_clock_ns as f64 / 1e6,
             ms(c.error_ns)
         );
     }

@@ -158,8 +158,14 @@ fn applied_units_end_the_kernel_phase_at_systemd_s_start() {
     let user = doc.phase("userspace").unwrap();
     assert_eq!(user.from, SYSTEMD_STARTED);
     assert!(doc.marks.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
-    // systemd's userspace figure is the timeline's (one clock, aligned).
+    // systemd's userspace figure is the timeline's (one clock, aligned),
+    // within 5 %; the kernel's differs by the time before its clock started.
+    assert!((0.95..=1.05).contains(&startup.userspace_ratio), "{startup:?}");
     assert!(startup.timeline_userspace_ns.abs_diff(startup.userspace_ns) <= 1_000_000);
+    let clock = doc.units.as_ref().unwrap().clock.clone().unwrap();
+    assert_eq!(startup.kernel_before_clock_ns, clock.offset_ns - 1_000_000);
+    let kernel_gap = startup.timeline_kernel_ns as i64 - startup.kernel_ns as i64;
+    assert!((kernel_gap - startup.kernel_before_clock_ns).abs() <= 1_000_000, "{startup:?}");
     let text = summary(doc.units.as_ref().unwrap(), 0);
     assert!(text.contains("critical chain to bootscope-workload.service"), "{text}");
     assert!(text.contains("Startup finished in"), "{text}");
