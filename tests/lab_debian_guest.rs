@@ -31,7 +31,7 @@ fn build_image(dir: &Path) -> Option<std::path::PathBuf> {
     }
     let image = dir.join("debian.raw");
     let out = bootscope()
-        .args(["guest", "build", "debian", "--size", "768M", "--out"])
+        .args(["guest", "build", "debian", "--size", "512M", "--out"])
         .arg(&image)
         .output()
         .unwrap();
