@@ -81,7 +81,11 @@ pub fn run(args: GuestArgs) -> Result<i32, Failure> {
     println!(
         "{} ({}, {:.1} s, sha256 of its data {})",
         built.path.display(),
-        if built.cache_hit { "from the cache" } else { "built" },
+        if built.cache_hit {
+            "from the cache"
+        } else {
+            "built"
+        },
         started.elapsed().as_secs_f64(),
         &built.digest[..16]
     );

@@ -582,7 +582,11 @@ impl ProfileSource for RunSource<'_> {
     }
 
     fn units(&mut self) -> Option<bootscope_tui::units::Units> {
-        let doc = self.units.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        let doc = self
+            .units
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
         bootscope_tui::units::Units::from_doc(&doc)
     }
 }

@@ -44,7 +44,11 @@ fn no_room_for_the_build_is_bad_input() {
         eprintln!("SKIP: mounting a small file system for the cache needs root");
         return;
     }
-    if Command::new("mmdebstrap").arg("--version").output().is_err() {
+    if Command::new("mmdebstrap")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
         eprintln!("SKIP: mmdebstrap is not installed (scripts/deps.sh installs it)");
         return;
     }
@@ -72,7 +76,11 @@ fn no_network_to_the_packages_is_bad_input() {
         eprintln!("SKIP: a network namespace without a network needs root");
         return;
     }
-    if Command::new("mmdebstrap").arg("--version").output().is_err() {
+    if Command::new("mmdebstrap")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
         eprintln!("SKIP: mmdebstrap is not installed (scripts/deps.sh installs it)");
         return;
     }
@@ -90,7 +98,10 @@ fn no_network_to_the_packages_is_bad_input() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("cannot reach Debian's packages"), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach Debian's packages"),
+        "{stderr}"
+    );
     assert!(!out.exists());
     // The failed build left no directory of its own in the cache.
     let left: Vec<_> = std::fs::read_dir(dir.path().join("bootscope/guests"))

@@ -58,7 +58,11 @@ fn check_units(doc: &Value) {
         if let Some(active) = u["active_ns"].as_u64() {
             let guest_active = u["guest_active_us"].as_u64().unwrap();
             assert_eq!(active as i64, guest_active as i64 * 1000 + offset, "{u}");
-            assert_eq!(active - start as u64, u["duration_ns"].as_u64().unwrap(), "{u}");
+            assert_eq!(
+                active - start as u64,
+                u["duration_ns"].as_u64().unwrap(),
+                "{u}"
+            );
         }
     }
     let chain: Vec<&str> = units["critical_chain"]
@@ -67,7 +71,11 @@ fn check_units(doc: &Value) {
         .iter()
         .map(|l| l["name"].as_str().unwrap())
         .collect();
-    assert_eq!(chain.first(), Some(&"bootscope-workload.service"), "{chain:?}");
+    assert_eq!(
+        chain.first(),
+        Some(&"bootscope-workload.service"),
+        "{chain:?}"
+    );
     assert!(chain.contains(&"multi-user.target"), "{chain:?}");
     // systemd's own userspace figure against the timeline's: within 5 %;
     // the kernel's differs by the time the kernel ran before its clock
@@ -78,7 +86,10 @@ fn check_units(doc: &Value) {
     let before = s["kernel_before_clock_ns"].as_i64().unwrap();
     let gap = s["timeline_kernel_ns"].as_i64().unwrap() - s["kernel_ns"].as_i64().unwrap();
     assert!((gap - before).abs() <= 1_000_000, "{s}");
-    assert!(before >= -(units["clock"]["error_ns"].as_i64().unwrap()), "{s}");
+    assert!(
+        before >= -(units["clock"]["error_ns"].as_i64().unwrap()),
+        "{s}"
+    );
 }
 
 #[test]
@@ -87,7 +98,9 @@ fn debian_image_boots_to_its_workload_with_units_on_the_timeline() {
     let dir = std::env::temp_dir().join(format!("bootscope-labtest-debian-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("out")).unwrap();
-    let Some(image) = build_image(&dir) else { return };
+    let Some(image) = build_image(&dir) else {
+        return;
+    };
     let version = kernel
         .file_name()
         .and_then(|n| n.to_str())
@@ -119,10 +132,18 @@ fn debian_image_boots_to_its_workload_with_units_on_the_timeline() {
         .expect("bootscope lab runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     let console = std::fs::read_to_string(&serial).unwrap_or_default();
-    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}\nconsole:\n{console}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr:\n{stderr}\nconsole:\n{console}"
+    );
     let doc: Value = serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
     assert_eq!(doc["host_kvm"], "svm", "the lab is real nested SVM");
-    assert_eq!(doc["outcome"]["reason"], "acpi_power_off", "{}", doc["outcome"]);
+    assert_eq!(
+        doc["outcome"]["reason"], "acpi_power_off",
+        "{}",
+        doc["outcome"]
+    );
     let marks: Vec<&str> = doc["marks"]
         .as_array()
         .unwrap()
@@ -144,7 +165,10 @@ fn debian_image_boots_to_its_workload_with_units_on_the_timeline() {
     assert_eq!(phase("userspace")["from"], "systemd: started");
     check_units(&doc);
     // The summary has the chain and systemd's own line.
-    assert!(stderr.contains("critical chain to bootscope-workload.service"), "{stderr}");
+    assert!(
+        stderr.contains("critical chain to bootscope-workload.service"),
+        "{stderr}"
+    );
     assert!(stderr.contains("Startup finished in"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -915,7 +915,10 @@ mod tests {
         let svg = render(t.to_string().as_bytes(), Path::new("t.json")).unwrap();
         let at = |s: &str| svg.find(s).unwrap_or_else(|| panic!("{s} missing"));
         assert!(at(">chain: slow.service<") < at(">chain: w.service<"));
-        assert!(svg.contains("chain: slow.service: 2.0 ms to 6.0 ms"), "{svg}");
+        assert!(
+            svg.contains("chain: slow.service: 2.0 ms to 6.0 ms"),
+            "{svg}"
+        );
     }
 
     #[test]

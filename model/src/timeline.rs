@@ -205,7 +205,9 @@ fn check_schema(doc: &Value) -> Result<&Map<String, Value>, TimelineError> {
         }
     }
     let found = root.get("version").and_then(Value::as_u64).unwrap_or(0);
-    if !(u64::from(TIMELINE_SCHEMA_MIN_VERSION)..=u64::from(TIMELINE_SCHEMA_VERSION)).contains(&found) {
+    if !(u64::from(TIMELINE_SCHEMA_MIN_VERSION)..=u64::from(TIMELINE_SCHEMA_VERSION))
+        .contains(&found)
+    {
         return Err(TimelineError::Version { found });
     }
     Ok(root)

@@ -592,7 +592,11 @@ impl App {
         };
         let span = |list: &[crate::units::UnitRow]| {
             let start = list.iter().map(|u| u.start_ns).min().unwrap_or(0);
-            let end = list.iter().map(|u| u.start_ns + u.duration_ns).max().unwrap_or(0);
+            let end = list
+                .iter()
+                .map(|u| u.start_ns + u.duration_ns)
+                .max()
+                .unwrap_or(0);
             (start, end)
         };
         let (start_ns, end_ns) = span(&units.chain);

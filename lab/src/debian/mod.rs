@@ -144,7 +144,10 @@ impl GuestBuildError {
     }
 }
 
-pub(crate) fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> GuestBuildError {
+pub(crate) fn io_err(
+    action: &'static str,
+    path: &Path,
+) -> impl FnOnce(io::Error) -> GuestBuildError {
     let path = path.to_path_buf();
     move |source| GuestBuildError::Io {
         action,
@@ -226,18 +229,20 @@ pub fn cache_key(spec: &DebianImageSpec, modules: &[(String, Vec<u8>)]) -> Strin
     for (path, contents) in modules {
         add(path, contents);
     }
-    h.finalize()[..12].iter().map(|b| format!("{b:02x}")).collect()
+    h.finalize()[..12]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn free_bytes(dir: &Path) -> Result<u64, GuestBuildError> {
     use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|_| {
-        GuestBuildError::Io {
+    let c =
+        std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|_| GuestBuildError::Io {
             action: "inspect",
             path: dir.to_path_buf(),
             source: io::Error::other("path holds a NUL byte"),
-        }
-    })?;
+        })?;
     // SAFETY: statvfs fills the zeroed struct we pass; the path is a valid C string.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
@@ -341,10 +346,7 @@ pub fn build_debian_image(
     let copied = copy_out(&cache_file, out, &digest)?;
     let digest = copied.ok_or_else(|| GuestBuildError::Step {
         step: "copying the image",
-        detail: format!(
-            "{} changed while it was copied",
-            cache_file.display()
-        ),
+        detail: format!("{} changed while it was copied", cache_file.display()),
     })?;
     Ok(BuiltImage {
         path: out.to_path_buf(),
@@ -407,11 +409,12 @@ fn build_into_cache(
     let digest = digest(&mut f).map_err(io_err("read", &img))?;
     f.sync_all().map_err(io_err("sync", &img))?;
     fs::rename(&img, cache_file).map_err(io_err("store the image as", cache_file))?;
-    crate::util::write_atomically(digest_file, format!("{digest}\n").as_bytes(), 0o600)
-        .map_err(|e| GuestBuildError::Step {
+    crate::util::write_atomically(digest_file, format!("{digest}\n").as_bytes(), 0o600).map_err(
+        |e| GuestBuildError::Step {
             step: "storing the image's digest",
             detail: e.to_string(),
-        })?;
+        },
+    )?;
     Ok(digest)
 }
 
@@ -420,7 +423,15 @@ fn mkfs(root: &Path, img: &Path, size: u64) -> Result<(), GuestBuildError> {
     f.set_len(size).map_err(io_err("size", img))?;
     drop(f);
     let output = Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-L", "bootscope-root", "-E", "root_owner=0:0", "-d"])
+        .args([
+            "-q",
+            "-F",
+            "-L",
+            "bootscope-root",
+            "-E",
+            "root_owner=0:0",
+            "-d",
+        ])
         .arg(root)
         .arg(img)
         .env("PATH", "/usr/sbin:/sbin:/usr/bin:/bin")

@@ -32,7 +32,11 @@ const MODULES: [&str; 6] = [
     "kernel/drivers/char/hw_random/virtio-rng.ko",
 ];
 /// The module tree's lists of built-in modules, which modprobe reads.
-const MODULE_LISTS: [&str; 3] = ["modules.builtin", "modules.builtin.modinfo", "modules.order"];
+const MODULE_LISTS: [&str; 3] = [
+    "modules.builtin",
+    "modules.builtin.modinfo",
+    "modules.order",
+];
 
 /// The workload script with its placeholders filled.
 fn workload_script(keep_running: bool) -> String {
@@ -56,7 +60,10 @@ fn machine_id(spec: &DebianImageSpec) -> String {
     h.update(spec.suite.as_bytes());
     h.update(spec.size.to_le_bytes());
     h.update([u8::from(spec.keep_running)]);
-    let id: String = h.finalize()[..16].iter().map(|b| format!("{b:02x}")).collect();
+    let id: String = h.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!("{id}\n")
 }
 

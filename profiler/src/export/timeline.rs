@@ -276,7 +276,11 @@ mod tests {
             "critical_chain": []
         });
         let p = profile_from_timeline(&doc).unwrap();
-        let u = p.phases.iter().find(|ph| ph.name == "unit: systemd-udevd.service").unwrap();
+        let u = p
+            .phases
+            .iter()
+            .find(|ph| ph.name == "unit: systemd-udevd.service")
+            .unwrap();
         assert_eq!((u.start_ns, u.end_ns), (500, 540));
     }
 

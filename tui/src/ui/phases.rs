@@ -144,7 +144,11 @@ fn title_and_skip(
                 None => String::new(),
             };
             if let Some(units) = &app.units {
-                hint.push_str(&format!(" {} u: {} units", t.dot(), fmt_count(units.len() as u64)));
+                hint.push_str(&format!(
+                    " {} u: {} units",
+                    t.dot(),
+                    fmt_count(units.len() as u64)
+                ));
             }
             (
                 skip,

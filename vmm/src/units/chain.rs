@@ -41,7 +41,8 @@ pub fn critical_chain(record: &Record, target: &str) -> Vec<Link> {
     let finish = record.manager_us("FinishTimestampMonotonic");
     // systemd-analyze counts only units activated during the boot: active
     // (at some point) and no later than start-up finished.
-    let in_range = |u: &UnitProps| u.active_enter_us > 0 && (finish == 0 || u.active_enter_us <= finish);
+    let in_range =
+        |u: &UnitProps| u.active_enter_us > 0 && (finish == 0 || u.active_enter_us <= finish);
     let Some(top) = record.unit(target) else {
         return Vec::new();
     };
@@ -101,8 +102,18 @@ mod tests {
     fn follows_the_latest_dependency_and_skips_the_rest() {
         let r = record(
             vec![
-                unit("w.service", 900, 910, &["multi-user.target", "early.service"]),
-                unit("multi-user.target", 800, 800, &["a.service", "b.service", "late.service"]),
+                unit(
+                    "w.service",
+                    900,
+                    910,
+                    &["multi-user.target", "early.service"],
+                ),
+                unit(
+                    "multi-user.target",
+                    800,
+                    800,
+                    &["a.service", "b.service", "late.service"],
+                ),
                 unit("a.service", 100, 700, &["basic.target"]),
                 unit("b.service", 100, 300, &["basic.target"]),
                 // Active after start-up finished: not on the chain.
@@ -120,7 +131,12 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["w.service", "multi-user.target", "a.service", "basic.target"]
+            [
+                "w.service",
+                "multi-user.target",
+                "a.service",
+                "basic.target"
+            ]
         );
         assert!(critical_chain(&r, "missing.service").is_empty());
         assert_eq!(critical_chain(&r, "a.service")[0].duration_us(), 600);
@@ -129,10 +145,7 @@ mod tests {
     #[test]
     fn a_cycle_ends_the_chain() {
         let r = record(
-            vec![
-                unit("x", 10, 20, &["y"]),
-                unit("y", 5, 15, &["x"]),
-            ],
+            vec![unit("x", 10, 20, &["y"]), unit("y", 5, 15, &["x"])],
             100,
         );
         assert_eq!(critical_chain(&r, "x").len(), 2);

@@ -127,7 +127,8 @@ fn units_on_timeline(record: &Record, offset_ns: i64) -> Vec<Unit> {
             Unit {
                 name: u.id.clone(),
                 start_ns: to_timeline(u.inactive_exit_us, offset_ns),
-                active_ns: (u.active_enter_us > 0).then(|| to_timeline(u.active_enter_us, offset_ns)),
+                active_ns: (u.active_enter_us > 0)
+                    .then(|| to_timeline(u.active_enter_us, offset_ns)),
                 duration_ns: (end - u.inactive_exit_us) * 1000,
                 state: u.active_state.clone(),
                 guest_start_us: u.inactive_exit_us,
@@ -135,7 +136,11 @@ fn units_on_timeline(record: &Record, offset_ns: i64) -> Vec<Unit> {
             }
         })
         .collect();
-    units.sort_by(|a, b| a.start_ns.cmp(&b.start_ns).then_with(|| a.name.cmp(&b.name)));
+    units.sort_by(|a, b| {
+        a.start_ns
+            .cmp(&b.start_ns)
+            .then_with(|| a.name.cmp(&b.name))
+    });
     units
 }
 
@@ -174,9 +179,9 @@ pub fn units_doc(text: &str, source: &str, marks: &[PhaseMark]) -> UnitsDoc {
         Ok(r) => r,
         Err(e) => return fail(format!("the record is unreadable: {e}")),
     };
-    let marker = marks.iter().find(|m| {
-        m.source == MarkSource::DebugPort && m.value == Some(record.marker_value)
-    });
+    let marker = marks
+        .iter()
+        .find(|m| m.source == MarkSource::DebugPort && m.value == Some(record.marker_value));
     let Some(marker) = marker else {
         return fail(format!(
             "the guest wrote no 0x{:02x} to port 0x80 in this boot: the record is from an earlier boot",

@@ -117,11 +117,13 @@ enum Section {
 }
 
 fn parse_marker(line: usize, value: &str) -> Result<(u64, u64), RecordError> {
-    let bad = || RecordError::Line {
+    let bad = || {
+        RecordError::Line {
         line,
         problem: format!(
             "marker_monotonic_ns is {value:?}: the workload could not write the marker or read its clock"
         ),
+    }
     };
     let mut it = value.split_whitespace();
     let before = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
@@ -201,7 +203,9 @@ pub fn parse(text: &str) -> Result<Record, RecordError> {
         return Err(RecordError::Missing("marker_monotonic_ns line"));
     }
     if record.manager_us("UserspaceTimestampMonotonic") == 0 {
-        return Err(RecordError::Missing("UserspaceTimestampMonotonic of the manager"));
+        return Err(RecordError::Missing(
+            "UserspaceTimestampMonotonic of the manager",
+        ));
     }
     if record.units.is_empty() {
         return Err(RecordError::Missing("unit"));
@@ -279,9 +283,18 @@ mod tests {
         let head = "bootscope-units 1\nmarker_value=0x60\nmarker_monotonic_ns=5 7\n[manager]\nUserspaceTimestampMonotonic=3\n[units]\nId=a.service\n";
         assert_eq!(parse(head), Err(RecordError::Truncated));
         let bad = head.replace("5 7", "error") + "[end]\n";
-        assert!(matches!(parse(&bad), Err(RecordError::Line { line: 3, .. })));
-        let bad = head.replace("Id=a.service", "Id=a.service\nActiveEnterTimestampMonotonic=x") + "[end]\n";
-        assert!(matches!(parse(&bad), Err(RecordError::Line { line: 8, .. })));
+        assert!(matches!(
+            parse(&bad),
+            Err(RecordError::Line { line: 3, .. })
+        ));
+        let bad = head.replace(
+            "Id=a.service",
+            "Id=a.service\nActiveEnterTimestampMonotonic=x",
+        ) + "[end]\n";
+        assert!(matches!(
+            parse(&bad),
+            Err(RecordError::Line { line: 8, .. })
+        ));
         let ok = parse(&(head.to_string() + "[end]\n")).unwrap();
         assert_eq!(ok.marker_guest_ns, (5, 7));
         assert_eq!(ok.marker_value, 0x60);

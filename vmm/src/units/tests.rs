@@ -56,7 +56,10 @@ fn the_fixture_has_the_boot_s_units() {
     assert!(finish >= userspace);
     // systemd's own line says the same as its manager's timestamps.
     let (_, kernel_us, userspace_us) = record::startup_finished(&r.analyze).unwrap();
-    assert!(kernel_us.abs_diff(userspace) <= 1000, "{kernel_us} {userspace}");
+    assert!(
+        kernel_us.abs_diff(userspace) <= 1000,
+        "{kernel_us} {userspace}"
+    );
     assert!(userspace_us.abs_diff(finish - userspace) <= 1000);
 }
 
@@ -107,7 +110,10 @@ fn systemd_chain(analyze: &str) -> Vec<String> {
 fn the_critical_chain_is_systemd_analyze_s() {
     let r = fixture();
     let own = systemd_chain(&r.analyze);
-    assert!(own.len() >= 3, "systemd-analyze's chain in the fixture: {own:?}");
+    assert!(
+        own.len() >= 3,
+        "systemd-analyze's chain in the fixture: {own:?}"
+    );
     let ours: Vec<String> = chain::critical_chain(&r, WORKLOAD_UNIT)
         .into_iter()
         .map(|l| l.name)
@@ -128,7 +134,10 @@ fn the_critical_chain_is_systemd_analyze_s() {
         let ours = if link.duration_us() > 0 {
             assert!(line.contains(" +"), "{line}");
             let plus = parse_systemd_span(line.split(" +").nth(1).unwrap().trim()).unwrap();
-            assert!(plus.abs_diff(link.duration_us()) <= (plus / 500).max(1000), "{line}");
+            assert!(
+                plus.abs_diff(link.duration_us()) <= (plus / 500).max(1000),
+                "{line}"
+            );
             link.activating_us - userspace
         } else {
             link.activated_us - userspace
@@ -160,14 +169,23 @@ fn applied_units_end_the_kernel_phase_at_systemd_s_start() {
     assert!(doc.marks.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
     // systemd's userspace figure is the timeline's (one clock, aligned),
     // within 5 %; the kernel's differs by the time before its clock started.
-    assert!((0.95..=1.05).contains(&startup.userspace_ratio), "{startup:?}");
+    assert!(
+        (0.95..=1.05).contains(&startup.userspace_ratio),
+        "{startup:?}"
+    );
     assert!(startup.timeline_userspace_ns.abs_diff(startup.userspace_ns) <= 1_000_000);
     let clock = doc.units.as_ref().unwrap().clock.clone().unwrap();
     assert_eq!(startup.kernel_before_clock_ns, clock.offset_ns - 1_000_000);
     let kernel_gap = startup.timeline_kernel_ns as i64 - startup.kernel_ns as i64;
-    assert!((kernel_gap - startup.kernel_before_clock_ns).abs() <= 1_000_000, "{startup:?}");
+    assert!(
+        (kernel_gap - startup.kernel_before_clock_ns).abs() <= 1_000_000,
+        "{startup:?}"
+    );
     let text = summary(doc.units.as_ref().unwrap(), 0);
-    assert!(text.contains("critical chain to bootscope-workload.service"), "{text}");
+    assert!(
+        text.contains("critical chain to bootscope-workload.service"),
+        "{text}"
+    );
     assert!(text.contains("Startup finished in"), "{text}");
 }
 
