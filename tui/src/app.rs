@@ -620,7 +620,7 @@ impl App {
         let shown = match self.initcall_order {
             InitcallOrder::Time => others.len(),
             InitcallOrder::Slowest => {
-                others.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns));
+                others.sort_by_key(|u| std::cmp::Reverse(u.duration_ns));
                 (2 * SLOWEST_PER_LEVEL).min(others.len())
             }
         };

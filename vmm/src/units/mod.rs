@@ -273,7 +273,7 @@ pub fn summary(units: &UnitsDoc, zero_ns: u64) -> String {
         );
     }
     let mut slowest: Vec<&Unit> = units.units.iter().collect();
-    slowest.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns));
+    slowest.sort_by_key(|u| std::cmp::Reverse(u.duration_ns));
     let _ = writeln!(out, "slowest units (ms):");
     for u in slowest.iter().take(8) {
         let _ = writeln!(out, "  {:>10.1}  {}", ms(u.duration_ns), u.name);
