@@ -23,6 +23,8 @@ command -v man >/dev/null || need+=(man-db)
 # (tests/exporter_prometheus.rs); promtool comes with prometheus.
 command -v prometheus >/dev/null || need+=(prometheus)
 command -v prometheus-pushgateway >/dev/null || need+=(prometheus-pushgateway)
+# The Debian guest image (bootscope guest build debian, tests/lab_debian_guest.rs).
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "bootscope: missing Debian packages: ${need[*]}; run as root or: sudo apt-get install -y ${need[*]}" >&2

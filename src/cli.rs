@@ -77,6 +77,8 @@ enum Command {
     /// Browse a saved profile or boot timeline in the terminal UI: the live
     /// TUI's panes over the recorded samples, with time scrubbing.
     Tui(crate::browse_cmd::BrowseArgs),
+    /// Build guest disk images: `guest build debian` (docs/guest.md).
+    Guest(crate::guest_cmd::GuestArgs),
     /// Draw a boot timeline, profile or benchmark as an SVG picture.
     Plot(crate::bench_cmd::PlotArgs),
     /// From a boot's timeline or profile to ranked findings and candidate
@@ -195,6 +197,7 @@ pub fn main() -> i32 {
         Command::Tui(args) => crate::browse_cmd::run(args),
         Command::Exporter(args) => Ok(crate::exporter::run(args)),
         Command::Initcalls(args) => crate::initcalls_cmd::run(args),
+        Command::Guest(args) => crate::guest_cmd::run(args),
         Command::Export {
             format,
             json,

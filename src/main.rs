@@ -8,6 +8,7 @@ mod bench_storm;
 mod cli;
 mod device_args;
 mod exporter;
+mod guest_cmd;
 mod initcalls_cmd;
 mod lab_cmd;
 mod lab_prepare;

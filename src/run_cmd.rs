@@ -246,6 +246,14 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     // Disks too (opened, checked and locked for a moment; the VMM takes
     // them again).
     bootscope_vmm::virtio::DiskImage::open_all(&cfg.disks).map_err(|e| usage(e.into()))?;
+    // A systemd guest's units record on the root disk, as it is before the
+    // boot (docs/guest.md): after the boot it says whether the guest wrote
+    // a new one.
+    let units_probe = cfg
+        .disks
+        .first()
+        .filter(|d| !d.readonly)
+        .map(|d| bootscope_vmm::units::RecordProbe::before_boot(&d.path));
     // The programs the set-up needs attach before the VMM starts (`profiler
     // attach`), the guest programs beside its set-up, waited for before its
     // first KVM_RUN (`profiler guest attach`; attach_self_profile).
@@ -270,6 +278,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
             &tui_console,
             args.refresh_ms,
             symbols.as_ref(),
+            units_probe.as_ref(),
         )?
     } else {
         vm::run(cfg, recorder.clone())
@@ -284,6 +293,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         interrupts: &interrupts,
         symbols: symbols.as_ref(),
         serial: &tui_console.serial,
+        units_probe,
     };
     ended.finish(&args, report, collector)
 }
@@ -412,6 +422,8 @@ struct Ended<'a> {
     symbols: Option<&'a bootscope_profiler::guest_symbols::SymbolTable>,
     /// `--serial` as the console was opened.
     serial: &'a str,
+    /// The root disk's units record before the boot.
+    units_probe: Option<bootscope_vmm::units::RecordProbe>,
 }
 
 impl Ended<'_> {
@@ -443,6 +455,9 @@ impl Ended<'_> {
         self.recorder.vmm_once(vmm_marks::VMM_EXIT);
         doc.marks = self.recorder.snapshot();
         doc.phases = bootscope_vmm::timeline::derive_phases(&doc.marks);
+        if let Some(probe) = self.units_probe.clone() {
+            probe.after_boot(&mut doc);
+        }
         let profiled = collector.is_some();
         if let Some(c) = collector {
             let profile = finish_self_profile(args, c, &doc, self.symbols)?;
@@ -690,6 +705,14 @@ fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {
         }
         if let Some(initcalls) = &doc.initcalls {
             eprint!("{}", bootscope_vmm::kernel_log::summary(initcalls, 10));
+        }
+        if let Some(units) = &doc.units {
+            let first_run = doc
+                .marks
+                .iter()
+                .find(|m| m.name == vmm_marks::FIRST_KVM_RUN)
+                .map_or(0, |m| m.t_ns);
+            eprint!("{}", bootscope_vmm::units::summary(units, first_run));
         }
         // The detail may quote the guest's console (a panic line): its
         // control characters are shown escaped, not sent to the terminal.

@@ -518,6 +518,9 @@ struct RunSource<'a> {
     /// The run's initcalls (`--initcalls`), left here by the VM thread
     /// when the guest stopped.
     initcalls: Arc<Mutex<Option<InitcallsDoc>>>,
+    /// A systemd guest's units, read by the VM thread when the guest
+    /// stopped (docs/guest.md).
+    units: Arc<Mutex<Option<bootscope_model::units::UnitsDoc>>>,
 }
 
 impl ProfileSource for RunSource<'_> {
@@ -577,6 +580,15 @@ impl ProfileSource for RunSource<'_> {
         }
         bootscope_tui::Initcalls::from_json(&serde_json::to_value(&doc).ok()?)
     }
+
+    fn units(&mut self) -> Option<bootscope_tui::units::Units> {
+        let doc = self
+            .units
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        bootscope_tui::units::Units::from_doc(&doc)
+    }
 }
 
 /// Runs the VM on its own thread under the TUI; returns what `vm::run`
@@ -588,6 +600,7 @@ pub fn run_vm(
     console: &TuiConsole,
     refresh_ms: u64,
     symbols: Option<&SymbolTable>,
+    units_probe: Option<&bootscope_vmm::units::RecordProbe>,
 ) -> Result<Result<RunReport, VmError>> {
     let kernel = cfg
         .kernel
@@ -598,6 +611,9 @@ pub fn run_vm(
     let vm_recorder = recorder.clone();
     let initcalls = Arc::new(Mutex::new(None));
     let vm_initcalls = initcalls.clone();
+    let units = Arc::new(Mutex::new(None));
+    let vm_units = units.clone();
+    let units_probe = units_probe.cloned();
     let stop = cfg
         .stop
         .get_or_insert_with(|| Arc::new(std::sync::atomic::AtomicBool::new(false)))
@@ -611,6 +627,13 @@ pub fn run_vm(
             if let Ok(r) = &report {
                 *vm_initcalls.lock().unwrap_or_else(|e| e.into_inner()) =
                     r.timeline.initcalls.clone();
+                // The units as the run's timeline will have them.
+                if let Some(probe) = units_probe {
+                    let mut doc = r.timeline.clone();
+                    doc.marks = vm_recorder.snapshot();
+                    probe.after_boot(&mut doc);
+                    *vm_units.lock().unwrap_or_else(|e| e.into_inner()) = doc.units;
+                }
             }
             report
         })
@@ -625,6 +648,7 @@ pub fn run_vm(
         console: console.file(),
         redirected: console.redirected,
         initcalls,
+        units,
     };
     let shown = bootscope_tui::run_live(&mut source, options(refresh_ms));
     // The collector must have one owner again before the run finishes it.

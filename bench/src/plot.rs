@@ -105,6 +105,25 @@ mod tests {
     }
 
     #[test]
+    fn a_systemd_guest_s_critical_chain_is_drawn_under_userspace() {
+        let t = serde_json::json!({
+            "schema": "bootscope.timeline", "version": 2,
+            "marks": [], "phases": [{"name": "userspace", "start_ns": 0, "end_ns": 9000000, "duration_ns": 9000000}],
+            "units": {"source": "t", "units": [], "chain_target": "w.service", "critical_chain": [
+                {"name": "w.service", "active_ns": 8000000, "duration_ns": 0},
+                {"name": "multi-user.target", "active_ns": 7000000, "duration_ns": 0},
+                {"name": "slow.service", "active_ns": 6000000, "duration_ns": 4000000}]}
+        });
+        let svg = render(t.to_string().as_bytes(), Path::new("t.json")).unwrap();
+        let at = |s: &str| svg.find(s).unwrap_or_else(|| panic!("{s} missing"));
+        assert!(at(">chain: slow.service<") < at(">chain: w.service<"));
+        assert!(
+            svg.contains("chain: slow.service: 2.0 ms to 6.0 ms"),
+            "{svg}"
+        );
+    }
+
+    #[test]
     fn plot_refuses_other_files() {
         let e = render(br#"{"schema":"x","version":1}"#, Path::new("x.json"))
             .unwrap_err()

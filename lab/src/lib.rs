@@ -13,6 +13,8 @@
 //! * [`guest`] finds the Debian kernel and builds the project's default
 //!   (busybox) guest initramfs.
 //! * [`outer`] builds the outer guest and runs the lab.
+//! * [`debian`] builds a Debian guest with systemd as a raw disk image
+//!   (`bootscope guest build debian`).
 //!
 //! Everything here is slowed down by emulation: the lab proves correctness
 //! and compares VMMs side by side within one run; it does not measure
@@ -23,6 +25,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub mod cpio;
+pub mod debian;
 mod elf;
 pub mod guest;
 pub mod outer;

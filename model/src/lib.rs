@@ -16,7 +16,8 @@
 //! - [`smaps`]: what a process costs the host in memory (RSS, PSS, USS);
 //! - [`mark`]: where a timeline mark came from, and the port marks' names;
 //! - [`timeline`]: the timeline document, as its readers see it;
-//! - [`text`]: text from outside made safe to print on a terminal.
+//! - [`text`]: text from outside made safe to print on a terminal;
+//! - [`units`]: a systemd guest's units on the timeline's clock.
 
 pub mod cache;
 pub mod cpulist;
@@ -31,3 +32,4 @@ pub mod size;
 pub mod text;
 pub mod smaps;
 pub mod timeline;
+pub mod units;

@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 /// Who produced a mark. Serialized (and [`MarkSource::as_str`]) as `vmm`,
-/// `debug_port`, `boot_timer`, `boot_time_port` or `serial`.
+/// `debug_port`, `boot_timer`, `boot_time_port`, `serial` or `guest_clock`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MarkSource {
@@ -22,6 +22,9 @@ pub enum MarkSource {
     BootTimePort,
     /// A console line that matched a milestone pattern.
     Serial,
+    /// A guest event timed by the guest's own clock and aligned to the
+    /// VMM's (systemd's start and start-up end, from its units' record).
+    GuestClock,
 }
 
 impl MarkSource {
@@ -33,6 +36,7 @@ impl MarkSource {
             MarkSource::BootTimer => "boot_timer",
             MarkSource::BootTimePort => "boot_time_port",
             MarkSource::Serial => "serial",
+            MarkSource::GuestClock => "guest_clock",
         }
     }
 

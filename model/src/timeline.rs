@@ -17,8 +17,10 @@ use crate::mark::MarkSource;
 
 /// The timeline's `schema` field.
 pub const TIMELINE_SCHEMA_NAME: &str = "bootscope.timeline";
-/// The timeline version this reader reads.
-pub const TIMELINE_SCHEMA_VERSION: u32 = 1;
+/// The timeline version the VMM writes (2 added the `units` object).
+pub const TIMELINE_SCHEMA_VERSION: u32 = 2;
+/// The oldest version this reader reads (version 2 only added to 1).
+pub const TIMELINE_SCHEMA_MIN_VERSION: u32 = 1;
 
 /// Why a JSON document is not a readable timeline.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -28,7 +30,7 @@ pub enum TimelineError {
     NotATimeline { found: String },
     /// A timeline of another version.
     #[error(
-        "it is a version {found} timeline; this bootscope reads version {TIMELINE_SCHEMA_VERSION}"
+        "it is a version {found} timeline; this bootscope reads versions {TIMELINE_SCHEMA_MIN_VERSION} to {TIMELINE_SCHEMA_VERSION}"
     )]
     Version { found: u64 },
     /// A field is missing or has the wrong type or value.
@@ -59,6 +61,8 @@ pub struct Timeline {
     /// What the VMM process cost the host in memory at the first
     /// userspace mark (or the end of a `--stop-after` set-up).
     pub host_memory: Option<crate::smaps::MemorySample>,
+    /// A systemd guest's units (version 2).
+    pub units: Option<crate::units::UnitsDoc>,
 }
 
 /// The `guest` object.
@@ -209,7 +213,7 @@ fn check_fields(v: &Value, at: &str, expected: &[(&str, Expect)]) -> Result<(), 
             let problem = match expect {
                 Expect::Text => "is not a string",
                 Expect::Source if value.is_some_and(Value::is_string) => {
-                    "is not vmm, debug_port, boot_timer, boot_time_port or serial"
+                    "is not vmm, debug_port, boot_timer, boot_time_port, serial or guest_clock"
                 }
                 Expect::Source => "is not a string",
                 Expect::Count | Expect::OptionalCount => "is not a non-negative integer",
@@ -249,7 +253,9 @@ fn check_schema(doc: &Value) -> Result<&Map<String, Value>, TimelineError> {
         }
     }
     let found = root.get("version").and_then(Value::as_u64).unwrap_or(0);
-    if found != u64::from(TIMELINE_SCHEMA_VERSION) {
+    if !(u64::from(TIMELINE_SCHEMA_MIN_VERSION)..=u64::from(TIMELINE_SCHEMA_VERSION))
+        .contains(&found)
+    {
         return Err(TimelineError::Version { found });
     }
     Ok(root)

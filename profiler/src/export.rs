@@ -28,6 +28,7 @@ pub use pprof::to_pprof;
 pub use prometheus::to_prometheus;
 pub use timeline::{
     profile_from_timeline, TimelineError, TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION,
+    UNIT_PHASE_PREFIX,
 };
 
 /// Names accepted by [`Format::parse`], as the CLI's `--format` spells them.

@@ -113,7 +113,9 @@ pub enum PhaseRow {
 /// converted to a profile carries (`initcall: NAME`, `initcalls: LEVEL`):
 /// the pane shows those under `kernel` instead.
 pub fn is_initcall_phase(name: &str) -> bool {
-    name.starts_with("initcall: ") || name.starts_with("initcalls: ")
+    name.starts_with("initcall: ")
+        || name.starts_with("initcalls: ")
+        || name.starts_with(bootscope_profiler::export::UNIT_PHASE_PREFIX)
 }
 
 /// What a key asks the event loop to do.
@@ -180,6 +182,11 @@ pub struct App {
     pub initcalls: Option<Initcalls>,
     /// `kernel` expanded into its initcalls (`i`).
     pub expand_kernel: bool,
+    /// A systemd guest's units, once the source has them (after the guest
+    /// stopped, from the record on its disk).
+    pub units: Option<crate::units::Units>,
+    /// `userspace` expanded into its units (`u`).
+    pub expand_userspace: bool,
     pub initcall_order: InitcallOrder,
     /// First row of the phase pane shown (PgDn/PgUp), when its rows do not
     /// fit.
@@ -209,6 +216,8 @@ impl App {
             stretched_refresh: None,
             initcalls: None,
             expand_kernel: false,
+            units: None,
+            expand_userspace: false,
             initcall_order: InitcallOrder::default(),
             phase_scroll: 0,
             replay: None,
@@ -292,6 +301,21 @@ impl App {
                     None => {
                         self.message = Some(
                             "no initcalls: they come with the final data of `run --initcalls`"
+                                .into(),
+                        )
+                    }
+                }
+                Action::Redraw
+            }
+            KeyCode::Char('u') => {
+                match &self.units {
+                    Some(_) => {
+                        self.expand_userspace = !self.expand_userspace;
+                        self.phase_scroll = 0;
+                    }
+                    None => {
+                        self.message = Some(
+                            "no units: they come with the final data of a run whose disk holds a systemd guest's record (docs/guest.md)"
                                 .into(),
                         )
                     }
@@ -537,19 +561,86 @@ impl App {
                 continue;
             }
             let has_initcalls = s.name == "kernel" && self.initcalls.is_some();
+            let has_units = s.name == "userspace" && self.units.is_some();
+            let expandable = if has_units {
+                Some(self.expand_userspace)
+            } else {
+                has_initcalls.then_some(self.expand_kernel)
+            };
             rows.push(PhaseRow::Phase {
                 index,
                 name: s.name.clone(),
                 start_ns: s.start_ns,
                 end_ns: s.end_ns,
                 running: current == Some(index),
-                initcalls: has_initcalls.then_some(self.expand_kernel),
+                initcalls: expandable,
             });
             if has_initcalls && self.expand_kernel {
                 self.initcall_rows(&mut rows);
             }
+            if has_units && self.expand_userspace {
+                self.unit_rows(&mut rows);
+            }
         }
         rows
+    }
+
+    /// The units under `userspace`: the critical chain (deepest first, the
+    /// order they became active), then the other units in
+    /// [`App::initcall_order`] (slowest first: the first
+    /// [`SLOWEST_PER_LEVEL`] * 2, the rest summed).
+    fn unit_rows(&self, rows: &mut Vec<PhaseRow>) {
+        let Some(units) = &self.units else { return };
+        let call = |u: &crate::units::UnitRow| PhaseRow::Call {
+            name: u.name.clone(),
+            start_ns: u.start_ns,
+            duration_ns: u.duration_ns,
+            ret: 0,
+            exits: None,
+        };
+        let span = |list: &[crate::units::UnitRow]| {
+            let start = list.iter().map(|u| u.start_ns).min().unwrap_or(0);
+            let end = list
+                .iter()
+                .map(|u| u.start_ns + u.duration_ns)
+                .max()
+                .unwrap_or(0);
+            (start, end)
+        };
+        let (start_ns, end_ns) = span(&units.chain);
+        rows.push(PhaseRow::Level {
+            level: format!("chain to {}", units.target),
+            calls: units.chain.len(),
+            start_ns,
+            end_ns,
+            exits: None,
+        });
+        rows.extend(units.chain.iter().rev().map(call));
+        let (start_ns, end_ns) = span(&units.others);
+        rows.push(PhaseRow::Level {
+            level: "other units".into(),
+            calls: units.others.len(),
+            start_ns,
+            end_ns,
+            exits: None,
+        });
+        let mut others: Vec<_> = units.others.iter().collect();
+        let shown = match self.initcall_order {
+            InitcallOrder::Time => others.len(),
+            InitcallOrder::Slowest => {
+                others.sort_by_key(|u| std::cmp::Reverse(u.duration_ns));
+                (2 * SLOWEST_PER_LEVEL).min(others.len())
+            }
+        };
+        rows.extend(others[..shown].iter().map(|u| call(u)));
+        let rest = &others[shown..];
+        if !rest.is_empty() {
+            rows.push(PhaseRow::More {
+                calls: rest.len(),
+                duration_ns: rest.iter().map(|u| u.duration_ns).sum(),
+                exits: None,
+            });
+        }
     }
 
     fn initcall_rows(&self, rows: &mut Vec<PhaseRow>) {

@@ -31,6 +31,7 @@ pub mod replay;
 pub mod term;
 pub mod theme;
 pub mod ui;
+pub mod units;
 
 pub use app::App;
 pub use browse::{run_browse, Browser};
@@ -60,6 +61,11 @@ pub trait ProfileSource {
     /// The kernel's initcalls, asked once the source has finished (they
     /// are known only after the guest stopped). None: none to show.
     fn initcalls(&mut self) -> Option<Initcalls> {
+        None
+    }
+    /// A systemd guest's units, asked once the source has finished. None:
+    /// none to show.
+    fn units(&mut self) -> Option<units::Units> {
         None
     }
 }
@@ -186,6 +192,7 @@ pub fn run_live(source: &mut dyn ProfileSource, opts: TuiOptions) -> Result<Prof
                 if source.finished() {
                     app.finish(source.snapshot());
                     app.initcalls = source.initcalls();
+                    app.units = source.units();
                     dirty = true;
                 } else if !app.paused {
                     // CPU time, not wall time: waiting for the collector's

@@ -20,6 +20,7 @@ pub mod pci;
 pub mod rtc;
 pub mod sandbox;
 pub mod timeline;
+pub mod units;
 pub mod virtio;
 pub mod vm;
 pub mod x86;

@@ -243,6 +243,8 @@ pub fn is_userspace_start(mark: &PhaseMark) -> bool {
         MarkSource::BootTimePort => mark.value == Some(7),
         MarkSource::BootTimer => true,
         MarkSource::Serial => mark.name.contains("run init"),
+        // systemd's start as PID 1: where systemd's own figures end the kernel.
+        MarkSource::GuestClock => mark.name == crate::units::SYSTEMD_STARTED,
         _ => false,
     }
 }
@@ -492,6 +494,10 @@ pub struct TimelineDoc {
     /// The kernel's initcalls as sub-phases of `kernel` (`run --initcalls`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initcalls: Option<crate::kernel_log::InitcallsDoc>,
+    /// A systemd guest's units, from the record its workload left on the
+    /// disk (`bootscope_vmm::units`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub units: Option<bootscope_model::units::UnitsDoc>,
     /// The virtio devices and what each did (`--disk`, `--rng`, `--console
     /// virtio`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

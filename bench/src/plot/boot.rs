@@ -32,11 +32,23 @@ pub(super) struct Boot {
 
 impl Boot {
     pub(super) fn from_timeline(t: &Timeline, doc: &serde_json::Value) -> Self {
-        let phases = t
+        let mut phases: Vec<(String, f64, f64)> = t
             .phases
             .iter()
             .map(|p| (p.name.clone(), p.start_ns as f64, p.end_ns as f64))
             .collect();
+        // A systemd guest's critical chain to its workload, under `userspace`
+        // (deepest first: the order the units became active).
+        if let Some(units) = &t.units {
+            for link in units.critical_chain.iter().rev() {
+                let start = link.active_ns.saturating_sub(link.duration_ns);
+                phases.push((
+                    format!("chain: {}", link.name),
+                    start as f64,
+                    link.active_ns as f64,
+                ));
+            }
+        }
         let stats = t.kvm_stats.clone().unwrap_or_default();
         let mut exits: Vec<(String, f64)> = stats
             .iter()

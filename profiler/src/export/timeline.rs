@@ -53,6 +53,7 @@ pub fn profile_from_timeline(doc: &Value) -> Result<Profile, TimelineError> {
     if let Some(root) = doc.as_object() {
         initcall_phases(root, &mut p)?;
     }
+    unit_phases(&t, &mut p);
     let kvm_exits = t.kvm_stats.as_ref().and_then(|s| s.get("exits").copied());
     // The only exit figure is KVM's own count, which the VMM read.
     p.exits.source = "vmm".into();
@@ -183,6 +184,23 @@ fn initcall_phases(
     Ok(())
 }
 
+/// The units of a systemd guest (`unit: NAME`, from leaving inactive to
+/// active), as phases nested in `userspace`.
+fn unit_phases(t: &Timeline, p: &mut Profile) {
+    let Some(units) = &t.units else { return };
+    for u in &units.units {
+        p.phases.push(PhaseSpan {
+            name: format!("{UNIT_PHASE_PREFIX}{}", u.name),
+            start_ns: u.start_ns,
+            end_ns: u.start_ns.saturating_add(u.duration_ns),
+        });
+    }
+}
+
+/// The prefix of the phases [`profile_from_timeline`] makes of a systemd
+/// guest's units.
+pub const UNIT_PHASE_PREFIX: &str = "unit: ";
+
 #[cfg(test)]
 mod tests {
     use super::super::fixture::TIMELINE_EXAMPLE;
@@ -246,6 +264,24 @@ mod tests {
         assert_eq!(p.target.exit_code, Some(1));
         let stats = p.sources.iter().find(|s| s.name == "kvm_stats").unwrap();
         assert_eq!(stats.status, "missing");
+    }
+
+    #[test]
+    fn units_become_nested_phases() {
+        let mut doc = example();
+        doc["units"] = serde_json::json!({
+            "source": "test",
+            "units": [{ "name": "systemd-udevd.service", "start_ns": 500, "duration_ns": 40,
+                        "state": "active", "guest_start_us": 1, "guest_active_us": 2 }],
+            "critical_chain": []
+        });
+        let p = profile_from_timeline(&doc).unwrap();
+        let u = p
+            .phases
+            .iter()
+            .find(|ph| ph.name == "unit: systemd-udevd.service")
+            .unwrap();
+        assert_eq!((u.start_ns, u.end_ns), (500, 540));
     }
 
     #[test]

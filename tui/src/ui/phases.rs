@@ -1,4 +1,5 @@
-//! The boot phases pane, and under `kernel` its initcalls (`i`).
+//! The boot phases pane, under `kernel` its initcalls (`i`), under
+//! `userspace` a systemd guest's units (`u`).
 
 use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
@@ -31,29 +32,31 @@ pub fn draw_phases(f: &mut Frame, area: Rect, app: &App) {
         draw_waiting(f, area, app);
         return;
     }
-    // The kernel phase's span, when it is expanded into its initcalls.
-    let kernel = rows.iter().find_map(|r| match r {
+    // The span of the phase expanded into its initcalls or units.
+    let open = rows.iter().find_map(|r| match r {
         PhaseRow::Phase {
             name,
             start_ns,
             end_ns,
             initcalls: Some(true),
             ..
-        } if name == "kernel" => Some((*start_ns, *end_ns)),
+        } => Some((name.as_str(), *start_ns, *end_ns)),
         _ => None,
     });
+    let kernel = open.map(|(_, a, b)| (a, b));
     let visible = area.height.saturating_sub(2) as usize;
-    let (skip, title) = title_and_skip(app, &rows, kernel.is_some(), visible, total);
+    let (skip, title) = title_and_skip(app, &rows, open.map(|o| o.0), visible, total);
     let b = block(t, title);
     let width = b.inner(area).width as usize;
     let expanded = kernel.is_some();
+    let with_exits = open.is_some_and(|o| o.0 == "kernel");
     let name_w = rows
         .iter()
         .map(|r| label(r, t).chars().count())
         .max()
         .unwrap_or(0)
         .clamp(6, if expanded { 24 } else { 16 });
-    let exits_w = if expanded { 8 } else { 0 };
+    let exits_w = if with_exits { 8 } else { 0 };
     let cols = Columns {
         theme: t,
         axis: kernel.unwrap_or((0, total)),
@@ -96,25 +99,34 @@ fn draw_waiting(f: &mut Frame, area: Rect, app: &App) {
 fn title_and_skip(
     app: &App,
     rows: &[PhaseRow],
-    expanded: bool,
+    expanded: Option<&str>,
     visible: usize,
     total: u64,
 ) -> (usize, String) {
     let t = &app.theme;
+    let skip = app.phase_scroll.min(rows.len().saturating_sub(visible));
+    let shown = if rows.len() > visible {
+        format!(
+            " {} {}-{}/{}",
+            t.dot(),
+            skip + 1,
+            (skip + visible).min(rows.len()),
+            rows.len()
+        )
+    } else {
+        String::new()
+    };
+    if let (Some("userspace"), Some(units)) = (expanded, &app.units) {
+        let title = format!(
+            " {} units {} others {}{shown} ",
+            fmt_count(units.len() as u64),
+            t.dot(),
+            app.initcall_order.label(),
+        );
+        return (skip, title);
+    }
     match &app.initcalls {
-        Some(ic) if expanded => {
-            let skip = app.phase_scroll.min(rows.len().saturating_sub(visible));
-            let shown = if rows.len() > visible {
-                format!(
-                    " {} {}-{}/{}",
-                    t.dot(),
-                    skip + 1,
-                    (skip + visible).min(rows.len()),
-                    rows.len()
-                )
-            } else {
-                String::new()
-            };
+        Some(ic) if expanded.is_some() => {
             let title = format!(
                 " {} initcalls {} {} {} {}{shown} ",
                 fmt_count(ic.len() as u64),
@@ -127,10 +139,17 @@ fn title_and_skip(
         }
         ic => {
             let skip = rows.len().saturating_sub(visible);
-            let hint = match ic {
+            let mut hint = match ic {
                 Some(ic) => format!(" {} i: {} initcalls", t.dot(), fmt_count(ic.len() as u64)),
                 None => String::new(),
             };
+            if let Some(units) = &app.units {
+                hint.push_str(&format!(
+                    " {} u: {} units",
+                    t.dot(),
+                    fmt_count(units.len() as u64)
+                ));
+            }
             (
                 skip,
                 format!(" Boot phases {} {}{hint} ", t.dot(), fmt_ms(total)),

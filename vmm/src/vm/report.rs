@@ -68,6 +68,7 @@ fn document(
         kvm_stats,
         memory: prealloc.and_then(|p| serde_json::to_value(p).ok()),
         initcalls: None,
+        units: None,
         devices: Vec::new(),
         host_memory: recorder.memory_sample(),
     }

@@ -1,0 +1,99 @@
+//! `bootscope guest build debian`: a Debian guest image with systemd
+//! (docs/guest.md); the work is `bootscope_lab::debian`'s.
+
+use std::path::PathBuf;
+
+use anyhow::anyhow;
+use clap::{Args, Subcommand};
+
+use bootscope_lab::debian::{self, DebianImageSpec};
+
+use crate::cli::{usage, Failure};
+
+#[derive(Args)]
+pub struct GuestArgs {
+    #[command(subcommand)]
+    command: GuestCommand,
+}
+
+#[derive(Subcommand)]
+enum GuestCommand {
+    /// Build a guest disk image.
+    Build {
+        #[command(subcommand)]
+        distro: Distro,
+    },
+}
+
+#[derive(Subcommand)]
+enum Distro {
+    /// Debian 12 with systemd from Debian's packages (mmdebstrap), as a raw
+    /// ext4 image for `run --disk`; its workload unit marks port 0x80 once
+    /// multi-user.target is reached, records the units' times for the host
+    /// and powers off. Cached by its inputs.
+    #[command(after_help = "Boot it with Debian's own kernel and initrd:
+  bootscope run --kernel /boot/vmlinuz-VERSION --initrd /boot/initrd.img-VERSION \\
+      --disk debian-12.raw --cmdline 'console=ttyS0 root=/dev/vda rw quiet'")]
+    Debian(DebianArgs),
+}
+
+#[derive(Args)]
+struct DebianArgs {
+    /// Where to write the image (replaced atomically).
+    #[arg(long, short, default_value = "debian-12.raw")]
+    out: PathBuf,
+    /// Image size (K, M, G, T suffixes; a bare number is MiB), 512M to 1T.
+    #[arg(long, default_value = "2G")]
+    size: String,
+    /// The workload stays up instead of powering off (root logs in on the
+    /// serial console without a password).
+    #[arg(long)]
+    keep_running: bool,
+}
+
+pub fn run(args: GuestArgs) -> Result<i32, Failure> {
+    let GuestCommand::Build {
+        distro: Distro::Debian(args),
+    } = args.command;
+    let size = bootscope_model::size::parse_size(&args.size)
+        .map_err(|e| usage(anyhow!("--size {:?}: {e}", args.size)))?;
+    debian::check_size(size).map_err(|e| usage(e.into()))?;
+    let kernel = bootscope_lab::find_debian_kernel()
+        .map_err(|e| usage(anyhow!("the image needs the kernel it boots with: {e}")))?;
+    let spec = DebianImageSpec {
+        suite: debian::DEFAULT_SUITE.into(),
+        size,
+        keep_running: args.keep_running,
+        kernel: kernel.clone(),
+    };
+    let started = std::time::Instant::now();
+    let mut log = |line: &str| eprintln!("bootscope: {line}");
+    let built = debian::build_debian_image(&spec, &args.out, &mut log).map_err(|e| {
+        let bad = e.is_bad_input();
+        let e = anyhow::Error::new(e);
+        if bad {
+            usage(e)
+        } else {
+            Failure::from(e.context("the guest image build failed"))
+        }
+    })?;
+    let version = &kernel.version;
+    println!(
+        "{} ({}, {:.1} s, sha256 of its data {})",
+        built.path.display(),
+        if built.cache_hit {
+            "from the cache"
+        } else {
+            "built"
+        },
+        started.elapsed().as_secs_f64(),
+        &built.digest[..16]
+    );
+    println!(
+        "boot it: bootscope run --kernel /boot/vmlinuz-{version} --initrd /boot/initrd.img-{version} \
+         --disk {} --cmdline 'console=ttyS0 {} quiet'",
+        built.path.display(),
+        debian::ROOT_CMDLINE
+    );
+    Ok(0)
+}

@@ -1,0 +1,111 @@
+//! `bootscope guest build debian` refusing bad input and hosts that cannot
+//! build: exit status 2, a message naming the problem, nothing at --out.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn build(args: &[&str], cache: &Path, out: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bootscope"))
+        .args(["guest", "build", "debian"])
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .env("XDG_CACHE_HOME", cache)
+        .output()
+        .unwrap()
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn bad_sizes_are_refused_before_anything_is_built() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("image.raw");
+    for (size, words) in [
+        ("lots", "--size \"lots\""),
+        ("100M", "too small"),
+        ("2T", "larger than 1 TiB"),
+        ("0", "--size"),
+    ] {
+        let o = build(&["--size", size], dir.path(), &out);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{size}: {stderr}");
+        assert!(stderr.contains(words), "{size}: {stderr}");
+        assert!(!out.exists());
+    }
+}
+
+#[test]
+fn no_room_for_the_build_is_bad_input() {
+    if !is_root() {
+        eprintln!("SKIP: mounting a small file system for the cache needs root");
+        return;
+    }
+    if Command::new("mmdebstrap")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIP: mmdebstrap is not installed (scripts/deps.sh installs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    std::fs::create_dir(&cache).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64m", "tmpfs"])
+        .arg(&cache)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let out = dir.path().join("image.raw");
+    let o = build(&[], &cache, &out);
+    let _ = Command::new("umount").arg(&cache).status();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no room for the build"), "{stderr}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn no_network_to_the_packages_is_bad_input() {
+    if !is_root() {
+        eprintln!("SKIP: a network namespace without a network needs root");
+        return;
+    }
+    if Command::new("mmdebstrap")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIP: mmdebstrap is not installed (scripts/deps.sh installs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("image.raw");
+    // A fresh cache (no image to copy) in a network namespace of its own
+    // with only a loopback that is down.
+    let o = Command::new("unshare")
+        .arg("--net")
+        .arg(env!("CARGO_BIN_EXE_bootscope"))
+        .args(["guest", "build", "debian", "--out"])
+        .arg(&out)
+        .env("XDG_CACHE_HOME", dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach Debian's packages"),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+    // The failed build left no directory of its own in the cache.
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("bootscope/guests"))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -1,0 +1,298 @@
+//! A systemd guest's userspace on the timeline (docs/guest.md): the record
+//! its workload leaves on the disk image is read after the guest stops
+//! (the VMM owns the disk, so nothing is read while it runs and nothing is
+//! printed on the console), the guest's `CLOCK_MONOTONIC` is aligned with
+//! the VMM's through the workload's port 0x80 write, and the units, the
+//! critical chain to the workload and systemd's own start-up figures go
+//! into the timeline's `units` object.
+
+pub mod chain;
+pub mod record;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use bootscope_model::mark::MarkSource;
+use bootscope_model::units::{ChainLink, Startup, Unit, UnitsClock, UnitsDoc};
+
+use crate::timeline::{derive_phases, vmm_marks, PhaseMark, TimelineDoc};
+use record::Record;
+
+/// Where the workload leaves its record in the image.
+pub const RECORD_PATH: &str = "/var/lib/bootscope/units.txt";
+/// The workload unit, the end of the critical chain.
+pub const WORKLOAD_UNIT: &str = "bootscope-workload.service";
+/// Mark: systemd started as PID 1 (the end of the `kernel` phase).
+pub const SYSTEMD_STARTED: &str = "systemd: started";
+/// Mark: systemd's start-up finished (its job queue emptied).
+pub const SYSTEMD_FINISHED: &str = "systemd: startup finished";
+
+/// The record file in a disk image: `Ok(None)` when the image holds no
+/// ext4 file system or no record; an error when it holds one that cannot
+/// be read.
+pub fn read_record_file(image: &Path) -> Result<Option<String>, String> {
+    let fs = match ext4_view::Ext4::load_from_path(image) {
+        Ok(fs) => fs,
+        Err(_) => return Ok(None),
+    };
+    match fs.exists(RECORD_PATH) {
+        Ok(true) => {}
+        _ => return Ok(None),
+    }
+    fs.read_to_string(RECORD_PATH)
+        .map(Some)
+        .map_err(|e| format!("cannot read {RECORD_PATH} from {}: {e}", image.display()))
+}
+
+/// The record on a disk image before the boot, to tell after it whether
+/// this boot wrote it.
+#[derive(Clone, Debug)]
+pub struct RecordProbe {
+    image: PathBuf,
+    before: Option<String>,
+}
+
+impl RecordProbe {
+    /// Reads the image's record, if any, before the boot.
+    pub fn before_boot(image: &Path) -> RecordProbe {
+        RecordProbe {
+            image: image.to_path_buf(),
+            before: read_record_file(image).ok().flatten(),
+        }
+    }
+
+    /// After the guest stopped: puts the units on the timeline when this
+    /// boot wrote a record; says why not when the image held one but this
+    /// boot left none or the old one; leaves the timeline alone for an
+    /// image that never had one.
+    pub fn after_boot(self, doc: &mut TimelineDoc) {
+        let source = format!("{RECORD_PATH} in the disk image {}", self.image.display());
+        let after = read_record_file(&self.image);
+        let units = match (self.before, after) {
+            (_, Err(e)) => UnitsDoc {
+                source,
+                error: Some(e),
+                ..Default::default()
+            },
+            (None, Ok(None)) => return,
+            (Some(_), Ok(None)) => UnitsDoc {
+                source,
+                error: Some("the guest removed its record and wrote no new one in this boot (its workload did not finish)".into()),
+                ..Default::default()
+            },
+            (Some(old), Ok(Some(new))) if old == new => UnitsDoc {
+                source,
+                error: Some("the record is the one from before this boot (the guest's workload did not write one)".into()),
+                ..Default::default()
+            },
+            (_, Ok(Some(text))) => units_doc(&text, &source, &doc.marks),
+        };
+        apply(doc, units);
+    }
+}
+
+/// Guest µs to timeline ns through the offset, clamped at 0.
+fn to_timeline(us: u64, offset_ns: i64) -> u64 {
+    (i128::from(us) * 1000 + i128::from(offset_ns)).clamp(0, i128::from(u64::MAX)) as u64
+}
+
+/// The alignment: the VMM's time of the marker write against the guest's
+/// clock read right before and after it.
+fn align(record: &Record, marker_t_ns: u64) -> UnitsClock {
+    let (before, after) = record.marker_guest_ns;
+    let mid = before + (after - before) / 2;
+    UnitsClock {
+        offset_ns: marker_t_ns as i64 - mid as i64,
+        error_ns: (after - before).div_ceil(2),
+        marker_t_ns,
+        marker_guest_ns: [before, after],
+    }
+}
+
+/// The units activated during the boot, on the timeline, by start time.
+fn units_on_timeline(record: &Record, offset_ns: i64) -> Vec<Unit> {
+    let mut units: Vec<Unit> = record
+        .units
+        .iter()
+        .filter(|u| u.inactive_exit_us > 0)
+        .map(|u| {
+            // systemd-analyze blame's figure: to active, else to inactive.
+            let end = if u.active_enter_us >= u.inactive_exit_us {
+                u.active_enter_us
+            } else if u.inactive_enter_us >= u.inactive_exit_us {
+                u.inactive_enter_us
+            } else {
+                u.inactive_exit_us
+            };
+            Unit {
+                name: u.id.clone(),
+                start_ns: to_timeline(u.inactive_exit_us, offset_ns),
+                active_ns: (u.active_enter_us > 0)
+                    .then(|| to_timeline(u.active_enter_us, offset_ns)),
+                duration_ns: (end - u.inactive_exit_us) * 1000,
+                state: u.active_state.clone(),
+                guest_start_us: u.inactive_exit_us,
+                guest_active_us: u.active_enter_us,
+            }
+        })
+        .collect();
+    units.sort_by(|a, b| {
+        a.start_ns
+            .cmp(&b.start_ns)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    units
+}
+
+/// systemd's figures beside the timeline's.
+fn startup(record: &Record, offset_ns: i64, first_run_ns: Option<u64>) -> Option<Startup> {
+    let (line, kernel_us, userspace_us) = record::startup_finished(&record.analyze)?;
+    let systemd_start_ns = to_timeline(record.manager_us("UserspaceTimestampMonotonic"), offset_ns);
+    let finish_ns = to_timeline(record.manager_us("FinishTimestampMonotonic"), offset_ns);
+    let first_run_ns = first_run_ns?;
+    let timeline_kernel_ns = systemd_start_ns.saturating_sub(first_run_ns);
+    let timeline_userspace_ns = finish_ns.saturating_sub(systemd_start_ns);
+    let systemd_total = (kernel_us + userspace_us) * 1000;
+    Some(Startup {
+        line,
+        kernel_ns: kernel_us * 1000,
+        userspace_ns: userspace_us * 1000,
+        systemd_start_ns,
+        finish_ns,
+        timeline_kernel_ns,
+        timeline_userspace_ns,
+        userspace_ratio: timeline_userspace_ns as f64 / (userspace_us * 1000).max(1) as f64,
+        total_ratio: (timeline_kernel_ns + timeline_userspace_ns) as f64
+            / systemd_total.max(1) as f64,
+        kernel_before_clock_ns: offset_ns - first_run_ns as i64,
+    })
+}
+
+/// The units document from a record and the timeline's marks.
+pub fn units_doc(text: &str, source: &str, marks: &[PhaseMark]) -> UnitsDoc {
+    let fail = |error: String| UnitsDoc {
+        source: source.to_string(),
+        error: Some(error),
+        ..Default::default()
+    };
+    let record = match record::parse(text) {
+        Ok(r) => r,
+        Err(e) => return fail(format!("the record is unreadable: {e}")),
+    };
+    let marker = marks
+        .iter()
+        .find(|m| m.source == MarkSource::DebugPort && m.value == Some(record.marker_value));
+    let Some(marker) = marker else {
+        return fail(format!(
+            "the guest wrote no 0x{:02x} to port 0x80 in this boot: the record is from an earlier boot",
+            record.marker_value
+        ));
+    };
+    let clock = align(&record, marker.t_ns);
+    let first_run = marks
+        .iter()
+        .find(|m| m.source == MarkSource::Vmm && m.name == vmm_marks::FIRST_KVM_RUN)
+        .map(|m| m.t_ns);
+    let critical_chain = chain::critical_chain(&record, WORKLOAD_UNIT)
+        .into_iter()
+        .map(|l| ChainLink {
+            active_ns: to_timeline(l.activated_us, clock.offset_ns),
+            duration_ns: l.duration_us() * 1000,
+            name: l.name,
+        })
+        .collect();
+    UnitsDoc {
+        source: source.to_string(),
+        systemd_version: record.manager.get("Version").cloned().unwrap_or_default(),
+        error: None,
+        startup: startup(&record, clock.offset_ns, first_run),
+        units: units_on_timeline(&record, clock.offset_ns),
+        chain_target: WORKLOAD_UNIT.to_string(),
+        critical_chain,
+        clock: Some(clock),
+    }
+}
+
+/// Puts the units on the timeline: the `units` object, the marks of
+/// systemd's start and of its start-up's end, and the phases derived again
+/// (`kernel` then ends where systemd starts, as systemd counts it).
+pub fn apply(doc: &mut TimelineDoc, units: UnitsDoc) {
+    if let Some(s) = &units.startup {
+        for (name, t_ns) in [
+            (SYSTEMD_STARTED, s.systemd_start_ns),
+            (SYSTEMD_FINISHED, s.finish_ns),
+        ] {
+            doc.marks.push(PhaseMark {
+                name: name.to_string(),
+                source: MarkSource::GuestClock,
+                t_ns,
+                value: None,
+                vcpu: None,
+            });
+        }
+        doc.marks.sort_by_key(|m| m.t_ns);
+        doc.phases = derive_phases(&doc.marks);
+    }
+    doc.units = Some(units);
+}
+
+/// The summary's units section: the critical chain as systemd-analyze
+/// prints it (times from the first `KVM_RUN`), the slowest units, and
+/// systemd's own figures beside the timeline's.
+pub fn summary(units: &UnitsDoc, zero_ns: u64) -> String {
+    let mut out = String::new();
+    if let Some(e) = &units.error {
+        let _ = writeln!(out, "userspace units: none ({e})");
+        return out;
+    }
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let _ = writeln!(
+        out,
+        "userspace units: {} activated (systemd {}); critical chain to {} (@ started or active, + time to start, ms from the first KVM_RUN):",
+        units.units.len(),
+        units.systemd_version,
+        units.chain_target
+    );
+    for (depth, link) in units.critical_chain.iter().enumerate() {
+        // As systemd-analyze: when it started and how long it took, or
+        // when it became active if it had nothing to wait for.
+        let (at, plus) = if link.duration_ns > 0 {
+            (
+                link.active_ns - link.duration_ns,
+                format!(" +{:.1}", ms(link.duration_ns)),
+            )
+        } else {
+            (link.active_ns, String::new())
+        };
+        let _ = writeln!(
+            out,
+            "  {}{} @{:.1}{plus}",
+            "  ".repeat(depth),
+            link.name,
+            ms(at.saturating_sub(zero_ns))
+        );
+    }
+    let mut slowest: Vec<&Unit> = units.units.iter().collect();
+    slowest.sort_by_key(|u| std::cmp::Reverse(u.duration_ns));
+    let _ = writeln!(out, "slowest units (ms):");
+    for u in slowest.iter().take(8) {
+        let _ = writeln!(out, "  {:>10.1}  {}", ms(u.duration_ns), u.name);
+    }
+    if let (Some(s), Some(c)) = (&units.startup, &units.clock) {
+        let _ = writeln!(
+            out,
+            "systemd: {}\ntimeline: {:.1} ms (kernel, from the first KVM_RUN) + {:.1} ms (userspace); userspace ratio {:.4}, total {:.4}: the kernel ran {:.1} ms before its clock started; guest clock aligned within {:.3} ms",
+            s.line,
+            ms(s.timeline_kernel_ns),
+            ms(s.timeline_userspace_ns),
+            s.userspace_ratio,
+            s.total_ratio,
+            s.kernel_before_clock_ns as f64 / 1e6,
+            ms(c.error_ns)
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
