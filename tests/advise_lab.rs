@@ -18,6 +18,7 @@ use std::process::Command;
 const SLOW_CMDLINE: &str = "console=ttyS0 reboot=k panic=-1 io_delay=none";
 
 #[test]
+#[ignore = "slow: 20 to 30 lab boots (tens of minutes); run with `cargo test --release --test advise_lab -- --ignored`"]
 fn prove_accepts_what_helps_and_rejects_what_does_not() {
     let Some(p) = lab_common::prereqs("advise") else {
         return;
