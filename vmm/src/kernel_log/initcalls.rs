@@ -167,7 +167,7 @@ pub fn parse(records: &[LogRecord]) -> Vec<GuestInitcall> {
                     name: name.to_string(),
                     level: lvl.to_string(),
                     guest_start_ns: start,
-                    duration_ns: usecs.checked_mul(1000).unwrap_or(u64::MAX),
+                    duration_ns: usecs.saturating_mul(1000),
                     ret,
                     pid,
                 });
