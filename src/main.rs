@@ -3,8 +3,8 @@
 
 mod advise_cmd;
 mod bench_cmd;
-mod browse_cmd;
 mod bench_storm;
+mod browse_cmd;
 mod cli;
 mod device_args;
 mod exporter;

@@ -29,7 +29,7 @@ pub mod numa;
 pub mod output;
 pub mod proc;
 pub mod size;
-pub mod text;
 pub mod smaps;
+pub mod text;
 pub mod timeline;
 pub mod units;
