@@ -210,7 +210,7 @@ fn run_writes_timeline_and_summary() {
     }
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&t).unwrap()).unwrap();
     assert_eq!(doc["schema"], "bootscope.timeline");
-    assert_eq!(doc["version"], 1);
+    assert_eq!(doc["version"], 2);
     assert_eq!(doc["outcome"]["clean"], true);
     let names: Vec<String> = doc["marks"]
         .as_array()

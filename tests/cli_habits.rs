@@ -6,7 +6,7 @@ mod profile_common;
 
 use profile_common::{bootscope_output as bootscope, expect_usage_error, scratch, stderr};
 
-const SUBCOMMANDS: [&str; 15] = [
+const SUBCOMMANDS: [&str; 17] = [
     "run",
     "doctor",
     "lab",
@@ -18,6 +18,8 @@ const SUBCOMMANDS: [&str; 15] = [
     "exporter",
     "plot",
     "tui",
+    "advise",
+    "guest",
     "initcalls",
     "export",
     "completions",

@@ -180,11 +180,11 @@ fn bad_input_exits_2_naming_the_file() {
     );
     let v2 = path(
         "future-timeline.json",
-        r#"{"schema":"bootscope.timeline","version":2,"marks":[],"phases":[]}"#,
+        r#"{"schema":"bootscope.timeline","version":3,"marks":[],"phases":[]}"#,
     );
     expect_usage_error(
         &["export", "--format", "chrome-trace", &v2],
-        &[&v2, "version 2 boot timeline", "reads version 1"],
+        &[&v2, "version 3 boot timeline", "reads version 2"],
     );
     let pv9 = path(
         "future-profile.json",

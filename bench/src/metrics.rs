@@ -24,7 +24,6 @@ use std::path::Path;
 use bootscope_model::timeline::Timeline;
 use serde::{Deserialize, Serialize};
 
-use crate::doc::check_schema;
 use crate::error::BenchError;
 
 /// Whether a metric is a duration or a count.
@@ -162,7 +161,14 @@ const TIMELINE_HINT: &str = "give a file written by `bootscope run --timeline FI
 
 /// Reads the metrics of a `bootscope.timeline` document.
 pub fn from_timeline(value: &serde_json::Value, path: &Path) -> Result<TimelineFacts, BenchError> {
-    check_schema(value, path, "bootscope.timeline", 1, TIMELINE_HINT)?;
+    crate::doc::check_schema_versions(
+        value,
+        path,
+        "bootscope.timeline",
+        bootscope_model::timeline::TIMELINE_SCHEMA_MIN_VERSION,
+        bootscope_model::timeline::TIMELINE_SCHEMA_VERSION,
+        TIMELINE_HINT,
+    )?;
     let t = Timeline::parse(value).map_err(|e| BenchError::Malformed {
         path: path.into(),
         schema: "bootscope.timeline",

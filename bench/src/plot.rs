@@ -13,7 +13,7 @@ use std::path::Path;
 
 use bootscope_model::timeline::Timeline;
 
-use crate::doc::{check_schema, BenchDoc};
+use crate::doc::BenchDoc;
 use crate::error::BenchError;
 
 mod bench;
@@ -44,7 +44,14 @@ pub fn render(bytes: &[u8], path: &Path) -> Result<String, BenchError> {
         Some("bootscope.bench") => Ok(bench_svg(&BenchDoc::parse(bytes, path)?, path)),
         Some("bootscope.timeline") => {
             let value = full()?;
-            check_schema(&value, path, "bootscope.timeline", 1, HINT)?;
+            crate::doc::check_schema_versions(
+                &value,
+                path,
+                "bootscope.timeline",
+                bootscope_model::timeline::TIMELINE_SCHEMA_MIN_VERSION,
+                bootscope_model::timeline::TIMELINE_SCHEMA_VERSION,
+                HINT,
+            )?;
             let timeline = Timeline::parse(&value).map_err(|e| BenchError::Malformed {
                 path: path.into(),
                 schema: "bootscope.timeline",

@@ -477,9 +477,9 @@ mod tests {
                 &["version 9 profile", "reads version 2"],
             ),
             (
-                "tv2.json",
-                r#"{"schema":"bootscope.timeline","version":2}"#,
-                &["version 2 boot timeline", "reads version 1"],
+                "tv3.json",
+                r#"{"schema":"bootscope.timeline","version":3}"#,
+                &["version 3 boot timeline", "reads version 2"],
             ),
         ];
         for (name, text, needles) in cases {
