@@ -368,9 +368,9 @@ fn unreadable_or_wrong_documents_are_bad_input() {
         (
             write(
                 "d.json",
-                r#"{"schema": "bootscope.timeline", "version": 2}"#,
+                r#"{"schema": "bootscope.timeline", "version": 3}"#,
             ),
-            "version 2 timeline",
+            "version 3 timeline",
         ),
     ];
     for (path, want) in cases {

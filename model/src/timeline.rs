@@ -365,8 +365,8 @@ mod tests {
     fn names_what_it_cannot_read() {
         let err = |v: Value| Timeline::parse_complete(&v).unwrap_err().to_string();
         assert_eq!(
-            Timeline::parse(&json!({"schema": "bootscope.timeline", "version": 2})),
-            Err(TimelineError::Version { found: 2 })
+            Timeline::parse(&json!({"schema": "bootscope.timeline", "version": 3})),
+            Err(TimelineError::Version { found: 3 })
         );
         let mut v = minimal();
         v["marks"] = json!([{"name": "a", "source": "port", "t_ns": 1}]);

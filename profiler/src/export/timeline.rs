@@ -301,7 +301,7 @@ mod tests {
         assert_eq!((call.start_ns, call.end_ns), (120, 150));
         doc["initcalls"]["initcalls"][0]["start_ns"] = serde_json::json!("soon");
         let e = profile_from_timeline(&doc).unwrap_err();
-        assert!(e.to_string().contains("initcalls.initcalls[0]"), "{e}");
+        assert!(e.to_string().contains("\"soon\""), "{e}");
     }
 
     #[test]
@@ -332,8 +332,8 @@ mod tests {
             }
         );
         let mut v = example();
-        v["version"] = 2.into();
-        assert_eq!(err(v), TimelineError::Version { found: 2 });
+        v["version"] = 3.into();
+        assert_eq!(err(v), TimelineError::Version { found: 3 });
 
         let cases: [(&str, Value, &str); 6] = [
             ("marks", Value::Null, "field marks is not an array"),

@@ -618,7 +618,11 @@ pub fn host_kernel(
     let elf = inspect_elf(&vmlinux).map_err(PayloadError::Unusable)?;
     let (cache, cache_note) = match &cache_file {
         None => (CacheUse::Off, Some("no cache directory".to_string())),
-        Some(file) => match bootscope_model::cache::store(file, &vmlinux) {
+        Some(file) => match cache_dir
+            .map_or(Ok(()), |d| bootscope_model::cache::private_dir(d, d))
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|()| bootscope_model::cache::store(file, &vmlinux))
+        {
             Ok(()) => {
                 index(compression, vmlinux.len() as u64);
                 match rebuilt {
@@ -858,8 +862,15 @@ pub(crate) mod tests {
                 Some(PathBuf::from("/root/.cache/bootscope/kernels"))
             );
         }
-        assert_eq!(dir(None, Some("")), None);
-        assert_eq!(dir(None, None), None);
+        // Without either variable, root's cache is /var/cache/bootscope.
+        assert_eq!(
+            dir(None, Some("")),
+            Some(PathBuf::from("/var/cache/bootscope/kernels"))
+        );
+        assert_eq!(
+            dir(None, None),
+            Some(PathBuf::from("/var/cache/bootscope/kernels"))
+        );
     }
 
     #[test]
