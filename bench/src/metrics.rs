@@ -355,7 +355,7 @@ mod tests {
         let f = from_timeline(&t, Path::new("t.json")).unwrap();
         assert_eq!(f.metrics["time_to_userspace"], 105);
         assert_eq!(f.metrics["phase:profiler attach"], 30);
-        let bad = serde_json::json!({"schema": "bootscope.timeline", "version": 2});
+        let bad = serde_json::json!({"schema": "bootscope.timeline", "version": 3});
         assert!(from_timeline(&bad, Path::new("t.json")).is_err());
     }
 
