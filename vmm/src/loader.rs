@@ -268,24 +268,6 @@ pub struct KernelProbe {
     pub linux: bool,
 }
 
-/// What a file that is not a regular file is, in words.
-fn kind_of(t: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if t.is_dir() {
-        "directory"
-    } else if t.is_fifo() {
-        "FIFO"
-    } else if t.is_char_device() {
-        "character device"
-    } else if t.is_block_device() {
-        "block device"
-    } else if t.is_socket() {
-        "socket"
-    } else {
-        "special file"
-    }
-}
-
 /// Opens an image (kernel or initrd) for reading. The open itself never
 /// blocks (`O_NONBLOCK`: a FIFO would otherwise wait for a writer forever),
 /// and anything but a regular file is refused with what it is (`Ok(Err)`).
@@ -298,7 +280,7 @@ fn open_image(path: &Path) -> std::io::Result<Result<(File, std::fs::Metadata), 
         .open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
-        return Ok(Err(kind_of(meta.file_type())));
+        return Ok(Err(bootscope_model::input::kind_name(meta.file_type())));
     }
     // Back to blocking reads (which a regular file has anyway).
     // SAFETY: fcntl on a descriptor owned by `file`, with integer flags.
