@@ -9,11 +9,11 @@
 //! URL with them replaced by `***` ([`redact`]). What the server says back
 //! is printed with its control characters escaped.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use bootscope_bench::metrics::MetricKind;
 use bootscope_bench::{BenchDoc, CheckReport};
+use bootscope_model::prometheus::Text;
 
 /// A `--push` URL taken apart: `http://[USERINFO@]HOST[:PORT][/PATH]`.
 struct PushUrl<'a> {
@@ -143,46 +143,25 @@ pub fn group_path(kind: &str, host: &str) -> String {
     )
 }
 
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-fn family(out: &mut String, name: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} gauge");
-}
-
-fn line(out: &mut String, name: &str, labels: &[(&str, &str)], v: f64) {
-    let l: Vec<String> = labels
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
-        .collect();
-    let _ = writeln!(out, "{name}{{{}}} {v}", l.join(","));
-}
-
 /// A benchmark's summaries: per configuration and metric, each statistic;
 /// times in seconds.
 pub fn bench_text(doc: &BenchDoc) -> String {
-    let mut out = String::new();
-    family(
-        &mut out,
+    let mut out = Text::default();
+    out.family(
         "bootscope_bench_runs",
+        "gauge",
         "Measured runs of each configuration, by outcome.",
     );
     for c in &doc.configs {
         let measured: Vec<_> = c.runs.iter().filter(|r| !r.warmup).collect();
         let ok = measured.iter().filter(|r| r.ok).count() as f64;
         let failed = measured.len() as f64 - ok;
-        line(
-            &mut out,
+        out.sample_f64(
             "bootscope_bench_runs",
             &[("config", &c.label), ("outcome", "ok")],
             ok,
         );
-        line(
-            &mut out,
+        out.sample_f64(
             "bootscope_bench_runs",
             &[("config", &c.label), ("outcome", "failed")],
             failed,
@@ -193,7 +172,7 @@ pub fn bench_text(doc: &BenchDoc) -> String {
         ("bootscope_bench_count", MetricKind::Count, 1.0, "Event counts of the benchmark's successful measured runs, by configuration, metric and statistic."),
         ("bootscope_bench_bytes", MetricKind::Bytes, 1.0, "Host memory (RSS, PSS, USS) of the benchmark's successful measured runs, by configuration, metric and statistic."),
     ] {
-        family(&mut out, name, help);
+        out.family(name, "gauge", help);
         for c in &doc.configs {
             for (metric, s) in c.summary.iter().filter(|(_, s)| s.kind == kind) {
                 let st = &s.stats;
@@ -202,52 +181,46 @@ pub fn bench_text(doc: &BenchDoc) -> String {
                     ("q1", st.q1), ("q3", st.q3), ("sd", st.sd),
                 ] {
                     let l = [("config", c.label.as_str()), ("metric", metric.as_str()), ("stat", stat)];
-                    line(&mut out, name, &l, v * scale);
+                    out.sample_f64(name, &l, v * scale);
                 }
             }
         }
     }
-    out
+    out.finish()
 }
 
 /// A check's verdict and, per metric, the change and whether it failed.
 pub fn check_text(report: &CheckReport) -> String {
-    let mut out = String::new();
-    family(
-        &mut out,
+    let mut out = Text::default();
+    out.family(
         "bootscope_check_regressions",
+        "gauge",
         "Metrics that regressed against the baseline (0: the check passed).",
     );
-    let _ = writeln!(out, "bootscope_check_regressions {}", report.regressions);
-    family(
-        &mut out,
+    out.sample(
+        "bootscope_check_regressions",
+        &[],
+        &report.regressions.to_string(),
+    );
+    out.family(
         "bootscope_check_change_ratio",
+        "gauge",
         "Change of each checked metric against the baseline, (new - base) / base.",
     );
     for r in &report.results {
         let v = r.comparison.change_pct / 100.0;
-        line(
-            &mut out,
-            "bootscope_check_change_ratio",
-            &[("metric", &r.metric)],
-            v,
-        );
+        out.sample_f64("bootscope_check_change_ratio", &[("metric", &r.metric)], v);
     }
-    family(
-        &mut out,
+    out.family(
         "bootscope_check_regression",
+        "gauge",
         "1 where a checked metric regressed, else 0.",
     );
     for r in &report.results {
         let v = if r.status == "regression" { 1.0 } else { 0.0 };
-        line(
-            &mut out,
-            "bootscope_check_regression",
-            &[("metric", &r.metric)],
-            v,
-        );
+        out.sample_f64("bootscope_check_regression", &[("metric", &r.metric)], v);
     }
-    out
+    out.finish()
 }
 
 /// This host's name, for the grouping key.

@@ -124,7 +124,7 @@ fn timeline_exports_in_every_format() {
 
     // Prometheus: a gauge per phase, KVM's exit count when the host has it.
     let prom = export_ok(&["--format", "prometheus", ts]);
-    assert!(prom.contains("bootscope_boot_phase_seconds{phase=\"kernel\"} "));
+    assert!(prom.contains("bootscope_vm_boot_phase_seconds{phase=\"kernel\"} "));
     if let Some(n) = timeline["kvm_stats"]["exits"].as_u64() {
         assert!(prom.contains(&format!("bootscope_kvm_stats_exits_total {n}\n")));
     }

@@ -17,7 +17,9 @@
 //! - [`mark`]: where a timeline mark came from, and the port marks' names;
 //! - [`timeline`]: the timeline document, as its readers see it;
 //! - [`text`]: text from outside made safe to print on a terminal;
-//! - [`units`]: a systemd guest's units on the timeline's clock.
+//! - [`units`]: a systemd guest's units on the timeline's clock;
+//! - [`prometheus`]: the Prometheus text format, one writer for every
+//!   command and the exporter.
 
 pub mod cache;
 pub mod cpulist;
@@ -28,6 +30,7 @@ pub mod mark;
 pub mod numa;
 pub mod output;
 pub mod proc;
+pub mod prometheus;
 pub mod size;
 pub mod smaps;
 pub mod text;

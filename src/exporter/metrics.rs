@@ -3,8 +3,8 @@
 //! series labelled with its `pid`, `comm` and `vm` name.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 
+use bootscope_model::prometheus::{series, Exposition};
 use bootscope_profiler::Profile;
 
 /// Which optional labels split the per-VM series further (more series:
@@ -40,94 +40,6 @@ impl ExtraLabels {
         }
         Ok(l)
     }
-}
-
-/// Escapes a label value: backslash, double quote and line feed.
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// A number as Prometheus reads it (integers without a fraction).
-fn number(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{}", v as i64)
-    } else {
-        format!("{v}")
-    }
-}
-
-/// One family: its type, help, and sample lines.
-struct Family {
-    kind: &'static str,
-    help: &'static str,
-    lines: Vec<String>,
-}
-
-/// Families in the order first declared; samples of one family stay
-/// together whatever order they are added in.
-#[derive(Default)]
-pub struct Exposition {
-    order: Vec<&'static str>,
-    families: HashMap<&'static str, Family>,
-}
-
-impl Exposition {
-    /// Declares a family (again: no change), so that it is listed with its
-    /// HELP and TYPE even without samples.
-    pub fn family(&mut self, name: &'static str, kind: &'static str, help: &'static str) {
-        if !self.families.contains_key(name) {
-            self.order.push(name);
-            self.families.insert(
-                name,
-                Family {
-                    kind,
-                    help,
-                    lines: Vec::new(),
-                },
-            );
-        }
-    }
-
-    /// Adds a sample of the declared family `family`; `suffix` is `_bucket`,
-    /// `_sum` or `_count` for histograms, else empty.
-    pub fn sample(&mut self, family: &'static str, suffix: &str, labels: &[(&str, &str)], v: f64) {
-        let line = format!("{} {}", series_key(family, suffix, labels), number(v));
-        if let Some(f) = self.families.get_mut(family) {
-            f.lines.push(line);
-        }
-    }
-
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        for name in &self.order {
-            let f = &self.families[name];
-            let _ = writeln!(out, "# HELP {name} {}", f.help);
-            let _ = writeln!(out, "# TYPE {name} {}", f.kind);
-            for l in &f.lines {
-                out.push_str(l);
-                out.push('\n');
-            }
-        }
-        out
-    }
-}
-
-/// `name_suffix{k="v",...}`: a series' identity.
-pub fn series_key(family: &str, suffix: &str, labels: &[(&str, &str)]) -> String {
-    let mut s = format!("{family}{suffix}");
-    if !labels.is_empty() {
-        s.push('{');
-        for (i, (k, v)) in labels.iter().enumerate() {
-            if i > 0 {
-                s.push(',');
-            }
-            let _ = write!(s, "{k}=\"{}\"", escape(v));
-        }
-        s.push('}');
-    }
-    s
 }
 
 /// A VM's counters as last exported: a later reading lower than an earlier
@@ -178,7 +90,9 @@ impl VmWriter<'_> {
     /// back.
     pub fn counter(&mut self, family: &'static str, suffix: &str, extra: &[(&str, &str)], v: f64) {
         let l = with_vm(&self.who, extra);
-        let v = self.floors.at_least(series_key(family, suffix, &l), v);
+        let v = self
+            .floors
+            .at_least(series(&format!("{family}{suffix}"), &l), v);
         self.x.sample(family, suffix, &l, v);
     }
 }
@@ -474,8 +388,6 @@ mod tests {
     #[test]
     fn the_dashboard_queries_exported_metrics() {
         let dash = include_str!("../../docs/grafana-bootscope.json");
-        let mut x = Exposition::default();
-        declare_families(&mut x);
         let mut names: Vec<&str> = dash
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .filter(|w| w.starts_with("bootscope_") || w.starts_with("process_"))
@@ -485,7 +397,7 @@ mod tests {
         assert!(names.len() >= 8, "{names:?}");
         for n in names {
             let family = n.strip_suffix("_bucket").unwrap_or(n);
-            let known = x.families.contains_key(family)
+            let known = FAMILIES.iter().any(|(name, _, _)| *name == family)
                 || ["bootscope_exporter_vms", "process_cpu_seconds_total"].contains(&family);
             assert!(
                 known,
@@ -499,7 +411,5 @@ mod tests {
         let l = ExtraLabels::parse("vcpu, port").unwrap();
         assert!(l.vcpu && l.port && !l.phase);
         assert!(ExtraLabels::parse("cpu").unwrap_err().contains("\"cpu\""));
-        assert_eq!(number(3.0), "3");
-        assert_eq!(number(0.5), "0.5");
     }
 }

@@ -24,9 +24,10 @@ use bootscope_profiler::{
     Collector, CollectorConfig, CollectorSet, FollowedVm, Profile, TargetSpec,
 };
 
+use bootscope_model::prometheus::Exposition;
 use discover::VmProcess;
 pub use metrics::ExtraLabels;
-use metrics::{Exposition, Floors, VmLabels, VmWriter};
+use metrics::{Floors, VmLabels, VmWriter};
 
 /// The default `--listen`: the loopback address only, as the metrics name
 /// the host's processes.

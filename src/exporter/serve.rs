@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 
 use bootscope::exporter_http::HttpStats;
 
-use super::metrics::Exposition;
 use super::Registry;
+use bootscope_model::prometheus::Exposition;
 
 /// Binds `listen` (ADDR:PORT); Err is a message naming the input and what
 /// to do.

@@ -4,56 +4,9 @@
 //! sample (an empty profile). Label sets are unique within a family:
 //! entries of the profile with the same name are added up.
 
-use std::fmt::Write as _;
+use bootscope_model::prometheus::{seconds, Text};
 
 use crate::profile::{HistBucket, Profile};
-
-/// Escapes a label value: backslash, double quote and line feed.
-fn label_value(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Nanoseconds as exact decimal seconds (`0.000001024`, `2`).
-fn seconds(ns: u64) -> String {
-    let (s, frac) = (ns / 1_000_000_000, ns % 1_000_000_000);
-    if frac == 0 {
-        return s.to_string();
-    }
-    let digits = format!("{frac:09}");
-    format!("{s}.{}", digits.trim_end_matches('0'))
-}
-
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    // HELP text escapes backslash and line feed only; ours has neither.
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: &str) {
-    out.push_str(name);
-    if !labels.is_empty() {
-        out.push('{');
-        for (i, (k, v)) in labels.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            let _ = write!(out, "{k}=\"{}\"", label_value(v));
-        }
-        out.push('}');
-    }
-    out.push(' ');
-    out.push_str(value);
-    out.push('\n');
-}
 
 /// Adds up values by key, keeping the order of first appearance.
 fn merge<T>(
@@ -90,30 +43,27 @@ fn add_buckets(into: &mut Vec<(u64, u64)>, buckets: &[HistBucket]) {
 
 /// Renders the profile's metrics.
 pub fn to_prometheus(p: &Profile) -> String {
-    let mut out = String::new();
+    let mut out = Text::default();
     exit_counts(&mut out, p);
     exit_latencies(&mut out, p);
     boot_counts(&mut out, p);
     profiling_cost(&mut out, p);
-    family(
-        &mut out,
+    out.family(
         "bootscope_profile_duration_seconds",
         "gauge",
         "Time the profile covers.",
     );
-    sample(
-        &mut out,
+    out.sample(
         "bootscope_profile_duration_seconds",
         &[],
         &seconds(p.duration_ns),
     );
-    out
+    out.finish()
 }
 
 /// Exits by reason.
-fn exit_counts(out: &mut String, p: &Profile) {
-    family(
-        out,
+fn exit_counts(out: &mut Text, p: &Profile) {
+    out.family(
         "bootscope_vm_exits_total",
         "counter",
         "VM exits by reason, from the profiler's exit source.",
@@ -126,8 +76,7 @@ fn exit_counts(out: &mut String, p: &Profile) {
         |a, b| *a += b,
     );
     for (reason, count) in &exits {
-        sample(
-            out,
+        out.sample(
             "bootscope_vm_exits_total",
             &[("reason", reason), ("source", &p.exits.source)],
             &count.to_string(),
@@ -136,9 +85,8 @@ fn exit_counts(out: &mut String, p: &Profile) {
 }
 
 /// Exit latency histograms by reason.
-fn exit_latencies(out: &mut String, p: &Profile) {
-    family(
-        out,
+fn exit_latencies(out: &mut Text, p: &Profile) {
+    out.family(
         "bootscope_vm_exit_latency_seconds",
         "histogram",
         "Time from a VM exit to the next entry, by exit reason.",
@@ -177,30 +125,26 @@ fn exit_latencies(out: &mut String, p: &Profile) {
         let mut cumulative = 0u64;
         for &(hi_ns, count) in &lat.buckets {
             cumulative += count;
-            sample(
-                out,
+            out.sample(
                 "bootscope_vm_exit_latency_seconds_bucket",
                 &[("reason", reason), ("le", &seconds(hi_ns))],
                 &cumulative.to_string(),
             );
         }
         let count = cumulative.to_string();
-        sample(
-            out,
+        out.sample(
             "bootscope_vm_exit_latency_seconds_bucket",
             &[("reason", reason), ("le", "+Inf")],
             &count,
         );
         if let Some(sum) = lat.sum_ns {
-            sample(
-                out,
+            out.sample(
                 "bootscope_vm_exit_latency_seconds_sum",
                 &[("reason", reason)],
                 &seconds(sum),
             );
         }
-        sample(
-            out,
+        out.sample(
             "bootscope_vm_exit_latency_seconds_count",
             &[("reason", reason)],
             &count,
@@ -209,20 +153,18 @@ fn exit_latencies(out: &mut String, p: &Profile) {
 }
 
 /// KVM's own exit count, boot phases, page faults, NUMA locality, lost events.
-fn boot_counts(out: &mut String, p: &Profile) {
-    family(
-        out,
+fn boot_counts(out: &mut Text, p: &Profile) {
+    out.family(
         "bootscope_kvm_stats_exits_total",
         "counter",
         "VM exits by KVM's own statistics (KVM_GET_STATS_FD), for cross-checking.",
     );
     if let Some(n) = p.exits.kvm_stats_exits {
-        sample(out, "bootscope_kvm_stats_exits_total", &[], &n.to_string());
+        out.sample("bootscope_kvm_stats_exits_total", &[], &n.to_string());
     }
 
-    family(
-        out,
-        "bootscope_boot_phase_seconds",
+    out.family(
+        "bootscope_vm_boot_phase_seconds",
         "gauge",
         "Duration of each boot phase.",
     );
@@ -233,16 +175,14 @@ fn boot_counts(out: &mut String, p: &Profile) {
         |a, b| *a += b,
     );
     for (phase, ns) in &phases {
-        sample(
-            out,
-            "bootscope_boot_phase_seconds",
+        out.sample(
+            "bootscope_vm_boot_phase_seconds",
             &[("phase", phase)],
             &seconds(*ns),
         );
     }
 
-    family(
-        out,
+    out.family(
         "bootscope_page_faults_total",
         "counter",
         "Page faults: guest side (KVM MMU) and host side (the target's threads).",
@@ -251,17 +191,14 @@ fn boot_counts(out: &mut String, p: &Profile) {
         ("guest", p.page_faults.guest_total),
         ("host", p.page_faults.host_total),
     ] {
-        sample(
-            out,
+        out.sample(
             "bootscope_page_faults_total",
             &[("side", side)],
             &n.to_string(),
         );
     }
 
-    family(
-        out,
-        "bootscope_numa_pages",
+    out.family("bootscope_numa_pages",
         "gauge",
         "Pages of the target on the NUMA node of the CPU that allocated them (local) or on another node (remote).",
     );
@@ -269,22 +206,19 @@ fn boot_counts(out: &mut String, p: &Profile) {
         ("local", p.numa.pages_local),
         ("remote", p.numa.pages_remote),
     ] {
-        sample(
-            out,
+        out.sample(
             "bootscope_numa_pages",
             &[("locality", locality)],
             &n.to_string(),
         );
     }
 
-    family(
-        out,
+    out.family(
         "bootscope_lost_events_total",
         "counter",
         "Events the kernel could not hand over (ring buffer full).",
     );
-    sample(
-        out,
+    out.sample(
         "bootscope_lost_events_total",
         &[],
         &p.lost_events.to_string(),
@@ -292,7 +226,7 @@ fn boot_counts(out: &mut String, p: &Profile) {
 }
 
 /// What profiling cost: start-up, eBPF program run time, reading.
-fn profiling_cost(out: &mut String, p: &Profile) {
+fn profiling_cost(out: &mut Text, p: &Profile) {
     // What profiling cost: start-up stages (unique: a stage ended twice
     // adds up), and with --bpf-stats the kernel's own count and time of
     // every program run (one source per program; kvm_pio has two, told
@@ -311,9 +245,9 @@ fn profiling_cost(out: &mut String, p: &Profile) {
         ),
     ];
     for (name, help, value) in stage_families.iter().filter(|_| !p.startup.is_empty()) {
-        family(out, name, "gauge", help);
+        out.family(name, "gauge", help);
         for x in &p.startup {
-            sample(out, name, &[("stage", &x.stage)], &seconds(value(x)));
+            out.sample(name, &[("stage", &x.stage)], &seconds(value(x)));
         }
     }
     let timed: Vec<_> = p.timed_sources().collect();
@@ -330,7 +264,7 @@ fn profiling_cost(out: &mut String, p: &Profile) {
         ),
     ];
     for (name, help, in_seconds) in program_families.iter().filter(|_| !timed.is_empty()) {
-        family(out, name, "counter", help);
+        out.family(name, "counter", help);
         for (s, runs, ns) in &timed {
             let value = if *in_seconds {
                 seconds(*ns)
@@ -341,7 +275,7 @@ fn profiling_cost(out: &mut String, p: &Profile) {
                 ("source", s.name.as_str()),
                 ("collector", s.collector.as_str()),
             ];
-            sample(out, name, &labels, &value);
+            out.sample(name, &labels, &value);
         }
     }
 
@@ -368,8 +302,8 @@ fn profiling_cost(out: &mut String, p: &Profile) {
             ),
         ];
         for (name, kind, help, value) in &reading {
-            family(out, name, kind, help);
-            sample(out, name, &[], value);
+            out.family(name, kind, help);
+            out.sample(name, &[], value);
         }
     }
 }
@@ -600,7 +534,7 @@ mod tests {
         assert_eq!(
             value(
                 &lines,
-                "bootscope_boot_phase_seconds",
+                "bootscope_vm_boot_phase_seconds",
                 &[("phase", "kernel")]
             ),
             Some(0.72)
@@ -766,7 +700,7 @@ mod tests {
         assert_eq!(
             value(
                 &lines,
-                "bootscope_boot_phase_seconds",
+                "bootscope_vm_boot_phase_seconds",
                 &[("phase", "vmm setup")]
             ),
             Some(0.14)
@@ -776,7 +710,10 @@ mod tests {
 
     #[test]
     fn escapes_and_seconds() {
-        assert_eq!(label_value("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+        assert_eq!(
+            bootscope_model::prometheus::escape_label("a\\b\"c\nd"),
+            "a\\\\b\\\"c\\nd"
+        );
         assert_eq!(seconds(0), "0");
         assert_eq!(seconds(2_000_000_000), "2");
         assert_eq!(seconds(1024), "0.000001024");
