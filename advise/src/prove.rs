@@ -86,19 +86,26 @@ pub struct ProveOptions {
 impl ProveOptions {
     /// Checks the settings before any boot.
     pub fn validate(&self) -> Result<(), AdviseError> {
-        if self.runs < 2 {
-            return Err(AdviseError::Usage(
-                "--runs must be at least 2: Welch's test needs two boots per side".into(),
-            ));
-        }
-        if self.max_fixes == 0 {
-            return Err(AdviseError::Usage("--max-fixes must be at least 1".into()));
-        }
         if !(self.level > 0.0 && self.level < 0.5) {
             return Err(AdviseError::Usage(format!(
                 "--level {}: give a significance level between 0 and 0.5, e.g. 0.05",
                 self.level
             )));
+        }
+        let least = crate::measure::least_runs(self.level);
+        if self.runs < least {
+            let p = bootscope_bench::stats::min_attainable_p(
+                crate::measure::TEST,
+                self.runs as usize,
+                self.runs as usize,
+            );
+            return Err(AdviseError::Usage(format!(
+                "--runs {}: the paired test on {} rounds can never give p below {} (its smallest p is {p:.3}, every round faster); give --runs {least} or more, or a larger --level",
+                self.runs, self.runs, self.level
+            )));
+        }
+        if self.max_fixes == 0 {
+            return Err(AdviseError::Usage("--max-fixes must be at least 1".into()));
         }
         if let Some(Budget::Boots(n)) = self.budget {
             let one = 1 + 2 * self.runs;
@@ -226,6 +233,10 @@ pub struct FixResult {
     pub exits: Vec<Comparison>,
     /// Successful measured boots: without, with.
     pub ok_runs: (usize, usize),
+    /// Rounds booted (a round boots each side once): `--runs`, or fewer
+    /// when the bench stopped early (its outcome settled) or was
+    /// interrupted.
+    pub rounds: u32,
     /// The command line (bootscope: `run` arguments) with the change.
     pub command: Vec<String>,
 }

@@ -225,8 +225,12 @@ pub fn prove_text(p: &ProveReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\nproved: {} boots ({} per side per fix, Welch's test at {}), original reaching {:?}",
-        p.boots, p.runs_per_side, p.level, p.check.userspace_mark
+        "\nproved: {} boots (up to {} rounds per fix, each booting both sides; {} at {}), original reaching {:?}",
+        p.boots,
+        p.runs_per_side,
+        p.test.title(),
+        p.level,
+        p.check.userspace_mark
     );
     for r in &p.fixes {
         fix_result_text(&mut out, r);

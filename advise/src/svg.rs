@@ -318,6 +318,7 @@ mod tests {
             phase: None,
             exits: Vec::new(),
             ok_runs: (base.len(), new.len()),
+            rounds: base.len() as u32,
             command: Vec::new(),
         }
     }
