@@ -156,6 +156,9 @@ pub fn evaluate(rule: &Rule, ev: &Evidence) -> RuleOutcome {
     if let Some(need) = rule.needs.iter().find(|n| !has(ev, **n)) {
         return RuleOutcome::Unchecked(*need);
     }
+    if rule.off_with.iter().any(|w| ev.cmdline_has(w)) {
+        return RuleOutcome::Clear;
+    }
     let found = match rule.detector {
         Detector::ExitsAt { functions, ports } => exits_at(ev, functions, ports),
         Detector::ExitReasons { reasons } => exit_reasons(ev, reasons),
