@@ -455,12 +455,7 @@ impl ProvePlan {
             _ => Vec::new(),
         };
         let final_argv = self.target.argv(&final_changes);
-        let final_cmdline = final_changes
-            .iter()
-            .fold(self.target.cmdline(), |acc, c| match c {
-                ConcreteChange::KernelArgs(a) => format!("{} {a}", acc.trim_end()),
-                _ => acc,
-            });
+        let final_cmdline = self.target.cmdline_with(&final_changes);
         Ok(ProveReport {
             metric: self.metric().into(),
             test: TEST,

@@ -562,13 +562,13 @@ mod tests {
         );
         let opts = ProveOptions {
             allow_unsafe: true,
-            max_fixes: 2,
+            max_fixes: 1,
             ..opts
         };
         let (tried, left) = trials(&advice, &opts, &template);
-        assert_eq!(tried.len(), 2);
+        assert_eq!(tried.len(), 1);
         assert!(
-            left.iter().any(|n| n.reason == "beyond --max-fixes 2"),
+            left.iter().any(|n| n.reason == "beyond --max-fixes 1"),
             "{left:?}"
         );
     }

@@ -170,7 +170,7 @@ pub const RULES: &[Rule] = &[
             Fix {
                 change: Change::RunFlags(&["--console", "virtio"]),
                 risk: Risk::Low,
-                gives_up: "needs a kernel with virtio-console (CONFIG_VIRTIO_CONSOLE, hvc0); the earliest messages, before the driver, are not shown",
+                gives_up: "needs a kernel with virtio-console (CONFIG_VIRTIO_CONSOLE, hvc0); the command line's console=ttyS0 becomes console=hvc0; the earliest messages, before the driver, are not shown",
                 source: "Documentation/admin-guide/serial-console.rst; Firecracker and Cloud Hypervisor docs: virtio-console instead of the 8250 UART",
             },
         ],
