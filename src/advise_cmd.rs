@@ -6,7 +6,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bootscope_advise::prove::{trials, Budget, ProveOptions, ProvePlan, ProveReport, MARKER_NAME};
+use bootscope_advise::prove::{
+    trials, Budget, FixKind, ProveOptions, ProvePlan, ProveReport, MARKER_NAME,
+};
 use bootscope_advise::report::{advice_text, AdviseDoc};
 use bootscope_advise::target::ProveTarget;
 use bootscope_advise::{advise, AdviseError, Evidence};
@@ -67,6 +69,10 @@ pub struct AdviseArgs {
     /// time to userspace, boots paired by round, gives p below it.
     #[arg(long, default_value_t = 0.05)]
     pub level: f64,
+    /// The kinds of fix to try: kernel (command-line words), run
+    /// (bootscope run options); the others are reported as not tried.
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["kernel", "run"])]
+    pub kinds: Vec<KindArg>,
     /// Also try fixes that weaken the guest's security (mitigations=off,
     /// nokaslr, random.trust_cpu=on).
     #[arg(long)]
@@ -77,6 +83,13 @@ pub struct AdviseArgs {
     /// After `--`: `run` and its arguments, the boot --prove measures.
     #[arg(last = true, value_name = "RUN-ARGS")]
     pub args: Vec<OsString>,
+}
+
+/// `--kinds`' values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KindArg {
+    Kernel,
+    Run,
 }
 
 /// Runs `bootscope advise`; returns the exit status.
@@ -174,6 +187,14 @@ fn options(args: &AdviseArgs) -> Result<ProveOptions, AdviseError> {
         allow_unsafe: args.allow_unsafe,
         run_timeout: args.run_timeout,
         marker,
+        kinds: args
+            .kinds
+            .iter()
+            .map(|k| match k {
+                KindArg::Kernel => FixKind::Kernel,
+                KindArg::Run => FixKind::Run,
+            })
+            .collect(),
     };
     opts.validate()?;
     Ok(opts)

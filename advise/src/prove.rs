@@ -81,6 +81,32 @@ pub struct ProveOptions {
     pub run_timeout: Duration,
     /// Another VMM's userspace console line (`--marker`).
     pub marker: ConsolePattern,
+    /// The kinds of fix to try (`--kinds`); the others are listed as not
+    /// tried.
+    pub kinds: Vec<FixKind>,
+}
+
+/// A kind of fix `--prove` can try.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FixKind {
+    /// Kernel command-line words.
+    Kernel,
+    /// `bootscope run` options.
+    Run,
+}
+
+impl FixKind {
+    /// Both kinds, the default.
+    pub const ALL: [Self; 2] = [Self::Kernel, Self::Run];
+
+    fn of(change: &ConcreteChange) -> Option<Self> {
+        match change {
+            ConcreteChange::KernelArgs(_) => Some(Self::Kernel),
+            ConcreteChange::RunFlags(_) => Some(Self::Run),
+            ConcreteChange::Advice(_) => None,
+        }
+    }
 }
 
 impl ProveOptions {
@@ -168,6 +194,9 @@ pub fn trials(
                         "a bootscope run option: the template changes only the kernel command line"
                             .into(),
                     )
+                }
+                _ if FixKind::of(&c.change).is_some_and(|k| !opts.kinds.contains(&k)) => {
+                    Some("not among the --kinds to try".into())
                 }
                 _ if tried.len() >= opts.max_fixes => {
                     Some(format!("beyond --max-fixes {}", opts.max_fixes))
@@ -538,6 +567,7 @@ mod tests {
             allow_unsafe: false,
             run_timeout: Duration::from_secs(1),
             marker: ConsolePattern::parse("userspace=x").unwrap(),
+            kinds: FixKind::ALL.to_vec(),
         };
         let template = ProveTarget::template("qemu -append {cmdline}", String::new()).unwrap();
         let (tried, left) = trials(&advice, &opts, &template);
@@ -559,6 +589,23 @@ mod tests {
                 .iter()
                 .any(|(c, r)| c.contains("mitigations=off") && r.contains("--allow-unsafe")),
             "{reasons:?}"
+        );
+        let only_run = ProveOptions {
+            kinds: vec![FixKind::Run],
+            ..opts.clone()
+        };
+        let bootscope = ProveTarget::Bootscope {
+            args: Vec::new(),
+            default_cmdline: String::new(),
+        };
+        let (tried, left) = trials(&advice, &only_run, &bootscope);
+        let tried: Vec<_> = tried.iter().map(|t| t.change.describe()).collect();
+        assert_eq!(tried, ["bootscope run --console virtio"]);
+        assert!(
+            left.iter()
+                .any(|n| n.change.describe() == "kernel command line: quiet"
+                    && n.reason == "not among the --kinds to try"),
+            "{left:?}"
         );
         let opts = ProveOptions {
             allow_unsafe: true,
