@@ -259,7 +259,7 @@ fn inner(args: &AdviseArgs) -> Result<i32, AdviseError> {
     eprint!("{}", advice_text(&advice));
     let (tried, left) = trials(&advice, &plan.opts, &plan.target);
     eprintln!(
-        "advise: {} fix(es) to try, {} boots per A/B bench",
+        "advise: {} fix(es) to try, up to {} boots per A/B bench",
         tried.len(),
         2 * plan.opts.runs
     );

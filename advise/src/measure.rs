@@ -50,7 +50,7 @@ struct Subject<'a> {
 /// What an A/B bench gave.
 enum Measured {
     /// The runs of every block, rounds numbered through.
-    Doc(BenchDoc),
+    Doc(Box<BenchDoc>),
     /// The VMM refused the fix's command (exit status 2), in words.
     Refused(String),
     /// Stopped before any boot finished.
@@ -233,7 +233,7 @@ impl ProvePlan {
                 }
             }
         }
-        Ok(doc.map_or(Measured::Nothing, Measured::Doc))
+        Ok(doc.map_or(Measured::Nothing, |d| Measured::Doc(Box::new(d))))
     }
 
     /// Why a bench need not go on with `remaining` rounds left, if so.
@@ -293,7 +293,7 @@ impl ProvePlan {
             command: words(&self.target.argv(&s.changes)),
         };
         let doc = match measured {
-            Measured::Doc(d) => d,
+            Measured::Doc(d) => *d,
             Measured::Refused(refused) => {
                 r.verdict = Verdict::CouldNotBeTried;
                 r.detail = refused;
