@@ -135,5 +135,7 @@ fn prove_accepts_what_helps_and_rejects_what_does_not() {
         picture.starts_with("<svg") && picture.contains("quiet") && picture.contains(words),
         "{picture}"
     );
+    // The report, for the record (docs/benchmarks.md).
+    println!("{output}");
     let _ = std::fs::remove_dir_all(&p.dir);
 }

@@ -11,10 +11,12 @@ use crate::evaluate::human_ns;
 use crate::prove::{FixResult, Verdict};
 use crate::report::{final_command, AdviseDoc};
 
-const WIDTH: f64 = 960.0;
+const WIDTH: f64 = 1080.0;
 const LEFT: f64 = 330.0;
 const RIGHT: f64 = 40.0;
 const ROW: f64 = 26.0;
+/// Room right of the ratio axis for each row's figures.
+const NOTE: f64 = 310.0;
 
 fn verdict_colour(v: Verdict) -> &'static str {
     match v {
@@ -116,7 +118,7 @@ struct Axis {
 
 impl Axis {
     fn x(&self, v: f64) -> f64 {
-        let span = WIDTH - LEFT - RIGHT - 200.0;
+        let span = WIDTH - LEFT - RIGHT - NOTE;
         LEFT + (v.clamp(self.lo, self.hi) - self.lo) / (self.hi - self.lo) * span
     }
 }
@@ -144,8 +146,13 @@ fn ratio_row(out: &mut String, axis: &Axis, r: &FixResult, y: f64, label: &str) 
         text(out, axis.x(1.0) + 8.0, y, 12, "start", verdict);
         return;
     };
+    // The Hodges-Lehmann estimate, the centre of the interval drawn; the
+    // ratio of the centres without one.
     let (b, n) = c.centers();
-    let ratio = if b > 0.0 { n / b } else { 1.0 };
+    let ratio = c
+        .ratio
+        .as_ref()
+        .map_or(if b > 0.0 { n / b } else { 1.0 }, |ri| ri.estimate);
     if let Some(ri) = &c.ratio {
         let _ = writeln!(
             out,
@@ -168,13 +175,18 @@ fn ratio_row(out: &mut String, axis: &Axis, r: &FixResult, y: f64, label: &str) 
         .as_ref()
         .map(|t| format!(", p {}", bootscope_bench::compare::format_p(t.p_value)))
         .unwrap_or_default();
+    let interval = c
+        .ratio
+        .as_ref()
+        .map(|ri| format!(" ({:.2}..{:.2})", ri.low, ri.high))
+        .unwrap_or_default();
     text(
         out,
-        WIDTH - RIGHT - 190.0,
+        WIDTH - RIGHT - NOTE + 10.0,
         y,
         12,
         "start",
-        &format!("{ratio:.3}{p}: {verdict}"),
+        &format!("{ratio:.2}{interval}{p}: {verdict}"),
     );
 }
 
@@ -191,9 +203,11 @@ fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
         16,
         "start",
         &format!(
-        "Measured: time to userspace with the fix / without ({} boots per side, Welch, level {})",
-        p.runs_per_side, p.level
-    ),
+            "Measured: time to userspace with the fix / without (up to {} rounds, {}, level {})",
+            p.runs_per_side,
+            p.test.title(),
+            p.level
+        ),
     );
     let rows: Vec<&FixResult> = p
         .fixes
@@ -312,7 +326,7 @@ mod tests {
                 "time_to_userspace",
                 base,
                 new,
-                TestKind::Welch,
+                TestKind::Wilcoxon,
                 0.05,
             ),
             phase: None,
@@ -325,12 +339,12 @@ mod tests {
 
     #[test]
     fn draws_each_fix_against_one() {
-        let base = [10.0e9, 10.2e9, 9.9e9, 10.1e9];
+        let base = [10.0e9, 10.2e9, 9.9e9, 10.1e9, 10.3e9, 9.8e9];
         let report = ProveReport {
             metric: "time_to_userspace".into(),
-            test: TestKind::Welch,
+            test: TestKind::Wilcoxon,
             level: 0.05,
-            runs_per_side: 4,
+            runs_per_side: 6,
             budget: None,
             boots: 17,
             original_command: vec!["--kernel".into(), "k".into()],
@@ -344,13 +358,13 @@ mod tests {
                 result(
                     "quiet",
                     &base,
-                    &[6.0e9, 6.1e9, 5.9e9, 6.2e9],
+                    &[6.0e9, 6.1e9, 5.9e9, 6.2e9, 6.3e9, 5.8e9],
                     Verdict::Accepted,
                 ),
                 result(
                     "8250.nr_uarts=1",
                     &base,
-                    &[10.1e9, 9.8e9, 10.2e9, 10.0e9],
+                    &[10.1e9, 9.8e9, 10.2e9, 10.0e9, 10.4e9, 9.7e9],
                     Verdict::NotSignificant,
                 ),
             ],
@@ -372,7 +386,7 @@ mod tests {
         assert!(svg.contains("d &lt;&amp;&gt;"), "escaped detail");
         assert!(svg.contains("kernel command line: quiet"));
         assert!(
-            svg.contains(">0.602, p ") && svg.contains(": accepted<"),
+            svg.contains(">0.60 (0.59..0.61), p = 0.031: accepted<"),
             "{svg}"
         );
         assert!(svg.contains("not significant"));
@@ -380,7 +394,7 @@ mod tests {
             svg.contains("final: bootscope run --cmdline &apos;console=ttyS0 quiet&apos;"),
             "{svg}"
         );
-        // The accepted fix's interval is drawn (4 boots a side give one).
+        // The accepted fix's interval is drawn (6 rounds give one).
         assert!(
             svg.contains("stroke=\"#2e7d32\" stroke-width=\"2\""),
             "{svg}"
