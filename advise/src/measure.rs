@@ -386,7 +386,12 @@ impl ProvePlan {
             Measured::Nothing => 0,
         };
         let r = self.judge(s, check, measured);
-        progress(&format!("{}: {:?}: {}", s.name, r.verdict, r.detail));
+        progress(&format!(
+            "{}: {}: {}",
+            s.name,
+            crate::report::verdict_word(r.verdict),
+            r.detail
+        ));
         Ok(r)
     }
 

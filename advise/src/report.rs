@@ -146,7 +146,7 @@ pub fn advice_text(advice: &Advice) -> String {
     out
 }
 
-fn verdict_word(v: crate::prove::Verdict) -> &'static str {
+pub(crate) fn verdict_word(v: crate::prove::Verdict) -> &'static str {
     use crate::prove::Verdict;
     match v {
         Verdict::Accepted => "ACCEPTED",
