@@ -167,18 +167,18 @@ fn fix_result_text(out: &mut String, r: &crate::prove::FixResult) {
         let (b, n) = c.centers();
         let _ = write!(
             out,
-            "   time to userspace: {} -> {} ({} of {}), ratio {:.3}",
+            "   time to userspace ({}s, {} rounds): {} -> {}, ratio {:.3}",
+            c.center,
+            r.rounds,
             human_ns(b as u64),
             human_ns(n as u64),
-            r.ok_runs.1,
-            r.ok_runs.0,
             if b > 0.0 { n / b } else { f64::NAN }
         );
         match &c.ratio {
             Some(ri) => {
                 let _ = writeln!(
                     out,
-                    ", estimate {:.3}, {} % interval {:.3}..{:.3}",
+                    "; Hodges-Lehmann ratio {:.3}, {} % interval {:.3}..{:.3}",
                     ri.estimate,
                     bootscope_bench::compare::format_confidence(ri.confidence),
                     ri.low,

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use bootscope_bench::compare::xml_escape;
 
-use crate::evaluate::human_ns;
+use crate::evaluate::{human_ns, ConcreteChange};
 use crate::prove::{FixResult, Verdict};
 use crate::report::{final_command, AdviseDoc};
 
@@ -123,15 +123,42 @@ impl Axis {
     }
 }
 
+/// A change in few words for a row's label: the kernel's words, or the
+/// `run` options.
+fn short(c: &ConcreteChange) -> String {
+    match c {
+        ConcreteChange::KernelArgs(a) => a.clone(),
+        ConcreteChange::RunFlags(f) => f.join(" "),
+        ConcreteChange::Advice(a) => a.clone(),
+    }
+}
+
+/// Long text as lines of at most `width` characters, broken at spaces.
+fn wrap(s: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in s.split(' ') {
+        let last = lines.last_mut().expect("one line at least");
+        if !last.is_empty() && last.chars().count() + 1 + word.chars().count() > width {
+            lines.push(word.to_string());
+        } else {
+            if !last.is_empty() {
+                last.push(' ');
+            }
+            last.push_str(word);
+        }
+    }
+    lines
+}
+
 fn ratio_row(out: &mut String, axis: &Axis, r: &FixResult, y: f64, label: &str) {
-    let changes: Vec<String> = r.changes.iter().map(|c| c.describe()).collect();
+    let changes: Vec<String> = r.changes.iter().map(short).collect();
     text(
         out,
         LEFT - 8.0,
         y,
         12,
         "end",
-        &clip(&format!("{label}{}", changes.join(" + ")), 50),
+        &clip(&format!("{label}{}", changes.join(" + ")), 46),
     );
     let colour = verdict_colour(r.verdict);
     let verdict = match r.verdict {
@@ -240,7 +267,7 @@ fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
     }
     if let Some(c) = p.combined.as_ref().filter(|c| c.changes.len() > 1) {
         y += ROW;
-        ratio_row(out, &axis, c, y, "combined: ");
+        ratio_row(out, &axis, c, y, "together: ");
     }
     let x1 = axis.x(1.0);
     let _ = writeln!(
@@ -266,15 +293,11 @@ fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
             ),
         );
     }
-    y += ROW;
-    text(
-        out,
-        20.0,
-        y,
-        12,
-        "start",
-        &clip(&format!("final: {}", final_command(p)), 150),
-    );
+    y += ROW * 0.4;
+    for line in wrap(&format!("final: {}", final_command(p)), 150) {
+        y += ROW * 0.8;
+        text(out, 20.0, y, 12, "start", &line);
+    }
     y
 }
 
@@ -284,7 +307,13 @@ pub fn report_svg(doc: &AdviseDoc) -> String {
     let mut y = 30.0;
     text(&mut body, 20.0, y, 18, "start", "bootscope advise");
     y += 20.0;
-    if let Some(c) = doc.cmdline {
+    // With --prove, the command line given (the check boot's own adds
+    // what records initcalls).
+    let cmdline = doc
+        .prove
+        .map(|p| p.original_cmdline.as_str())
+        .or(doc.cmdline);
+    if let Some(c) = cmdline {
         text(
             &mut body,
             20.0,
@@ -338,6 +367,12 @@ mod tests {
     }
 
     #[test]
+    fn long_lines_wrap_at_spaces() {
+        assert_eq!(wrap("a bb ccc dd", 6), ["a bb", "ccc dd"]);
+        assert_eq!(wrap("abcdefgh ij", 4), ["abcdefgh", "ij"]);
+    }
+
+    #[test]
     fn draws_each_fix_against_one() {
         let base = [10.0e9, 10.2e9, 9.9e9, 10.1e9, 10.3e9, 9.8e9];
         let report = ProveReport {
@@ -384,7 +419,9 @@ mod tests {
         let svg = report_svg(&doc);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("d &lt;&amp;&gt;"), "escaped detail");
-        assert!(svg.contains("kernel command line: quiet"));
+        assert!(svg.contains(">quiet</text>"), "{svg}");
+        // The command line given, not the check boot's.
+        assert!(svg.contains(">kernel command line: console=ttyS0</text>"));
         assert!(
             svg.contains(">0.60 (0.59..0.61), p = 0.031: accepted<"),
             "{svg}"
