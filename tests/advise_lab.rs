@@ -6,12 +6,15 @@
 //! phase) and reject, by measurement, one that does not (`run --rng`: the
 //! guest loads no virtio-rng driver and nothing in it waits for entropy).
 //!
-//! Bounded: `--kinds run --max-fixes 2 --runs 6` is the check boot, at
-//! most 12 boots for the console (six rounds all faster is the least that
-//! reaches p < 0.05 with the paired test) and, as a fix that does nothing
-//! is stopped once it can no longer reach significance, usually 4 for the
-//! entropy device: some 17 boots of the default guest, 3 to 5 minutes on
-//! an idle machine (docs/benchmarks.md has its runs).
+//! Bounded: `--kinds run --max-fixes 2 --runs 8` is the check boot, at
+//! most 16 boots for the console (eight rounds tolerate a small reversal
+//! from the host's load: p = 0.016 with the smallest round the other way)
+//! and, as a fix that does nothing is stopped once it can no longer reach
+//! significance, usually 4 to 8 for the entropy device: some 25 boots of
+//! the default guest, 4 to 6 minutes on an idle machine. On a machine
+//! shared with other work the boots take several times longer and a burst
+//! of load can still turn a round, so the test runs on request
+//! (docs/benchmarks.md has its runs).
 
 mod lab_common;
 
@@ -26,6 +29,7 @@ const SLOW_CMDLINE: &str = "console=ttyS0 reboot=k panic=-1 io_delay=none pci=of
                             cryptomgr.notests 8250.nr_uarts=1";
 
 #[test]
+#[ignore = "about 25 lab boots: 4 to 6 minutes on an idle machine, 20 or more on a shared one, where a burst of load can turn a round; run with `cargo test --release --test advise_lab -- --ignored`"]
 fn prove_accepts_what_helps_and_rejects_what_does_not() {
     let Some(p) = lab_common::prereqs("advise") else {
         return;
@@ -43,7 +47,7 @@ fn prove_accepts_what_helps_and_rejects_what_does_not() {
     let svg = out_dir.join("advice.svg");
     let out = Command::new(env!("CARGO_BIN_EXE_bootscope"))
         .args(["lab", "--timeout", "3600", "--", "advise", "--prove"])
-        .args(["--runs", "6", "--max-fixes", "2", "--kinds", "run"])
+        .args(["--runs", "8", "--max-fixes", "2", "--kinds", "run"])
         .arg("--output")
         .arg(&json)
         .arg("--svg")
@@ -84,7 +88,7 @@ fn prove_accepts_what_helps_and_rejects_what_does_not() {
     let fixes = prove["fixes"].as_array().unwrap();
     assert_eq!(fixes.len(), 2, "{output}");
     // The console's bytes are the slow guest's largest cost: the virtio
-    // console helps, in every one of the six rounds.
+    // console helps.
     let virtio = &fixes[0];
     assert_eq!(
         virtio["changes"][0]["value"],
@@ -98,7 +102,7 @@ fn prove_accepts_what_helps_and_rejects_what_does_not() {
         "{virtio}"
     );
     assert!(ttu["ratio"]["high"].as_f64().unwrap() < 1.0, "{virtio}");
-    assert_eq!(virtio["rounds"], 6, "{virtio}");
+    assert_eq!(virtio["rounds"], 8, "{virtio}");
     // ... and removes the console's port I/O exits.
     let io = virtio["exits"]
         .as_array()
