@@ -28,12 +28,11 @@ const SLOW_CMDLINE: &str = "console=ttyS0 reboot=k panic=-1 io_delay=none pci=of
                             i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd \
                             cryptomgr.notests 8250.nr_uarts=1";
 
-#[test]
-#[ignore = "about 25 lab boots: 4 to 6 minutes on an idle machine, 20 or more on a shared one, where a burst of load can turn a round; run with `cargo test --release --test advise_lab -- --ignored`"]
-fn prove_accepts_what_helps_and_rejects_what_does_not() {
-    let Some(p) = lab_common::prereqs("advise") else {
-        return;
-    };
+/// Proves the slow guest's fixes in the lab: the command's output, and
+/// the JSON and SVG reports' paths.
+fn prove_slow_guest(
+    p: &lab_common::Prereqs,
+) -> (std::process::Output, std::path::PathBuf, std::path::PathBuf) {
     let gz = p.dir.join("guest.cpio.gz");
     let mut enc = flate2::write::GzEncoder::new(
         std::fs::File::create(&gz).unwrap(),
@@ -60,6 +59,16 @@ fn prove_accepts_what_helps_and_rejects_what_does_not() {
         .args(["--memory", "256M", "--serial", "null", "--timeout", "600"])
         .output()
         .expect("bootscope lab runs");
+    (out, json, svg)
+}
+
+#[test]
+#[ignore = "about 25 lab boots: 4 to 6 minutes on an idle machine, 20 or more on a shared one, where a burst of load can turn a round; run with `cargo test --release --test advise_lab -- --ignored`"]
+fn prove_accepts_what_helps_and_rejects_what_does_not() {
+    let Some(p) = lab_common::prereqs("advise") else {
+        return;
+    };
+    let (out, json, svg) = prove_slow_guest(&p);
     let output = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
