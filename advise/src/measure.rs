@@ -304,7 +304,13 @@ impl ProvePlan {
                 return r;
             }
         };
-        r.rounds = doc.settings.runs;
+        // Rounds with a boot that finished (an interrupted block plans more).
+        r.rounds = doc
+            .configs
+            .iter()
+            .flat_map(|c| c.runs.iter().map(|run| run.round + 1))
+            .max()
+            .unwrap_or(0);
         let (Some(base), Some(new)) = (config(&doc, ORIGINAL), config(&doc, WITH_FIX)) else {
             r.detail = "no boot finished".into();
             return r;
