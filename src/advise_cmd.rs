@@ -6,7 +6,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bootscope_advise::prove::{trials, Budget, ProveOptions, ProvePlan, ProveReport, MARKER_NAME};
+use bootscope_advise::prove::{
+    trials, Budget, FixKind, ProveOptions, ProvePlan, ProveReport, MARKER_NAME,
+};
 use bootscope_advise::report::{advice_text, AdviseDoc};
 use bootscope_advise::target::ProveTarget;
 use bootscope_advise::{advise, AdviseError, Evidence};
@@ -59,13 +61,18 @@ pub struct AdviseArgs {
     /// Try at most this many fixes (the highest ranked).
     #[arg(long, default_value_t = 4)]
     pub max_fixes: usize,
-    /// Measured boots per side of each A/B bench.
-    #[arg(long, default_value_t = 4)]
+    /// Rounds of each A/B bench (a round boots each side once, ABBA); at
+    /// 0.05 at least 6. A bench stops early once its outcome is settled.
+    #[arg(long, default_value_t = 6)]
     pub runs: u32,
-    /// Significance level: a fix is accepted when Welch's test on time to
-    /// userspace gives p below it.
+    /// Significance level: a fix is accepted when the signed-rank test on
+    /// time to userspace, boots paired by round, gives p below it.
     #[arg(long, default_value_t = 0.05)]
     pub level: f64,
+    /// The kinds of fix to try: kernel (command-line words), run
+    /// (bootscope run options); the others are reported as not tried.
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["kernel", "run"])]
+    pub kinds: Vec<KindArg>,
     /// Also try fixes that weaken the guest's security (mitigations=off,
     /// nokaslr, random.trust_cpu=on).
     #[arg(long)]
@@ -76,6 +83,13 @@ pub struct AdviseArgs {
     /// After `--`: `run` and its arguments, the boot --prove measures.
     #[arg(last = true, value_name = "RUN-ARGS")]
     pub args: Vec<OsString>,
+}
+
+/// `--kinds`' values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KindArg {
+    Kernel,
+    Run,
 }
 
 /// Runs `bootscope advise`; returns the exit status.
@@ -173,6 +187,14 @@ fn options(args: &AdviseArgs) -> Result<ProveOptions, AdviseError> {
         allow_unsafe: args.allow_unsafe,
         run_timeout: args.run_timeout,
         marker,
+        kinds: args
+            .kinds
+            .iter()
+            .map(|k| match k {
+                KindArg::Kernel => FixKind::Kernel,
+                KindArg::Run => FixKind::Run,
+            })
+            .collect(),
     };
     opts.validate()?;
     Ok(opts)
@@ -237,7 +259,7 @@ fn inner(args: &AdviseArgs) -> Result<i32, AdviseError> {
     eprint!("{}", advice_text(&advice));
     let (tried, left) = trials(&advice, &plan.opts, &plan.target);
     eprintln!(
-        "advise: {} fix(es) to try, {} boots per A/B bench",
+        "advise: {} fix(es) to try, up to {} boots per A/B bench",
         tried.len(),
         2 * plan.opts.runs
     );

@@ -120,8 +120,16 @@ fn bad_input_is_refused_before_any_boot() {
         "--budget 5 boots cannot hold the check boot and one A/B bench",
     );
     refused(
-        &["--prove", "--runs", "1", "--", "run"],
-        "--runs must be at least 2",
+        &["--prove", "--runs", "5", "--", "run"],
+        "--runs 5: the paired test on 5 rounds can never give p below 0.05 (its smallest p is 0.062, every round faster); give --runs 6 or more",
+    );
+    refused(
+        &["--prove", "--runs", "6", "--level", "0.01", "--", "run"],
+        "give --runs 8 or more, or a larger --level",
+    );
+    refused(
+        &["--prove", "--kinds", "kernel,firmware", "--", "run"],
+        "firmware",
     );
     refused(
         &["--prove", "--", "run", "--timeline", "t.json"],

@@ -44,7 +44,7 @@ fn detector_words(d: &Detector) -> String {
             *min_ns as f64 / 1e6
         ),
         Detector::CmdlineLacks { absent } => format!(
-            "no entropy device on the VMM's command line and none of {} (no time attributed)",
+            "no entropy device (bootscope: `run --no-rng` or `--no-acpi`; another VMM: none on its command line) and none of {} (no time attributed)",
             absent.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ")
         ),
     }

@@ -156,6 +156,9 @@ pub fn evaluate(rule: &Rule, ev: &Evidence) -> RuleOutcome {
     if let Some(need) = rule.needs.iter().find(|n| !has(ev, **n)) {
         return RuleOutcome::Unchecked(*need);
     }
+    if rule.off_with.iter().any(|w| ev.cmdline_has(w)) {
+        return RuleOutcome::Clear;
+    }
     let found = match rule.detector {
         Detector::ExitsAt { functions, ports } => exits_at(ev, functions, ports),
         Detector::ExitReasons { reasons } => exit_reasons(ev, reasons),
@@ -234,7 +237,7 @@ fn candidate(
             ConcreteChange::KernelArgs(missing.join(" "))
         }
         Change::RunFlags(f) => {
-            if ev.vmm_command.iter().any(|a| a == f[0]) {
+            if flags_given(&ev.vmm_command, f) {
                 return None;
             }
             ConcreteChange::RunFlags(f.iter().map(|s| (*s).to_string()).collect())
@@ -255,6 +258,27 @@ fn candidate(
         triable,
         estimate_ns: accounts,
     })
+}
+
+/// Whether a command holds the options `flags` (`--console virtio` as
+/// those two words or as `--console=virtio`), the last of an option's
+/// values counting.
+fn flags_given(command: &[String], flags: &[&str]) -> bool {
+    let Some((name, value)) = flags.split_first() else {
+        return true;
+    };
+    let Some(value) = value.first() else {
+        return command.iter().any(|a| a == name);
+    };
+    let mut last = None;
+    for (i, a) in command.iter().enumerate() {
+        if a == name {
+            last = command.get(i + 1).map(String::as_str);
+        } else if let Some(v) = a.strip_prefix(name).and_then(|r| r.strip_prefix('=')) {
+            last = Some(v);
+        }
+    }
+    last == Some(*value)
 }
 
 /// `1234567` as `1,234,567`.
@@ -539,21 +563,36 @@ fn serial_prealloc(ev: &Evidence, min_ns: u64) -> Vec<Found> {
     }]
 }
 
+/// Whether the VM had an entropy device: another VMM's command naming
+/// one; bootscope's `run` gives its guest a virtio-rng unless told
+/// `--no-rng` or `--no-acpi` (the device is described in ACPI), the last
+/// of `--rng`/`--no-rng` winning.
+fn has_entropy_device(ev: &Evidence) -> bool {
+    let cmd = &ev.vmm_command;
+    match ev.vmm {
+        Vmm::Bootscope => {
+            let last = cmd
+                .iter()
+                .rev()
+                .find(|a| *a == "--rng" || *a == "--no-rng")
+                .map(String::as_str);
+            last == Some("--rng") || last.is_none() && !cmd.iter().any(|a| a == "--no-acpi")
+        }
+        Vmm::Other => cmd.iter().any(|a| a.contains("virtio-rng")),
+    }
+}
+
 fn cmdline_lacks(ev: &Evidence, absent: &[&str]) -> Vec<Found> {
     if absent.iter().any(|w| ev.cmdline_has(w)) {
         return Vec::new();
     }
-    let rng = ev
-        .vmm_command
-        .iter()
-        .any(|a| a == "--rng" || a.contains("virtio-rng"));
-    if rng {
+    if has_entropy_device(ev) {
         return Vec::new();
     }
     vec![Found {
         subject: None,
         evidence: vec![format!(
-            "no entropy device in the VMM's command line and none of {} on the kernel's: the kernel seeds its generator from jitter and interrupts, and userspace reading /dev/random or getrandom() may wait (no time attributed: the profile does not show the wait)",
+            "no entropy device (a virtio-rng) in the VM and none of {} on the kernel's: the kernel seeds its generator from jitter and interrupts, and userspace reading /dev/random or getrandom() may wait (no time attributed: the profile does not show the wait)",
             absent.join(", ")
         )],
         accounts_ns: None,

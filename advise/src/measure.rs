@@ -1,13 +1,23 @@
 //! The A/B benches of `--prove` and their verdicts: one interleaved bench
 //! per fix, then one of the accepted fixes together, all within the
 //! budget, stopping cleanly on SIGINT/SIGTERM with what was measured.
+//!
+//! Each bench runs in blocks of two rounds (ABBA: original and fix, then fix
+//! and original) and is judged by the paired signed-rank test on the rounds'
+//! times to userspace, so a load that drifts over the bench hits both sides
+//! of a round alike. After each block the bench stops early when its
+//! outcome is settled: a boot with the fix failed or missed the userspace
+//! mark, or even the best remaining rounds (all faster with the fix, by
+//! more than any so far) could no longer make the saving significant. A
+//! stop of the second kind never turns an acceptance into a rejection (the
+//! full bench would have rejected too), so the test's level is unchanged.
 
 use std::time::{Duration, Instant};
 
 use bootscope_bench::compare::compare_metric;
 use bootscope_bench::doc::{BenchDoc, ConfigResult};
 use bootscope_bench::runner::Progress;
-use bootscope_bench::{BenchError, BenchPlan, ConfigPlan, TestKind};
+use bootscope_bench::{stats, BenchError, BenchPlan, ConfigPlan, TestKind};
 
 use crate::error::AdviseError;
 use crate::evaluate::{human_ns, ConcreteChange};
@@ -16,8 +26,12 @@ use crate::prove::{
 };
 use crate::target::ProveTarget;
 
-/// The statistical test: Welch's, bench's default for unpaired times.
-const TEST: TestKind = TestKind::Welch;
+/// The statistical test: the Wilcoxon signed-rank test on the boots paired
+/// by round.
+pub const TEST: TestKind = TestKind::Wilcoxon;
+
+/// Rounds per block between the checks for an early stop (one ABBA).
+const BLOCK: u32 = 2;
 
 /// Labels of the two sides.
 const ORIGINAL: &str = "original";
@@ -33,12 +47,98 @@ struct Subject<'a> {
     phase: String,
 }
 
+/// What an A/B bench gave.
+enum Measured {
+    /// The runs of every block, rounds numbered through.
+    Doc(Box<BenchDoc>),
+    /// The VMM refused the fix's command (exit status 2), in words.
+    Refused(String),
+    /// Stopped before any boot finished.
+    Nothing,
+}
+
+/// Appends one block's runs to the bench so far, numbering its rounds and
+/// runs after those already there.
+fn merge(into: &mut Option<BenchDoc>, mut block: BenchDoc, rounds_before: u32) {
+    let Some(doc) = into else {
+        *into = Some(block);
+        return;
+    };
+    let runs_before = doc.configs.iter().map(|c| c.runs.len()).sum::<usize>() as u32;
+    for c in &mut block.configs {
+        for r in &mut c.runs {
+            r.round += rounds_before;
+            r.index += runs_before;
+        }
+        if let Some(d) = doc.configs.iter_mut().find(|d| d.label == c.label) {
+            d.runs.append(&mut c.runs);
+        }
+    }
+    doc.settings.runs += block.settings.runs;
+    if block.interrupted_by.is_some() {
+        doc.interrupted_by = block.interrupted_by;
+    }
+}
+
+/// The values of `metric` of the rounds where both sides have one, in
+/// round order: `(without, with)`.
+fn paired(base: &ConfigResult, new: &ConfigResult, metric: &str) -> (Vec<f64>, Vec<f64>) {
+    let by_round = |c: &ConfigResult| {
+        c.samples_by_round()
+            .remove(metric)
+            .unwrap_or_default()
+            .into_iter()
+            .collect::<std::collections::BTreeMap<u64, f64>>()
+    };
+    let (b, n) = (by_round(base), by_round(new));
+    b.iter()
+        .filter_map(|(r, x)| n.get(r).map(|y| (*x, *y)))
+        .unzip()
+}
+
+/// Whether `remaining` more pairs could still make the fix significantly
+/// faster at `level`: the best case, every one of them faster with the fix
+/// by more than any pair so far, put through the test itself.
+pub(crate) fn still_reachable(base: &[f64], new: &[f64], remaining: u32, level: f64) -> bool {
+    let largest = base
+        .iter()
+        .zip(new)
+        .map(|(x, y)| (y - x).abs())
+        .fold(0.0_f64, f64::max);
+    let mut a = base.to_vec();
+    let mut b = new.to_vec();
+    for j in 0..remaining {
+        a.push(0.0);
+        b.push(-(largest + 1.0 + f64::from(j)));
+    }
+    if a.is_empty() {
+        return true;
+    }
+    let (Ok(t), sa, sb) = (
+        stats::test(TEST, &a, &b),
+        a.iter().sum::<f64>(),
+        b.iter().sum::<f64>(),
+    ) else {
+        return true;
+    };
+    t.p_value < level && sb < sa
+}
+
+/// The least `--runs` with which the test can reach `level` at all (every
+/// pair faster gives the smallest p, 2 / 2^runs).
+pub fn least_runs(level: f64) -> u32 {
+    (1..=64)
+        .find(|&n| stats::min_attainable_p(TEST, n as usize, n as usize) < level)
+        .unwrap_or(64)
+}
+
 impl ProvePlan {
-    /// Boots one A/B bench; `Err` only for a failure of the machinery
-    /// itself (a refusal of the VMM is a verdict).
-    fn bench(
+    /// One block of `rounds` interleaved rounds (bench's runner).
+    fn block(
         &self,
         s: &Subject,
+        rounds: u32,
+        first_boot: usize,
         progress: &mut dyn FnMut(&str),
     ) -> Result<Result<BenchDoc, String>, AdviseError> {
         let dir = self.work_dir.join(format!("ab-{}", next_bench()));
@@ -54,7 +154,7 @@ impl ProvePlan {
                     side: self.side(&s.changes),
                 },
             ],
-            runs: self.opts.runs,
+            runs: rounds,
             warmup: 0,
             profile: false,
             run_profiles_itself: self.run_profiles_itself,
@@ -66,6 +166,7 @@ impl ProvePlan {
             parallel: None,
         };
         let metric = self.metric();
+        let total = 2 * self.opts.runs as usize;
         let result = plan.run(|p: &Progress| {
             let r = p.run;
             let what = if r.ok {
@@ -77,8 +178,10 @@ impl ProvePlan {
                 format!("failed: {}", r.error.as_deref().unwrap_or("?"))
             };
             progress(&format!(
-                "{}: boot {}/{} ({}): {what}",
-                s.name, p.done, p.total, p.label
+                "{}: boot {}/{total} ({}): {what}",
+                s.name,
+                first_boot + p.done,
+                p.label
             ));
         });
         let _ = std::fs::remove_dir_all(&dir);
@@ -101,8 +204,81 @@ impl ProvePlan {
         }
     }
 
+    /// Boots one A/B bench, block by block, until its rounds are done or
+    /// its outcome is settled; `Err` only for a failure of the machinery
+    /// itself (a refusal of the VMM is a verdict).
+    fn bench(
+        &self,
+        s: &Subject,
+        check: &CheckBoot,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<Measured, AdviseError> {
+        let mut doc: Option<BenchDoc> = None;
+        let mut rounds = 0;
+        while rounds < self.opts.runs && !self.stopped() {
+            let n = BLOCK.min(self.opts.runs - rounds);
+            match self.block(s, n, 2 * rounds as usize, progress)? {
+                Ok(block) => merge(&mut doc, block, rounds),
+                Err(refused) => return Ok(Measured::Refused(refused)),
+            }
+            rounds += n;
+            let Some(d) = &doc else { break };
+            if rounds < self.opts.runs {
+                if let Some(why) = self.settled(d, check, self.opts.runs - rounds) {
+                    progress(&format!(
+                        "{}: stopped after {rounds} of {} rounds: {why}",
+                        s.name, self.opts.runs
+                    ));
+                    break;
+                }
+            }
+        }
+        Ok(doc.map_or(Measured::Nothing, |d| Measured::Doc(Box::new(d))))
+    }
+
+    /// Why a bench need not go on with `remaining` rounds left, if so.
+    fn settled(&self, doc: &BenchDoc, check: &CheckBoot, remaining: u32) -> Option<String> {
+        let (base, new) = (config(doc, ORIGINAL)?, config(doc, WITH_FIX)?);
+        if let Some(why) = self.broken(new, check) {
+            return Some(why);
+        }
+        let (b, n) = paired(base, new, self.metric());
+        (!still_reachable(&b, &n, remaining, self.opts.level)).then(|| {
+            format!(
+                "even {remaining} more rounds all faster with it could not reach p below {}",
+                self.opts.level
+            )
+        })
+    }
+
+    /// Why the fix breaks the boot, if a boot with it failed or did not
+    /// reach the original's userspace mark.
+    fn broken(&self, new: &ConfigResult, check: &CheckBoot) -> Option<String> {
+        if let Some(bad) = new.runs.iter().find(|run| !run.ok) {
+            return Some(format!(
+                "a boot with it failed: {}",
+                bad.error.as_deref().unwrap_or("?")
+            ));
+        }
+        let metric = self.metric();
+        let wrong_mark = new.runs.iter().find(|run| match self.target {
+            ProveTarget::Bootscope { .. } => {
+                run.userspace_mark.as_deref() != Some(check.userspace_mark.as_str())
+            }
+            ProveTarget::Template { .. } => !run.metrics.contains_key(metric),
+        })?;
+        Some(format!(
+            "a boot with it did not reach the userspace mark {:?} (it reached {})",
+            check.userspace_mark,
+            wrong_mark
+                .userspace_mark
+                .as_deref()
+                .map_or_else(|| "none".into(), |m| format!("{m:?}"))
+        ))
+    }
+
     /// The verdict of one A/B bench.
-    fn judge(&self, s: &Subject, check: &CheckBoot, doc: Result<BenchDoc, String>) -> FixResult {
+    fn judge(&self, s: &Subject, check: &CheckBoot, measured: Measured) -> FixResult {
         let mut r = FixResult {
             changes: s.changes.iter().map(|c| (*c).clone()).collect(),
             rules: s.rules.clone(),
@@ -113,75 +289,72 @@ impl ProvePlan {
             phase: None,
             exits: Vec::new(),
             ok_runs: (0, 0),
+            rounds: 0,
             command: words(&self.target.argv(&s.changes)),
         };
-        let doc = match doc {
-            Ok(d) => d,
-            Err(refused) => {
+        let doc = match measured {
+            Measured::Doc(d) => *d,
+            Measured::Refused(refused) => {
                 r.verdict = Verdict::CouldNotBeTried;
                 r.detail = refused;
                 return r;
             }
+            Measured::Nothing => {
+                r.detail = "no boot finished".into();
+                return r;
+            }
         };
+        // Rounds with a boot that finished (an interrupted block plans more).
+        r.rounds = doc
+            .configs
+            .iter()
+            .flat_map(|c| c.runs.iter().map(|run| run.round + 1))
+            .max()
+            .unwrap_or(0);
         let (Some(base), Some(new)) = (config(&doc, ORIGINAL), config(&doc, WITH_FIX)) else {
             r.detail = "no boot finished".into();
             return r;
         };
         r.ok_runs = (base.measured().count(), new.measured().count());
-        let metric = self.metric();
-        if let Some(bad) = new.runs.iter().find(|run| !run.ok) {
+        if let Some(why) = self.broken(new, check) {
             r.verdict = Verdict::BreaksBoot;
-            r.detail = format!(
-                "a boot with it failed: {}",
-                bad.error.as_deref().unwrap_or("?")
-            );
+            r.detail = why;
             return r;
         }
-        let wrong_mark = new.runs.iter().find(|run| match self.target {
-            ProveTarget::Bootscope { .. } => {
-                run.userspace_mark.as_deref() != Some(check.userspace_mark.as_str())
-            }
-            ProveTarget::Template { .. } => !run.metrics.contains_key(metric),
-        });
-        if let Some(run) = wrong_mark {
-            r.verdict = Verdict::BreaksBoot;
-            r.detail = format!(
-                "a boot with it did not reach the userspace mark {:?} (it reached {})",
-                check.userspace_mark,
-                run.userspace_mark
-                    .as_deref()
-                    .map_or_else(|| "none".into(), |m| format!("{m:?}"))
-            );
-            return r;
-        }
-        let (b, n) = (base.samples(), new.samples());
-        let values = |m: &str| {
-            (
-                b.get(m).cloned().unwrap_or_default(),
-                n.get(m).cloned().unwrap_or_default(),
-            )
+        let level = self.opts.level;
+        let compare = |m: &str| {
+            let (x, y) = paired(base, new, m);
+            compare_metric(m, &x, &y, TEST, level)
         };
-        let (bt, nt) = values(metric);
-        let cmp = compare_metric(metric, &bt, &nt, TEST, self.opts.level);
-        let phase = format!("phase:{}", s.phase);
-        let (bp, np) = values(&phase);
-        r.phase = compare_metric(&phase, &bp, &np, TEST, self.opts.level);
-        r.exits = b
+        let metric = self.metric();
+        r.phase = compare(&format!("phase:{}", s.phase));
+        r.exits = base
+            .samples()
             .keys()
             .filter(|k| k.starts_with("exits:"))
-            .filter_map(|k| {
-                let (x, y) = values(k);
-                compare_metric(k, &x, &y, TEST, self.opts.level)
-            })
+            .filter_map(|k| compare(k))
             .collect();
-        let Some(cmp) = cmp else {
+        let Some(cmp) = compare(metric) else {
             r.detail = format!(
                 "too few successful boots ({} without, {} with)",
                 r.ok_runs.0, r.ok_runs.1
             );
             return r;
         };
-        (r.verdict, r.detail) = verdict(&cmp, self.opts.level);
+        (r.verdict, r.detail) = verdict(&cmp, level);
+        if r.rounds < self.opts.runs {
+            r.detail = if self.stopped() {
+                format!(
+                    "{}; interrupted after {} of {} rounds",
+                    r.detail, r.rounds, self.opts.runs
+                )
+            } else {
+                format!(
+                    "{}; stopped after {} of {} rounds: no saving could reach p below {level} any more",
+                    r.detail, r.rounds, self.opts.runs
+                )
+            };
+        }
         r.time_to_userspace = Some(cmp);
         r
     }
@@ -208,16 +381,23 @@ impl ProvePlan {
         progress: &mut dyn FnMut(&str),
     ) -> Result<FixResult, AdviseError> {
         progress(&format!(
-            "{}: {} boots, interleaved",
+            "{}: up to {} boots, interleaved",
             s.name,
             2 * self.opts.runs
         ));
-        let doc = self.bench(s, progress)?;
-        *boots += doc
-            .as_ref()
-            .map_or(1, |d| d.configs.iter().map(|c| c.runs.len() as u32).sum());
-        let r = self.judge(s, check, doc);
-        progress(&format!("{}: {:?}: {}", s.name, r.verdict, r.detail));
+        let measured = self.bench(s, check, progress)?;
+        *boots += match &measured {
+            Measured::Doc(d) => d.configs.iter().map(|c| c.runs.len() as u32).sum(),
+            Measured::Refused(_) => 1,
+            Measured::Nothing => 0,
+        };
+        let r = self.judge(s, check, measured);
+        progress(&format!(
+            "{}: {}: {}",
+            s.name,
+            crate::report::verdict_word(r.verdict),
+            r.detail
+        ));
         Ok(r)
     }
 
@@ -286,12 +466,7 @@ impl ProvePlan {
             _ => Vec::new(),
         };
         let final_argv = self.target.argv(&final_changes);
-        let final_cmdline = final_changes
-            .iter()
-            .fold(self.target.cmdline(), |acc, c| match c {
-                ConcreteChange::KernelArgs(a) => format!("{} {a}", acc.trim_end()),
-                _ => acc,
-            });
+        let final_cmdline = self.target.cmdline_with(&final_changes);
         Ok(ProveReport {
             metric: self.metric().into(),
             test: TEST,
@@ -352,4 +527,103 @@ fn next_bench() -> usize {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
     N.fetch_add(1, Ordering::SeqCst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn least_runs_follow_the_level() {
+        // Every pair faster gives p = 2 / 2^n: 6 pairs give 0.031, 5 give
+        // 0.0625.
+        assert_eq!(least_runs(0.05), 6);
+        assert_eq!(least_runs(0.1), 5);
+        assert_eq!(least_runs(0.01), 8);
+    }
+
+    #[test]
+    fn a_bench_stops_once_no_saving_can_be_significant() {
+        // Two rounds both faster with the fix: four more can still make it.
+        assert!(still_reachable(&[10.0, 11.0], &[6.0, 7.0], 4, 0.05));
+        // One round slower with the fix: of 6 rounds, the best case is 5
+        // faster and the slower one the smallest, p = 0.0625.
+        assert!(!still_reachable(&[10.0, 11.0], &[6.0, 11.5], 4, 0.05));
+        // ... which 8 rounds can still overcome (p = 0.016).
+        assert!(still_reachable(&[10.0, 11.0], &[6.0, 11.5], 6, 0.05));
+        // Both slower, and too few rounds left to outweigh them.
+        assert!(!still_reachable(&[10.0, 11.0], &[12.0, 13.0], 4, 0.05));
+        // Nothing measured: anything is possible with enough rounds.
+        assert!(still_reachable(&[], &[], 6, 0.05));
+        assert!(!still_reachable(&[], &[], 5, 0.05));
+        // The rounds are all done: the test itself decides.
+        assert!(still_reachable(
+            &[10.0; 6],
+            &[5.0, 6.0, 7.0, 5.5, 6.5, 7.5],
+            0,
+            0.05
+        ));
+    }
+
+    fn run(round: u32, index: u32, ttu: u64) -> bootscope_bench::doc::RunRecord {
+        serde_json::from_value(serde_json::json!({
+            "index": index, "round": round, "warmup": false, "ok": true,
+            "metrics": {"time_to_userspace": ttu}
+        }))
+        .unwrap()
+    }
+
+    fn doc(
+        runs: u32,
+        a: Vec<bootscope_bench::doc::RunRecord>,
+        b: Vec<bootscope_bench::doc::RunRecord>,
+    ) -> BenchDoc {
+        let config = |label: &str, runs| serde_json::json!({"label": label, "kind": "bootscope", "command": [], "runs": runs});
+        serde_json::from_value(serde_json::json!({
+            "schema": "bootscope.bench", "version": 2, "created": "", "bootscope": "",
+            "machine": {"hostname": "", "kernel_release": "", "cpu_model": "", "cpus": 1,
+                        "memory_bytes": 0, "host_kvm": "svm"},
+            "settings": {"runs": runs, "warmup": 0, "interleaved": true, "profile": false},
+            "configs": [config(ORIGINAL, serde_json::to_value(a).unwrap()),
+                        config(WITH_FIX, serde_json::to_value(b).unwrap())]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn blocks_merge_with_their_rounds_numbered_through() {
+        let mut merged = None;
+        merge(
+            &mut merged,
+            doc(
+                2,
+                vec![run(0, 0, 10), run(1, 3, 11)],
+                vec![run(0, 1, 6), run(1, 2, 7)],
+            ),
+            0,
+        );
+        merge(
+            &mut merged,
+            doc(
+                2,
+                vec![run(0, 0, 12), run(1, 3, 13)],
+                vec![run(0, 1, 8), run(1, 2, 9)],
+            ),
+            2,
+        );
+        let merged = merged.unwrap();
+        assert_eq!(merged.settings.runs, 4);
+        let (base, new) = (
+            config(&merged, ORIGINAL).unwrap(),
+            config(&merged, WITH_FIX).unwrap(),
+        );
+        let rounds: Vec<u32> = base.runs.iter().map(|r| r.round).collect();
+        assert_eq!(rounds, [0, 1, 2, 3]);
+        let indices: Vec<u32> = new.runs.iter().map(|r| r.index).collect();
+        assert_eq!(indices, [1, 2, 5, 6]);
+        assert_eq!(
+            paired(base, new, "time_to_userspace"),
+            (vec![10.0, 11.0, 12.0, 13.0], vec![6.0, 7.0, 8.0, 9.0])
+        );
+    }
 }

@@ -81,24 +81,57 @@ pub struct ProveOptions {
     pub run_timeout: Duration,
     /// Another VMM's userspace console line (`--marker`).
     pub marker: ConsolePattern,
+    /// The kinds of fix to try (`--kinds`); the others are listed as not
+    /// tried.
+    pub kinds: Vec<FixKind>,
+}
+
+/// A kind of fix `--prove` can try.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FixKind {
+    /// Kernel command-line words.
+    Kernel,
+    /// `bootscope run` options.
+    Run,
+}
+
+impl FixKind {
+    /// Both kinds, the default.
+    pub const ALL: [Self; 2] = [Self::Kernel, Self::Run];
+
+    fn of(change: &ConcreteChange) -> Option<Self> {
+        match change {
+            ConcreteChange::KernelArgs(_) => Some(Self::Kernel),
+            ConcreteChange::RunFlags(_) => Some(Self::Run),
+            ConcreteChange::Advice(_) => None,
+        }
+    }
 }
 
 impl ProveOptions {
     /// Checks the settings before any boot.
     pub fn validate(&self) -> Result<(), AdviseError> {
-        if self.runs < 2 {
-            return Err(AdviseError::Usage(
-                "--runs must be at least 2: Welch's test needs two boots per side".into(),
-            ));
-        }
-        if self.max_fixes == 0 {
-            return Err(AdviseError::Usage("--max-fixes must be at least 1".into()));
-        }
         if !(self.level > 0.0 && self.level < 0.5) {
             return Err(AdviseError::Usage(format!(
                 "--level {}: give a significance level between 0 and 0.5, e.g. 0.05",
                 self.level
             )));
+        }
+        let least = crate::measure::least_runs(self.level);
+        if self.runs < least {
+            let p = bootscope_bench::stats::min_attainable_p(
+                crate::measure::TEST,
+                self.runs as usize,
+                self.runs as usize,
+            );
+            return Err(AdviseError::Usage(format!(
+                "--runs {}: the paired test on {} rounds can never give p below {} (its smallest p is {p:.3}, every round faster); give --runs {least} or more, or a larger --level",
+                self.runs, self.runs, self.level
+            )));
+        }
+        if self.max_fixes == 0 {
+            return Err(AdviseError::Usage("--max-fixes must be at least 1".into()));
         }
         if let Some(Budget::Boots(n)) = self.budget {
             let one = 1 + 2 * self.runs;
@@ -161,6 +194,9 @@ pub fn trials(
                         "a bootscope run option: the template changes only the kernel command line"
                             .into(),
                     )
+                }
+                _ if FixKind::of(&c.change).is_some_and(|k| !opts.kinds.contains(&k)) => {
+                    Some("not among the --kinds to try".into())
                 }
                 _ if tried.len() >= opts.max_fixes => {
                     Some(format!("beyond --max-fixes {}", opts.max_fixes))
@@ -226,6 +262,10 @@ pub struct FixResult {
     pub exits: Vec<Comparison>,
     /// Successful measured boots: without, with.
     pub ok_runs: (usize, usize),
+    /// Rounds booted (a round boots each side once): `--runs`, or fewer
+    /// when the bench stopped early (its outcome settled) or was
+    /// interrupted.
+    pub rounds: u32,
     /// The command line (bootscope: `run` arguments) with the change.
     pub command: Vec<String>,
 }
@@ -527,6 +567,7 @@ mod tests {
             allow_unsafe: false,
             run_timeout: Duration::from_secs(1),
             marker: ConsolePattern::parse("userspace=x").unwrap(),
+            kinds: FixKind::ALL.to_vec(),
         };
         let template = ProveTarget::template("qemu -append {cmdline}", String::new()).unwrap();
         let (tried, left) = trials(&advice, &opts, &template);
@@ -549,15 +590,32 @@ mod tests {
                 .any(|(c, r)| c.contains("mitigations=off") && r.contains("--allow-unsafe")),
             "{reasons:?}"
         );
+        let only_run = ProveOptions {
+            kinds: vec![FixKind::Run],
+            ..opts.clone()
+        };
+        let bootscope = ProveTarget::Bootscope {
+            args: Vec::new(),
+            default_cmdline: String::new(),
+        };
+        let (tried, left) = trials(&advice, &only_run, &bootscope);
+        let tried: Vec<_> = tried.iter().map(|t| t.change.describe()).collect();
+        assert_eq!(tried, ["bootscope run --console virtio"]);
+        assert!(
+            left.iter()
+                .any(|n| n.change.describe() == "kernel command line: quiet"
+                    && n.reason == "not among the --kinds to try"),
+            "{left:?}"
+        );
         let opts = ProveOptions {
             allow_unsafe: true,
-            max_fixes: 2,
+            max_fixes: 1,
             ..opts
         };
         let (tried, left) = trials(&advice, &opts, &template);
-        assert_eq!(tried.len(), 2);
+        assert_eq!(tried.len(), 1);
         assert!(
-            left.iter().any(|n| n.reason == "beyond --max-fixes 2"),
+            left.iter().any(|n| n.reason == "beyond --max-fixes 1"),
             "{left:?}"
         );
     }

@@ -146,7 +146,7 @@ pub fn advice_text(advice: &Advice) -> String {
     out
 }
 
-fn verdict_word(v: crate::prove::Verdict) -> &'static str {
+pub(crate) fn verdict_word(v: crate::prove::Verdict) -> &'static str {
     use crate::prove::Verdict;
     match v {
         Verdict::Accepted => "ACCEPTED",
@@ -167,18 +167,18 @@ fn fix_result_text(out: &mut String, r: &crate::prove::FixResult) {
         let (b, n) = c.centers();
         let _ = write!(
             out,
-            "   time to userspace: {} -> {} ({} of {}), ratio {:.3}",
+            "   time to userspace ({}s, {} rounds): {} -> {}, ratio {:.3}",
+            c.center,
+            r.rounds,
             human_ns(b as u64),
             human_ns(n as u64),
-            r.ok_runs.1,
-            r.ok_runs.0,
             if b > 0.0 { n / b } else { f64::NAN }
         );
         match &c.ratio {
             Some(ri) => {
                 let _ = writeln!(
                     out,
-                    ", estimate {:.3}, {} % interval {:.3}..{:.3}",
+                    "; Hodges-Lehmann ratio {:.3}, {} % interval {:.3}..{:.3}",
                     ri.estimate,
                     bootscope_bench::compare::format_confidence(ri.confidence),
                     ri.low,
@@ -225,8 +225,12 @@ pub fn prove_text(p: &ProveReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\nproved: {} boots ({} per side per fix, Welch's test at {}), original reaching {:?}",
-        p.boots, p.runs_per_side, p.level, p.check.userspace_mark
+        "\nproved: {} boots (up to {} rounds per fix, each booting both sides; {} at {}), original reaching {:?}",
+        p.boots,
+        p.runs_per_side,
+        p.test.title(),
+        p.level,
+        p.check.userspace_mark
     );
     for r in &p.fixes {
         fix_result_text(&mut out, r);

@@ -123,6 +123,11 @@ pub struct Rule {
     pub detector: Detector,
     /// Data the detector cannot do without.
     pub needs: &'static [Need],
+    /// Kernel command-line words that switch off what the rule looks for:
+    /// with one of them given, the time it sees is not that cause's and
+    /// the rule is clear (e.g. `crypto_algapi_init` still registers the
+    /// algorithms under `cryptomgr.notests`, without their self-tests).
+    pub off_with: &'static [&'static str],
     pub fixes: &'static [Fix],
 }
 
@@ -154,6 +159,7 @@ pub const RULES: &[Rule] = &[
             ports: (0x3f8, 0x3ff),
         },
         needs: &[Need::ExitSitesOrPorts],
+        off_with: &[],
         fixes: &[
             Fix {
                 change: Change::KernelArgs("quiet"),
@@ -164,7 +170,7 @@ pub const RULES: &[Rule] = &[
             Fix {
                 change: Change::RunFlags(&["--console", "virtio"]),
                 risk: Risk::Low,
-                gives_up: "needs a kernel with virtio-console (CONFIG_VIRTIO_CONSOLE, hvc0); the earliest messages, before the driver, are not shown",
+                gives_up: "needs a kernel with virtio-console (CONFIG_VIRTIO_CONSOLE, hvc0); the command line's console=ttyS0 becomes console=hvc0; the earliest messages, before the driver, are not shown",
                 source: "Documentation/admin-guide/serial-console.rst; Firecracker and Cloud Hypervisor docs: virtio-console instead of the 8250 UART",
             },
         ],
@@ -174,6 +180,7 @@ pub const RULES: &[Rule] = &[
         title: "8250 driver probing legacy UARTs the VM does not have",
         detector: Detector::SlowInitcalls { names: &["serial8250_init"], min_ns: 1_000_000 },
         needs: &[Need::Initcalls],
+        off_with: &[],
         fixes: &[Fix {
             change: Change::KernelArgs("8250.nr_uarts=1"),
             risk: Risk::Low,
@@ -186,6 +193,7 @@ pub const RULES: &[Rule] = &[
         title: "crypto algorithm self-tests at boot",
         detector: Detector::SlowInitcalls { names: &["crypto_algapi_init", "alg_test_init"], min_ns: 5_000_000 },
         needs: &[Need::Initcalls],
+        off_with: &["cryptomgr.notests"],
         fixes: &[
             Fix {
                 change: Change::KernelArgs("cryptomgr.notests"),
@@ -206,6 +214,7 @@ pub const RULES: &[Rule] = &[
         title: "RAID6 and XOR algorithm benchmarks at boot",
         detector: Detector::SlowInitcalls { names: &["raid6_select_algo", "calibrate_xor_blocks"], min_ns: 5_000_000 },
         needs: &[Need::Initcalls],
+        off_with: &[],
         fixes: &[Fix {
             change: Change::Advice("build RAID6/XOR as modules (CONFIG_RAID6_PQ=m, CONFIG_XOR_BLOCKS=m), or with CONFIG_RAID6_PQ_BENCHMARK=n"),
             risk: Risk::Low,
@@ -218,6 +227,7 @@ pub const RULES: &[Rule] = &[
         title: "probing a PS/2 controller the VM does not have",
         detector: Detector::SlowInitcalls { names: &["i8042_init"], min_ns: 1_000_000 },
         needs: &[Need::Initcalls],
+        off_with: &[],
         fixes: &[Fix {
             change: Change::KernelArgs("i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd"),
             risk: Risk::Low,
@@ -230,6 +240,7 @@ pub const RULES: &[Rule] = &[
         title: "scanning a PCI bus",
         detector: Detector::SlowInitcalls { names: &["pci_subsys_init", "pcibios_init", "pci_arch_init"], min_ns: 1_000_000 },
         needs: &[Need::Initcalls],
+        off_with: &[],
         fixes: &[Fix {
             change: Change::KernelArgs("pci=off"),
             risk: Risk::GivesUp,
@@ -242,6 +253,7 @@ pub const RULES: &[Rule] = &[
         title: "an initcall probing hardware the VM does not have (returned -ENODEV)",
         detector: Detector::FailedProbes { min_ns: 1_000_000 },
         needs: &[Need::Initcalls],
+        off_with: &[],
         fixes: &[
             Fix {
                 change: Change::KernelArgs("initcall_blacklist={initcall}"),
@@ -262,6 +274,7 @@ pub const RULES: &[Rule] = &[
         title: "the kernel decompressing the initramfs (populate_rootfs)",
         detector: Detector::CompressedInitramfs,
         needs: &[Need::Initcalls, Need::Guest],
+        off_with: &[],
         fixes: &[Fix {
             change: Change::Advice("give an uncompressed cpio archive as the initramfs (or one compressed with lz4, the fastest to unpack)"),
             risk: Risk::Low,
@@ -274,6 +287,7 @@ pub const RULES: &[Rule] = &[
         title: "the VMM copying a large initrd into guest memory",
         detector: Detector::CopiedInitrd { min_bytes: 32 << 20 },
         needs: &[Need::Guest],
+        off_with: &[],
         fixes: &[Fix {
             change: Change::RunFlags(&["--map-initrd"]),
             risk: Risk::Low,
@@ -286,6 +300,7 @@ pub const RULES: &[Rule] = &[
         title: "the kernel's own decompressor running in the guest",
         detector: Detector::GuestDecompression,
         needs: &[Need::Guest],
+        off_with: &[],
         fixes: &[Fix {
             change: Change::Advice("boot without --guest-decompress (the VMM decompresses once and caches), or an uncompressed vmlinux with a PVH entry (CONFIG_PVH)"),
             risk: Risk::GivesUp,
@@ -298,6 +313,7 @@ pub const RULES: &[Rule] = &[
         title: "guest memory preallocated by one thread",
         detector: Detector::SerialPrealloc { min_ns: 20_000_000 },
         needs: &[Need::Phases],
+        off_with: &[],
         fixes: &[
             Fix {
                 change: Change::RunFlags(&["--prealloc-threads", "2"]),
@@ -318,6 +334,7 @@ pub const RULES: &[Rule] = &[
         title: "MSR accesses trapping to the hypervisor (speculation-control MSRs among them)",
         detector: Detector::ExitReasons { reasons: &["msr", "MSR_READ", "MSR_WRITE", "KVM_EXIT_X86_RDMSR", "KVM_EXIT_X86_WRMSR"] },
         needs: &[Need::Exits],
+        off_with: &[],
         fixes: &[Fix {
             change: Change::KernelArgs("mitigations=off"),
             risk: Risk::Unsafe,
@@ -330,6 +347,7 @@ pub const RULES: &[Rule] = &[
         title: "the decompressor randomizing the kernel's address (KASLR)",
         detector: Detector::GuestDecompression,
         needs: &[Need::Guest],
+        off_with: &[],
         fixes: &[Fix {
             change: Change::KernelArgs("nokaslr"),
             risk: Risk::Unsafe,
@@ -342,6 +360,7 @@ pub const RULES: &[Rule] = &[
         title: "no entropy source for the guest's random number generator",
         detector: Detector::CmdlineLacks { absent: &["random.trust_cpu=on", "random.trust_bootloader=on"] },
         needs: &[Need::Cmdline],
+        off_with: &[],
         fixes: &[
             Fix {
                 change: Change::RunFlags(&["--rng"]),

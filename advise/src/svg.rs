@@ -7,14 +7,16 @@ use std::fmt::Write as _;
 
 use bootscope_bench::compare::xml_escape;
 
-use crate::evaluate::human_ns;
+use crate::evaluate::{human_ns, ConcreteChange};
 use crate::prove::{FixResult, Verdict};
 use crate::report::{final_command, AdviseDoc};
 
-const WIDTH: f64 = 960.0;
+const WIDTH: f64 = 1080.0;
 const LEFT: f64 = 330.0;
 const RIGHT: f64 = 40.0;
 const ROW: f64 = 26.0;
+/// Room right of the ratio axis for each row's figures.
+const NOTE: f64 = 310.0;
 
 fn verdict_colour(v: Verdict) -> &'static str {
     match v {
@@ -116,20 +118,47 @@ struct Axis {
 
 impl Axis {
     fn x(&self, v: f64) -> f64 {
-        let span = WIDTH - LEFT - RIGHT - 200.0;
+        let span = WIDTH - LEFT - RIGHT - NOTE;
         LEFT + (v.clamp(self.lo, self.hi) - self.lo) / (self.hi - self.lo) * span
     }
 }
 
+/// A change in few words for a row's label: the kernel's words, or the
+/// `run` options.
+fn short(c: &ConcreteChange) -> String {
+    match c {
+        ConcreteChange::KernelArgs(a) => a.clone(),
+        ConcreteChange::RunFlags(f) => f.join(" "),
+        ConcreteChange::Advice(a) => a.clone(),
+    }
+}
+
+/// Long text as lines of at most `width` characters, broken at spaces.
+fn wrap(s: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    for word in s.split(' ') {
+        let last = lines.last_mut().expect("one line at least");
+        if !last.is_empty() && last.chars().count() + 1 + word.chars().count() > width {
+            lines.push(word.to_string());
+        } else {
+            if !last.is_empty() {
+                last.push(' ');
+            }
+            last.push_str(word);
+        }
+    }
+    lines
+}
+
 fn ratio_row(out: &mut String, axis: &Axis, r: &FixResult, y: f64, label: &str) {
-    let changes: Vec<String> = r.changes.iter().map(|c| c.describe()).collect();
+    let changes: Vec<String> = r.changes.iter().map(short).collect();
     text(
         out,
         LEFT - 8.0,
         y,
         12,
         "end",
-        &clip(&format!("{label}{}", changes.join(" + ")), 50),
+        &clip(&format!("{label}{}", changes.join(" + ")), 46),
     );
     let colour = verdict_colour(r.verdict);
     let verdict = match r.verdict {
@@ -144,8 +173,13 @@ fn ratio_row(out: &mut String, axis: &Axis, r: &FixResult, y: f64, label: &str) 
         text(out, axis.x(1.0) + 8.0, y, 12, "start", verdict);
         return;
     };
+    // The Hodges-Lehmann estimate, the centre of the interval drawn; the
+    // ratio of the centres without one.
     let (b, n) = c.centers();
-    let ratio = if b > 0.0 { n / b } else { 1.0 };
+    let ratio = c
+        .ratio
+        .as_ref()
+        .map_or(if b > 0.0 { n / b } else { 1.0 }, |ri| ri.estimate);
     if let Some(ri) = &c.ratio {
         let _ = writeln!(
             out,
@@ -168,13 +202,18 @@ fn ratio_row(out: &mut String, axis: &Axis, r: &FixResult, y: f64, label: &str) 
         .as_ref()
         .map(|t| format!(", p {}", bootscope_bench::compare::format_p(t.p_value)))
         .unwrap_or_default();
+    let interval = c
+        .ratio
+        .as_ref()
+        .map(|ri| format!(" ({:.2}..{:.2})", ri.low, ri.high))
+        .unwrap_or_default();
     text(
         out,
-        WIDTH - RIGHT - 190.0,
+        WIDTH - RIGHT - NOTE + 10.0,
         y,
         12,
         "start",
-        &format!("{ratio:.3}{p}: {verdict}"),
+        &format!("{ratio:.2}{interval}{p}: {verdict}"),
     );
 }
 
@@ -191,9 +230,11 @@ fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
         16,
         "start",
         &format!(
-        "Measured: time to userspace with the fix / without ({} boots per side, Welch, level {})",
-        p.runs_per_side, p.level
-    ),
+            "Measured: time to userspace with the fix / without (up to {} rounds, {}, level {})",
+            p.runs_per_side,
+            p.test.title(),
+            p.level
+        ),
     );
     let rows: Vec<&FixResult> = p
         .fixes
@@ -226,7 +267,7 @@ fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
     }
     if let Some(c) = p.combined.as_ref().filter(|c| c.changes.len() > 1) {
         y += ROW;
-        ratio_row(out, &axis, c, y, "combined: ");
+        ratio_row(out, &axis, c, y, "together: ");
     }
     let x1 = axis.x(1.0);
     let _ = writeln!(
@@ -252,15 +293,11 @@ fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
             ),
         );
     }
-    y += ROW;
-    text(
-        out,
-        20.0,
-        y,
-        12,
-        "start",
-        &clip(&format!("final: {}", final_command(p)), 150),
-    );
+    y += ROW * 0.4;
+    for line in wrap(&format!("final: {}", final_command(p)), 150) {
+        y += ROW * 0.8;
+        text(out, 20.0, y, 12, "start", &line);
+    }
     y
 }
 
@@ -270,7 +307,13 @@ pub fn report_svg(doc: &AdviseDoc) -> String {
     let mut y = 30.0;
     text(&mut body, 20.0, y, 18, "start", "bootscope advise");
     y += 20.0;
-    if let Some(c) = doc.cmdline {
+    // With --prove, the command line given (the check boot's own adds
+    // what records initcalls).
+    let cmdline = doc
+        .prove
+        .map(|p| p.original_cmdline.as_str())
+        .or(doc.cmdline);
+    if let Some(c) = cmdline {
         text(
             &mut body,
             20.0,
@@ -312,24 +355,31 @@ mod tests {
                 "time_to_userspace",
                 base,
                 new,
-                TestKind::Welch,
+                TestKind::Wilcoxon,
                 0.05,
             ),
             phase: None,
             exits: Vec::new(),
             ok_runs: (base.len(), new.len()),
+            rounds: base.len() as u32,
             command: Vec::new(),
         }
     }
 
     #[test]
+    fn long_lines_wrap_at_spaces() {
+        assert_eq!(wrap("a bb ccc dd", 6), ["a bb", "ccc dd"]);
+        assert_eq!(wrap("abcdefgh ij", 4), ["abcdefgh", "ij"]);
+    }
+
+    #[test]
     fn draws_each_fix_against_one() {
-        let base = [10.0e9, 10.2e9, 9.9e9, 10.1e9];
+        let base = [10.0e9, 10.2e9, 9.9e9, 10.1e9, 10.3e9, 9.8e9];
         let report = ProveReport {
             metric: "time_to_userspace".into(),
-            test: TestKind::Welch,
+            test: TestKind::Wilcoxon,
             level: 0.05,
-            runs_per_side: 4,
+            runs_per_side: 6,
             budget: None,
             boots: 17,
             original_command: vec!["--kernel".into(), "k".into()],
@@ -343,13 +393,13 @@ mod tests {
                 result(
                     "quiet",
                     &base,
-                    &[6.0e9, 6.1e9, 5.9e9, 6.2e9],
+                    &[6.0e9, 6.1e9, 5.9e9, 6.2e9, 6.3e9, 5.8e9],
                     Verdict::Accepted,
                 ),
                 result(
                     "8250.nr_uarts=1",
                     &base,
-                    &[10.1e9, 9.8e9, 10.2e9, 10.0e9],
+                    &[10.1e9, 9.8e9, 10.2e9, 10.0e9, 10.4e9, 9.7e9],
                     Verdict::NotSignificant,
                 ),
             ],
@@ -369,9 +419,11 @@ mod tests {
         let svg = report_svg(&doc);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("d &lt;&amp;&gt;"), "escaped detail");
-        assert!(svg.contains("kernel command line: quiet"));
+        assert!(svg.contains(">quiet</text>"), "{svg}");
+        // The command line given, not the check boot's.
+        assert!(svg.contains(">kernel command line: console=ttyS0</text>"));
         assert!(
-            svg.contains(">0.602, p ") && svg.contains(": accepted<"),
+            svg.contains(">0.60 (0.59..0.61), p = 0.031: accepted<"),
             "{svg}"
         );
         assert!(svg.contains("not significant"));
@@ -379,7 +431,7 @@ mod tests {
             svg.contains("final: bootscope run --cmdline &apos;console=ttyS0 quiet&apos;"),
             "{svg}"
         );
-        // The accepted fix's interval is drawn (4 boots a side give one).
+        // The accepted fix's interval is drawn (6 rounds give one).
         assert!(
             svg.contains("stroke=\"#2e7d32\" stroke-width=\"2\""),
             "{svg}"

@@ -8,6 +8,9 @@ use std::ffi::OsString;
 use crate::error::AdviseError;
 use crate::evaluate::ConcreteChange;
 
+/// `run`'s option for a virtio console.
+const VIRTIO_CONSOLE: [&str; 2] = ["--console", "virtio"];
+
 /// The placeholder a `--prove-command` template must hold.
 pub const PLACEHOLDER: &str = "{cmdline}";
 
@@ -117,10 +120,12 @@ impl ProveTarget {
         }
     }
 
-    /// The arguments (bootscope: after `run`) with `changes` applied.
-    pub fn argv(&self, changes: &[&ConcreteChange]) -> Vec<OsString> {
+    /// The kernel command line with `changes` applied: their words
+    /// appended, and with `run --console virtio` the console moved from
+    /// the 8250 (`console=ttyS0`) to the virtio console (`console=hvc0`),
+    /// which `run` does itself only to its default command line.
+    pub fn cmdline_with(&self, changes: &[&ConcreteChange]) -> String {
         let mut cmdline = self.cmdline();
-        let mut flags: Vec<String> = Vec::new();
         for c in changes {
             match c {
                 ConcreteChange::KernelArgs(a) => {
@@ -130,10 +135,36 @@ impl ProveTarget {
                         format!("{} {a}", cmdline.trim_end())
                     };
                 }
-                ConcreteChange::RunFlags(f) => flags.extend(f.iter().cloned()),
-                ConcreteChange::Advice(_) => {}
+                ConcreteChange::RunFlags(f) if f.windows(2).any(|w| w == VIRTIO_CONSOLE) => {
+                    cmdline = cmdline
+                        .split(' ')
+                        .map(|w| {
+                            if w == "console=ttyS0" {
+                                "console=hvc0"
+                            } else {
+                                w
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                }
+                ConcreteChange::RunFlags(_) | ConcreteChange::Advice(_) => {}
             }
         }
+        cmdline
+    }
+
+    /// The arguments (bootscope: after `run`) with `changes` applied.
+    pub fn argv(&self, changes: &[&ConcreteChange]) -> Vec<OsString> {
+        let cmdline = self.cmdline_with(changes);
+        let flags: Vec<String> = changes
+            .iter()
+            .filter_map(|c| match c {
+                ConcreteChange::RunFlags(f) => Some(f.iter().cloned()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
         match self {
             Self::Bootscope { args, .. } => {
                 let mut out: Vec<String> = args.clone();
@@ -226,5 +257,17 @@ mod tests {
             ["--cmdline=a b quiet", "--memory", "256M"]
         );
         assert_eq!(t.cmdline(), "a b");
+        // A virtio console takes the console off the 8250 on a command
+        // line of one's own too (run does so only to its default).
+        let virtio = ConcreteChange::RunFlags(vec!["--console".into(), "virtio".into()]);
+        let t = ProveTarget::Bootscope {
+            args: vec!["--cmdline".into(), "console=ttyS0 quiet".into()],
+            default_cmdline: "x".into(),
+        };
+        assert_eq!(
+            strings(t.argv(&[&virtio])),
+            ["--cmdline", "console=hvc0 quiet", "--console", "virtio"]
+        );
+        assert_eq!(t.cmdline_with(&[&virtio]), "console=hvc0 quiet");
     }
 }

@@ -213,6 +213,15 @@ fn slow_named_initcalls() {
         evaluate(rule("pci-probe"), &ev),
         RuleOutcome::Clear
     ));
+    // The self-tests switched off: crypto_algapi_init's time (registering
+    // the algorithms) is not theirs, and the kernel-configuration advice
+    // that does the same is moot.
+    let mut ev = with_initcalls(&[("crypto_algapi_init", 31_600_000, 0)]);
+    ev.cmdline = Some("console=ttyS0 cryptomgr.notests".into());
+    assert!(matches!(
+        evaluate(rule("crypto-self-tests"), &ev),
+        RuleOutcome::Clear
+    ));
 }
 
 #[test]
@@ -325,7 +334,9 @@ fn vmm_set_up_rules() {
 
 #[test]
 fn no_entropy_source_unless_one_is_given() {
+    let words = |w: &[&str]| w.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
     let mut ev = with_initcalls(&[]);
+    ev.vmm_command = words(&["bootscope", "run", "--no-rng"]);
     let f = &found("no-entropy-source", &ev)[0];
     assert_eq!(f.accounts_ns, None);
     assert_eq!(
@@ -333,7 +344,27 @@ fn no_entropy_source_unless_one_is_given() {
         ConcreteChange::RunFlags(vec!["--rng".into()])
     );
     assert_eq!(f.fixes[1].triable, Triable::NeedsAllowUnsafe);
-    ev.vmm_command = vec!["bootscope".into(), "run".into(), "--rng".into()];
+    // Without ACPI, run's guest has no virtio-rng either.
+    ev.vmm_command = words(&["bootscope", "run", "--no-acpi"]);
+    assert_eq!(found("no-entropy-source", &ev).len(), 1);
+    // run gives one by default (with ACPI), and the last of --rng and
+    // --no-rng wins.
+    for cmd in [
+        &["bootscope", "run"][..],
+        &["bootscope", "run", "--no-rng", "--rng"],
+    ] {
+        ev.vmm_command = words(cmd);
+        assert!(
+            matches!(evaluate(rule("no-entropy-source"), &ev), RuleOutcome::Clear),
+            "{cmd:?}"
+        );
+    }
+    // Another VMM has one only when its command names one.
+    ev.vmm = Vmm::Other;
+    ev.vmm_command = words(&["qemu-system-x86_64", "-M", "microvm"]);
+    assert_eq!(found("no-entropy-source", &ev).len(), 1);
+    ev.vmm_command
+        .extend(words(&["-device", "virtio-rng-device"]));
     assert!(matches!(
         evaluate(rule("no-entropy-source"), &ev),
         RuleOutcome::Clear
@@ -344,6 +375,32 @@ fn no_entropy_source_unless_one_is_given() {
         evaluate(rule("no-entropy-source"), &ev),
         RuleOutcome::Clear
     ));
+}
+
+#[test]
+fn run_options_in_place_only_with_their_value() {
+    let mut ev = loud();
+    let console = |ev: &Evidence| {
+        advise(ev)
+            .findings
+            .iter()
+            .flat_map(|f| f.fixes.iter())
+            .any(|c| {
+                c.change == ConcreteChange::RunFlags(vec!["--console".into(), "virtio".into()])
+            })
+    };
+    assert!(console(&ev));
+    // --console serial is not the fix in place.
+    ev.vmm_command = ["bootscope", "run", "--console", "serial"]
+        .map(String::from)
+        .to_vec();
+    assert!(console(&ev));
+    for given in [&["--console", "virtio"][..], &["--console=virtio"]] {
+        ev.vmm_command = ["bootscope", "run"].map(String::from).to_vec();
+        ev.vmm_command
+            .extend(given.iter().map(|s| (*s).to_string()));
+        assert!(!console(&ev), "{given:?}");
+    }
 }
 
 #[test]
@@ -403,7 +460,18 @@ fn slow_guest_every_known_cause_found() {
     t["guest"]["initrd"] = serde_json::json!(gz);
     let tp = dir.path().join("t.json");
     std::fs::write(&tp, t.to_string()).unwrap();
-    let ev = Evidence::read(&[tp, fixture("advise-slow.profile.json")]).unwrap();
+    // The guest had no entropy device: recorded by a bootscope whose run
+    // had no virtio-rng; today's run says so with --no-rng.
+    let mut p: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture("advise-slow.profile.json")).unwrap())
+            .unwrap();
+    p["target"]["command"]
+        .as_array_mut()
+        .unwrap()
+        .push("--no-rng".into());
+    let pp = dir.path().join("p.json");
+    std::fs::write(&pp, p.to_string()).unwrap();
+    let ev = Evidence::read(&[tp, pp]).unwrap();
     let advice = advise(&ev);
     assert!(advice.unchecked.is_empty(), "{:?}", advice.unchecked);
     let rules: Vec<&str> = advice.findings.iter().map(|f| f.rule).collect();
