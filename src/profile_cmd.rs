@@ -550,6 +550,13 @@ pub fn summary(p: &Profile, output: &Path) -> String {
         n.pages_unknown_node
     );
     threads_summary(&mut s, p);
+    let waits = bootscope_profiler::runqueue::phase_wait_lines(p);
+    if !waits.is_empty() {
+        let _ = writeln!(s, "run-queue waits (runnable, not running):");
+        for line in waits {
+            let _ = writeln!(s, "  {line}");
+        }
+    }
     cost_summary(&mut s, p);
     let _ = writeln!(
         s,
