@@ -71,15 +71,17 @@ fn note(seen: &mut BTreeMap<u32, Seen>, text: &str) {
         };
         let s = seen.entry(pid).or_default();
         s.phases |= line.starts_with("bootscope_vm_boot_phase_seconds{");
-        s.waits |= line.starts_with("bootscope_vm_thread_runqueue_waits_total{")
-            && !line.ends_with(" 0");
+        s.waits |=
+            line.starts_with("bootscope_vm_thread_runqueue_waits_total{") && !line.ends_with(" 0");
         s.ended |= line.starts_with("bootscope_vm_up{") && line.ends_with(" 0");
     }
 }
 
 /// The exporter's open descriptors and resident memory (KiB).
 fn footprint(pid: u32) -> (usize, u64) {
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let rss = status
         .lines()
@@ -97,7 +99,14 @@ fn wave(dir: &Path, n: usize) -> Vec<u32> {
             let log = std::fs::File::create(dir.join(format!("vm-{n}-{i}.log"))).unwrap();
             Running(
                 bootscope()
-                    .args(["run", "--kernel", &kernel, "--no-profile", "--serial", "null"])
+                    .args([
+                        "run",
+                        "--kernel",
+                        &kernel,
+                        "--no-profile",
+                        "--serial",
+                        "null",
+                    ])
                     .arg("--no-summary")
                     .stdout(Stdio::null())
                     .stderr(log)
@@ -110,7 +119,11 @@ fn wave(dir: &Path, n: usize) -> Vec<u32> {
     for mut vm in vms {
         pids.push(vm.0.id());
         let st = vm.0.wait().unwrap();
-        assert!(st.success(), "a VM of wave {n} failed; see {}", dir.display());
+        assert!(
+            st.success(),
+            "a VM of wave {n} failed; see {}",
+            dir.display()
+        );
     }
     pids
 }
@@ -194,7 +207,10 @@ fn every_vm_of_a_storm_is_served_and_the_exporter_stays_flat() {
         .copied()
         .filter(|p| !seen.get(p).is_some_and(|s| s.phases && s.waits && s.ended))
         .collect();
-    let shown: BTreeMap<u32, Seen> = started.iter().map(|p| (*p, seen.get(p).copied().unwrap_or_default())).collect();
+    let shown: BTreeMap<u32, Seen> = started
+        .iter()
+        .map(|p| (*p, seen.get(p).copied().unwrap_or_default()))
+        .collect();
     assert!(
         missing.is_empty(),
         "VMs not served with phases, run-queue waits and their end: {missing:?}\n{shown:?}\nsee {}",
@@ -211,7 +227,10 @@ fn every_vm_of_a_storm_is_served_and_the_exporter_stays_flat() {
     assert_eq!(distinct.len(), WAVES * VMS_PER_WAVE);
     let (warm_fds, warm_rss) = footprints[0];
     for (i, &(fds, _)) in footprints.iter().enumerate().skip(1) {
-        assert!(fds <= warm_fds, "wave {i}: {fds} descriptors, {warm_fds} after the first");
+        assert!(
+            fds <= warm_fds,
+            "wave {i}: {fds} descriptors, {warm_fds} after the first"
+        );
     }
     let (_, last_rss) = footprints[WAVES - 1];
     let vms_after = ((WAVES - 1) * VMS_PER_WAVE) as u64;

@@ -182,7 +182,10 @@ fn runqueue_wait_matches_schedstat() {
     let pid = workload_pid(&busy);
     let start = Instant::now();
     while !all_stopped(pid) {
-        assert!(start.elapsed() < Duration::from_secs(10), "{pid} never stopped");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{pid} never stopped"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let want = schedstat_waits(pid);
@@ -225,7 +228,9 @@ fn check_waits(p: &bootscope_profiler::Profile, pid: u32, busy: &[u32], want: &[
         let t = p.threads.iter().find(|t| t.tid == tid);
         let w = t.and_then(|t| t.runqueue_wait.as_ref());
         let got = w.map_or(0, |w| w.total_ns);
-        report.push_str(&format!("tid {tid}: profile {got} ns, schedstat {schedstat} ns\n"));
+        report.push_str(&format!(
+            "tid {tid}: profile {got} ns, schedstat {schedstat} ns\n"
+        ));
         if let Some(w) = w {
             assert_eq!(t.unwrap().tgid, pid);
             let in_hist: u64 = w.hist.iter().map(|b| b.count).sum();
@@ -247,7 +252,10 @@ fn check_waits(p: &bootscope_profiler::Profile, pid: u32, busy: &[u32], want: &[
         } else if tid == pid {
             // The main thread was forked (and held) before profiling
             // started: schedstat has its waits from before then too.
-            assert!(got <= schedstat + 200_000, "tid {tid}: more than schedstat\n{report}");
+            assert!(
+                got <= schedstat + 200_000,
+                "tid {tid}: more than schedstat\n{report}"
+            );
         } else {
             // The harness's thread: short waits, where the two clocks' 1 %
             // is a few microseconds.

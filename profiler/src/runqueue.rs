@@ -124,7 +124,11 @@ mod tests {
             },
         ];
         p.threads = vec![
-            thread(11, "vcpu0", &[("kernel", 300_000_000), ("before first mark", 5)]),
+            thread(
+                11,
+                "vcpu0",
+                &[("kernel", 300_000_000), ("before first mark", 5)],
+            ),
             thread(12, "prealloc 0", &[("kernel", 2_000_000)]),
             thread(13, "main", &[]),
         ];

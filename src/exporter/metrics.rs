@@ -611,9 +611,7 @@ mod tests {
             format!(
                 r#"bootscope_vm_runqueue_wait_seconds_bucket{{{vm},role="vcpu",le="0.002097152"}} 3"#
             ),
-            format!(
-                r#"bootscope_vm_runqueue_wait_seconds_bucket{{{vm},role="vcpu",le="+Inf"}} 4"#
-            ),
+            format!(r#"bootscope_vm_runqueue_wait_seconds_bucket{{{vm},role="vcpu",le="+Inf"}} 4"#),
             format!(r#"bootscope_vm_runqueue_wait_seconds_sum{{{vm},role="vcpu"}} 0.006"#),
             format!(
                 r#"bootscope_vm_phase_runqueue_wait_seconds_total{{{vm},tid="11",thread="vcpu0",phase="kernel"}} 0.003"#

@@ -370,7 +370,10 @@ fn threads_pane_with_runqueue_waits() {
     assert!(t.contains("CPU WAIT") && t.contains("600.0 ms"), "{t}");
     // Narrow: the wait stays.
     let narrow = text(&render(70, 9, |f, a| ui::draw_threads(f, a, &app)));
-    assert!(narrow.contains("CPU WAIT") && !narrow.contains("ROLE"), "{narrow}");
+    assert!(
+        narrow.contains("CPU WAIT") && !narrow.contains("ROLE"),
+        "{narrow}"
+    );
 }
 
 #[test]

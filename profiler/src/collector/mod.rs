@@ -470,11 +470,7 @@ impl Collector {
             TargetSpec::AnyVm => Vec::new(),
             _ => descendants(target_pid),
         };
-        let (threads, tgids) = seed_target(&mut ebpf, target_pid, &procs)?;
-        if config.collectors.sched {
-            let watched = threads.iter().map(|(&tid, t)| (tid, t.tgid));
-            sched::seed(ebpf.map_mut(sched::TASKS_MAP), watched);
-        }
+        let (threads, tgids) = seed_target(&mut ebpf, target_pid, &procs, &config.collectors)?;
         stages.end("seed");
 
         // Before attaching, so that every run of ours is counted.

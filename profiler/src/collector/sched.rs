@@ -80,7 +80,9 @@ pub fn thread_waits(
     sorted.sort_by_key(|(k, _)| (k.tid, k.phase, k.tgid));
     let mut out: BTreeMap<u32, (u32, RunqueueWait)> = BTreeMap::new();
     for (k, h) in sorted {
-        let (_, wait) = out.entry(k.tid).or_insert_with(|| (k.tgid, Default::default()));
+        let (_, wait) = out
+            .entry(k.tid)
+            .or_insert_with(|| (k.tgid, Default::default()));
         add(wait, phase_name(k.phase), h);
     }
     out
@@ -97,7 +99,8 @@ impl State {
             return BTreeMap::new();
         }
         let entries = self.entries::<BsSchedKey, BsHist>(WAITS_MAP);
-        events[Source::SchedWaitSwitch as usize] += entries.iter().map(|(_, h)| h.count).sum::<u64>();
+        events[Source::SchedWaitSwitch as usize] +=
+            entries.iter().map(|(_, h)| h.count).sum::<u64>();
         thread_waits(&entries, |p| self.phase_names.name(p))
     }
 }
