@@ -677,11 +677,13 @@ impl Collector {
 
     /// A VMM profiling itself calls this once its vCPUs exist: their KVM
     /// statistics files are found now, in one scan of its descriptor table,
-    /// instead of scan after scan until they show up.
+    /// instead of scan after scan until they show up (and their threads'
+    /// names, for the sched collector without the threads collector).
     pub fn vcpus_created(&self) {
         let mut st = self.lock();
         st.kvm_stats.request_scan();
         st.refresh_kvm_stats(true);
+        st.name_watched_threads();
     }
 
     /// Starts attaching the guest programs on a thread of their own, when

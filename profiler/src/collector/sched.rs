@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 
-use super::state::State;
+use super::read::hash_entries;
+use super::state::{State, ThreadInfo};
+use super::target::read_comm;
 use crate::bpf::{self, BsHist, BsSchedKey, BsSchedTask, Source};
 use crate::hist;
 use crate::profile::{PhaseWait, RunqueueWait};
@@ -89,6 +91,39 @@ pub fn thread_waits(
 }
 
 impl State {
+    /// Names the threads the sched programs watch that nothing else named:
+    /// without the threads collector, threads born while profiled are
+    /// known to these programs only. Read from procfs while they live (at
+    /// each sample), so that the profile still says which is a vCPU.
+    pub(super) fn name_watched_threads(&mut self) {
+        if !self.attached(Source::SchedWaitSwitch) || self.attached(Source::TaskNewtask) {
+            return;
+        }
+        let now = self.now_ns();
+        for (tid, task) in hash_entries::<u32, BsSchedTask>(&self.bpf, TASKS_MAP) {
+            if self.threads.contains_key(&tid) {
+                continue;
+            }
+            // A task not yet switched out has no process in its entry: one
+            // of the followed processes has it.
+            let mut owners = self
+                .tgids
+                .iter()
+                .copied()
+                .filter(|&p| task.tgid == 0 || p == task.tgid);
+            let found = owners.find_map(|p| Some((p, read_comm(p, tid)?)));
+            if let Some((tgid, name)) = found {
+                let info = ThreadInfo {
+                    tgid,
+                    name,
+                    start_ns: now,
+                    ..Default::default()
+                };
+                self.threads.insert(tid, info);
+            }
+        }
+    }
+
     /// Each thread's run-queue waits so far (none unless the sched
     /// collector runs); adds the waits to the switch program's events.
     pub(super) fn runqueue_waits(
