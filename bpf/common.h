@@ -6,7 +6,7 @@
 #ifndef BOOTSCOPE_COMMON_H
 #define BOOTSCOPE_COMMON_H
 
-#define BS_ABI_VERSION 6
+#define BS_ABI_VERSION 7
 
 #define BS_COMM_LEN 16
 /* log2 latency slots: slot i holds values in [2^i, 2^(i+1)) ns, slot 0 also
@@ -52,6 +52,10 @@ enum bs_patch_slot {
 	BS_P_MM_PAGE_ALLOC_ORDER,
 	BS_P_KVM_EXIT_GUEST_RIP,
 	BS_P_KVM_EXIT_INFO2,
+	BS_P_SCHED_WAKEUP_PID,
+	BS_P_SCHED_WAKEUP_NEW_PID,
+	BS_P_SCHED_SWITCH_PREV_STATE,
+	BS_P_SCHED_SWITCH_NEXT_PID,
 	BS_P_COUNT,
 };
 
@@ -88,7 +92,10 @@ enum bs_source {
 	BS_SRC_SCHED_PROCESS_EXIT = 17,
 	BS_SRC_MM_PAGE_ALLOC = 18,
 	BS_SRC_MARKER_PIO = 19,
-	BS_SRC_COUNT = 20,
+	BS_SRC_SCHED_WAKEUP = 20,
+	BS_SRC_SCHED_WAKEUP_NEW = 21,
+	BS_SRC_SCHED_WAIT_SWITCH = 22,
+	BS_SRC_COUNT = 23,
 };
 
 /* What a ring buffer record reports. */

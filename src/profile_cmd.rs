@@ -54,7 +54,8 @@ pub struct ProfileArgs {
     #[arg(long)]
     pub bpf_stats: bool,
     /// Profile with these collectors only (comma-separated: exits, faults,
-    /// threads, numa, phases; default all): each one left out is eBPF
+    /// threads, numa, phases, sched; all; default all but sched, the
+    /// run-queue waits of the target's threads): each one left out is eBPF
     /// programs not run on its events. exit-counts: the exits without their
     /// latency (one program per exit instead of two).
     #[arg(long, value_name = "LIST", value_parser = CollectorSet::parse)]
@@ -550,6 +551,13 @@ pub fn summary(p: &Profile, output: &Path) -> String {
         n.pages_unknown_node
     );
     threads_summary(&mut s, p);
+    let waits = bootscope_profiler::runqueue::phase_wait_lines(p);
+    if !waits.is_empty() {
+        let _ = writeln!(s, "run-queue waits (runnable, not running):");
+        for line in waits {
+            let _ = writeln!(s, "  {line}");
+        }
+    }
     cost_summary(&mut s, p);
     let _ = writeln!(
         s,

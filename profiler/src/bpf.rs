@@ -11,7 +11,7 @@ pub static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bootscope.bpf.o"));
 
 /// `BS_ABI_VERSION` in bpf/common.h.
-pub const BS_ABI_VERSION: u32 = 6;
+pub const BS_ABI_VERSION: u32 = 7;
 pub const COMM_LEN: usize = 16;
 pub const HIST_SLOTS: usize = crate::hist::HIST_SLOTS;
 pub const MAX_PFN_RANGES: usize = 64;
@@ -57,6 +57,8 @@ pub enum CollectorKind {
     Threads,
     Numa,
     Phases,
+    /// Run-queue waits (`--collect sched`).
+    Sched,
 }
 
 /// Index into `source_events` (`enum bs_source`).
@@ -83,10 +85,13 @@ pub enum Source {
     SchedProcessExit = 17,
     MmPageAlloc = 18,
     MarkerPio = 19,
+    SchedWakeup = 20,
+    SchedWakeupNew = 21,
+    SchedWaitSwitch = 22,
 }
 
 /// `BS_SRC_COUNT`.
-pub const SOURCE_COUNT: usize = 20;
+pub const SOURCE_COUNT: usize = 23;
 
 /// One BPF program: the tracepoint it attaches to and the fields it reads
 /// (each becomes the global `EVENT__FIELD`).
@@ -151,6 +156,9 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     spec!("bs_page_fault_user", "exceptions", "page_fault_user", PageFaultUser, Faults, [], [], "page_faults.host_user"),
     spec!("bs_page_fault_kernel", "exceptions", "page_fault_kernel", PageFaultKernel, Faults, [], [], "page_faults.host_kernel"),
     spec!("bs_mm_page_alloc", "kmem", "mm_page_alloc", MmPageAlloc, Numa, ["pfn", "order"], [], "numa, threads[].pages_*"),
+    spec!("bs_sched_wakeup", "sched", "sched_wakeup", SchedWakeup, Sched, ["pid"], [], "threads[].runqueue_wait (a wait starts when a thread is woken)"),
+    spec!("bs_sched_wakeup_new", "sched", "sched_wakeup_new", SchedWakeupNew, Sched, ["pid"], [], "threads[].runqueue_wait (new threads, from their first queueing)"),
+    spec!("bs_sched_wait_switch", "sched", "sched_switch", SchedWaitSwitch, Sched, ["prev_state", "next_pid"], [], "threads[].runqueue_wait (a wait ends at the switch in; a preempted thread waits again)"),
 ];
 
 /// `struct bs_field`.
@@ -401,6 +409,25 @@ pub struct BsRunVal {
     pub pad: u32,
 }
 
+/// `struct bs_sched_task`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BsSchedTask {
+    pub tgid: u32,
+    pub pad: u32,
+    pub queued_ns: u64,
+    pub pending_ns: u64,
+}
+
+/// `struct bs_sched_key`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BsSchedKey {
+    pub tgid: u32,
+    pub tid: u32,
+    pub phase: u32,
+}
+
 /// `struct bs_target`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -463,6 +490,8 @@ const _: () = assert!(size_of::<BsPfnRange>() == 24);
 const _: () = assert!(size_of::<BsTarget>() == 8);
 const _: () = assert!(size_of::<BsNumaKey>() == 16);
 const _: () = assert!(size_of::<BsNumaVal>() == 16);
+const _: () = assert!(size_of::<BsSchedTask>() == 24);
+const _: () = assert!(size_of::<BsSchedKey>() == 12);
 
 macro_rules! pod {
     ($($t:ty),*) => {
@@ -500,7 +529,9 @@ pod!(
     BsPfnRange,
     BsTarget,
     BsNumaKey,
-    BsNumaVal
+    BsNumaVal,
+    BsSchedTask,
+    BsSchedKey
 );
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ pub mod phases;
 pub mod profile;
 mod pseudo;
 pub mod reasons;
+pub mod runqueue;
 pub mod sites;
 pub mod topology;
 pub mod tracefs;

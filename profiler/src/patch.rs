@@ -44,6 +44,10 @@ pub const PATCH_SLOTS: &[(&str, &str)] = &[
     ("mm_page_alloc", "order"),
     ("kvm_exit", "guest_rip"),
     ("kvm_exit", "info2"),
+    ("sched_wakeup", "pid"),
+    ("sched_wakeup_new", "pid"),
+    ("sched_switch", "prev_state"),
+    ("sched_switch", "next_pid"),
 ];
 
 /// The slot of an (event, field), if programs load it directly.

@@ -467,6 +467,32 @@ pub struct ThreadProfile {
     /// Its exit code, if it ended while profiled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// How long it waited for a host CPU (`--collect sched`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runqueue_wait: Option<RunqueueWait>,
+}
+
+/// Time a thread was runnable but not running: woken or preempted, waiting
+/// in a run queue for a host CPU (the second field of
+/// `/proc/PID/task/TID/schedstat`, from profiling start on).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunqueueWait {
+    pub total_ns: u64,
+    /// Waits (each from a queueing to the switch that ran the thread).
+    pub count: u64,
+    /// The waits, log2 buckets.
+    pub hist: Vec<HistBucket>,
+    /// The same, by the boot phase its process was in when each wait ended.
+    pub by_phase: Vec<PhaseWait>,
+}
+
+/// A thread's run-queue waits in one boot phase.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PhaseWait {
+    pub phase: String,
+    pub total_ns: u64,
+    pub count: u64,
+    pub hist: Vec<HistBucket>,
 }
 
 /// Pages on one node.

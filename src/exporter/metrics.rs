@@ -98,7 +98,7 @@ impl VmWriter<'_> {
 }
 
 /// Every family the exporter writes, with its type and help, in order.
-pub const FAMILIES: [(&str, &str, &str); 19] = [
+pub const FAMILIES: [(&str, &str, &str); 23] = [
     ("bootscope_vm_up", "gauge", "1 while the VMM process runs, 0 for a VM that ended (kept for a while so its last counts are scraped)."),
     ("bootscope_vm_start_time_seconds", "gauge", "When the VMM process started, in seconds since the Unix epoch."),
     ("bootscope_vm_followed_since_seconds", "gauge", "When the exporter started following the VM (counters count from then), in seconds since the Unix epoch."),
@@ -114,6 +114,10 @@ pub const FAMILIES: [(&str, &str, &str); 19] = [
     ("bootscope_vm_prealloc_cpu_seconds_total", "counter", "CPU time of the preallocation threads on each NUMA node."),
     ("bootscope_vm_prealloc_pages_total", "counter", "Pages the preallocation threads allocated, local or remote to the allocating CPU's node."),
     ("bootscope_vm_boot_phase_seconds", "gauge", "Duration of each boot phase seen since the exporter followed the VM."),
+    ("bootscope_vm_thread_runqueue_wait_seconds_total", "counter", "Time each thread of the VMM was runnable but waited for a host CPU (--collect sched)."),
+    ("bootscope_vm_thread_runqueue_waits_total", "counter", "Times each thread of the VMM waited in a run queue for a host CPU (--collect sched)."),
+    ("bootscope_vm_runqueue_wait_seconds", "histogram", "Run-queue waits of the VMM's threads by thread role (vcpu, prealloc, main, other) (--collect sched)."),
+    ("bootscope_vm_phase_runqueue_wait_seconds_total", "counter", "Run-queue wait of each thread by boot phase (--collect sched, --label phase)."),
     ("bootscope_exporter_lost_events_total", "counter", "Events the kernel could not hand over to the exporter (ring buffer full)."),
     ("bootscope_exporter_map_overflows_total", "counter", "Events not counted because an eBPF map was full."),
     ("bootscope_exporter_bpf_program_runs_total", "counter", "Runs of the exporter's eBPF programs, by collector (one set for every VM; they run on every process's events)."),
@@ -249,6 +253,54 @@ fn write_prealloc(w: &mut VmWriter, p: &Profile) {
     }
 }
 
+/// Run-queue waits (`--collect sched`): each thread's total and count,
+/// a histogram per thread role, and with `--label phase` each thread's
+/// wait per boot phase.
+fn write_runqueue_waits(w: &mut VmWriter, p: &Profile, extra: ExtraLabels) {
+    let mut by_role: BTreeMap<&str, (BTreeMap<u64, u64>, u64)> = BTreeMap::new();
+    for t in &p.threads {
+        let Some(wait) = &t.runqueue_wait else {
+            continue;
+        };
+        let tid = t.tid.to_string();
+        let who = [
+            ("tid", tid.as_str()),
+            ("thread", t.name.as_str()),
+            ("role", t.role.as_str()),
+        ];
+        let family = "bootscope_vm_thread_runqueue_wait_seconds_total";
+        w.counter(family, "", &who, secs(wait.total_ns));
+        let family = "bootscope_vm_thread_runqueue_waits_total";
+        w.counter(family, "", &who, wait.count as f64);
+        let role = by_role.entry(t.role.as_str()).or_default();
+        for b in &wait.hist {
+            *role.0.entry(b.hi_ns).or_default() += b.count;
+        }
+        role.1 += wait.total_ns;
+        if extra.phase {
+            for ph in &wait.by_phase {
+                let l = [who[0], who[1], ("phase", ph.phase.as_str())];
+                let family = "bootscope_vm_phase_runqueue_wait_seconds_total";
+                w.counter(family, "", &l, secs(ph.total_ns));
+            }
+        }
+    }
+    let family = "bootscope_vm_runqueue_wait_seconds";
+    for (role, (buckets, sum)) in &by_role {
+        let mut cumulative = 0;
+        for (hi, n) in buckets {
+            cumulative += n;
+            let le = format!("{}", secs(*hi));
+            let l = [("role", *role), ("le", le.as_str())];
+            w.counter(family, "_bucket", &l, cumulative as f64);
+        }
+        let l = [("role", *role), ("le", "+Inf")];
+        w.counter(family, "_bucket", &l, cumulative as f64);
+        w.counter(family, "_sum", &[("role", role)], secs(*sum));
+        w.counter(family, "_count", &[("role", role)], cumulative as f64);
+    }
+}
+
 /// Writes every series of one VM from its latest profile; `up` says
 /// whether it still runs, `followed_since_s` when following began.
 pub fn write_vm(
@@ -282,6 +334,7 @@ pub fn write_vm(
         w.counter("bootscope_vm_numa_pages_total", "", &l, n as f64);
     }
     write_prealloc(w, p);
+    write_runqueue_waits(w, p, extra);
     let mut phases: BTreeMap<&str, u64> = BTreeMap::new();
     for ph in &p.phases {
         *phases.entry(ph.name.as_str()).or_default() += ph.end_ns.saturating_sub(ph.start_ns);
@@ -404,6 +457,82 @@ mod tests {
                 "the dashboard queries {n}, which the exporter does not write"
             );
         }
+    }
+
+    #[test]
+    fn runqueue_waits_per_thread_role_and_phase() {
+        use bootscope_profiler::profile::{HistBucket, PhaseWait, RunqueueWait, ThreadProfile};
+        let thread = |tid: u32, name: &str, role: &str, hist: Vec<HistBucket>| ThreadProfile {
+            tid,
+            name: name.into(),
+            role: role.into(),
+            runqueue_wait: Some(RunqueueWait {
+                total_ns: 3_000_000,
+                count: hist.iter().map(|b| b.count).sum(),
+                hist,
+                by_phase: vec![PhaseWait {
+                    phase: "kernel".into(),
+                    total_ns: 3_000_000,
+                    count: 2,
+                    hist: Vec::new(),
+                }],
+            }),
+            ..Default::default()
+        };
+        let b = |lo_ns: u64, count: u64| HistBucket {
+            lo_ns,
+            hi_ns: lo_ns * 2,
+            count,
+        };
+        let mut p = Profile::new();
+        p.threads = vec![
+            thread(11, "vcpu0", "vcpu", vec![b(1 << 20, 1), b(1 << 21, 1)]),
+            thread(12, "vcpu1", "vcpu", vec![b(1 << 20, 2)]),
+            ThreadProfile {
+                tid: 10,
+                name: "main".into(),
+                ..Default::default()
+            },
+        ];
+        let mut x = Exposition::default();
+        declare_families(&mut x);
+        let mut floors = Floors::default();
+        let mut w = VmWriter {
+            x: &mut x,
+            floors: &mut floors,
+            who: VmLabels {
+                pid: "10",
+                comm: "bootscope",
+                vm: "bootscope-10",
+            },
+        };
+        let extra = ExtraLabels {
+            phase: true,
+            ..Default::default()
+        };
+        write_runqueue_waits(&mut w, &p, extra);
+        let out = x.render();
+        let vm = r#"pid="10",comm="bootscope",vm="bootscope-10""#;
+        for line in [
+            format!(
+                r#"bootscope_vm_thread_runqueue_wait_seconds_total{{{vm},tid="11",thread="vcpu0",role="vcpu"}} 0.003"#
+            ),
+            format!(
+                r#"bootscope_vm_thread_runqueue_waits_total{{{vm},tid="12",thread="vcpu1",role="vcpu"}} 2"#
+            ),
+            format!(
+                r#"bootscope_vm_runqueue_wait_seconds_bucket{{{vm},role="vcpu",le="0.002097152"}} 3"#
+            ),
+            format!(r#"bootscope_vm_runqueue_wait_seconds_bucket{{{vm},role="vcpu",le="+Inf"}} 4"#),
+            format!(r#"bootscope_vm_runqueue_wait_seconds_sum{{{vm},role="vcpu"}} 0.006"#),
+            format!(
+                r#"bootscope_vm_phase_runqueue_wait_seconds_total{{{vm},tid="11",thread="vcpu0",phase="kernel"}} 0.003"#
+            ),
+        ] {
+            assert!(out.lines().any(|l| l == line), "no {line} in\n{out}");
+        }
+        // A thread without waits (collector off) has no series.
+        assert!(!out.contains(r#"tid="10""#), "{out}");
     }
 
     #[test]

@@ -50,7 +50,8 @@ pub struct ExporterArgs {
     #[arg(long = "labels", value_name = "LIST", value_parser = ExtraLabels::parse)]
     pub labels: Option<ExtraLabels>,
     /// Follow VMs with these collectors only (comma-separated: exits,
-    /// exit-counts, faults, threads, numa, phases; default all).
+    /// exit-counts, faults, threads, numa, phases, sched; default all but
+    /// sched, the run-queue waits of the VMs' threads).
     #[arg(long, value_name = "LIST", value_parser = CollectorSet::parse)]
     pub collect: Option<CollectorSet>,
     /// Do not have the kernel count and time the eBPF programs' runs

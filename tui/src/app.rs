@@ -493,14 +493,24 @@ impl App {
             .find(|r| r.reason == name)
     }
 
+    /// Whether the profile has run-queue waits (`--collect sched`).
+    pub fn has_waits(&self) -> bool {
+        self.profile
+            .threads
+            .iter()
+            .any(|t| t.runqueue_wait.is_some())
+    }
+
     /// The threads of the threads pane and whether they are the
-    /// preallocation threads (else every thread is listed).
+    /// preallocation threads (with the vCPU threads when the profile has
+    /// run-queue waits; else every thread is listed).
     pub fn thread_rows(&self) -> (Vec<&ThreadProfile>, bool) {
+        let waits = self.has_waits();
         let prealloc: Vec<&ThreadProfile> = self
             .profile
             .threads
             .iter()
-            .filter(|t| t.role == "prealloc")
+            .filter(|t| t.role == "prealloc" || (waits && t.role == "vcpu"))
             .collect();
         let is_prealloc = !prealloc.is_empty();
         let mut rows = if is_prealloc {

@@ -342,6 +342,40 @@ fn panes_without_data() {
     }
 }
 
+/// With run-queue waits (`--collect sched`) the threads pane lists the
+/// vCPU threads beside the preallocation threads, with their waits.
+#[test]
+fn threads_pane_with_runqueue_waits() {
+    let waits = |p: &mut Profile| {
+        for (i, t) in p.threads.iter_mut().enumerate() {
+            if t.role == "main" {
+                continue;
+            }
+            t.runqueue_wait = Some(RunqueueWait {
+                total_ns: (i as u64 + 1) * 150 * MS,
+                count: 10,
+                hist: Vec::new(),
+                by_phase: Vec::new(),
+            });
+        }
+    };
+    let mut app = App::new("qemu-system-x86_64 (pid 4242)", Theme::unicode());
+    let mut p = fixture(2000);
+    waits(&mut p);
+    app.update(p);
+    let buf = render(92, 9, |f, a| ui::draw_threads(f, a, &app));
+    snapshot("threads-waits", &buf);
+    let t = text(&buf);
+    assert!(t.contains("Preallocation and vCPU threads (4 of 5)"), "{t}");
+    assert!(t.contains("CPU WAIT") && t.contains("600.0 ms"), "{t}");
+    // Narrow: the wait stays.
+    let narrow = text(&render(70, 9, |f, a| ui::draw_threads(f, a, &app)));
+    assert!(
+        narrow.contains("CPU WAIT") && !narrow.contains("ROLE"),
+        "{narrow}"
+    );
+}
+
 #[test]
 fn status_line_live_paused_and_ended() {
     let mut app = live_app(Theme::unicode());

@@ -49,7 +49,7 @@ pub struct FollowedVm {
 
 /// Maps whose key starts with the process id (`__u32 tgid` first in every
 /// one of these key structs; checked by a test against the Rust types).
-const TGID_KEYED: [&str; 14] = [
+const TGID_KEYED: [&str; 15] = [
     "exit_stats",
     "vcpu_tids",
     "uexit_counts",
@@ -64,6 +64,7 @@ const TGID_KEYED: [&str; 14] = [
     "numa_pages",
     "marker_counts",
     "marker_last",
+    "sched_waits",
 ];
 
 fn u32_at<T: Pod>(t: &T, offset: usize) -> u32 {
@@ -85,6 +86,7 @@ fn entry_tgid<K: Pod, V: Pod>(name: &str, k: &K, v: &V) -> Option<u32> {
     match name {
         "exit_start" => Some(u32_at(v, offset_of!(bpf::BsExitStart, tgid))),
         "run_time" => Some(u32_at(v, offset_of!(bpf::BsRunVal, tgid))),
+        "sched_tasks" => Some(u32_at(v, offset_of!(bpf::BsSchedTask, tgid))),
         "threads" => Some(u32_at(v, 0)),
         n if TGID_KEYED.contains(&n) => Some(u32_at(k, 0)),
         _ => None,
@@ -219,6 +221,8 @@ impl State {
         remove_where::<bpf::BsMarkerLastKey, u32>(b, "marker_last", tgids);
         remove_where::<bpf::BsRunKey, bpf::BsRunVal>(b, "run_time", tgids);
         remove_where::<u32, u32>(b, "threads", tgids);
+        remove_where::<bpf::BsSchedKey, bpf::BsHist>(b, "sched_waits", tgids);
+        remove_where::<u32, bpf::BsSchedTask>(b, "sched_tasks", tgids);
         if let Some(map) = self.bpf.map_mut("followed") {
             if let Ok(mut h) = BpfHashMap::<&mut MapData, u32, u32>::try_from(map) {
                 for t in tgids {
@@ -273,6 +277,8 @@ impl Collector {
                 }
             }
         }
+        let watched = tids.iter().map(|&tid| (tid, tgid));
+        super::sched::seed(st.bpf.map_mut(super::sched::TASKS_MAP), watched);
         for tid in tids {
             st.threads.entry(tid).or_insert_with(|| ThreadInfo {
                 tgid,
@@ -347,6 +353,7 @@ mod tests {
         assert_eq!(offset_of!(bpf::BsNumaKey, tgid), 0);
         assert_eq!(offset_of!(bpf::BsMarkerKey, tgid), 0);
         assert_eq!(offset_of!(bpf::BsMarkerLastKey, tgid), 0);
+        assert_eq!(offset_of!(bpf::BsSchedKey, tgid), 0);
     }
 
     #[test]

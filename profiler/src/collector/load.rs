@@ -205,7 +205,7 @@ pub(super) fn loader_without_kernel_btf() -> Result<EbpfLoader<'static>, String>
 /// Sized down, they cost less to read as well: a read walks every bucket
 /// of a hash map, empty or not (a sample reads exit_stats, exit_start and
 /// fault_counts).
-pub(super) fn thread_map_sizes(threads: u32, cpus: u32, nodes: u32) -> [(&'static str, u32); 7] {
+pub(super) fn thread_map_sizes(threads: u32, cpus: u32, nodes: u32) -> [(&'static str, u32); 9] {
     let t = threads
         .saturating_mul(2)
         .max(64)
@@ -221,6 +221,7 @@ pub(super) fn thread_map_sizes(threads: u32, cpus: u32, nodes: u32) -> [(&'stati
         // tid
         ("threads", size(1, 64, 32768)),
         ("exit_start", size(1, 64, 8192)),
+        ("sched_tasks", size(1, 64, 16384)),
         // tid x CPU
         ("run_time", size(cpus.max(1), 256, 32768)),
         // tid x page node x CPU node
@@ -231,6 +232,8 @@ pub(super) fn thread_map_sizes(threads: u32, cpus: u32, nodes: u32) -> [(&'stati
         // tid x phase x kind; tid x phase x exit code
         ("fault_counts", size(32, 1024, 16384)),
         ("uexit_counts", size(32, 1024, 8192)),
+        // tid x phase
+        ("sched_waits", size(16, 1024, 16384)),
         // vCPU (a thread) x reason x phase
         ("exit_stats", size(64, 1024, 16384)),
     ]

@@ -17,6 +17,7 @@ mod load;
 mod object;
 mod plan;
 mod read;
+mod sched;
 mod sites;
 mod state;
 mod target;
@@ -100,27 +101,41 @@ pub struct CollectorSet {
     pub threads: bool,
     pub numa: bool,
     pub phases: bool,
+    /// Run-queue waits of the target's threads (three programs on every
+    /// wake-up and context switch of the host): only when named.
+    pub sched: bool,
 }
 
 impl CollectorSet {
+    /// Every collector (`--collect all`).
     pub const ALL: Self = Self {
+        sched: true,
+        ..Self::DEFAULT
+    };
+
+    /// Without `--collect`: every collector but `sched`, which runs on
+    /// every scheduler event of the host and is attached only when asked
+    /// for.
+    pub const DEFAULT: Self = Self {
         exits: true,
         exit_latency: true,
         faults: true,
         threads: true,
         numa: true,
         phases: true,
+        sched: false,
     };
 
     /// The collectors' names, as `--collect` takes them: `exit-counts` is
     /// the exits collector without the exits' latency.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "exits",
         "exit-counts",
         "faults",
         "threads",
         "numa",
         "phases",
+        "sched",
     ];
 
     /// A comma-separated list of collector names (`exits,phases`); `all`
@@ -133,6 +148,7 @@ impl CollectorSet {
             threads: false,
             numa: false,
             phases: false,
+            sched: false,
         };
         for name in list.split(',').map(str::trim) {
             match name {
@@ -145,6 +161,7 @@ impl CollectorSet {
                 "threads" => set.threads = true,
                 "numa" => set.numa = true,
                 "phases" => set.phases = true,
+                "sched" => set.sched = true,
                 "all" => set = Self::ALL,
                 "" => {
                     return Err(format!(
@@ -171,6 +188,7 @@ impl CollectorSet {
             CollectorKind::Threads => self.threads,
             CollectorKind::Numa => self.numa,
             CollectorKind::Phases => self.phases,
+            CollectorKind::Sched => self.sched,
         }
     }
 }
@@ -239,7 +257,7 @@ pub struct CollectorConfig {
 }
 
 impl CollectorConfig {
-    /// Defaults for a target: every collector, 200 ms samples, 256 KiB ring
+    /// Defaults for a target: every collector but `sched`, 200 ms samples, 256 KiB ring
     /// buffer, ports 0x80 and 0xf4.
     pub fn new(target: TargetSpec) -> Self {
         let exit_codes = !matches!(target, TargetSpec::CurrentProcess);
@@ -251,7 +269,7 @@ impl CollectorConfig {
             drain_interval: None,
             debug_port: 0x80,
             boot_time_port: 0xf4,
-            collectors: CollectorSet::ALL,
+            collectors: CollectorSet::DEFAULT,
             origin: None,
             exit_codes,
             expected_threads: None,
@@ -452,7 +470,7 @@ impl Collector {
             TargetSpec::AnyVm => Vec::new(),
             _ => descendants(target_pid),
         };
-        let (threads, tgids) = seed_target(&mut ebpf, target_pid, &procs)?;
+        let (threads, tgids) = seed_target(&mut ebpf, target_pid, &procs, &config.collectors)?;
         stages.end("seed");
 
         // Before attaching, so that every run of ours is counted.
@@ -659,11 +677,13 @@ impl Collector {
 
     /// A VMM profiling itself calls this once its vCPUs exist: their KVM
     /// statistics files are found now, in one scan of its descriptor table,
-    /// instead of scan after scan until they show up.
+    /// instead of scan after scan until they show up (and their threads'
+    /// names, for the sched collector without the threads collector).
     pub fn vcpus_created(&self) {
         let mut st = self.lock();
         st.kvm_stats.request_scan();
         st.refresh_kvm_stats(true);
+        st.name_watched_threads();
     }
 
     /// Starts attaching the guest programs on a thread of their own, when
@@ -799,6 +819,16 @@ mod tests {
         let all = CollectorSet::parse("all").unwrap();
         assert_eq!(all, CollectorSet::ALL);
         assert!(all.exits && all.exit_latency && all.faults && all.threads && all.numa);
+        assert!(all.sched && !CollectorSet::DEFAULT.sched);
+        let sched = CollectorSet::parse("sched").unwrap();
+        assert!(sched.sched && sched.has(CollectorKind::Sched) && !sched.threads);
+        assert_eq!(
+            CollectorSet::DEFAULT,
+            CollectorSet {
+                sched: false,
+                ..CollectorSet::ALL
+            }
+        );
         let each = CollectorSet::parse(&CollectorSet::NAMES.join(",")).unwrap();
         assert_eq!(each, CollectorSet::ALL);
         // Exits counted, their latency not; named with exits, exits wins.

@@ -269,6 +269,8 @@ const PROGRAM_MAPS: &[(&[&str], &str)] = &[
     (&["bs_marker_pio"], "marker_last"),
     (&["bs_mm_page_alloc"], "numa_pages"),
     (&["bs_sched_switch"], "run_time"),
+    (&["bs_sched_wait_switch"], "sched_tasks"),
+    (&["bs_sched_wait_switch"], "sched_waits"),
 ];
 
 /// The maps of [`PROGRAM_MAPS`] that no attached program writes.

@@ -592,6 +592,10 @@ impl State {
             entry(&mut threads, k.tid, v.tgid);
             *cpus.entry(k.tid).or_default().entry(k.cpu).or_default() += v.run_ns;
         }
+        let mut waits = self.runqueue_waits(events);
+        for (&tid, (tgid, _)) in &waits {
+            entry(&mut threads, tid, *tgid);
+        }
         let mut by_node: BTreeMap<u32, NodeLocality> = BTreeMap::new();
         let mut nodes_of: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
         for (k, v) in self.entries::<bpf::BsNumaKey, bpf::BsNumaVal>("numa_pages") {
@@ -631,6 +635,7 @@ impl State {
         numa.by_node = by_node.into_values().collect();
         for (tid, t) in threads.iter_mut() {
             t.bytes_allocated = t.pages_allocated * page;
+            t.runqueue_wait = waits.remove(tid).map(|(_, w)| w);
             if let Some(c) = cpus.get(tid) {
                 t.cpus = c
                     .iter()
@@ -675,6 +680,7 @@ impl State {
                 CollectorKind::Threads => "threads",
                 CollectorKind::Numa => "numa",
                 CollectorKind::Phases => "phases",
+                CollectorKind::Sched => "sched",
             };
             if p.is_attached() {
                 match p.spec.source {

@@ -457,6 +457,7 @@ impl State {
 
     pub(super) fn take_sample_untimed(&mut self) {
         self.refresh_kvm_stats(true);
+        self.name_watched_threads();
         let t_ns = self.now_ns();
         // Samples need the counts only, not each program's events.
         let mut events = [0; bpf::SOURCE_COUNT];

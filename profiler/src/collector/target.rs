@@ -222,11 +222,13 @@ pub(super) fn resolve_target(spec: TargetSpec) -> Result<(&'static str, u32), Pr
 
 /// Tells the kernel which processes to follow (`procs`, in phase 0 until
 /// the first phase mark), which one is the target, and the threads they
-/// have now; returns those threads and processes.
+/// have now (for the sched collector too, when it runs); returns those
+/// threads and processes.
 pub(super) fn seed_target(
     ebpf: &mut Ebpf,
     target_pid: u32,
     procs: &[u32],
+    collectors: &super::CollectorSet,
 ) -> Result<(BTreeMap<u32, ThreadInfo>, BTreeSet<u32>), ProfilerError> {
     let mut threads = BTreeMap::new();
     let mut tgids = BTreeSet::new();
@@ -273,6 +275,10 @@ pub(super) fn seed_target(
                 },
             );
         }
+    }
+    if collectors.sched {
+        let watched = threads.iter().map(|(&tid, t)| (tid, t.tgid));
+        super::sched::seed(ebpf.map_mut(super::sched::TASKS_MAP), watched);
     }
     Ok((threads, tgids))
 }

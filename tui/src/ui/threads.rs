@@ -8,12 +8,13 @@ use ratatui::Frame;
 
 use bootscope_profiler::profile::ThreadProfile;
 
-use super::format::{fmt_bytes, fmt_count, fmt_cpu_list};
+use super::format::{fmt_bytes, fmt_count, fmt_cpu_list, fmt_ms};
 use super::{block, cut};
 use crate::app::App;
 
 /// Preallocation threads (or every thread when there are none): where they
-/// ran and what they touched.
+/// ran and what they touched; with run-queue waits (`--collect sched`) the
+/// vCPU threads too, and how long each waited for a host CPU.
 pub fn draw_threads(f: &mut Frame, area: Rect, app: &App) {
     let t = &app.theme;
     let (rows, prealloc) = app.thread_rows();
@@ -39,11 +40,12 @@ pub fn draw_threads(f: &mut Frame, area: Rect, app: &App) {
     // Narrow panes drop the role and memory columns (2 and 6) and shrink
     // the rest, so the numbers stay whole.
     let narrow = area.width < 76;
-    let keep = |i: usize| !narrow || (i != 2 && i != 6);
+    let waits = app.has_waits();
+    let keep = |i: usize| (!narrow || (i != 2 && i != 6)) && (waits || i != 8);
     let name_w: usize = if narrow { 12 } else { 16 };
     let header = Row::new(
         [
-            "TID", "NAME", "ROLE", "CPUS", "NODE", "PAGES", "MEMORY", "LOCAL",
+            "TID", "NAME", "ROLE", "CPUS", "NODE", "PAGES", "MEMORY", "LOCAL", "CPU WAIT",
         ]
         .into_iter()
         .enumerate()
@@ -65,6 +67,7 @@ pub fn draw_threads(f: &mut Frame, area: Rect, app: &App) {
         Constraint::Length(11),
         Constraint::Length(9),
         Constraint::Length(5),
+        Constraint::Length(10),
     ]
     .into_iter()
     .enumerate()
@@ -79,7 +82,9 @@ pub fn draw_threads(f: &mut Frame, area: Rect, app: &App) {
 fn threads_title(app: &App, shown: usize, prealloc: bool, more: usize) -> String {
     let t = &app.theme;
     let all = app.profile.threads.len();
-    let mut title = if prealloc {
+    let mut title = if prealloc && app.has_waits() {
+        format!(" Preallocation and vCPU threads ({shown} of {all})")
+    } else if prealloc {
         format!(" Preallocation threads ({shown} of {all})")
     } else if all > 0 {
         format!(" Threads ({all}; no preallocation threads)")
@@ -138,6 +143,10 @@ fn thread_row<'a>(
             "-".to_string()
         }),
         local,
+        Cell::from(match &th.runqueue_wait {
+            Some(w) if w.total_ns > 0 => fmt_ms(w.total_ns),
+            _ => "-".to_string(),
+        }),
     ];
     Row::new(
         cells

@@ -1,0 +1,207 @@
+//! The sched collector's part (`--collect sched`, bpf/sched.bpf.c): how
+//! long each thread of the target waited for a host CPU, by boot phase and
+//! as a log2 histogram. The kernel keeps one histogram per {process,
+//! thread, phase} in `sched_waits`; this part seeds the threads the
+//! programs are to watch and turns those histograms into
+//! [`RunqueueWait`]s.
+//!
+//! A thread's wait is counted when the switch that runs it ends it; a new
+//! thread's first wait when it is first switched out (its process is known
+//! only then). What is read while a thread runs misses at most that one
+//! wait.
+
+use std::collections::BTreeMap;
+
+use aya::maps::{HashMap as BpfHashMap, Map, MapData};
+
+use super::read::hash_entries;
+use super::state::{State, ThreadInfo};
+use super::target::read_comm;
+use crate::bpf::{self, BsHist, BsSchedKey, BsSchedTask, Source};
+use crate::hist;
+use crate::profile::{PhaseWait, RunqueueWait};
+
+/// The map of threads the programs watch (tid -> `struct bs_sched_task`).
+pub(super) const TASKS_MAP: &str = "sched_tasks";
+/// The map of waits (`struct bs_sched_key` -> `struct bs_hist`).
+pub(super) const WAITS_MAP: &str = "sched_waits";
+
+/// Has the programs watch the threads (tid -> process) that exist before
+/// they first run under the programs, in the object's `sched_tasks` map
+/// (`ebpf.map_mut(TASKS_MAP)`). Errors are ignored: a thread not seeded is
+/// added at its first switch out.
+pub(super) fn seed(map: Option<&mut Map>, threads: impl IntoIterator<Item = (u32, u32)>) {
+    let Some(map) = map else {
+        return;
+    };
+    let Ok(mut tasks) = BpfHashMap::<&mut MapData, u32, BsSchedTask>::try_from(map) else {
+        return;
+    };
+    for (tid, tgid) in threads {
+        let task = BsSchedTask {
+            tgid,
+            ..Default::default()
+        };
+        // BPF_NOEXIST: a thread the programs already saw keeps its state.
+        let _ = tasks.insert(tid, task, 1);
+    }
+}
+
+/// Adds one {thread, phase} histogram to a thread's waits.
+fn add(wait: &mut RunqueueWait, phase: String, h: &BsHist) {
+    wait.total_ns = wait.total_ns.saturating_add(h.total_ns);
+    wait.count = wait.count.saturating_add(h.count);
+    let mut slots: Vec<u64> = wait_slots(&wait.hist);
+    hist::add_slots(&mut slots, &h.slots);
+    wait.hist = hist::buckets(&slots);
+    wait.by_phase.push(PhaseWait {
+        phase,
+        total_ns: h.total_ns,
+        count: h.count,
+        hist: hist::buckets(&h.slots),
+    });
+}
+
+/// The slot array back from non-empty buckets.
+fn wait_slots(buckets: &[crate::profile::HistBucket]) -> Vec<u64> {
+    let mut slots = vec![0; bpf::HIST_SLOTS];
+    for b in buckets {
+        slots[hist::slot(b.lo_ns)] += b.count;
+    }
+    slots
+}
+
+/// Each thread's waits (with its process), from the entries of
+/// `sched_waits`; phases named by `phase_name`, in the order of their
+/// index (the order the process entered them).
+pub fn thread_waits(
+    entries: &[(BsSchedKey, BsHist)],
+    phase_name: impl Fn(u32) -> String,
+) -> BTreeMap<u32, (u32, RunqueueWait)> {
+    let mut sorted: Vec<&(BsSchedKey, BsHist)> = entries.iter().collect();
+    sorted.sort_by_key(|(k, _)| (k.tid, k.phase, k.tgid));
+    let mut out: BTreeMap<u32, (u32, RunqueueWait)> = BTreeMap::new();
+    for (k, h) in sorted {
+        let (_, wait) = out
+            .entry(k.tid)
+            .or_insert_with(|| (k.tgid, Default::default()));
+        add(wait, phase_name(k.phase), h);
+    }
+    out
+}
+
+impl State {
+    /// Names the threads the sched programs watch that nothing else named:
+    /// without the threads collector, threads born while profiled are
+    /// known to these programs only. Read from procfs while they live (at
+    /// each sample), so that the profile still says which is a vCPU.
+    pub(super) fn name_watched_threads(&mut self) {
+        if !self.attached(Source::SchedWaitSwitch) || self.attached(Source::TaskNewtask) {
+            return;
+        }
+        let now = self.now_ns();
+        for (tid, task) in hash_entries::<u32, BsSchedTask>(&self.bpf, TASKS_MAP) {
+            if self.threads.contains_key(&tid) {
+                continue;
+            }
+            // A task not yet switched out has no process in its entry: one
+            // of the followed processes has it.
+            let mut owners = self
+                .tgids
+                .iter()
+                .copied()
+                .filter(|&p| task.tgid == 0 || p == task.tgid);
+            let found = owners.find_map(|p| Some((p, read_comm(p, tid)?)));
+            if let Some((tgid, name)) = found {
+                let info = ThreadInfo {
+                    tgid,
+                    name,
+                    start_ns: now,
+                    ..Default::default()
+                };
+                self.threads.insert(tid, info);
+            }
+        }
+    }
+
+    /// Each thread's run-queue waits so far (none unless the sched
+    /// collector runs); adds the waits to the switch program's events.
+    pub(super) fn runqueue_waits(
+        &self,
+        events: &mut [u64; bpf::SOURCE_COUNT],
+    ) -> BTreeMap<u32, (u32, RunqueueWait)> {
+        if !self.attached(Source::SchedWaitSwitch) {
+            return BTreeMap::new();
+        }
+        let entries = self.entries::<BsSchedKey, BsHist>(WAITS_MAP);
+        events[Source::SchedWaitSwitch as usize] +=
+            entries.iter().map(|(_, h)| h.count).sum::<u64>();
+        thread_waits(&entries, |p| self.phase_names.name(p))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hist_of(waits: &[u64]) -> BsHist {
+        let mut h = BsHist::default();
+        for &w in waits {
+            h.slots[hist::slot(w)] += 1;
+            h.count += 1;
+            h.total_ns += w;
+        }
+        h
+    }
+
+    fn key(tgid: u32, tid: u32, phase: u32) -> BsSchedKey {
+        BsSchedKey { tgid, tid, phase }
+    }
+
+    #[test]
+    fn waits_add_up_per_thread_and_phase() {
+        let names = ["before first mark", "kernel", "userspace"];
+        let entries = vec![
+            (key(10, 12, 2), hist_of(&[1_000, 3_000])),
+            (key(10, 11, 1), hist_of(&[300_000_000])),
+            (key(10, 11, 0), hist_of(&[1_500, 1_600, 5])),
+            (key(10, 12, 1), hist_of(&[2_000])),
+        ];
+        let w = thread_waits(&entries, |p| names[p as usize].to_string());
+        assert_eq!(w.len(), 2);
+        let (tgid, vcpu0) = &w[&11];
+        assert_eq!(*tgid, 10);
+        assert_eq!(vcpu0.total_ns, 300_003_105);
+        assert_eq!(vcpu0.count, 4);
+        // Phases in the order the process entered them.
+        let phases: Vec<&str> = vcpu0.by_phase.iter().map(|p| p.phase.as_str()).collect();
+        assert_eq!(phases, ["before first mark", "kernel"]);
+        assert_eq!(vcpu0.by_phase[1].total_ns, 300_000_000);
+        // The thread's histogram is the sum of its phases'.
+        let buckets: Vec<(u64, u64)> = vcpu0.hist.iter().map(|b| (b.lo_ns, b.count)).collect();
+        assert_eq!(buckets, [(4, 1), (1024, 2), (1 << 28, 1)]);
+        let total: u64 = vcpu0.hist.iter().map(|b| b.count).sum();
+        assert_eq!(total, vcpu0.count);
+        let (_, other) = &w[&12];
+        assert_eq!((other.total_ns, other.count), (6_000, 3));
+        assert_eq!(other.by_phase.len(), 2);
+        // No entries, no threads.
+        assert!(thread_waits(&[], |p| p.to_string()).is_empty());
+    }
+
+    #[test]
+    fn waits_serialize_as_the_schema_says() {
+        let entries = vec![(key(1, 2, 0), hist_of(&[0, 7]))];
+        let w = thread_waits(&entries, |_| "kernel".into());
+        let v = serde_json::to_value(&w[&2].1).unwrap();
+        assert_eq!(v["total_ns"], 7);
+        assert_eq!(v["count"], 2);
+        assert_eq!(v["hist"][0]["lo_ns"], 0);
+        assert_eq!(v["hist"][0]["hi_ns"], 2);
+        assert_eq!(v["hist"][1]["lo_ns"], 4);
+        assert_eq!(v["by_phase"][0]["phase"], "kernel");
+        assert_eq!(v["by_phase"][0]["hist"].as_array().unwrap().len(), 2);
+        let back: RunqueueWait = serde_json::from_value(v).unwrap();
+        assert_eq!(back, w[&2].1);
+    }
+}
