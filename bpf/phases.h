@@ -10,7 +10,15 @@ struct bs_marker_key {
 	__u32 value;
 };
 
-/* Last value written to a marker port, to stream only changes. */
+/* A mark event's arg0: the port in bits 0-15, this flag when arg1 holds
+ * the guest RIP of the write, the value in bits 32-63. */
+#define BS_MARK_RIP_KNOWN (1ULL << 16)
+/* Guest code at or above this address is the kernel's (the upper half of
+ * x86-64's canonical addresses); firmware and boot loaders run below. */
+#define BS_KERNEL_HALF 0xffff800000000000ULL
+
+/* Last value written to a marker port (value + 1, and who wrote it in
+ * bits 40 and up), to stream only changes. */
 struct bs_marker_last_key {
 	__u32 tgid;
 	__u32 port;

@@ -355,6 +355,10 @@ pub struct BsMarkerKey {
     pub value: u32,
 }
 
+/// A mark event's `arg0` (bpf/phases.h): the port in bits 0-15, this
+/// flag when `arg1` is the guest RIP of the write, the value in bits 32-63.
+pub const MARK_RIP_KNOWN: u64 = 1 << 16;
+
 /// `struct bs_marker_last_key`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -510,6 +510,7 @@ impl Collector {
             marks: Vec::new(),
             phase_names: PhaseNames::default(),
             current_phase: HashMap::new(),
+            phase_trackers: HashMap::new(),
             samples: Vec::new(),
             kvm_stats: config.target.kvm_stats_reader(),
             ring_events: 0,
@@ -632,6 +633,7 @@ impl Collector {
             t_ns,
             value,
             tgid: Some(tgid),
+            guest_rip: None,
         });
         true
     }

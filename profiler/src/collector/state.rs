@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use bootscope_model::mark::{boot_time_port_mark_name, debug_port_mark_name};
+use bootscope_model::mark::boot_time_port_mark_name;
 
 use super::every::{FollowedVm, View};
 use super::object::BpfObject;
@@ -55,6 +55,8 @@ pub(super) struct State {
     pub(super) marks: Vec<Mark>,
     pub(super) phase_names: PhaseNames,
     pub(super) current_phase: HashMap<u32, u32>,
+    /// How far each process's boot has got, by its marks.
+    pub(super) phase_trackers: HashMap<u32, phases::PhaseTracker>,
     pub(super) samples: Vec<Sample>,
     pub(super) kvm_stats: kvm_stats::KvmStatsReader,
     pub(super) ring_events: u64,
@@ -247,9 +249,10 @@ impl State {
             }
             self.port_marks += 1;
         }
-        if let Some(name) = phases::phase_of_mark(&mark) {
+        let tgid = mark.tgid.unwrap_or(self.target_pid);
+        let tracker = self.phase_trackers.entry(tgid).or_default();
+        if let Some(name) = tracker.open(&mark) {
             let idx = self.phase_names.index(&name);
-            let tgid = mark.tgid.unwrap_or(self.target_pid);
             if self.current_phase.get(&tgid) != Some(&idx) {
                 self.current_phase.insert(tgid, idx);
                 self.set_phase(tgid, idx);
@@ -303,14 +306,18 @@ impl State {
         let t = self.ktime_to_t(e.ts_ns);
         match e.kind {
             bpf::event_kind::MARK => {
-                let value = e.arg1;
-                let (name, source) = if e.arg0 == u64::from(self.boot_time_port) {
+                let (port, value) = (e.arg0 & 0xffff, e.arg0 >> 32);
+                let guest_rip = (e.arg0 & bpf::MARK_RIP_KNOWN != 0).then_some(e.arg1);
+                let (name, source) = if port == u64::from(self.boot_time_port) {
                     (
                         boot_time_port_mark_name(value as u8),
                         MarkSource::BootTimePort,
                     )
                 } else {
-                    (debug_port_mark_name(value as u8), MarkSource::DebugPort)
+                    (
+                        phases::debug_port_write_name(value as u8, guest_rip),
+                        MarkSource::DebugPort,
+                    )
                 };
                 self.push_mark(Mark {
                     name,
@@ -318,6 +325,7 @@ impl State {
                     t_ns: t,
                     value: Some(value),
                     tgid: Some(e.tgid),
+                    guest_rip,
                 });
             }
             bpf::event_kind::TASK_NEW => {
