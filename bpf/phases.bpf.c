@@ -63,6 +63,34 @@ static __always_inline __u64 bs_pio_rip(__u32 tgid, __u32 tid, __u32 *known)
 	return ex->rip;
 }
 
+/* The first port I/O the guest's kernel makes (a guest RIP in the kernel
+ * half, on any port but the marker ports), streamed once per process: the
+ * kernel is running by then, which its console says only once its console
+ * driver is up. Noted in marker_last under a key no port has. */
+static __always_inline void bs_first_kernel_pio(__u32 tgid, __u32 tid, __u32 port)
+{
+	struct bs_marker_last_key key = { .tgid = tgid, .port = BS_KERNEL_PIO_KEY };
+	struct bs_event *e;
+	__u64 rip, seen = 1;
+	__u32 known;
+
+	if (bpf_map_lookup_elem(&marker_last, &key))
+		return;
+	rip = bs_pio_rip(tgid, tid, &known);
+	if (!known || rip < BS_KERNEL_HALF)
+		return;
+	/* Another vCPU may have been first. */
+	if (bpf_map_update_elem(&marker_last, &key, &seen, BPF_NOEXIST))
+		return;
+	e = bs_event_reserve(BS_EV_MARK, tgid, tid);
+	if (!e)
+		return;
+	e->arg0 = port | BS_MARK_RIP_KNOWN | BS_MARK_KERNEL_FIRST;
+	e->arg1 = rip;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	bpf_ringbuf_submit(e, 0);
+}
+
 SEC("tracepoint/kvm/kvm_pio")
 int bs_marker_pio(void *ctx)
 {
@@ -76,10 +104,12 @@ int bs_marker_pio(void *ctx)
 
 	if (!bs_followed_vm(tgid))
 		return 0;
-	if (!BS_CTX(ctx, BS_P_KVM_PIO_RW))
-		return 0;
 	port = BS_CTX(ctx, BS_P_KVM_PIO_PORT);
-	if (port != marker_port_debug && port != marker_port_boot_time)
+	if (port != marker_port_debug && port != marker_port_boot_time) {
+		bs_first_kernel_pio(tgid, (__u32)id, port);
+		return 0;
+	}
+	if (!BS_CTX(ctx, BS_P_KVM_PIO_RW))
 		return 0;
 	bs_count_source(BS_SRC_MARKER_PIO);
 	size = BS_CTX(ctx, BS_P_KVM_PIO_SIZE);

@@ -13,6 +13,11 @@ struct bs_marker_key {
 /* A mark event's arg0: the port in bits 0-15, this flag when arg1 holds
  * the guest RIP of the write, the value in bits 32-63. */
 #define BS_MARK_RIP_KNOWN (1ULL << 16)
+/* ... and this one on the mark of the first port I/O the guest's kernel
+ * made (any port; no value). */
+#define BS_MARK_KERNEL_FIRST (1ULL << 17)
+/* The marker_last key (port) that notes that mark as sent. */
+#define BS_KERNEL_PIO_KEY 0x10000
 /* Guest code at or above this address is the kernel's (the upper half of
  * x86-64's canonical addresses); firmware and boot loaders run below. */
 #define BS_KERNEL_HALF 0xffff800000000000ULL

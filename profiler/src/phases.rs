@@ -24,14 +24,40 @@ fn kernel_non_marker(value: u8, guest_rip: Option<u64>) -> bool {
     value < 0x40 && guest_rip.is_some_and(|rip| rip >= KERNEL_HALF)
 }
 
+/// True when a port-0x80 write is 0x00 made below the kernel half: what
+/// Linux's boot code (`io_delay()` of its real-mode set-up, on the way to
+/// the decompressor) writes, not a firmware marker.
+fn boot_code_io_delay(value: u8, guest_rip: Option<u64>) -> bool {
+    value == 0 && guest_rip.is_some_and(|rip| rip < KERNEL_HALF)
+}
+
 /// The name of a port-0x80 write's mark: `port 0x80: kernel 0x40` (its
-/// range and value), or, for a write the kernel made that is not a marker,
-/// `port 0x80: 0x00 by kernel code`.
+/// range and value), or, for a write that is no marker, `port 0x80: 0x00
+/// by kernel code` / `port 0x80: 0x00 by boot code`.
 pub fn debug_port_write_name(value: u8, guest_rip: Option<u64>) -> String {
     if kernel_non_marker(value, guest_rip) {
         format!("port 0x80: 0x{value:02x} by kernel code")
+    } else if boot_code_io_delay(value, guest_rip) {
+        "port 0x80: 0x00 by boot code".to_string()
     } else {
         debug_port_mark_name(value)
+    }
+}
+
+/// The start of the name of the mark of the first port I/O the guest's
+/// kernel made.
+pub const FIRST_KERNEL_PIO: &str = "port I/O: first by kernel code";
+
+/// The mark of the first port I/O the guest's kernel made (on `port`, from
+/// `guest_rip`, at `t_ns`): the kernel runs by then.
+pub fn first_kernel_pio_mark(port: u16, t_ns: u64, tgid: u32, guest_rip: u64) -> Mark {
+    Mark {
+        name: format!("{FIRST_KERNEL_PIO} (port 0x{port:x})"),
+        source: MarkSource::DebugPort,
+        t_ns,
+        value: None,
+        tgid: Some(tgid),
+        guest_rip: Some(guest_rip),
     }
 }
 
@@ -41,6 +67,9 @@ pub fn debug_port_write_name(value: u8, guest_rip: Option<u64>) -> String {
 ///   `userspace`), or `custom 0xNN` for 0x80-0xff; a write below the
 ///   kernel's range that the kernel made (its guest RIP in the kernel half:
 ///   `io_delay`'s 0x00) is no marker but shows the kernel running: `kernel`;
+///   0x00 from below the kernel half is Linux's boot code (its real-mode
+///   set-up's `io_delay`, before the decompressor): `bootloader`;
+/// - the first port I/O of the guest's kernel (any port): `kernel`;
 /// - port 0xf4: 1 `firmware`, 3 `bootloader`, 5/6 `kernel`, 7 `userspace`
 ///   (2 and 4 only end a phase; the next start opens the next one);
 /// - the VMM: process start `vmm setup` (and, bootscope's profiler having
@@ -54,9 +83,13 @@ pub fn debug_port_write_name(value: u8, guest_rip: Option<u64>) -> String {
 pub fn phase_of_mark(mark: &Mark) -> Option<String> {
     let v = mark.value.map(|v| v as u8);
     match mark.source {
+        MarkSource::DebugPort if mark.name.starts_with(FIRST_KERNEL_PIO) => Some("kernel".into()),
         MarkSource::DebugPort => v.map(|v| {
             if kernel_non_marker(v, mark.guest_rip) {
                 return "kernel".to_string();
+            }
+            if boot_code_io_delay(v, mark.guest_rip) {
+                return "bootloader".to_string();
             }
             match debug_port_range(v) {
                 "custom" => format!("custom 0x{v:02x}"),
@@ -314,11 +347,25 @@ mod tests {
             debug_port_write_name(0, Some(kernel_text)),
             "port 0x80: 0x00 by kernel code"
         );
-        // Below the kernel half (firmware, a boot loader): its range.
+        // Below the kernel half (firmware, a boot loader): its range, but
+        // for 0x00, the value of the boot code's io_delay.
         assert_eq!(
             debug_port_write_name(0x05, Some(0xf_1234)),
             "port 0x80: firmware 0x05"
         );
+        assert_eq!(
+            debug_port_write_name(0, Some(0x15b6)),
+            "port 0x80: 0x00 by boot code"
+        );
+        assert_eq!(
+            phase_of_mark(&rip(mark(MarkSource::DebugPort, "", Some(0), 0), 0x15b6)).as_deref(),
+            Some("bootloader")
+        );
+        // Without a RIP, a 0x00 is still firmware's range.
+        assert_eq!(debug_port_write_name(0, None), "port 0x80: firmware 0x00");
+        let first = first_kernel_pio_mark(0x21, 5, 1, kernel_text);
+        assert_eq!(first.name, "port I/O: first by kernel code (port 0x21)");
+        assert_eq!(phase_of_mark(&first).as_deref(), Some("kernel"));
         assert_eq!(
             phase_of_mark(&rip(
                 mark(MarkSource::DebugPort, "", Some(0x05), 0),
@@ -331,6 +378,45 @@ mod tests {
         assert_eq!(
             debug_port_write_name(0x41, Some(kernel_text)),
             "port 0x80: kernel 0x41"
+        );
+    }
+
+    /// The marks of QEMU microvm booting Debian's kernel in the lab (SVM,
+    /// times in ms): the set-up code's io_delay, the kernel's first port
+    /// I/O, its console, init's marker written through /dev/port.
+    #[test]
+    fn a_qemu_boot_in_the_lab() {
+        let ms = 1_000_000;
+        let with_rip = |m: Mark, r| Mark {
+            guest_rip: Some(r),
+            ..m
+        };
+        let marks = vec![
+            with_rip(mark(MarkSource::DebugPort, "", Some(0), 6833 * ms), 0x15b6),
+            first_kernel_pio_mark(0xcf8, 9100 * ms, 1, 0xffff_ffff_a100_0000),
+            mark(
+                MarkSource::Serial,
+                "serial: kernel banner",
+                None,
+                20848 * ms,
+            ),
+            mark(MarkSource::Serial, "serial: run init", None, 101505 * ms),
+            with_rip(
+                mark(MarkSource::DebugPort, "", Some(0x60), 102256 * ms),
+                0xffff_ffff_a10b_c26d,
+            ),
+        ];
+        let got: Vec<(String, u64)> = derive_spans(&marks, 103409 * ms)
+            .into_iter()
+            .map(|p| (p.name, (p.end_ns - p.start_ns) / ms))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("bootloader".to_string(), 2267),
+                ("kernel".to_string(), 92405),
+                ("userspace".to_string(), 1904)
+            ]
         );
     }
 

@@ -308,6 +308,15 @@ impl State {
             bpf::event_kind::MARK => {
                 let (port, value) = (e.arg0 & 0xffff, e.arg0 >> 32);
                 let guest_rip = (e.arg0 & bpf::MARK_RIP_KNOWN != 0).then_some(e.arg1);
+                if e.arg0 & bpf::MARK_KERNEL_FIRST != 0 {
+                    self.push_mark(phases::first_kernel_pio_mark(
+                        port as u16,
+                        t,
+                        e.tgid,
+                        e.arg1,
+                    ));
+                    return;
+                }
                 let (name, source) = if port == u64::from(self.boot_time_port) {
                     (
                         boot_time_port_mark_name(value as u8),
