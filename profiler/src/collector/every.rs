@@ -230,7 +230,6 @@ impl State {
             self.vms.remove(t);
             self.tgids.remove(t);
             self.current_phase.remove(t);
-            self.phase_trackers.remove(t);
             self.kvm_stats.forget(*t);
         }
         self.roots

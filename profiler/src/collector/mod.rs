@@ -510,7 +510,6 @@ impl Collector {
             marks: Vec::new(),
             phase_names: PhaseNames::default(),
             current_phase: HashMap::new(),
-            phase_trackers: HashMap::new(),
             samples: Vec::new(),
             kvm_stats: config.target.kvm_stats_reader(),
             ring_events: 0,

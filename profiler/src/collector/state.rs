@@ -54,9 +54,9 @@ pub(super) struct State {
     pub(super) tgids: BTreeSet<u32>,
     pub(super) marks: Vec<Mark>,
     pub(super) phase_names: PhaseNames,
-    pub(super) current_phase: HashMap<u32, u32>,
-    /// How far each process's boot has got, by its marks.
-    pub(super) phase_trackers: HashMap<u32, phases::PhaseTracker>,
+    /// Each process's phase index, and how far its boot has got by its
+    /// marks.
+    pub(super) current_phase: HashMap<u32, (u32, phases::PhaseTracker)>,
     pub(super) samples: Vec<Sample>,
     pub(super) kvm_stats: kvm_stats::KvmStatsReader,
     pub(super) ring_events: u64,
@@ -250,13 +250,14 @@ impl State {
             self.port_marks += 1;
         }
         let tgid = mark.tgid.unwrap_or(self.target_pid);
-        let tracker = self.phase_trackers.entry(tgid).or_default();
-        if let Some(name) = tracker.open(&mark) {
-            let idx = self.phase_names.index(&name);
-            if self.current_phase.get(&tgid) != Some(&idx) {
-                self.current_phase.insert(tgid, idx);
-                self.set_phase(tgid, idx);
-            }
+        let current = self.current_phase.entry(tgid).or_default();
+        let opened = current
+            .1
+            .open(&mark)
+            .map(|name| self.phase_names.index(&name));
+        if let Some(idx) = opened.filter(|&idx| current.0 != idx) {
+            current.0 = idx;
+            self.set_phase(tgid, idx);
         }
         self.marks.push(mark);
     }
@@ -346,7 +347,7 @@ impl State {
                 if new_process {
                     self.tgids.insert(e.tid);
                     let parent_tgid = self.threads.get(&(e.arg0 as u32)).map(|t| t.tgid);
-                    if let Some(p) = parent_tgid.and_then(|p| self.current_phase.get(&p).copied()) {
+                    if let Some(p) = parent_tgid.and_then(|p| self.current_phase.get(&p).cloned()) {
                         self.current_phase.insert(e.tid, p);
                     }
                     // The parent is the thread that forked: a process of
