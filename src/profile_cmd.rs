@@ -241,7 +241,9 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         &command,
         child_log.as_deref(),
     )?;
-    let mut profile = take_collector(collector, &slot)?.finish();
+    // A command that ended by itself has written its last console line.
+    let ended = reader.as_ref().filter(|_| waited.status.is_some());
+    let mut profile = take_collector(collector, &slot, ended)?.finish();
     let signal = interrupts.received();
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
     let mut code = 0;

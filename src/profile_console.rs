@@ -26,6 +26,10 @@ use bootscope_vmm::console::{LineMatcher, MilestonePattern};
 /// when it was read, up to this much after the guest wrote it.
 pub const FILE_POLL: Duration = Duration::from_millis(20);
 
+/// How long the reader may take to read the last output of a command that
+/// has ended, before the profile is finished.
+const DRAIN_GRACE: Duration = Duration::from_secs(1);
+
 /// Firmware banners on a serial console (SeaBIOS, OVMF), beside the VMM's
 /// default patterns.
 const FIRMWARE_PATTERNS: &[(&str, &str)] = &[(
@@ -142,8 +146,16 @@ impl ConsolePlan {
 }
 
 /// The collector back from the slot, once the console reader can no
-/// longer add to it.
-pub fn take_collector(collector: Arc<Collector>, slot: &MarkSlot) -> anyhow::Result<Collector> {
+/// longer add to it; `drain`: a reader to let take in the command's last
+/// output first ([`ConsoleReader::drain`]).
+pub fn take_collector(
+    collector: Arc<Collector>,
+    slot: &MarkSlot,
+    drain: Option<&ConsoleReader>,
+) -> anyhow::Result<Collector> {
+    if let Some(r) = drain {
+        r.drain(DRAIN_GRACE);
+    }
     drop(slot.lock().unwrap_or_else(|e| e.into_inner()).take());
     Arc::try_unwrap(collector)
         .map_err(|_| anyhow::anyhow!("the profile is still in use by the console reader"))
@@ -184,6 +196,20 @@ impl ConsoleReader {
             stop,
             thread: Some(thread),
         })
+    }
+
+    /// Lets the reader take in what the command wrote before it ended (a
+    /// file's tail reads once more and stops; a pipe is read to its end)
+    /// while the marks can still go to the profile: waits up to `grace`.
+    pub fn drain(&self, grace: Duration) {
+        self.stop.store(true, Ordering::SeqCst);
+        let Some(t) = self.thread.as_ref() else {
+            return;
+        };
+        let deadline = Instant::now() + grace;
+        while !t.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Stops a file's tail (after one last read) or waits up to `grace`
