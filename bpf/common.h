@@ -100,7 +100,8 @@ enum bs_source {
 
 /* What a ring buffer record reports. */
 enum bs_event_kind {
-	/* A guest write to a marker port: arg0 = port, arg1 = value. */
+	/* A guest write to a marker port: arg0 = port, value and whether
+	 * arg1 is the guest RIP of the write (phases.h). */
 	BS_EV_MARK = 1,
 	/* A new task of a followed process: arg0 = parent tid,
 	 * arg1 = clone flags (BS_CLONE_FLAGS_UNKNOWN when only the fork

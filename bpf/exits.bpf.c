@@ -13,6 +13,10 @@
  * and, for SVM nested page faults, by guest-physical range. Off, the
  * verifier drops that code: the programs are the same as without it.
  *
+ * The guest RIP of an I/O instruction's exit is kept in the thread's
+ * exit_start entry with exit sites off too: the phases collector reads it
+ * there to tell firmware's marker-port writes from the kernel's.
+ *
  * Time slots (`run --initcalls`, the const volatile time_slot_ns): each
  * exit is also counted by the time slot of its kvm_exit, at the same point
  * as its reason's count (common.bpf.h, bs_count_slot). Off, the verifier
@@ -129,6 +133,13 @@ struct {
 
 /* Set by userspace before load: count exits by site too. */
 const volatile __u32 exit_sites_on = 0;
+
+/* Whether an exit is an I/O instruction's (its RIP is then kept). */
+static __always_inline int bs_io_exit(__u32 isa, __u32 reason)
+{
+	return (isa == BS_ISA_VMX && reason == BS_VMX_EXIT_IO) ||
+	       (isa == BS_ISA_SVM && reason == BS_SVM_EXIT_IOIO);
+}
 
 /* Initial value of a new histogram (read-only data). */
 static const struct bs_hist bs_zero_hist;
@@ -270,6 +281,8 @@ int bs_kvm_exit(void *ctx)
 		rip = BS_CTX(ctx, BS_P_KVM_EXIT_GUEST_RIP);
 		if (isa == BS_ISA_SVM && reason == BS_SVM_EXIT_NPF)
 			gpa = BS_CTX(ctx, BS_P_KVM_EXIT_INFO2);
+	} else if (bs_io_exit(isa, reason)) {
+		rip = BS_CTX(ctx, BS_P_KVM_EXIT_GUEST_RIP);
 	}
 
 	/* A vCPU thread's entry stays in the map from exit to exit: writing
@@ -284,10 +297,9 @@ int bs_kvm_exit(void *ctx)
 		pending->reason = reason;
 		pending->isa = isa;
 		pending->phase = phase;
-		if (exit_sites_on) {
-			pending->rip = rip;
+		pending->rip = rip;
+		if (exit_sites_on)
 			pending->gpa = gpa;
-		}
 		pending->ts_ns = bpf_ktime_get_ns();
 	} else {
 		/* This thread's first exit (or first as this vCPU): the one

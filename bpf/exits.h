@@ -43,6 +43,11 @@ struct bs_exit_start {
 /* SVM's exit code of a nested page fault (kvm_exit's info2 is then the
  * faulting guest-physical address). */
 #define BS_SVM_EXIT_NPF 0x400
+/* The exit codes of an I/O instruction (VMX EXIT_REASON_IO_INSTRUCTION,
+ * SVM_EXIT_IOIO): their guest RIP is kept even with exit sites off, for
+ * the phases collector to tell who wrote a marker port. */
+#define BS_VMX_EXIT_IO 30
+#define BS_SVM_EXIT_IOIO 0x7b
 /* Nested page faults are counted by guest-physical range of this size
  * (2 MiB, a large page: the kernel's text, its initrd and its page tables
  * fall in different ones). */

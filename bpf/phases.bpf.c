@@ -5,10 +5,20 @@
  * Port 0x80 is the debug port (Cloud Hypervisor's ranges: 0x00-1f firmware,
  * 0x20-3f boot loader, 0x40-5f kernel, 0x60-7f userspace); port 0xf4 is
  * qemu-boot-time's (6 = kernel start, 7 = userspace start). Every write is
- * counted per {port, value}; only a change of value is streamed as a mark,
- * so a guest hammering the port cannot flood the ring buffer.
+ * counted per {port, value}; only a change of value (or of who wrote it:
+ * code in the upper, kernel half of the address space or below it) is
+ * streamed as a mark, so a guest hammering the port cannot flood the ring
+ * buffer.
+ *
+ * Who wrote it: kvm_pio carries no guest RIP, but on VMX/SVM hosts the
+ * exits collector's kvm_exit program has just noted the I/O exit's RIP in
+ * the thread's exit_start entry (kvm_pio fires while KVM handles that
+ * exit, on the same thread). The mark carries it when it is there, so
+ * userspace can tell the kernel's io_delay writes (0x00 from kernel text)
+ * from firmware's markers.
  */
 #include "common.bpf.h"
+#include "exits.h"
 #include "phases.h"
 
 const volatile __u32 marker_port_debug = 0x80;
@@ -25,8 +35,61 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, struct bs_marker_last_key);
-	__type(value, __u32);
+	__type(value, __u64);
 } marker_last SEC(".maps");
+
+/* The exits collector's map (exits.bpf.c defines it; this weak copy of its
+ * definition lets the linker join the two). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct bs_exit_start);
+} exit_start SEC(".maps") __weak;
+
+/* The guest RIP of the I/O exit this kvm_pio belongs to, if the exits
+ * collector noted one (0 and *known = 0 otherwise). */
+static __always_inline __u64 bs_pio_rip(__u32 tgid, __u32 tid, __u32 *known)
+{
+	struct bs_exit_start *ex = bpf_map_lookup_elem(&exit_start, &tid);
+
+	*known = 0;
+	if (!ex || !ex->ts_ns || ex->tgid != tgid)
+		return 0;
+	if (!((ex->isa == BS_ISA_VMX && ex->reason == BS_VMX_EXIT_IO) ||
+	      (ex->isa == BS_ISA_SVM && ex->reason == BS_SVM_EXIT_IOIO)))
+		return 0;
+	*known = 1;
+	return ex->rip;
+}
+
+/* The first port I/O the guest's kernel makes (a guest RIP in the kernel
+ * half, on any port but the marker ports), streamed once per process: the
+ * kernel is running by then, which its console says only once its console
+ * driver is up. Noted in marker_last under a key no port has. */
+static __always_inline void bs_first_kernel_pio(__u32 tgid, __u32 tid, __u32 port)
+{
+	struct bs_marker_last_key key = { .tgid = tgid, .port = BS_KERNEL_PIO_KEY };
+	struct bs_event *e;
+	__u64 rip, seen = 1;
+	__u32 known;
+
+	if (bpf_map_lookup_elem(&marker_last, &key))
+		return;
+	rip = bs_pio_rip(tgid, tid, &known);
+	if (!known || rip < BS_KERNEL_HALF)
+		return;
+	/* Another vCPU may have been first. */
+	if (bpf_map_update_elem(&marker_last, &key, &seen, BPF_NOEXIST))
+		return;
+	e = bs_event_reserve(BS_EV_MARK, tgid, tid);
+	if (!e)
+		return;
+	e->arg0 = port | BS_MARK_RIP_KNOWN | BS_MARK_KERNEL_FIRST;
+	e->arg1 = rip;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	bpf_ringbuf_submit(e, 0);
+}
 
 SEC("tracepoint/kvm/kvm_pio")
 int bs_marker_pio(void *ctx)
@@ -36,14 +99,17 @@ int bs_marker_pio(void *ctx)
 	struct bs_marker_key key = {};
 	struct bs_marker_last_key last_key = {};
 	struct bs_event *e;
-	__u32 port, size, value, stored, *last;
+	__u32 port, size, value, known, who;
+	__u64 rip, stored, *last;
 
 	if (!bs_followed_vm(tgid))
 		return 0;
-	if (!BS_CTX(ctx, BS_P_KVM_PIO_RW))
-		return 0;
 	port = BS_CTX(ctx, BS_P_KVM_PIO_PORT);
-	if (port != marker_port_debug && port != marker_port_boot_time)
+	if (port != marker_port_debug && port != marker_port_boot_time) {
+		bs_first_kernel_pio(tgid, (__u32)id, port);
+		return 0;
+	}
+	if (!BS_CTX(ctx, BS_P_KVM_PIO_RW))
 		return 0;
 	bs_count_source(BS_SRC_MARKER_PIO);
 	size = BS_CTX(ctx, BS_P_KVM_PIO_SIZE);
@@ -58,9 +124,13 @@ int bs_marker_pio(void *ctx)
 	key.value = value;
 	bs_count(&marker_counts, &key, 1);
 
+	rip = bs_pio_rip(tgid, (__u32)id, &known);
+	/* Who wrote it: 0 unknown, 1 below the kernel half, 2 in it. */
+	who = known ? (rip >= BS_KERNEL_HALF ? 2 : 1) : 0;
 	last_key.tgid = tgid;
 	last_key.port = port;
-	stored = value + 1; /* 0 stays "nothing written yet" */
+	/* value + 1: 0 stays "nothing written yet" */
+	stored = ((__u64)value + 1) | ((__u64)who << 40);
 	last = bpf_map_lookup_elem(&marker_last, &last_key);
 	if (last && *last == stored)
 		return 0;
@@ -69,8 +139,8 @@ int bs_marker_pio(void *ctx)
 	e = bs_event_reserve(BS_EV_MARK, tgid, (__u32)id);
 	if (!e)
 		return 0;
-	e->arg0 = port;
-	e->arg1 = value;
+	e->arg0 = port | (known ? BS_MARK_RIP_KNOWN : 0) | ((__u64)value << 32);
+	e->arg1 = rip;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	bpf_ringbuf_submit(e, 0);
 	return 0;

@@ -13,6 +13,7 @@ mod initcalls_cmd;
 mod lab_cmd;
 mod lab_prepare;
 mod profile_cmd;
+mod profile_console;
 mod push;
 mod run_cmd;
 mod signals;

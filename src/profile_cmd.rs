@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::cli::{usage, Failure};
+use crate::profile_console::{take_collector, ConsolePlan, MarkSlot};
+use std::sync::{Arc, Mutex};
 
 use bootscope_profiler::launch::HeldCommand;
 use bootscope_profiler::{Collector, CollectorConfig, CollectorSet, Profile, TargetSpec};
@@ -181,12 +183,15 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     // not under --tui, which keeps the terminal.
     let mut group = None;
     let mut foreground = None;
+    // The console read for boot milestones (src/profile_console.rs).
+    let console = ConsolePlan::new(&command, args.pid.is_some(), child_log.as_deref())
+        .context("cannot set up reading the command's console")?;
     let target = match args.pid {
         Some(pid) => TargetSpec::Pid(pid),
         None => {
             let h = crate::tui_cmd::with_child_stdio(child_log.as_deref(), || {
-                HeldCommand::spawn(&command)
-            })?
+                console.spawn(|| HeldCommand::spawn(&command))
+            })??
             .with_context(|| format!("cannot start {}", command.join(" ")))?;
             let pid = h.pid();
             group = Some(bootscope_model::proc::ListedGroup::new(h.pgid()));
@@ -219,6 +224,11 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
                 .into())
         }
     };
+    let collector = Arc::new(collector);
+    let slot: MarkSlot = Arc::new(Mutex::new(Some(collector.clone())));
+    let reader = console
+        .start(&slot)
+        .context("cannot start reading the command's console")?;
     if let Some(h) = held.as_mut() {
         h.release().context("cannot release the launched command")?;
     }
@@ -232,7 +242,9 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         &command,
         child_log.as_deref(),
     )?;
-    let mut profile = collector.finish();
+    // A command that ended by itself has written its last console line.
+    let ended = reader.as_ref().filter(|_| waited.status.is_some());
+    let mut profile = take_collector(collector, &slot, ended)?.finish();
     let signal = interrupts.received();
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
     let mut code = 0;
@@ -241,6 +253,11 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         drop(group.take());
         // The group is gone: the terminal is this process's again.
         drop(foreground.take());
+        // Its output to the pipe has ended (unless something that left
+        // the group holds it).
+        if let Some(r) = reader {
+            r.finish(CONSOLE_GRACE);
+        }
         profile.target.exit_code = exit_code;
         if own {
             code = exit_code.unwrap_or(0);
@@ -398,6 +415,10 @@ fn stop_launched(
 /// How long a launched command has to end after the signal bootscope got
 /// (or SIGTERM) before its group gets SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// How long the console reader has to pass on a launched command's last
+/// output once the command has ended.
+const CONSOLE_GRACE: Duration = Duration::from_secs(1);
 
 /// How long what a launched command left running in its group has between
 /// SIGTERM and SIGKILL.

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use bootscope_profiler::guest_symbols::{kernel_of_command, SymbolTable, SymbolsError};
-use bootscope_profiler::sites::GuestRegion;
+use bootscope_profiler::sites::{GuestRegion, MODULE_SPACE, MODULE_TAG};
 use bootscope_profiler::Profile;
 
 /// The symbol table to name sites with: `--guest-symbols`, else the guest
@@ -132,6 +132,19 @@ pub fn summary(p: &Profile) -> String {
         }
     }
     npf_summary(&mut s, sites);
+    if let Some(n) = sites
+        .symbols
+        .as_ref()
+        .map(|i| i.in_modules)
+        .filter(|&n| n > 0)
+    {
+        let _ = writeln!(
+            s,
+            "  {n} sites are in the kernel's module area ({:#x}..{:#x}): shown by \
+             address, tagged {}",
+            MODULE_SPACE.start, MODULE_SPACE.end, MODULE_TAG
+        );
+    }
     if sites.overflows > 0 {
         let _ = writeln!(
             s,

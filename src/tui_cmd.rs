@@ -433,6 +433,7 @@ impl ProcfsProfile {
                 t_ns: m.t_ns,
                 value: m.value.map(u64::from),
                 tgid: Some(pid),
+                guest_rip: None,
             })
             .collect();
         p.phases = bootscope_profiler::phases::derive_spans(&p.marks, now);

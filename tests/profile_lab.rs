@@ -3,6 +3,7 @@
 //! fixture's port writes are exits with reason `io`, each with its exit
 //! latency, and the total equals KVM's own count.
 
+mod lab_common;
 mod profile_common;
 
 use bootscope_profiler::profile::{DataSource, ExitReasonStat};
@@ -226,4 +227,115 @@ fn self_profile_sees_every_exit_from_the_first_kvm_run_in_the_lab() {
     let workers = p.threads.iter().filter(|t| t.role == "prealloc").count();
     assert_eq!(workers, 2, "{:?}", p.threads);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `bootscope profile -- qemu-system-x86_64 -M microvm ...` booting
+/// Debian's kernel in the lab, without `io_delay=none`: the port-0x80
+/// writes of 0x00 (the set-up code's `io_delay`) carry their guest RIP and
+/// open no firmware phase; the kernel phase starts at the kernel's first
+/// port I/O (from kernel text), and the userspace phase at QEMU's console
+/// line of init (`-serial stdio`, on bootscope's pipe), in the order the
+/// guest's own console has them.
+#[test]
+fn qemu_phases_follow_the_guests_console_in_the_lab() {
+    let Some(pre) = lab_common::prereqs("lab-qemu-phases") else {
+        return;
+    };
+    let Some((qemu, firmware)) = lab_common::qemu_for_the_lab() else {
+        return;
+    };
+    let out = pre.dir.join("qemu.json");
+    let exe = env!("CARGO_BIN_EXE_bootscope");
+    let o = run(
+        bootscope()
+            .current_dir(&pre.dir)
+            .args(["lab", "--timeout", "900", "--program", exe, "--program"])
+            .arg(&qemu)
+            .arg("--input")
+            .arg(firmware)
+            .args(["--", "profile", "--output", out.to_str().unwrap(), "--"])
+            .arg(&qemu)
+            .args(["-enable-kvm", "-M", "microvm", "-cpu", "host", "-m", "256M"])
+            .args(["-smp", "1", "-nodefaults", "-no-user-config", "-display"])
+            .args(["none", "-no-reboot", "-serial", "stdio", "-kernel"])
+            .arg(&pre.kernel)
+            .arg("-initrd")
+            .arg(&pre.initrd)
+            .args(["-append", "console=ttyS0 panic=-1"]),
+        None,
+    );
+    let console = String::from_utf8_lossy(&o.stdout);
+    println!("--- lab console ---\n{console}---");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // The guest's console passed through bootscope to its standard output.
+    assert!(
+        console
+            .lines()
+            .any(|l| l.trim_end() == bootscope_lab::guest::HELLO_LINE),
+        "{console}"
+    );
+    let p = read_profile(&out);
+    println!("marks: {:#?}\nphases: {:#?}", p.marks, p.phases);
+    let mark = |name: &str| {
+        p.marks
+            .iter()
+            .find(|m| m.name == name)
+            .unwrap_or_else(|| panic!("no mark {name}: {:?}", p.marks))
+    };
+    let banner = mark("serial: kernel banner").t_ns;
+    let init = mark("serial: run init").t_ns;
+    let half = bootscope_profiler::phases::KERNEL_HALF;
+    // The kernel's first port I/O, from kernel text, before its console
+    // was up.
+    let first = p
+        .marks
+        .iter()
+        .find(|m| {
+            m.name
+                .starts_with(bootscope_profiler::phases::FIRST_KERNEL_PIO)
+        })
+        .unwrap_or_else(|| panic!("no first kernel port I/O: {:?}", p.marks));
+    assert!(first.guest_rip.is_some_and(|r| r >= half), "{first:?}");
+    assert!(first.t_ns < banner, "{first:?} banner at {banner}");
+    // Port 0x80 writes of 0x00 (io_delay) are not firmware markers: every
+    // one carries its guest RIP and is named by who made it.
+    for m in p.marks.iter().filter(|m| m.value == Some(0)) {
+        let rip = m.guest_rip.unwrap_or_else(|| panic!("no RIP: {m:?}"));
+        let by = if rip >= half { "kernel" } else { "boot" };
+        assert_eq!(m.name, format!("port 0x80: 0x00 by {by} code"), "{m:?}");
+    }
+    assert!(
+        p.phases.iter().all(|s| s.name != "firmware"),
+        "{:?}",
+        p.phases
+    );
+    // init's own marker, written through /dev/port (kernel code).
+    let marker = mark("port 0x80: userspace 0x60");
+    assert!(marker.guest_rip.is_some_and(|r| r >= half), "{marker:?}");
+    let phase = |name: &str| {
+        p.phases
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no phase {name}: {:?}", p.phases))
+    };
+    let (kernel, user) = (phase("kernel"), phase("userspace"));
+    assert_eq!(kernel.start_ns, first.t_ns);
+    assert_eq!(kernel.end_ns, user.start_ns);
+    // The guest's own console: userspace from its init line, and the
+    // milestones in the order its console has them.
+    assert_eq!(user.start_ns, init);
+    assert!(init < marker.t_ns);
+    let at = |needle: &str| console.find(needle).unwrap_or_else(|| panic!("{needle:?}"));
+    assert!(
+        at("Linux version") < at("Freeing unused kernel")
+            && at("Freeing unused kernel") < at("as init process")
+    );
+    assert!(banner < mark("serial: free initmem").t_ns && mark("serial: free initmem").t_ns < init);
+    // What ran before the kernel ended where it began.
+    for s in &p.phases {
+        if s.name == "bootloader" {
+            assert_eq!(s.end_ns, kernel.start_ns, "{s:?}");
+        }
+    }
+    std::fs::remove_dir_all(&pre.dir).unwrap();
 }

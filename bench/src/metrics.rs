@@ -14,6 +14,7 @@
 //! | `kvm:KEY` | count | every other cumulative KVM statistic (`insn_emulation`, `halt_wakeup`, ...) |
 //! | `exit-reason:NAME`, `exit-reason:total` | count | the profile's `exits.by_reason` (`bench --profile`) |
 //! | `faults:guest`, `faults:host` | count | the profile's `page_faults.guest_total` / `host_total` |
+//! | `mark:NAME` | time | the profile's first mark `NAME` (`bench --profile`), from the profile's start: the launch of the command, or the process start of a `bootscope run` profiling itself; e.g. `mark:port 0x80: userspace 0x60` for either VMM |
 //! | `memory:rss`, `memory:pss`, `memory:uss` | bytes | the VMM's `/proc/PID/smaps_rollup` at the userspace mark (the timeline's `host_memory`; for a command, read by `bench` at its console's `userspace` pattern) |
 //! | `storm:METRIC:STAT`, `storm:makespan` | as METRIC, time | `bench --parallel N`: per storm, [`crate::storm`] |
 //! | `solo:METRIC` | as METRIC | `bench --parallel N`: the one VM booted alone before each storm |
@@ -77,6 +78,7 @@ pub fn kind(name: &str) -> MetricKind {
         || name == "bpf:run_ns"
         || name.starts_with("phase:")
         || name.starts_with("console:")
+        || name.starts_with("mark:")
     {
         MetricKind::Time
     } else {
@@ -275,6 +277,14 @@ pub fn from_profile(
     if let Some(h) = pf["host_total"].as_u64() {
         m.insert("faults:host".into(), h);
     }
+    // The first of each mark (the guest's port writes, its console's
+    // milestones), on the profile's clock.
+    for mark in value["marks"].as_array().into_iter().flatten() {
+        if let (Some(n), Some(t)) = (mark["name"].as_str(), mark["t_ns"].as_u64()) {
+            let e = m.entry(format!("mark:{n}")).or_insert(t);
+            *e = (*e).min(t);
+        }
+    }
     // With `--bpf-stats`: what the kernel accounted to the eBPF programs.
     let stats: Vec<_> = value["sources"]
         .as_array()
@@ -370,7 +380,11 @@ mod tests {
             "sources": [
                 {"name": "tracepoint:kvm:kvm_exit", "runs": 5, "run_ns": 700},
                 {"name": "tracepoint:kvm:kvm_entry", "runs": 4, "run_ns": 300},
-                {"name": "procfs:threads"}]
+                {"name": "procfs:threads"}],
+            "marks": [
+                {"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 900},
+                {"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 700},
+                {"name": "serial: run init", "source": "serial", "t_ns": 600}]
         });
         let m = from_profile(&p, Path::new("p.json")).unwrap();
         assert_eq!(m["bpf:runs"], 9);
@@ -380,5 +394,8 @@ mod tests {
         assert_eq!(m["exit-reason:total"], 12);
         assert_eq!(m["faults:guest"], 4);
         assert_eq!(m["faults:host"], 400);
+        assert_eq!(m["mark:port 0x80: userspace 0x60"], 700);
+        assert_eq!(m["mark:serial: run init"], 600);
+        assert_eq!(kind("mark:serial: run init"), MetricKind::Time);
     }
 }

@@ -363,6 +363,13 @@ pub struct BsMarkerKey {
     pub value: u32,
 }
 
+/// A mark event's `arg0` (bpf/phases.h): the port in bits 0-15, this
+/// flag when `arg1` is the guest RIP of the write, the value in bits 32-63.
+pub const MARK_RIP_KNOWN: u64 = 1 << 16;
+/// ... and this one on the mark of the first port I/O the guest's kernel
+/// made (any port, no value).
+pub const MARK_KERNEL_FIRST: u64 = 1 << 17;
+
 /// `struct bs_marker_last_key`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -5,31 +5,96 @@
 //! the phase's index is what the BPF side files exits and faults under
 //! (per process, written into the `phase` map when the mark arrives).
 
-use bootscope_model::mark::{debug_port_range, MarkSource};
+use bootscope_model::mark::{debug_port_mark_name, debug_port_range, MarkSource};
 
 use crate::profile::{Mark, PhaseSpan};
 
 /// Name of phase index 0: everything before the first phase mark.
 pub const BEFORE_FIRST_MARK: &str = "before first mark";
 
-/// The phase a mark opens, if it opens one.
+/// Guest code at or above this address is the kernel's: the upper half of
+/// x86-64's canonical addresses (bpf/phases.h `BS_KERNEL_HALF`). Firmware
+/// and boot loaders run below it.
+pub const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
+
+/// True when a port-0x80 write is the kernel's own and not a marker: a
+/// value below the kernel's range (Linux's `io_delay` writes 0x00 to port
+/// 0x80 from kernel text), made by code in the kernel half.
+fn kernel_non_marker(value: u8, guest_rip: Option<u64>) -> bool {
+    value < 0x40 && guest_rip.is_some_and(|rip| rip >= KERNEL_HALF)
+}
+
+/// True when a port-0x80 write is 0x00 made below the kernel half: what
+/// Linux's boot code (`io_delay()` of its real-mode set-up, on the way to
+/// the decompressor) writes, not a firmware marker.
+fn boot_code_io_delay(value: u8, guest_rip: Option<u64>) -> bool {
+    value == 0 && guest_rip.is_some_and(|rip| rip < KERNEL_HALF)
+}
+
+/// The name of a port-0x80 write's mark: `port 0x80: kernel 0x40` (its
+/// range and value), or, for a write that is no marker, `port 0x80: 0x00
+/// by kernel code` / `port 0x80: 0x00 by boot code`.
+pub fn debug_port_write_name(value: u8, guest_rip: Option<u64>) -> String {
+    if kernel_non_marker(value, guest_rip) {
+        format!("port 0x80: 0x{value:02x} by kernel code")
+    } else if boot_code_io_delay(value, guest_rip) {
+        "port 0x80: 0x00 by boot code".to_string()
+    } else {
+        debug_port_mark_name(value)
+    }
+}
+
+/// The start of the name of the mark of the first port I/O the guest's
+/// kernel made.
+pub const FIRST_KERNEL_PIO: &str = "port I/O: first by kernel code";
+
+/// The mark of the first port I/O the guest's kernel made (on `port`, from
+/// `guest_rip`, at `t_ns`): the kernel runs by then.
+pub fn first_kernel_pio_mark(port: u16, t_ns: u64, tgid: u32, guest_rip: u64) -> Mark {
+    Mark {
+        name: format!("{FIRST_KERNEL_PIO} (port 0x{port:x})"),
+        source: MarkSource::DebugPort,
+        t_ns,
+        value: None,
+        tgid: Some(tgid),
+        guest_rip: Some(guest_rip),
+    }
+}
+
+/// The phase a mark opens on its own, if it opens one.
 ///
 /// - port 0x80: its range (`firmware`, `bootloader`, `kernel`,
-///   `userspace`), or `custom 0xNN` for 0x80-0xff;
+///   `userspace`), or `custom 0xNN` for 0x80-0xff; a write below the
+///   kernel's range that the kernel made (its guest RIP in the kernel half:
+///   `io_delay`'s 0x00) is no marker but shows the kernel running: `kernel`;
+///   0x00 from below the kernel half is Linux's boot code (its real-mode
+///   set-up's `io_delay`, before the decompressor): `bootloader`;
+/// - the first port I/O of the guest's kernel (any port): `kernel`;
 /// - port 0xf4: 1 `firmware`, 3 `bootloader`, 5/6 `kernel`, 7 `userspace`
 ///   (2 and 4 only end a phase; the next start opens the next one);
 /// - the VMM: process start `vmm setup` (and, bootscope's profiler having
 ///   attached before its VMM started, profiler attached), first `KVM_RUN`
 ///   `guest boot`, guest shutdown `vmm teardown`;
-/// - console milestones: the kernel banner `kernel`, running init
-///   `userspace`;
+/// - console milestones: the firmware's banner `firmware`, the kernel
+///   banner `kernel`, running init `userspace`;
 /// - the boot timer: `userspace`.
+///
+/// Whether it does open it depends on the boot so far: [`PhaseTracker`].
 pub fn phase_of_mark(mark: &Mark) -> Option<String> {
     let v = mark.value.map(|v| v as u8);
     match mark.source {
-        MarkSource::DebugPort => v.map(|v| match debug_port_range(v) {
-            "custom" => format!("custom 0x{v:02x}"),
-            r => r.to_string(),
+        MarkSource::DebugPort if mark.name.starts_with(FIRST_KERNEL_PIO) => Some("kernel".into()),
+        MarkSource::DebugPort => v.map(|v| {
+            if kernel_non_marker(v, mark.guest_rip) {
+                return "kernel".to_string();
+            }
+            if boot_code_io_delay(v, mark.guest_rip) {
+                return "bootloader".to_string();
+            }
+            match debug_port_range(v) {
+                "custom" => format!("custom 0x{v:02x}"),
+                r => r.to_string(),
+            }
         }),
         MarkSource::BootTimePort => match v? {
             1 => Some("firmware".into()),
@@ -44,10 +109,47 @@ pub fn phase_of_mark(mark: &Mark) -> Option<String> {
             "vmm: guest shutdown" => Some("vmm teardown".into()),
             _ => None,
         },
+        MarkSource::Serial if mark.name.contains("firmware banner") => Some("firmware".into()),
         MarkSource::Serial if mark.name.contains("kernel banner") => Some("kernel".into()),
         MarkSource::Serial if mark.name.contains("run init") => Some("userspace".into()),
         MarkSource::BootTimer => Some("userspace".into()),
         _ => None,
+    }
+}
+
+/// The order of the boot's own phases: a boot goes from firmware to the
+/// boot loader, the kernel and userspace, never back.
+fn boot_rank(phase: &str) -> Option<u8> {
+    match phase {
+        "firmware" => Some(0),
+        "bootloader" => Some(1),
+        "kernel" => Some(2),
+        "userspace" => Some(3),
+        _ => None,
+    }
+}
+
+/// How far one guest's boot has got, by its marks: a mark naming a boot
+/// phase before the one reached opens nothing (the kernel's writes of
+/// firmware-range values to port 0x80 once it runs, a console line matched
+/// late). The live collector and [`derive_spans`] both go through it, so
+/// the phases exits are filed under and the spans agree.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PhaseTracker {
+    reached: Option<u8>,
+}
+
+impl PhaseTracker {
+    /// The phase `mark` opens, given the marks before it (in time order).
+    pub fn open(&mut self, mark: &Mark) -> Option<String> {
+        let name = phase_of_mark(mark)?;
+        if let Some(rank) = boot_rank(&name) {
+            if self.reached.is_some_and(|r| rank < r) {
+                return None;
+            }
+            self.reached = Some(rank);
+        }
+        Some(name)
     }
 }
 
@@ -87,7 +189,8 @@ impl PhaseNames {
 
 /// The phases the marks open, in time order, each ending where the next
 /// begins and the last at `end_ns`. A mark that names the phase already
-/// running does not split it.
+/// running does not split it, nor does one naming a boot phase the boot
+/// has gone past ([`PhaseTracker`]).
 ///
 /// A profiler that attached before its VMM started (the mark `vmm: profiler
 /// attached`) has the time from process start to then as `profiler
@@ -98,8 +201,9 @@ pub fn derive_spans(marks: &[Mark], end_ns: u64) -> Vec<PhaseSpan> {
     let vmm = |m: &Mark, name: &str| m.source == MarkSource::Vmm && m.name == name;
     let attached = sorted.iter().any(|m| vmm(m, "vmm: profiler attached"));
     let mut spans: Vec<PhaseSpan> = Vec::new();
+    let mut tracker = PhaseTracker::default();
     for m in sorted {
-        let Some(mut name) = phase_of_mark(m) else {
+        let Some(mut name) = tracker.open(m) else {
             continue;
         };
         if attached && vmm(m, "vmm: process start") {
@@ -131,6 +235,7 @@ mod tests {
             t_ns,
             value,
             tgid: None,
+            guest_rip: None,
         }
     }
 
@@ -206,6 +311,132 @@ mod tests {
                 ("guest boot".to_string(), 60)
             ]
         );
+    }
+
+    /// QEMU booting Debian in the lab: the kernel's io_delay writes 0x00
+    /// to port 0x80 from kernel text (guest RIP known from the I/O exit);
+    /// its console gives the banner and the start of init.
+    #[test]
+    fn kernel_io_delay_writes_are_not_firmware() {
+        let rip = |m: Mark, r| Mark {
+            guest_rip: Some(r),
+            ..m
+        };
+        let kernel_text = 0xffff_ffff_8100_1234;
+        let marks = vec![
+            mark(MarkSource::Serial, "serial: firmware banner", None, 10),
+            rip(mark(MarkSource::DebugPort, "", Some(0), 100), kernel_text),
+            mark(MarkSource::Serial, "serial: kernel banner", None, 150),
+            mark(MarkSource::Serial, "serial: run init", None, 900),
+            // After init: io_delay again (RIP unknown here): no phase.
+            mark(MarkSource::DebugPort, "", Some(0), 950),
+        ];
+        let got: Vec<(String, u64, u64)> = derive_spans(&marks, 1000)
+            .into_iter()
+            .map(|p| (p.name, p.start_ns, p.end_ns))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("firmware".to_string(), 10, 100),
+                ("kernel".to_string(), 100, 900),
+                ("userspace".to_string(), 900, 1000)
+            ]
+        );
+        assert_eq!(
+            debug_port_write_name(0, Some(kernel_text)),
+            "port 0x80: 0x00 by kernel code"
+        );
+        // Below the kernel half (firmware, a boot loader): its range, but
+        // for 0x00, the value of the boot code's io_delay.
+        assert_eq!(
+            debug_port_write_name(0x05, Some(0xf_1234)),
+            "port 0x80: firmware 0x05"
+        );
+        assert_eq!(
+            debug_port_write_name(0, Some(0x15b6)),
+            "port 0x80: 0x00 by boot code"
+        );
+        assert_eq!(
+            phase_of_mark(&rip(mark(MarkSource::DebugPort, "", Some(0), 0), 0x15b6)).as_deref(),
+            Some("bootloader")
+        );
+        // Without a RIP, a 0x00 is still firmware's range.
+        assert_eq!(debug_port_write_name(0, None), "port 0x80: firmware 0x00");
+        let first = first_kernel_pio_mark(0x21, 5, 1, kernel_text);
+        assert_eq!(first.name, "port I/O: first by kernel code (port 0x21)");
+        assert_eq!(phase_of_mark(&first).as_deref(), Some("kernel"));
+        assert_eq!(
+            phase_of_mark(&rip(
+                mark(MarkSource::DebugPort, "", Some(0x05), 0),
+                0xf_1234
+            ))
+            .as_deref(),
+            Some("firmware")
+        );
+        // A kernel marker from kernel code is the kernel's marker.
+        assert_eq!(
+            debug_port_write_name(0x41, Some(kernel_text)),
+            "port 0x80: kernel 0x41"
+        );
+    }
+
+    /// The marks of QEMU microvm booting Debian's kernel in the lab (SVM,
+    /// times in ms): the set-up code's io_delay, the kernel's first port
+    /// I/O, its console, init's marker written through /dev/port.
+    #[test]
+    fn a_qemu_boot_in_the_lab() {
+        let ms = 1_000_000;
+        let with_rip = |m: Mark, r| Mark {
+            guest_rip: Some(r),
+            ..m
+        };
+        let marks = vec![
+            with_rip(mark(MarkSource::DebugPort, "", Some(0), 6833 * ms), 0x15b6),
+            first_kernel_pio_mark(0xcf8, 9100 * ms, 1, 0xffff_ffff_a100_0000),
+            mark(
+                MarkSource::Serial,
+                "serial: kernel banner",
+                None,
+                20848 * ms,
+            ),
+            mark(MarkSource::Serial, "serial: run init", None, 101505 * ms),
+            with_rip(
+                mark(MarkSource::DebugPort, "", Some(0x60), 102256 * ms),
+                0xffff_ffff_a10b_c26d,
+            ),
+        ];
+        let got: Vec<(String, u64)> = derive_spans(&marks, 103409 * ms)
+            .into_iter()
+            .map(|p| (p.name, (p.end_ns - p.start_ns) / ms))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("bootloader".to_string(), 2267),
+                ("kernel".to_string(), 92405),
+                ("userspace".to_string(), 1904)
+            ]
+        );
+    }
+
+    #[test]
+    fn boot_phases_do_not_go_back() {
+        let mut t = PhaseTracker::default();
+        let dp = |v| mark(MarkSource::DebugPort, "", Some(v), 0);
+        assert_eq!(t.open(&dp(0x00)).as_deref(), Some("firmware"));
+        assert_eq!(t.open(&dp(0x40)).as_deref(), Some("kernel"));
+        // Firmware- and boot-loader-range values once the kernel runs.
+        assert_eq!(t.open(&dp(0x00)), None);
+        assert_eq!(t.open(&dp(0x21)), None);
+        // Custom values and the VMM's own marks are not boot phases.
+        assert_eq!(t.open(&dp(0x90)).as_deref(), Some("custom 0x90"));
+        let shutdown = mark(MarkSource::Vmm, "vmm: guest shutdown", None, 0);
+        assert_eq!(t.open(&shutdown).as_deref(), Some("vmm teardown"));
+        assert_eq!(t.open(&dp(0x41)).as_deref(), Some("kernel"));
+        assert_eq!(t.open(&dp(0x60)).as_deref(), Some("userspace"));
+        let banner = mark(MarkSource::Serial, "serial: kernel banner", None, 0);
+        assert_eq!(t.open(&banner), None);
     }
 
     #[test]

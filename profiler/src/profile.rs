@@ -548,6 +548,11 @@ pub struct Mark {
     /// The process the mark came from, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tgid: Option<u32>,
+    /// A marker-port write's guest RIP, where the exits collector saw the
+    /// I/O exit (VMX/SVM hosts): whether the kernel or the code before it
+    /// wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_rip: Option<u64>,
 }
 
 /// A boot phase.

@@ -20,6 +20,18 @@ pub const GUEST_USER: &str = "[guest user]";
 /// canonical half).
 pub const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
 
+/// x86-64 Linux's module area, `[MODULES_VADDR, MODULES_END)`: loaded
+/// modules' code lives here, above the (randomized) kernel image's 1 GiB.
+pub const MODULE_SPACE: std::ops::Range<u64> = 0xffff_ffff_c000_0000..0xffff_ffff_ff00_0000;
+/// What follows the address of a site in module space that no symbol
+/// names.
+pub const MODULE_TAG: &str = "[module]";
+
+/// True for a guest address in the kernel's module area.
+pub fn in_module_space(rip: u64) -> bool {
+    MODULE_SPACE.contains(&rip)
+}
+
 /// Exits by site, nested page faults by guest-physical range, and how the
 /// sites' addresses were named.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -61,13 +73,15 @@ pub struct ExitSite {
 }
 
 impl ExitSite {
-    /// The function, `[guest user]`, `[unattributed]` or the RIP in hex:
-    /// what flame graphs and pprof group by.
+    /// The function, `[guest user]`, `[unattributed]` or the RIP in hex
+    /// (followed by `[module]` in the kernel's module area): what flame
+    /// graphs and pprof group by.
     pub fn function_name(&self) -> String {
         match (self.rip, &self.function) {
             (None, _) => UNATTRIBUTED.into(),
             (_, Some(f)) => f.clone(),
             (Some(rip), None) if rip < KERNEL_HALF => GUEST_USER.into(),
+            (Some(rip), None) if in_module_space(rip) => format!("{rip:#x} {MODULE_TAG}"),
             (Some(rip), None) => format!("{rip:#x}"),
         }
     }
@@ -192,6 +206,10 @@ pub struct SiteSymbols {
     /// Kernel-half sites named / left as hex.
     pub resolved: u64,
     pub unresolved: u64,
+    /// Of the kernel-half sites, those in the module area (left as hex,
+    /// tagged `[module]`: the kernel image's symbols do not cover them).
+    #[serde(default)]
+    pub in_modules: u64,
     /// What the reader must know (an unknown slide, a table that looks
     /// like another kernel's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -313,6 +331,19 @@ mod tests {
             function: function.map(Into::into),
             offset: function.map(|_| 0x1a),
         }
+    }
+
+    #[test]
+    fn module_addresses_are_tagged() {
+        let name = |rip| site("npf", Some(rip), None, 1).function_name();
+        assert_eq!(name(0xffff_ffff_c05f_e0d3), "0xffffffffc05fe0d3 [module]");
+        // The kernel image's own range and the direct map are not modules.
+        assert_eq!(name(0xffff_ffff_8100_0000), "0xffffffff81000000");
+        assert_eq!(name(0xffff_8880_0000_1000), "0xffff888000001000");
+        assert_eq!(name(0xffff_ffff_ff00_0000), "0xffffffffff000000");
+        assert_eq!(name(0x7fff_0000), GUEST_USER);
+        let named = site("npf", Some(0xffff_ffff_c05f_e0d3), Some("virtblk_probe"), 1);
+        assert_eq!(named.function_name(), "virtblk_probe");
     }
 
     #[test]

@@ -218,7 +218,7 @@ impl State {
         remove_where::<bpf::BsFaultKey, u64>(b, "fault_counts", tgids);
         remove_where::<bpf::BsNumaKey, bpf::BsNumaVal>(b, "numa_pages", tgids);
         remove_where::<bpf::BsMarkerKey, u64>(b, "marker_counts", tgids);
-        remove_where::<bpf::BsMarkerLastKey, u32>(b, "marker_last", tgids);
+        remove_where::<bpf::BsMarkerLastKey, u64>(b, "marker_last", tgids);
         remove_where::<bpf::BsRunKey, bpf::BsRunVal>(b, "run_time", tgids);
         remove_where::<u32, u32>(b, "threads", tgids);
         remove_where::<bpf::BsSchedKey, bpf::BsHist>(b, "sched_waits", tgids);

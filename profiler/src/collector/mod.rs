@@ -650,6 +650,7 @@ impl Collector {
             t_ns,
             value,
             tgid: Some(tgid),
+            guest_rip: None,
         });
         true
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use bootscope_model::mark::{boot_time_port_mark_name, debug_port_mark_name};
+use bootscope_model::mark::boot_time_port_mark_name;
 
 use super::every::{FollowedVm, View};
 use super::object::BpfObject;
@@ -54,7 +54,9 @@ pub(super) struct State {
     pub(super) tgids: BTreeSet<u32>,
     pub(super) marks: Vec<Mark>,
     pub(super) phase_names: PhaseNames,
-    pub(super) current_phase: HashMap<u32, u32>,
+    /// Each process's phase index, and how far its boot has got by its
+    /// marks.
+    pub(super) current_phase: HashMap<u32, (u32, phases::PhaseTracker)>,
     pub(super) samples: Vec<Sample>,
     pub(super) kvm_stats: kvm_stats::KvmStatsReader,
     pub(super) ring_events: u64,
@@ -247,13 +249,15 @@ impl State {
             }
             self.port_marks += 1;
         }
-        if let Some(name) = phases::phase_of_mark(&mark) {
-            let idx = self.phase_names.index(&name);
-            let tgid = mark.tgid.unwrap_or(self.target_pid);
-            if self.current_phase.get(&tgid) != Some(&idx) {
-                self.current_phase.insert(tgid, idx);
-                self.set_phase(tgid, idx);
-            }
+        let tgid = mark.tgid.unwrap_or(self.target_pid);
+        let current = self.current_phase.entry(tgid).or_default();
+        let opened = current
+            .1
+            .open(&mark)
+            .map(|name| self.phase_names.index(&name));
+        if let Some(idx) = opened.filter(|&idx| current.0 != idx) {
+            current.0 = idx;
+            self.set_phase(tgid, idx);
         }
         self.marks.push(mark);
     }
@@ -303,14 +307,27 @@ impl State {
         let t = self.ktime_to_t(e.ts_ns);
         match e.kind {
             bpf::event_kind::MARK => {
-                let value = e.arg1;
-                let (name, source) = if e.arg0 == u64::from(self.boot_time_port) {
+                let (port, value) = (e.arg0 & 0xffff, e.arg0 >> 32);
+                let guest_rip = (e.arg0 & bpf::MARK_RIP_KNOWN != 0).then_some(e.arg1);
+                if e.arg0 & bpf::MARK_KERNEL_FIRST != 0 {
+                    self.push_mark(phases::first_kernel_pio_mark(
+                        port as u16,
+                        t,
+                        e.tgid,
+                        e.arg1,
+                    ));
+                    return;
+                }
+                let (name, source) = if port == u64::from(self.boot_time_port) {
                     (
                         boot_time_port_mark_name(value as u8),
                         MarkSource::BootTimePort,
                     )
                 } else {
-                    (debug_port_mark_name(value as u8), MarkSource::DebugPort)
+                    (
+                        phases::debug_port_write_name(value as u8, guest_rip),
+                        MarkSource::DebugPort,
+                    )
                 };
                 self.push_mark(Mark {
                     name,
@@ -318,6 +335,7 @@ impl State {
                     t_ns: t,
                     value: Some(value),
                     tgid: Some(e.tgid),
+                    guest_rip,
                 });
             }
             bpf::event_kind::TASK_NEW => {
@@ -329,7 +347,7 @@ impl State {
                 if new_process {
                     self.tgids.insert(e.tid);
                     let parent_tgid = self.threads.get(&(e.arg0 as u32)).map(|t| t.tgid);
-                    if let Some(p) = parent_tgid.and_then(|p| self.current_phase.get(&p).copied()) {
+                    if let Some(p) = parent_tgid.and_then(|p| self.current_phase.get(&p).cloned()) {
                         self.current_phase.insert(e.tid, p);
                     }
                     // The parent is the thread that forked: a process of

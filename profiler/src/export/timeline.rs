@@ -39,6 +39,7 @@ pub fn profile_from_timeline(doc: &Value) -> Result<Profile, TimelineError> {
             t_ns: m.t_ns,
             value: m.value,
             tgid: None,
+            guest_rip: None,
         })
         .collect();
     p.phases = t

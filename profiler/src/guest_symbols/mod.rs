@@ -16,7 +16,7 @@ use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use blazesym::MaybeDefault;
 use thiserror::Error;
 
-use crate::sites::{ExitSites, SiteSymbols, KERNEL_HALF};
+use crate::sites::{in_module_space, ExitSites, SiteSymbols, KERNEL_HALF};
 use kallsyms::KernelSymbol;
 
 /// Why a symbol file cannot be used.
@@ -183,9 +183,16 @@ impl SymbolTable {
             ..Default::default()
         };
         info.warnings.extend(found.warning.clone());
+        // Module code is not in the image's table: counted apart.
+        let image_site = |r: u64| r >= KERNEL_HALF && !in_module_space(r);
+        info.in_modules = sites
+            .sites
+            .iter()
+            .filter(|s| s.rip.is_some_and(in_module_space))
+            .count() as u64;
         if let Some(offset) = found.offset {
             let kernel: Vec<usize> = (0..sites.sites.len())
-                .filter(|&i| sites.sites[i].rip.is_some_and(|r| r >= KERNEL_HALF))
+                .filter(|&i| sites.sites[i].rip.is_some_and(image_site))
                 .collect();
             let addrs: Vec<u64> = kernel
                 .iter()
@@ -205,7 +212,7 @@ impl SymbolTable {
             info.unresolved = sites
                 .sites
                 .iter()
-                .filter(|s| s.rip.is_some_and(|r| r >= KERNEL_HALF))
+                .filter(|s| s.rip.is_some_and(image_site))
                 .count() as u64;
         }
         if info.unresolved > info.resolved && info.resolved + info.unresolved > 0 {
@@ -348,6 +355,44 @@ mod tests {
             .to_vec();
         assert_eq!(kernel_of_command(&cmd), Some(PathBuf::from("/k")));
         assert_eq!(kernel_of_command(&cmd[..2]), None);
+    }
+
+    /// Sites in the module area are counted apart, not as kernel sites
+    /// the table failed to name.
+    #[test]
+    fn module_sites_are_counted_apart() {
+        use std::fmt::Write as _;
+        let mut map = String::from("ffffffff81000000 T _text\n");
+        for i in 0..1200u64 {
+            let _ = writeln!(map, "{:x} T f{i}", 0xffff_ffff_8100_0100 + i * 0x100);
+        }
+        let _ = writeln!(map, "ffffffff81100000 T _end");
+        let path = std::env::temp_dir().join(format!("bootscope-mod-map-{}", std::process::id()));
+        std::fs::write(&path, map).unwrap();
+        let table = SymbolTable::load(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let site = |rip: u64| crate::sites::ExitSite {
+            reason: "io".into(),
+            rip: Some(rip),
+            count: 1,
+            ..Default::default()
+        };
+        let mut sites = ExitSites {
+            sites: vec![
+                site(0xffff_ffff_8100_0210),
+                site(0xffff_ffff_c05f_e0d3),
+                site(0x1000),
+            ],
+            ..Default::default()
+        };
+        table.annotate(&mut sites);
+        let info = sites.symbols.as_ref().unwrap();
+        assert_eq!(info.in_modules, 1, "{info:?}");
+        assert_eq!(info.resolved + info.unresolved, 1, "{info:?}");
+        assert_eq!(
+            sites.sites[1].function_name(),
+            "0xffffffffc05fe0d3 [module]"
+        );
     }
 
     /// The table of the machine's own Debian kernel image, recovered from
