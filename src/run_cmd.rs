@@ -393,7 +393,7 @@ fn guest_images(
 /// The kernel cache's directory; None (said why) when it cannot be
 /// trusted or has no place: the kernel is then decompressed and not kept.
 fn kernel_cache_dir() -> Option<PathBuf> {
-    match bootscope_vmm::kernel::decompress::user_cache_dir() {
+    match bootscope_vmm::kernel::cache::user_cache_dir() {
         Ok(d) => Some(d),
         Err(e) => {
             eprintln!("bootscope: warning: the kernel cache is not used: {e}");
