@@ -99,14 +99,7 @@ const _: () = assert!(
 );
 const _: () = assert!(VIRTIO_IRQ_BASE > SERIAL_IRQ);
 
-/// One named piece of the guest-physical address space.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct GuestRegion {
-    pub name: String,
-    pub start: u64,
-    /// First byte past the region.
-    pub end: u64,
-}
+pub use bootscope_model::timeline::GuestRegion;
 
 /// What the VMM put where, for [`guest_regions`].
 #[derive(Clone, Copy, Debug, Default)]

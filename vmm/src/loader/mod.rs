@@ -20,7 +20,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use crate::kernel::cache::{self, CacheUse, HostKernel};
 use crate::kernel::decompress::{Compression, PayloadError};
 use crate::layout;
-use crate::timeline::{vmm_marks, KernelBoot, Recorder};
+use crate::timeline::{vmm_marks, Recorder, TimelineKernelBoot};
 
 mod error;
 mod payload;
@@ -74,7 +74,7 @@ pub struct LoadedKernel {
     /// with large pages).
     pub mapped_from_file: u64,
     /// How a bzImage was decompressed and entered (None for ELF kernels).
-    pub boot: Option<KernelBoot>,
+    pub boot: Option<TimelineKernelBoot>,
 }
 
 /// Where the initrd was put.
@@ -267,11 +267,11 @@ fn load_host_kernel(
         setup_header: hdr,
         cmdline_max,
         mapped_from_file: 0,
-        boot: Some(KernelBoot {
+        boot: Some(TimelineKernelBoot {
             decompressed_by: "host".into(),
             compression: Some(k.compression.name().into()),
             entry: entry_name.into(),
-            kaslr: false,
+            kaslr: Some(false),
             cache: Some(k.cache.name().into()),
             cache_file: k.cache_file.map(|p| p.display().to_string()),
             cache_note: k.cache_note,
@@ -324,11 +324,11 @@ fn load_bzimage_for_guest(
         // A bzImage decompresses itself over its own memory: a copy it
         // must be.
         mapped_from_file: 0,
-        boot: Some(KernelBoot {
+        boot: Some(TimelineKernelBoot {
             decompressed_by: "guest".into(),
             compression,
             entry: "bzimage-linux64".into(),
-            kaslr: true,
+            kaslr: Some(true),
             cache: None,
             cache_file: None,
             cache_note: None,
