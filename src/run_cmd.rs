@@ -610,12 +610,7 @@ fn attach_self_profile(
     let clock = recorder.clock();
     let forward = move |c: &bootscope_profiler::Collector,
                         m: &bootscope_vmm::timeline::TimelineMark| {
-        c.add_mark_at(
-            &m.name,
-            m.source,
-            m.value.map(u64::from),
-            clock.instant_at(m.t_ns),
-        );
+        c.add_mark_at(&m.name, m.source, m.value, clock.instant_at(m.t_ns));
         // Their statistics files exist now: the cross-check's source.
         if m.name == bootscope_vmm::timeline::vmm_marks::VCPUS_CREATED {
             c.vcpus_created();
