@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use bootscope_lab::outer::{InputFile, GUEST_HOME};
-use bootscope_vmm::kernel::decompress::{self, CacheUse};
+use bootscope_vmm::kernel::cache::{self, CacheUse};
 use bootscope_vmm::loader::{probe_kernel, KernelFormat};
 
 /// What was prepared: the files to carry in at the lab machine's paths.
@@ -95,9 +95,9 @@ fn prepare_kernel(usage: &KernelUse) -> Result<Option<Prepared>, String> {
     let (KernelFormat::BzImage, Some(hdr)) = (probe.format, probe.setup_header) else {
         return Ok(None);
     };
-    let guest_dir = decompress::cache_dir_for(None, Some(GUEST_HOME.as_ref()))
+    let guest_dir = cache::cache_dir_for(None, Some(GUEST_HOME.as_ref()))
         .ok_or("the lab machine has no cache directory")?;
-    let (host_dir, scratch) = match decompress::user_cache_dir() {
+    let (host_dir, scratch) = match cache::user_cache_dir() {
         Ok(dir) => (dir, None),
         Err(_) => {
             let tmp = tempfile::Builder::new()
@@ -109,7 +109,7 @@ fn prepare_kernel(usage: &KernelUse) -> Result<Option<Prepared>, String> {
     };
     let started = Instant::now();
     let kernel =
-        decompress::host_kernel(&usage.kernel, &hdr, Some(&host_dir)).map_err(|e| e.to_string())?;
+        cache::host_kernel(&usage.kernel, &hdr, Some(&host_dir)).map_err(|e| e.to_string())?;
     let Some(cache_file) = kernel.cache_file.clone() else {
         return Err(kernel
             .cache_note
@@ -120,7 +120,7 @@ fn prepare_kernel(usage: &KernelUse) -> Result<Option<Prepared>, String> {
         _ => "decompressed on this host",
     };
     drop(kernel);
-    let mut files = decompress::entry_files(&cache_file);
+    let mut files = cache::entry_files(&cache_file);
     if usage.symbols {
         let kept = crate::sites_cmd::kept_table(&cache_file);
         match crate::sites_cmd::cache_file_symbols(&cache_file) {
@@ -214,7 +214,7 @@ mod tests {
 
     #[test]
     fn entries_land_in_the_lab_machine_s_cache() {
-        let guest = decompress::cache_dir_for(None, Some(GUEST_HOME.as_ref())).unwrap();
+        let guest = cache::cache_dir_for(None, Some(GUEST_HOME.as_ref())).unwrap();
         assert_eq!(guest, Path::new("/root/.cache/bootscope/kernels"));
         let placed = placed_in(
             &[
@@ -246,21 +246,21 @@ mod tests {
         };
         let probe = probe_kernel(&usage.kernel).unwrap();
         let hdr = probe.setup_header.unwrap();
-        let first = decompress::host_kernel(&usage.kernel, &hdr, Some(dir.path())).unwrap();
+        let first = cache::host_kernel(&usage.kernel, &hdr, Some(dir.path())).unwrap();
         let file = first.cache_file.clone().unwrap();
-        let again = decompress::host_kernel(&usage.kernel, &hdr, Some(dir.path())).unwrap();
+        let again = cache::host_kernel(&usage.kernel, &hdr, Some(dir.path())).unwrap();
         assert_eq!(again.cache, CacheUse::Hit);
         assert_eq!(again.cache_file.as_ref(), Some(&file));
         // A copy of the entry in another cache directory is found there by
         // a file of another identity (the lab machine's copy of the
         // bzImage): by digest, verified.
         let other = tempfile::tempdir().unwrap();
-        for f in decompress::entry_files(&file) {
+        for f in cache::entry_files(&file) {
             std::fs::copy(&f, other.path().join(f.file_name().unwrap())).unwrap();
         }
         let copy = other.path().join("vmlinuz");
         std::fs::copy(&usage.kernel, &copy).unwrap();
-        let found = decompress::host_kernel(&copy, &hdr, Some(other.path())).unwrap();
+        let found = cache::host_kernel(&copy, &hdr, Some(other.path())).unwrap();
         assert_eq!(found.cache, CacheUse::Hit);
         assert_eq!(found.decompress_ns, 0);
     }

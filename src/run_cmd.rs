@@ -9,8 +9,9 @@ use std::time::Duration;
 use anyhow::Context;
 
 use bootscope_model::size::parse_size;
+use bootscope_model::timeline::{TimelineGuest, TimelineMemory};
 use bootscope_vmm::console::{merge_patterns, MilestonePattern};
-use bootscope_vmm::timeline::{vmm_marks, Clock, Recorder, StopReason, TimelineDoc};
+use bootscope_vmm::timeline::{vmm_marks, Clock, Recorder, StopReason, Timeline};
 use bootscope_vmm::vm::{self, VmConfig, VmError};
 
 use crate::cli::{
@@ -176,7 +177,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     // writes its timeline and profile (outcome `interrupted`).
     let interrupts = crate::signals::catch()?;
     let recorder = Arc::new(Recorder::new(clock));
-    recorder.push(bootscope_vmm::timeline::PhaseMark {
+    recorder.push(bootscope_vmm::timeline::TimelineMark {
         name: vmm_marks::PROCESS_START.into(),
         source: bootscope_vmm::timeline::MarkSource::Vmm,
         t_ns: 0,
@@ -394,7 +395,7 @@ fn guest_images(
 /// The kernel cache's directory; None (said why) when it cannot be
 /// trusted or has no place: the kernel is then decompressed and not kept.
 fn kernel_cache_dir() -> Option<PathBuf> {
-    match bootscope_vmm::kernel::decompress::user_cache_dir() {
+    match bootscope_vmm::kernel::cache::user_cache_dir() {
         Ok(d) => Some(d),
         Err(e) => {
             eprintln!("bootscope: warning: the kernel cache is not used: {e}");
@@ -440,13 +441,13 @@ impl Ended<'_> {
         let mut doc = report.timeline;
         // A signal that stopped the guest (one that came after it ended
         // changes nothing).
-        let interrupted = self
-            .interrupts
-            .received()
-            .filter(|_| doc.outcome.reason == StopReason::Stopped);
+        let interrupted = self.interrupts.received().filter(|_| {
+            (doc.outcome.as_ref()).is_some_and(|o| o.reason == StopReason::Stopped.name())
+        });
         if let Some(sig) = interrupted {
-            doc.outcome.reason = StopReason::Interrupted;
-            doc.outcome.detail = format!(
+            let outcome = doc.outcome.get_or_insert_with(Default::default);
+            outcome.reason = StopReason::Interrupted.name();
+            outcome.detail = format!(
                 "interrupted by {}: the guest was stopped before it ended",
                 crate::signals::name(sig)
             );
@@ -470,7 +471,7 @@ impl Ended<'_> {
         if let Some(sig) = interrupted {
             result = result.and(Err(Failure {
                 code: crate::signals::exit_status(sig),
-                error: anyhow::anyhow!("{}", doc.outcome.detail),
+                error: anyhow::anyhow!("{}", outcome_detail(&doc)),
             }));
         } else if let Some(e) = console_error {
             eprintln!(
@@ -537,7 +538,7 @@ fn guest_programs_gate(
         recorder.vmm(vmm_marks::PROFILER_GUEST_WAIT);
         if let Some(at) = c.wait_guest_programs() {
             let clock = recorder.clock();
-            recorder.push(bootscope_vmm::timeline::PhaseMark {
+            recorder.push(bootscope_vmm::timeline::TimelineMark {
                 name: vmm_marks::PROFILER_GUEST_ATTACHED.into(),
                 source: bootscope_vmm::timeline::MarkSource::Vmm,
                 t_ns: at.saturating_duration_since(clock.instant_at(0)).as_nanos() as u64,
@@ -609,13 +610,8 @@ fn attach_self_profile(
     let weak = Arc::downgrade(&collector);
     let clock = recorder.clock();
     let forward = move |c: &bootscope_profiler::Collector,
-                        m: &bootscope_vmm::timeline::PhaseMark| {
-        c.add_mark_at(
-            &m.name,
-            m.source,
-            m.value.map(u64::from),
-            clock.instant_at(m.t_ns),
-        );
+                        m: &bootscope_vmm::timeline::TimelineMark| {
+        c.add_mark_at(&m.name, m.source, m.value, clock.instant_at(m.t_ns));
         // Their statistics files exist now: the cross-check's source.
         if m.name == bootscope_vmm::timeline::vmm_marks::VCPUS_CREATED {
             c.vcpus_created();
@@ -640,7 +636,7 @@ fn attach_self_profile(
 fn finish_self_profile(
     args: &RunArgs,
     collector: Arc<bootscope_profiler::Collector>,
-    doc: &TimelineDoc,
+    doc: &Timeline,
     symbols: Option<&bootscope_profiler::guest_symbols::SymbolTable>,
 ) -> Result<Option<bootscope_profiler::Profile>, Failure> {
     let Ok(mut collector) = Arc::try_unwrap(collector) else {
@@ -655,17 +651,19 @@ fn finish_self_profile(
     std::mem::forget(collector);
     profile.target.kind = "self".into();
     profile.target.command = command_line();
-    profile.target.exit_code = Some(if doc.outcome.clean { 0 } else { 1 });
+    profile.target.exit_code = Some(if clean(doc) { 0 } else { 1 });
+    let no_guest = TimelineGuest::default();
+    let guest = doc.guest.as_ref().unwrap_or(&no_guest);
     let booted;
     let symbols = match symbols {
         None if args.exit_sites => {
-            booted = crate::sites_cmd::booted_kernel_symbols(&doc.guest);
+            booted = crate::sites_cmd::booted_kernel_symbols(guest);
             booted.as_ref()
         }
         given => given,
     };
     crate::sites_cmd::annotate(&mut profile, symbols);
-    crate::sites_cmd::label_npf_ranges(&mut profile, &doc.guest.regions);
+    crate::sites_cmd::label_npf_ranges(&mut profile, &guest.regions);
     if let Some(path) = &args.output {
         write_output(path, &serde_json::to_vec_pretty(&profile)?)?;
     }
@@ -679,29 +677,31 @@ fn finish_self_profile(
     Ok(Some(profile))
 }
 
-fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {
+fn finish_run(args: &RunArgs, doc: &Timeline) -> Result<i32, Failure> {
     if let Some(path) = &args.timeline {
         let json = serde_json::to_vec_pretty(doc)?;
         write_output(path, &json)?;
     }
+    let no_guest = TimelineGuest::default();
+    let guest = doc.guest.as_ref().unwrap_or(&no_guest);
     if !args.no_summary {
         eprintln!();
-        if doc.guest.kernel.is_empty() {
+        if guest.kernel.is_empty() {
             eprintln!(
                 "bootscope: set-up timeline ({} MiB guest)",
-                doc.guest.memory_bytes >> 20
+                guest.memory_bytes.unwrap_or(0) >> 20
             );
         } else {
             eprintln!(
                 "bootscope: boot timeline of {} ({})",
-                doc.guest.kernel, doc.guest.kernel_format
+                guest.kernel, guest.kernel_format
             );
         }
-        eprint!("{}", doc.summary_table());
+        eprint!("{}", bootscope_vmm::timeline::summary_table(doc));
         if let Some(mem) = &doc.memory {
             print_prealloc_summary(mem);
         }
-        if let Some(exits) = doc.kvm_stats.get("exits") {
+        if let Some(exits) = doc.kvm_stats.as_ref().and_then(|s| s.get("exits")) {
             eprintln!("KVM exits (KVM's own statistics): {exits}");
         }
         if let Some(initcalls) = &doc.initcalls {
@@ -719,12 +719,12 @@ fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {
         // control characters are shown escaped, not sent to the terminal.
         eprintln!(
             "outcome: {}",
-            bootscope_model::text::printable(&doc.outcome.detail)
+            bootscope_model::text::printable(outcome_detail(doc))
         );
     }
-    if doc.outcome.clean {
+    if clean(doc) {
         Ok(0)
-    } else if doc.outcome.reason == StopReason::Interrupted {
+    } else if (doc.outcome.as_ref()).is_some_and(|o| o.reason == StopReason::Interrupted.name()) {
         // The caller gives the status of the signal.
         Ok(EXIT_FAILURE)
     } else {
@@ -732,37 +732,45 @@ fn finish_run(args: &RunArgs, doc: &TimelineDoc) -> Result<i32, Failure> {
             code: EXIT_FAILURE,
             error: anyhow::anyhow!(
                 "the guest did not shut down cleanly: {}",
-                bootscope_model::text::printable(&doc.outcome.detail)
+                bootscope_model::text::printable(outcome_detail(doc))
             ),
         })
     }
 }
 
+/// Whether the run's outcome was clean.
+fn clean(doc: &Timeline) -> bool {
+    doc.outcome.as_ref().and_then(|o| o.clean).unwrap_or(false)
+}
+
+/// The outcome's detail ("" when there is none).
+fn outcome_detail(doc: &Timeline) -> &str {
+    doc.outcome.as_ref().map_or("", |o| o.detail.as_str())
+}
+
 /// One line per region and thread: where preallocation ran and how fast.
-fn print_prealloc_summary(mem: &serde_json::Value) {
-    let Some(regions) = mem["regions"].as_array() else {
-        return;
-    };
-    for r in regions {
-        let bytes = r["bytes"].as_u64().unwrap_or(0);
-        let ns = r["elapsed_ns"].as_u64().unwrap_or(0).max(1);
+fn print_prealloc_summary(mem: &TimelineMemory) {
+    // Absent numbers print as JSON's null, as the document has them.
+    let or_null = |v: Option<u32>| v.map_or_else(|| "null".to_string(), |v| v.to_string());
+    for r in &mem.regions {
+        let ns = r.elapsed_ns.max(1);
         eprintln!(
             "preallocation: guest node {}: {} MiB in {:.1} ms ({:.2} GiB/s, {})",
-            r["guest_node"],
-            bytes >> 20,
+            r.guest_node,
+            r.bytes >> 20,
             ns as f64 / 1e6,
-            bytes as f64 / (1u64 << 30) as f64 / (ns as f64 / 1e9),
-            r["method"].as_str().unwrap_or("?")
+            r.bytes as f64 / (1u64 << 30) as f64 / (ns as f64 / 1e9),
+            r.method
         );
-        for t in r["threads"].as_array().into_iter().flatten() {
+        for t in &r.threads {
             eprintln!(
-                "  {:<16} tid {:<8} cpus {:<8} last cpu {:<3} node {:<3} pages {}",
-                t["name"].as_str().unwrap_or("?"),
-                t["tid"],
-                t["allowed_cpus"].as_str().unwrap_or("?"),
-                t["last_cpu"],
-                t["node"],
-                t["pages_touched"]
+                "  {:<16} tid {} cpus {:<8} last cpu {} node {} pages {}",
+                t.name,
+                t.tid,
+                t.allowed_cpus,
+                or_null(t.last_cpu),
+                or_null(t.node),
+                t.pages_touched
             );
         }
     }

@@ -39,7 +39,9 @@ pub fn load_symbols(
 /// vmlinux the VMM decompressed (its kernel cache file) when there is one,
 /// which saves decompressing the payload a second time, else from the
 /// kernel file. None (said why): they could not be read.
-pub fn booted_kernel_symbols(guest: &bootscope_vmm::timeline::GuestInfo) -> Option<SymbolTable> {
+pub fn booted_kernel_symbols(
+    guest: &bootscope_vmm::timeline::TimelineGuest,
+) -> Option<SymbolTable> {
     let kernel = PathBuf::from(&guest.kernel);
     let cached = guest
         .kernel_boot

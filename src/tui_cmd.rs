@@ -431,7 +431,7 @@ impl ProcfsProfile {
                 source: m.source,
                 name: m.name,
                 t_ns: m.t_ns,
-                value: m.value.map(u64::from),
+                value: m.value,
                 tgid: Some(pid),
                 guest_rip: None,
             })

@@ -15,7 +15,10 @@
 //! - [`kvm_stats`]: KVM's binary statistics format;
 //! - [`smaps`]: what a process costs the host in memory (RSS, PSS, USS);
 //! - [`mark`]: where a timeline mark came from, and the port marks' names;
-//! - [`timeline`]: the timeline document, as its readers see it;
+//! - [`timeline`]: the timeline document, which the VMM fills and every
+//!   reader reads;
+//! - [`initcalls`]: the timeline's `initcalls` section;
+//! - [`devices`]: the timeline's `devices` section (virtio devices);
 //! - [`text`]: text from outside made safe to print on a terminal;
 //! - [`units`]: a systemd guest's units on the timeline's clock;
 //! - [`prometheus`]: the Prometheus text format, one writer for every
@@ -23,7 +26,9 @@
 
 pub mod cache;
 pub mod cpulist;
+pub mod devices;
 pub mod host;
+pub mod initcalls;
 pub mod input;
 pub mod kvm_stats;
 pub mod mark;

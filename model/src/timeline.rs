@@ -1,8 +1,6 @@
 //! The boot timeline document (`bootscope run --timeline`,
-//! docs/timeline-schema.md) as its readers see it: typed, with the fields
-//! readers use, tolerant of fields it does not name. The VMM writes it
-//! (`bootscope_vmm::timeline::TimelineDoc`); the constants below follow
-//! the VMM's, which an end-to-end test checks.
+//! docs/timeline-schema.md): one type, [`Timeline`], which the VMM fills
+//! and writes and every reader reads, tolerant of fields it does not name.
 //!
 //! [`Timeline::parse`] checks the schema name and version and reads what
 //! is there; [`Timeline::parse_complete`] also requires complete marks and
@@ -10,9 +8,11 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub use crate::devices::VirtioDeviceDoc;
+pub use crate::initcalls::InitcallsDoc;
 use crate::mark::MarkSource;
 
 /// The timeline's `schema` field.
@@ -38,124 +38,275 @@ pub enum TimelineError {
     Field { field: String, problem: String },
 }
 
-/// A boot timeline.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+/// A boot timeline. The VMM fills it and writes it (serialized in field
+/// order: that order is the file's); readers parse it, and every field may
+/// be absent from what they read (older versions, other writers), which
+/// the `Option`s and defaults stand for. The VMM always fills `guest`,
+/// `outcome` and `kvm_stats`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Timeline {
     pub schema: String,
     pub version: u64,
+    /// What `t_ns` counts from.
+    pub clock: String,
     /// The VMM's name and version (`bootscope 0.1.0`).
     pub vmm: String,
     /// `vmx`, `svm`, `pvm` or `none`.
     pub host_kvm: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub guest: Option<TimelineGuest>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub outcome: Option<TimelineOutcome>,
     pub marks: Vec<TimelineMark>,
     pub phases: Vec<TimelinePhase>,
-    /// KVM's own statistics, summed over vCPUs; None when absent or null.
+    /// KVM's own per-VM statistics summed over vCPUs (KVM_GET_STATS_FD),
+    /// empty where the kernel does not offer them; None when absent or
+    /// null.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kvm_stats: Option<BTreeMap<String, u64>>,
-    /// The guest memory set-up (`run --prealloc`).
+    /// The guest memory preallocation (`run --prealloc`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<TimelineMemory>,
-    /// The kernel's initcalls (`run --initcalls`).
-    pub initcalls: Option<TimelineInitcalls>,
-    /// What the VMM process cost the host in memory at the first
-    /// userspace mark (or the end of a `--stop-after` set-up).
-    pub host_memory: Option<crate::smaps::MemorySample>,
-    /// A systemd guest's units (version 2).
+    /// The kernel's initcalls as sub-phases of `kernel` (`run --initcalls`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initcalls: Option<InitcallsDoc>,
+    /// A systemd guest's units, from the record its workload left on the
+    /// disk (version 2).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub units: Option<crate::units::UnitsDoc>,
+    /// The virtio devices and what each did (`--disk`, `--rng`, `--console
+    /// virtio`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<VirtioDeviceDoc>,
+    /// What the VMM process cost the host in memory (RSS, PSS, USS from
+    /// `/proc/self/smaps_rollup`) at the first userspace mark, or at the
+    /// end of the set-up `--stop-after` asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_memory: Option<crate::smaps::MemorySample>,
 }
 
-/// The `guest` object.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+/// The `guest` object: what the guest was.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TimelineGuest {
     pub kernel: String,
+    /// `bzimage`, `elf`, `elf-pvh`, or `none` for a run stopped before
+    /// loading.
     pub kernel_format: String,
-    pub vcpus: Option<u64>,
-    pub memory_bytes: Option<u64>,
+    /// The initrd file, when one was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initrd: Option<String>,
+    /// The initrd's pages are the file's page cache (`--map-initrd`)
+    /// rather than a copy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initrd_mapped_from_file: Option<bool>,
+    /// Bytes of the kernel image mapped from its file. Kernels are copied
+    /// into guest RAM (where KVM can map them with large pages), so this is
+    /// 0; the field stays for readers of the schema.
+    pub kernel_mapped_bytes: u64,
+    /// How a bzImage was booted: decompressed by the VMM and entered
+    /// directly, or by its own decompressor in the guest. Absent for ELF
+    /// kernels and for runs that stopped before loading.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_boot: Option<TimelineKernelBoot>,
     /// The kernel command line the guest booted with.
     pub cmdline: String,
-    /// The initrd file, when one was given.
-    pub initrd: Option<String>,
-    /// The initrd's pages are the file's page cache (`--map-initrd`).
-    pub initrd_mapped_from_file: Option<bool>,
-    /// How a bzImage was decompressed and entered.
-    pub kernel_boot: Option<TimelineKernelBoot>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vcpus: Option<u64>,
+    /// What the VMM placed where in guest-physical memory (boot
+    /// structures, kernel, initrd, RAM, MMIO), in address order; absent
+    /// for runs that stopped before loading.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub regions: Vec<GuestRegion>,
 }
 
-/// The `guest.kernel_boot` object (bzImage kernels only).
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+/// One region of guest-physical memory and what it holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GuestRegion {
+    pub name: String,
+    pub start: u64,
+    /// First byte past the region.
+    pub end: u64,
+}
+
+/// The `guest.kernel_boot` object (bzImage kernels only): how the kernel
+/// was decompressed and entered.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TimelineKernelBoot {
-    /// `host` or `guest`.
+    /// `host`: the VMM decompressed the payload and the vCPU entered the
+    /// kernel proper; `guest`: the bzImage's own decompressor ran in the
+    /// guest.
     pub decompressed_by: String,
-    pub compression: String,
+    /// The payload's compression (`xz`, `gzip`, `zstd`, `lzma`, `bzip2`,
+    /// `lzo`, `lz4`), when recognized.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
+    /// How the vCPU entered: `pvh` (the decompressed kernel's PVH note),
+    /// `linux64` (the decompressed kernel's 64-bit entry with a zero page
+    /// from the bzImage's setup header), or `bzimage-linux64` (the
+    /// bzImage's 64-bit entry, into its decompressor).
+    pub entry: String,
+    /// Whether the kernel's base can be randomized: only the guest's
+    /// decompressor does KASLR, so a kernel entered past it runs at its
+    /// link address.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kaslr: Option<bool>,
+    /// Host path: `hit` (read from the cache), `miss` (decompressed, then
+    /// stored), `rebuilt` or `off` (decompressed, not stored).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<String>,
+    /// The cache file read or written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_file: Option<String>,
+    /// Why the cache was not used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_note: Option<String>,
+    /// Size of the decompressed kernel (host path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decompressed_bytes: Option<u64>,
+    /// Host path: nanoseconds spent hashing the payload (absent when the
+    /// cache's index by file identity named the kernel without a hash) and
+    /// decompressing it (0 on a cache hit), on the decompression thread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hash_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub decompress_ns: Option<u64>,
-}
-
-/// The `initcalls` object (`run --initcalls`, docs/initcalls.md).
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct TimelineInitcalls {
-    pub method: String,
-    /// Why no initcall was recorded.
-    pub error: Option<String>,
-    pub initcalls: Vec<TimelineInitcall>,
-}
-
-/// One of `initcalls.initcalls[]`.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct TimelineInitcall {
-    pub name: String,
-    pub level: String,
-    pub start_ns: u64,
-    pub duration_ns: u64,
-    /// Its return value (negative: an errno, e.g. -19 ENODEV).
-    pub ret: i64,
-    /// Port I/O exits the VMM counted in its span.
-    pub io_exits: Option<u64>,
+    /// Guest path: why the host did not decompress (`--guest-decompress`,
+    /// an unsupported compression, a result without a usable entry).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// The `outcome` object: how the run ended.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TimelineOutcome {
+    /// The stop reason's name (`acpi_power_off`, `guest_halt`, ...).
     pub reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub clean: Option<bool>,
     pub detail: String,
 }
 
 /// One of `marks[]`: an instant.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TimelineMark {
     pub name: String,
     pub source: MarkSource,
+    /// Nanoseconds since VMM start.
     pub t_ns: u64,
     /// The byte written, for port and MMIO marks.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<u64>,
     /// The vCPU that wrote it.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub vcpu: Option<u32>,
 }
 
 /// One of `phases[]`: an interval between two marks.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TimelinePhase {
     pub name: String,
     pub start_ns: u64,
     pub end_ns: u64,
     pub duration_ns: u64,
+    /// The mark that opened the phase.
+    pub from: String,
+    /// The mark that closed it.
+    pub to: String,
 }
 
-/// The `memory` object, as far as readers other than the VMM use it.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+/// The `memory` object: the guest memory preallocation. Its fields, and
+/// those of the objects in it, are in alphabetical order, which is the
+/// order the file has them in.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TimelineMemory {
-    /// Time spent preallocating guest memory.
+    /// Wall time for all regions together.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub elapsed_ns: Option<u64>,
+    /// Regions in guest-physical order.
+    pub regions: Vec<PreallocRegion>,
+}
+
+/// One region's preallocation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PreallocRegion {
+    /// Bytes faulted in.
+    pub bytes: u64,
+    /// Its thread context.
+    pub context: PreallocContext,
+    /// From the first thread's creation to the last thread's end.
+    pub elapsed_ns: u64,
+    /// Guest node number.
+    pub guest_node: u32,
+    /// `madv_populate_write`, or `touch` if any of its threads had to fall
+    /// back to touching.
+    pub method: String,
+    /// Page size of the backing.
+    pub page_size: u64,
+    /// Where sampled pages landed afterwards.
+    pub placement: PagePlacement,
+    /// Its threads.
+    pub threads: Vec<PreallocThread>,
+}
+
+/// A region's thread context.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PreallocContext {
+    /// CPUs it and its threads may run on (a CPU list).
+    pub allowed_cpus: String,
+    /// Thread name (`memctx-n<node>`).
+    pub name: String,
+    /// Kernel thread id.
+    pub tid: i32,
+}
+
+/// Where sampled pages of a range live.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PagePlacement {
+    /// Sampled pages not present (never touched, or swapped out).
+    pub absent: u64,
+    /// Sampled pages per host node (the node number as text).
+    pub per_node: BTreeMap<String, u64>,
+    /// Pages sampled.
+    pub sampled: u64,
+}
+
+/// One preallocation thread.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PreallocThread {
+    /// CPUs it was allowed to run on (a CPU list).
+    pub allowed_cpus: String,
+    /// Bytes it faulted in.
+    pub bytes: u64,
+    /// From its first to its last page.
+    pub elapsed_ns: u64,
+    /// CPU it last ran on.
+    pub last_cpu: Option<u32>,
+    /// `madv_populate_write` or `touch`.
+    pub method: String,
+    /// Thread name (`prealloc-n<node>-<index>`).
+    pub name: String,
+    /// Host node of that CPU.
+    pub node: Option<u32>,
+    /// Pages (of the backing's page size) it faulted in.
+    pub pages_touched: u64,
+    /// When it started, from the start of the whole preallocation.
+    pub started_ns: u64,
+    /// Kernel thread id.
+    pub tid: i32,
 }
 
 /// What a field must hold, for [`Timeline::parse_complete`]'s messages.
@@ -359,6 +510,16 @@ mod tests {
             .unwrap()
             .marks
             .is_empty());
+    }
+
+    #[test]
+    fn a_timeline_the_vmm_wrote_reads_back_and_writes_again_byte_for_byte() {
+        // Written by `bootscope run --prealloc --rng --numa ... --timeline`.
+        let text = include_str!("../tests/fixtures/vmm-written.timeline.json");
+        let doc: Value = serde_json::from_str(text).unwrap();
+        let t = Timeline::parse_complete(&doc).unwrap();
+        assert!(t.memory.is_some() && !t.devices.is_empty());
+        assert_eq!(serde_json::to_string_pretty(&t).unwrap(), text.trim_end());
     }
 
     #[test]

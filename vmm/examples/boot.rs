@@ -48,7 +48,7 @@ fn main() {
     };
     match run(cfg, rec) {
         Ok(r) => {
-            print!("{}", r.timeline.summary_table());
+            print!("{}", bootscope_vmm::timeline::summary_table(&r.timeline));
             println!("{:?}\n{:?}", r.timeline.outcome, r.marker_counts);
             println!("{:?}", r.timeline.kvm_stats);
         }

@@ -30,6 +30,11 @@ pub const CMDLINE_MAX_SIZE: usize = 0x10000;
 pub const EBDA_START: u64 = 0x9fc00;
 /// End of usable low memory (start of the VGA/BIOS hole).
 pub const LOW_MEMORY_END: u64 = 0xa0000;
+/// Where the ACPI RSDP goes (the start of the BIOS read-only area the
+/// kernel scans); the other tables follow it.
+pub const ACPI_RSDP_START: u64 = 0xe_0000;
+/// End of the area the ACPI tables may use.
+pub const ACPI_TABLES_END: u64 = 0x10_0000;
 /// Where high memory (and the protected-mode kernel) starts.
 pub const HIMEM_START: u64 = 0x10_0000;
 /// Start of the 32-bit MMIO gap below 4 GiB: guest RAM is split around it.
@@ -94,14 +99,7 @@ const _: () = assert!(
 );
 const _: () = assert!(VIRTIO_IRQ_BASE > SERIAL_IRQ);
 
-/// One named piece of the guest-physical address space.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct GuestRegion {
-    pub name: String,
-    pub start: u64,
-    /// First byte past the region.
-    pub end: u64,
-}
+pub use bootscope_model::timeline::GuestRegion;
 
 /// What the VMM put where, for [`guest_regions`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -143,11 +141,7 @@ pub fn guest_regions(p: &Placement) -> Vec<GuestRegion> {
         r("MP table", EBDA_START, LOW_MEMORY_END),
     ];
     if p.acpi {
-        v.push(r(
-            "ACPI tables",
-            crate::x86::acpi::RSDP_START,
-            crate::x86::acpi::TABLES_END,
-        ));
+        v.push(r("ACPI tables", ACPI_RSDP_START, ACPI_TABLES_END));
     }
     v.push(r("kernel image", p.kernel.0, p.kernel.1));
     if let Some((a, size)) = p.initrd.filter(|i| i.1 > 0) {

@@ -2,7 +2,7 @@
 //! ELF/PVH) under KVM and timestamps every boot phase on one clock.
 //!
 //! The crate knows nothing of eBPF or terminals; it produces a
-//! [`timeline::TimelineDoc`] that the profiler and the UI consume.
+//! [`timeline::Timeline`] that the profiler and the UI consume.
 
 pub mod bootparams;
 pub mod console;

@@ -2,11 +2,10 @@
 //!
 //! Every mark, whether the VMM itself records it (memory ready, first
 //! `KVM_RUN`) or the guest reports it (debug port 0x80, the boot timer, port
-//! 0xf4, a console line), is a [`PhaseMark`] with nanoseconds since VMM start.
+//! 0xf4, a console line), is a [`TimelineMark`] with nanoseconds since VMM start.
 //! Phases are the intervals between well-known marks. The JSON form is the
 //! versioned schema documented in `docs/timeline-schema.md`.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -45,34 +44,9 @@ pub mod vmm_marks {
 
 pub use bootscope_model::mark::{boot_time_port_mark_name, debug_port_mark_name, MarkSource};
 pub use bootscope_model::smaps::{MemorySample, MemoryUse};
-
-/// One instant in the boot.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PhaseMark {
-    pub name: String,
-    pub source: MarkSource,
-    /// Nanoseconds since VMM start.
-    pub t_ns: u64,
-    /// The byte the guest wrote, for port and MMIO marks.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub value: Option<u8>,
-    /// The vCPU that produced the mark, for guest marks.
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub vcpu: Option<u32>,
-}
-
-/// A named interval between two marks.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Phase {
-    pub name: String,
-    pub start_ns: u64,
-    pub end_ns: u64,
-    pub duration_ns: u64,
-    /// Mark that opened the phase.
-    pub from: String,
-    /// Mark that closed it.
-    pub to: String,
-}
+pub use bootscope_model::timeline::{
+    Timeline, TimelineGuest, TimelineKernelBoot, TimelineMark, TimelineOutcome, TimelinePhase,
+};
 
 /// Monotonic clock whose zero is VMM start.
 #[derive(Clone, Copy, Debug)]
@@ -99,12 +73,12 @@ impl Clock {
 
 /// Called for every mark as it is recorded (e.g. to forward marks to a live
 /// profiler). Runs on the recording thread: keep it short.
-pub type MarkListener = Box<dyn Fn(&PhaseMark) + Send + Sync>;
+pub type MarkListener = Box<dyn Fn(&TimelineMark) + Send + Sync>;
 
 /// Thread-safe collector of marks, shared by the vCPU threads and devices.
 pub struct Recorder {
     clock: Clock,
-    marks: Mutex<Vec<PhaseMark>>,
+    marks: Mutex<Vec<TimelineMark>>,
     listener: std::sync::OnceLock<MarkListener>,
     /// What this process cost the host in memory at the first userspace
     /// mark (or at the end of the set-up `--stop-after` asked for).
@@ -164,7 +138,7 @@ impl Recorder {
 
     /// Records a VMM-side mark now.
     pub fn vmm(&self, name: &str) {
-        self.push(PhaseMark {
+        self.push(TimelineMark {
             name: name.to_string(),
             source: MarkSource::Vmm,
             t_ns: self.clock.now_ns(),
@@ -178,7 +152,7 @@ impl Recorder {
         let t_ns = self.clock.now_ns();
         let mut marks = self.lock();
         if !marks.iter().any(|m| m.name == name) {
-            let mark = PhaseMark {
+            let mark = TimelineMark {
                 name: name.to_string(),
                 source: MarkSource::Vmm,
                 t_ns,
@@ -194,16 +168,16 @@ impl Recorder {
 
     /// Records a guest-side mark now.
     pub fn guest(&self, name: String, source: MarkSource, value: Option<u8>, vcpu: Option<u32>) {
-        self.push(PhaseMark {
+        self.push(TimelineMark {
             name,
             source,
             t_ns: self.clock.now_ns(),
-            value,
+            value: value.map(u64::from),
             vcpu,
         });
     }
 
-    pub fn push(&self, mark: PhaseMark) {
+    pub fn push(&self, mark: TimelineMark) {
         if let Some(l) = self.listener.get() {
             l(&mark);
         }
@@ -214,20 +188,20 @@ impl Recorder {
         }
     }
 
-    pub fn snapshot(&self) -> Vec<PhaseMark> {
+    pub fn snapshot(&self) -> Vec<TimelineMark> {
         let mut marks = self.lock().clone();
         marks.sort_by_key(|m| m.t_ns);
         marks
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<PhaseMark>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<TimelineMark>> {
         // A panic while holding the lock cannot leave the Vec inconsistent.
         self.marks.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
 /// True when the mark says the guest kernel proper started running.
-pub fn is_kernel_start(mark: &PhaseMark) -> bool {
+pub fn is_kernel_start(mark: &TimelineMark) -> bool {
     match mark.source {
         MarkSource::DebugPort => matches!(mark.value, Some(0x40..=0x5f)),
         MarkSource::BootTimePort => mark.value == Some(6),
@@ -237,7 +211,7 @@ pub fn is_kernel_start(mark: &PhaseMark) -> bool {
 }
 
 /// True when the mark says guest userspace started.
-pub fn is_userspace_start(mark: &PhaseMark) -> bool {
+pub fn is_userspace_start(mark: &TimelineMark) -> bool {
     match mark.source {
         MarkSource::DebugPort => matches!(mark.value, Some(0x60..=0x7f)),
         MarkSource::BootTimePort => mark.value == Some(7),
@@ -265,9 +239,10 @@ pub fn is_userspace_start(mark: &PhaseMark) -> bool {
 /// - `kernel`: first `KVM_RUN` (or the kernel-start mark) to userspace start;
 /// - `userspace`: userspace start to guest shutdown;
 /// - `vmm teardown`: guest shutdown to VMM exit.
-pub fn derive_phases(marks: &[PhaseMark]) -> Vec<Phase> {
-    let first = |pred: &dyn Fn(&PhaseMark) -> bool| marks.iter().find(|m| pred(m));
-    let named = |name: &str| first(&|m: &PhaseMark| m.name == name && m.source == MarkSource::Vmm);
+pub fn derive_phases(marks: &[TimelineMark]) -> Vec<TimelinePhase> {
+    let first = |pred: &dyn Fn(&TimelineMark) -> bool| marks.iter().find(|m| pred(m));
+    let named =
+        |name: &str| first(&|m: &TimelineMark| m.name == name && m.source == MarkSource::Vmm);
     let start = named(vmm_marks::PROCESS_START);
     let run = named(vmm_marks::FIRST_KVM_RUN);
     let guest_wait =
@@ -286,16 +261,16 @@ pub fn derive_phases(marks: &[PhaseMark]) -> Vec<Phase> {
     // when it is a dedicated marker (a console banner comes after the
     // decompressor and early boot, so it would misattribute that time).
     let kernel_marker =
-        first(&|m: &PhaseMark| is_kernel_start(m) && m.source != MarkSource::Serial);
+        first(&|m: &TimelineMark| is_kernel_start(m) && m.source != MarkSource::Serial);
     let user = first(&is_userspace_start);
     let shutdown = named(vmm_marks::GUEST_SHUTDOWN);
     let exit = named(vmm_marks::VMM_EXIT);
 
     let mut phases = Vec::new();
-    let mut add = |name: &str, a: Option<&PhaseMark>, b: Option<&PhaseMark>| {
+    let mut add = |name: &str, a: Option<&TimelineMark>, b: Option<&TimelineMark>| {
         if let (Some(a), Some(b)) = (a, b) {
             if b.t_ns >= a.t_ns {
-                phases.push(Phase {
+                phases.push(TimelinePhase {
                     name: name.to_string(),
                     start_ns: a.t_ns,
                     end_ns: b.t_ns,
@@ -324,6 +299,14 @@ pub fn derive_phases(marks: &[PhaseMark]) -> Vec<Phase> {
     }
     add("vmm teardown", shutdown, exit);
     phases
+}
+
+/// The name serde gives a unit enum variant (its `rename_all` spelling).
+pub(crate) fn variant_name<T: Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }
 
 /// Why the guest stopped.
@@ -368,6 +351,11 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    /// The name the timeline's `outcome.reason` gives it.
+    pub fn name(&self) -> String {
+        variant_name(self)
+    }
+
     /// Whether this is a clean end of the guest (exit status 0): a reset
     /// or power-off the guest asked for, or `--stop-after`. A triple fault
     /// with no such request is a crash.
@@ -386,172 +374,43 @@ impl StopReason {
     }
 }
 
-/// What the guest was.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct GuestInfo {
-    pub kernel: String,
-    pub kernel_format: String,
-    #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub initrd: Option<String>,
-    /// Whether the initrd was mapped from its file (shared page cache)
-    /// rather than copied.
-    #[serde(default)]
-    pub initrd_mapped_from_file: bool,
-    /// Bytes of the kernel image mapped from its file. Kernels are copied
-    /// into guest RAM (where KVM can map them with large pages), so this is
-    /// 0; the field stays for readers of the schema.
-    #[serde(default)]
-    pub kernel_mapped_bytes: u64,
-    /// How a bzImage was booted: decompressed by the VMM and entered
-    /// directly, or by its own decompressor in the guest. Absent for ELF
-    /// kernels and for runs that stopped before loading.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kernel_boot: Option<KernelBoot>,
-    pub cmdline: String,
-    pub memory_bytes: u64,
-    pub vcpus: u32,
-    /// What the VMM placed where in guest-physical memory (boot
-    /// structures, kernel, initrd, RAM, MMIO), in address order; absent
-    /// for runs that stopped before loading.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub regions: Vec<crate::layout::GuestRegion>,
-}
-
-/// How a bzImage kernel was decompressed and entered.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct KernelBoot {
-    /// `host`: the VMM decompressed the payload and the vCPU entered the
-    /// kernel proper; `guest`: the bzImage's own decompressor ran in the
-    /// guest.
-    pub decompressed_by: String,
-    /// The payload's compression (`xz`, `gzip`, `zstd`, `lzma`, `bzip2`,
-    /// `lzo`, `lz4`), when recognized.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compression: Option<String>,
-    /// How the vCPU entered: `pvh` (the decompressed kernel's PVH note),
-    /// `linux64` (the decompressed kernel's 64-bit entry with a zero page
-    /// from the bzImage's setup header), or `bzimage-linux64` (the
-    /// bzImage's 64-bit entry, into its decompressor).
-    pub entry: String,
-    /// Whether the kernel's base can be randomized: only the guest's
-    /// decompressor does KASLR, so a kernel entered past it runs at its
-    /// link address.
-    pub kaslr: bool,
-    /// Host path: `hit` (read from the cache), `miss` (decompressed, then
-    /// stored) or `off` (decompressed, not stored).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache: Option<String>,
-    /// The cache file read or written.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_file: Option<String>,
-    /// Why the cache was not used (cache `off`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_note: Option<String>,
-    /// Size of the decompressed kernel (host path).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decompressed_bytes: Option<u64>,
-    /// Host path: nanoseconds spent hashing the payload (absent when the
-    /// cache's index by file identity named the kernel without a hash) and
-    /// decompressing it (0 on a cache hit), on the decompression thread.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hash_ns: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decompress_ns: Option<u64>,
-    /// Guest path: why the host did not decompress (`--guest-decompress`,
-    /// an unsupported compression, a result without a usable entry).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
-/// How the run ended.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Outcome {
-    pub reason: StopReason,
-    pub clean: bool,
-    pub detail: String,
-}
-
-/// The whole timeline document (`--timeline FILE.json`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct TimelineDoc {
-    pub schema: String,
-    pub version: u32,
-    /// What `t_ns` counts from.
-    pub clock: String,
-    pub vmm: String,
-    pub host_kvm: String,
-    pub guest: GuestInfo,
-    pub outcome: Outcome,
-    pub marks: Vec<PhaseMark>,
-    pub phases: Vec<Phase>,
-    /// KVM's own per-VM statistics summed over vCPUs (KVM_GET_STATS_FD),
-    /// empty where the kernel does not offer them.
-    pub kvm_stats: BTreeMap<String, u64>,
-    /// Memory set-up report (regions, preallocation threads, where they ran
-    /// and where pages landed), when preallocation ran.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<serde_json::Value>,
-    /// The kernel's initcalls as sub-phases of `kernel` (`run --initcalls`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub initcalls: Option<crate::kernel_log::InitcallsDoc>,
-    /// A systemd guest's units, from the record its workload left on the
-    /// disk (`bootscope_vmm::units`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub units: Option<bootscope_model::units::UnitsDoc>,
-    /// The virtio devices and what each did (`--disk`, `--rng`, `--console
-    /// virtio`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub devices: Vec<crate::virtio::VirtioDeviceDoc>,
-    /// What the VMM process cost the host in memory (RSS, PSS, USS from
-    /// `/proc/self/smaps_rollup`) at the first userspace mark, or at the
-    /// end of the set-up `--stop-after` asked for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_memory: Option<MemorySample>,
-}
-
-impl TimelineDoc {
-    pub fn phase(&self, name: &str) -> Option<&Phase> {
-        self.phases.iter().find(|p| p.name == name)
-    }
-
-    /// The summary table printed at exit: every mark-to-mark interval, then
-    /// the derived phases.
-    pub fn summary_table(&self) -> String {
-        let total = self.marks.last().map(|m| m.t_ns).unwrap_or(0).max(1);
-        let ms = |ns: u64| ns as f64 / 1e6;
-        let share = |ns: u64| 100.0 * ns as f64 / total as f64;
-        let mut out = String::new();
+/// The summary table printed at exit: every mark-to-mark interval, then
+/// the derived phases.
+pub fn summary_table(doc: &Timeline) -> String {
+    let total = doc.marks.last().map(|m| m.t_ns).unwrap_or(0).max(1);
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let share = |ns: u64| 100.0 * ns as f64 / total as f64;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<44} {:>10} {:>12} {:>7}",
+        "phase", "start ms", "duration ms", "share"
+    );
+    for (i, m) in doc.marks.iter().enumerate() {
+        let end = doc.marks.get(i + 1).map(|n| n.t_ns).unwrap_or(m.t_ns);
+        let d = end - m.t_ns;
         let _ = writeln!(
             out,
-            "{:<44} {:>10} {:>12} {:>7}",
-            "phase", "start ms", "duration ms", "share"
+            "{:<44} {:>10.3} {:>12.3} {:>6.1}%",
+            truncate(&m.name, 44),
+            ms(m.t_ns),
+            ms(d),
+            share(d)
         );
-        for (i, m) in self.marks.iter().enumerate() {
-            let end = self.marks.get(i + 1).map(|n| n.t_ns).unwrap_or(m.t_ns);
-            let d = end - m.t_ns;
-            let _ = writeln!(
-                out,
-                "{:<44} {:>10.3} {:>12.3} {:>6.1}%",
-                truncate(&m.name, 44),
-                ms(m.t_ns),
-                ms(d),
-                share(d)
-            );
-        }
-        let _ = writeln!(out, "{}", "-".repeat(76));
-        for p in &self.phases {
-            let _ = writeln!(
-                out,
-                "{:<44} {:>10.3} {:>12.3} {:>6.1}%",
-                p.name,
-                ms(p.start_ns),
-                ms(p.duration_ns),
-                share(p.duration_ns)
-            );
-        }
-        let _ = writeln!(out, "{:<44} {:>10} {:>12.3}", "total", "", ms(total));
-        out
     }
+    let _ = writeln!(out, "{}", "-".repeat(76));
+    for p in &doc.phases {
+        let _ = writeln!(
+            out,
+            "{:<44} {:>10.3} {:>12.3} {:>6.1}%",
+            p.name,
+            ms(p.start_ns),
+            ms(p.duration_ns),
+            share(p.duration_ns)
+        );
+    }
+    let _ = writeln!(out, "{:<44} {:>10} {:>12.3}", "total", "", ms(total));
+    out
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -568,8 +427,8 @@ fn truncate(s: &str, n: usize) -> String {
 mod tests {
     use super::*;
 
-    fn mark(name: &str, source: MarkSource, t_ns: u64, value: Option<u8>) -> PhaseMark {
-        PhaseMark {
+    fn mark(name: &str, source: MarkSource, t_ns: u64, value: Option<u64>) -> TimelineMark {
+        TimelineMark {
             name: name.into(),
             source,
             t_ns,
@@ -578,7 +437,7 @@ mod tests {
         }
     }
 
-    fn boot(marks_extra: Vec<PhaseMark>) -> Vec<PhaseMark> {
+    fn boot(marks_extra: Vec<TimelineMark>) -> Vec<TimelineMark> {
         let mut v = vec![
             mark(vmm_marks::PROCESS_START, MarkSource::Vmm, 0, None),
             mark(vmm_marks::FIRST_KVM_RUN, MarkSource::Vmm, 10, None),

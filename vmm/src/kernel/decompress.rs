@@ -7,11 +7,9 @@
 //! the guest runs the decompressor itself, which takes seconds where guest
 //! instructions are slow (nested virtualization) and real time anywhere.
 //! Here the VMM decompresses the payload instead, checks that the result is
-//! an x86-64 ELF with a usable entry (a PVH note or a 64-bit `e_entry`), and
-//! keeps it in a cache keyed by the payload's SHA-256 so that later boots of
-//! the same kernel skip the work (and, through the index by file identity
-//! in [`super::identity`], later boots of the same unchanged file skip
-//! reading and hashing it too).
+//! an x86-64 ELF with a usable entry (a PVH note or a 64-bit `e_entry`);
+//! [`super::cache`] keeps it, keyed by the payload's SHA-256, so that later
+//! boots of the same kernel skip the work.
 //!
 //! Supported: xz (Debian's and most distributions' choice), gzip and zstd.
 //! Other compressions (lzma, bzip2, lzo, lz4) are reported as unusable and
@@ -20,25 +18,16 @@
 //! wrong size) is corrupt: the guest's decompressor would fail on it too.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
 
 use linux_loader::loader::bootparam::setup_header;
-use sha2::{Digest, Sha256};
 
-use super::identity::{self, FileIdentity, IndexEntry};
-use crate::loader::{ElfSegment, EntryMode};
+use super::elf::{self, ElfError, ElfSegment, EntryMode};
 
 /// The largest decompressed kernel accepted (the size trailer of anything
 /// larger is not a kernel's).
 pub const MAX_DECOMPRESSED: u64 = 1 << 30;
 /// Lowest entry address of a 64-bit kernel (1 MiB).
 const MIN_ENTRY: u64 = 0x10_0000;
-/// ELF note type of the PVH 32-bit entry point (`XEN_ELFNOTE_PHYS32_ENTRY`).
-const XEN_ELFNOTE_PHYS32_ENTRY: u32 = 18;
-/// ELF note type naming the guest OS (`XEN_ELFNOTE_GUEST_OS`).
-const XEN_ELFNOTE_GUEST_OS: u32 = 6;
-const PT_LOAD: u32 = 1;
-const PT_NOTE: u32 = 4;
 
 /// The compression of a bzImage payload, recognized by its magic bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,7 +247,8 @@ fn xz_single_stream(input: &[u8], limit: u64, out: &mut Vec<u8>) -> std::io::Res
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hexadecimal of `bytes`.
+pub(super) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -273,73 +263,40 @@ pub struct ElfKernel {
     pub end: u64,
 }
 
-fn le_u16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-fn le_u32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-fn le_u64(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
-}
-
 /// Checks that `elf` is an x86-64 kernel the VMM can enter, and how: at its
 /// 64-bit `e_entry` (Linux 64-bit boot protocol) when that lies in a
 /// loadable segment, else through its PVH note. The error says what is
 /// missing.
 pub fn inspect_elf(elf: &[u8]) -> Result<ElfKernel, String> {
-    if !elf.starts_with(b"\x7fELF") {
-        return Err("the decompressed payload is not an ELF file".into());
-    }
-    let short = || "the decompressed ELF header is truncated".to_string();
-    if elf.get(4) != Some(&2) || le_u16(elf, 18) != Some(62) {
-        return Err("the decompressed payload is not an x86-64 ELF64 kernel".into());
-    }
-    let e_entry = le_u64(elf, 24).ok_or_else(short)?;
-    let phoff = le_u64(elf, 32).ok_or_else(short)?;
-    let phentsize = u64::from(le_u16(elf, 54).ok_or_else(short)?);
-    let phnum = u64::from(le_u16(elf, 56).ok_or_else(short)?);
-    if phentsize < 56 || phoff.saturating_add(phnum * phentsize) > elf.len() as u64 {
-        return Err("the decompressed ELF's program headers are outside the file".into());
-    }
-    let mut segments = Vec::new();
-    let mut pvh = None;
-    for i in 0..phnum {
-        let ph = (phoff + i * phentsize) as usize;
-        let field = |at: usize| le_u64(elf, ph + at).unwrap_or_default();
-        let p_type = le_u32(elf, ph).unwrap_or_default();
-        let (offset, paddr, filesz, memsz) = (field(8), field(24), field(32), field(40));
-        if offset.saturating_add(filesz) > elf.len() as u64 {
-            return Err(format!(
-                "the decompressed ELF's segment {i} runs past the end of the file"
-            ));
-        }
-        match p_type {
-            PT_LOAD => segments.push(ElfSegment {
-                offset,
-                paddr,
-                filesz,
-                memsz,
-            }),
-            PT_NOTE if pvh.is_none() => {
-                pvh = pvh_entry(&elf[offset as usize..(offset + filesz) as usize]);
+    let h = elf::read_headers(elf).map_err(|e| {
+        match e {
+            ElfError::NotElf => "the decompressed payload is not an ELF file",
+            ElfError::Truncated => "the decompressed ELF header is truncated",
+            ElfError::Not64 | ElfError::Unsupported | ElfError::WrongMachine(_) => {
+                "the decompressed payload is not an x86-64 ELF64 kernel"
             }
-            _ => {}
+            ElfError::ProgramHeaders => {
+                "the decompressed ELF's program headers are outside the file"
+            }
         }
+        .to_string()
+    })?;
+    if let Some((i, _)) = h.past_end.first() {
+        return Err(format!(
+            "the decompressed ELF's segment {i} runs past the end of the file"
+        ));
     }
-    if segments.is_empty() {
+    if h.segments.is_empty() {
         return Err("the decompressed ELF has no loadable segment".into());
     }
-    let mut ranges: Vec<(u64, u64)> = segments
-        .iter()
-        .map(|s| (s.paddr, s.paddr.saturating_add(s.memsz.max(s.filesz))))
-        .collect();
+    let mut ranges: Vec<(u64, u64)> = h.segments.iter().map(ElfSegment::range).collect();
     ranges.sort_unstable();
     if ranges.windows(2).any(|w| w[1].0 < w[0].1) {
         return Err("the decompressed ELF has overlapping loadable segments".into());
     }
     let end = ranges.iter().map(|r| r.1).max().unwrap_or(0);
     let inside = |a: u64| ranges.iter().any(|r| (r.0..r.1).contains(&a));
+    let (e_entry, pvh) = (h.entry, h.pvh_entry);
     // A bzImage's vmlinux has its 64-bit entry (startup_64) at e_entry:
     // entered there with a zero page, the kernel skips the PVH path's probe
     // for Xen (256 CPUID leaves, each a VM exit). The PVH note serves
@@ -361,364 +318,16 @@ pub fn inspect_elf(elf: &[u8]) -> Result<ElfKernel, String> {
     Ok(ElfKernel {
         entry,
         mode,
-        segments,
+        segments: h.segments,
         end,
     })
-}
-
-/// Whether a PT_NOTE segment's notes name the guest OS as Linux
-/// (`XEN_ELFNOTE_GUEST_OS` "linux", which every x86 vmlinux built with PVH
-/// or Xen support carries): its `e_entry` is then `startup_64`.
-pub fn notes_say_linux(notes: &[u8]) -> bool {
-    find_note(notes, XEN_ELFNOTE_GUEST_OS).is_some_and(|d| d.starts_with(b"linux"))
-}
-
-/// The descriptor of the first "Xen" note of type `kind`.
-fn find_note(notes: &[u8], kind: u32) -> Option<&[u8]> {
-    let mut at = 0usize;
-    while at + 12 <= notes.len() {
-        let namesz = le_u32(notes, at)? as usize;
-        let descsz = le_u32(notes, at + 4)? as usize;
-        let k = le_u32(notes, at + 8)?;
-        let name_at = at + 12;
-        let desc_at = name_at.checked_add(namesz.next_multiple_of(4))?;
-        if k == kind && notes.get(name_at..name_at + namesz)? == b"Xen\0" {
-            return notes.get(desc_at..desc_at.checked_add(descsz)?);
-        }
-        at = desc_at.checked_add(descsz.next_multiple_of(4))?;
-    }
-    None
-}
-
-/// The PVH entry address from a PT_NOTE segment's notes, if there is one.
-fn pvh_entry(notes: &[u8]) -> Option<u64> {
-    let desc = find_note(notes, XEN_ELFNOTE_PHYS32_ENTRY)?;
-    match desc.len() {
-        4 => le_u32(desc, 0).map(u64::from),
-        8 => le_u64(desc, 0),
-        _ => None,
-    }
-}
-
-/// Where decompressed kernels are kept: the `kernels` directory of
-/// bootscope's cache ([`bootscope_model::cache`]: `$XDG_CACHE_HOME/bootscope`,
-/// else `~/.cache/bootscope`, else for root `/var/cache/bootscope`),
-/// created private where missing and checked to be this user's own and
-/// writable by no one else. The error says why it cannot be used.
-pub fn user_cache_dir() -> Result<PathBuf, bootscope_model::cache::CacheError> {
-    bootscope_model::cache::cache_dir("kernels")
-}
-
-/// The kernel cache directory a root process whose `XDG_CACHE_HOME` and
-/// `HOME` are these would use (by the same rules as [`user_cache_dir`]),
-/// not created or checked: where a bootscope run elsewhere (the lab
-/// machine) looks for its kernels.
-pub fn cache_dir_for(
-    xdg_cache_home: Option<&std::ffi::OsStr>,
-    home: Option<&std::ffi::OsStr>,
-) -> Option<PathBuf> {
-    let var = |v: Option<&std::ffi::OsStr>| {
-        v.filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-    };
-    bootscope_model::cache::cache_base_for(var(xdg_cache_home), var(home), 0)
-        .ok()
-        .map(|base| base.join("kernels"))
-}
-
-/// The files that make up the cache entry whose kernel is `cache_file` (a
-/// [`HostKernel::cache_file`]): what carrying the entry into another cache
-/// directory takes, each under the same name there. A lookup there verifies
-/// them as it verifies any entry.
-pub fn entry_files(cache_file: &Path) -> Vec<PathBuf> {
-    vec![
-        cache_file.to_path_buf(),
-        bootscope_model::cache::seal_path(cache_file),
-    ]
-}
-
-/// A decompressed kernel in memory: freshly decompressed, or the cached
-/// file mapped read-only.
-pub enum KernelBytes {
-    Owned(Vec<u8>),
-    Mapped(MappedFile),
-}
-
-impl KernelBytes {
-    pub fn as_slice(&self) -> &[u8] {
-        match self {
-            KernelBytes::Owned(v) => v,
-            KernelBytes::Mapped(m) => m.as_slice(),
-        }
-    }
-}
-
-/// A whole file mapped read-only (private), with its pages populated.
-pub struct MappedFile {
-    ptr: *mut libc::c_void,
-    len: usize,
-}
-
-// SAFETY: the mapping is read-only and owned by this value alone; reading it
-// from another thread is as safe as reading a `&[u8]`.
-unsafe impl Send for MappedFile {}
-
-impl MappedFile {
-    /// Maps the whole of an open file (of `len` bytes, from its metadata).
-    pub fn map(file: &std::fs::File, len: u64) -> std::io::Result<MappedFile> {
-        use std::os::fd::AsRawFd;
-        let len = usize::try_from(len).map_err(std::io::Error::other)?;
-        if len == 0 {
-            return Err(std::io::Error::other("empty file"));
-        }
-        // SAFETY: a new private read-only mapping of a file we opened; the
-        // kernel picks the address, so nothing existing is replaced.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE | libc::MAP_POPULATE,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(MappedFile { ptr, len })
-    }
-
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: `ptr..ptr+len` is a readable mapping that lives as long as
-        // `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.len) }
-    }
-}
-
-impl Drop for MappedFile {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping created in `open`, which no
-        // slice outlives (they borrow `self`).
-        unsafe { libc::munmap(self.ptr, self.len) };
-    }
-}
-
-/// Whether the decompressed kernel came from the cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CacheUse {
-    /// Found in the cache: nothing was decompressed.
-    Hit,
-    /// Decompressed and stored in the cache.
-    Miss,
-    /// Found in the cache but not as it was stored (its checksum does not
-    /// match, it has none, or the file is not this user's own): decompressed
-    /// again and stored over it (`HostKernel::cache_note` says why).
-    Rebuilt,
-    /// Decompressed; no cache (none configured, or it could not be written:
-    /// see `HostKernel::cache_note`).
-    Off,
-}
-
-impl CacheUse {
-    pub fn name(self) -> &'static str {
-        match self {
-            CacheUse::Hit => "hit",
-            CacheUse::Miss => "miss",
-            CacheUse::Rebuilt => "rebuilt",
-            CacheUse::Off => "off",
-        }
-    }
-}
-
-/// A bzImage's kernel, decompressed on the host and ready to load.
-pub struct HostKernel {
-    pub compression: Compression,
-    pub bytes: KernelBytes,
-    pub elf: ElfKernel,
-    pub cache: CacheUse,
-    /// The cache file (read or written).
-    pub cache_file: Option<PathBuf>,
-    /// Why the cache was not used, when it was not.
-    pub cache_note: Option<String>,
-    /// Time spent hashing the payload (None: the cache's index by file
-    /// identity named the kernel, nothing was read or hashed).
-    pub hash_ns: Option<u64>,
-    /// Time spent decompressing (0 on a cache hit).
-    pub decompress_ns: u64,
-}
-
-/// Reads the bzImage at `path`, and returns its kernel decompressed, from
-/// the cache in `cache_dir` when it is there (and storing it there when it
-/// was not). The cache's index by file identity (see [`identity`]) finds a
-/// known, unchanged file's kernel without reading the file.
-///
-/// [`identity`]: super::identity
-pub fn host_kernel(
-    path: &Path,
-    hdr: &setup_header,
-    cache_dir: Option<&Path>,
-) -> Result<HostKernel, PayloadError> {
-    let id = cache_dir.and_then(|_| FileIdentity::of(path).ok());
-    if let (Some(dir), Some(id)) = (cache_dir, &id) {
-        if let Some(k) = known_file(dir, id) {
-            return Ok(k);
-        }
-    }
-    let image = bootscope_model::input::read_input(path)
-        .map_err(|e| PayloadError::Read(std::io::Error::other(e.to_string())))?;
-    let payload = payload(&image, hdr)?;
-    let compression = Compression::detect(payload);
-    let t = std::time::Instant::now();
-    let digest = hex(&Sha256::digest(payload));
-    let hash_ns = Some(t.elapsed().as_nanos() as u64);
-    let cache_file = cache_dir.map(|d| d.join(format!("vmlinux-{digest}")));
-    // Indexed only when the file did not change while it was read.
-    let index = |c: Compression, size: u64| {
-        if let (Some(dir), Some(id)) = (cache_dir, &id) {
-            if FileIdentity::of(path).ok().as_ref() == Some(id) {
-                let entry = IndexEntry {
-                    digest: digest.clone(),
-                    compression: c,
-                    size,
-                };
-                // An index that cannot be written costs the next boot a hash.
-                let _ = identity::record(dir, id, &entry);
-            }
-        }
-    };
-    let mut rebuilt = None;
-    if let (Some(file), Some(c)) = (&cache_file, compression) {
-        let found = match cached(file, declared_size(payload)) {
-            Found::Sound(bytes, elf) => Some((bytes, elf)),
-            Found::Absent => None,
-            Found::Damaged(why) => {
-                rebuilt = Some(why);
-                None
-            }
-        };
-        if let Some((bytes, elf)) = found {
-            index(c, bytes.as_slice().len() as u64);
-            return Ok(HostKernel {
-                compression: c,
-                bytes,
-                elf,
-                cache: CacheUse::Hit,
-                cache_file: cache_file.clone(),
-                cache_note: None,
-                hash_ns,
-                decompress_ns: 0,
-            });
-        }
-    }
-    let t = std::time::Instant::now();
-    let (compression, vmlinux) = decompress(payload)?;
-    let decompress_ns = t.elapsed().as_nanos() as u64;
-    let elf = inspect_elf(&vmlinux).map_err(PayloadError::Unusable)?;
-    let (cache, cache_note) = match &cache_file {
-        None => (CacheUse::Off, Some("no cache directory".to_string())),
-        Some(file) => match cache_dir
-            .map_or(Ok(()), |d| bootscope_model::cache::private_dir(d, d))
-            .map_err(|e| std::io::Error::other(e.to_string()))
-            .and_then(|()| bootscope_model::cache::store(file, &vmlinux))
-        {
-            Ok(()) => {
-                index(compression, vmlinux.len() as u64);
-                match rebuilt {
-                    Some(why) => (CacheUse::Rebuilt, Some(why)),
-                    None => (CacheUse::Miss, None),
-                }
-            }
-            Err(e) => (
-                CacheUse::Off,
-                Some(format!("cannot write {}: {e}", file.display())),
-            ),
-        },
-    };
-    Ok(HostKernel {
-        compression,
-        bytes: KernelBytes::Owned(vmlinux),
-        elf,
-        cache,
-        cache_file: if matches!(cache, CacheUse::Miss | CacheUse::Rebuilt) {
-            cache_file
-        } else {
-            None
-        },
-        cache_note,
-        hash_ns,
-        decompress_ns,
-    })
-}
-
-/// The cached kernel of a file the index knows, unchanged since (and
-/// sound: a damaged entry is found again by the payload's digest, and
-/// rebuilt there).
-fn known_file(dir: &Path, id: &FileIdentity) -> Option<HostKernel> {
-    let entry = identity::lookup(dir, id)?;
-    let file = dir.join(format!("vmlinux-{}", entry.digest));
-    let Found::Sound(bytes, elf) = cached(&file, Some(entry.size)) else {
-        return None;
-    };
-    Some(HostKernel {
-        compression: entry.compression,
-        bytes,
-        elf,
-        cache: CacheUse::Hit,
-        cache_file: Some(file),
-        cache_note: None,
-        hash_ns: None,
-        decompress_ns: 0,
-    })
-}
-
-/// What the cache holds for a kernel.
-enum Found {
-    /// The entry, as it was stored: its seal matches.
-    Sound(KernelBytes, ElfKernel),
-    /// No entry.
-    Absent,
-    /// An entry that must not be used, and why (for the timeline):
-    /// `checksum mismatch`, `no checksum`, or what is wrong with the file.
-    Damaged(String),
-}
-
-/// The cached kernel at `file`: opened without following a link or
-/// blocking, checked to be this user's own private regular file, of the
-/// declared size, matching its seal (XXH3 of its contents), and a usable
-/// kernel.
-fn cached(file: &Path, declared: Option<u64>) -> Found {
-    use bootscope_model::cache;
-    let (f, meta) = match cache::open_file(file) {
-        Ok(Some(found)) => found,
-        Ok(None) => return Found::Absent,
-        Err(e) => return Found::Damaged(e.to_string()),
-    };
-    if Some(meta.len()) != declared {
-        return Found::Damaged(format!(
-            "size {} where the kernel declares {}",
-            meta.len(),
-            declared.unwrap_or(0)
-        ));
-    }
-    let mapped = match MappedFile::map(&f, meta.len()) {
-        Ok(m) => m,
-        Err(e) => return Found::Damaged(format!("cannot map it: {e}")),
-    };
-    if let Some(why) = cache::verify(file, mapped.as_slice()).why_rebuilt() {
-        return Found::Damaged(why.to_string());
-    }
-    match inspect_elf(mapped.as_slice()) {
-        Ok(elf) => Found::Sound(KernelBytes::Mapped(mapped), elf),
-        Err(e) => Found::Damaged(e),
-    }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use std::io::Write;
+    use std::path::PathBuf;
 
     fn pvh_elf() -> Vec<u8> {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mini-pvh.elf");
@@ -844,55 +453,5 @@ pub(crate) mod tests {
             "{e}"
         );
         assert!(inspect_elf(b"plain text").is_err());
-    }
-
-    #[test]
-    fn cache_dir_follows_xdg_then_home() {
-        let dir = |x: Option<&str>, h: Option<&str>| {
-            cache_dir_for(x.map(std::ffi::OsStr::new), h.map(std::ffi::OsStr::new))
-        };
-        assert_eq!(
-            dir(Some("/x"), Some("/root")),
-            Some(PathBuf::from("/x/bootscope/kernels"))
-        );
-        // A relative or empty XDG_CACHE_HOME is ignored, as the spec says.
-        for x in [Some("rel"), Some(""), None] {
-            assert_eq!(
-                dir(x, Some("/root")),
-                Some(PathBuf::from("/root/.cache/bootscope/kernels"))
-            );
-        }
-        // Without either variable, root's cache is /var/cache/bootscope.
-        assert_eq!(
-            dir(None, Some("")),
-            Some(PathBuf::from("/var/cache/bootscope/kernels"))
-        );
-        assert_eq!(
-            dir(None, None),
-            Some(PathBuf::from("/var/cache/bootscope/kernels"))
-        );
-    }
-
-    #[test]
-    fn linux_guest_os_note() {
-        let note = |name: &[u8], kind: u32, desc: &[u8]| {
-            let mut n = Vec::new();
-            n.extend_from_slice(&(name.len() as u32).to_le_bytes());
-            n.extend_from_slice(&(desc.len() as u32).to_le_bytes());
-            n.extend_from_slice(&kind.to_le_bytes());
-            n.extend_from_slice(name);
-            n.resize(n.len().next_multiple_of(4), 0);
-            n.extend_from_slice(desc);
-            n.resize(n.len().next_multiple_of(4), 0);
-            n
-        };
-        let mut notes = note(b"Xen\0", 7, b"2.6\0");
-        notes.extend(note(b"Xen\0", 6, b"linux\0"));
-        assert!(notes_say_linux(&notes));
-        assert!(!notes_say_linux(&note(b"Xen\0", 6, b"freebsd\0")));
-        assert!(!notes_say_linux(&note(b"GNU\0", 6, b"linux\0")));
-        // The fixture's only note is its PVH entry.
-        assert!(!notes_say_linux(&pvh_elf()[0x174..0x188]));
-        assert_eq!(pvh_entry(&pvh_elf()[0x174..0x188]), Some(0x100000));
     }
 }

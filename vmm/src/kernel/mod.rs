@@ -1,6 +1,9 @@
-//! Kernel images beyond what linux-loader parses: the compressed vmlinux
-//! inside a bzImage, decompressed on the host so the guest can be entered
+//! Kernel images beyond what linux-loader parses: the ELF headers the VMM
+//! checks before loading, and the compressed vmlinux inside a bzImage,
+//! decompressed on the host (and cached) so the guest can be entered
 //! directly.
 
+pub mod cache;
 pub mod decompress;
+pub mod elf;
 pub mod identity;

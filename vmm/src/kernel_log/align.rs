@@ -21,23 +21,9 @@
 
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
-
 use super::ringbuffer::LogRecord;
+use super::ClockAlignment;
 use crate::console::ConsoleLine;
-
-/// How guest log times map onto the timeline's clock.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ClockAlignment {
-    /// Timeline nanoseconds = guest `ts_nsec` + `offset_ns`.
-    pub offset_ns: i64,
-    /// The true offset is within `offset_ns ± error_ns`.
-    pub error_ns: u64,
-    /// Console lines matched to log records.
-    pub anchors: usize,
-    /// Lines that gave the lower bound (record stored after a line).
-    pub lower_anchors: usize,
-}
 
 /// `[    1.234567] text` → (microseconds, text).
 fn split_console_line(line: &str) -> Option<(u64, &str)> {

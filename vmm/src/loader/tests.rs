@@ -104,7 +104,7 @@ fn bzimage_payload_decompressed_on_the_host_and_entered_through_pvh() {
     assert_eq!(boot.decompressed_by, "host");
     assert_eq!(boot.compression.as_deref(), Some("xz"));
     assert_eq!(boot.entry, "pvh");
-    assert!(!boot.kaslr);
+    assert_eq!(boot.kaslr, Some(false));
     assert_eq!(boot.cache.as_deref(), Some("miss"));
     assert_eq!(boot.decompressed_bytes, Some(elf.len() as u64));
     // The ELF's one segment (file offset 0x1000 in mini-pvh.elf's
@@ -278,7 +278,7 @@ fn guest_decompression_on_request_or_when_the_host_cannot() {
         let boot = k.boot.unwrap();
         assert_eq!(boot.decompressed_by, "guest");
         assert_eq!(boot.entry, "bzimage-linux64");
-        assert!(boot.kaslr);
+        assert_eq!(boot.kaslr, Some(true));
         let reason = boot.reason.unwrap();
         assert!(reason.contains(why), "{tag}: {reason}");
         let _ = std::fs::remove_file(path);

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use bootscope_model::mark::MarkSource;
 use bootscope_model::units::{ChainLink, Startup, Unit, UnitsClock, UnitsDoc};
 
-use crate::timeline::{derive_phases, vmm_marks, PhaseMark, TimelineDoc};
+use crate::timeline::{derive_phases, vmm_marks, Timeline, TimelineMark};
 use record::Record;
 
 /// Where the workload leaves its record in the image.
@@ -65,7 +65,7 @@ impl RecordProbe {
     /// boot wrote a record; says why not when the image held one but this
     /// boot left none or the old one; leaves the timeline alone for an
     /// image that never had one.
-    pub fn after_boot(self, doc: &mut TimelineDoc) {
+    pub fn after_boot(self, doc: &mut Timeline) {
         let source = format!("{RECORD_PATH} in the disk image {}", self.image.display());
         let after = read_record_file(&self.image);
         let units = match (self.before, after) {
@@ -169,7 +169,7 @@ fn startup(record: &Record, offset_ns: i64, first_run_ns: Option<u64>) -> Option
 }
 
 /// The units document from a record and the timeline's marks.
-pub fn units_doc(text: &str, source: &str, marks: &[PhaseMark]) -> UnitsDoc {
+pub fn units_doc(text: &str, source: &str, marks: &[TimelineMark]) -> UnitsDoc {
     let fail = |error: String| UnitsDoc {
         source: source.to_string(),
         error: Some(error),
@@ -179,9 +179,9 @@ pub fn units_doc(text: &str, source: &str, marks: &[PhaseMark]) -> UnitsDoc {
         Ok(r) => r,
         Err(e) => return fail(format!("the record is unreadable: {e}")),
     };
-    let marker = marks
-        .iter()
-        .find(|m| m.source == MarkSource::DebugPort && m.value == Some(record.marker_value));
+    let marker = marks.iter().find(|m| {
+        m.source == MarkSource::DebugPort && m.value == Some(u64::from(record.marker_value))
+    });
     let Some(marker) = marker else {
         return fail(format!(
             "the guest wrote no 0x{:02x} to port 0x80 in this boot: the record is from an earlier boot",
@@ -216,13 +216,13 @@ pub fn units_doc(text: &str, source: &str, marks: &[PhaseMark]) -> UnitsDoc {
 /// Puts the units on the timeline: the `units` object, the marks of
 /// systemd's start and of its start-up's end, and the phases derived again
 /// (`kernel` then ends where systemd starts, as systemd counts it).
-pub fn apply(doc: &mut TimelineDoc, units: UnitsDoc) {
+pub fn apply(doc: &mut Timeline, units: UnitsDoc) {
     if let Some(s) = &units.startup {
         for (name, t_ns) in [
             (SYSTEMD_STARTED, s.systemd_start_ns),
             (SYSTEMD_FINISHED, s.finish_ns),
         ] {
-            doc.marks.push(PhaseMark {
+            doc.marks.push(TimelineMark {
                 name: name.to_string(),
                 source: MarkSource::GuestClock,
                 t_ns,

@@ -11,8 +11,8 @@ fn fixture() -> Record {
 }
 
 /// Marks of a made-up boot whose marker write is at `marker_t_ns`.
-fn marks(first_run_ns: u64, marker_t_ns: u64) -> Vec<PhaseMark> {
-    let vmm = |name: &str, t_ns| PhaseMark {
+fn marks(first_run_ns: u64, marker_t_ns: u64) -> Vec<TimelineMark> {
+    let vmm = |name: &str, t_ns| TimelineMark {
         name: name.into(),
         source: MarkSource::Vmm,
         t_ns,
@@ -22,7 +22,7 @@ fn marks(first_run_ns: u64, marker_t_ns: u64) -> Vec<PhaseMark> {
     vec![
         vmm(vmm_marks::PROCESS_START, 0),
         vmm(vmm_marks::FIRST_KVM_RUN, first_run_ns),
-        PhaseMark {
+        TimelineMark {
             name: bootscope_model::mark::debug_port_mark_name(0x60),
             source: MarkSource::DebugPort,
             t_ns: marker_t_ns,
@@ -151,7 +151,7 @@ fn the_critical_chain_is_systemd_analyze_s() {
 #[test]
 fn applied_units_end_the_kernel_phase_at_systemd_s_start() {
     let marks = marks(1_000_000, 455_000_000_000);
-    let mut doc: TimelineDoc = serde_json::from_value(serde_json::json!({
+    let mut doc: Timeline = serde_json::from_value(serde_json::json!({
         "schema": "bootscope.timeline", "version": 2, "clock": "", "vmm": "", "host_kvm": "svm",
         "guest": {"kernel": "k", "kernel_format": "bzimage", "cmdline": "", "memory_bytes": 1, "vcpus": 1},
         "outcome": {"reason": "acpi_power_off", "clean": true, "detail": ""},

@@ -14,7 +14,7 @@ use vm_memory::{Bytes, GuestMemory, GuestMemoryMmap, Permissions};
 use super::report::VirtioDeviceDoc;
 use super::{drain_queue, DeviceKind, QueueFault, VirtioDevice, FEATURE_VERSION_1};
 use crate::console::ConsoleSink;
-use crate::timeline::Phase;
+use crate::timeline::TimelinePhase;
 
 /// Both queues' size.
 pub const QUEUE_SIZE: u16 = 64;
@@ -139,7 +139,7 @@ impl VirtioDevice for Console {
         })
     }
 
-    fn report(&self, doc: &mut VirtioDeviceDoc, _phases: &[Phase]) {
+    fn report(&self, doc: &mut VirtioDeviceDoc, _phases: &[TimelinePhase]) {
         doc.console_bytes = Some(self.bytes);
         doc.bad_requests = self.bad_requests;
         doc.first_bad_request = self.first_bad.clone();

@@ -441,7 +441,7 @@ impl MmioTransport {
     }
 
     /// What the device did.
-    pub fn report(&self, phases: &[crate::timeline::Phase]) -> VirtioDeviceDoc {
+    pub fn report(&self, phases: &[crate::timeline::TimelinePhase]) -> VirtioDeviceDoc {
         let mut doc = self.doc.clone();
         doc.interrupts = self.interrupt.raised.load(Ordering::Relaxed);
         doc.status = self.status;

@@ -131,7 +131,7 @@ pub trait VirtioDevice: Send {
     ) -> Result<u32, QueueFault>;
     /// The device's own figures for the timeline (a disk's I/O split by
     /// `phases`).
-    fn report(&self, doc: &mut VirtioDeviceDoc, phases: &[crate::timeline::Phase]);
+    fn report(&self, doc: &mut VirtioDeviceDoc, phases: &[crate::timeline::TimelinePhase]);
 }
 
 /// Takes every available chain of `queue`, hands each to `serve` (which
@@ -233,7 +233,7 @@ impl VirtioDevices {
     }
 
     /// What every device did, for the timeline.
-    pub fn reports(&self, phases: &[crate::timeline::Phase]) -> Vec<VirtioDeviceDoc> {
+    pub fn reports(&self, phases: &[crate::timeline::TimelinePhase]) -> Vec<VirtioDeviceDoc> {
         self.transports
             .iter()
             .map(|t| lock(t).report(phases))

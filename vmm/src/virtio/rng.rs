@@ -8,7 +8,7 @@ use vm_memory::{Address, Bytes, GuestMemory, GuestMemoryMmap, Permissions};
 
 use super::report::VirtioDeviceDoc;
 use super::{drain_queue, DeviceKind, QueueFault, VirtioDevice, FEATURE_VERSION_1};
-use crate::timeline::Phase;
+use crate::timeline::TimelinePhase;
 
 /// The request queue's size.
 pub const QUEUE_SIZE: u16 = 64;
@@ -143,7 +143,7 @@ impl VirtioDevice for Rng {
         drain_queue(index, queue, mem, |chain| self.serve(chain, mem))
     }
 
-    fn report(&self, doc: &mut VirtioDeviceDoc, _phases: &[Phase]) {
+    fn report(&self, doc: &mut VirtioDeviceDoc, _phases: &[TimelinePhase]) {
         doc.rng_bytes = Some(self.bytes);
         doc.bad_requests = self.bad_requests;
         doc.first_bad_request = self.first_bad.clone();

@@ -1,7 +1,7 @@
 //! Building and running a VM, as a recipe of stages (Firecracker's
 //! builder): memory, irqchip, kernel load, boot data, devices, vCPUs, each
 //! one method with its own error, then the run step that ends with a
-//! [`TimelineDoc`](crate::timeline::TimelineDoc). `--stop-after` builds up
+//! [`Timeline`](crate::timeline::Timeline). `--stop-after` builds up
 //! to a stage and reports the set-up alone.
 
 mod builder;
@@ -161,7 +161,7 @@ pub fn validate(cfg: &VmConfig, max_vcpus: u32) -> Result<(), ConfigError> {
 
 /// The result of a run.
 pub struct RunReport {
-    pub timeline: crate::timeline::TimelineDoc,
+    pub timeline: crate::timeline::Timeline,
     pub marker_counts: MarkerCounts,
     /// What preallocation did, when asked for.
     pub prealloc: Option<PreallocReport>,

@@ -7,9 +7,13 @@ use crate::host::KvmFlavour;
 use crate::kvm_stats::{self, StatsFd};
 use crate::loader::{EntryMode, KernelFormat, LoadedKernel};
 use crate::memory::PreallocReport;
+use bootscope_model::timeline::{
+    PagePlacement, PreallocContext, PreallocRegion, PreallocThread, TimelineMemory,
+};
+
 use crate::timeline::{
-    derive_phases, GuestInfo, Outcome, Recorder, StopReason, TimelineDoc, TIMELINE_SCHEMA_NAME,
-    TIMELINE_SCHEMA_VERSION,
+    derive_phases, variant_name, Recorder, StopReason, Timeline, TimelineGuest, TimelineOutcome,
+    TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION,
 };
 
 use super::builder::BootImages;
@@ -49,28 +53,74 @@ impl StopAfter {
 fn document(
     recorder: &Recorder,
     flavour: KvmFlavour,
-    guest: GuestInfo,
-    outcome: Outcome,
+    guest: TimelineGuest,
+    outcome: TimelineOutcome,
     kvm_stats: BTreeMap<String, u64>,
     prealloc: Option<&PreallocReport>,
-) -> TimelineDoc {
+) -> Timeline {
     let marks = recorder.snapshot();
-    TimelineDoc {
+    Timeline {
         schema: TIMELINE_SCHEMA_NAME.into(),
-        version: TIMELINE_SCHEMA_VERSION,
+        version: u64::from(TIMELINE_SCHEMA_VERSION),
         clock: "CLOCK_MONOTONIC nanoseconds since VMM start".into(),
         vmm: format!("bootscope {}", env!("CARGO_PKG_VERSION")),
         host_kvm: format!("{flavour:?}").to_lowercase(),
-        guest,
-        outcome,
+        guest: Some(guest),
+        outcome: Some(outcome),
         phases: derive_phases(&marks),
         marks,
-        kvm_stats,
-        memory: prealloc.and_then(|p| serde_json::to_value(p).ok()),
+        kvm_stats: Some(kvm_stats),
+        memory: prealloc.map(memory_section),
         initcalls: None,
         units: None,
         devices: Vec::new(),
         host_memory: recorder.memory_sample(),
+    }
+}
+
+/// The timeline's `memory` section: the preallocation report.
+fn memory_section(p: &PreallocReport) -> TimelineMemory {
+    TimelineMemory {
+        elapsed_ns: Some(p.elapsed_ns),
+        regions: p
+            .regions
+            .iter()
+            .map(|r| PreallocRegion {
+                bytes: r.bytes,
+                context: PreallocContext {
+                    allowed_cpus: r.context.allowed_cpus.to_string(),
+                    name: r.context.name.clone(),
+                    tid: r.context.tid,
+                },
+                elapsed_ns: r.elapsed_ns,
+                guest_node: r.guest_node,
+                method: variant_name(&r.method),
+                page_size: r.page_size,
+                placement: PagePlacement {
+                    absent: r.placement.absent,
+                    per_node: (r.placement.per_node.iter())
+                        .map(|(node, n)| (node.to_string(), *n))
+                        .collect(),
+                    sampled: r.placement.sampled,
+                },
+                threads: r
+                    .threads
+                    .iter()
+                    .map(|t| PreallocThread {
+                        allowed_cpus: t.allowed_cpus.to_string(),
+                        bytes: t.bytes,
+                        elapsed_ns: t.elapsed_ns,
+                        last_cpu: t.last_cpu,
+                        method: variant_name(&t.method),
+                        name: t.name.clone(),
+                        node: t.node,
+                        pages_touched: t.pages_touched,
+                        started_ns: t.started_ns,
+                        tid: t.tid,
+                    })
+                    .collect(),
+            })
+            .collect(),
     }
 }
 
@@ -83,29 +133,29 @@ pub(super) fn setup_only_timeline(
     stage: StopAfter,
     kernel: Option<&LoadedKernel>,
     prealloc: Option<&PreallocReport>,
-) -> TimelineDoc {
+) -> Timeline {
     recorder.sample_memory(match stage {
         StopAfter::Memory => "memory set-up",
         StopAfter::Load => "load",
     });
-    let guest = GuestInfo {
+    let guest = TimelineGuest {
         kernel: match kernel {
             Some(_) => cfg.kernel.display().to_string(),
             None => String::new(),
         },
         kernel_format: kernel.map_or("none", format_name).into(),
         initrd: cfg.initrd.as_ref().map(|p| p.display().to_string()),
-        initrd_mapped_from_file: false,
+        initrd_mapped_from_file: Some(false),
         kernel_mapped_bytes: 0,
         kernel_boot: kernel.and_then(|k| k.boot.clone()),
         cmdline: cfg.cmdline.clone(),
-        memory_bytes: cfg.memory_bytes,
-        vcpus: cfg.vcpus,
+        memory_bytes: Some(cfg.memory_bytes),
+        vcpus: Some(u64::from(cfg.vcpus)),
         regions: Vec::new(),
     };
-    let outcome = Outcome {
-        reason: StopReason::StoppedAfterSetup,
-        clean: true,
+    let outcome = TimelineOutcome {
+        reason: StopReason::StoppedAfterSetup.name(),
+        clean: Some(true),
         detail: stage.detail().into(),
     };
     document(recorder, flavour, guest, outcome, BTreeMap::new(), prealloc)
@@ -120,17 +170,17 @@ pub(super) fn run_timeline(
     (reason, detail): (StopReason, String),
     kvm_stats: BTreeMap<String, u64>,
     prealloc: Option<&PreallocReport>,
-) -> TimelineDoc {
-    let guest = GuestInfo {
+) -> Timeline {
+    let guest = TimelineGuest {
         kernel: cfg.kernel.display().to_string(),
         kernel_format: format_name(&images.kernel).into(),
         initrd: cfg.initrd.as_ref().map(|p| p.display().to_string()),
-        initrd_mapped_from_file: images.initrd.is_some_and(|i| i.mapped_from_file),
+        initrd_mapped_from_file: Some(images.initrd.is_some_and(|i| i.mapped_from_file)),
         kernel_mapped_bytes: images.kernel.mapped_from_file,
         kernel_boot: images.kernel.boot.clone(),
         cmdline: cfg.cmdline.clone(),
-        memory_bytes: cfg.memory_bytes,
-        vcpus: cfg.vcpus,
+        memory_bytes: Some(cfg.memory_bytes),
+        vcpus: Some(u64::from(cfg.vcpus)),
         regions: crate::layout::guest_regions(&crate::layout::Placement {
             kernel: (images.kernel.start, images.kernel.end),
             initrd: images.initrd.map(|i| (i.addr, i.size)),
@@ -139,9 +189,9 @@ pub(super) fn run_timeline(
             memory_bytes: cfg.memory_bytes,
         }),
     };
-    let outcome = Outcome {
-        clean: reason.is_clean(),
-        reason,
+    let outcome = TimelineOutcome {
+        clean: Some(reason.is_clean()),
+        reason: reason.name(),
         detail,
     };
     document(recorder, flavour, guest, outcome, kvm_stats, prealloc)

@@ -143,14 +143,14 @@ impl VmBuilder {
         );
         if let Some(v) = devices.virtio() {
             timeline.devices = v.reports(&timeline.phases);
-            crate::virtio::report::add_regions(&mut timeline.guest.regions, &timeline.devices);
+            if let Some(guest) = &mut timeline.guest {
+                crate::virtio::report::add_regions(&mut guest.regions, &timeline.devices);
+            }
         }
         if self.cfg.initcalls {
             // The image booted: the decompressed vmlinux when there is one.
-            let image = timeline
-                .guest
-                .kernel_boot
-                .as_ref()
+            let image = (timeline.guest.as_ref())
+                .and_then(|g| g.kernel_boot.as_ref())
                 .and_then(|b| b.cache_file.as_ref())
                 .map(std::path::PathBuf::from)
                 .filter(|p| p.is_file())
@@ -165,7 +165,10 @@ impl VmBuilder {
                     .map(|l| (l, image.as_path())),
             );
             if let Some(slots) = &exit_slots {
-                doc.count_exits(&slots.lock().unwrap_or_else(|e| e.into_inner()));
+                crate::kernel_log::count_exits(
+                    &mut doc,
+                    &slots.lock().unwrap_or_else(|e| e.into_inner()),
+                );
             }
             timeline.initcalls = Some(doc);
         }

@@ -21,7 +21,7 @@
 //!   and guest-physical memory) and SLIT (distance 10 within a node, 20
 //!   between two), so the guest kernel sees the nodes the VMM built.
 //!
-//! The tables live in the BIOS area at [`RSDP_START`] where a kernel scans
+//! The tables live in the BIOS area at [`layout::ACPI_RSDP_START`] where a kernel scans
 //! for the RSDP; the zero page (`acpi_rsdp_addr`) and PVH start info
 //! (`rsdp_paddr`) also point at it, so no scan is needed.
 
@@ -40,11 +40,8 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::layout;
 
-/// Where the RSDP goes (the start of the BIOS read-only area the kernel
-/// scans); the other tables follow it.
-pub const RSDP_START: u64 = 0xe_0000;
-/// End of the area the tables may use.
-pub const TABLES_END: u64 = 0x10_0000;
+use layout::ACPI_RSDP_START as RSDP_START;
+
 /// Sleep control register (one byte, write): SLP_TYP in bits 2-4, SLP_EN in
 /// bit 5.
 pub const SLEEP_CONTROL_PORT: u16 = 0x600;
@@ -389,7 +386,7 @@ mod tests {
             assert!(*addr >= end, "{sig} overlaps the table before it");
             end = addr + bytes.len() as u64;
         }
-        assert!(end <= TABLES_END);
+        assert!(end <= layout::ACPI_TABLES_END);
     }
 
     /// The addresses the XSDT lists.

@@ -20,7 +20,7 @@ use vm_memory::{Bytes, GuestMemoryMmap};
 
 use super::report::{DiskDoc, IoCounts, Log2Hist, PhaseIo, VirtioDeviceDoc};
 use super::{drain_queue, DeviceKind, QueueFault, VirtioDevice, FEATURE_VERSION_1};
-use crate::timeline::{Clock, Phase};
+use crate::timeline::{Clock, TimelinePhase};
 pub use image::{DiskError, DiskImage, DiskSpec, SECTOR_SIZE};
 use request::{Request, RequestError, RequestKind};
 
@@ -190,7 +190,7 @@ impl Block {
     }
 
     /// The recorded requests split by the phase they started in.
-    fn by_phase(&self, phases: &[Phase]) -> Vec<PhaseIo> {
+    fn by_phase(&self, phases: &[TimelinePhase]) -> Vec<PhaseIo> {
         let mut out: Vec<PhaseIo> = phases
             .iter()
             .map(|p| PhaseIo {
@@ -266,7 +266,7 @@ impl VirtioDevice for Block {
         drain_queue(index, queue, mem, |chain| self.serve(chain, mem, t0))
     }
 
-    fn report(&self, doc: &mut VirtioDeviceDoc, phases: &[Phase]) {
+    fn report(&self, doc: &mut VirtioDeviceDoc, phases: &[TimelinePhase]) {
         doc.bad_requests = self.bad_requests;
         doc.first_bad_request = self.first_bad.clone();
         doc.disk = Some(DiskDoc {

@@ -191,7 +191,7 @@ fn bad_requests_get_an_error_status_and_the_device_goes_on() {
 fn requests_split_by_the_phase_they_started_in() {
     let mut r = rig(false);
     r.request(VIRTIO_BLK_T_IN, 0, Some((512, true)));
-    let phases = [crate::timeline::Phase {
+    let phases = [crate::timeline::TimelinePhase {
         name: "kernel".into(),
         start_ns: 0,
         end_ns: u64::MAX,
