@@ -96,16 +96,13 @@ fn findings(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
         }
     }
     if !doc.advice.unchecked.is_empty() {
-        y += ROW;
+        y += ROW * 0.2;
         let names: Vec<&str> = doc.advice.unchecked.iter().map(|u| u.rule).collect();
-        text(
-            out,
-            20.0,
-            y,
-            12,
-            "start",
-            &format!("not checked (data missing): {}", names.join(", ")),
-        );
+        let line = format!("not checked (data missing): {}", names.join(", "));
+        for part in wrap(&line, 150) {
+            y += ROW * 0.8;
+            text(out, 20.0, y, 12, "start", &part);
+        }
     }
     y
 }
