@@ -1,5 +1,5 @@
-//! `bootscope`: the command line over the VMM, the lab and (later) the
-//! profiler. Only this crate uses anyhow; the libraries return typed errors.
+//! `bootscope`: the command line over the VMM, the profiler, the lab,
+//! bench and advise. Only this crate uses anyhow; the libraries return typed errors.
 
 mod advise_cmd;
 mod bench_cmd;
