@@ -18,7 +18,7 @@ use aya::maps::{HashMap as BpfHashMap, MapData};
 use aya::Pod;
 use bootscope_model::proc::{argv_of, stat_field, threads_of};
 
-use super::read::hash_entries;
+use super::maps::hash_entries;
 use super::state::{State, ThreadInfo};
 use super::target::read_comm;
 use super::Collector;

@@ -10,8 +10,8 @@ use aya::maps::{Array, MapData};
 use aya::programs::Program;
 use aya::{Ebpf, EbpfLoader};
 
+use super::maps::map_error;
 use super::plan::{ProgramState, ProgramStatus};
-use super::read::map_error;
 use super::{thread_cpu_time, CollectorConfig};
 use crate::bpf::{self, BsField, ProgramSpec};
 use crate::error::ProfilerError;

@@ -3,82 +3,20 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use aya::maps::{HashMap as BpfHashMap, IterableMap, MapData, PerCpuArray};
-use aya::Pod;
+use aya::maps::{HashMap as BpfHashMap, MapData};
 
-use super::object::BpfObject;
+use super::maps::percpu_sum;
+use super::names::{thread_role, vcpu_from_thread_name};
 use super::plan::{self, ProgramState};
 use super::state::{State, MAX_MARKS};
 use super::target::read_comm;
 use crate::bpf::{self, CollectorKind, Source};
-use crate::error::ProfilerError;
 use crate::hist;
 use crate::phases;
 use crate::profile::*;
 use crate::reasons::{ISA_SVM, ISA_VMX};
 use crate::topology::page_size;
 
-pub(super) fn kernel_release() -> String {
-    crate::pseudo::read("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
-}
-
-/// vCPU index from a thread name: `vcpu3` (bootscope), `CPU 3/KVM` (QEMU).
-pub fn vcpu_from_thread_name(name: &str) -> Option<u32> {
-    if let Some(n) = name.strip_prefix("vcpu") {
-        return n.trim().parse().ok();
-    }
-    name.strip_prefix("CPU ")
-        .and_then(|r| r.split_once('/'))
-        .and_then(|(n, _)| n.trim().parse().ok())
-}
-
-/// The role of a thread, from its name.
-pub fn thread_role(name: &str, tid: u32, tgid: u32) -> &'static str {
-    if vcpu_from_thread_name(name).is_some() {
-        "vcpu"
-    } else if name.starts_with("touch_pages") || name.starts_with("prealloc") {
-        "prealloc"
-    } else if tid == tgid {
-        "main"
-    } else {
-        "other"
-    }
-}
-pub(super) fn hash_entries<K: Pod, V: Pod>(bpf: &BpfObject, name: &str) -> Vec<(K, V)> {
-    let Some(map) = bpf.map(name) else {
-        return Vec::new();
-    };
-    // try_from checks the key and value sizes against K and V.
-    let Ok(h) = BpfHashMap::<&MapData, K, V>::try_from(map) else {
-        return Vec::new();
-    };
-    // One system call per 64 entries where the kernel can; two per
-    // entry otherwise.
-    match crate::batch::read::<K, V>(h.map()) {
-        Ok(entries) => entries,
-        Err(_) => h.iter().filter_map(Result::ok).collect(),
-    }
-}
-
-pub(super) fn percpu_sum(bpf: &BpfObject, name: &str, index: u32) -> u64 {
-    let Some(map) = bpf.map(name) else {
-        return 0;
-    };
-    PerCpuArray::<&MapData, u64>::try_from(map)
-        .ok()
-        .and_then(|a| a.get(&index, 0).ok())
-        .map(|v| v.iter().sum())
-        .unwrap_or(0)
-}
-
-pub(super) fn map_error(name: &str, e: impl std::fmt::Display) -> ProfilerError {
-    ProfilerError::Map {
-        name: name.to_string(),
-        detail: e.to_string(),
-    }
-}
 /// Exits counted per vCPU thread and per phase, while reading them.
 #[derive(Default)]
 struct ExitTally {
@@ -810,22 +748,5 @@ impl State {
             }),
             ..Profile::new()
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn vcpu_names() {
-        assert_eq!(vcpu_from_thread_name("vcpu0"), Some(0));
-        assert_eq!(vcpu_from_thread_name("vcpu12"), Some(12));
-        assert_eq!(vcpu_from_thread_name("CPU 3/KVM"), Some(3));
-        assert_eq!(vcpu_from_thread_name("touch_pages"), None);
-        assert_eq!(thread_role("CPU 1/KVM", 5, 4), "vcpu");
-        assert_eq!(thread_role("touch_pages", 5, 4), "prealloc");
-        assert_eq!(thread_role("qemu-system-x86", 4, 4), "main");
-        assert_eq!(thread_role("call_rcu", 6, 4), "other");
     }
 }

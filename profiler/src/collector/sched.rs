@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 
-use super::read::hash_entries;
+use super::maps::hash_entries;
 use super::state::{State, ThreadInfo};
 use super::target::read_comm;
 use crate::bpf::{self, BsHist, BsSchedKey, BsSchedTask, Source};

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::read::percpu_sum;
+use super::maps::percpu_sum;
 use super::state::State;
 use crate::bpf::{self, BsExitKey, BsSiteKey, BsSiteVal};
 use crate::sites::{ExitSite, ExitSites, NpfRange};

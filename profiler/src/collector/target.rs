@@ -10,7 +10,7 @@ use aya::maps::{Array, HashMap as BpfHashMap, MapData};
 use aya::Ebpf;
 use bootscope_model::proc::threads_of;
 
-use super::read::map_error;
+use super::maps::map_error;
 use super::state::ThreadInfo;
 use super::TargetSpec;
 use crate::bpf;
