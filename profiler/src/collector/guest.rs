@@ -123,7 +123,7 @@ pub(super) fn attach_guest_programs(shared: &Shared, in_background: bool) {
     let mut stages = Stages::new();
     let (ebpf, mut programs) = {
         let mut st = lock(shared);
-        (st.bpf.take_programs(), st.programs.clone())
+        (st.bpf.take_programs(), st.setup.programs.clone())
     };
     let Some(mut ebpf) = ebpf else { return };
     attach_programs(
@@ -135,19 +135,20 @@ pub(super) fn attach_guest_programs(shared: &Shared, in_background: bool) {
     );
     let mut st = lock(shared);
     st.bpf.put_programs(ebpf);
-    for (done, planned) in programs.into_iter().zip(st.programs.iter_mut()) {
+    for (done, planned) in programs.into_iter().zip(st.setup.programs.iter_mut()) {
         if fires_in_guest(&done.spec) {
             *planned = done;
         }
     }
-    st.startup.extend(stages.done);
-    st.guest_attached = Some(Instant::now());
+    st.setup.startup.extend(stages.done);
+    st.setup.guest_attached = Some(Instant::now());
 }
 
 /// The guest programs of a target that never ran a vCPU: not attached.
 pub(super) fn skip_guest_programs(shared: &Shared) {
     let mut st = lock(shared);
     for p in st
+        .setup
         .programs
         .iter_mut()
         .filter(|p| p.is_attached() && fires_in_guest(&p.spec))

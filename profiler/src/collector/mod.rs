@@ -11,25 +11,28 @@
 //! # Ok::<(), bootscope_profiler::ProfilerError>(())
 //! ```
 
+mod any_vm;
 mod config;
-mod every;
 mod guest;
 mod load;
+mod log;
 mod maps;
 mod names;
 mod object;
 mod plan;
 mod read;
+mod sampler;
 mod sched;
 mod sites;
 mod state;
 mod target;
+mod tasks;
+mod worker;
+pub use any_vm::FollowedVm;
 pub use config::{CollectorConfig, CollectorSet, TargetSpec};
-pub use every::FollowedVm;
 pub use guest::GUEST_ATTACH_DELAY_ENV;
 pub use target::check_privileges;
 
-use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -42,7 +45,6 @@ use bootscope_model::host::{kvm_flavour, HostRoot};
 
 use crate::bpf::{self, Source};
 use crate::error::ProfilerError;
-use crate::phases::PhaseNames;
 use crate::profile::*;
 use crate::topology::{page_size, Topology};
 
@@ -55,11 +57,12 @@ use maps::{kernel_release, map_error};
 pub use names::{thread_role, vcpu_from_thread_name};
 use object::BpfObject;
 use plan::{attached, plan_programs, unused_maps, KvmBackend, ProgramState};
-use state::{worker_loop, State};
+use state::State;
 use target::{
-    check_pid_namespace, descendants, find_or_mount_tracefs, read_comm, resolve_target,
-    seed_target, TargetLife,
+    check_pid_namespace, descendants, find_or_mount_tracefs, resolve_target, seed_target,
+    TargetLife,
 };
+use worker::worker_loop;
 
 struct Shared {
     stop: AtomicBool,
@@ -173,6 +176,27 @@ fn startup_sources(threads: usize, topology: &Topology) -> Vec<DataSource> {
 /// Verifies and attaches the planned programs, but the guest programs when
 /// they are deferred (`defer`); returns whether some are. Err when none is
 /// attached or left to attach.
+/// The processes whose threads are seeded at start: a held child's (it
+/// has no threads or children yet), none in every VM's mode (the programs
+/// find the VMs), else the target and its live descendants.
+fn processes_to_seed(target: TargetSpec, target_pid: u32) -> Vec<u32> {
+    match target {
+        TargetSpec::Launched(p) => vec![p],
+        TargetSpec::AnyVm => Vec::new(),
+        _ => descendants(target_pid),
+    }
+}
+
+/// What the profile says of the host.
+fn host_info(topology: &Topology) -> HostInfo {
+    HostInfo {
+        kvm: kvm_flavour(&HostRoot::default()).as_str().to_string(),
+        kernel_release: kernel_release(),
+        cpus: topology.cpu_nodes.len() as u32,
+        numa_nodes: topology.nodes.clone(),
+    }
+}
+
 fn attach_setup_programs(
     ebpf: &mut aya::Ebpf,
     programs: &mut [ProgramState],
@@ -244,13 +268,7 @@ impl Collector {
 
         // The target, its live descendants and their threads.
         let (started, start_mono_ns) = given_origin.unwrap_or_else(|| clock_origin(None));
-        let procs = match config.target {
-            // A held child has no threads or children yet.
-            TargetSpec::Launched(p) => vec![p],
-            // The programs find the VMs.
-            TargetSpec::AnyVm => Vec::new(),
-            _ => descendants(target_pid),
-        };
+        let procs = processes_to_seed(config.target, target_pid);
         let (threads, tgids) = seed_target(&mut ebpf, target_pid, &procs, &config.collectors)?;
         stages.end("seed");
 
@@ -270,65 +288,46 @@ impl Collector {
             .ok_or_else(|| map_error("events", "absent"))?;
         let ring = RingBuf::try_from(ring).map_err(|e| map_error("events", e))?;
 
-        let host = HostInfo {
-            kvm: kvm_flavour(&HostRoot::default()).as_str().to_string(),
-            kernel_release: kernel_release(),
-            cpus: topology.cpu_nodes.len() as u32,
-            numa_nodes: topology.nodes.clone(),
-        };
+        let host = host_info(&topology);
         let mut extra_sources = startup_sources(threads.len(), &topology);
         extra_sources.push(kernel_btf.source());
         extra_sources.extend(stats_source);
         stages.end("finish");
         let state = State {
-            startup: stages.done,
-            exit_codes: kernel_btf.reads_exit_codes(),
             bpf: ebpf,
-            bpf_stats,
-            started,
-            start_mono_ns,
-            finished_ns: None,
-            target: Target {
-                kind: kind.into(),
-                command: config.command.clone(),
-                pid: target_pid,
-                name: read_comm(target_pid, target_pid).unwrap_or_default(),
-                exit_code: None,
-                ended_ns: None,
-                interrupted_by: None,
+            setup: state::Setup {
+                bpf_stats,
+                startup: stages.done,
+                host,
+                topology,
+                reasons: plan.reasons,
+                programs,
+                extra_sources,
+                ring_bytes,
+                exit_sites: config.exit_sites,
+                guest_attached: None,
             },
-            target_pid,
-            life: TargetLife::watch(target_pid, config.target.never_ends()),
-            host,
-            topology,
-            reasons: plan.reasons,
-            programs,
-            extra_sources,
-            threads,
-            tgids,
-            marks: Vec::new(),
-            phase_names: PhaseNames::default(),
-            current_phase: HashMap::new(),
-            samples: Vec::new(),
-            kvm_stats: config.target.kvm_stats_reader(),
-            ring_events: 0,
-            vmm_marks: 0,
-            ring_bytes,
-            boot_time_port: config.boot_time_port,
-            marks_dropped: 0,
-            port_marks: 0,
-            sample_cpu: Duration::ZERO,
-            reader_cpu: Duration::ZERO,
-            exit_sites: config.exit_sites,
-            guest_attached: None,
-            time_slots: config.time_slots.map(|w| state::SlotClock {
-                width_ns: (w.as_nanos() as u64).max(1),
-                base_mono_ns: slot_base_mono_ns,
-                capacity: load::time_slot_entries(),
-            }),
-            vms: BTreeMap::new(),
-            roots: HashMap::new(),
-            view: None,
+            clock: state::Clock {
+                started,
+                start_mono_ns,
+                finished_ns: None,
+                time_slots: config.time_slots.map(|w| state::SlotClock {
+                    width_ns: (w.as_nanos() as u64).max(1),
+                    base_mono_ns: slot_base_mono_ns,
+                    capacity: load::time_slot_entries(),
+                }),
+            },
+            tasks: tasks::Tasks::new(
+                kind.into(),
+                config.command.clone(),
+                target_pid,
+                TargetLife::watch(target_pid, config.target.never_ends()),
+                (threads, tgids),
+                kernel_btf.reads_exit_codes(),
+            ),
+            log: log::EventLog::new(config.boot_time_port),
+            sampler: sampler::Sampler::new(config.target.kvm_stats_reader()),
+            any_vm: any_vm::AnyVm::default(),
         };
         let guest = if deferred {
             GuestAttach::Pending
@@ -346,8 +345,8 @@ impl Collector {
         config: &CollectorConfig,
         guest: GuestAttach,
     ) -> Result<Collector, ProfilerError> {
-        let target_pid = state.target_pid;
-        let started = state.started;
+        let target_pid = state.tasks.target_pid;
+        let started = state.clock.started;
         // SAFETY: eventfd takes an initial value and flags, no pointers.
         let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if wake < 0 {
@@ -392,7 +391,7 @@ impl Collector {
     /// True once the target process has ended.
     pub fn target_ended(&self) -> bool {
         let st = self.lock();
-        st.target.ended_ns.is_some() || st.life.ended()
+        st.tasks.target.ended_ns.is_some() || st.tasks.life.ended()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -418,13 +417,13 @@ impl Collector {
         at: Instant,
     ) -> bool {
         let mut st = self.lock();
-        let kernel_sees_ports = attached(&st.programs, Source::MarkerPio);
+        let kernel_sees_ports = attached(&st.setup.programs, Source::MarkerPio);
         if source.is_port() && kernel_sees_ports {
             return false;
         }
-        let t_ns = at.saturating_duration_since(st.started).as_nanos() as u64;
-        let tgid = st.target_pid;
-        st.vmm_marks += 1;
+        let t_ns = at.saturating_duration_since(st.clock.started).as_nanos() as u64;
+        let tgid = st.tasks.target_pid;
+        st.log.vmm_marks += 1;
         st.push_mark(Mark {
             name: name.into(),
             source,
@@ -450,7 +449,7 @@ impl Collector {
     /// refresh.
     pub fn time_slots(&self) -> Option<TimeSlots> {
         let st = self.lock();
-        st.time_slots?;
+        st.clock.time_slots?;
         let mut counts = [0; bpf::SOURCE_COUNT];
         let exits = st.exit_reasons(false, &mut counts);
         let faults = st.faults(&mut counts);
@@ -463,7 +462,7 @@ impl Collector {
     /// names, for the sched collector without the threads collector).
     pub fn vcpus_created(&self) {
         let mut st = self.lock();
-        st.kvm_stats.request_scan();
+        st.sampler.kvm_stats.request_scan();
         st.refresh_kvm_stats(true);
         st.name_watched_threads();
     }
@@ -512,7 +511,7 @@ impl Collector {
             GuestAttach::Done => {}
         }
         drop(guest);
-        self.lock().guest_attached
+        self.lock().setup.guest_attached
     }
 
     /// Guest programs still deferred are not attached now (the target never
@@ -551,9 +550,9 @@ impl Collector {
         st.stop_following();
         st.poll_target();
         st.take_sample();
-        st.reader_cpu += thread_cpu_time().saturating_sub(began);
+        st.sampler.reader_cpu += thread_cpu_time().saturating_sub(began);
         let now = st.now_ns();
-        st.finished_ns = Some(now);
+        st.clock.finished_ns = Some(now);
         let mut profile = st.build(now);
         // Read once, at the end: the slot map is the largest there is.
         profile.time_slots = st.read_time_slots(&profile.exits, &profile.page_faults);

@@ -5,10 +5,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use aya::maps::{HashMap as BpfHashMap, MapData};
 
+use super::log::MAX_MARKS;
 use super::maps::percpu_sum;
 use super::names::{thread_role, vcpu_from_thread_name};
 use super::plan::{self, ProgramState};
-use super::state::{State, MAX_MARKS};
+use super::state::State;
 use super::target::read_comm;
 use crate::bpf::{self, CollectorKind, Source};
 use crate::hist;
@@ -35,7 +36,7 @@ impl State {
             .collect();
         // With sites on, an exit is counted at its site (at its reason only
         // when the site map was full): a reason is the sum of both.
-        if self.exit_sites {
+        if self.setup.exit_sites {
             for (k, h) in self.entries::<bpf::BsSiteKey, bpf::BsHist>("exit_sites") {
                 out.entry(super::sites::reason_key(&k)).or_default().add(&h);
             }
@@ -85,7 +86,7 @@ impl State {
             .by_phase
             .into_iter()
             .map(|(p, by_reason)| PhaseExits {
-                phase: self.phase_names.name(p),
+                phase: self.log.phase_names.name(p),
                 by_reason,
             })
             .collect();
@@ -125,7 +126,7 @@ impl State {
         let mut lat: HashMap<(u32, u32), (Vec<u64>, u64)> = HashMap::new();
         for (k, h) in exit_entries {
             let n = h.count;
-            let name = self.reasons.exit_name(k.isa, k.reason);
+            let name = self.setup.reasons.exit_name(k.isa, k.reason);
             out.total += n;
             events[Source::KvmExit as usize] += n;
             let timed: u64 = h.slots.iter().sum();
@@ -194,7 +195,7 @@ impl State {
             vcpu_of_tid.insert(tid, v);
         }
         for (k, n) in &entries {
-            let name = self.reasons.userspace_name(k.code);
+            let name = self.setup.reasons.userspace_name(k.code);
             out.total += n;
             events[Source::KvmUserspaceExit as usize] += n;
             let r = by_reason
@@ -226,7 +227,7 @@ impl State {
     }
 
     pub(super) fn attached(&self, s: Source) -> bool {
-        plan::attached(&self.programs, s)
+        plan::attached(&self.setup.programs, s)
     }
 
     pub(super) fn exits(&self, events: &mut [u64; bpf::SOURCE_COUNT]) -> ExitProfile {
@@ -240,7 +241,7 @@ impl State {
                 .map(|(_, n)| n)
                 .sum();
         }
-        out.kvm_stats_exits = self.kvm_stats.total();
+        out.kvm_stats_exits = self.sampler.kvm_stats.total();
         out.sites = self.exit_sites();
         let mut pio: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
         for (k, n) in self.entries::<bpf::BsPioKey, u64>("pio_counts") {
@@ -387,7 +388,7 @@ impl State {
             t.guest += guest;
             t.host += host;
             let p = by_phase.entry(k.phase).or_insert_with(|| PhaseFaults {
-                phase: self.phase_names.name(k.phase),
+                phase: self.log.phase_names.name(k.phase),
                 ..Default::default()
             });
             p.guest += guest;
@@ -407,7 +408,7 @@ impl State {
         exits: &ExitProfile,
         faults: &PageFaultProfile,
     ) -> Option<TimeSlots> {
-        let clock = self.time_slots?;
+        let clock = self.clock.time_slots?;
         let entries = self.entries::<bpf::BsSlotKey, u64>("time_slots");
         let used = entries.len() as u64;
         let slot_of = |ts: u64| ts.saturating_sub(clock.base_mono_ns) / clock.width_ns;
@@ -440,9 +441,9 @@ impl State {
         for ((kind, code, isa, slot), n) in counts {
             if Some(kind) == exit_kind {
                 let name = if kind == bpf::slot_kind::EXIT {
-                    self.reasons.exit_name(isa, code)
+                    self.setup.reasons.exit_name(isa, code)
                 } else {
-                    self.reasons.userspace_name(code)
+                    self.setup.reasons.userspace_name(code)
                 };
                 *by_reason.entry(name).or_default().entry(slot).or_default() += n;
             } else if kind == bpf::slot_kind::FAULT {
@@ -466,7 +467,7 @@ impl State {
         };
         Some(TimeSlots {
             slot_ns: clock.width_ns,
-            start_ns: clock.base_mono_ns as i64 - self.start_mono_ns as i64,
+            start_ns: clock.base_mono_ns as i64 - self.clock.start_mono_ns as i64,
             capacity: u64::from(clock.capacity),
             entries: used,
             overflow_exits,
@@ -496,32 +497,14 @@ impl State {
                 String::new()
             },
             page_size: page,
-            pfn_map_source: self.topology.pfn_source.clone(),
+            pfn_map_source: self.setup.topology.pfn_source.clone(),
             ..Default::default()
         };
         let mut threads: BTreeMap<u32, ThreadProfile> = BTreeMap::new();
         let entry = |threads: &mut BTreeMap<u32, ThreadProfile>, tid: u32, tgid: u32| {
-            threads.entry(tid).or_insert_with(|| {
-                let info = self.threads.get(&tid);
-                let name = info
-                    .map(|i| i.name.clone())
-                    .filter(|n| !n.is_empty())
-                    .or_else(|| read_comm(tgid, tid))
-                    .unwrap_or_default();
-                let tgid = info.map(|i| i.tgid).filter(|&g| g != 0).unwrap_or(tgid);
-                ThreadProfile {
-                    tid,
-                    role: thread_role(&name, tid, tgid).into(),
-                    name,
-                    start_ns: info.map(|i| i.start_ns).unwrap_or(0),
-                    end_ns: info.and_then(|i| i.end_ns).unwrap_or(now),
-                    tgid,
-                    exit_code: info.and_then(|i| i.exit_code),
-                    ..Default::default()
-                }
-            });
+            self.thread_entry(threads, tid, tgid, now);
         };
-        for (&tid, info) in &self.threads {
+        for (&tid, info) in &self.tasks.threads {
             entry(&mut threads, tid, info.tgid);
         }
         let mut cpus: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
@@ -534,12 +517,82 @@ impl State {
         for (&tid, (tgid, _)) in &waits {
             entry(&mut threads, tid, *tgid);
         }
+        let nodes_of = self.numa_pages(now, events, &mut threads, &mut numa);
+        numa.bytes_allocated = numa.pages_allocated * page;
+        for (tid, t) in threads.iter_mut() {
+            t.bytes_allocated = t.pages_allocated * page;
+            t.runqueue_wait = waits.remove(tid).map(|(_, w)| w);
+            if let Some(c) = cpus.get(tid) {
+                t.cpus = c
+                    .iter()
+                    .map(|(&cpu, &run_ns)| CpuResidency {
+                        cpu,
+                        node: self
+                            .setup
+                            .topology
+                            .cpu_node(cpu)
+                            .unwrap_or(bpf::NODE_UNKNOWN),
+                        run_ns,
+                    })
+                    .collect();
+                t.run_ns = c.values().sum();
+                let nodes: BTreeSet<u32> = t.cpus.iter().map(|c| c.node).collect();
+                t.nodes = nodes.into_iter().collect();
+            }
+            if let Some(n) = nodes_of.get(tid) {
+                t.pages_by_node = n
+                    .iter()
+                    .map(|(&node, &pages)| NodePages { node, pages })
+                    .collect();
+            }
+        }
+        (threads.into_values().collect(), numa)
+    }
+
+    /// A thread's profile in `threads`, made from what is known of it the
+    /// first time.
+    fn thread_entry<'a>(
+        &self,
+        threads: &'a mut BTreeMap<u32, ThreadProfile>,
+        tid: u32,
+        tgid: u32,
+        now: u64,
+    ) -> &'a mut ThreadProfile {
+        threads.entry(tid).or_insert_with(|| {
+            let info = self.tasks.threads.get(&tid);
+            let name = info
+                .map(|i| i.name.clone())
+                .filter(|n| !n.is_empty())
+                .or_else(|| read_comm(tgid, tid))
+                .unwrap_or_default();
+            let tgid = info.map(|i| i.tgid).filter(|&g| g != 0).unwrap_or(tgid);
+            ThreadProfile {
+                tid,
+                role: thread_role(&name, tid, tgid).into(),
+                name,
+                start_ns: info.map(|i| i.start_ns).unwrap_or(0),
+                end_ns: info.and_then(|i| i.end_ns).unwrap_or(now),
+                tgid,
+                exit_code: info.and_then(|i| i.exit_code),
+                ..Default::default()
+            }
+        })
+    }
+
+    /// The pages each thread allocated, on its CPU's node or another, into
+    /// `threads` and `numa`; returns each thread's pages by node.
+    fn numa_pages(
+        &self,
+        now: u64,
+        events: &mut [u64; bpf::SOURCE_COUNT],
+        threads: &mut BTreeMap<u32, ThreadProfile>,
+        numa: &mut NumaProfile,
+    ) -> BTreeMap<u32, BTreeMap<u32, u64>> {
         let mut by_node: BTreeMap<u32, NodeLocality> = BTreeMap::new();
         let mut nodes_of: BTreeMap<u32, BTreeMap<u32, u64>> = BTreeMap::new();
         for (k, v) in self.entries::<bpf::BsNumaKey, bpf::BsNumaVal>("numa_pages") {
             events[Source::MmPageAlloc as usize] += v.allocs;
-            entry(&mut threads, k.tid, k.tgid);
-            let t = threads.get_mut(&k.tid).expect("just inserted");
+            let t = self.thread_entry(threads, k.tid, k.tgid, now);
             t.pages_allocated += v.pages;
             numa.pages_allocated += v.pages;
             let known = k.page_node != bpf::NODE_UNKNOWN && k.cpu_node != bpf::NODE_UNKNOWN;
@@ -569,32 +622,8 @@ impl State {
                 }
             }
         }
-        numa.bytes_allocated = numa.pages_allocated * page;
         numa.by_node = by_node.into_values().collect();
-        for (tid, t) in threads.iter_mut() {
-            t.bytes_allocated = t.pages_allocated * page;
-            t.runqueue_wait = waits.remove(tid).map(|(_, w)| w);
-            if let Some(c) = cpus.get(tid) {
-                t.cpus = c
-                    .iter()
-                    .map(|(&cpu, &run_ns)| CpuResidency {
-                        cpu,
-                        node: self.topology.cpu_node(cpu).unwrap_or(bpf::NODE_UNKNOWN),
-                        run_ns,
-                    })
-                    .collect();
-                t.run_ns = c.values().sum();
-                let nodes: BTreeSet<u32> = t.cpus.iter().map(|c| c.node).collect();
-                t.nodes = nodes.into_iter().collect();
-            }
-            if let Some(n) = nodes_of.get(tid) {
-                t.pages_by_node = n
-                    .iter()
-                    .map(|(&node, &pages)| NodePages { node, pages })
-                    .collect();
-            }
-        }
-        (threads.into_values().collect(), numa)
+        nodes_of
     }
 
     pub(super) fn sources(
@@ -604,7 +633,7 @@ impl State {
         faults: &PageFaultProfile,
     ) -> Vec<DataSource> {
         let mut out = Vec::new();
-        for p in &self.programs {
+        for p in &self.setup.programs {
             let events = counts[p.spec.source as usize];
             let mut status = p.status.as_str().to_string();
             let mut detail = if p.detail.is_empty() {
@@ -625,7 +654,7 @@ impl State {
                     Source::KvmExit if events == 0 => {
                         detail = format!(
                             "attached, but fired 0 times for the target{}; exit reasons come from {}",
-                            if self.host.kvm == "pvm" {
+                            if self.setup.host.kvm == "pvm" {
                                 " (PVM host: kvm_exit is only raised by the VMX/SVM code)"
                             } else {
                                 ""
@@ -667,36 +696,36 @@ impl State {
             status: "attached".into(),
             detail: format!(
                 "{} KiB ring buffer for marks and thread lifetimes; lost records are in lost_events{}",
-                self.ring_bytes / 1024,
-                if self.marks_dropped > 0 {
+                self.setup.ring_bytes / 1024,
+                if self.log.marks_dropped > 0 {
                     format!(
                         "; {} port marks beyond the first {MAX_MARKS} not kept",
-                        self.marks_dropped
+                        self.log.marks_dropped
                     )
                 } else {
                     String::new()
                 }
             ),
-            events: self.ring_events,
+            events: self.log.ring_events,
             collector: "all".into(),
             ..Default::default()
         });
-        let (status, detail) = self.kvm_stats.describe();
+        let (status, detail) = self.sampler.kvm_stats.describe();
         out.push(DataSource {
-            name: format!("kvm_stats:{}", self.kvm_stats.method()),
+            name: format!("kvm_stats:{}", self.sampler.kvm_stats.method()),
             status: status.into(),
             detail,
-            events: self.kvm_stats.total().unwrap_or(0),
+            events: self.sampler.kvm_stats.total().unwrap_or(0),
             collector: "exits".into(),
             ..Default::default()
         });
-        out.extend(self.extra_sources.iter().cloned());
-        if self.vmm_marks > 0 {
+        out.extend(self.setup.extra_sources.iter().cloned());
+        if self.log.vmm_marks > 0 {
             out.push(DataSource {
                 name: "vmm".into(),
                 status: "attached".into(),
                 detail: "marks added in-process by bootscope's VMM".into(),
-                events: self.vmm_marks,
+                events: self.log.vmm_marks,
                 collector: "phases".into(),
                 ..Default::default()
             });
@@ -707,7 +736,7 @@ impl State {
     /// Runs and run time of an attached program, when the kernel keeps
     /// them (`--bpf-stats`).
     pub(super) fn program_run_stats(&self, p: &ProgramState) -> Option<(u64, u64)> {
-        self.bpf_stats.as_ref()?;
+        self.setup.bpf_stats.as_ref()?;
         if !p.is_attached() {
             return None;
         }
@@ -723,13 +752,12 @@ impl State {
         let exits = self.exits(&mut counts);
         let page_faults = self.faults(&mut counts);
         let (threads, numa) = self.threads_and_numa(now, &mut counts);
-        let mut marks = self.marks.clone();
-        marks.sort_by_key(|m| m.t_ns);
+        let marks = self.log.sorted_marks();
         let phases = phases::derive_spans(&marks, now);
         Profile {
             sources: self.sources(&counts, &exits, &page_faults),
-            target: self.target.clone(),
-            host: self.host.clone(),
+            target: self.tasks.target.clone(),
+            host: self.setup.host.clone(),
             duration_ns: now,
             exits,
             page_faults,
@@ -737,14 +765,14 @@ impl State {
             numa,
             marks,
             phases,
-            samples: self.samples.clone(),
+            samples: self.sampler.samples.clone(),
             lost_events: percpu_sum(&self.bpf, "lost_events", 0),
             map_overflows: percpu_sum(&self.bpf, "map_overflows", 0),
-            startup: self.startup.clone(),
+            startup: self.setup.startup.clone(),
             collector: Some(CollectorCost {
-                samples: self.samples.len() as u64,
-                sample_cpu_ns: self.sample_cpu.as_nanos() as u64,
-                cpu_ns: self.reader_cpu.as_nanos() as u64,
+                samples: self.sampler.samples.len() as u64,
+                sample_cpu_ns: self.sampler.sample_cpu.as_nanos() as u64,
+                cpu_ns: self.sampler.reader_cpu.as_nanos() as u64,
             }),
             ..Profile::new()
         }

@@ -15,8 +15,9 @@ use std::collections::BTreeMap;
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 
 use super::maps::hash_entries;
-use super::state::{State, ThreadInfo};
+use super::state::State;
 use super::target::read_comm;
+use super::tasks::ThreadInfo;
 use crate::bpf::{self, BsHist, BsSchedKey, BsSchedTask, Source};
 use crate::hist;
 use crate::profile::{PhaseWait, RunqueueWait};
@@ -101,12 +102,13 @@ impl State {
         }
         let now = self.now_ns();
         for (tid, task) in hash_entries::<u32, BsSchedTask>(&self.bpf, TASKS_MAP) {
-            if self.threads.contains_key(&tid) {
+            if self.tasks.threads.contains_key(&tid) {
                 continue;
             }
             // A task not yet switched out has no process in its entry: one
             // of the followed processes has it.
             let mut owners = self
+                .tasks
                 .tgids
                 .iter()
                 .copied()
@@ -119,7 +121,7 @@ impl State {
                     start_ns: now,
                     ..Default::default()
                 };
-                self.threads.insert(tid, info);
+                self.tasks.threads.insert(tid, info);
             }
         }
     }
@@ -136,7 +138,7 @@ impl State {
         let entries = self.entries::<BsSchedKey, BsHist>(WAITS_MAP);
         events[Source::SchedWaitSwitch as usize] +=
             entries.iter().map(|(_, h)| h.count).sum::<u64>();
-        thread_waits(&entries, |p| self.phase_names.name(p))
+        thread_waits(&entries, |p| self.log.phase_names.name(p))
     }
 }
 

@@ -77,7 +77,7 @@ impl State {
 
     /// `exits.sites`, when collected.
     pub(super) fn exit_sites(&self) -> Option<ExitSites> {
-        if !self.exit_sites {
+        if !self.setup.exit_sites {
             return None;
         }
         let sites = self.site_counts();
@@ -87,9 +87,9 @@ impl State {
             .map(|(k, h)| (k, h.count))
             .collect();
         let site = |k: &BsExitKey, rip, count, timed, latency_total_ns| ExitSite {
-            reason: self.reasons.exit_name(k.isa, k.reason),
+            reason: self.setup.reasons.exit_name(k.isa, k.reason),
             vcpu: k.vcpu_id,
-            phase: self.phase_names.name(k.phase),
+            phase: self.log.phase_names.name(k.phase),
             rip,
             count,
             timed,
@@ -123,7 +123,7 @@ impl State {
             .map(|((range, phase), v)| NpfRange {
                 gpa_start: range << bpf::NPF_RANGE_SHIFT,
                 gpa_end: (range + 1) << bpf::NPF_RANGE_SHIFT,
-                phase: self.phase_names.name(phase),
+                phase: self.log.phase_names.name(phase),
                 count: v.count,
                 timed: v.timed,
                 latency_total_ns: v.total_ns,

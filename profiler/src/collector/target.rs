@@ -11,7 +11,7 @@ use aya::Ebpf;
 use bootscope_model::proc::threads_of;
 
 use super::maps::map_error;
-use super::state::ThreadInfo;
+use super::tasks::ThreadInfo;
 use super::TargetSpec;
 use crate::bpf;
 use crate::error::ProfilerError;

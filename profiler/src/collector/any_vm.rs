@@ -19,8 +19,9 @@ use aya::Pod;
 use bootscope_model::proc::{argv_of, stat_field, threads_of};
 
 use super::maps::hash_entries;
-use super::state::{State, ThreadInfo};
+use super::state::State;
 use super::target::read_comm;
+use super::tasks::ThreadInfo;
 use super::Collector;
 use crate::bpf;
 use crate::error::ProfilerError;
@@ -93,6 +94,30 @@ fn entry_tgid<K: Pod, V: Pod>(name: &str, k: &K, v: &V) -> Option<u32> {
     }
 }
 
+/// How long after a VM is first followed its KVM statistics are looked
+/// for on every tick.
+pub(super) const HOLD_WINDOW_NS: u64 = 10_000_000_000;
+
+/// Every VM's mode: the VMs followed apart and the processes they started.
+#[derive(Default)]
+pub(super) struct AnyVm {
+    /// The VMs followed apart ([`super::TargetSpec::AnyVm`]), by process.
+    pub(super) vms: BTreeMap<u32, FollowedVm>,
+    /// Processes started by a followed VM: the VM (their root).
+    pub(super) roots: HashMap<u32, u32>,
+    /// While profiles are built per VM: the maps read once, and whose
+    /// profile is being built.
+    pub(super) view: Option<View>,
+}
+
+impl AnyVm {
+    /// The followed VM a process belongs to: itself, or the VM that started
+    /// it.
+    pub(super) fn root_of(&self, tgid: u32) -> u32 {
+        self.roots.get(&tgid).copied().unwrap_or(tgid)
+    }
+}
+
 /// Reading the maps once for many profiles: each map is read at its first
 /// use and kept, and each profile takes the entries of its own process.
 #[derive(Default)]
@@ -106,7 +131,7 @@ impl State {
     /// The entries of hash map `name` (of the process being built, under a
     /// [`View`]).
     pub(super) fn entries<K: Pod + Send, V: Pod + Send>(&self, name: &'static str) -> Vec<(K, V)> {
-        let Some(view) = &self.view else {
+        let Some(view) = &self.any_vm.view else {
             return hash_entries(&self.bpf, name);
         };
         let mut cache = view.cache.borrow_mut();
@@ -121,22 +146,16 @@ impl State {
             return all.clone();
         };
         all.iter()
-            .filter(|(k, v)| entry_tgid(name, k, v).is_none_or(|t| self.root_of(t) == root))
+            .filter(|(k, v)| entry_tgid(name, k, v).is_none_or(|t| self.any_vm.root_of(t) == root))
             .copied()
             .collect()
-    }
-
-    /// The followed VM a process belongs to: itself, or the VM that started
-    /// it.
-    pub(super) fn root_of(&self, tgid: u32) -> u32 {
-        self.roots.get(&tgid).copied().unwrap_or(tgid)
     }
 
     /// Notes a VM followed from now on (seen by the programs, or added by
     /// the caller).
     pub(super) fn note_vm(&mut self, tgid: u32, thread_name: String, t_ns: u64) {
-        self.tgids.insert(tgid);
-        self.vms.entry(tgid).or_insert_with(|| {
+        self.tasks.tgids.insert(tgid);
+        self.any_vm.vms.entry(tgid).or_insert_with(|| {
             let dir = PathBuf::from(format!("/proc/{tgid}"));
             let start_ticks = std::fs::read_to_string(dir.join("stat"))
                 .ok()
@@ -156,11 +175,11 @@ impl State {
     /// The profile of one followed VM (its own counts, marks, threads and
     /// KVM statistics); under a [`View`].
     fn build_vm(&mut self, now: u64, root: u32) -> Profile {
-        if let Some(v) = self.view.as_mut() {
+        if let Some(v) = self.any_vm.view.as_mut() {
             v.root = Some(root);
         }
         let mut p = self.build(now);
-        let vm = self.vms.get(&root);
+        let vm = self.any_vm.vms.get(&root);
         p.target = Target {
             kind: "pid".into(),
             command: Vec::new(),
@@ -171,12 +190,12 @@ impl State {
             interrupted_by: None,
         };
         p.marks
-            .retain(|m| m.tgid.is_some_and(|t| self.root_of(t) == root));
+            .retain(|m| m.tgid.is_some_and(|t| self.any_vm.root_of(t) == root));
         let end = vm.and_then(|v| v.ended_ns).unwrap_or(now).min(now);
         p.phases = phases::derive_spans(&p.marks, end);
-        p.threads.retain(|t| self.root_of(t.tgid) == root);
+        p.threads.retain(|t| self.any_vm.root_of(t.tgid) == root);
         p.samples.clear();
-        p.exits.kvm_stats_exits = self.kvm_stats.total_of(root);
+        p.exits.kvm_stats_exits = self.sampler.kvm_stats.total_of(root);
         p
     }
 
@@ -231,15 +250,17 @@ impl State {
             }
         }
         for t in tgids {
-            self.vms.remove(t);
-            self.tgids.remove(t);
-            self.current_phase.remove(t);
-            self.kvm_stats.forget(*t);
+            self.any_vm.vms.remove(t);
+            self.tasks.tgids.remove(t);
+            self.log.current_phase.remove(t);
+            self.sampler.kvm_stats.forget(*t);
         }
-        self.roots
+        self.any_vm
+            .roots
             .retain(|child, root| !tgids.contains(child) && !tgids.contains(root));
-        self.threads.retain(|_, i| !tgids.contains(&i.tgid));
-        self.marks
+        self.tasks.threads.retain(|_, i| !tgids.contains(&i.tgid));
+        self.log
+            .marks
             .retain(|m| m.tgid.is_none_or(|t| !tgids.contains(&t)));
     }
 }
@@ -250,7 +271,7 @@ impl Collector {
     /// exit). Err when the kernel's table of followed processes is full.
     pub fn follow(&self, tgid: u32) -> Result<(), ProfilerError> {
         let mut st = self.lock();
-        if st.vms.contains_key(&tgid) {
+        if st.any_vm.vms.contains_key(&tgid) {
             return Ok(());
         }
         {
@@ -280,7 +301,7 @@ impl Collector {
         let watched = tids.iter().map(|&tid| (tid, tgid));
         super::sched::seed(st.bpf.map_mut(super::sched::TASKS_MAP), watched);
         for tid in tids {
-            st.threads.entry(tid).or_insert_with(|| ThreadInfo {
+            st.tasks.threads.entry(tid).or_insert_with(|| ThreadInfo {
                 tgid,
                 name: read_comm(tgid, tid).unwrap_or_default(),
                 ..Default::default()
@@ -291,7 +312,7 @@ impl Collector {
 
     /// The VMs followed (and not forgotten), by process id.
     pub fn followed_vms(&self) -> Vec<FollowedVm> {
-        self.lock().vms.values().cloned().collect()
+        self.lock().any_vm.vms.values().cloned().collect()
     }
 
     /// One profile per followed VM (see [`Collector::followed_vms`]), each
@@ -305,14 +326,14 @@ impl Collector {
         // samples that read them otherwise are hours apart here.
         st.refresh_kvm_stats(true);
         let now = st.now_ns();
-        st.view = Some(View::default());
+        st.any_vm.view = Some(View::default());
         let all = st.build(now);
-        let roots: Vec<u32> = st.vms.keys().copied().collect();
+        let roots: Vec<u32> = st.any_vm.vms.keys().copied().collect();
         let each = roots
             .into_iter()
             .map(|r| (r, st.build_vm(now, r)))
             .collect();
-        st.view = None;
+        st.any_vm.view = None;
         (all, each)
     }
 
@@ -322,7 +343,8 @@ impl Collector {
         let mut st = self.lock();
         let mut all: Vec<u32> = tgids.to_vec();
         all.extend(
-            st.roots
+            st.any_vm
+                .roots
                 .iter()
                 .filter(|(_, root)| tgids.contains(root))
                 .map(|(&child, _)| child),
