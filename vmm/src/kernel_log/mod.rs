@@ -9,6 +9,8 @@
 //! `init_top_pgt` ([`phys`]), reads the ring buffer with the layout
 //! VMCOREINFO states ([`ringbuffer`]), parses the initcalls ([`initcalls`])
 //! and maps their guest timestamps onto the VMM's clock ([`align`]).
+//! The same means read the kernel's loaded modules for naming exit sites
+//! in them ([`modules`]).
 
 pub mod align;
 pub mod btf;
