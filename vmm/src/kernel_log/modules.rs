@@ -98,18 +98,6 @@ impl ModuleLayout {
                 }
             },
         };
-        let kallsyms = (|| {
-            let k = |f: &str| btf.offset_of("mod_kallsyms", f);
-            Ok::<_, String>(KallsymsLayout {
-                pointer: off("kallsyms")?,
-                core: off("core_kallsyms")?,
-                symtab: k("symtab")?,
-                num_symtab: k("num_symtab")?,
-                strtab: k("strtab")?,
-                typetab: k("typetab").ok(),
-            })
-        })()
-        .ok();
         Ok(Self {
             state: off("state")?,
             list: off("list")?,
@@ -117,7 +105,24 @@ impl ModuleLayout {
             text_base,
             text_size,
             text_fields,
-            kallsyms,
+            kallsyms: KallsymsLayout::from_btf(btf).ok(),
+        })
+    }
+}
+
+impl KallsymsLayout {
+    /// The layout from the kernel's BTF. Err: a kernel without
+    /// `CONFIG_KALLSYMS`, or another layout.
+    fn from_btf(btf: &Btf) -> Result<Self, String> {
+        let m = |f: &str| btf.offset_of("module", f);
+        let k = |f: &str| btf.offset_of("mod_kallsyms", f);
+        Ok(Self {
+            pointer: m("kallsyms")?,
+            core: m("core_kallsyms")?,
+            symtab: k("symtab")?,
+            num_symtab: k("num_symtab")?,
+            strtab: k("strtab")?,
+            typetab: k("typetab").ok(),
         })
     }
 }
@@ -342,24 +347,27 @@ fn symbols(
 /// types of the kernel it booted. Never fails: what could not be read is
 /// the list's warning.
 pub fn collect(mem: &dyn PhysMemory, kernel: Result<&dyn GuestKernel, String>) -> GuestModules {
-    let read = (|| {
-        let info = super::vmcoreinfo::find(mem).map_err(|e| e.to_string())?;
-        let kernel = kernel?;
-        let kv = super::kernel_virt(mem, &info).map_err(|e| e.to_string())?;
-        let slide = super::kaslr_slide(&info, kernel)?;
-        let head = kernel.address_of("modules").ok_or(
-            "the kernel's symbol table has no `modules` (a kernel without CONFIG_MODULES \
-             loads none)",
-        )?;
-        let btf = Btf::parse(&kernel.btf()?).map_err(|e| format!("the kernel's BTF: {e}"))?;
-        let layout =
-            ModuleLayout::from_btf(&btf).map_err(|e| format!("the kernel's BTF has {e}"))?;
-        Ok::<_, String>(read(&kv, &layout, head.wrapping_add(slide)))
-    })();
-    read.unwrap_or_else(|e| GuestModules {
+    try_collect(mem, kernel).unwrap_or_else(|e| GuestModules {
         modules: Vec::new(),
         warnings: vec![format!("the guest's modules were not read: {e}")],
     })
+}
+
+fn try_collect(
+    mem: &dyn PhysMemory,
+    kernel: Result<&dyn GuestKernel, String>,
+) -> Result<GuestModules, String> {
+    let info = super::vmcoreinfo::find(mem).map_err(|e| e.to_string())?;
+    let kernel = kernel?;
+    let kv = super::kernel_virt(mem, &info).map_err(|e| e.to_string())?;
+    let slide = super::kaslr_slide(&info, kernel)?;
+    let head = kernel.address_of("modules").ok_or(
+        "the kernel's symbol table has no `modules` (a kernel without CONFIG_MODULES loads \
+         none)",
+    )?;
+    let btf = Btf::parse(&kernel.btf()?).map_err(|e| format!("the kernel's BTF: {e}"))?;
+    let layout = ModuleLayout::from_btf(&btf).map_err(|e| format!("the kernel's BTF has {e}"))?;
+    Ok(read(&kv, &layout, head.wrapping_add(slide)))
 }
 
 #[cfg(test)]
