@@ -55,10 +55,12 @@ fn check_module_sites(profile: &Value, output: &str) {
     let info = &sites["symbols"];
     let modules = info["modules"].as_array().expect("the module list");
     let text = |name: &str| {
-        modules
-            .iter()
-            .find(|m| m["name"] == name)
-            .map(|m| (m["text_base"].as_u64().unwrap(), m["text_size"].as_u64().unwrap()))
+        modules.iter().find(|m| m["name"] == name).map(|m| {
+            (
+                m["text_base"].as_u64().unwrap(),
+                m["text_size"].as_u64().unwrap(),
+            )
+        })
     };
     for name in ["virtio_blk", "ext4"] {
         let (_, size) = text(name).unwrap_or_else(|| panic!("{name} not loaded: {modules:?}"));
