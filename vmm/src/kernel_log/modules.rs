@@ -708,6 +708,109 @@ mod tests {
         assert!(w.contains("module bad: its text"), "{w}");
     }
 
+    /// The booted kernel's symbols as a table at a KASLR slide and its
+    /// BTF; `modules` absent when `with_modules` is false.
+    struct Kernel {
+        slide: u64,
+        with_modules: bool,
+    }
+
+    /// The synthetic guest's `init_top_pgt` (runtime) and `&modules`.
+    const TOP_PGT: u64 = 0xffff_ffff_8000_1000;
+    const REAL_HEAD: u64 = 0xffff_ffff_c000_0010;
+
+    impl GuestKernel for Kernel {
+        fn address_of(&self, name: &str) -> Option<u64> {
+            match name {
+                "init_top_pgt" => Some(TOP_PGT - self.slide),
+                "modules" if self.with_modules => Some(REAL_HEAD - self.slide),
+                _ => None,
+            }
+        }
+        fn functions_at(&self, addrs: &[u64]) -> Vec<Option<String>> {
+            vec![None; addrs.len()]
+        }
+        fn btf(&self) -> Result<Vec<u8>, String> {
+            Ok(btf(false))
+        }
+        fn source(&self) -> String {
+            "a test table".into()
+        }
+    }
+
+    /// Guest RAM with VMCOREINFO, page tables from `init_top_pgt` (phys
+    /// 0x1000) and one page of the module area (phys 0x20_0000) holding
+    /// the list's head and one module with one symbol.
+    fn guest_ram() -> super::super::phys::tests::FlatMemory {
+        use super::super::phys::tests::{map, FlatMemory};
+        let mut mem = FlatMemory::new(4 << 20);
+        let mut next = 0x2000;
+        let page = REAL_HEAD & !0xfff;
+        map(&mut mem, &mut next, 0x1000, page, 0x20_0000);
+        mem.write(
+            0x30_0000,
+            format!(
+                "OSRELEASE=6.1.0\nSYMBOL(init_top_pgt)={TOP_PGT:x}\nNUMBER(phys_base)=0\n\
+                 SYMBOL(prb)=ffffffff82000000\n\0"
+            )
+            .as_bytes(),
+        );
+        let l = layout(false);
+        let k = l.kallsyms.clone().unwrap();
+        let phys = |va: u64| va - page + 0x20_0000;
+        let (module, symtab, strtab) = (page + 0x100, page + 0x600, page + 0x700);
+        mem.write_u64(phys(REAL_HEAD), module + l.list);
+        mem.write_u64(phys(module + l.list), REAL_HEAD);
+        mem.write(phys(module + l.name), b"virtio_blk\0");
+        mem.write_u64(phys(module + l.text_base), 0xffff_ffff_c100_0000);
+        mem.write(phys(module + l.text_size), &0x1000u32.to_le_bytes());
+        mem.write_u64(phys(module + k.core + k.symtab), symtab);
+        mem.write(phys(module + k.core + k.num_symtab), &2u32.to_le_bytes());
+        mem.write_u64(phys(module + k.core + k.strtab), strtab);
+        // Symbol 1: virtblk_probe, a function (no type letters).
+        mem.write(phys(symtab + 24), &1u32.to_le_bytes());
+        mem.write(phys(symtab + 28), &[STT_FUNC]);
+        mem.write_u64(phys(symtab + 32), 0xffff_ffff_c100_0040);
+        mem.write(phys(strtab + 1), b"virtblk_probe\0");
+        mem
+    }
+
+    #[test]
+    fn a_stopped_guests_modules_are_found_through_its_symbols_and_slide() {
+        let mem = guest_ram();
+        let kernel = Kernel {
+            slide: 0x2e00_0000,
+            with_modules: true,
+        };
+        let got = collect(&mem, Ok(&kernel));
+        assert!(got.warnings.is_empty(), "{:?}", got.warnings);
+        assert_eq!(got.modules.len(), 1);
+        assert_eq!(
+            got.locate(0xffff_ffff_c100_0052).unwrap().1,
+            Some(("virtblk_probe", 0x12))
+        );
+        // Another kernel's table: its init_top_pgt is not 2 MiB away.
+        let other = Kernel {
+            slide: 0x2e00_1000,
+            with_modules: true,
+        };
+        let got = collect(&mem, Ok(&other));
+        assert!(got.modules.is_empty());
+        assert!(
+            got.warnings[0].contains("not the booted kernel's"),
+            "{got:?}"
+        );
+        // A kernel without modules.
+        let none = Kernel {
+            slide: 0,
+            with_modules: false,
+        };
+        let got = collect(&mem, Ok(&none));
+        assert!(got.warnings[0].contains("CONFIG_MODULES"), "{got:?}");
+        let got = collect(&mem, Err("the image is gone".into()));
+        assert!(got.warnings[0].ends_with("the image is gone"), "{got:?}");
+    }
+
     #[test]
     fn memory_without_a_kernel_says_why() {
         let mem = super::super::phys::tests::FlatMemory::new(1 << 20);
