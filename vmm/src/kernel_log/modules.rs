@@ -825,8 +825,16 @@ mod tests {
             eprintln!("SKIP: no /sys/kernel/btf/vmlinux on this host");
             return;
         };
-        let l = ModuleLayout::from_btf(&Btf::parse(&b).unwrap()).unwrap();
+        let btf = Btf::parse(&b).unwrap();
+        let l = ModuleLayout::from_btf(&btf).unwrap();
         assert!(l.kallsyms.is_some(), "{l:?}");
         assert!(l.name > l.list, "{l:?}");
+        // Linux 6.4 on has struct module_memory, and the reader uses it.
+        assert_eq!(
+            l.text_fields == "mem[MOD_TEXT]",
+            btf.size_of("module_memory").is_some(),
+            "{l:?}"
+        );
+        eprintln!("the host kernel's struct module: {l:?}");
     }
 }
