@@ -205,6 +205,7 @@ mod tests {
     use super::*;
     use bootscope_profiler::guest_symbols::image::KernelImage;
     use bootscope_vmm::kernel_log::btf::Btf;
+    use bootscope_vmm::kernel_log::modules::ModuleLayout;
     use bootscope_vmm::kernel_log::trace_ring::TraceLayout;
     use bootscope_vmm::kernel_log::traced::InitcallEvents;
 
@@ -241,6 +242,11 @@ mod tests {
             let btf = Btf::parse(&k.btf().unwrap()).unwrap();
             TraceLayout::from_btf(&btf).unwrap();
             InitcallEvents::from_btf(&btf, [1, 2, 3]).unwrap();
+            // The module list reader's fields: Linux 6.1's layout.
+            let modules = ModuleLayout::from_btf(&btf).unwrap();
+            assert_eq!(modules.text_fields, "core_layout", "{modules:?}");
+            assert!(modules.kallsyms.is_some(), "{modules:?}");
+            assert!(k.address_of("modules").is_some(), "{round}");
             let addrs: Vec<u64> = [
                 "global_trace",
                 "event_initcall_start",

@@ -263,7 +263,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
             code = exit_code.unwrap_or(0);
         }
     }
-    crate::sites_cmd::annotate(&mut profile, symbols.as_ref());
+    crate::sites_cmd::annotate(&mut profile, symbols.as_ref(), None);
     let json = serde_json::to_vec_pretty(&profile)?;
     crate::cli::write_output(&args.output, &json)?;
     if !args.no_summary {

@@ -208,6 +208,13 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         }
     };
     let initcall_kernel = trace.then(|| crate::initcalls_cmd::kernel_loader(kernel.clone()));
+    // Exit sites in modules are named from the module list read at the
+    // end (the same loaded image as the initcalls').
+    let modules = (args.exit_sites && !args.no_profile).then(|| {
+        initcall_kernel
+            .clone()
+            .unwrap_or_else(|| crate::initcalls_cmd::kernel_loader(kernel.clone()))
+    });
     let mut cfg = VmConfig {
         kernel,
         initrd,
@@ -230,6 +237,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         stop: Some(interrupts.flag()),
         initcalls: args.initcalls,
         initcall_kernel,
+        modules,
         before_first_run: None,
         disks: args.devices.disks.clone(),
         rng: args.devices.rng(!args.no_acpi),
@@ -438,6 +446,7 @@ impl Ended<'_> {
         collector: Option<Arc<bootscope_profiler::Collector>>,
     ) -> Result<i32, Failure> {
         let console_error = report.console_error;
+        let modules = report.modules;
         let mut doc = report.timeline;
         // A signal that stopped the guest (one that came after it ended
         // changes nothing).
@@ -462,7 +471,7 @@ impl Ended<'_> {
         }
         let profiled = collector.is_some();
         if let Some(c) = collector {
-            let profile = finish_self_profile(args, c, &doc, self.symbols)?;
+            let profile = finish_self_profile(args, c, &doc, self.symbols, modules.as_ref())?;
             if let (Some(initcalls), Some(profile)) = (doc.initcalls.as_mut(), profile) {
                 crate::initcalls_cmd::attribute_profile(initcalls, &profile);
             }
@@ -638,6 +647,7 @@ fn finish_self_profile(
     collector: Arc<bootscope_profiler::Collector>,
     doc: &Timeline,
     symbols: Option<&bootscope_profiler::guest_symbols::SymbolTable>,
+    modules: Option<&bootscope_model::modules::GuestModules>,
 ) -> Result<Option<bootscope_profiler::Profile>, Failure> {
     let Ok(mut collector) = Arc::try_unwrap(collector) else {
         eprintln!("bootscope: the profile could not be finished (collector still in use)");
@@ -662,7 +672,7 @@ fn finish_self_profile(
         }
         given => given,
     };
-    crate::sites_cmd::annotate(&mut profile, symbols);
+    crate::sites_cmd::annotate(&mut profile, symbols, modules);
     crate::sites_cmd::label_npf_ranges(&mut profile, &guest.regions);
     if let Some(path) = &args.output {
         write_output(path, &serde_json::to_vec_pretty(&profile)?)?;

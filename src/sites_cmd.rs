@@ -80,8 +80,14 @@ pub fn command_kernel(command: &[String]) -> Option<PathBuf> {
     kernel_of_command(command)
 }
 
-/// Names the profile's sites (if any) and prints the warnings about them.
-pub fn annotate(profile: &mut Profile, table: Option<&SymbolTable>) {
+/// Names the profile's sites (if any): the kernel image's from `table`,
+/// the module area's from the guest's `modules` (bootscope's own VMM read
+/// them); prints the warnings about them.
+pub fn annotate(
+    profile: &mut Profile,
+    table: Option<&SymbolTable>,
+    modules: Option<&bootscope_model::modules::GuestModules>,
+) {
     let Some(sites) = profile.exits.sites.as_mut() else {
         return;
     };
@@ -91,6 +97,9 @@ pub fn annotate(profile: &mut Profile, table: Option<&SymbolTable>) {
             "bootscope: no guest symbols (give --guest-symbols vmlinux, bzImage, System.map \
              or kallsyms): exit sites are addresses"
         ),
+    }
+    if let Some(m) = modules {
+        bootscope_profiler::guest_symbols::modules::name_sites(sites, m);
     }
     if let Some(info) = &sites.symbols {
         for w in &info.warnings {
@@ -134,18 +143,23 @@ pub fn summary(p: &Profile) -> String {
         }
     }
     npf_summary(&mut s, sites);
-    if let Some(n) = sites
-        .symbols
-        .as_ref()
-        .map(|i| i.in_modules)
-        .filter(|&n| n > 0)
-    {
-        let _ = writeln!(
-            s,
-            "  {n} sites are in the kernel's module area ({:#x}..{:#x}): shown by \
-             address, tagged {}",
-            MODULE_SPACE.start, MODULE_SPACE.end, MODULE_TAG
-        );
+    if let Some(i) = sites.symbols.as_ref().filter(|i| i.in_modules > 0) {
+        let (n, named) = (i.in_modules, i.in_modules_named);
+        let _ = match (named, i.modules.len()) {
+            (0, 0) => writeln!(
+                s,
+                "  {n} sites are in the kernel's module area ({:#x}..{:#x}): shown by \
+                 address, tagged {}",
+                MODULE_SPACE.start, MODULE_SPACE.end, MODULE_TAG
+            ),
+            (named, loaded) => writeln!(
+                s,
+                "  {n} sites are in the kernel's module area: {named} named `function \
+                 [module]` from the guest's {loaded} loaded modules, {} by address, tagged {}",
+                n - named,
+                MODULE_TAG
+            ),
+        };
     }
     if sites.overflows > 0 {
         let _ = writeln!(

@@ -34,6 +34,7 @@ fn site(reason: &str, rip: u64, function: &str, count: u64) -> ExitSite {
         latency_total_ns: count * 1000,
         function: Some(function.into()),
         offset: Some(0x10),
+        module: None,
     }
 }
 

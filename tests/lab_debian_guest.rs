@@ -4,7 +4,10 @@
 //! the workload's marker is on the timeline, the guest powers off cleanly,
 //! and its units are on the timeline with durations that agree with the
 //! guest's own timestamps and a total that agrees with systemd's own
-//! `Startup finished` line within 5 %. Slow: one boot under emulation.
+//! `Startup finished` line within 5 %. Its exit sites in the kernel's
+//! module area (the virtio, block and file-system drivers are modules) are
+//! named `function [module]` from the module list read out of guest
+//! memory. Slow: one boot under emulation.
 
 mod lab_common;
 
@@ -42,6 +45,58 @@ fn build_image(dir: &Path) -> Option<std::path::PathBuf> {
     }
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     Some(image)
+}
+
+/// The profile's exit sites in the module area are named from the guest's
+/// module list: the driver modules of a disk boot are on it, named sites
+/// lie in their own module's text, and the summary says how many.
+fn check_module_sites(profile: &Value, output: &str) {
+    let sites = &profile["exits"]["sites"];
+    let info = &sites["symbols"];
+    let modules = info["modules"].as_array().expect("the module list");
+    let text = |name: &str| {
+        modules.iter().find(|m| m["name"] == name).map(|m| {
+            (
+                m["text_base"].as_u64().unwrap(),
+                m["text_size"].as_u64().unwrap(),
+            )
+        })
+    };
+    for name in ["virtio_blk", "ext4"] {
+        let (_, size) = text(name).unwrap_or_else(|| panic!("{name} not loaded: {modules:?}"));
+        assert!(size > 0, "{name}");
+    }
+    assert!(
+        modules.iter().all(|m| m["text_symbols"].as_u64() > Some(0)),
+        "every module has symbols: {modules:?}"
+    );
+    let named = info["in_modules_named"].as_u64().unwrap_or(0);
+    assert!(named > 0, "no module site named: {info}");
+    assert!(named <= info["in_modules"].as_u64().unwrap());
+    let mut shown = 0;
+    for s in sites["sites"].as_array().unwrap() {
+        let Some(m) = s["module"].as_str() else {
+            continue;
+        };
+        let rip = s["rip"].as_u64().unwrap();
+        let (base, size) = text(m).unwrap_or_else(|| panic!("{m} is not on the list"));
+        assert!((base..base + size).contains(&rip), "{s}");
+        assert!(s["function"].as_str().is_some_and(|f| !f.is_empty()), "{s}");
+        if shown < 10 {
+            println!(
+                "module site: {} {}+{:#x} [{m}] x{}",
+                s["reason"],
+                s["function"].as_str().unwrap(),
+                s["offset"].as_u64().unwrap(),
+                s["count"]
+            );
+            shown += 1;
+        }
+    }
+    assert!(
+        output.contains(&format!("{named} named `function [module]`")),
+        "{output}"
+    );
 }
 
 fn check_units(doc: &Value) {
@@ -113,6 +168,7 @@ fn debian_image_boots_to_its_workload_with_units_on_the_timeline() {
         return;
     }
     let timeline = dir.join("out/timeline.json");
+    let profile = dir.join("out/profile.json");
     let serial = dir.join("out/serial.log");
     let out = bootscope()
         .args(["lab", "--memory", "3G", "--timeout", "3000", "--", "run"])
@@ -126,6 +182,9 @@ fn debian_image_boots_to_its_workload_with_units_on_the_timeline() {
         .args(["--cmdline", "console=ttyS0 root=/dev/vda rw quiet panic=-1"])
         .arg("--timeline")
         .arg(&timeline)
+        .arg("--exit-sites")
+        .arg("--output")
+        .arg(&profile)
         .arg("--serial")
         .arg(&serial)
         .output()
@@ -172,5 +231,7 @@ fn debian_image_boots_to_its_workload_with_units_on_the_timeline() {
         "{output}"
     );
     assert!(output.contains("Startup finished in"), "{output}");
+    let profile: Value = serde_json::from_slice(&std::fs::read(&profile).unwrap()).unwrap();
+    check_module_sites(&profile, &output);
     let _ = std::fs::remove_dir_all(&dir);
 }

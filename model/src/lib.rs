@@ -21,6 +21,7 @@
 //! - [`devices`]: the timeline's `devices` section (virtio devices);
 //! - [`text`]: text from outside made safe to print on a terminal;
 //! - [`units`]: a systemd guest's units on the timeline's clock;
+//! - [`modules`]: the guest kernel's loaded modules, for naming exit sites;
 //! - [`prometheus`]: the Prometheus text format, one writer for every
 //!   command and the exporter.
 
@@ -32,6 +33,7 @@ pub mod initcalls;
 pub mod input;
 pub mod kvm_stats;
 pub mod mark;
+pub mod modules;
 pub mod numa;
 pub mod output;
 pub mod proc;

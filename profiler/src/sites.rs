@@ -70,26 +70,36 @@ pub struct ExitSite {
     /// The RIP's offset into `function`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset: Option<u64>,
+    /// The guest kernel module whose `function` it is (`virtio_blk`);
+    /// absent for the kernel image's own functions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
 }
 
 impl ExitSite {
-    /// The function, `[guest user]`, `[unattributed]` or the RIP in hex
-    /// (followed by `[module]` in the kernel's module area): what flame
-    /// graphs and pprof group by.
+    /// The function (`function [module]` for a module's, as perf shows
+    /// them), `[guest user]`, `[unattributed]` or the RIP in hex (followed
+    /// by `[module]` in the kernel's module area): what flame graphs and
+    /// pprof group by.
     pub fn function_name(&self) -> String {
         match (self.rip, &self.function) {
             (None, _) => UNATTRIBUTED.into(),
-            (_, Some(f)) => f.clone(),
+            (_, Some(f)) => match &self.module {
+                Some(m) => format!("{f} [{m}]"),
+                None => f.clone(),
+            },
             (Some(rip), None) if rip < KERNEL_HALF => GUEST_USER.into(),
             (Some(rip), None) if in_module_space(rip) => format!("{rip:#x} {MODULE_TAG}"),
             (Some(rip), None) => format!("{rip:#x}"),
         }
     }
 
-    /// `function+0xoff`, or what [`Self::function_name`] says.
+    /// `function+0xoff` (`function+0xoff [module]` for a module's), or
+    /// what [`Self::function_name`] says.
     pub fn label(&self) -> String {
-        match (&self.function, self.offset) {
-            (Some(f), Some(off)) if f != GUEST_USER => format!("{f}+{off:#x}"),
+        match (&self.function, self.offset, &self.module) {
+            (Some(f), Some(off), Some(m)) => format!("{f}+{off:#x} [{m}]"),
+            (Some(f), Some(off), None) if f != GUEST_USER => format!("{f}+{off:#x}"),
             _ => self.function_name(),
         }
     }
@@ -206,14 +216,27 @@ pub struct SiteSymbols {
     /// Kernel-half sites named / left as hex.
     pub resolved: u64,
     pub unresolved: u64,
-    /// Of the kernel-half sites, those in the module area (left as hex,
-    /// tagged `[module]`: the kernel image's symbols do not cover them).
+    /// Of the kernel-half sites, those in the module area (not counted in
+    /// `resolved` or `unresolved`: the kernel image's symbols do not cover
+    /// them).
     #[serde(default)]
     pub in_modules: u64,
+    /// Of those, the ones named `function [module]` from the guest's
+    /// module list (the rest stay hex, tagged `[module]`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub in_modules_named: u64,
+    /// The guest kernel's loaded modules, as read from its memory after
+    /// the run (bootscope's own VMM only): name, core text, symbols.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modules: Vec<bootscope_model::modules::GuestModule>,
     /// What the reader must know (an unknown slide, a table that looks
     /// like another kernel's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One row of a per-reason ranking.
@@ -330,6 +353,7 @@ mod tests {
             latency_total_ns: count * 100,
             function: function.map(Into::into),
             offset: function.map(|_| 0x1a),
+            module: None,
         }
     }
 
@@ -344,6 +368,17 @@ mod tests {
         assert_eq!(name(0x7fff_0000), GUEST_USER);
         let named = site("npf", Some(0xffff_ffff_c05f_e0d3), Some("virtblk_probe"), 1);
         assert_eq!(named.function_name(), "virtblk_probe");
+        let in_module = ExitSite {
+            module: Some("virtio_blk".into()),
+            ..named
+        };
+        assert_eq!(in_module.function_name(), "virtblk_probe [virtio_blk]");
+        assert_eq!(in_module.label(), "virtblk_probe+0x1a [virtio_blk]");
+        let sites = ExitSites {
+            sites: vec![in_module],
+            ..Default::default()
+        };
+        assert_eq!(sites.folded(), "npf;virtblk_probe_[virtio_blk] 1\n");
     }
 
     #[test]

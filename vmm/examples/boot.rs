@@ -41,6 +41,7 @@ fn main() {
         stop: None,
         initcalls: false,
         initcall_kernel: None,
+        modules: None,
         before_first_run: None,
         disks: Vec::new(),
         rng: false,

@@ -73,6 +73,7 @@ fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
         stop: None,
         initcalls: false,
         initcall_kernel: None,
+        modules: None,
         before_first_run: None,
         disks: Vec::new(),
         rng: false,

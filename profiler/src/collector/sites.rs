@@ -96,6 +96,7 @@ impl State {
             latency_total_ns,
             function: None,
             offset: None,
+            module: None,
         };
         let mut out = ExitSites {
             overflows: percpu_sum(&self.bpf, "exit_site_overflows", 0),

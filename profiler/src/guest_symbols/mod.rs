@@ -3,10 +3,12 @@
 //! (bzImage or stripped ELF) whose own kallsyms tables are recovered
 //! ([`kallsyms`]); the guest's KASLR slide inferred from the exits
 //! themselves ([`slide`]); the naming itself done by blazesym from the
-//! table in kallsyms form.
+//! table in kallsyms form. Sites in the module area are named from the
+//! guest's module list, where bootscope's VMM read one ([`modules`]).
 
 pub mod image;
 pub mod kallsyms;
+pub mod modules;
 pub mod slide;
 
 use std::path::{Path, PathBuf};

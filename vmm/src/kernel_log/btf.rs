@@ -42,7 +42,8 @@ struct Member {
 struct Type {
     kind: u32,
     name: u32,
-    /// Size in bytes (structs, unions, ints) or the type referred to.
+    /// Size in bytes (structs, unions, ints), the type referred to, or an
+    /// array's element type.
     size_or_type: u32,
     members: Vec<Member>,
 }
@@ -148,13 +149,23 @@ impl Btf {
     }
 
     /// Byte offset of `path` (`a.b.c`: members of members) in `struct
-    /// name`. Err: what is missing, for the message.
+    /// name`; a member of an array's element is that of its first element
+    /// (`mem.base` is `mem[0].base`). Err: what is missing, for the
+    /// message.
     pub fn offset_of(&self, name: &str, path: &str) -> Result<u64, String> {
         let mut t = self
             .composite(name)
             .ok_or_else(|| format!("struct {name}"))?;
         let mut total = 0u64;
         for part in path.split('.') {
+            for _ in 0..8 {
+                if t.kind != KIND_ARRAY {
+                    break;
+                }
+                t = self
+                    .resolve(t.size_or_type)
+                    .ok_or_else(|| format!("{name}.{path} (array element type)"))?;
+            }
             let (bits, ty) = self
                 .member(t, part)
                 .ok_or_else(|| format!("{name}.{path} (no member {part})"))?;
@@ -194,8 +205,13 @@ impl Btf {
 fn parse_type(b: &[u8], at: usize) -> Option<(Type, usize)> {
     let name = u32_at(b, at)?;
     let info = u32_at(b, at + 4)?;
-    let size_or_type = u32_at(b, at + 8)?;
     let kind = (info >> 24) & 0x1f;
+    let size_or_type = if kind == KIND_ARRAY {
+        // struct btf_array: the element type first.
+        u32_at(b, at + 12)?
+    } else {
+        u32_at(b, at + 8)?
+    };
     let vlen = (info & 0xffff) as usize;
     let kind_flag = info >> 31 == 1;
     let body = at + 12;
@@ -282,6 +298,15 @@ pub(crate) mod tests {
             id
         }
 
+        /// An array of `n` elements of type `elem`.
+        pub fn array(&mut self, elem: u32, n: u32) -> u32 {
+            let id = self.record("", KIND_ARRAY, 0, 0);
+            for v in [elem, 1, n] {
+                self.types.extend_from_slice(&v.to_le_bytes());
+            }
+            id
+        }
+
         /// A struct with `(name, type, byte offset)` members.
         pub fn strukt(&mut self, name: &str, size: u32, members: &[(&str, u32, u32)]) -> u32 {
             let id = self.record(name, KIND_STRUCT, members.len() as u32, size);
@@ -337,6 +362,23 @@ pub(crate) mod tests {
             .offset_of("nothing", "x")
             .unwrap_err()
             .contains("struct nothing"));
+    }
+
+    #[test]
+    fn a_member_of_an_array_is_that_of_its_first_element() {
+        let mut w = BtfWriter::new();
+        let long = w.int();
+        let mem = w.strukt(
+            "module_memory",
+            16,
+            &[("base", long, 0), ("size", long, 12)],
+        );
+        let arr = w.array(mem, 7);
+        w.strukt("module", 200, &[("state", long, 0), ("mem", arr, 64)]);
+        let btf = Btf::parse(&w.finish()).unwrap();
+        assert_eq!(btf.offset_of("module", "mem.base"), Ok(64));
+        assert_eq!(btf.offset_of("module", "mem.size"), Ok(76));
+        assert!(btf.offset_of("module", "mem.nope").is_err());
     }
 
     #[test]

@@ -9,11 +9,14 @@
 //! `init_top_pgt` ([`phys`]), reads the ring buffer with the layout
 //! VMCOREINFO states ([`ringbuffer`]), parses the initcalls ([`initcalls`])
 //! and maps their guest timestamps onto the VMM's clock ([`align`]).
+//! The same means read the kernel's loaded modules for naming exit sites
+//! in them ([`modules`]).
 
 pub mod align;
 pub mod btf;
 pub mod console_log;
 pub mod initcalls;
+pub mod modules;
 pub mod phys;
 pub mod ringbuffer;
 pub mod trace_ring;
@@ -203,6 +206,27 @@ fn collect_with(
     doc
 }
 
+/// The booted kernel's KASLR slide (runtime minus link-time addresses):
+/// VMCOREINFO's `init_top_pgt` against the symbol table's. Err: the table
+/// is another kernel's.
+fn kaslr_slide(info: &VmcoreInfo, k: &dyn GuestKernel) -> Result<u64, String> {
+    let runtime = info.symbol("init_top_pgt").map_err(|e| e.to_string())?;
+    let linked = k
+        .address_of("init_top_pgt")
+        .ok_or("the kernel's symbol table has no init_top_pgt")?;
+    // KASLR moves the kernel by whole 2 MiB pages: another slide means a
+    // symbol table of another kernel.
+    let slide = runtime.wrapping_sub(linked);
+    if slide % (2 << 20) != 0 {
+        return Err(format!(
+            "the symbol table ({}) is not the booted kernel's: its init_top_pgt is \
+             {linked:#x}, VMCOREINFO's {runtime:#x}",
+            k.source()
+        ));
+    }
+    Ok(slide)
+}
+
 /// What to do instead when the trace method cannot read a kernel.
 const TRACE_FALLBACK: &str =
     "boot with --initcalls-method log to read initcall_debug's lines from the kernel log instead";
@@ -214,27 +238,13 @@ pub fn collect_traced(
     mem: &dyn PhysMemory,
     lines: &[ConsoleLine],
     first_run_ns: u64,
-    kernel: Result<Box<dyn GuestKernel>, String>,
+    kernel: Result<&dyn GuestKernel, String>,
 ) -> InitcallsDoc {
     collect_with(mem, METHOD_TRACE, |doc, info, read| {
         let traced = kernel.and_then(|k| {
             doc.symbols = Some(k.source());
             let kv = kernel_virt(mem, info).map_err(|e| e.to_string())?;
-            let runtime = info.symbol("init_top_pgt").map_err(|e| e.to_string())?;
-            let linked = k
-                .address_of("init_top_pgt")
-                .ok_or("the kernel's symbol table has no init_top_pgt")?;
-            // KASLR moves the kernel by whole 2 MiB pages: another slide
-            // means a symbol table of another kernel.
-            let slide = runtime.wrapping_sub(linked);
-            if slide % (2 << 20) != 0 {
-                return Err(format!(
-                    "the symbol table ({}) is not the booted kernel's: its init_top_pgt is \
-                     {linked:#x}, VMCOREINFO's {runtime:#x}",
-                    k.source()
-                ));
-            }
-            traced::read(&kv, k.as_ref(), slide)
+            traced::read(&kv, k, kaslr_slide(info, k)?)
         });
         match traced {
             Ok(t) => {
@@ -266,13 +276,14 @@ pub fn collect_traced(
 }
 
 /// [`collect`] (or, with `kernel`, [`collect_traced`]) for a run that just
-/// ended: the console lines kept and the first `KVM_RUN` mark; `image` is
-/// the kernel image booted (the decompressed vmlinux when there is one).
+/// ended: the console lines kept and the first `KVM_RUN` mark; `kernel`
+/// the symbols and types of the image booted, as loaded, and the time the
+/// load took.
 pub fn collect_after_run(
     mem: &dyn PhysMemory,
     events: &crate::console::ConsoleEvents,
     marks: &[crate::timeline::TimelineMark],
-    kernel: Option<(&GuestKernelLoader, &std::path::Path)>,
+    kernel: Option<(Result<&dyn GuestKernel, String>, u64)>,
 ) -> InitcallsDoc {
     let first_run = marks
         .iter()
@@ -280,10 +291,7 @@ pub fn collect_after_run(
         .map_or(0, |m| m.t_ns);
     let lines = events.lines.lock().unwrap_or_else(|e| e.into_inner());
     match kernel {
-        Some((load, image)) => {
-            let started = Instant::now();
-            let kernel = load(image);
-            let loaded_ns = started.elapsed().as_nanos() as u64;
+        Some((kernel, loaded_ns)) => {
             let mut doc = collect_traced(mem, &lines, first_run, kernel);
             doc.read_ns += loaded_ns;
             doc

@@ -174,6 +174,7 @@ impl VmBuilder {
             marker_counts: MarkerCounts::default(),
             prealloc: ram.prealloc.clone(),
             console_error: None,
+            modules: None,
         }
     }
 

@@ -82,6 +82,11 @@ pub struct VmConfig {
     /// with the symbols and types this loads from the booted image after
     /// the guest stopped. None: from `initcall_debug`'s log lines.
     pub initcall_kernel: Option<crate::kernel_log::GuestKernelLoader>,
+    /// Read the guest kernel's loaded modules (names, text, symbols) from
+    /// its memory at shutdown, with the symbols and types this loads from
+    /// the booted image ([`RunReport::modules`]); the same loader as
+    /// `initcall_kernel` loads the image once for both.
+    pub modules: Option<crate::kernel_log::GuestKernelLoader>,
     /// Called once, on the VMM's thread, after the vCPU stage and just
     /// before the vCPU threads start (the first `KVM_RUN`); the run waits
     /// for it to return. A caller that must see every guest exit from the
@@ -168,6 +173,9 @@ pub struct RunReport {
     /// The guest console could not be written out (a full disk): the
     /// error and how much was lost.
     pub console_error: Option<String>,
+    /// The guest kernel's loaded modules, when [`VmConfig::modules`] asked
+    /// for them and the guest ran.
+    pub modules: Option<bootscope_model::modules::GuestModules>,
 }
 
 /// Builds the VM stage by stage and runs the guest to the end (or builds up

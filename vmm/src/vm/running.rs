@@ -48,6 +48,13 @@ fn power_off_overdue(devices: &Devices) -> Option<Duration> {
     (waited >= POWER_OFF_GRACE).then_some(waited)
 }
 
+/// A loaded kernel's symbols and types, borrowed.
+fn loaded(
+    k: &Result<Box<dyn crate::kernel_log::GuestKernel>, String>,
+) -> Result<&dyn crate::kernel_log::GuestKernel, String> {
+    k.as_ref().map(|k| k.as_ref()).map_err(Clone::clone)
+}
+
 /// How the wait for the guest ended.
 struct Ending {
     reason: StopReason,
@@ -147,31 +154,7 @@ impl VmBuilder {
                 crate::virtio::report::add_regions(&mut guest.regions, &timeline.devices);
             }
         }
-        if self.cfg.initcalls {
-            // The image booted: the decompressed vmlinux when there is one.
-            let image = (timeline.guest.as_ref())
-                .and_then(|g| g.kernel_boot.as_ref())
-                .and_then(|b| b.cache_file.as_ref())
-                .map(std::path::PathBuf::from)
-                .filter(|p| p.is_file())
-                .unwrap_or_else(|| self.cfg.kernel.clone());
-            let mut doc = crate::kernel_log::collect_after_run(
-                ram.backing.guest_memory(),
-                &devices.console_events(),
-                &timeline.marks,
-                self.cfg
-                    .initcall_kernel
-                    .as_ref()
-                    .map(|l| (l, image.as_path())),
-            );
-            if let Some(slots) = &exit_slots {
-                crate::kernel_log::count_exits(
-                    &mut doc,
-                    &slots.lock().unwrap_or_else(|e| e.into_inner()),
-                );
-            }
-            timeline.initcalls = Some(doc);
-        }
+        let modules = self.read_guest_kernel(&ram, &devices, &mut timeline, exit_slots.as_ref());
         let GuestRam { backing, prealloc } = ram;
         drop(backing);
         Ok(RunReport {
@@ -179,7 +162,64 @@ impl VmBuilder {
             marker_counts: devices.marker_counts(),
             prealloc,
             console_error,
+            modules,
         })
+    }
+
+    /// What the stopped guest's memory says of its kernel: with
+    /// `--initcalls` its initcalls (into the timeline), with `modules` its
+    /// loaded modules. The booted image's symbols and types are loaded once
+    /// for both when both ask for the same loader.
+    fn read_guest_kernel(
+        &self,
+        ram: &GuestRam,
+        devices: &Devices,
+        timeline: &mut crate::timeline::Timeline,
+        exit_slots: Option<&Arc<Mutex<ExitSlots>>>,
+    ) -> Option<bootscope_model::modules::GuestModules> {
+        use crate::kernel_log::GuestKernelLoader;
+        let mem = ram.backing.guest_memory();
+        // The image booted: the decompressed vmlinux when there is one.
+        let image = (timeline.guest.as_ref())
+            .and_then(|g| g.kernel_boot.as_ref())
+            .and_then(|b| b.cache_file.as_ref())
+            .map(std::path::PathBuf::from)
+            .filter(|p| p.is_file())
+            .unwrap_or_else(|| self.cfg.kernel.clone());
+        let load = |l: &GuestKernelLoader| {
+            let started = Instant::now();
+            let k = l(&image);
+            (k, started.elapsed().as_nanos() as u64)
+        };
+        let initcall_kernel = self
+            .cfg
+            .initcall_kernel
+            .as_ref()
+            .filter(|_| self.cfg.initcalls);
+        let traced = initcall_kernel.map(load);
+        if self.cfg.initcalls {
+            let mut doc = crate::kernel_log::collect_after_run(
+                mem,
+                &devices.console_events(),
+                &timeline.marks,
+                traced.as_ref().map(|(k, ns)| (loaded(k), *ns)),
+            );
+            if let Some(slots) = exit_slots {
+                crate::kernel_log::count_exits(
+                    &mut doc,
+                    &slots.lock().unwrap_or_else(|e| e.into_inner()),
+                );
+            }
+            timeline.initcalls = Some(doc);
+        }
+        let loader = self.cfg.modules.as_ref()?;
+        let shared = initcall_kernel.is_some_and(|l| Arc::ptr_eq(l, loader));
+        let own = (!shared).then(|| load(loader));
+        let kernel = match (&traced, &own) {
+            (_, Some((k, _))) | (Some((k, _)), None) => loaded(k),
+            (None, None) => return None,
+        };
+        Some(crate::kernel_log::modules::collect(mem, kernel))
     }
 
     /// Waits for the guest to end, the timeout, a stop request, or (on a
