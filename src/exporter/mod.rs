@@ -39,11 +39,11 @@ pub struct ExporterArgs {
     #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN)]
     pub listen: String,
     /// Look for new and ended VMMs this often.
-    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = crate::cli::parse_seconds)]
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = crate::common::parse_seconds)]
     pub scan_interval: Duration,
     /// Keep serving an ended VM's last values this long, so that the next
     /// scrapes see its final counts before its series end.
-    #[arg(long, value_name = "SECONDS", default_value = "120", value_parser = crate::cli::parse_seconds)]
+    #[arg(long, value_name = "SECONDS", default_value = "120", value_parser = crate::common::parse_seconds)]
     pub keep_ended: Duration,
     /// Split the per-VM series further (comma-separated: vcpu, phase,
     /// port); more series each.
@@ -332,18 +332,18 @@ pub fn run(args: ExporterArgs) -> i32 {
         Ok(l) => l,
         Err(msg) => {
             eprintln!("bootscope: error: {msg}");
-            return crate::cli::EXIT_USAGE;
+            return crate::common::EXIT_USAGE;
         }
     };
     if let Err(msg) = serve::check_can_follow() {
         eprintln!("bootscope: error: {msg}");
-        return crate::cli::EXIT_FAILURE;
+        return crate::common::EXIT_FAILURE;
     }
     let interrupts = match crate::signals::catch() {
         Ok(i) => i,
         Err(e) => {
             eprintln!("bootscope: error: {e:#}");
-            return crate::cli::EXIT_FAILURE;
+            return crate::common::EXIT_FAILURE;
         }
     };
     let mut config = CollectorConfig::new(TargetSpec::AnyVm);
@@ -359,7 +359,7 @@ pub fn run(args: ExporterArgs) -> i32 {
         Ok(c) => c,
         Err(e) => {
             eprintln!("bootscope: error: cannot load the eBPF programs: {e}");
-            return crate::cli::EXIT_FAILURE;
+            return crate::common::EXIT_FAILURE;
         }
     };
     let exporter = Arc::new(Exporter {
@@ -382,7 +382,7 @@ pub fn run(args: ExporterArgs) -> i32 {
         Ok(s) => s,
         Err(e) => {
             eprintln!("bootscope: error: cannot start the scanner thread: {e}");
-            return crate::cli::EXIT_FAILURE;
+            return crate::common::EXIT_FAILURE;
         }
     };
     if let Ok(addr) = listener.local_addr() {
@@ -404,7 +404,7 @@ pub fn run(args: ExporterArgs) -> i32 {
         eprintln!("bootscope: error: cannot serve HTTP: {e}");
         stop.store(true, Ordering::SeqCst);
         let _ = scanner.join();
-        return crate::cli::EXIT_FAILURE;
+        return crate::common::EXIT_FAILURE;
     }
     let _ = scanner.join();
     if let Some(sig) = interrupts.received() {
