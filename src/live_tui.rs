@@ -439,6 +439,7 @@ pub fn run_vm(
     let units = Arc::new(Mutex::new(None));
     let vm_units = units.clone();
     let units_probe = units_probe.cloned();
+    let tool = cfg.host_tool.clone();
     let stop = cfg
         .stop
         .get_or_insert_with(|| Arc::new(std::sync::atomic::AtomicBool::new(false)))
@@ -456,7 +457,7 @@ pub fn run_vm(
                 if let Some(probe) = units_probe {
                     let mut doc = r.timeline.clone();
                     doc.marks = vm_recorder.snapshot();
-                    probe.after_boot(&mut doc);
+                    probe.after_boot(&mut doc, tool.as_ref());
                     *vm_units.lock().unwrap_or_else(|e| e.into_inner()) = doc.units;
                 }
             }

@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::common::{usage, Failure};
 use crate::profile_console::{take_collector, ConsolePlan, MarkSlot};
+use crate::profile_summary::summary;
 use std::sync::{Arc, Mutex};
 
 use bootscope_profiler::launch::HeldCommand;
@@ -267,10 +268,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     let json = serde_json::to_vec_pretty(&profile)?;
     crate::common::write_output(&args.output, &json)?;
     if !args.no_summary {
-        eprint!(
-            "{}",
-            crate::profile_summary::summary(&profile, &args.output)
-        );
+        eprint!("{}", summary(&profile, &args.output));
     }
     if let Some(sig) = signal {
         eprintln!(

@@ -234,6 +234,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         disks: args.devices.disks.clone(),
         rng: args.devices.rng(!args.no_acpi),
         virtio_console: args.devices.virtio_console(),
+        host_tool: Some(profiler_tool()),
     };
     // A kernel that cannot be booted is refused before the profiler
     // attaches, as fast as without it (the VMM probes it again).
@@ -456,9 +457,10 @@ impl Ended<'_> {
         // is closed.
         self.recorder.vmm_once(vmm_marks::VMM_EXIT);
         doc.marks = self.recorder.snapshot();
-        doc.phases = bootscope_vmm::timeline::derive_phases(&doc.marks);
+        let tool = profiler_tool();
+        doc.phases = bootscope_vmm::timeline::derive_phases(&doc.marks, Some(&tool));
         if let Some(probe) = self.units_probe.clone() {
-            probe.after_boot(&mut doc);
+            probe.after_boot(&mut doc, Some(&tool));
         }
         let profiled = collector.is_some();
         if let Some(c) = collector {
@@ -535,11 +537,12 @@ fn guest_programs_gate(
     let recorder = recorder.clone();
     Box::new(move || {
         let Some(c) = weak.upgrade() else { return };
-        recorder.vmm(vmm_marks::PROFILER_GUEST_WAIT);
+        let tool = profiler_tool();
+        recorder.vmm(&tool.guest_wait_mark());
         if let Some(at) = c.wait_guest_programs() {
             let clock = recorder.clock();
             recorder.push(bootscope_vmm::timeline::TimelineMark {
-                name: vmm_marks::PROFILER_GUEST_ATTACHED.into(),
+                name: tool.guest_attached_mark(),
                 source: bootscope_vmm::timeline::MarkSource::Vmm,
                 t_ns: at.saturating_duration_since(clock.instant_at(0)).as_nanos() as u64,
                 value: None,
@@ -547,6 +550,13 @@ fn guest_programs_gate(
             });
         }
     })
+}
+
+/// The eBPF profiler as the VMM's host tool: the marks `run` records when
+/// it attaches (`vmm: profiler attached`, ...) and the phases the timeline
+/// splits off by them (`profiler attach`, `profiler guest attach`).
+fn profiler_tool() -> bootscope_vmm::timeline::HostTool {
+    bootscope_vmm::timeline::HostTool::new("profiler")
 }
 
 /// Starts the eBPF collector on this process with the programs the VMM's
@@ -626,7 +636,7 @@ fn attach_self_profile(
             forward(&c, m);
         }
     }));
-    recorder.vmm(vmm_marks::PROFILER_ATTACHED);
+    recorder.vmm(&profiler_tool().attached_mark());
     if cfg.stop_after.is_none() {
         cfg.before_first_run = Some(guest_programs_gate(&collector, recorder));
     }
