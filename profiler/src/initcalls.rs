@@ -3,8 +3,7 @@
 
 use bootscope_model::initcalls::{InitcallsDoc, IntervalCounts, SampledCounts};
 
-use crate::profile::{Sample, TimeSlots};
-use crate::Profile;
+use crate::profile::{Profile, Sample, TimeSlots};
 
 /// Gives the initcalls what the profiler counted during each: exactly,
 /// from its per-slot counts, where it has them; else its sampled counters

@@ -18,6 +18,7 @@ pub mod export;
 pub mod guest_symbols;
 pub mod hist;
 pub mod host;
+pub mod host_vms;
 pub mod initcalls;
 pub mod kvm_stats;
 pub mod launch;
