@@ -260,4 +260,25 @@ mod tests {
         let e = anyhow::anyhow!("inner").context("outer");
         assert_eq!(error_text(&e), "outer: inner");
     }
+
+    #[test]
+    fn the_demo_in_the_lab_is_a_lab_command() {
+        let run: Vec<OsString> = ["run", "--kernel", "k", "--initrd", "i", "--timeout", "300"]
+            .map(OsString::from)
+            .to_vec();
+        let argv = std::iter::once(OsString::from("bootscope"))
+            .chain(crate::demo_cmd::in_the_lab(run.clone()));
+        let Ok(Cli {
+            command: Command::Lab(lab),
+        }) = Cli::try_parse_from(argv)
+        else {
+            panic!("the demo's lab command line is not a lab command");
+        };
+        assert_eq!(lab.memory, "2G");
+        assert_eq!((lab.cpus, lab.numa_nodes, lab.retries), (None, 1, 1));
+        assert_eq!(lab.timeout, std::time::Duration::from_secs(900));
+        assert!(lab.exe.is_none() && lab.programs.is_empty() && lab.inputs.is_empty());
+        assert!(lab.outputs.is_empty() && !lab.aslr && !lab.tty);
+        assert_eq!(lab.args, run);
+    }
 }

@@ -41,6 +41,11 @@ pub(crate) fn command_line(timeline: Option<PathBuf>) -> Result<Vec<OsString>, F
     eprintln!(
         "bootscope: {why}: booting the default guest in the lab (nested KVM under QEMU's emulator)"
     );
+    Ok(in_the_lab(run_args))
+}
+
+/// `lab ... -- RUN-ARGS`: the lab machine the demo boots its guest in.
+pub(crate) fn in_the_lab(run_args: Vec<OsString>) -> Vec<OsString> {
     let lab = [
         "lab",
         "--memory",
@@ -53,9 +58,8 @@ pub(crate) fn command_line(timeline: Option<PathBuf>) -> Result<Vec<OsString>, F
         "1",
         "--",
     ];
-    Ok(lab
-        .into_iter()
+    lab.into_iter()
         .map(OsString::from)
         .chain(run_args)
-        .collect())
+        .collect()
 }

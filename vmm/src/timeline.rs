@@ -31,6 +31,15 @@ pub mod vmm_marks {
     pub const VMM_EXIT: &str = "vmm: exit";
 }
 
+/// Marks on the guest's own clock, placed on the timeline from a record the
+/// guest left (a systemd guest's units, `units/`).
+pub mod guest_clock_marks {
+    /// systemd started as PID 1 (the end of the `kernel` phase).
+    pub const SYSTEMD_STARTED: &str = "systemd: started";
+    /// systemd's start-up finished (its job queue emptied).
+    pub const SYSTEMD_FINISHED: &str = "systemd: startup finished";
+}
+
 /// A tool on the host that attaches to the VMM's process before its guest
 /// runs, named by the caller (the VMM's configuration carries it): the
 /// names of the marks the caller records for it, and of the phases they
@@ -256,7 +265,7 @@ pub fn is_userspace_start(mark: &TimelineMark) -> bool {
         MarkSource::BootTimer => true,
         MarkSource::Serial => mark.name.contains("run init"),
         // systemd's start as PID 1: where systemd's own figures end the kernel.
-        MarkSource::GuestClock => mark.name == crate::units::SYSTEMD_STARTED,
+        MarkSource::GuestClock => mark.name == guest_clock_marks::SYSTEMD_STARTED,
         _ => false,
     }
 }

@@ -22,10 +22,7 @@ use record::Record;
 pub const RECORD_PATH: &str = "/var/lib/bootscope/units.txt";
 /// The workload unit, the end of the critical chain.
 pub const WORKLOAD_UNIT: &str = "bootscope-workload.service";
-/// Mark: systemd started as PID 1 (the end of the `kernel` phase).
-pub const SYSTEMD_STARTED: &str = "systemd: started";
-/// Mark: systemd's start-up finished (its job queue emptied).
-pub const SYSTEMD_FINISHED: &str = "systemd: startup finished";
+pub use crate::timeline::guest_clock_marks::{SYSTEMD_FINISHED, SYSTEMD_STARTED};
 
 /// The record file in a disk image: `Ok(None)` when the image holds no
 /// ext4 file system or no record; an error when it holds one that cannot
