@@ -15,7 +15,7 @@ use bootscope_advise::{advise, AdviseError, Evidence};
 use bootscope_bench::doc::Machine;
 use bootscope_bench::ConsolePattern;
 
-use crate::cli::{check_outputs, write_output, DEFAULT_CMDLINE, EXIT_FAILURE, EXIT_USAGE};
+use crate::common::{check_outputs, write_output, DEFAULT_CMDLINE, EXIT_FAILURE, EXIT_USAGE};
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
@@ -78,7 +78,7 @@ pub struct AdviseArgs {
     #[arg(long)]
     pub allow_unsafe: bool,
     /// Kill a boot still going after this many seconds.
-    #[arg(long, default_value = "600", value_name = "SECONDS", value_parser = crate::cli::parse_seconds)]
+    #[arg(long, default_value = "600", value_name = "SECONDS", value_parser = crate::common::parse_seconds)]
     pub run_timeout: Duration,
     /// After `--`: `run` and its arguments, the boot --prove measures.
     #[arg(last = true, value_name = "RUN-ARGS")]
@@ -235,7 +235,7 @@ fn inner(args: &AdviseArgs) -> Result<i32, AdviseError> {
     let exe = std::env::current_exe()
         .map_err(|e| usage(format!("cannot find bootscope's own executable: {e}")))?;
     let plan = ProvePlan {
-        run_profiles_itself: crate::bench_cmd::run_profiles_itself(&exe),
+        run_profiles_itself: crate::common::run_profiles_itself(&exe),
         guest_marks_userspace: std::sync::atomic::AtomicBool::new(false),
         exe,
         target,

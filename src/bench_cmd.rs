@@ -18,7 +18,7 @@ use bootscope_bench::{
     TestKind,
 };
 
-use crate::cli::{write_output, EXIT_FAILURE, EXIT_USAGE};
+use crate::common::{write_output, EXIT_FAILURE, EXIT_USAGE};
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
@@ -63,7 +63,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     pub parallel: Option<u32>,
     /// Kill a run still going after this many seconds.
-    #[arg(long, default_value = "600", value_name = "SECONDS", value_parser = crate::cli::parse_seconds)]
+    #[arg(long, default_value = "600", value_name = "SECONDS", value_parser = crate::common::parse_seconds)]
     pub run_timeout: Duration,
     /// Also push the results to the Prometheus Pushgateway at this URL
     /// (http://HOST:PORT), under job bootscope, kind bench, host (this
@@ -178,9 +178,9 @@ fn fail(e: BenchError) -> i32 {
 }
 
 /// Refuses, as bad input, an output path that cannot be written
-/// ([`crate::cli::check_output`]), before any work starts.
+/// ([`crate::common::check_output`]), before any work starts.
 fn check_output(flag: &str, p: &Path) -> Result<(), BenchError> {
-    crate::cli::check_output(flag, p).map_err(|e| BenchError::Usage(format!("{e:#}")))
+    crate::common::check_output(flag, p).map_err(|e| BenchError::Usage(format!("{e:#}")))
 }
 
 /// Writes an output file; one that cannot be written is exit status 2, like
@@ -375,7 +375,7 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         runs: args.runs,
         warmup: args.warmup,
         profile: args.profile,
-        run_profiles_itself: run_profiles_itself(&exe),
+        run_profiles_itself: crate::common::run_profiles_itself(&exe),
         console_patterns: patterns,
         run_timeout: args.run_timeout,
         work_dir: work_dir.path().to_path_buf(),
@@ -436,17 +436,6 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         return Ok(EXIT_FAILURE);
     }
     Ok(if pushed { 0 } else { EXIT_FAILURE })
-}
-
-/// Whether this build's `bootscope run` profiles itself by default (it then
-/// has `--no-profile`, and `--output` for the profile).
-pub(crate) fn run_profiles_itself(exe: &Path) -> bool {
-    std::process::Command::new(exe)
-        .args(["run", "--help"])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains("--no-profile"))
-        .unwrap_or(false)
 }
 
 fn print_progress(p: &Progress) {
@@ -629,7 +618,15 @@ fn compare_inner(args: &CompareArgs) -> Result<i32, BenchError> {
             args.alpha
         )));
     }
-    if let Some(code) = crate::sites_cmd::compare_profiles(args)? {
+    let bench_options = !args.metrics.is_empty() || args.config.is_some();
+    let format = if args.json { "json" } else { &args.format };
+    let profiles = crate::profile_reports::compare_profiles(
+        &args.files,
+        bench_options,
+        format,
+        args.output.as_deref(),
+    )?;
+    if let Some(code) = profiles {
         return Ok(code);
     }
     let (base, new) = match args.files.as_slice() {
@@ -732,7 +729,7 @@ pub fn plot(args: PlotArgs) -> i32 {
         check_output("--output", &args.output)?;
         let bytes = bootscope_model::input::read_input(&args.input)?;
         if args.flamegraph {
-            let svg = crate::sites_cmd::flamegraph(&args.input).map_err(BenchError::Usage)?;
+            let svg = crate::profile_reports::flamegraph(&args.input).map_err(BenchError::Usage)?;
             return Ok(write(&args.output, &svg));
         }
         let svg = bootscope_bench::plot::render(&bytes, &args.input)?;

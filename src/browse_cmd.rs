@@ -9,7 +9,7 @@ use clap::Args;
 use bootscope_profiler::export::{self, InputKind, TIMELINE_SCHEMA_NAME};
 use bootscope_tui::{Browser, Initcalls, TuiOptions};
 
-use crate::cli::{usage, Failure};
+use crate::common::{usage, Failure};
 
 #[derive(Args)]
 #[command(after_help = "Examples:

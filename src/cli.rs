@@ -1,26 +1,17 @@
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+//! The command line: its clap definition and the dispatch of each
+//! subcommand to its command file. What the commands share is in
+//! `common.rs`.
 
-use anyhow::{Context, Result};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
 use clap::{CommandFactory, Parser, Subcommand};
 
-use bootscope_vmm::host::{self, HostRoot, KvmFlavour};
 use bootscope_vmm::timeline::Clock;
 
-use crate::lab_cmd::{cmd_lab, LabArgs};
-use crate::run_cmd::{cmd_run, RunArgs};
-
-/// Exit status for bad input.
-pub const EXIT_USAGE: i32 = 2;
-/// Exit status for a failed run.
-pub const EXIT_FAILURE: i32 = 1;
-
-/// The default kernel command line: serial console, reset through the
-/// keyboard controller, no PCI probing (there is no PCI bus), and no port 0x80
-/// I/O delays (they would pollute the boot-marker port).
-pub const DEFAULT_CMDLINE: &str =
-    "console=ttyS0 reboot=k panic=-1 pci=off io_delay=none i8042.noaux i8042.nomux i8042.dumbkbd";
+use crate::common::{usage, Failure, EXIT_FAILURE, EXIT_USAGE};
+use crate::lab_cmd::LabArgs;
+use crate::run_cmd::RunArgs;
 
 #[derive(Parser)]
 #[command(
@@ -126,29 +117,6 @@ enum Command {
     },
 }
 
-/// A CLI error: the message and the exit status it maps to.
-pub(crate) struct Failure {
-    pub(crate) code: i32,
-    pub(crate) error: anyhow::Error,
-}
-
-impl<E: Into<anyhow::Error>> From<E> for Failure {
-    fn from(e: E) -> Self {
-        Failure {
-            code: EXIT_FAILURE,
-            error: e.into(),
-        }
-    }
-}
-
-/// A bad-input error: exit status 2.
-pub(crate) fn usage(error: anyhow::Error) -> Failure {
-    Failure {
-        code: EXIT_USAGE,
-        error,
-    }
-}
-
 pub fn main() -> i32 {
     let clock = Clock::start();
     let cli = match Cli::try_parse() {
@@ -183,38 +151,7 @@ pub fn main() -> i32 {
     if let Err(e) = crate::signals::install() {
         eprintln!("bootscope: warning: {e:#}");
     }
-    let result = match cli.command {
-        Command::Run(args) => cmd_run(args, clock),
-        Command::Doctor { json } => cmd_doctor(json),
-        Command::Lab(args) => cmd_lab(args),
-        Command::Demo { timeline } => cmd_demo(timeline, clock),
-        Command::Profile(args) => crate::profile_cmd::run(args),
-        Command::Bench(args) => Ok(crate::bench_cmd::bench(args)),
-        Command::Compare(args) => Ok(crate::bench_cmd::compare(args)),
-        Command::Check(args) => Ok(crate::bench_cmd::check(args)),
-        Command::Plot(args) => Ok(crate::bench_cmd::plot(args)),
-        Command::Advise(args) => Ok(crate::advise_cmd::advise_cmd(args)),
-        Command::Tui(args) => crate::browse_cmd::run(args),
-        Command::Exporter(args) => Ok(crate::exporter::run(args)),
-        Command::Initcalls(args) => crate::initcalls_cmd::run(args),
-        Command::Guest(args) => crate::guest_cmd::run(args),
-        Command::Export {
-            format,
-            json,
-            table,
-            output,
-            input,
-        } => {
-            let format = if json {
-                "json".into()
-            } else {
-                format.unwrap_or_default()
-            };
-            cmd_export(&format, table.as_deref(), output.as_deref(), &input)
-        }
-        Command::Completions { shell } => cmd_completions(shell),
-        Command::Man { out_dir } => cmd_man(&out_dir),
-    };
+    let result = dispatch(cli.command, clock);
     match result {
         Ok(code) => code,
         Err(f) => {
@@ -256,150 +193,45 @@ fn error_text(e: &anyhow::Error) -> String {
     out
 }
 
-/// This process's command line for reports: `std::env::args` would panic on
-/// an argument that is not UTF-8 (such as a file name), so each argument is
-/// converted lossily, for display only.
-pub fn command_line() -> Vec<String> {
-    std::env::args_os()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect()
-}
-
-/// The longest time any duration flag accepts: 30 days.
-pub const MAX_SECONDS: f64 = 30.0 * 24.0 * 3600.0;
-
-/// Parses a duration flag given in seconds (a clap value parser): a
-/// positive, finite number no larger than [`MAX_SECONDS`]. Huge values
-/// (1e30, 2^64) are refused here instead of overflowing a `Duration`.
-pub fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds (for example 2.5)"))?;
-    if !(v > 0.0 && v.is_finite()) {
-        return Err("must be a positive number of seconds".into());
-    }
-    if v > MAX_SECONDS {
-        return Err(format!(
-            "{s} seconds is too long: give at most {MAX_SECONDS} (30 days)"
-        ));
-    }
-    Duration::try_from_secs_f64(v).map_err(|e| format!("{s} seconds: {e}"))
-}
-
-/// Checks that `p`, given as `flag`, can be written (its directory takes a
-/// new file, it is not a directory, its links are safe to follow), before
-/// anything long starts. The rules are [`bootscope_model::output`]'s.
-pub fn check_output(flag: &str, p: &Path) -> Result<()> {
-    bootscope_model::output::check_writable(p).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
-}
-
-/// [`check_output`] for each of one command's outputs, and that no two of
-/// them name the same file.
-pub fn check_outputs(outputs: &[(&str, &Path)]) -> Result<()> {
-    for (flag, p) in outputs {
-        check_output(flag, p)?;
-    }
-    bootscope_model::output::check_distinct(outputs).map_err(anyhow::Error::new)
-}
-
-/// Writes an output file by the rules of [`bootscope_model::output`]:
-/// atomically (no reader sees half of it) where it is a regular file, in
-/// place where it is a device or FIFO.
-pub fn write_output(path: &Path, bytes: &[u8]) -> Result<()> {
-    bootscope_model::output::write_file(path, bytes).map_err(anyhow::Error::new)
-}
-
-/// The default guest: Debian's kernel and the project's busybox initramfs.
-pub(crate) fn default_guest() -> Result<(PathBuf, PathBuf)> {
-    let kernel = bootscope_lab::guest::find_debian_kernel().context("no default guest kernel")?;
-    // bootscope's own cache, private and checked (no shared fallback):
-    // the initramfs written there is booted as root.
-    let dir = bootscope_model::cache::cache_dir("")?;
-    let initrd = dir.join("default-guest.cpio");
-    bootscope_lab::guest::build_default_initramfs(&initrd)
-        .context("cannot build the default guest initramfs")?;
-    Ok((kernel.vmlinuz, initrd))
-}
-
-fn cmd_doctor(json: bool) -> Result<i32, Failure> {
-    let root = HostRoot::default();
-    let mut findings = host::kvm_findings(&root);
-    findings.extend(bootscope_profiler::host::findings(
-        &root,
-        host::kvm_flavour(&root),
-    ));
-    findings.extend(host::memory_findings(&root));
-    let text = if json {
-        serde_json::to_string_pretty(&findings)? + "\n"
-    } else {
-        findings
-            .iter()
-            .map(|f| {
-                format!(
-                    "{:<10} {:<4} {}\n",
-                    f.item,
-                    if f.ok { "ok" } else { "--" },
-                    f.detail
-                )
-            })
-            .collect()
-    };
-    crate::stdout::print(text).map_err(crate::stdout::failure)?;
-    Ok(0)
-}
-
-fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
-    let flavour = host::kvm_flavour(&HostRoot::default());
-    // The default guest is prepared on this host, so the lab only carries the
-    // two files in.
-    let (kernel, initrd) = default_guest().map_err(usage)?;
-    let mut run_args: Vec<OsString> = vec![
-        "run".into(),
-        "--kernel".into(),
-        kernel.into(),
-        "--initrd".into(),
-        initrd.into(),
-        "--timeout".into(),
-        "300".into(),
-    ];
-    if let Some(t) = &timeline {
-        check_output("--timeline", t).map_err(usage)?;
-        run_args.push("--timeline".into());
-        run_args.push(t.clone().into());
-    }
-    if flavour.boots_stock_kernels() {
-        eprintln!("bootscope: host KVM is {flavour}: booting the default guest natively");
-        let argv = std::iter::once(OsString::from("bootscope")).chain(run_args);
-        match Cli::try_parse_from(argv) {
-            Ok(Cli {
-                command: Command::Run(args),
-            }) => cmd_run(args, clock),
-            Ok(_) => unreachable!("the demo builds a run command"),
-            Err(e) => Err(usage(e.into())),
+/// Runs one subcommand.
+fn dispatch(cmd: Command, clock: Clock) -> Result<i32, Failure> {
+    match cmd {
+        Command::Run(args) => crate::run_cmd::cmd_run(args, clock),
+        Command::Doctor { json } => crate::doctor_cmd::run(json),
+        Command::Lab(args) => crate::lab_cmd::cmd_lab(args, &command()),
+        Command::Demo { timeline } => {
+            // The demo is a `run` or `lab` command line, run as given.
+            let args = crate::demo_cmd::command_line(timeline)?;
+            let argv = std::iter::once(OsString::from("bootscope")).chain(args);
+            let cli = Cli::try_parse_from(argv).map_err(|e| usage(e.into()))?;
+            dispatch(cli.command, clock)
         }
-    } else {
-        let why = match flavour {
-            KvmFlavour::Pvm => "host KVM is PVM, which cannot boot a stock kernel",
-            _ => "host has no usable KVM",
-        };
-        eprintln!(
-            "bootscope: {why}: booting the default guest in the lab (nested KVM under QEMU's emulator)"
-        );
-        cmd_lab(LabArgs {
-            memory: "2G".into(),
-            cpus: None,
-            numa_nodes: 1,
-            timeout: Duration::from_secs(900),
-            exe: None,
-            programs: Vec::new(),
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            aslr: false,
-            tty: false,
-            retries: 1,
-            args: run_args,
-        })
+        Command::Profile(args) => crate::profile_cmd::run(args),
+        Command::Bench(args) => Ok(crate::bench_cmd::bench(args)),
+        Command::Compare(args) => Ok(crate::bench_cmd::compare(args)),
+        Command::Check(args) => Ok(crate::bench_cmd::check(args)),
+        Command::Plot(args) => Ok(crate::bench_cmd::plot(args)),
+        Command::Advise(args) => Ok(crate::advise_cmd::advise_cmd(args)),
+        Command::Tui(args) => crate::browse_cmd::run(args),
+        Command::Exporter(args) => Ok(crate::exporter::run(args)),
+        Command::Initcalls(args) => crate::initcalls_cmd::run(args),
+        Command::Guest(args) => crate::guest_cmd::run(args),
+        Command::Export {
+            format,
+            json,
+            table,
+            output,
+            input,
+        } => {
+            let format = if json {
+                "json".into()
+            } else {
+                format.unwrap_or_default()
+            };
+            crate::export_cmd::run(&format, table.as_deref(), output.as_deref(), &input)
+        }
+        Command::Completions { shell } => crate::manual_cmd::completions(command(), shell),
+        Command::Man { out_dir } => crate::manual_cmd::man(command(), &out_dir),
     }
 }
 
@@ -407,65 +239,6 @@ fn cmd_demo(timeline: Option<PathBuf>, clock: Clock) -> Result<i32, Failure> {
 /// the completion scripts are made from.
 pub fn command() -> clap::Command {
     Cli::command()
-}
-
-fn cmd_completions(shell: clap_complete::Shell) -> Result<i32, Failure> {
-    let mut cmd = command();
-    let mut script = Vec::new();
-    clap_complete::generate(shell, &mut cmd, "bootscope", &mut script);
-    crate::stdout::print(script).map_err(crate::stdout::failure)?;
-    Ok(0)
-}
-
-/// Writes `bootscope.1` and `bootscope-SUBCOMMAND.1` for every subcommand
-/// into `dir`.
-fn cmd_man(dir: &Path) -> Result<i32, Failure> {
-    if dir.exists() && !dir.is_dir() {
-        return Err(usage(anyhow::anyhow!(
-            "--out-dir {}: not a directory; give a directory to write the manual pages into",
-            dir.display()
-        )));
-    }
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("--out-dir {}: cannot create the directory", dir.display()))
-        .map_err(usage)?;
-    let mut cmd = command().disable_help_subcommand(true);
-    cmd.build();
-    let mut written = 0;
-    let mut pages = vec![cmd.clone()];
-    pages.extend(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
-    for page in pages {
-        let man = clap_mangen::Man::new(page).manual("bootscope manual");
-        let path = dir.join(man.get_filename());
-        let mut roff = Vec::new();
-        man.render(&mut roff)?;
-        write_output(&path, &roff)?;
-        written += 1;
-    }
-    eprintln!("bootscope: {written} manual pages in {}", dir.display());
-    Ok(0)
-}
-
-fn cmd_export(
-    format: &str,
-    table: Option<&str>,
-    output: Option<&Path>,
-    input: &Path,
-) -> Result<i32, Failure> {
-    use bootscope_profiler::export;
-    // The library's messages already include their causes: print them once.
-    let bad_input = |e: &dyn std::fmt::Display| usage(anyhow::anyhow!("{e}"));
-    let format = export::Format::parse(format, table).map_err(|e| bad_input(&e))?;
-    if let Some(o) = output {
-        check_output("--output", o).map_err(usage)?;
-    }
-    let (profile, _) = export::read_input(input).map_err(|e| bad_input(&e))?;
-    let text = export::render_bytes(&profile, format);
-    match output {
-        Some(path) => write_output(path, &text)?,
-        None => crate::stdout::print(text).map_err(crate::stdout::failure)?,
-    }
-    Ok(0)
 }
 
 #[cfg(test)]
@@ -489,21 +262,23 @@ mod tests {
     }
 
     #[test]
-    fn seconds() {
-        assert_eq!(parse_seconds("2.5").unwrap(), Duration::from_millis(2500));
-        assert_eq!(parse_seconds("600").unwrap(), Duration::from_secs(600));
-        for bad in [
-            "0",
-            "-1",
-            "nan",
-            "inf",
-            "1e30",
-            "18446744073709551616",
-            "x",
-            "",
-        ] {
-            assert!(parse_seconds(bad).is_err(), "{bad}");
-        }
-        assert!(parse_seconds("2592001").unwrap_err().contains("too long"));
+    fn the_demo_in_the_lab_is_a_lab_command() {
+        let run: Vec<OsString> = ["run", "--kernel", "k", "--initrd", "i", "--timeout", "300"]
+            .map(OsString::from)
+            .to_vec();
+        let argv = std::iter::once(OsString::from("bootscope"))
+            .chain(crate::demo_cmd::in_the_lab(run.clone()));
+        let Ok(Cli {
+            command: Command::Lab(lab),
+        }) = Cli::try_parse_from(argv)
+        else {
+            panic!("the demo's lab command line is not a lab command");
+        };
+        assert_eq!(lab.memory, "2G");
+        assert_eq!((lab.cpus, lab.numa_nodes, lab.retries), (None, 1, 1));
+        assert_eq!(lab.timeout, std::time::Duration::from_secs(900));
+        assert!(lab.exe.is_none() && lab.programs.is_empty() && lab.inputs.is_empty());
+        assert!(lab.outputs.is_empty() && !lab.aslr && !lab.tty);
+        assert_eq!(lab.args, run);
     }
 }

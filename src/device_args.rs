@@ -56,7 +56,7 @@ impl DeviceArgs {
     /// default command line's `console=ttyS0` into `console=hvc0`; a
     /// command line given is left as it is.
     pub fn cmdline(&self, cmdline: &str) -> String {
-        if self.virtio_console() && cmdline == crate::cli::DEFAULT_CMDLINE {
+        if self.virtio_console() && cmdline == crate::common::DEFAULT_CMDLINE {
             cmdline.replacen("console=ttyS0", "console=hvc0", 1)
         } else {
             cmdline.to_string()
@@ -82,7 +82,7 @@ mod tests {
     #[test]
     fn virtio_console_changes_only_the_default_cmdline() {
         let mut a = DeviceArgs::default();
-        let d = crate::cli::DEFAULT_CMDLINE;
+        let d = crate::common::DEFAULT_CMDLINE;
         assert_eq!(a.cmdline(d), d);
         a.console = ConsoleKind::Virtio;
         assert!(a.cmdline(d).starts_with("console=hvc0 "));

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 
 use bootscope_lab::debian::{self, DebianImageSpec};
 
-use crate::cli::{usage, Failure};
+use crate::common::{usage, Failure};
 
 #[derive(Args)]
 pub struct GuestArgs {

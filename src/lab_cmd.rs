@@ -11,7 +11,7 @@ use clap::ArgMatches;
 
 use bootscope_model::size::parse_size;
 
-use crate::cli::{default_guest, parse_seconds, usage, Failure, EXIT_FAILURE};
+use crate::common::{default_guest, parse_seconds, usage, Failure, EXIT_FAILURE};
 
 #[derive(clap::Args)]
 pub(crate) struct LabArgs {
@@ -73,7 +73,9 @@ pub(crate) struct LabArgs {
     pub(crate) args: Vec<OsString>,
 }
 
-pub(crate) fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
+/// `bootscope lab`. `cli`: bootscope's command line definition, by which
+/// the command run inside is read (the files it names and writes).
+pub(crate) fn cmd_lab(args: LabArgs, cli: &clap::Command) -> Result<i32, Failure> {
     let memory = parse_size(&args.memory)
         .context("--memory")
         .map_err(usage)?;
@@ -82,7 +84,7 @@ pub(crate) fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
         None => std::env::current_exe().context("cannot find the bootscope executable")?,
     };
     let mut outputs = args.outputs;
-    outputs.extend(inner_outputs(&args.args, args.exe.is_some()).map_err(usage)?);
+    outputs.extend(inner_outputs(cli, &args.args, args.exe.is_some()).map_err(usage)?);
     // An output that cannot be written is the lab's error to report (exit
     // 2, at once): nothing is prepared for a run that will not start.
     let outputs_ok = outputs
@@ -91,9 +93,9 @@ pub(crate) fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     let inner = if args.exe.is_some() || !outputs_ok {
         args.args
     } else {
-        with_default_guest(args.args)?
+        with_default_guest(cli, args.args)?
     };
-    let terminal = if args.tty || (args.exe.is_none() && wants_terminal(&inner)) {
+    let terminal = if args.tty || (args.exe.is_none() && wants_terminal(cli, &inner)) {
         let t = bootscope_lab::outer::LabTerminal::of_host().map_err(|why| {
             usage(anyhow::anyhow!(
                 "the program in the lab needs a terminal (--tui or --tty), but {why}: run \
@@ -106,7 +108,7 @@ pub(crate) fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
     };
     // Kept until the run is over: it may hold the prepared files.
     let prepared = if args.exe.is_none() {
-        crate::lab_prepare::prepare(&inner)
+        crate::lab_prepare::prepare(cli, &inner)
     } else {
         crate::lab_prepare::Prepared::default()
     };
@@ -139,9 +141,9 @@ pub(crate) fn cmd_lab(args: LabArgs) -> Result<i32, Failure> {
 }
 
 /// Whether the bootscope command `args` shows a terminal UI (`--tui`).
-fn wants_terminal(args: &[OsString]) -> bool {
+fn wants_terminal(cli: &clap::Command, args: &[OsString]) -> bool {
     let argv = std::iter::once(OsString::from("bootscope")).chain(args.iter().cloned());
-    let Ok(matches) = crate::cli::command().try_get_matches_from(argv) else {
+    let Ok(matches) = cli.clone().try_get_matches_from(argv) else {
         return false;
     };
     matches.subcommand().is_some_and(|(_, sub)| {
@@ -158,9 +160,9 @@ fn wants_terminal(args: &[OsString]) -> bool {
 /// builder's inputs, so they are prepared here and named explicitly (named
 /// files are carried in). `--initrd` given alone is kept. Any other command
 /// is returned as it is.
-fn with_default_guest(args: Vec<OsString>) -> Result<Vec<OsString>, Failure> {
+fn with_default_guest(cli: &clap::Command, args: Vec<OsString>) -> Result<Vec<OsString>, Failure> {
     let argv = std::iter::once(OsString::from("bootscope")).chain(args.iter().cloned());
-    let Ok(matches) = crate::cli::command().try_get_matches_from(argv) else {
+    let Ok(matches) = cli.clone().try_get_matches_from(argv) else {
         return Ok(args);
     };
     let Some(("run", run)) = matches.subcommand() else {
@@ -212,10 +214,10 @@ const SERIAL_NOT_A_FILE: [&str; 3] = ["stdout", "null", "-"];
 /// command). With `exe` (another program than this bootscope), arguments
 /// that are not a bootscope command name no outputs; without it they are
 /// bad input.
-fn inner_outputs(args: &[OsString], exe: bool) -> Result<Vec<PathBuf>> {
+fn inner_outputs(cli: &clap::Command, args: &[OsString], exe: bool) -> Result<Vec<PathBuf>> {
     let argv = std::iter::once(OsString::from("bootscope")).chain(args.iter().cloned());
-    match crate::cli::command().try_get_matches_from(argv) {
-        Ok(matches) => Ok(outputs_of(&matches)),
+    match cli.clone().try_get_matches_from(argv) {
+        Ok(matches) => Ok(outputs_of(cli, &matches)),
         Err(_) if exe => Ok(Vec::new()),
         // `--help` or `--version` inside: the lab shows them.
         Err(e) if !e.use_stderr() => Ok(Vec::new()),
@@ -229,7 +231,7 @@ fn inner_outputs(args: &[OsString], exe: bool) -> Result<Vec<PathBuf>> {
 }
 
 /// The output files named in a parsed bootscope command line.
-fn outputs_of(matches: &ArgMatches) -> Vec<PathBuf> {
+fn outputs_of(cli: &clap::Command, matches: &ArgMatches) -> Vec<PathBuf> {
     let Some((name, sub)) = matches.subcommand() else {
         return Vec::new();
     };
@@ -269,13 +271,13 @@ fn outputs_of(matches: &ArgMatches) -> Vec<PathBuf> {
                     .map(OsString::from)
                     .chain(side.iter().cloned());
                 // bench itself reports arguments `run` does not take.
-                if let Ok(m) = crate::cli::command().try_get_matches_from(argv) {
-                    out.extend(outputs_of(&m));
+                if let Ok(m) = cli.clone().try_get_matches_from(argv) {
+                    out.extend(outputs_of(cli, &m));
                 }
             }
         }
         "lab" if sub.get_raw("exe").is_none() => {
-            if let Ok(inner) = inner_outputs(&trailing(), false) {
+            if let Ok(inner) = inner_outputs(cli, &trailing(), false) {
                 out.extend(inner);
             }
         }
@@ -287,11 +289,16 @@ fn outputs_of(matches: &ArgMatches) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// bootscope's own command line definition.
+    fn cli() -> clap::Command {
+        crate::cli::command()
+    }
     use std::path::Path;
 
     #[test]
     fn output_args_are_bootscope_arguments() {
-        let cli = crate::cli::command();
+        let cli = cli();
         for (name, ids) in OUTPUT_ARGS {
             let sub = cli
                 .find_subcommand(name)
@@ -308,7 +315,7 @@ mod tests {
     #[test]
     fn lab_outputs_are_bootscope_s_own() {
         let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
-        let outputs = |v: &[&str]| inner_outputs(&os(v), false).unwrap();
+        let outputs = |v: &[&str]| inner_outputs(&cli(), &os(v), false).unwrap();
         let paths = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
         // The profiled command's flags are its own, whatever their names.
         let cmd = [
@@ -395,11 +402,13 @@ mod tests {
         // --help inside is shown by the lab.
         assert!(outputs(&["profile", "--help"]).is_empty());
         // Another program's arguments are left alone with --exe...
-        assert!(inner_outputs(&os(&["sh", "-c", "x --output y"]), true)
-            .unwrap()
-            .is_empty());
+        assert!(
+            inner_outputs(&cli(), &os(&["sh", "-c", "x --output y"]), true)
+                .unwrap()
+                .is_empty()
+        );
         // ...and are bad input without it.
-        let err = inner_outputs(&os(&["sh", "-c", "x"]), false).unwrap_err();
+        let err = inner_outputs(&cli(), &os(&["sh", "-c", "x"]), false).unwrap_err();
         let text = format!("{err:#}");
         assert!(text.contains("not a valid bootscope command"), "{text}");
         assert!(text.contains("'sh'"), "{text}");
@@ -410,7 +419,7 @@ mod tests {
     fn lab_run_without_kernel_gets_the_default_guest() {
         let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
         let same = |v: &[&str]| {
-            assert_eq!(with_default_guest(os(v)).ok(), Some(os(v)), "{v:?}");
+            assert_eq!(with_default_guest(&cli(), os(v)).ok(), Some(os(v)), "{v:?}");
         };
         same(&["run", "--kernel", "k", "--timeout", "1"]);
         same(&["run", "--stop-after", "memory"]);
@@ -421,7 +430,7 @@ mod tests {
             eprintln!("SKIP: no Debian kernel: the default guest is not prepared");
             return;
         }
-        let Ok(out) = with_default_guest(os(&["run", "--timeout", "600"])) else {
+        let Ok(out) = with_default_guest(&cli(), os(&["run", "--timeout", "600"])) else {
             panic!("the default guest cannot be prepared here");
         };
         assert_eq!(out[0], "run");
@@ -431,7 +440,7 @@ mod tests {
         assert!(Path::new(&out[4]).is_file(), "{out:?}");
         assert_eq!(out[5..], os(&["--timeout", "600"]));
         // An initrd given is the one used.
-        let out = with_default_guest(os(&["run", "--initrd", "mine.cpio"]))
+        let out = with_default_guest(&cli(), os(&["run", "--initrd", "mine.cpio"]))
             .ok()
             .unwrap();
         assert_eq!(out[1], "--kernel");

@@ -41,9 +41,9 @@ struct KernelUse {
 
 /// What `bootscope ARGS` in the lab does with a kernel, if it is a `run`
 /// that decompresses one on the host.
-fn kernel_use(args: &[OsString]) -> Option<KernelUse> {
+fn kernel_use(cli: &clap::Command, args: &[OsString]) -> Option<KernelUse> {
     let argv = std::iter::once(OsString::from("bootscope")).chain(args.iter().cloned());
-    let matches = crate::cli::command().try_get_matches_from(argv).ok()?;
+    let matches = cli.clone().try_get_matches_from(argv).ok()?;
     let ("run", run) = matches.subcommand()? else {
         return None;
     };
@@ -68,8 +68,8 @@ fn kernel_use(args: &[OsString]) -> Option<KernelUse> {
 /// says on stderr what was carried in. Nothing here is fatal: what cannot
 /// be prepared is done in the lab machine as before, and bad input is the
 /// command's own to report there.
-pub(crate) fn prepare(args: &[OsString]) -> Prepared {
-    let Some(usage) = kernel_use(args) else {
+pub(crate) fn prepare(cli: &clap::Command, args: &[OsString]) -> Prepared {
+    let Some(usage) = kernel_use(cli, args) else {
         return Prepared::default();
     };
     match prepare_kernel(&usage) {
@@ -122,8 +122,8 @@ fn prepare_kernel(usage: &KernelUse) -> Result<Option<Prepared>, String> {
     drop(kernel);
     let mut files = cache::entry_files(&cache_file);
     if usage.symbols {
-        let kept = crate::sites_cmd::kept_table(&cache_file);
-        match crate::sites_cmd::cache_file_symbols(&cache_file) {
+        let kept = crate::guest_symbols::kept_table(&cache_file);
+        match crate::guest_symbols::cache_file_symbols(&cache_file) {
             Ok(_) if kept.is_file() => {
                 files.push(bootscope_model::cache::seal_path(&kept));
                 files.push(kept);
@@ -175,7 +175,7 @@ mod tests {
 
     #[test]
     fn only_runs_that_decompress_on_the_host_are_prepared() {
-        let k = |v: &[&str]| kernel_use(&os(v));
+        let k = |v: &[&str]| kernel_use(&crate::cli::command(), &os(v));
         let uses = |kernel: &str, symbols| {
             Some(KernelUse {
                 kernel: kernel.into(),

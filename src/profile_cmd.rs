@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::cli::{usage, Failure};
+use crate::common::{usage, Failure};
 use crate::profile_console::{take_collector, ConsolePlan, MarkSlot};
+use crate::profile_summary::summary;
 use std::sync::{Arc, Mutex};
 
 use bootscope_profiler::launch::HeldCommand;
-use bootscope_profiler::{Collector, CollectorConfig, CollectorSet, Profile, TargetSpec};
+use bootscope_profiler::{Collector, CollectorConfig, CollectorSet, TargetSpec};
 
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "command"])))]
@@ -26,7 +27,7 @@ pub struct ProfileArgs {
     /// Stop after this many seconds (default: when the target ends, or on
     /// Ctrl-C). A launched command still running then gets SIGTERM. Not
     /// perf trace's --duration, which filters events by their latency.
-    #[arg(long, value_name = "SECONDS", value_parser = crate::cli::parse_seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = crate::common::parse_seconds)]
     pub duration: Option<Duration>,
     /// Profile this running process (and the processes it starts); -p as
     /// in perf and kvm_stat.
@@ -46,7 +47,7 @@ pub struct ProfileArgs {
     #[arg(long)]
     pub tui: bool,
     /// Refresh the terminal UI this often, in milliseconds (up to a minute).
-    #[arg(long, default_value_t = crate::tui_cmd::DEFAULT_REFRESH_MS,
+    #[arg(long, default_value_t = crate::live_tui::DEFAULT_REFRESH_MS,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub refresh_ms: u64,
     /// Have the kernel count and time every run of the eBPF programs
@@ -140,10 +141,10 @@ fn check_command(command: &[String]) -> Result<()> {
 /// Runs the subcommand; returns the exit status (a launched command's own
 /// status when it ended by itself).
 pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
-    if crate::tui_cmd::no_terminal(args.tui) {
+    if crate::live_tui::no_terminal(args.tui) {
         return Err(usage(anyhow::anyhow!(bootscope_tui::NOT_A_TERMINAL)));
     }
-    crate::cli::check_output("--output", &args.output).map_err(usage)?;
+    crate::common::check_output("--output", &args.output).map_err(usage)?;
     // SIGINT and SIGTERM end the profiling: they are passed on to the
     // launched command's process group, which is then ended whole; the
     // profile is still written.
@@ -160,9 +161,9 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     let symbols = if args.exit_sites {
         // Reading an input: a signal ends the command at once.
         let _immediate = crate::signals::Immediate::new();
-        crate::sites_cmd::load_symbols(
+        crate::guest_symbols::load_symbols(
             args.guest_symbols.as_deref(),
-            crate::sites_cmd::command_kernel(&command),
+            crate::guest_symbols::command_kernel(&command),
         )
         .map_err(|e| usage(anyhow::anyhow!(e)))?
     } else {
@@ -172,7 +173,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     // Under --tui a launched command must not read the keys or write over
     // the screen: its output goes to a file, shown in the console pane.
     let child_log = if args.tui && args.pid.is_none() {
-        Some(crate::tui_cmd::command_log()?)
+        Some(crate::live_tui::command_log()?)
     } else {
         None
     };
@@ -189,7 +190,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     let target = match args.pid {
         Some(pid) => TargetSpec::Pid(pid),
         None => {
-            let h = crate::tui_cmd::with_child_stdio(child_log.as_deref(), || {
+            let h = crate::live_tui::with_child_stdio(child_log.as_deref(), || {
                 console.spawn(|| HeldCommand::spawn(&command))
             })??
             .with_context(|| format!("cannot start {}", command.join(" ")))?;
@@ -263,9 +264,9 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
             code = exit_code.unwrap_or(0);
         }
     }
-    crate::sites_cmd::annotate(&mut profile, symbols.as_ref(), None);
+    crate::guest_symbols::annotate(&mut profile, symbols.as_ref(), None);
     let json = serde_json::to_vec_pretty(&profile)?;
-    crate::cli::write_output(&args.output, &json)?;
+    crate::common::write_output(&args.output, &json)?;
     if !args.no_summary {
         eprint!("{}", summary(&profile, &args.output));
     }
@@ -305,7 +306,7 @@ fn wait_for_target(
     let mut status = None;
     let mut stopped_by = "the target ended";
     if args.tui {
-        let ended = crate::tui_cmd::profile_live(
+        let ended = crate::live_tui::profile_live(
             collector,
             held.as_deref_mut(),
             started,
@@ -486,235 +487,5 @@ fn wait_for_exit(pidfd: Option<&OwnedFd>, timeout: Duration) -> bool {
             std::thread::sleep(timeout.min(Duration::from_millis(20)));
             false
         }
-    }
-}
-
-fn ms(ns: u64) -> String {
-    format!("{:.1} ms", ns as f64 / 1e6)
-}
-
-/// The short report printed after profiling.
-pub fn summary(p: &Profile, output: &Path) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "\nbootscope: profile of pid {} ({}) over {} -> {}",
-        p.target.pid,
-        p.target.name,
-        ms(p.duration_ns),
-        output.display()
-    );
-    if let Some(c) = p.target.exit_code {
-        let _ = writeln!(s, "target exit status: {c}");
-    }
-    let e = &p.exits;
-    let source = if e.source.is_empty() {
-        "none"
-    } else {
-        &e.source
-    };
-    let _ = write!(s, "exits: {} from {source} ({})", e.total, e.isa);
-    if let Some(k) = e.kvm_stats_exits {
-        let _ = write!(s, "; KVM's own count: {k}");
-    }
-    s.push('\n');
-    for r in e.by_reason.iter().take(8) {
-        let lat = match (r.latency_total_ns, r.count) {
-            (Some(t), c) if c > 0 => format!("  avg {:.1} us", t as f64 / c as f64 / 1e3),
-            _ => String::new(),
-        };
-        let _ = writeln!(s, "  {:<28} {:>10}{lat}", r.reason, r.count);
-    }
-    s.push_str(&crate::sites_cmd::summary(p));
-    if !e.marker_writes.is_empty() {
-        let m: Vec<String> = e
-            .marker_writes
-            .iter()
-            .map(|m| format!("0x{:x}=0x{:x} x{}", m.port, m.value, m.count))
-            .collect();
-        let _ = writeln!(s, "marker port writes: {}", m.join(", "));
-    }
-    mmio_summary(&mut s, &e.mmio);
-    if e.emulated_instructions > 0 {
-        let _ = writeln!(s, "emulated instructions: {}", e.emulated_instructions);
-    }
-    if !p.phases.is_empty() {
-        let ph: Vec<String> = p
-            .phases
-            .iter()
-            .map(|x| format!("{} {}", x.name, ms(x.end_ns.saturating_sub(x.start_ns))))
-            .collect();
-        let _ = writeln!(s, "phases: {}", ph.join(", "));
-    }
-    let f = &p.page_faults;
-    let _ = writeln!(
-        s,
-        "page faults: guest {}{}, host {} (user {}, kernel {})",
-        f.guest_total,
-        if f.guest_source.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", f.guest_source)
-        },
-        f.host_total,
-        f.host_user,
-        f.host_kernel
-    );
-    let n = &p.numa;
-    let _ = writeln!(
-        s,
-        "pages allocated: {} ({} MiB): local {}, remote {}, unknown node {}",
-        n.pages_allocated,
-        n.bytes_allocated >> 20,
-        n.pages_local,
-        n.pages_remote,
-        n.pages_unknown_node
-    );
-    threads_summary(&mut s, p);
-    let waits = bootscope_profiler::runqueue::phase_wait_lines(p);
-    if !waits.is_empty() {
-        let _ = writeln!(s, "run-queue waits (runnable, not running):");
-        for line in waits {
-            let _ = writeln!(s, "  {line}");
-        }
-    }
-    cost_summary(&mut s, p);
-    let _ = writeln!(
-        s,
-        "lost events: {}{}",
-        p.lost_events,
-        if p.map_overflows > 0 {
-            format!(" (and {} not counted: a map was full)", p.map_overflows)
-        } else {
-            String::new()
-        }
-    );
-    s
-}
-
-/// The busiest 16 threads: their CPUs, run time and nodes.
-fn threads_summary(s: &mut String, p: &Profile) {
-    use std::fmt::Write as _;
-    let _ = writeln!(
-        s,
-        "threads ({}):\n  {:>8} {:<16} {:<8} {:>10} {:>10}  cpus (run time) / nodes",
-        p.threads.len(),
-        "tid",
-        "name",
-        "role",
-        "run",
-        "MiB alloc"
-    );
-    let mut threads: Vec<_> = p.threads.iter().collect();
-    threads.sort_by(|a, b| b.run_ns.cmp(&a.run_ns).then(a.tid.cmp(&b.tid)));
-    for t in threads.iter().take(16) {
-        let cpus: Vec<String> = t
-            .cpus
-            .iter()
-            .map(|c| format!("{} ({})", c.cpu, ms(c.run_ns)))
-            .collect();
-        let nodes: Vec<String> = t.nodes.iter().map(|n| n.to_string()).collect();
-        let _ = writeln!(
-            s,
-            "  {:>8} {:<16} {:<8} {:>10} {:>10}  {} / {}",
-            t.tid,
-            t.name,
-            t.role,
-            ms(t.run_ns),
-            t.bytes_allocated >> 20,
-            if cpus.is_empty() {
-                "-".into()
-            } else {
-                cpus.join(", ")
-            },
-            if nodes.is_empty() {
-                "-".into()
-            } else {
-                nodes.join(",")
-            }
-        );
-    }
-    if threads.len() > 16 {
-        let _ = writeln!(s, "  ... {} more in the profile", threads.len() - 16);
-    }
-}
-
-/// The eBPF programs as they attached, and what profiling cost.
-fn cost_summary(s: &mut String, p: &Profile) {
-    use std::fmt::Write as _;
-    let by_status = |st: &str| -> Vec<String> {
-        p.sources
-            .iter()
-            .filter(|x| x.status == st)
-            .map(|x| x.name.clone())
-            .collect()
-    };
-    let attached = by_status("attached").len();
-    let _ = writeln!(s, "sources: {attached} attached");
-    for st in ["fallback", "missing", "failed"] {
-        let v = by_status(st);
-        if !v.is_empty() {
-            let _ = writeln!(s, "  {st}: {}", v.join(", "));
-        }
-    }
-    if !p.startup.is_empty() {
-        let wall: u64 = p.startup.iter().map(|x| x.ns).sum();
-        let cpu: u64 = p.startup.iter().map(|x| x.cpu_ns).sum();
-        let _ = writeln!(
-            s,
-            "profiler start-up: {} ({} CPU; startup[] has the stages)",
-            ms(wall),
-            ms(cpu)
-        );
-    }
-    if let Some(c) = &p.collector {
-        let _ = writeln!(
-            s,
-            "profiler reading: {} CPU ({} samples, {} of it)",
-            ms(c.cpu_ns),
-            c.samples,
-            ms(c.sample_cpu_ns)
-        );
-    }
-    let mut timed: Vec<_> = p.timed_sources().collect();
-    if !timed.is_empty() {
-        let runs: u64 = timed.iter().map(|t| t.1).sum();
-        let ns: u64 = timed.iter().map(|t| t.2).sum();
-        timed.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.name.cmp(&b.0.name)));
-        let top: Vec<String> = timed
-            .iter()
-            .take(3)
-            .filter(|t| t.1 > 0)
-            .map(|t| format!("{} {} runs {}", t.0.name, t.1, ms(t.2)))
-            .collect();
-        let _ = writeln!(
-            s,
-            "eBPF programs: {runs} runs, {} in all{}{}",
-            ms(ns),
-            if top.is_empty() { "" } else { "; most: " },
-            top.join(", ")
-        );
-    }
-}
-
-/// MMIO accesses by what they reached (`virtio-blk0 notify write`), most
-/// first, when the profile's addresses are labelled.
-fn mmio_summary(s: &mut String, mmio: &[bootscope_profiler::profile::MmioStat]) {
-    use std::fmt::Write as _;
-    let mut by: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-    for m in mmio {
-        if let Some(l) = &m.label {
-            *by.entry(format!("mmio {l} {}", m.kind)).or_default() += m.count;
-        }
-    }
-    if by.is_empty() {
-        return;
-    }
-    let mut v: Vec<(String, u64)> = by.into_iter().collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    let _ = writeln!(s, "MMIO by device:");
-    for (what, n) in v.iter().take(8) {
-        let _ = writeln!(s, "  {what:<44} {n:>10}");
     }
 }

@@ -14,7 +14,7 @@ use bootscope_vmm::console::{merge_patterns, MilestonePattern};
 use bootscope_vmm::timeline::{vmm_marks, Clock, Recorder, StopReason, Timeline};
 use bootscope_vmm::vm::{self, VmConfig, VmError};
 
-use crate::cli::{
+use crate::common::{
     check_outputs, command_line, default_guest, parse_seconds, usage, write_output, Failure,
     DEFAULT_CMDLINE, EXIT_FAILURE,
 };
@@ -65,7 +65,7 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     tui: bool,
     /// Refresh the terminal UI this often, in milliseconds (up to a minute).
-    #[arg(long, default_value_t = crate::tui_cmd::DEFAULT_REFRESH_MS,
+    #[arg(long, default_value_t = crate::live_tui::DEFAULT_REFRESH_MS,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     refresh_ms: u64,
     /// Map the initrd from its file (copy-on-write) instead of copying it
@@ -170,7 +170,7 @@ pub(crate) enum InitcallMethod {
 }
 
 pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
-    if crate::tui_cmd::no_terminal(args.tui) {
+    if crate::live_tui::no_terminal(args.tui) {
         return Err(usage(anyhow::anyhow!(bootscope_tui::NOT_A_TERMINAL)));
     }
     // From here on SIGINT and SIGTERM stop the guest and the run still
@@ -193,7 +193,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     }
     let patterns = merge_patterns(patterns, !args.no_default_patterns);
     let (kernel, initrd) = guest_images(&args, stop_after)?;
-    let tui_console = crate::tui_cmd::TuiConsole::new(args.tui, &args.serial).map_err(usage)?;
+    let tui_console = crate::live_tui::TuiConsole::new(args.tui, &args.serial).map_err(usage)?;
     let trace = args.initcalls && args.initcalls_method == InitcallMethod::Trace;
     let base_cmdline = args.devices.cmdline(&args.cmdline);
     let cmdline = match (args.initcalls, args.initcalls_method) {
@@ -207,13 +207,13 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
                 .map_err(|e| usage(e.into()))?
         }
     };
-    let initcall_kernel = trace.then(|| crate::initcalls_cmd::kernel_loader(kernel.clone()));
+    let initcall_kernel = trace.then(|| crate::guest_symbols::kernel_loader(kernel.clone()));
     // Exit sites in modules are named from the module list read at the
     // end (the same loaded image as the initcalls').
     let modules = (args.exit_sites && !args.no_profile).then(|| {
         initcall_kernel
             .clone()
-            .unwrap_or_else(|| crate::initcalls_cmd::kernel_loader(kernel.clone()))
+            .unwrap_or_else(|| crate::guest_symbols::kernel_loader(kernel.clone()))
     });
     let mut cfg = VmConfig {
         kernel,
@@ -242,6 +242,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         disks: args.devices.disks.clone(),
         rng: args.devices.rng(!args.no_acpi),
         virtio_console: args.devices.virtio_console(),
+        host_tool: Some(profiler_tool()),
     };
     // A kernel that cannot be booted is refused before the profiler
     // attaches, as fast as without it (the VMM probes it again).
@@ -274,14 +275,14 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     let symbols = if args.exit_sites && (args.guest_symbols.is_some() || args.tui) {
         // Reading an input: a signal ends the command at once.
         let _immediate = crate::signals::Immediate::new();
-        crate::sites_cmd::load_symbols(args.guest_symbols.as_deref(), Some(cfg.kernel.clone()))
+        crate::guest_symbols::load_symbols(args.guest_symbols.as_deref(), Some(cfg.kernel.clone()))
             .map_err(|e| usage(anyhow::anyhow!(e)))?
     } else {
         None
     };
     let collector = attach_self_profile(&args, &recorder, &mut cfg)?;
     let report = if args.tui {
-        crate::tui_cmd::run_vm(
+        crate::live_tui::run_vm(
             cfg,
             &recorder,
             collector.clone(),
@@ -465,15 +466,16 @@ impl Ended<'_> {
         // is closed.
         self.recorder.vmm_once(vmm_marks::VMM_EXIT);
         doc.marks = self.recorder.snapshot();
-        doc.phases = bootscope_vmm::timeline::derive_phases(&doc.marks);
+        let tool = profiler_tool();
+        doc.phases = bootscope_vmm::timeline::derive_phases(&doc.marks, Some(&tool));
         if let Some(probe) = self.units_probe.clone() {
-            probe.after_boot(&mut doc);
+            probe.after_boot(&mut doc, Some(&tool));
         }
         let profiled = collector.is_some();
         if let Some(c) = collector {
             let profile = finish_self_profile(args, c, &doc, self.symbols, modules.as_ref())?;
             if let (Some(initcalls), Some(profile)) = (doc.initcalls.as_mut(), profile) {
-                crate::initcalls_cmd::attribute_profile(initcalls, &profile);
+                bootscope_profiler::initcalls::attribute_profile(initcalls, &profile);
             }
         }
         let mut result = finish_run(args, &doc);
@@ -544,11 +546,12 @@ fn guest_programs_gate(
     let recorder = recorder.clone();
     Box::new(move || {
         let Some(c) = weak.upgrade() else { return };
-        recorder.vmm(vmm_marks::PROFILER_GUEST_WAIT);
+        let tool = profiler_tool();
+        recorder.vmm(&tool.guest_wait_mark());
         if let Some(at) = c.wait_guest_programs() {
             let clock = recorder.clock();
             recorder.push(bootscope_vmm::timeline::TimelineMark {
-                name: vmm_marks::PROFILER_GUEST_ATTACHED.into(),
+                name: tool.guest_attached_mark(),
                 source: bootscope_vmm::timeline::MarkSource::Vmm,
                 t_ns: at.saturating_duration_since(clock.instant_at(0)).as_nanos() as u64,
                 value: None,
@@ -556,6 +559,13 @@ fn guest_programs_gate(
             });
         }
     })
+}
+
+/// The eBPF profiler as the VMM's host tool: the marks `run` records when
+/// it attaches (`vmm: profiler attached`, ...) and the phases the timeline
+/// splits off by them (`profiler attach`, `profiler guest attach`).
+fn profiler_tool() -> bootscope_vmm::timeline::HostTool {
+    bootscope_vmm::timeline::HostTool::new("profiler")
 }
 
 /// Starts the eBPF collector on this process with the programs the VMM's
@@ -635,7 +645,7 @@ fn attach_self_profile(
             forward(&c, m);
         }
     }));
-    recorder.vmm(vmm_marks::PROFILER_ATTACHED);
+    recorder.vmm(&profiler_tool().attached_mark());
     if cfg.stop_after.is_none() {
         cfg.before_first_run = Some(guest_programs_gate(&collector, recorder));
     }
@@ -667,13 +677,13 @@ fn finish_self_profile(
     let booted;
     let symbols = match symbols {
         None if args.exit_sites => {
-            booted = crate::sites_cmd::booted_kernel_symbols(guest);
+            booted = crate::guest_symbols::booted_kernel_symbols(guest);
             booted.as_ref()
         }
         given => given,
     };
-    crate::sites_cmd::annotate(&mut profile, symbols, modules);
-    crate::sites_cmd::label_npf_ranges(&mut profile, &guest.regions);
+    crate::guest_symbols::annotate(&mut profile, symbols, modules);
+    crate::guest_symbols::label_npf_ranges(&mut profile, &guest.regions);
     if let Some(path) = &args.output {
         write_output(path, &serde_json::to_vec_pretty(&profile)?)?;
     }
@@ -682,7 +692,7 @@ fn finish_self_profile(
             .output
             .clone()
             .unwrap_or_else(|| PathBuf::from("(not saved: use --output)"));
-        eprint!("{}", crate::profile_cmd::summary(&profile, &shown));
+        eprint!("{}", crate::profile_summary::summary(&profile, &shown));
     }
     Ok(Some(profile))
 }

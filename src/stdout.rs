@@ -36,7 +36,7 @@ pub fn print(text: impl AsRef<[u8]>) -> std::io::Result<()> {
 
 /// The error of a failed [`print`], for commands that return anyhow
 /// errors (exit status 1).
-pub fn failure(e: std::io::Error) -> crate::cli::Failure {
+pub fn failure(e: std::io::Error) -> crate::common::Failure {
     anyhow::Error::new(e)
         .context("cannot write standard output")
         .into()

@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 
 use bootscope::exporter_http::HttpStats;
 
-use super::Registry;
 use bootscope_model::prometheus::Exposition;
+use bootscope_profiler::host_vms::Registry;
 
 /// Binds `listen` (ADDR:PORT); Err is a message naming the input and what
 /// to do.
@@ -75,7 +75,12 @@ fn own_usage() -> (f64, f64) {
 }
 
 /// The exporter's own families: what it follows, and what it costs.
-pub fn write_exporter_metrics(x: &mut Exposition, r: &Registry, running: usize, start_s: f64) {
+pub fn write_exporter_metrics<S>(
+    x: &mut Exposition,
+    r: &Registry<S>,
+    running: usize,
+    start_s: f64,
+) {
     let (cpu_s, rss) = own_usage();
     let gauges: [(&'static str, &'static str, &'static str, f64); 8] = [
         (

@@ -46,6 +46,7 @@ fn main() {
         disks: Vec::new(),
         rng: false,
         virtio_console: false,
+        host_tool: None,
     };
     match run(cfg, rec) {
         Ok(r) => {

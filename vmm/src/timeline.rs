@@ -18,17 +18,6 @@ pub use bootscope_model::timeline::{TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSIO
 /// Names of the marks the VMM records itself.
 pub mod vmm_marks {
     pub const PROCESS_START: &str = "vmm: process start";
-    /// bootscope's eBPF profiler is attached (`bootscope run` profiling
-    /// itself): the programs the set-up needs (threads, host page faults,
-    /// page allocations); the VMM starts after it.
-    pub const PROFILER_ATTACHED: &str = "vmm: profiler attached";
-    /// The VMM, ready to run its vCPUs, waits for the profiler's guest
-    /// programs (those that fire only while a vCPU runs: KVM's exits,
-    /// guest faults, marker ports), attached meanwhile on their own thread.
-    pub const PROFILER_GUEST_WAIT: &str = "vmm: waiting for the profiler's guest programs";
-    /// The profiler's guest programs are attached (when that ended, during
-    /// the set-up or the wait).
-    pub const PROFILER_GUEST_ATTACHED: &str = "vmm: profiler's guest programs attached";
     pub const MEMORY_READY: &str = "vmm: memory ready";
     /// The decompression thread has the bzImage's kernel: read from the
     /// cache, or decompressed (either way after hashing the payload).
@@ -40,6 +29,64 @@ pub mod vmm_marks {
     pub const FIRST_SERIAL_BYTE: &str = "vmm: first serial byte";
     pub const GUEST_SHUTDOWN: &str = "vmm: guest shutdown";
     pub const VMM_EXIT: &str = "vmm: exit";
+}
+
+/// Marks on the guest's own clock, placed on the timeline from a record the
+/// guest left (a systemd guest's units, `units/`).
+pub mod guest_clock_marks {
+    /// systemd started as PID 1 (the end of the `kernel` phase).
+    pub const SYSTEMD_STARTED: &str = "systemd: started";
+    /// systemd's start-up finished (its job queue emptied).
+    pub const SYSTEMD_FINISHED: &str = "systemd: startup finished";
+}
+
+/// A tool on the host that attaches to the VMM's process before its guest
+/// runs, named by the caller (the VMM's configuration carries it): the
+/// names of the marks the caller records for it, and of the phases they
+/// split off the VMM's own. The tool attaches in two parts: what the
+/// set-up needs, before the VMM starts; and its guest programs (those that
+/// act only while a vCPU runs), for which the VMM, ready to run its vCPUs,
+/// may wait.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostTool {
+    /// The tool's name in the marks and phases (`profiler`).
+    pub name: String,
+}
+
+impl HostTool {
+    pub fn new(name: &str) -> Self {
+        Self { name: name.into() }
+    }
+
+    /// The tool's first part is attached; the VMM starts after it
+    /// (`vmm: NAME attached`).
+    pub fn attached_mark(&self) -> String {
+        format!("vmm: {} attached", self.name)
+    }
+
+    /// The VMM, ready to run its vCPUs, waits for the tool's guest
+    /// programs, attached meanwhile (`vmm: waiting for the NAME's guest
+    /// programs`).
+    pub fn guest_wait_mark(&self) -> String {
+        format!("vmm: waiting for the {}'s guest programs", self.name)
+    }
+
+    /// The tool's guest programs are attached (when that ended, during the
+    /// set-up or the wait): `vmm: NAME's guest programs attached`.
+    pub fn guest_attached_mark(&self) -> String {
+        format!("vmm: {}'s guest programs attached", self.name)
+    }
+
+    /// Process start to [`Self::attached_mark`] (`NAME attach`).
+    pub fn attach_phase(&self) -> String {
+        format!("{} attach", self.name)
+    }
+
+    /// [`Self::guest_wait_mark`] to the first `KVM_RUN` (`NAME guest
+    /// attach`).
+    pub fn guest_attach_phase(&self) -> String {
+        format!("{} guest attach", self.name)
+    }
 }
 
 pub use bootscope_model::mark::{boot_time_port_mark_name, debug_port_mark_name, MarkSource};
@@ -218,43 +265,47 @@ pub fn is_userspace_start(mark: &TimelineMark) -> bool {
         MarkSource::BootTimer => true,
         MarkSource::Serial => mark.name.contains("run init"),
         // systemd's start as PID 1: where systemd's own figures end the kernel.
-        MarkSource::GuestClock => mark.name == crate::units::SYSTEMD_STARTED,
+        MarkSource::GuestClock => mark.name == guest_clock_marks::SYSTEMD_STARTED,
         _ => false,
     }
 }
 
-/// Derives the named boot phases from a sorted list of marks.
+/// Derives the named boot phases from a sorted list of marks, with the
+/// marks of the host tool that attached, if one did (`tool`).
 ///
-/// - `profiler attach`: process start to the profiler attached, when the
-///   profiler attached before the VMM started (the VMM's phases are then
-///   its own and start after it);
-/// - `vmm setup`: VMM start (process start, or the profiler attached) to
-///   the first `KVM_RUN`, or to the wait for the profiler's guest
-///   programs when there is one;
-/// - `profiler guest attach`: that wait to the first `KVM_RUN` (the rest of
-///   the profiler's attach the set-up did not hide, and the vCPU threads'
-///   start);
+/// - `TOOL attach`: process start to the tool attached, when it attached
+///   before the VMM started (the VMM's phases are then its own and start
+///   after it);
+/// - `vmm setup`: VMM start (process start, or the tool attached) to the
+///   first `KVM_RUN`, or to the wait for the tool's guest programs when
+///   there is one;
+/// - `TOOL guest attach`: that wait to the first `KVM_RUN` (the rest of the
+///   tool's attach the set-up did not hide, and the vCPU threads' start);
 /// - `firmware/boot loader`: first `KVM_RUN` to the kernel's first sign of
 ///   life (only when the guest reports one separately);
 /// - `kernel`: first `KVM_RUN` (or the kernel-start mark) to userspace start;
 /// - `userspace`: userspace start to guest shutdown;
 /// - `vmm teardown`: guest shutdown to VMM exit.
-pub fn derive_phases(marks: &[TimelineMark]) -> Vec<TimelinePhase> {
+pub fn derive_phases(marks: &[TimelineMark], tool: Option<&HostTool>) -> Vec<TimelinePhase> {
     let first = |pred: &dyn Fn(&TimelineMark) -> bool| marks.iter().find(|m| pred(m));
     let named =
         |name: &str| first(&|m: &TimelineMark| m.name == name && m.source == MarkSource::Vmm);
     let start = named(vmm_marks::PROCESS_START);
     let run = named(vmm_marks::FIRST_KVM_RUN);
-    let guest_wait =
-        named(vmm_marks::PROFILER_GUEST_WAIT).filter(|w| run.is_some_and(|r| w.t_ns <= r.t_ns));
+    let guest_wait = tool
+        .and_then(|t| named(&t.guest_wait_mark()))
+        .filter(|w| run.is_some_and(|r| w.t_ns <= r.t_ns));
     // Attached before any of the VMM's own set-up marks (memory ready, the
     // kernel loaded, ...): the VMM started after it.
-    let attached = named(vmm_marks::PROFILER_ATTACHED).filter(|a| {
-        !marks.iter().any(|m| {
-            m.source == MarkSource::Vmm
-                && m.t_ns < a.t_ns
-                && m.name != vmm_marks::PROCESS_START
-                && m.name != vmm_marks::PROFILER_ATTACHED
+    let attached = tool.and_then(|t| {
+        let name = t.attached_mark();
+        named(&name).filter(|a| {
+            !marks.iter().any(|m| {
+                m.source == MarkSource::Vmm
+                    && m.t_ns < a.t_ns
+                    && m.name != vmm_marks::PROCESS_START
+                    && m.name != name
+            })
         })
     });
     // A kernel-start mark from the guest splits pre-kernel time off, but only
@@ -281,12 +332,12 @@ pub fn derive_phases(marks: &[TimelineMark]) -> Vec<TimelinePhase> {
             }
         }
     };
-    if attached.is_some() {
-        add("profiler attach", start, attached);
+    if let (Some(t), Some(_)) = (tool, attached) {
+        add(&t.attach_phase(), start, attached);
     }
     add("vmm setup", attached.or(start), guest_wait.or(run));
-    if guest_wait.is_some() {
-        add("profiler guest attach", guest_wait, run);
+    if let (Some(t), Some(_)) = (tool, guest_wait) {
+        add(&t.guest_attach_phase(), guest_wait, run);
     }
     if let Some(k) = kernel_marker {
         add("firmware/boot loader", run, Some(k));
@@ -465,7 +516,7 @@ mod tests {
                 Some(0x60),
             ),
         ]);
-        let p = derive_phases(&marks);
+        let p = derive_phases(&marks, None);
         let names: Vec<_> = p.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
             names,
@@ -492,7 +543,7 @@ mod tests {
             mark("serial: free initmem", MarkSource::Serial, 31, None),
             mark("serial: run init", MarkSource::Serial, 80, None),
         ]);
-        let p = derive_phases(&marks);
+        let p = derive_phases(&marks, None);
         let kernel = p.iter().find(|p| p.name == "kernel").unwrap();
         assert_eq!((kernel.start_ns, kernel.end_ns), (10, 80));
         assert!(p.iter().all(|p| p.name != "firmware/boot loader"));
@@ -505,45 +556,52 @@ mod tests {
             Some(0x40),
         ));
         with_port.sort_by_key(|m| m.t_ns);
-        let p = derive_phases(&with_port);
+        let p = derive_phases(&with_port, None);
         let kernel = p.iter().find(|p| p.name == "kernel").unwrap();
         assert_eq!((kernel.start_ns, kernel.end_ns), (40, 80));
     }
 
     #[test]
-    fn a_profiler_attached_before_the_vmm_has_its_own_phase() {
-        let p = derive_phases(&boot(vec![mark(
-            vmm_marks::PROFILER_ATTACHED,
-            MarkSource::Vmm,
-            4,
-            None,
-        )]));
+    fn a_tool_attached_before_the_vmm_has_its_own_phase() {
+        let tool = HostTool::new("tracer");
+        let marks = boot(vec![mark(&tool.attached_mark(), MarkSource::Vmm, 4, None)]);
+        let p = derive_phases(&marks, Some(&tool));
         let names: Vec<_> = p.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
             names,
-            ["profiler attach", "vmm setup", "kernel", "vmm teardown"]
+            ["tracer attach", "vmm setup", "kernel", "vmm teardown"]
         );
         assert_eq!((p[0].start_ns, p[0].end_ns), (0, 4));
         assert_eq!((p[1].start_ns, p[1].end_ns), (4, 10));
+        // The marks of a tool the VMM was not told of split nothing off.
+        let p = derive_phases(&marks, None);
+        assert_eq!((p[0].name.as_str(), p[0].start_ns), ("vmm setup", 0));
         // Attached during the VMM's set-up (after one of its marks): part
         // of that set-up, no phase of its own.
-        let p = derive_phases(&boot(vec![
-            mark(vmm_marks::MEMORY_READY, MarkSource::Vmm, 2, None),
-            mark(vmm_marks::PROFILER_ATTACHED, MarkSource::Vmm, 4, None),
-        ]));
+        let p = derive_phases(
+            &boot(vec![
+                mark(vmm_marks::MEMORY_READY, MarkSource::Vmm, 2, None),
+                mark(&tool.attached_mark(), MarkSource::Vmm, 4, None),
+            ]),
+            Some(&tool),
+        );
         assert_eq!(p[0].name, "vmm setup");
         assert_eq!((p[0].start_ns, p[0].end_ns), (0, 10));
-        assert!(p.iter().all(|p| p.name != "profiler attach"));
+        assert!(p.iter().all(|p| p.name != "tracer attach"));
     }
 
     #[test]
-    fn the_wait_for_the_profilers_guest_programs_is_a_phase() {
-        let p = derive_phases(&boot(vec![
-            mark(vmm_marks::PROFILER_ATTACHED, MarkSource::Vmm, 2, None),
-            mark(vmm_marks::MEMORY_READY, MarkSource::Vmm, 4, None),
-            mark(vmm_marks::PROFILER_GUEST_ATTACHED, MarkSource::Vmm, 5, None),
-            mark(vmm_marks::PROFILER_GUEST_WAIT, MarkSource::Vmm, 7, None),
-        ]));
+    fn the_wait_for_the_tools_guest_programs_is_a_phase() {
+        let tool = HostTool::new("profiler");
+        let p = derive_phases(
+            &boot(vec![
+                mark(&tool.attached_mark(), MarkSource::Vmm, 2, None),
+                mark(vmm_marks::MEMORY_READY, MarkSource::Vmm, 4, None),
+                mark(&tool.guest_attached_mark(), MarkSource::Vmm, 5, None),
+                mark(&tool.guest_wait_mark(), MarkSource::Vmm, 7, None),
+            ]),
+            Some(&tool),
+        );
         let spans: Vec<_> = p
             .iter()
             .map(|p| (p.name.as_str(), p.start_ns, p.end_ns))
@@ -560,14 +618,14 @@ mod tests {
         // A run that never reached its first KVM_RUN has no such phase.
         let stopped = vec![
             mark(vmm_marks::PROCESS_START, MarkSource::Vmm, 0, None),
-            mark(vmm_marks::PROFILER_GUEST_WAIT, MarkSource::Vmm, 7, None),
+            mark(&tool.guest_wait_mark(), MarkSource::Vmm, 7, None),
         ];
-        assert!(derive_phases(&stopped).is_empty());
+        assert!(derive_phases(&stopped, Some(&tool)).is_empty());
     }
 
     #[test]
     fn no_userspace_mark_means_kernel_runs_to_shutdown() {
-        let p = derive_phases(&boot(vec![]));
+        let p = derive_phases(&boot(vec![]), None);
         let kernel = p.iter().find(|p| p.name == "kernel").unwrap();
         assert_eq!(kernel.end_ns, 100);
         assert!(p.iter().all(|p| p.name != "userspace"));

@@ -78,6 +78,7 @@ fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
         disks: Vec::new(),
         rng: false,
         virtio_console: false,
+        host_tool: None,
     }
 }
 

@@ -15,17 +15,14 @@ use std::path::{Path, PathBuf};
 use bootscope_model::mark::MarkSource;
 use bootscope_model::units::{ChainLink, Startup, Unit, UnitsClock, UnitsDoc};
 
-use crate::timeline::{derive_phases, vmm_marks, Timeline, TimelineMark};
+use crate::timeline::{derive_phases, vmm_marks, HostTool, Timeline, TimelineMark};
 use record::Record;
 
 /// Where the workload leaves its record in the image.
 pub const RECORD_PATH: &str = "/var/lib/bootscope/units.txt";
 /// The workload unit, the end of the critical chain.
 pub const WORKLOAD_UNIT: &str = "bootscope-workload.service";
-/// Mark: systemd started as PID 1 (the end of the `kernel` phase).
-pub const SYSTEMD_STARTED: &str = "systemd: started";
-/// Mark: systemd's start-up finished (its job queue emptied).
-pub const SYSTEMD_FINISHED: &str = "systemd: startup finished";
+pub use crate::timeline::guest_clock_marks::{SYSTEMD_FINISHED, SYSTEMD_STARTED};
 
 /// The record file in a disk image: `Ok(None)` when the image holds no
 /// ext4 file system or no record; an error when it holds one that cannot
@@ -64,8 +61,9 @@ impl RecordProbe {
     /// After the guest stopped: puts the units on the timeline when this
     /// boot wrote a record; says why not when the image held one but this
     /// boot left none or the old one; leaves the timeline alone for an
-    /// image that never had one.
-    pub fn after_boot(self, doc: &mut Timeline) {
+    /// image that never had one. `tool`: the host tool of the run's
+    /// configuration, for the phases derived again.
+    pub fn after_boot(self, doc: &mut Timeline, tool: Option<&HostTool>) {
         let source = format!("{RECORD_PATH} in the disk image {}", self.image.display());
         let after = read_record_file(&self.image);
         let units = match (self.before, after) {
@@ -87,7 +85,7 @@ impl RecordProbe {
             },
             (_, Ok(Some(text))) => units_doc(&text, &source, &doc.marks),
         };
-        apply(doc, units);
+        apply(doc, units, tool);
     }
 }
 
@@ -215,8 +213,9 @@ pub fn units_doc(text: &str, source: &str, marks: &[TimelineMark]) -> UnitsDoc {
 
 /// Puts the units on the timeline: the `units` object, the marks of
 /// systemd's start and of its start-up's end, and the phases derived again
-/// (`kernel` then ends where systemd starts, as systemd counts it).
-pub fn apply(doc: &mut Timeline, units: UnitsDoc) {
+/// (`kernel` then ends where systemd starts, as systemd counts it), with
+/// the marks of the run's host tool (`tool`).
+pub fn apply(doc: &mut Timeline, units: UnitsDoc, tool: Option<&HostTool>) {
     if let Some(s) = &units.startup {
         for (name, t_ns) in [
             (SYSTEMD_STARTED, s.systemd_start_ns),
@@ -231,7 +230,7 @@ pub fn apply(doc: &mut Timeline, units: UnitsDoc) {
             });
         }
         doc.marks.sort_by_key(|m| m.t_ns);
-        doc.phases = derive_phases(&doc.marks);
+        doc.phases = derive_phases(&doc.marks, tool);
     }
     doc.units = Some(units);
 }

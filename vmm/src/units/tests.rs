@@ -155,12 +155,12 @@ fn applied_units_end_the_kernel_phase_at_systemd_s_start() {
         "schema": "bootscope.timeline", "version": 2, "clock": "", "vmm": "", "host_kvm": "svm",
         "guest": {"kernel": "k", "kernel_format": "bzimage", "cmdline": "", "memory_bytes": 1, "vcpus": 1},
         "outcome": {"reason": "acpi_power_off", "clean": true, "detail": ""},
-        "marks": marks, "phases": derive_phases(&marks), "kvm_stats": {}
+        "marks": marks, "phases": derive_phases(&marks, None), "kvm_stats": {}
     }))
     .unwrap();
     let units = units_doc(FIXTURE, "fixture", &doc.marks);
     let startup = units.startup.clone().expect("systemd's startup line");
-    apply(&mut doc, units);
+    apply(&mut doc, units, None);
     let kernel = doc.phase("kernel").unwrap();
     assert_eq!(kernel.to, SYSTEMD_STARTED);
     assert_eq!(kernel.end_ns, startup.systemd_start_ns);

@@ -100,6 +100,10 @@ pub struct VmConfig {
     /// A virtio console writing into the console sink (`--console
     /// virtio`).
     pub virtio_console: bool,
+    /// The tool on the host that attaches to this process before the guest
+    /// runs, whose marks the caller records: the timeline's phases split
+    /// its time off the VMM's set-up.
+    pub host_tool: Option<crate::timeline::HostTool>,
 }
 
 /// `--stop-after`: the build stage after which to stop and report the

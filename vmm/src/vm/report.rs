@@ -51,6 +51,7 @@ impl StopAfter {
 
 /// A document with the marks recorded so far and the phases between them.
 fn document(
+    cfg: &VmConfig,
     recorder: &Recorder,
     flavour: KvmFlavour,
     guest: TimelineGuest,
@@ -67,7 +68,7 @@ fn document(
         host_kvm: format!("{flavour:?}").to_lowercase(),
         guest: Some(guest),
         outcome: Some(outcome),
-        phases: derive_phases(&marks),
+        phases: derive_phases(&marks, cfg.host_tool.as_ref()),
         marks,
         kvm_stats: Some(kvm_stats),
         memory: prealloc.map(memory_section),
@@ -158,7 +159,15 @@ pub(super) fn setup_only_timeline(
         clean: Some(true),
         detail: stage.detail().into(),
     };
-    document(recorder, flavour, guest, outcome, BTreeMap::new(), prealloc)
+    document(
+        cfg,
+        recorder,
+        flavour,
+        guest,
+        outcome,
+        BTreeMap::new(),
+        prealloc,
+    )
 }
 
 /// The timeline of a run that booted the guest and ended with `reason`.
@@ -194,5 +203,5 @@ pub(super) fn run_timeline(
         reason: reason.name(),
         detail,
     };
-    document(recorder, flavour, guest, outcome, kvm_stats, prealloc)
+    document(cfg, recorder, flavour, guest, outcome, kvm_stats, prealloc)
 }

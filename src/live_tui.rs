@@ -1,5 +1,6 @@
-//! `--tui` for `bootscope run` and `bootscope profile`: the adapters that
-//! hand the live terminal UI (`tui/`) its profiles.
+//! The live terminal UI of `bootscope run --tui` and `bootscope profile
+//! --tui`: the adapters that hand the TUI (`tui/`) its profiles while the
+//! VM runs or the profiled process is followed.
 //!
 //! - `profile --tui`: the collector's snapshots; a launched command's
 //!   standard input is /dev/null and its output goes to a file in a
@@ -7,12 +8,10 @@
 //!   the keys nor writes over the screen.
 //! - `run --tui`: the VM runs on a thread of its own. With the eBPF
 //!   collector on this process (`run` starts one where BPF works) the TUI
-//!   shows its snapshots; without it, a profile built from the VMM's own
-//!   marks, `/proc/self` (threads, where they ran, host page faults) and
-//!   KVM's exit count. A console on standard output goes to a file instead,
+//!   shows its snapshots; without it, the profiler's procfs profile of
+//!   this process (the VMM's own marks, `/proc/self`, KVM's exit count). A console on standard output goes to a file instead,
 //!   tailed in the console pane.
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
@@ -23,14 +22,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use bootscope_profiler::collector::thread_role;
 use bootscope_profiler::guest_symbols::SymbolTable;
-use bootscope_profiler::kvm_stats::KvmStatsReader;
 use bootscope_profiler::launch::HeldCommand;
-use bootscope_profiler::profile::{
-    CpuResidency, DataSource, Mark, Profile, Sample, Target, ThreadProfile,
-};
-use bootscope_profiler::topology::Topology;
+use bootscope_profiler::procfs::ProcfsProfile;
+use bootscope_profiler::profile::{Mark, Profile};
 use bootscope_profiler::Collector;
 use bootscope_tui::{Console, ProfileSource, TuiOptions};
 use bootscope_vmm::kernel_log::InitcallsDoc;
@@ -313,197 +308,6 @@ impl TuiConsole {
     }
 }
 
-/// A run's profile without eBPF: the VMM's marks, `/proc/self` and KVM's
-/// exit count.
-struct ProcfsProfile {
-    pid: u32,
-    topology: Topology,
-    kvm: KvmStatsReader,
-    threads: BTreeMap<u32, ThreadProfile>,
-    samples: Vec<Sample>,
-    ticks_per_sec: u64,
-    last_rescan: Option<Instant>,
-}
-
-/// Samples kept by the procfs profile (the TUI shows the last ones).
-const MAX_SAMPLES: usize = 1200;
-
-/// Fields of a /proc stat line after the command name: index k holds field
-/// k + 3 of proc(5).
-fn stat_fields(path: &str) -> Option<Vec<u64>> {
-    let s = std::fs::read_to_string(path).ok()?;
-    let rest = s.rsplit_once(')')?.1;
-    Some(
-        rest.split_whitespace()
-            .map(|f| f.parse().unwrap_or(0))
-            .collect(),
-    )
-}
-
-const STAT_MINFLT: usize = 7;
-const STAT_MAJFLT: usize = 9;
-const STAT_UTIME: usize = 11;
-const STAT_STIME: usize = 12;
-const STAT_PROCESSOR: usize = 36;
-
-impl ProcfsProfile {
-    fn new() -> Self {
-        // SAFETY: sysconf has no preconditions.
-        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        Self {
-            pid: std::process::id(),
-            topology: Topology::read(Path::new("/")),
-            kvm: KvmStatsReader::new(),
-            threads: BTreeMap::new(),
-            samples: Vec::new(),
-            ticks_per_sec: if ticks > 0 { ticks as u64 } else { 100 },
-            last_rescan: None,
-        }
-    }
-
-    /// Reads every live thread's name, run time and CPU from /proc into
-    /// `threads` (run time since the last look filed under its CPU now).
-    fn read_threads(&mut self, now: u64) {
-        let pid = self.pid;
-        let tick_ns = 1_000_000_000 / self.ticks_per_sec;
-        for tid in bootscope_model::proc::threads_of(pid) {
-            let base = format!("/proc/{pid}/task/{tid}");
-            let Some(stat) = stat_fields(&format!("{base}/stat")) else {
-                continue;
-            };
-            let name = std::fs::read_to_string(format!("{base}/comm"))
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default();
-            let field = |i: usize| stat.get(i).copied().unwrap_or(0);
-            let run_ns = (field(STAT_UTIME) + field(STAT_STIME)) * tick_ns;
-            let cpu = field(STAT_PROCESSOR) as u32;
-            let t = self.threads.entry(tid).or_insert_with(|| ThreadProfile {
-                tid,
-                tgid: pid,
-                start_ns: now,
-                ..Default::default()
-            });
-            t.role = thread_role(&name, tid, pid).into();
-            t.name = name;
-            t.end_ns = now;
-            // Run time since the last look is filed under the CPU the
-            // thread is on now: a sampled view of where it ran.
-            let delta = run_ns.saturating_sub(t.run_ns);
-            t.run_ns = run_ns;
-            let node = self.topology.cpu_node(cpu).unwrap_or(0);
-            match t.cpus.iter_mut().find(|c| c.cpu == cpu) {
-                Some(c) => c.run_ns += delta,
-                None => t.cpus.push(CpuResidency {
-                    cpu,
-                    node,
-                    run_ns: delta,
-                }),
-            }
-            t.cpus.sort_by_key(|c| c.cpu);
-            let mut nodes: Vec<u32> = t.cpus.iter().map(|c| c.node).collect();
-            nodes.sort_unstable();
-            nodes.dedup();
-            t.nodes = nodes;
-        }
-    }
-
-    fn build(&mut self, recorder: &Recorder, why: &str) -> Profile {
-        let now = recorder.clock().now_ns();
-        let pid = self.pid;
-        let mut p = Profile::new();
-        p.duration_ns = now;
-        p.target = Target {
-            kind: "self".into(),
-            command: crate::cli::command_line(),
-            pid,
-            name: std::fs::read_to_string("/proc/self/comm")
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default(),
-            ..Default::default()
-        };
-        p.host.cpus = self.topology.cpu_nodes.len() as u32;
-        p.host.numa_nodes = self.topology.nodes.clone();
-        // Marks and phases, on the VMM's clock.
-        p.marks = recorder
-            .snapshot()
-            .into_iter()
-            .map(|m| Mark {
-                source: m.source,
-                name: m.name,
-                t_ns: m.t_ns,
-                value: m.value,
-                tgid: Some(pid),
-                guest_rip: None,
-            })
-            .collect();
-        p.phases = bootscope_profiler::phases::derive_spans(&p.marks, now);
-        // Threads: alive ones from /proc; ended ones keep their last state.
-        self.read_threads(now);
-        p.threads = self.threads.values().cloned().collect();
-        // Host page faults of the whole process.
-        if let Some(stat) = stat_fields(&format!("/proc/{pid}/stat")) {
-            let field = |i: usize| stat.get(i).copied().unwrap_or(0);
-            p.page_faults.host_total = field(STAT_MINFLT) + field(STAT_MAJFLT);
-        }
-        // KVM's own exit count (no reasons without eBPF).
-        let rescan = self
-            .last_rescan
-            .is_none_or(|t| t.elapsed() >= Duration::from_millis(500));
-        if rescan {
-            self.last_rescan = Some(Instant::now());
-        }
-        self.kvm.poll(&[pid], rescan);
-        let (kvm_status, kvm_detail) = self.kvm.describe();
-        if let Some(n) = self.kvm.total() {
-            p.exits.total = n;
-            p.exits.kvm_stats_exits = Some(n);
-            p.exits.source = format!("kvm_stats:{}", self.kvm.method());
-            p.exits.isa = "unknown".into();
-        }
-        self.samples.push(Sample {
-            t_ns: now,
-            exits_total: p.exits.total,
-            exits_by_reason: BTreeMap::new(),
-            guest_faults: 0,
-            host_faults: p.page_faults.host_total,
-        });
-        if self.samples.len() > MAX_SAMPLES {
-            self.samples.drain(..self.samples.len() - MAX_SAMPLES);
-        }
-        p.samples = self.samples.clone();
-        let source = |name: &str, status: &str, detail: String, collector: &str| DataSource {
-            name: name.into(),
-            status: status.into(),
-            detail,
-            events: 0,
-            collector: collector.into(),
-            ..Default::default()
-        };
-        p.sources = vec![
-            source("ebpf", "failed", why.to_string(), "all"),
-            source(
-                "vmm",
-                "attached",
-                "marks recorded by bootscope's VMM".into(),
-                "phases",
-            ),
-            source(
-                "procfs",
-                "fallback",
-                "threads, their CPUs (sampled) and host page faults from /proc/self".into(),
-                "threads",
-            ),
-            source(
-                &format!("kvm_stats:{}", self.kvm.method()),
-                kvm_status,
-                kvm_detail,
-                "exits",
-            ),
-        ];
-        p
-    }
-}
-
 /// `bootscope run --tui`: the VM thread, and the collector or the procfs
 /// profile.
 struct RunSource<'a> {
@@ -534,10 +338,28 @@ impl ProfileSource for RunSource<'_> {
                 }
                 p
             }
-            (None, Some(p)) => p.build(
-                &self.recorder,
-                "the eBPF profiler is not running (not root, --no-profile, or it could not start)",
-            ),
+            (None, Some(p)) => {
+                let now = self.recorder.clock().now_ns();
+                let pid = std::process::id();
+                let marks = self
+                    .recorder
+                    .snapshot()
+                    .into_iter()
+                    .map(|m| Mark {
+                        source: m.source,
+                        name: m.name,
+                        t_ns: m.t_ns,
+                        value: m.value,
+                        tgid: Some(pid),
+                        guest_rip: None,
+                    })
+                    .collect();
+                p.build(
+                    now,
+                    marks,
+                    "the eBPF profiler is not running (not root, --no-profile, or it could not start)",
+                )
+            }
             (None, None) => Profile::new(),
         }
     }
@@ -577,7 +399,7 @@ impl ProfileSource for RunSource<'_> {
             .take()?;
         if let Some(c) = &self.collector {
             let samples = c.snapshot().samples;
-            crate::initcalls_cmd::attribute(&mut doc, c.time_slots().as_ref(), &samples);
+            bootscope_profiler::initcalls::attribute(&mut doc, c.time_slots().as_ref(), &samples);
         }
         bootscope_tui::Initcalls::from_json(&serde_json::to_value(&doc).ok()?)
     }
@@ -608,13 +430,16 @@ pub fn run_vm(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "no kernel".into());
-    let procfs = collector.is_none().then(ProcfsProfile::new);
+    let procfs = collector
+        .is_none()
+        .then(|| ProcfsProfile::new(crate::common::command_line()));
     let vm_recorder = recorder.clone();
     let initcalls = Arc::new(Mutex::new(None));
     let vm_initcalls = initcalls.clone();
     let units = Arc::new(Mutex::new(None));
     let vm_units = units.clone();
     let units_probe = units_probe.cloned();
+    let tool = cfg.host_tool.clone();
     let stop = cfg
         .stop
         .get_or_insert_with(|| Arc::new(std::sync::atomic::AtomicBool::new(false)))
@@ -632,7 +457,7 @@ pub fn run_vm(
                 if let Some(probe) = units_probe {
                     let mut doc = r.timeline.clone();
                     doc.marks = vm_recorder.snapshot();
-                    probe.after_boot(&mut doc);
+                    probe.after_boot(&mut doc, tool.as_ref());
                     *vm_units.lock().unwrap_or_else(|e| e.into_inner()) = doc.units;
                 }
             }
@@ -710,22 +535,5 @@ mod tests {
         assert_eq!(c.file(), Some(PathBuf::from("/tmp/x.log")));
         let c = TuiConsole::new(true, "-").unwrap();
         assert!(c.redirected && c.serial.ends_with("console.log"));
-    }
-
-    #[test]
-    fn procfs_profile_of_this_process() {
-        let recorder = Recorder::new(bootscope_vmm::timeline::Clock::start());
-        recorder.vmm(bootscope_vmm::timeline::vmm_marks::PROCESS_START);
-        recorder.vmm(bootscope_vmm::timeline::vmm_marks::FIRST_KVM_RUN);
-        let mut p = ProcfsProfile::new();
-        let a = p.build(&recorder, "test");
-        let b = p.build(&recorder, "test");
-        assert_eq!(a.target.pid, std::process::id());
-        assert!(!b.threads.is_empty());
-        assert!(b.threads.iter().any(|t| t.role == "main"));
-        assert_eq!(b.phases.len(), 2, "vmm setup, guest boot: {:?}", b.phases);
-        assert_eq!(b.samples.len(), 2);
-        assert!(b.page_faults.host_total > 0);
-        assert!(b.sources.iter().any(|s| s.status == "fallback"));
     }
 }

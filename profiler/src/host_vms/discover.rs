@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use bootscope_model::proc::argv_of;
-pub use bootscope_model::proc::stat_field;
+use bootscope_model::proc::stat_field;
 
 /// A process holding a KVM VM.
 #[derive(Clone, Debug, PartialEq)]
@@ -127,7 +127,7 @@ pub fn describe(proc_root: &Path, pid: u32) -> Option<VmProcess> {
 
 /// What names a VM the eBPF programs found, as read when they found it
 /// (the process may be gone since, or its pid reused).
-pub fn from_followed(proc_root: &Path, vm: &bootscope_profiler::FollowedVm) -> VmProcess {
+pub fn from_followed(proc_root: &Path, vm: &crate::collector::FollowedVm) -> VmProcess {
     VmProcess {
         pid: vm.tgid,
         comm: vm.comm.clone(),

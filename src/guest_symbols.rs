@@ -1,0 +1,273 @@
+//! The guest kernel's symbols for `run`, `profile` and `lab`:
+//! `--exit-sites` and `--guest-symbols` (the table loaded before anything
+//! runs, a bad file is bad input; the sites named and their guest-physical
+//! ranges labelled once the profile is final), the table kept beside the
+//! VMM's decompressed kernel, and the booted kernel's symbols and types
+//! for `run --initcalls`' trace method.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bootscope_profiler::guest_symbols::{kernel_of_command, SymbolTable, SymbolsError};
+use bootscope_profiler::sites::GuestRegion;
+use bootscope_profiler::Profile;
+use bootscope_vmm::kernel_log::{GuestKernel, GuestKernelLoader};
+
+/// The symbol table to name sites with: `--guest-symbols`, else the guest
+/// kernel the command boots when it can be read. Err: the file given is
+/// not usable (bad input).
+pub fn load_symbols(
+    given: Option<&Path>,
+    kernel: Option<PathBuf>,
+) -> Result<Option<SymbolTable>, String> {
+    if let Some(path) = given {
+        return SymbolTable::load(path)
+            .map(Some)
+            .map_err(|e| format!("--guest-symbols: {e}"));
+    }
+    let Some(kernel) = kernel else {
+        return Ok(None);
+    };
+    match SymbolTable::load(&kernel) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) => {
+            eprintln!(
+                "bootscope: exit sites stay unnamed: {e} (give --guest-symbols to name them)"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// The symbols of the kernel a `run` booted, once it has: from the
+/// vmlinux the VMM decompressed (its kernel cache file) when there is one,
+/// which saves decompressing the payload a second time, else from the
+/// kernel file. None (said why): they could not be read.
+pub fn booted_kernel_symbols(
+    guest: &bootscope_vmm::timeline::TimelineGuest,
+) -> Option<SymbolTable> {
+    let kernel = PathBuf::from(&guest.kernel);
+    let cached = guest
+        .kernel_boot
+        .as_ref()
+        .and_then(|b| b.cache_file.as_ref())
+        .map(PathBuf::from)
+        .filter(|p| p.is_file());
+    if let Some(Ok(mut t)) = cached.as_deref().map(cache_file_symbols) {
+        t.source = format!(
+            "{} (the payload of {}, decompressed by the VMM)",
+            t.source,
+            kernel.display()
+        );
+        return Some(t);
+    }
+    load_symbols(None, Some(kernel)).ok().flatten()
+}
+
+/// The symbols of the VMM's kernel cache file `vmlinux`: named by its
+/// content, so the table recovered from it is kept beside it
+/// (`FILE.kallsyms`) and read from there next time.
+pub fn cache_file_symbols(vmlinux: &Path) -> Result<SymbolTable, SymbolsError> {
+    SymbolTable::load_cached(vmlinux, &kept_table(vmlinux))
+}
+
+/// Where the symbol table recovered from the kernel cache file `vmlinux`
+/// is kept: `FILE.kallsyms`.
+pub fn kept_table(vmlinux: &Path) -> PathBuf {
+    let mut name = vmlinux.as_os_str().to_owned();
+    name.push(".kallsyms");
+    PathBuf::from(name)
+}
+
+/// The kernel a launched command boots, for `profile -- COMMAND`.
+pub fn command_kernel(command: &[String]) -> Option<PathBuf> {
+    kernel_of_command(command)
+}
+
+/// Names the profile's sites (if any): the kernel image's from `table`,
+/// the module area's from the guest's `modules` (bootscope's own VMM read
+/// them); prints the warnings about them.
+pub fn annotate(
+    profile: &mut Profile,
+    table: Option<&SymbolTable>,
+    modules: Option<&bootscope_model::modules::GuestModules>,
+) {
+    let Some(sites) = profile.exits.sites.as_mut() else {
+        return;
+    };
+    match table {
+        Some(t) => t.annotate(sites),
+        None => eprintln!(
+            "bootscope: no guest symbols (give --guest-symbols vmlinux, bzImage, System.map \
+             or kallsyms): exit sites are addresses"
+        ),
+    }
+    if let Some(m) = modules {
+        bootscope_profiler::guest_symbols::modules::name_sites(sites, m);
+    }
+    if let Some(info) = &sites.symbols {
+        for w in &info.warnings {
+            eprintln!("bootscope: warning: exit sites: {w}");
+        }
+    }
+}
+
+/// Labels the profile's nested page fault ranges and MMIO addresses with
+/// what bootscope's VMM placed there (its timeline's `guest.regions`):
+/// a virtio device's accesses by device and register.
+pub fn label_npf_ranges(profile: &mut Profile, regions: &[bootscope_vmm::layout::GuestRegion]) {
+    let regions: Vec<GuestRegion> = regions
+        .iter()
+        .map(|g| GuestRegion {
+            name: g.name.clone(),
+            start: g.start,
+            end: g.end,
+        })
+        .collect();
+    if let Some(sites) = profile.exits.sites.as_mut().filter(|_| !regions.is_empty()) {
+        sites.label_npf_ranges(&regions);
+    }
+    for m in &mut profile.exits.mmio {
+        m.label = bootscope_profiler::sites::mmio_label(&regions, m.gpa);
+    }
+}
+
+/// The booted kernel's symbols and types, for `run --initcalls`' trace
+/// method: the symbol table of the image (its ELF symbols, or its kallsyms
+/// tables recovered) and the BTF section of its ELF.
+struct BootedKernel {
+    table: SymbolTable,
+    btf: Option<Vec<u8>>,
+}
+
+impl GuestKernel for BootedKernel {
+    fn address_of(&self, name: &str) -> Option<u64> {
+        self.table.address_of(name)
+    }
+
+    fn functions_at(&self, addrs: &[u64]) -> Vec<Option<String>> {
+        self.table
+            .names(addrs)
+            .into_iter()
+            .map(|n| n.map(|(name, _)| name))
+            .collect()
+    }
+
+    fn btf(&self) -> Result<Vec<u8>, String> {
+        self.btf
+            .clone()
+            .or_else(|| {
+                let image = self.table.image.as_ref()?;
+                image.section(".BTF").map(<[u8]>::to_vec)
+            })
+            .ok_or_else(|| {
+                "the kernel image has no .BTF section (the kernel needs CONFIG_DEBUG_INFO_BTF=y)"
+                    .to_string()
+            })
+    }
+
+    fn source(&self) -> String {
+        self.table.source.clone()
+    }
+}
+
+/// Loads the symbols and types of the image a run booted (`kernel`, the
+/// file given, or the VMM's decompressed copy of it). For the copy, once
+/// its symbol table has been recovered and kept beside it, only that table
+/// and the image's `.BTF` section are read, not the whole image: this runs
+/// after every `--initcalls` boot.
+pub fn kernel_loader(kernel: PathBuf) -> GuestKernelLoader {
+    Arc::new(move |image: &Path| {
+        let kept = kept_table(image);
+        if image != kernel && kept.is_file() {
+            if let (Ok(table), Some(btf)) = (
+                SymbolTable::load(&kept),
+                bootscope_profiler::guest_symbols::image::file_section(image, ".BTF"),
+            ) {
+                return Ok(Box::new(BootedKernel {
+                    table,
+                    btf: Some(btf),
+                }) as Box<dyn GuestKernel>);
+            }
+        }
+        let table = if image == kernel {
+            SymbolTable::load(image)
+        } else {
+            cache_file_symbols(image)
+        };
+        table
+            .map(|table| Box::new(BootedKernel { table, btf: None }) as Box<dyn GuestKernel>)
+            .map_err(|e| e.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bootscope_profiler::guest_symbols::image::KernelImage;
+    use bootscope_vmm::kernel_log::btf::Btf;
+    use bootscope_vmm::kernel_log::modules::ModuleLayout;
+    use bootscope_vmm::kernel_log::trace_ring::TraceLayout;
+    use bootscope_vmm::kernel_log::traced::InitcallEvents;
+
+    /// The machine's own Debian kernel: its decompressed image stands in
+    /// for the VMM's kernel cache file. The first load recovers the symbol
+    /// table and keeps it beside the file; the second reads only that
+    /// table and the `.BTF` section. Both find what the trace reader needs:
+    /// `global_trace`, the three events, and every field in the BTF.
+    #[test]
+    fn the_booted_kernel_gives_the_trace_readers_symbols_and_types() {
+        let Some(kernel) = std::fs::read_dir("/boot").ok().and_then(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .find(|p| p.to_string_lossy().contains("/vmlinuz-"))
+        }) else {
+            eprintln!("SKIP: no /boot/vmlinuz-* here");
+            return;
+        };
+        let image = KernelImage::parse(&std::fs::read(&kernel).unwrap())
+            .unwrap()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let cache_file = dir.path().join("vmlinux-test");
+        std::fs::write(&cache_file, image.bytes()).unwrap();
+        let load = kernel_loader(kernel);
+        let mut seen = Vec::new();
+        for round in ["recovered", "kept"] {
+            let k = load(&cache_file).unwrap();
+            let source = k.source();
+            match round {
+                "recovered" => assert!(source.contains("recovered from"), "{source}"),
+                _ => assert!(source.starts_with("symbol map") && source.ends_with(".kallsyms")),
+            }
+            let btf = Btf::parse(&k.btf().unwrap()).unwrap();
+            TraceLayout::from_btf(&btf).unwrap();
+            InitcallEvents::from_btf(&btf, [1, 2, 3]).unwrap();
+            // The module list reader's fields: Linux 6.1's layout.
+            let modules = ModuleLayout::from_btf(&btf).unwrap();
+            assert_eq!(modules.text_fields, "core_layout", "{modules:?}");
+            assert!(modules.kallsyms.is_some(), "{modules:?}");
+            assert!(k.address_of("modules").is_some(), "{round}");
+            let addrs: Vec<u64> = [
+                "global_trace",
+                "event_initcall_start",
+                "event_initcall_finish",
+                "event_initcall_level",
+                "init_top_pgt",
+                "serial8250_init",
+            ]
+            .iter()
+            .map(|n| k.address_of(n).unwrap_or_else(|| panic!("{n} ({round})")))
+            .collect();
+            let names = k.functions_at(&addrs[5..]);
+            assert_eq!(names, [Some("serial8250_init".to_string())], "{round}");
+            seen.push(addrs);
+        }
+        assert_eq!(seen[0], seen[1]);
+        assert!(kept_table(&cache_file).is_file());
+        // Not an image at all: a clear error, nothing panics.
+        let junk = dir.path().join("junk");
+        std::fs::write(&junk, b"not a kernel").unwrap();
+        assert!(load(&junk).is_err());
+    }
+}
