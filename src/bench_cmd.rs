@@ -326,6 +326,15 @@ fn announce(plan: &BenchPlan) {
     }
 }
 
+/// The host's KVM as the bench file names it (`kvm`, `pvm`, ...).
+fn host_kvm_name() -> String {
+    let flavour = bootscope_vmm::host::kvm_flavour(&bootscope_vmm::host::HostRoot::default());
+    serde_json::to_value(flavour)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
 fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
     if let Some(o) = &args.output {
         check_output("--output", o)?;
@@ -346,11 +355,7 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         program: "bootscope (its own executable)".into(),
         source,
     })?;
-    let flavour = bootscope_vmm::host::kvm_flavour(&bootscope_vmm::host::HostRoot::default());
-    let host_kvm = serde_json::to_value(flavour)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default();
+    let host_kvm = host_kvm_name();
     // SIGINT and SIGTERM stop the run under way; the finished ones are
     // still reported and written, and the work directory removed.
     let interrupts = match crate::signals::catch() {

@@ -203,28 +203,8 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
             TargetSpec::Launched(pid)
         }
     };
-    let mut config = CollectorConfig::new(target);
-    config.command = command.clone();
-    config.sample_interval = Duration::from_millis(args.sample_interval_ms.max(10));
-    config.ring_buffer_bytes = args.ring_buffer_kib.saturating_mul(1024);
-    config.bpf_stats = args.bpf_stats;
-    config.exit_sites = args.exit_sites;
-    if let Some(set) = args.collect {
-        config.collectors = set;
-    }
-    // A held child that is dropped here exits without running.
-    let collector = match Collector::start(config) {
-        Ok(c) => c,
-        // The pid went away since it was checked.
-        Err(e @ bootscope_profiler::ProfilerError::NoSuchProcess { .. }) => {
-            return Err(usage(anyhow::Error::new(e).context("--pid")))
-        }
-        Err(e) => {
-            return Err(anyhow::Error::new(e)
-                .context("cannot start profiling")
-                .into())
-        }
-    };
+    // A held child that is dropped on an error exits without running.
+    let collector = start_collector(&args, target, &command)?;
     let collector = Arc::new(collector);
     let slot: MarkSlot = Arc::new(Mutex::new(Some(collector.clone())));
     let reader = console
@@ -278,6 +258,33 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         code = crate::signals::exit_status(sig);
     }
     Ok(code)
+}
+
+/// Starts the collector on `target` as the arguments ask.
+fn start_collector(
+    args: &ProfileArgs,
+    target: TargetSpec,
+    command: &[String],
+) -> Result<Collector, Failure> {
+    let mut config = CollectorConfig::new(target);
+    config.command = command.to_vec();
+    config.sample_interval = Duration::from_millis(args.sample_interval_ms.max(10));
+    config.ring_buffer_bytes = args.ring_buffer_kib.saturating_mul(1024);
+    config.bpf_stats = args.bpf_stats;
+    config.exit_sites = args.exit_sites;
+    if let Some(set) = args.collect {
+        config.collectors = set;
+    }
+    match Collector::start(config) {
+        Ok(c) => Ok(c),
+        // The pid went away since it was checked.
+        Err(e @ bootscope_profiler::ProfilerError::NoSuchProcess { .. }) => {
+            Err(usage(anyhow::Error::new(e).context("--pid")))
+        }
+        Err(e) => Err(anyhow::Error::new(e)
+            .context("cannot start profiling")
+            .into()),
+    }
 }
 
 /// How the wait for the target ended.

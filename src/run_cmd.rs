@@ -195,18 +195,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     let (kernel, initrd) = guest_images(&args, stop_after)?;
     let tui_console = crate::live_tui::TuiConsole::new(args.tui, &args.serial).map_err(usage)?;
     let trace = args.initcalls && args.initcalls_method == InitcallMethod::Trace;
-    let base_cmdline = args.devices.cmdline(&args.cmdline);
-    let cmdline = match (args.initcalls, args.initcalls_method) {
-        (false, _) => base_cmdline,
-        (true, InitcallMethod::Trace) => {
-            bootscope_vmm::kernel_log::traced::cmdline_with_trace(&base_cmdline)
-                .map_err(|e| usage(e.into()))?
-        }
-        (true, InitcallMethod::Log) => {
-            bootscope_vmm::kernel_log::cmdline_with_initcalls(&base_cmdline)
-                .map_err(|e| usage(e.into()))?
-        }
-    };
+    let cmdline = guest_cmdline(&args)?;
     let initcall_kernel = trace.then(|| crate::guest_symbols::kernel_loader(kernel.clone()));
     // Exit sites in modules are named from the module list read at the
     // end (the same loaded image as the initcalls').
@@ -244,19 +233,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         virtio_console: args.devices.virtio_console(),
         host_tool: Some(profiler_tool()),
     };
-    // A kernel that cannot be booted is refused before the profiler
-    // attaches, as fast as without it (the VMM probes it again).
-    if !args.no_profile && stop_after != Some(vm::StopAfter::Memory) {
-        bootscope_vmm::loader::probe_kernel(&cfg.kernel)
-            .map_err(|e| usage(vm::ConfigError::from(e).into()))?;
-    }
-    if let Some(initrd) = &cfg.initrd {
-        bootscope_vmm::loader::check_initrd(initrd)
-            .map_err(|e| usage(vm::ConfigError::from(e).into()))?;
-    }
-    // Disks too (opened, checked and locked for a moment; the VMM takes
-    // them again).
-    bootscope_vmm::virtio::DiskImage::open_all(&cfg.disks).map_err(|e| usage(e.into()))?;
+    check_inputs(&args, &cfg)?;
     // A systemd guest's units record on the root disk, as it is before the
     // boot (docs/guest.md): after the boot it says whether the guest wrote
     // a new one.
@@ -307,6 +284,40 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         units_probe,
     };
     ended.finish(&args, report, collector)
+}
+
+/// The guest's command line: the one given with what the devices and
+/// `--initcalls` add.
+fn guest_cmdline(args: &RunArgs) -> Result<String, Failure> {
+    let base_cmdline = args.devices.cmdline(&args.cmdline);
+    Ok(match (args.initcalls, args.initcalls_method) {
+        (false, _) => base_cmdline,
+        (true, InitcallMethod::Trace) => {
+            bootscope_vmm::kernel_log::traced::cmdline_with_trace(&base_cmdline)
+                .map_err(|e| usage(e.into()))?
+        }
+        (true, InitcallMethod::Log) => {
+            bootscope_vmm::kernel_log::cmdline_with_initcalls(&base_cmdline)
+                .map_err(|e| usage(e.into()))?
+        }
+    })
+}
+
+/// Refuses, before the profiler attaches and as fast as without it, a
+/// kernel that cannot be booted, an initrd that cannot be read and disks
+/// that cannot be opened (opened, checked and locked for a moment; the
+/// VMM takes them again).
+fn check_inputs(args: &RunArgs, cfg: &VmConfig) -> Result<(), Failure> {
+    if !args.no_profile && cfg.stop_after != Some(vm::StopAfter::Memory) {
+        bootscope_vmm::loader::probe_kernel(&cfg.kernel)
+            .map_err(|e| usage(vm::ConfigError::from(e).into()))?;
+    }
+    if let Some(initrd) = &cfg.initrd {
+        bootscope_vmm::loader::check_initrd(initrd)
+            .map_err(|e| usage(vm::ConfigError::from(e).into()))?;
+    }
+    bootscope_vmm::virtio::DiskImage::open_all(&cfg.disks).map_err(|e| usage(e.into()))?;
+    Ok(())
 }
 
 /// `--memory`, `--numa`, the preallocation and huge page options, as the

@@ -67,6 +67,25 @@ fn sha256_hex(data: &[u8]) -> String {
         .collect()
 }
 
+/// Checks an output's contents against the size and SHA-256 the guest
+/// sent.
+fn verify(host_path: &Path, contents: &[u8], size: u64, sum: &str) -> Result<()> {
+    if contents.len() as u64 != size {
+        return Err(LabError::OutputDamaged {
+            path: host_path.to_path_buf(),
+            reason: format!("the guest sent {size} bytes, {} arrived", contents.len()),
+        });
+    }
+    let actual = sha256_hex(contents);
+    if !actual.eq_ignore_ascii_case(sum) {
+        return Err(LabError::OutputDamaged {
+            path: host_path.to_path_buf(),
+            reason: format!("SHA-256 is {actual}, the guest computed {sum}"),
+        });
+    }
+    Ok(())
+}
+
 /// Parses and verifies a stream. `outputs` are the host paths of the
 /// requested outputs (for error messages and the index range); `stream_path`
 /// is where the stream was read from; `scratch` is a directory for
@@ -164,19 +183,7 @@ pub(crate) fn parse(
                         path: host_path.clone(),
                         reason,
                     })?;
-                if contents.len() as u64 != size {
-                    return Err(LabError::OutputDamaged {
-                        path: host_path.clone(),
-                        reason: format!("the guest sent {size} bytes, {} arrived", contents.len()),
-                    });
-                }
-                let actual = sha256_hex(&contents);
-                if !actual.eq_ignore_ascii_case(sum) {
-                    return Err(LabError::OutputDamaged {
-                        path: host_path.clone(),
-                        reason: format!("SHA-256 is {actual}, the guest computed {sum}"),
-                    });
-                }
+                verify(host_path, &contents, size, sum)?;
                 report.files.insert(index, contents);
             }
             _ => return Err(corrupt(n, format!("unknown record {:?}", shorten(line)))),

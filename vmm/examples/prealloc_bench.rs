@@ -157,6 +157,45 @@ fn median(v: &mut [Duration]) -> Duration {
     }
 }
 
+/// The variants this host can run, with a line for each it cannot.
+fn variants(threads: usize, size: u64, topo: &Topology) -> Vec<Variant> {
+    let module = |threads, thp, hugetlb, touch| Variant::Module {
+        threads,
+        thp,
+        hugetlb,
+        touch,
+    };
+    let mut variants = vec![
+        Variant::MmapPopulate,
+        Variant::Memset,
+        module(1, false, false, false),
+    ];
+    if threads > 1 {
+        variants.push(module(threads, false, false, false));
+    }
+    variants.push(module(threads, false, false, true));
+    if matches!(topo.thp, ThpMode::Always | ThpMode::Madvise) {
+        variants.push(module(threads, true, false, false));
+    } else {
+        println!("THP skipped: transparent huge pages are {}", topo.thp);
+    }
+    let free_huge = topo
+        .hugepages
+        .get(&HugePageSize::Size2M)
+        .map_or(0, |p| p.free);
+    if free_huge >= size / (2 << 20) {
+        variants.push(module(threads, false, true, false));
+    } else {
+        println!(
+            "hugetlb skipped: {} free 2 MiB pages, {} needed (echo {} > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages)",
+            free_huge,
+            size / (2 << 20),
+            size / (2 << 20)
+        );
+    }
+    variants
+}
+
 fn main() {
     // Lossy: an argument that is not UTF-8 then fails to parse as a number.
     let mut args = std::env::args_os()
@@ -193,40 +232,7 @@ fn main() {
         }
     };
 
-    let module = |threads, thp, hugetlb, touch| Variant::Module {
-        threads,
-        thp,
-        hugetlb,
-        touch,
-    };
-    let mut variants = vec![
-        Variant::MmapPopulate,
-        Variant::Memset,
-        module(1, false, false, false),
-    ];
-    if threads > 1 {
-        variants.push(module(threads, false, false, false));
-    }
-    variants.push(module(threads, false, false, true));
-    if matches!(topo.thp, ThpMode::Always | ThpMode::Madvise) {
-        variants.push(module(threads, true, false, false));
-    } else {
-        println!("THP skipped: transparent huge pages are {}", topo.thp);
-    }
-    let free_huge = topo
-        .hugepages
-        .get(&HugePageSize::Size2M)
-        .map_or(0, |p| p.free);
-    if free_huge >= size / (2 << 20) {
-        variants.push(module(threads, false, true, false));
-    } else {
-        println!(
-            "hugetlb skipped: {} free 2 MiB pages, {} needed (echo {} > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages)",
-            free_huge,
-            size / (2 << 20),
-            size / (2 << 20)
-        );
-    }
+    let variants = variants(threads, size, &topo);
 
     println!(
         "preallocating {} MiB, {rounds} rounds (+1 warm-up), host CPUs {}",

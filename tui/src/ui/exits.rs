@@ -15,22 +15,7 @@ use crate::app::App;
 pub fn draw_exits(f: &mut Frame, area: Rect, app: &App) {
     let t = &app.theme;
     let e = &app.profile.exits;
-    let scope = match app.vcpu {
-        None => "all vCPUs".to_string(),
-        Some(v) => {
-            let tid = e
-                .by_vcpu
-                .iter()
-                .find(|x| x.vcpu == v)
-                .map(|x| x.tid)
-                .unwrap_or(0);
-            if tid > 0 {
-                format!("vCPU {v} (tid {tid})")
-            } else {
-                format!("vCPU {v}")
-            }
-        }
-    };
+    let scope = vcpu_scope(app);
     let b = block(
         t,
         format!(
@@ -42,27 +27,7 @@ pub fn draw_exits(f: &mut Frame, area: Rect, app: &App) {
     let inner = b.inner(area);
     let rows = app.exit_rows();
     let (total, rate) = app.exit_total();
-    let mut head = vec![
-        Span::raw(format!("total {} ", fmt_count(total))),
-        Span::raw(format!("({}) ", fmt_rate(rate))),
-    ];
-    if !e.source.is_empty() {
-        let fallback = e.isa == "userspace";
-        head.push(Span::styled(
-            format!(
-                "from {}{}",
-                short_source(&e.source),
-                if fallback { " (fallback)" } else { "" }
-            ),
-            if fallback { t.warn() } else { t.dim() },
-        ));
-    }
-    if let Some(k) = e.kvm_stats_exits {
-        head.push(Span::styled(
-            format!(" {} KVM: {}", t.dot(), fmt_count(k)),
-            t.dim(),
-        ));
-    }
+    let head = exits_head(app, total, rate);
     let mut lines = vec![Line::from(head)];
     if rows.is_empty() {
         lines.push(Line::from(if app.vcpu.is_some() {
@@ -131,4 +96,54 @@ pub fn draw_exits(f: &mut Frame, area: Rect, app: &App) {
         ]));
     }
     inner_lines(f, area, b, lines);
+}
+
+/// Whose exits are shown: every vCPU's or one's.
+fn vcpu_scope(app: &App) -> String {
+    let e = &app.profile.exits;
+    match app.vcpu {
+        None => "all vCPUs".to_string(),
+        Some(v) => {
+            let tid = e
+                .by_vcpu
+                .iter()
+                .find(|x| x.vcpu == v)
+                .map(|x| x.tid)
+                .unwrap_or(0);
+            if tid > 0 {
+                format!("vCPU {v} (tid {tid})")
+            } else {
+                format!("vCPU {v}")
+            }
+        }
+    }
+}
+
+/// The pane's first line: the total, its rate, where it comes from and
+/// KVM's own count.
+fn exits_head(app: &App, total: u64, rate: f64) -> Vec<Span<'static>> {
+    let t = &app.theme;
+    let e = &app.profile.exits;
+    let mut head = vec![
+        Span::raw(format!("total {} ", fmt_count(total))),
+        Span::raw(format!("({}) ", fmt_rate(rate))),
+    ];
+    if !e.source.is_empty() {
+        let fallback = e.isa == "userspace";
+        head.push(Span::styled(
+            format!(
+                "from {}{}",
+                short_source(&e.source),
+                if fallback { " (fallback)" } else { "" }
+            ),
+            if fallback { t.warn() } else { t.dim() },
+        ));
+    }
+    if let Some(k) = e.kvm_stats_exits {
+        head.push(Span::styled(
+            format!(" {} KVM: {}", t.dot(), fmt_count(k)),
+            t.dim(),
+        ));
+    }
+    head
 }

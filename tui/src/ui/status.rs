@@ -62,24 +62,7 @@ pub fn draw_status(f: &mut Frame, area: Rect, app: &App) {
     let t = &app.theme;
     let p = &app.profile;
     let sep = || Span::styled(" | ", t.dim());
-    let state = if let Some(r) = &app.replay {
-        let play = match (r.playing, t.ascii) {
-            (true, false) => "▶",
-            (true, true) => ">",
-            (false, false) => "‖",
-            (false, true) => "||",
-        };
-        format!(" REPLAY {play} ")
-    } else if app.finished {
-        match p.target.exit_code {
-            Some(c) => format!(" ENDED (exit {c}) "),
-            None => " ENDED ".to_string(),
-        }
-    } else if app.paused {
-        " PAUSED ".to_string()
-    } else {
-        " LIVE ".to_string()
-    };
+    let state = state_label(app);
     let lost = p.lost_events + p.map_overflows;
     let mut line1 = vec![
         Span::styled(
@@ -161,4 +144,28 @@ pub fn draw_status(f: &mut Frame, area: Rect, app: &App) {
         Paragraph::new(vec![Line::from(line1), Line::from(line2)]),
         area,
     );
+}
+
+/// The state the status line starts with: replaying, ended, paused or live.
+fn state_label(app: &App) -> String {
+    let t = &app.theme;
+    let p = &app.profile;
+    if let Some(r) = &app.replay {
+        let play = match (r.playing, t.ascii) {
+            (true, false) => "▶",
+            (true, true) => ">",
+            (false, false) => "‖",
+            (false, true) => "||",
+        };
+        format!(" REPLAY {play} ")
+    } else if app.finished {
+        match p.target.exit_code {
+            Some(c) => format!(" ENDED (exit {c}) "),
+            None => " ENDED ".to_string(),
+        }
+    } else if app.paused {
+        " PAUSED ".to_string()
+    } else {
+        " LIVE ".to_string()
+    }
 }
