@@ -17,6 +17,8 @@
 //! - [`mark`]: where a timeline mark came from, and the port marks' names;
 //! - [`timeline`]: the timeline document, which the VMM fills and every
 //!   reader reads;
+//! - [`profile`]: the profile document, which the profiler fills and
+//!   every reader reads; [`sites`]: its exit sites and their views;
 //! - [`initcalls`]: the timeline's `initcalls` section;
 //! - [`devices`]: the timeline's `devices` section (virtio devices);
 //! - [`text`]: text from outside made safe to print on a terminal;
@@ -35,7 +37,9 @@ pub mod mark;
 pub mod numa;
 pub mod output;
 pub mod proc;
+pub mod profile;
 pub mod prometheus;
+pub mod sites;
 pub mod size;
 pub mod smaps;
 pub mod text;

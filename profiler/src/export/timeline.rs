@@ -200,7 +200,7 @@ fn unit_phases(t: &Timeline, p: &mut Profile) {
 
 /// The prefix of the phases [`profile_from_timeline`] makes of a systemd
 /// guest's units.
-pub const UNIT_PHASE_PREFIX: &str = "unit: ";
+pub use bootscope_model::profile::UNIT_PHASE_PREFIX;
 
 #[cfg(test)]
 mod tests {
