@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::BenchError;
 use crate::metrics::{self, MetricKind};
 use crate::provenance::Provenance;
+use crate::schema::{check_schema_versions, head};
 use crate::stats::{self, Summary};
 
 /// Schema name of the bench document.
@@ -285,67 +286,6 @@ impl BenchDoc {
     pub fn to_json(&self) -> Vec<u8> {
         // A document of plain data always serializes.
         serde_json::to_vec_pretty(self).unwrap_or_default()
-    }
-}
-
-/// A JSON document's `schema` and `version` fields (null where absent),
-/// as a small object for [`check_schema`]: the rest of the document is
-/// checked to be JSON and skipped, not built into a tree.
-pub fn head(bytes: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
-    #[derive(Deserialize)]
-    struct Head {
-        #[serde(default)]
-        schema: serde_json::Value,
-        #[serde(default)]
-        version: serde_json::Value,
-    }
-    let h: Head = serde_json::from_slice(bytes)?;
-    Ok(serde_json::json!({ "schema": h.schema, "version": h.version }))
-}
-
-/// Checks a document's `schema` and `version` fields.
-pub fn check_schema(
-    value: &serde_json::Value,
-    path: &Path,
-    schema: &str,
-    version: u32,
-    hint: &'static str,
-) -> Result<(), BenchError> {
-    check_schema_versions(value, path, schema, version, version, hint)
-}
-
-/// As [`check_schema`], for a document read in any version from `oldest`
-/// to `version`.
-pub fn check_schema_versions(
-    value: &serde_json::Value,
-    path: &Path,
-    schema: &str,
-    oldest: u32,
-    version: u32,
-    hint: &'static str,
-) -> Result<(), BenchError> {
-    let found = value.get("schema").and_then(|s| s.as_str());
-    if found != Some(schema) {
-        return Err(BenchError::WrongSchema {
-            path: path.into(),
-            found: found.unwrap_or("(none)").into(),
-            expected: schema.into(),
-            hint,
-        });
-    }
-    match value.get("version").and_then(|v| v.as_u64()) {
-        Some(v) if (u64::from(oldest)..=u64::from(version)).contains(&v) => Ok(()),
-        Some(v) => Err(BenchError::WrongVersion {
-            path: path.into(),
-            schema: schema.into(),
-            found: v,
-            supported: version,
-        }),
-        None => Err(BenchError::Malformed {
-            path: path.into(),
-            schema: "bootscope",
-            detail: "no numeric \"version\" field".into(),
-        }),
     }
 }
 

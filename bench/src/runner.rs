@@ -464,8 +464,8 @@ impl BenchPlan {
             }
         }
         if let Some(p) = &profile {
-            match read_json(p).and_then(|v| metrics::from_profile(&v, p)) {
-                Ok(m) => record.metrics.extend(m),
+            match read_profile(p) {
+                Ok(profile) => record.metrics.extend(metrics::from_profile(&profile)),
                 Err(e) => {
                     record.ok = false;
                     problems.push(format!("no profile: {e}"));
@@ -494,6 +494,13 @@ fn read_json(path: &Path) -> Result<serde_json::Value, BenchError> {
         hint: "the run wrote an unreadable file",
         source,
     })
+}
+
+/// Reads the profile a run wrote (`bench --profile`).
+fn read_profile(path: &Path) -> Result<bootscope_model::profile::Profile, BenchError> {
+    const HINT: &str = "give a file written by `bootscope profile --output FILE`";
+    let bytes = bootscope_model::input::read_input(path)?;
+    crate::schema::parse_profile(&bytes, path, HINT)
 }
 
 fn duration_ns(d: Duration) -> u64 {
