@@ -22,34 +22,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+pub use bootscope_model::bench::MetricKind;
 use bootscope_model::profile::Profile;
 use bootscope_model::timeline::Timeline;
-use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
 
-/// Whether a metric is a duration or a count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MetricKind {
-    /// Nanoseconds: noisy, compared with a significance test.
-    Time,
-    /// Events: nearly deterministic, compared by medians.
-    Count,
-    /// Host memory in bytes (RSS, PSS, USS): compared by medians, like
-    /// counts.
-    Bytes,
-}
-
-impl MetricKind {
-    pub fn unit(self) -> &'static str {
-        match self {
-            Self::Time => "ns",
-            Self::Count => "count",
-            Self::Bytes => "bytes",
-        }
-    }
-}
+/// The statistics a storm keeps of a per-VM metric (`sum` for memory
+/// only): `storm:METRIC:STAT`.
+pub const STATISTICS: [&str; 5] = ["p50", "p90", "p99", "max", "sum"];
 
 /// The kind of a metric, from its name: a storm's statistic of a per-VM
 /// metric (`storm:time_to_userspace:p99`, `storm:memory:pss:sum`) and the
@@ -63,7 +44,7 @@ pub fn kind(name: &str) -> MetricKind {
         if rest == "makespan" {
             return MetricKind::Time;
         }
-        let base = crate::storm::STATISTICS
+        let base = STATISTICS
             .iter()
             .find_map(|s| rest.strip_suffix(s).and_then(|r| r.strip_suffix(':')))
             .unwrap_or(rest);
@@ -98,7 +79,7 @@ pub fn display_name(name: &str) -> String {
             return "storm makespan".into();
         }
         if let Some((base, stat)) = rest.rsplit_once(':') {
-            if crate::storm::STATISTICS.contains(&stat) {
+            if STATISTICS.contains(&stat) {
                 return format!("{} {stat} per storm", display_name(base));
             }
         }

@@ -13,7 +13,6 @@ use std::path::Path;
 
 use bootscope_model::timeline::Timeline;
 
-use crate::doc::BenchDoc;
 use crate::error::BenchError;
 
 mod bench;
@@ -40,7 +39,7 @@ pub fn render(bytes: &[u8], path: &Path) -> Result<String, BenchError> {
     // straight into its types, never as a whole JSON tree.
     let head = crate::schema::head(bytes).map_err(not_json)?;
     match head.get("schema").and_then(|s| s.as_str()) {
-        Some("bootscope.bench") => Ok(bench_svg(&BenchDoc::parse(bytes, path)?, path)),
+        Some("bootscope.bench") => Ok(bench_svg(&crate::doc::parse(bytes, path)?, path)),
         Some("bootscope.timeline") => {
             let value = serde_json::from_slice::<serde_json::Value>(bytes).map_err(not_json)?;
             crate::schema::check_schema_versions(
