@@ -393,7 +393,7 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
     // The revision as the runs start, before anything could change it.
     let git = std::env::current_dir()
         .ok()
-        .and_then(|d| bootscope_bench::provenance::GitRevision::detect(&d));
+        .and_then(|d| bootscope_bench::provenance::detect_git(&d));
     let result = plan.run(print_progress);
     drop(work_dir);
     let mut doc = result?;
@@ -595,7 +595,7 @@ fn summary_text(doc: &BenchDoc) -> String {
 /// holds two (so one `--config` serves a one-configuration baseline and an
 /// interleaved current file alike).
 fn sample(path: &Path, config: Option<&str>) -> Result<Sample, BenchError> {
-    let doc = BenchDoc::read(path)?;
+    let doc = bootscope_bench::doc::read(path)?;
     let label = if doc.configs.len() == 1 { None } else { config };
     Sample::from_doc(&doc, path, label)
 }
@@ -636,7 +636,7 @@ fn compare_inner(args: &CompareArgs) -> Result<i32, BenchError> {
     }
     let (base, new) = match args.files.as_slice() {
         [one] => {
-            let doc = BenchDoc::read(one)?;
+            let doc = bootscope_bench::doc::read(one)?;
             if doc.configs.len() != 2 {
                 return Err(BenchError::Usage(format!(
                     "{} holds one configuration: give a second bench file to compare it with",

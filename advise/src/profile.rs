@@ -1,10 +1,8 @@
 //! The profile document (`bootscope profile --output`, `run --output`;
 //! docs/profile-schema.md) as `advise` reads it: typed, with the fields its
 //! rules use, tolerant of the others. The profile's one definition, which
-//! its writer uses, is `bootscope_profiler::profile::Profile`; this crate
-//! may not depend on the profiler (docs/architecture.md), so it reads the
-//! document as `bench` and `model`'s timeline reader do: a reader's view
-//! whose field names follow that definition.
+//! its writer uses, is `bootscope_model::profile::Profile`; this view's
+//! field names follow it.
 
 use serde::Deserialize;
 

@@ -48,7 +48,7 @@ pub struct Sample {
 impl Sample {
     /// Configuration `label` (or the only one) of `doc`, read from `path`.
     pub fn from_doc(doc: &BenchDoc, path: &Path, label: Option<&str>) -> Result<Self, BenchError> {
-        let c = doc.config(label, path)?;
+        let c = crate::doc::config(doc, label, path)?;
         let runs = c.measured().count();
         if runs == 0 {
             return Err(BenchError::NoRuns {

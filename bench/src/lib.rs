@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod plot;
 pub mod provenance;
 pub mod runner;
+pub mod schema;
 pub mod stats;
 pub mod storm;
 

@@ -22,33 +22,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+pub use bootscope_model::bench::MetricKind;
+use bootscope_model::profile::Profile;
 use bootscope_model::timeline::Timeline;
-use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
 
-/// Whether a metric is a duration or a count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MetricKind {
-    /// Nanoseconds: noisy, compared with a significance test.
-    Time,
-    /// Events: nearly deterministic, compared by medians.
-    Count,
-    /// Host memory in bytes (RSS, PSS, USS): compared by medians, like
-    /// counts.
-    Bytes,
-}
-
-impl MetricKind {
-    pub fn unit(self) -> &'static str {
-        match self {
-            Self::Time => "ns",
-            Self::Count => "count",
-            Self::Bytes => "bytes",
-        }
-    }
-}
+/// The statistics a storm keeps of a per-VM metric (`sum` for memory
+/// only): `storm:METRIC:STAT`.
+pub const STATISTICS: [&str; 5] = ["p50", "p90", "p99", "max", "sum"];
 
 /// The kind of a metric, from its name: a storm's statistic of a per-VM
 /// metric (`storm:time_to_userspace:p99`, `storm:memory:pss:sum`) and the
@@ -62,7 +44,7 @@ pub fn kind(name: &str) -> MetricKind {
         if rest == "makespan" {
             return MetricKind::Time;
         }
-        let base = crate::storm::STATISTICS
+        let base = STATISTICS
             .iter()
             .find_map(|s| rest.strip_suffix(s).and_then(|r| r.strip_suffix(':')))
             .unwrap_or(rest);
@@ -97,7 +79,7 @@ pub fn display_name(name: &str) -> String {
             return "storm makespan".into();
         }
         if let Some((base, stat)) = rest.rsplit_once(':') {
-            if crate::storm::STATISTICS.contains(&stat) {
+            if STATISTICS.contains(&stat) {
                 return format!("{} {stat} per storm", display_name(base));
             }
         }
@@ -163,7 +145,7 @@ const TIMELINE_HINT: &str = "give a file written by `bootscope run --timeline FI
 
 /// Reads the metrics of a `bootscope.timeline` document.
 pub fn from_timeline(value: &serde_json::Value, path: &Path) -> Result<TimelineFacts, BenchError> {
-    crate::doc::check_schema_versions(
+    crate::schema::check_schema_versions(
         value,
         path,
         "bootscope.timeline",
@@ -252,51 +234,29 @@ pub fn kvm_stat_metric(key: &str) -> String {
     }
 }
 
-const PROFILE_HINT: &str = "give a file written by `bootscope profile --output FILE`";
-
-/// Reads the exit and fault counts of a `bootscope.profile` document.
-pub fn from_profile(
-    value: &serde_json::Value,
-    path: &Path,
-) -> Result<BTreeMap<String, u64>, BenchError> {
-    crate::doc::check_schema_versions(value, path, "bootscope.profile", 1, 2, PROFILE_HINT)?;
+/// The exit and fault counts of a `bootscope.profile` document, its first
+/// marks and, with `--bpf-stats`, its eBPF programs' runs.
+pub fn from_profile(p: &Profile) -> BTreeMap<String, u64> {
     let mut m = BTreeMap::new();
-    let exits = &value["exits"];
-    for r in exits["by_reason"].as_array().into_iter().flatten() {
-        if let (Some(reason), Some(count)) = (r["reason"].as_str(), r["count"].as_u64()) {
-            m.insert(format!("exit-reason:{reason}"), count);
-        }
+    for r in &p.exits.by_reason {
+        m.insert(format!("exit-reason:{}", r.reason), r.count);
     }
-    if let Some(total) = exits["total"].as_u64() {
-        m.insert("exit-reason:total".into(), total);
-    }
-    let pf = &value["page_faults"];
-    if let Some(g) = pf["guest_total"].as_u64() {
-        m.insert("faults:guest".into(), g);
-    }
-    if let Some(h) = pf["host_total"].as_u64() {
-        m.insert("faults:host".into(), h);
-    }
+    m.insert("exit-reason:total".into(), p.exits.total);
+    m.insert("faults:guest".into(), p.page_faults.guest_total);
+    m.insert("faults:host".into(), p.page_faults.host_total);
     // The first of each mark (the guest's port writes, its console's
     // milestones), on the profile's clock.
-    for mark in value["marks"].as_array().into_iter().flatten() {
-        if let (Some(n), Some(t)) = (mark["name"].as_str(), mark["t_ns"].as_u64()) {
-            let e = m.entry(format!("mark:{n}")).or_insert(t);
-            *e = (*e).min(t);
-        }
+    for mark in &p.marks {
+        let e = m.entry(format!("mark:{}", mark.name)).or_insert(mark.t_ns);
+        *e = (*e).min(mark.t_ns);
     }
     // With `--bpf-stats`: what the kernel accounted to the eBPF programs.
-    let stats: Vec<_> = value["sources"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| Some((s["runs"].as_u64()?, s["run_ns"].as_u64()?)))
-        .collect();
+    let stats: Vec<(u64, u64)> = p.timed_sources().map(|(_, r, ns)| (r, ns)).collect();
     if !stats.is_empty() {
         m.insert("bpf:runs".into(), stats.iter().map(|s| s.0).sum());
         m.insert("bpf:run_ns".into(), stats.iter().map(|s| s.1).sum());
     }
-    Ok(m)
+    m
 }
 
 #[cfg(test)]
@@ -371,22 +331,41 @@ mod tests {
 
     #[test]
     fn profile_metrics() {
-        let p = serde_json::json!({
-            "schema": "bootscope.profile", "version": 1,
-            "exits": {"total": 12, "by_reason": [
-                {"reason": "io", "code": 123, "count": 10},
-                {"reason": "npf", "code": 1024, "count": 2}]},
-            "page_faults": {"guest_total": 4, "host_total": 400},
-            "sources": [
-                {"name": "tracepoint:kvm:kvm_exit", "runs": 5, "run_ns": 700},
-                {"name": "tracepoint:kvm:kvm_entry", "runs": 4, "run_ns": 300},
-                {"name": "procfs:threads"}],
-            "marks": [
-                {"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 900},
-                {"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 700},
-                {"name": "serial: run init", "source": "serial", "t_ns": 600}]
-        });
-        let m = from_profile(&p, Path::new("p.json")).unwrap();
+        use bootscope_model::profile::{DataSource, ExitReasonStat, Mark, MarkSource};
+        let mut p = Profile::new();
+        p.exits.total = 12;
+        let reason = |reason: &str, code, count| ExitReasonStat {
+            reason: reason.into(),
+            code,
+            count,
+            ..Default::default()
+        };
+        p.exits.by_reason = vec![reason("io", 123, 10), reason("npf", 1024, 2)];
+        p.page_faults.guest_total = 4;
+        p.page_faults.host_total = 400;
+        let source = |name: &str, runs, run_ns| DataSource {
+            name: name.into(),
+            runs,
+            run_ns,
+            ..Default::default()
+        };
+        p.sources = vec![
+            source("tracepoint:kvm:kvm_exit", Some(5), Some(700)),
+            source("tracepoint:kvm:kvm_entry", Some(4), Some(300)),
+            source("procfs:threads", None, None),
+        ];
+        let mark = |name: &str, source, t_ns| Mark {
+            name: name.into(),
+            source,
+            t_ns,
+            ..Default::default()
+        };
+        p.marks = vec![
+            mark("port 0x80: userspace 0x60", MarkSource::DebugPort, 900),
+            mark("port 0x80: userspace 0x60", MarkSource::DebugPort, 700),
+            mark("serial: run init", MarkSource::Serial, 600),
+        ];
+        let m = from_profile(&p);
         assert_eq!(m["bpf:runs"], 9);
         assert_eq!(m["bpf:run_ns"], 1000);
         assert_eq!(kind("bpf:run_ns"), MetricKind::Time);

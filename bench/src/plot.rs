@@ -13,7 +13,6 @@ use std::path::Path;
 
 use bootscope_model::timeline::Timeline;
 
-use crate::doc::BenchDoc;
 use crate::error::BenchError;
 
 mod bench;
@@ -38,13 +37,12 @@ pub fn render(bytes: &[u8], path: &Path) -> Result<String, BenchError> {
     };
     // The schema alone first: a bench file (the large kind) is read
     // straight into its types, never as a whole JSON tree.
-    let head = crate::doc::head(bytes).map_err(not_json)?;
-    let full = || serde_json::from_slice::<serde_json::Value>(bytes).map_err(not_json);
+    let head = crate::schema::head(bytes).map_err(not_json)?;
     match head.get("schema").and_then(|s| s.as_str()) {
-        Some("bootscope.bench") => Ok(bench_svg(&BenchDoc::parse(bytes, path)?, path)),
+        Some("bootscope.bench") => Ok(bench_svg(&crate::doc::parse(bytes, path)?, path)),
         Some("bootscope.timeline") => {
-            let value = full()?;
-            crate::doc::check_schema_versions(
+            let value = serde_json::from_slice::<serde_json::Value>(bytes).map_err(not_json)?;
+            crate::schema::check_schema_versions(
                 &value,
                 path,
                 "bootscope.timeline",
@@ -57,12 +55,11 @@ pub fn render(bytes: &[u8], path: &Path) -> Result<String, BenchError> {
                 schema: "bootscope.timeline",
                 detail: e.to_string(),
             })?;
-            Ok(boot_svg(&Boot::from_timeline(&timeline, &value), path))
+            Ok(boot_svg(&Boot::from_timeline(&timeline), path))
         }
         Some("bootscope.profile") => {
-            let value = full()?;
-            crate::doc::check_schema_versions(&value, path, "bootscope.profile", 1, 2, HINT)?;
-            Ok(boot_svg(&Boot::from_profile(&value), path))
+            let profile = crate::schema::parse_profile(bytes, path, HINT)?;
+            Ok(boot_svg(&Boot::from_profile(&profile), path))
         }
         other => Err(BenchError::WrongSchema {
             path: path.into(),

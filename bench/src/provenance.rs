@@ -6,54 +6,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use serde::{Deserialize, Serialize};
+pub use bootscope_model::bench::{GitRevision, Provenance};
 
 use crate::error::BenchError;
-
-/// A git revision: the commit checked out and whether tracked files
-/// differed from it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GitRevision {
-    /// The full commit id of `HEAD`.
-    pub commit: String,
-    /// Tracked files had changes not committed (untracked files do not
-    /// count).
-    pub dirty: bool,
-}
-
-/// The notes and revision of one benchmark; both are optional in the
-/// bench document, so files without them read as before.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Provenance {
-    /// `bench --meta KEY=VALUE`, by key.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub meta: BTreeMap<String, String>,
-    /// The git revision of the directory `bench` was started in, when it
-    /// is in a git work tree and git is installed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub git: Option<GitRevision>,
-}
-
-impl Provenance {
-    /// One line for people (`git 1a2b3c4d5e6f, uncommitted changes; meta
-    /// kernel=6.1`), or None when there is nothing to say.
-    pub fn text(&self) -> Option<String> {
-        let mut parts = Vec::new();
-        if let Some(g) = &self.git {
-            let short: String = g.commit.chars().take(12).collect();
-            parts.push(if g.dirty {
-                format!("git {short}, uncommitted changes")
-            } else {
-                format!("git {short}")
-            });
-        }
-        if !self.meta.is_empty() {
-            let kv: Vec<String> = self.meta.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            parts.push(format!("meta {}", kv.join(", ")));
-        }
-        (!parts.is_empty()).then(|| parts.join("; "))
-    }
-}
 
 /// Parses `--meta KEY=VALUE` arguments: a non-empty key without spaces,
 /// each key once.
@@ -82,35 +37,33 @@ pub fn parse_meta(specs: &[String]) -> Result<BTreeMap<String, String>, BenchErr
     Ok(out)
 }
 
-impl GitRevision {
-    /// The revision of the git work tree `dir` is in; None when it is in
-    /// none, or git is not installed.
-    pub fn detect(dir: &Path) -> Option<Self> {
-        let git = |args: &[&str]| -> Option<String> {
-            let out = Command::new("git")
-                // Reading a work tree owned by another user (CI as root) is
-                // safe: nothing is run from it.
-                .args(["-c", "safe.directory=*", "-C"])
-                .arg(dir)
-                .args(args)
-                .stdin(Stdio::null())
-                .stderr(Stdio::null())
-                .output()
-                .ok()?;
-            out.status
-                .success()
-                .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-        };
-        let commit = git(&["rev-parse", "--verify", "--quiet", "HEAD"])?
-            .trim()
-            .to_string();
-        if commit.is_empty() {
-            return None;
-        }
-        let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-            .is_some_and(|s| !s.trim().is_empty());
-        Some(Self { commit, dirty })
+/// The revision of the git work tree `dir` is in; None when it is in
+/// none, or git is not installed.
+pub fn detect_git(dir: &Path) -> Option<GitRevision> {
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git")
+            // Reading a work tree owned by another user (CI as root) is
+            // safe: nothing is run from it.
+            .args(["-c", "safe.directory=*", "-C"])
+            .arg(dir)
+            .args(args)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let commit = git(&["rev-parse", "--verify", "--quiet", "HEAD"])?
+        .trim()
+        .to_string();
+    if commit.is_empty() {
+        return None;
     }
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|s| !s.trim().is_empty());
+    Some(GitRevision { commit, dirty })
 }
 
 #[cfg(test)]
@@ -169,21 +122,21 @@ mod tests {
         };
         git(&["init", "-q"]);
         // A repository without a commit has no revision.
-        assert_eq!(GitRevision::detect(&dir), None);
+        assert_eq!(detect_git(&dir), None);
         std::fs::write(dir.join("f"), "1").unwrap();
         git(&["add", "f"]);
         git(&["commit", "-q", "-m", "one"]);
         let head = git(&["rev-parse", "HEAD"]);
-        let clean = GitRevision::detect(&dir).expect("a revision");
+        let clean = detect_git(&dir).expect("a revision");
         assert_eq!(clean.commit, head);
         assert!(!clean.dirty);
         // Untracked files do not count; a changed tracked file does, seen
         // from a subdirectory too.
         std::fs::create_dir_all(dir.join("sub")).unwrap();
         std::fs::write(dir.join("sub/new"), "x").unwrap();
-        assert!(!GitRevision::detect(&dir.join("sub")).unwrap().dirty);
+        assert!(!detect_git(&dir.join("sub")).unwrap().dirty);
         std::fs::write(dir.join("f"), "2").unwrap();
-        let dirty = GitRevision::detect(&dir.join("sub")).unwrap();
+        let dirty = detect_git(&dir.join("sub")).unwrap();
         assert_eq!(dirty.commit, head);
         assert!(dirty.dirty);
         let _ = std::fs::remove_dir_all(&dir);
@@ -193,7 +146,7 @@ mod tests {
     fn no_revision_outside_a_work_tree() {
         let dir = std::env::temp_dir().join(format!("bootscope-nogit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let found = GitRevision::detect(&dir);
+        let found = detect_git(&dir);
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(found, None);
     }

@@ -18,6 +18,7 @@ use regex::Regex;
 use crate::doc::{BenchDoc, ConfigKind, ConfigResult, Machine, RunRecord, Settings};
 use crate::error::BenchError;
 use crate::metrics;
+use bootscope_model::bench::StormRecord;
 
 /// Console lines timed by default: the kernel banner and the start of init
 /// (the kernel prints the latter at info level: not with `quiet`).
@@ -119,7 +120,7 @@ pub struct BenchPlan {
 }
 
 /// One configuration's runs of one round, and its storm (`--parallel`).
-type RoundRuns = (Vec<RunRecord>, Option<crate::storm::StormRecord>);
+type RoundRuns = (Vec<RunRecord>, Option<StormRecord>);
 
 /// Reported after every run.
 pub struct Progress<'a> {
@@ -129,7 +130,7 @@ pub struct Progress<'a> {
     pub label: &'a str,
     pub run: &'a RunRecord,
     /// The storm this run ended, after its last VM's run (`--parallel`).
-    pub storm: Option<&'a crate::storm::StormRecord>,
+    pub storm: Option<&'a StormRecord>,
     /// Warm-up rounds, then measured rounds.
     pub rounds: u32,
     pub warmup_rounds: u32,
@@ -258,7 +259,7 @@ impl BenchPlan {
             }
         }
         for r in &mut results {
-            r.summarize();
+            crate::doc::summarize(r);
         }
         Ok(BenchDoc {
             schema: crate::doc::SCHEMA.into(),
@@ -464,8 +465,8 @@ impl BenchPlan {
             }
         }
         if let Some(p) = &profile {
-            match read_json(p).and_then(|v| metrics::from_profile(&v, p)) {
-                Ok(m) => record.metrics.extend(m),
+            match read_profile(p) {
+                Ok(profile) => record.metrics.extend(metrics::from_profile(&profile)),
                 Err(e) => {
                     record.ok = false;
                     problems.push(format!("no profile: {e}"));
@@ -494,6 +495,13 @@ fn read_json(path: &Path) -> Result<serde_json::Value, BenchError> {
         hint: "the run wrote an unreadable file",
         source,
     })
+}
+
+/// Reads the profile a run wrote (`bench --profile`).
+fn read_profile(path: &Path) -> Result<bootscope_model::profile::Profile, BenchError> {
+    const HINT: &str = "give a file written by `bootscope profile --output FILE`";
+    let bytes = bootscope_model::input::read_input(path)?;
+    crate::schema::parse_profile(&bytes, path, HINT)
 }
 
 fn duration_ns(d: Duration) -> u64 {
@@ -533,7 +541,7 @@ type ConsoleSeen = (
 
 /// Reads the child's standard output on a thread, noting when each
 /// pattern first matched (from `start`), and at the first match of the
-/// [`crate::storm::USERSPACE_PATTERN`] the memory of process group `pgid`; the receiver
+/// [`USERSPACE_PATTERN`] the memory of process group `pgid`; the receiver
 /// gets them at its end.
 fn read_console(
     stdout: Option<std::process::ChildStdout>,
@@ -562,8 +570,8 @@ fn read_console(
                     for p in &pats {
                         if !seen.contains_key(&p.name) && p.regex.is_match(text) {
                             seen.insert(p.name.clone(), at);
-                            if p.name == crate::storm::USERSPACE_PATTERN {
-                                memory = crate::storm::group_memory(pgid);
+                            if p.name == USERSPACE_PATTERN {
+                                memory = group_memory(pgid);
                             }
                         }
                     }
@@ -727,37 +735,18 @@ pub fn shell_words(argv: &[OsString]) -> String {
         .join(" ")
 }
 
-impl Machine {
-    /// Describes this machine; `host_kvm` comes from the caller (it knows
-    /// how to tell VMX, SVM and PVM apart).
-    pub fn detect(host_kvm: &str) -> Self {
-        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-        let cpuinfo = read("/proc/cpuinfo");
-        let cpu_model = cpuinfo
-            .lines()
-            .find(|l| l.starts_with("model name"))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, v)| v.trim().to_string())
-            .unwrap_or_default();
-        let cpus = std::thread::available_parallelism()
-            .map(|n| n.get() as u32)
-            .unwrap_or(0);
-        let memory_bytes = read("/proc/meminfo")
-            .lines()
-            .find(|l| l.starts_with("MemTotal:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kib| kib.parse::<u64>().ok())
-            .map(|kib| kib * 1024)
-            .unwrap_or(0);
-        Self {
-            hostname: read("/proc/sys/kernel/hostname").trim().into(),
-            kernel_release: read("/proc/sys/kernel/osrelease").trim().into(),
-            cpu_model,
-            cpus,
-            memory_bytes,
-            host_kvm: host_kvm.into(),
-        }
-    }
+/// The console pattern whose first match is the userspace moment of a
+/// command's boot: bench then reads the memory of its processes.
+pub const USERSPACE_PATTERN: &str = "userspace";
+
+/// The memory of process group `pgid`'s live processes, summed; `None`
+/// when none could be read.
+pub fn group_memory(pgid: u32) -> Option<bootscope_model::smaps::MemoryUse> {
+    use bootscope_model::smaps::MemoryUse;
+    bootscope_model::proc::group_members(pgid)
+        .into_iter()
+        .filter_map(|pid| MemoryUse::of_pid(pid).ok())
+        .reduce(MemoryUse::plus)
 }
 
 /// `2026-05-01T12:34:56Z` for a point in time.

@@ -9,24 +9,8 @@
 //! are the classic Lanczos and continued-fraction forms; the unit tests
 //! compare them with published values.
 
+pub use bootscope_model::bench::Summary;
 use serde::{Deserialize, Serialize};
-
-/// Mean, spread and five-number summary of one metric's values.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Summary {
-    /// Number of values.
-    pub n: usize,
-    pub mean: f64,
-    /// Sample standard deviation (n - 1 in the denominator); 0 for n = 1.
-    pub sd: f64,
-    pub min: f64,
-    /// First quartile (linear interpolation between order statistics).
-    pub q1: f64,
-    pub median: f64,
-    /// Third quartile.
-    pub q3: f64,
-    pub max: f64,
-}
 
 /// Summarizes `values`; `None` when there are none (or any is not finite).
 pub fn summarize(values: &[f64]) -> Option<Summary> {

@@ -21,51 +21,16 @@ use std::collections::BTreeMap;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
-use crate::doc::RunRecord;
 use crate::error::BenchError;
 use crate::metrics::{self, MetricKind};
 use crate::runner::{BenchPlan, ConfigPlan, Side};
 use crate::stats;
+use bootscope_model::bench::RunRecord;
+pub use bootscope_model::bench::StormRecord;
 
-/// The statistics a storm keeps of a per-VM metric (`sum` for memory only).
-pub const STATISTICS: [&str; 5] = ["p50", "p90", "p99", "max", "sum"];
+pub use crate::metrics::STATISTICS;
 
-/// The console pattern whose first match is the userspace moment of a
-/// command's boot: bench then reads the memory of its processes.
-pub const USERSPACE_PATTERN: &str = "userspace";
-
-/// The memory of process group `pgid`'s live processes, summed; `None`
-/// when none could be read.
-pub fn group_memory(pgid: u32) -> Option<bootscope_model::smaps::MemoryUse> {
-    use bootscope_model::smaps::MemoryUse;
-    bootscope_model::proc::group_members(pgid)
-        .into_iter()
-        .filter_map(|pid| MemoryUse::of_pid(pid).ok())
-        .reduce(MemoryUse::plus)
-}
-
-/// One storm: N VMs of one configuration started at once.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StormRecord {
-    /// Round (0-based; warm-up rounds first).
-    pub round: u32,
-    pub warmup: bool,
-    /// VMs started at once.
-    pub vms: u32,
-    /// Every VM succeeded: only such storms enter the statistics.
-    pub ok: bool,
-    /// VMs that failed.
-    pub failed: u32,
-    /// The first spawn to the last exit, nanoseconds.
-    pub makespan_ns: u64,
-    /// Successful VMs per second of makespan.
-    pub boots_per_second: f64,
-    /// `storm:makespan` and `storm:METRIC:STAT` (see the module's
-    /// description), over the successful VMs.
-    pub metrics: BTreeMap<String, u64>,
-}
+pub use crate::runner::{group_memory, USERSPACE_PATTERN};
 
 /// Whether a per-VM metric gets storm statistics.
 fn distributed(name: &str) -> bool {

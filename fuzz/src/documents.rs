@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use bootscope_bench::compare::{self, CheckOptions, Sample};
-use bootscope_bench::doc::BenchDoc;
 use bootscope_bench::plot;
 use bootscope_bench::stats::TestKind;
 use bootscope_profiler::export::{self, Format};
@@ -38,11 +37,11 @@ pub fn profile_or_timeline(data: &[u8]) {
 pub fn bench(data: &[u8]) {
     let path = Path::new("bench.json");
     let _ = plot::render(data, path);
-    let Ok(mut doc) = BenchDoc::parse(data, path) else {
+    let Ok(mut doc) = bootscope_bench::doc::parse(data, path) else {
         return;
     };
     for config in &mut doc.configs {
-        config.summarize();
+        bootscope_bench::doc::summarize(config);
         let _ = config.failures();
     }
     let _ = doc.to_json();

@@ -17,6 +17,11 @@
 //! - [`mark`]: where a timeline mark came from, and the port marks' names;
 //! - [`timeline`]: the timeline document, which the VMM fills and every
 //!   reader reads;
+//! - [`profile`]: the profile document, which the profiler fills and
+//!   every reader reads; [`sites`]: its exit sites and their views;
+//! - [`bench`]: the bench document, which `bench` fills and `compare`,
+//!   `check`, `plot` and `advise` read;
+//! - [`timeline_profile`]: a timeline as a profile (marks and phases);
 //! - [`initcalls`]: the timeline's `initcalls` section;
 //! - [`devices`]: the timeline's `devices` section (virtio devices);
 //! - [`text`]: text from outside made safe to print on a terminal;
@@ -25,6 +30,7 @@
 //! - [`prometheus`]: the Prometheus text format, one writer for every
 //!   command and the exporter.
 
+pub mod bench;
 pub mod cache;
 pub mod cpulist;
 pub mod devices;
@@ -37,9 +43,12 @@ pub mod modules;
 pub mod numa;
 pub mod output;
 pub mod proc;
+pub mod profile;
 pub mod prometheus;
+pub mod sites;
 pub mod size;
 pub mod smaps;
 pub mod text;
 pub mod timeline;
+pub mod timeline_profile;
 pub mod units;

@@ -1,7 +1,23 @@
-//! Processes as procfs shows them, and the programs they run.
+//! Processes as procfs shows them, the programs they run, and the CPU
+//! time of the calling thread.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// CPU time the calling thread has used (zero if the clock cannot be
+/// read).
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into a valid pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
 
 /// Thread ids of process `pid`, ascending (`/proc/PID/task`); empty when
 /// the process is gone.

@@ -27,14 +27,15 @@ mod mount;
 pub mod patch;
 pub mod phases;
 pub mod procfs;
-pub mod profile;
 mod pseudo;
 pub mod reasons;
 pub mod runqueue;
-pub mod sites;
 pub mod topology;
 pub mod tracefs;
 
+/// The profile document and its exit sites are the model's, shared with
+/// every reader.
+pub use bootscope_model::{profile, sites};
 pub use collector::{
     check_privileges, Collector, CollectorConfig, CollectorSet, FollowedVm, TargetSpec,
 };

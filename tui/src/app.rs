@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use bootscope_profiler::profile::{ExitReasonStat, PhaseSpan, Profile, ThreadProfile};
+use bootscope_model::profile::{ExitReasonStat, PhaseSpan, Profile, ThreadProfile};
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use crate::initcalls::Initcalls;
@@ -115,7 +115,7 @@ pub enum PhaseRow {
 pub fn is_initcall_phase(name: &str) -> bool {
     name.starts_with("initcall: ")
         || name.starts_with("initcalls: ")
-        || name.starts_with(bootscope_profiler::export::UNIT_PHASE_PREFIX)
+        || name.starts_with(bootscope_model::profile::UNIT_PHASE_PREFIX)
 }
 
 /// What a key asks the event loop to do.

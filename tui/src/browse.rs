@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use bootscope_profiler::profile::Profile;
-use bootscope_profiler::sites::ExitSites;
+use bootscope_model::profile::Profile;
+use bootscope_model::sites::ExitSites;
 
 use crate::app::{is_initcall_phase, Action, App};
 use crate::initcalls::{InitcallGroup, Initcalls};
@@ -486,8 +486,8 @@ mod tests {
     use super::*;
     use crate::initcalls::InitcallRow;
     use crate::theme::Theme;
-    use bootscope_profiler::profile::{PhaseSpan, Sample};
-    use bootscope_profiler::sites::ExitSite;
+    use bootscope_model::profile::{PhaseSpan, Sample};
+    use bootscope_model::sites::ExitSite;
 
     fn key(code: KeyCode) -> KeyEvent {
         KeyEvent::new(code, KeyModifiers::NONE)

@@ -12,7 +12,7 @@
 //!
 //! ```no_run
 //! use bootscope_tui::{run_live, ReplaySource, TuiOptions};
-//! let saved = bootscope_profiler::Profile::read("profile.json".as_ref())?;
+//! let saved = bootscope_model::profile::Profile::read("profile.json".as_ref())?;
 //! let mut source = ReplaySource::realtime(saved, 1.0);
 //! let last = run_live(&mut source, TuiOptions::default())?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -21,7 +21,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use bootscope_profiler::Profile;
+pub use bootscope_model::profile::Profile;
 
 pub mod app;
 pub mod browse;
@@ -197,10 +197,9 @@ pub fn run_live(source: &mut dyn ProfileSource, opts: TuiOptions) -> Result<Prof
                 } else if !app.paused {
                     // CPU time, not wall time: waiting for the collector's
                     // lock costs nothing.
-                    let t = bootscope_profiler::collector::thread_cpu_time();
+                    let t = bootscope_model::proc::thread_cpu_time();
                     let p = source.snapshot();
-                    pacer
-                        .record(bootscope_profiler::collector::thread_cpu_time().saturating_sub(t));
+                    pacer.record(bootscope_model::proc::thread_cpu_time().saturating_sub(t));
                     app.update(p);
                     app.stretched_refresh = pacer.stretched();
                     dirty = true;

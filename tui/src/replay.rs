@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use bootscope_profiler::profile::{HistBucket, Profile};
+use bootscope_model::profile::{HistBucket, Profile};
 
 use crate::ProfileSource;
 
@@ -196,7 +196,7 @@ pub fn profile_at(p: &Profile, t_ns: u64) -> Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bootscope_profiler::profile::{PhaseSpan, Sample, ThreadProfile};
+    use bootscope_model::profile::{PhaseSpan, Sample, ThreadProfile};
 
     fn saved() -> Profile {
         let mut p = Profile::new();

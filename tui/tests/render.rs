@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use bootscope_profiler::profile::*;
+use bootscope_model::profile::*;
 use bootscope_tui::app::App;
 use bootscope_tui::theme::Theme;
 use bootscope_tui::{ui, Console};
@@ -545,7 +545,7 @@ fn initcalls_app(theme: Theme) -> App {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/lab-initcalls.timeline.json");
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let profile = bootscope_profiler::export::profile_from_timeline(&doc).unwrap();
+    let profile = bootscope_model::timeline_profile::profile_from_timeline(&doc).unwrap();
     let mut app = App::new("bootscope run (pid 1)", theme);
     app.finish(profile);
     app.initcalls = bootscope_tui::Initcalls::from_json(&doc);
@@ -843,7 +843,7 @@ fn browsing_a_timeline_shows_the_initcalls_started_by_the_position() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/lab-initcalls.timeline.json");
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let profile = bootscope_profiler::export::profile_from_timeline(&doc).unwrap();
+    let profile = bootscope_model::timeline_profile::profile_from_timeline(&doc).unwrap();
     let ic = bootscope_tui::Initcalls::from_json(&doc).unwrap();
     let device = ic
         .groups

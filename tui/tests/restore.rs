@@ -9,7 +9,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bootscope_profiler::profile::{PhaseSpan, Profile};
+use bootscope_model::profile::{PhaseSpan, Profile};
 use bootscope_tui::{run_live, ProfileSource, Theme, TuiOptions};
 
 /// A source whose snapshots panic after a few refreshes (`panic`) or that

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
+use bootscope_model::profile::Profile;
 use bootscope_model::timeline::{Timeline, TimelineGuest};
 
 use super::exits::{by_phase, exit_bars, phase_stacks, top_sites};
@@ -31,7 +32,7 @@ pub(super) struct Boot {
 }
 
 impl Boot {
-    pub(super) fn from_timeline(t: &Timeline, doc: &serde_json::Value) -> Self {
+    pub(super) fn from_timeline(t: &Timeline) -> Self {
         let mut phases: Vec<(String, f64, f64)> = t
             .phases
             .iter()
@@ -95,77 +96,49 @@ impl Boot {
             exits,
             sites: BTreeMap::new(),
             by_phase: Vec::new(),
-            initcalls: Initcalls::from_timeline(doc),
+            initcalls: Initcalls::from_timeline(t.initcalls.as_ref()),
         }
     }
 
-    pub(super) fn from_profile(v: &serde_json::Value) -> Self {
-        let phases: Vec<(String, f64, f64)> = v["phases"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| {
-                Some((
-                    p["name"].as_str()?.to_string(),
-                    p["start_ns"].as_f64()?,
-                    p["end_ns"].as_f64()?,
-                ))
-            })
+    pub(super) fn from_profile(p: &Profile) -> Self {
+        let phases: Vec<(String, f64, f64)> = p
+            .phases
+            .iter()
+            .map(|s| (s.name.clone(), s.start_ns as f64, s.end_ns as f64))
             .collect();
-        let exits = v["exits"]["by_reason"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|r| Some((r["reason"].as_str()?.to_string(), r["count"].as_f64()?)))
+        let exits = p
+            .exits
+            .by_reason
+            .iter()
+            .map(|r| (r.reason.clone(), r.count as f64))
             .collect();
-        let phase_names: Vec<String> = phases.iter().map(|p| p.0.clone()).collect();
-        let t = &v["target"];
+        let phase_names: Vec<String> = phases.iter().map(|s| s.0.clone()).collect();
+        let t = &p.target;
         Self {
-            title: format!(
-                "Profile: pid {} ({})",
-                t["pid"],
-                t["name"].as_str().unwrap_or("?")
-            ),
+            title: format!("Profile: pid {} ({})", t.pid, t.name),
             subtitle: format!(
                 "host KVM {} · {} CPUs · host page faults {} · guest page faults {}",
-                v["host"]["kvm"].as_str().unwrap_or("?"),
-                v["host"]["cpus"],
-                v["page_faults"]["host_total"],
-                v["page_faults"]["guest_total"],
+                p.host.kvm, p.host.cpus, p.page_faults.host_total, p.page_faults.guest_total,
             ),
-            command: t["command"]
-                .as_array()
-                .map(|c| {
-                    c.iter()
-                        .filter_map(|a| a.as_str())
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .filter(|c| !c.is_empty()),
+            command: Some(t.command.join(" ")).filter(|c| !c.is_empty()),
             phases,
-            marks: marks(v),
+            marks: by_time(
+                p.marks
+                    .iter()
+                    .map(|m| (m.name.clone(), m.t_ns as f64))
+                    .collect(),
+            ),
             exits_title: format!(
                 "Exits by reason ({}), {} in all",
-                v["exits"]["source"].as_str().unwrap_or("?"),
-                group_digits(v["exits"]["total"].as_f64().unwrap_or(0.0))
+                p.exits.source,
+                group_digits(p.exits.total as f64)
             ),
             exits,
-            sites: top_sites(v),
-            by_phase: by_phase(v, &phase_names),
+            sites: top_sites(p),
+            by_phase: by_phase(p, &phase_names),
             initcalls: None,
         }
     }
-}
-
-pub(super) fn marks(v: &serde_json::Value) -> Vec<(String, f64)> {
-    by_time(
-        v["marks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|m| Some((m["name"].as_str()?.to_string(), m["t_ns"].as_f64()?)))
-            .collect(),
-    )
 }
 
 /// Marks sorted by their time.

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
+use bootscope_model::profile::Profile;
 
 use super::svg::*;
 
@@ -24,27 +24,20 @@ const SITE_BAR_W: f64 = 50.0;
 /// The exit sites of a profile (`exits.sites`, `--exit-sites`): per
 /// reason, the guest functions with their exits, most first (every vCPU
 /// and phase summed). Empty without sites.
-pub(super) fn top_sites(v: &Value) -> BTreeMap<String, Vec<(String, f64)>> {
+pub(super) fn top_sites(p: &Profile) -> BTreeMap<String, Vec<(String, f64)>> {
     let mut by: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
-    for s in v["exits"]["sites"]["sites"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let (Some(reason), Some(count)) = (s["reason"].as_str(), s["count"].as_f64()) else {
-            continue;
-        };
+    for s in p.exits.sites.iter().flat_map(|x| &x.sites) {
         // The names `bootscope export --format folded` groups by.
-        let name = match (s["rip"].as_u64(), s["function"].as_str()) {
+        let name = match (s.rip, &s.function) {
             (None, _) => "[unattributed]".to_string(),
-            (Some(_), Some(f)) => f.to_string(),
+            (Some(_), Some(f)) => f.clone(),
             (Some(rip), None) if rip < 1 << 63 => "[guest user]".to_string(),
             (Some(rip), None) => format!("{rip:#x}"),
         };
-        *by.entry(reason.to_string())
+        *by.entry(s.reason.clone())
             .or_default()
             .entry(name)
-            .or_default() += count;
+            .or_default() += s.count as f64;
     }
     by.into_iter()
         .map(|(reason, fns)| {
@@ -57,19 +50,19 @@ pub(super) fn top_sites(v: &Value) -> BTreeMap<String, Vec<(String, f64)>> {
 
 /// A profile's exits per phase (`exits.by_phase`), by reason, in the order
 /// of `phases` (phases the list does not name come after).
-pub(super) fn by_phase(v: &Value, phases: &[String]) -> Vec<(String, Vec<(String, f64)>)> {
-    let mut out: Vec<(String, Vec<(String, f64)>)> = v["exits"]["by_phase"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| {
-            let reasons = p["by_reason"]
-                .as_object()?
+pub(super) fn by_phase(p: &Profile, phases: &[String]) -> Vec<(String, Vec<(String, f64)>)> {
+    let mut out: Vec<(String, Vec<(String, f64)>)> = p
+        .exits
+        .by_phase
+        .iter()
+        .map(|ph| {
+            let reasons = ph
+                .by_reason
                 .iter()
-                .filter_map(|(r, n)| Some((r.clone(), n.as_f64()?)))
+                .map(|(r, n)| (r.clone(), *n as f64))
                 .filter(|r| r.1 > 0.0)
                 .collect::<Vec<_>>();
-            Some((p["phase"].as_str()?.to_string(), reasons))
+            (ph.phase.clone(), reasons)
         })
         .filter(|p| !p.1.is_empty())
         .collect();

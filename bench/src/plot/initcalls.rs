@@ -4,8 +4,7 @@
 //! each of its initcalls drawn where and as long as it ran, and under each
 //! level a labelled row for each of its slowest initcalls.
 
-use serde::Deserialize;
-use serde_json::Value;
+use bootscope_model::initcalls::{Initcall, InitcallsDoc};
 
 use super::svg::*;
 
@@ -19,32 +18,8 @@ const INDENT: f64 = 14.0;
 const LEVEL_SPAN_COLOR: &str = "#dfe6ee";
 const FAILED_COLOR: &str = "#d62728";
 
-/// The fields of the timeline's `initcalls` object drawn here
-/// (docs/timeline-schema.md).
-#[derive(Deserialize)]
-struct InitcallsObject {
-    #[serde(default)]
-    levels: Vec<LevelSpan>,
-    #[serde(default)]
-    initcalls: Vec<Call>,
-}
-
-#[derive(Deserialize)]
-struct LevelSpan {
-    level: String,
-    start_ns: u64,
-    end_ns: u64,
-}
-
-#[derive(Clone, Deserialize)]
-pub(super) struct Call {
-    name: String,
-    level: String,
-    start_ns: u64,
-    duration_ns: u64,
-    #[serde(default)]
-    ret: i64,
-}
+/// One initcall (docs/timeline-schema.md).
+pub(super) type Call = Initcall;
 
 /// One level: its span and its initcalls in the order they ran.
 pub(super) struct Level {
@@ -62,8 +37,8 @@ pub(super) struct Initcalls {
 impl Initcalls {
     /// The initcalls of a timeline document; None without any (no
     /// `--initcalls`, or `error` says why none were recorded).
-    pub(super) fn from_timeline(doc: &Value) -> Option<Self> {
-        let obj = InitcallsObject::deserialize(doc.get("initcalls")?).ok()?;
+    pub(super) fn from_timeline(obj: Option<&InitcallsDoc>) -> Option<Self> {
+        let obj = obj?;
         let mut levels: Vec<Level> = obj
             .levels
             .iter()
@@ -74,7 +49,7 @@ impl Initcalls {
                 calls: Vec::new(),
             })
             .collect();
-        for c in obj.initcalls {
+        for c in obj.initcalls.iter().cloned() {
             let (start, end) = (c.start_ns as f64, (c.start_ns + c.duration_ns) as f64);
             match levels.iter_mut().find(|l| l.name == c.level) {
                 Some(l) => {

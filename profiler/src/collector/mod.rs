@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 
 use aya::maps::{MapData, RingBuf};
 use bootscope_model::host::{kvm_flavour, HostRoot};
+pub use bootscope_model::proc::thread_cpu_time;
 
 use crate::bpf::{self, Source};
 use crate::error::ProfilerError;
@@ -111,19 +112,6 @@ fn monotonic_ns() -> u64 {
     // SAFETY: clock_gettime writes one timespec into a valid pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
-}
-/// CPU time the calling thread has used (zero if the clock cannot be
-/// read).
-pub fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into a valid pointer.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 /// The zero of every `t_ns`: `origin` when it is not in the future, else
 /// now; and that instant on the clock of `bpf_ktime_get_ns`.

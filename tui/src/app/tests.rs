@@ -1,5 +1,5 @@
 use super::*;
-use bootscope_profiler::profile::{ExitReasonStat, VcpuExits};
+use bootscope_model::profile::{ExitReasonStat, VcpuExits};
 
 fn key(c: char) -> KeyEvent {
     KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)

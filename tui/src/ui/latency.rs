@@ -5,7 +5,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use bootscope_profiler::profile::HistBucket;
+use bootscope_model::profile::HistBucket;
 
 use super::format::{fmt_count, fmt_ns_short};
 use super::{block, inner_lines};
@@ -135,7 +135,7 @@ pub fn draw_latency(f: &mut Frame, area: Rect, app: &App) {
 
 #[cfg(test)]
 mod tests {
-    use bootscope_profiler::profile::HistBucket;
+    use bootscope_model::profile::HistBucket;
 
     use super::*;
 

@@ -8,7 +8,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use bootscope_profiler::sites::ExitSites;
+use bootscope_model::sites::ExitSites;
 
 use super::format::fmt_count;
 use super::{block, cut, inner_lines};

@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use bootscope_profiler::profile::Profile;
+use bootscope_model::profile::Profile;
 
 use super::format::fmt_count;
 use crate::app::App;

@@ -6,7 +6,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
-use bootscope_profiler::profile::ThreadProfile;
+use bootscope_model::profile::ThreadProfile;
 
 use super::format::{fmt_bytes, fmt_count, fmt_cpu_list, fmt_ms};
 use super::{block, cut};

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::mark::MarkSource;
 pub use crate::sites::{ExitSite, ExitSites, NpfRange, SiteSymbols};
-pub use bootscope_model::mark::MarkSource;
 
 /// Value of the `schema` field.
 pub const PROFILE_SCHEMA_NAME: &str = "bootscope.profile";
@@ -555,6 +555,10 @@ pub struct Mark {
     pub guest_rip: Option<u64>,
 }
 
+/// The prefix of the phases made of a systemd guest's units (`unit:
+/// NAME`, nested in `userspace`).
+pub const UNIT_PHASE_PREFIX: &str = "unit: ";
+
 /// A boot phase.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhaseSpan {
@@ -577,9 +581,9 @@ pub struct Sample {
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileReadError {
     /// The file cannot be opened, or is beyond the input limits
-    /// ([`bootscope_model::input`]).
+    /// ([`crate::input`]).
     #[error("profile: {0}")]
-    Limits(#[from] bootscope_model::input::InputError),
+    Limits(#[from] crate::input::InputError),
     /// The file cannot be read.
     #[error("cannot read profile {path}: {source}")]
     Io {
@@ -616,7 +620,7 @@ impl Profile {
     /// Reads and checks a profile file.
     pub fn read(path: &std::path::Path) -> Result<Self, ProfileReadError> {
         let p = path.display().to_string();
-        let bytes = bootscope_model::input::read_input(path)?;
+        let bytes = crate::input::read_input(path)?;
         let v: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|e| ProfileReadError::Malformed {
                 path: p.clone(),

@@ -228,7 +228,7 @@ pub struct SiteSymbols {
     /// The guest kernel's loaded modules, as read from its memory after
     /// the run (bootscope's own VMM only): name, core text, symbols.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub modules: Vec<bootscope_model::modules::GuestModule>,
+    pub modules: Vec<crate::modules::GuestModule>,
     /// What the reader must know (an unknown slide, a table that looks
     /// like another kernel's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -1,0 +1,96 @@
+//! What every document bench reads is checked for first: its `schema` and
+//! `version` fields; and the profile, read into the model's types.
+
+use std::path::Path;
+
+use bootscope_model::profile::{
+    Profile, PROFILE_SCHEMA_NAME, PROFILE_SCHEMA_OLDEST, PROFILE_SCHEMA_VERSION,
+};
+use serde::Deserialize;
+
+use crate::error::BenchError;
+
+/// A JSON document's `schema` and `version` fields (null where absent),
+/// as a small object for [`check_schema`]: the rest of the document is
+/// checked to be JSON and skipped, not built into a tree.
+pub fn head(bytes: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
+    #[derive(Deserialize)]
+    struct Head {
+        #[serde(default)]
+        schema: serde_json::Value,
+        #[serde(default)]
+        version: serde_json::Value,
+    }
+    let h: Head = serde_json::from_slice(bytes)?;
+    Ok(serde_json::json!({ "schema": h.schema, "version": h.version }))
+}
+
+/// Checks a document's `schema` and `version` fields.
+pub fn check_schema(
+    value: &serde_json::Value,
+    path: &Path,
+    schema: &str,
+    version: u32,
+    hint: &'static str,
+) -> Result<(), BenchError> {
+    check_schema_versions(value, path, schema, version, version, hint)
+}
+
+/// As [`check_schema`], for a document read in any version from `oldest`
+/// to `version`.
+pub fn check_schema_versions(
+    value: &serde_json::Value,
+    path: &Path,
+    schema: &str,
+    oldest: u32,
+    version: u32,
+    hint: &'static str,
+) -> Result<(), BenchError> {
+    let found = value.get("schema").and_then(|s| s.as_str());
+    if found != Some(schema) {
+        return Err(BenchError::WrongSchema {
+            path: path.into(),
+            found: found.unwrap_or("(none)").into(),
+            expected: schema.into(),
+            hint,
+        });
+    }
+    match value.get("version").and_then(|v| v.as_u64()) {
+        Some(v) if (u64::from(oldest)..=u64::from(version)).contains(&v) => Ok(()),
+        Some(v) => Err(BenchError::WrongVersion {
+            path: path.into(),
+            schema: schema.into(),
+            found: v,
+            supported: version,
+        }),
+        None => Err(BenchError::Malformed {
+            path: path.into(),
+            schema: "bootscope",
+            detail: "no numeric \"version\" field".into(),
+        }),
+    }
+}
+
+/// Reads a `bootscope.profile` document (`bootscope profile --output`)
+/// into its types, its `schema` and `version` checked first; `path` is for
+/// messages, `hint` says what file to give instead.
+pub fn parse_profile(bytes: &[u8], path: &Path, hint: &'static str) -> Result<Profile, BenchError> {
+    let value = head(bytes).map_err(|source| BenchError::NotJson {
+        path: path.into(),
+        hint,
+        source,
+    })?;
+    check_schema_versions(
+        &value,
+        path,
+        PROFILE_SCHEMA_NAME,
+        PROFILE_SCHEMA_OLDEST,
+        PROFILE_SCHEMA_VERSION,
+        hint,
+    )?;
+    serde_json::from_slice(bytes).map_err(|e| BenchError::Malformed {
+        path: path.into(),
+        schema: PROFILE_SCHEMA_NAME,
+        detail: e.to_string(),
+    })
+}
