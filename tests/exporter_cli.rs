@@ -1,9 +1,9 @@
 //! `bootscope exporter` and `--push` refusing bad input, and failing a push
 //! that cannot be made, without losing the results.
 
-mod profile_common;
+mod support;
 
-use profile_common::*;
+use support::*;
 
 #[test]
 fn a_listen_address_that_is_not_one_is_refused() {
