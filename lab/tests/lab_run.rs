@@ -63,7 +63,7 @@ fn lab_available(test: &str) -> bool {
     match check_prerequisites(Path::new("qemu-system-x86_64")) {
         Ok(_) => true,
         Err(e) => {
-            println!("SKIP {test}: {e}");
+            println!("SKIP: {test}: {e}");
             false
         }
     }

@@ -60,7 +60,5 @@ pub fn qemu_for_the_lab() -> Option<(PathBuf, &'static Path)> {
 /// A static busybox to carry into the lab, or a SKIP line saying why
 /// there is none.
 pub fn static_busybox() -> Option<PathBuf> {
-    bootscope_lab::guest::static_busybox()
-        .map_err(|e| skip(e))
-        .ok()
+    bootscope_lab::guest::static_busybox().map_err(skip).ok()
 }
