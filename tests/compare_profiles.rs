@@ -11,7 +11,7 @@ use std::path::Path;
 use bootscope_profiler::Profile;
 
 use support::bootscope_output as bootscope;
-use support::{recorded, stderr as err, stdout as out};
+use support::{lab_baseline, recorded, scratch, stderr as err, stdout as out};
 
 #[test]
 fn loud_against_quiet_per_reason_and_site() {
@@ -76,8 +76,7 @@ fn json_agrees_with_the_profiles() {
         recorded("lab-sites-loud.profile.json"),
         recorded("lab-sites-quiet.profile.json"),
     );
-    let dir = std::env::temp_dir().join(format!("bootscope-cmp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("cmp");
     let file = dir.join("cmp.json");
     let o = bootscope(&["compare", "--json", "-o", file.to_str().unwrap(), &a, &b]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
@@ -168,10 +167,7 @@ fn without_sites_per_reason_only() {
 #[test]
 fn bad_input_is_exit_2() {
     let p = recorded("lab-sites-loud.profile.json");
-    let bench = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/baselines/lab-default-guest.json")
-        .display()
-        .to_string();
+    let bench = lab_baseline();
     let o = bootscope(&["compare", &p, &bench]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
