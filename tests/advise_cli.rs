@@ -2,30 +2,25 @@
 //! and its refusals: bad input is exit status 2 with a message naming it,
 //! before any boot.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod support;
 
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")).join(name)
-}
+use support::*;
+
+use std::process::Output;
 
 fn advise(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bootscope"))
+    bootscope()
         .arg("advise")
         .args(args)
         .output()
         .expect("bootscope runs")
 }
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
 #[test]
 fn advice_from_a_loud_boot() {
-    let t = fixture("lab-sites-loud.timeline.json");
-    let p = fixture("lab-sites-loud.profile.json");
-    let o = advise(&[t.to_str().unwrap(), p.to_str().unwrap()]);
+    let t = recorded("lab-sites-loud.timeline.json");
+    let p = recorded("lab-sites-loud.profile.json");
+    let o = advise(&[&t, &p]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -57,7 +52,7 @@ fn advice_from_a_loud_boot() {
         out.to_str().unwrap(),
         "--svg",
         svg.to_str().unwrap(),
-        p.to_str().unwrap(),
+        &p,
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -96,8 +91,8 @@ fn refused(args: &[&str], want: &str) {
 
 #[test]
 fn bad_input_is_refused_before_any_boot() {
-    let p = fixture("lab-sites-loud.profile.json");
-    let p = p.to_str().unwrap();
+    let p = recorded("lab-sites-loud.profile.json");
+    let p = p.as_str();
     refused(
         &[
             p,
@@ -150,13 +145,8 @@ fn bad_input_is_refused_before_any_boot() {
 
 #[test]
 fn a_prove_command_that_does_not_boot_is_bad_input() {
-    let p = fixture("lab-sites-loud.profile.json");
-    let o = advise(&[
-        p.to_str().unwrap(),
-        "--prove",
-        "--prove-command",
-        "false {cmdline}",
-    ]);
+    let p = recorded("lab-sites-loud.profile.json");
+    let o = advise(&[&p, "--prove", "--prove-command", "false {cmdline}"]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
@@ -166,12 +156,7 @@ fn a_prove_command_that_does_not_boot_is_bad_input() {
     assert!(err.contains("exit status 1"), "{err}");
     assert!(!err.contains("A/B"), "{err}");
     // A boot that ends well but never prints the userspace line.
-    let o = advise(&[
-        p.to_str().unwrap(),
-        "--prove",
-        "--prove-command",
-        "echo {cmdline}",
-    ]);
+    let o = advise(&[&p, "--prove", "--prove-command", "echo {cmdline}"]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("never printed the userspace line"), "{err}");

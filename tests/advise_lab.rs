@@ -16,10 +16,11 @@
 //! of load can still turn a round, so the test runs on request
 //! (docs/benchmarks.md has its runs).
 
-mod lab_common;
+mod support;
+
+use support::*;
 
 use std::io::Write;
-use std::process::Command;
 
 /// The slow guest's kernel command line: the console on ttyS0 at its
 /// default log level, with the options that spare probing hardware the VM
@@ -31,7 +32,7 @@ const SLOW_CMDLINE: &str = "console=ttyS0 reboot=k panic=-1 io_delay=none pci=of
 /// Proves the slow guest's fixes in the lab: the command's output, and
 /// the JSON and SVG reports' paths.
 fn prove_slow_guest(
-    p: &lab_common::Prereqs,
+    p: &lab::Prereqs,
 ) -> (std::process::Output, std::path::PathBuf, std::path::PathBuf) {
     let gz = p.dir.join("guest.cpio.gz");
     let mut enc = flate2::write::GzEncoder::new(
@@ -44,7 +45,7 @@ fn prove_slow_guest(
     std::fs::create_dir_all(&out_dir).unwrap();
     let json = out_dir.join("advice.json");
     let svg = out_dir.join("advice.svg");
-    let out = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+    let out = bootscope()
         .args(["lab", "--timeout", "3600", "--", "advise", "--prove"])
         .args(["--runs", "8", "--max-fixes", "2", "--kinds", "run"])
         .arg("--output")
@@ -65,9 +66,7 @@ fn prove_slow_guest(
 #[test]
 #[ignore = "about 25 lab boots: 4 to 6 minutes on an idle machine, 20 or more on a shared one, where a burst of load can turn a round; run with `cargo test --release --test advise_lab -- --ignored`"]
 fn prove_accepts_what_helps_and_rejects_what_does_not() {
-    let Some(p) = lab_common::prereqs("advise") else {
-        return;
-    };
+    let p = require_lab_guest!("advise");
     let (out, json, svg) = prove_slow_guest(&p);
     let output = format!(
         "{}{}",
@@ -75,7 +74,7 @@ fn prove_accepts_what_helps_and_rejects_what_does_not() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(out.status.code(), Some(0), "{output}");
-    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let doc: serde_json::Value = read_json(&json);
     assert_eq!(doc["schema"], "bootscope.advise", "{doc}");
     let rules: Vec<&str> = doc["findings"]
         .as_array()

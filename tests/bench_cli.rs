@@ -3,31 +3,15 @@
 //! pass and fail verdicts against a baseline, every report format, and a
 //! clear message with exit status 2 for every kind of bad input.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
 use serde_json::{json, Value};
 
-mod profile_common;
-use profile_common::{bootscope_output as bootscope, fixture, kvm_available, scratch, stderr};
+mod support;
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// The committed lab baseline (see tests/baselines/README.md).
-fn lab_baseline() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/baselines/lab-default-guest.json")
-}
+use support::bootscope_output as bootscope;
+use support::*;
 
 /// A bench document with one configuration whose runs have these metrics.
 fn bench_doc(label: &str, runs: &[&[(&str, u64)]]) -> Value {
@@ -62,9 +46,7 @@ const MS: u64 = 1_000_000;
 
 #[test]
 fn bench_interleaves_two_boots_then_compare_and_plot_read_it() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let dir = scratch("interleave");
     let out = dir.join("bench.json");
     let k = fixture("mini-bzimage-ports.bin");
@@ -108,7 +90,7 @@ fn bench_interleaves_two_boots_then_compare_and_plot_read_it() {
         "{summary}"
     );
 
-    let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let doc: Value = read_json(&out);
     assert_eq!(doc["schema"], "bootscope.bench");
     assert_eq!(doc["version"], 2);
     assert_eq!(doc["settings"]["interleaved"], true);
@@ -183,9 +165,7 @@ fn bench_interleaves_two_boots_then_compare_and_plot_read_it() {
 
 #[test]
 fn bench_against_another_command_times_wall_and_console() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let dir = scratch("command");
     let out = dir.join("vs.json");
     let k = fixture("mini-bzimage-ports.bin");
@@ -209,7 +189,7 @@ fn bench_against_another_command_times_wall_and_console() {
         "sleep 0.05; echo 'Linux version 0.0.0 (other vmm)'; echo hello",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let doc: Value = read_json(&out);
     let b = &doc["configs"][1];
     assert_eq!(b["kind"], "command");
     assert_eq!(b["command"][0], "sh");
@@ -659,8 +639,8 @@ fn plot_draws_a_timeline() {
 #[test]
 fn committed_lab_baseline_is_valid_and_a_count_check_against_it_can_fail() {
     let baseline = lab_baseline();
-    let base = baseline.to_str().unwrap();
-    let doc: Value = serde_json::from_slice(&std::fs::read(&baseline).unwrap()).unwrap();
+    let base = baseline.as_str();
+    let doc: Value = read_json(&baseline);
     assert_eq!(doc["schema"], "bootscope.bench");
     assert_eq!(doc["machine"]["host_kvm"], "svm", "made in the lab");
     // The limits of tests/bench_lab.rs.
@@ -706,13 +686,8 @@ fn committed_lab_baseline_is_valid_and_a_count_check_against_it_can_fail() {
 
 #[test]
 fn bench_records_meta_and_the_git_revision() {
-    if !kvm_available() {
-        return;
-    }
-    if Command::new("git").arg("--version").output().is_err() {
-        eprintln!("SKIP: git is not installed");
-        return;
-    }
+    require_kvm!();
+    require_program!("git", "apt-get install git");
     let dir = scratch("meta");
     let git = |args: &[&str]| {
         let o = Command::new("git")
@@ -732,7 +707,7 @@ fn bench_records_meta_and_the_git_revision() {
     let head = git(&["rev-parse", "HEAD"]);
     let out = dir.join("bench.json");
     let k = fixture("mini-bzimage-ports.bin");
-    let o = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+    let o = support::bootscope()
         .current_dir(&dir)
         .args(["bench", "--runs", "1", "--warmup", "0"])
         .args(["--meta", "kernel=mini 1", "--meta", "config=x=y"])
@@ -750,7 +725,7 @@ fn bench_records_meta_and_the_git_revision() {
         "{}",
         text(&o)
     );
-    let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let doc: Value = read_json(&out);
     assert_eq!(doc["version"], 2);
     assert_eq!(doc["meta"], json!({"kernel": "mini 1", "config": "x=y"}));
     assert_eq!(doc["git"], json!({"commit": head, "dirty": false}));

@@ -9,12 +9,10 @@
 //! percent, while KVM's exit and fault counts of the same boot stay within a
 //! few percent. See tests/baselines/README.md.
 
-mod lab_common;
+mod support;
 
-use lab_common::prereqs;
-
-use std::path::Path;
-use std::process::{Command, Output};
+use support::bootscope_output as bootscope;
+use support::*;
 
 /// Kernel command line of the baseline: bootscope's default plus `quiet`.
 const QUIET_CMDLINE: &str = "console=ttyS0 reboot=k panic=-1 pci=off io_delay=none \
@@ -37,28 +35,11 @@ const CHECK: [&str; 8] = [
     "faults:pf_fixed",
 ];
 
-fn bootscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bootscope"))
-        .args(args)
-        .output()
-        .expect("bootscope runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 #[test]
 fn lab_boot_counts_hold_against_the_committed_baseline() {
-    let Some(p) = prereqs("bench") else { return };
-    let baseline_path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/baselines/lab-default-guest.json");
-    let baseline = baseline_path.to_str().unwrap();
+    let p = require_lab_guest!("bench");
+    let baseline = lab_baseline();
+    let baseline = baseline.as_str();
     let out = p.dir.join("out/bench.json");
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     let o = bootscope(&[
@@ -121,8 +102,7 @@ fn lab_boot_counts_hold_against_the_committed_baseline() {
     // Against a baseline with 45 % fewer io_exits the same boots are an
     // 82 % growth (a fraction of what dropping `quiet` does): the check
     // fails.
-    let mut lower: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&baseline_path).unwrap()).unwrap();
+    let mut lower: serde_json::Value = read_json(baseline);
     for c in lower["configs"].as_array_mut().unwrap() {
         for r in c["runs"].as_array_mut().unwrap() {
             let io = r["metrics"]["exits:io_exits"].as_u64().unwrap();

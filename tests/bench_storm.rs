@@ -5,19 +5,10 @@
 
 use serde_json::Value;
 
-mod profile_common;
-use profile_common::{
-    bootscope_output as bootscope, expect_usage_error, fixture, kvm_available, scratch, stderr,
-};
+mod support;
 
-fn text(o: &std::process::Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use support::bootscope_output as bootscope;
+use support::*;
 
 fn mem_available() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
@@ -101,9 +92,7 @@ fn parallel_bad_input_is_refused_before_any_boot() {
 /// N = 3 fixture guests at once, twice, after one alone each round.
 #[test]
 fn a_small_storm_of_fixture_guests() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let dir = scratch("storm-real");
     let out = dir.join("storm.json");
     let k = fixture("mini-bzimage-reset.bin");
@@ -144,7 +133,7 @@ fn a_small_storm_of_fixture_guests() {
             "summary lacks {needle:?}: {summary}"
         );
     }
-    let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let doc: Value = read_json(&out);
     assert_eq!(doc["version"], 2);
     assert_eq!(doc["settings"]["parallel"], 3);
     let c = &doc["configs"][0];
@@ -213,9 +202,7 @@ fn a_small_storm_of_fixture_guests() {
 /// memory at its end, no guest run.
 #[test]
 fn a_storm_of_memory_set_ups() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let dir = scratch("storm-memory");
     let out = dir.join("storm.json");
     let o = bootscope(&[
@@ -237,7 +224,7 @@ fn a_storm_of_memory_set_ups() {
         "--prealloc",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let doc: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let doc: Value = read_json(&out);
     let c = &doc["configs"][0];
     let s = &c["storms"][0];
     assert_eq!(s["vms"], 4);

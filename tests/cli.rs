@@ -3,17 +3,14 @@
 
 use std::path::Path;
 
-mod profile_common;
+mod support;
 
-use profile_common::{
-    bootscope_output as bootscope, expect_usage_error, fixture, kvm_available, scratch, stderr,
-};
+use support::bootscope_output as bootscope;
+use support::*;
 
 #[test]
 fn bad_kernels_exit_2_with_reason() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     expect_usage_error(
         &["run", "--kernel", "/nonexistent/vmlinuz"],
         &["/nonexistent/vmlinuz", "cannot read kernel"],
@@ -35,9 +32,7 @@ fn bad_kernels_exit_2_with_reason() {
 
 #[test]
 fn corrupt_bzimage_payload_exits_2() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     // mini-bzimage-reset.bin with a payload that says xz (magic and size
     // trailer) but whose stream is garbage: no decompressor can make a
     // kernel of it, so it is refused rather than booted into.
@@ -77,9 +72,7 @@ fn corrupt_bzimage_payload_exits_2() {
 
 #[test]
 fn unreadable_kernel_exits_2() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("unreadable");
     let k = d.join("vmlinuz");
     std::fs::copy(fixture("mini-bzimage-reset.bin"), &k).unwrap();
@@ -92,16 +85,14 @@ fn unreadable_kernel_exits_2() {
             &["cannot read kernel"],
         );
     } else {
-        eprintln!("SKIP part: running as root, permission bits do not stop reads");
+        skip("running as root, permission bits do not stop reads (the rest of the test ran)");
     }
     let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]
 fn bad_numbers_exit_2() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let k = fixture("mini-bzimage-reset.bin");
     expect_usage_error(
         &["run", "--kernel", &k, "--vcpus", "0"],
@@ -143,9 +134,7 @@ fn bad_numbers_exit_2() {
 
 #[test]
 fn initrd_larger_than_memory_exits_2() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("initrd");
     let big = d.join("big.cpio");
     std::fs::File::create(&big)
@@ -179,9 +168,7 @@ fn initrd_larger_than_memory_exits_2() {
 
 #[test]
 fn run_writes_timeline_and_summary() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("timeline");
     let t = d.join("boot.json");
     let o = bootscope(&[
@@ -208,7 +195,7 @@ fn run_writes_timeline_and_summary() {
     ] {
         assert!(err.contains(col), "summary lacks {col}: {err}");
     }
-    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&t).unwrap()).unwrap();
+    let doc: serde_json::Value = read_json(&t);
     assert_eq!(doc["schema"], "bootscope.timeline");
     assert_eq!(doc["version"], 2);
     assert_eq!(doc["outcome"]["clean"], true);
@@ -239,9 +226,7 @@ fn run_writes_timeline_and_summary() {
 
 #[test]
 fn serial_can_go_to_a_file_or_nowhere() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("serial");
     let log = d.join("console.log");
     let o = bootscope(&[
@@ -272,9 +257,7 @@ fn serial_can_go_to_a_file_or_nowhere() {
 
 #[test]
 fn custom_serial_pattern_becomes_a_mark() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("pattern");
     let t = d.join("t.json");
     let o = bootscope(&[
@@ -294,9 +277,7 @@ fn custom_serial_pattern_becomes_a_mark() {
 
 #[test]
 fn guest_that_never_ends_times_out_with_status_1() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let o = bootscope(&[
         "run",
         "--kernel",
@@ -314,9 +295,7 @@ fn guest_that_never_ends_times_out_with_status_1() {
 /// (unclean) and exits 1; the VMM never panics.
 #[test]
 fn hostile_guest_is_reported_not_a_panic() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("hostile");
     let t = d.join("t.json");
     let o = bootscope(&[
@@ -342,7 +321,7 @@ fn hostile_guest_is_reported_not_a_panic() {
     );
     assert!(err.contains("did not shut down cleanly"), "{err}");
     assert_eq!(o.status.code(), Some(1), "{err}");
-    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&t).unwrap()).unwrap();
+    let doc: serde_json::Value = read_json(&t);
     assert_eq!(
         doc["outcome"]["reason"], "triple_fault",
         "{}",
@@ -356,9 +335,7 @@ fn hostile_guest_is_reported_not_a_panic() {
 /// its own outcome; a bare triple fault does not.
 #[test]
 fn requested_resets_exit_0_and_a_bare_triple_fault_exits_1() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("resets");
     for (kernel, reason, code) in [
         ("mini-bzimage-reset.bin", "i8042_reset", 0),
@@ -379,7 +356,7 @@ fn requested_resets_exit_0_and_a_bare_triple_fault_exits_1() {
         ]);
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(code), "{kernel}: {err}");
-        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&t).unwrap()).unwrap();
+        let doc: serde_json::Value = read_json(&t);
         assert_eq!(
             doc["outcome"]["reason"], reason,
             "{kernel}: {}",
@@ -413,17 +390,16 @@ fn doctor_reports_the_kvm_flavour() {
 /// On a PVM host a stock kernel must fail fast and point at the lab.
 #[test]
 fn stock_kernel_on_pvm_fails_fast() {
-    if !Path::new("/sys/module/kvm_pvm").exists() || !kvm_available() {
-        eprintln!("SKIP: not a PVM host");
-        return;
+    if !Path::new("/sys/module/kvm_pvm").exists() {
+        skip_test!("not a PVM host");
     }
+    require_kvm!();
     let Some(kernel) = std::fs::read_dir("/boot").ok().and_then(|rd| {
         rd.flatten()
             .map(|e| e.path())
             .find(|p| p.to_string_lossy().contains("vmlinuz-"))
     }) else {
-        eprintln!("SKIP: no /boot/vmlinuz-* (apt-get install linux-image-amd64)");
-        return;
+        skip_test!("no /boot/vmlinuz-* (apt-get install linux-image-amd64)");
     };
     let start = std::time::Instant::now();
     let o = bootscope(&[

@@ -2,9 +2,10 @@
 //! completion scripts, manual pages, `-p` for `--pid`, `--json` for
 //! `--format json`, and clear errors (exit status 2) when they are misused.
 
-mod profile_common;
+mod support;
 
-use profile_common::{bootscope_output as bootscope, expect_usage_error, scratch, stderr};
+use support::bootscope_output as bootscope;
+use support::*;
 
 const SUBCOMMANDS: [&str; 17] = [
     "run",
@@ -137,9 +138,8 @@ fn json_is_format_json() {
         timeline.to_str().unwrap(),
     ]);
     if o.status.code() != Some(0) {
-        eprintln!("SKIP: cannot set up a VM here: {}", stderr(&o));
         let _ = std::fs::remove_dir_all(&dir);
-        return;
+        skip_test!("cannot set up a VM here: {}", stderr(&o));
     }
     let t = timeline.to_str().unwrap();
     let long = bootscope(&["export", "--format", "json", t]);

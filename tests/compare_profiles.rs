@@ -4,39 +4,20 @@
 //! the profiles themselves, and bad input (a profile beside a bench
 //! document, a profile alone, bench-only options) refused with exit 2.
 
+mod support;
+
 use std::path::Path;
-use std::process::{Command, Output};
 
 use bootscope_profiler::Profile;
 
-fn fixture(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-        .display()
-        .to_string()
-}
-
-fn bootscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bootscope"))
-        .args(args)
-        .output()
-        .expect("bootscope runs")
-}
-
-fn out(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use support::bootscope_output as bootscope;
+use support::{lab_baseline, recorded, scratch, stderr as err, stdout as out};
 
 #[test]
 fn loud_against_quiet_per_reason_and_site() {
     let (a, b) = (
-        fixture("lab-sites-loud.profile.json"),
-        fixture("lab-sites-quiet.profile.json"),
+        recorded("lab-sites-loud.profile.json"),
+        recorded("lab-sites-quiet.profile.json"),
     );
     let o = bootscope(&["compare", &a, &b]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
@@ -92,11 +73,10 @@ const EXPECTED: &[&str] = &[
 #[test]
 fn json_agrees_with_the_profiles() {
     let (a, b) = (
-        fixture("lab-sites-loud.profile.json"),
-        fixture("lab-sites-quiet.profile.json"),
+        recorded("lab-sites-loud.profile.json"),
+        recorded("lab-sites-quiet.profile.json"),
     );
-    let dir = std::env::temp_dir().join(format!("bootscope-cmp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("cmp");
     let file = dir.join("cmp.json");
     let o = bootscope(&["compare", "--json", "-o", file.to_str().unwrap(), &a, &b]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
@@ -169,8 +149,8 @@ fn json_agrees_with_the_profiles() {
 #[test]
 fn without_sites_per_reason_only() {
     let (a, b) = (
-        fixture("lab-sites-loud.profile.json"),
-        fixture("lab-nosites-quiet.profile.json"),
+        recorded("lab-sites-loud.profile.json"),
+        recorded("lab-nosites-quiet.profile.json"),
     );
     let o = bootscope(&["compare", &a, &b]);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
@@ -186,11 +166,8 @@ fn without_sites_per_reason_only() {
 
 #[test]
 fn bad_input_is_exit_2() {
-    let p = fixture("lab-sites-loud.profile.json");
-    let bench = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/baselines/lab-default-guest.json")
-        .display()
-        .to_string();
+    let p = recorded("lab-sites-loud.profile.json");
+    let bench = lab_baseline();
     let o = bootscope(&["compare", &p, &bench]);
     assert_eq!(o.status.code(), Some(2));
     assert!(

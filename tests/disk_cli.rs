@@ -2,11 +2,10 @@
 //! that cannot be a disk exits 2 with a message naming it, before the
 //! guest starts; a good one becomes a virtio-blk device on the timeline.
 
-mod profile_common;
+mod support;
 
-use profile_common::{
-    bootscope_output as bootscope, expect_usage_error, fixture, kvm_available, scratch, stderr,
-};
+use support::bootscope_output as bootscope;
+use support::*;
 
 fn run_with_disk(disk: &str) -> Vec<String> {
     [
@@ -40,9 +39,7 @@ fn bad_disks_exit_2_naming_the_image() {
     std::fs::write(&odd, vec![0u8; 1000]).unwrap();
     expect_disk_refused(odd.to_str().unwrap(), &["1000 bytes", "512-byte sectors"]);
     let fifo = dir.join("fifo");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    mkfifo(&fifo, 0o600);
     // Refused at once (opened without blocking), writable or not.
     expect_disk_refused(fifo.to_str().unwrap(), &["a FIFO"]);
     expect_disk_refused(&format!("{},readonly", fifo.display()), &["a FIFO"]);
@@ -75,9 +72,7 @@ fn bad_disks_exit_2_naming_the_image() {
 
 #[test]
 fn virtio_devices_need_acpi() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let dir = scratch("disk-acpi");
     let good = dir.join("good.img");
     std::fs::write(&good, vec![0u8; 4096]).unwrap();
@@ -102,9 +97,7 @@ fn virtio_devices_need_acpi() {
 
 #[test]
 fn a_disk_and_the_rng_are_on_the_timeline() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let dir = scratch("disk-timeline");
     let good = dir.join("good.img");
     std::fs::write(&good, vec![0u8; 8192]).unwrap();
@@ -125,8 +118,7 @@ fn a_disk_and_the_rng_are_on_the_timeline() {
         timeline.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let doc: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
+    let doc: serde_json::Value = read_json(&timeline);
     let devices = doc["devices"].as_array().expect("devices");
     let names: Vec<&str> = devices.iter().filter_map(|d| d["name"].as_str()).collect();
     assert_eq!(names, ["virtio-blk0", "virtio-rng", "virtio-console"]);

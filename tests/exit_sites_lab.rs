@@ -6,18 +6,17 @@
 //! adds up to KVM's own exit count, the slide is not 0, and a `nokaslr`
 //! boot names the same functions at a slide of 0.
 
-mod lab_common;
+mod support;
 
-use std::process::Command;
+use support::*;
 
 use bootscope_profiler::Profile;
-use lab_common::prereqs;
 
 /// `run`'s default command line, to which `nokaslr` is added: read from
 /// `bootscope run --help` (the binary's own default; the constant in
 /// src/cli.rs is not reachable from an integration test).
 fn default_cmdline() -> String {
-    let o = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+    let o = bootscope()
         .args(["run", "--help"])
         .output()
         .expect("bootscope run --help runs");
@@ -35,9 +34,9 @@ fn default_cmdline() -> String {
 /// Boots the default guest in the lab with `extra` run arguments and
 /// returns its profile (None: the lab is unavailable, said why).
 fn boot_with_sites(tag: &str, extra: &[&str]) -> Option<Profile> {
-    let p = prereqs(tag)?;
+    let p = lab::prereqs(tag)?;
     let out = p.dir.join("profile.json");
-    let o = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+    let o = bootscope()
         .args(["lab", "--timeout", "900", "--", "run", "--exit-sites"])
         .arg("--kernel")
         .arg(&p.kernel)

@@ -7,8 +7,10 @@ use std::process::Output;
 
 use serde_json::Value;
 
-mod profile_common;
-use profile_common::{bootscope_output as bootscope, fixture, kvm_available, scratch, stderr};
+mod support;
+
+use support::bootscope_output as bootscope;
+use support::*;
 
 fn stdout(o: &Output) -> String {
     String::from_utf8(o.stdout.clone()).expect("output is UTF-8")
@@ -26,7 +28,7 @@ fn export_ok(args: &[&str]) -> String {
 /// Runs and expects exit 2 with every `needles` in stderr, nothing on
 /// stdout, and no panic.
 fn expect_usage_error(args: &[&str], needles: &[&str]) {
-    profile_common::expect_usage_error(args, needles);
+    support::expect_usage_error(args, needles);
     assert!(
         bootscope(args).stdout.is_empty(),
         "{args:?} wrote to stdout"
@@ -54,13 +56,11 @@ fn boot_timeline(d: &Path) -> PathBuf {
 
 #[test]
 fn timeline_exports_in_every_format() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("formats");
     let t = boot_timeline(&d);
     let ts = t.to_str().unwrap();
-    let timeline: Value = serde_json::from_slice(&std::fs::read(&t).unwrap()).unwrap();
+    let timeline: Value = read_json(&t);
     let phase_names: Vec<&str> = timeline["phases"]
         .as_array()
         .unwrap()
@@ -136,7 +136,7 @@ fn timeline_exports_in_every_format() {
     // JSON: a profile, which exports exactly like the timeline it came from.
     let profile_path = d.join("profile.json");
     export_ok(&["--format", "json", "-o", profile_path.to_str().unwrap(), ts]);
-    let profile: Value = serde_json::from_slice(&std::fs::read(&profile_path).unwrap()).unwrap();
+    let profile: Value = read_json(&profile_path);
     assert_eq!(profile["schema"], "bootscope.profile");
     assert_eq!(profile["version"], 2);
     assert_eq!(profile["target"]["kind"], "self");

@@ -2,22 +2,21 @@
 //! profile with exit sites exported, and `-top` lists its top functions.
 //! Skipped (said why) where Go is not installed.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use bootscope_profiler::profile::ExitReasonStat;
 use bootscope_profiler::sites::{ExitSite, ExitSites};
 use bootscope_profiler::Profile;
 
+use support::*;
+
 /// The `go` command: on PATH, or Go's default install directory.
 fn go() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join("go"))
-            .find(|g| g.is_file())
-    });
-    on_path.or_else(|| {
+    find_program("go").or_else(|| {
         let g = PathBuf::from("/usr/local/go/bin/go");
         g.is_file().then_some(g)
     })
@@ -65,36 +64,6 @@ fn profile_with_sites() -> Profile {
     p
 }
 
-/// Runs `cmd`, failing the test after `limit` (killing the child).
-fn run_with_limit(mut cmd: Command, limit: Duration) -> std::process::Output {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("go runs");
-    let start = Instant::now();
-    while child.try_wait().expect("wait for go").is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let o = child.wait_with_output().expect("go output");
-            panic!(
-                "go tool pprof still running after {limit:?}; stderr: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    child.wait_with_output().expect("go output")
-}
-
-fn scratch() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bootscope-pprof-go-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 fn pprof_top(go: &Path, dir: &Path, pb: &Path, extra: &[&str]) -> String {
     let mut cmd = Command::new(go);
     cmd.current_dir(dir)
@@ -109,7 +78,7 @@ fn pprof_top(go: &Path, dir: &Path, pb: &Path, extra: &[&str]) -> String {
     if std::env::var_os("HOME").is_none() && std::env::var_os("GOCACHE").is_none() {
         cmd.env("HOME", std::env::temp_dir());
     }
-    let o = run_with_limit(cmd, Duration::from_secs(900));
+    let o = output_within(&mut cmd, Duration::from_secs(900));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "go tool pprof failed: {stderr}");
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -118,14 +87,13 @@ fn pprof_top(go: &Path, dir: &Path, pb: &Path, extra: &[&str]) -> String {
 #[test]
 fn go_tool_pprof_lists_the_top_functions() {
     let Some(go) = go() else {
-        eprintln!("SKIP: Go is not installed (no go on PATH or in /usr/local/go/bin)");
-        return;
+        skip_test!("Go is not installed (no go on PATH or in /usr/local/go/bin)");
     };
-    let d = scratch();
+    let d = scratch("pprof-go");
     let json = d.join("profile.json");
     std::fs::write(&json, serde_json::to_string(&profile_with_sites()).unwrap()).unwrap();
     let pb = d.join("sites.pb.gz");
-    let o = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+    let o = bootscope()
         .args(["export", "--format", "pprof", "-o"])
         .arg(&pb)
         .arg(&json)

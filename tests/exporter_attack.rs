@@ -6,19 +6,19 @@
 //! exporter's descriptors and memory stay bounded, and it accepts
 //! connections after the attack. (docs/export.md, "Limits".)
 
-mod profile_common;
+mod support;
+
+use support::*;
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-use profile_common::*;
 
 /// The longest a scrape may take during an attack.
 const SCRAPE_WITHIN: Duration = Duration::from_secs(1);
@@ -38,11 +38,7 @@ impl Drop for Exporter {
 
 impl Exporter {
     fn start(dir: &Path) -> Exporter {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let log = std::fs::File::create(dir.join("exporter.log")).unwrap();
         let child = bootscope()
@@ -313,9 +309,7 @@ fn check_scrapes(outcomes: &[Result<Duration, String>], log: &Path) {
 
 #[test]
 fn hostile_clients_do_not_keep_scrapes_out() {
-    if !can_profile() {
-        return;
-    }
+    require_bpf!();
     allow_descriptors(16384);
     let dir = scratch("exporter-attack");
     let mut exporter = Exporter::start(&dir);
@@ -382,9 +376,7 @@ fn hostile_clients_do_not_keep_scrapes_out() {
 
 #[test]
 fn running_out_of_descriptors_does_not_end_the_accept_loop() {
-    if !can_profile() {
-        return;
-    }
+    require_bpf!();
     allow_descriptors(4096);
     let dir = scratch("exporter-emfile");
     let mut exporter = Exporter::start(&dir);

@@ -1,9 +1,9 @@
 //! `bootscope exporter` and `--push` refusing bad input, and failing a push
 //! that cannot be made, without losing the results.
 
-mod profile_common;
+mod support;
 
-use profile_common::*;
+use support::*;
 
 #[test]
 fn a_listen_address_that_is_not_one_is_refused() {
@@ -30,10 +30,8 @@ fn a_busy_port_is_named() {
 
 #[test]
 fn a_push_url_that_is_not_http_is_refused_before_any_work() {
-    let base = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/baselines/lab-default-guest.json"
-    );
+    let base = lab_baseline();
+    let base = base.as_str();
     expect_usage_error(
         &["check", "--baseline", base, "--push", "ftp://gw:9091", base],
         &["--push \"ftp://gw:9091\"", "http://"],
@@ -56,10 +54,8 @@ fn a_push_url_that_is_not_http_is_refused_before_any_work() {
 /// report still written.
 #[test]
 fn an_unreachable_pushgateway_fails_the_check_but_keeps_the_report() {
-    let base = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/baselines/lab-default-guest.json"
-    );
+    let base = lab_baseline();
+    let base = base.as_str();
     let dir = scratch("push-refused");
     let report = dir.join("report.json");
     // A port just closed: nothing listens there.

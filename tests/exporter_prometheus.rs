@@ -5,39 +5,16 @@
 //! and the exit counts are read back through Prometheus's HTTP API; a
 //! bench pushed to the Pushgateway is read back the same way.
 
-mod profile_common;
+mod support;
 
-use std::net::TcpListener;
+use support::*;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use profile_common::*;
-
-/// A child process killed when the test ends, however it ends.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn have(program: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    find_program(program).is_some()
 }
 
 /// Whether prometheus, promtool and prometheus-pushgateway are here,
@@ -52,9 +29,7 @@ fn prometheus_available() -> bool {
         return true;
     }
     if !have("apt-get") {
-        eprintln!(
-            "SKIP: prometheus and prometheus-pushgateway are missing and there is no apt-get"
-        );
+        skip("prometheus and prometheus-pushgateway are missing and there is no apt-get");
         return false;
     }
     let installed = Command::new("apt-get")
@@ -71,9 +46,7 @@ fn prometheus_available() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !installed || !all() {
-        eprintln!(
-            "SKIP: prometheus and prometheus-pushgateway could not be installed with apt-get"
-        );
+        skip("prometheus and prometheus-pushgateway could not be installed with apt-get");
         return false;
     }
     true
@@ -91,21 +64,6 @@ fn get(url: &str) -> Option<String> {
         .into_body()
         .read_to_string()
         .ok()
-}
-
-/// Polls `probe` every 100 ms until it gives Some, for at most `secs`.
-fn wait_for<T>(secs: u64, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
-    let until = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = probe() {
-            return v;
-        }
-        assert!(
-            Instant::now() < until,
-            "timed out after {secs} s waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// The value of the instant query `q` (one series), once Prometheus has one.
@@ -226,7 +184,9 @@ fn held_vm(dir: &Path) -> Running {
 
 #[test]
 fn prometheus_reads_exit_counts_from_the_exporter_and_a_pushed_bench() {
-    if !can_profile() || !kvm_available() || !prometheus_available() {
+    require_bpf!();
+    require_kvm!();
+    if !prometheus_available() {
         return;
     }
     let dir = scratch("prometheus");
@@ -325,7 +285,7 @@ fn prometheus_reads_exit_counts_from_the_exporter_and_a_pushed_bench() {
         None,
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&bench).unwrap()).unwrap();
+    let doc: serde_json::Value = read_json(&bench);
     let exits_total = doc["configs"][0]["summary"]["exits:total"]["median"]
         .as_f64()
         .expect("exits:total in the bench file");
@@ -381,9 +341,8 @@ fn debug_port_writes(p: &bootscope_profiler::Profile) -> u64 {
 #[test]
 fn one_program_set_counts_each_vm_apart_and_forgets_the_ended() {
     use bootscope_profiler::{Collector, CollectorConfig, TargetSpec};
-    if !can_profile() || !kvm_available() {
-        return;
-    }
+    require_bpf!();
+    require_kvm!();
     let dir = scratch("every-vm");
     let c = Collector::start(CollectorConfig::new(TargetSpec::AnyVm)).expect("collector starts");
     let mut a = port_fixture_vm(&dir, "a", &[]);
@@ -427,9 +386,8 @@ fn one_program_set_counts_each_vm_apart_and_forgets_the_ended() {
 /// the same, with every exit, and as ended: the programs found it.
 #[test]
 fn a_vm_shorter_than_a_scan_is_served() {
-    if !can_profile() || !kvm_available() {
-        return;
-    }
+    require_bpf!();
+    require_kvm!();
     let dir = scratch("short-vm");
     let port = free_port();
     let _exporter = spawn(

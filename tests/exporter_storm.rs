@@ -4,40 +4,23 @@
 //! and its threads' run-queue waits (`--collect ...,sched`), and the
 //! exporter's own descriptors and memory stay flat as they come and go.
 
-mod profile_common;
+mod support;
+
+use support::*;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use profile_common::{bootscope, can_profile, fixture, kvm_available, scratch};
 
 const WAVES: usize = 10;
 const VMS_PER_WAVE: usize = 4;
 /// How long an ended VM stays served (`--keep-ended`).
 const KEEP_ENDED_S: f64 = 1.0;
-
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// GET /metrics, the connection closed after the answer.
 fn scrape(port: u16) -> Option<String> {
@@ -147,9 +130,8 @@ fn wait_retired(port: u16, pids: &[u32]) {
 
 #[test]
 fn every_vm_of_a_storm_is_served_and_the_exporter_stays_flat() {
-    if !can_profile() || !kvm_available() {
-        return;
-    }
+    require_bpf!();
+    require_kvm!();
     let dir = scratch("exporter-storm");
     let port = free_port();
     let log = std::fs::File::create(dir.join("exporter.log")).unwrap();

@@ -1,11 +1,15 @@
 //! `bootscope guest build debian` refusing bad input and hosts that cannot
 //! build: exit status 2, a message naming the problem, nothing at --out.
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
+use support::*;
+
 fn build(args: &[&str], cache: &Path, out: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bootscope"))
+    bootscope()
         .args(["guest", "build", "debian"])
         .args(args)
         .arg("--out")
@@ -13,11 +17,6 @@ fn build(args: &[&str], cache: &Path, out: &Path) -> Output {
         .env("XDG_CACHE_HOME", cache)
         .output()
         .unwrap()
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 #[test]
@@ -40,18 +39,8 @@ fn bad_sizes_are_refused_before_anything_is_built() {
 
 #[test]
 fn no_room_for_the_build_is_bad_input() {
-    if !is_root() {
-        eprintln!("SKIP: mounting a small file system for the cache needs root");
-        return;
-    }
-    if Command::new("mmdebstrap")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("SKIP: mmdebstrap is not installed (scripts/deps.sh installs it)");
-        return;
-    }
+    require_root!("to mount a small file system for the cache");
+    require_program!("mmdebstrap", "scripts/deps.sh installs it");
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     std::fs::create_dir(&cache).unwrap();
@@ -72,18 +61,8 @@ fn no_room_for_the_build_is_bad_input() {
 
 #[test]
 fn no_network_to_the_packages_is_bad_input() {
-    if !is_root() {
-        eprintln!("SKIP: a network namespace without a network needs root");
-        return;
-    }
-    if Command::new("mmdebstrap")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("SKIP: mmdebstrap is not installed (scripts/deps.sh installs it)");
-        return;
-    }
+    require_root!("for a network namespace without a network");
+    require_program!("mmdebstrap", "scripts/deps.sh installs it");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("image.raw");
     // A fresh cache (no image to copy) in a network namespace of its own

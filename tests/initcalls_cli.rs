@@ -1,21 +1,10 @@
 //! `bootscope initcalls CONSOLE-LOG` (the console fallback) and the input
 //! checks of `run --initcalls`: no KVM needed.
 
-use std::process::{Command, Output};
+mod support;
 
-fn bootscope(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bootscope"))
-        .args(args)
-        .output()
-        .expect("bootscope runs")
-}
-
-fn scratch(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("bootscope-initcalls-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use support::bootscope_output as bootscope;
+use support::scratch;
 
 #[test]
 fn a_console_log_with_initcall_debug_lines_gives_initcalls_and_levels() {

@@ -3,11 +3,9 @@
 //! they were given (flags named like bootscope's outputs included), files
 //! it names are carried in, and bad input is refused before the lab starts.
 
-mod lab_common;
-mod profile_common;
+mod support;
 
-use lab_common::{lab_kernel, prereqs};
-use profile_common::{bootscope, expect_usage_error, read_profile, run, scratch, stderr};
+use support::*;
 
 #[test]
 fn bad_lab_input_is_refused_before_the_lab_starts() {
@@ -82,9 +80,7 @@ fn echoed_args(stdout: &str) -> Vec<String> {
 
 #[test]
 fn profiled_command_arguments_pass_through_unchanged() {
-    if lab_kernel().is_none() {
-        return;
-    }
+    require_lab!();
     let dir = scratch("lab-pass-through");
     std::fs::create_dir_all(dir.join("images")).unwrap();
     std::fs::write(dir.join("images/kernel"), "kernel contents\n").unwrap();
@@ -141,10 +137,8 @@ fn profiled_command_arguments_pass_through_unchanged() {
 
 #[test]
 fn qemu_microvm_is_profiled_in_the_lab_with_its_own_serial_flag() {
-    let Some(pre) = prereqs("lab-qemu-microvm") else {
-        return;
-    };
-    let Some((qemu, firmware)) = lab_common::qemu_for_the_lab() else {
+    let pre = require_lab_guest!("lab-qemu-microvm");
+    let Some((qemu, firmware)) = lab::qemu_for_the_lab() else {
         return;
     };
     let out = pre.dir.join("qemu.json");

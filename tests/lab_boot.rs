@@ -2,19 +2,17 @@
 //! KVM under QEMU's emulator): the guest's own output, the kernel and
 //! userspace phases, and KVM's own exit statistic.
 
-mod lab_common;
+mod support;
 
-use lab_common::{lab_kernel, prereqs};
-
-use std::process::Command;
+use support::*;
 
 #[test]
 fn default_guest_boots_to_userspace_in_the_lab() {
-    let Some(p) = prereqs("boot") else { return };
+    let p = require_lab_guest!("boot");
     let timeline = p.dir.join("out/timeline.json");
     let serial = p.dir.join("out/serial.log");
     std::fs::create_dir_all(timeline.parent().unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+    let out = bootscope()
         .args(["lab", "--timeout", "900", "--", "run"])
         .arg("--kernel")
         .arg(&p.kernel)
@@ -126,9 +124,9 @@ fn default_guest_boots_to_userspace_in_the_lab() {
 /// a host whose KVM can.
 #[test]
 fn lab_run_without_kernel_boots_the_default_guest() {
-    let Some(p) = prereqs("default") else { return };
+    let p = require_lab_guest!("default");
     let serial = p.dir.join("serial.log");
-    let out = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+    let out = bootscope()
         .args(["lab", "--timeout", "900", "--", "run", "--timeout", "600"])
         .arg("--serial")
         .arg(&serial)
@@ -148,9 +146,9 @@ fn lab_run_without_kernel_boots_the_default_guest() {
 
 #[test]
 fn lab_reports_a_failing_guest() {
-    let Some(kernel) = lab_kernel() else { return };
+    let kernel = require_lab!();
     // A command line the kernel cannot live with: no init to run.
-    let out = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+    let out = bootscope()
         .args(["lab", "--timeout", "900", "--", "run"])
         .arg("--kernel")
         .arg(&kernel)
@@ -200,17 +198,9 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn killing_the_lab_kills_its_emulator() {
-    if lab_kernel().is_none() {
-        return;
-    }
-    let busybox = match bootscope_lab::guest::static_busybox() {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("SKIP: {e}");
-            return;
-        }
-    };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+    require_lab!();
+    let busybox = require_busybox!();
+    let mut child = bootscope()
         .args(["lab", "--timeout", "900", "--exe"])
         .arg(&busybox)
         .args(["--", "sleep", "600"])

@@ -9,29 +9,20 @@
 //! named `function [module]` from the module list read out of guest
 //! memory. Slow: one boot under emulation.
 
-mod lab_common;
+mod support;
+
+use support::*;
 
 use std::path::Path;
-use std::process::Command;
 
-use lab_common::lab_kernel;
 use serde_json::Value;
-
-fn bootscope() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_bootscope"))
-}
 
 /// The image, built (or taken from the cache) into `dir`.
 fn build_image(dir: &Path) -> Option<std::path::PathBuf> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: building the Debian image needs root");
+    if !root("to build the Debian image") {
         return None;
     }
-    if !Path::new("/usr/bin/mmdebstrap").is_file() {
-        eprintln!("SKIP: mmdebstrap is not installed (scripts/deps.sh installs it)");
-        return None;
-    }
+    program("mmdebstrap", "scripts/deps.sh installs it")?;
     let image = dir.join("debian.raw");
     let out = bootscope()
         .args(["guest", "build", "debian", "--size", "512M", "--out"])
@@ -40,7 +31,7 @@ fn build_image(dir: &Path) -> Option<std::path::PathBuf> {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     if out.status.code() == Some(2) && stderr.contains("cannot reach Debian's packages") {
-        eprintln!("SKIP: {stderr}");
+        skip(stderr);
         return None;
     }
     assert_eq!(out.status.code(), Some(0), "{stderr}");
@@ -149,9 +140,8 @@ fn check_units(doc: &Value) {
 
 #[test]
 fn debian_image_boots_to_its_workload_with_units_on_the_timeline() {
-    let Some(kernel) = lab_kernel() else { return };
-    let dir = std::env::temp_dir().join(format!("bootscope-labtest-debian-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let kernel = require_lab!();
+    let dir = scratch("lab-debian");
     std::fs::create_dir_all(dir.join("out")).unwrap();
     let Some(image) = build_image(&dir) else {
         return;
@@ -164,8 +154,7 @@ fn debian_image_boots_to_its_workload_with_units_on_the_timeline() {
         .to_string();
     let initrd = Path::new("/boot").join(format!("initrd.img-{version}"));
     if !initrd.is_file() {
-        eprintln!("SKIP: Debian's initrd {} is missing", initrd.display());
-        return;
+        skip_test!("Debian's initrd {} is missing", initrd.display());
     }
     let timeline = dir.join("out/timeline.json");
     let profile = dir.join("out/profile.json");
@@ -196,7 +185,7 @@ fn debian_image_boots_to_its_workload_with_units_on_the_timeline() {
         Some(0),
         "stderr:\n{stderr}\nconsole:\n{console}"
     );
-    let doc: Value = serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
+    let doc: Value = read_json(&timeline);
     assert_eq!(doc["host_kvm"], "svm", "the lab is real nested SVM");
     assert_eq!(
         doc["outcome"]["reason"], "acpi_power_off",

@@ -10,18 +10,15 @@
 //! eBPF programs counted in its span, and its port I/O exits agree with
 //! the VMM's own count.
 
-mod lab_common;
-mod profile_common;
+mod support;
 
-use lab_common::prereqs;
-use profile_common::slot_sum;
+use support::*;
 
 use std::path::Path;
-use std::process::Command;
 
 /// Boots the default guest in the lab, unprofiled; returns the timeline
 /// and console.
-fn boot(p: &lab_common::Prereqs, tag: &str, extra: &[&str]) -> (serde_json::Value, String) {
+fn boot(p: &lab::Prereqs, tag: &str, extra: &[&str]) -> (serde_json::Value, String) {
     let mut args = vec!["--no-profile"];
     args.extend(extra);
     boot_with(p, tag, &args)
@@ -29,7 +26,7 @@ fn boot(p: &lab_common::Prereqs, tag: &str, extra: &[&str]) -> (serde_json::Valu
 
 /// Boots the default guest in the lab with `args` (after the kernel,
 /// initrd and memory); returns the timeline and console.
-fn boot_with(p: &lab_common::Prereqs, tag: &str, extra: &[&str]) -> (serde_json::Value, String) {
+fn boot_with(p: &lab::Prereqs, tag: &str, extra: &[&str]) -> (serde_json::Value, String) {
     boot_ending(p, tag, extra, 0)
 }
 
@@ -39,7 +36,7 @@ const CMDLINE: &str =
 
 /// [`boot_with`], the run ending with exit status `status`.
 fn boot_ending(
-    p: &lab_common::Prereqs,
+    p: &lab::Prereqs,
     tag: &str,
     extra: &[&str],
     status: i32,
@@ -47,7 +44,7 @@ fn boot_ending(
     let timeline = p.dir.join(format!("out/{tag}-timeline.json"));
     let serial = p.dir.join(format!("out/{tag}-serial.log"));
     std::fs::create_dir_all(timeline.parent().unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+    let out = bootscope()
         .args(["lab", "--timeout", "900", "--", "run"])
         .arg("--kernel")
         .arg(&p.kernel)
@@ -71,7 +68,7 @@ fn boot_ending(
     if extra.contains(&"--initcalls") {
         assert!(output.contains("slowest initcalls"), "summary: {output}");
     }
-    let doc = serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
+    let doc = read_json(&timeline);
     (doc, read(&serial))
 }
 
@@ -81,9 +78,7 @@ fn read(p: &Path) -> String {
 
 #[test]
 fn initcalls_of_the_default_guest_are_on_the_timeline_without_console_cost() {
-    let Some(p) = prereqs("initcalls") else {
-        return;
-    };
+    let p = require_lab_guest!("initcalls");
     let (doc, console) = boot(&p, "with", &["--initcalls"]);
     let ic = &doc["initcalls"];
     assert!(ic["error"].is_null(), "{}", ic["error"]);
@@ -186,9 +181,7 @@ fn initcalls_of_the_default_guest_are_on_the_timeline_without_console_cost() {
 /// `kvm_exit` rather than when the VMM handles them).
 #[test]
 fn profiled_initcalls_get_the_exits_the_kernel_counted() {
-    let Some(p) = prereqs("initcalls-profiled") else {
-        return;
-    };
+    let p = require_lab_guest!("initcalls-profiled");
     let profile_path = p.dir.join("out/profiled-profile.json");
     let profile_arg = profile_path.to_str().unwrap().to_string();
     let (doc, _) = boot_with(
@@ -281,9 +274,7 @@ fn profiled_initcalls_get_the_exits_the_kernel_counted() {
 /// printing inside it.
 #[test]
 fn traced_durations_agree_with_the_kernels_own() {
-    let Some(p) = prereqs("initcalls-durations") else {
-        return;
-    };
+    let p = require_lab_guest!("initcalls-durations");
     let cmdline = format!("{CMDLINE} quiet initcall_debug");
     let (doc, _) = boot(&p, "durations", &["--initcalls", "--cmdline", &cmdline]);
     let ic = &doc["initcalls"];
@@ -310,9 +301,7 @@ fn traced_durations_agree_with_the_kernels_own() {
 /// initcall) and resets: its initcalls are still read from its memory.
 #[test]
 fn a_boot_that_panics_keeps_its_initcalls() {
-    let Some(p) = prereqs("initcalls-panic") else {
-        return;
-    };
+    let p = require_lab_guest!("initcalls-panic");
     let cmdline = format!("{CMDLINE} rdinit=/nonexistent init=/nonexistent");
     let (doc, console) = boot_ending(
         &p,

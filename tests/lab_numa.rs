@@ -6,14 +6,13 @@
 //! against the lab kernel's own node layout, which its banner prints from
 //! `/sys/devices/system/node`.
 
-mod lab_common;
-mod profile_common;
+mod support;
+
+use support::*;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Mutex;
 
-use profile_common::*;
 use serde_json::Value;
 
 /// One lab machine at a time: each takes two emulated CPUs.
@@ -70,12 +69,7 @@ struct NumaRun {
 /// timeline and a profile; None (after saying why) where the lab cannot run.
 fn numa_run(tag: &str, args: &[&str]) -> Option<NumaRun> {
     let _one = LAB.lock().unwrap_or_else(|e| e.into_inner());
-    bootscope_lab::outer::check_prerequisites(Path::new("qemu-system-x86_64"))
-        .map_err(|e| eprintln!("SKIP: the lab is unavailable here: {e}"))
-        .ok()?;
-    bootscope_lab::guest::find_debian_kernel()
-        .map_err(|e| eprintln!("SKIP: {e}"))
-        .ok()?;
+    lab::lab_kernel()?;
     if !can_profile() {
         return None;
     }
@@ -94,11 +88,10 @@ fn numa_run(tag: &str, args: &[&str]) -> Option<NumaRun> {
     );
     let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
     assert_eq!(o.status.code(), Some(0), "{out}");
-    let read = |p: &Path| -> Value { serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap() };
     let run = NumaRun {
         nodes: nodes_from_banner(&out),
-        timeline: read(&timeline),
-        profile: read(&profile),
+        timeline: read_json(&timeline),
+        profile: read_json(&profile),
     };
     assert_eq!(run.nodes.len(), 2, "{out}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -332,12 +325,8 @@ fn nested_stalls_are_told_apart_from_other_timeouts() {
 #[test]
 fn guest_boots_with_two_numa_nodes_and_exits_split_by_vcpu() {
     let _one = LAB.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(p) = lab_common::prereqs("numa-boot") else {
-        return;
-    };
-    if !can_profile() {
-        return;
-    }
+    let p = require_lab_guest!("numa-boot");
+    require_bpf!();
     let serial = p.dir.join("serial.log");
     let profile = p.dir.join("profile.json");
     let timeline = p.dir.join("timeline.json");
@@ -396,9 +385,9 @@ fn guest_boots_with_two_numa_nodes_and_exits_split_by_vcpu() {
             "no {line:?} in the console:\n{console}"
         );
     }
-    let doc: Value = serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
+    let doc: Value = read_json(&timeline);
     assert_eq!(doc["outcome"]["clean"], true, "{}", doc["outcome"]);
-    let prof: Value = serde_json::from_slice(&std::fs::read(&profile).unwrap()).unwrap();
+    let prof: Value = read_json(&profile);
     let exits = &prof["exits"];
     let by_vcpu = exits["by_vcpu"].as_array().unwrap();
     let per_vcpu: Vec<u64> = by_vcpu
@@ -430,13 +419,9 @@ fn guest_boots_with_two_numa_nodes_and_exits_split_by_vcpu() {
 #[test]
 fn qemu_thread_context_on_node_1_is_profiled_local() {
     let _one = LAB.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(_) = lab_common::lab_kernel() else {
-        return;
-    };
-    if !can_profile() {
-        return;
-    }
-    let Some((qemu, firmware)) = lab_common::qemu_for_the_lab() else {
+    require_lab!();
+    require_bpf!();
+    let Some((qemu, firmware)) = lab::qemu_for_the_lab() else {
         return;
     };
     let dir = scratch("numa-qemu");
@@ -472,7 +457,7 @@ fn qemu_thread_context_on_node_1_is_profiled_local() {
     let console = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
     assert_eq!(o.status.code(), Some(0), "{console}");
     let nodes = nodes_from_banner(&console);
-    let p: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let p: Value = read_json(&out);
     let touch: Vec<&Value> = p["threads"]
         .as_array()
         .unwrap()

@@ -10,128 +10,14 @@
 //! kernel with kvm_amd, static busybox). A lab boot under QEMU's emulator
 //! takes minutes.
 
-mod lab_common;
+mod support;
+
+use support::*;
 
 use std::collections::BTreeSet;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const WIDTH: u16 = 120;
-const HEIGHT: u16 = 40;
-
-/// A tmux server of our own (its own socket) with one shell window.
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn start(tag: &str) -> Option<Tmux> {
-        if Command::new("tmux").arg("-V").output().is_err() {
-            eprintln!("SKIP: tmux is not installed (apt-get install tmux)");
-            return None;
-        }
-        let t = Tmux {
-            socket: format!("bootscope-labtest-{tag}-{}", std::process::id()),
-        };
-        let status = t
-            .cmd()
-            .args(["-f", "/dev/null", "new-session", "-d", "-s", "t", "-x"])
-            .arg(WIDTH.to_string())
-            .arg("-y")
-            .arg(HEIGHT.to_string())
-            .args([
-                "env",
-                "-u",
-                "NO_COLOR",
-                "PS1=lab-tui$ ",
-                "LANG=C.UTF-8",
-                "sh",
-            ])
-            .status()
-            .expect("tmux runs");
-        assert!(status.success(), "tmux new-session failed");
-        t.wait_for("the shell prompt", Duration::from_secs(10), |s| {
-            s.contains("lab-tui$")
-        });
-        Some(t)
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = Command::new("tmux");
-        c.args(["-L", &self.socket]);
-        c
-    }
-
-    fn send(&self, keys: &[&str]) {
-        let ok = self
-            .cmd()
-            .args(["send-keys", "-t", "t"])
-            .args(keys)
-            .status()
-            .expect("tmux send-keys")
-            .success();
-        assert!(ok, "tmux send-keys {keys:?} failed");
-    }
-
-    fn type_line(&self, line: &str) {
-        self.send(&["-l", line]);
-        self.send(&["Enter"]);
-    }
-
-    fn capture(&self, history: bool) -> String {
-        let mut c = self.cmd();
-        c.args(["capture-pane", "-p", "-t", "t"]);
-        if history {
-            c.args(["-S", "-3000"]);
-        }
-        let o = c.output().expect("tmux capture-pane");
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    fn display(&self, format: &str) -> String {
-        let o = self
-            .cmd()
-            .args(["display-message", "-p", "-t", "t", format])
-            .output()
-            .expect("tmux display-message");
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    }
-
-    /// Waits until the screen satisfies `done`, calling `seen` with every
-    /// screen; panics with the screen and scrollback after `limit`.
-    fn watch(
-        &self,
-        what: &str,
-        limit: Duration,
-        mut seen: impl FnMut(&str),
-        done: impl Fn(&str) -> bool,
-    ) -> String {
-        let start = Instant::now();
-        loop {
-            let s = self.capture(false);
-            seen(&s);
-            if done(&s) {
-                return s;
-            }
-            assert!(
-                start.elapsed() <= limit,
-                "timed out waiting for {what}; the screen and scrollback:\n{}",
-                self.capture(true)
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn wait_for(&self, what: &str, limit: Duration, done: impl Fn(&str) -> bool) -> String {
-        self.watch(what, limit, |_| {}, done)
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.cmd().arg("kill-server").status();
-    }
-}
+use support::tmux::Tmux;
 
 /// The phases pane's title (` Boot phases · 1.2 s `: the boot so far) and
 /// its running phase (the row marked `▶`, `>` in ASCII), from a screen.
@@ -160,10 +46,8 @@ fn phases_pane(screen: &str) -> Option<(String, Option<String>)> {
 
 #[test]
 fn lab_run_tui_moves_while_the_guest_boots_and_quits_clean() {
-    let Some(p) = lab_common::prereqs("tui-tmux") else {
-        return;
-    };
-    let Some(tmux) = Tmux::start("run") else {
+    let p = require_lab_guest!("tui-tmux");
+    let Some(tmux) = Tmux::start("run", "lab-tui") else {
         return;
     };
     let console = p.dir.join("console.log");
@@ -210,35 +94,19 @@ fn lab_run_tui_moves_while_the_guest_boots_and_quits_clean() {
     assert_eq!(tmux.display("#{alternate_on}"), "1", "{ended}");
     // The final state stays until `q`, typed on the host.
     std::thread::sleep(Duration::from_secs(2));
-    assert!(tmux.capture(false).contains("ENDED"));
+    assert!(tmux.screen().contains("ENDED"));
     tmux.send(&["q"]);
-    let code_of = |s: &str| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("EXIT=")?.trim().parse::<i32>().ok())
-    };
-    let done = tmux.wait_for("the lab to end", Duration::from_secs(300), |s| {
-        code_of(s).is_some()
-    });
-    let all = tmux.capture(true);
-    assert_eq!(code_of(&done), Some(0), "{all}");
+    let (code, _) = tmux.wait_exit(Duration::from_secs(300));
+    let all = tmux.screen_and_history();
+    assert_eq!(code, 0, "{all}");
     // The host terminal is as the shell left it.
     assert_eq!(tmux.display("#{alternate_on}"), "0", "{all}");
     assert_eq!(tmux.display("#{cursor_flag}"), "1", "cursor hidden:\n{all}");
-    tmux.type_line(
-        "stty -a | tr ' ;' '\\n\\n' | grep -xE -- '-?(icanon|echo|isig|opost)' | tr '\\n' ' '; echo MODES",
-    );
-    let s = tmux.wait_for("stty", Duration::from_secs(10), |s| {
-        s.lines()
-            .any(|l| l.ends_with("MODES") && !l.contains("stty"))
-    });
-    let modes = s
-        .lines()
-        .find(|l| l.ends_with("MODES") && !l.contains("stty"))
-        .unwrap();
-    assert_eq!(modes.trim(), "opost isig icanon echo MODES", "{s}");
+    let (modes, s) = tmux.terminal_modes("icanon|echo|isig|opost");
+    assert_eq!(modes, "opost isig icanon echo MODES", "{s}");
     // The run's files came back from the lab: the timeline with the
     // phases the TUI showed, and the guest console.
-    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
+    let t: serde_json::Value = read_json(&timeline);
     let names: Vec<&str> = t["phases"]
         .as_array()
         .unwrap()
@@ -260,7 +128,7 @@ fn lab_tui_without_a_terminal_is_refused() {
         vec!["lab", "--", "run", "--tui", "--kernel", "/nonexistent"],
         vec!["lab", "--tty", "--exe", "/bin/sh", "--", "-c", "true"],
     ] {
-        let o = Command::new(env!("CARGO_BIN_EXE_bootscope"))
+        let o = bootscope()
             .args(&args)
             .stdin(std::process::Stdio::null())
             .output()

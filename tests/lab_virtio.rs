@@ -10,12 +10,12 @@
 //! loads, the kernel's lines reach the console sink through it too. One
 //! lab boot.
 
-mod lab_common;
+mod support;
+
+use support::*;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-use lab_common::lab_kernel;
 
 /// Modules to load, with what they need first, from `modules.dep`.
 fn module_closure(modules_dir: &Path, wanted: &[&str]) -> Result<Vec<PathBuf>, String> {
@@ -160,17 +160,14 @@ fn line_value<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
 
 #[test]
 fn disk_data_survives_and_a_readonly_disk_refuses_writes_in_the_lab() {
-    let Some(kernel) = lab_kernel() else { return };
-    let busybox = match bootscope_lab::guest::static_busybox() {
-        Ok(b) => b,
-        Err(e) => return eprintln!("SKIP: {e}"),
-    };
+    let kernel = require_lab!();
+    let busybox = require_busybox!();
     let Some(mkfs) = ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"]
         .iter()
         .map(PathBuf::from)
         .find(|p| p.is_file())
     else {
-        return eprintln!("SKIP: mkfs.ext4 is missing (apt-get install e2fsprogs)");
+        skip_test!("mkfs.ext4 is missing (apt-get install e2fsprogs)");
     };
     let modules_dir = bootscope_lab::guest::find_debian_kernel()
         .expect("the lab found the kernel")
@@ -186,10 +183,9 @@ fn disk_data_survives_and_a_readonly_disk_refuses_writes_in_the_lab() {
         ],
     ) {
         Ok(m) => m,
-        Err(e) => return eprintln!("SKIP: {e}"),
+        Err(e) => skip_test!("{e}"),
     };
-    let dir = std::env::temp_dir().join(format!("bootscope-labtest-virtio-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch("lab-virtio");
     std::fs::create_dir_all(dir.join("out")).unwrap();
     std::fs::create_dir_all(dir.join("ro")).unwrap();
     std::fs::write(dir.join("ro/hello.txt"), "hello from the host\n").unwrap();

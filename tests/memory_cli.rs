@@ -1,15 +1,10 @@
 //! Memory set-up through the CLI: preallocation through thread contexts
 //! (also under the sandbox), set-up-only runs, and bad memory options.
 
-use std::path::Path;
+mod support;
 
-mod profile_common;
-
-use profile_common::{bootscope_output as bootscope, fixture, kvm_available, scratch};
-
-fn timeline(path: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-}
+use support::bootscope_output as bootscope;
+use support::*;
 
 /// Allowed CPUs of this process, as the kernel reports them.
 fn own_cpus() -> String {
@@ -24,9 +19,7 @@ fn own_cpus() -> String {
 
 #[test]
 fn prealloc_threads_run_where_their_context_says_even_sandboxed() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("prealloc");
     let t = d.join("t.json");
     let o = bootscope(&[
@@ -50,7 +43,7 @@ fn prealloc_threads_run_where_their_context_says_even_sandboxed() {
         err.contains("prealloc-n0-0") && err.contains("prealloc-n0-1"),
         "{err}"
     );
-    let doc = timeline(&t);
+    let doc = read_json(&t);
     assert_eq!(doc["outcome"]["reason"], "stopped_after_setup");
     let marks: Vec<&str> = doc["marks"]
         .as_array()
@@ -91,9 +84,7 @@ fn prealloc_threads_run_where_their_context_says_even_sandboxed() {
 
 #[test]
 fn default_context_cpus_are_the_nodes_cpus() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("default-cpus");
     let t = d.join("t.json");
     let o = bootscope(&[
@@ -115,16 +106,14 @@ fn default_context_cpus_are_the_nodes_cpus() {
     let node0 = std::fs::read_to_string("/sys/devices/system/node/node0/cpulist")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| own_cpus());
-    let th = &timeline(&t)["memory"]["regions"][0]["threads"][0];
+    let th = &read_json(&t)["memory"]["regions"][0]["threads"][0];
     assert_eq!(th["allowed_cpus"].as_str().unwrap(), node0);
     let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]
 fn sandboxed_guest_still_boots() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let o = bootscope(&[
         "run",
         "--kernel",
@@ -146,9 +135,7 @@ fn sandboxed_guest_still_boots() {
 
 #[test]
 fn stop_after_load_stops_before_the_guest_runs() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("load");
     let t = d.join("t.json");
     let o = bootscope(&[
@@ -169,7 +156,7 @@ fn stop_after_load_stops_before_the_guest_runs() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(o.stdout.is_empty(), "the guest printed something");
-    let doc = timeline(&t);
+    let doc = read_json(&t);
     let marks: Vec<&str> = doc["marks"]
         .as_array()
         .unwrap()
@@ -183,14 +170,12 @@ fn stop_after_load_stops_before_the_guest_runs() {
 }
 
 fn expect_usage_error(args: &[&str], needle: &str) {
-    profile_common::expect_usage_error(args, &[needle]);
+    support::expect_usage_error(args, &[needle]);
 }
 
 #[test]
 fn bad_memory_options_exit_2() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let base = ["run", "--stop-after", "memory"];
     let with = |extra: &[&'static str]| -> Vec<&'static str> {
         base.iter().copied().chain(extra.iter().copied()).collect()

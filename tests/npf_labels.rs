@@ -4,27 +4,23 @@
 //! attributions of the same faults agree: by guest-physical address (the
 //! range's label) and by guest RIP (the exit sites' functions).
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
 
 use bootscope_profiler::sites::GuestRegion;
 use bootscope_profiler::Profile;
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
+use support::{read_json, recorded};
 
 fn regions() -> Vec<GuestRegion> {
-    let t: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(fixture("lab-sites-loud.timeline.json")).unwrap())
-            .unwrap();
+    let t = read_json(recorded("lab-sites-loud.timeline.json"));
     serde_json::from_value(t["guest"]["regions"].clone()).unwrap()
 }
 
 #[test]
 fn labels_follow_the_timeline_and_agree_with_the_faulting_code() {
-    let p = Profile::read(&fixture("lab-sites-loud.profile.json")).unwrap();
+    let p = Profile::read(Path::new(&recorded("lab-sites-loud.profile.json"))).unwrap();
     let mut sites = p.exits.sites.clone().expect("exits.sites");
     // The labels the run wrote are the ones its timeline's regions give.
     let written: Vec<Option<String>> = sites.npf_ranges.iter().map(|r| r.label.clone()).collect();

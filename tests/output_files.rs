@@ -6,54 +6,16 @@
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod profile_common;
+mod support;
 
-use profile_common::{
-    bootscope_output as bootscope, expect_usage_error, fixture, kvm_available, scratch, stderr,
-};
-
-fn baseline() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/baselines/lab-default-guest.json")
-        .display()
-        .to_string()
-}
-
-fn mkfifo(p: &Path) {
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: `c` is a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-}
-
-/// Runs a command that must end by itself within `limit`; a hang is killed
-/// and fails the test.
-fn within(limit: Duration, cmd: &mut Command) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!(
-                "{cmd:?} still running after {limit:?} (killed); stderr: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
+use support::bootscope_output as bootscope;
+use support::*;
 
 fn bootscope_cmd(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_bootscope"));
+    let mut c = support::bootscope();
     c.args(args);
     c
 }
@@ -66,9 +28,7 @@ fn is_char_device(p: &str) -> bool {
 
 #[test]
 fn timeline_to_dev_null_leaves_the_device() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let k = fixture("mini-bzimage-reset.bin");
     let o = bootscope(&[
         "run",
@@ -87,7 +47,7 @@ fn timeline_to_dev_null_leaves_the_device() {
 
 #[test]
 fn report_to_dev_null_leaves_the_device() {
-    let b = baseline();
+    let b = lab_baseline();
     let o = bootscope(&["check", "--baseline", &b, &b, "-o", "/dev/null"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(is_char_device("/dev/null"));
@@ -103,7 +63,7 @@ fn an_output_link_is_followed_and_stays_a_link() {
     std::fs::write(&real, "old").unwrap();
     let link = d.join("link.txt");
     std::os::unix::fs::symlink("real.txt", &link).unwrap();
-    let b = baseline();
+    let b = lab_baseline();
     let o = bootscope(&["check", "--baseline", &b, &b, "-o", link.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(std::fs::symlink_metadata(&link)
@@ -141,7 +101,7 @@ fn a_link_planted_at_a_guessable_temporary_name_catches_nothing() {
     let d = scratch("planted");
     let victim = d.join("victim");
     std::fs::write(&victim, "precious").unwrap();
-    let b = baseline();
+    let b = lab_baseline();
     let script = format!(
         "cd '{}' && for n in .report.txt.tmp$$ .report.txt.tmp report.txt.tmp; do ln -s victim $n; done && exec '{}' check --baseline '{b}' '{b}' -o report.txt",
         d.display(),
@@ -200,7 +160,7 @@ fn two_outputs_naming_one_file_exit_2() {
 #[test]
 fn an_unwritable_directory_exits_2_before_anything_runs() {
     let k = fixture("mini-bzimage-reset.bin");
-    let b = baseline();
+    let b = lab_baseline();
     let cases: Vec<Vec<&str>> = vec![
         vec!["run", "--kernel", &k, "--timeline", "/proc/bootscope.json"],
         vec!["run", "--kernel", &k, "--output", "/proc/bootscope.json"],
@@ -232,7 +192,7 @@ fn an_unwritable_directory_exits_2_before_anything_runs() {
     ];
     for args in cases {
         let start = Instant::now();
-        let o = within(Duration::from_secs(20), &mut bootscope_cmd(&args));
+        let o = output_within(&mut bootscope_cmd(&args), Duration::from_secs(20));
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains("/proc/"), "{args:?} names the path: {err}");
@@ -251,7 +211,7 @@ fn an_unwritable_directory_exits_2_before_anything_runs() {
 
 #[test]
 fn check_that_cannot_write_its_report_is_not_a_regression() {
-    let b = baseline();
+    let b = lab_baseline();
     let d = scratch("check-dir");
     // Not 1, which CI reads as a regression.
     expect_usage_error(
@@ -269,7 +229,7 @@ fn check_that_cannot_write_its_report_is_not_a_regression() {
 fn a_fifo_as_kernel_or_initrd_exits_2_at_once() {
     let d = scratch("fifo-in");
     let fifo = d.join("pipe");
-    mkfifo(&fifo);
+    mkfifo(&fifo, 0o600);
     let f = fifo.to_str().unwrap();
     let k = fixture("mini-bzimage-reset.bin");
     // Profiling on (the default): the kernel is probed before the profiler
@@ -282,7 +242,7 @@ fn a_fifo_as_kernel_or_initrd_exits_2_at_once() {
         ),
     ];
     for (args, needle) in &runs {
-        let o = within(Duration::from_secs(20), &mut bootscope_cmd(args));
+        let o = output_within(&mut bootscope_cmd(args), Duration::from_secs(20));
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(f) && err.contains(needle), "{args:?}: {err}");
@@ -291,7 +251,7 @@ fn a_fifo_as_kernel_or_initrd_exits_2_at_once() {
         for (args, needle) in runs {
             let mut args = args.clone();
             args.push("--no-profile");
-            let o = within(Duration::from_secs(20), &mut bootscope_cmd(&args));
+            let o = output_within(&mut bootscope_cmd(&args), Duration::from_secs(20));
             let err = stderr(&o);
             assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
             assert!(err.contains(needle), "{args:?}: {err}");
@@ -370,7 +330,7 @@ fn profile_bad_input_exits_2_with_a_message() {
 #[test]
 fn ordinary_outputs_are_written_with_the_usual_mode() {
     let d = scratch("ordinary");
-    let b = baseline();
+    let b = lab_baseline();
     let report: PathBuf = d.join("r.txt");
     let o = bootscope(&[
         "check",

@@ -4,25 +4,20 @@
 //! scripts), then removed, leaving none of its files behind. Needs root and
 //! dpkg; prints SKIP with the reason where either is missing.
 
+mod support;
+
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+use support::{is_root, skip_test, text};
 
 const PACKAGE: &str = "bootscope";
 
 fn run(cmd: &mut Command) -> Output {
     cmd.output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn installed() -> bool {
@@ -56,8 +51,7 @@ impl Drop for Uninstall {
 }
 
 fn skip_reason() -> Option<String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         return Some("installing a package needs root".into());
     }
     for tool in ["dpkg", "dpkg-deb", "dpkg-query", "man"] {
@@ -80,8 +74,7 @@ fn skip_reason() -> Option<String> {
 #[test]
 fn package_installs_works_and_removes_cleanly() {
     if let Some(why) = skip_reason() {
-        eprintln!("SKIP: {why}");
-        return;
+        skip_test!("{why}");
     }
     // One package test at a time on this machine: others may run it from
     // their own checkouts.
@@ -92,8 +85,7 @@ fn package_installs_works_and_removes_cleanly() {
     // file is closed at the end of the test.
     assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
     if installed() {
-        eprintln!("SKIP: a {PACKAGE} package is installed already");
-        return;
+        skip_test!("a {PACKAGE} package is installed already");
     }
 
     // The package of this build's executable.

@@ -4,9 +4,9 @@
 //! rewrote it is not read). The milestones open the kernel and userspace
 //! phases.
 
-mod profile_common;
+mod support;
 
-use profile_common::*;
+use support::*;
 
 /// The `serial:` marks of a profile, in time order, with their times.
 fn console_marks(p: &bootscope_profiler::Profile) -> Vec<(String, u64)> {
@@ -26,9 +26,7 @@ fn phase_names(p: &bootscope_profiler::Profile) -> Vec<&str> {
 
 #[test]
 fn standard_output_passes_through_and_gives_the_milestones() {
-    if !can_profile() {
-        return;
-    }
+    require_bpf!();
     let dir = scratch("console-stdout");
     let out = dir.join("p.json");
     let script = "echo 'SeaBIOS (version 1.16.2)'; sleep 0.2; \
@@ -63,9 +61,7 @@ fn standard_output_passes_through_and_gives_the_milestones() {
 
 #[test]
 fn a_named_serial_file_is_read_from_its_rewrite() {
-    if !can_profile() {
-        return;
-    }
+    require_bpf!();
     let dir = scratch("console-file");
     let out = dir.join("p.json");
     let console = dir.join("console.log");

@@ -3,28 +3,19 @@
 //! fixture's port writes are exits with reason `io`, each with its exit
 //! latency, and the total equals KVM's own count.
 
-mod lab_common;
-mod profile_common;
+mod support;
+
+use support::*;
 
 use bootscope_profiler::profile::{DataSource, ExitReasonStat};
 use bootscope_profiler::Profile;
-use profile_common::*;
 use std::path::PathBuf;
 
 /// Profiles the ports fixture under our VMM in the lab (`profile ARGS`),
 /// with its scratch directory; None (after saying why) where the lab cannot
 /// run.
 fn profile_in_lab(tag: &str, args: &[&str]) -> Option<(Profile, PathBuf)> {
-    if let Err(e) =
-        bootscope_lab::outer::check_prerequisites(std::path::Path::new("qemu-system-x86_64"))
-    {
-        eprintln!("SKIP: the lab is unavailable here: {e}");
-        return None;
-    }
-    if let Err(e) = bootscope_lab::guest::find_debian_kernel() {
-        eprintln!("SKIP: {e}");
-        return None;
-    }
+    lab::lab_kernel()?;
     let dir = scratch(tag);
     let out = dir.join("lab-profile.json");
     let exe = env!("CARGO_BIN_EXE_bootscope");
@@ -182,16 +173,7 @@ fn kvm_exit_reasons_latency_and_cross_check_in_the_lab() {
 /// file descriptors), and preallocation's workers are in the profile.
 #[test]
 fn self_profile_sees_every_exit_from_the_first_kvm_run_in_the_lab() {
-    if let Err(e) =
-        bootscope_lab::outer::check_prerequisites(std::path::Path::new("qemu-system-x86_64"))
-    {
-        eprintln!("SKIP: the lab is unavailable here: {e}");
-        return;
-    }
-    if let Err(e) = bootscope_lab::guest::find_debian_kernel() {
-        eprintln!("SKIP: {e}");
-        return;
-    }
+    require_lab!();
     let dir = scratch("lab-self");
     let (out, timeline) = (dir.join("self.json"), dir.join("self-timeline.json"));
     let exe = env!("CARGO_BIN_EXE_bootscope");
@@ -213,7 +195,7 @@ fn self_profile_sees_every_exit_from_the_first_kvm_run_in_the_lab() {
     assert_eq!(exit.status, "attached", "{exit:?}");
     let stages: Vec<&str> = p.startup.iter().map(|s| s.stage.as_str()).collect();
     assert!(stages.contains(&"guest verify"), "{stages:?}");
-    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
+    let t: serde_json::Value = read_json(&timeline);
     let phases: Vec<&str> = t["phases"]
         .as_array()
         .unwrap()
@@ -238,10 +220,8 @@ fn self_profile_sees_every_exit_from_the_first_kvm_run_in_the_lab() {
 /// guest's own console has them.
 #[test]
 fn qemu_phases_follow_the_guests_console_in_the_lab() {
-    let Some(pre) = lab_common::prereqs("lab-qemu-phases") else {
-        return;
-    };
-    let Some((qemu, firmware)) = lab_common::qemu_for_the_lab() else {
+    let pre = require_lab_guest!("lab-qemu-phases");
+    let Some((qemu, firmware)) = lab::qemu_for_the_lab() else {
         return;
     };
     let out = pre.dir.join("qemu.json");

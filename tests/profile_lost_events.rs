@@ -2,18 +2,17 @@
 //! silently dropped: a one-page ring buffer that is read only once, while
 //! the profiled process starts and ends hundreds of threads.
 
-mod profile_common;
+mod support;
+
+use support::*;
 
 use std::time::Duration;
 
 use bootscope_profiler::{Collector, CollectorConfig, TargetSpec};
-use profile_common::*;
 
 #[test]
 fn a_full_ring_buffer_counts_lost_events() {
-    if !can_profile() {
-        return;
-    }
+    require_bpf!();
     let mut cfg = CollectorConfig::new(TargetSpec::CurrentProcess);
     cfg.ring_buffer_bytes = 4096;
     cfg.drain_interval = Some(Duration::from_secs(3600));

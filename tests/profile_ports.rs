@@ -4,9 +4,9 @@
 //! exactly those writes must be counted, on every KVM flavour (PVM
 //! included: kvm:kvm_pio fires there).
 
-mod profile_common;
+mod support;
 
-use profile_common::*;
+use support::*;
 
 fn marker(p: &bootscope_profiler::Profile, port: u32, value: u32) -> u64 {
     p.exits
@@ -19,9 +19,8 @@ fn marker(p: &bootscope_profiler::Profile, port: u32, value: u32) -> u64 {
 
 #[test]
 fn counts_exactly_the_guest_port_writes() {
-    if !can_profile() || !kvm_available() {
-        return;
-    }
+    require_bpf!();
+    require_kvm!();
     let dir = scratch("ports");
     let out = dir.join("profile.json");
     let o = profile_command(
@@ -133,9 +132,8 @@ fn counts_exactly_the_guest_port_writes() {
 
 #[test]
 fn follows_a_running_pid_until_it_ends() {
-    if !can_profile() || !kvm_available() {
-        return;
-    }
+    require_bpf!();
+    require_kvm!();
     let dir = scratch("pid");
     let out = dir.join("profile.json");
     // A guest that halts forever, stopped by the VMM after 3 s.
@@ -196,9 +194,7 @@ fn follows_a_running_pid_until_it_ends() {
 
 #[test]
 fn a_missing_pid_is_named() {
-    if !can_profile() {
-        return;
-    }
+    require_bpf!();
     let o = run(
         bootscope().args(["profile", "--output", "/tmp/x.json", "--pid", "999999999"]),
         None,
@@ -216,12 +212,10 @@ fn a_missing_pid_is_named() {
 fn without_privileges_says_what_to_do() {
     // As root, drop to nobody with setpriv; otherwise this test already
     // runs unprivileged.
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = is_root();
     let mut cmd = if root {
         if !std::path::Path::new("/usr/bin/setpriv").exists() {
-            eprintln!("SKIP: setpriv (util-linux) is needed to drop root");
-            return;
+            skip_test!("setpriv (util-linux) is needed to drop root");
         }
         let mut c = std::process::Command::new("/usr/bin/setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
@@ -254,9 +248,8 @@ fn without_privileges_says_what_to_do() {
 /// counts must agree with the guest program.
 #[test]
 fn a_marker_flood_is_streamed_without_loss() {
-    if !can_profile() || !kvm_available() {
-        return;
-    }
+    require_bpf!();
+    require_kvm!();
     let dir = scratch("flood");
     let out = dir.join("profile.json");
     let o = run(
@@ -314,9 +307,8 @@ fn a_marker_flood_is_streamed_without_loss() {
 /// `followed` map, the launched command's in the target slot).
 #[test]
 fn follows_a_vmm_started_by_the_command() {
-    if !can_profile() || !kvm_available() {
-        return;
-    }
+    require_bpf!();
+    require_kvm!();
     let dir = scratch("descendant");
     let out = dir.join("profile.json");
     let o = profile_command(
@@ -364,9 +356,8 @@ fn follows_a_vmm_started_by_the_command() {
 /// attached, and said so).
 #[test]
 fn collects_only_what_was_asked_for() {
-    if !can_profile() || !kvm_available() {
-        return;
-    }
+    require_bpf!();
+    require_kvm!();
     let dir = scratch("collect");
     let out = dir.join("profile.json");
     let out_s = out.to_str().unwrap();

@@ -3,42 +3,17 @@
 //! are named, with the CPUs they ran on, their node, and the memory they
 //! allocated (bytes, so transparent huge pages count in full).
 
-mod profile_common;
+mod support;
 
-use profile_common::*;
+use support::*;
 
 const GIB: u64 = 1 << 30;
 
-fn qemu_version() -> Option<(u32, u32)> {
-    let o = std::process::Command::new("qemu-system-x86_64")
-        .arg("--version")
-        .output()
-        .ok()?;
-    let s = String::from_utf8_lossy(&o.stdout);
-    let v = s.split("version ").nth(1)?.split_whitespace().next()?;
-    let mut it = v.split('.');
-    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
-}
-
 #[test]
 fn names_prealloc_threads_their_cpus_and_pages() {
-    if !can_profile() || !kvm_available() {
-        return;
-    }
-    match qemu_version() {
-        Some(v) if v >= (7, 2) => {}
-        Some(v) => {
-            eprintln!(
-                "SKIP: QEMU {}.{} has no thread-context (7.2 or later needed)",
-                v.0, v.1
-            );
-            return;
-        }
-        None => {
-            eprintln!("SKIP: qemu-system-x86_64 is not installed");
-            return;
-        }
-    }
+    require_bpf!();
+    require_kvm!();
+    require_qemu_thread_context!();
     let dir = scratch("qemu");
     let out = dir.join("profile.json");
     let o = profile_command(

@@ -2,12 +2,12 @@
 //! marker port write in the kernel, carries the VMM's own marks, and agrees
 //! with KVM's own exit statistic and the VMM's own counts.
 
-mod profile_common;
+mod support;
+
+use support::*;
 
 use std::path::PathBuf;
 use std::process::Output;
-
-use profile_common::{bootscope, can_profile, fixture, kvm_available, run, scratch, slot_sum};
 
 /// `bootscope run --kernel FIXTURE --serial null EXTRA... --output P
 /// --timeline T` in a scratch directory: its output, the profile and the
@@ -42,9 +42,8 @@ fn run_self_profiled(
 
 #[test]
 fn run_writes_its_own_profile() {
-    if !kvm_available() || !can_profile() {
-        return;
-    }
+    require_kvm!();
+    require_bpf!();
     let (o, p, t, d) = run_self_profiled("self", "mini-bzimage-ports.bin", &[]);
     assert_eq!(
         o.status.code(),
@@ -166,9 +165,8 @@ fn run_writes_its_own_profile() {
 /// pages.
 #[test]
 fn the_first_kvm_run_waits_for_the_guest_programs() {
-    if !kvm_available() || !can_profile() {
-        return;
-    }
+    require_kvm!();
+    require_bpf!();
     const DELAY_MS: u64 = 400;
     let d = scratch("selfwait");
     let (out, timeline) = (d.join("p.json"), d.join("t.json"));
@@ -190,9 +188,7 @@ fn the_first_kvm_run_waits_for_the_guest_programs() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let read = |p: &PathBuf| -> serde_json::Value {
-        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
-    };
+    let read = |p: &PathBuf| -> serde_json::Value { read_json(p) };
     let (p, t) = (read(&out), read(&timeline));
     let at = |name: &str| {
         t["marks"]
@@ -256,9 +252,7 @@ fn the_first_kvm_run_waits_for_the_guest_programs() {
 
 #[test]
 fn no_profile_runs_without_bpf() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("noprof");
     let o = run(
         bootscope().args([
@@ -281,9 +275,8 @@ fn no_profile_runs_without_bpf() {
 /// for more vCPUs at the next scan (a second-long run scans several times).
 #[test]
 fn self_profile_reads_each_vcpu_once() {
-    if !kvm_available() || !can_profile() {
-        return;
-    }
+    require_kvm!();
+    require_bpf!();
     let (o, p, t, d) =
         run_self_profiled("selfstats", "mini-bzimage-hlt.bin", &["--timeout", "1.5"]);
     // A halted guest that reaches --timeout ends unclean (1).
@@ -314,9 +307,8 @@ fn self_profile_reads_each_vcpu_once() {
 
 #[test]
 fn bpf_stats_account_for_every_event() {
-    if !kvm_available() || !can_profile() {
-        return;
-    }
+    require_kvm!();
+    require_bpf!();
     let (o, p, _, d) = run_self_profiled("stats", "mini-bzimage-ports.bin", &["--bpf-stats"]);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{stderr}");
@@ -327,11 +319,10 @@ fn bpf_stats_account_for_every_event() {
         .unwrap();
     if stats["status"] != "attached" {
         // A kernel without BPF_ENABLE_STATS says so and profiles the rest.
-        println!(
-            "SKIP bpf_stats_account_for_every_event: {}",
+        skip_test!(
+            "this kernel has no BPF run-time statistics: {}",
             stats["detail"]
         );
-        return;
     }
     let mut timed = 0;
     for s in sources.iter().filter(|s| s["status"] != "missing") {
@@ -375,9 +366,8 @@ fn bpf_stats_account_for_every_event() {
 /// and the run is unchanged.)
 #[test]
 fn initcalls_count_exits_and_faults_per_time_slot() {
-    if !kvm_available() || !can_profile() {
-        return;
-    }
+    require_kvm!();
+    require_bpf!();
     let (o, p, t, d) = run_self_profiled("slots", "mini-bzimage-ports.bin", &["--initcalls"]);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{stderr}");
@@ -453,9 +443,8 @@ fn initcalls_count_exits_and_faults_per_time_slot() {
 /// says from which slot on its counts are incomplete: never silently short.
 #[test]
 fn a_full_slot_map_counts_what_it_lost() {
-    if !kvm_available() || !can_profile() {
-        return;
-    }
+    require_kvm!();
+    require_bpf!();
     let d = scratch("slotsfull");
     let out = d.join("profile.json");
     let o = run(
@@ -472,7 +461,7 @@ fn a_full_slot_map_counts_what_it_lost() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let p: serde_json::Value = read_json(&out);
     let slots = &p["time_slots"];
     assert_eq!(slots["capacity"], 4, "{slots}");
     assert!(slots["entries"].as_u64().unwrap() <= 4, "{slots}");

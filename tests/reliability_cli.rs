@@ -9,11 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-mod profile_common;
+mod support;
 
-use profile_common::{
-    bootscope, can_profile, expect_usage_error, fixture, kvm_available, scratch, stderr,
-};
+use support::*;
 
 #[test]
 fn huge_durations_exit_2_naming_the_flag() {
@@ -43,9 +41,7 @@ fn run_os(args: &[&OsStr]) -> std::process::Output {
 
 #[test]
 fn kernel_paths_that_are_not_utf8_work() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("non-utf8");
     let kernel = d.join(OsStr::from_bytes(b"kernel-\xff.bin"));
     std::fs::copy(fixture("mini-bzimage-reset.bin"), &kernel).unwrap();
@@ -66,8 +62,7 @@ fn kernel_paths_that_are_not_utf8_work() {
     assert!(!err.contains("panicked"), "{err}");
     if can_profile() {
         assert_eq!(o.status.code(), Some(0), "{err}");
-        let doc: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&timeline).unwrap()).unwrap();
+        let doc: serde_json::Value = read_json(&timeline);
         assert_eq!(doc["outcome"]["clean"], true);
         assert!(doc["guest"]["kernel"].as_str().unwrap().contains("kernel-"));
     }
@@ -103,10 +98,8 @@ fn kernel_paths_that_are_not_utf8_work() {
 
 #[test]
 fn console_on_a_full_disk_is_an_error() {
-    if !kvm_available() {
-        return;
-    }
-    let o = profile_common::bootscope_output(&[
+    require_kvm!();
+    let o = support::bootscope_output(&[
         "run",
         "--kernel",
         &fixture("mini-bzimage-reset.bin"),
@@ -136,9 +129,7 @@ fn patched_pvh(dir: &Path, name: &str, at: usize, value: &[u8]) -> PathBuf {
 
 #[test]
 fn broken_elf_kernels_exit_2() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("elf");
     // Program headers start at 64, 56 bytes each. The PT_NOTE (the second)
     // made a PT_LOAD: it overlaps the first.
@@ -173,11 +164,7 @@ fn send(child: &Child, sig: libc::c_int) {
 
 /// Waits until `ready` holds (polling), panicking after `secs`.
 fn wait_for(secs: u64, what: &str, mut ready: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !ready() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::wait_for(secs, what, || ready().then_some(()));
 }
 
 fn wait_exit(child: &mut Child, secs: u64) -> std::process::ExitStatus {
@@ -210,9 +197,7 @@ fn processes_naming(needle: &str) -> Vec<String> {
 
 #[test]
 fn run_stopped_by_a_signal_writes_its_timeline() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("run-signal");
     for (sig, name, code) in [
         (libc::SIGTERM, "SIGTERM", 143),
@@ -258,9 +243,7 @@ fn run_stopped_by_a_signal_writes_its_timeline() {
 
 #[test]
 fn profile_stopped_by_sigterm_stops_its_command() {
-    if !can_profile() {
-        return;
-    }
+    require_bpf!();
     let d = scratch("profile-signal");
     let out = d.join("p.json");
     // A sleep no other test runs: found by its argument.
@@ -292,7 +275,7 @@ fn profile_stopped_by_sigterm_stops_its_command() {
         "sleep {sleeper} outlived the profiler"
     );
     assert!(processes_naming("sleep 1234.5").is_empty());
-    let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let p: serde_json::Value = read_json(&out);
     assert_eq!(p["target"]["interrupted_by"], "SIGTERM", "{}", p["target"]);
     assert_eq!(p["target"]["exit_code"], 143);
     let _ = std::fs::remove_dir_all(&d);
@@ -326,9 +309,7 @@ fn launched(bootscope: &Child, comm: &str) -> u32 {
 /// interrupted.
 #[test]
 fn profile_stopped_by_a_signal_ends_the_command_s_process_group() {
-    if !can_profile() {
-        return;
-    }
+    require_bpf!();
     let d = scratch("profile-group");
     for (sig, name, code) in [
         (libc::SIGTERM, "SIGTERM", 143),
@@ -356,7 +337,7 @@ fn profile_stopped_by_a_signal_ends_the_command_s_process_group() {
         assert!(left.is_empty(), "{name}: group {pgid} left {left:?}: {err}");
         let words = format!("sleep 1235.{code}");
         assert!(processes_naming(&words).is_empty(), "{name}: {err}");
-        let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        let p: serde_json::Value = read_json(&out);
         assert_eq!(p["target"]["interrupted_by"], name, "{}", p["target"]);
     }
     let _ = std::fs::remove_dir_all(&d);
@@ -366,9 +347,7 @@ fn profile_stopped_by_a_signal_ends_the_command_s_process_group() {
 /// ended with it, and the command's own status is kept.
 #[test]
 fn profile_ends_what_the_command_left_in_its_group() {
-    if !can_profile() {
-        return;
-    }
+    require_bpf!();
     let d = scratch("profile-leftover");
     let out = d.join("p.json");
     let mut child = bootscope()
@@ -389,7 +368,7 @@ fn profile_ends_what_the_command_left_in_its_group() {
         "{err}"
     );
     assert!(processes_naming("sleep 1236.5").is_empty(), "{err}");
-    let p: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let p: serde_json::Value = read_json(&out);
     assert_eq!(p["target"]["exit_code"], 3);
     assert!(p["target"]["interrupted_by"].is_null(), "{}", p["target"]);
     let _ = std::fs::remove_dir_all(&d);
@@ -397,9 +376,7 @@ fn profile_ends_what_the_command_left_in_its_group() {
 
 #[test]
 fn bench_interrupted_keeps_finished_runs() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let d = scratch("bench-signal");
     // A kernel path of its own: its processes are found by it.
     let kernel = d.join("bench-signal-kernel.bin");
@@ -424,7 +401,7 @@ fn bench_interrupted_keeps_finished_runs() {
     let err = std::fs::read_to_string(&log).unwrap();
     assert_eq!(status.code(), Some(130), "{err}");
     assert!(err.contains("interrupted by SIGINT"), "{err}");
-    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let doc: serde_json::Value = read_json(&out);
     assert_eq!(doc["interrupted_by"], "SIGINT");
     let runs = doc["configs"][0]["runs"].as_array().unwrap();
     assert!((2..500).contains(&runs.len()), "{} runs", runs.len());
@@ -452,9 +429,8 @@ fn lab_stopped_by_sigterm_stops_qemu_and_cleans_up() {
         if let Some(status) = child.try_wait().unwrap() {
             // No QEMU, no Debian kernel or no busybox here.
             let o = child.wait_with_output().unwrap();
-            eprintln!("SKIP: the lab cannot start here ({status}): {}", stderr(&o));
             let _ = std::fs::remove_dir_all(&d);
-            return;
+            skip_test!("the lab cannot start here ({status}): {}", stderr(&o));
         }
         let children =
             std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id()))

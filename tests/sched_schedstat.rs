@@ -10,13 +10,13 @@
 //! done; the test reads schedstat once every thread is stopped, and only
 //! then interrupts the profiler, whose final read comes after.
 
-mod profile_common;
+mod support;
+
+use support::*;
 
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-
-use profile_common::{bootscope, can_profile, scratch};
 
 /// Set in the process the test launches: the directory to report to.
 const WORKLOAD_ENV: &str = "BOOTSCOPE_TEST_SCHED_WORKLOAD";
@@ -154,12 +154,9 @@ fn runqueue_wait_matches_schedstat() {
     if let Some(dir) = std::env::var_os(WORKLOAD_ENV) {
         workload(Path::new(&dir));
     }
-    if !can_profile() {
-        return;
-    }
+    require_bpf!();
     if !Path::new("/proc/self/schedstat").exists() {
-        eprintln!("SKIP: this kernel keeps no schedstat (built without CONFIG_SCHED_INFO)");
-        return;
+        skip_test!("this kernel keeps no schedstat (built without CONFIG_SCHED_INFO)");
     }
     let d = scratch("sched");
     let out = d.join("profile.json");

@@ -4,27 +4,23 @@
 //! that is closed or full, what reaches the terminal (credentials, a
 //! server's escape sequences, bad ports), and unbounded inputs.
 
-use std::ffi::CString;
+mod support;
+
 use std::io::{Read, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use support::{fixture, is_root, lab_baseline, recorded, stderr};
+
 fn bootscope() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_bootscope"));
+    let mut c = support::bootscope();
     c.stdin(Stdio::null());
     c
 }
 
-fn root(rel: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(rel)
-        .display()
-        .to_string()
-}
-
+/// A private scratch directory, removed when dropped.
 fn scratch() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("bootscope-trust-")
@@ -32,40 +28,13 @@ fn scratch() -> tempfile::TempDir {
         .unwrap()
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn mkfifo(p: &Path) {
-    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
-    // SAFETY: `c` is a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    support::mkfifo(p, 0o666);
 }
 
 /// Runs `cmd`, killing it (and failing) if it takes longer than `secs`.
 fn output_within(cmd: &mut Command, secs: u64) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if start.elapsed() > Duration::from_secs(secs) {
-            let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!("still running after {secs} s: {}", stderr(&o));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::output_within(cmd, Duration::from_secs(secs))
 }
 
 // ---- 1 and 2: shared directories and the cache ----
@@ -73,7 +42,7 @@ fn output_within(cmd: &mut Command, secs: u64) -> Output {
 #[test]
 fn without_home_the_cache_is_private_or_refused() {
     let d = scratch();
-    let kernel = root("vmm/tests/fixtures/mini-bzimage-reset.bin");
+    let kernel = fixture("mini-bzimage-reset.bin");
     // `env -i`: no HOME, no XDG_CACHE_HOME. /tmp is never the cache.
     let o = output_within(
         bootscope()
@@ -104,7 +73,7 @@ fn a_group_writable_cache_is_refused_saying_why() {
     let cache = d.path().join("bootscope");
     std::fs::create_dir(&cache).unwrap();
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o770)).unwrap();
-    let kernel = root("vmm/tests/fixtures/mini-bzimage-reset.bin");
+    let kernel = fixture("mini-bzimage-reset.bin");
     let o = output_within(
         bootscope().env("XDG_CACHE_HOME", d.path()).args([
             "run",
@@ -152,7 +121,7 @@ fn a_serial_fifo_without_a_reader_is_refused_at_once() {
     let d = scratch();
     let fifo = d.path().join("console");
     mkfifo(&fifo);
-    let kernel = root("vmm/tests/fixtures/mini-bzimage-reset.bin");
+    let kernel = fixture("mini-bzimage-reset.bin");
     let o = output_within(
         bootscope().args([
             "run",
@@ -205,10 +174,7 @@ fn sigterm_ends_a_command_waiting_on_a_fifo() {
 
 #[test]
 fn a_planted_fifo_in_a_sticky_directory_is_not_written() {
-    if !is_root() {
-        eprintln!("SKIP: needs root to plant a FIFO owned by another user");
-        return;
-    }
+    support::require_root!("to plant a FIFO owned by another user");
     let d = scratch();
     let shared = d.path().join("shared");
     std::fs::create_dir(&shared).unwrap();
@@ -232,7 +198,7 @@ fn a_planted_fifo_in_a_sticky_directory_is_not_written() {
             "--json",
             "-o",
             &out.display().to_string(),
-            &root("tests/fixtures/lab-sites-loud.timeline.json"),
+            &recorded("lab-sites-loud.timeline.json"),
         ]),
         20,
     );
@@ -274,10 +240,10 @@ fn stdout_commands(d: &Path) -> Vec<Vec<String>> {
          [    0.200000] initcall a_init+0x0/0x10 returned 0 after 100000 usecs\n",
     )
     .unwrap();
-    let bench = root("tests/baselines/lab-default-guest.json");
-    let loud = root("tests/fixtures/lab-sites-loud.profile.json");
-    let quiet = root("tests/fixtures/lab-sites-quiet.profile.json");
-    let timeline = root("tests/fixtures/lab-sites-loud.timeline.json");
+    let bench = lab_baseline();
+    let loud = recorded("lab-sites-loud.profile.json");
+    let quiet = recorded("lab-sites-quiet.profile.json");
+    let timeline = recorded("lab-sites-loud.timeline.json");
     let mut v: Vec<Vec<String>> = [
         vec!["doctor"],
         vec!["doctor", "--json"],
@@ -402,7 +368,7 @@ fn answering(status: &str, body: &'static [u8]) -> (u16, std::thread::JoinHandle
 }
 
 fn check_push(url: &str) -> Output {
-    let bench = root("tests/baselines/lab-default-guest.json");
+    let bench = lab_baseline();
     output_within(
         bootscope().args(["check", "--baseline", &bench, &bench, "--push", url]),
         60,

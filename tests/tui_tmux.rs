@@ -9,171 +9,35 @@
 //! Skips (printing SKIP and why) without tmux or /dev/kvm; the QEMU case
 //! also needs eBPF profiling (root, BTF, tracefs) and QEMU 7.2 or later.
 
-mod profile_common;
+mod support;
+
+use support::*;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use profile_common::*;
+use support::tmux::Tmux;
 
-const WIDTH: u16 = 120;
-const HEIGHT: u16 = 40;
-
-/// A tmux server of our own (its own socket) with one shell window.
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn start(tag: &str) -> Option<Tmux> {
-        if Command::new("tmux").arg("-V").output().is_err() {
-            eprintln!("SKIP: tmux is not installed (apt-get install tmux)");
-            return None;
-        }
-        let t = Tmux {
-            socket: format!("bootscope-test-{tag}-{}", std::process::id()),
-        };
-        let status = t
-            .cmd()
-            .args(["-f", "/dev/null", "new-session", "-d", "-s", "t", "-x"])
-            .arg(WIDTH.to_string())
-            .arg("-y")
-            .arg(HEIGHT.to_string())
-            // A plain shell with a known prompt, UTF-8, and no inherited
-            // colour switch.
-            .args([
-                "env",
-                "-u",
-                "NO_COLOR",
-                "PS1=tui-test$ ",
-                "LANG=C.UTF-8",
-                "sh",
-            ])
-            .status()
-            .expect("tmux runs");
-        assert!(status.success(), "tmux new-session failed");
-        t.wait_for("the shell prompt", Duration::from_secs(10), |s| {
-            s.contains("tui-test$")
-        });
-        Some(t)
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = Command::new("tmux");
-        c.args(["-L", &self.socket]);
-        c
-    }
-
-    /// Types `keys` (tmux key names, e.g. "q", "C-c", "Enter").
-    fn send(&self, keys: &[&str]) {
-        let ok = self
-            .cmd()
-            .args(["send-keys", "-t", "t"])
-            .args(keys)
-            .status()
-            .expect("tmux send-keys")
-            .success();
-        assert!(ok, "tmux send-keys {keys:?} failed");
-    }
-
-    /// Types a shell command line and Enter.
-    fn type_line(&self, line: &str) {
-        self.send(&["-l", line]);
-        self.send(&["Enter"]);
-    }
-
-    fn screen(&self) -> String {
-        let o = self
-            .cmd()
-            .args(["capture-pane", "-p", "-t", "t"])
-            .output()
-            .expect("tmux capture-pane");
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    /// The screen and the scrollback above it.
-    fn screen_and_history(&self) -> String {
-        let o = self
-            .cmd()
-            .args(["capture-pane", "-p", "-S", "-2000", "-t", "t"])
-            .output()
-            .expect("tmux capture-pane");
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    fn display(&self, format: &str) -> String {
-        let o = self
-            .cmd()
-            .args(["display-message", "-p", "-t", "t", format])
-            .output()
-            .expect("tmux display-message");
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    }
-
-    /// Waits until the screen satisfies `done`; panics with the screen
-    /// after `limit`.
-    fn wait_for(&self, what: &str, limit: Duration, done: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let s = self.screen();
-            if done(&s) {
-                return s;
-            }
-            if start.elapsed() > limit {
-                panic!("timed out waiting for {what}; the screen:\n{s}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// The exit status the command line printed as `EXIT=<n>`, and the
-    /// visible screen then.
-    fn wait_exit(&self, limit: Duration) -> (i32, String) {
-        let code = |s: &str| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("EXIT=")?.trim().parse::<i32>().ok())
-        };
-        let s = self.wait_for("the command to end", limit, |s| code(s).is_some());
-        (code(&s).expect("an exit status"), s)
-    }
-
-    /// Asserts the terminal is as the shell left it: main screen, cursor
-    /// shown, canonical mode with echo, no TUI left on screen.
-    fn assert_clean(&self, screen: &str) {
-        assert_eq!(
-            self.display("#{alternate_on}"),
-            "0",
-            "still on the alternate screen"
-        );
-        assert_eq!(self.display("#{cursor_flag}"), "1", "cursor still hidden");
-        for tui_text in ["Boot phases", "Exit reasons", "q quit"] {
-            assert!(
-                !screen.contains(tui_text),
-                "TUI text {tui_text:?} left on the screen:\n{screen}"
-            );
-        }
-        self.type_line("stty -a | tr ' ;' '\\n\\n' | grep -xE -- '-?(icanon|echo|isig)' | tr '\\n' ' '; echo MODES");
-        let s = self.wait_for("stty", Duration::from_secs(10), |s| {
-            s.lines()
-                .any(|l| l.ends_with("MODES") && !l.contains("stty"))
-        });
-        let modes = s
-            .lines()
-            .find(|l| l.ends_with("MODES") && !l.contains("stty"))
-            .unwrap();
-        assert_eq!(
-            modes.trim(),
-            "isig icanon echo MODES",
-            "terminal modes not restored:\n{s}"
+/// Asserts the terminal is as the shell left it: main screen, cursor
+/// shown, canonical mode with echo, no TUI left on screen.
+fn assert_clean(tmux: &Tmux, screen: &str) {
+    assert_eq!(
+        tmux.display("#{alternate_on}"),
+        "0",
+        "still on the alternate screen"
+    );
+    assert_eq!(tmux.display("#{cursor_flag}"), "1", "cursor still hidden");
+    for tui_text in ["Boot phases", "Exit reasons", "q quit"] {
+        assert!(
+            !screen.contains(tui_text),
+            "TUI text {tui_text:?} left on the screen:\n{screen}"
         );
     }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.cmd().arg("kill-server").status();
-    }
+    let (modes, s) = tmux.terminal_modes("icanon|echo|isig");
+    assert_eq!(
+        modes, "isig icanon echo MODES",
+        "terminal modes not restored:\n{s}"
+    );
 }
 
 fn bin() -> &'static str {
@@ -193,10 +57,8 @@ fn phase_ms(timeline: &Path, name: &str) -> Option<f64> {
 
 #[test]
 fn run_tui_shows_phases_threads_console_and_quits_clean() {
-    if !kvm_available() {
-        return;
-    }
-    let Some(tmux) = Tmux::start("run") else {
+    require_kvm!();
+    let Some(tmux) = Tmux::start("run", "tui-test") else {
         return;
     };
     let dir = scratch("tui-run");
@@ -235,7 +97,7 @@ fn run_tui_shows_phases_threads_console_and_quits_clean() {
     // The fixture halts forever: --timeout ends it, an unclean outcome.
     assert_eq!(code, 1, "{all}");
     assert!(all.contains("the guest console is in"), "{all}");
-    tmux.assert_clean(&screen);
+    assert_clean(&tmux, &screen);
     // Looking at the final screen is not VMM teardown.
     let teardown = phase_ms(&timeline, "vmm teardown").expect("a teardown phase");
     assert!(
@@ -247,10 +109,8 @@ fn run_tui_shows_phases_threads_console_and_quits_clean() {
 
 #[test]
 fn ctrl_c_before_the_end_leaves_the_terminal_clean() {
-    if !kvm_available() {
-        return;
-    }
-    let Some(tmux) = Tmux::start("ctrlc") else {
+    require_kvm!();
+    let Some(tmux) = Tmux::start("ctrlc", "tui-test") else {
         return;
     };
     let dir = scratch("tui-ctrlc");
@@ -277,35 +137,16 @@ fn ctrl_c_before_the_end_leaves_the_terminal_clean() {
         quit.elapsed() < Duration::from_secs(3),
         "the guest was not stopped: {screen}"
     );
-    tmux.assert_clean(&screen);
+    assert_clean(&tmux, &screen);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn qemu_7_2() -> bool {
-    let Ok(o) = Command::new("qemu-system-x86_64").arg("--version").output() else {
-        eprintln!("SKIP: qemu-system-x86_64 is not installed");
-        return false;
-    };
-    let s = String::from_utf8_lossy(&o.stdout);
-    let v: Vec<u32> = s
-        .split("version ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .map(|v| v.split('.').filter_map(|x| x.parse().ok()).collect())
-        .unwrap_or_default();
-    if v.len() < 2 || (v[0], v[1]) < (7, 2) {
-        eprintln!("SKIP: QEMU {v:?} has no thread-context (7.2 or later needed)");
-        return false;
-    }
-    true
 }
 
 #[test]
 fn profile_tui_shows_qemu_prealloc_threads_and_writes_the_profile() {
-    if !can_profile() || !kvm_available() || !qemu_7_2() {
-        return;
-    }
-    let Some(tmux) = Tmux::start("qemu") else {
+    require_bpf!();
+    require_kvm!();
+    require_qemu_thread_context!();
+    let Some(tmux) = Tmux::start("qemu", "tui-test") else {
         return;
     };
     let dir = scratch("tui-qemu");
@@ -365,7 +206,7 @@ fn profile_tui_shows_qemu_prealloc_threads_and_writes_the_profile() {
     tmux.send(&["q"]);
     let (code, screen) = tmux.wait_exit(Duration::from_secs(30));
     assert_eq!(code, 0, "{screen}");
-    tmux.assert_clean(&screen);
+    assert_clean(&tmux, &screen);
     // The profile is written as without --tui.
     let p = read_profile(&out);
     assert_eq!(p.target.exit_code, Some(0));
@@ -402,15 +243,6 @@ fn tui_without_a_terminal_says_to_use_output() {
     }
 }
 
-/// A recorded lab boot (tests/fixtures/README.md says how it was made).
-fn recorded(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-        .display()
-        .to_string()
-}
-
 /// The sample count `sample N/M` of the replay's status line.
 fn samples_seen(screen: &str) -> Option<u32> {
     let rest = screen.split("sample ").nth(1)?;
@@ -419,7 +251,7 @@ fn samples_seen(screen: &str) -> Option<u32> {
 
 #[test]
 fn tui_browses_a_saved_profile_scrubs_switches_panes_and_quits() {
-    let Some(tmux) = Tmux::start("browse") else {
+    let Some(tmux) = Tmux::start("browse", "tui-test") else {
         return;
     };
     let dir = scratch("tui-browse");
@@ -486,7 +318,7 @@ fn tui_browses_a_saved_profile_scrubs_switches_panes_and_quits() {
     tmux.send(&["q"]);
     let (code, screen) = tmux.wait_exit(Duration::from_secs(10));
     assert_eq!(code, 0, "{}", tmux.screen_and_history());
-    tmux.assert_clean(&screen);
+    assert_clean(&tmux, &screen);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -45,6 +45,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use bootscope_model::host::{kvm_flavour, HostRoot, KvmFlavour};
 use bootscope_model::mark::MarkSource;
 use bootscope_model::timeline::{Timeline, TimelineMark};
 
@@ -351,13 +352,7 @@ fn category(svm: bool, reason: u32) -> Option<&'static str> {
 
 /// Whether this machine's KVM uses AMD SVM exit codes (else Intel VMX).
 fn host_is_svm() -> bool {
-    fs::read_to_string("/proc/cpuinfo")
-        .map(|c| {
-            c.lines()
-                .filter(|l| l.starts_with("flags"))
-                .any(|l| l.split_whitespace().any(|f| f == "svm"))
-        })
-        .unwrap_or(false)
+    kvm_flavour(&HostRoot::default()) == KvmFlavour::Svm
 }
 
 /// What bootscope's timeline says about the run.
@@ -679,17 +674,9 @@ fn read_csv(path: &Path) -> Result<Vec<Row>, String> {
         .collect())
 }
 
-fn median(mut values: Vec<f64>) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(|a, b| a.total_cmp(b));
-    let n = values.len();
-    Some(if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    })
+/// The median (bench's), None for no values.
+fn median(values: Vec<f64>) -> Option<f64> {
+    (!values.is_empty()).then(|| bootscope_bench::stats::median(&values))
 }
 
 fn cmd_summary(args: &[OsString]) -> Result<ExitCode, String> {

@@ -565,7 +565,7 @@ mod tests {
 
     #[test]
     fn host_file_is_streamed() {
-        let dir = crate::util::TempDir::new("cpio-test").unwrap();
+        let dir = crate::util::temp_dir("cpio-test").unwrap();
         let path = dir.path().join("data.bin");
         let content: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&path, &content).unwrap();

@@ -87,7 +87,7 @@ mod tests {
             // Either busybox-static (Static) or the dynamic busybox package.
             assert_ne!(linkage(busybox).unwrap(), Linkage::NotElf64);
         }
-        let dir = crate::util::TempDir::new("elf-test").unwrap();
+        let dir = crate::util::temp_dir("elf-test").unwrap();
         let script = dir.path().join("s.sh");
         std::fs::write(&script, "#!/bin/sh\n").unwrap();
         assert_eq!(linkage(&script).unwrap(), Linkage::NotElf64);

@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn kernel_search_picks_newest_with_kvm_amd() {
-        let dir = util::TempDir::new("guest-test").unwrap();
+        let dir = util::temp_dir("guest-test").unwrap();
         let boot = dir.path().join("boot");
         let modules = dir.path().join("modules");
         fs::create_dir_all(&boot).unwrap();
@@ -220,7 +220,7 @@ mod tests {
             println!("SKIP default_initramfs_contents: {e}");
             return;
         }
-        let dir = util::TempDir::new("guest-test").unwrap();
+        let dir = util::temp_dir("guest-test").unwrap();
         let out = dir.path().join("guest.cpio");
         build_default_initramfs(&out).unwrap();
         let bytes = fs::read(&out).unwrap();
@@ -240,7 +240,7 @@ mod tests {
 
     #[test]
     fn default_initramfs_into_missing_directory_fails_cleanly() {
-        let dir = util::TempDir::new("guest-test").unwrap();
+        let dir = util::temp_dir("guest-test").unwrap();
         let out = dir.path().join("no/such/dir/guest.cpio");
         let err = build_default_initramfs(&out).unwrap_err();
         let msg = err.to_string();

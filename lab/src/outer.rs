@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use crate::guest::{self, DebianKernel};
 use crate::transport;
-use crate::util::{self, TempDir};
+use crate::util;
 use crate::{LabError, Result};
 
 mod heartbeat;
@@ -255,7 +255,7 @@ pub fn run_lab_with_console(
         busybox,
     } = prerequisites(&cfg.qemu)?;
 
-    let tmp = TempDir::new("lab")?;
+    let tmp = util::temp_dir("lab")?;
     let archive = tmp.path().join("outer.cpio");
     let archive_len = initramfs::build_outer_initramfs(
         &archive,
@@ -474,7 +474,7 @@ mod tests {
 
     #[test]
     fn placed_inputs_are_files_at_absolute_paths_of_their_own() {
-        let dir = TempDir::new("placed").unwrap();
+        let dir = util::temp_dir("placed").unwrap();
         let file = dir.path().join("vmlinux-ab");
         fs::write(&file, b"x").unwrap();
         let plan = || plan_arguments(&[], &[], &[], dir.path()).unwrap();

@@ -370,7 +370,7 @@ mod tests {
             println!("SKIP good_stream: gzip is not installed");
             return;
         }
-        let dir = util::TempDir::new("transport-test").unwrap();
+        let dir = util::temp_dir("transport-test").unwrap();
         let outputs = vec![
             PathBuf::from("/o/a"),
             PathBuf::from("/o/b"),
@@ -396,7 +396,7 @@ mod tests {
             println!("SKIP truncated_and_corrupt_streams: gzip is not installed");
             return;
         }
-        let dir = util::TempDir::new("transport-test").unwrap();
+        let dir = util::temp_dir("transport-test").unwrap();
         let outputs = vec![
             PathBuf::from("/o/a"),
             PathBuf::from("/o/b"),

@@ -1,63 +1,20 @@
 //! Small helpers shared by the lab modules.
 
 use std::ffi::OsStr;
-use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+
+use bootscope_model::proc;
 
 use crate::{LabError, Result};
 
-/// Distinguishes temporary names made by one process.
-static COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// A name that is unique among the temporary files and directories this
-/// process and other processes create at the same time.
-fn unique_suffix() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!(
-        "{}-{}-{:08x}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed),
-        nanos
-    )
-}
-
-/// A private temporary directory, removed with its contents when dropped.
-#[derive(Debug)]
-pub(crate) struct TempDir {
-    path: PathBuf,
-}
-
-impl TempDir {
-    /// Creates `$TMPDIR/bootscope-<label>-<unique>` with mode 0700.
-    pub(crate) fn new(label: &str) -> Result<Self> {
-        let base = std::env::temp_dir();
-        let path = base.join(format!("bootscope-{label}-{}", unique_suffix()));
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .map_err(|e| LabError::io("create temporary directory", &path, e))?;
-        Ok(TempDir { path })
-    }
-
-    /// The directory's path.
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        // Nothing useful can be done about a failure while dropping; the
-        // directory lives under the system's temporary directory anyway.
-        let _ = fs::remove_dir_all(&self.path);
-    }
+/// A private temporary directory `$TMPDIR/bootscope-<label>-<random>`
+/// (mode 0700, made by `tempfile`), removed with its contents when dropped.
+pub(crate) fn temp_dir(label: &str) -> Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(&format!("bootscope-{label}-"))
+        .tempdir()
+        .map_err(|e| LabError::io("create temporary directory", std::env::temp_dir(), e))
 }
 
 /// Writes `data` to `dest` by the rules of the workspace's one output
@@ -146,17 +103,7 @@ pub(crate) fn find_in_path(program: &Path) -> Option<PathBuf> {
     if program.as_os_str().as_bytes().contains(&b'/') {
         return program.is_file().then(|| program.to_path_buf());
     }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|candidate| is_executable_file(candidate))
-}
-
-fn is_executable_file(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    fs::metadata(path)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    proc::find_in_path(program.to_str()?, &std::env::var_os("PATH")?)
 }
 
 #[cfg(test)]
@@ -204,12 +151,12 @@ mod tests {
 
     #[test]
     fn atomic_write_replaces_and_cleans_up() {
-        let dir = TempDir::new("util-test").unwrap();
+        let dir = temp_dir("util-test").unwrap();
         let dest = dir.path().join("out.txt");
         write_atomically(&dest, b"one", 0o644).unwrap();
         write_atomically(&dest, b"two", 0o644).unwrap();
-        assert_eq!(fs::read(&dest).unwrap(), b"two");
-        let names: Vec<_> = fs::read_dir(dir.path())
+        assert_eq!(std::fs::read(&dest).unwrap(), b"two");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();

@@ -40,30 +40,20 @@ impl Console {
     }
 }
 
-/// A scratch directory removed at the end of the test.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("bootscope-lab-it-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
+/// A private scratch directory (`tempfile`), removed at the end of the
+/// test.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("bootscope-lab-it-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn lab_available(test: &str) -> bool {
     match check_prerequisites(Path::new("qemu-system-x86_64")) {
         Ok(_) => true,
         Err(e) => {
-            println!("SKIP {test}: {e}");
+            println!("SKIP: {test}: {e}");
             false
         }
     }
@@ -98,16 +88,16 @@ fn inputs_outputs_and_exit_code_round_trip() {
     if !lab_available("inputs_outputs_and_exit_code_round_trip") {
         return;
     }
-    let scratch = Scratch::new("roundtrip");
-    let input = scratch.0.join("in put.bin");
+    let scratch = scratch("roundtrip");
+    let input = scratch.path().join("in put.bin");
     let content: Vec<u8> = (0..20_000u32)
         .flat_map(|i| [(i % 256) as u8, (i * 7 % 253) as u8])
         .chain(b"\r\n\x00\x1b[0m end".iter().copied())
         .collect();
     fs::write(&input, &content).unwrap();
-    let out1 = scratch.0.join("new/sub/out1.bin");
-    let out2 = scratch.0.join("other/timeline.json");
-    let never = scratch.0.join("never/written.txt");
+    let out1 = scratch.path().join("new/sub/out1.bin");
+    let out2 = scratch.path().join("other/timeline.json");
+    let never = scratch.path().join("never/written.txt");
     // Stale copy from an earlier run: it must be replaced, not appended to.
     fs::create_dir_all(out2.parent().unwrap()).unwrap();
     fs::write(&out2, b"stale").unwrap();
@@ -186,8 +176,8 @@ fn dynamic_program_sees_kvm_and_tracefs() {
     }
     // GNU env from coreutils is dynamically linked on Debian.
     let env = "/usr/bin/env";
-    let scratch = Scratch::new("dynamic");
-    let input = scratch.0.join("data.txt");
+    let scratch = scratch("dynamic");
+    let input = scratch.path().join("data.txt");
     fs::write(&input, b"carried in\n").unwrap();
     let cfg = config(
         env,
@@ -215,8 +205,8 @@ fn extra_programs_and_directory_inputs() {
     if !lab_available("extra_programs_and_directory_inputs") {
         return;
     }
-    let scratch = Scratch::new("extras");
-    let tree = scratch.0.join("tree");
+    let scratch = scratch("extras");
+    let tree = scratch.path().join("tree");
     fs::create_dir_all(tree.join("sub/deeper")).unwrap();
     fs::write(tree.join("top.txt"), b"from the top\n").unwrap();
     fs::write(tree.join("sub/deeper/deep.txt"), b"from deep down\n").unwrap();
@@ -349,10 +339,10 @@ fn default_guest_boots_and_marks_userspace() {
         return;
     }
     let kernel = bootscope_lab::find_debian_kernel().unwrap();
-    let scratch = Scratch::new("default-guest");
-    let initramfs = scratch.0.join("guest.cpio");
+    let scratch = scratch("default-guest");
+    let initramfs = scratch.path().join("guest.cpio");
     bootscope_lab::build_default_initramfs(&initramfs).unwrap();
-    let port80 = scratch.0.join("port80.bin");
+    let port80 = scratch.path().join("port80.bin");
     let start = Instant::now();
     let out = Command::new("timeout")
         .arg("300")

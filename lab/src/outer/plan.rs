@@ -387,7 +387,7 @@ fn guest_location(value: &OsStr, cwd: &Path, host: &Path) -> Result<(PathBuf, Os
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::util::TempDir;
+    use crate::util::temp_dir;
 
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
@@ -395,7 +395,7 @@ mod tests {
 
     #[test]
     fn arguments_are_planned() {
-        let dir = TempDir::new("plan-test").unwrap();
+        let dir = temp_dir("plan-test").unwrap();
         let cwd = dir.path().join("work");
         fs::create_dir_all(cwd.join("images")).unwrap();
         fs::write(cwd.join("images/vmlinux"), b"k").unwrap();
@@ -467,7 +467,7 @@ mod tests {
 
     #[test]
     fn a_file_with_options_is_carried_in() {
-        let dir = TempDir::new("plan-options-test").unwrap();
+        let dir = temp_dir("plan-options-test").unwrap();
         let img = dir.path().join("disk.img");
         std::fs::write(&img, b"x").unwrap();
         let arg = format!("{},readonly", img.display());
@@ -488,7 +488,7 @@ mod tests {
 
     #[test]
     fn bad_outputs_are_refused() {
-        let dir = TempDir::new("plan-output-test").unwrap();
+        let dir = temp_dir("plan-output-test").unwrap();
         let cwd = dir.path().join("work");
         fs::create_dir_all(cwd.join("data/sub")).unwrap();
         fs::write(cwd.join("data/sub/f"), b"f").unwrap();
@@ -535,7 +535,7 @@ mod tests {
 
     #[test]
     fn directory_inputs_are_carried_recursively() {
-        let dir = TempDir::new("plan-dir-test").unwrap();
+        let dir = temp_dir("plan-dir-test").unwrap();
         let cwd = dir.path().join("work");
         let data = cwd.join("data");
         fs::create_dir_all(data.join("sub/deeper")).unwrap();
@@ -590,7 +590,7 @@ mod tests {
 
     #[test]
     fn extra_programs_are_planned() {
-        let dir = TempDir::new("plan-programs-test").unwrap();
+        let dir = temp_dir("plan-programs-test").unwrap();
         let cwd = dir.path().to_path_buf();
         fs::create_dir_all(cwd.join("bin")).unwrap();
         fs::write(cwd.join("bin/tool"), b"#!/bin/sh\n").unwrap();

@@ -1,10 +1,10 @@
 //! What the lab tests need: the lab itself (QEMU, Debian's kernel and kvm
 //! modules) and, for real boots, the default guest's initramfs. Each check
-//! prints SKIP with the reason when something is missing.
-
-#![allow(dead_code)]
+//! prints the SKIP line with the reason when something is missing.
 
 use std::path::{Path, PathBuf};
+
+use super::skip;
 
 pub struct Prereqs {
     pub kernel: PathBuf,
@@ -16,13 +16,13 @@ pub struct Prereqs {
 /// Debian's kernel when the lab can run here.
 pub fn lab_kernel() -> Option<PathBuf> {
     if let Err(e) = bootscope_lab::outer::check_prerequisites(Path::new("qemu-system-x86_64")) {
-        eprintln!("SKIP: the lab is unavailable here: {e}");
+        skip(format_args!("the lab is unavailable here: {e}"));
         return None;
     }
     match bootscope_lab::guest::find_debian_kernel() {
         Ok(k) => Some(k.vmlinuz),
         Err(e) => {
-            eprintln!("SKIP: {e}");
+            skip(e);
             None
         }
     }
@@ -32,12 +32,10 @@ pub fn lab_kernel() -> Option<PathBuf> {
 /// after `tag`.
 pub fn prereqs(tag: &str) -> Option<Prereqs> {
     let kernel = lab_kernel()?;
-    let dir = std::env::temp_dir().join(format!("bootscope-labtest-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = super::scratch(&format!("lab-{tag}"));
     let initrd = dir.join("guest.cpio");
     if let Err(e) = bootscope_lab::guest::build_default_initramfs(&initrd) {
-        eprintln!("SKIP: cannot build the default guest: {e}");
+        skip(format_args!("cannot build the default guest: {e}"));
         return None;
     }
     Some(Prereqs {
@@ -50,18 +48,17 @@ pub fn prereqs(tag: &str) -> Option<Prereqs> {
 /// QEMU on this host, to carry into the lab, and the directory of its
 /// microvm firmware (carried in with `--input`).
 pub fn qemu_for_the_lab() -> Option<(PathBuf, &'static Path)> {
-    let Some(qemu) = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("qemu-system-x86_64"))
-            .find(|q| q.is_file())
-    }) else {
-        eprintln!("SKIP: qemu-system-x86_64 is not on PATH");
-        return None;
-    };
+    let qemu = super::program("qemu-system-x86_64", "apt-get install qemu-system-x86")?;
     let firmware = Path::new("/usr/share/qemu");
     if !firmware.join("bios-microvm.bin").is_file() {
-        eprintln!("SKIP: QEMU's microvm firmware /usr/share/qemu/bios-microvm.bin is missing");
+        skip("QEMU's microvm firmware /usr/share/qemu/bios-microvm.bin is missing");
         return None;
     }
     Some((qemu, firmware))
+}
+
+/// A static busybox to carry into the lab, or a SKIP line saying why
+/// there is none.
+pub fn static_busybox() -> Option<PathBuf> {
+    bootscope_lab::guest::static_busybox().map_err(skip).ok()
 }
