@@ -44,6 +44,37 @@ fn write_json(dir: &Path, name: &str, v: &Value) -> String {
 
 const MS: u64 = 1_000_000;
 
+/// The bench file of two interleaved configurations, 3 runs and 1 warm-up
+/// each, every run's metrics and each configuration's summary there.
+fn check_interleaved_file(out: &std::path::Path) {
+    let doc: Value = read_json(out);
+    assert_eq!(doc["schema"], "bootscope.bench");
+    assert_eq!(doc["version"], 2);
+    assert_eq!(doc["settings"]["interleaved"], true);
+    assert!(!doc["created"].as_str().unwrap().is_empty());
+    assert!(!doc["machine"]["host_kvm"].as_str().unwrap().is_empty());
+    for c in doc["configs"].as_array().unwrap() {
+        let runs = c["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 4, "{c}");
+        assert_eq!(runs.iter().filter(|r| r["warmup"] == true).count(), 1);
+        for r in runs {
+            assert_eq!(r["ok"], true, "{r}");
+            for m in ["wall", "phase:kernel", "time_to_userspace", "exits:total"] {
+                assert!(r["metrics"][m].as_u64().is_some(), "{m} missing: {r}");
+            }
+            // The fixture prints the kernel's lines: console marks too.
+            assert!(r["metrics"]["console:run init"].as_u64().is_some(), "{r}");
+        }
+        let s = &c["summary"]["phase:kernel"];
+        assert_eq!(s["n"], 3);
+        assert_eq!(s["unit"], "ns");
+        for f in ["mean", "sd", "min", "median", "max"] {
+            assert!(s[f].as_f64().is_some(), "{f}: {s}");
+        }
+        assert_eq!(c["summary"]["exits:total"]["unit"], "count");
+    }
+}
+
 #[test]
 fn bench_interleaves_two_boots_then_compare_and_plot_read_it() {
     require_kvm!();
@@ -90,32 +121,7 @@ fn bench_interleaves_two_boots_then_compare_and_plot_read_it() {
         "{summary}"
     );
 
-    let doc: Value = read_json(&out);
-    assert_eq!(doc["schema"], "bootscope.bench");
-    assert_eq!(doc["version"], 2);
-    assert_eq!(doc["settings"]["interleaved"], true);
-    assert!(!doc["created"].as_str().unwrap().is_empty());
-    assert!(!doc["machine"]["host_kvm"].as_str().unwrap().is_empty());
-    for c in doc["configs"].as_array().unwrap() {
-        let runs = c["runs"].as_array().unwrap();
-        assert_eq!(runs.len(), 4, "{c}");
-        assert_eq!(runs.iter().filter(|r| r["warmup"] == true).count(), 1);
-        for r in runs {
-            assert_eq!(r["ok"], true, "{r}");
-            for m in ["wall", "phase:kernel", "time_to_userspace", "exits:total"] {
-                assert!(r["metrics"][m].as_u64().is_some(), "{m} missing: {r}");
-            }
-            // The fixture prints the kernel's lines: console marks too.
-            assert!(r["metrics"]["console:run init"].as_u64().is_some(), "{r}");
-        }
-        let s = &c["summary"]["phase:kernel"];
-        assert_eq!(s["n"], 3);
-        assert_eq!(s["unit"], "ns");
-        for f in ["mean", "sd", "min", "median", "max"] {
-            assert!(s[f].as_f64().is_some(), "{f}: {s}");
-        }
-        assert_eq!(c["summary"]["exits:total"]["unit"], "count");
-    }
+    check_interleaved_file(&out);
 
     // One interleaved file compares its two configurations.
     let o = bootscope(&["compare", out.to_str().unwrap()]);
@@ -273,9 +279,9 @@ fn bench_refuses_bad_run_arguments() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn check_passes_fails_and_reports_in_every_format() {
-    let dir = scratch("check");
+/// A baseline bench file, one like it and one 30 % slower with twice the
+/// port exits.
+fn check_files(dir: &std::path::Path) -> (String, String, String) {
     let run = |io: u64, kernel_ms: u64| -> Vec<(&'static str, u64)> {
         vec![
             ("exits:io_exits", io),
@@ -286,13 +292,20 @@ fn check_passes_fails_and_reports_in_every_format() {
     };
     let base_runs = [run(1000, 100), run(1002, 101), run(998, 99), run(1001, 100)];
     let base_refs: Vec<&[(&str, u64)]> = base_runs.iter().map(|r| r.as_slice()).collect();
-    let base = write_json(&dir, "base.json", &bench_doc("base", &base_refs));
+    let base = write_json(dir, "base.json", &bench_doc("base", &base_refs));
     let same_runs = [run(1001, 100), run(999, 101), run(1000, 100)];
     let same_refs: Vec<&[(&str, u64)]> = same_runs.iter().map(|r| r.as_slice()).collect();
-    let same = write_json(&dir, "same.json", &bench_doc("cur", &same_refs));
+    let same = write_json(dir, "same.json", &bench_doc("cur", &same_refs));
     let worse_runs = [run(2000, 130), run(2004, 131), run(1999, 129)];
     let worse_refs: Vec<&[(&str, u64)]> = worse_runs.iter().map(|r| r.as_slice()).collect();
-    let worse = write_json(&dir, "worse.json", &bench_doc("cur", &worse_refs));
+    let worse = write_json(dir, "worse.json", &bench_doc("cur", &worse_refs));
+    (base, same, worse)
+}
+
+#[test]
+fn check_passes_fails_and_reports_in_every_format() {
+    let dir = scratch("check");
+    let (base, same, worse) = check_files(&dir);
 
     let o = bootscope(&["check", "--baseline", &base, &same]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));

@@ -14,7 +14,7 @@ use bootscope_profiler::Profile;
 
 /// `run`'s default command line, to which `nokaslr` is added: read from
 /// `bootscope run --help` (the binary's own default; the constant in
-/// src/cli.rs is not reachable from an integration test).
+/// src/common.rs is not reachable from an integration test).
 fn default_cmdline() -> String {
     let o = bootscope()
         .args(["run", "--help"])

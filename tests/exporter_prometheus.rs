@@ -265,7 +265,12 @@ fn prometheus_reads_exit_counts_from_the_exporter_and_a_pushed_bench() {
     assert!(own_cpu.is_some_and(|c| c > 0.0), "{own_cpu:?}");
     promtool_check(&get(&metrics_url).unwrap());
 
-    // A bench pushed to the Pushgateway, read back through Prometheus.
+    check_pushed_bench(&dir, gateway, prom);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A bench pushed to the Pushgateway, read back through Prometheus.
+fn check_pushed_bench(dir: &Path, gateway: u16, prom: u16) {
     let bench = dir.join("bench.json");
     let o = run(
         bootscope()
@@ -301,7 +306,6 @@ fn prometheus_reads_exit_counts_from_the_exporter_and_a_pushed_bench() {
         gateway_text.contains("bootscope_bench_time_seconds{"),
         "{gateway_text}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `run` of the port fixture (exactly 1002 writes to port 0x80), without

@@ -71,41 +71,12 @@ fn skip_reason() -> Option<String> {
     None
 }
 
-#[test]
-fn package_installs_works_and_removes_cleanly() {
-    if let Some(why) = skip_reason() {
-        skip_test!("{why}");
-    }
-    // One package test at a time on this machine: others may run it from
-    // their own checkouts.
-    let lock = std::fs::File::create("/run/lock/bootscope-package-test.lock")
-        .or_else(|_| std::fs::File::create("/tmp/bootscope-package-test.lock"))
-        .expect("lock file");
-    // SAFETY: flock on a descriptor this function owns; released when the
-    // file is closed at the end of the test.
-    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
-    if installed() {
-        skip_test!("a {PACKAGE} package is installed already");
-    }
-
-    // The package of this build's executable.
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_bootscope"));
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let o = run(Command::new("bash")
-        .arg(root.join("scripts/package"))
-        .arg("--no-build")
-        .env("CARGO_TARGET_DIR", exe.parent().unwrap().parent().unwrap()));
-    assert!(o.status.success(), "scripts/package failed: {}", text(&o));
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let deb = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
-    assert!(
-        deb.is_file() && deb.extension().is_some_and(|e| e == "deb"),
-        "scripts/package did not name a .deb: {}",
-        text(&o)
-    );
-
+/// The package holds the executable, its manual pages (one per
+/// subcommand, none for clap's help) and the shells' completions; returns
+/// the files it holds.
+fn check_package_files(deb: &Path) -> Vec<String> {
     // What it holds.
-    let o = run(Command::new("dpkg-deb").arg("-c").arg(&deb));
+    let o = run(Command::new("dpkg-deb").arg("-c").arg(deb));
     assert!(o.status.success(), "{}", text(&o));
     let files: Vec<String> = String::from_utf8_lossy(&o.stdout)
         .lines()
@@ -145,6 +116,43 @@ fn package_installs_works_and_removes_cleanly() {
         !files.iter().any(|f| f.contains("bootscope-help.1")),
         "clap's help subcommand has no page: {files:?}"
     );
+    files
+}
+
+#[test]
+fn package_installs_works_and_removes_cleanly() {
+    if let Some(why) = skip_reason() {
+        skip_test!("{why}");
+    }
+    // One package test at a time on this machine: others may run it from
+    // their own checkouts.
+    let lock = std::fs::File::create("/run/lock/bootscope-package-test.lock")
+        .or_else(|_| std::fs::File::create("/tmp/bootscope-package-test.lock"))
+        .expect("lock file");
+    // SAFETY: flock on a descriptor this function owns; released when the
+    // file is closed at the end of the test.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    if installed() {
+        skip_test!("a {PACKAGE} package is installed already");
+    }
+
+    // The package of this build's executable.
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_bootscope"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let o = run(Command::new("bash")
+        .arg(root.join("scripts/package"))
+        .arg("--no-build")
+        .env("CARGO_TARGET_DIR", exe.parent().unwrap().parent().unwrap()));
+    assert!(o.status.success(), "scripts/package failed: {}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let deb = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+    assert!(
+        deb.is_file() && deb.extension().is_some_and(|e| e == "deb"),
+        "scripts/package did not name a .deb: {}",
+        text(&o)
+    );
+
+    let files = check_package_files(&deb);
 
     let _uninstall = Uninstall;
     let o = dpkg(&["-i", deb.to_str().unwrap()]);

@@ -242,48 +242,60 @@ pub(super) fn box_plots(svg: &mut Svg, doc: &BenchDoc) {
                 svg.text(LEFT + 6.0, y + 4.0, "(not measured)", r##"fill="#888""##);
                 continue;
             };
-            let st = &s.stats;
-            let style = format!(r#"stroke="{color}" stroke-width="1.5""#);
-            svg.line(scale.x(st.min), y, scale.x(st.q1), y, &style);
-            svg.line(scale.x(st.q3), y, scale.x(st.max), y, &style);
-            svg.line(scale.x(st.min), y - 5.0, scale.x(st.min), y + 5.0, &style);
-            svg.line(scale.x(st.max), y - 5.0, scale.x(st.max), y + 5.0, &style);
-            let (bx0, bx1) = (scale.x(st.q1), scale.x(st.q3));
-            let _ = writeln!(
-                svg.body,
-                r#"<rect x="{bx0:.1}" y="{:.1}" width="{:.1}" height="12" fill="{color}" fill-opacity="0.35" stroke="{color}"><title>{}</title></rect>"#,
-                y - 6.0,
-                (bx1 - bx0).max(1.0),
-                esc(&format!("{name}: q1 {} q3 {}", ms(st.q1), ms(st.q3)))
-            );
-            let xm = scale.x(st.median);
-            svg.line(
-                xm,
-                y - 7.0,
-                xm,
-                y + 7.0,
-                &format!(r#"stroke="{color}" stroke-width="2.5""#),
-            );
-            let _ = writeln!(
-                svg.body,
-                r##"<circle cx="{:.1}" cy="{y:.1}" r="3" fill="#222"/>"##,
-                scale.x(st.mean)
-            );
-            svg.text(
-                LEFT + PLOT_W + 10.0,
-                y + 4.0,
-                &format!(
-                    "{}: median {}, mean {} ± {}",
-                    doc.configs[i].label,
-                    ms(st.median),
-                    ms(st.mean),
-                    ms(st.sd),
-                ),
-                &format!(r#"fill="{color}""#),
-            );
+            box_row(svg, &scale, y, color, name, &doc.configs[i].label, &s.stats);
         }
         svg.y += h + 20.0;
     }
+}
+
+/// One configuration's box, whiskers, median and mean on a metric's row.
+fn box_row(
+    svg: &mut Svg,
+    scale: &Scale,
+    y: f64,
+    color: &str,
+    name: &str,
+    label: &str,
+    st: &bootscope_model::bench::Summary,
+) {
+    let style = format!(r#"stroke="{color}" stroke-width="1.5""#);
+    svg.line(scale.x(st.min), y, scale.x(st.q1), y, &style);
+    svg.line(scale.x(st.q3), y, scale.x(st.max), y, &style);
+    svg.line(scale.x(st.min), y - 5.0, scale.x(st.min), y + 5.0, &style);
+    svg.line(scale.x(st.max), y - 5.0, scale.x(st.max), y + 5.0, &style);
+    let (bx0, bx1) = (scale.x(st.q1), scale.x(st.q3));
+    let _ = writeln!(
+        svg.body,
+        r#"<rect x="{bx0:.1}" y="{:.1}" width="{:.1}" height="12" fill="{color}" fill-opacity="0.35" stroke="{color}"><title>{}</title></rect>"#,
+        y - 6.0,
+        (bx1 - bx0).max(1.0),
+        esc(&format!("{name}: q1 {} q3 {}", ms(st.q1), ms(st.q3)))
+    );
+    let xm = scale.x(st.median);
+    svg.line(
+        xm,
+        y - 7.0,
+        xm,
+        y + 7.0,
+        &format!(r#"stroke="{color}" stroke-width="2.5""#),
+    );
+    let _ = writeln!(
+        svg.body,
+        r##"<circle cx="{:.1}" cy="{y:.1}" r="3" fill="#222"/>"##,
+        scale.x(st.mean)
+    );
+    svg.text(
+        LEFT + PLOT_W + 10.0,
+        y + 4.0,
+        &format!(
+            "{}: median {}, mean {} ± {}",
+            label,
+            ms(st.median),
+            ms(st.mean),
+            ms(st.sd),
+        ),
+        &format!(r#"fill="{color}""#),
+    );
 }
 
 /// Median exits per reason, one bar per configuration.

@@ -198,6 +198,56 @@ fn samples() -> Vec<Sample> {
     ]
 }
 
+/// Three marks and the four phases they make.
+fn marks_and_phases() -> (Vec<Mark>, Vec<PhaseSpan>) {
+    let marks = vec![
+        Mark {
+            name: "vmm: first KVM_RUN".into(),
+            source: MarkSource::Vmm,
+            t_ns: 70_000_000,
+            value: None,
+            ..Default::default()
+        },
+        Mark {
+            name: "port 0x80: kernel 0x40".into(),
+            source: MarkSource::DebugPort,
+            t_ns: 80_000_000,
+            value: Some(0x40),
+            ..Default::default()
+        },
+        Mark {
+            name: "port 0x80: userspace 0x60".into(),
+            source: MarkSource::DebugPort,
+            t_ns: 800_000_000,
+            value: Some(0x60),
+            ..Default::default()
+        },
+    ];
+    let phases = vec![
+        PhaseSpan {
+            name: "vmm setup".into(),
+            start_ns: 0,
+            end_ns: 70_000_000,
+        },
+        PhaseSpan {
+            name: "firmware/boot loader".into(),
+            start_ns: 70_000_000,
+            end_ns: 80_000_000,
+        },
+        PhaseSpan {
+            name: "kernel".into(),
+            start_ns: 80_000_000,
+            end_ns: 800_000_000,
+        },
+        PhaseSpan {
+            name: "userspace".into(),
+            start_ns: 800_000_000,
+            end_ns: 890_000_000,
+        },
+    ];
+    (marks, phases)
+}
+
 /// Four exit reasons (two with latency histograms, one with a name that
 /// needs escaping everywhere), phases, marks, three threads, samples.
 pub fn profile() -> Profile {
@@ -269,51 +319,7 @@ pub fn profile() -> Profile {
         ],
         ..Default::default()
     };
-    p.marks = vec![
-        Mark {
-            name: "vmm: first KVM_RUN".into(),
-            source: MarkSource::Vmm,
-            t_ns: 70_000_000,
-            value: None,
-            ..Default::default()
-        },
-        Mark {
-            name: "port 0x80: kernel 0x40".into(),
-            source: MarkSource::DebugPort,
-            t_ns: 80_000_000,
-            value: Some(0x40),
-            ..Default::default()
-        },
-        Mark {
-            name: "port 0x80: userspace 0x60".into(),
-            source: MarkSource::DebugPort,
-            t_ns: 800_000_000,
-            value: Some(0x60),
-            ..Default::default()
-        },
-    ];
-    p.phases = vec![
-        PhaseSpan {
-            name: "vmm setup".into(),
-            start_ns: 0,
-            end_ns: 70_000_000,
-        },
-        PhaseSpan {
-            name: "firmware/boot loader".into(),
-            start_ns: 70_000_000,
-            end_ns: 80_000_000,
-        },
-        PhaseSpan {
-            name: "kernel".into(),
-            start_ns: 80_000_000,
-            end_ns: 800_000_000,
-        },
-        PhaseSpan {
-            name: "userspace".into(),
-            start_ns: 800_000_000,
-            end_ns: 890_000_000,
-        },
-    ];
+    (p.marks, p.phases) = marks_and_phases();
     p.samples = samples();
     p.lost_events = 3;
     p
