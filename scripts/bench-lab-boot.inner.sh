@@ -19,7 +19,7 @@ if [ $# -ne 14 ] || [ "$9" != --output ] || [ "${11}" != --serial ] || [ "${13}"
 fi
 vmm=$1 variant=$2 round=$3 kernel=$4 initrd=$5 bootscope=$6 bench=$7 qemu=$8
 csv=${10} console_copy=${12} timeline=${14}
-# bootscope's default command line (DEFAULT_CMDLINE in src/cli.rs).
+# bootscope's default command line (DEFAULT_CMDLINE in src/common.rs).
 cmdline='console=ttyS0 reboot=k panic=-1 pci=off io_delay=none i8042.noaux i8042.nomux i8042.dumbkbd'
 case $variant in
 plain) ;;

@@ -12,7 +12,7 @@ if [ $# -ne 7 ]; then
     exit 2
 fi
 ns=$1 runs=$2 out=$3 bs=$4 qemu=$5 kernel=$6 initrd=$7
-# bootscope's default command line (DEFAULT_CMDLINE in src/cli.rs), quiet.
+# bootscope's default command line (DEFAULT_CMDLINE in src/common.rs), quiet.
 cmdline='console=ttyS0 reboot=k panic=-1 pci=off io_delay=none i8042.noaux i8042.nomux i8042.dumbkbd quiet'
 status=0
 for n in $(echo "$ns" | tr , ' '); do
