@@ -11,7 +11,7 @@ use bootscope_vmm::timeline::Clock;
 
 use crate::common::{usage, Failure, EXIT_FAILURE, EXIT_USAGE};
 use crate::lab_cmd::LabArgs;
-use crate::run_cmd::RunArgs;
+use crate::run_args::RunArgs;
 
 #[derive(Parser)]
 #[command(

@@ -24,6 +24,7 @@ mod profile_console;
 mod profile_reports;
 mod profile_summary;
 mod push;
+mod run_args;
 mod run_cmd;
 mod signals;
 mod stdout;

@@ -15,6 +15,7 @@
 
 #![allow(dead_code, unused_imports, unused_macros)]
 
+pub mod bench;
 pub mod lab;
 pub mod tmux;
 
