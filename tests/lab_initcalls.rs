@@ -34,6 +34,11 @@ fn boot_with(p: &lab::Prereqs, tag: &str, extra: &[&str]) -> (serde_json::Value,
 const CMDLINE: &str =
     "console=ttyS0 reboot=k panic=-1 pci=off io_delay=none i8042.noaux i8042.nomux i8042.dumbkbd";
 
+/// One lab boot of this file at a time: the duration check compares two
+/// clocks' readings around each initcall, which another lab machine
+/// running beside it on a small host would pull apart.
+static ONE_LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// [`boot_with`], the run ending with exit status `status`.
 fn boot_ending(
     p: &lab::Prereqs,
@@ -41,6 +46,7 @@ fn boot_ending(
     extra: &[&str],
     status: i32,
 ) -> (serde_json::Value, String) {
+    let _one = ONE_LAB.lock().unwrap_or_else(|e| e.into_inner());
     let timeline = p.dir.join(format!("out/{tag}-timeline.json"));
     let serial = p.dir.join(format!("out/{tag}-serial.log"));
     std::fs::create_dir_all(timeline.parent().unwrap()).unwrap();
