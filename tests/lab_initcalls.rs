@@ -294,10 +294,12 @@ fn traced_durations_agree_with_the_kernels_own() {
     assert_eq!(compared + coarse, calls, "{check}");
     assert!(compared >= 200, "{compared} compared: {check}");
     // An interrupt, or the host preempting the vCPU, between the two
-    // clocks' readings of one initcall: a few may differ more (15 of 385
-    // in the lab, 96 %).
+    // clocks' readings of one initcall: some differ more. The lab's host
+    // is emulated, and how many depends on that host's load: 85 to 96 % of
+    // 385 agreed in the runs of 2026-11-27. A reading that does not follow
+    // the initcalls (a wrong clock, calls paired wrongly) agrees on few.
     assert!(
-        agree * 100 >= compared * 90,
+        agree * 100 >= compared * 80,
         "{agree} of {compared} agree: {check}"
     );
     let _ = std::fs::remove_dir_all(&p.dir);
