@@ -1,17 +1,13 @@
-#!/usr/bin/env python3
-"""Paired ratios of boot_bench rows: for each VMM against a reference VMM,
-the ratio VMM/reference of every round (rows with the same round; round 0,
-the warm-up, and failed runs are left out), their Hodges-Lehmann estimate
-(median of the Walsh averages of the log ratios) and the exact Wilcoxon
-signed-rank confidence interval for it (the highest level up to 95 % that
-the number of rounds allows; 5 rounds allow at most 93.75 %).
-
-    paired-ratios.py CSV REFERENCE_VMM
+"""Paired ratios for the benchmark scripts that pair their own figures
+(scripts/bench-initcalls, scripts/bench-staged-attach load this file):
+`hl_interval(logs)` gives, for the log ratios of the pairs, the
+Hodges-Lehmann estimate (median of their Walsh averages) and the exact
+Wilcoxon signed-rank confidence interval for it (the highest level up to
+95 % that the number of pairs allows; 5 pairs allow at most 93.75 %), as
+ratios. Bench files are paired by `bootscope compare --test wilcoxon`.
 """
-import csv
 import math
 import statistics
-import sys
 
 
 def signed_rank_counts(n):
@@ -49,37 +45,3 @@ def hl_interval(logs, level=0.95):
             break
     k, conf = best
     return math.exp(est), math.exp(walsh[k - 1]), math.exp(walsh[-k]), conf
-
-
-def main():
-    path, ref = sys.argv[1], sys.argv[2]
-    rows = [r for r in csv.DictReader(open(path)) if r["round"] != "0" and r["status"] == "ok"]
-    by = {}
-    for r in rows:
-        by.setdefault(r["vmm"], {})[r["round"]] = r
-    if ref not in by:
-        sys.exit(f"paired-ratios: no successful {ref} rows in {path}")
-    print(f"### Paired ratios against {ref} (per round, then Hodges-Lehmann estimate and exact signed-rank interval)\n")
-    print("| VMM | metric | rounds | per-round ratios | estimate | interval (level) |")
-    print("|---|---|---:|---|---:|---|")
-    for vmm, rounds in by.items():
-        if vmm == ref:
-            continue
-        for metric in ("wall_ms", "hello_ms", "exits"):
-            pairs = [
-                (float(rounds[k][metric]), float(by[ref][k][metric]))
-                for k in sorted(rounds, key=int)
-                if k in by[ref] and rounds[k][metric] and by[ref][k][metric]
-            ]
-            if len(pairs) < 2:
-                continue
-            ratios = [a / b for a, b in pairs]
-            est, lo, hi, conf = hl_interval([math.log(x) for x in ratios])
-            print(
-                f"| {vmm} | {metric} | {len(ratios)} | "
-                + ", ".join(f"{x:.3f}" for x in ratios)
-                + f" | {est:.3f} | {lo:.3f}-{hi:.3f} ({conf * 100:.2f} %) |"
-            )
-
-
-main()

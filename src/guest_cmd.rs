@@ -1,5 +1,7 @@
 //! `bootscope guest build debian`: a Debian guest image with systemd
 //! (docs/guest.md); the work is `bootscope_lab::debian`'s.
+//! `bootscope guest build default`: the default guest's initramfs, and the
+//! paths of its kernel and initramfs for scripts (`bootscope_lab::guest`).
 
 use std::path::PathBuf;
 
@@ -35,6 +37,22 @@ enum Distro {
   bootscope run --kernel /boot/vmlinuz-VERSION --initrd /boot/initrd.img-VERSION \\
       --disk debian-12.raw --cmdline 'console=ttyS0 root=/dev/vda rw quiet'")]
     Debian(DebianArgs),
+    /// The default guest (the one `demo` and `run` without `--kernel` boot):
+    /// Debian's kernel from /boot and the project's busybox initramfs, which
+    /// prints its hello line and powers off. Prints the kernel's path and
+    /// the initramfs's path, one per line, for scripts.
+    #[command(after_help = "In a script:
+  mapfile -t guest < <(bootscope guest build default --out target/bench/guest.cpio)
+  bootscope bench -- run --kernel \"${guest[0]}\" --initrd \"${guest[1]}\"")]
+    Default(DefaultArgs),
+}
+
+#[derive(Args)]
+struct DefaultArgs {
+    /// Where to write the initramfs (replaced atomically); by default
+    /// bootscope's own cache, the file `run` without `--kernel` boots.
+    #[arg(long, short)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -52,9 +70,33 @@ struct DebianArgs {
 }
 
 pub fn run(args: GuestArgs) -> Result<i32, Failure> {
-    let GuestCommand::Build {
-        distro: Distro::Debian(args),
-    } = args.command;
+    let GuestCommand::Build { distro } = args.command;
+    match distro {
+        Distro::Debian(args) => debian_image(args),
+        Distro::Default(args) => default_guest(args),
+    }
+}
+
+fn default_guest(args: DefaultArgs) -> Result<i32, Failure> {
+    let (kernel, initrd) = match args.out {
+        None => crate::common::default_guest().map_err(usage)?,
+        Some(out) => {
+            let kernel = bootscope_lab::find_debian_kernel().map_err(|e| {
+                usage(anyhow!(
+                    "the default guest boots Debian's kernel from /boot: {e}"
+                ))
+            })?;
+            bootscope_lab::guest::build_default_initramfs(&out)
+                .map_err(|e| usage(anyhow!("cannot write the initramfs: {e:#}")))?;
+            (kernel.vmlinuz, out)
+        }
+    };
+    println!("{}", kernel.display());
+    println!("{}", initrd.display());
+    Ok(0)
+}
+
+fn debian_image(args: DebianArgs) -> Result<i32, Failure> {
     let size = bootscope_model::size::parse_size(&args.size)
         .map_err(|e| usage(anyhow!("--size {:?}: {e}", args.size)))?;
     debian::check_size(size).map_err(|e| usage(e.into()))?;

@@ -1,5 +1,7 @@
 //! `bootscope guest build debian` refusing bad input and hosts that cannot
 //! build: exit status 2, a message naming the problem, nothing at --out.
+//! `bootscope guest build default` writing the default guest's initramfs
+//! where asked and printing the paths scripts read.
 
 mod support;
 
@@ -87,4 +89,58 @@ fn no_network_to_the_packages_is_bad_input() {
         .unwrap()
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+fn build_default(args: &[&str]) -> Output {
+    bootscope()
+        .args(["guest", "build", "default"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_default_guest_is_built_where_asked_and_its_paths_printed() {
+    let Ok(kernel) = bootscope_lab::find_debian_kernel() else {
+        skip("no Debian kernel in /boot (the default guest boots it)");
+        return;
+    };
+    if bootscope_lab::guest::static_busybox().is_err() {
+        skip("no static busybox (scripts/deps.sh installs busybox-static)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("guest.cpio");
+    let o = build_default(&["--out", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let printed: Vec<String> = stdout(&o).lines().map(String::from).collect();
+    assert_eq!(
+        printed,
+        [
+            kernel.vmlinuz.display().to_string(),
+            out.display().to_string()
+        ]
+    );
+    // The initramfs is the default guest's: its init prints the hello line.
+    let entries = bootscope_lab::cpio::read_entries(&std::fs::read(&out).unwrap()).unwrap();
+    let init = entries
+        .iter()
+        .find(|e| e.name == Path::new("init"))
+        .expect("an init");
+    assert!(String::from_utf8_lossy(&init.data).contains(bootscope_lab::guest::HELLO_LINE));
+}
+
+#[test]
+fn the_default_guest_refuses_an_out_path_it_cannot_write() {
+    if bootscope_lab::find_debian_kernel().is_err() {
+        skip("no Debian kernel in /boot (the default guest boots it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("missing").join("guest.cpio");
+    let o = build_default(&["--out", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("missing"), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty());
+    assert!(!out.exists());
 }

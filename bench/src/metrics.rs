@@ -14,6 +14,7 @@
 //! | `kvm:KEY` | count | every other cumulative KVM statistic (`insn_emulation`, `halt_wakeup`, ...) |
 //! | `exit-reason:NAME`, `exit-reason:total` | count | the profile's `exits.by_reason` (`bench --profile`) |
 //! | `faults:guest`, `faults:host` | count | the profile's `page_faults.guest_total` / `host_total` |
+//! | `pio:PORT DIRECTION` | count | the profile's `exits.pio`: the guest's port I/O to one port (`pio:0x3f8 write`), all access sizes together (`bench --profile`) |
 //! | `mark:NAME` | time | the profile's first mark `NAME` (`bench --profile`), from the profile's start: the launch of the command, or the process start of a `bootscope run` profiling itself; e.g. `mark:port 0x80: userspace 0x60` for either VMM |
 //! | `memory:rss`, `memory:pss`, `memory:uss` | bytes | the VMM's `/proc/PID/smaps_rollup` at the userspace mark (the timeline's `host_memory`; for a command, read by `bench` at its console's `userspace` pattern) |
 //! | `storm:METRIC:STAT`, `storm:makespan` | as METRIC, time | `bench --parallel N`: per storm, [`crate::storm`] |
@@ -101,6 +102,8 @@ pub fn display_name(name: &str) -> String {
         "exits traced (total)".into()
     } else if let Some(r) = name.strip_prefix("exit-reason:") {
         format!("{r} exits")
+    } else if let Some(io) = name.strip_prefix("pio:") {
+        format!("port {io}s")
     } else if name == "faults:guest" || name == "faults:host" {
         format!("{} page faults", &name[7..])
     } else if let Some(k) = name
@@ -244,6 +247,11 @@ pub fn from_profile(p: &Profile) -> BTreeMap<String, u64> {
     m.insert("exit-reason:total".into(), p.exits.total);
     m.insert("faults:guest".into(), p.page_faults.guest_total);
     m.insert("faults:host".into(), p.page_faults.host_total);
+    // Where the I/O exits go: one count per port and direction.
+    for io in &p.exits.pio {
+        *m.entry(format!("pio:{:#x} {}", io.port, io.direction))
+            .or_insert(0) += io.count;
+    }
     // The first of each mark (the guest's port writes, its console's
     // milestones), on the profile's clock.
     for mark in &p.marks {
@@ -275,6 +283,8 @@ mod tests {
         assert_eq!(display_name("exits:total"), "exits (total)");
         assert_eq!(display_name("exit-reason:npf"), "npf exits");
         assert_eq!(display_name("faults:host"), "host page faults");
+        assert_eq!(display_name("pio:0x3f8 write"), "port 0x3f8 writes");
+        assert_eq!(kind("pio:0x80 write"), MetricKind::Count);
         assert_eq!(kvm_stat_metric("exits"), "exits:total");
         assert_eq!(kvm_stat_metric("halt_exits"), "exits:halt_exits");
         assert_eq!(kvm_stat_metric("pf_fixed"), "faults:pf_fixed");
@@ -331,7 +341,7 @@ mod tests {
 
     #[test]
     fn profile_metrics() {
-        use bootscope_model::profile::{DataSource, ExitReasonStat, Mark, MarkSource};
+        use bootscope_model::profile::{DataSource, ExitReasonStat, Mark, MarkSource, PioStat};
         let mut p = Profile::new();
         p.exits.total = 12;
         let reason = |reason: &str, code, count| ExitReasonStat {
@@ -365,7 +375,22 @@ mod tests {
             mark("port 0x80: userspace 0x60", MarkSource::DebugPort, 700),
             mark("serial: run init", MarkSource::Serial, 600),
         ];
+        let pio = |port, direction: &str, size, count| PioStat {
+            port,
+            direction: direction.into(),
+            size,
+            count,
+        };
+        p.exits.pio = vec![
+            pio(0x3f8, "write", 1, 30),
+            pio(0x3f8, "write", 2, 5),
+            pio(0x3f8, "read", 1, 7),
+            pio(0x80, "write", 1, 3),
+        ];
         let m = from_profile(&p);
+        assert_eq!(m["pio:0x3f8 write"], 35);
+        assert_eq!(m["pio:0x3f8 read"], 7);
+        assert_eq!(m["pio:0x80 write"], 3);
         assert_eq!(m["bpf:runs"], 9);
         assert_eq!(m["bpf:run_ns"], 1000);
         assert_eq!(kind("bpf:run_ns"), MetricKind::Time);
