@@ -12,7 +12,6 @@ pub mod docs;
 pub mod error;
 pub mod evaluate;
 pub mod evidence;
-pub mod profile;
 pub mod prove;
 pub mod report;
 pub mod rules;
