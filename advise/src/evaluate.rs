@@ -355,7 +355,7 @@ fn exits_at(ev: &Evidence, functions: &[&str], ports: (u16, u16)) -> Vec<Found> 
     let count: u64 = exits
         .pio
         .iter()
-        .filter(|(p, _)| (ports.0..=ports.1).contains(p))
+        .filter(|(p, _)| (u32::from(ports.0)..=u32::from(ports.1)).contains(p))
         .map(|(_, n)| n)
         .sum();
     if count == 0 {

@@ -4,11 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
+use bootscope_model::profile::{Profile, PROFILE_SCHEMA_NAME};
 use bootscope_model::timeline::{Timeline, TIMELINE_SCHEMA_NAME};
 use serde::Serialize;
 
 use crate::error::AdviseError;
-use crate::profile::{ProfileView, PROFILE_SCHEMA_NAME};
 
 /// Whose VMM booted the guest.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -28,7 +28,7 @@ pub struct Exits {
     pub total: u64,
     pub by_reason: Vec<ReasonExits>,
     /// Port I/O per port (all directions).
-    pub pio: Vec<(u16, u64)>,
+    pub pio: Vec<(u32, u64)>,
     /// `--exit-sites`: exits by the guest function that made them.
     pub sites: Option<Vec<SiteExits>>,
 }
@@ -152,7 +152,7 @@ impl Evidence {
                     timeline = Some((path.clone(), t));
                 }
                 Some(PROFILE_SCHEMA_NAME) if profile.is_none() => {
-                    let p = ProfileView::parse(&doc).map_err(|e| wrong(e.to_string()))?;
+                    let p = Profile::parse(&doc).map_err(|e| wrong(e.to_string()))?;
                     profile = Some((path.clone(), p));
                 }
                 Some(s @ (TIMELINE_SCHEMA_NAME | PROFILE_SCHEMA_NAME)) => {
@@ -233,7 +233,7 @@ impl Evidence {
     }
 
     /// Adds what a profile says.
-    pub fn add_profile(&mut self, p: &ProfileView) {
+    pub fn add_profile(&mut self, p: &Profile) {
         self.vmm = if p.target.kind == "self" || is_bootscope_run(&p.target.command) {
             Vmm::Bootscope
         } else {
@@ -262,7 +262,7 @@ impl Evidence {
         if e.source.is_empty() && e.total == 0 {
             return;
         }
-        let mut pio: Vec<(u16, u64)> = Vec::new();
+        let mut pio: Vec<(u32, u64)> = Vec::new();
         for row in &e.pio {
             match pio.iter_mut().find(|(port, _)| *port == row.port) {
                 Some((_, n)) => *n += row.count,

@@ -12,8 +12,6 @@ pub mod docs;
 pub mod error;
 pub mod evaluate;
 pub mod evidence;
-mod measure;
-pub mod profile;
 pub mod prove;
 pub mod report;
 pub mod rules;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::evaluate::{human_ns, Advice, Triable};
 use crate::evidence::{Evidence, Vmm};
-use crate::prove::ProveReport;
+use crate::prove::{FixResult, ProveReport};
 use crate::rules::Risk;
 
 /// The document's `schema` field.
@@ -146,22 +146,10 @@ pub fn advice_text(advice: &Advice) -> String {
     out
 }
 
-pub(crate) fn verdict_word(v: crate::prove::Verdict) -> &'static str {
-    use crate::prove::Verdict;
-    match v {
-        Verdict::Accepted => "ACCEPTED",
-        Verdict::NotSignificant => "rejected: no significant saving",
-        Verdict::Slower => "rejected: slower",
-        Verdict::BreaksBoot => "rejected: breaks the boot",
-        Verdict::CouldNotBeTried => "could not be tried",
-        Verdict::Incomplete => "incomplete",
-    }
-}
-
 /// One measured result in words.
-fn fix_result_text(out: &mut String, r: &crate::prove::FixResult) {
+fn fix_result_text(out: &mut String, r: &FixResult) {
     let changes: Vec<String> = r.changes.iter().map(|c| c.describe()).collect();
-    let _ = writeln!(out, "{}: {}", changes.join(" + "), verdict_word(r.verdict));
+    let _ = writeln!(out, "{}: {}", changes.join(" + "), r.verdict.word());
     let _ = writeln!(out, "   {}", r.detail);
     if let Some(c) = &r.time_to_userspace {
         let (b, n) = c.centers();

@@ -11,6 +11,7 @@
 //! * [`comparison`]: the statistics of one metric and of two samples.
 //! * [`verdict`]: `check`'s pass or regression per metric.
 //! * [`render`]: the reports as text, JSON and JUnit XML.
+//! * [`format`]: the number and text formats the reports share.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -20,11 +21,12 @@ use crate::error::BenchError;
 use crate::provenance::Provenance;
 
 pub mod comparison;
+pub mod format;
 pub mod render;
 pub mod verdict;
 
 pub use comparison::{compare, compare_metric, CompareReport, Comparison, SampleInfo};
-pub use render::{format_confidence, format_p, format_pct, format_value, xml_escape};
+pub use format::{format_confidence, format_p, format_pct, format_value, xml_escape};
 pub use verdict::{check, CheckOptions, CheckReport, CheckResult, MetricSpec};
 
 /// The values of one configuration of one bench file.

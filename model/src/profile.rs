@@ -599,6 +599,21 @@ pub enum ProfileReadError {
     Version { path: String, found: u64 },
 }
 
+/// Why a JSON document is not a profile this bootscope reads
+/// ([`Profile::parse`]).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProfileError {
+    /// Not a profile at all.
+    #[error("its \"schema\" field is {found}, not \"{PROFILE_SCHEMA_NAME}\"")]
+    NotAProfile { found: String },
+    /// A profile of another version.
+    #[error("it is a version {found} profile; this bootscope reads versions {PROFILE_SCHEMA_OLDEST} to {PROFILE_SCHEMA_VERSION}")]
+    Version { found: u64 },
+    /// A field missing, or of the wrong type.
+    #[error("a field is missing or has the wrong type: {0}")]
+    Field(String),
+}
+
 impl Profile {
     /// The sources the kernel timed (`--bpf-stats`): each with its runs
     /// and run time.
@@ -626,27 +641,61 @@ impl Profile {
                 path: p.clone(),
                 detail: e.to_string(),
             })?;
-        if v.get("schema").and_then(|s| s.as_str()) != Some(PROFILE_SCHEMA_NAME) {
-            return Err(ProfileReadError::Malformed {
+        Self::parse(&v).map_err(|e| match e {
+            ProfileError::NotAProfile { .. } => ProfileReadError::Malformed {
                 path: p,
                 detail: format!("its \"schema\" field is not \"{PROFILE_SCHEMA_NAME}\""),
+            },
+            ProfileError::Version { found } => ProfileReadError::Version { path: p, found },
+            ProfileError::Field(detail) => ProfileReadError::Malformed { path: p, detail },
+        })
+    }
+
+    /// Checks a JSON document's `schema` and `version` and reads it as a
+    /// profile.
+    pub fn parse(doc: &serde_json::Value) -> Result<Self, ProfileError> {
+        let schema = doc.get("schema");
+        if schema.and_then(|s| s.as_str()) != Some(PROFILE_SCHEMA_NAME) {
+            return Err(ProfileError::NotAProfile {
+                found: schema.map_or_else(|| "missing".into(), ToString::to_string),
             });
         }
-        let found = v.get("version").and_then(|s| s.as_u64()).unwrap_or(0);
+        let found = doc.get("version").and_then(|s| s.as_u64()).unwrap_or(0);
         if !(u64::from(PROFILE_SCHEMA_OLDEST)..=u64::from(PROFILE_SCHEMA_VERSION)).contains(&found)
         {
-            return Err(ProfileReadError::Version { path: p, found });
+            return Err(ProfileError::Version { found });
         }
-        serde_json::from_value(v).map_err(|e| ProfileReadError::Malformed {
-            path: p,
-            detail: e.to_string(),
-        })
+        Self::deserialize(doc).map_err(|e| ProfileError::Field(e.to_string()))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parse_checks_schema_version_and_fields() {
+        let doc = serde_json::to_value(Profile::new()).unwrap();
+        assert_eq!(Profile::parse(&doc).unwrap(), Profile::new());
+        let mut v1 = doc.clone();
+        v1["version"] = 1.into();
+        assert_eq!(Profile::parse(&v1).unwrap().version, 1);
+        let mut v3 = doc.clone();
+        v3["version"] = 3.into();
+        assert_eq!(
+            Profile::parse(&v3).unwrap_err(),
+            ProfileError::Version { found: 3 }
+        );
+        let mut other = doc.clone();
+        other["schema"] = "bootscope.timeline".into();
+        assert!(matches!(
+            Profile::parse(&other),
+            Err(ProfileError::NotAProfile { .. })
+        ));
+        let mut bad = doc;
+        bad["exits"]["total"] = "many".into();
+        assert!(matches!(Profile::parse(&bad), Err(ProfileError::Field(_))));
+    }
 
     #[test]
     fn time_slots_give_an_interval_its_counts_partial_slots_pro_rata() {

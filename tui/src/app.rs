@@ -147,6 +147,22 @@ struct FaultPoint {
     host: u64,
 }
 
+/// Where the replay stands, for the status line and the help.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplayStatus {
+    /// The position, on the profile's clock.
+    pub t_ns: u64,
+    /// The profile's end.
+    pub end_ns: u64,
+    pub playing: bool,
+    pub speed: f64,
+    /// Samples recorded by the position, of how many.
+    pub samples_seen: usize,
+    pub samples: usize,
+    /// The phase the position is in.
+    pub phase: Option<String>,
+}
+
 /// Everything the UI draws from.
 #[derive(Clone, Debug)]
 pub struct App {
@@ -192,7 +208,7 @@ pub struct App {
     /// fit.
     pub phase_scroll: usize,
     /// Browsing a saved profile (`bootscope tui`): where the replay stands.
-    pub replay: Option<crate::browse::ReplayStatus>,
+    pub replay: Option<ReplayStatus>,
     history: VecDeque<FaultPoint>,
 }
 

@@ -16,7 +16,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use bootscope_model::profile::Profile;
 use bootscope_model::sites::ExitSites;
 
-use crate::app::{is_initcall_phase, Action, App};
+use crate::app::{is_initcall_phase, Action, App, ReplayStatus};
 use crate::initcalls::{InitcallGroup, Initcalls};
 use crate::replay::profile_at;
 use crate::{event, term, ui, write_snapshot, TuiError, TuiOptions};
@@ -24,22 +24,6 @@ use crate::{event, term, ui, write_snapshot, TuiError, TuiOptions};
 /// Slowest and fastest play speeds (`-`, `+` halve and double).
 const MIN_SPEED: f64 = 1.0 / 64.0;
 const MAX_SPEED: f64 = 256.0;
-
-/// Where the replay stands, for the status line and the help.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ReplayStatus {
-    /// The position, on the profile's clock.
-    pub t_ns: u64,
-    /// The profile's end.
-    pub end_ns: u64,
-    pub playing: bool,
-    pub speed: f64,
-    /// Samples recorded by the position, of how many.
-    pub samples_seen: usize,
-    pub samples: usize,
-    /// The phase the position is in.
-    pub phase: Option<String>,
-}
 
 /// What a key did to the replay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

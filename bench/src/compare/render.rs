@@ -1,9 +1,9 @@
-//! The reports in words: plain text, JSON and JUnit XML, and the number
-//! formats they share.
+//! The reports in words: plain text, JSON and JUnit XML.
 
 use std::fmt::Write as _;
 
 use super::comparison::{CompareReport, Comparison, SampleInfo};
+use super::format::{format_confidence, format_p, format_pct, format_value, xml_escape};
 use super::verdict::CheckReport;
 use crate::metrics::{self, MetricKind};
 use crate::stats::TestKind;
@@ -33,52 +33,6 @@ impl Comparison {
             Some(t) => format!("{name} {change}, p {}", format_p(t.p_value)),
             None => format!("{name} {change}"),
         }
-    }
-}
-
-/// Percentages: one decimal, two below 1 %.
-pub fn format_pct(p: f64) -> String {
-    if p.is_infinite() {
-        "∞".into()
-    } else if p < 1.0 {
-        format!("{p:.2}")
-    } else {
-        format!("{p:.1}")
-    }
-}
-
-/// 0.99 -> "99", 0.995 -> "99.5".
-pub fn format_confidence(c: f64) -> String {
-    let pct = c * 100.0;
-    if (pct - pct.round()).abs() < 1e-9 {
-        format!("{pct:.0}")
-    } else {
-        format!("{pct:.1}")
-    }
-}
-
-/// "= 0.004", "= 0.21", "< 0.001".
-pub fn format_p(p: f64) -> String {
-    if p < 0.001 {
-        return "< 0.001".into();
-    }
-    let digits = (1 - p.log10().floor() as i32).clamp(0, 6) as usize;
-    let s = format!("{p:.digits$}");
-    let s = if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        s
-    };
-    format!("= {s}")
-}
-
-/// A value in its unit: milliseconds for times, a count otherwise.
-pub fn format_value(kind: MetricKind, v: f64) -> String {
-    match kind {
-        MetricKind::Time => format!("{:.1} ms", v / 1e6),
-        MetricKind::Count if v.fract() == 0.0 => format!("{v:.0}"),
-        MetricKind::Count => format!("{v:.1}"),
-        MetricKind::Bytes => format!("{:.1} MiB", v / 1_048_576.0),
     }
 }
 
@@ -283,23 +237,4 @@ impl CheckReport {
         let _ = writeln!(s, "</testsuites>");
         s
     }
-}
-
-/// Escapes text for XML attributes and content; drops the control
-/// characters XML 1.0 forbids.
-pub fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\t' | '\n' | '\r' => out.push(c),
-            c if (c as u32) < 0x20 => {}
-            c => out.push(c),
-        }
-    }
-    out
 }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::comparison::{compare_metric, Comparison, SampleInfo};
-use super::render::{format_p, format_pct, format_value};
+use super::format::{format_p, format_pct, format_value};
 use super::{check_phases, is_profiler_phase, order_key, Sample};
 use crate::error::BenchError;
 use crate::metrics::{self, MetricKind};

@@ -10,7 +10,7 @@ use ratatui::Frame;
 use bootscope_model::profile::Profile;
 
 use super::format::fmt_count;
-use crate::app::App;
+use crate::app::{App, ReplayStatus};
 use crate::theme::Theme;
 
 /// How the data sources stand: attached count, fallbacks and the missing.
@@ -44,7 +44,7 @@ fn sources_spans<'a>(p: &Profile, t: &Theme) -> Vec<Span<'a>> {
 
 /// A replay's position: of how long, at which speed, in which phase,
 /// samples seen.
-fn replay_position(r: &crate::browse::ReplayStatus) -> String {
+fn replay_position(r: &ReplayStatus) -> String {
     let mut out = format!(" of {:.1} s", r.end_ns as f64 / 1e9);
     if r.playing {
         out.push_str(&format!(" x{}", r.speed));

@@ -17,18 +17,14 @@ use std::time::{Duration, Instant};
 use bootscope_bench::compare::compare_metric;
 use bootscope_bench::doc::{BenchDoc, ConfigResult};
 use bootscope_bench::runner::Progress;
-use bootscope_bench::{stats, BenchError, BenchPlan, ConfigPlan, TestKind};
+use bootscope_bench::{stats, BenchError, BenchPlan, ConfigPlan};
 
+use super::options::{Budget, TEST};
+use super::outcome::{CheckBoot, FixResult, NotTried, ProveReport, Verdict};
+use super::plan::{words, ProvePlan, Trial};
 use crate::error::AdviseError;
 use crate::evaluate::{human_ns, ConcreteChange};
-use crate::prove::{
-    words, Budget, CheckBoot, FixResult, NotTried, ProvePlan, ProveReport, Trial, Verdict,
-};
 use crate::target::ProveTarget;
-
-/// The statistical test: the Wilcoxon signed-rank test on the boots paired
-/// by round.
-pub const TEST: TestKind = TestKind::Wilcoxon;
 
 /// Rounds per block between the checks for an early stop (one ABBA).
 const BLOCK: u32 = 2;
@@ -122,14 +118,6 @@ pub(crate) fn still_reachable(base: &[f64], new: &[f64], remaining: u32, level: 
         return true;
     };
     t.p_value < level && sb < sa
-}
-
-/// The least `--runs` with which the test can reach `level` at all (every
-/// pair faster gives the smallest p, 2 / 2^runs).
-pub fn least_runs(level: f64) -> u32 {
-    (1..=64)
-        .find(|&n| stats::min_attainable_p(TEST, n as usize, n as usize) < level)
-        .unwrap_or(64)
 }
 
 impl ProvePlan {
@@ -392,12 +380,7 @@ impl ProvePlan {
             Measured::Nothing => 0,
         };
         let r = self.judge(s, check, measured);
-        progress(&format!(
-            "{}: {}: {}",
-            s.name,
-            crate::report::verdict_word(r.verdict),
-            r.detail
-        ));
+        progress(&format!("{}: {}: {}", s.name, r.verdict.word(), r.detail));
         Ok(r)
     }
 
@@ -532,15 +515,6 @@ fn next_bench() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn least_runs_follow_the_level() {
-        // Every pair faster gives p = 2 / 2^n: 6 pairs give 0.031, 5 give
-        // 0.0625.
-        assert_eq!(least_runs(0.05), 6);
-        assert_eq!(least_runs(0.1), 5);
-        assert_eq!(least_runs(0.01), 8);
-    }
 
     #[test]
     fn a_bench_stops_once_no_saving_can_be_significant() {

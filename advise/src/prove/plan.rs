@@ -1,0 +1,390 @@
+//! What `--prove` runs with: the fixes to try, the plan of its boots, and
+//! the check boot of the original.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bootscope_bench::doc::Machine;
+use bootscope_bench::runner::{self, DEFAULT_CONSOLE_PATTERNS};
+use bootscope_bench::{ConsolePattern, Side};
+use serde::Serialize;
+
+use super::options::{FixKind, ProveOptions};
+use super::outcome::{CheckBoot, NotTried};
+use crate::error::AdviseError;
+use crate::evaluate::{Advice, ConcreteChange, Triable};
+use crate::rules::Risk;
+use crate::target::ProveTarget;
+
+/// The console pattern that marks userspace in another VMM's boot.
+pub const MARKER_NAME: &str = "userspace";
+
+/// A fix to try.
+#[derive(Clone, Debug, Serialize)]
+pub struct Trial {
+    pub rule: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    pub change: ConcreteChange,
+    pub risk: Risk,
+    pub estimate_ns: Option<u64>,
+    /// The phase its finding's time is spent in.
+    pub phase: String,
+}
+
+/// The fixes to try (in the findings' rank order, each change once), and
+/// those left out with the reason.
+pub fn trials(
+    advice: &Advice,
+    opts: &ProveOptions,
+    target: &ProveTarget,
+) -> (Vec<Trial>, Vec<NotTried>) {
+    let mut tried = Vec::new();
+    let mut left = Vec::new();
+    let mut seen = BTreeSet::new();
+    for f in &advice.findings {
+        for c in &f.fixes {
+            if !seen.insert(format!("{:?}", c.change)) {
+                continue;
+            }
+            let reason = match (c.triable, target) {
+                (Triable::No, _) => Some("advice: cannot be tried automatically".to_string()),
+                (Triable::NeedsAllowUnsafe, _) if !opts.allow_unsafe => {
+                    Some("weakens security: tried only with --allow-unsafe".into())
+                }
+                (Triable::BootscopeOnly, _) | (_, ProveTarget::Template { .. })
+                    if matches!(c.change, ConcreteChange::RunFlags(_)) =>
+                {
+                    Some(
+                        "a bootscope run option: the template changes only the kernel command line"
+                            .into(),
+                    )
+                }
+                _ if FixKind::of(&c.change).is_some_and(|k| !opts.kinds.contains(&k)) => {
+                    Some("not among the --kinds to try".into())
+                }
+                _ if tried.len() >= opts.max_fixes => {
+                    Some(format!("beyond --max-fixes {}", opts.max_fixes))
+                }
+                _ => None,
+            };
+            match reason {
+                Some(reason) => left.push(NotTried {
+                    rule: f.rule,
+                    change: c.change.clone(),
+                    reason,
+                }),
+                None => tried.push(Trial {
+                    rule: f.rule,
+                    subject: f.subject.clone(),
+                    change: c.change.clone(),
+                    risk: c.risk,
+                    estimate_ns: c.estimate_ns,
+                    phase: f.phase.clone(),
+                }),
+            }
+        }
+    }
+    (tried, left)
+}
+
+/// What `--prove` runs with.
+pub struct ProvePlan {
+    /// The bootscope executable.
+    pub exe: PathBuf,
+    pub target: ProveTarget,
+    pub opts: ProveOptions,
+    pub machine: Machine,
+    /// Private directory for the runs' files.
+    pub work_dir: PathBuf,
+    pub stop: Arc<AtomicBool>,
+    /// This bootscope's `run` profiles itself (has `--no-profile`).
+    pub run_profiles_itself: bool,
+    /// Set by the check boot when the guest marks userspace itself (port
+    /// 0x80, port 0xf4, the boot timer): every boot then runs with
+    /// `--no-default-patterns`, so that time to userspace ends at that
+    /// mark on both sides, not at a console line a fix such as `quiet`
+    /// hides.
+    pub guest_marks_userspace: AtomicBool,
+}
+
+/// The guest's own userspace mark in a timeline, when it wrote one.
+fn guest_userspace_mark(timeline: &serde_json::Value) -> Option<String> {
+    let t = bootscope_model::timeline::Timeline::parse(timeline).ok()?;
+    t.marks
+        .iter()
+        .find(|m| {
+            m.name.starts_with("port 0x80: userspace")
+                || m.name.starts_with("port 0xf4: ") && m.value == Some(7)
+                || m.name.starts_with("boot timer:")
+        })
+        .map(|m| m.name.clone())
+}
+
+/// Arguments as strings, for reports.
+pub(crate) fn words(argv: &[OsString]) -> Vec<String> {
+    argv.iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
+impl ProvePlan {
+    pub(crate) fn metric(&self) -> &'static str {
+        match self.target {
+            ProveTarget::Bootscope { .. } => "time_to_userspace",
+            ProveTarget::Template { .. } => "console:userspace",
+        }
+    }
+
+    pub(crate) fn side(&self, changes: &[&ConcreteChange]) -> Side {
+        let mut argv = self.target.argv(changes);
+        if self.guest_marks_userspace.load(Ordering::SeqCst)
+            && !argv.iter().any(|a| a == "--no-default-patterns")
+        {
+            argv.push("--no-default-patterns".into());
+        }
+        match self.target {
+            ProveTarget::Bootscope { .. } => Side::Bootscope(argv),
+            ProveTarget::Template { .. } => Side::Command(argv),
+        }
+    }
+
+    pub(crate) fn patterns(&self) -> Result<Vec<ConsolePattern>, AdviseError> {
+        let mut p = DEFAULT_CONSOLE_PATTERNS
+            .iter()
+            .map(|s| ConsolePattern::parse(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        if matches!(self.target, ProveTarget::Template { .. }) {
+            p.push(self.opts.marker.clone());
+        }
+        Ok(p)
+    }
+
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// The check boot's command line, and the documents it writes.
+    fn check_argv(&self, record: bool) -> (Vec<OsString>, Vec<PathBuf>) {
+        let timeline = self.work_dir.join("check.timeline.json");
+        let profile = self.work_dir.join("check.profile.json");
+        let mut argv: Vec<OsString> = Vec::new();
+        let mut documents = Vec::new();
+        match &self.target {
+            ProveTarget::Bootscope { .. } => {
+                argv.extend([self.exe.clone().into_os_string(), "run".into()]);
+                argv.extend(self.target.argv(&[]));
+                argv.extend([
+                    "--no-summary".into(),
+                    "--timeline".into(),
+                    timeline.clone().into(),
+                ]);
+                documents.push(timeline.clone());
+                if record {
+                    if self.run_profiles_itself {
+                        argv.extend(["--output".into(), profile.clone().into()]);
+                        if matches!(self.machine.host_kvm.as_str(), "vmx" | "svm") {
+                            argv.push("--exit-sites".into());
+                        }
+                        documents.push(profile.clone());
+                    }
+                    if !argv.iter().any(|a| a == "--initcalls") {
+                        argv.push("--initcalls".into());
+                    }
+                } else if self.run_profiles_itself {
+                    argv.push("--no-profile".into());
+                }
+            }
+            ProveTarget::Template { .. } => {
+                if record {
+                    argv.extend([
+                        self.exe.clone().into_os_string(),
+                        "profile".into(),
+                        "--no-summary".into(),
+                        "--output".into(),
+                        profile.clone().into(),
+                        "--".into(),
+                    ]);
+                    documents.push(profile.clone());
+                }
+                argv.extend(self.target.argv(&[]));
+            }
+        }
+        (argv, documents)
+    }
+
+    /// Boots the original once (bench's runner): it must end cleanly and
+    /// reach userspace, else [`AdviseError::DoesNotBoot`]. With `record`,
+    /// a bootscope boot also writes its timeline and profile with exit
+    /// sites (VMX/SVM) and initcalls, and another VMM's boot runs under
+    /// `bootscope profile`: the evidence when no document was given.
+    pub fn check_boot(&self, record: bool) -> Result<CheckBoot, AdviseError> {
+        let (argv, documents) = self.check_argv(record);
+        let timeline = self.work_dir.join("check.timeline.json");
+        let out = runner::execute(
+            &argv,
+            &self.patterns()?,
+            self.opts.run_timeout,
+            Some(&self.stop),
+        )?;
+        let cmd = runner::shell_words(&argv);
+        let fail = |why: String| {
+            let tail = out.stderr_tail.trim();
+            AdviseError::DoesNotBoot(format!(
+                "{cmd}: {why}{}",
+                if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!("; its standard error ends: {tail}")
+                }
+            ))
+        };
+        if out.timed_out {
+            return Err(fail(format!(
+                "still running after {} s (--run-timeout)",
+                self.opts.run_timeout.as_secs()
+            )));
+        }
+        if out.exit_code != Some(0) {
+            return Err(fail(match out.exit_code {
+                Some(c) => format!("exit status {c}"),
+                None => "killed by a signal".into(),
+            }));
+        }
+        let mark = match &self.target {
+            ProveTarget::Bootscope { .. } => {
+                let bytes =
+                    std::fs::read(&timeline).map_err(|e| fail(format!("no timeline ({e})")))?;
+                let v: serde_json::Value = serde_json::from_slice(&bytes)
+                    .map_err(|e| fail(format!("an unreadable timeline ({e})")))?;
+                let facts = bootscope_bench::metrics::from_timeline(&v, &timeline)
+                    .map_err(|e| fail(e.to_string()))?;
+                if !facts.clean {
+                    return Err(fail(format!("unclean end: {}", facts.detail)));
+                }
+                if let Some(own) = guest_userspace_mark(&v) {
+                    self.guest_marks_userspace.store(true, Ordering::SeqCst);
+                    return Ok(CheckBoot {
+                        wall_ns: u64::try_from(out.wall.as_nanos()).unwrap_or(u64::MAX),
+                        userspace_mark: own,
+                        documents,
+                    });
+                }
+                facts.userspace_mark.ok_or_else(|| {
+                    fail("it never reached userspace (no userspace mark in its timeline)".into())
+                })?
+            }
+            ProveTarget::Template { .. } => {
+                if !out.console.contains_key(MARKER_NAME) {
+                    return Err(fail(format!(
+                        "its console never printed the userspace line {:?} (--marker)",
+                        self.opts.marker.regex.as_str()
+                    )));
+                }
+                format!("console: {}", self.opts.marker.regex.as_str())
+            }
+        };
+        Ok(CheckBoot {
+            wall_ns: u64::try_from(out.wall.as_nanos()).unwrap_or(u64::MAX),
+            userspace_mark: mark,
+            documents,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::evaluate::advise;
+    use crate::evidence::Evidence;
+
+    #[test]
+    fn the_guests_own_userspace_mark() {
+        let t = |marks: serde_json::Value| serde_json::json!({"schema": "bootscope.timeline", "version": 1, "marks": marks, "phases": []});
+        let marks = serde_json::json!([
+            {"name": "serial: run init", "source": "serial", "t_ns": 5},
+            {"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 9, "value": 96}
+        ]);
+        assert_eq!(
+            guest_userspace_mark(&t(marks)).as_deref(),
+            Some("port 0x80: userspace 0x60")
+        );
+        let marks =
+            serde_json::json!([{"name": "serial: run init", "source": "serial", "t_ns": 5}]);
+        assert_eq!(guest_userspace_mark(&t(marks)), None);
+    }
+
+    #[test]
+    fn trials_leave_out_advice_unsafe_and_run_options_of_a_template() {
+        let ev = Evidence::read(&[std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/lab-sites-loud.profile.json"
+        ))])
+        .unwrap();
+        let advice = advise(&ev);
+        let opts = ProveOptions {
+            budget: None,
+            runs: 2,
+            max_fixes: 4,
+            level: 0.05,
+            allow_unsafe: false,
+            run_timeout: Duration::from_secs(1),
+            marker: ConsolePattern::parse("userspace=x").unwrap(),
+            kinds: FixKind::ALL.to_vec(),
+        };
+        let template = ProveTarget::template("qemu -append {cmdline}", String::new()).unwrap();
+        let (tried, left) = trials(&advice, &opts, &template);
+        let tried: Vec<_> = tried.iter().map(|t| t.change.describe()).collect();
+        assert_eq!(tried, ["kernel command line: quiet"]);
+        let reasons: Vec<_> = left
+            .iter()
+            .map(|n| (n.change.describe(), n.reason.as_str()))
+            .collect();
+        assert!(
+            reasons.contains(&(
+                "bootscope run --console virtio".into(),
+                "a bootscope run option: the template changes only the kernel command line"
+            )),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons
+                .iter()
+                .any(|(c, r)| c.contains("mitigations=off") && r.contains("--allow-unsafe")),
+            "{reasons:?}"
+        );
+        let only_run = ProveOptions {
+            kinds: vec![FixKind::Run],
+            ..opts.clone()
+        };
+        let bootscope = ProveTarget::Bootscope {
+            args: Vec::new(),
+            default_cmdline: String::new(),
+        };
+        let (tried, left) = trials(&advice, &only_run, &bootscope);
+        let tried: Vec<_> = tried.iter().map(|t| t.change.describe()).collect();
+        assert_eq!(tried, ["bootscope run --console virtio"]);
+        assert!(
+            left.iter()
+                .any(|n| n.change.describe() == "kernel command line: quiet"
+                    && n.reason == "not among the --kinds to try"),
+            "{left:?}"
+        );
+        let opts = ProveOptions {
+            allow_unsafe: true,
+            max_fixes: 1,
+            ..opts
+        };
+        let (tried, left) = trials(&advice, &opts, &template);
+        assert_eq!(tried.len(), 1);
+        assert!(
+            left.iter().any(|n| n.reason == "beyond --max-fixes 1"),
+            "{left:?}"
+        );
+    }
+}
