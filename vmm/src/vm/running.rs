@@ -16,9 +16,10 @@ use crate::host::KvmFlavour;
 use crate::kvm_stats::StatsFd;
 use crate::timeline::{vmm_marks, StopReason};
 
-use super::builder::{BootImages, GuestRam, Vcpus, VmBuilder};
+use super::builder::{GuestRam, Vcpus, VmBuilder};
 use super::emulation::{EmulationWatch, PVM_GRACE};
 use super::error::RunError;
+use super::images::BootImages;
 use super::report::{run_timeline, sum_stats};
 use super::vcpu::{describe_vcpu, install_kick_handler, kick_until_done, spawn_vcpu, VcpuEvent};
 use super::{RunReport, POWER_OFF_GRACE};
