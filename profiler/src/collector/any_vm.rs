@@ -2,11 +2,17 @@
 //! ([`TargetSpec::AnyVm`](super::TargetSpec::AnyVm), `bootscope exporter`):
 //! the programs of KVM's own events follow a process from its first one
 //! (`follow_any_vm`), the caller may add processes it found itself
-//! ([`Collector::follow`]), and each process's counts are read apart
-//! ([`Collector::snapshot_each`]) from maps that hold them all, keyed by
-//! process. A process that ended is forgotten ([`Collector::forget`]) once
-//! its final counts are read, so that the maps do not fill up with the
-//! dead and a pid the kernel hands on starts from zero.
+//! ([`Collector::follow`](super::Collector::follow)), and each process's
+//! counts are read apart
+//! ([`Collector::snapshot_each`](super::Collector::snapshot_each)) from
+//! maps that hold them all, keyed by process. A process that ended is
+//! forgotten ([`Collector::forget`](super::Collector::forget)) once its
+//! final counts are read, so that the maps do not fill up with the dead
+//! and a pid the kernel hands on starts from zero.
+//!
+//! This part keeps the VMs followed and which process belongs to which,
+//! and reads and clears the maps by process; the state it is part of
+//! puts it together with the tasks, the event log and the sampler.
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -18,11 +24,9 @@ use aya::maps::{HashMap as BpfHashMap, MapData};
 use aya::Pod;
 use bootscope_model::proc::{argv_of, stat_field, threads_of};
 
-use super::maps::hash_entries;
-use super::state::State;
-use super::target::read_comm;
-use super::tasks::ThreadInfo;
-use super::Collector;
+use super::maps::{hash_entries, map_error, seed_sched_tasks, SCHED_TASKS_MAP};
+use super::object::BpfObject;
+use super::thread_info::read_comm;
 use crate::bpf;
 use crate::error::ProfilerError;
 use crate::phases;
@@ -116,46 +120,27 @@ impl AnyVm {
     pub(super) fn root_of(&self, tgid: u32) -> u32 {
         self.roots.get(&tgid).copied().unwrap_or(tgid)
     }
-}
 
-/// Reading the maps once for many profiles: each map is read at its first
-/// use and kept, and each profile takes the entries of its own process.
-#[derive(Default)]
-pub(super) struct View {
-    /// Whose profile is being built (None: every process's).
-    pub(super) root: Option<u32>,
-    cache: RefCell<HashMap<&'static str, Box<dyn Any + Send>>>,
-}
+    /// Files process `child`, started by `parent`, under `parent`'s VM
+    /// (while any VM is followed apart).
+    pub(super) fn note_child(&mut self, child: u32, parent: u32) {
+        if !self.vms.is_empty() && parent != 0 {
+            let root = self.root_of(parent);
+            self.roots.insert(child, root);
+        }
+    }
 
-impl State {
-    /// The entries of hash map `name` (of the process being built, under a
-    /// [`View`]).
-    pub(super) fn entries<K: Pod + Send, V: Pod + Send>(&self, name: &'static str) -> Vec<(K, V)> {
-        let Some(view) = &self.any_vm.view else {
-            return hash_entries(&self.bpf, name);
-        };
-        let mut cache = view.cache.borrow_mut();
-        let all = cache
-            .entry(name)
-            .or_insert_with(|| Box::new(hash_entries::<K, V>(&self.bpf, name)));
-        let Some(all) = all.downcast_ref::<Vec<(K, V)>>() else {
-            // One map is read with one pair of types everywhere.
-            return hash_entries(&self.bpf, name);
-        };
-        let Some(root) = view.root else {
-            return all.clone();
-        };
-        all.iter()
-            .filter(|(k, v)| entry_tgid(name, k, v).is_none_or(|t| self.any_vm.root_of(t) == root))
-            .copied()
-            .collect()
+    /// Notes that followed VM `tgid` ended at `t_ns` (the first end kept).
+    pub(super) fn note_end(&mut self, tgid: u32, t_ns: u64) {
+        if let Some(vm) = self.vms.get_mut(&tgid) {
+            vm.ended_ns.get_or_insert(t_ns);
+        }
     }
 
     /// Notes a VM followed from now on (seen by the programs, or added by
-    /// the caller).
+    /// the caller), named by its `comm` now, else by `thread_name`.
     pub(super) fn note_vm(&mut self, tgid: u32, thread_name: String, t_ns: u64) {
-        self.tasks.tgids.insert(tgid);
-        self.any_vm.vms.entry(tgid).or_insert_with(|| {
+        self.vms.entry(tgid).or_insert_with(|| {
             let dir = PathBuf::from(format!("/proc/{tgid}"));
             let start_ticks = std::fs::read_to_string(dir.join("stat"))
                 .ok()
@@ -172,14 +157,59 @@ impl State {
         });
     }
 
-    /// The profile of one followed VM (its own counts, marks, threads and
-    /// KVM statistics); under a [`View`].
-    fn build_vm(&mut self, now: u64, root: u32) -> Profile {
-        if let Some(v) = self.any_vm.view.as_mut() {
+    /// Live VMs followed less than [`HOLD_WINDOW_NS`] before `now_ns` of
+    /// which `held` does not hold KVM's statistics yet.
+    pub(super) fn vms_to_hold(&self, now_ns: u64, held: impl Fn(u32) -> bool) -> Vec<u32> {
+        self.vms
+            .values()
+            .filter(|v| {
+                v.ended_ns.is_none()
+                    && now_ns.saturating_sub(v.since_ns) < HOLD_WINDOW_NS
+                    && !held(v.tgid)
+            })
+            .map(|v| v.tgid)
+            .collect()
+    }
+
+    /// The entries of hash map `name` in `bpf` (of the process being
+    /// built, under a [`View`]).
+    pub(super) fn entries<K: Pod + Send, V: Pod + Send>(
+        &self,
+        bpf: &BpfObject,
+        name: &'static str,
+    ) -> Vec<(K, V)> {
+        let Some(view) = &self.view else {
+            return hash_entries(bpf, name);
+        };
+        let mut cache = view.cache.borrow_mut();
+        let all = cache
+            .entry(name)
+            .or_insert_with(|| Box::new(hash_entries::<K, V>(bpf, name)));
+        let Some(all) = all.downcast_ref::<Vec<(K, V)>>() else {
+            // One map is read with one pair of types everywhere.
+            return hash_entries(bpf, name);
+        };
+        let Some(root) = view.root else {
+            return all.clone();
+        };
+        all.iter()
+            .filter(|(k, v)| entry_tgid(name, k, v).is_none_or(|t| self.root_of(t) == root))
+            .copied()
+            .collect()
+    }
+
+    /// Starts building the profile of VM `root` under the [`View`].
+    pub(super) fn view_root(&mut self, root: u32) {
+        if let Some(v) = self.view.as_mut() {
             v.root = Some(root);
         }
-        let mut p = self.build(now);
-        let vm = self.any_vm.vms.get(&root);
+    }
+
+    /// Cuts `p`, a profile built under the [`View`] of VM `root` at
+    /// `now`, down to that VM: its target, marks, phases and threads (the
+    /// samples are the whole set's and go).
+    pub(super) fn keep_own(&self, p: &mut Profile, root: u32, now: u64) {
+        let vm = self.vms.get(&root);
         p.target = Target {
             kind: "pid".into(),
             command: Vec::new(),
@@ -190,166 +220,122 @@ impl State {
             interrupted_by: None,
         };
         p.marks
-            .retain(|m| m.tgid.is_some_and(|t| self.any_vm.root_of(t) == root));
+            .retain(|m| m.tgid.is_some_and(|t| self.root_of(t) == root));
         let end = vm.and_then(|v| v.ended_ns).unwrap_or(now).min(now);
         p.phases = phases::derive_spans(&p.marks, end);
-        p.threads.retain(|t| self.any_vm.root_of(t.tgid) == root);
+        p.threads.retain(|t| self.root_of(t.tgid) == root);
         p.samples.clear();
-        p.exits.kvm_stats_exits = self.sampler.kvm_stats.total_of(root);
-        p
     }
 
-    /// Drops every entry of `tgids` from the maps and the state.
-    fn forget_all(&mut self, tgids: &[u32]) {
-        fn remove_where<K: Pod, V: Pod>(
-            bpf: &mut super::object::BpfObject,
-            name: &'static str,
-            tgids: &[u32],
-        ) {
-            let Some(map) = bpf.map_mut(name) else {
-                return;
-            };
-            let Ok(mut h) = BpfHashMap::<&mut MapData, K, V>::try_from(map) else {
-                return;
-            };
-            let gone: Vec<K> = h
-                .iter()
-                .filter_map(Result::ok)
-                .filter(|(k, v)| entry_tgid(name, k, v).is_some_and(|t| tgids.contains(&t)))
-                .map(|(k, _)| k)
-                .collect();
-            for k in gone {
-                let _ = h.remove(&k);
-            }
-        }
-        let b = &mut self.bpf;
-        remove_where::<bpf::BsExitKey, bpf::BsHist>(b, "exit_stats", tgids);
-        remove_where::<u32, bpf::BsExitStart>(b, "exit_start", tgids);
-        remove_where::<bpf::BsVcpuKey, u32>(b, "vcpu_tids", tgids);
-        remove_where::<bpf::BsUexitKey, u64>(b, "uexit_counts", tgids);
-        remove_where::<bpf::BsPioKey, u64>(b, "pio_counts", tgids);
-        remove_where::<bpf::BsMmioKey, u64>(b, "mmio_counts", tgids);
-        remove_where::<bpf::BsMsrKey, u64>(b, "msr_counts", tgids);
-        remove_where::<bpf::BsCpuidKey, u64>(b, "cpuid_counts", tgids);
-        remove_where::<bpf::BsEmulateKey, u64>(b, "emulate_counts", tgids);
-        remove_where::<bpf::BsSiteKey, bpf::BsHist>(b, "exit_sites", tgids);
-        remove_where::<bpf::BsNpfKey, bpf::BsSiteVal>(b, "npf_ranges", tgids);
-        remove_where::<bpf::BsFaultKey, u64>(b, "fault_counts", tgids);
-        remove_where::<bpf::BsNumaKey, bpf::BsNumaVal>(b, "numa_pages", tgids);
-        remove_where::<bpf::BsMarkerKey, u64>(b, "marker_counts", tgids);
-        remove_where::<bpf::BsMarkerLastKey, u64>(b, "marker_last", tgids);
-        remove_where::<bpf::BsRunKey, bpf::BsRunVal>(b, "run_time", tgids);
-        remove_where::<u32, u32>(b, "threads", tgids);
-        remove_where::<bpf::BsSchedKey, bpf::BsHist>(b, "sched_waits", tgids);
-        remove_where::<u32, bpf::BsSchedTask>(b, "sched_tasks", tgids);
-        if let Some(map) = self.bpf.map_mut("followed") {
-            if let Ok(mut h) = BpfHashMap::<&mut MapData, u32, u32>::try_from(map) {
-                for t in tgids {
-                    let _ = h.remove(t);
-                }
-            }
-        }
-        for t in tgids {
-            self.any_vm.vms.remove(t);
-            self.tasks.tgids.remove(t);
-            self.log.current_phase.remove(t);
-            self.sampler.kvm_stats.forget(*t);
-        }
-        self.any_vm
-            .roots
-            .retain(|child, root| !tgids.contains(child) && !tgids.contains(root));
-        self.tasks.threads.retain(|_, i| !tgids.contains(&i.tgid));
-        self.log
-            .marks
-            .retain(|m| m.tgid.is_none_or(|t| !tgids.contains(&t)));
-    }
-}
-
-impl Collector {
-    /// Follows process `tgid` from now on, as if its guest had run
-    /// (with [`super::TargetSpec::AnyVm`], for a VM found before its first
-    /// exit). Err when the kernel's table of followed processes is full.
-    pub fn follow(&self, tgid: u32) -> Result<(), ProfilerError> {
-        let mut st = self.lock();
-        if st.any_vm.vms.contains_key(&tgid) {
-            return Ok(());
-        }
-        {
-            let map = st
-                .bpf
-                .map_mut("followed")
-                .ok_or_else(|| super::map_error("followed", "absent"))?;
-            let mut h = BpfHashMap::<&mut MapData, u32, u32>::try_from(map)
-                .map_err(|e| super::map_error("followed", e))?;
-            // BPF_NOEXIST: the programs may have added it meanwhile.
-            if let Err(e) = h.insert(tgid, 0, 1) {
-                if h.get(&tgid, 0).is_err() {
-                    return Err(super::map_error("followed", e));
-                }
-            }
-        }
-        let now = st.now_ns();
-        st.note_vm(tgid, String::new(), now);
-        let tids = threads_of(tgid);
-        if let Some(map) = st.bpf.map_mut("threads") {
-            if let Ok(mut known) = BpfHashMap::<&mut MapData, u32, u32>::try_from(map) {
-                for &tid in &tids {
-                    let _ = known.insert(tid, tgid, 0);
-                }
-            }
-        }
-        let watched = tids.iter().map(|&tid| (tid, tgid));
-        super::sched::seed(st.bpf.map_mut(super::sched::TASKS_MAP), watched);
-        for tid in tids {
-            st.tasks.threads.entry(tid).or_insert_with(|| ThreadInfo {
-                tgid,
-                name: read_comm(tgid, tid).unwrap_or_default(),
-                ..Default::default()
-            });
-        }
-        Ok(())
-    }
-
-    /// The VMs followed (and not forgotten), by process id.
-    pub fn followed_vms(&self) -> Vec<FollowedVm> {
-        self.lock().any_vm.vms.values().cloned().collect()
-    }
-
-    /// One profile per followed VM (see [`Collector::followed_vms`]), each
-    /// with only its own counts, and one of them all (the programs' own
-    /// statistics, lost events and map overflows are the whole set's): the
-    /// maps are read once for all.
-    pub fn snapshot_each(&self) -> (Profile, BTreeMap<u32, Profile>) {
-        let mut st = self.lock();
-        st.poll_target();
-        // KVM's own counts as of now (looking for new vCPUs too): the
-        // samples that read them otherwise are hours apart here.
-        st.refresh_kvm_stats(true);
-        let now = st.now_ns();
-        st.any_vm.view = Some(View::default());
-        let all = st.build(now);
-        let roots: Vec<u32> = st.any_vm.vms.keys().copied().collect();
-        let each = roots
-            .into_iter()
-            .map(|r| (r, st.build_vm(now, r)))
-            .collect();
-        st.any_vm.view = None;
-        (all, each)
-    }
-
-    /// Drops what was counted for `tgids` (VMs that ended, whose final
-    /// profiles were taken) and the processes they started.
-    pub fn forget(&self, tgids: &[u32]) {
-        let mut st = self.lock();
+    /// `tgids` and the processes the VMs among them started.
+    pub(super) fn with_children(&self, tgids: &[u32]) -> Vec<u32> {
         let mut all: Vec<u32> = tgids.to_vec();
         all.extend(
-            st.any_vm
-                .roots
+            self.roots
                 .iter()
                 .filter(|(_, root)| tgids.contains(root))
                 .map(|(&child, _)| child),
         );
-        st.forget_all(&all);
+        all
+    }
+
+    /// Drops VMs `tgids` and the processes filed under them.
+    pub(super) fn forget(&mut self, tgids: &[u32]) {
+        for t in tgids {
+            self.vms.remove(t);
+        }
+        self.roots
+            .retain(|child, root| !tgids.contains(child) && !tgids.contains(root));
+    }
+}
+
+/// Reading the maps once for many profiles: each map is read at its first
+/// use and kept, and each profile takes the entries of its own process.
+#[derive(Default)]
+pub(super) struct View {
+    /// Whose profile is being built (None: every process's).
+    pub(super) root: Option<u32>,
+    cache: RefCell<HashMap<&'static str, Box<dyn Any + Send>>>,
+}
+
+/// Has the programs follow process `tgid` from now on, as if its guest
+/// had run. Err when the kernel's table of followed processes is full.
+pub(super) fn follow_in_maps(bpf: &mut BpfObject, tgid: u32) -> Result<(), ProfilerError> {
+    let map = bpf
+        .map_mut("followed")
+        .ok_or_else(|| map_error("followed", "absent"))?;
+    let mut h = BpfHashMap::<&mut MapData, u32, u32>::try_from(map)
+        .map_err(|e| map_error("followed", e))?;
+    // BPF_NOEXIST: the programs may have added it meanwhile.
+    if let Err(e) = h.insert(tgid, 0, 1) {
+        if h.get(&tgid, 0).is_err() {
+            return Err(map_error("followed", e));
+        }
+    }
+    Ok(())
+}
+
+/// Tells the programs the threads process `tgid` has now (for the sched
+/// programs too); returns them.
+pub(super) fn watch_threads(bpf: &mut BpfObject, tgid: u32) -> Vec<u32> {
+    let tids = threads_of(tgid);
+    if let Some(map) = bpf.map_mut("threads") {
+        if let Ok(mut known) = BpfHashMap::<&mut MapData, u32, u32>::try_from(map) {
+            for &tid in &tids {
+                let _ = known.insert(tid, tgid, 0);
+            }
+        }
+    }
+    let watched = tids.iter().map(|&tid| (tid, tgid));
+    seed_sched_tasks(bpf.map_mut(SCHED_TASKS_MAP), watched);
+    tids
+}
+
+/// Drops every entry of processes `tgids` from the maps of `bpf`.
+pub(super) fn forget_in_maps(bpf: &mut BpfObject, tgids: &[u32]) {
+    fn remove_where<K: Pod, V: Pod>(bpf: &mut BpfObject, name: &'static str, tgids: &[u32]) {
+        let Some(map) = bpf.map_mut(name) else {
+            return;
+        };
+        let Ok(mut h) = BpfHashMap::<&mut MapData, K, V>::try_from(map) else {
+            return;
+        };
+        let gone: Vec<K> = h
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(k, v)| entry_tgid(name, k, v).is_some_and(|t| tgids.contains(&t)))
+            .map(|(k, _)| k)
+            .collect();
+        for k in gone {
+            let _ = h.remove(&k);
+        }
+    }
+    let b = bpf;
+    remove_where::<bpf::BsExitKey, bpf::BsHist>(b, "exit_stats", tgids);
+    remove_where::<u32, bpf::BsExitStart>(b, "exit_start", tgids);
+    remove_where::<bpf::BsVcpuKey, u32>(b, "vcpu_tids", tgids);
+    remove_where::<bpf::BsUexitKey, u64>(b, "uexit_counts", tgids);
+    remove_where::<bpf::BsPioKey, u64>(b, "pio_counts", tgids);
+    remove_where::<bpf::BsMmioKey, u64>(b, "mmio_counts", tgids);
+    remove_where::<bpf::BsMsrKey, u64>(b, "msr_counts", tgids);
+    remove_where::<bpf::BsCpuidKey, u64>(b, "cpuid_counts", tgids);
+    remove_where::<bpf::BsEmulateKey, u64>(b, "emulate_counts", tgids);
+    remove_where::<bpf::BsSiteKey, bpf::BsHist>(b, "exit_sites", tgids);
+    remove_where::<bpf::BsNpfKey, bpf::BsSiteVal>(b, "npf_ranges", tgids);
+    remove_where::<bpf::BsFaultKey, u64>(b, "fault_counts", tgids);
+    remove_where::<bpf::BsNumaKey, bpf::BsNumaVal>(b, "numa_pages", tgids);
+    remove_where::<bpf::BsMarkerKey, u64>(b, "marker_counts", tgids);
+    remove_where::<bpf::BsMarkerLastKey, u64>(b, "marker_last", tgids);
+    remove_where::<bpf::BsRunKey, bpf::BsRunVal>(b, "run_time", tgids);
+    remove_where::<u32, u32>(b, "threads", tgids);
+    remove_where::<bpf::BsSchedKey, bpf::BsHist>(b, "sched_waits", tgids);
+    remove_where::<u32, bpf::BsSchedTask>(b, "sched_tasks", tgids);
+    if let Some(map) = b.map_mut("followed") {
+        if let Ok(mut h) = BpfHashMap::<&mut MapData, u32, u32>::try_from(map) {
+            for t in tgids {
+                let _ = h.remove(t);
+            }
+        }
     }
 }
 

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use aya::maps::{Array, MapData};
 use aya::programs::Program;
 use aya::{Ebpf, EbpfLoader};
+use bootscope_model::proc::thread_cpu_time;
 
+use super::config::{CollectorConfig, TargetSpec};
 use super::maps::map_error;
 use super::plan::{ProgramState, ProgramStatus};
-use super::{thread_cpu_time, CollectorConfig};
 use crate::bpf::{self, BsField, ProgramSpec};
 use crate::error::ProfilerError;
 use crate::profile::{DataSource, StartupStage};
@@ -319,7 +320,7 @@ pub(super) fn load_object(
     }
     let exit_sites_on = u32::from(config.exit_sites);
     loader.override_global("exit_sites_on", &exit_sites_on, true);
-    let follow_any_vm = u32::from(config.target == super::TargetSpec::AnyVm);
+    let follow_any_vm = u32::from(config.target == TargetSpec::AnyVm);
     loader.override_global("follow_any_vm", &follow_any_vm, true);
     let slot_ns: u64 = config
         .time_slots

@@ -95,6 +95,15 @@ impl EventLog {
         }
     }
 
+    /// Drops the phases and marks of processes `tgids`.
+    pub(super) fn forget(&mut self, tgids: &[u32]) {
+        for t in tgids {
+            self.current_phase.remove(t);
+        }
+        self.marks
+            .retain(|m| m.tgid.is_none_or(|t| !tgids.contains(&t)));
+    }
+
     /// The marks in time order.
     pub(super) fn sorted_marks(&self) -> Vec<Mark> {
         let mut marks = self.marks.clone();

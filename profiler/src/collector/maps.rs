@@ -1,12 +1,42 @@
 //! Helpers every part of the collector reads the loaded object's maps
 //! with: a hash map's entries, a per-CPU counter's sum, the error a map
-//! gives; and the running kernel's release.
+//! gives; the sched programs' table of threads to watch; and the running
+//! kernel's release.
 
-use aya::maps::{HashMap as BpfHashMap, IterableMap, MapData, PerCpuArray};
+use aya::maps::{HashMap as BpfHashMap, IterableMap, Map, MapData, PerCpuArray};
 use aya::Pod;
 
 use super::object::BpfObject;
+use crate::bpf::BsSchedTask;
 use crate::error::ProfilerError;
+
+/// The map of threads the sched programs watch (tid -> `struct
+/// bs_sched_task`).
+pub(super) const SCHED_TASKS_MAP: &str = "sched_tasks";
+
+/// Has the sched programs watch the threads (tid -> process) that exist
+/// before they first run under the programs, in the object's `sched_tasks`
+/// map (`map_mut(SCHED_TASKS_MAP)`). Errors are ignored: a thread not
+/// seeded is added at its first switch out.
+pub(super) fn seed_sched_tasks(
+    map: Option<&mut Map>,
+    threads: impl IntoIterator<Item = (u32, u32)>,
+) {
+    let Some(map) = map else {
+        return;
+    };
+    let Ok(mut tasks) = BpfHashMap::<&mut MapData, u32, BsSchedTask>::try_from(map) else {
+        return;
+    };
+    for (tid, tgid) in threads {
+        let task = BsSchedTask {
+            tgid,
+            ..Default::default()
+        };
+        // BPF_NOEXIST: a thread the programs already saw keeps its state.
+        let _ = tasks.insert(tid, task, 1);
+    }
+}
 
 pub(super) fn kernel_release() -> String {
     crate::pseudo::read("/proc/sys/kernel/osrelease")

@@ -27,12 +27,14 @@ mod sites;
 mod state;
 mod target;
 mod tasks;
+mod thread_info;
 mod worker;
 pub use any_vm::FollowedVm;
 pub use config::{CollectorConfig, CollectorSet, TargetSpec};
 pub use guest::GUEST_ATTACH_DELAY_ENV;
 pub use target::check_privileges;
 
+use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -442,6 +444,32 @@ impl Collector {
         let exits = st.exit_reasons(false, &mut counts);
         let faults = st.faults(&mut counts);
         st.read_time_slots(&exits, &faults)
+    }
+
+    /// Follows process `tgid` from now on, as if its guest had run
+    /// (with [`TargetSpec::AnyVm`], for a VM found before its first
+    /// exit). Err when the kernel's table of followed processes is full.
+    pub fn follow(&self, tgid: u32) -> Result<(), ProfilerError> {
+        self.lock().follow(tgid)
+    }
+
+    /// The VMs followed (and not forgotten), by process id.
+    pub fn followed_vms(&self) -> Vec<FollowedVm> {
+        self.lock().any_vm.vms.values().cloned().collect()
+    }
+
+    /// One profile per followed VM (see [`Collector::followed_vms`]), each
+    /// with only its own counts, and one of them all (the programs' own
+    /// statistics, lost events and map overflows are the whole set's): the
+    /// maps are read once for all.
+    pub fn snapshot_each(&self) -> (Profile, BTreeMap<u32, Profile>) {
+        self.lock().build_each()
+    }
+
+    /// Drops what was counted for `tgids` (VMs that ended, whose final
+    /// profiles were taken) and the processes they started.
+    pub fn forget(&self, tgids: &[u32]) {
+        self.lock().forget_vms(tgids);
     }
 
     /// A VMM profiling itself calls this once its vCPUs exist: their KVM

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use bootscope_model::host::{kvm_modules, HostRoot};
 use serde::Serialize;
 
-use super::CollectorSet;
+use super::config::CollectorSet;
 use crate::bpf::{BsField, CollectorKind, ProgramSpec, Source, PROGRAMS};
 use crate::reasons::ReasonTables;
 use crate::tracefs::{EventFormat, Tracefs};

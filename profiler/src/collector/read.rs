@@ -10,7 +10,7 @@ use super::maps::percpu_sum;
 use super::names::{thread_role, vcpu_from_thread_name};
 use super::plan::{self, ProgramState};
 use super::state::State;
-use super::target::read_comm;
+use super::thread_info::read_comm;
 use crate::bpf::{self, CollectorKind, Source};
 use crate::hist;
 use crate::phases;

@@ -12,41 +12,17 @@
 
 use std::collections::BTreeMap;
 
-use aya::maps::{HashMap as BpfHashMap, Map, MapData};
-
-use super::maps::hash_entries;
-use super::state::State;
-use super::target::read_comm;
-use super::tasks::ThreadInfo;
+use super::maps::{hash_entries, SCHED_TASKS_MAP};
+use super::object::BpfObject;
+use super::tasks::Tasks;
+use super::thread_info::{read_comm, ThreadInfo};
 use crate::bpf::{self, BsHist, BsSchedKey, BsSchedTask, Source};
 use crate::hist;
+use crate::phases::PhaseNames;
 use crate::profile::{PhaseWait, RunqueueWait};
 
-/// The map of threads the programs watch (tid -> `struct bs_sched_task`).
-pub(super) const TASKS_MAP: &str = "sched_tasks";
 /// The map of waits (`struct bs_sched_key` -> `struct bs_hist`).
 pub(super) const WAITS_MAP: &str = "sched_waits";
-
-/// Has the programs watch the threads (tid -> process) that exist before
-/// they first run under the programs, in the object's `sched_tasks` map
-/// (`ebpf.map_mut(TASKS_MAP)`). Errors are ignored: a thread not seeded is
-/// added at its first switch out.
-pub(super) fn seed(map: Option<&mut Map>, threads: impl IntoIterator<Item = (u32, u32)>) {
-    let Some(map) = map else {
-        return;
-    };
-    let Ok(mut tasks) = BpfHashMap::<&mut MapData, u32, BsSchedTask>::try_from(map) else {
-        return;
-    };
-    for (tid, tgid) in threads {
-        let task = BsSchedTask {
-            tgid,
-            ..Default::default()
-        };
-        // BPF_NOEXIST: a thread the programs already saw keeps its state.
-        let _ = tasks.insert(tid, task, 1);
-    }
-}
 
 /// Adds one {thread, phase} histogram to a thread's waits.
 fn add(wait: &mut RunqueueWait, phase: String, h: &BsHist) {
@@ -91,55 +67,45 @@ pub fn thread_waits(
     out
 }
 
-impl State {
-    /// Names the threads the sched programs watch that nothing else named:
-    /// without the threads collector, threads born while profiled are
-    /// known to these programs only. Read from procfs while they live (at
-    /// each sample), so that the profile still says which is a vCPU.
-    pub(super) fn name_watched_threads(&mut self) {
-        if !self.attached(Source::SchedWaitSwitch) || self.attached(Source::TaskNewtask) {
-            return;
+/// Names the threads the sched programs watch that nothing else named
+/// (in `tasks`, started at `now_ns`): without the threads collector,
+/// threads born while profiled are known to these programs only. Read from
+/// procfs while they live (at each sample), so that the profile still says
+/// which is a vCPU.
+pub(super) fn name_watched_threads(bpf: &BpfObject, tasks: &mut Tasks, now_ns: u64) {
+    for (tid, task) in hash_entries::<u32, BsSchedTask>(bpf, SCHED_TASKS_MAP) {
+        if tasks.threads.contains_key(&tid) {
+            continue;
         }
-        let now = self.now_ns();
-        for (tid, task) in hash_entries::<u32, BsSchedTask>(&self.bpf, TASKS_MAP) {
-            if self.tasks.threads.contains_key(&tid) {
-                continue;
-            }
-            // A task not yet switched out has no process in its entry: one
-            // of the followed processes has it.
-            let mut owners = self
-                .tasks
-                .tgids
-                .iter()
-                .copied()
-                .filter(|&p| task.tgid == 0 || p == task.tgid);
-            let found = owners.find_map(|p| Some((p, read_comm(p, tid)?)));
-            if let Some((tgid, name)) = found {
-                let info = ThreadInfo {
-                    tgid,
-                    name,
-                    start_ns: now,
-                    ..Default::default()
-                };
-                self.tasks.threads.insert(tid, info);
-            }
+        // A task not yet switched out has no process in its entry: one
+        // of the followed processes has it.
+        let mut owners = tasks
+            .tgids
+            .iter()
+            .copied()
+            .filter(|&p| task.tgid == 0 || p == task.tgid);
+        let found = owners.find_map(|p| Some((p, read_comm(p, tid)?)));
+        if let Some((tgid, name)) = found {
+            let info = ThreadInfo {
+                tgid,
+                name,
+                start_ns: now_ns,
+                ..Default::default()
+            };
+            tasks.threads.insert(tid, info);
         }
     }
+}
 
-    /// Each thread's run-queue waits so far (none unless the sched
-    /// collector runs); adds the waits to the switch program's events.
-    pub(super) fn runqueue_waits(
-        &self,
-        events: &mut [u64; bpf::SOURCE_COUNT],
-    ) -> BTreeMap<u32, (u32, RunqueueWait)> {
-        if !self.attached(Source::SchedWaitSwitch) {
-            return BTreeMap::new();
-        }
-        let entries = self.entries::<BsSchedKey, BsHist>(WAITS_MAP);
-        events[Source::SchedWaitSwitch as usize] +=
-            entries.iter().map(|(_, h)| h.count).sum::<u64>();
-        thread_waits(&entries, |p| self.log.phase_names.name(p))
-    }
+/// Each thread's run-queue waits from the entries of `sched_waits`, phases
+/// named by `phase_names`; adds the waits to the switch program's events.
+pub(super) fn runqueue_waits(
+    entries: &[(BsSchedKey, BsHist)],
+    phase_names: &PhaseNames,
+    events: &mut [u64; bpf::SOURCE_COUNT],
+) -> BTreeMap<u32, (u32, RunqueueWait)> {
+    events[Source::SchedWaitSwitch as usize] += entries.iter().map(|(_, h)| h.count).sum::<u64>();
+    thread_waits(entries, |p| phase_names.name(p))
 }
 
 #[cfg(test)]

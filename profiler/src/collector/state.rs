@@ -8,15 +8,18 @@ use std::os::fd::OwnedFd;
 use std::time::Instant;
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
+use aya::Pod;
+use bootscope_model::proc::thread_cpu_time;
 
-use super::any_vm::{AnyVm, HOLD_WINDOW_NS};
+use super::any_vm::{self, AnyVm, View};
 use super::log::EventLog;
 use super::object::BpfObject;
 use super::plan::ProgramState;
 use super::sampler::Sampler;
+use super::sched;
 use super::tasks::Tasks;
-use super::thread_cpu_time;
-use crate::bpf::{self, BsEvent};
+use crate::bpf::{self, BsEvent, BsHist, BsSchedKey, Source};
+use crate::error::ProfilerError;
 use crate::profile::*;
 use crate::reasons::ReasonTables;
 use crate::topology::Topology;
@@ -166,9 +169,7 @@ impl State {
                     // Its last exit is counted: read KVM's total one last
                     // time and let the VM go.
                     self.sampler.kvm_stats.release(e.tgid);
-                    if let Some(vm) = self.any_vm.vms.get_mut(&e.tgid) {
-                        vm.ended_ns.get_or_insert(t);
-                    }
+                    self.any_vm.note_end(e.tgid, t);
                 }
             }
             bpf::event_kind::VM_NEW => self.note_vm(e.tgid, e.comm(), t),
@@ -193,10 +194,7 @@ impl State {
             // The parent is the thread that forked: a process of the VM's
             // (or its own) tgid.
             let parent = parent_tgid.unwrap_or(e.tgid);
-            if !self.any_vm.vms.is_empty() && parent != 0 {
-                let root = self.any_vm.root_of(parent);
-                self.any_vm.roots.insert(e.tid, root);
-            }
+            self.any_vm.note_child(e.tid, parent);
         }
         let entry = self.tasks.threads.entry(e.tid).or_default();
         entry.tgid = tgid;
@@ -225,14 +223,13 @@ impl State {
         out
     }
 
-    /// Reads KVM's own counts; `rescan` also looks for new vCPUs (for a
-    /// VMM profiling itself, only once it said they exist).
     /// Whether KVM's statistics must be read on every tick: until each
     /// followed VM's are held (a short-lived VM's would go with it). With
     /// nothing followed (every VM's mode, before the first one), no. In
     /// every VM's mode only for VMs followed less than
-    /// [`HOLD_WINDOW_NS`] ago: a VMM that never opens vCPU statistics
-    /// files (QEMU, unless asked) is then looked at only at scrapes.
+    /// [`HOLD_WINDOW_NS`](any_vm::HOLD_WINDOW_NS) ago: a VMM that never
+    /// opens vCPU statistics files (QEMU, unless asked) is then looked at
+    /// only at scrapes.
     pub(super) fn kvm_stats_wanted(&self) -> bool {
         if self.any_vm.vms.is_empty() {
             return !self.tasks.tgids.is_empty() && self.sampler.kvm_stats.needs_frequent_reads();
@@ -240,22 +237,17 @@ impl State {
         !self.vms_to_hold().is_empty()
     }
 
-    /// Live VMs followed less than [`HOLD_WINDOW_NS`] ago whose KVM
-    /// statistics are not held yet.
+    /// Live VMs followed less than
+    /// [`HOLD_WINDOW_NS`](any_vm::HOLD_WINDOW_NS) ago whose KVM statistics
+    /// are not held yet.
     fn vms_to_hold(&self) -> Vec<u32> {
-        let now = self.now_ns();
+        let kvm_stats = &self.sampler.kvm_stats;
         self.any_vm
-            .vms
-            .values()
-            .filter(|v| {
-                v.ended_ns.is_none()
-                    && now.saturating_sub(v.since_ns) < HOLD_WINDOW_NS
-                    && !self.sampler.kvm_stats.holds(v.tgid)
-            })
-            .map(|v| v.tgid)
-            .collect()
+            .vms_to_hold(self.now_ns(), |tgid| kvm_stats.holds(tgid))
     }
 
+    /// Reads KVM's own counts; `rescan` also looks for new vCPUs (for a
+    /// VMM profiling itself, only once it said they exist).
     pub(super) fn refresh_kvm_stats(&mut self, rescan: bool) {
         // Until a VM shows up, look for one on every tick: short-lived VMs
         // would otherwise be missed. In every VM's mode a tick looks only
@@ -300,5 +292,102 @@ impl State {
 
     pub(super) fn thread_name(&self, tid: u32) -> String {
         self.tasks.thread_name(tid)
+    }
+
+    /// Names the threads the sched programs watch that nothing else named
+    /// ([`sched::name_watched_threads`]): while the sched collector runs
+    /// without the threads collector.
+    pub(super) fn name_watched_threads(&mut self) {
+        if !self.attached(Source::SchedWaitSwitch) || self.attached(Source::TaskNewtask) {
+            return;
+        }
+        let now = self.now_ns();
+        sched::name_watched_threads(&self.bpf, &mut self.tasks, now);
+    }
+
+    /// Each thread's run-queue waits so far (none unless the sched
+    /// collector runs); adds the waits to the switch program's events.
+    pub(super) fn runqueue_waits(
+        &self,
+        events: &mut [u64; bpf::SOURCE_COUNT],
+    ) -> BTreeMap<u32, (u32, RunqueueWait)> {
+        if !self.attached(Source::SchedWaitSwitch) {
+            return BTreeMap::new();
+        }
+        let entries = self.entries::<BsSchedKey, BsHist>(sched::WAITS_MAP);
+        sched::runqueue_waits(&entries, &self.log.phase_names, events)
+    }
+}
+
+/// Every VM's mode ([`any_vm`]) as the whole state sees it: its VMs'
+/// processes among the tasks, and their profiles apart.
+impl State {
+    /// The entries of hash map `name` (of the process being built, under
+    /// a [`View`]).
+    pub(super) fn entries<K: Pod + Send, V: Pod + Send>(&self, name: &'static str) -> Vec<(K, V)> {
+        self.any_vm.entries(&self.bpf, name)
+    }
+
+    /// Notes a VM followed from now on (seen by the programs, or added by
+    /// the caller).
+    pub(super) fn note_vm(&mut self, tgid: u32, thread_name: String, t_ns: u64) {
+        self.tasks.tgids.insert(tgid);
+        self.any_vm.note_vm(tgid, thread_name, t_ns);
+    }
+
+    /// Follows process `tgid` from now on, as if its guest had run. Err
+    /// when the kernel's table of followed processes is full.
+    pub(super) fn follow(&mut self, tgid: u32) -> Result<(), ProfilerError> {
+        if self.any_vm.vms.contains_key(&tgid) {
+            return Ok(());
+        }
+        any_vm::follow_in_maps(&mut self.bpf, tgid)?;
+        let now = self.now_ns();
+        self.note_vm(tgid, String::new(), now);
+        let tids = any_vm::watch_threads(&mut self.bpf, tgid);
+        self.tasks.add_threads(tgid, &tids);
+        Ok(())
+    }
+
+    /// The profile of every process followed, and one per followed VM
+    /// with only its own counts: the maps are read once for all.
+    pub(super) fn build_each(&mut self) -> (Profile, BTreeMap<u32, Profile>) {
+        self.poll_target();
+        // KVM's own counts as of now (looking for new vCPUs too): the
+        // samples that read them otherwise are hours apart here.
+        self.refresh_kvm_stats(true);
+        let now = self.now_ns();
+        self.any_vm.view = Some(View::default());
+        let all = self.build(now);
+        let roots: Vec<u32> = self.any_vm.vms.keys().copied().collect();
+        let each = roots
+            .into_iter()
+            .map(|r| (r, self.build_vm(now, r)))
+            .collect();
+        self.any_vm.view = None;
+        (all, each)
+    }
+
+    /// The profile of one followed VM (its own counts, marks, threads and
+    /// KVM statistics); under a [`View`].
+    fn build_vm(&mut self, now: u64, root: u32) -> Profile {
+        self.any_vm.view_root(root);
+        let mut p = self.build(now);
+        self.any_vm.keep_own(&mut p, root, now);
+        p.exits.kvm_stats_exits = self.sampler.kvm_stats.total_of(root);
+        p
+    }
+
+    /// Drops what was counted for VMs `tgids` and the processes they
+    /// started, from the maps and every part.
+    pub(super) fn forget_vms(&mut self, tgids: &[u32]) {
+        let all = self.any_vm.with_children(tgids);
+        any_vm::forget_in_maps(&mut self.bpf, &all);
+        self.any_vm.forget(&all);
+        self.tasks.forget(&all);
+        self.log.forget(&all);
+        for &t in &all {
+            self.sampler.kvm_stats.forget(t);
+        }
     }
 }

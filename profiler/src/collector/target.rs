@@ -10,9 +10,9 @@ use aya::maps::{Array, HashMap as BpfHashMap, MapData};
 use aya::Ebpf;
 use bootscope_model::proc::threads_of;
 
-use super::maps::map_error;
-use super::tasks::ThreadInfo;
-use super::TargetSpec;
+use super::config::{CollectorSet, TargetSpec};
+use super::maps::{map_error, seed_sched_tasks, SCHED_TASKS_MAP};
+use super::thread_info::{read_comm, ThreadInfo};
 use crate::bpf;
 use crate::error::ProfilerError;
 use crate::tracefs::Tracefs;
@@ -65,12 +65,6 @@ pub(super) fn find_or_mount_tracefs() -> Result<Tracefs, ProfilerError> {
             source,
         }),
     }
-}
-
-pub(super) fn read_comm(pid: u32, tid: u32) -> Option<String> {
-    crate::pseudo::read(format!("/proc/{pid}/task/{tid}/comm"))
-        .ok()
-        .map(|s| s.trim_end_matches('\n').to_string())
 }
 
 /// `pid` and its live descendants, parents before children.
@@ -228,7 +222,7 @@ pub(super) fn seed_target(
     ebpf: &mut Ebpf,
     target_pid: u32,
     procs: &[u32],
-    collectors: &super::CollectorSet,
+    collectors: &CollectorSet,
 ) -> Result<(BTreeMap<u32, ThreadInfo>, BTreeSet<u32>), ProfilerError> {
     let mut threads = BTreeMap::new();
     let mut tgids = BTreeSet::new();
@@ -278,7 +272,7 @@ pub(super) fn seed_target(
     }
     if collectors.sched {
         let watched = threads.iter().map(|(&tid, t)| (tid, t.tgid));
-        super::sched::seed(ebpf.map_mut(super::sched::TASKS_MAP), watched);
+        seed_sched_tasks(ebpf.map_mut(SCHED_TASKS_MAP), watched);
     }
     Ok((threads, tgids))
 }

@@ -3,17 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::target::{read_comm, TargetLife};
+use super::target::TargetLife;
+use super::thread_info::{read_comm, ThreadInfo};
 use crate::profile::Target;
-
-#[derive(Clone, Debug, Default)]
-pub(super) struct ThreadInfo {
-    pub(super) tgid: u32,
-    pub(super) name: String,
-    pub(super) start_ns: u64,
-    pub(super) end_ns: Option<u64>,
-    pub(super) exit_code: Option<i32>,
-}
 
 /// The target and what is followed with it.
 pub(super) struct Tasks {
@@ -119,6 +111,26 @@ impl Tasks {
         if last && tgid == self.target_pid && self.target.ended_ns.is_none() {
             self.target.ended_ns = Some(t_ns);
         }
+    }
+
+    /// Files threads `tids` of process `tgid`, found in procfs, that were
+    /// not seen yet (named by their `comm` now).
+    pub(super) fn add_threads(&mut self, tgid: u32, tids: &[u32]) {
+        for &tid in tids {
+            self.threads.entry(tid).or_insert_with(|| ThreadInfo {
+                tgid,
+                name: read_comm(tgid, tid).unwrap_or_default(),
+                ..Default::default()
+            });
+        }
+    }
+
+    /// Drops processes `tgids` and their threads.
+    pub(super) fn forget(&mut self, tgids: &[u32]) {
+        for t in tgids {
+            self.tgids.remove(t);
+        }
+        self.threads.retain(|_, i| !tgids.contains(&i.tgid));
     }
 }
 

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aya::maps::RingBuf;
+use bootscope_model::proc::thread_cpu_time;
 
-use super::{thread_cpu_time, Shared};
+use super::Shared;
 use crate::bpf::BsEvent;
 
 /// Samples are at least this many times their own duration apart.

@@ -35,10 +35,11 @@ pub use initcalls::{cmdline_with_initcalls, GuestInitcall, NoisyCmdline, CMDLINE
 use phys::{KernelVirt, PhysMemory};
 use ringbuffer::{LogRead, RingLayout};
 pub use traced::{GuestKernel, GuestKernelLoader};
+pub use vmcoreinfo::StoppedGuest;
 use vmcoreinfo::VmcoreInfo;
 
 /// Why the kernel log could not be read.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum KernelLogError {
     /// No VMCOREINFO in guest RAM: the kernel lacks `CONFIG_CRASH_CORE`, or
     /// it stopped before building it (early in boot).
@@ -162,23 +163,23 @@ fn kernel_virt<'a>(
 }
 
 /// Reads the kernel log from a stopped guest.
-pub fn read_log(mem: &dyn PhysMemory) -> Result<(VmcoreInfo, LogRead), KernelLogError> {
-    let info = vmcoreinfo::find(mem)?;
-    let kv = kernel_virt(mem, &info)?;
+pub fn read_log<'g>(guest: &'g StoppedGuest) -> Result<(&'g VmcoreInfo, LogRead), KernelLogError> {
+    let info = guest.vmcoreinfo()?;
+    let kv = kernel_virt(guest.memory(), info)?;
     let prb_sym = info.symbol("prb")?;
     let prb = kv.u64_at(prb_sym).ok_or(KernelLogError::Unmapped {
         what: "the prb pointer",
         address: prb_sym,
     })?;
-    let layout = RingLayout::from_vmcoreinfo(&info)?;
+    let layout = RingLayout::from_vmcoreinfo(info)?;
     let read = ringbuffer::read_records(&kv, &layout, prb)?;
     Ok((info, read))
 }
 
 /// The whole `--initcalls` result from a stopped guest's memory, the
 /// console lines' host times and the VMM's first `KVM_RUN`.
-pub fn collect(mem: &dyn PhysMemory, lines: &[ConsoleLine], first_run_ns: u64) -> InitcallsDoc {
-    collect_with(mem, METHOD_GUEST_MEMORY, |doc, _, read| {
+pub fn collect(guest: &StoppedGuest, lines: &[ConsoleLine], first_run_ns: u64) -> InitcallsDoc {
+    collect_with(guest, METHOD_GUEST_MEMORY, |doc, _, read| {
         fill(doc, read, lines, first_run_ns);
     })
 }
@@ -186,7 +187,7 @@ pub fn collect(mem: &dyn PhysMemory, lines: &[ConsoleLine], first_run_ns: u64) -
 /// Reads the log of a stopped guest and lets `body` fill the rest of the
 /// document from it; the time taken is `read_ns`.
 fn collect_with(
-    mem: &dyn PhysMemory,
+    guest: &StoppedGuest,
     method: &str,
     body: impl FnOnce(&mut InitcallsDoc, &VmcoreInfo, &LogRead),
 ) -> InitcallsDoc {
@@ -195,10 +196,10 @@ fn collect_with(
         method: method.to_string(),
         ..InitcallsDoc::default()
     };
-    match read_log(mem) {
+    match read_log(guest) {
         Ok((info, read)) => {
             doc.os_release = info.os_release().map(str::to_string);
-            body(&mut doc, &info, &read);
+            body(&mut doc, info, &read);
         }
         Err(e) => doc.error = Some(e.to_string()),
     }
@@ -235,15 +236,15 @@ const TRACE_FALLBACK: &str =
 /// memory: the initcalls from its trace buffer (`kernel`: its symbols and
 /// types), their clock aligned through its log and the console lines.
 pub fn collect_traced(
-    mem: &dyn PhysMemory,
+    guest: &StoppedGuest,
     lines: &[ConsoleLine],
     first_run_ns: u64,
     kernel: Result<&dyn GuestKernel, String>,
 ) -> InitcallsDoc {
-    collect_with(mem, METHOD_TRACE, |doc, info, read| {
+    collect_with(guest, METHOD_TRACE, |doc, info, read| {
         let traced = kernel.and_then(|k| {
             doc.symbols = Some(k.source());
-            let kv = kernel_virt(mem, info).map_err(|e| e.to_string())?;
+            let kv = kernel_virt(guest.memory(), info).map_err(|e| e.to_string())?;
             traced::read(&kv, k, kaslr_slide(info, k)?)
         });
         match traced {
@@ -280,7 +281,7 @@ pub fn collect_traced(
 /// the symbols and types of the image booted, as loaded, and the time the
 /// load took.
 pub fn collect_after_run(
-    mem: &dyn PhysMemory,
+    guest: &StoppedGuest,
     events: &crate::console::ConsoleEvents,
     marks: &[crate::timeline::TimelineMark],
     kernel: Option<(Result<&dyn GuestKernel, String>, u64)>,
@@ -292,11 +293,11 @@ pub fn collect_after_run(
     let lines = events.lines.lock().unwrap_or_else(|e| e.into_inner());
     match kernel {
         Some((kernel, loaded_ns)) => {
-            let mut doc = collect_traced(mem, &lines, first_run, kernel);
+            let mut doc = collect_traced(guest, &lines, first_run, kernel);
             doc.read_ns += loaded_ns;
             doc
         }
-        None => collect(mem, &lines, first_run),
+        None => collect(guest, &lines, first_run),
     }
 }
 
@@ -750,10 +751,11 @@ mod tests {
     #[test]
     fn memory_without_a_kernel_says_why() {
         let mem = phys::tests::FlatMemory::new(1 << 20);
-        let doc = collect(&mem, &[], 0);
+        let guest = StoppedGuest::new(&mem);
+        let doc = collect(&guest, &[], 0);
         assert!(doc.error.unwrap().contains("VMCOREINFO"));
         assert!(doc.initcalls.is_empty());
-        let doc = collect_traced(&mem, &[], 0, Err("no kernel".into()));
+        let doc = collect_traced(&guest, &[], 0, Err("no kernel".into()));
         assert!(doc.error.unwrap().contains("VMCOREINFO"));
         assert_eq!(doc.method, METHOD_TRACE);
     }

@@ -29,9 +29,9 @@ use std::collections::HashSet;
 use bootscope_model::modules::{GuestModule, GuestModules, ModuleSymbol};
 
 use super::btf::Btf;
-use super::phys::PhysMemory;
 use super::ringbuffer::VirtMemory;
 use super::traced::GuestKernel;
+use super::vmcoreinfo::StoppedGuest;
 
 /// The most modules walked: a list longer than this is taken as corrupt.
 pub const MAX_MODULES: usize = 4096;
@@ -343,24 +343,24 @@ fn symbols(
     Ok(out)
 }
 
-/// The loaded modules of a stopped guest: its memory, and the symbols and
-/// types of the kernel it booted. Never fails: what could not be read is
-/// the list's warning.
-pub fn collect(mem: &dyn PhysMemory, kernel: Result<&dyn GuestKernel, String>) -> GuestModules {
-    try_collect(mem, kernel).unwrap_or_else(|e| GuestModules {
+/// The loaded modules of a stopped guest (its memory and VMCOREINFO), by
+/// the symbols and types of the kernel it booted. Never fails: what could
+/// not be read is the list's warning.
+pub fn collect(guest: &StoppedGuest, kernel: Result<&dyn GuestKernel, String>) -> GuestModules {
+    try_collect(guest, kernel).unwrap_or_else(|e| GuestModules {
         modules: Vec::new(),
         warnings: vec![format!("the guest's modules were not read: {e}")],
     })
 }
 
 fn try_collect(
-    mem: &dyn PhysMemory,
+    guest: &StoppedGuest,
     kernel: Result<&dyn GuestKernel, String>,
 ) -> Result<GuestModules, String> {
-    let info = super::vmcoreinfo::find(mem).map_err(|e| e.to_string())?;
+    let info = guest.vmcoreinfo().map_err(|e| e.to_string())?;
     let kernel = kernel?;
-    let kv = super::kernel_virt(mem, &info).map_err(|e| e.to_string())?;
-    let slide = super::kaslr_slide(&info, kernel)?;
+    let kv = super::kernel_virt(guest.memory(), info).map_err(|e| e.to_string())?;
+    let slide = super::kaslr_slide(info, kernel)?;
     let head = kernel.address_of("modules").ok_or(
         "the kernel's symbol table has no `modules` (a kernel without CONFIG_MODULES loads \
          none)",

@@ -2,8 +2,10 @@
 //! tool needs to read the kernel log out of a memory image (`SYMBOL(prb)=`,
 //! `OFFSET(printk_info.ts_nsec)=`, `NUMBER(phys_base)=`, ...). The kernel
 //! builds it at boot (`CONFIG_CRASH_CORE`) in a page of its own memory, so
-//! the VMM finds it by scanning guest RAM once the guest has stopped.
+//! the VMM finds it by scanning guest RAM once the guest has stopped, once
+//! for every reader of that guest ([`StoppedGuest`]).
 
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
 
 use super::phys::PhysMemory;
@@ -87,6 +89,38 @@ impl VmcoreInfo {
     }
 }
 
+/// A stopped guest's memory, and its VMCOREINFO once a reader asked for
+/// it: the kernel log's and the modules' readers of one guest scan its RAM
+/// once between them.
+pub struct StoppedGuest<'a> {
+    mem: &'a dyn PhysMemory,
+    info: OnceCell<Result<VmcoreInfo, KernelLogError>>,
+}
+
+impl<'a> StoppedGuest<'a> {
+    /// The guest whose memory is `mem`; nothing is read yet.
+    pub fn new(mem: &'a dyn PhysMemory) -> Self {
+        Self {
+            mem,
+            info: OnceCell::new(),
+        }
+    }
+
+    /// The guest's memory.
+    pub fn memory(&self) -> &'a dyn PhysMemory {
+        self.mem
+    }
+
+    /// The guest's VMCOREINFO ([`find`] at the first call; what it found,
+    /// or why not, at every later one).
+    pub fn vmcoreinfo(&self) -> Result<&VmcoreInfo, KernelLogError> {
+        self.info
+            .get_or_init(|| find(self.mem))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
 /// Finds the VMCOREINFO text in guest memory: the first `SYMBOL(prb)=` whose
 /// text starts with `OSRELEASE=` within a page before it.
 pub fn find(mem: &dyn PhysMemory) -> Result<VmcoreInfo, KernelLogError> {
@@ -165,6 +199,56 @@ NUMBER(phys_base)=-2147483648\nKERNELOFFSET=19000000\n";
         mem.write(at, SAMPLE.as_bytes());
         let v = find(&mem).unwrap();
         assert_eq!(v.size("printk_info").unwrap(), 88);
+    }
+
+    /// Guest memory that counts the scans of it (each scan asks for its
+    /// ranges once).
+    struct CountedScans {
+        mem: FlatMemory,
+        scans: std::cell::Cell<u32>,
+    }
+
+    impl PhysMemory for CountedScans {
+        fn read_phys(&self, gpa: u64, buf: &mut [u8]) -> bool {
+            self.mem.read_phys(gpa, buf)
+        }
+        fn ranges(&self) -> Vec<(u64, u64)> {
+            self.scans.set(self.scans.get() + 1);
+            self.mem.ranges()
+        }
+    }
+
+    #[test]
+    fn a_stopped_guest_is_scanned_once_for_every_reader() {
+        let mut mem = FlatMemory::new(2 << 20);
+        mem.write(0x10_0000, SAMPLE.as_bytes());
+        let counted = CountedScans {
+            mem,
+            scans: std::cell::Cell::new(0),
+        };
+        let guest = StoppedGuest::new(&counted);
+        assert_eq!(
+            counted.scans.get(),
+            0,
+            "nothing is read before a reader asks"
+        );
+        let first = guest.vmcoreinfo().unwrap().clone();
+        assert_eq!(first.size("printk_info").unwrap(), 88);
+        assert_eq!(guest.vmcoreinfo().unwrap(), &first);
+        assert_eq!(counted.scans.get(), 1);
+        // Memory without one: the same answer at every ask, from one scan.
+        let empty = CountedScans {
+            mem: FlatMemory::new(1 << 20),
+            scans: std::cell::Cell::new(0),
+        };
+        let guest = StoppedGuest::new(&empty);
+        for _ in 0..2 {
+            assert!(matches!(
+                guest.vmcoreinfo(),
+                Err(KernelLogError::NoVmcoreInfo)
+            ));
+        }
+        assert_eq!(empty.scans.get(), 1);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::devices::{Devices, MarkerCounts};
 use crate::host::{self, KvmFlavour};
 use crate::kvm_stats::StatsFd;
 use crate::layout;
-use crate::loader::{self, EntryMode, LoadError, LoadedInitrd, LoadedKernel};
+use crate::loader::{self, EntryMode, LoadError, LoadedKernel};
 use crate::memory::{
     self, GuestMemoryBacking, MemoryPlan, MethodChoice, PreallocContexts, PreallocReport, Topology,
 };
@@ -27,6 +27,7 @@ use super::error::{
     vcpu_ioctl, BootDataError, ConfigError, DeviceSetupError, IrqchipError, MemorySetupError,
     VcpuSetupError, VmError,
 };
+use super::images::BootImages;
 use super::report::setup_only_timeline;
 use super::{validate, RunReport, StopAfter, VmConfig};
 
@@ -43,12 +44,6 @@ impl GuestRam {
     fn mem(&self) -> &GuestMemoryMmap {
         self.backing.guest_memory()
     }
-}
-
-/// The kernel and initrd in guest memory.
-pub(super) struct BootImages {
-    pub(super) kernel: LoadedKernel,
-    pub(super) initrd: Option<LoadedInitrd>,
 }
 
 /// The vCPUs the vCPU stage made, and their statistics files (none where

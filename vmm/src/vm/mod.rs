@@ -7,6 +7,7 @@
 mod builder;
 mod emulation;
 mod error;
+mod images;
 mod report;
 mod running;
 mod vcpu;

@@ -16,7 +16,7 @@ use crate::timeline::{
     TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION,
 };
 
-use super::builder::BootImages;
+use super::images::BootImages;
 use super::{StopAfter, VmConfig};
 
 /// KVM's statistics of all vCPUs, summed.

@@ -16,9 +16,10 @@ use crate::host::KvmFlavour;
 use crate::kvm_stats::StatsFd;
 use crate::timeline::{vmm_marks, StopReason};
 
-use super::builder::{BootImages, GuestRam, Vcpus, VmBuilder};
+use super::builder::{GuestRam, Vcpus, VmBuilder};
 use super::emulation::{EmulationWatch, PVM_GRACE};
 use super::error::RunError;
+use super::images::BootImages;
 use super::report::{run_timeline, sum_stats};
 use super::vcpu::{describe_vcpu, install_kick_handler, kick_until_done, spawn_vcpu, VcpuEvent};
 use super::{RunReport, POWER_OFF_GRACE};
@@ -168,8 +169,9 @@ impl VmBuilder {
 
     /// What the stopped guest's memory says of its kernel: with
     /// `--initcalls` its initcalls (into the timeline), with `modules` its
-    /// loaded modules. The booted image's symbols and types are loaded once
-    /// for both when both ask for the same loader.
+    /// loaded modules. Guest RAM is scanned for VMCOREINFO once for both,
+    /// and the booted image's symbols and types are loaded once for both
+    /// when both ask for the same loader.
     fn read_guest_kernel(
         &self,
         ram: &GuestRam,
@@ -177,8 +179,8 @@ impl VmBuilder {
         timeline: &mut crate::timeline::Timeline,
         exit_slots: Option<&Arc<Mutex<ExitSlots>>>,
     ) -> Option<bootscope_model::modules::GuestModules> {
-        use crate::kernel_log::GuestKernelLoader;
-        let mem = ram.backing.guest_memory();
+        use crate::kernel_log::{GuestKernelLoader, StoppedGuest};
+        let guest = StoppedGuest::new(ram.backing.guest_memory());
         // The image booted: the decompressed vmlinux when there is one.
         let image = (timeline.guest.as_ref())
             .and_then(|g| g.kernel_boot.as_ref())
@@ -199,7 +201,7 @@ impl VmBuilder {
         let traced = initcall_kernel.map(load);
         if self.cfg.initcalls {
             let mut doc = crate::kernel_log::collect_after_run(
-                mem,
+                &guest,
                 &devices.console_events(),
                 &timeline.marks,
                 traced.as_ref().map(|(k, ns)| (loaded(k), *ns)),
@@ -219,7 +221,7 @@ impl VmBuilder {
             (_, Some((k, _))) | (Some((k, _)), None) => loaded(k),
             (None, None) => return None,
         };
-        Some(crate::kernel_log::modules::collect(mem, kernel))
+        Some(crate::kernel_log::modules::collect(&guest, kernel))
     }
 
     /// Waits for the guest to end, the timeout, a stop request, or (on a

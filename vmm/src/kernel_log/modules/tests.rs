@@ -404,11 +404,12 @@ fn guest_ram() -> super::super::phys::tests::FlatMemory {
 #[test]
 fn a_stopped_guests_modules_are_found_through_its_symbols_and_slide() {
     let mem = guest_ram();
+    let guest = StoppedGuest::new(&mem);
     let kernel = Kernel {
         slide: 0x2e00_0000,
         with_modules: true,
     };
-    let got = collect(&mem, Ok(&kernel));
+    let got = collect(&guest, Ok(&kernel));
     assert!(got.warnings.is_empty(), "{:?}", got.warnings);
     assert_eq!(got.modules.len(), 1);
     assert_eq!(
@@ -420,7 +421,7 @@ fn a_stopped_guests_modules_are_found_through_its_symbols_and_slide() {
         slide: 0x2e00_1000,
         with_modules: true,
     };
-    let got = collect(&mem, Ok(&other));
+    let got = collect(&guest, Ok(&other));
     assert!(got.modules.is_empty());
     assert!(
         got.warnings[0].contains("not the booted kernel's"),
@@ -431,16 +432,16 @@ fn a_stopped_guests_modules_are_found_through_its_symbols_and_slide() {
         slide: 0,
         with_modules: false,
     };
-    let got = collect(&mem, Ok(&none));
+    let got = collect(&guest, Ok(&none));
     assert!(got.warnings[0].contains("CONFIG_MODULES"), "{got:?}");
-    let got = collect(&mem, Err("the image is gone".into()));
+    let got = collect(&guest, Err("the image is gone".into()));
     assert!(got.warnings[0].ends_with("the image is gone"), "{got:?}");
 }
 
 #[test]
 fn memory_without_a_kernel_says_why() {
     let mem = super::super::phys::tests::FlatMemory::new(1 << 20);
-    let got = collect(&mem, Err("no kernel".into()));
+    let got = collect(&StoppedGuest::new(&mem), Err("no kernel".into()));
     assert!(got.modules.is_empty());
     assert!(got.warnings[0].contains("VMCOREINFO"), "{:?}", got.warnings);
 }
