@@ -21,13 +21,10 @@
 //! | `solo:METRIC` | as METRIC | `bench --parallel N`: the one VM booted alone before each storm |
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 pub use bootscope_model::bench::MetricKind;
 use bootscope_model::profile::Profile;
 use bootscope_model::timeline::Timeline;
-
-use crate::error::BenchError;
 
 /// The statistics a storm keeps of a per-VM metric (`sum` for memory
 /// only): `storm:METRIC:STAT`.
@@ -144,23 +141,12 @@ pub struct TimelineFacts {
     pub userspace_mark: Option<String>,
 }
 
-const TIMELINE_HINT: &str = "give a file written by `bootscope run --timeline FILE`";
+/// What to give instead of a file that is no timeline.
+pub const TIMELINE_HINT: &str = "give a file written by `bootscope run --timeline FILE`";
 
-/// Reads the metrics of a `bootscope.timeline` document.
-pub fn from_timeline(value: &serde_json::Value, path: &Path) -> Result<TimelineFacts, BenchError> {
-    crate::schema::check_schema_versions(
-        value,
-        path,
-        "bootscope.timeline",
-        bootscope_model::timeline::TIMELINE_SCHEMA_MIN_VERSION,
-        bootscope_model::timeline::TIMELINE_SCHEMA_VERSION,
-        TIMELINE_HINT,
-    )?;
-    let t = Timeline::parse(value).map_err(|e| BenchError::Malformed {
-        path: path.into(),
-        schema: "bootscope.timeline",
-        detail: e.to_string(),
-    })?;
+/// The metrics of a `bootscope.timeline` document
+/// ([`crate::schema::parse_timeline`] reads one).
+pub fn from_timeline(t: &Timeline) -> TimelineFacts {
     let outcome = t.outcome.clone().unwrap_or_default();
     let mut facts = TimelineFacts {
         outcome: outcome.reason,
@@ -187,10 +173,10 @@ pub fn from_timeline(value: &serde_json::Value, path: &Path) -> Result<TimelineF
             .find(|m| m.t_ns == user.start_ns)
             .map(|m| m.name.clone());
     }
-    if let Some(ns) = t.memory.and_then(|m| m.elapsed_ns) {
+    if let Some(ns) = t.memory.as_ref().and_then(|m| m.elapsed_ns) {
         facts.metrics.insert("prealloc".into(), ns);
     }
-    if let Some(m) = t.host_memory {
+    if let Some(m) = &t.host_memory {
         facts.metrics.extend(memory_metrics(&m.usage));
     }
     // The VMM's start to its guest memory set up: the whole of a
@@ -202,10 +188,10 @@ pub fn from_timeline(value: &serde_json::Value, path: &Path) -> Result<TimelineF
             .metrics
             .insert("memory_ready".into(), ready.saturating_sub(start));
     }
-    for (key, v) in t.kvm_stats.unwrap_or_default() {
-        facts.metrics.insert(kvm_stat_metric(&key), v);
+    for (key, v) in t.kvm_stats.iter().flatten() {
+        facts.metrics.insert(kvm_stat_metric(key), *v);
     }
-    Ok(facts)
+    facts
 }
 
 /// The host memory metrics of one VMM: `memory:rss`, `memory:pss`,
@@ -269,7 +255,10 @@ pub fn from_profile(p: &Profile) -> BTreeMap<String, u64> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
+    use crate::error::BenchError;
 
     #[test]
     fn kinds_and_names() {
@@ -292,6 +281,13 @@ mod tests {
         assert!(is_exit_count("exits:io_exits") && !is_exit_count("exits:total"));
     }
 
+    /// A timeline document's metrics, read as bench reads a run's file.
+    fn read(doc: &serde_json::Value) -> Result<TimelineFacts, BenchError> {
+        let bytes = serde_json::to_vec(doc).unwrap();
+        let t = crate::schema::parse_timeline(&bytes, Path::new("t.json"), TIMELINE_HINT)?;
+        Ok(from_timeline(&t))
+    }
+
     #[test]
     fn timeline_metrics() {
         let t = serde_json::json!({
@@ -305,7 +301,7 @@ mod tests {
             "memory": {"regions": [], "elapsed_ns": 42},
             "marks": [{"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 105}]
         });
-        let f = from_timeline(&t, Path::new("t.json")).unwrap();
+        let f = read(&t).unwrap();
         assert_eq!(
             f.userspace_mark.as_deref(),
             Some("port 0x80: userspace 0x60")
@@ -332,11 +328,13 @@ mod tests {
                 {"name": "userspace", "start_ns": 135, "end_ns": 235, "duration_ns": 100}
             ]
         });
-        let f = from_timeline(&t, Path::new("t.json")).unwrap();
+        let f = read(&t).unwrap();
         assert_eq!(f.metrics["time_to_userspace"], 105);
         assert_eq!(f.metrics["phase:profiler attach"], 30);
         let bad = serde_json::json!({"schema": "bootscope.timeline", "version": 3});
-        assert!(from_timeline(&bad, Path::new("t.json")).is_err());
+        assert!(matches!(read(&bad), Err(BenchError::WrongVersion { .. })));
+        let bad = serde_json::json!({"schema": "bootscope.timeline", "version": 2, "phases": 3});
+        assert!(matches!(read(&bad), Err(BenchError::Malformed { .. })));
     }
 
     #[test]

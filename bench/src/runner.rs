@@ -442,25 +442,20 @@ impl BenchPlan {
             });
         }
         if let Some(t) = &timeline {
-            match read_json(t) {
-                Ok(v) => match metrics::from_timeline(&v, t) {
-                    Ok(facts) => {
-                        record.metrics.extend(facts.metrics);
-                        record.outcome = Some(facts.outcome);
-                        record.userspace_mark = facts.userspace_mark;
-                        if !facts.clean {
-                            record.ok = false;
-                            problems.push(format!("unclean guest end: {}", facts.detail));
-                        }
-                    }
-                    Err(e) => {
+            match read_timeline(t) {
+                Ok(t) => {
+                    let facts = metrics::from_timeline(&t);
+                    record.metrics.extend(facts.metrics);
+                    record.outcome = Some(facts.outcome);
+                    record.userspace_mark = facts.userspace_mark;
+                    if !facts.clean {
                         record.ok = false;
-                        problems.push(e.to_string());
+                        problems.push(format!("unclean guest end: {}", facts.detail));
                     }
-                },
+                }
                 Err(e) => {
                     record.ok = false;
-                    problems.push(format!("no timeline: {e}"));
+                    problems.push(e);
                 }
             }
         }
@@ -488,12 +483,13 @@ impl BenchPlan {
     }
 }
 
-fn read_json(path: &Path) -> Result<serde_json::Value, BenchError> {
-    let bytes = bootscope_model::input::read_input(path)?;
-    serde_json::from_slice(&bytes).map_err(|source| BenchError::NotJson {
-        path: path.into(),
-        hint: "the run wrote an unreadable file",
-        source,
+/// Reads the timeline a run wrote; the problem in words where it cannot.
+fn read_timeline(path: &Path) -> Result<bootscope_model::timeline::Timeline, String> {
+    let bytes = bootscope_model::input::read_input(path)
+        .map_err(|e| format!("no timeline: {}", BenchError::from(e)))?;
+    crate::schema::parse_timeline(&bytes, path, metrics::TIMELINE_HINT).map_err(|e| match e {
+        BenchError::NotJson { .. } => format!("no timeline: {e}"),
+        e => e.to_string(),
     })
 }
 

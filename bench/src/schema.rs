@@ -1,10 +1,14 @@
 //! What every document bench reads is checked for first: its `schema` and
-//! `version` fields; and the profile, read into the model's types.
+//! `version` fields; and the timeline and the profile, read into the
+//! model's types.
 
 use std::path::Path;
 
 use bootscope_model::profile::{
     Profile, PROFILE_SCHEMA_NAME, PROFILE_SCHEMA_OLDEST, PROFILE_SCHEMA_VERSION,
+};
+use bootscope_model::timeline::{
+    Timeline, TIMELINE_SCHEMA_MIN_VERSION, TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION,
 };
 use serde::Deserialize;
 
@@ -69,6 +73,35 @@ pub fn check_schema_versions(
             detail: "no numeric \"version\" field".into(),
         }),
     }
+}
+
+/// Reads a `bootscope.timeline` document (`bootscope run --timeline`)
+/// into its types, its `schema` and `version` checked first; `path` is for
+/// messages, `hint` says what file to give instead.
+pub fn parse_timeline(
+    bytes: &[u8],
+    path: &Path,
+    hint: &'static str,
+) -> Result<Timeline, BenchError> {
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|source| BenchError::NotJson {
+            path: path.into(),
+            hint,
+            source,
+        })?;
+    check_schema_versions(
+        &value,
+        path,
+        TIMELINE_SCHEMA_NAME,
+        TIMELINE_SCHEMA_MIN_VERSION,
+        TIMELINE_SCHEMA_VERSION,
+        hint,
+    )?;
+    Timeline::parse(&value).map_err(|e| BenchError::Malformed {
+        path: path.into(),
+        schema: TIMELINE_SCHEMA_NAME,
+        detail: e.to_string(),
+    })
 }
 
 /// Reads a `bootscope.profile` document (`bootscope profile --output`)

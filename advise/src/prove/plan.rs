@@ -112,8 +112,7 @@ pub struct ProvePlan {
 }
 
 /// The guest's own userspace mark in a timeline, when it wrote one.
-fn guest_userspace_mark(timeline: &serde_json::Value) -> Option<String> {
-    let t = bootscope_model::timeline::Timeline::parse(timeline).ok()?;
+fn guest_userspace_mark(t: &bootscope_model::timeline::Timeline) -> Option<String> {
     t.marks
         .iter()
         .find(|m| {
@@ -258,14 +257,14 @@ impl ProvePlan {
             ProveTarget::Bootscope { .. } => {
                 let bytes =
                     std::fs::read(&timeline).map_err(|e| fail(format!("no timeline ({e})")))?;
-                let v: serde_json::Value = serde_json::from_slice(&bytes)
-                    .map_err(|e| fail(format!("an unreadable timeline ({e})")))?;
-                let facts = bootscope_bench::metrics::from_timeline(&v, &timeline)
+                let hint = bootscope_bench::metrics::TIMELINE_HINT;
+                let t = bootscope_bench::schema::parse_timeline(&bytes, &timeline, hint)
                     .map_err(|e| fail(e.to_string()))?;
+                let facts = bootscope_bench::metrics::from_timeline(&t);
                 if !facts.clean {
                     return Err(fail(format!("unclean end: {}", facts.detail)));
                 }
-                if let Some(own) = guest_userspace_mark(&v) {
+                if let Some(own) = guest_userspace_mark(&t) {
                     self.guest_marks_userspace.store(true, Ordering::SeqCst);
                     return Ok(CheckBoot {
                         wall_ns: u64::try_from(out.wall.as_nanos()).unwrap_or(u64::MAX),
@@ -305,7 +304,10 @@ mod tests {
 
     #[test]
     fn the_guests_own_userspace_mark() {
-        let t = |marks: serde_json::Value| serde_json::json!({"schema": "bootscope.timeline", "version": 1, "marks": marks, "phases": []});
+        let t = |marks: serde_json::Value| {
+            let doc = serde_json::json!({"schema": "bootscope.timeline", "version": 1, "marks": marks, "phases": []});
+            bootscope_model::timeline::Timeline::parse(&doc).unwrap()
+        };
         let marks = serde_json::json!([
             {"name": "serial: run init", "source": "serial", "t_ns": 5},
             {"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 9, "value": 96}
