@@ -3,8 +3,6 @@
 //! pass and fail verdicts against a baseline, every report format, and a
 //! clear message with exit status 2 for every kind of bad input.
 
-use std::process::Command;
-
 use serde_json::{json, Value};
 
 mod support;
