@@ -32,17 +32,6 @@ pub fn root(why: &str) -> bool {
     yes
 }
 
-/// Returns from the calling test unless it runs as root; `why` completes
-/// "needs root ...".
-#[macro_export]
-macro_rules! require_root {
-    ($why:expr) => {
-        if !$crate::root($why) {
-            return;
-        }
-    };
-}
-
 /// True when `/dev/kvm` can be opened for reading and writing; a SKIP line
 /// otherwise.
 pub fn kvm_available() -> bool {
@@ -57,16 +46,6 @@ pub fn kvm_available() -> bool {
             false
         }
     }
-}
-
-/// Returns from the calling test unless `/dev/kvm` can be opened.
-#[macro_export]
-macro_rules! require_kvm {
-    () => {
-        if !$crate::kvm_available() {
-            return;
-        }
-    };
 }
 
 /// True when eBPF profiling is possible here; a SKIP line saying why not
@@ -87,6 +66,27 @@ pub fn can_profile() -> bool {
         return false;
     }
     true
+}
+
+/// Returns from the calling test unless it runs as root; `why` completes
+/// "needs root ...".
+#[macro_export]
+macro_rules! require_root {
+    ($why:expr) => {
+        if !$crate::root($why) {
+            return;
+        }
+    };
+}
+
+/// Returns from the calling test unless `/dev/kvm` can be opened.
+#[macro_export]
+macro_rules! require_kvm {
+    () => {
+        if !$crate::kvm_available() {
+            return;
+        }
+    };
 }
 
 /// Returns from the calling test unless eBPF profiling is possible here.
