@@ -3,8 +3,6 @@
 //! pass and fail verdicts against a baseline, every report format, and a
 //! clear message with exit status 2 for every kind of bad input.
 
-use std::process::Command;
-
 use serde_json::{json, Value};
 
 mod support;
@@ -327,17 +325,7 @@ fn bench_records_meta_and_the_git_revision() {
     require_kvm!();
     require_program!("git", "apt-get install git");
     let dir = scratch("meta");
-    let git = |args: &[&str]| {
-        let o = Command::new("git")
-            .arg("-C")
-            .arg(&dir)
-            .args(["-c", "user.name=t", "-c", "user.email=t@example.org"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "git {args:?}: {}", text(&o));
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    };
+    let git = |args: &[&str]| bootscope_testkit::git(&dir, args);
     git(&["init", "-q"]);
     std::fs::write(dir.join("kernel.config"), "CONFIG_X=y").unwrap();
     git(&["add", "kernel.config"]);

@@ -86,31 +86,6 @@ fn query(prom: u16, q: &str) -> Option<f64> {
     result.first()?["value"][1].as_str()?.parse().ok()
 }
 
-/// `promtool check metrics` on an exposition: its complaints, if any.
-fn promtool_check(text: &str) {
-    use std::io::Write;
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let o = child.wait_with_output().unwrap();
-    assert!(
-        o.status.success(),
-        "promtool check metrics: {}{}\n{text}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
-
 fn spawn(cmd: &mut Command, log: &Path) -> Running {
     let f = std::fs::File::create(log).unwrap();
     Running(
@@ -263,7 +238,8 @@ fn prometheus_reads_exit_counts_from_the_exporter_and_a_pushed_bench() {
         &format!("process_cpu_seconds_total{{instance=\"127.0.0.1:{exporter}\"}}"),
     );
     assert!(own_cpu.is_some_and(|c| c > 0.0), "{own_cpu:?}");
-    promtool_check(&get(&metrics_url).unwrap());
+    bootscope_testkit::promtool_check("promtool", &get(&metrics_url).unwrap())
+        .expect("promtool runs");
 
     check_pushed_bench(&dir, gateway, prom);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -93,29 +93,24 @@ fn profiled_command_arguments_pass_through_unchanged() {
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&vmm, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let command = [
-        "./fake-vmm",
-        "--kernel",
-        "images/kernel",
-        "--serial",
-        "tty",
-        "-serial",
-        "stdio",
-        "--output",
-        "x",
-        "-o",
-        "y",
-        "--serial=tty",
-        "--timeline",
-        "t.json",
-        "--console",
-        "off",
-    ];
+    let command: Vec<&str> = ["./fake-vmm", "--kernel", "images/kernel"]
+        .into_iter()
+        .chain(bootscope_testkit::OUTPUT_LIKE_ARGS)
+        .chain([
+            "-o",
+            "y",
+            "--serial=tty",
+            "--timeline",
+            "t.json",
+            "--console",
+            "off",
+        ])
+        .collect();
     let o = run(
         bootscope()
             .current_dir(&dir)
             .args(["lab", "--timeout", "900", "--", "profile", "--"])
-            .args(command),
+            .args(&command),
         None,
     );
     let out = String::from_utf8_lossy(&o.stdout);

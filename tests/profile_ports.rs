@@ -386,11 +386,7 @@ fn collects_only_what_was_asked_for() {
         "tracepoint:kvm:kvm_pio",
         "tracepoint:kvm:kvm_userspace_exit",
     ] {
-        let s = p
-            .sources
-            .iter()
-            .find(|s| s.name == name)
-            .unwrap_or_else(|| panic!("{name} in {:?}", p.sources));
+        let s = bootscope_testkit::find(&p.sources, name, |s| s.name == name);
         assert_eq!(s.status, "disabled", "{s:?}");
         assert!(s.detail.contains("collector not enabled"), "{s:?}");
     }

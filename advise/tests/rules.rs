@@ -9,6 +9,7 @@ use bootscope_advise::evaluate::{advise, evaluate, ConcreteChange, RuleOutcome, 
 use bootscope_advise::evidence::{Evidence, Initcall, Initrd, Vmm};
 use bootscope_advise::rules::{Need, Rule, RULES};
 use bootscope_advise::{AdviseError, Finding};
+use bootscope_testkit::find;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures")).join(name)
@@ -129,11 +130,9 @@ fn profile_without_initcalls_says_which_rules_it_could_not_check() {
         "failed-probe",
         "compressed-initramfs",
     ] {
-        let u = advice
-            .unchecked
-            .iter()
-            .find(|u| u.rule == id)
-            .unwrap_or_else(|| panic!("{id} checked"));
+        let u = find(&advice.unchecked, &format!("unchecked {id}"), |u| {
+            u.rule == id
+        });
         assert_eq!(u.needs, Need::Initcalls);
         assert!(u.flag.contains("run --initcalls"), "{}", u.flag);
     }

@@ -109,17 +109,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("bootscope-git-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let git = |args: &[&str]| {
-            let o = Command::new("git")
-                .arg("-C")
-                .arg(&dir)
-                .args(["-c", "user.name=t", "-c", "user.email=t@example.org"])
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "git {args:?}: {o:?}");
-            String::from_utf8_lossy(&o.stdout).trim().to_string()
-        };
+        let git = |args: &[&str]| bootscope_testkit::git(&dir, args);
         git(&["init", "-q"]);
         // A repository without a commit has no revision.
         assert_eq!(detect_git(&dir), None);

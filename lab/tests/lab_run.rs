@@ -7,38 +7,14 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bootscope_lab::{check_prerequisites, run_lab_with_console, LabConfig, LabError};
+use bootscope_testkit::Capture;
 
 const BUSYBOX: &str = "/bin/busybox";
-
-/// Collects the guest console for assertions.
-#[derive(Clone, Default)]
-struct Console(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Console {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .map_err(|_| std::io::Error::other("console lock poisoned"))?
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Console {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
 
 /// A private scratch directory (`tempfile`), removed at the end of the
 /// test.
@@ -67,7 +43,7 @@ fn config(exe: &str, args: &[&str]) -> LabConfig {
 }
 
 fn run(cfg: &LabConfig) -> (Result<bootscope_lab::LabOutcome, LabError>, String) {
-    let console = Console::default();
+    let console = Capture::default();
     let mut sink = console.clone();
     let start = Instant::now();
     let result = run_lab_with_console(cfg, &mut sink);

@@ -432,10 +432,7 @@ mod tests {
 
     #[test]
     fn a_foreign_directory_or_file_is_refused() {
-        if effective_uid() != 0 {
-            eprintln!("SKIP: needs root to give a directory another owner");
-            return;
-        }
+        bootscope_testkit::require_root!("to give a directory another owner");
         let d = scratch();
         let base = d.path().join("bootscope");
         private_dir(&base, &base).unwrap();

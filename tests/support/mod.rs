@@ -1,6 +1,7 @@
 //! What the root crate's test binaries share: the `bootscope` binary and
 //! its output, fixtures and scratch directories, child processes that end
-//! with the test, and the capability checks.
+//! with the test, and the capability checks (root, `/dev/kvm` and eBPF
+//! from the workspace's test kit, `testkit/`).
 //!
 //! Each test binary includes this module (`mod support;`) and uses a part
 //! of it, hence the `allow`s.
@@ -17,7 +18,8 @@
 
 pub mod bench;
 pub mod lab;
-pub mod tmux;
+
+pub use bootscope_testkit::tmux;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -26,104 +28,13 @@ use std::time::{Duration, Instant};
 
 // ---- capability checks ----
 
-/// Says that the calling test did not run what it tests, and why: the one
-/// line `scripts/test` counts as a skip.
-pub fn skip(reason: impl std::fmt::Display) {
-    eprintln!("SKIP: {reason}");
-}
-
-/// Prints `SKIP: reason` (format arguments as `format!`) and returns from
-/// the calling test.
-macro_rules! skip_test {
-    ($($reason:tt)+) => {{
-        $crate::support::skip(format_args!($($reason)+));
-        return;
-    }};
-}
-pub(crate) use skip_test;
-
-/// Whether this process runs as root (no message).
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Root, or a SKIP line saying what needs it (`why`, e.g. "to mount a
-/// file system").
-pub fn root(why: &str) -> bool {
-    let yes = is_root();
-    if !yes {
-        skip(format_args!("needs root {why}"));
-    }
-    yes
-}
-
-/// Returns from the calling test unless it runs as root; `why` completes
-/// "needs root ...".
-macro_rules! require_root {
-    ($why:expr) => {
-        if !$crate::support::root($why) {
-            return;
-        }
-    };
-}
-pub(crate) use require_root;
-
-/// True when `/dev/kvm` can be opened for reading and writing; a SKIP line
-/// otherwise.
-pub fn kvm_available() -> bool {
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-    {
-        Ok(_) => true,
-        Err(e) => {
-            skip(format_args!("/dev/kvm cannot be opened ({e})"));
-            false
-        }
-    }
-}
-
-/// Returns from the calling test unless `/dev/kvm` can be opened.
-macro_rules! require_kvm {
-    () => {
-        if !$crate::support::kvm_available() {
-            return;
-        }
-    };
-}
-pub(crate) use require_kvm;
-
-/// True when eBPF profiling is possible here; a SKIP line saying why not
-/// otherwise. Only a truly absent capability skips: not root, no tracefs.
-/// (Without the kernel's BTF it profiles everything but exit codes.)
-pub fn can_profile() -> bool {
-    if !is_root() {
-        skip("eBPF profiling needs root (tests run as uid != 0)");
-        return false;
-    }
-    // The profiler mounts tracefs itself when it can; only a kernel without
-    // tracefs support skips.
-    let has_tracefs = std::fs::read_to_string("/proc/filesystems")
-        .map(|f| f.lines().any(|l| l.ends_with("tracefs")))
-        .unwrap_or(false);
-    if !has_tracefs {
-        skip("this kernel has no tracefs");
-        return false;
-    }
-    true
-}
-
-/// Returns from the calling test unless eBPF profiling is possible here.
-macro_rules! require_bpf {
-    () => {
-        if !$crate::support::can_profile() {
-            return;
-        }
-    };
-}
-pub(crate) use require_bpf;
+// Root, /dev/kvm and eBPF, and the SKIP line, are the workspace's test kit
+// (`testkit/`), shared with the other crates' tests; the checks below are
+// this crate's own.
+pub use bootscope_testkit::{
+    can_profile, is_root, kvm_available, require_bpf, require_kvm, require_root, root, skip,
+    skip_test,
+};
 
 /// `program` on `PATH`, or a SKIP line naming it and `hint` (how to get
 /// it).

@@ -4,13 +4,18 @@
 //! pane afterwards: main screen, cursor shown, canonical mode with echo,
 //! and the panic message readable on the normal screen.
 //!
-//! Skips (printing SKIP) without tmux.
+//! Skips (printing SKIP) without tmux. The tmux driver is the
+//! workspace's test kit (`bootscope_testkit::tmux`), as the root crate's
+//! terminal tests use it.
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bootscope_model::profile::{PhaseSpan, Profile};
+use bootscope_testkit::tmux::Tmux;
 use bootscope_tui::{run_live, ProfileSource, Theme, TuiOptions};
+
+/// How long each step (the TUI up, the child ended) may take.
+const LIMIT: Duration = Duration::from_secs(30);
 
 /// A source whose snapshots panic after a few refreshes (`panic`) or that
 /// never ends (`wait`).
@@ -63,110 +68,27 @@ fn child() {
     println!("CHILD RETURNED");
 }
 
-struct Tmux {
-    socket: String,
+/// Runs `command` in a fresh tmux terminal (the workspace's test kit);
+/// None after a SKIP line where tmux is not installed.
+fn start(tag: &str, command: &str) -> Option<Tmux> {
+    let t = Tmux::start(&format!("restore-{tag}"), "restore")?;
+    t.type_line(command);
+    Some(t)
 }
 
-impl Tmux {
-    fn start(tag: &str, command: &str) -> Option<Tmux> {
-        if Command::new("tmux").arg("-V").output().is_err() {
-            eprintln!("SKIP: tmux is not installed (apt-get install tmux)");
-            return None;
-        }
-        let t = Tmux {
-            socket: format!("bootscope-tui-{tag}-{}", std::process::id()),
-        };
-        let ok = t
-            .cmd()
-            .args(["-f", "/dev/null", "new-session", "-d", "-s", "t"])
-            .args(["-x", "100", "-y", "30"])
-            .args(["env", "PS1=restore$ ", "LANG=C.UTF-8", "sh"])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-        t.wait(|s| s.contains("restore$"), "the prompt");
-        t.send(&["-l", command]);
-        t.send(&["Enter"]);
-        Some(t)
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = Command::new("tmux");
-        c.args(["-L", &self.socket]);
-        c
-    }
-
-    fn send(&self, keys: &[&str]) {
-        assert!(self
-            .cmd()
-            .args(["send-keys", "-t", "t"])
-            .args(keys)
-            .status()
-            .unwrap()
-            .success());
-    }
-
-    fn screen(&self) -> String {
-        let o = self
-            .cmd()
-            .args(["capture-pane", "-p", "-S", "-200", "-t", "t"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    fn display(&self, f: &str) -> String {
-        let o = self
-            .cmd()
-            .args(["display-message", "-p", "-t", "t", f])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    }
-
-    fn wait(&self, done: impl Fn(&str) -> bool, what: &str) -> String {
-        let start = Instant::now();
-        loop {
-            let s = self.screen();
-            if done(&s) {
-                return s;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "timed out waiting for {what}:\n{s}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn assert_restored(&self) {
-        assert_eq!(self.display("#{alternate_on}"), "0");
-        assert_eq!(self.display("#{cursor_flag}"), "1");
-        self.send(&[
-            "-l",
-            "stty -a | tr ' ;' '\\n\\n' | grep -xE -- '-?(icanon|echo|isig)' | tr '\\n' ' '; echo MODES",
-        ]);
-        self.send(&["Enter"]);
-        let s = self.wait(
-            |s| {
-                s.lines()
-                    .any(|l| l.ends_with("MODES") && !l.contains("stty"))
-            },
-            "stty",
-        );
-        let modes = s
-            .lines()
-            .find(|l| l.ends_with("MODES") && !l.contains("stty"))
-            .unwrap();
-        assert_eq!(modes.trim(), "isig icanon echo MODES");
-    }
+/// Waits for the child's exit status line; the screen and the scrollback
+/// above it then.
+fn wait_exited(t: &Tmux) -> String {
+    t.wait_for("the child to end", LIMIT, exited);
+    t.screen_and_history()
 }
 
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.cmd().arg("kill-server").status();
-    }
+/// Main screen, cursor shown, canonical mode with echo.
+fn assert_restored(t: &Tmux) {
+    assert_eq!(t.display("#{alternate_on}"), "0");
+    assert_eq!(t.display("#{cursor_flag}"), "1");
+    let (modes, s) = t.terminal_modes("icanon|echo|isig");
+    assert_eq!(modes, "isig icanon echo MODES", "{s}");
 }
 
 /// The child's exit status line (not the typed command's `echo EXIT=$?`).
@@ -187,17 +109,17 @@ fn child_command(mode: &str, extra_env: &str) -> String {
 
 #[test]
 fn a_panic_restores_the_terminal_and_its_message_is_readable() {
-    let Some(t) = Tmux::start("panic", &child_command("panic", "")) else {
+    let Some(t) = start("panic", &child_command("panic", "")) else {
         return;
     };
-    let s = t.wait(exited, "the child to end");
+    let s = wait_exited(&t);
     assert!(
         s.contains("deliberate test panic in the profile source"),
         "{s}"
     );
     assert!(!s.contains("CHILD RETURNED"), "{s}");
     assert!(!s.contains("child phase"), "TUI left on the screen:\n{s}");
-    t.assert_restored();
+    assert_restored(&t);
 }
 
 #[test]
@@ -205,10 +127,10 @@ fn sigterm_quits_and_restores_the_terminal() {
     let pidfile = std::env::temp_dir().join(format!("bootscope-tui-pid-{}", std::process::id()));
     let _ = std::fs::remove_file(&pidfile);
     let env = format!("BOOTSCOPE_TUI_PIDFILE={}", pidfile.display());
-    let Some(t) = Tmux::start("term", &child_command("wait", &env)) else {
+    let Some(t) = start("term", &child_command("wait", &env)) else {
         return;
     };
-    t.wait(|s| s.contains("child phase"), "the TUI");
+    t.wait_for("the TUI", LIMIT, |s| s.contains("child phase"));
     let pid: i32 = std::fs::read_to_string(&pidfile)
         .unwrap()
         .trim()
@@ -217,12 +139,12 @@ fn sigterm_quits_and_restores_the_terminal() {
     // SAFETY: kill has no memory preconditions; the pid is our child test
     // process, which wrote it.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let s = t.wait(exited, "the child to end");
+    let s = wait_exited(&t);
     assert!(
         s.contains("CHILD RETURNED"),
         "run_live returned normally:\n{s}"
     );
     assert!(!s.contains("child phase"), "TUI left on the screen:\n{s}");
-    t.assert_restored();
+    assert_restored(&t);
     let _ = std::fs::remove_file(&pidfile);
 }

@@ -133,25 +133,14 @@ pub fn handle_exit(exit: VcpuExit<'_>, devices: &Devices, vcpu: u32) -> ExitActi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
+
+    use bootscope_testkit::Capture;
 
     use vmm_sys_util::eventfd::EventFd;
 
     use crate::console::{ConsoleSink, MilestonePattern};
     use crate::timeline::{Clock, MarkSource, Recorder};
-
-    #[derive(Clone, Default)]
-    struct Capture(Arc<Mutex<Vec<u8>>>);
-    impl Write for Capture {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     fn devices() -> (Devices, Arc<Recorder>, Capture, EventFd) {
         devices_with(true)
@@ -183,7 +172,7 @@ mod tests {
                 ExitAction::Continue
             );
         }
-        assert_eq!(&cap.0.lock().unwrap()[..], b"Linux version 6.1.0 (x)\n");
+        assert_eq!(&cap.bytes()[..], b"Linux version 6.1.0 (x)\n");
         let marks = rec.snapshot();
         assert!(marks.iter().any(|m| m.name == "vmm: first serial byte"));
         assert!(marks

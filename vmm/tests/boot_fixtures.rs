@@ -1,56 +1,25 @@
 //! Boots the tiny fixture kernels (vmm/tests/fixtures) under real KVM.
 //!
-//! They need /dev/kvm; where it is absent each test says so and skips. On a
-//! PVM host the fixtures run through KVM's instruction emulator, which is fine
-//! for a few thousand instructions.
+//! They need /dev/kvm; where it is absent each test says so and skips
+//! (`require_kvm!`, the workspace's test kit). On a PVM host the fixtures
+//! run through KVM's instruction emulator, which is fine for a few thousand
+//! instructions.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bootscope_testkit::{require_kvm, Capture};
 use bootscope_vmm::console::MilestonePattern;
 use bootscope_vmm::loader::LoadError;
 use bootscope_vmm::timeline::{Clock, MarkSource, Recorder, StopReason};
 use bootscope_vmm::vm::{run, ConfigError, RunReport, VmConfig, VmError};
 
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Capture {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
-}
-
-fn kvm_available() -> bool {
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-    {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("SKIP: /dev/kvm cannot be opened ({e}); these tests need KVM");
-            false
-        }
-    }
 }
 
 fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
@@ -97,9 +66,7 @@ fn boot(cfg: VmConfig) -> Result<RunReport, VmError> {
 /// `KVM_RUN`, and the run waits for it.
 #[test]
 fn the_run_waits_for_its_before_first_run_hook() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let recorder = Arc::new(Recorder::new(Clock::start()));
     let mut cfg = config(
         "mini-bzimage-reset.bin",
@@ -131,9 +98,7 @@ fn the_run_waits_for_its_before_first_run_hook() {
 
 #[test]
 fn bzimage_boots_and_reports_every_marker() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let out = Capture::default();
     let r = boot(config(
         "mini-bzimage-reset.bin",
@@ -202,9 +167,7 @@ fn bzimage_boots_and_reports_every_marker() {
 
 #[test]
 fn pvh_elf_gets_start_info_and_cmdline() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let out = Capture::default();
     let r = boot(config(
         "mini-pvh.elf",
@@ -250,9 +213,7 @@ fn bzimage_around_pvh_elf(dir: &std::path::Path, corrupt: bool) -> PathBuf {
 
 #[test]
 fn bzimage_payload_decompressed_on_the_host_boots_through_pvh() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let dir = tempfile::tempdir().unwrap();
     let out = Capture::default();
     let mut cfg = config("mini-pvh.elf", "console=ttyS0 marker=host-xz", out.clone());
@@ -298,9 +259,7 @@ fn bzimage_payload_decompressed_on_the_host_boots_through_pvh() {
 
 #[test]
 fn bzimage_receives_the_command_line() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let out = Capture::default();
     boot(config(
         "mini-bzimage-cmdline.bin",
@@ -317,9 +276,7 @@ fn bzimage_receives_the_command_line() {
 
 #[test]
 fn triple_fault_ends_the_vm_as_a_crash() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let r = boot(config("mini-bzimage-triple.bin", "", Capture::default())).unwrap();
     assert_outcome(&r, StopReason::TripleFault, false);
 }
@@ -329,9 +286,7 @@ fn triple_fault_ends_the_vm_as_a_crash() {
 /// register does nothing).
 #[test]
 fn reset_control_register_reset_is_clean() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let r = boot(config("mini-bzimage-cf9.bin", "", Capture::default())).unwrap();
     assert_outcome(&r, StopReason::Cf9Reset, true);
 }
@@ -341,9 +296,7 @@ fn reset_control_register_reset_is_clean() {
 /// for, not a crash.
 #[test]
 fn announced_restart_by_triple_fault_is_clean() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let out = Capture::default();
     let r = boot(config("mini-bzimage-restart.bin", "", out.clone())).unwrap();
     assert!(
@@ -361,9 +314,7 @@ fn announced_restart_by_triple_fault_is_clean() {
 /// with every marker-port write counted.
 #[test]
 fn hostile_port_and_mmio_accesses_end_on_the_triple_fault() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     // Every port access is an emulated instruction on a PVM host: on a
     // loaded machine their rate can pass the emulation check's.
     let mut cfg = config("mini-bzimage-hostile.bin", "", Capture::default());
@@ -379,9 +330,7 @@ fn hostile_port_and_mmio_accesses_end_on_the_triple_fault() {
 
 #[test]
 fn every_port_write_is_counted() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let r = boot(config("mini-bzimage-ports.bin", "", Capture::default())).unwrap();
     assert_eq!(r.marker_counts.debug_port.get("0x90"), Some(&1000));
     // One mark for the value, not a thousand.
@@ -397,9 +346,7 @@ fn every_port_write_is_counted() {
 
 #[test]
 fn halted_guest_times_out() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let mut cfg = config("mini-bzimage-hlt.bin", "", Capture::default());
     cfg.timeout = Some(Duration::from_millis(500));
     let r = boot(cfg).unwrap();
@@ -412,9 +359,7 @@ fn halted_guest_times_out() {
 
 #[test]
 fn several_vcpus_start_and_stop() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let mut cfg = config("mini-bzimage-reset.bin", "", Capture::default());
     cfg.vcpus = 4;
     let r = boot(cfg).unwrap();
@@ -424,9 +369,7 @@ fn several_vcpus_start_and_stop() {
 
 #[test]
 fn kvm_statistics_agree_with_the_marker_count() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let r = boot(config("mini-bzimage-ports.bin", "", Capture::default())).unwrap();
     let exits = r
         .timeline
@@ -448,9 +391,7 @@ fn kvm_statistics_agree_with_the_marker_count() {
 
 #[test]
 fn bad_kernels_are_rejected_with_clear_errors() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let err = |k: &str| match boot(config(k, "", Capture::default())) {
         Err(VmError::Config(ConfigError::Load(e))) => e,
         Err(e) => panic!("{k}: wrong error {e}"),
@@ -483,9 +424,7 @@ fn bad_kernels_are_rejected_with_clear_errors() {
 
 #[test]
 fn bad_numbers_are_rejected() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let mut cfg = config("mini-bzimage-reset.bin", "", Capture::default());
     cfg.vcpus = 0;
     assert!(matches!(
@@ -508,9 +447,7 @@ fn bad_numbers_are_rejected() {
 
 #[test]
 fn initrd_too_large_for_memory() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let dir = std::env::temp_dir().join(format!("bootscope-initrd-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let big = dir.join("big.img");
@@ -530,9 +467,7 @@ fn initrd_too_large_for_memory() {
 
 #[test]
 fn initrd_is_placed_and_announced() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let dir = std::env::temp_dir().join(format!("bootscope-initrd-ok-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let small = dir.join("small.img");
@@ -546,9 +481,7 @@ fn initrd_is_placed_and_announced() {
 
 #[test]
 fn initcalls_of_a_kernel_without_vmcoreinfo_say_why_and_leave_the_outcome_alone() {
-    if !kvm_available() {
-        return;
-    }
+    require_kvm!();
     let mut cfg = config(
         "mini-bzimage-reset.bin",
         "console=ttyS0",

@@ -23,26 +23,22 @@ const SITE_BAR_W: f64 = 50.0;
 
 /// The exit sites of a profile (`exits.sites`, `--exit-sites`): per
 /// reason, the guest functions with their exits, most first (every vCPU
-/// and phase summed). Empty without sites.
+/// and phase summed), named as `bootscope export --format folded` names
+/// them (`ExitSite::function_name`). Empty without sites.
 pub(super) fn top_sites(p: &Profile) -> BTreeMap<String, Vec<(String, f64)>> {
-    let mut by: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
-    for s in p.exits.sites.iter().flat_map(|x| &x.sites) {
-        // The names `bootscope export --format folded` groups by.
-        let name = match (s.rip, &s.function) {
-            (None, _) => "[unattributed]".to_string(),
-            (Some(_), Some(f)) => f.clone(),
-            (Some(rip), None) if rip < 1 << 63 => "[guest user]".to_string(),
-            (Some(rip), None) => format!("{rip:#x}"),
-        };
-        *by.entry(s.reason.clone())
-            .or_default()
-            .entry(name)
-            .or_default() += s.count as f64;
-    }
-    by.into_iter()
-        .map(|(reason, fns)| {
-            let mut fns: Vec<(String, f64)> = fns.into_iter().filter(|f| f.1 > 0.0).collect();
-            fns.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let Some(sites) = &p.exits.sites else {
+        return BTreeMap::new();
+    };
+    sites
+        .reason_totals()
+        .into_keys()
+        .map(|reason| {
+            let fns = sites
+                .top_functions(&reason)
+                .into_iter()
+                .filter(|f| f.count > 0)
+                .map(|f| (f.name, f.count as f64))
+                .collect();
             (reason, fns)
         })
         .collect()

@@ -403,22 +403,15 @@ mod tests {
         fs::write(cwd.join("old.json"), b"an earlier output").unwrap();
         fs::write(dir.path().join("up.img"), b"i").unwrap();
         let abs_initrd = dir.path().join("up.img");
-        let args = os(&[
+        let mut args = os(&[
             "run",
             "--kernel",
             "images/vmlinux",
             "--initrd=../up.img",
             "images/../../up.img",
-            "--serial",
-            "tty",
-            "-serial",
-            "stdio",
-            "--output",
-            "x",
-            "-o",
-            "old.json",
-            "--timeline=t.json",
         ]);
+        args.extend(os(&bootscope_testkit::OUTPUT_LIKE_ARGS));
+        args.extend(os(&["-o", "old.json", "--timeline=t.json"]));
         let mut all = args.clone();
         all.push(abs_initrd.clone().into_os_string());
         let outputs = [

@@ -103,10 +103,7 @@ fn a_dangling_link_is_refused() {
 
 #[test]
 fn a_stranger_link_in_a_sticky_directory_is_refused() {
-    if effective_uid() != 0 {
-        eprintln!("SKIP: needs root to give a link another owner");
-        return;
-    }
+    bootscope_testkit::require_root!("to give a link another owner");
     let d = scratch();
     let shared = d.path().join("shared");
     std::fs::create_dir(&shared).unwrap();
@@ -128,10 +125,7 @@ fn a_stranger_link_in_a_sticky_directory_is_refused() {
 
 #[test]
 fn a_stranger_fifo_in_a_sticky_directory_is_not_written() {
-    if effective_uid() != 0 {
-        eprintln!("SKIP: needs root to give a FIFO another owner");
-        return;
-    }
+    bootscope_testkit::require_root!("to give a FIFO another owner");
     let d = scratch();
     let shared = d.path().join("shared");
     std::fs::create_dir(&shared).unwrap();

@@ -534,11 +534,10 @@ mod tests {
     /// that hid it was seen by its own thread only.
     #[test]
     fn kernel_btf_is_hidden_from_the_loader_thread_only() {
-        // SAFETY: geteuid has no preconditions.
-        if !Path::new(KERNEL_BTF).exists() || unsafe { libc::geteuid() } != 0 {
-            eprintln!("SKIP: needs root and a kernel with {KERNEL_BTF}");
-            return;
+        if !Path::new(KERNEL_BTF).exists() {
+            bootscope_testkit::skip_test!("no {KERNEL_BTF} on this host");
         }
+        bootscope_testkit::require_root!("to mount over the kernel's BTF");
         let loader = loader_without_kernel_btf().expect("loader without kernel BTF");
         let shown = format!("{loader:?}");
         assert!(shown.starts_with("EbpfLoader { btf: None"), "{shown:.200}");

@@ -727,34 +727,9 @@ mod tests {
     /// `promtool check metrics`, when promtool is on PATH or named by
     /// `BOOTSCOPE_PROMTOOL` (Debian's `prometheus` package ships it).
     fn promtool_check(text: &str) {
-        use std::io::Write;
-        use std::process::{Command, Stdio};
         let tool = std::env::var("BOOTSCOPE_PROMTOOL").unwrap_or_else(|_| "promtool".into());
-        let child = Command::new(&tool)
-            .args(["check", "metrics"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn();
-        let mut child = match child {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("SKIP promtool check: cannot run {tool} ({e})");
-                return;
-            }
-        };
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "promtool check metrics failed:\n{}{}\n{text}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if let Err(e) = bootscope_testkit::promtool_check(&tool, text) {
+            eprintln!("SKIP promtool check: cannot run {tool} ({e})");
+        }
     }
 }

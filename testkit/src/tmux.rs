@@ -17,7 +17,7 @@ impl Tmux {
     /// `$ `); None after a SKIP line where tmux is not installed.
     pub fn start(tag: &str, prompt: &str) -> Option<Tmux> {
         if Command::new("tmux").arg("-V").output().is_err() {
-            super::skip("tmux is not installed (apt-get install tmux)");
+            crate::skip("tmux is not installed (apt-get install tmux)");
             return None;
         }
         let t = Tmux {
