@@ -75,55 +75,58 @@ pub fn check_schema_versions(
     }
 }
 
-/// Reads a `bootscope.timeline` document (`bootscope run --timeline`)
-/// into its types, its `schema` and `version` checked first; `path` is for
-/// messages, `hint` says what file to give instead.
-pub fn parse_timeline(
+/// Which document a reader takes: its `schema` name and the versions it
+/// reads.
+struct Kind {
+    schema: &'static str,
+    oldest: u32,
+    newest: u32,
+}
+
+/// Reads a document of `kind` into its type `T`, its `schema` and `version`
+/// checked first (from the head, without building a tree of the rest);
+/// `path` is for messages, `hint` says what file to give instead.
+fn parse_document<T: serde::de::DeserializeOwned>(
     bytes: &[u8],
     path: &Path,
     hint: &'static str,
-) -> Result<Timeline, BenchError> {
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|source| BenchError::NotJson {
-            path: path.into(),
-            hint,
-            source,
-        })?;
-    check_schema_versions(
-        &value,
-        path,
-        TIMELINE_SCHEMA_NAME,
-        TIMELINE_SCHEMA_MIN_VERSION,
-        TIMELINE_SCHEMA_VERSION,
-        hint,
-    )?;
-    Timeline::parse(&value).map_err(|e| BenchError::Malformed {
-        path: path.into(),
-        schema: TIMELINE_SCHEMA_NAME,
-        detail: e.to_string(),
-    })
-}
-
-/// Reads a `bootscope.profile` document (`bootscope profile --output`)
-/// into its types, its `schema` and `version` checked first; `path` is for
-/// messages, `hint` says what file to give instead.
-pub fn parse_profile(bytes: &[u8], path: &Path, hint: &'static str) -> Result<Profile, BenchError> {
+    kind: Kind,
+) -> Result<T, BenchError> {
     let value = head(bytes).map_err(|source| BenchError::NotJson {
         path: path.into(),
         hint,
         source,
     })?;
-    check_schema_versions(
-        &value,
-        path,
-        PROFILE_SCHEMA_NAME,
-        PROFILE_SCHEMA_OLDEST,
-        PROFILE_SCHEMA_VERSION,
-        hint,
-    )?;
+    check_schema_versions(&value, path, kind.schema, kind.oldest, kind.newest, hint)?;
     serde_json::from_slice(bytes).map_err(|e| BenchError::Malformed {
         path: path.into(),
-        schema: PROFILE_SCHEMA_NAME,
+        schema: kind.schema,
         detail: e.to_string(),
     })
+}
+
+/// Reads a `bootscope.timeline` document (`bootscope run --timeline`)
+/// into its type; see [`parse_document`].
+pub fn parse_timeline(
+    bytes: &[u8],
+    path: &Path,
+    hint: &'static str,
+) -> Result<Timeline, BenchError> {
+    let kind = Kind {
+        schema: TIMELINE_SCHEMA_NAME,
+        oldest: TIMELINE_SCHEMA_MIN_VERSION,
+        newest: TIMELINE_SCHEMA_VERSION,
+    };
+    parse_document(bytes, path, hint, kind)
+}
+
+/// Reads a `bootscope.profile` document (`bootscope profile --output`)
+/// into its type; see [`parse_document`].
+pub fn parse_profile(bytes: &[u8], path: &Path, hint: &'static str) -> Result<Profile, BenchError> {
+    let kind = Kind {
+        schema: PROFILE_SCHEMA_NAME,
+        oldest: PROFILE_SCHEMA_OLDEST,
+        newest: PROFILE_SCHEMA_VERSION,
+    };
+    parse_document(bytes, path, hint, kind)
 }
