@@ -98,11 +98,19 @@ pub fn write_output(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// The default guest: Debian's kernel and the project's busybox initramfs.
 pub(crate) fn default_guest() -> Result<(PathBuf, PathBuf)> {
+    default_guest_at(None)
+}
+
+/// The default guest with its initramfs written to `initrd`, or to
+/// bootscope's own cache where `None`.
+pub(crate) fn default_guest_at(initrd: Option<PathBuf>) -> Result<(PathBuf, PathBuf)> {
     let kernel = bootscope_lab::guest::find_debian_kernel().context("no default guest kernel")?;
-    // bootscope's own cache, private and checked (no shared fallback):
-    // the initramfs written there is booted as root.
-    let dir = bootscope_model::cache::cache_dir("")?;
-    let initrd = dir.join("default-guest.cpio");
+    let initrd = match initrd {
+        Some(path) => path,
+        // bootscope's own cache, private and checked (no shared fallback):
+        // the initramfs written there is booted as root.
+        None => bootscope_model::cache::cache_dir("")?.join("default-guest.cpio"),
+    };
     bootscope_lab::guest::build_default_initramfs(&initrd)
         .context("cannot build the default guest initramfs")?;
     Ok((kernel.vmlinuz, initrd))

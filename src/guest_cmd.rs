@@ -78,19 +78,7 @@ pub fn run(args: GuestArgs) -> Result<i32, Failure> {
 }
 
 fn default_guest(args: DefaultArgs) -> Result<i32, Failure> {
-    let (kernel, initrd) = match args.out {
-        None => crate::common::default_guest().map_err(usage)?,
-        Some(out) => {
-            let kernel = bootscope_lab::find_debian_kernel().map_err(|e| {
-                usage(anyhow!(
-                    "the default guest boots Debian's kernel from /boot: {e}"
-                ))
-            })?;
-            bootscope_lab::guest::build_default_initramfs(&out)
-                .map_err(|e| usage(anyhow!("cannot write the initramfs: {e:#}")))?;
-            (kernel.vmlinuz, out)
-        }
-    };
+    let (kernel, initrd) = crate::common::default_guest_at(args.out).map_err(usage)?;
     println!("{}", kernel.display());
     println!("{}", initrd.display());
     Ok(0)
