@@ -29,43 +29,7 @@ pub fn handle_exit(exit: VcpuExit<'_>, devices: &Devices, vcpu: u32) -> ExitActi
             devices.pio_read(port, data);
             ExitAction::Continue
         }
-        VcpuExit::IoOut(port, data) => {
-            devices.pio_write(port, data, vcpu);
-            if let Some(request) = devices.power_request() {
-                let (reason, detail) = match request {
-                    PowerRequest::Off => (
-                        StopReason::AcpiPowerOff,
-                        format!("guest powered off through ACPI (S5, vcpu{vcpu})"),
-                    ),
-                    PowerRequest::Reset => (
-                        StopReason::AcpiReset,
-                        format!("guest reset through the ACPI reset register (vcpu{vcpu})"),
-                    ),
-                    PowerRequest::I8042Reset => (
-                        StopReason::I8042Reset,
-                        format!("guest reset through the i8042 controller (vcpu{vcpu})"),
-                    ),
-                    PowerRequest::Cf9Reset => (
-                        StopReason::Cf9Reset,
-                        format!(
-                            "guest reset through the reset control register, port 0xcf9 (vcpu{vcpu})"
-                        ),
-                    ),
-                };
-                return ExitAction::Stop(reason, detail);
-            }
-            let ev = devices.console_events();
-            // With ACPI, "Power down" is followed by the sleep register
-            // write; the run loop gives that a moment (POWER_OFF_GRACE).
-            let awaiting_acpi = devices.acpi() && ev.power_down.load(Ordering::SeqCst);
-            if ev.halted.load(Ordering::SeqCst) && !awaiting_acpi {
-                return ExitAction::Stop(
-                    StopReason::GuestHalt,
-                    "guest kernel halted (\"reboot: System halted\" on the console)".into(),
-                );
-            }
-            ExitAction::Continue
-        }
+        VcpuExit::IoOut(port, data) => port_write(devices, port, data, vcpu),
         VcpuExit::MmioRead(addr, data) => {
             devices.mmio_read(addr, data);
             ExitAction::Continue
@@ -74,40 +38,8 @@ pub fn handle_exit(exit: VcpuExit<'_>, devices: &Devices, vcpu: u32) -> ExitActi
             devices.mmio_write(addr, data, vcpu);
             ExitAction::Continue
         }
-        // A triple fault is how a CPU resets when nothing else will: Linux
-        // ends `reboot=t` that way, after saying so on the console. Without
-        // that word it is a crash (the guest faulted with no usable IDT).
-        VcpuExit::Shutdown => {
-            if devices.console_events().restarting.load(Ordering::SeqCst) {
-                ExitAction::Stop(
-                    StopReason::TripleFaultReboot,
-                    format!(
-                        "guest reset by a triple fault on vcpu{vcpu} after the kernel announced the restart (\"reboot: Restarting system\")"
-                    ),
-                )
-            } else {
-                ExitAction::Stop(
-                    StopReason::TripleFault,
-                    format!(
-                        "guest crashed: triple fault on vcpu{vcpu} (KVM_EXIT_SHUTDOWN) with no reset or power-off request"
-                    ),
-                )
-            }
-        }
-        VcpuExit::SystemEvent(kind, _) => {
-            let what = match kind {
-                SYSTEM_EVENT_SHUTDOWN => "shutdown",
-                SYSTEM_EVENT_RESET => "reset",
-                SYSTEM_EVENT_CRASH => "crash",
-                _ => "unknown event",
-            };
-            let reason = if kind == SYSTEM_EVENT_CRASH {
-                StopReason::GuestPanic
-            } else {
-                StopReason::SystemEvent
-            };
-            ExitAction::Stop(reason, format!("guest system event: {what} (vcpu{vcpu})"))
-        }
+        VcpuExit::Shutdown => triple_fault(devices, vcpu),
+        VcpuExit::SystemEvent(kind, _) => system_event(kind, vcpu),
         // With the in-kernel irqchip HLT stays in the kernel; a userspace
         // HLT exit means nothing can wake this vCPU.
         VcpuExit::Hlt => ExitAction::Stop(
@@ -128,6 +60,87 @@ pub fn handle_exit(exit: VcpuExit<'_>, devices: &Devices, vcpu: u32) -> ExitActi
             format!("unexpected exit on vcpu{vcpu}: {other:?}"),
         ),
     }
+}
+
+/// A port write: the device's, then the stop it may have asked for (a
+/// power or reset register, or the console's halt line).
+fn port_write(devices: &Devices, port: u16, data: &[u8], vcpu: u32) -> ExitAction {
+    devices.pio_write(port, data, vcpu);
+    if let Some(request) = devices.power_request() {
+        let (reason, detail) = power_stop(request, vcpu);
+        return ExitAction::Stop(reason, detail);
+    }
+    let ev = devices.console_events();
+    // With ACPI, "Power down" is followed by the sleep register
+    // write; the run loop gives that a moment (POWER_OFF_GRACE).
+    let awaiting_acpi = devices.acpi() && ev.power_down.load(Ordering::SeqCst);
+    if ev.halted.load(Ordering::SeqCst) && !awaiting_acpi {
+        return ExitAction::Stop(
+            StopReason::GuestHalt,
+            "guest kernel halted (\"reboot: System halted\" on the console)".into(),
+        );
+    }
+    ExitAction::Continue
+}
+
+/// The stop reason and detail of a power or reset request.
+fn power_stop(request: PowerRequest, vcpu: u32) -> (StopReason, String) {
+    match request {
+        PowerRequest::Off => (
+            StopReason::AcpiPowerOff,
+            format!("guest powered off through ACPI (S5, vcpu{vcpu})"),
+        ),
+        PowerRequest::Reset => (
+            StopReason::AcpiReset,
+            format!("guest reset through the ACPI reset register (vcpu{vcpu})"),
+        ),
+        PowerRequest::I8042Reset => (
+            StopReason::I8042Reset,
+            format!("guest reset through the i8042 controller (vcpu{vcpu})"),
+        ),
+        PowerRequest::Cf9Reset => (
+            StopReason::Cf9Reset,
+            format!("guest reset through the reset control register, port 0xcf9 (vcpu{vcpu})"),
+        ),
+    }
+}
+
+/// A triple fault is how a CPU resets when nothing else will: Linux ends
+/// `reboot=t` that way, after saying so on the console. Without that word
+/// it is a crash (the guest faulted with no usable IDT).
+fn triple_fault(devices: &Devices, vcpu: u32) -> ExitAction {
+    if devices.console_events().restarting.load(Ordering::SeqCst) {
+        ExitAction::Stop(
+            StopReason::TripleFaultReboot,
+            format!(
+                "guest reset by a triple fault on vcpu{vcpu} after the kernel announced the restart (\"reboot: Restarting system\")"
+            ),
+        )
+    } else {
+        ExitAction::Stop(
+            StopReason::TripleFault,
+            format!(
+                "guest crashed: triple fault on vcpu{vcpu} (KVM_EXIT_SHUTDOWN) with no reset or power-off request"
+            ),
+        )
+    }
+}
+
+/// `KVM_EXIT_SYSTEM_EVENT`: a crash is a guest panic, the rest a system
+/// event.
+fn system_event(kind: u32, vcpu: u32) -> ExitAction {
+    let what = match kind {
+        SYSTEM_EVENT_SHUTDOWN => "shutdown",
+        SYSTEM_EVENT_RESET => "reset",
+        SYSTEM_EVENT_CRASH => "crash",
+        _ => "unknown event",
+    };
+    let reason = if kind == SYSTEM_EVENT_CRASH {
+        StopReason::GuestPanic
+    } else {
+        StopReason::SystemEvent
+    };
+    ExitAction::Stop(reason, format!("guest system event: {what} (vcpu{vcpu})"))
 }
 
 #[cfg(test)]
