@@ -161,58 +161,100 @@ fn check_aligned(what: String, size: u64, page_size: u64) -> Result<(), PlanErro
     Ok(())
 }
 
+/// The preallocation threads' count and CPU list: positive, at most
+/// [`MAX_PREALLOC_THREADS`], CPUs that are online.
+fn check_prealloc_options(opts: &MemoryOptions, topo: &Topology) -> Result<(), PlanError> {
+    if opts.prealloc_threads == 0 {
+        return Err(PlanError::ZeroThreads);
+    }
+    if opts.prealloc_threads > MAX_PREALLOC_THREADS {
+        return Err(PlanError::TooManyThreads {
+            threads: opts.prealloc_threads,
+            max: MAX_PREALLOC_THREADS,
+            cpus: topo.online_cpus.len(),
+        });
+    }
+    if let Some(cpus) = &opts.prealloc_cpus {
+        if cpus.is_empty() {
+            return Err(PlanError::EmptyCpuList {
+                what: "--prealloc-cpus".into(),
+            });
+        }
+        let missing = cpus.difference(&topo.online_cpus);
+        if !missing.is_empty() {
+            return Err(PlanError::CpusNotOnline {
+                what: "--prealloc-cpus".into(),
+                cpus: missing,
+                online: topo.online_cpus.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The pages that back guest memory: `--hugepages`' size when the host
+/// has it, transparent huge pages when asked for or when the host has them
+/// on, else small pages.
+fn page_backing(opts: &MemoryOptions, topo: &Topology) -> Result<PageBacking, PlanError> {
+    let thp_on_host = !matches!(topo.thp, ThpMode::Never | ThpMode::Unsupported);
+    Ok(match (opts.hugepages, opts.thp) {
+        (Some(_), ThpChoice::Required) => return Err(PlanError::ThpWithHugepages),
+        (Some(size), _) => {
+            if !topo.hugepages.contains_key(&size) {
+                return Err(PlanError::HugePagesUnsupported {
+                    size,
+                    path: hugepage_file(&topo.root, size, None, "nr_hugepages"),
+                });
+            }
+            PageBacking::HugeTlb(size)
+        }
+        (None, ThpChoice::Required) => {
+            if !thp_on_host {
+                return Err(PlanError::ThpUnavailable {
+                    mode: topo.thp.to_string(),
+                    path: topo.root.path("kernel/mm/transparent_hugepage/enabled"),
+                });
+            }
+            PageBacking::Transparent
+        }
+        (None, ThpChoice::Auto) if thp_on_host => PageBacking::Transparent,
+        (None, _) => PageBacking::Small,
+    })
+}
+
+/// Region `r`'s preallocation: the threads, on `--prealloc-cpus`, else on
+/// the CPUs of the host nodes the region is bound to (which must have
+/// some), else anywhere.
+fn prealloc_plan(
+    opts: &MemoryOptions,
+    topo: &Topology,
+    r: &RegionPlan,
+) -> Result<PreallocPlan, PlanError> {
+    let cpus = match (&opts.prealloc_cpus, &r.binding) {
+        (Some(cpus), _) => Some(cpus.clone()),
+        (None, Some(b)) => {
+            let cpus = topo.cpus_of(&b.nodes);
+            if cpus.is_empty() {
+                return Err(PlanError::NodesWithoutCpus {
+                    guest_node: r.guest_node,
+                    nodes: b.nodes.clone(),
+                });
+            }
+            Some(cpus)
+        }
+        (None, None) => None,
+    };
+    Ok(PreallocPlan {
+        threads: opts.prealloc_threads,
+        cpus,
+    })
+}
+
 impl MemoryPlan {
     /// Checks `opts` against the host `topo` and builds the plan.
     pub fn new(opts: &MemoryOptions, topo: &Topology) -> Result<Self, PlanError> {
-        if opts.prealloc_threads == 0 {
-            return Err(PlanError::ZeroThreads);
-        }
-        if opts.prealloc_threads > MAX_PREALLOC_THREADS {
-            return Err(PlanError::TooManyThreads {
-                threads: opts.prealloc_threads,
-                max: MAX_PREALLOC_THREADS,
-                cpus: topo.online_cpus.len(),
-            });
-        }
-        if let Some(cpus) = &opts.prealloc_cpus {
-            if cpus.is_empty() {
-                return Err(PlanError::EmptyCpuList {
-                    what: "--prealloc-cpus".into(),
-                });
-            }
-            let missing = cpus.difference(&topo.online_cpus);
-            if !missing.is_empty() {
-                return Err(PlanError::CpusNotOnline {
-                    what: "--prealloc-cpus".into(),
-                    cpus: missing,
-                    online: topo.online_cpus.clone(),
-                });
-            }
-        }
-        let thp_on_host = !matches!(topo.thp, ThpMode::Never | ThpMode::Unsupported);
-        let backing = match (opts.hugepages, opts.thp) {
-            (Some(_), ThpChoice::Required) => return Err(PlanError::ThpWithHugepages),
-            (Some(size), _) => {
-                if !topo.hugepages.contains_key(&size) {
-                    return Err(PlanError::HugePagesUnsupported {
-                        size,
-                        path: hugepage_file(&topo.root, size, None, "nr_hugepages"),
-                    });
-                }
-                PageBacking::HugeTlb(size)
-            }
-            (None, ThpChoice::Required) => {
-                if !thp_on_host {
-                    return Err(PlanError::ThpUnavailable {
-                        mode: topo.thp.to_string(),
-                        path: topo.root.path("kernel/mm/transparent_hugepage/enabled"),
-                    });
-                }
-                PageBacking::Transparent
-            }
-            (None, ThpChoice::Auto) if thp_on_host => PageBacking::Transparent,
-            (None, _) => PageBacking::Small,
-        };
+        check_prealloc_options(opts, topo)?;
+        let backing = page_backing(opts, topo)?;
         let page_size = backing.page_size(topo.page_size);
 
         let mut regions = if opts.numa.is_empty() {
@@ -231,24 +273,7 @@ impl MemoryPlan {
 
         if opts.prealloc {
             for r in &mut regions {
-                let cpus = match (&opts.prealloc_cpus, &r.binding) {
-                    (Some(cpus), _) => Some(cpus.clone()),
-                    (None, Some(b)) => {
-                        let cpus = topo.cpus_of(&b.nodes);
-                        if cpus.is_empty() {
-                            return Err(PlanError::NodesWithoutCpus {
-                                guest_node: r.guest_node,
-                                nodes: b.nodes.clone(),
-                            });
-                        }
-                        Some(cpus)
-                    }
-                    (None, None) => None,
-                };
-                r.prealloc = Some(PreallocPlan {
-                    threads: opts.prealloc_threads,
-                    cpus,
-                });
+                r.prealloc = Some(prealloc_plan(opts, topo, r)?);
             }
         }
 
