@@ -229,26 +229,10 @@ pub fn host_kernel(
     let (compression, vmlinux) = decompress(payload)?;
     let decompress_ns = t.elapsed().as_nanos() as u64;
     let elf = inspect_elf(&vmlinux).map_err(PayloadError::Unusable)?;
-    let (cache, cache_note) = match &cache_file {
-        None => (CacheUse::Off, Some("no cache directory".to_string())),
-        Some(file) => match cache_dir
-            .map_or(Ok(()), |d| bootscope_model::cache::private_dir(d, d))
-            .map_err(|e| std::io::Error::other(e.to_string()))
-            .and_then(|()| bootscope_model::cache::store(file, &vmlinux))
-        {
-            Ok(()) => {
-                index(compression, vmlinux.len() as u64);
-                match rebuilt {
-                    Some(why) => (CacheUse::Rebuilt, Some(why)),
-                    None => (CacheUse::Miss, None),
-                }
-            }
-            Err(e) => (
-                CacheUse::Off,
-                Some(format!("cannot write {}: {e}", file.display())),
-            ),
-        },
-    };
+    let (cache, cache_note) = store(cache_dir, cache_file.as_deref(), &vmlinux, rebuilt);
+    if matches!(cache, CacheUse::Miss | CacheUse::Rebuilt) {
+        index(compression, vmlinux.len() as u64);
+    }
     Ok(HostKernel {
         compression,
         bytes: KernelBytes::Owned(vmlinux),
@@ -263,6 +247,33 @@ pub fn host_kernel(
         hash_ns,
         decompress_ns,
     })
+}
+
+/// Stores a kernel just decompressed as `file` in the cache directory
+/// `dir` (made private first): a miss, or a rebuilt entry when `rebuilt`
+/// says why the old one was not sound; the cache is off (said why) when
+/// there is none or it cannot be written.
+fn store(
+    dir: Option<&Path>,
+    file: Option<&Path>,
+    vmlinux: &[u8],
+    rebuilt: Option<String>,
+) -> (CacheUse, Option<String>) {
+    let Some(file) = file else {
+        return (CacheUse::Off, Some("no cache directory".to_string()));
+    };
+    let stored = dir
+        .map_or(Ok(()), |d| bootscope_model::cache::private_dir(d, d))
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|()| bootscope_model::cache::store(file, vmlinux));
+    match (stored, rebuilt) {
+        (Ok(()), Some(why)) => (CacheUse::Rebuilt, Some(why)),
+        (Ok(()), None) => (CacheUse::Miss, None),
+        (Err(e), _) => (
+            CacheUse::Off,
+            Some(format!("cannot write {}: {e}", file.display())),
+        ),
+    }
 }
 
 /// The cached kernel of a file the index knows, unchanged since (and
