@@ -12,6 +12,7 @@ use bootscope_model::size::parse_size;
 use bootscope_model::timeline::{TimelineGuest, TimelineMemory};
 use bootscope_vmm::console::{merge_patterns, MilestonePattern};
 use bootscope_vmm::timeline::{vmm_marks, Clock, Recorder, StopReason, Timeline};
+use bootscope_vmm::virtio::VirtioConfig;
 use bootscope_vmm::vm::{self, VmConfig, VmError};
 
 use crate::common::{
@@ -34,79 +35,18 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         value: None,
         vcpu: None,
     });
-    let (memory_bytes, memory_opts) = memory_options(&args)?;
-    let stop_after = stop_after(&args)?;
-    check_outputs(&run_outputs(&args)).map_err(usage)?;
-    let mut patterns = Vec::new();
-    for spec in &args.serial_patterns {
-        patterns.push(MilestonePattern::parse(spec).map_err(|e| usage(e.into()))?);
-    }
-    let patterns = merge_patterns(patterns, !args.no_default_patterns);
-    let (kernel, initrd) = guest_images(&args, stop_after)?;
-    let tui_console = crate::live_tui::TuiConsole::new(args.tui, &args.serial).map_err(usage)?;
-    let trace = args.initcalls && args.initcalls_method == InitcallMethod::Trace;
-    let cmdline = guest_cmdline(&args)?;
-    let initcall_kernel = trace.then(|| crate::guest_symbols::kernel_loader(kernel.clone()));
-    // Exit sites in modules are named from the module list read at the
-    // end (the same loaded image as the initcalls').
-    let modules = (args.exit_sites && !args.no_profile).then(|| {
-        initcall_kernel
-            .clone()
-            .unwrap_or_else(|| crate::guest_symbols::kernel_loader(kernel.clone()))
-    });
-    let mut cfg = VmConfig {
-        kernel,
-        initrd,
-        cmdline,
-        memory_bytes,
-        vcpus: args.vcpus,
-        console: open_console(&tui_console.serial)?,
-        patterns,
-        timeout: args.timeout,
-        allow_emulation: args.allow_emulation,
-        map_images: args.map_initrd,
-        decompress: bootscope_vmm::loader::DecompressOptions {
-            in_guest: args.guest_decompress,
-            cache_dir: kernel_cache_dir(),
-        },
-        memory: memory_opts,
-        sandbox: args.sandbox,
-        stop_after,
-        acpi: !args.no_acpi,
-        stop: Some(interrupts.flag()),
-        initcalls: args.initcalls,
-        initcall_kernel,
-        modules,
-        before_first_run: None,
-        disks: args.devices.disks.clone(),
-        rng: args.devices.rng(!args.no_acpi),
-        virtio_console: args.devices.virtio_console(),
-        host_tool: Some(profiler_tool()),
-    };
+    let (mut cfg, tui_console) = vm_config(&args, &interrupts)?;
     check_inputs(&args, &cfg)?;
     // A systemd guest's units record on the root disk, as it is before the
     // boot (docs/guest.md): after the boot it says whether the guest wrote
     // a new one.
-    let units_probe = cfg
-        .disks
-        .first()
+    let units_probe = (cfg.virtio.disks.first())
         .filter(|d| !d.readonly)
         .map(|d| bootscope_vmm::units::RecordProbe::before_boot(&d.path));
+    let symbols = early_symbols(&args, &cfg)?;
     // The programs the set-up needs attach before the VMM starts (`profiler
     // attach`), the guest programs beside its set-up, waited for before its
     // first KVM_RUN (`profiler guest attach`; attach_self_profile).
-    // A symbol file given is checked before anything runs (bad input), and
-    // the live view names sites as they come; otherwise the booted
-    // kernel's own symbols are read after the run, from the VMM's
-    // decompressed copy where it made one (docs/profiler.md).
-    let symbols = if args.exit_sites && (args.guest_symbols.is_some() || args.tui) {
-        // Reading an input: a signal ends the command at once.
-        let _immediate = crate::signals::Immediate::new();
-        crate::guest_symbols::load_symbols(args.guest_symbols.as_deref(), Some(cfg.kernel.clone()))
-            .map_err(|e| usage(anyhow::anyhow!(e)))?
-    } else {
-        None
-    };
     let collector = attach_self_profile(&args, &recorder, &mut cfg)?;
     let report = if args.tui {
         crate::live_tui::run_vm(
@@ -134,6 +74,79 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         units_probe,
     };
     ended.finish(&args, report, collector)
+}
+
+/// The VMM's configuration from `run`'s options (bad ones are usage
+/// errors, found before anything runs), and where the guest's console
+/// goes.
+fn vm_config(
+    args: &RunArgs,
+    interrupts: &crate::signals::Interrupts,
+) -> Result<(VmConfig, crate::live_tui::TuiConsole), Failure> {
+    let (memory_bytes, memory_opts) = memory_options(args)?;
+    let stop_after = stop_after(args)?;
+    check_outputs(&run_outputs(args)).map_err(usage)?;
+    let mut patterns = Vec::new();
+    for spec in &args.serial_patterns {
+        patterns.push(MilestonePattern::parse(spec).map_err(|e| usage(e.into()))?);
+    }
+    let (kernel, initrd) = guest_images(args, stop_after)?;
+    let tui_console = crate::live_tui::TuiConsole::new(args.tui, &args.serial).map_err(usage)?;
+    let trace = args.initcalls && args.initcalls_method == InitcallMethod::Trace;
+    let cmdline = guest_cmdline(args)?;
+    let initcall_kernel = trace.then(|| crate::guest_symbols::kernel_loader(kernel.clone()));
+    // Exit sites in modules are named from the module list read at the
+    // end (the same loaded image as the initcalls').
+    let modules = (args.exit_sites && !args.no_profile).then(|| {
+        initcall_kernel
+            .clone()
+            .unwrap_or_else(|| crate::guest_symbols::kernel_loader(kernel.clone()))
+    });
+    let mut cfg = VmConfig::new(kernel, cmdline, open_console(&tui_console.serial)?);
+    cfg.initrd = initrd;
+    cfg.memory_bytes = memory_bytes;
+    cfg.vcpus = args.vcpus;
+    cfg.patterns = merge_patterns(patterns, !args.no_default_patterns);
+    cfg.timeout = args.timeout;
+    cfg.allow_emulation = args.allow_emulation;
+    cfg.map_images = args.map_initrd;
+    cfg.decompress = bootscope_vmm::loader::DecompressOptions {
+        in_guest: args.guest_decompress,
+        cache_dir: kernel_cache_dir(),
+    };
+    cfg.memory = memory_opts;
+    cfg.sandbox = args.sandbox;
+    cfg.stop_after = stop_after;
+    cfg.acpi = !args.no_acpi;
+    cfg.stop = Some(interrupts.flag());
+    cfg.initcalls = args.initcalls;
+    cfg.initcall_kernel = initcall_kernel;
+    cfg.modules = modules;
+    cfg.virtio = VirtioConfig {
+        disks: args.devices.disks.clone(),
+        rng: args.devices.rng(!args.no_acpi),
+        console: args.devices.virtio_console(),
+    };
+    cfg.host_tool = Some(profiler_tool());
+    Ok((cfg, tui_console))
+}
+
+/// The guest kernel's symbols for `--exit-sites`, when they are needed
+/// before the run: a symbol file given is checked before anything runs
+/// (bad input), and the live view names sites as they come. Otherwise
+/// (None) the booted kernel's own symbols are read after the run, from
+/// the VMM's decompressed copy where it made one (docs/profiler.md).
+fn early_symbols(
+    args: &RunArgs,
+    cfg: &VmConfig,
+) -> Result<Option<bootscope_profiler::guest_symbols::SymbolTable>, Failure> {
+    if !(args.exit_sites && (args.guest_symbols.is_some() || args.tui)) {
+        return Ok(None);
+    }
+    // Reading an input: a signal ends the command at once.
+    let _immediate = crate::signals::Immediate::new();
+    crate::guest_symbols::load_symbols(args.guest_symbols.as_deref(), Some(cfg.kernel.clone()))
+        .map_err(|e| usage(anyhow::anyhow!(e)))
 }
 
 /// The guest's command line: the one given with what the devices and
@@ -166,7 +179,7 @@ fn check_inputs(args: &RunArgs, cfg: &VmConfig) -> Result<(), Failure> {
         bootscope_vmm::loader::check_initrd(initrd)
             .map_err(|e| usage(vm::ConfigError::from(e).into()))?;
     }
-    bootscope_vmm::virtio::DiskImage::open_all(&cfg.disks).map_err(|e| usage(e.into()))?;
+    bootscope_vmm::virtio::DiskImage::open_all(&cfg.virtio.disks).map_err(|e| usage(e.into()))?;
     Ok(())
 }
 
@@ -183,7 +196,7 @@ fn memory_options(args: &RunArgs) -> Result<(u64, bootscope_vmm::memory::MemoryO
     let memory_bytes = match &args.memory {
         Some(m) => parse_size(m).context("--memory").map_err(usage)?,
         None if !numa.is_empty() => numa.iter().map(|n| n.memory).sum(),
-        None => 256 << 20,
+        None => vm::DEFAULT_MEMORY,
     };
     let prealloc_cpus = match &args.prealloc_cpus {
         Some(l) => Some(

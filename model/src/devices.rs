@@ -88,6 +88,19 @@ pub struct IoCounts {
     pub errors: u64,
 }
 
+impl std::ops::AddAssign for IoCounts {
+    fn add_assign(&mut self, io: IoCounts) {
+        self.requests += io.requests;
+        self.reads += io.reads;
+        self.writes += io.writes;
+        self.flushes += io.flushes;
+        self.get_id += io.get_id;
+        self.bytes_read += io.bytes_read;
+        self.bytes_written += io.bytes_written;
+        self.errors += io.errors;
+    }
+}
+
 /// The I/O of one phase.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhaseIo {

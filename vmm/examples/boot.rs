@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bootscope_vmm::console::MilestonePattern;
 use bootscope_vmm::timeline::{Clock, Recorder};
 use bootscope_vmm::vm::{run, VmConfig};
 
@@ -22,32 +21,9 @@ fn main() {
         }
     };
     let rec = Arc::new(Recorder::new(Clock::start()));
-    let cfg = VmConfig {
-        kernel: kernel.into(),
-        initrd: None,
-        cmdline,
-        memory_bytes: 256 << 20,
-        vcpus: 1,
-        console: Box::new(std::io::stdout()),
-        patterns: MilestonePattern::defaults(),
-        timeout: Some(Duration::from_secs(5)),
-        allow_emulation: false,
-        map_images: true,
-        decompress: Default::default(),
-        memory: Default::default(),
-        sandbox: false,
-        stop_after: None,
-        acpi: true,
-        stop: None,
-        initcalls: false,
-        initcall_kernel: None,
-        modules: None,
-        before_first_run: None,
-        disks: Vec::new(),
-        rng: false,
-        virtio_console: false,
-        host_tool: None,
-    };
+    let mut cfg = VmConfig::new(kernel.into(), cmdline, Box::new(std::io::stdout()));
+    cfg.timeout = Some(Duration::from_secs(5));
+    cfg.map_images = true;
     match run(cfg, rec) {
         Ok(r) => {
             print!("{}", bootscope_vmm::timeline::summary_table(&r.timeline));

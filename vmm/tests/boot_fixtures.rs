@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bootscope_testkit::{require_kvm, Capture};
-use bootscope_vmm::console::MilestonePattern;
 use bootscope_vmm::loader::LoadError;
 use bootscope_vmm::timeline::{Clock, MarkSource, Recorder, StopReason};
 use bootscope_vmm::vm::{run, ConfigError, RunReport, VmConfig, VmError};
@@ -23,32 +22,11 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn config(kernel: &str, cmdline: &str, console: Capture) -> VmConfig {
-    VmConfig {
-        kernel: fixture(kernel),
-        initrd: None,
-        cmdline: cmdline.into(),
-        memory_bytes: 64 << 20,
-        vcpus: 1,
-        console: Box::new(console),
-        patterns: MilestonePattern::defaults(),
-        timeout: Some(Duration::from_secs(20)),
-        allow_emulation: false,
-        map_images: true,
-        decompress: Default::default(),
-        memory: Default::default(),
-        sandbox: false,
-        stop_after: None,
-        acpi: true,
-        stop: None,
-        initcalls: false,
-        initcall_kernel: None,
-        modules: None,
-        before_first_run: None,
-        disks: Vec::new(),
-        rng: false,
-        virtio_console: false,
-        host_tool: None,
-    }
+    let mut cfg = VmConfig::new(fixture(kernel), cmdline.into(), Box::new(console));
+    cfg.memory_bytes = 64 << 20;
+    cfg.timeout = Some(Duration::from_secs(20));
+    cfg.map_images = true;
+    cfg
 }
 
 /// The run ended for `reason`, clean or not as `clean` says.
@@ -443,6 +421,31 @@ fn bad_numbers_are_rejected() {
         boot(cfg),
         Err(VmError::Config(ConfigError::MemoryTooSmall { .. }))
     ));
+}
+
+/// The virtio devices are described in the ACPI tables: asking for one
+/// without them names the options that asked, each once.
+#[test]
+fn virtio_devices_need_acpi() {
+    let mut cfg = config("mini-bzimage-reset.bin", "", Capture::default());
+    cfg.acpi = false;
+    assert!(bootscope_vmm::vm::validate(&cfg, 1).is_ok());
+    cfg.virtio.rng = true;
+    cfg.virtio.console = true;
+    for path in ["a.img", "b.img"] {
+        cfg.virtio.disks.push(bootscope_vmm::virtio::DiskSpec {
+            path: path.into(),
+            readonly: false,
+        });
+    }
+    match bootscope_vmm::vm::validate(&cfg, 1) {
+        Err(ConfigError::VirtioWithoutAcpi(what)) => {
+            assert_eq!(what, "--disk, --rng, --console virtio");
+        }
+        other => panic!("{other:?}"),
+    }
+    cfg.acpi = true;
+    assert!(bootscope_vmm::vm::validate(&cfg, 1).is_ok());
 }
 
 #[test]

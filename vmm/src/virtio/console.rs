@@ -9,10 +9,11 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use virtio_queue::{DescriptorChain, Queue};
-use vm_memory::{Bytes, GuestMemory, GuestMemoryMmap, Permissions};
+use vm_memory::{Bytes, GuestMemoryMmap};
 
+use super::chain::{self, drain_queue, Access, BadRequests, ChainError};
 use super::report::VirtioDeviceDoc;
-use super::{drain_queue, DeviceKind, QueueFault, VirtioDevice, FEATURE_VERSION_1};
+use super::{DeviceKind, QueueFault, VirtioDevice, FEATURE_VERSION_1};
 use crate::console::ConsoleSink;
 use crate::timeline::TimelinePhase;
 
@@ -23,49 +24,28 @@ pub const TRANSMIT_QUEUE: usize = 1;
 /// Most bytes taken from one transmit chain; the rest is dropped.
 pub const MAX_CHAIN_BYTES: usize = 1 << 20;
 
-/// Why a transmit chain is dropped.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ConsoleError {
-    #[error("descriptor chain cut short (a loop or a next index past the table)")]
-    Broken,
-    #[error("transmit buffer is device-writable (wrong direction)")]
-    Direction,
-    #[error("transmit buffer {addr:#x}+{len} is outside guest memory")]
-    Outside { addr: u64, len: u32 },
-}
-
 /// The bytes of a transmit chain, at most [`MAX_CHAIN_BYTES`].
 pub fn parse_transmit(
     chain: DescriptorChain<&GuestMemoryMmap>,
     mem: &GuestMemoryMmap,
-) -> Result<Vec<u8>, ConsoleError> {
+) -> Result<Vec<u8>, ChainError> {
+    const WHAT: &str = "transmit buffer";
     let mut out = Vec::new();
-    let mut cut = false;
-    for d in chain {
-        cut = d.has_next();
-        if d.is_write_only() {
-            return Err(ConsoleError::Direction);
-        }
-        let take = (d.len() as usize).min(MAX_CHAIN_BYTES - out.len());
+    for d in chain::descriptors(chain)? {
+        chain::check_direction(&d, Access::Readable, WHAT)?;
+        let take = d.len().min((MAX_CHAIN_BYTES - out.len()) as u32);
         if take == 0 {
             continue;
         }
-        if !mem.check_range(d.addr(), take, Permissions::Read) {
-            return Err(ConsoleError::Outside {
-                addr: d.addr().0,
-                len: d.len(),
-            });
-        }
+        chain::check_inside(mem, d.addr(), take, Access::Readable, WHAT)?;
         let start = out.len();
-        out.resize(start + take, 0);
+        out.resize(start + take as usize, 0);
         mem.read_slice(&mut out[start..], d.addr())
-            .map_err(|_| ConsoleError::Outside {
+            .map_err(|_| ChainError::Outside {
+                what: WHAT,
                 addr: d.addr().0,
                 len: d.len(),
             })?;
-    }
-    if cut {
-        return Err(ConsoleError::Broken);
     }
     Ok(out)
 }
@@ -74,8 +54,7 @@ pub fn parse_transmit(
 pub struct Console {
     sink: Arc<Mutex<ConsoleSink>>,
     bytes: u64,
-    bad_requests: u64,
-    first_bad: Option<String>,
+    bad: BadRequests,
 }
 
 impl Console {
@@ -83,8 +62,7 @@ impl Console {
         Self {
             sink,
             bytes: 0,
-            bad_requests: 0,
-            first_bad: None,
+            bad: BadRequests::default(),
         }
     }
 
@@ -96,10 +74,7 @@ impl Console {
                 // The sink keeps its own write errors for the report.
                 let _ = sink.write_all(&bytes);
             }
-            Err(e) => {
-                self.bad_requests += 1;
-                self.first_bad.get_or_insert_with(|| e.to_string());
-            }
+            Err(e) => self.bad.note(&e),
         }
     }
 }
@@ -141,7 +116,6 @@ impl VirtioDevice for Console {
 
     fn report(&self, doc: &mut VirtioDeviceDoc, _phases: &[TimelinePhase]) {
         doc.console_bytes = Some(self.bytes);
-        doc.bad_requests = self.bad_requests;
-        doc.first_bad_request = self.first_bad.clone();
+        self.bad.report(doc);
     }
 }

@@ -4,10 +4,11 @@
 //! userspace gets its first random bytes.
 
 use virtio_queue::{DescriptorChain, Queue};
-use vm_memory::{Address, Bytes, GuestMemory, GuestMemoryMmap, Permissions};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
 
+use super::chain::{self, drain_queue, Access, BadRequests, ChainError};
 use super::report::VirtioDeviceDoc;
-use super::{drain_queue, DeviceKind, QueueFault, VirtioDevice, FEATURE_VERSION_1};
+use super::{DeviceKind, QueueFault, VirtioDevice, FEATURE_VERSION_1};
 use crate::timeline::TimelinePhase;
 
 /// The request queue's size.
@@ -16,39 +17,16 @@ pub const QUEUE_SIZE: u16 = 64;
 /// at a time; a guest asking for more gets this much).
 pub const MAX_REQUEST: usize = 64 << 10;
 
-/// Why a chain gets nothing.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum RngError {
-    #[error("descriptor chain cut short (a loop or a next index past the table)")]
-    Broken,
-    #[error("buffer is device-readable (wrong direction)")]
-    Direction,
-    #[error("buffer {addr:#x}+{len} is outside guest memory")]
-    Outside { addr: u64, len: u32 },
-}
-
 /// The buffers of a chain, checked: all device-writable, in guest memory.
 pub fn parse(
     chain: DescriptorChain<&GuestMemoryMmap>,
     mem: &GuestMemoryMmap,
-) -> Result<Vec<(vm_memory::GuestAddress, u32)>, RngError> {
-    let mut out = Vec::new();
-    let mut cut = false;
-    for d in chain {
-        cut = d.has_next();
-        if !d.is_write_only() {
-            return Err(RngError::Direction);
-        }
-        if d.len() > 0 && !mem.check_range(d.addr(), d.len() as usize, Permissions::Write) {
-            return Err(RngError::Outside {
-                addr: d.addr().0,
-                len: d.len(),
-            });
-        }
+) -> Result<Vec<(GuestAddress, u32)>, ChainError> {
+    let descs = chain::descriptors(chain)?;
+    let mut out = Vec::with_capacity(descs.len());
+    for d in &descs {
+        chain::check(mem, d, Access::Writable, "buffer")?;
         out.push((d.addr(), d.len()));
-    }
-    if cut {
-        return Err(RngError::Broken);
     }
     Ok(out)
 }
@@ -76,8 +54,7 @@ fn getrandom(buf: &mut [u8]) -> std::io::Result<()> {
 #[derive(Default)]
 pub struct Rng {
     bytes: u64,
-    bad_requests: u64,
-    first_bad: Option<String>,
+    bad: BadRequests,
 }
 
 impl Rng {
@@ -85,8 +62,7 @@ impl Rng {
         let bufs = match parse(chain, mem) {
             Ok(b) => b,
             Err(e) => {
-                self.bad_requests += 1;
-                self.first_bad.get_or_insert_with(|| e.to_string());
+                self.bad.note(&e);
                 return 0;
             }
         };
@@ -145,7 +121,6 @@ impl VirtioDevice for Rng {
 
     fn report(&self, doc: &mut VirtioDeviceDoc, _phases: &[TimelinePhase]) {
         doc.rng_bytes = Some(self.bytes);
-        doc.bad_requests = self.bad_requests;
-        doc.first_bad_request = self.first_bad.clone();
+        self.bad.report(doc);
     }
 }

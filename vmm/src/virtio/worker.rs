@@ -10,7 +10,8 @@ use std::thread::JoinHandle;
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::EventFd;
 
-use super::{lock, MmioTransport};
+use super::bus::lock;
+use super::MmioTransport;
 
 /// The token of the stop eventfd.
 const STOP: u64 = u64::MAX;

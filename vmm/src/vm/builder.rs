@@ -2,7 +2,7 @@
 //! irqchip, kernel load, boot data, devices, vCPUs. [`super::run`] calls
 //! them in that order; the run step is in `running.rs`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use kvm_bindings::{kvm_pit_config, KVM_MAX_CPUID_ENTRIES, KVM_PIT_SPEAKER_DUMMY};
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
@@ -20,7 +20,7 @@ use crate::memory::{
     self, GuestMemoryBacking, MemoryPlan, MethodChoice, PreallocContexts, PreallocReport, Topology,
 };
 use crate::timeline::Recorder;
-use crate::virtio::{self, MmioTransport, VirtioDevice, VirtioDevices};
+use crate::virtio::{self, MmioTransport, MmioWindow, VirtioDevice, VirtioDevices, VirtioSlot};
 use crate::x86::{acpi, cpuid, mptable, regs};
 
 use super::error::{
@@ -69,26 +69,6 @@ pub(super) struct VmBuilder {
     disks: Vec<virtio::DiskImage>,
 }
 
-/// The virtio devices, slot by slot: disks, then the rng, then the
-/// console.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum VirtioSlot {
-    Disk(usize),
-    Rng,
-    Console,
-}
-
-fn virtio_slots(cfg: &VmConfig) -> Vec<VirtioSlot> {
-    let mut v: Vec<VirtioSlot> = (0..cfg.disks.len()).map(VirtioSlot::Disk).collect();
-    if cfg.rng {
-        v.push(VirtioSlot::Rng);
-    }
-    if cfg.virtio_console {
-        v.push(VirtioSlot::Console);
-    }
-    v
-}
-
 /// The guest NUMA nodes of `backing` (one per `--numa` region), for the
 /// ACPI tables.
 fn guest_numa(backing: &GuestMemoryBacking) -> Vec<acpi::NumaNode> {
@@ -131,7 +111,7 @@ impl VmBuilder {
         } else {
             None
         };
-        let disks = virtio::DiskImage::open_all(&cfg.disks).map_err(ConfigError::from)?;
+        let disks = virtio::DiskImage::open_all(&cfg.virtio.disks).map_err(ConfigError::from)?;
         let vm = kvm.create_vm().map_err(VmError::CreateVm)?;
         Ok(Self {
             cfg,
@@ -288,7 +268,7 @@ impl VmBuilder {
                     mem,
                     cfg.vcpus,
                     &guest_numa(&ram.backing),
-                    &virtio_acpi_slots(cfg),
+                    &cfg.virtio.windows(),
                 )
                 .map_err(BootDataError::Acpi)?,
             )
@@ -344,66 +324,79 @@ impl VmBuilder {
         Ok(devices)
     }
 
-    /// The virtio devices: each one's transport at its window, its
-    /// interrupt wired through an irqfd and each queue's notification
-    /// through an ioeventfd matched on the queue's index.
+    /// The virtio devices, slot by slot: each one's transport at its
+    /// window, its interrupt wired through an irqfd and each queue's
+    /// notification through an ioeventfd matched on the queue's index.
     fn virtio_devices(
         &mut self,
         mem: &GuestMemoryMmap,
         devices: &Devices,
-    ) -> Result<Vec<Arc<std::sync::Mutex<MmioTransport>>>, DeviceSetupError> {
+    ) -> Result<Vec<Arc<Mutex<MmioTransport>>>, DeviceSetupError> {
         let mut disks: Vec<Option<virtio::DiskImage>> = std::mem::take(&mut self.disks)
             .into_iter()
             .map(Some)
             .collect();
         let mut out = Vec::new();
-        for (i, slot) in virtio_slots(&self.cfg).into_iter().enumerate() {
-            let (name, device): (String, Box<dyn VirtioDevice>) = match slot {
+        for (i, slot) in self.cfg.virtio.slots().into_iter().enumerate() {
+            let device: Box<dyn VirtioDevice> = match slot {
                 VirtioSlot::Disk(d) => {
                     let Some(image) = disks.get_mut(d).and_then(Option::take) else {
                         continue;
                     };
-                    (
-                        format!("virtio-blk{d}"),
-                        Box::new(virtio::block::Block::new(image, self.recorder.clock())),
-                    )
+                    Box::new(virtio::block::Block::new(image, self.recorder.clock()))
                 }
-                VirtioSlot::Rng => ("virtio-rng".into(), Box::new(virtio::rng::Rng::default())),
-                VirtioSlot::Console => (
-                    "virtio-console".into(),
-                    Box::new(virtio::console::Console::new(devices.console().0.clone())),
-                ),
+                VirtioSlot::Rng => Box::new(virtio::rng::Rng::default()),
+                VirtioSlot::Console => {
+                    Box::new(virtio::console::Console::new(devices.console().0.clone()))
+                }
             };
-            let (base, irq) = virtio::slot_window(i);
-            let evt_err = |source| DeviceSetupError::VirtioEventFd {
-                device: name.clone(),
-                source,
-            };
-            let irqfd = EventFd::new(libc::EFD_NONBLOCK).map_err(evt_err)?;
-            self.vm
-                .register_irqfd(&irqfd, irq)
-                .map_err(|source| DeviceSetupError::VirtioKvm {
-                    device: name.clone(),
-                    ioctl: "KVM_IRQFD",
-                    source,
-                })?;
-            let interrupt = Arc::new(virtio::mmio::Interrupt::new(irqfd));
-            let t = MmioTransport::new(name.clone(), device, mem.clone(), interrupt, base, irq)
-                .map_err(evt_err)?
-                .with_recorder(self.recorder.clone());
-            let notify = base + u64::from(virtio_bindings::virtio_mmio::VIRTIO_MMIO_QUEUE_NOTIFY);
-            for (q, e) in t.queue_evts().iter().enumerate() {
-                self.vm
-                    .register_ioevent(e, &kvm_ioctls::IoEventAddress::Mmio(notify), q as u32)
-                    .map_err(|source| DeviceSetupError::VirtioKvm {
-                        device: name.clone(),
-                        ioctl: "KVM_IOEVENTFD",
-                        source,
-                    })?;
-            }
-            out.push(Arc::new(std::sync::Mutex::new(t)));
+            let t = self.virtio_transport(slot.name(), device, MmioWindow::of_slot(i), mem)?;
+            out.push(Arc::new(Mutex::new(t)));
         }
         Ok(out)
+    }
+
+    /// One virtio device's transport at `window`, with its irqfd and its
+    /// queues' ioeventfds registered with KVM.
+    fn virtio_transport(
+        &self,
+        name: String,
+        device: Box<dyn VirtioDevice>,
+        window: MmioWindow,
+        mem: &GuestMemoryMmap,
+    ) -> Result<MmioTransport, DeviceSetupError> {
+        let evt_err = |source| DeviceSetupError::VirtioEventFd {
+            device: name.clone(),
+            source,
+        };
+        let kvm_err = |ioctl, source| DeviceSetupError::VirtioKvm {
+            device: name.clone(),
+            ioctl,
+            source,
+        };
+        let irqfd = EventFd::new(libc::EFD_NONBLOCK).map_err(evt_err)?;
+        self.vm
+            .register_irqfd(&irqfd, window.irq)
+            .map_err(|e| kvm_err("KVM_IRQFD", e))?;
+        let interrupt = Arc::new(virtio::mmio::Interrupt::new(irqfd));
+        let t = MmioTransport::new(
+            name.clone(),
+            device,
+            mem.clone(),
+            interrupt,
+            window.base,
+            window.irq,
+        )
+        .map_err(evt_err)?
+        .with_recorder(self.recorder.clone());
+        let notify =
+            window.base + u64::from(virtio_bindings::virtio_mmio::VIRTIO_MMIO_QUEUE_NOTIFY);
+        for (q, e) in t.queue_evts().iter().enumerate() {
+            self.vm
+                .register_ioevent(e, &kvm_ioctls::IoEventAddress::Mmio(notify), q as u32)
+                .map_err(|e| kvm_err("KVM_IOEVENTFD", e))?;
+        }
+        Ok(t)
     }
 
     /// vCPU stage: every vCPU with its CPUID, boot MSRs, LAPIC and FPU; the
@@ -463,20 +456,6 @@ impl VmBuilder {
         }
         Ok(out)
     }
-}
-
-/// The virtio devices' windows and interrupts, for the DSDT.
-fn virtio_acpi_slots(cfg: &VmConfig) -> Vec<acpi::VirtioMmioSlot> {
-    (0..virtio_slots(cfg).len())
-        .map(|i| {
-            let (base, irq) = virtio::slot_window(i);
-            acpi::VirtioMmioSlot {
-                base,
-                size: layout::VIRTIO_MMIO_SIZE,
-                irq,
-            }
-        })
-        .collect()
 }
 
 /// The boot CPU's descriptor tables and page tables in guest memory, and

@@ -39,6 +39,10 @@ pub use error::{
 /// room to breathe.
 pub const MIN_MEMORY: u64 = 16 << 20;
 
+/// The guest's memory when none is given (`run` without `--memory` or
+/// `--numa`).
+pub const DEFAULT_MEMORY: u64 = 256 << 20;
+
 /// How long after "reboot: Power down" an ACPI guest may take to write the
 /// sleep control register before the run ends as a halt.
 pub const POWER_OFF_GRACE: Duration = Duration::from_secs(2);
@@ -94,17 +98,47 @@ pub struct VmConfig {
     /// first one on, and is still getting ready, holds the run here. Not
     /// called when the build stops earlier (`stop_after`, an error).
     pub before_first_run: Option<Box<dyn FnOnce() + Send>>,
-    /// virtio-blk disks (`--disk`), in order.
-    pub disks: Vec<crate::virtio::DiskSpec>,
-    /// A virtio-rng device (`--rng`).
-    pub rng: bool,
-    /// A virtio console writing into the console sink (`--console
-    /// virtio`).
-    pub virtio_console: bool,
+    /// The virtio devices (disks, rng, console), in their slot order.
+    pub virtio: crate::virtio::VirtioConfig,
     /// The tool on the host that attaches to this process before the guest
     /// runs, whose marks the caller records: the timeline's phases split
     /// its time off the VMM's set-up.
     pub host_tool: Option<crate::timeline::HostTool>,
+}
+
+impl VmConfig {
+    /// A configuration that boots `kernel` with `cmdline`, its console
+    /// going to `console`, and everything else at its default: no initrd,
+    /// [`DEFAULT_MEMORY`], one vCPU, the default milestone patterns, no
+    /// time limit, ACPI tables, no virtio device, the initrd copied, the
+    /// kernel decompressed on the host without a cache, no sandbox, no
+    /// initcalls, no host tool. The caller sets what it changes.
+    pub fn new(kernel: PathBuf, cmdline: String, console: Box<dyn Write + Send>) -> Self {
+        Self {
+            kernel,
+            initrd: None,
+            cmdline,
+            memory_bytes: DEFAULT_MEMORY,
+            vcpus: 1,
+            console,
+            patterns: MilestonePattern::defaults(),
+            timeout: None,
+            allow_emulation: false,
+            map_images: false,
+            decompress: Default::default(),
+            memory: Default::default(),
+            sandbox: false,
+            stop_after: None,
+            acpi: true,
+            stop: None,
+            initcalls: false,
+            initcall_kernel: None,
+            modules: None,
+            before_first_run: None,
+            virtio: Default::default(),
+            host_tool: None,
+        }
+    }
 }
 
 /// `--stop-after`: the build stage after which to stop and report the
@@ -146,7 +180,7 @@ pub fn validate(cfg: &VmConfig, max_vcpus: u32) -> Result<(), ConfigError> {
     if cfg.memory_bytes % 4096 != 0 {
         return Err(ConfigError::MemoryUnaligned(cfg.memory_bytes));
     }
-    let devices = cfg.disks.len() + usize::from(cfg.rng) + usize::from(cfg.virtio_console);
+    let devices = cfg.virtio.count();
     if devices > crate::layout::VIRTIO_MAX_DEVICES {
         return Err(ConfigError::TooManyVirtioDevices {
             given: devices,
@@ -154,17 +188,7 @@ pub fn validate(cfg: &VmConfig, max_vcpus: u32) -> Result<(), ConfigError> {
         });
     }
     if devices > 0 && !cfg.acpi {
-        let mut what = Vec::new();
-        if !cfg.disks.is_empty() {
-            what.push("--disk");
-        }
-        if cfg.rng {
-            what.push("--rng");
-        }
-        if cfg.virtio_console {
-            what.push("--console virtio");
-        }
-        return Err(ConfigError::VirtioWithoutAcpi(what.join(", ")));
+        return Err(ConfigError::VirtioWithoutAcpi(cfg.virtio.options()));
     }
     Ok(())
 }

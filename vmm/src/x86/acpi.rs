@@ -39,6 +39,7 @@ use acpi_tables::{aml, Aml};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::layout;
+use crate::virtio::MmioWindow;
 
 use layout::ACPI_RSDP_START as RSDP_START;
 
@@ -98,15 +99,6 @@ fn io_register(port: u16) -> GAS {
     )
 }
 
-/// A virtio-mmio device as the DSDT describes it: its register window and
-/// its interrupt line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct VirtioMmioSlot {
-    pub base: u64,
-    pub size: u64,
-    pub irq: u32,
-}
-
 /// The ACPI id Linux's virtio-mmio driver matches (`LNRO0005`).
 pub const VIRTIO_MMIO_HID: &str = "LNRO0005";
 
@@ -114,7 +106,7 @@ pub const VIRTIO_MMIO_HID: &str = "LNRO0005";
 /// `_CRS` with its window (Memory32Fixed) and its edge-triggered,
 /// active-high interrupt, as Firecracker describes its devices on x86
 /// (the kernel has no command-line virtio-mmio devices).
-fn virtio_devices(slots: &[VirtioMmioSlot]) -> Vec<u8> {
+fn virtio_devices(slots: &[MmioWindow]) -> Vec<u8> {
     let mut out = Vec::new();
     for (i, slot) in slots.iter().enumerate() {
         let mem = aml::Memory32Fixed::new(true, slot.base as u32, slot.size as u32);
@@ -137,7 +129,7 @@ fn virtio_devices(slots: &[VirtioMmioSlot]) -> Vec<u8> {
     out
 }
 
-fn dsdt(virtio: &[VirtioMmioSlot]) -> Vec<u8> {
+fn dsdt(virtio: &[MmioWindow]) -> Vec<u8> {
     let mut dsdt = Sdt::new(*b"DSDT", 36, 6, OEM_ID, OEM_TABLE_ID, OEM_REVISION);
     // A hardware-reduced guest has no legacy PIC and maps no ISA interrupt
     // by itself: COM1's IRQ must be named here, or the UART's transmit
@@ -305,7 +297,7 @@ pub fn build(vcpus: u32, nodes: &[NumaNode]) -> Tables {
 }
 
 /// [`build`], with the virtio-mmio devices in the DSDT.
-pub fn build_with(vcpus: u32, nodes: &[NumaNode], virtio: &[VirtioMmioSlot]) -> Tables {
+pub fn build_with(vcpus: u32, nodes: &[NumaNode], virtio: &[MmioWindow]) -> Tables {
     let align = |a: u64| a.next_multiple_of(16);
     let numa = nodes.len() > 1;
     let xsdt_addr = align(RSDP_START + Rsdp::len() as u64);
@@ -352,7 +344,7 @@ pub fn setup(
     mem: &GuestMemoryMmap,
     vcpus: u32,
     nodes: &[NumaNode],
-    virtio: &[VirtioMmioSlot],
+    virtio: &[MmioWindow],
 ) -> Result<u64, vm_memory::GuestMemoryError> {
     let t = build_with(vcpus, nodes, virtio);
     mem.write_slice(&t.rsdp, GuestAddress(RSDP_START))?;
@@ -572,12 +564,12 @@ mod tests {
     #[test]
     fn dsdt_describes_each_virtio_device_with_its_window_and_interrupt() {
         let slots = [
-            VirtioMmioSlot {
+            MmioWindow {
                 base: 0xd000_1000,
                 size: 0x1000,
                 irq: 5,
             },
-            VirtioMmioSlot {
+            MmioWindow {
                 base: 0xd000_2000,
                 size: 0x1000,
                 irq: 6,

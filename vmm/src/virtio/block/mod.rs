@@ -18,8 +18,9 @@ use virtio_bindings::virtio_blk::{
 use virtio_queue::Queue;
 use vm_memory::{Bytes, GuestMemoryMmap};
 
+use super::chain::{drain_queue, BadRequests};
 use super::report::{DiskDoc, IoCounts, Log2Hist, PhaseIo, VirtioDeviceDoc};
-use super::{drain_queue, DeviceKind, QueueFault, VirtioDevice, FEATURE_VERSION_1};
+use super::{DeviceKind, QueueFault, VirtioDevice, FEATURE_VERSION_1};
 use crate::timeline::{Clock, TimelinePhase};
 pub use image::{DiskError, DiskImage, DiskSpec, SECTOR_SIZE};
 use request::{Request, RequestError, RequestKind};
@@ -48,8 +49,7 @@ pub struct Block {
     latency: Log2Hist,
     records: Vec<Record>,
     unrecorded: u64,
-    bad_requests: u64,
-    first_bad: Option<String>,
+    bad: BadRequests,
 }
 
 impl Block {
@@ -64,8 +64,7 @@ impl Block {
             latency: Log2Hist::default(),
             records: Vec::new(),
             unrecorded: 0,
-            bad_requests: 0,
-            first_bad: None,
+            bad: BadRequests::default(),
         }
     }
 
@@ -141,13 +140,6 @@ impl Block {
         Ok(0)
     }
 
-    fn note_bad(&mut self, e: &RequestError) {
-        self.bad_requests += 1;
-        if self.first_bad.is_none() {
-            self.first_bad = Some(e.to_string());
-        }
-    }
-
     /// Serves one chain; returns the bytes written into it.
     fn serve(
         &mut self,
@@ -163,7 +155,7 @@ impl Block {
         let (status, len) = match &parsed.request {
             Ok(req) => self.execute(req, mem, &mut io),
             Err(e) => {
-                self.note_bad(e);
+                self.bad.note(e);
                 let status = match e {
                     RequestError::Unsupported(_) => VIRTIO_BLK_S_UNSUPP,
                     _ => VIRTIO_BLK_S_IOERR,
@@ -180,7 +172,7 @@ impl Block {
         };
         let done = self.clock.now_ns();
         self.latency.add(done.saturating_sub(t0));
-        add(&mut self.total, &io);
+        self.total += io;
         if self.records.len() < MAX_RECORDS {
             self.records.push(Record { t_ns: t0, io });
         } else {
@@ -204,8 +196,8 @@ impl Block {
                 .iter()
                 .position(|p| p.start_ns <= r.t_ns && r.t_ns < p.end_ns)
             {
-                Some(i) => add(&mut out[i].io, &r.io),
-                None => add(&mut outside, &r.io),
+                Some(i) => out[i].io += r.io,
+                None => outside += r.io,
             }
         }
         out.retain(|p| p.io.requests > 0);
@@ -217,17 +209,6 @@ impl Block {
         }
         out
     }
-}
-
-fn add(to: &mut IoCounts, io: &IoCounts) {
-    to.requests += io.requests;
-    to.reads += io.reads;
-    to.writes += io.writes;
-    to.flushes += io.flushes;
-    to.get_id += io.get_id;
-    to.bytes_read += io.bytes_read;
-    to.bytes_written += io.bytes_written;
-    to.errors += io.errors;
 }
 
 impl VirtioDevice for Block {
@@ -267,8 +248,7 @@ impl VirtioDevice for Block {
     }
 
     fn report(&self, doc: &mut VirtioDeviceDoc, phases: &[TimelinePhase]) {
-        doc.bad_requests = self.bad_requests;
-        doc.first_bad_request = self.first_bad.clone();
+        self.bad.report(doc);
         doc.disk = Some(DiskDoc {
             path: self.disk.path.display().to_string(),
             readonly: self.disk.readonly,

@@ -160,6 +160,37 @@ fn rng_fills_writable_buffers_and_interrupts() {
     assert_eq!(read_reg(&mut t, VIRTIO_MMIO_INTERRUPT_STATUS), 0);
     let doc = t.report(&[]);
     assert_eq!((doc.rng_bytes, doc.bad_requests), (Some(64), 1));
+    assert_eq!(
+        doc.first_bad_request.as_deref(),
+        Some("buffer is device-readable (wrong direction)")
+    );
+}
+
+#[test]
+fn console_transmits_readable_buffers_into_the_sink() {
+    let mem = memory();
+    let out = bootscope_testkit::Capture::default();
+    let rec = Arc::new(Recorder::new(crate::timeline::Clock::start()));
+    let sink = crate::console::ConsoleSink::new(Box::new(out.clone()), Vec::new(), rec);
+    let console = crate::virtio::console::Console::new(Arc::new(std::sync::Mutex::new(sink)));
+    let mut t = transport(Box::new(console), &mem);
+    initialise(&mut t, FEATURE_VERSION_1, 2, 16);
+    mem.write_slice(b"hello\n", GuestAddress(BUFFERS)).unwrap();
+    write_desc(&mem, 1, 0, BUFFERS, 6, 0, 0);
+    // A device-writable transmit buffer: wrong direction, dropped.
+    write_desc(&mem, 1, 1, BUFFERS, 6, WRITE, 0);
+    // A chain that loops on itself.
+    write_desc(&mem, 1, 2, BUFFERS, 6, NEXT, 2);
+    publish(&mem, 1, 16, 0, &[0, 1, 2]);
+    t.process_queue(1);
+    assert_eq!(used_idx(&mem, 1), 3);
+    assert_eq!(out.text(), "hello\n");
+    let doc = t.report(&[]);
+    assert_eq!((doc.console_bytes, doc.bad_requests), (Some(6), 2));
+    assert_eq!(
+        doc.first_bad_request.as_deref(),
+        Some("transmit buffer is device-writable (wrong direction)")
+    );
 }
 
 #[test]

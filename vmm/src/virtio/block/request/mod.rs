@@ -6,15 +6,28 @@
 //! to execute.
 
 use virtio_bindings::virtio_blk::{
-    VIRTIO_BLK_ID_BYTES, VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT,
+    virtio_blk_outhdr, VIRTIO_BLK_ID_BYTES, VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_GET_ID,
+    VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT,
 };
 use virtio_queue::{desc::split::Descriptor, DescriptorChain};
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, GuestMemoryMmap, Permissions};
+use vm_memory::{Address, ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::image::SECTOR_SIZE;
+use crate::virtio::chain::{self, Access, ChainError};
+
+/// The request header (`struct virtio_blk_outhdr`: type, I/O priority,
+/// first sector), as the guest lays it out.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(transparent)]
+struct Header(virtio_blk_outhdr);
+
+// SAFETY: `virtio_blk_outhdr` is `#[repr(C)]` with two `u32` and one `u64`
+// field and no padding (16 bytes, checked by its bindings): every byte
+// pattern is a valid value, and `Header` is a transparent wrapper of it.
+unsafe impl ByteValued for Header {}
 
 /// Size of the request header.
-pub const HEADER_LEN: u32 = 16;
+pub const HEADER_LEN: u32 = std::mem::size_of::<virtio_blk_outhdr>() as u32;
 
 /// What a request asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,36 +59,41 @@ pub struct Request {
     pub status: GuestAddress,
 }
 
+impl RequestKind {
+    /// Its data buffers, as an error names them.
+    fn data_buffer(self) -> &'static str {
+        match self {
+            RequestKind::Read => "read's data buffer",
+            RequestKind::Write => "write's data buffer",
+            RequestKind::Flush => "flush's data buffer",
+            RequestKind::GetId => "GET_ID's data buffer",
+        }
+    }
+
+    /// Which way its data buffers go.
+    fn data_access(self) -> Access {
+        match self {
+            RequestKind::Read | RequestKind::GetId => Access::Writable,
+            RequestKind::Write | RequestKind::Flush => Access::Readable,
+        }
+    }
+}
+
 /// Why a chain is not a request the device executes.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
-    #[error("empty descriptor chain")]
-    Empty,
-    #[error("descriptor chain cut short (a loop, a next index past the table, or a descriptor outside guest memory)")]
-    Broken,
-    #[error("header is device-writable")]
-    HeaderWritable,
+    /// A check every device makes (a broken chain, a buffer of the wrong
+    /// direction or outside guest memory).
+    #[error(transparent)]
+    Chain(#[from] ChainError),
     #[error("header is {0} bytes, not {HEADER_LEN}")]
     HeaderLength(u32),
-    #[error("header at {0:#x} is outside guest memory")]
-    HeaderOutside(u64),
     #[error("no status descriptor")]
     NoStatus,
-    #[error("status descriptor is device-readable")]
-    StatusReadOnly,
     #[error("status descriptor has no room")]
     StatusEmpty,
-    #[error("status byte at {0:#x} is outside guest memory")]
-    StatusOutside(u64),
     #[error("request type {0} is not supported")]
     Unsupported(u32),
-    #[error("{kind:?} data buffer is device-{found} (wrong direction)")]
-    Direction {
-        kind: RequestKind,
-        found: &'static str,
-    },
-    #[error("data buffer {addr:#x}+{len} is outside guest memory")]
-    DataOutside { addr: u64, len: u32 },
     #[error("{0:?} request without data")]
     NoData(RequestKind),
     #[error("data length {0} is not a whole number of sectors")]
@@ -96,38 +114,18 @@ pub struct Parsed {
     pub request: Result<Request, RequestError>,
 }
 
-/// Collects the chain's descriptors; a chain the iterator had to cut
-/// (its last descriptor still says "next") is broken.
-fn descriptors(chain: DescriptorChain<&GuestMemoryMmap>) -> Result<Vec<Descriptor>, RequestError> {
-    let descs: Vec<Descriptor> = chain.collect();
-    match descs.last() {
-        None => Err(RequestError::Empty),
-        Some(d) if d.has_next() => Err(RequestError::Broken),
-        Some(_) => Ok(descs),
-    }
-}
-
-fn inside(mem: &GuestMemoryMmap, addr: GuestAddress, len: u32, write: bool) -> bool {
-    let access = if write {
-        Permissions::Write
-    } else {
-        Permissions::Read
-    };
-    len == 0 || GuestMemory::check_range(mem, addr, len as usize, access)
-}
-
 /// Parses a chain into a request for a disk of `capacity_sectors`.
 pub fn parse(
     chain: DescriptorChain<&GuestMemoryMmap>,
     mem: &GuestMemoryMmap,
     capacity_sectors: u64,
 ) -> Parsed {
-    let descs = match descriptors(chain) {
+    let descs = match chain::descriptors(chain) {
         Ok(d) => d,
         Err(e) => {
             return Parsed {
                 status: None,
-                request: Err(e),
+                request: Err(e.into()),
             }
         }
     };
@@ -144,13 +142,12 @@ pub fn parse(
 
 /// The last descriptor: a device-writable byte in guest memory.
 fn status_of(descs: &[Descriptor], mem: &GuestMemoryMmap) -> Result<GuestAddress, RequestError> {
+    const WHAT: &str = "status byte";
     if descs.len() < 2 {
         return Err(RequestError::NoStatus);
     }
     let last = descs[descs.len() - 1];
-    if !last.is_write_only() {
-        return Err(RequestError::StatusReadOnly);
-    }
+    chain::check_direction(&last, Access::Writable, WHAT)?;
     if last.len() == 0 {
         return Err(RequestError::StatusEmpty);
     }
@@ -158,10 +155,12 @@ fn status_of(descs: &[Descriptor], mem: &GuestMemoryMmap) -> Result<GuestAddress
     let addr = last
         .addr()
         .checked_add(u64::from(last.len() - 1))
-        .ok_or(RequestError::StatusOutside(last.addr().0))?;
-    if !inside(mem, addr, 1, true) {
-        return Err(RequestError::StatusOutside(addr.0));
-    }
+        .ok_or(ChainError::Outside {
+            what: WHAT,
+            addr: last.addr().0,
+            len: last.len(),
+        })?;
+    chain::check_inside(mem, addr, 1, Access::Writable, WHAT)?;
     Ok(addr)
 }
 
@@ -171,52 +170,15 @@ fn parse_body(
     capacity_sectors: u64,
     status: GuestAddress,
 ) -> Result<Request, RequestError> {
-    let head = descs[0];
-    if head.is_write_only() {
-        return Err(RequestError::HeaderWritable);
-    }
-    if head.len() < HEADER_LEN {
-        return Err(RequestError::HeaderLength(head.len()));
-    }
-    let type_: u32 = mem
-        .read_obj(head.addr())
-        .map_err(|_| RequestError::HeaderOutside(head.addr().0))?;
-    let sector: u64 = head
-        .addr()
-        .checked_add(8)
-        .and_then(|a| mem.read_obj(a).ok())
-        .ok_or(RequestError::HeaderOutside(head.addr().0))?;
-    let kind = match type_ {
-        VIRTIO_BLK_T_IN => RequestKind::Read,
-        VIRTIO_BLK_T_OUT => RequestKind::Write,
-        VIRTIO_BLK_T_FLUSH => RequestKind::Flush,
-        VIRTIO_BLK_T_GET_ID => RequestKind::GetId,
-        other => return Err(RequestError::Unsupported(other)),
-    };
+    let (kind, sector) = header(&descs[0], mem)?;
     // A header longer than 16 bytes carries nothing the device reads; the
     // status byte's descriptor may hold data before it (ANY_LAYOUT is not
     // offered, so it does not).
     let body = &descs[1..descs.len() - 1];
     let mut data = Vec::with_capacity(body.len());
     let mut data_len = 0u64;
-    let device_writes = matches!(kind, RequestKind::Read | RequestKind::GetId);
     for d in body {
-        if d.is_write_only() != device_writes {
-            return Err(RequestError::Direction {
-                kind,
-                found: if d.is_write_only() {
-                    "writable"
-                } else {
-                    "readable"
-                },
-            });
-        }
-        if !inside(mem, d.addr(), d.len(), device_writes) {
-            return Err(RequestError::DataOutside {
-                addr: d.addr().0,
-                len: d.len(),
-            });
-        }
+        chain::check(mem, d, kind.data_access(), kind.data_buffer())?;
         data_len += u64::from(d.len());
         data.push(Segment {
             addr: d.addr(),
@@ -254,6 +216,29 @@ fn parse_body(
         data_len,
         status,
     })
+}
+
+/// The request's kind and first sector, from the header in the chain's
+/// first descriptor.
+fn header(head: &Descriptor, mem: &GuestMemoryMmap) -> Result<(RequestKind, u64), RequestError> {
+    const WHAT: &str = "header";
+    chain::check_direction(head, Access::Readable, WHAT)?;
+    if head.len() < HEADER_LEN {
+        return Err(RequestError::HeaderLength(head.len()));
+    }
+    let Header(h) = mem.read_obj(head.addr()).map_err(|_| ChainError::Outside {
+        what: WHAT,
+        addr: head.addr().0,
+        len: HEADER_LEN,
+    })?;
+    let kind = match h.type_ {
+        VIRTIO_BLK_T_IN => RequestKind::Read,
+        VIRTIO_BLK_T_OUT => RequestKind::Write,
+        VIRTIO_BLK_T_FLUSH => RequestKind::Flush,
+        VIRTIO_BLK_T_GET_ID => RequestKind::GetId,
+        other => return Err(RequestError::Unsupported(other)),
+    };
+    Ok((kind, h.sector))
 }
 
 /// The bytes of a `GET_ID` answer: the serial, NUL-padded to 20 bytes.

@@ -66,10 +66,10 @@ fn a_write_needs_readable_data() {
     assert_eq!(p.status, Some(GuestAddress(S)));
     assert!(matches!(
         p.request,
-        Err(RequestError::Direction {
-            kind: RequestKind::Write,
-            found: "writable"
-        })
+        Err(RequestError::Chain(ChainError::Direction {
+            what: "write's data buffer",
+            found: Access::Writable
+        }))
     ));
     write_desc(&mem, 0, 1, D, 512, NEXT, 2);
     assert_eq!(parse_head(&mem).request.unwrap().kind, RequestKind::Write);
@@ -82,12 +82,12 @@ fn data_outside_memory_or_past_the_disk_is_refused() {
     write_desc(&mem, 0, 1, MEM_SIZE as u64 - 256, 512, NEXT | WRITE, 2);
     assert!(matches!(
         parse_head(&mem).request,
-        Err(RequestError::DataOutside { .. })
+        Err(RequestError::Chain(ChainError::Outside { .. }))
     ));
     write_desc(&mem, 0, 1, u64::MAX - 100, 512, NEXT | WRITE, 2);
     assert!(matches!(
         parse_head(&mem).request,
-        Err(RequestError::DataOutside { .. })
+        Err(RequestError::Chain(ChainError::Outside { .. }))
     ));
     read_chain(&mem, CAPACITY - 1, 1024);
     assert!(matches!(
@@ -137,11 +137,20 @@ fn the_status_must_be_writable_and_in_memory() {
     write_desc(&mem, 0, 2, S, 1, 0, 0);
     let p = parse_head(&mem);
     assert_eq!(p.status, None);
-    assert!(matches!(p.request, Err(RequestError::StatusReadOnly)));
+    assert!(matches!(
+        p.request,
+        Err(RequestError::Chain(ChainError::Direction {
+            what: "status byte",
+            found: Access::Readable
+        }))
+    ));
     write_desc(&mem, 0, 2, MEM_SIZE as u64, 1, WRITE, 0);
     assert!(matches!(
         parse_head(&mem).request,
-        Err(RequestError::StatusOutside(_))
+        Err(RequestError::Chain(ChainError::Outside {
+            what: "status byte",
+            ..
+        }))
     ));
     // A header alone has no status.
     write_desc(&mem, 0, 0, H, 16, 0, 0);
@@ -159,13 +168,16 @@ fn loops_and_bad_next_indexes_are_broken_chains() {
     write_desc(&mem, 0, 2, S, 1, WRITE | NEXT, 1);
     let p = parse_head(&mem);
     assert_eq!(p.status, None);
-    assert!(matches!(p.request, Err(RequestError::Broken)));
+    assert!(matches!(
+        p.request,
+        Err(RequestError::Chain(ChainError::Broken))
+    ));
     // A next index past the table.
     read_chain(&mem, 0, 512);
     write_desc(&mem, 0, 1, D, 512, NEXT | WRITE, 999);
     assert!(matches!(
         parse_head(&mem).request,
-        Err(RequestError::Broken)
+        Err(RequestError::Chain(ChainError::Broken))
     ));
 }
 
@@ -176,7 +188,10 @@ fn the_header_must_be_readable_and_the_type_known() {
     write_desc(&mem, 0, 0, H, 16, NEXT | WRITE, 1);
     assert!(matches!(
         parse_head(&mem).request,
-        Err(RequestError::HeaderWritable)
+        Err(RequestError::Chain(ChainError::Direction {
+            what: "header",
+            found: Access::Writable
+        }))
     ));
     read_chain(&mem, 0, 512);
     header(&mem, H, 11, 0);
