@@ -2,8 +2,8 @@
 //! control: kernel images, initrds and command lines, the guest's port and
 //! MMIO accesses, the descriptor chains and rings of its virtio devices,
 //! the JSON documents it reads back, the tracefs format files, the
-//! command-line value parsers and the requests the exporter's HTTP server
-//! reads.
+//! command-line value parsers, the requests the exporter's HTTP server
+//! reads and the systemd journal a guest leaves on its disk.
 //!
 //! Each target is a plain function over bytes that calls the real code and
 //! panics only on a bug (a crash, a broken invariant). The AFL++ driver
@@ -16,6 +16,7 @@ pub mod devices;
 pub mod documents;
 pub mod http;
 pub mod images;
+pub mod journal;
 pub mod memfile;
 pub mod text;
 pub mod virtio;
@@ -68,6 +69,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "virtio",
         run: virtio::queues_and_requests,
+    },
+    Target {
+        name: "journal",
+        run: journal::file_and_units,
     },
 ];
 

@@ -26,6 +26,7 @@
 //! - [`devices`]: the timeline's `devices` section (virtio devices);
 //! - [`text`]: text from outside made safe to print on a terminal;
 //! - [`units`]: a systemd guest's units on the timeline's clock;
+//! - [`journal`]: systemd's journal files, read from a guest's disk;
 //! - [`modules`]: the guest kernel's loaded modules, for naming exit sites;
 //! - [`prometheus`]: the Prometheus text format, one writer for every
 //!   command and the exporter.
@@ -37,6 +38,7 @@ pub mod devices;
 pub mod host;
 pub mod initcalls;
 pub mod input;
+pub mod journal;
 pub mod kvm_stats;
 pub mod mark;
 pub mod modules;

@@ -7,6 +7,7 @@
 //! into the timeline's `units` object.
 
 pub mod chain;
+pub mod journal;
 pub mod record;
 
 use std::fmt::Write as _;

@@ -1,0 +1,357 @@
+//! Units for any systemd image: the journal systemd keeps on the disk
+//! (`/var/log/journal/MACHINE-ID/system*.journal`, Debian's default),
+//! read from the image after the guest stopped, turned into the same
+//! [`Record`] the workload of a `guest build` image writes, so that the
+//! units, the critical chain and the summary are built one way.
+//!
+//! The journal is the guest's: each file is read within a size bound and
+//! parsed by the bounded reader (`bootscope_model::journal`), and whatever
+//! it could not read is named, never a failure of the boot's timeline.
+
+use std::io::Read;
+
+use bootscope_model::journal::{self, units::FIELDS, BootUnits, Limits};
+
+use super::record::{Record, UnitProps};
+
+/// Where a persistent journal lives in the image.
+pub const JOURNAL_DIR: &str = "/var/log/journal";
+/// One journal file read at most (journald's own default cap is 128 MiB).
+pub const MAX_FILE_BYTES: u64 = 256 << 20;
+/// Journal files read at most (archives and the active file).
+pub const MAX_FILES: usize = 16;
+
+/// The journal of an image: the files read, the boot they end with, and
+/// what could not be read.
+#[derive(Clone, Debug, Default)]
+pub struct ImageJournal {
+    /// Paths in the image, oldest first.
+    pub files: Vec<String>,
+    /// The last boot in them; `None` when they hold no entry.
+    pub boot: Option<BootUnits>,
+    /// One line per file or part not read, and why.
+    pub problems: Vec<String>,
+}
+
+/// Why an image has no journal to read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NoJournal {
+    #[error("the image has no {JOURNAL_DIR} (systemd keeps its journal in memory only; create the directory in the image to keep one)")]
+    NoDirectory,
+    #[error("{JOURNAL_DIR} in the image holds no system journal file")]
+    NoFiles,
+    #[error("cannot read {path} in the image: {reason}")]
+    Unreadable { path: String, reason: String },
+}
+
+/// The system journal files under one machine directory, oldest first:
+/// archives (`system@...journal`, named by their first sequence number)
+/// before the active `system.journal`.
+fn order_files(mut names: Vec<String>) -> Vec<String> {
+    names
+        .retain(|n| n == "system.journal" || (n.starts_with("system@") && n.ends_with(".journal")));
+    names.sort_by(|a, b| {
+        (a == "system.journal")
+            .cmp(&(b == "system.journal"))
+            .then_with(|| a.cmp(b))
+    });
+    // The newest files matter: the boot just done is at the end.
+    let skip = names.len().saturating_sub(MAX_FILES);
+    names.split_off(skip)
+}
+
+fn list(fs: &ext4_view::Ext4, dir: &str) -> Result<Vec<String>, NoJournal> {
+    let unreadable = |e: ext4_view::Ext4Error| NoJournal::Unreadable {
+        path: dir.to_string(),
+        reason: e.to_string(),
+    };
+    let mut names = Vec::new();
+    for entry in fs.read_dir(dir).map_err(unreadable)? {
+        let entry = entry.map_err(unreadable)?;
+        let name = entry.file_name().as_str().unwrap_or_default().to_string();
+        if name != "." && name != ".." && names.len() < 4096 {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+/// One file's bytes, at most [`MAX_FILE_BYTES`].
+fn read_bounded(fs: &ext4_view::Ext4, path: &str) -> Result<Vec<u8>, String> {
+    let len = fs.metadata(path).map_err(|e| e.to_string())?.len();
+    if len > MAX_FILE_BYTES {
+        return Err(format!(
+            "it is {len} bytes, more than the {MAX_FILE_BYTES} read"
+        ));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    fs.open(path)
+        .map_err(|e| e.to_string())?
+        .take(MAX_FILE_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
+/// Reads the image's system journal.
+pub fn read_image_journal(fs: &ext4_view::Ext4) -> Result<ImageJournal, NoJournal> {
+    if !fs.exists(JOURNAL_DIR).unwrap_or(false) {
+        return Err(NoJournal::NoDirectory);
+    }
+    // One directory per machine id; the one with the active file wins.
+    let mut files = Vec::new();
+    for machine in list(fs, JOURNAL_DIR)? {
+        let dir = format!("{JOURNAL_DIR}/{machine}");
+        let Ok(names) = list(fs, &dir) else { continue };
+        let ordered = order_files(names);
+        if ordered.iter().any(|n| n == "system.journal") || files.is_empty() {
+            files = ordered.into_iter().map(|n| format!("{dir}/{n}")).collect();
+        }
+    }
+    if files.is_empty() {
+        return Err(NoJournal::NoFiles);
+    }
+    let mut out = ImageJournal::default();
+    let mut entries = Vec::new();
+    for path in files {
+        match read_bounded(fs, &path)
+            .and_then(|b| journal::parse(&b, FIELDS, &Limits::default()).map_err(|e| e.to_string()))
+        {
+            Ok(file) => {
+                if let Some(at) = file.skipped.stopped_at {
+                    out.problems.push(format!(
+                        "{path}: read up to byte {at}, where an object is damaged"
+                    ));
+                }
+                if file.skipped.bad_items > 0 {
+                    out.problems.push(format!(
+                        "{path}: {} fields point outside the file",
+                        file.skipped.bad_items
+                    ));
+                }
+                if file.skipped.over_limit > 0 {
+                    out.problems.push(format!(
+                        "{path}: {} entries past the reader's limits",
+                        file.skipped.over_limit
+                    ));
+                }
+                entries.extend(file.entries);
+            }
+            Err(e) => out.problems.push(format!("{path}: {e}")),
+        }
+        out.files.push(path);
+    }
+    out.boot = journal::boot_units(&entries, None);
+    Ok(out)
+}
+
+/// The journal's boot as the record a `guest build` workload writes: each
+/// unit's start job as its activation (`Starting` to `Started`), systemd's
+/// `Startup finished` as the manager's timestamps and `systemd-analyze
+/// time`'s line. The journal has no `After=` and no marker: the chain and
+/// the clock come from elsewhere.
+pub fn record_of(boot: &BootUnits) -> Record {
+    let mut record = Record::default();
+    if let Some(v) = &boot.systemd_version {
+        record.manager.insert("Version".into(), v.clone());
+    }
+    if let Some(s) = &boot.startup {
+        let userspace_start = s.kernel_us.saturating_add(s.initrd_us.unwrap_or(0));
+        record.manager.insert(
+            "UserspaceTimestampMonotonic".into(),
+            userspace_start.to_string(),
+        );
+        record.manager.insert(
+            "FinishTimestampMonotonic".into(),
+            userspace_start.saturating_add(s.userspace_us).to_string(),
+        );
+        record.analyze = s.line.clone();
+    }
+    record.units = boot
+        .units
+        .iter()
+        .filter_map(|u| {
+            let done = u.done_us.unwrap_or(0);
+            let start = u.starting_us.or(u.done_us)?;
+            let failed = u.result == "failed";
+            Some(UnitProps {
+                id: u.name.clone(),
+                active_state: match (failed, u.done_us) {
+                    (true, _) => "failed",
+                    (false, Some(_)) => "active",
+                    (false, None) => "activating",
+                }
+                .into(),
+                inactive_exit_us: start,
+                active_enter_us: if failed { 0 } else { done },
+                active_exit_us: 0,
+                inactive_enter_us: if failed { done } else { 0 },
+                after: Vec::new(),
+            })
+        })
+        .collect();
+    record
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bootscope_model::journal::{StartupFinished, UnitTimes};
+
+    #[test]
+    fn active_file_comes_last_and_archives_by_name() {
+        let names = vec![
+            "user-1000.journal".to_string(),
+            "system.journal".into(),
+            "system@b-0000000000000010-0005.journal".into(),
+            "system@a-0000000000000001-0001.journal".into(),
+            "system.journal~".into(),
+        ];
+        assert_eq!(
+            order_files(names),
+            [
+                "system@a-0000000000000001-0001.journal",
+                "system@b-0000000000000010-0005.journal",
+                "system.journal"
+            ]
+        );
+        let many: Vec<String> = (0..40).map(|i| format!("system@{i:03}.journal")).collect();
+        let kept = order_files(many);
+        assert_eq!(kept.len(), MAX_FILES);
+        assert_eq!(kept.last().unwrap(), "system@039.journal");
+    }
+
+    #[test]
+    fn a_boot_becomes_the_record_the_units_are_built_from() {
+        let boot = BootUnits {
+            systemd_version: Some("252".into()),
+            startup: Some(StartupFinished {
+                line: "Startup finished in 1.000s (kernel) + 2.000s (userspace) = 3.000s.".into(),
+                at_us: 3_000_100,
+                kernel_us: 1_000_000,
+                initrd_us: None,
+                userspace_us: 2_000_000,
+            }),
+            units: vec![
+                UnitTimes {
+                    name: "a.service".into(),
+                    starting_us: Some(1_100_000),
+                    done_us: Some(1_500_000),
+                    result: "done".into(),
+                },
+                UnitTimes {
+                    name: "multi-user.target".into(),
+                    starting_us: None,
+                    done_us: Some(2_900_000),
+                    result: "done".into(),
+                },
+                UnitTimes {
+                    name: "bad.service".into(),
+                    starting_us: Some(1_200_000),
+                    done_us: Some(1_300_000),
+                    result: "failed".into(),
+                },
+                UnitTimes {
+                    name: "never.service".into(),
+                    ..UnitTimes::default()
+                },
+            ],
+            ..BootUnits::default()
+        };
+        let r = record_of(&boot);
+        assert_eq!(r.manager_us("UserspaceTimestampMonotonic"), 1_000_000);
+        assert_eq!(r.manager_us("FinishTimestampMonotonic"), 3_000_000);
+        assert_eq!(r.units.len(), 3);
+        let a = r.unit("a.service").unwrap();
+        assert_eq!(
+            (a.inactive_exit_us, a.active_enter_us),
+            (1_100_000, 1_500_000)
+        );
+        let t = r.unit("multi-user.target").unwrap();
+        assert_eq!(
+            (t.inactive_exit_us, t.active_enter_us),
+            (2_900_000, 2_900_000)
+        );
+        let bad = r.unit("bad.service").unwrap();
+        assert_eq!(bad.active_state, "failed");
+        assert_eq!((bad.active_enter_us, bad.inactive_enter_us), (0, 1_300_000));
+        assert!(super::super::record::startup_finished(&r.analyze).is_some());
+    }
+}
+
+/// Real ext4 images made with `mkfs.ext4 -d`, holding the journal files
+/// systemd wrote (model's fixtures).
+#[cfg(test)]
+mod image_tests {
+    use super::*;
+    use std::path::Path;
+    use std::process::Command;
+
+    fn fixture_journal() -> Vec<u8> {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../model/tests/fixtures/compact.journal.gz"
+        );
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
+            .read_to_end(&mut out)
+            .unwrap();
+        out
+    }
+
+    /// An image of `tree` (a directory), or `None` without mkfs.ext4.
+    fn image_of(tree: &Path, image: &Path) -> Option<ext4_view::Ext4> {
+        let mkfs = ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())?;
+        let ok = Command::new(mkfs)
+            .args(["-q", "-F", "-d"])
+            .arg(tree)
+            .arg(image)
+            .arg("16M")
+            .status()
+            .ok()?
+            .success();
+        assert!(ok, "mkfs.ext4 failed");
+        Some(ext4_view::Ext4::load_from_path(image).unwrap())
+    }
+
+    #[test]
+    fn the_journal_of_an_image_gives_its_last_boot() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("root");
+        let machine = tree.join("var/log/journal/0123456789abcdef0123456789abcdef");
+        std::fs::create_dir_all(&machine).unwrap();
+        std::fs::write(machine.join("system.journal"), fixture_journal()).unwrap();
+        // A user's journal and a damaged archive are named, not fatal.
+        std::fs::write(machine.join("user-1000.journal"), b"x").unwrap();
+        std::fs::write(machine.join("system@0-1-2.journal"), b"LPKSHHRH").unwrap();
+        let Some(fs) = image_of(&tree, &dir.path().join("disk.img")) else {
+            println!("SKIP: mkfs.ext4 is not installed (e2fsprogs)");
+            return;
+        };
+        let journal = read_image_journal(&fs).unwrap();
+        assert_eq!(journal.files.len(), 2, "{:?}", journal.files);
+        assert!(journal.files[1].ends_with("/system.journal"));
+        assert_eq!(journal.problems.len(), 1, "{:?}", journal.problems);
+        assert!(journal.problems[0].contains("system@0-1-2.journal"));
+        let boot = journal.boot.unwrap();
+        assert_eq!(boot.units.len(), 2);
+        assert!(boot.startup.is_some());
+    }
+
+    #[test]
+    fn an_image_without_a_journal_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("root");
+        std::fs::create_dir_all(tree.join("etc")).unwrap();
+        let Some(fs) = image_of(&tree, &dir.path().join("a.img")) else {
+            println!("SKIP: mkfs.ext4 is not installed (e2fsprogs)");
+            return;
+        };
+        assert_eq!(read_image_journal(&fs).unwrap_err(), NoJournal::NoDirectory);
+        std::fs::create_dir_all(tree.join("var/log/journal/m")).unwrap();
+        let fs = image_of(&tree, &dir.path().join("b.img")).unwrap();
+        assert_eq!(read_image_journal(&fs).unwrap_err(), NoJournal::NoFiles);
+    }
+}
