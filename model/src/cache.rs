@@ -319,7 +319,7 @@ impl Sealer {
 
     /// The next `n` bytes of the entry, all zero (a sparse file's hole).
     pub fn zeros(&mut self, mut n: u64) {
-        const ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
         while n > 0 {
             let k = n.min(ZEROS.len() as u64);
             self.update(&ZEROS[..k as usize]);
@@ -566,6 +566,9 @@ mod tests {
         let g = d.path().join("other.raw");
         store_seal(&g, &s.seal()).unwrap();
         assert_eq!(verify_seal(&g, &s.seal()), Verdict::Sound);
-        assert_eq!(verify_seal(&d.path().join("none"), &s.seal()), Verdict::Unsealed);
+        assert_eq!(
+            verify_seal(&d.path().join("none"), &s.seal()),
+            Verdict::Unsealed
+        );
     }
 }

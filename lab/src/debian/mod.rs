@@ -345,11 +345,14 @@ pub fn from_cache(
     };
     log(&format!("cached image {}", cache_file.display()));
     let mut dst = OutputFile::create_with_mode(out, 0o600)?;
-    let (digest, seal) = copy_with_digest(&mut src, dst.file_mut()).map_err(io_err("write", out))?;
+    let (digest, seal) =
+        copy_with_digest(&mut src, dst.file_mut()).map_err(io_err("write", out))?;
     let verdict = cache::verify_seal(cache_file, &seal);
     if let Some(why) = verdict.why_rebuilt() {
         drop(dst);
-        log(&format!("the cached image is not used ({why}); rebuilding it"));
+        log(&format!(
+            "the cached image is not used ({why}); rebuilding it"
+        ));
         let _ = fs::remove_file(cache::seal_path(cache_file));
         let _ = fs::remove_file(cache_file);
         return Ok(Cached::Unusable);
@@ -530,10 +533,16 @@ mod tests {
         fs::copy(cache::seal_path(&real), cache::seal_path(&link)).unwrap();
         let mut log = |_: &str| {};
         let e = from_cache(&link, &out, &mut log).unwrap_err();
-        assert!(e.is_bad_input() && e.to_string().contains("symbolic link"), "{e}");
+        assert!(
+            e.is_bad_input() && e.to_string().contains("symbolic link"),
+            "{e}"
+        );
         fs::set_permissions(&real, fs::Permissions::from_mode(0o666)).unwrap();
         let e = from_cache(&real, &out, &mut log).unwrap_err();
-        assert!(e.is_bad_input() && e.to_string().contains("writable"), "{e}");
+        assert!(
+            e.is_bad_input() && e.to_string().contains("writable"),
+            "{e}"
+        );
         assert!(!out.exists());
     }
 }

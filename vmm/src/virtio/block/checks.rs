@@ -207,8 +207,11 @@ mod tests {
         let p = image(dir.path(), "ro.img");
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o444)).unwrap();
         let e = DiskImage::open(&spec(&p, false)).unwrap_err();
-        if unsafe { libc::geteuid() } == 0 {
-            assert!(matches!(e, DiskError::ReadOnlyMode { mode: 0o444, .. }), "{e}");
+        if bootscope_testkit::is_root() {
+            assert!(
+                matches!(e, DiskError::ReadOnlyMode { mode: 0o444, .. }),
+                "{e}"
+            );
             assert!(e.to_string().contains(",readonly"), "{e}");
         }
         drop(DiskImage::open(&spec(&p, true)).unwrap());
