@@ -15,10 +15,11 @@ pub(crate) enum ConsoleKind {
 
 #[derive(clap::Args, Clone, Debug, Default)]
 pub(crate) struct DeviceArgs {
-    /// A virtio-blk disk from a raw image or a block device (repeatable;
-    /// the guest sees /dev/vda, /dev/vdb, ... in this order). The image is
-    /// locked: exclusively, or shared with other readers when
-    /// `,readonly`.
+    /// A virtio-blk disk from a raw image or an unmounted block device
+    /// (repeatable; the guest sees /dev/vda, /dev/vdb, ... in this order).
+    /// The image is locked (OFD lock and flock): exclusively, or shared
+    /// with other readers when `,readonly`; a block device is held
+    /// exclusively. An image no one may write needs `,readonly`.
     #[arg(long = "disk", value_name = "PATH[,readonly]", value_parser = parse_disk)]
     pub disks: Vec<DiskSpec>,
     /// Give the guest a virtio-rng device (the default when it has ACPI).

@@ -144,3 +144,62 @@ fn the_default_guest_refuses_an_out_path_it_cannot_write() {
     assert!(stdout(&o).is_empty());
     assert!(!out.exists());
 }
+
+/// `guest build debian` with the cache under `xdg`: refused, exit 2, with
+/// every needle in the message, before anything is built or written.
+fn expect_cache_refused(xdg: &Path, needles: &[&str]) {
+    let out = xdg.parent().unwrap().join("image.raw");
+    let o = build(&[], xdg, &out);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not trusted as a cache"), "{stderr}");
+    for n in needles {
+        assert!(stderr.contains(n), "{n}: {stderr}");
+    }
+    assert!(!out.exists());
+}
+
+fn set_mode(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn an_open_guest_image_cache_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = dir.path().join("xdg");
+    let cache = xdg.join("bootscope");
+    std::fs::create_dir_all(cache.join("guests")).unwrap();
+    set_mode(&xdg, 0o700);
+    // The cache directory world-writable: anyone could swap `guests`.
+    set_mode(&cache, 0o777);
+    expect_cache_refused(&xdg, &["world-writable", "bootscope"]);
+    set_mode(&cache, 0o700);
+    // `guests` itself group-writable.
+    set_mode(&cache.join("guests"), 0o770);
+    expect_cache_refused(&xdg, &["group-writable", "guests"]);
+    set_mode(&cache.join("guests"), 0o700);
+    // A directory above it world-writable and not sticky.
+    set_mode(&xdg, 0o777);
+    expect_cache_refused(&xdg, &["the directory above it", "world-writable"]);
+}
+
+#[test]
+fn a_guest_image_cache_of_another_user_is_refused() {
+    require_root!("to give the cache directory another owner");
+    let dir = tempfile::tempdir().unwrap();
+    let xdg = dir.path().join("xdg");
+    let cache = xdg.join("bootscope");
+    std::fs::create_dir_all(cache.join("guests")).unwrap();
+    set_mode(&xdg, 0o700);
+    std::os::unix::fs::chown(&cache, Some(65534), Some(65534)).unwrap();
+    expect_cache_refused(&xdg, &["owned by uid 65534", "bootscope"]);
+    std::os::unix::fs::chown(&cache, Some(0), Some(0)).unwrap();
+    std::os::unix::fs::chown(cache.join("guests"), Some(65534), Some(65534)).unwrap();
+    expect_cache_refused(&xdg, &["owned by uid 65534", "guests"]);
+    // Above the cache, a directory another user owns: it could rename
+    // the cache away after the check.
+    std::os::unix::fs::chown(cache.join("guests"), Some(0), Some(0)).unwrap();
+    std::os::unix::fs::chown(&xdg, Some(65534), Some(65534)).unwrap();
+    expect_cache_refused(&xdg, &["the directory above it", "uid 65534"]);
+}

@@ -25,7 +25,9 @@
 //!   and its XXH3-64 checksum ([`seal`]), written when the entry is and
 //!   checked on every use ([`verify`]), a few milliseconds for a 60 MB
 //!   kernel. An entry whose seal is missing or does not match is not used:
-//!   the caller rebuilds it and says so.
+//!   the caller rebuilds it and says so. An entry too large to hold in
+//!   memory (a guest image) is sealed and checked as it is read
+//!   ([`Sealer`], [`verify_seal`]): the same seal.
 
 use std::fs::{File, Metadata};
 use std::io::Write;
@@ -289,7 +291,80 @@ pub fn seal_path(file: &Path) -> PathBuf {
 }
 
 fn seal_text(bytes: &[u8]) -> String {
-    format!("xxh3 {:016x} {}\n", checksum(bytes), bytes.len())
+    seal_line(checksum(bytes), bytes.len() as u64)
+}
+
+fn seal_line(checksum: u64, len: u64) -> String {
+    format!("xxh3 {checksum:016x} {len}\n")
+}
+
+/// The seal of an entry too large to hold in memory (a guest image),
+/// computed as its bytes go by: the same seal [`store`] writes for them.
+#[derive(Default)]
+pub struct Sealer {
+    hasher: xxhash_rust::xxh3::Xxh3,
+    len: u64,
+}
+
+impl Sealer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The next bytes of the entry.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+        self.len += bytes.len() as u64;
+    }
+
+    /// The next `n` bytes of the entry, all zero (a sparse file's hole).
+    pub fn zeros(&mut self, mut n: u64) {
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        while n > 0 {
+            let k = n.min(ZEROS.len() as u64);
+            self.update(&ZEROS[..k as usize]);
+            n -= k;
+        }
+    }
+
+    /// How many bytes went by.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether no byte went by.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The seal of the bytes that went by.
+    pub fn seal(&self) -> Seal {
+        Seal(seal_line(self.hasher.digest(), self.len))
+    }
+}
+
+/// A computed seal, to store beside its entry ([`store_seal`]) or to check
+/// against the stored one ([`verify_seal`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seal(String);
+
+/// Writes `seal` as the seal of the cache entry `file` (before the entry
+/// itself is stored, as [`store`] does).
+pub fn store_seal(file: &Path, seal: &Seal) -> std::io::Result<()> {
+    write_private(&seal_path(file), seal.0.as_bytes())
+}
+
+/// Checks the seal `seal`, computed from the contents of the cache entry
+/// `file`, against the one stored beside it.
+pub fn verify_seal(file: &Path, seal: &Seal) -> Verdict {
+    let Ok(Some(text)) = read_file(&seal_path(file), 128) else {
+        return Verdict::Unsealed;
+    };
+    if text == seal.0.as_bytes() {
+        Verdict::Sound
+    } else {
+        Verdict::Mismatch
+    }
 }
 
 /// Writes a file of the cache atomically, mode 0600: a temporary file in
@@ -313,7 +388,7 @@ pub fn write_private(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// entry (so that a reader never finds a fresh entry under a stale seal
 /// that matches it).
 pub fn store(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_private(&seal_path(file), seal_text(bytes).as_bytes())?;
+    store_seal(file, &Seal(seal_text(bytes)))?;
     write_private(file, bytes)
 }
 
@@ -342,14 +417,7 @@ impl Verdict {
 
 /// Checks the contents `bytes` of the cache entry `file` against its seal.
 pub fn verify(file: &Path, bytes: &[u8]) -> Verdict {
-    let Ok(Some(text)) = read_file(&seal_path(file), 128) else {
-        return Verdict::Unsealed;
-    };
-    if text == seal_text(bytes).as_bytes() {
-        Verdict::Sound
-    } else {
-        Verdict::Mismatch
-    }
+    verify_seal(file, &Seal(seal_text(bytes)))
 }
 
 #[cfg(test)]
@@ -477,5 +545,30 @@ mod tests {
         std::fs::remove_file(seal_path(&f)).unwrap();
         assert_eq!(verify(&f, &data), Verdict::Unsealed);
         assert_eq!(Verdict::Mismatch.why_rebuilt(), Some("checksum mismatch"));
+    }
+
+    #[test]
+    fn a_streamed_seal_is_the_stored_one() {
+        let d = scratch();
+        let f = d.path().join("guest.raw");
+        let mut data = vec![0u8; 200_000];
+        data[10] = 1;
+        data[150_000] = 2;
+        store(&f, &data).unwrap();
+        let mut s = Sealer::new();
+        s.update(&data[..100]);
+        s.zeros(100_000 - 100);
+        s.update(&data[100_000..]);
+        assert_eq!(s.len(), 200_000);
+        assert_eq!(verify_seal(&f, &s.seal()), Verdict::Sound);
+        s.update(b"more");
+        assert_eq!(verify_seal(&f, &s.seal()), Verdict::Mismatch);
+        let g = d.path().join("other.raw");
+        store_seal(&g, &s.seal()).unwrap();
+        assert_eq!(verify_seal(&g, &s.seal()), Verdict::Sound);
+        assert_eq!(
+            verify_seal(&d.path().join("none"), &s.seal()),
+            Verdict::Unsealed
+        );
     }
 }

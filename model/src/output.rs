@@ -428,6 +428,12 @@ fn may_write(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// The file `path` names, its links followed by the outputs' rules (for
+/// `run --disk`, which writes too): see [`OutputError::UntrustedLink`].
+pub fn follow_links(path: &Path) -> Result<PathBuf, OutputError> {
+    resolve(path).map(|r| r.path)
+}
+
 /// Checks, without writing anything, that [`write_file`] to `path` would
 /// succeed as far as can be told now: its directory exists and takes a new
 /// file (one is created and removed there), it is not a directory, socket

@@ -4,12 +4,14 @@
 //! The digest covers the image's length and every 1 MiB block that holds a
 //! non-zero byte, with its index: two files with the same bytes have the
 //! same digest whatever their holes, and the zero blocks of a mostly empty
-//! file system cost neither hashing nor writing.
+//! file system cost neither hashing nor writing. The copy also computes
+//! the image's cache seal (`bootscope_model::cache`), over every byte.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 
+use bootscope_model::cache::{Seal, Sealer};
 use sha2::{Digest, Sha256};
 
 /// Size of the blocks the digest and the copy work in.
@@ -90,27 +92,46 @@ fn finish(mut hasher: Sha256, len: u64) -> String {
 
 /// The image's digest (lower-case hex SHA-256, see the module comment).
 pub fn digest(file: &mut File) -> io::Result<String> {
+    digest_and_seal(file).map(|(d, _)| d)
+}
+
+/// Feeds `sealer` the non-zero block `index` and the zeros before it.
+fn seal_block(sealer: &mut Sealer, index: u64, bytes: &[u8]) {
+    sealer.zeros((index * BLOCK).saturating_sub(sealer.len()));
+    sealer.update(bytes);
+}
+
+/// The image's digest and its cache seal (over every byte, holes as the
+/// zeros they read as: `bootscope_model::cache`'s seal of the same bytes).
+pub fn digest_and_seal(file: &mut File) -> io::Result<(String, Seal)> {
     let mut hasher = Sha256::new();
+    let mut sealer = Sealer::new();
     let len = for_each_block(file, |index, bytes| {
         hasher.update(index.to_le_bytes());
         hasher.update(bytes);
+        seal_block(&mut sealer, index, bytes);
         Ok(())
     })?;
-    Ok(finish(hasher, len))
+    sealer.zeros(len.saturating_sub(sealer.len()));
+    Ok((finish(hasher, len), sealer.seal()))
 }
 
 /// Copies `src` into the empty file `dst` (writing only non-zero blocks,
-/// so the copy is sparse) and returns the digest of what was copied.
-pub fn copy_with_digest(src: &mut File, dst: &mut File) -> io::Result<String> {
+/// so the copy is sparse) and returns the digest and the seal of what was
+/// copied.
+pub fn copy_with_digest(src: &mut File, dst: &mut File) -> io::Result<(String, Seal)> {
     let mut hasher = Sha256::new();
+    let mut sealer = Sealer::new();
     let len = for_each_block(src, |index, bytes| {
         hasher.update(index.to_le_bytes());
         hasher.update(bytes);
+        seal_block(&mut sealer, index, bytes);
         dst.seek(SeekFrom::Start(index * BLOCK))?;
         dst.write_all(bytes)
     })?;
     dst.set_len(len)?;
-    Ok(finish(hasher, len))
+    sealer.zeros(len.saturating_sub(sealer.len()));
+    Ok((finish(hasher, len), sealer.seal()))
 }
 
 #[cfg(test)]
@@ -146,14 +167,18 @@ mod tests {
         let len = 3 * BLOCK + 4096;
         let mut src = file_with(&[(0, 9), (3 * BLOCK + 100, 7)], len);
         let mut dst = tempfile::tempfile().unwrap();
-        let d = copy_with_digest(&mut src, &mut dst).unwrap();
+        let (d, seal) = copy_with_digest(&mut src, &mut dst).unwrap();
         assert_eq!(d, digest(&mut src).unwrap());
-        assert_eq!(d, digest(&mut dst).unwrap());
+        assert_eq!((d, seal.clone()), digest_and_seal(&mut dst).unwrap());
         let (mut x, mut y) = (Vec::new(), Vec::new());
         src.seek(SeekFrom::Start(0)).unwrap();
         dst.seek(SeekFrom::Start(0)).unwrap();
         src.read_to_end(&mut x).unwrap();
         dst.read_to_end(&mut y).unwrap();
         assert_eq!(x, y);
+        // The seal is the cache's seal of the very bytes, holes included.
+        let mut whole = Sealer::new();
+        whole.update(&x);
+        assert_eq!(seal, whole.seal());
     }
 }

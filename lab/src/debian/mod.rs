@@ -8,9 +8,11 @@
 //! `/boot/initrd.img-*` and `root=/dev/vda`.
 //!
 //! Images are cached by their inputs (suite, packages, the files bootscope
-//! adds, size, the kernel's modules): a second build with the same inputs
-//! copies the cached image, checking its digest on the way, and an entry
-//! that fails the check is rebuilt.
+//! adds, size, the kernel's modules) in the cache's `guests` directory, by
+//! the cache's rules (`bootscope_model::cache`: the directories checked,
+//! each entry opened without following a link and sealed): a second build
+//! with the same inputs copies the cached image, checking its seal on the
+//! way, and an entry without a seal or that fails it is rebuilt.
 
 mod image;
 mod tree;
@@ -20,13 +22,14 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use bootscope_model::cache::{self, CacheError, Verdict};
 use bootscope_model::output::{OutputError, OutputFile};
 use sha2::{Digest, Sha256};
 
 use crate::guest::DebianKernel;
 use crate::util;
 
-pub use image::{copy_with_digest, digest};
+pub use image::{copy_with_digest, digest, digest_and_seal};
 
 /// Debian 12.
 pub const DEFAULT_SUITE: &str = "bookworm";
@@ -125,6 +128,9 @@ pub enum GuestBuildError {
     /// The output file cannot be written.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// The cache (its directories or an entry) is not trusted.
+    #[error(transparent)]
+    Cache(#[from] CacheError),
 }
 
 impl GuestBuildError {
@@ -140,6 +146,7 @@ impl GuestBuildError {
                 | GuestBuildError::NoNetwork { .. }
                 | GuestBuildError::TooSmall { .. }
                 | GuestBuildError::Output(_)
+                | GuestBuildError::Cache(_)
         )
     }
 }
@@ -170,43 +177,10 @@ pub fn check_size(size: u64) -> Result<(), GuestBuildError> {
     Err(GuestBuildError::BadSize { size, problem })
 }
 
-/// Where guest images are cached: `$XDG_CACHE_HOME/bootscope/guests`, else
-/// `~/.cache/bootscope/guests`.
-pub fn cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|h| PathBuf::from(h).join(".cache"))
-        })?;
-    Some(base.join("bootscope").join("guests"))
-}
-
-/// Creates the cache directory (mode 0700) and checks that it is ours and
-/// that nobody else can write to it.
-fn prepare_cache_dir(dir: &Path) -> Result<(), GuestBuildError> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(io_err("create the cache directory", dir))?;
-    let meta = fs::symlink_metadata(dir).map_err(io_err("inspect", dir))?;
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
-        return Err(GuestBuildError::Io {
-            action: "use as the cache directory",
-            path: dir.to_path_buf(),
-            source: io::Error::other(
-                "it is not a directory owned by this user and writable by it alone",
-            ),
-        });
-    }
-    Ok(())
+/// The cache's directory of guest images (`guests`), created private and
+/// checked by the cache's rules.
+pub fn cache_dir() -> Result<PathBuf, CacheError> {
+    cache::cache_dir("guests")
 }
 
 /// The cache key: every input the image depends on.
@@ -305,49 +279,37 @@ pub fn build_debian_image(
     log: &mut dyn FnMut(&str),
 ) -> Result<BuiltImage, GuestBuildError> {
     check_size(spec.size)?;
+    let cache = cache_dir()?;
     check_host()?;
     bootscope_model::output::check_writable(out)?;
-    let cache = cache_dir().ok_or(GuestBuildError::Io {
-        action: "find the cache directory",
-        path: PathBuf::from("$HOME"),
-        source: io::Error::other("neither XDG_CACHE_HOME nor HOME is set"),
-    })?;
-    prepare_cache_dir(&cache)?;
     let modules = tree::virtio_modules(&spec.kernel)?;
     let key = cache_key(spec, &modules);
     let cache_file = cache.join(format!("debian-{}-{key}.raw", spec.suite));
-    let digest_file = cache_file.with_extension("raw.sha256");
-    let mut rebuilt_bad_cache = false;
-    if let Ok(want) = fs::read_to_string(&digest_file) {
-        if cache_file.is_file() {
-            log(&format!("cached image {}", cache_file.display()));
-            match copy_out(&cache_file, out, want.trim())? {
-                Some(digest) => {
-                    return Ok(BuiltImage {
-                        path: out.to_path_buf(),
-                        cache_hit: true,
-                        cache_file,
-                        digest,
-                        rebuilt_bad_cache,
-                    })
-                }
-                None => {
-                    log("the cached image fails its digest check; rebuilding it");
-                    rebuilt_bad_cache = true;
-                    let _ = fs::remove_file(&digest_file);
-                    let _ = fs::remove_file(&cache_file);
-                }
-            }
+    let rebuilt_bad_cache = match from_cache(&cache_file, out, log)? {
+        Cached::Copied(digest) => {
+            return Ok(BuiltImage {
+                path: out.to_path_buf(),
+                cache_hit: true,
+                cache_file,
+                digest,
+                rebuilt_bad_cache: false,
+            })
         }
-    }
+        Cached::Unusable => true,
+        Cached::Absent => false,
+    };
     check_room(&cache, BUILD_SPACE)?;
     check_room(&parent_dir(out), BUILD_SPACE / 2)?;
-    let digest = build_into_cache(spec, &modules, &cache, &cache_file, &digest_file, log)?;
-    let copied = copy_out(&cache_file, out, &digest)?;
-    let digest = copied.ok_or_else(|| GuestBuildError::Step {
-        step: "copying the image",
-        detail: format!("{} changed while it was copied", cache_file.display()),
-    })?;
+    build_into_cache(spec, &modules, &cache, &cache_file, log)?;
+    let digest = match from_cache(&cache_file, out, log)? {
+        Cached::Copied(digest) => digest,
+        _ => {
+            return Err(GuestBuildError::Step {
+                step: "copying the image",
+                detail: format!("{} changed while it was copied", cache_file.display()),
+            })
+        }
+    };
     Ok(BuiltImage {
         path: out.to_path_buf(),
         cache_hit: false,
@@ -357,18 +319,48 @@ pub fn build_debian_image(
     })
 }
 
-/// Copies the cache entry to `out` through a temporary file; commits it
-/// only when its digest is `want` (None otherwise, nothing written).
-fn copy_out(cache_file: &Path, out: &Path, want: &str) -> Result<Option<String>, GuestBuildError> {
-    let mut src = File::open(cache_file).map_err(io_err("open", cache_file))?;
+/// What the cache gave for an image.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Cached {
+    /// The entry was copied to the output; its digest.
+    Copied(String),
+    /// No entry.
+    Absent,
+    /// An entry without a seal or that fails it: removed, nothing written.
+    Unusable,
+}
+
+/// Copies the cache entry `cache_file` to `out` through a temporary file,
+/// committed only when what was copied matches the entry's seal. The entry
+/// is opened by the cache's rules (no link followed, a private regular
+/// file of this user's: otherwise an error); one that is not sound is
+/// removed.
+pub fn from_cache(
+    cache_file: &Path,
+    out: &Path,
+    log: &mut dyn FnMut(&str),
+) -> Result<Cached, GuestBuildError> {
+    let Some((mut src, _)) = cache::open_file(cache_file)? else {
+        return Ok(Cached::Absent);
+    };
+    log(&format!("cached image {}", cache_file.display()));
     let mut dst = OutputFile::create_with_mode(out, 0o600)?;
-    let got = copy_with_digest(&mut src, dst.file_mut()).map_err(io_err("write", out))?;
-    if got != want {
-        return Ok(None);
+    let (digest, seal) =
+        copy_with_digest(&mut src, dst.file_mut()).map_err(io_err("write", out))?;
+    let verdict = cache::verify_seal(cache_file, &seal);
+    if let Some(why) = verdict.why_rebuilt() {
+        drop(dst);
+        log(&format!(
+            "the cached image is not used ({why}); rebuilding it"
+        ));
+        let _ = fs::remove_file(cache::seal_path(cache_file));
+        let _ = fs::remove_file(cache_file);
+        return Ok(Cached::Unusable);
     }
+    debug_assert_eq!(verdict, Verdict::Sound);
     // commit() flushes the file to disk before renaming it into place.
     dst.commit()?;
-    Ok(Some(got))
+    Ok(Cached::Copied(digest))
 }
 
 /// Builds the image into the cache: root tree, bootscope's files, image,
@@ -379,9 +371,8 @@ fn build_into_cache(
     modules: &[(String, Vec<u8>)],
     cache: &Path,
     cache_file: &Path,
-    digest_file: &Path,
     log: &mut dyn FnMut(&str),
-) -> Result<String, GuestBuildError> {
+) -> Result<(), GuestBuildError> {
     let work = tempfile::Builder::new()
         .prefix(".build-")
         .tempdir_in(cache)
@@ -406,16 +397,13 @@ fn build_into_cache(
     log(&format!("mkfs.ext4 -d (image of {} bytes)", spec.size));
     mkfs(&root, &img, spec.size)?;
     let mut f = File::open(&img).map_err(io_err("open", &img))?;
-    let digest = digest(&mut f).map_err(io_err("read", &img))?;
+    let (_, seal) = digest_and_seal(&mut f).map_err(io_err("read", &img))?;
     f.sync_all().map_err(io_err("sync", &img))?;
+    // The seal first, then the entry: a reader never finds a fresh entry
+    // under a stale seal that matches it.
+    cache::store_seal(cache_file, &seal).map_err(io_err("store the seal of", cache_file))?;
     fs::rename(&img, cache_file).map_err(io_err("store the image as", cache_file))?;
-    crate::util::write_atomically(digest_file, format!("{digest}\n").as_bytes(), 0o600).map_err(
-        |e| GuestBuildError::Step {
-            step: "storing the image's digest",
-            detail: e.to_string(),
-        },
-    )?;
-    Ok(digest)
+    Ok(())
 }
 
 fn mkfs(root: &Path, img: &Path, size: u64) -> Result<(), GuestBuildError> {
@@ -492,5 +480,69 @@ mod tests {
         assert_ne!(base, cache_key(&s, &[]));
         let m = vec![("virtio_console.ko".to_string(), vec![1u8])];
         assert_ne!(base, cache_key(&spec(), &m));
+    }
+
+    fn entry(dir: &Path, bytes: &[u8]) -> PathBuf {
+        let f = dir.join("debian-bookworm-x.raw");
+        cache::store(&f, bytes).unwrap();
+        f
+    }
+
+    fn image_bytes() -> Vec<u8> {
+        let mut b = vec![0u8; 3 << 20];
+        b[5] = 1;
+        b[(2 << 20) + 9] = 2;
+        b
+    }
+
+    #[test]
+    fn a_sealed_entry_is_copied_and_a_tampered_one_rebuilt() {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("out.raw");
+        let f = entry(d.path(), &image_bytes());
+        let mut log = |_: &str| {};
+        let got = from_cache(&f, &out, &mut log).unwrap();
+        let want = digest(&mut File::open(&f).unwrap()).unwrap();
+        assert_eq!(got, Cached::Copied(want));
+        assert_eq!(fs::read(&out).unwrap(), image_bytes());
+        fs::remove_file(&out).unwrap();
+        // One byte changed after it was sealed: not used, removed.
+        let mut bad = image_bytes();
+        bad[(2 << 20) + 9] = 3;
+        fs::write(&f, &bad).unwrap();
+        assert_eq!(from_cache(&f, &out, &mut log).unwrap(), Cached::Unusable);
+        assert!(!out.exists() && !f.exists() && !cache::seal_path(&f).exists());
+        assert_eq!(from_cache(&f, &out, &mut log).unwrap(), Cached::Absent);
+        // No seal: not used either.
+        let f = entry(d.path(), &image_bytes());
+        fs::remove_file(cache::seal_path(&f)).unwrap();
+        assert_eq!(from_cache(&f, &out, &mut log).unwrap(), Cached::Unusable);
+        assert!(!out.exists());
+    }
+
+    #[test]
+    fn an_entry_that_is_a_link_or_open_to_others_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("out.raw");
+        let real = entry(d.path(), &image_bytes());
+        let sub = d.path().join("sub");
+        fs::create_dir(&sub).unwrap();
+        let link = sub.join("debian-bookworm-x.raw");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        fs::copy(cache::seal_path(&real), cache::seal_path(&link)).unwrap();
+        let mut log = |_: &str| {};
+        let e = from_cache(&link, &out, &mut log).unwrap_err();
+        assert!(
+            e.is_bad_input() && e.to_string().contains("symbolic link"),
+            "{e}"
+        );
+        fs::set_permissions(&real, fs::Permissions::from_mode(0o666)).unwrap();
+        let e = from_cache(&real, &out, &mut log).unwrap_err();
+        assert!(
+            e.is_bad_input() && e.to_string().contains("writable"),
+            "{e}"
+        );
+        assert!(!out.exists());
     }
 }

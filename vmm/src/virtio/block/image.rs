@@ -1,14 +1,18 @@
-//! A `--disk` image: parsed from `PATH[,readonly]`, opened without
-//! blocking (a FIFO must not hang the VMM), checked (a regular file or a
-//! block device, a whole number of 512-byte sectors) and locked with an
-//! open file description lock, as QEMU locks its images: exclusive for a
-//! writable disk, shared for a read-only one, so two VMs cannot both open
-//! one image writable, nor one write what another reads.
+//! A `--disk` image: parsed from `PATH[,readonly]`, checked before it is
+//! opened and on the open descriptor (a regular file or an unmounted block
+//! device, a whole number of 512-byte sectors: the rules are
+//! [`super::checks`]'), opened without blocking and locked as QEMU locks
+//! its images (an open file description lock) and as the `flock` command
+//! does: exclusive for a writable disk, shared for a read-only one, so two
+//! VMs cannot both open one image writable, nor one write what another
+//! reads.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+
+use super::checks;
 use std::path::{Path, PathBuf};
 
 /// The sector size of the virtio-blk interface.
@@ -57,6 +61,20 @@ pub enum DiskError {
     },
     #[error("--disk {path}: given twice")]
     Twice { path: String },
+    #[error("--disk {path}: {source}")]
+    Link {
+        path: String,
+        #[source]
+        source: bootscope_model::output::OutputError,
+    },
+    #[error("--disk {path}: is a file of {fs}, a kernel interface, not a disk image (give a raw image file or a block device)")]
+    KernelInterface { path: String, fs: &'static str },
+    #[error("--disk {path}: is a block device in use (mounted, or held by LVM, a RAID or another program); unmount it or stop its user first")]
+    Busy { path: String },
+    #[error("--disk {path}: its mode {mode:04o} lets no one write it; add ,readonly to boot it read-only, or make it writable (chmod u+w) if the guest is meant to write it")]
+    ReadOnlyMode { path: String, mode: u32 },
+    #[error("--disk {path}: changed while it was opened; try again")]
+    Changed { path: String },
 }
 
 impl std::str::FromStr for DiskSpec {
@@ -97,68 +115,57 @@ pub struct DiskImage {
     pub size: u64,
 }
 
-fn file_kind(t: &std::fs::FileType) -> Option<&'static str> {
-    if t.is_dir() {
-        Some("a directory")
-    } else if t.is_fifo() {
-        Some("a FIFO")
-    } else if t.is_socket() {
-        Some("a socket")
-    } else if t.is_char_device() {
-        Some("a character device")
-    } else if t.is_file() || t.is_block_device() {
-        None
-    } else {
-        Some("not a regular file")
-    }
-}
-
 impl DiskImage {
-    /// Opens and checks `spec`'s image and takes its lock.
+    /// Opens and checks `spec`'s image and takes its locks.
     pub fn open(spec: &DiskSpec) -> Result<Self, DiskError> {
         let shown = spec.path.display().to_string();
+        let real = bootscope_model::output::follow_links(&spec.path).map_err(|source| {
+            DiskError::Link {
+                path: shown.clone(),
+                source,
+            }
+        })?;
         let how = if spec.readonly {
             "for reading"
         } else {
             "for reading and writing"
         };
-        // O_NONBLOCK: opening a FIFO must not wait for a writer; it has no
-        // effect on the files and block devices kept.
+        let open_err = |source: std::io::Error| match source.kind() {
+            std::io::ErrorKind::NotFound => DiskError::Missing {
+                path: shown.clone(),
+            },
+            _ if source.raw_os_error() == Some(libc::EBUSY) => DiskError::Busy {
+                path: shown.clone(),
+            },
+            _ => DiskError::Open {
+                path: shown.clone(),
+                how,
+                source,
+            },
+        };
+        // Looked at before it is opened: opening a device can act on it.
+        let before = std::fs::symlink_metadata(&real).map_err(open_err)?;
+        check_before_open(spec, &shown, &real, &before)?;
+        let block = before.file_type().is_block_device();
+        // O_NONBLOCK: nothing waits in open(); O_NOFOLLOW: the file looked
+        // at is the file opened; O_EXCL on a block device: refused when
+        // mounted or held.
+        let excl = if block { libc::O_EXCL } else { 0 };
         let file = OpenOptions::new()
             .read(true)
             .write(!spec.readonly)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(&spec.path)
-            .map_err(|source| match source.kind() {
-                std::io::ErrorKind::NotFound => DiskError::Missing {
-                    path: shown.clone(),
-                },
-                _ if source.raw_os_error() == Some(libc::EISDIR) => DiskError::NotAnImage {
-                    path: shown.clone(),
-                    what: "a directory",
-                },
-                _ => DiskError::Open {
-                    path: shown.clone(),
-                    how,
-                    source,
-                },
-            })?;
-        let meta = file.metadata().map_err(|source| DiskError::Open {
-            path: shown.clone(),
-            how,
-            source,
-        })?;
-        if let Some(what) = file_kind(&meta.file_type()) {
-            return Err(DiskError::NotAnImage { path: shown, what });
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOFOLLOW | excl)
+            .open(&real)
+            .map_err(open_err)?;
+        let meta = file.metadata().map_err(open_err)?;
+        if (meta.dev(), meta.ino()) != (before.dev(), before.ino()) {
+            return Err(DiskError::Changed { path: shown });
         }
-        let size = if meta.file_type().is_block_device() {
-            (&file)
-                .seek(SeekFrom::End(0))
-                .map_err(|source| DiskError::Open {
-                    path: shown.clone(),
-                    how,
-                    source,
-                })?
+        if let Some(fs) = checks::kernel_interface_of(&file) {
+            return Err(DiskError::KernelInterface { path: shown, fs });
+        }
+        let size = if block {
+            (&file).seek(SeekFrom::End(0)).map_err(open_err)?
         } else {
             meta.len()
         };
@@ -169,6 +176,7 @@ impl DiskImage {
             return Err(DiskError::Unaligned { path: shown, size });
         }
         lock(&file, spec.readonly, &shown)?;
+        checks::take_flock(&file, spec.readonly, &shown)?;
         Ok(Self {
             file,
             path: spec.path.clone(),
@@ -217,8 +225,33 @@ impl DiskImage {
     }
 }
 
+/// The checks made on what `real` (`spec`'s path, links followed) is
+/// before it is opened.
+fn check_before_open(
+    spec: &DiskSpec,
+    shown: &str,
+    real: &Path,
+    before: &std::fs::Metadata,
+) -> Result<(), DiskError> {
+    if let Some(what) = checks::refused_kind(&before.file_type()) {
+        return Err(DiskError::NotAnImage {
+            path: shown.to_string(),
+            what,
+        });
+    }
+    if let Some(fs) = checks::kernel_interface(real) {
+        return Err(DiskError::KernelInterface {
+            path: shown.to_string(),
+            fs,
+        });
+    }
+    if !spec.readonly {
+        checks::writable_mode(shown, before)?;
+    }
+    Ok(())
+}
+
 fn same_file_open(open: &[DiskImage], path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
     let Ok(m) = std::fs::metadata(path) else {
         return false;
     };

@@ -6,6 +6,7 @@
 //! (log2 histogram) and kept with its start time for the split by boot
 //! phase.
 
+mod checks;
 pub mod image;
 pub mod request;
 
