@@ -13,6 +13,7 @@ use std::io::Read;
 use bootscope_model::journal::{self, units::FIELDS, BootUnits, Limits};
 
 use super::record::{Record, UnitProps};
+use super::unit_files;
 
 /// Where a persistent journal lives in the image.
 pub const JOURNAL_DIR: &str = "/var/log/journal";
@@ -193,6 +194,45 @@ pub fn record_of(boot: &BootUnits) -> Record {
     record
 }
 
+/// The image's last boot as a record, each unit ordered by its unit files
+/// (`After=`, for the critical chain), with the journal files read and
+/// their problems.
+pub fn record_from_image(fs: &ext4_view::Ext4) -> Result<(Record, ImageJournal), NoJournal> {
+    let journal = read_image_journal(fs)?;
+    let Some(boot) = &journal.boot else {
+        return Ok((Record::default(), journal));
+    };
+    let mut record = record_of(boot);
+    for unit in &mut record.units {
+        if let Some(ord) = unit_files::ordering(fs, &unit.id) {
+            unit.after = unit_files::effective_after(&unit.id, &ord);
+        }
+    }
+    Ok((record, journal))
+}
+
+/// Where the critical chain of a journal's boot ends: `workload` when it
+/// ran, else the default target systemd reached (`graphical.target`,
+/// `multi-user.target`), else the last target reached.
+pub fn chain_target(record: &Record, workload: &str) -> Option<String> {
+    let reached = |name: &str| record.unit(name).is_some_and(|u| u.active_enter_us > 0);
+    if reached(workload) {
+        return Some(workload.to_string());
+    }
+    ["graphical.target", "multi-user.target"]
+        .into_iter()
+        .find(|t| reached(t))
+        .map(str::to_string)
+        .or_else(|| {
+            record
+                .units
+                .iter()
+                .filter(|u| u.id.ends_with(".target") && u.active_enter_us > 0)
+                .max_by_key(|u| u.active_enter_us)
+                .map(|u| u.id.clone())
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,6 +316,10 @@ mod tests {
         assert_eq!(bad.active_state, "failed");
         assert_eq!((bad.active_enter_us, bad.inactive_enter_us), (0, 1_300_000));
         assert!(super::super::record::startup_finished(&r.analyze).is_some());
+        assert_eq!(
+            chain_target(&r, "w.service").as_deref(),
+            Some("multi-user.target")
+        );
     }
 }
 
@@ -338,6 +382,71 @@ mod image_tests {
         let boot = journal.boot.unwrap();
         assert_eq!(boot.units.len(), 2);
         assert!(boot.startup.is_some());
+        let (record, _) = record_from_image(&fs).unwrap();
+        // No unit files in this image: no ordering, the target still ends the chain.
+        assert!(record.units.iter().all(|u| u.after.is_empty()));
+        assert_eq!(
+            chain_target(&record, "w.service").as_deref(),
+            Some("multi-user.target")
+        );
+    }
+
+    #[test]
+    fn unit_files_in_an_image_order_the_units() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("root");
+        let lib = tree.join("lib/systemd/system");
+        let etc = tree.join("etc/systemd/system");
+        std::fs::create_dir_all(lib.join("multi-user.target.wants")).unwrap();
+        std::fs::create_dir_all(etc.join("a.service.d")).unwrap();
+        std::fs::create_dir_all(etc.join("multi-user.target.wants")).unwrap();
+        std::fs::write(
+            lib.join("a.service"),
+            "[Unit]\nAfter=x.target\n[Service]\nExecStart=/bin/true\n",
+        )
+        .unwrap();
+        std::fs::write(
+            etc.join("a.service.d/10-late.conf"),
+            "[Unit]\nAfter=y.service\n",
+        )
+        .unwrap();
+        std::fs::write(
+            lib.join("getty@.service"),
+            "[Unit]\nDefaultDependencies=no\nAfter=z.service\n",
+        )
+        .unwrap();
+        std::fs::write(
+            lib.join("multi-user.target"),
+            "[Unit]\nRequires=basic.target\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(
+            "/lib/systemd/system/a.service",
+            etc.join("multi-user.target.wants/a.service"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/dev/null", etc.join("masked.service")).unwrap();
+        let Some(fs) = image_of(&tree, &dir.path().join("u.img")) else {
+            println!("SKIP: mkfs.ext4 is not installed (e2fsprogs)");
+            return;
+        };
+        let a = unit_files::ordering(&fs, "a.service").unwrap();
+        assert_eq!(
+            unit_files::effective_after("a.service", &a),
+            ["x.target", "y.service", "sysinit.target", "basic.target"]
+        );
+        let getty = unit_files::ordering(&fs, "getty@tty1.service").unwrap();
+        assert_eq!(
+            unit_files::effective_after("getty@tty1.service", &getty),
+            ["z.service"]
+        );
+        let target = unit_files::ordering(&fs, "multi-user.target").unwrap();
+        assert_eq!(
+            unit_files::effective_after("multi-user.target", &target),
+            ["basic.target", "a.service"]
+        );
+        assert_eq!(unit_files::ordering(&fs, "masked.service"), None);
+        assert_eq!(unit_files::ordering(&fs, "absent.service"), None);
     }
 
     #[test]

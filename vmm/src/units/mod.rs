@@ -9,6 +9,7 @@
 pub mod chain;
 pub mod journal;
 pub mod record;
+pub mod unit_files;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
