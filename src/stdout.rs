@@ -21,17 +21,47 @@ static CLOSED: AtomicBool = AtomicBool::new(false);
 /// Writes `text` to standard output and flushes it, by the rules of [this
 /// module](self).
 pub fn print(text: impl AsRef<[u8]>) -> std::io::Result<()> {
+    checked(|out| out.write_all(text.as_ref()).and_then(|()| out.flush()))
+}
+
+/// Runs `write` on standard output unless its reader has gone; a reader
+/// going away is not an error, and nothing is written after it.
+fn checked(
+    write: impl FnOnce(&mut std::io::StdoutLock<'static>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     if CLOSED.load(Ordering::Relaxed) {
         return Ok(());
     }
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_ref()).and_then(|()| out.flush()) {
+    match write(&mut std::io::stdout().lock()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
             CLOSED.store(true, Ordering::Relaxed);
             Ok(())
         }
         other => other,
     }
+}
+
+/// Standard output as a stream written as it goes (the guest console of
+/// `run --serial stdout`), by the rules of [this module](self): line
+/// buffered as `std::io::stdout` is, a reader that has gone takes the rest
+/// without error, and any other write error is returned.
+pub struct Stream;
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        checked(|out| out.write_all(buf)).map(|()| buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        checked(|out| out.flush())
+    }
+}
+
+/// Prints the error of a failed [`print`], for commands that return their
+/// exit status; exit status 1.
+pub fn report(e: std::io::Error) -> i32 {
+    eprintln!("bootscope: error: cannot write standard output: {e}");
+    crate::common::EXIT_FAILURE
 }
 
 /// The error of a failed [`print`], for commands that return anyhow
