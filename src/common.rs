@@ -222,4 +222,39 @@ mod tests {
         }
         assert!(parse_seconds("2592001").unwrap_err().contains("too long"));
     }
+
+    #[test]
+    fn an_output_may_not_be_an_input() {
+        let d = tempfile::tempdir().unwrap();
+        let input = d.path().join("in.json");
+        std::fs::write(&input, "{}").unwrap();
+        let same = d.path().join(".").join("in.json");
+        let e = check_not_inputs(&[("-o", &same)], &[("IN", &input)]).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.contains("-o") && e.contains("IN") && e.contains("destroy"),
+            "{e}"
+        );
+        // A path where nothing is yet is no input, even if an input is
+        // named so too (it would fail to be read, not be overwritten).
+        let new = d.path().join("new.json");
+        assert!(check_not_inputs(&[("-o", &new)], &[("IN", &new)]).is_ok());
+        // A character device is not one file (a terminal both ways).
+        let null = Path::new("/dev/null");
+        assert!(check_not_inputs(&[("-o", null)], &[("IN", null)]).is_ok());
+        assert!(check_not_inputs(&[("-o", &input)], &[]).is_ok());
+    }
+
+    #[test]
+    fn memory_devices_that_take_nothing_are_refused() {
+        assert!(check_memory_device(Path::new("/dev/null")).is_ok());
+        let e = check_memory_device(Path::new("/dev/full")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        let e = check_output("--output", Path::new("/dev/full")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("--output: cannot write /dev/full"),
+            "{e}"
+        );
+    }
 }

@@ -125,6 +125,16 @@ fn guest_build_default_to_a_full_device() {
     }
 }
 
+#[test]
+fn the_guest_console_on_a_closed_pipe_ends_quietly() {
+    require_kvm!();
+    let k = fixture("mini-bzimage-reset.bin");
+    // The console (`--serial stdout`) is standard output: a reader gone
+    // takes the rest; the boot and its exit status are unchanged.
+    let args = ["run", "--kernel", &k, "--no-profile", "--no-summary"];
+    assert_closed_pipe_is_quiet(&args);
+}
+
 // ---- outputs that would destroy inputs ----
 
 /// A scratch copy of `src` named `name`.

@@ -181,4 +181,14 @@ mod tests {
         assert_eq!(least_runs(0.1), 5);
         assert_eq!(least_runs(0.01), 8);
     }
+
+    #[test]
+    fn levels_and_p_values_are_printed_short() {
+        assert_eq!(level(0.05), "0.05");
+        assert_eq!(level(0.0001), "0.0001");
+        assert_eq!(level(1e-300), "1e-300");
+        assert_eq!(level(2.5e-7), "2.5e-7");
+        assert_eq!(smallest_p(0.03125), "0.031");
+        assert_eq!(smallest_p(2.0 / 2f64.powi(50)), "1.8e-15");
+    }
 }
