@@ -175,6 +175,15 @@ fn target(args: &AdviseArgs, ev: Option<&Evidence>) -> Result<ProveTarget, Advis
             )));
         }
     }
+    if let Some(flag) = run_args
+        .iter()
+        .find(|a| *a == "--profile" || *a == "--no-profile")
+    {
+        return Err(usage(format!(
+            "leave {flag} out of the run arguments: --prove profiles the check boot (when no \
+             documents are given) and no other"
+        )));
+    }
     Ok(ProveTarget::Bootscope {
         args: run_args,
         default_cmdline: DEFAULT_CMDLINE.into(),

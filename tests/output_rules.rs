@@ -420,6 +420,26 @@ fn bench_refuses_profile_with_a_run_that_is_not_profiled() {
 }
 
 #[test]
+fn advise_prove_refuses_run_profile_flags_up_front() {
+    let [t, p] = advise_documents();
+    for flag in ["--no-profile", "--profile"] {
+        for docs in [vec![], vec![t.as_str(), p.as_str()]] {
+            let args = [
+                &["advise"][..],
+                &docs[..],
+                &["--prove", "--", "run", "--kernel", "/nonexistent", flag],
+            ]
+            .concat();
+            let o = bootscope_output(&args);
+            let e = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+            assert!(e.contains(&format!("leave {flag} out")), "{args:?}: {e}");
+            assert!(!e.contains("check boot of"), "{args:?} booted: {e}");
+        }
+    }
+}
+
+#[test]
 fn push_urls_never_show_their_credentials() {
     let b = lab_baseline();
     for url in [
