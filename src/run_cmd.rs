@@ -293,7 +293,7 @@ fn kernel_cache_dir() -> Option<PathBuf> {
 /// or a file.
 fn open_console(serial: &str) -> Result<Box<dyn Write + Send>, Failure> {
     Ok(match serial {
-        "stdout" | "-" => Box::new(crate::stdout::Stream),
+        "stdout" | "-" => Box::new(crate::stdout::Stream::default()),
         "null" => Box::new(std::io::sink()),
         path => Box::new(
             bootscope_model::output::open_stream(Path::new(path))

@@ -42,18 +42,41 @@ fn checked(
 }
 
 /// Standard output as a stream written as it goes (the guest console of
-/// `run --serial stdout`), by the rules of [this module](self): line
-/// buffered as `std::io::stdout` is, a reader that has gone takes the rest
-/// without error, and any other write error is returned.
-pub struct Stream;
+/// `run --serial stdout` and of `lab`), by the rules of [this
+/// module](self): line buffered as `std::io::stdout` is, a reader that has
+/// gone takes the rest without error, and any other write error is
+/// returned, the first one also kept for the command's report
+/// ([`Stream::error`]).
+#[derive(Default)]
+pub struct Stream {
+    error: Option<std::io::Error>,
+}
+
+impl Stream {
+    /// The first write error (other than a reader gone), if any.
+    pub fn error(&self) -> Option<&std::io::Error> {
+        self.error.as_ref()
+    }
+
+    fn keep(&mut self, r: std::io::Result<()>) -> std::io::Result<()> {
+        if let Err(e) = &r {
+            if self.error.is_none() {
+                self.error = Some(std::io::Error::new(e.kind(), e.to_string()));
+            }
+        }
+        r
+    }
+}
 
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        checked(|out| out.write_all(buf)).map(|()| buf.len())
+        let r = checked(|out| out.write_all(buf));
+        self.keep(r).map(|()| buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        checked(|out| out.flush())
+        let r = checked(|out| out.flush());
+        self.keep(r)
     }
 }
 

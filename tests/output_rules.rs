@@ -135,6 +135,15 @@ fn the_guest_console_on_a_closed_pipe_ends_quietly() {
     assert_closed_pipe_is_quiet(&args);
 }
 
+#[test]
+fn the_lab_console_to_a_full_device_or_a_closed_pipe() {
+    require_lab!();
+    let busybox = require_busybox!();
+    let args = ["lab", "--exe", s(&busybox), "--", "echo", "hello"];
+    assert_full_is_exit_1(&args);
+    assert_closed_pipe_is_quiet(&args);
+}
+
 // ---- outputs that would destroy inputs ----
 
 /// A scratch copy of `src` named `name`.
