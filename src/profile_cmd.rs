@@ -250,6 +250,12 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     if !args.no_summary {
         eprint!("{}", summary(&profile, &args.output));
     }
+    if let Some(e) = crate::stdout::lost() {
+        eprintln!("bootscope: error: cannot write standard output (the command's output): {e}");
+        if code == 0 {
+            code = crate::common::EXIT_FAILURE;
+        }
+    }
     if let Some(sig) = signal {
         eprintln!(
             "bootscope: interrupted by {}: the profile covers the time until then",

@@ -41,6 +41,25 @@ fn checked(
     }
 }
 
+/// The first error [`pass_on`] met, for the command's report.
+static LOST: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Passes `bytes` on to standard output by the rules of [this
+/// module](self), for a copy that must go on reading whatever happens to
+/// its output (a profiled command's standard output): the first write
+/// error is kept for [`lost`].
+pub fn pass_on(bytes: &[u8]) {
+    if let Err(e) = print(bytes) {
+        let mut lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
+        lost.get_or_insert_with(|| e.to_string());
+    }
+}
+
+/// The first error [`pass_on`] met, if any: output was lost.
+pub fn lost() -> Option<String> {
+    LOST.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
 /// Standard output as a stream written as it goes (the guest console of
 /// `run --serial stdout` and of `lab`), by the rules of [this
 /// module](self): line buffered as `std::io::stdout` is, a reader that has

@@ -136,6 +136,38 @@ fn the_guest_console_on_a_closed_pipe_ends_quietly() {
 }
 
 #[test]
+fn a_profiled_command_s_output_to_a_full_device_or_a_closed_pipe() {
+    require_bpf!();
+    let d = scratch("profile-stdout");
+    let out = d.join("p.json");
+    let args = [
+        "profile",
+        "--no-summary",
+        "-o",
+        s(&out),
+        "--",
+        "echo",
+        "hello",
+    ];
+    assert_full_is_exit_1(&args);
+    // The profile is written all the same.
+    assert!(read_json(&out)["schema"].is_string());
+    assert_closed_pipe_is_quiet(&args);
+    // The command's own exit status stays where it is not 0.
+    let o = to_full(&[
+        "profile",
+        "--no-summary",
+        "-o",
+        s(&out),
+        "--",
+        "sh",
+        "-c",
+        "echo x; exit 3",
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+}
+
+#[test]
 fn the_lab_console_to_a_full_device_or_a_closed_pipe() {
     require_lab!();
     let busybox = require_busybox!();
