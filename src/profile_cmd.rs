@@ -250,12 +250,6 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     if !args.no_summary {
         eprint!("{}", summary(&profile, &args.output));
     }
-    if let Some(e) = crate::stdout::lost() {
-        eprintln!("bootscope: error: cannot write standard output (the command's output): {e}");
-        if code == 0 {
-            code = crate::common::EXIT_FAILURE;
-        }
-    }
     if let Some(sig) = signal {
         eprintln!(
             "bootscope: interrupted by {}: the profile covers the time until then",
@@ -263,7 +257,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         );
         code = crate::signals::exit_status(sig);
     }
-    Ok(code)
+    Ok(crate::stdout::after_lost_output(code))
 }
 
 /// Starts the collector on `target` as the arguments ask.

@@ -55,9 +55,22 @@ pub fn pass_on(bytes: &[u8]) {
     }
 }
 
-/// The first error [`pass_on`] met, if any: output was lost.
-pub fn lost() -> Option<String> {
-    LOST.lock().unwrap_or_else(|e| e.into_inner()).clone()
+/// The exit status `code` of a command that passed output on: where
+/// [`pass_on`] met an error the output lost is reported, and a status of
+/// 0 becomes 1.
+pub fn after_lost_output(code: i32) -> i32 {
+    let lost = LOST.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    match lost {
+        Some(e) => {
+            eprintln!("bootscope: error: cannot write standard output (the command's output): {e}");
+            if code == 0 {
+                crate::common::EXIT_FAILURE
+            } else {
+                code
+            }
+        }
+        None => code,
+    }
 }
 
 /// Standard output as a stream written as it goes (the guest console of
