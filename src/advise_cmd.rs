@@ -15,7 +15,7 @@ use bootscope_advise::{advise, AdviseError, Evidence};
 use bootscope_bench::doc::Machine;
 use bootscope_bench::ConsolePattern;
 
-use crate::common::{check_outputs, write_output, DEFAULT_CMDLINE, EXIT_FAILURE, EXIT_USAGE};
+use crate::common::{check_outputs_of, write_output, DEFAULT_CMDLINE, EXIT_FAILURE, EXIT_USAGE};
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
@@ -120,7 +120,12 @@ fn check_args(args: &AdviseArgs) -> Result<(), AdviseError> {
     if let Some(s) = &args.svg {
         outputs.push(("--svg", s));
     }
-    check_outputs(&outputs).map_err(|e| usage(format!("{e:#}")))?;
+    let inputs: Vec<(&str, &Path)> = args
+        .documents
+        .iter()
+        .map(|d| ("TIMELINE-OR-PROFILE.json", &**d))
+        .collect();
+    check_outputs_of(&outputs, &inputs).map_err(|e| usage(format!("{e:#}")))?;
     if !args.prove {
         if !args.args.is_empty() {
             return Err(usage(
@@ -169,6 +174,15 @@ fn target(args: &AdviseArgs, ev: Option<&Evidence>) -> Result<ProveTarget, Advis
                 "leave {owned} out of the run arguments: --prove gives every boot its own"
             )));
         }
+    }
+    if let Some(flag) = run_args
+        .iter()
+        .find(|a| *a == "--profile" || *a == "--no-profile")
+    {
+        return Err(usage(format!(
+            "leave {flag} out of the run arguments: --prove profiles the check boot (when no \
+             documents are given) and no other"
+        )));
     }
     Ok(ProveTarget::Bootscope {
         args: run_args,
@@ -280,7 +294,9 @@ fn inner(args: &AdviseArgs) -> Result<i32, AdviseError> {
     Ok(code)
 }
 
-/// Prints and writes the report; the exit status.
+/// Prints and writes the report; the exit status. Standard output that
+/// cannot be written (`>/dev/full`) is exit status 1, once the files are
+/// written (src/stdout.rs).
 fn emit(
     args: &AdviseArgs,
     ev: &Evidence,
@@ -289,14 +305,15 @@ fn emit(
 ) -> i32 {
     let doc = AdviseDoc::new(ev, advice, prove);
     let json = doc.to_json();
-    if args.json {
-        print!("{}", String::from_utf8_lossy(&json));
+    let printed = if args.json {
+        crate::stdout::print(&json)
     } else {
-        print!("{}", advice_text(advice));
+        let mut text = advice_text(advice);
         if let Some(p) = prove {
-            print!("{}", bootscope_advise::report::prove_text(p));
+            text.push_str(&bootscope_advise::report::prove_text(p));
         }
-    }
+        crate::stdout::print(text)
+    };
     for (path, bytes) in [
         (args.output.as_ref(), json),
         (
@@ -311,5 +328,5 @@ fn emit(
             }
         }
     }
-    0
+    printed.map_or_else(crate::stdout::report, |()| 0)
 }

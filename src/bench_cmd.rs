@@ -180,7 +180,14 @@ fn fail(e: BenchError) -> i32 {
 /// Refuses, as bad input, an output path that cannot be written
 /// ([`crate::common::check_output`]), before any work starts.
 fn check_output(flag: &str, p: &Path) -> Result<(), BenchError> {
-    crate::common::check_output(flag, p).map_err(|e| BenchError::Usage(format!("{e:#}")))
+    check_output_of(flag, p, &[])
+}
+
+/// [`check_output`], and that the output is none of the command's
+/// `inputs` ([`crate::common::check_not_inputs`]).
+fn check_output_of(flag: &str, p: &Path, inputs: &[(&str, &Path)]) -> Result<(), BenchError> {
+    crate::common::check_outputs_of(&[(flag, p)], inputs)
+        .map_err(|e| BenchError::Usage(format!("{e:#}")))
 }
 
 /// Writes an output file; one that cannot be written is exit status 2, like
@@ -277,6 +284,22 @@ fn labelled(sides: Vec<Side>, labels: &[String]) -> Vec<ConfigPlan> {
         .collect()
 }
 
+/// Refuses `bench --profile` with a `run --no-profile` configuration
+/// before any run: each run would be asked to profile and not to.
+fn check_profile_wanted(configs: &[ConfigPlan], profile: bool) -> Result<(), BenchError> {
+    for c in configs.iter().filter(|_| profile) {
+        if matches!(&c.side, Side::Bootscope(a) if a.iter().any(|a| a == "--no-profile")) {
+            return Err(BenchError::Usage(format!(
+                "configuration {}: bench --profile profiles every run, and run --no-profile \
+                 says not to: leave one of them out (to profile one configuration only, give \
+                 it run --profile instead of bench --profile)",
+                c.label
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The console patterns: the defaults (unless --no-default-patterns), with
 /// a --console-pattern of the same name replacing one.
 fn console_patterns(args: &BenchArgs) -> Result<Vec<ConsolePattern>, BenchError> {
@@ -350,6 +373,7 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         )));
     }
     let configs = labelled(sides, &args.labels);
+    check_profile_wanted(&configs, args.profile)?;
     let patterns = console_patterns(&args)?;
     let exe = std::env::current_exe().map_err(|source| BenchError::Spawn {
         program: "bootscope (its own executable)".into(),
@@ -615,7 +639,8 @@ pub fn compare(args: CompareArgs) -> i32 {
 
 fn compare_inner(args: &CompareArgs) -> Result<i32, BenchError> {
     if let Some(o) = &args.output {
-        check_output("--output", o)?;
+        let inputs: Vec<(&str, &Path)> = args.files.iter().map(|f| ("BENCH.json", &**f)).collect();
+        check_output_of("--output", o, &inputs)?;
     }
     if !(args.alpha > 0.0 && args.alpha < 1.0) {
         return Err(BenchError::Usage(format!(
@@ -684,7 +709,11 @@ pub fn check(args: CheckArgs) -> i32 {
 
 fn check_inner(args: &CheckArgs) -> Result<i32, BenchError> {
     if let Some(o) = &args.output {
-        check_output("--output", o)?;
+        let inputs = [
+            ("--baseline", &*args.baseline),
+            ("CURRENT.json", &args.current),
+        ];
+        check_output_of("--output", o, &inputs)?;
     }
     check_push(args.push.as_deref())?;
     let metrics = args
@@ -731,7 +760,7 @@ fn check_inner(args: &CheckArgs) -> Result<i32, BenchError> {
 /// `bootscope plot`.
 pub fn plot(args: PlotArgs) -> i32 {
     let run = || -> Result<i32, BenchError> {
-        check_output("--output", &args.output)?;
+        check_output_of("--output", &args.output, &[("INPUT.json", &args.input)])?;
         let bytes = bootscope_model::input::read_input(&args.input)?;
         if args.flamegraph {
             let svg = crate::profile_reports::flamegraph(&args.input).map_err(BenchError::Usage)?;

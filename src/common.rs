@@ -75,9 +75,74 @@ pub fn parse_seconds(s: &str) -> Result<Duration, String> {
 
 /// Checks that `p`, given as `flag`, can be written (its directory takes a
 /// new file, it is not a directory, its links are safe to follow), before
-/// anything long starts. The rules are [`bootscope_model::output`]'s.
+/// anything long starts. The rules are [`bootscope_model::output`]'s; a
+/// memory device that takes no data (`/dev/full`) is refused too
+/// ([`check_memory_device`]).
 pub fn check_output(flag: &str, p: &Path) -> Result<()> {
-    bootscope_model::output::check_writable(p).map_err(|e| anyhow::anyhow!("{flag}: {e}"))
+    bootscope_model::output::check_writable(p).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+    check_memory_device(p).map_err(|e| anyhow::anyhow!("{flag}: cannot write {}: {e}", p.display()))
+}
+
+/// The kernel's memory devices (character major 1) whose open and empty
+/// write do nothing else: null, zero, full, random, urandom.
+const MEMORY_DEVICES: [u64; 5] = [3, 5, 7, 8, 9];
+
+/// Gives `p`, where it is one of the kernel's [memory
+/// devices](MEMORY_DEVICES), an empty write, which `/dev/full` refuses
+/// (`ENOSPC`): a command writing there fails before its work, not after.
+/// Other devices are not opened here (an open may do something: a
+/// watchdog is armed by it), nor FIFOs (their reader would see the end).
+fn check_memory_device(p: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+    let Ok(m) = std::fs::metadata(p) else {
+        return Ok(());
+    };
+    let rdev = m.rdev();
+    if !m.file_type().is_char_device()
+        || libc::major(rdev) != 1
+        || !MEMORY_DEVICES.contains(&u64::from(libc::minor(rdev)))
+    {
+        return Ok(());
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK)
+        .open(p)?;
+    f.write(&[]).map(drop)
+}
+
+/// Refuses an output that is one of the command's inputs (each a flag and
+/// a path): writing it would destroy what the command reads (`check
+/// --baseline b.json -o b.json`). The same file is the same device and
+/// inode, however the paths are spelt (links followed); a path where no
+/// file is yet cannot be an input, and a character device (a terminal as
+/// both standard input and output) is not one file.
+pub fn check_not_inputs(outputs: &[(&str, &Path)], inputs: &[(&str, &Path)]) -> Result<()> {
+    let inputs: Vec<_> = inputs
+        .iter()
+        .filter_map(|(flag, p)| Some((*flag, *p, file_identity(p)?)))
+        .collect();
+    for (oflag, o) in outputs {
+        let Some(id) = file_identity(o) else { continue };
+        if let Some((iflag, i, _)) = inputs.iter().find(|(_, _, i)| *i == id) {
+            anyhow::bail!(
+                "{oflag} {} is the input {iflag} {}: writing it would destroy what is read; \
+                 give the output another name",
+                o.display(),
+                i.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The device and inode of the file at `p` (links followed); None where
+/// there is none, or it is a character device.
+fn file_identity(p: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let m = std::fs::metadata(p).ok()?;
+    (!m.file_type().is_char_device()).then(|| (m.dev(), m.ino()))
 }
 
 /// [`check_output`] for each of one command's outputs, and that no two of
@@ -87,6 +152,13 @@ pub fn check_outputs(outputs: &[(&str, &Path)]) -> Result<()> {
         check_output(flag, p)?;
     }
     bootscope_model::output::check_distinct(outputs).map_err(anyhow::Error::new)
+}
+
+/// [`check_outputs`], and that none of the outputs is one of the
+/// command's `inputs` ([`check_not_inputs`]).
+pub fn check_outputs_of(outputs: &[(&str, &Path)], inputs: &[(&str, &Path)]) -> Result<()> {
+    check_outputs(outputs)?;
+    check_not_inputs(outputs, inputs)
 }
 
 /// Writes an output file by the rules of [`bootscope_model::output`]:
@@ -149,5 +221,40 @@ mod tests {
             assert!(parse_seconds(bad).is_err(), "{bad}");
         }
         assert!(parse_seconds("2592001").unwrap_err().contains("too long"));
+    }
+
+    #[test]
+    fn an_output_may_not_be_an_input() {
+        let d = tempfile::tempdir().unwrap();
+        let input = d.path().join("in.json");
+        std::fs::write(&input, "{}").unwrap();
+        let same = d.path().join(".").join("in.json");
+        let e = check_not_inputs(&[("-o", &same)], &[("IN", &input)]).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.contains("-o") && e.contains("IN") && e.contains("destroy"),
+            "{e}"
+        );
+        // A path where nothing is yet is no input, even if an input is
+        // named so too (it would fail to be read, not be overwritten).
+        let new = d.path().join("new.json");
+        assert!(check_not_inputs(&[("-o", &new)], &[("IN", &new)]).is_ok());
+        // A character device is not one file (a terminal both ways).
+        let null = Path::new("/dev/null");
+        assert!(check_not_inputs(&[("-o", null)], &[("IN", null)]).is_ok());
+        assert!(check_not_inputs(&[("-o", &input)], &[]).is_ok());
+    }
+
+    #[test]
+    fn memory_devices_that_take_nothing_are_refused() {
+        assert!(check_memory_device(Path::new("/dev/null")).is_ok());
+        let e = check_memory_device(Path::new("/dev/full")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        let e = check_output("--output", Path::new("/dev/full")).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("--output: cannot write /dev/full"),
+            "{e}"
+        );
     }
 }

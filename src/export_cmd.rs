@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::common::{check_output, usage, write_output, Failure};
+use crate::common::{check_outputs_of, usage, write_output, Failure};
 
 pub(crate) fn run(
     format: &str,
@@ -16,7 +16,7 @@ pub(crate) fn run(
     let bad_input = |e: &dyn std::fmt::Display| usage(anyhow::anyhow!("{e}"));
     let format = export::Format::parse(format, table).map_err(|e| bad_input(&e))?;
     if let Some(o) = output {
-        check_output("--output", o).map_err(usage)?;
+        check_outputs_of(&[("--output", o)], &[("INPUT", input)]).map_err(usage)?;
     }
     let (profile, _) = export::read_input(input).map_err(|e| bad_input(&e))?;
     let text = export::render_bytes(&profile, format);

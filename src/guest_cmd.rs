@@ -3,7 +3,7 @@
 //! `bootscope guest build default`: the default guest's initramfs, and the
 //! paths of its kernel and initramfs for scripts (`bootscope_lab::guest`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
 use clap::{Args, Subcommand};
@@ -78,13 +78,33 @@ pub fn run(args: GuestArgs) -> Result<i32, Failure> {
 }
 
 fn default_guest(args: DefaultArgs) -> Result<i32, Failure> {
+    if let Some(out) = &args.out {
+        crate::common::check_output("--out", out).map_err(usage)?;
+    }
     let (kernel, initrd) = crate::common::default_guest_at(args.out).map_err(usage)?;
-    println!("{}", kernel.display());
-    println!("{}", initrd.display());
+    let text = format!("{}\n{}\n", kernel.display(), initrd.display());
+    crate::stdout::print(text).map_err(crate::stdout::failure)?;
     Ok(0)
 }
 
+/// Refuses an image output that is not a regular file (or a path where
+/// nothing is yet), before the build: an image is booted from a file
+/// (`run --disk`), and the build takes minutes to find out that a device
+/// or FIFO takes no image.
+fn check_image_output(out: &Path) -> Result<(), Failure> {
+    crate::common::check_output("--out", out).map_err(usage)?;
+    match std::fs::metadata(out) {
+        Ok(m) if !m.is_file() => Err(usage(anyhow!(
+            "--out {} is a {}; the image goes to a regular file: give a file name",
+            out.display(),
+            bootscope_model::input::kind_name(m.file_type())
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn debian_image(args: DebianArgs) -> Result<i32, Failure> {
+    check_image_output(&args.out)?;
     let size = bootscope_model::size::parse_size(&args.size)
         .map_err(|e| usage(anyhow!("--size {:?}: {e}", args.size)))?;
     debian::check_size(size).map_err(|e| usage(e.into()))?;
@@ -108,8 +128,10 @@ fn debian_image(args: DebianArgs) -> Result<i32, Failure> {
         }
     })?;
     let version = &kernel.version;
-    println!(
-        "{} ({}, {:.1} s, sha256 of its data {})",
+    let text = format!(
+        "{} ({}, {:.1} s, sha256 of its data {})\n\
+         boot it: bootscope run --kernel /boot/vmlinuz-{version} --initrd /boot/initrd.img-{version} \
+         --disk {} --cmdline 'console=ttyS0 {} quiet'\n",
         built.path.display(),
         if built.cache_hit {
             "from the cache"
@@ -117,13 +139,10 @@ fn debian_image(args: DebianArgs) -> Result<i32, Failure> {
             "built"
         },
         started.elapsed().as_secs_f64(),
-        &built.digest[..16]
-    );
-    println!(
-        "boot it: bootscope run --kernel /boot/vmlinuz-{version} --initrd /boot/initrd.img-{version} \
-         --disk {} --cmdline 'console=ttyS0 {} quiet'",
+        &built.digest[..16],
         built.path.display(),
         debian::ROOT_CMDLINE
     );
+    crate::stdout::print(text).map_err(crate::stdout::failure)?;
     Ok(0)
 }

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use crate::common::{check_output, usage, write_output, Failure};
+use crate::common::{check_outputs_of, usage, write_output, Failure};
 
 #[derive(clap::Args)]
 #[command(after_help = "Example (QEMU, profiled):
@@ -33,7 +33,7 @@ pub struct InitcallsArgs {
 
 pub fn run(args: InitcallsArgs) -> Result<i32, Failure> {
     if let Some(o) = &args.output {
-        check_output("--output", o).map_err(usage)?;
+        check_outputs_of(&[("--output", o)], &[("CONSOLE-LOG", &args.console)]).map_err(usage)?;
     }
     let bytes = bootscope_model::input::read_input(&args.console).map_err(|e| {
         usage(anyhow::anyhow!(

@@ -127,7 +127,16 @@ pub(crate) fn cmd_lab(args: LabArgs, cli: &clap::Command) -> Result<i32, Failure
     // SIGINT and SIGTERM stop QEMU and remove the lab's temporary files.
     let interrupts = crate::signals::catch()?;
     cfg.stop = Some(interrupts.flag());
-    match bootscope_lab::outer::run_lab(&cfg) {
+    // The console (and so the command's output) is standard output.
+    let mut console = crate::stdout::Stream::default();
+    let result = bootscope_lab::outer::run_lab_with_console(&cfg, &mut console);
+    if let Some(e) = console.error() {
+        eprintln!("bootscope: error: cannot write standard output (the lab's console): {e}");
+        if matches!(result, Ok(ref o) if o.exit_code == 0) {
+            return Ok(EXIT_FAILURE);
+        }
+    }
+    match result {
         Ok(outcome) => Ok(outcome.exit_code),
         Err(e @ bootscope_lab::LabError::Interrupted) => Err(Failure {
             code: interrupts

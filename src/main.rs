@@ -1,6 +1,10 @@
 //! `bootscope`: the command line over the VMM, the profiler, the lab,
 //! bench and advise. Only this crate uses anyhow; the libraries return typed errors.
 
+// Standard output goes through src/stdout.rs's checked writer (print!
+// panics on a closed pipe or a full disk); tests may print.
+#![deny(clippy::print_stdout)]
+
 mod advise_cmd;
 mod bench_cmd;
 mod bench_storm;

@@ -257,7 +257,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         );
         code = crate::signals::exit_status(sig);
     }
-    Ok(code)
+    Ok(crate::stdout::after_lost_output(code))
 }
 
 /// Starts the collector on `target` as the arguments ask.

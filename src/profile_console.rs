@@ -267,7 +267,6 @@ fn pass_through(read_end: OwnedFd, slot: &MarkSlot) {
     let mut file = File::from(read_end);
     let mut matcher = LineMatcher::new(patterns());
     let mut buf = [0u8; 8192];
-    let mut out = std::io::stdout();
     loop {
         let n = match file.read(&mut buf) {
             Ok(0) => break,
@@ -276,9 +275,10 @@ fn pass_through(read_end: OwnedFd, slot: &MarkSlot) {
             Err(_) => break,
         };
         let at = Instant::now();
-        // Standard output closed (a pipe's reader gone) loses the copy,
-        // not the reading: the command must not block on a full pipe.
-        let _ = out.write_all(&buf[..n]).and_then(|()| out.flush());
+        // Standard output closed (a pipe's reader gone) or full loses the
+        // copy, not the reading: the command must not block on a full
+        // pipe (src/stdout.rs: a full one is reported at the end).
+        crate::stdout::pass_on(&buf[..n]);
         record(slot, matcher.feed(&buf[..n]), at);
     }
     record(slot, matcher.flush(), Instant::now());

@@ -63,6 +63,10 @@ pub fn compare_profiles(
         ));
     };
     if let Some(i) = schemas.iter().position(|s| !is_profile(s)) {
+        // A file that cannot be read says why (it does not exist, ...).
+        if let Err(e) = std::fs::metadata(&files[i]) {
+            return usage(format!("cannot read {}: {e}", files[i].display()));
+        }
         let what = match &schemas[i] {
             Some(s) => format!("a {s} document"),
             None => "not a bootscope document".into(),

@@ -38,22 +38,22 @@ fn split_url(url: &str) -> Option<PushUrl<'_>> {
 }
 
 /// `url` with its credentials (user and password) replaced by `***`, for
-/// messages; a URL that does not parse is shown as its scheme and host
-/// only, as far as they can be told.
+/// messages: everything between the scheme and the last `@` of the URL.
+/// URL parsers disagree on where the authority of `http://u:pa/ss@h` ends
+/// (a `/` in a password), so nothing before any `@` is ever shown.
 pub fn redact(url: &str) -> String {
-    match split_url(url) {
-        Some(PushUrl {
-            userinfo: Some(_),
-            rest,
-        }) => format!("http://***@{rest}"),
-        Some(_) => url.to_string(),
-        // Not http://: any `...@` before the first `/` after a scheme may
-        // still be credentials.
-        None => match (url.find("://"), url.rfind('@')) {
-            (Some(s), Some(at)) if at > s => format!("{}***@{}", &url[..s + 3], &url[at + 1..]),
-            (None, Some(at)) => format!("***@{}", &url[at + 1..]),
-            _ => url.to_string(),
-        },
+    // The scheme: letters, digits, `+`, `-`, `.` before `://`.
+    let start = url
+        .find("://")
+        .filter(|&s| {
+            url[..s]
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+        })
+        .map_or(0, |s| s + 3);
+    match url[start..].rfind('@') {
+        Some(at) => format!("{}***@{}", &url[..start], &url[start + at + 1..]),
+        None => url.to_string(),
     }
 }
 
@@ -68,6 +68,12 @@ pub fn check_url(url: &str) -> Result<(), String> {
              http://127.0.0.1:9091 (this bootscope pushes over plain HTTP)"
         )
     })?;
+    if parts.rest.contains('@') {
+        return Err(format!(
+            "--push \"{shown}\": an `@` after the first `/` of the address: write a `/` or \
+             `@` in the user name or password as %2F or %40"
+        ));
+    }
     let host_port = parts.rest.split('/').next().unwrap_or("");
     if host_port.is_empty() || url.contains(['?', '#', ' ']) || url.chars().any(char::is_control) {
         return Err(format!(
@@ -359,5 +365,33 @@ mod tests {
         assert!(check_url("http://gw\u{1b}[2J:9091").is_err());
         assert_eq!(base64(b"user:p@ss?"), "dXNlcjpwQHNzPw==");
         assert_eq!(percent_decode("p%40ss%zz%4"), b"p@ss%zz%4");
+    }
+
+    #[test]
+    fn nothing_before_the_last_at_is_shown() {
+        // A `/` in the password: parsers take `u:pa` for the host.
+        for (url, shown) in [
+            ("http://u:pa/ss@h:1", "http://***@h:1"),
+            ("http://u:p@ss@h:1/x", "http://***@h:1/x"),
+            ("http://u:pa/ss@h:1/x@y", "http://***@y"),
+            ("ftp://u:s/e@h", "ftp://***@h"),
+            ("u:s/e@h:1", "***@h:1"),
+            ("u@x://h", "***@x://h"),
+            ("http://h:1/p", "http://h:1/p"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
+        for bad in [
+            "http://USER:PA/SS@h:1",
+            "http://US/ER:PASS@h",
+            "http://USER:PASS@h:1/a@b",
+            "http://USER:PA/SS@h:99999",
+        ] {
+            let e = check_url(bad).unwrap_err();
+            for secret in ["USER", "US", "PA", "SS", "ER"] {
+                assert!(!e.contains(secret), "{bad}: {e}");
+            }
+        }
+        assert!(check_url("http://u:pa%2Fss@h:1").is_ok());
     }
 }

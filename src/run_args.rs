@@ -110,7 +110,7 @@ pub(crate) struct RunArgs {
     #[arg(long, conflicts_with = "no_profile")]
     pub(crate) profile: bool,
     /// Write the eBPF profile of the run (schema in docs/profile-schema.md).
-    #[arg(long, short = 'o', value_name = "FILE")]
+    #[arg(long, short = 'o', value_name = "FILE", conflicts_with = "no_profile")]
     pub(crate) output: Option<PathBuf>,
     /// Have the kernel count and time every run of the eBPF programs
     /// (`sources[].runs`, `run_ns` in the profile).

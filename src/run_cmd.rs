@@ -16,7 +16,7 @@ use bootscope_vmm::virtio::VirtioConfig;
 use bootscope_vmm::vm::{self, VmConfig, VmError};
 
 use crate::common::{
-    check_outputs, command_line, default_guest, usage, write_output, Failure, EXIT_FAILURE,
+    check_outputs_of, command_line, default_guest, usage, write_output, Failure, EXIT_FAILURE,
 };
 use crate::run_args::{InitcallMethod, RunArgs};
 
@@ -85,7 +85,7 @@ fn vm_config(
 ) -> Result<(VmConfig, crate::live_tui::TuiConsole), Failure> {
     let (memory_bytes, memory_opts) = memory_options(args)?;
     let stop_after = stop_after(args)?;
-    check_outputs(&run_outputs(args)).map_err(usage)?;
+    check_outputs_of(&run_outputs(args), &run_inputs(args)).map_err(usage)?;
     let mut patterns = Vec::new();
     for spec in &args.serial_patterns {
         patterns.push(MilestonePattern::parse(spec).map_err(|e| usage(e.into()))?);
@@ -254,6 +254,21 @@ fn run_outputs(args: &RunArgs) -> Vec<(&'static str, &Path)> {
     outputs
 }
 
+/// The files `run` reads (and a disk it writes), none of which an output
+/// may replace.
+fn run_inputs(args: &RunArgs) -> Vec<(&'static str, &Path)> {
+    let mut inputs: Vec<(&str, &Path)> = Vec::new();
+    inputs.extend(args.kernel.as_deref().map(|k| ("--kernel", k)));
+    inputs.extend(args.initrd.as_deref().map(|i| ("--initrd", i)));
+    inputs.extend(
+        args.guest_symbols
+            .as_deref()
+            .map(|s| ("--guest-symbols", s)),
+    );
+    inputs.extend(args.devices.disks.iter().map(|d| ("--disk", &*d.path)));
+    inputs
+}
+
 /// The kernel and initrd to boot: the named ones, or the default guest.
 fn guest_images(
     args: &RunArgs,
@@ -291,7 +306,7 @@ fn kernel_cache_dir() -> Option<PathBuf> {
 /// or a file.
 fn open_console(serial: &str) -> Result<Box<dyn Write + Send>, Failure> {
     Ok(match serial {
-        "stdout" | "-" => Box::new(std::io::stdout()),
+        "stdout" | "-" => Box::new(crate::stdout::Stream::default()),
         "null" => Box::new(std::io::sink()),
         path => Box::new(
             bootscope_model::output::open_stream(Path::new(path))

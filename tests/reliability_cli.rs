@@ -98,22 +98,31 @@ fn kernel_paths_that_are_not_utf8_work() {
 
 #[test]
 fn console_on_a_full_disk_is_an_error() {
-    require_kvm!();
-    let o = support::bootscope_output(&[
-        "run",
-        "--kernel",
-        &fixture("mini-bzimage-reset.bin"),
-        "--serial",
-        "/dev/full",
-        "--no-profile",
-        "--no-summary",
-    ]);
+    // Named, /dev/full is refused before the boot.
+    let k = fixture("mini-bzimage-reset.bin");
+    let args = ["run", "--kernel", &k, "--no-profile", "--no-summary"];
+    let o = support::bootscope_output(&[&args[..], &["--serial", "/dev/full"]].concat());
     let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("--serial /dev/full") && err.contains("No space left"),
+        err.contains("--serial") && err.contains("/dev/full") && err.contains("No space left"),
         "{err}"
     );
+    // On standard output, found full while the guest writes: exit 1.
+    require_kvm!();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = support::bootscope()
+        .args(args)
+        .stdout(full)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("No space left"), "{err}");
     assert!(err.contains("bytes of guest console output lost"), "{err}");
 }
 

@@ -8,6 +8,11 @@
 //! ([`evaluate::evaluate`]); docs/advise.md lists them. The crate depends
 //! on `model` and `bench` only (docs/architecture.md).
 
+// No print! here: the command line writes standard output through its
+// checked writer (src/stdout.rs; print! panics on a closed pipe or a full
+// disk). Tests may print.
+#![deny(clippy::print_stdout)]
+
 pub mod docs;
 pub mod error;
 pub mod evaluate;

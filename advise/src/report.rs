@@ -217,7 +217,7 @@ pub fn prove_text(p: &ProveReport) -> String {
         p.boots,
         p.runs_per_side,
         p.test.title(),
-        p.level,
+        crate::prove::options::level(p.level),
         p.check.userspace_mark
     );
     for r in &p.fixes {

@@ -230,7 +230,7 @@ fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
             "Measured: time to userspace with the fix / without (up to {} rounds, {}, level {})",
             p.runs_per_side,
             p.test.title(),
-            p.level
+            crate::prove::options::level(p.level)
         ),
     );
     let rows: Vec<&FixResult> = p

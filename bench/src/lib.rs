@@ -7,6 +7,11 @@
 //! written: the bench document (docs/bench-schema.md), bootscope's timeline
 //! and profile (read only).
 
+// No print! here: the command line writes standard output through its
+// checked writer (src/stdout.rs; print! panics on a closed pipe or a full
+// disk). Tests may print.
+#![deny(clippy::print_stdout)]
+
 pub mod compare;
 pub mod doc;
 pub mod error;

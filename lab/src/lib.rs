@@ -20,6 +20,11 @@
 //! and compares VMMs side by side within one run; it does not measure
 //! absolute boot times.
 
+// No print! here: the command line writes standard output through its
+// checked writer (src/stdout.rs; print! panics on a closed pipe or a full
+// disk). Tests may print.
+#![deny(clippy::print_stdout)]
+
 use std::io;
 use std::path::PathBuf;
 use std::time::Duration;

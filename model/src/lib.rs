@@ -31,6 +31,11 @@
 //! - [`prometheus`]: the Prometheus text format, one writer for every
 //!   command and the exporter.
 
+// No print! here: the command line writes standard output through its
+// checked writer (src/stdout.rs; print! panics on a closed pipe or a full
+// disk). Tests may print.
+#![deny(clippy::print_stdout)]
+
 pub mod bench;
 pub mod cache;
 pub mod cpulist;

@@ -9,6 +9,11 @@
 //!   followed from its first instruction;
 //! - [`profile`]: the versioned document (docs/profile-schema.md).
 
+// No print! here: the command line writes standard output through its
+// checked writer (src/stdout.rs; print! panics on a closed pipe or a full
+// disk). Tests may print.
+#![deny(clippy::print_stdout)]
+
 mod batch;
 pub mod bpf;
 pub mod collector;

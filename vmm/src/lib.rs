@@ -4,6 +4,11 @@
 //! The crate knows nothing of eBPF or terminals; it produces a
 //! [`timeline::Timeline`] that the profiler and the UI consume.
 
+// No print! here: the command line writes standard output through its
+// checked writer (src/stdout.rs; print! panics on a closed pipe or a full
+// disk). Tests may print.
+#![deny(clippy::print_stdout)]
+
 pub mod bootparams;
 pub mod console;
 pub mod devices;

@@ -234,7 +234,7 @@ impl ProvePlan {
         (!still_reachable(&b, &n, remaining, self.opts.level)).then(|| {
             format!(
                 "even {remaining} more rounds all faster with it could not reach p below {}",
-                self.opts.level
+                crate::prove::options::level(self.opts.level)
             )
         })
     }
@@ -338,8 +338,11 @@ impl ProvePlan {
                 )
             } else {
                 format!(
-                    "{}; stopped after {} of {} rounds: no saving could reach p below {level} any more",
-                    r.detail, r.rounds, self.opts.runs
+                    "{}; stopped after {} of {} rounds: no saving could reach p below {} any more",
+                    r.detail,
+                    r.rounds,
+                    self.opts.runs,
+                    crate::prove::options::level(level)
                 )
             };
         }
@@ -485,9 +488,10 @@ fn verdict(cmp: &bootscope_bench::compare::Comparison, level: f64) -> (Verdict, 
         (Some(t), false, _) => (
             Verdict::NotSignificant,
             format!(
-                "change {:+.1} %, p {} (not below {level})",
+                "change {:+.1} %, p {} (not below {})",
                 cmp.change_pct,
-                p(t.p_value)
+                p(t.p_value),
+                crate::prove::options::level(level)
             ),
         ),
     }

@@ -21,6 +21,22 @@ pub fn least_runs(level: f64) -> u32 {
         .unwrap_or(64)
 }
 
+/// A significance level for messages: short, in scientific notation
+/// below 1e-4 (`1e-300`).
+pub fn level(v: f64) -> String {
+    bootscope_bench::compare::format::format_level(v)
+}
+
+/// A smallest attainable p for messages: three decimals, or two
+/// significant digits in scientific notation below 0.001.
+fn smallest_p(p: f64) -> String {
+    if p >= 1e-3 || p == 0.0 {
+        format!("{p:.3}")
+    } else {
+        format!("{p:.1e}")
+    }
+}
+
 /// How much `--prove` may spend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -110,15 +126,15 @@ impl ProveOptions {
         if !(self.level > 0.0 && self.level < 0.5) {
             return Err(AdviseError::Usage(format!(
                 "--level {}: give a significance level between 0 and 0.5, e.g. 0.05",
-                self.level
+                level(self.level)
             )));
         }
         let least = least_runs(self.level);
         if self.runs < least {
             let p = stats::min_attainable_p(TEST, self.runs as usize, self.runs as usize);
             return Err(AdviseError::Usage(format!(
-                "--runs {}: the paired test on {} rounds can never give p below {} (its smallest p is {p:.3}, every round faster); give --runs {least} or more, or a larger --level",
-                self.runs, self.runs, self.level
+                "--runs {}: the paired test on {} rounds can never give p below {} (its smallest p is {}, every round faster); give --runs {least} or more, or a larger --level",
+                self.runs, self.runs, level(self.level), smallest_p(p)
             )));
         }
         if self.max_fixes == 0 {
@@ -164,5 +180,15 @@ mod tests {
         assert_eq!(least_runs(0.05), 6);
         assert_eq!(least_runs(0.1), 5);
         assert_eq!(least_runs(0.01), 8);
+    }
+
+    #[test]
+    fn levels_and_p_values_are_printed_short() {
+        assert_eq!(level(0.05), "0.05");
+        assert_eq!(level(0.0001), "0.0001");
+        assert_eq!(level(1e-300), "1e-300");
+        assert_eq!(level(2.5e-7), "2.5e-7");
+        assert_eq!(smallest_p(0.03125), "0.031");
+        assert_eq!(smallest_p(2.0 / 2f64.powi(50)), "1.8e-15");
     }
 }

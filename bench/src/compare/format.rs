@@ -39,6 +39,17 @@ pub fn format_p(p: f64) -> String {
     format!("= {s}")
 }
 
+/// A significance level or a probability as a number: as given where that
+/// is short (`0.05`, `0.0001`), in scientific notation below 1e-4
+/// (`1e-300`, not three hundred digits).
+pub fn format_level(v: f64) -> String {
+    if v != 0.0 && v.abs() < 1e-4 {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
 /// A value in its unit: milliseconds for times, a count otherwise.
 pub fn format_value(kind: MetricKind, v: f64) -> String {
     match kind {

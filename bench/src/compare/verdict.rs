@@ -136,7 +136,7 @@ fn check_options(opts: &CheckOptions) -> Result<(), BenchError> {
     if !(opts.alpha > 0.0 && opts.alpha < 1.0) {
         return Err(BenchError::Usage(format!(
             "--alpha {}: give a significance level between 0 and 1 (for example 0.01)",
-            opts.alpha
+            super::format::format_level(opts.alpha)
         )));
     }
     if opts.test.paired() {
@@ -226,7 +226,7 @@ fn check_enough_runs(
                 cur.len(),
                 opts.test.title(),
                 format_p(floor).trim_start_matches("= "),
-                opts.alpha
+                super::format::format_level(opts.alpha)
             ),
         });
     }
@@ -258,7 +258,11 @@ fn check_metric(
         format_pct(limit)
     );
     if kind == MetricKind::Time && beyond && !c.significant {
-        let _ = write!(message, "; not significant at alpha {}", opts.alpha);
+        let _ = write!(
+            message,
+            "; not significant at alpha {}",
+            super::format::format_level(opts.alpha)
+        );
     }
     Some(CheckResult {
         metric: m.clone(),
