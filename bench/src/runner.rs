@@ -718,14 +718,7 @@ pub fn shell_words(argv: &[OsString]) -> String {
     argv.iter()
         .map(|a| {
             let s = a.to_string_lossy();
-            if !s.is_empty()
-                && s.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
-            {
-                s.into_owned()
-            } else {
-                format!("'{}'", s.replace('\'', r"'\''"))
-            }
+            shlex::try_quote(&s).map_or_else(|_| format!("{s:?}"), |q| q.into_owned())
         })
         .collect::<Vec<_>>()
         .join(" ")
