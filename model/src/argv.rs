@@ -6,10 +6,10 @@
 /// of the argument that names the flag: `FLAG VALUE` (the value is the
 /// next argument, skipped) or `FLAG=VALUE`. A flag that ends the list
 /// without its value gives nothing.
-pub fn flag_values<'a, S: AsRef<str>>(
+pub fn flag_values<'a, 'f, S: AsRef<str>>(
     args: &'a [S],
-    flags: &'a [&'a str],
-) -> impl Iterator<Item = (usize, &'a str)> + 'a {
+    flags: &'f [&'f str],
+) -> impl Iterator<Item = (usize, &'a str)> + use<'a, 'f, S> {
     let mut i = 0;
     std::iter::from_fn(move || {
         while i < args.len() {
@@ -33,7 +33,7 @@ pub fn flag_values<'a, S: AsRef<str>>(
 }
 
 /// The first value given to one of `flags` in `args` ([`flag_values`]).
-pub fn flag_value<'a, S: AsRef<str>>(args: &'a [S], flags: &'a [&'a str]) -> Option<&'a str> {
+pub fn flag_value<'a, S: AsRef<str>>(args: &'a [S], flags: &[&str]) -> Option<&'a str> {
     flag_values(args, flags).next().map(|(_, v)| v)
 }
 
