@@ -27,7 +27,11 @@ pub(crate) trait Driver {
 /// Runs `driver` over `app` in the terminal until the user quits (q,
 /// Ctrl-C, SIGTERM or SIGINT) or the input closes; snapshots (`s`) go to
 /// `snapshot_dir`.
-pub(crate) fn run(app: &mut App, driver: &mut dyn Driver, snapshot_dir: &Path) -> Result<(), TuiError> {
+pub(crate) fn run(
+    app: &mut App,
+    driver: &mut dyn Driver,
+    snapshot_dir: &Path,
+) -> Result<(), TuiError> {
     let mut guard = term::enter()?;
     let events = event::Events::start().map_err(|source| TuiError::Terminal {
         what: "cannot start reading the terminal",
