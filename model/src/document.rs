@@ -48,6 +48,15 @@ impl DocKind {
         }
     }
 
+    /// Its short name in messages: `timeline`, `profile`, `bench file`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Timeline => "timeline",
+            Self::Profile => "profile",
+            Self::Bench => "bench file",
+        }
+    }
+
     /// The kind a `schema` field names.
     pub fn of_schema(schema: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.schema() == schema)
@@ -133,7 +142,7 @@ pub enum DocumentError {
     #[error("no numeric \"version\" field")]
     NoVersion { kind: DocKind },
     /// A version this bootscope does not read.
-    #[error("it is a version {found} {}; this bootscope reads versions {} to {}", kind.schema(), kind.versions().0, kind.versions().1)]
+    #[error("it is a version {found} {}; this bootscope reads versions {} to {}", kind.name(), kind.versions().0, kind.versions().1)]
     Version { kind: DocKind, found: u64 },
     /// The right schema and version, the wrong shape.
     #[error("malformed {} document: {detail}", kind.schema())]
@@ -214,6 +223,10 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, DocumentError::Version { found: 9, .. }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "it is a version 9 profile; this bootscope reads versions 1 to 2"
+        );
         let e = parse_document(
             b"{\"schema\": \"bootscope.timeline\", \"version\": 1, \"phases\": 3}",
             &DocKind::ALL,
