@@ -369,7 +369,13 @@ mod tests {
     fn runs_pair_by_round_and_vm() {
         let storm = |round: u64, vm: u64| round << 32 | vm;
         let a = [(0, 1.0), (1, 2.0), (3, 4.0), (storm(4, 1), 5.0)];
-        let b = [(3, 40.0), (0, 10.0), (2, 30.0), (storm(4, 1), 50.0), (storm(4, 2), 60.0)];
+        let b = [
+            (3, 40.0),
+            (0, 10.0),
+            (2, 30.0),
+            (storm(4, 1), 50.0),
+            (storm(4, 2), 60.0),
+        ];
         let (x, y) = pair_by_round(&a, &b);
         assert_eq!(x, [1.0, 4.0, 5.0]);
         assert_eq!(y, [10.0, 40.0, 50.0]);
