@@ -52,15 +52,8 @@ pub fn patterns() -> Vec<MilestonePattern> {
 /// (also `--serial`), Cloud Hypervisor's `--serial file=PATH`. Both
 /// truncate the file when they open it.
 pub fn named_console_file(command: &[String]) -> Option<PathBuf> {
-    let mut args = command.iter().skip(1);
-    while let Some(a) = args.next() {
-        let value = match a.as_str() {
-            "-serial" | "--serial" => args.next().map(String::as_str),
-            _ => a
-                .strip_prefix("-serial=")
-                .or_else(|| a.strip_prefix("--serial=")),
-        };
-        let Some(v) = value else { continue };
+    let args = command.get(1..).unwrap_or_default();
+    for (_, v) in bootscope_model::argv::flag_values(args, &["-serial", "--serial"]) {
         // QEMU's file backend takes the rest as the path; Cloud
         // Hypervisor's option may go on after a comma.
         let path = v

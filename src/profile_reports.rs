@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use bootscope_bench::BenchError;
+use bootscope_model::document::DocKind;
 use bootscope_profiler::Profile;
 
 use crate::common::{write_output, EXIT_USAGE};
@@ -29,12 +30,13 @@ pub fn flamegraph(input: &Path) -> Result<Vec<u8>, String> {
     Ok(svg)
 }
 
-/// The schema a JSON file names, if it is JSON with one (an unreadable or
-/// non-JSON file is left to the bench reader, which says what is wrong).
+/// The kind of document a file is, by the model's reader of document
+/// heads: its schema, if it is JSON with one (an unreadable or non-JSON
+/// file is left to the bench reader, which says what is wrong).
 fn schema_of(path: &Path) -> Option<String> {
     let bytes = bootscope_model::input::read_input(path).ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    Some(v.get("schema")?.as_str()?.to_string())
+    let head = bootscope_model::document::head(&bytes).ok()?;
+    head.schema().map(str::to_string)
 }
 
 /// `bootscope compare` on profiles: None when no file given is a profile
@@ -51,7 +53,7 @@ pub fn compare_profiles(
 ) -> Result<Option<i32>, BenchError> {
     let schemas: Vec<Option<String>> = files.iter().map(|f| schema_of(f)).collect();
     let is_profile =
-        |s: &Option<String>| s.as_deref() == Some(bootscope_profiler::profile::PROFILE_SCHEMA_NAME);
+        |s: &Option<String>| s.as_deref().and_then(DocKind::of_schema) == Some(DocKind::Profile);
     if !schemas.iter().any(is_profile) {
         return Ok(None);
     }

@@ -5,12 +5,9 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use bootscope_model::human::ms;
 use bootscope_profiler::sites::{ExitSites, MODULE_SPACE, MODULE_TAG};
 use bootscope_profiler::Profile;
-
-fn ms(ns: u64) -> String {
-    format!("{:.1} ms", ns as f64 / 1e6)
-}
 
 /// The short report printed after profiling.
 pub fn summary(p: &Profile, output: &Path) -> String {

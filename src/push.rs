@@ -99,30 +99,15 @@ pub fn check_url(url: &str) -> Result<(), String> {
 /// Standard base64 with padding (RFC 4648 section 4), for basic
 /// authentication.
 fn base64(bytes: &[u8]) -> String {
-    base64url(bytes).replace('-', "+").replace('_', "/")
+    use ::base64::Engine;
+    ::base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// URL-safe base64 with padding, as the Pushgateway takes label values in
 /// a path (`label@base64/VALUE`).
 fn base64url(bytes: &[u8]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ABC[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    use ::base64::Engine;
+    ::base64::engine::general_purpose::URL_SAFE.encode(bytes)
 }
 
 /// `/NAME/VALUE`, or `/NAME@base64/...` for a value that is not plain.

@@ -197,7 +197,7 @@ fn run_writes_timeline_and_summary() {
     }
     let doc: serde_json::Value = read_json(&t);
     assert_eq!(doc["schema"], "bootscope.timeline");
-    assert_eq!(doc["version"], 2);
+    assert_eq!(doc["version"], 3);
     assert_eq!(doc["outcome"]["clean"], true);
     let names: Vec<String> = doc["marks"]
         .as_array()

@@ -180,11 +180,11 @@ fn bad_input_exits_2_naming_the_file() {
     );
     let v2 = path(
         "future-timeline.json",
-        r#"{"schema":"bootscope.timeline","version":3,"marks":[],"phases":[]}"#,
+        r#"{"schema":"bootscope.timeline","version":4,"marks":[],"phases":[]}"#,
     );
     expect_usage_error(
         &["export", "--format", "chrome-trace", &v2],
-        &[&v2, "version 3 boot timeline", "reads version 2"],
+        &[&v2, "version 4 boot timeline", "reads version 3"],
     );
     let pv9 = path(
         "future-profile.json",

@@ -2,6 +2,7 @@
 //! which evaluates every rule of the table and ranks the findings by the
 //! boot time their evidence accounts for.
 
+pub use bootscope_model::human::{group_digits as thousands, human_ns};
 use serde::Serialize;
 
 use crate::evidence::{Evidence, Vmm};
@@ -279,31 +280,6 @@ fn flags_given(command: &[String], flags: &[&str]) -> bool {
         }
     }
     last == Some(*value)
-}
-
-/// `1234567` as `1,234,567`.
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// Nanoseconds in words: `2.13 s`, `212.0 ms`, `40 µs`.
-pub fn human_ns(ns: u64) -> String {
-    let ns = ns as f64;
-    if ns >= 1e9 {
-        format!("{:.2} s", ns / 1e9)
-    } else if ns >= 1e6 {
-        format!("{:.1} ms", ns / 1e6)
-    } else {
-        format!("{:.0} µs", ns / 1e3)
-    }
 }
 
 fn exits_at(ev: &Evidence, functions: &[&str], ports: (u16, u16)) -> Vec<Found> {

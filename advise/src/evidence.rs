@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use bootscope_model::document::{parse_document, DocKind, Document, DocumentError};
 use bootscope_model::profile::{Profile, PROFILE_SCHEMA_NAME};
 use bootscope_model::timeline::{Timeline, TIMELINE_SCHEMA_NAME};
 use serde::Serialize;
@@ -137,35 +138,36 @@ impl Evidence {
                 path: path.clone(),
                 source,
             })?;
-            let doc: serde_json::Value =
-                serde_json::from_slice(&bytes).map_err(|source| AdviseError::NotJson {
-                    path: path.clone(),
-                    source,
-                })?;
             let wrong = |problem: String| AdviseError::WrongDocument {
                 path: path.clone(),
                 problem,
             };
-            match doc.get("schema").and_then(serde_json::Value::as_str) {
-                Some(TIMELINE_SCHEMA_NAME) if timeline.is_none() => {
-                    let t = Timeline::parse(&doc).map_err(|e| wrong(e.to_string()))?;
-                    timeline = Some((path.clone(), t));
+            match parse_document(&bytes, &[DocKind::Timeline, DocKind::Profile]) {
+                Ok(Document::Timeline(t)) if timeline.is_none() => {
+                    timeline = Some((path.clone(), *t));
                 }
-                Some(PROFILE_SCHEMA_NAME) if profile.is_none() => {
-                    let p = Profile::parse(&doc).map_err(|e| wrong(e.to_string()))?;
-                    profile = Some((path.clone(), p));
+                Ok(Document::Profile(p)) if profile.is_none() => {
+                    profile = Some((path.clone(), *p));
                 }
-                Some(s @ (TIMELINE_SCHEMA_NAME | PROFILE_SCHEMA_NAME)) => {
+                Ok(doc) => {
                     return Err(wrong(format!(
-                        "a second {s} document: give at most one timeline and one profile, of the same boot"
+                        "a second {} document: give at most one timeline and one profile, of the same boot",
+                        doc.kind().schema()
                     )))
                 }
-                other => {
+                Err(DocumentError::NotJson(source)) => {
+                    return Err(AdviseError::NotJson {
+                        path: path.clone(),
+                        source,
+                    })
+                }
+                Err(DocumentError::Schema { found }) => {
                     return Err(wrong(format!(
                         "its \"schema\" is {}, not {TIMELINE_SCHEMA_NAME} or {PROFILE_SCHEMA_NAME}",
-                        other.map_or_else(|| "missing".into(), |s| format!("{s:?}"))
+                        found.map_or_else(|| "missing".into(), |s| format!("{s:?}"))
                     )))
                 }
+                Err(e) => return Err(wrong(e.to_string())),
             }
         }
         let mut ev = Evidence::default();
@@ -308,17 +310,7 @@ fn is_bootscope_run(command: &[String]) -> bool {
 /// The kernel command line in a VMM's own command line: QEMU's `-append`,
 /// Cloud Hypervisor's and bootscope's `--cmdline`.
 pub fn cmdline_from_command(command: &[String]) -> Option<String> {
-    for (i, arg) in command.iter().enumerate() {
-        for flag in ["-append", "--cmdline"] {
-            if arg == flag {
-                return command.get(i + 1).cloned();
-            }
-            if let Some(v) = arg.strip_prefix(&format!("{flag}=")) {
-                return Some(v.to_string());
-            }
-        }
-    }
-    None
+    bootscope_model::argv::flag_value(command, &["-append", "--cmdline"]).map(str::to_string)
 }
 
 /// Compression of a file by its first bytes: what the kernel's

@@ -30,68 +30,11 @@ pub enum ProveTarget {
 /// Splits a command template into words as a POSIX shell would for
 /// quotes and backslashes (no variables, globs or operators).
 pub fn split_words(s: &str) -> Result<Vec<String>, AdviseError> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut chars = s.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(c) => word.push(c),
-                        None => return Err(unclosed(s, "'")),
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            Some(c @ ('"' | '\\' | '$' | '`')) => word.push(c),
-                            Some(c) => {
-                                word.push('\\');
-                                word.push(c);
-                            }
-                            None => return Err(unclosed(s, "\"")),
-                        },
-                        Some(c) => word.push(c),
-                        None => return Err(unclosed(s, "\"")),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                if let Some(c) = chars.next() {
-                    word.push(c);
-                }
-            }
-            c if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut word));
-                    in_word = false;
-                }
-            }
-            c => {
-                in_word = true;
-                word.push(c);
-            }
-        }
-    }
-    if in_word {
-        words.push(word);
-    }
-    Ok(words)
-}
-
-fn unclosed(s: &str, quote: &str) -> AdviseError {
-    AdviseError::Usage(format!(
-        "--prove-command {s:?}: a {quote} quote is not closed"
-    ))
+    shlex::split(s).ok_or_else(|| {
+        AdviseError::Usage(format!(
+            "--prove-command {s:?}: a quote is not closed, or it ends in a lone backslash"
+        ))
+    })
 }
 
 impl ProveTarget {
@@ -189,13 +132,9 @@ impl ProveTarget {
 
 /// Where `--cmdline` is in `run` arguments, and its value.
 fn cmdline_arg(args: &[String]) -> Option<(usize, String)> {
-    args.iter().enumerate().find_map(|(i, a)| {
-        if a == "--cmdline" {
-            args.get(i + 1).map(|v| (i, v.clone()))
-        } else {
-            a.strip_prefix("--cmdline=").map(|v| (i, v.to_string()))
-        }
-    })
+    bootscope_model::argv::flag_values(args, &["--cmdline"])
+        .next()
+        .map(|(i, v)| (i, v.to_string()))
 }
 
 #[cfg(test)]
@@ -213,6 +152,7 @@ mod tests {
             ["qemu", "-append", "{cmdline} x", "-name", "a b", "c d"]
         );
         assert!(split_words("qemu -append \"x").is_err());
+        assert!(split_words("qemu -append 'x").is_err());
     }
 
     #[test]

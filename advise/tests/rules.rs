@@ -424,9 +424,9 @@ fn unreadable_or_wrong_documents_are_bad_input() {
         (
             write(
                 "d.json",
-                r#"{"schema": "bootscope.timeline", "version": 3}"#,
+                r#"{"schema": "bootscope.timeline", "version": 4}"#,
             ),
-            "version 3 timeline",
+            "version 4 timeline",
         ),
     ];
     for (path, want) in cases {

@@ -79,15 +79,12 @@ impl Sample {
     /// The values of `metric` of the rounds both samples ran it in, in
     /// round order (a round whose run failed on one side is left out).
     fn paired(&self, other: &Self, metric: &str) -> (Vec<f64>, Vec<f64>) {
-        let by_round = |s: &Self| -> BTreeMap<u64, f64> {
+        let keyed = |s: &Self| -> Vec<(u64, f64)> {
             let values = s.values.get(metric).map(Vec::as_slice).unwrap_or(&[]);
             let rounds = s.rounds.get(metric).map(Vec::as_slice).unwrap_or(&[]);
             rounds.iter().copied().zip(values.iter().copied()).collect()
         };
-        let (mine, theirs) = (by_round(self), by_round(other));
-        mine.iter()
-            .filter_map(|(r, a)| theirs.get(r).map(|b| (*a, *b)))
-            .unzip()
+        bootscope_model::bench::pair_by_round(&keyed(self), &keyed(other))
     }
 
     fn has_phases(&self) -> bool {

@@ -11,7 +11,6 @@ pub use bootscope_model::bench::{
 
 use crate::error::BenchError;
 use crate::metrics;
-use crate::schema::{check_schema_versions, head};
 use crate::stats;
 
 const HINT: &str = "give a file written by `bootscope bench --output FILE`";
@@ -24,20 +23,15 @@ pub fn read(path: &Path) -> Result<BenchDoc, BenchError> {
 
 /// [`read`] on bytes already read; `path` is for messages. The document is
 /// read straight into its types (its `schema` and `version` checked first,
-/// by [`head`]): no JSON tree of the whole file is built, which would take
-/// several times the file's size.
+/// on a skim, by the model's document reader): no JSON tree of the whole
+/// file is built, which would take several times the file's size.
 pub fn parse(bytes: &[u8], path: &Path) -> Result<BenchDoc, BenchError> {
-    let value = head(bytes).map_err(|source| BenchError::NotJson {
-        path: path.into(),
-        hint: HINT,
-        source,
-    })?;
-    check_schema_versions(&value, path, SCHEMA, OLDEST_VERSION, VERSION, HINT)?;
-    let doc: BenchDoc = serde_json::from_slice(bytes).map_err(|e| BenchError::Malformed {
-        path: path.into(),
-        schema: SCHEMA,
-        detail: e.to_string(),
-    })?;
+    checked(crate::schema::parse_bench(bytes, path, HINT)?, path)
+}
+
+/// Checks the shape of a bench document read from `path`: it holds a
+/// configuration.
+pub fn checked(doc: BenchDoc, path: &Path) -> Result<BenchDoc, BenchError> {
     if doc.configs.is_empty() {
         return Err(BenchError::Malformed {
             path: path.into(),

@@ -331,7 +331,7 @@ mod tests {
         let f = read(&t).unwrap();
         assert_eq!(f.metrics["time_to_userspace"], 105);
         assert_eq!(f.metrics["phase:profiler attach"], 30);
-        let bad = serde_json::json!({"schema": "bootscope.timeline", "version": 3});
+        let bad = serde_json::json!({"schema": "bootscope.timeline", "version": 4});
         assert!(matches!(read(&bad), Err(BenchError::WrongVersion { .. })));
         let bad = serde_json::json!({"schema": "bootscope.timeline", "version": 2, "phases": 3});
         assert!(matches!(read(&bad), Err(BenchError::Malformed { .. })));

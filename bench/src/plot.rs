@@ -11,9 +11,8 @@
 
 use std::path::Path;
 
-use bootscope_model::timeline::Timeline;
-
 use crate::error::BenchError;
+use crate::schema::{DocKind, Document};
 
 mod bench;
 mod boot;
@@ -30,44 +29,16 @@ pub use svg::group_digits;
 pub fn render(bytes: &[u8], path: &Path) -> Result<String, BenchError> {
     const HINT: &str = "give a bench file (bootscope bench --output), a timeline \
                         (bootscope run --timeline) or a profile (bootscope profile --output)";
-    let not_json = |source| BenchError::NotJson {
-        path: path.into(),
-        hint: HINT,
-        source,
-    };
-    // The schema alone first: a bench file (the large kind) is read
-    // straight into its types, never as a whole JSON tree.
-    let head = crate::schema::head(bytes).map_err(not_json)?;
-    match head.get("schema").and_then(|s| s.as_str()) {
-        Some("bootscope.bench") => Ok(bench_svg(&crate::doc::parse(bytes, path)?, path)),
-        Some("bootscope.timeline") => {
-            let value = serde_json::from_slice::<serde_json::Value>(bytes).map_err(not_json)?;
-            crate::schema::check_schema_versions(
-                &value,
-                path,
-                "bootscope.timeline",
-                bootscope_model::timeline::TIMELINE_SCHEMA_MIN_VERSION,
-                bootscope_model::timeline::TIMELINE_SCHEMA_VERSION,
-                HINT,
-            )?;
-            let timeline = Timeline::parse(&value).map_err(|e| BenchError::Malformed {
-                path: path.into(),
-                schema: "bootscope.timeline",
-                detail: e.to_string(),
-            })?;
-            Ok(boot_svg(&Boot::from_timeline(&timeline), path))
-        }
-        Some("bootscope.profile") => {
-            let profile = crate::schema::parse_profile(bytes, path, HINT)?;
-            Ok(boot_svg(&Boot::from_profile(&profile), path))
-        }
-        other => Err(BenchError::WrongSchema {
-            path: path.into(),
-            found: other.unwrap_or("(none)").into(),
-            expected: "bootscope.bench, bootscope.timeline or bootscope.profile".into(),
-            hint: HINT,
-        }),
-    }
+    // A bench file (the large kind) is read straight into its types, never
+    // as a whole JSON tree.
+    let accept = [DocKind::Bench, DocKind::Timeline, DocKind::Profile];
+    Ok(
+        match crate::schema::parse_any(bytes, path, HINT, &accept)? {
+            Document::Bench(doc) => bench_svg(&crate::doc::checked(*doc, path)?, path),
+            Document::Timeline(timeline) => boot_svg(&Boot::from_timeline(&timeline), path),
+            Document::Profile(profile) => boot_svg(&Boot::from_profile(&profile), path),
+        },
+    )
 }
 
 #[cfg(test)]

@@ -713,19 +713,18 @@ fn signal_group(pgid: u32, sig: libc::c_int) {
     bootscope_model::proc::signal_group(pgid, sig);
 }
 
-/// A command line as a shell would need it, for messages.
+/// A command line as a shell would need it, for messages: a word of
+/// plain characters as it is (`console=ttyS0`, `--memory=1G`), any other
+/// quoted by `shlex`.
 pub fn shell_words(argv: &[OsString]) -> String {
     argv.iter()
         .map(|a| {
             let s = a.to_string_lossy();
-            if !s.is_empty()
-                && s.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
-            {
-                s.into_owned()
-            } else {
-                format!("'{}'", s.replace('\'', r"'\''"))
+            let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c);
+            if !s.is_empty() && s.chars().all(plain) {
+                return s.into_owned();
             }
+            shlex::try_quote(&s).map_or_else(|_| format!("{s:?}"), |q| q.into_owned())
         })
         .collect::<Vec<_>>()
         .join(" ")

@@ -1,132 +1,119 @@
-//! What every document bench reads is checked for first: its `schema` and
-//! `version` fields; and the timeline and the profile, read into the
-//! model's types.
+//! Every document bench reads is read by the model's one document reader
+//! ([`bootscope_model::document`]: its `schema` and `version` checked
+//! first, then read into its type); here its refusals become bench's
+//! errors, naming the file and what to give instead.
 
 use std::path::Path;
 
-use bootscope_model::profile::{
-    Profile, PROFILE_SCHEMA_NAME, PROFILE_SCHEMA_OLDEST, PROFILE_SCHEMA_VERSION,
-};
-use bootscope_model::timeline::{
-    Timeline, TIMELINE_SCHEMA_MIN_VERSION, TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION,
-};
-use serde::Deserialize;
+use bootscope_model::bench::BenchDoc;
+use bootscope_model::document::{parse_document, DocumentError};
+pub use bootscope_model::document::{DocKind, Document};
+use bootscope_model::profile::Profile;
+use bootscope_model::timeline::Timeline;
 
 use crate::error::BenchError;
 
-/// A JSON document's `schema` and `version` fields (null where absent),
-/// as a small object for [`check_schema`]: the rest of the document is
-/// checked to be JSON and skipped, not built into a tree.
-pub fn head(bytes: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
-    #[derive(Deserialize)]
-    struct Head {
-        #[serde(default)]
-        schema: serde_json::Value,
-        #[serde(default)]
-        version: serde_json::Value,
-    }
-    let h: Head = serde_json::from_slice(bytes)?;
-    Ok(serde_json::json!({ "schema": h.schema, "version": h.version }))
-}
-
-/// Checks a document's `schema` and `version` fields.
-pub fn check_schema(
-    value: &serde_json::Value,
-    path: &Path,
-    schema: &str,
-    version: u32,
-    hint: &'static str,
-) -> Result<(), BenchError> {
-    check_schema_versions(value, path, schema, version, version, hint)
-}
-
-/// As [`check_schema`], for a document read in any version from `oldest`
-/// to `version`.
-pub fn check_schema_versions(
-    value: &serde_json::Value,
-    path: &Path,
-    schema: &str,
-    oldest: u32,
-    version: u32,
-    hint: &'static str,
-) -> Result<(), BenchError> {
-    let found = value.get("schema").and_then(|s| s.as_str());
-    if found != Some(schema) {
-        return Err(BenchError::WrongSchema {
-            path: path.into(),
-            found: found.unwrap_or("(none)").into(),
-            expected: schema.into(),
-            hint,
-        });
-    }
-    match value.get("version").and_then(|v| v.as_u64()) {
-        Some(v) if (u64::from(oldest)..=u64::from(version)).contains(&v) => Ok(()),
-        Some(v) => Err(BenchError::WrongVersion {
-            path: path.into(),
-            schema: schema.into(),
-            found: v,
-            supported: version,
-        }),
-        None => Err(BenchError::Malformed {
-            path: path.into(),
-            schema: "bootscope",
-            detail: "no numeric \"version\" field".into(),
-        }),
+/// The schemas of `kinds` for a message: `a`, `a or b`, `a, b or c`.
+fn expected(kinds: &[DocKind]) -> String {
+    let names: Vec<&str> = kinds.iter().map(|k| k.schema()).collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => names.concat(),
     }
 }
 
-/// Which document a reader takes: its `schema` name and the versions it
-/// reads.
-struct Kind {
-    schema: &'static str,
-    oldest: u32,
-    newest: u32,
-}
-
-/// Reads a document of `kind` into its type `T`, its `schema` and `version`
-/// checked first (from the head, without building a tree of the rest);
-/// `path` is for messages, `hint` says what file to give instead.
-fn parse_document<T: serde::de::DeserializeOwned>(
+/// Reads a document of one of the kinds in `accept`; `path` is for
+/// messages, `hint` says what file to give instead.
+pub fn parse_any(
     bytes: &[u8],
     path: &Path,
     hint: &'static str,
-    kind: Kind,
+    accept: &[DocKind],
+) -> Result<Document, BenchError> {
+    parse_document(bytes, accept).map_err(|e| match e {
+        DocumentError::NotJson(source) => BenchError::NotJson {
+            path: path.into(),
+            hint,
+            source,
+        },
+        DocumentError::Schema { found } => BenchError::WrongSchema {
+            path: path.into(),
+            found: found.unwrap_or_else(|| "(none)".into()),
+            expected: expected(accept),
+            hint,
+        },
+        DocumentError::NoVersion { .. } => BenchError::Malformed {
+            path: path.into(),
+            schema: "bootscope",
+            detail: "no numeric \"version\" field".into(),
+        },
+        DocumentError::Version { kind, found } => BenchError::WrongVersion {
+            path: path.into(),
+            schema: kind.schema().into(),
+            found,
+            supported: kind.versions().1,
+        },
+        DocumentError::Malformed { kind, detail } => BenchError::Malformed {
+            path: path.into(),
+            schema: kind.schema(),
+            detail,
+        },
+    })
+}
+
+/// Reads a document of `kind` and takes its type out of it.
+fn parse_one<T>(
+    bytes: &[u8],
+    path: &Path,
+    hint: &'static str,
+    kind: DocKind,
+    take: fn(Document) -> Option<T>,
 ) -> Result<T, BenchError> {
-    let value = head(bytes).map_err(|source| BenchError::NotJson {
+    take(parse_any(bytes, path, hint, &[kind])?).ok_or_else(|| BenchError::Malformed {
         path: path.into(),
-        hint,
-        source,
-    })?;
-    check_schema_versions(&value, path, kind.schema, kind.oldest, kind.newest, hint)?;
-    serde_json::from_slice(bytes).map_err(|e| BenchError::Malformed {
-        path: path.into(),
-        schema: kind.schema,
-        detail: e.to_string(),
+        schema: kind.schema(),
+        detail: "read as another kind of document".into(),
     })
 }
 
 /// Reads a `bootscope.timeline` document (`bootscope run --timeline`)
-/// into its type; see [`parse_document`].
+/// into its type.
 pub fn parse_timeline(
     bytes: &[u8],
     path: &Path,
     hint: &'static str,
 ) -> Result<Timeline, BenchError> {
-    let kind = Kind {
-        schema: TIMELINE_SCHEMA_NAME,
-        oldest: TIMELINE_SCHEMA_MIN_VERSION,
-        newest: TIMELINE_SCHEMA_VERSION,
-    };
-    parse_document(bytes, path, hint, kind)
+    parse_one(
+        bytes,
+        path,
+        hint,
+        DocKind::Timeline,
+        Document::into_timeline,
+    )
 }
 
 /// Reads a `bootscope.profile` document (`bootscope profile --output`)
-/// into its type; see [`parse_document`].
+/// into its type.
 pub fn parse_profile(bytes: &[u8], path: &Path, hint: &'static str) -> Result<Profile, BenchError> {
-    let kind = Kind {
-        schema: PROFILE_SCHEMA_NAME,
-        oldest: PROFILE_SCHEMA_OLDEST,
-        newest: PROFILE_SCHEMA_VERSION,
-    };
-    parse_document(bytes, path, hint, kind)
+    parse_one(bytes, path, hint, DocKind::Profile, Document::into_profile)
+}
+
+/// Reads a `bootscope.bench` document (`bootscope bench --output`) into
+/// its type (bench's `doc::parse` checks it further).
+pub fn parse_bench(bytes: &[u8], path: &Path, hint: &'static str) -> Result<BenchDoc, BenchError> {
+    parse_one(bytes, path, hint, DocKind::Bench, Document::into_bench)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expected_kinds_read_as_a_list() {
+        assert_eq!(expected(&[DocKind::Timeline]), "bootscope.timeline");
+        assert_eq!(
+            expected(&[DocKind::Bench, DocKind::Timeline, DocKind::Profile]),
+            "bootscope.bench, bootscope.timeline or bootscope.profile"
+        );
+    }
 }

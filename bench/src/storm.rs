@@ -27,6 +27,7 @@ use crate::runner::{BenchPlan, ConfigPlan, Side};
 use crate::stats;
 use bootscope_model::bench::RunRecord;
 pub use bootscope_model::bench::StormRecord;
+use bootscope_model::memory_spec::NumaSpec;
 
 pub use crate::metrics::STATISTICS;
 
@@ -72,29 +73,16 @@ pub fn guest_memory(side: &Side) -> Option<u64> {
             a.iter().map(|s| s.to_string_lossy().into_owned()).collect()
         }
     };
-    let value_of = |flag: &str| -> Option<String> {
-        let pos = text
-            .iter()
-            .position(|a| a == flag || a.starts_with(&format!("{flag}=")))?;
-        match text[pos].split_once('=') {
-            Some((_, v)) if text[pos].starts_with(&format!("{flag}=")) => Some(v.to_string()),
-            _ => text.get(pos + 1).cloned(),
-        }
-    };
+    let value_of = |flag: &'static str| bootscope_model::argv::flag_value(&text, &[flag]);
     let size = |s: &str| bootscope_model::size::parse_size(s).ok();
     match side {
         Side::Bootscope(_) => {
             if let Some(m) = value_of("--memory") {
-                return size(&m);
+                return size(m);
             }
-            let numa: Option<u64> = text
-                .windows(2)
-                .filter(|w| w[0] == "--numa")
-                .map(|w| {
-                    w[1].split(',')
-                        .find_map(|kv| kv.strip_prefix("memory="))
-                        .and_then(size)
-                })
+            // The VMM's own grammar of `--numa`: every spelling it takes.
+            let numa: Option<u64> = bootscope_model::argv::flag_values(&text, &["--numa"])
+                .map(|(_, spec)| spec.parse::<NumaSpec>().ok().map(|n| n.memory))
                 .sum();
             match numa {
                 Some(n) if n > 0 => Some(n),
@@ -120,16 +108,7 @@ pub fn guest_memory(side: &Side) -> Option<u64> {
 
 /// `MemAvailable` of `/proc/meminfo`, in bytes.
 pub fn mem_available() -> Option<u64> {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
-        .trim()
-        .strip_suffix("kB")?
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .map(|kib| kib * 1024)
+    bootscope_model::proc::meminfo("MemAvailable")
 }
 
 /// Refuses a storm of `n` VMs whose guest memory exceeds `available`
@@ -467,6 +446,16 @@ mod tests {
                 "node=1,cpus=1,memory=128M"
             ]),
             Some(256 << 20)
+        );
+        // Every spelling the VMM takes: `--numa=`, `mem=`/`size=`, lists
+        // going on after a comma.
+        assert_eq!(
+            b(&[
+                "--numa=node=0,cpus=0-1,3,mem=1G",
+                "--numa",
+                "nodeid=1,size=512M,host-nodes=0"
+            ]),
+            Some(1536 << 20)
         );
         assert_eq!(c(&["qemu-system-x86_64", "-M", "microvm"]), Some(128 << 20));
         assert_eq!(

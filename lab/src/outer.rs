@@ -291,7 +291,7 @@ pub fn run_lab_with_console(
         cfg.terminal.is_some(),
     );
     let (status, elapsed, stderr_tail) = run_attempts(cfg, &mut cmd, &paths, console)?;
-    let report = read_report(&paths.stream, &plan, tmp.path(), status, &stderr_tail)?;
+    let report = read_report(&paths.stream, &plan, status, &stderr_tail)?;
     let outputs = write_outputs(&plan, &report)?;
     Ok(LabOutcome {
         exit_code: report.exit_code,
@@ -422,7 +422,6 @@ fn run_attempts(
 fn read_report(
     stream_path: &Path,
     plan: &ArgPlan,
-    scratch: &Path,
     status: ExitStatus,
     stderr_tail: &[String],
 ) -> Result<transport::Report> {
@@ -431,7 +430,7 @@ fn read_report(
         Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(LabError::io("read", stream_path, e)),
     };
-    match transport::parse(&data, stream_path, &plan.outputs, scratch) {
+    match transport::parse(&data, stream_path, &plan.outputs) {
         Ok(report) => Ok(report),
         // A QEMU failure explains a broken stream better than the stream.
         Err(LabError::StreamTruncated { .. } | LabError::StreamCorrupt { .. })

@@ -24,9 +24,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
-use crate::{util, LabError, Result};
+use crate::{LabError, Result};
 
 /// First line of every stream; the number is the format version.
 pub(crate) const HEADER: &str = "BOOTSCOPE-LAB 1";
@@ -88,14 +87,8 @@ fn verify(host_path: &Path, contents: &[u8], size: u64, sum: &str) -> Result<()>
 
 /// Parses and verifies a stream. `outputs` are the host paths of the
 /// requested outputs (for error messages and the index range); `stream_path`
-/// is where the stream was read from; `scratch` is a directory for
-/// decompression.
-pub(crate) fn parse(
-    data: &[u8],
-    stream_path: &Path,
-    outputs: &[PathBuf],
-    scratch: &Path,
-) -> Result<Report> {
+/// is where the stream was read from.
+pub(crate) fn parse(data: &[u8], stream_path: &Path, outputs: &[PathBuf]) -> Result<Report> {
     let corrupt = |line: usize, reason: String| LabError::StreamCorrupt {
         path: stream_path.to_path_buf(),
         line,
@@ -178,11 +171,10 @@ pub(crate) fn parse(
                         host_path.display()
                     )));
                 }
-                let contents =
-                    gunzip(&encoded, scratch).map_err(|reason| LabError::OutputDamaged {
-                        path: host_path.clone(),
-                        reason,
-                    })?;
+                let contents = gunzip(&encoded).map_err(|reason| LabError::OutputDamaged {
+                    path: host_path.clone(),
+                    reason,
+                })?;
                 verify(host_path, &contents, size, sum)?;
                 report.files.insert(index, contents);
             }
@@ -214,64 +206,20 @@ fn shorten(line: &str) -> String {
 
 /// Decodes one line of standard base64 (with padding) and appends the bytes.
 fn decode_base64_line(line: &str, out: &mut Vec<u8>) -> std::result::Result<(), String> {
-    fn value(c: u8) -> Option<u32> {
-        match c {
-            b'A'..=b'Z' => Some(u32::from(c - b'A')),
-            b'a'..=b'z' => Some(u32::from(c - b'a') + 26),
-            b'0'..=b'9' => Some(u32::from(c - b'0') + 52),
-            b'+' => Some(62),
-            b'/' => Some(63),
-            _ => None,
-        }
-    }
-    let bytes = line.trim().as_bytes();
-    if !bytes.chunks_exact(4).remainder().is_empty() {
-        return Err(format!(
-            "base64 line has {} characters, not a multiple of 4",
-            bytes.len()
-        ));
-    }
-    for quad in bytes.chunks_exact(4) {
-        let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 {
-            return Err("too much base64 padding".into());
-        }
-        let mut acc = 0u32;
-        for &c in &quad[..4 - pad] {
-            let v = value(c).ok_or_else(|| format!("invalid base64 character {:?}", c as char))?;
-            acc = (acc << 6) | v;
-        }
-        acc <<= 6 * pad as u32;
-        let decoded = [(acc >> 16) as u8, (acc >> 8) as u8, acc as u8];
-        out.extend_from_slice(&decoded[..3 - pad]);
-    }
-    Ok(())
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode_vec(line.trim(), out)
+        .map_err(|e| format!("bad base64 line: {e}"))
 }
 
-/// Decompresses gzip data with the host's `gzip` (an essential Debian
-/// package), going through a file in `scratch` so large outputs cannot
-/// deadlock on pipes.
-fn gunzip(data: &[u8], scratch: &Path) -> std::result::Result<Vec<u8>, String> {
-    let tmp = scratch.join("transfer.gz");
-    util::write_atomically(&tmp, data, 0o600).map_err(|e| e.to_string())?;
-    let out = Command::new("gzip")
-        .arg("-dc")
-        .arg(&tmp)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output();
-    let _ = std::fs::remove_file(&tmp);
-    let out = out.map_err(|e| {
-        format!("cannot run `gzip` on the host ({e}); install it with `apt-get install gzip`")
-    })?;
-    if !out.status.success() {
-        return Err(format!(
-            "the compressed data is damaged: gzip says {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(out.stdout)
+/// Decompresses gzip data (every member, as `gzip -dc` does).
+fn gunzip(data: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::MultiGzDecoder::new(data)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("the compressed data is damaged: {e}"))?;
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -293,40 +241,14 @@ mod tests {
     }
 
     fn encode(data: &[u8]) -> String {
-        const ALPHABET: &[u8; 64] =
-            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = String::new();
-        for chunk in data.chunks(3) {
-            let b = [
-                chunk[0],
-                *chunk.get(1).unwrap_or(&0),
-                *chunk.get(2).unwrap_or(&0),
-            ];
-            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-                } else {
-                    out.push('=');
-                }
-            }
-        }
-        out
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(data)
     }
 
     fn gzip(data: &[u8]) -> Vec<u8> {
-        let mut child = Command::new("gzip")
-            .arg("-c")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let input = data.to_vec();
-        let writer = std::thread::spawn(move || stdin.write_all(&input));
-        let out = child.wait_with_output().unwrap();
-        writer.join().unwrap().unwrap();
-        out.stdout
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        enc.write_all(data).unwrap();
+        enc.finish().unwrap()
     }
 
     fn stream(files: &[(usize, &[u8])], exit: Option<i32>) -> Vec<u8> {
@@ -347,10 +269,6 @@ mod tests {
         s.into_bytes()
     }
 
-    fn gzip_available() -> bool {
-        Command::new("gzip").arg("--version").output().is_ok()
-    }
-
     #[test]
     fn base64_round_trip() {
         for len in 0..40 {
@@ -366,11 +284,6 @@ mod tests {
 
     #[test]
     fn good_stream() {
-        if !gzip_available() {
-            println!("SKIP good_stream: gzip is not installed");
-            return;
-        }
-        let dir = util::temp_dir("transport-test").unwrap();
         let outputs = vec![
             PathBuf::from("/o/a"),
             PathBuf::from("/o/b"),
@@ -378,7 +291,7 @@ mod tests {
         ];
         let binary: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
         let data = stream(&[(0, b"hello\n"), (1, &binary)], Some(3));
-        let report = parse(&data, Path::new("s"), &outputs, dir.path()).unwrap();
+        let report = parse(&data, Path::new("s"), &outputs).unwrap();
         assert_eq!(report.exit_code, 3);
         assert!(report.nested_kvm);
         assert_eq!(report.files.len(), 2);
@@ -386,23 +299,18 @@ mod tests {
         assert_eq!(report.files[&1], binary);
         // An empty file is sent as a gzip stream of nothing.
         let data = stream(&[(0, b"")], Some(0));
-        let report = parse(&data, Path::new("s"), &outputs, dir.path()).unwrap();
+        let report = parse(&data, Path::new("s"), &outputs).unwrap();
         assert_eq!(report.files[&0], b"");
     }
 
     #[test]
     fn truncated_and_corrupt_streams() {
-        if !gzip_available() {
-            println!("SKIP truncated_and_corrupt_streams: gzip is not installed");
-            return;
-        }
-        let dir = util::temp_dir("transport-test").unwrap();
         let outputs = vec![
             PathBuf::from("/o/a"),
             PathBuf::from("/o/b"),
             PathBuf::from("/o/c"),
         ];
-        let parse = |d: &[u8]| parse(d, Path::new("s"), &outputs, dir.path());
+        let parse = |d: &[u8]| parse(d, Path::new("s"), &outputs);
 
         let err = parse(b"").unwrap_err();
         assert!(matches!(err, LabError::StreamTruncated { .. }), "{err}");

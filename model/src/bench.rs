@@ -294,10 +294,31 @@ impl ConfigResult {
         out
     }
 
+    /// The values of `metric` of the rounds both `self` and `other` have
+    /// one in, in round order: `(self's, other's)` ([`pair_by_round`] of
+    /// their [`ConfigResult::samples_by_round`]).
+    pub fn paired_with(&self, other: &Self, metric: &str) -> (Vec<f64>, Vec<f64>) {
+        let values = |c: &Self| c.samples_by_round().remove(metric).unwrap_or_default();
+        pair_by_round(&values(self), &values(other))
+    }
+
     /// Failed measured runs.
     pub fn failures(&self) -> usize {
         self.runs.iter().filter(|r| !r.ok && !r.warmup).count()
     }
+}
+
+/// Pairs the values of one metric of two configurations by their keys
+/// (the round, and in a storm the VM's position, as
+/// [`ConfigResult::samples_by_round`] gives them): the values of the keys
+/// both have, in key order, `(a's, b's)`. A round whose run failed on one
+/// side is left out.
+pub fn pair_by_round(a: &[(u64, f64)], b: &[(u64, f64)]) -> (Vec<f64>, Vec<f64>) {
+    let theirs: BTreeMap<u64, f64> = b.iter().copied().collect();
+    let mine: BTreeMap<u64, f64> = a.iter().copied().collect();
+    mine.iter()
+        .filter_map(|(r, x)| theirs.get(r).map(|y| (*x, *y)))
+        .unzip()
 }
 
 impl BenchDoc {
@@ -328,13 +349,7 @@ impl Machine {
         let cpus = std::thread::available_parallelism()
             .map(|n| n.get() as u32)
             .unwrap_or(0);
-        let memory_bytes = read("/proc/meminfo")
-            .lines()
-            .find(|l| l.starts_with("MemTotal:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kib| kib.parse::<u64>().ok())
-            .map(|kib| kib * 1024)
-            .unwrap_or(0);
+        let memory_bytes = crate::proc::meminfo("MemTotal").unwrap_or(0);
         Self {
             hostname: read("/proc/sys/kernel/hostname").trim().into(),
             kernel_release: read("/proc/sys/kernel/osrelease").trim().into(),
@@ -343,5 +358,27 @@ impl Machine {
             memory_bytes,
             host_kvm: host_kvm.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_pair_by_round_and_vm() {
+        let storm = |round: u64, vm: u64| round << 32 | vm;
+        let a = [(0, 1.0), (1, 2.0), (3, 4.0), (storm(4, 1), 5.0)];
+        let b = [
+            (3, 40.0),
+            (0, 10.0),
+            (2, 30.0),
+            (storm(4, 1), 50.0),
+            (storm(4, 2), 60.0),
+        ];
+        let (x, y) = pair_by_round(&a, &b);
+        assert_eq!(x, [1.0, 4.0, 5.0]);
+        assert_eq!(y, [10.0, 40.0, 50.0]);
+        assert_eq!(pair_by_round(&a, &[]), (vec![], vec![]));
     }
 }

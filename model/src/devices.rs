@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::hist::HistBucket;
+
 /// One virtio device.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct VirtioDeviceDoc {
@@ -64,9 +66,9 @@ pub struct DiskDoc {
     #[serde(default)]
     pub by_phase: Vec<PhaseIo>,
     /// Request latency (notification seen to request completed), log2
-    /// buckets: `le_ns` is the bucket's upper bound.
-    #[serde(default)]
-    pub latency: Vec<LatencyBucket>,
+    /// buckets `[lo_ns, hi_ns)` (version 2's `le_ns` buckets read too).
+    #[serde(default, deserialize_with = "crate::hist::deserialize_buckets")]
+    pub latency: Vec<HistBucket>,
     /// Requests whose start time was not kept for the phase split (past
     /// the per-disk record limit); they are in `total` and `latency`.
     #[serde(default)]
@@ -107,11 +109,4 @@ pub struct PhaseIo {
     pub phase: String,
     #[serde(flatten)]
     pub io: IoCounts,
-}
-
-/// One log2 latency bucket.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LatencyBucket {
-    pub le_ns: u64,
-    pub count: u64,
 }

@@ -8,10 +8,16 @@
 //! - [`cache`]: the cache directory, its trust rules and its sealed
 //!   entries;
 //! - [`host`]: the KVM flavour of this host;
-//! - [`size`]: sizes with binary suffixes (`512M`, `2GiB`);
+//! - [`hist`]: the log2 histogram every document carries;
+//! - [`memory_spec`]: guest memory as the user types it (`--memory`,
+//!   `--hugepages`, `--numa node=...,memory=...`), for the VMM and bench;
+//! - [`size`]: sizes with binary suffixes (`512M`, `2GiB`); [`human`]:
+//!   sizes, counts and durations as reports print them;
 //! - [`cpulist`]: Linux CPU lists (`0-3,8`);
 //! - [`numa`]: the NUMA node topology from sysfs;
-//! - [`proc`]: a process's threads from procfs;
+//! - [`argv`]: `FLAG VALUE` and `FLAG=VALUE` in another program's argv;
+//! - [`proc`]: a process's threads from procfs; [`threads`]: the names
+//!   the VMM gives its threads and what a thread is from its name;
 //! - [`kvm_stats`]: KVM's binary statistics format;
 //! - [`smaps`]: what a process costs the host in memory (RSS, PSS, USS);
 //! - [`mark`]: where a timeline mark came from, and the port marks' names;
@@ -21,6 +27,7 @@
 //!   every reader reads; [`sites`]: its exit sites and their views;
 //! - [`bench`]: the bench document, which `bench` fills and `compare`,
 //!   `check`, `plot` and `advise` read;
+//! - [`document`]: which document a file is, read into its type;
 //! - [`timeline_profile`]: a timeline as a profile (marks and phases);
 //! - [`initcalls`]: the timeline's `initcalls` section;
 //! - [`devices`]: the timeline's `devices` section (virtio devices);
@@ -36,16 +43,21 @@
 // disk). Tests may print.
 #![deny(clippy::print_stdout)]
 
+pub mod argv;
 pub mod bench;
 pub mod cache;
 pub mod cpulist;
 pub mod devices;
+pub mod document;
+pub mod hist;
 pub mod host;
+pub mod human;
 pub mod initcalls;
 pub mod input;
 pub mod journal;
 pub mod kvm_stats;
 pub mod mark;
+pub mod memory_spec;
 pub mod modules;
 pub mod numa;
 pub mod output;
@@ -56,6 +68,7 @@ pub mod sites;
 pub mod size;
 pub mod smaps;
 pub mod text;
+pub mod threads;
 pub mod timeline;
 pub mod timeline_profile;
 pub mod units;

@@ -179,15 +179,7 @@ fn node_dirs(dir: &Path) -> Vec<u32> {
 /// `MemTotal` and `MemFree` (bytes) from a node's meminfo
 /// (`Node 0 MemTotal:       24634636 kB`).
 pub fn parse_node_meminfo(text: &str) -> (Option<u64>, Option<u64>) {
-    let field = |name: &str| {
-        text.lines().find_map(|l| {
-            let mut words = l.split_whitespace();
-            // "Node", "<n>", "<Name>:", "<value>", "kB"
-            let (_, _, key, value) = (words.next()?, words.next()?, words.next()?, words.next()?);
-            (key.strip_suffix(':')? == name)
-                .then(|| value.parse::<u64>().ok().map(|kb| kb << 10))?
-        })
-    };
+    let field = |name| crate::proc::meminfo_field(text, name);
     (field("MemTotal"), field("MemFree"))
 }
 

@@ -183,11 +183,54 @@ pub fn kill_listed_groups() {
     }
 }
 
+/// A field of a meminfo file, in bytes (a count for the fields without a
+/// `kB` unit): `/proc/meminfo` (`MemTotal:  24634636 kB`) or a NUMA
+/// node's (`Node 0 MemTotal:  24634636 kB`).
+pub fn meminfo_field(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let l = match l.strip_prefix("Node ") {
+            Some(rest) => rest.split_once(' ')?.1.trim_start(),
+            None => l,
+        };
+        let (key, rest) = l.split_once(':')?;
+        if key != name {
+            return None;
+        }
+        let mut words = rest.split_whitespace();
+        let value: u64 = words.next()?.parse().ok()?;
+        match words.next() {
+            Some("kB") => value.checked_mul(1024),
+            None => Some(value),
+            Some(_) => None,
+        }
+    })
+}
+
+/// A field of `/proc/meminfo` ([`meminfo_field`]); `None` when the file
+/// or the field cannot be read.
+pub fn meminfo(name: &str) -> Option<u64> {
+    meminfo_field(&std::fs::read_to_string("/proc/meminfo").ok()?, name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::process::CommandExt;
     use std::time::Duration;
+
+    #[test]
+    fn meminfo_fields_of_the_host_and_of_a_node() {
+        let host =
+            "MemTotal:       24634636 kB\nMemAvailable:    1024 kB\nHugePages_Total:       8\n";
+        assert_eq!(meminfo_field(host, "MemTotal"), Some(24634636 << 10));
+        assert_eq!(meminfo_field(host, "MemAvailable"), Some(1 << 20));
+        assert_eq!(meminfo_field(host, "HugePages_Total"), Some(8));
+        assert_eq!(meminfo_field(host, "MemFree"), None);
+        let node = "Node 1 MemTotal:  1024 kB\nNode 1 MemFree:   512 kB\n";
+        assert_eq!(meminfo_field(node, "MemTotal"), Some(1 << 20));
+        assert_eq!(meminfo_field(node, "MemFree"), Some(512 << 10));
+        assert!(meminfo("MemTotal").is_some_and(|b| b > 0));
+    }
 
     #[test]
     fn stat_fields_after_an_awkward_command_name() {

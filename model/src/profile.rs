@@ -242,13 +242,7 @@ pub struct DataSource {
     pub run_ns: Option<u64>,
 }
 
-/// A log2 histogram bucket: `count` values in `[lo_ns, hi_ns)`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HistBucket {
-    pub lo_ns: u64,
-    pub hi_ns: u64,
-    pub count: u64,
-}
+pub use crate::hist::HistBucket;
 
 /// Exits of one reason.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -44,21 +44,7 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
         .ok_or_else(|| SizeError::TooLarge(s.to_string()))
 }
 
-/// Formats a byte count for messages: `1 GiB`, `2 MiB`, `12 KiB`, or bytes.
-pub fn human_size(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [
-        (1 << 40, "TiB"),
-        (1 << 30, "GiB"),
-        (1 << 20, "MiB"),
-        (1 << 10, "KiB"),
-    ];
-    for (unit, name) in UNITS {
-        if bytes >= unit && bytes % unit == 0 {
-            return format!("{} {name}", bytes / unit);
-        }
-    }
-    format!("{bytes} bytes")
-}
+pub use crate::human::human_size;
 
 #[cfg(test)]
 mod tests {

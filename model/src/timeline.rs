@@ -17,9 +17,11 @@ use crate::mark::MarkSource;
 
 /// The timeline's `schema` field.
 pub const TIMELINE_SCHEMA_NAME: &str = "bootscope.timeline";
-/// The timeline version the VMM writes (2 added the `units` object).
-pub const TIMELINE_SCHEMA_VERSION: u32 = 2;
-/// The oldest version this reader reads (version 2 only added to 1).
+/// The timeline version the VMM writes (2 added the `units` object; 3
+/// wrote `disk.latency` in the profile's bucket shape, `lo_ns`/`hi_ns`).
+pub const TIMELINE_SCHEMA_VERSION: u32 = 3;
+/// The oldest version this reader reads (version 2 only added to 1;
+/// version 2's `le_ns` buckets are read into the shape of 3).
 pub const TIMELINE_SCHEMA_MIN_VERSION: u32 = 1;
 
 /// Why a JSON document is not a readable timeline.
@@ -526,8 +528,8 @@ mod tests {
     fn names_what_it_cannot_read() {
         let err = |v: Value| Timeline::parse_complete(&v).unwrap_err().to_string();
         assert_eq!(
-            Timeline::parse(&json!({"schema": "bootscope.timeline", "version": 3})),
-            Err(TimelineError::Version { found: 3 })
+            Timeline::parse(&json!({"schema": "bootscope.timeline", "version": 4})),
+            Err(TimelineError::Version { found: 4 })
         );
         let mut v = minimal();
         v["marks"] = json!([{"name": "a", "source": "port", "t_ns": 1}]);

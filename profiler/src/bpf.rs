@@ -13,7 +13,7 @@ pub static OBJECT: &[u8] =
 /// `BS_ABI_VERSION` in bpf/common.h.
 pub const BS_ABI_VERSION: u32 = 7;
 pub const COMM_LEN: usize = 16;
-pub const HIST_SLOTS: usize = crate::hist::HIST_SLOTS;
+pub const HIST_SLOTS: usize = bootscope_model::hist::HIST_SLOTS;
 pub const MAX_PFN_RANGES: usize = 64;
 pub const MAX_CPUS: u32 = 1024;
 pub const NODE_UNKNOWN: u32 = u32::MAX;
@@ -219,7 +219,7 @@ pub struct BsHist {
 impl BsHist {
     /// Adds another histogram's counts into this one.
     pub fn add(&mut self, other: &BsHist) {
-        crate::hist::add_slots(&mut self.slots, &other.slots);
+        bootscope_model::hist::add_slots(&mut self.slots, &other.slots);
         self.count = self.count.saturating_add(other.count);
         self.total_ns = self.total_ns.saturating_add(other.total_ns);
     }

@@ -477,9 +477,9 @@ mod tests {
                 &["version 9 profile", "reads version 2"],
             ),
             (
-                "tv3.json",
-                r#"{"schema":"bootscope.timeline","version":3}"#,
-                &["version 3 boot timeline", "reads version 2"],
+                "tv4.json",
+                r#"{"schema":"bootscope.timeline","version":4}"#,
+                &["version 4 boot timeline", "reads version 3"],
             ),
         ];
         for (name, text, needles) in cases {

@@ -21,7 +21,6 @@ pub mod compare;
 pub mod error;
 pub mod export;
 pub mod guest_symbols;
-pub mod hist;
 pub mod host;
 pub mod host_vms;
 pub mod initcalls;

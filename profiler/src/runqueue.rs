@@ -4,6 +4,7 @@
 
 use crate::collector::vcpu_from_thread_name;
 use crate::profile::{Profile, ThreadProfile};
+use bootscope_model::human::ms;
 
 /// How a thread is named in the text: `vCPU N` for a vCPU thread, else its
 /// name and thread id.
@@ -13,10 +14,6 @@ pub fn thread_label(t: &ThreadProfile) -> String {
         None if t.name.is_empty() => format!("thread {}", t.tid),
         None => format!("{} ({})", t.name, t.tid),
     }
-}
-
-fn ms(ns: u64) -> String {
-    format!("{:.1} ms", ns as f64 / 1e6)
 }
 
 /// The threads that waited in `phase`, longest wait first: (label, ns).

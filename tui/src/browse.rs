@@ -16,10 +16,11 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use bootscope_model::profile::Profile;
 use bootscope_model::sites::ExitSites;
 
-use crate::app::{is_initcall_phase, Action, App, ReplayStatus};
+use crate::app::{is_initcall_phase, App, ReplayStatus};
 use crate::initcalls::{InitcallGroup, Initcalls};
 use crate::replay::profile_at;
-use crate::{event, term, ui, write_snapshot, TuiError, TuiOptions};
+use crate::run::{self, Driver};
+use crate::{TuiError, TuiOptions};
 
 /// Slowest and fastest play speeds (`-`, `+` halve and double).
 const MIN_SPEED: f64 = 1.0 / 64.0;
@@ -387,24 +388,21 @@ fn sites_at(sites: &ExitSites, p: &Profile, t_ns: u64) -> ExitSites {
     out
 }
 
-/// Browses `browser` in the terminal until the user quits (q, Ctrl-C,
-/// SIGTERM or SIGINT). The terminal is restored on every way out.
-pub fn run_browse(browser: &mut Browser, title: String, opts: TuiOptions) -> Result<(), TuiError> {
-    let mut guard = term::enter()?;
-    let events = event::Events::start().map_err(|source| TuiError::Terminal {
-        what: "cannot start reading the terminal",
-        source,
-    })?;
-    let refresh = opts.refresh.max(Duration::from_millis(10));
-    let mut app = App::new(title, opts.theme);
-    browser.show(&mut app);
-    let mut last_tick = Instant::now();
-    let mut dirty = true;
-    while !term::quit_requested() {
-        let now = Instant::now();
-        if browser.advance(now - last_tick) {
-            browser.show(&mut app);
-            dirty = true;
+/// The browser as the event loop's driver: the position moves while it
+/// plays, and the browsing keys move it.
+struct Browsing<'a> {
+    browser: &'a mut Browser,
+    refresh: Duration,
+    last_tick: Instant,
+}
+
+impl Driver for Browsing<'_> {
+    fn update(&mut self, app: &mut App, now: Instant) -> (bool, Instant) {
+        let browser = &mut *self.browser;
+        let mut changed = false;
+        if browser.advance(now - self.last_tick) {
+            browser.show(app);
+            changed = true;
         } else if app
             .replay
             .as_ref()
@@ -412,57 +410,33 @@ pub fn run_browse(browser: &mut Browser, title: String, opts: TuiOptions) -> Res
         {
             // Reached the end.
             app.replay = Some(browser.status());
-            dirty = true;
+            changed = true;
         }
-        last_tick = now;
-        if dirty {
-            guard
-                .terminal
-                .draw(|f| ui::draw(f, &app))
-                .map_err(|source| TuiError::Terminal {
-                    what: "cannot draw on the terminal",
-                    source,
-                })?;
-            dirty = false;
-        }
-        let deadline = Instant::now() + refresh;
-        match events.next(deadline) {
-            event::Event::Key(k) => {
-                dirty = true;
-                if browser.on_key(k) == BrowseKey::Moved {
-                    app.message = None;
-                    browser.show(&mut app);
-                    continue;
-                }
-                match app.on_key(k) {
-                    Action::Quit => break,
-                    Action::WriteSnapshot => {
-                        app.message =
-                            Some(match write_snapshot(&app.profile, &opts.snapshot_dir) {
-                                Ok(p) => format!("snapshot written to {}", p.display()),
-                                Err(e) => format!("snapshot not written: {e}"),
-                            });
-                    }
-                    Action::Redraw | Action::None => {}
-                }
-            }
-            event::Event::Resize => {
-                guard
-                    .terminal
-                    .autoresize()
-                    .map_err(|source| TuiError::Terminal {
-                        what: "cannot follow the terminal's new size",
-                        source,
-                    })?;
-                dirty = true;
-            }
-            event::Event::Tick => {}
-            event::Event::InputClosed(_) => break,
-        }
+        self.last_tick = now;
+        (changed, Instant::now() + self.refresh)
     }
-    drop(events);
-    drop(guard);
-    Ok(())
+
+    fn on_key(&mut self, app: &mut App, key: KeyEvent) -> bool {
+        if self.browser.on_key(key) != BrowseKey::Moved {
+            return false;
+        }
+        app.message = None;
+        self.browser.show(app);
+        true
+    }
+}
+
+/// Browses `browser` in the terminal until the user quits (q, Ctrl-C,
+/// SIGTERM or SIGINT). The terminal is restored on every way out.
+pub fn run_browse(browser: &mut Browser, title: String, opts: TuiOptions) -> Result<(), TuiError> {
+    let mut app = App::new(title, opts.theme);
+    browser.show(&mut app);
+    let mut browsing = Browsing {
+        browser,
+        refresh: opts.refresh.max(Duration::from_millis(10)),
+        last_tick: Instant::now(),
+    };
+    run::run(&mut app, &mut browsing, &opts.snapshot_dir)
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@ pub mod browse;
 pub mod event;
 pub mod initcalls;
 pub mod replay;
+mod run;
 pub mod term;
 pub mod theme;
 pub mod ui;
@@ -173,95 +174,67 @@ const CONSOLE_LINES: usize = 8;
 /// terminal size this often.
 const IDLE_TICK: Duration = Duration::from_millis(250);
 
+/// The live source as the event loop's driver: a snapshot every
+/// (paced) refresh until the source finishes, then the keys alone.
+struct Live<'a> {
+    source: &'a mut dyn ProfileSource,
+    pacer: Pacer,
+    next_poll: Instant,
+}
+
+impl run::Driver for Live<'_> {
+    fn update(&mut self, app: &mut App, now: Instant) -> (bool, Instant) {
+        if now < self.next_poll {
+            return (false, self.next_poll);
+        }
+        let mut changed = false;
+        if !app.finished {
+            let source = &mut *self.source;
+            if source.finished() {
+                app.finish(source.snapshot());
+                app.initcalls = source.initcalls();
+                app.units = source.units();
+                changed = true;
+            } else if !app.paused {
+                // CPU time, not wall time: waiting for the collector's
+                // lock costs nothing.
+                let t = bootscope_model::proc::thread_cpu_time();
+                let p = source.snapshot();
+                self.pacer
+                    .record(bootscope_model::proc::thread_cpu_time().saturating_sub(t));
+                app.update(p);
+                app.stretched_refresh = self.pacer.stretched();
+                changed = true;
+            }
+            let console = source.console(CONSOLE_LINES);
+            if console != app.console {
+                app.console = console;
+                changed = true;
+            }
+        }
+        let every = if app.finished {
+            IDLE_TICK
+        } else {
+            self.pacer.interval()
+        };
+        // Keep the cadence, but never try to catch up on missed ticks.
+        self.next_poll = (self.next_poll + every).max(now);
+        (changed, self.next_poll)
+    }
+}
+
 /// Runs the TUI over `source` until the user quits (q, Ctrl-C, SIGTERM or
 /// SIGINT); returns the last profile it showed. The terminal is restored on
 /// every way out, panics included.
 pub fn run_live(source: &mut dyn ProfileSource, opts: TuiOptions) -> Result<Profile, TuiError> {
-    let mut guard = term::enter()?;
-    let events = event::Events::start().map_err(|source| TuiError::Terminal {
-        what: "cannot start reading the terminal",
-        source,
-    })?;
     let refresh = opts.refresh.max(Duration::from_millis(10));
-    let mut pacer = Pacer::new(refresh);
     let mut app = App::new(source.title(), opts.theme);
-    let mut next_poll = Instant::now();
-    let mut dirty = true;
-    loop {
-        if term::quit_requested() {
-            break;
-        }
-        let now = Instant::now();
-        if now >= next_poll {
-            if !app.finished {
-                if source.finished() {
-                    app.finish(source.snapshot());
-                    app.initcalls = source.initcalls();
-                    app.units = source.units();
-                    dirty = true;
-                } else if !app.paused {
-                    // CPU time, not wall time: waiting for the collector's
-                    // lock costs nothing.
-                    let t = bootscope_model::proc::thread_cpu_time();
-                    let p = source.snapshot();
-                    pacer.record(bootscope_model::proc::thread_cpu_time().saturating_sub(t));
-                    app.update(p);
-                    app.stretched_refresh = pacer.stretched();
-                    dirty = true;
-                }
-                let console = source.console(CONSOLE_LINES);
-                if console != app.console {
-                    app.console = console;
-                    dirty = true;
-                }
-            }
-            let every = if app.finished {
-                IDLE_TICK
-            } else {
-                pacer.interval()
-            };
-            // Keep the cadence, but never try to catch up on missed ticks.
-            next_poll = (next_poll + every).max(now);
-        }
-        if dirty {
-            guard
-                .terminal
-                .draw(|f| ui::draw(f, &app))
-                .map_err(|source| TuiError::Terminal {
-                    what: "cannot draw on the terminal",
-                    source,
-                })?;
-            dirty = false;
-        }
-        match events.next(next_poll) {
-            event::Event::Key(k) => match app.on_key(k) {
-                app::Action::Quit => break,
-                app::Action::WriteSnapshot => {
-                    app.message = Some(match write_snapshot(&app.profile, &opts.snapshot_dir) {
-                        Ok(p) => format!("snapshot written to {}", p.display()),
-                        Err(e) => format!("snapshot not written: {e}"),
-                    });
-                    dirty = true;
-                }
-                app::Action::Redraw => dirty = true,
-                app::Action::None => {}
-            },
-            event::Event::Resize => {
-                guard
-                    .terminal
-                    .autoresize()
-                    .map_err(|source| TuiError::Terminal {
-                        what: "cannot follow the terminal's new size",
-                        source,
-                    })?;
-                dirty = true;
-            }
-            event::Event::Tick => {}
-            event::Event::InputClosed(_) => break,
-        }
-    }
-    drop(events);
-    drop(guard);
+    let mut live = Live {
+        source,
+        pacer: Pacer::new(refresh),
+        next_poll: Instant::now(),
+    };
+    run::run(&mut app, &mut live, &opts.snapshot_dir)?;
     Ok(app.profile)
 }
 

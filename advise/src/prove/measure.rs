@@ -79,17 +79,7 @@ fn merge(into: &mut Option<BenchDoc>, mut block: BenchDoc, rounds_before: u32) {
 /// The values of `metric` of the rounds where both sides have one, in
 /// round order: `(without, with)`.
 fn paired(base: &ConfigResult, new: &ConfigResult, metric: &str) -> (Vec<f64>, Vec<f64>) {
-    let by_round = |c: &ConfigResult| {
-        c.samples_by_round()
-            .remove(metric)
-            .unwrap_or_default()
-            .into_iter()
-            .collect::<std::collections::BTreeMap<u64, f64>>()
-    };
-    let (b, n) = (by_round(base), by_round(new));
-    b.iter()
-        .filter_map(|(r, x)| n.get(r).map(|y| (*x, *y)))
-        .unzip()
+    base.paired_with(new, metric)
 }
 
 /// Whether `remaining` more pairs could still make the fix significantly

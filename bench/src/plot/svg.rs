@@ -21,14 +21,7 @@ pub(super) const CONFIG_COLORS: [&str; 2] = ["#4e79a7", "#f28e2b"];
 
 /// 12345678 -> "12,345,678".
 pub fn group_digits(v: f64) -> String {
-    let s = format!("{:.0}", v.abs());
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
+    let out = bootscope_model::human::group_digit_text(&format!("{:.0}", v.abs()));
     if v < 0.0 {
         format!("-{out}")
     } else {

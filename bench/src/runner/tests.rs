@@ -242,5 +242,10 @@ fn quoting_for_messages() {
         .iter()
         .map(OsString::from)
         .collect();
-    assert_eq!(shell_words(&argv), r"run --cmdline 'a b' 'it'\''s'");
+    assert_eq!(shell_words(&argv), r#"run --cmdline 'a b' "it's""#);
+    let odd: Vec<OsString> = ["", "$x", "console=ttyS0"]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    assert_eq!(shell_words(&odd), "'' '$x' console=ttyS0");
 }

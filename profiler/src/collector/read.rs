@@ -12,11 +12,11 @@ use super::plan::{self, ProgramState};
 use super::state::State;
 use super::thread_info::read_comm;
 use crate::bpf::{self, CollectorKind, Source};
-use crate::hist;
 use crate::phases;
 use crate::profile::*;
 use crate::reasons::{ISA_SVM, ISA_VMX};
 use crate::topology::page_size;
+use bootscope_model::hist;
 
 /// Exits counted per vCPU thread and per phase, while reading them.
 #[derive(Default)]

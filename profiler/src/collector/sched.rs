@@ -17,9 +17,9 @@ use super::object::BpfObject;
 use super::tasks::Tasks;
 use super::thread_info::{read_comm, ThreadInfo};
 use crate::bpf::{self, BsHist, BsSchedKey, BsSchedTask, Source};
-use crate::hist;
 use crate::phases::PhaseNames;
 use crate::profile::{PhaseWait, RunqueueWait};
+use bootscope_model::hist;
 
 /// The map of waits (`struct bs_sched_key` -> `struct bs_hist`).
 pub(super) const WAITS_MAP: &str = "sched_waits";

@@ -140,8 +140,8 @@ mod tests {
             }
         );
         let mut v = example();
-        v["version"] = 3.into();
-        assert_eq!(err(v), TimelineError::Version { found: 3 });
+        v["version"] = 4.into();
+        assert_eq!(err(v), TimelineError::Version { found: 4 });
 
         let cases: [(&str, Value, &str); 6] = [
             ("marks", Value::Null, "field marks is not an array"),

@@ -324,15 +324,7 @@ fn parse_map(text: &str) -> Result<Vec<KernelSymbol>, String> {
 /// The guest kernel a command line boots (`--kernel PATH`, QEMU's
 /// `-kernel PATH`), for finding symbols without being told.
 pub fn kernel_of_command(command: &[String]) -> Option<PathBuf> {
-    command
-        .windows(2)
-        .find(|w| w[0] == "--kernel" || w[0] == "-kernel")
-        .map(|w| PathBuf::from(&w[1]))
-        .or_else(|| {
-            command
-                .iter()
-                .find_map(|a| a.strip_prefix("--kernel=").map(PathBuf::from))
-        })
+    bootscope_model::argv::flag_value(command, &["--kernel", "-kernel"]).map(PathBuf::from)
 }
 
 #[cfg(test)]

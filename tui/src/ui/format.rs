@@ -1,18 +1,7 @@
 //! Number formats shared by the panes: counts with thousands separators,
 //! rates, durations, sizes and CPU lists.
 
-/// 1234567 -> "1,234,567".
-pub fn fmt_count(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub use bootscope_model::human::group_digits as fmt_count;
 
 /// Events per second, short.
 pub fn fmt_rate(r: f64) -> String {

@@ -8,24 +8,7 @@ use super::cpulist::{CpuSet, NodeSet};
 use super::spec::{human_size, HugePageSize, Policy};
 
 /// A size, list, policy or `--numa` option that does not parse.
-#[derive(Debug, thiserror::Error)]
-pub enum SpecError {
-    /// A CPU or node list that does not parse.
-    #[error(transparent)]
-    List(#[from] super::cpulist::CpuListError),
-    /// A size that does not parse.
-    #[error(transparent)]
-    Size(#[from] bootscope_model::size::SizeError),
-    /// A huge page size the kernel does not offer on x86.
-    #[error("huge page size {0:?} is not supported; use 2M or 1G")]
-    BadHugePageSize(String),
-    /// An unknown NUMA policy.
-    #[error("NUMA policy {0:?} is unknown; use bind, preferred or interleave")]
-    BadPolicy(String),
-    /// A malformed `--numa` option.
-    #[error("--numa {spec:?}: {why}; write it as node=ID,memory=SIZE[,cpus=LIST][,host-nodes=LIST][,policy=bind|preferred|interleave]")]
-    BadNumaSpec { spec: String, why: String },
-}
+pub use bootscope_model::memory_spec::SpecError;
 
 /// Reading the host's sysfs failed: which file, and why.
 pub use bootscope_model::numa::SysfsError as TopologyError;

@@ -127,7 +127,7 @@ impl RegionPlan {
 
     /// Name of the region's preallocation thread `index`.
     pub fn worker_name(&self, index: usize) -> String {
-        format!("prealloc-n{}-{index}", self.guest_node)
+        bootscope_model::threads::prealloc_thread_name(self.guest_node, index)
     }
 }
 

@@ -55,7 +55,7 @@ impl Worker {
         }
         let thread_stop = stop.try_clone()?;
         let thread = std::thread::Builder::new()
-            .name("virtio".into())
+            .name(bootscope_model::threads::VIRTIO_THREAD.into())
             .spawn(move || run(&epoll, &thread_stop, &transports, &evts))?;
         Ok(Self {
             stop,

@@ -60,7 +60,7 @@ pub(super) fn spawn_vcpu(
     exit_slots: Option<Arc<Mutex<ExitSlots>>>,
 ) -> std::io::Result<JoinHandle<VcpuFd>> {
     std::thread::Builder::new()
-        .name(format!("vcpu{index}"))
+        .name(bootscope_model::threads::vcpu_thread_name(index))
         .spawn(move || {
             if index == 0 {
                 recorder.vmm_once(vmm_marks::FIRST_KVM_RUN);
