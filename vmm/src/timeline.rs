@@ -127,6 +127,8 @@ pub struct Recorder {
     clock: Clock,
     marks: Mutex<Vec<TimelineMark>>,
     listener: std::sync::OnceLock<MarkListener>,
+    /// Called for every mark pushed: the snapshot point's trigger.
+    snapshot_trigger: std::sync::OnceLock<MarkListener>,
     /// What this process cost the host in memory at the first userspace
     /// mark (or at the end of the set-up `--stop-after` asked for).
     memory: std::sync::OnceLock<MemorySample>,
@@ -146,6 +148,7 @@ impl Recorder {
             clock,
             marks: Mutex::new(Vec::new()),
             listener: std::sync::OnceLock::new(),
+            snapshot_trigger: std::sync::OnceLock::new(),
             memory: std::sync::OnceLock::new(),
         }
     }
@@ -177,6 +180,12 @@ impl Recorder {
     /// (once; later calls are ignored and return false).
     pub fn set_listener(&self, listener: MarkListener) -> bool {
         self.listener.set(listener).is_ok()
+    }
+
+    /// Installs the snapshot point's trigger, called for every mark pushed
+    /// from now on (once).
+    pub fn set_snapshot_trigger(&self, trigger: MarkListener) -> bool {
+        self.snapshot_trigger.set(trigger).is_ok()
     }
 
     pub fn clock(&self) -> Clock {
@@ -227,6 +236,9 @@ impl Recorder {
     pub fn push(&self, mark: TimelineMark) {
         if let Some(l) = self.listener.get() {
             l(&mark);
+        }
+        if let Some(t) = self.snapshot_trigger.get() {
+            t(&mark);
         }
         let userspace = is_userspace_start(&mark);
         self.lock().push(mark);

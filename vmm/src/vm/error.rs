@@ -226,6 +226,9 @@ pub enum VmError {
     /// The run step failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// A snapshot could not be taken or restored.
+    #[error(transparent)]
+    Snapshot(#[from] crate::snapshot::SnapshotError),
 }
 
 /// The kernel load stage's errors are bad input: the kernel, initrd or

@@ -9,7 +9,9 @@ mod emulation;
 mod error;
 mod images;
 mod report;
+mod restore;
 mod running;
+mod snapshot;
 mod vcpu;
 
 use std::io::Write;
@@ -30,6 +32,8 @@ use builder::VmBuilder;
 pub use emulation::{
     EmulationWatch, PVM_EMULATION_LIMIT, PVM_EMULATION_RATE, PVM_GRACE, PVM_WINDOW,
 };
+pub use restore::{check_identity, restore};
+pub use snapshot::{restore_marks, run_with_snapshot};
 pub use error::{
     BootDataError, ConfigError, DeviceSetupError, IrqchipError, MemorySetupError, RunError,
     VcpuSetupError, VmError,
