@@ -8,7 +8,9 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::state::{Manifest, MachineState, MANIFEST_FILE, MEMORY_FILE, SCHEMA, STATE_FILE, VERSION};
+use super::state::{
+    MachineState, Manifest, MANIFEST_FILE, MEMORY_FILE, SCHEMA, STATE_FILE, VERSION,
+};
 use super::SnapshotError;
 
 /// Largest state or manifest file read (a state of many vCPUs is a few
@@ -130,13 +132,15 @@ impl Staging {
 /// and writable by no one else.
 fn open_checked(dir: &Path, name: &str) -> Result<(File, std::fs::Metadata), SnapshotError> {
     let path = dir.join(name);
-    let (f, m) = bootscope_model::input::open_nonblocking(&path, libc::O_NOFOLLOW)
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => SnapshotError::NotASnapshot {
-                dir: dir.to_path_buf(),
-                why: format!("it has no {name}"),
-            },
-            _ => io(&path, "open")(e),
+    let (f, m) =
+        bootscope_model::input::open_nonblocking(&path, libc::O_NOFOLLOW).map_err(|e| {
+            match e.kind() {
+                std::io::ErrorKind::NotFound => SnapshotError::NotASnapshot {
+                    dir: dir.to_path_buf(),
+                    why: format!("it has no {name}"),
+                },
+                _ => io(&path, "open")(e),
+            }
         })?;
     check_owner(&path, &m, m.is_file())?;
     Ok((f, m))
@@ -149,9 +153,15 @@ fn check_owner(path: &Path, m: &std::fs::Metadata, kind_ok: bool) -> Result<(), 
     let why = if !kind_ok {
         Some("it is not a regular file".to_string())
     } else if m.uid() != uid {
-        Some(format!("it is owned by uid {}, not by this user (uid {uid})", m.uid()))
+        Some(format!(
+            "it is owned by uid {}, not by this user (uid {uid})",
+            m.uid()
+        ))
     } else if m.mode() & 0o022 != 0 {
-        Some(format!("it is writable by others (mode {:04o})", m.mode() & 0o7777))
+        Some(format!(
+            "it is writable by others (mode {:04o})",
+            m.mode() & 0o7777
+        ))
     } else {
         None
     };
@@ -164,7 +174,11 @@ fn check_owner(path: &Path, m: &std::fs::Metadata, kind_ok: bool) -> Result<(), 
     }
 }
 
-fn read_limited(mut f: &File, m: &std::fs::Metadata, path: &Path) -> Result<Vec<u8>, SnapshotError> {
+fn read_limited(
+    mut f: &File,
+    m: &std::fs::Metadata,
+    path: &Path,
+) -> Result<Vec<u8>, SnapshotError> {
     use std::io::Read;
     if m.len() > STATE_LIMIT {
         return Err(SnapshotError::Corrupt {
@@ -219,11 +233,10 @@ pub fn open(dir: &Path, verify: bool) -> Result<OpenSnapshot, SnapshotError> {
     if version != u64::from(VERSION) {
         return Err(SnapshotError::Version { found: version });
     }
-    let manifest: Manifest =
-        serde_json::from_value(head).map_err(|e| SnapshotError::Corrupt {
-            path: manifest_path,
-            why: e.to_string(),
-        })?;
+    let manifest: Manifest = serde_json::from_value(head).map_err(|e| SnapshotError::Corrupt {
+        path: manifest_path,
+        why: e.to_string(),
+    })?;
     let state_path = dir.join(STATE_FILE);
     let (sf, sm) = open_checked(dir, STATE_FILE)?;
     let state_bytes = read_limited(&sf, &sm, &state_path)?;
@@ -234,7 +247,8 @@ pub fn open(dir: &Path, verify: bool) -> Result<OpenSnapshot, SnapshotError> {
     if digest != manifest.state_sha256 {
         return Err(SnapshotError::Corrupt {
             path: state_path,
-            why: "its SHA-256 is not the manifest's (truncated or changed since the snapshot)".into(),
+            why: "its SHA-256 is not the manifest's (truncated or changed since the snapshot)"
+                .into(),
         });
     }
     let state: MachineState =

@@ -108,7 +108,12 @@ fn seek(file: &File, offset: u64, whence: libc::c_int) -> std::io::Result<Option
 /// pages the VM's set-up wrote where the snapshot has a hole. Reading a
 /// page never touched maps the shared zero page, so the scan allocates
 /// nothing.
-fn clear_range(mem: &GuestMemoryMmap, addr: u64, bytes: u64, buf: &mut [u8]) -> std::io::Result<()> {
+fn clear_range(
+    mem: &GuestMemoryMmap,
+    addr: u64,
+    bytes: u64,
+    buf: &mut [u8],
+) -> std::io::Result<()> {
     let mut done = 0;
     while done < bytes {
         let n = (bytes - done).min(buf.len() as u64) as usize;
@@ -195,15 +200,19 @@ mod tests {
     use super::*;
 
     fn guest(bytes: usize) -> GuestMemoryMmap {
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), bytes / 2), (GuestAddress(1 << 32), bytes / 2)])
-            .unwrap()
+        GuestMemoryMmap::from_ranges(&[
+            (GuestAddress(0), bytes / 2),
+            (GuestAddress(1 << 32), bytes / 2),
+        ])
+        .unwrap()
     }
 
     #[test]
     fn zero_pages_are_holes_and_memory_comes_back_exactly() {
         let mem = guest(8 << 20);
         mem.write_slice(b"first", GuestAddress(0x1234)).unwrap();
-        mem.write_slice(&[7u8; 5000], GuestAddress((1 << 32) + 4096 * 100)).unwrap();
+        mem.write_slice(&[7u8; 5000], GuestAddress((1 << 32) + 4096 * 100))
+            .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -219,7 +228,8 @@ mod tests {
         assert_eq!(file_digest(&file, w.bytes).unwrap(), w.digest);
         assert_eq!(guest_digest(&mem).unwrap(), w.digest);
         let back = guest(8 << 20);
-        back.write_slice(b"written by the set-up", GuestAddress(0x9000)).unwrap();
+        back.write_slice(b"written by the set-up", GuestAddress(0x9000))
+            .unwrap();
         let copied = copy_in(&back, &file, &w.regions).unwrap();
         assert!(copied >= 3 * 4096 && copied < w.bytes, "{copied}");
         assert_eq!(guest_digest(&back).unwrap(), w.digest);

@@ -60,7 +60,9 @@ pub enum SnapshotError {
     Version { found: u64 },
     #[error("{} is not trusted: {why}; snapshots must be this user's and writable by no one else (chmod go-w, or take the snapshot again)", path.display())]
     Untrusted { path: PathBuf, why: String },
-    #[error("the snapshot was made for {what} {snapshot}, but {given} is given; give the same or none")]
+    #[error(
+        "the snapshot was made for {what} {snapshot}, but {given} is given; give the same or none"
+    )]
     Mismatch {
         what: &'static str,
         snapshot: String,
@@ -139,7 +141,11 @@ pub fn check_cpu(saved: &[CpuidLeaf], host: &[CpuidLeaf]) -> Result<(), Snapshot
             ecx: 0,
             edx: 0,
         });
-        for (reg, a, b) in [("ebx", s.ebx, h.ebx), ("ecx", s.ecx, h.ecx), ("edx", s.edx, h.edx)] {
+        for (reg, a, b) in [
+            ("ebx", s.ebx, h.ebx),
+            ("ecx", s.ecx, h.ecx),
+            ("edx", s.edx, h.edx),
+        ] {
             // Leaf 1's EBX is the APIC id and counts, not features.
             if function == 1 && reg == "ebx" {
                 continue;

@@ -99,7 +99,11 @@ pub struct SnapshotPoint {
 }
 
 impl SnapshotPoint {
-    pub fn new(request: super::SnapshotRequest, msr_indices: Vec<u32>, cpuid: Vec<super::CpuidLeaf>) -> Self {
+    pub fn new(
+        request: super::SnapshotRequest,
+        msr_indices: Vec<u32>,
+        cpuid: Vec<super::CpuidLeaf>,
+    ) -> Self {
         Self {
             at: request.at,
             request,

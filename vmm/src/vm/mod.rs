@@ -32,12 +32,12 @@ use builder::VmBuilder;
 pub use emulation::{
     EmulationWatch, PVM_EMULATION_LIMIT, PVM_EMULATION_RATE, PVM_GRACE, PVM_WINDOW,
 };
-pub use restore::{check_identity, restore};
-pub use snapshot::{restore_marks, run_with_snapshot};
 pub use error::{
     BootDataError, ConfigError, DeviceSetupError, IrqchipError, MemorySetupError, RunError,
     VcpuSetupError, VmError,
 };
+pub use restore::{check_identity, restore};
+pub use snapshot::{restore_marks, run_with_snapshot};
 
 /// Smallest guest we accept: the kernel, its page tables and an initrd need
 /// room to breathe.

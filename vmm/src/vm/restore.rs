@@ -10,9 +10,9 @@ use crate::snapshot::state::FileIdentity;
 use crate::snapshot::{self, memory, RestoreRequest, SnapshotError};
 use crate::timeline::{vmm_marks, Recorder};
 
+use super::builder::VmBuilder;
 use super::snapshot::restore_marks;
 use super::{RunReport, VmConfig, VmError};
-use super::builder::VmBuilder;
 
 fn mismatch(what: &'static str, snapshot: String, given: String) -> SnapshotError {
     SnapshotError::Mismatch {
@@ -23,7 +23,11 @@ fn mismatch(what: &'static str, snapshot: String, given: String) -> SnapshotErro
 }
 
 /// The file at `path` is the one the snapshot recorded.
-fn same_file(what: &'static str, id: &FileIdentity, path: &std::path::Path) -> Result<(), SnapshotError> {
+fn same_file(
+    what: &'static str,
+    id: &FileIdentity,
+    path: &std::path::Path,
+) -> Result<(), SnapshotError> {
     match id.matches(path) {
         Ok(true) => Ok(()),
         _ => Err(SnapshotError::Changed {
@@ -47,7 +51,8 @@ pub fn check_identity(cfg: &VmConfig, req: &RestoreRequest) -> Result<(), Snapsh
             return Err(mismatch(
                 "initrd",
                 i.as_ref().map_or("none".into(), |i| i.path.clone()),
-                p.as_ref().map_or("none".into(), |p| p.display().to_string()),
+                p.as_ref()
+                    .map_or("none".into(), |p| p.display().to_string()),
             ))
         }
     }
@@ -59,20 +64,38 @@ pub fn check_identity(cfg: &VmConfig, req: &RestoreRequest) -> Result<(), Snapsh
         ));
     }
     if cfg.vcpus != id.vcpus {
-        return Err(mismatch("vCPU count", id.vcpus.to_string(), cfg.vcpus.to_string()));
+        return Err(mismatch(
+            "vCPU count",
+            id.vcpus.to_string(),
+            cfg.vcpus.to_string(),
+        ));
     }
     if cfg.cmdline != id.cmdline {
-        return Err(mismatch("command line", id.cmdline.clone(), cfg.cmdline.clone()));
+        return Err(mismatch(
+            "command line",
+            id.cmdline.clone(),
+            cfg.cmdline.clone(),
+        ));
     }
     if cfg.acpi != id.acpi || cfg.rng != id.rng || cfg.virtio_console != id.virtio_console {
         return Err(mismatch(
             "devices",
-            format!("acpi {} rng {} virtio console {}", id.acpi, id.rng, id.virtio_console),
-            format!("acpi {} rng {} virtio console {}", cfg.acpi, cfg.rng, cfg.virtio_console),
+            format!(
+                "acpi {} rng {} virtio console {}",
+                id.acpi, id.rng, id.virtio_console
+            ),
+            format!(
+                "acpi {} rng {} virtio console {}",
+                cfg.acpi, cfg.rng, cfg.virtio_console
+            ),
         ));
     }
     if cfg.disks.len() != id.disks.len() {
-        return Err(mismatch("disks", id.disks.len().to_string(), cfg.disks.len().to_string()));
+        return Err(mismatch(
+            "disks",
+            id.disks.len().to_string(),
+            cfg.disks.len().to_string(),
+        ));
     }
     if !req.force {
         for (d, spec) in id.disks.iter().zip(&cfg.disks) {
@@ -149,7 +172,9 @@ pub fn restore(
     recorder.vmm(restore_marks::MEMORY_COPIED);
     let cpuid = kvm_cpuid(&state.identity.cpuid)?;
     state.vm.restore(&vm.vm).map_err(SnapshotError::from)?;
-    devices.restore_state(&state.devices).map_err(SnapshotError::from)?;
+    devices
+        .restore_state(&state.devices)
+        .map_err(SnapshotError::from)?;
     if state.vcpus.len() != vcpus.fds.len() {
         return Err(SnapshotError::Mismatch {
             what: "vCPU states",
@@ -159,7 +184,8 @@ pub fn restore(
         .into());
     }
     for (fd, s) in vcpus.fds.iter().zip(&state.vcpus) {
-        fd.set_cpuid2(&cpuid).map_err(kvm_failed("KVM_SET_CPUID2"))?;
+        fd.set_cpuid2(&cpuid)
+            .map_err(kvm_failed("KVM_SET_CPUID2"))?;
         s.restore(fd).map_err(SnapshotError::from)?;
     }
     recorder.vmm(restore_marks::STATE_RESTORED);

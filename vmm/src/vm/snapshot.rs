@@ -10,7 +10,7 @@ use kvm_bindings::KVM_MAX_CPUID_ENTRIES;
 use kvm_ioctls::{Kvm, VcpuFd};
 
 use crate::devices::Devices;
-use crate::snapshot::state::{Identity, MachineState, Manifest, FileIdentity};
+use crate::snapshot::state::{FileIdentity, Identity, MachineState, Manifest};
 use crate::snapshot::state::{MANIFEST_FILE, MEMORY_FILE, SCHEMA, STATE_FILE, VERSION};
 use crate::snapshot::vm_state::VmState;
 use crate::snapshot::{self, files, memory, CpuidLeaf, SnapshotError};
@@ -93,7 +93,9 @@ pub fn run_with_snapshot(
     let devices = vm.devices(&ram)?;
     let vcpus = vm.vcpus(&ram, &images)?;
     let cpuid = match vcpus.fds.first() {
-        Some(v) => cpuid_of(v).map_err(|e| SnapshotError::Stopping(format!("KVM_GET_CPUID2: {e}")))?,
+        Some(v) => {
+            cpuid_of(v).map_err(|e| SnapshotError::Stopping(format!("KVM_GET_CPUID2: {e}")))?
+        }
         None => Vec::new(),
     };
     let point = Arc::new(SnapshotPoint::new(request, msrs.as_slice().to_vec(), cpuid));

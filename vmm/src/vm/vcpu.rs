@@ -72,7 +72,10 @@ pub(super) fn spawn_vcpu(
                 p.register(index);
             }
             while !stop.load(Ordering::SeqCst) {
-                if point.as_ref().is_some_and(|p| p.park_if_requested(&mut vcpu, index)) {
+                if point
+                    .as_ref()
+                    .is_some_and(|p| p.park_if_requested(&mut vcpu, index))
+                {
                     break;
                 }
                 match vcpu.run() {
