@@ -64,6 +64,7 @@ fn take(kernel: &Path, dir: &Path, at: SnapshotAt, keep_running: bool) -> (RunRe
         dir: dir.to_path_buf(),
         at,
         keep_running,
+        signal: None,
     };
     let r = run_with_snapshot(config(kernel, console.clone()), recorder(), req).unwrap();
     (r, console.text())
@@ -312,6 +313,7 @@ fn a_snapshot_is_never_written_over_something() {
         dir: dir.clone(),
         at: SnapshotAt::Userspace,
         keep_running: false,
+        signal: None,
     };
     let cfg = config(&fixture("mini-bzimage-reset.bin"), Capture::default());
     match run_with_snapshot(cfg, recorder(), req) {
@@ -326,4 +328,45 @@ fn a_snapshot_is_never_written_over_something() {
     // Only the directory given is there: nothing half-written beside it.
     let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
     assert_eq!(names.len(), 1);
+}
+
+/// A snapshot asked for by a signal flag (the CLI's SIGUSR1) while the
+/// guest is halted forever: it restores halted, and stays so until the
+/// timeout.
+#[test]
+fn a_signal_snapshots_a_halted_guest() {
+    require_kvm!();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("snap");
+    let kernel = fixture("mini-bzimage-hlt.bin");
+    let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let setter = flag.clone();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        setter.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let console = Capture::default();
+    let req = SnapshotRequest {
+        dir: dir.clone(),
+        at: SnapshotAt::Signal,
+        keep_running: false,
+        signal: Some(flag),
+    };
+    let r = run_with_snapshot(config(&kernel, console.clone()), recorder(), req).unwrap();
+    t.join().unwrap();
+    let o = r.timeline.outcome.as_ref().unwrap();
+    assert!(o.detail.contains("snapshot at SIGUSR1"), "{}", reason(&r));
+    assert!(console.text().contains("fixture: userspace reached"));
+    let snapshot = snapshot::open(&dir, false).unwrap();
+    let mut cfg = config(&kernel, Capture::default());
+    cfg.timeout = Some(Duration::from_secs(1));
+    let req = RestoreRequest {
+        snapshot,
+        memory: MemoryRestore::Copy,
+        force: false,
+    };
+    let r = restore(cfg, recorder(), req).unwrap();
+    let o = r.timeline.outcome.as_ref().unwrap();
+    assert_eq!(o.reason, StopReason::Timeout.name(), "{}", reason(&r));
+    assert!(o.detail.contains("halted"), "{}", o.detail);
 }

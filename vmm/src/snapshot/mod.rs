@@ -29,6 +29,8 @@ pub struct SnapshotRequest {
     pub at: SnapshotAt,
     /// Go on running after the snapshot (`--snapshot-continue`).
     pub keep_running: bool,
+    /// With [`SnapshotAt::Signal`]: the flag a signal handler sets.
+    pub signal: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// How a restore fills guest memory (`--memory-restore`).

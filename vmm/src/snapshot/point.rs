@@ -134,7 +134,14 @@ impl SnapshotPoint {
         }
     }
 
+    /// True when the snapshot is asked for (by a mark, or by the signal
+    /// flag of [`SnapshotAt::Signal`]).
     pub fn requested(&self) -> bool {
+        if let Some(flag) = &self.request.signal {
+            if flag.load(Ordering::SeqCst) {
+                self.request();
+            }
+        }
         self.requested.load(Ordering::SeqCst)
     }
 
@@ -215,6 +222,9 @@ impl SnapshotPoint {
     pub fn release(&self, stop: bool) {
         self.taken.store(true, Ordering::SeqCst);
         self.requested.store(false, Ordering::SeqCst);
+        if let Some(flag) = &self.request.signal {
+            flag.store(false, Ordering::SeqCst);
+        }
         let mut p = self.lock();
         p.parked.clear();
         p.stop = stop;
@@ -258,6 +268,7 @@ mod tests {
             dir: "unused".into(),
             at: SnapshotAt::DebugPort(1),
             keep_running: false,
+            signal: None,
         };
         let p = SnapshotPoint::new(request, Vec::new(), Vec::new());
         p.request();
