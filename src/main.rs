@@ -27,6 +27,7 @@ mod push;
 mod run_args;
 mod run_cmd;
 mod signals;
+mod snapshot_args;
 mod stdout;
 
 fn main() {

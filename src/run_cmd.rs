@@ -20,6 +20,7 @@ use crate::common::{
 use crate::run_args::{InitcallMethod, RunArgs};
 
 pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
+    let (args, run_mode) = crate::snapshot_args::prepare(args)?;
     if crate::live_tui::no_terminal(args.tui) {
         return Err(usage(anyhow::anyhow!(bootscope_tui::NOT_A_TERMINAL)));
     }
@@ -83,6 +84,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         virtio_console: args.devices.virtio_console(),
         host_tool: Some(profiler_tool()),
     };
+    crate::snapshot_args::apply(&args, &mut cfg, &run_mode);
     check_inputs(&args, &cfg)?;
     // A systemd guest's units record on the root disk, as it is before the
     // boot (docs/guest.md): after the boot it says whether the guest wrote
@@ -119,11 +121,12 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
             units_probe.as_ref(),
         )?
     } else {
-        vm::run(cfg, recorder.clone())
+        crate::snapshot_args::run_vm(cfg, recorder.clone(), run_mode)
     };
     let report = match report {
         Ok(r) => r,
         Err(VmError::Config(e)) => return Err(usage(e.into())),
+        Err(VmError::Snapshot(e)) if e.is_bad_input() => return Err(usage(e.into())),
         Err(e) => return Err(e.into()),
     };
     let ended = Ended {

@@ -411,6 +411,8 @@ pub enum StopReason {
     Stopped,
     /// Stopped by SIGINT or SIGTERM before the guest ended.
     Interrupted,
+    /// Stopped at `--snapshot-at` once the snapshot was written.
+    SnapshotTaken,
 }
 
 impl StopReason {
@@ -433,6 +435,7 @@ impl StopReason {
                 | StopReason::SystemEvent
                 | StopReason::GuestHalt
                 | StopReason::StoppedAfterSetup
+                | StopReason::SnapshotTaken
         )
     }
 }

@@ -70,6 +70,8 @@ pub struct DevicesState {
     pub pci_address: u32,
     pub marker_counts: MarkerCounts,
     pub acpi: bool,
+    /// Each virtio-mmio transport, in slot order.
+    pub virtio: Vec<crate::virtio::mmio::TransportState>,
 }
 
 /// Why the devices' state cannot be loaded.
@@ -81,10 +83,30 @@ pub enum DevicesRestoreError {
     Rtc,
     #[error("cannot clone the serial port's interrupt eventfd: {0}")]
     EventFd(#[source] std::io::Error),
+    #[error("the snapshot has {saved} virtio devices, this VM {here}")]
+    VirtioCount { saved: usize, here: usize },
+    #[error(transparent)]
+    Virtio(#[from] crate::virtio::mmio::TransportRestoreError),
+}
+
+/// The virtio transports, locked one at a time.
+fn transports(
+    devices: &Devices,
+) -> &[std::sync::Arc<std::sync::Mutex<crate::virtio::MmioTransport>>] {
+    devices.virtio().map_or(&[], |v| v.transports())
 }
 
 impl Devices {
-    /// The devices' state; the vCPUs are parked.
+    /// Serves every request the guest made available on a virtio queue
+    /// (the vCPUs are parked): none is in flight in a snapshot.
+    pub fn drain_virtio(&self) {
+        for t in transports(self) {
+            lock(t).drain();
+        }
+    }
+
+    /// The devices' state; the vCPUs are parked and the virtio queues
+    /// drained ([`Devices::drain_virtio`]).
     pub fn save_state(&self) -> DevicesState {
         DevicesState {
             serial: lock(&self.serial).state().into(),
@@ -93,6 +115,10 @@ impl Devices {
             pci_address: lock(&self.pci).save_state(),
             marker_counts: self.marker_counts(),
             acpi: self.acpi,
+            virtio: transports(self)
+                .iter()
+                .map(|t| lock(t).save_state())
+                .collect(),
         }
     }
 
@@ -119,6 +145,16 @@ impl Devices {
             .store(state.reset_control, std::sync::atomic::Ordering::SeqCst);
         lock(&self.pci).restore_state(state.pci_address);
         *lock(&self.counts) = state.marker_counts.clone();
+        let here = transports(self);
+        if here.len() != state.virtio.len() {
+            return Err(DevicesRestoreError::VirtioCount {
+                saved: state.virtio.len(),
+                here: here.len(),
+            });
+        }
+        for (t, s) in here.iter().zip(&state.virtio) {
+            lock(t).restore_state(s)?;
+        }
         Ok(())
     }
 }

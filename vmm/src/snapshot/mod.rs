@@ -83,8 +83,6 @@ pub enum SnapshotError {
     TargetNotEmpty(PathBuf),
     #[error("--snapshot: {} has {} MiB free, the guest's memory needs up to {} MiB; free some room or snapshot elsewhere", dir.display(), free >> 20, need >> 20)]
     NoRoom { dir: PathBuf, free: u64, need: u64 },
-    #[error("--snapshot: {0}; the guest has virtio devices, whose queues cannot be saved yet")]
-    Unsupported(String),
     #[error("cannot {what} {}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -116,7 +114,6 @@ impl SnapshotError {
                 | Self::CpuFeatures { .. }
                 | Self::TargetNotEmpty(_)
                 | Self::NoRoom { .. }
-                | Self::Unsupported(_)
         )
     }
 }

@@ -123,6 +123,8 @@ pub struct Identity {
     pub kernel: FileIdentity,
     pub initrd: Option<FileIdentity>,
     pub disks: Vec<FileIdentity>,
+    /// Whether each disk was given read-only.
+    pub disks_readonly: Vec<bool>,
     pub cmdline: String,
     pub memory_bytes: u64,
     pub vcpus: u32,

@@ -123,7 +123,9 @@ impl VmBuilder {
             match self.snapshot_if_asked(&ram, &devices) {
                 SnapshotStep::NotAsked => break ending,
                 SnapshotStep::Resumed => {}
-                SnapshotStep::Ended(detail) => break Ending::new(StopReason::Stopped, detail),
+                SnapshotStep::Ended(detail) => {
+                    break Ending::new(StopReason::SnapshotTaken, detail)
+                }
                 SnapshotStep::Failed(detail) => break Ending::new(StopReason::Error, detail),
             }
         };

@@ -74,10 +74,6 @@ pub fn run_with_snapshot(
     recorder: Arc<Recorder>,
     request: SnapshotRequest,
 ) -> Result<RunReport, VmError> {
-    let virtio = cfg.disks.len() + usize::from(cfg.rng) + usize::from(cfg.virtio_console);
-    if virtio > 0 {
-        return Err(SnapshotError::Unsupported(format!("{virtio} virtio device(s) given")).into());
-    }
     files::check_target(&request.dir, cfg.memory_bytes)?;
     let kvm = Kvm::new().map_err(VmError::OpenKvm)?;
     let msrs = kvm
@@ -158,7 +154,10 @@ impl VmBuilder {
         Ok(Identity {
             kernel: file(&cfg.kernel, true)?,
             initrd: cfg.initrd.as_deref().map(|p| file(p, true)).transpose()?,
-            disks: Vec::new(),
+            disks: (cfg.disks.iter())
+                .map(|d| file(&d.path, false))
+                .collect::<Result<_, _>>()?,
+            disks_readonly: cfg.disks.iter().map(|d| d.readonly).collect(),
             cmdline: cfg.cmdline.clone(),
             memory_bytes: cfg.memory_bytes,
             vcpus: cfg.vcpus,
@@ -181,6 +180,9 @@ impl VmBuilder {
     ) -> Result<std::path::PathBuf, SnapshotError> {
         let dir = &point.request.dir;
         let staging = files::Staging::new(dir)?;
+        // Requests served now raise their interrupts before the irqchip
+        // is saved.
+        devices.drain_virtio();
         let vm = VmState::save(&self.vm)?;
         let mem_file = staging.create(MEMORY_FILE)?;
         let written = memory::write(ram.backing.guest_memory(), &mem_file)

@@ -1,0 +1,151 @@
+//! `run`'s snapshot flags (`--snapshot DIR --snapshot-at MARK
+//! [--snapshot-continue]`, `--restore DIR [--memory-restore copy]
+//! [--verify] [--force]`): what they make of the command line, and which
+//! of the VMM's runs they start (docs/snapshot-schema.md).
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use bootscope_vmm::snapshot::{self, MemoryRestore, RestoreRequest, SnapshotAt, SnapshotRequest};
+use bootscope_vmm::timeline::Recorder;
+use bootscope_vmm::vm::{self, RunReport, VmConfig, VmError};
+
+use crate::common::{usage, Failure, DEFAULT_CMDLINE};
+use crate::run_args::RunArgs;
+
+/// `--memory-restore`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum MemoryRestoreArg {
+    /// Read the memory file's data into fresh memory before resuming.
+    #[default]
+    Copy,
+}
+
+#[derive(clap::Args, Debug, Clone, Default)]
+pub(crate) struct SnapshotArgs {
+    /// Take a snapshot of the running guest at --snapshot-at into DIR (a
+    /// new name or an empty directory; written under a temporary name
+    /// beside it and renamed into place), then end the run
+    /// (docs/snapshot-schema.md).
+    #[arg(long, value_name = "DIR", requires = "snapshot_at", conflicts_with_all = ["restore", "stop_after", "tui"])]
+    pub(crate) snapshot: Option<PathBuf>,
+    /// Where to take it: `userspace` (the first userspace mark), a port
+    /// 0x80 value such as 0x61 (its first write), or SIGUSR1 (sent to
+    /// bootscope).
+    #[arg(long, value_name = "MARK", requires = "snapshot")]
+    pub(crate) snapshot_at: Option<SnapshotAt>,
+    /// Let the guest go on after the snapshot instead of ending the run.
+    #[arg(long, requires = "snapshot")]
+    pub(crate) snapshot_continue: bool,
+    /// Restore the snapshot in DIR and run the guest on from where it
+    /// stopped. The kernel, initrd, command line, memory size and vCPUs
+    /// come from the snapshot; given, they must match it.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["stop_after", "tui"])]
+    pub(crate) restore: Option<PathBuf>,
+    /// How --restore fills guest memory: copy (read the memory file's
+    /// data before resuming).
+    #[arg(long, value_enum, default_value = "copy", requires = "restore")]
+    pub(crate) memory_restore: MemoryRestoreArg,
+    /// With --restore: check the whole memory file against its digest
+    /// first (reads all of it).
+    #[arg(long, requires = "restore")]
+    pub(crate) verify: bool,
+    /// With --restore: restore although a disk changed since the snapshot.
+    #[arg(long, requires = "restore")]
+    pub(crate) force: bool,
+}
+
+/// Which of the VMM's runs `run` starts.
+pub(crate) enum RunMode {
+    Boot,
+    Snapshot(SnapshotRequest),
+    Restore(Box<RestoreRequest>),
+}
+
+/// Reads the snapshot of `--restore` (every check that needs no VM: bad
+/// input exits 2) and fills in the kernel and initrd it was made with when
+/// the command line gives none; installs SIGUSR1 for `--snapshot-at
+/// SIGUSR1`.
+pub(crate) fn prepare(mut args: RunArgs) -> Result<(RunArgs, RunMode), Failure> {
+    let s = &args.snapshot;
+    if let Some(dir) = s.snapshot.clone() {
+        let at = s.snapshot_at.unwrap_or(SnapshotAt::Userspace);
+        let signal = if at == SnapshotAt::Signal {
+            let flag = Arc::new(AtomicBool::new(false));
+            signal_hook::flag::register(signal_hook::consts::SIGUSR1, flag.clone())
+                .map_err(|e| Failure::from(anyhow::anyhow!("cannot handle SIGUSR1: {e}")))?;
+            Some(flag)
+        } else {
+            None
+        };
+        let req = SnapshotRequest {
+            dir,
+            at,
+            keep_running: s.snapshot_continue,
+            signal,
+        };
+        return Ok((args, RunMode::Snapshot(req)));
+    }
+    let Some(dir) = s.restore.clone() else {
+        return Ok((args, RunMode::Boot));
+    };
+    let snapshot = snapshot::open(&dir, s.verify).map_err(|e| usage(e.into()))?;
+    let id = &snapshot.state.identity;
+    if args.kernel.is_none() {
+        args.kernel = Some(PathBuf::from(&id.kernel.path));
+        if args.initrd.is_none() {
+            args.initrd = id.initrd.as_ref().map(|i| PathBuf::from(&i.path));
+        }
+    }
+    let memory = match s.memory_restore {
+        MemoryRestoreArg::Copy => MemoryRestore::Copy,
+    };
+    let force = s.force;
+    let req = RestoreRequest {
+        snapshot,
+        memory,
+        force,
+    };
+    Ok((args, RunMode::Restore(Box::new(req))))
+}
+
+/// With `--restore`: what the command line leaves at its default comes
+/// from the snapshot (memory size, vCPUs, command line, ACPI).
+pub(crate) fn apply(args: &RunArgs, cfg: &mut VmConfig, mode: &RunMode) {
+    let RunMode::Restore(req) = mode else { return };
+    let id = &req.snapshot.state.identity;
+    if args.memory.is_none() {
+        cfg.memory_bytes = id.memory_bytes;
+    }
+    if args.vcpus == 1 {
+        cfg.vcpus = id.vcpus;
+    }
+    if args.cmdline == DEFAULT_CMDLINE {
+        cfg.cmdline = id.cmdline.clone();
+    }
+    if !args.no_acpi {
+        cfg.acpi = id.acpi;
+    }
+    if args.devices.disks.is_empty() {
+        cfg.disks = (id.disks.iter().zip(&id.disks_readonly))
+            .map(|(d, &readonly)| bootscope_vmm::virtio::DiskSpec {
+                path: PathBuf::from(&d.path),
+                readonly,
+            })
+            .collect();
+    }
+}
+
+/// Starts the run the mode asks for.
+pub(crate) fn run_vm(
+    cfg: VmConfig,
+    recorder: Arc<Recorder>,
+    mode: RunMode,
+) -> Result<RunReport, VmError> {
+    match mode {
+        RunMode::Boot => vm::run(cfg, recorder),
+        RunMode::Snapshot(req) => vm::run_with_snapshot(cfg, recorder, req),
+        RunMode::Restore(req) => vm::restore(cfg, recorder, *req),
+    }
+}
