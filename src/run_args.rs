@@ -147,7 +147,7 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) devices: crate::device_args::DeviceArgs,
     #[command(flatten)]
-    pub(crate) snapshot: crate::snapshot_args::SnapshotArgs,
+    pub(crate) snapshot: Box<crate::snapshot_args::SnapshotArgs>,
 }
 
 /// `run --initcalls-method`.

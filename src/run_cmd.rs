@@ -84,7 +84,6 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
         virtio_console: args.devices.virtio_console(),
         host_tool: Some(profiler_tool()),
     };
-    crate::snapshot_args::apply(&args, &mut cfg, &run_mode);
     check_inputs(&args, &cfg)?;
     // A systemd guest's units record on the root disk, as it is before the
     // boot (docs/guest.md): after the boot it says whether the guest wrote
@@ -126,7 +125,6 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     let report = match report {
         Ok(r) => r,
         Err(VmError::Config(e)) => return Err(usage(e.into())),
-        Err(VmError::Snapshot(e)) if e.is_bad_input() => return Err(usage(e.into())),
         Err(e) => return Err(e.into()),
     };
     let ended = Ended {

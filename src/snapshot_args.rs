@@ -60,7 +60,18 @@ pub(crate) struct SnapshotArgs {
 pub(crate) enum RunMode {
     Boot,
     Snapshot(SnapshotRequest),
-    Restore(Box<RestoreRequest>),
+    Restore(Box<RestoreRequest>, Overrides),
+}
+
+/// With `--restore`: what the command line left at its default, taken from
+/// the snapshot.
+#[derive(Default)]
+pub(crate) struct Overrides {
+    memory_bytes: Option<u64>,
+    vcpus: Option<u32>,
+    cmdline: Option<String>,
+    acpi: Option<bool>,
+    disks: Option<Vec<bootscope_vmm::virtio::DiskSpec>>,
 }
 
 /// Reads the snapshot of `--restore` (every check that needs no VM: bad
@@ -102,38 +113,41 @@ pub(crate) fn prepare(mut args: RunArgs) -> Result<(RunArgs, RunMode), Failure> 
         MemoryRestoreArg::Copy => MemoryRestore::Copy,
     };
     let force = s.force;
+    let o = overrides(&args, id);
     let req = RestoreRequest {
         snapshot,
         memory,
         force,
     };
-    Ok((args, RunMode::Restore(Box::new(req))))
+    Ok((args, RunMode::Restore(Box::new(req), o)))
 }
 
-/// With `--restore`: what the command line leaves at its default comes
-/// from the snapshot (memory size, vCPUs, command line, ACPI).
-pub(crate) fn apply(args: &RunArgs, cfg: &mut VmConfig, mode: &RunMode) {
-    let RunMode::Restore(req) = mode else { return };
-    let id = &req.snapshot.state.identity;
-    if args.memory.is_none() {
-        cfg.memory_bytes = id.memory_bytes;
+/// What the command line leaves at its default comes from the snapshot
+/// (memory size, vCPUs, command line, ACPI, disks).
+fn overrides(args: &RunArgs, id: &snapshot::Identity) -> Overrides {
+    Overrides {
+        memory_bytes: args.memory.is_none().then_some(id.memory_bytes),
+        vcpus: (args.vcpus == 1).then_some(id.vcpus),
+        cmdline: (args.cmdline == DEFAULT_CMDLINE).then(|| id.cmdline.clone()),
+        acpi: (!args.no_acpi).then_some(id.acpi),
+        disks: args.devices.disks.is_empty().then(|| {
+            (id.disks.iter().zip(&id.disks_readonly))
+                .map(|(d, &readonly)| bootscope_vmm::virtio::DiskSpec {
+                    path: PathBuf::from(&d.path),
+                    readonly,
+                })
+                .collect()
+        }),
     }
-    if args.vcpus == 1 {
-        cfg.vcpus = id.vcpus;
-    }
-    if args.cmdline == DEFAULT_CMDLINE {
-        cfg.cmdline = id.cmdline.clone();
-    }
-    if !args.no_acpi {
-        cfg.acpi = id.acpi;
-    }
-    if args.devices.disks.is_empty() {
-        cfg.disks = (id.disks.iter().zip(&id.disks_readonly))
-            .map(|(d, &readonly)| bootscope_vmm::virtio::DiskSpec {
-                path: PathBuf::from(&d.path),
-                readonly,
-            })
-            .collect();
+}
+
+fn apply(cfg: &mut VmConfig, o: Overrides) {
+    cfg.memory_bytes = o.memory_bytes.unwrap_or(cfg.memory_bytes);
+    cfg.vcpus = o.vcpus.unwrap_or(cfg.vcpus);
+    cfg.cmdline = o.cmdline.unwrap_or(std::mem::take(&mut cfg.cmdline));
+    cfg.acpi = o.acpi.unwrap_or(cfg.acpi);
+    if let Some(d) = o.disks {
+        cfg.disks = d;
     }
 }
 
@@ -146,6 +160,10 @@ pub(crate) fn run_vm(
     match mode {
         RunMode::Boot => vm::run(cfg, recorder),
         RunMode::Snapshot(req) => vm::run_with_snapshot(cfg, recorder, req),
-        RunMode::Restore(req) => vm::restore(cfg, recorder, *req),
+        RunMode::Restore(req, o) => {
+            let mut cfg = cfg;
+            apply(&mut cfg, o);
+            vm::restore(cfg, recorder, *req)
+        }
     }
 }

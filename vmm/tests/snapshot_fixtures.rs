@@ -11,7 +11,9 @@ use bootscope_testkit::{require_kvm, Capture};
 use bootscope_vmm::console::MilestonePattern;
 use bootscope_vmm::snapshot::{self, MemoryRestore, RestoreRequest, SnapshotAt, SnapshotRequest};
 use bootscope_vmm::timeline::{Clock, Recorder, StopReason};
-use bootscope_vmm::vm::{restore, restore_marks, run_with_snapshot, RunReport, VmConfig, VmError};
+use bootscope_vmm::vm::{
+    restore, restore_marks, run_with_snapshot, ConfigError, RunReport, VmConfig, VmError,
+};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -218,7 +220,7 @@ fn refused(kernel: &Path, dir: &Path, cfg: Option<VmConfig>) -> String {
         });
     match result {
         Ok(r) => panic!("restored: {}", reason(&r)),
-        Err(VmError::Snapshot(e)) => {
+        Err(VmError::Config(ConfigError::Snapshot(e))) => {
             assert!(e.is_bad_input(), "{e}");
             e.to_string()
         }
@@ -320,7 +322,7 @@ fn a_snapshot_is_never_written_over_something() {
     };
     let cfg = config(&fixture("mini-bzimage-reset.bin"), Capture::default());
     match run_with_snapshot(cfg, recorder(), req) {
-        Err(VmError::Snapshot(e)) => {
+        Err(VmError::Config(ConfigError::Snapshot(e))) => {
             assert!(e.is_bad_input());
             assert!(e.to_string().contains("not an empty directory"), "{e}");
         }
