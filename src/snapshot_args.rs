@@ -20,6 +20,9 @@ pub(crate) enum MemoryRestoreArg {
     /// Read the memory file's data into fresh memory before resuming.
     #[default]
     Copy,
+    /// Map the memory file privately: pages fault in as the guest touches
+    /// them, shared between restores of one snapshot.
+    Mmap,
 }
 
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -44,11 +47,11 @@ pub(crate) struct SnapshotArgs {
     #[arg(long, value_name = "DIR", conflicts_with_all = ["stop_after", "tui"])]
     pub(crate) restore: Option<PathBuf>,
     /// How --restore fills guest memory: copy (read the memory file's
-    /// data before resuming).
+    /// data before resuming) or mmap (map it privately; pages fault in).
     #[arg(long, value_enum, default_value = "copy", requires = "restore")]
     pub(crate) memory_restore: MemoryRestoreArg,
     /// With --restore: check the whole memory file against its digest
-    /// first (reads all of it).
+    /// first, and guest memory once restored (reads all of it).
     #[arg(long, requires = "restore")]
     pub(crate) verify: bool,
     /// With --restore: restore although a disk changed since the snapshot.
@@ -111,13 +114,15 @@ pub(crate) fn prepare(mut args: RunArgs) -> Result<(RunArgs, RunMode), Failure> 
     }
     let memory = match s.memory_restore {
         MemoryRestoreArg::Copy => MemoryRestore::Copy,
+        MemoryRestoreArg::Mmap => MemoryRestore::Mmap,
     };
-    let force = s.force;
+    let (force, verify) = (s.force, s.verify);
     let o = overrides(&args, id);
     let req = RestoreRequest {
         snapshot,
         memory,
         force,
+        verify,
     };
     Ok((args, RunMode::Restore(Box::new(req), o)))
 }

@@ -75,12 +75,23 @@ fn take(kernel: &Path, dir: &Path, at: SnapshotAt, keep_running: bool) -> (RunRe
 }
 
 fn open_and_restore(kernel: &Path, dir: &Path) -> Result<(RunReport, String), VmError> {
+    restore_by(kernel, dir, MemoryRestore::Copy)
+}
+
+/// Restores with `memory`, checking guest memory against the snapshot's
+/// digest before the guest runs.
+fn restore_by(
+    kernel: &Path,
+    dir: &Path,
+    memory: MemoryRestore,
+) -> Result<(RunReport, String), VmError> {
     let snapshot = snapshot::open(dir, true)?;
     let console = Capture::default();
     let req = RestoreRequest {
         snapshot,
-        memory: MemoryRestore::Copy,
+        memory,
         force: false,
+        verify: true,
     };
     let r = restore(config(kernel, console.clone()), recorder(), req)?;
     Ok((r, console.text()))
@@ -142,7 +153,8 @@ fn a_guest_snapshotted_at_a_mark_goes_on_after_the_restore() {
     }
 }
 
-/// A snapshot restores twice the same way, and a copy of its directory
+/// A snapshot restores again and again, its memory copied or mapped (and
+/// equal to the snapshot's either way), and a copy of its directory
 /// restores too.
 #[test]
 fn a_snapshot_restores_twice_and_from_a_copy() {
@@ -157,8 +169,13 @@ fn a_snapshot_restores_twice_and_from_a_copy() {
     for f in ["snapshot.json", "state.json", "memory.raw"] {
         std::fs::copy(dir.join(f), copy.join(f)).unwrap();
     }
-    for d in [&dir, &dir, &copy] {
-        let (r, text) = open_and_restore(&kernel, d).unwrap();
+    for (d, how) in [
+        (&dir, MemoryRestore::Copy),
+        (&dir, MemoryRestore::Mmap),
+        (&copy, MemoryRestore::Copy),
+        (&copy, MemoryRestore::Mmap),
+    ] {
+        let (r, text) = restore_by(&kernel, d, how).unwrap();
         assert_eq!(
             r.timeline.outcome.as_ref().unwrap().reason,
             StopReason::I8042Reset.name(),
@@ -214,6 +231,7 @@ fn refused(kernel: &Path, dir: &Path, cfg: Option<VmConfig>) -> String {
                 snapshot,
                 memory: MemoryRestore::Copy,
                 force: false,
+                verify: true,
             };
             let cfg = cfg.unwrap_or_else(|| config(kernel, Capture::default()));
             restore(cfg, recorder(), req)
@@ -369,6 +387,7 @@ fn a_signal_snapshots_a_halted_guest() {
         snapshot,
         memory: MemoryRestore::Copy,
         force: false,
+        verify: false,
     };
     let r = restore(cfg, recorder(), req).unwrap();
     let o = r.timeline.outcome.as_ref().unwrap();

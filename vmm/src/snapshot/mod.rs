@@ -39,6 +39,10 @@ pub enum MemoryRestore {
     /// Read the memory file's data into fresh memory before resuming.
     #[default]
     Copy,
+    /// Map the memory file privately over guest memory: the guest faults
+    /// its pages in from the page cache as it touches them, and restores
+    /// of one snapshot share the pages none of them wrote.
+    Mmap,
 }
 
 /// What `--restore` asks for.
@@ -47,6 +51,9 @@ pub struct RestoreRequest {
     pub memory: MemoryRestore,
     /// Restore although a disk changed since the snapshot.
     pub force: bool,
+    /// Check guest memory against the snapshot's digest once it is
+    /// restored (reads all of it; with `--verify`).
+    pub verify: bool,
 }
 
 /// Why a snapshot could not be taken or restored. Bad input (the

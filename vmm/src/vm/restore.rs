@@ -7,8 +7,9 @@ use std::sync::Arc;
 use kvm_bindings::{kvm_cpuid_entry2, CpuId};
 
 use crate::snapshot::state::FileIdentity;
-use crate::snapshot::{self, memory, RestoreRequest, SnapshotError};
+use crate::snapshot::{self, memory, MemoryRestore, RestoreRequest, SnapshotError};
 use crate::timeline::{vmm_marks, Recorder};
+use vm_memory::GuestMemoryMmap;
 
 use super::builder::VmBuilder;
 use super::snapshot::restore_marks;
@@ -127,6 +128,40 @@ fn kvm_failed(what: &'static str) -> impl Fn(kvm_ioctls::Error) -> SnapshotError
     move |e| SnapshotError::Stopping(format!("{what} failed: {e}"))
 }
 
+/// Fills guest memory from the snapshot's memory file, as `req.memory`
+/// says; with `req.verify` checks it against the snapshot's digest.
+fn restore_memory(mem: &GuestMemoryMmap, req: &RestoreRequest) -> Result<(), SnapshotError> {
+    let snap = &req.snapshot;
+    let path = snap.dir.join(snapshot::state::MEMORY_FILE);
+    let regions = &snap.state.identity.regions;
+    let io = |what: &'static str| {
+        let path = path.clone();
+        move |source| SnapshotError::Io { path, what, source }
+    };
+    match req.memory {
+        MemoryRestore::Copy => {
+            memory::copy_in(mem, &snap.memory, regions).map_err(io("read"))?;
+        }
+        MemoryRestore::Mmap => {
+            for r in regions {
+                let at = vm_memory::GuestAddress(r.guest_addr);
+                crate::loader::map_file_over_guest(mem, at, &snap.memory, r.file_offset, r.bytes)
+                    .map_err(io("map over guest memory"))?;
+            }
+        }
+    }
+    if req.verify {
+        let digest = memory::guest_digest(mem).map_err(io("check"))?;
+        if digest != snap.manifest.memory_xxh3 {
+            return Err(SnapshotError::Corrupt {
+                path,
+                why: "guest memory after the restore is not the snapshot's (--verify)".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Builds the VM the snapshot describes, loads its state and runs the
 /// guest on from where it stopped. Every check that needs no VM was made
 /// when the snapshot was opened; the configuration's and the CPU's are
@@ -162,14 +197,11 @@ pub fn restore(
         snapshot::check_cpu(&state.identity.cpuid, &host)?;
     }
     recorder.vmm(restore_marks::VMM_SETUP);
-    memory::copy_in(mem, &req.snapshot.memory, &state.identity.regions).map_err(|source| {
-        SnapshotError::Io {
-            path: req.snapshot.dir.join(snapshot::state::MEMORY_FILE),
-            what: "read",
-            source,
-        }
-    })?;
-    recorder.vmm(restore_marks::MEMORY_COPIED);
+    restore_memory(mem, &req)?;
+    recorder.vmm(match req.memory {
+        MemoryRestore::Copy => restore_marks::MEMORY_COPIED,
+        MemoryRestore::Mmap => restore_marks::MEMORY_MAPPED,
+    });
     let cpuid = kvm_cpuid(&state.identity.cpuid)?;
     state.vm.restore(&vm.vm).map_err(SnapshotError::from)?;
     devices

@@ -24,6 +24,7 @@ use super::{RunReport, VmConfig, VmError};
 pub mod restore_marks {
     pub const VMM_SETUP: &str = "restore: vmm setup done";
     pub const MEMORY_COPIED: &str = "restore: memory copied";
+    pub const MEMORY_MAPPED: &str = "restore: memory mapped";
     pub const STATE_RESTORED: &str = "restore: state restored";
     pub const SNAPSHOT_WRITTEN: &str = "snapshot: written";
 }
