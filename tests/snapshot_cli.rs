@@ -67,6 +67,23 @@ fn a_snapshot_with_a_disk_restores_and_a_changed_disk_is_refused() {
         assert!(names.contains(&m), "{m}: {names:?}");
     }
     assert_eq!(doc["outcome"]["reason"], "i8042_reset");
+    let phases: Vec<&str> = doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            "vmm setup",
+            "memory",
+            "state restored",
+            "resume",
+            "guest",
+            "vmm teardown"
+        ]
+    );
     // The disk changed since: refused, unless --force.
     std::fs::write(&disk, vec![1u8; 8192]).unwrap();
     let restore = [

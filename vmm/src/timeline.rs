@@ -16,6 +16,9 @@ use serde::{Deserialize, Serialize};
 pub use bootscope_model::timeline::{TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION};
 
 /// Names of the marks the VMM records itself.
+mod restore;
+pub use restore::restore_marks;
+
 pub mod vmm_marks {
     pub const PROCESS_START: &str = "vmm: process start";
     pub const MEMORY_READY: &str = "vmm: memory ready";
@@ -298,7 +301,12 @@ pub fn is_userspace_start(mark: &TimelineMark) -> bool {
 /// - `kernel`: first `KVM_RUN` (or the kernel-start mark) to userspace start;
 /// - `userspace`: userspace start to guest shutdown;
 /// - `vmm teardown`: guest shutdown to VMM exit.
+///
+/// A restored run has phases of its own (`restore::phases`).
 pub fn derive_phases(marks: &[TimelineMark], tool: Option<&HostTool>) -> Vec<TimelinePhase> {
+    if let Some(p) = restore::phases(marks) {
+        return p;
+    }
     let first = |pred: &dyn Fn(&TimelineMark) -> bool| marks.iter().find(|m| pred(m));
     let named =
         |name: &str| first(&|m: &TimelineMark| m.name == name && m.source == MarkSource::Vmm);

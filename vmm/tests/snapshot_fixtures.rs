@@ -151,6 +151,13 @@ fn a_guest_snapshotted_at_a_mark_goes_on_after_the_restore() {
     ] {
         assert!(names.contains(&m), "{m} missing: {names:?}");
     }
+    let phases: Vec<&str> = (r.timeline.phases.iter())
+        .map(|p| p.name.as_str())
+        .collect();
+    // (`vmm setup` starts at the process start mark, which the CLI makes.)
+    for p in ["memory", "state restored", "resume", "guest"] {
+        assert!(phases.contains(&p), "{p} missing: {phases:?}");
+    }
 }
 
 /// A snapshot restores again and again, its memory copied or mapped (and

@@ -20,14 +20,7 @@ use crate::timeline::{vmm_marks, Recorder};
 use super::builder::{GuestRam, VmBuilder};
 use super::{RunReport, VmConfig, VmError};
 
-/// Marks of a restore on the VMM's clock.
-pub mod restore_marks {
-    pub const VMM_SETUP: &str = "restore: vmm setup done";
-    pub const MEMORY_COPIED: &str = "restore: memory copied";
-    pub const MEMORY_MAPPED: &str = "restore: memory mapped";
-    pub const STATE_RESTORED: &str = "restore: state restored";
-    pub const SNAPSHOT_WRITTEN: &str = "snapshot: written";
-}
+pub use crate::timeline::restore_marks;
 
 /// How long the vCPUs may take to park.
 const PARK_LIMIT: Duration = Duration::from_secs(5);
