@@ -112,6 +112,11 @@ impl VmBuilder {
             // deregisters it (under the lock `gather` holds) before it ends.
             unsafe { libc::pthread_kill(t, super::vcpu::kick_signal()) };
         };
+        // Room for the memory file, checked again before the guest stops.
+        if let Err(e) = files::check_target(&point.request.dir, self.cfg.memory_bytes) {
+            point.release(true);
+            return SnapshotStep::Failed(e.to_string());
+        }
         let taken = point
             .gather(kick, PARK_LIMIT)
             .map_err(SnapshotError::Stopping)
@@ -172,6 +177,13 @@ impl VmBuilder {
         devices: &Devices,
         vcpus: Vec<snapshot::vcpu::VcpuState>,
     ) -> Result<std::path::PathBuf, SnapshotError> {
+        if vcpus.len() != self.cfg.vcpus as usize {
+            return Err(SnapshotError::Stopping(format!(
+                "{} of {} vCPUs were still running (the others had ended)",
+                vcpus.len(),
+                self.cfg.vcpus
+            )));
+        }
         let dir = &point.request.dir;
         let staging = files::Staging::new(dir)?;
         // Requests served now raise their interrupts before the irqchip
