@@ -31,6 +31,7 @@ mod push;
 mod run_args;
 mod run_cmd;
 mod signals;
+mod snapshot_args;
 mod stdout;
 
 fn main() {

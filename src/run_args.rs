@@ -146,6 +146,8 @@ pub(crate) struct RunArgs {
     pub(crate) initcalls_method: InitcallMethod,
     #[command(flatten)]
     pub(crate) devices: crate::device_args::DeviceArgs,
+    #[command(flatten)]
+    pub(crate) snapshot: Box<crate::snapshot_args::SnapshotArgs>,
 }
 
 /// `run --initcalls-method`.

@@ -21,6 +21,7 @@ use crate::common::{
 use crate::run_args::{InitcallMethod, RunArgs};
 
 pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
+    let (args, run_mode) = crate::snapshot_args::prepare(args)?;
     if crate::live_tui::no_terminal(args.tui) {
         return Err(usage(anyhow::anyhow!(bootscope_tui::NOT_A_TERMINAL)));
     }
@@ -59,7 +60,7 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
             units_probe.as_ref(),
         )?
     } else {
-        vm::run(cfg, recorder.clone())
+        crate::snapshot_args::run_vm(cfg, recorder.clone(), run_mode)
     };
     let report = match report {
         Ok(r) => r,

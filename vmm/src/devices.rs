@@ -21,6 +21,9 @@ use crate::rtc::{self, CmosRtc};
 use crate::timeline::{boot_time_port_mark_name, debug_port_mark_name, MarkSource, Recorder};
 use crate::x86::acpi;
 
+mod persist;
+pub use persist::{DevicesRestoreError, DevicesState, SerialRegisters};
+
 /// Interrupt trigger backed by an eventfd that KVM turns into an IRQ
 /// (irqfd).
 pub struct EventFdTrigger(pub EventFd);
@@ -94,6 +97,8 @@ pub struct Devices {
     acpi: bool,
     recorder: Arc<Recorder>,
     counts: Mutex<MarkerCounts>,
+    /// Where the vCPUs meet for a snapshot (`--snapshot-at`), if asked.
+    snapshot_point: std::sync::OnceLock<Arc<crate::snapshot::SnapshotPoint>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -124,6 +129,7 @@ impl Devices {
             acpi,
             recorder,
             counts: Mutex::new(MarkerCounts::default()),
+            snapshot_point: std::sync::OnceLock::new(),
         }
     }
 

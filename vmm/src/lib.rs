@@ -24,6 +24,7 @@ pub mod memory;
 pub mod pci;
 pub mod rtc;
 pub mod sandbox;
+pub mod snapshot;
 pub mod timeline;
 pub mod units;
 pub mod virtio;

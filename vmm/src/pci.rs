@@ -15,6 +15,8 @@
 //! and every other device and bus reads as absent (all ones).
 
 /// Configuration address register (32-bit).
+mod persist;
+
 pub const CONFIG_ADDRESS_PORT: u16 = 0xcf8;
 /// Configuration data window (0xcfc-0xcff).
 pub const CONFIG_DATA_PORT: u16 = 0xcfc;

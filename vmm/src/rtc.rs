@@ -17,6 +17,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub mod persist;
+
 /// Index port (bit 7 is the NMI mask, ignored).
 pub const INDEX_PORT: u16 = 0x70;
 /// Data port.

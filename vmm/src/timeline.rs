@@ -16,6 +16,9 @@ use serde::{Deserialize, Serialize};
 pub use bootscope_model::timeline::{TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION};
 
 /// Names of the marks the VMM records itself.
+mod restore;
+pub use restore::restore_marks;
+
 pub mod vmm_marks {
     pub const PROCESS_START: &str = "vmm: process start";
     pub const MEMORY_READY: &str = "vmm: memory ready";
@@ -127,6 +130,8 @@ pub struct Recorder {
     clock: Clock,
     marks: Mutex<Vec<TimelineMark>>,
     listener: std::sync::OnceLock<MarkListener>,
+    /// Called for every mark pushed: the snapshot point's trigger.
+    snapshot_trigger: std::sync::OnceLock<MarkListener>,
     /// What this process cost the host in memory at the first userspace
     /// mark (or at the end of the set-up `--stop-after` asked for).
     memory: std::sync::OnceLock<MemorySample>,
@@ -146,6 +151,7 @@ impl Recorder {
             clock,
             marks: Mutex::new(Vec::new()),
             listener: std::sync::OnceLock::new(),
+            snapshot_trigger: std::sync::OnceLock::new(),
             memory: std::sync::OnceLock::new(),
         }
     }
@@ -177,6 +183,12 @@ impl Recorder {
     /// (once; later calls are ignored and return false).
     pub fn set_listener(&self, listener: MarkListener) -> bool {
         self.listener.set(listener).is_ok()
+    }
+
+    /// Installs the snapshot point's trigger, called for every mark pushed
+    /// from now on (once).
+    pub fn set_snapshot_trigger(&self, trigger: MarkListener) -> bool {
+        self.snapshot_trigger.set(trigger).is_ok()
     }
 
     pub fn clock(&self) -> Clock {
@@ -227,6 +239,9 @@ impl Recorder {
     pub fn push(&self, mark: TimelineMark) {
         if let Some(l) = self.listener.get() {
             l(&mark);
+        }
+        if let Some(t) = self.snapshot_trigger.get() {
+            t(&mark);
         }
         let userspace = is_userspace_start(&mark);
         self.lock().push(mark);
@@ -286,7 +301,12 @@ pub fn is_userspace_start(mark: &TimelineMark) -> bool {
 /// - `kernel`: first `KVM_RUN` (or the kernel-start mark) to userspace start;
 /// - `userspace`: userspace start to guest shutdown;
 /// - `vmm teardown`: guest shutdown to VMM exit.
+///
+/// A restored run has phases of its own (`restore::phases`).
 pub fn derive_phases(marks: &[TimelineMark], tool: Option<&HostTool>) -> Vec<TimelinePhase> {
+    if let Some(p) = restore::phases(marks) {
+        return p;
+    }
     let first = |pred: &dyn Fn(&TimelineMark) -> bool| marks.iter().find(|m| pred(m));
     let named =
         |name: &str| first(&|m: &TimelineMark| m.name == name && m.source == MarkSource::Vmm);
@@ -399,6 +419,8 @@ pub enum StopReason {
     Stopped,
     /// Stopped by SIGINT or SIGTERM before the guest ended.
     Interrupted,
+    /// Stopped at `--snapshot-at` once the snapshot was written.
+    SnapshotTaken,
 }
 
 impl StopReason {
@@ -421,6 +443,7 @@ impl StopReason {
                 | StopReason::SystemEvent
                 | StopReason::GuestHalt
                 | StopReason::StoppedAfterSetup
+                | StopReason::SnapshotTaken
         )
     }
 }

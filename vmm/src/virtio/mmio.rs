@@ -450,5 +450,8 @@ impl MmioTransport {
     }
 }
 
+mod persist;
+pub use persist::{TransportRestoreError, TransportState, VirtqueueState};
+
 #[cfg(test)]
 mod tests;

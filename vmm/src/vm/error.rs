@@ -10,6 +10,9 @@ use crate::x86::mptable::MpTableError;
 /// Configuration errors: bad input, reported with exit status 2.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// A snapshot that cannot be restored or written as given.
+    #[error(transparent)]
+    Snapshot(crate::snapshot::SnapshotError),
     /// `--vcpus 0`.
     #[error("--vcpus must be at least 1")]
     ZeroVcpus,
@@ -226,6 +229,21 @@ pub enum VmError {
     /// The run step failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// A snapshot could not be taken or restored (bad input is
+    /// [`VmError::Config`]).
+    #[error(transparent)]
+    Snapshot(crate::snapshot::SnapshotError),
+}
+
+/// A snapshot's bad input is a configuration error.
+impl From<crate::snapshot::SnapshotError> for VmError {
+    fn from(e: crate::snapshot::SnapshotError) -> Self {
+        if e.is_bad_input() {
+            VmError::Config(ConfigError::Snapshot(e))
+        } else {
+            VmError::Snapshot(e)
+        }
+    }
 }
 
 /// The kernel load stage's errors are bad input: the kernel, initrd or

@@ -9,7 +9,9 @@ mod emulation;
 mod error;
 mod images;
 mod report;
+mod restore;
 mod running;
+mod snapshot;
 mod vcpu;
 
 use std::io::Write;
@@ -34,6 +36,8 @@ pub use error::{
     BootDataError, ConfigError, DeviceSetupError, IrqchipError, MemorySetupError, RunError,
     VcpuSetupError, VmError,
 };
+pub use restore::{check_identity, restore};
+pub use snapshot::{restore_marks, run_with_snapshot};
 
 /// Smallest guest we accept: the kernel, its page tables and an initrd need
 /// room to breathe.

@@ -21,6 +21,7 @@ use super::emulation::{EmulationWatch, PVM_GRACE};
 use super::error::RunError;
 use super::images::BootImages;
 use super::report::{run_timeline, sum_stats};
+use super::snapshot::SnapshotStep;
 use super::vcpu::{describe_vcpu, install_kick_handler, kick_until_done, spawn_vcpu, VcpuEvent};
 use super::{RunReport, POWER_OFF_GRACE};
 
@@ -117,7 +118,17 @@ impl VmBuilder {
         }
         drop(tx);
 
-        let ending = self.wait_for_end(&rx, &devices, &vcpus.stats);
+        let ending = loop {
+            let ending = self.wait_for_end(&rx, &devices, &vcpus.stats);
+            match self.snapshot_if_asked(&ram, &devices) {
+                SnapshotStep::NotAsked => break ending,
+                SnapshotStep::Resumed => {}
+                SnapshotStep::Ended(detail) => {
+                    break Ending::new(StopReason::SnapshotTaken, detail)
+                }
+                SnapshotStep::Failed(detail) => break Ending::new(StopReason::Error, detail),
+            }
+        };
         self.recorder.vmm(vmm_marks::GUEST_SHUTDOWN);
         stop.store(true, Ordering::SeqCst);
         let notes = stop_vcpus(threads, &ending.reason);
@@ -250,6 +261,9 @@ impl VmBuilder {
                     return Ending::new(StopReason::Error, "all vCPU threads ended".to_string())
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if devices.snapshot_point().is_some_and(|p| p.requested()) {
+                return Ending::new(StopReason::Stopped, String::new());
             }
             if let Some(waited) = power_off_overdue(devices) {
                 return Ending::new(

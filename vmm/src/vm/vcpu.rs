@@ -22,7 +22,7 @@ pub(super) enum VcpuEvent {
 }
 
 /// Signal used to kick vCPU threads out of KVM_RUN.
-fn kick_signal() -> i32 {
+pub(super) fn kick_signal() -> i32 {
     vmm_sys_util::signal::SIGRTMIN() + 2
 }
 
@@ -67,7 +67,17 @@ pub(super) fn spawn_vcpu(
             }
             let clock = recorder.clock();
             let mut slots = exit_slots.as_ref().map(|_| ExitSlots::default());
+            let point = devices.snapshot_point().cloned();
+            if let Some(p) = &point {
+                p.register(index);
+            }
             while !stop.load(Ordering::SeqCst) {
+                if point
+                    .as_ref()
+                    .is_some_and(|p| p.park_if_requested(&mut vcpu, index))
+                {
+                    break;
+                }
                 match vcpu.run() {
                     Ok(exit) => {
                         if let Some(s) = slots.as_mut() {
@@ -90,6 +100,9 @@ pub(super) fn spawn_vcpu(
                         break;
                     }
                 }
+            }
+            if let Some(p) = &point {
+                p.deregister(index);
             }
             if let (Some(mine), Some(all)) = (slots, exit_slots) {
                 all.lock().unwrap_or_else(|e| e.into_inner()).merge(&mine);

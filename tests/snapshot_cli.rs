@@ -1,0 +1,154 @@
+//! `run --snapshot` and `run --restore` as a user meets them: a snapshot
+//! taken at a mark (or on SIGUSR1) restores and the guest goes on; what a
+//! restore cannot use exits 2 before the guest runs.
+
+mod support;
+
+use std::time::Duration;
+
+use support::bootscope_output as bootscope;
+use support::*;
+
+fn snapshot_ports(dir: &std::path::Path, disk: &std::path::Path) -> std::process::Output {
+    bootscope(&[
+        "run",
+        "--no-profile",
+        "--no-summary",
+        "--kernel",
+        &fixture("mini-bzimage-ports.bin"),
+        "--serial",
+        "null",
+        "--disk",
+        disk.to_str().unwrap(),
+        "--snapshot",
+        dir.to_str().unwrap(),
+        "--snapshot-at",
+        "0x60",
+    ])
+}
+
+#[test]
+fn a_snapshot_with_a_disk_restores_and_a_changed_disk_is_refused() {
+    require_kvm!();
+    let tmp = scratch("snapshot-cli");
+    let disk = tmp.join("disk.img");
+    std::fs::write(&disk, vec![0u8; 8192]).unwrap();
+    let snap = tmp.join("snap");
+    let o = snapshot_ports(&snap, &disk);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let timeline = tmp.join("restored.json");
+    let o = bootscope(&[
+        "run",
+        "--no-profile",
+        "--no-summary",
+        "--restore",
+        snap.to_str().unwrap(),
+        "--timeline",
+        timeline.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        stdout(&o).contains("fixture: userspace reached"),
+        "{}",
+        text(&o)
+    );
+    let doc = read_json(&timeline);
+    let names: Vec<&str> = doc["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    for m in [
+        "restore: memory copied",
+        "restore: state restored",
+        "vmm: first KVM_RUN",
+    ] {
+        assert!(names.contains(&m), "{m}: {names:?}");
+    }
+    assert_eq!(doc["outcome"]["reason"], "i8042_reset");
+    let phases: Vec<&str> = doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            "vmm setup",
+            "memory",
+            "state restored",
+            "resume",
+            "guest",
+            "vmm teardown"
+        ]
+    );
+    // The disk changed since: refused, unless --force.
+    std::fs::write(&disk, vec![1u8; 8192]).unwrap();
+    let restore = [
+        "run",
+        "--no-profile",
+        "--no-summary",
+        "--restore",
+        snap.to_str().unwrap(),
+    ];
+    expect_usage_error(
+        &restore,
+        &["the disk", "changed since the snapshot", "--force"],
+    );
+    let mut forced = restore.to_vec();
+    forced.push("--force");
+    let o = bootscope(&forced);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // Another memory size than the snapshot's.
+    let mut other = restore.to_vec();
+    other.extend(["--memory", "128M", "--force"]);
+    expect_usage_error(&other, &["memory size", "256 MiB", "128 MiB"]);
+    // A snapshot directory that exists and is not empty.
+    let o = snapshot_ports(&snap, &disk);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("not an empty directory"),
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn sigusr1_takes_the_snapshot() {
+    require_kvm!();
+    let tmp = scratch("snapshot-usr1");
+    let snap = tmp.join("snap");
+    let child = bootscope_cmd()
+        .args([
+            "run",
+            "--no-profile",
+            "--no-summary",
+            "--kernel",
+            &fixture("mini-bzimage-hlt.bin"),
+            "--serial",
+            "null",
+            "--snapshot",
+            snap.to_str().unwrap(),
+            "--snapshot-at",
+            "SIGUSR1",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill with a pid this test spawned and has not waited for.
+    unsafe { libc::kill(pid, libc::SIGUSR1) };
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(snap.join("snapshot.json").is_file());
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+fn bootscope_cmd() -> std::process::Command {
+    support::bootscope()
+}
