@@ -1,7 +1,8 @@
 //! Fuzz targets for everything in bootscope that reads input it does not
 //! control: kernel images, initrds and command lines, the guest's port and
 //! MMIO accesses, the descriptor chains and rings of its virtio devices,
-//! the JSON documents it reads back, the tracefs format files, the
+//! the JSON documents it reads back, the units record a guest leaves on
+//! its disk image, the tracefs format files, the
 //! command-line value parsers and the requests the exporter's HTTP server
 //! reads.
 //!
@@ -18,6 +19,7 @@ pub mod http;
 pub mod images;
 pub mod memfile;
 pub mod text;
+pub mod units;
 pub mod virtio;
 
 /// A fuzz target: its name (the corpus directory under `corpus/`) and its
@@ -68,6 +70,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "virtio",
         run: virtio::queues_and_requests,
+    },
+    Target {
+        name: "units_record",
+        run: units::record_or_image,
     },
 ];
 
