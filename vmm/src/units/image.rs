@@ -68,7 +68,7 @@ pub fn check_superblock(sb: &[u8], image_len: u64) -> Result<(), String> {
     // As the crate reads it: the high half whether or not the file system
     // is 64-bit.
     let blocks = u32_at(sb, 0x150) << 32 | u32_at(sb, 0x4);
-    let fs_bytes = blocks.checked_mul(block_size).unwrap_or(u64::MAX);
+    let fs_bytes = blocks.saturating_mul(block_size);
     if blocks == 0 || fs_bytes > image_len {
         return Err(format!(
             "its superblock claims {blocks} blocks of {block_size} bytes, more than the image's {image_len} bytes"
