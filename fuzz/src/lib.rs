@@ -1,9 +1,10 @@
 //! Fuzz targets for everything in bootscope that reads input it does not
 //! control: kernel images, initrds and command lines, the guest's port and
 //! MMIO accesses, the descriptor chains and rings of its virtio devices,
-//! the JSON documents it reads back, the tracefs format files, the
-//! command-line value parsers, the requests the exporter's HTTP server
-//! reads and the systemd journal a guest leaves on its disk.
+//! the JSON documents it reads back, the units record and the systemd
+//! journal a guest leaves on its disk image, the tracefs format files, the
+//! command-line value parsers and the requests the exporter's HTTP server
+//! reads.
 //!
 //! Each target is a plain function over bytes that calls the real code and
 //! panics only on a bug (a crash, a broken invariant). The AFL++ driver
@@ -19,6 +20,7 @@ pub mod images;
 pub mod journal;
 pub mod memfile;
 pub mod text;
+pub mod units;
 pub mod virtio;
 
 /// A fuzz target: its name (the corpus directory under `corpus/`) and its
@@ -69,6 +71,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "virtio",
         run: virtio::queues_and_requests,
+    },
+    Target {
+        name: "units_record",
+        run: units::record_or_image,
     },
     Target {
         name: "journal",

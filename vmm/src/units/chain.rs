@@ -1,9 +1,11 @@
 //! The critical chain to a unit, computed as `systemd-analyze
 //! critical-chain` does: from the unit, follow its `After=` dependencies to
 //! the one that became active last (before start-up finished), and so on
-//! down; a unit is visited once.
+//! down; a unit is visited once. Linear in the record: units are looked
+//! up by name in an index, and each unit's `After=` list is read at most
+//! once (a unit is on the chain once).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::record::{Record, UnitProps};
 
@@ -38,13 +40,25 @@ impl Link {
 /// The chain from `target` down: `target` first, then the dependency it
 /// waited for last, and so on. Empty when `target` is not in the record.
 pub fn critical_chain(record: &Record, target: &str) -> Vec<Link> {
+    critical_chain_counted(record, target).0
+}
+
+/// [`critical_chain`], and its work: how many `After=` names it looked
+/// up (at most the record's `After=` names, whatever the chain's length).
+pub fn critical_chain_counted(record: &Record, target: &str) -> (Vec<Link>, usize) {
+    let mut lookups = 0;
     let finish = record.manager_us("FinishTimestampMonotonic");
     // systemd-analyze counts only units activated during the boot: active
     // (at some point) and no later than start-up finished.
     let in_range =
         |u: &UnitProps| u.active_enter_us > 0 && (finish == 0 || u.active_enter_us <= finish);
-    let Some(top) = record.unit(target) else {
-        return Vec::new();
+    // The first unit of each name, as `Record::unit` finds it.
+    let mut by_name: HashMap<&str, &UnitProps> = HashMap::with_capacity(record.units.len());
+    for u in &record.units {
+        by_name.entry(u.id.as_str()).or_insert(u);
+    }
+    let Some(&top) = by_name.get(target) else {
+        return (Vec::new(), lookups);
     };
     let mut chain = vec![Link::of(top)];
     let mut seen: HashSet<&str> = HashSet::from([top.id.as_str()]);
@@ -55,7 +69,10 @@ pub fn critical_chain(record: &Record, target: &str) -> Vec<Link> {
         // activation, latest first, and follows the first).
         let mut best: Option<&UnitProps> = None;
         for dep in &current.after {
-            let Some(u) = record.unit(dep) else { continue };
+            lookups += 1;
+            let Some(&u) = by_name.get(dep.as_str()) else {
+                continue;
+            };
             if !in_range(u) {
                 continue;
             }
@@ -70,7 +87,7 @@ pub fn critical_chain(record: &Record, target: &str) -> Vec<Link> {
         chain.push(Link::of(next));
         current = next;
     }
-    chain
+    (chain, lookups)
 }
 
 #[cfg(test)]

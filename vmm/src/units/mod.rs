@@ -7,11 +7,12 @@
 //! into the timeline's `units` object.
 
 pub mod chain;
+pub mod image;
 pub mod journal;
 pub mod record;
+pub mod summary;
 pub mod unit_files;
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use bootscope_model::mark::MarkSource;
@@ -26,21 +27,23 @@ pub const RECORD_PATH: &str = "/var/lib/bootscope/units.txt";
 pub const WORKLOAD_UNIT: &str = "bootscope-workload.service";
 pub use crate::timeline::guest_clock_marks::{SYSTEMD_FINISHED, SYSTEMD_STARTED};
 
-/// The record file in a disk image: `Ok(None)` when the image holds no
-/// ext4 file system or no record; an error when it holds one that cannot
-/// be read.
+/// The record file in a disk image, read once through the bounded reader
+/// (`image`): `Ok(None)` when the image holds no ext4 file system or no
+/// record; an error when the file system is implausible, or the record is
+/// larger than [`image::MAX_RECORD_BYTES`], not UTF-8, or unreadable.
 pub fn read_record_file(image: &Path) -> Result<Option<String>, String> {
-    let fs = match ext4_view::Ext4::load_from_path(image) {
-        Ok(fs) => fs,
-        Err(_) => return Ok(None),
-    };
-    match fs.exists(RECORD_PATH) {
-        Ok(true) => {}
-        _ => return Ok(None),
-    }
-    fs.read_to_string(RECORD_PATH)
-        .map(Some)
-        .map_err(|e| format!("cannot read {RECORD_PATH} from {}: {e}", image.display()))
+    let bytes = image::read_file_at(image, RECORD_PATH)
+        .map_err(|e| format!("cannot read {RECORD_PATH} from {}: {e}", image.display()))?;
+    bytes
+        .map(|b| {
+            String::from_utf8(b).map_err(|_| {
+                format!(
+                    "cannot read {RECORD_PATH} from {}: it is not UTF-8 text",
+                    image.display()
+                )
+            })
+        })
+        .transpose()
 }
 
 /// The record on a disk image before the boot, to tell after it whether
@@ -85,10 +88,31 @@ impl RecordProbe {
                 error: Some("the record is the one from before this boot (the guest's workload did not write one)".into()),
                 ..Default::default()
             },
-            (_, Ok(Some(text))) => units_doc(&text, &source, &doc.marks),
+            (_, Ok(Some(text))) => {
+                // The record is the guest's: whatever it holds, the
+                // timeline keeps the boot's own figures and says why the
+                // units are missing.
+                std::panic::catch_unwind(|| units_doc(&text, &source, &doc.marks)).unwrap_or_else(
+                    |_| UnitsDoc {
+                        source: source.clone(),
+                        error: Some("the record could not be read (an internal error on its contents)".into()),
+                        ..Default::default()
+                    },
+                )
+            }
         };
         apply(doc, units, tool);
     }
+}
+
+/// `v` within `i64`.
+fn clamp_i64(v: i128) -> i64 {
+    v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+/// µs to ns, saturating: the figures are the guest's.
+fn us_to_ns(us: u64) -> u64 {
+    us.saturating_mul(1000)
 }
 
 /// Guest µs to timeline ns through the offset, clamped at 0.
@@ -102,7 +126,7 @@ fn align(record: &Record, marker_t_ns: u64) -> UnitsClock {
     let (before, after) = record.marker_guest_ns;
     let mid = before + (after - before) / 2;
     UnitsClock {
-        offset_ns: marker_t_ns as i64 - mid as i64,
+        offset_ns: clamp_i64(i128::from(marker_t_ns) - i128::from(mid)),
         error_ns: (after - before).div_ceil(2),
         marker_t_ns,
         marker_guest_ns: [before, after],
@@ -129,7 +153,7 @@ fn units_on_timeline(record: &Record, offset_ns: i64) -> Vec<Unit> {
                 start_ns: to_timeline(u.inactive_exit_us, offset_ns),
                 active_ns: (u.active_enter_us > 0)
                     .then(|| to_timeline(u.active_enter_us, offset_ns)),
-                duration_ns: (end - u.inactive_exit_us) * 1000,
+                duration_ns: us_to_ns(end - u.inactive_exit_us),
                 state: u.active_state.clone(),
                 guest_start_us: u.inactive_exit_us,
                 guest_active_us: u.active_enter_us,
@@ -152,19 +176,19 @@ fn startup(record: &Record, offset_ns: i64, first_run_ns: Option<u64>) -> Option
     let first_run_ns = first_run_ns?;
     let timeline_kernel_ns = systemd_start_ns.saturating_sub(first_run_ns);
     let timeline_userspace_ns = finish_ns.saturating_sub(systemd_start_ns);
-    let systemd_total = (kernel_us + userspace_us) * 1000;
+    let systemd_total = us_to_ns(kernel_us.saturating_add(userspace_us));
     Some(Startup {
         line,
-        kernel_ns: kernel_us * 1000,
-        userspace_ns: userspace_us * 1000,
+        kernel_ns: us_to_ns(kernel_us),
+        userspace_ns: us_to_ns(userspace_us),
         systemd_start_ns,
         finish_ns,
         timeline_kernel_ns,
         timeline_userspace_ns,
-        userspace_ratio: timeline_userspace_ns as f64 / (userspace_us * 1000).max(1) as f64,
-        total_ratio: (timeline_kernel_ns + timeline_userspace_ns) as f64
+        userspace_ratio: timeline_userspace_ns as f64 / us_to_ns(userspace_us).max(1) as f64,
+        total_ratio: timeline_kernel_ns.saturating_add(timeline_userspace_ns) as f64
             / systemd_total.max(1) as f64,
-        kernel_before_clock_ns: offset_ns - first_run_ns as i64,
+        kernel_before_clock_ns: clamp_i64(i128::from(offset_ns) - i128::from(first_run_ns)),
     })
 }
 
@@ -197,7 +221,7 @@ pub fn units_doc(text: &str, source: &str, marks: &[TimelineMark]) -> UnitsDoc {
         .into_iter()
         .map(|l| ChainLink {
             active_ns: to_timeline(l.activated_us, clock.offset_ns),
-            duration_ns: l.duration_us() * 1000,
+            duration_ns: us_to_ns(l.duration_us()),
             name: l.name,
         })
         .collect();
@@ -237,63 +261,9 @@ pub fn apply(doc: &mut Timeline, units: UnitsDoc, tool: Option<&HostTool>) {
     doc.units = Some(units);
 }
 
-/// The summary's units section: the critical chain as systemd-analyze
-/// prints it (times from the first `KVM_RUN`), the slowest units, and
-/// systemd's own figures beside the timeline's.
-pub fn summary(units: &UnitsDoc, zero_ns: u64) -> String {
-    let mut out = String::new();
-    if let Some(e) = &units.error {
-        let _ = writeln!(out, "userspace units: none ({e})");
-        return out;
-    }
-    let ms = |ns: u64| ns as f64 / 1e6;
-    let _ = writeln!(
-        out,
-        "userspace units: {} activated (systemd {}); critical chain to {} (@ started or active, + time to start, ms from the first KVM_RUN):",
-        units.units.len(),
-        units.systemd_version,
-        units.chain_target
-    );
-    for (depth, link) in units.critical_chain.iter().enumerate() {
-        // As systemd-analyze: when it started and how long it took, or
-        // when it became active if it had nothing to wait for.
-        let (at, plus) = if link.duration_ns > 0 {
-            (
-                link.active_ns - link.duration_ns,
-                format!(" +{:.1}", ms(link.duration_ns)),
-            )
-        } else {
-            (link.active_ns, String::new())
-        };
-        let _ = writeln!(
-            out,
-            "  {}{} @{:.1}{plus}",
-            "  ".repeat(depth),
-            link.name,
-            ms(at.saturating_sub(zero_ns))
-        );
-    }
-    let mut slowest: Vec<&Unit> = units.units.iter().collect();
-    slowest.sort_by_key(|u| std::cmp::Reverse(u.duration_ns));
-    let _ = writeln!(out, "slowest units (ms):");
-    for u in slowest.iter().take(8) {
-        let _ = writeln!(out, "  {:>10.1}  {}", ms(u.duration_ns), u.name);
-    }
-    if let (Some(s), Some(c)) = (&units.startup, &units.clock) {
-        let _ = writeln!(
-            out,
-            "systemd: {}\ntimeline: {:.1} ms (kernel, from the first KVM_RUN) + {:.1} ms (userspace); userspace ratio {:.4}, total {:.4}: the kernel ran {:.1} ms before its clock started; guest clock aligned within {:.3} ms",
-            s.line,
-            ms(s.timeline_kernel_ns),
-            ms(s.timeline_userspace_ns),
-            s.userspace_ratio,
-            s.total_ratio,
-            s.kernel_before_clock_ns as f64 / 1e6,
-            ms(c.error_ns)
-        );
-    }
-    out
-}
+pub use summary::summary;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hostile;

@@ -19,6 +19,13 @@ use std::collections::BTreeMap;
 
 /// The record's first line.
 pub const RECORD_MAGIC: &str = "bootscope-units 1";
+/// The most units a record may list (a Debian boot lists 155, a large
+/// server a few thousand): the guest writes the record, so what is built
+/// from it is bounded.
+pub const MAX_UNITS: usize = 10_000;
+/// The largest record parsed (the image reader refuses larger files
+/// before reading them).
+pub const MAX_RECORD_BYTES: usize = super::image::MAX_RECORD_BYTES as usize;
 
 /// Why a record cannot be read.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -31,6 +38,10 @@ pub enum RecordError {
     Line { line: usize, problem: String },
     #[error("it has no {0}")]
     Missing(&'static str),
+    #[error("it is {0} bytes, more than the {MAX_RECORD_BYTES} a record may hold")]
+    TooLarge(usize),
+    #[error("it lists more than {MAX_UNITS} units")]
+    TooManyUnits,
 }
 
 /// One unit's properties.
@@ -79,10 +90,21 @@ impl Record {
     }
 }
 
+/// The longest unit name systemd makes (`UNIT_NAME_MAX`).
+pub const MAX_UNIT_NAME: usize = 256;
+
+/// A value from the record quoted in an error, cut at 40 characters.
+fn quoted(value: &str) -> String {
+    match value.char_indices().nth(40) {
+        Some((i, _)) => format!("{:?}…", &value[..i]),
+        None => format!("{value:?}"),
+    }
+}
+
 fn number(line: usize, key: &str, value: &str) -> Result<u64, RecordError> {
     value.trim().parse().map_err(|_| RecordError::Line {
         line,
-        problem: format!("{key} is {value:?}, not a number"),
+        problem: format!("{key} is {}, not a number", quoted(value)),
     })
 }
 
@@ -93,6 +115,15 @@ fn apply_unit_property(
     value: &str,
 ) -> Result<(), RecordError> {
     match key {
+        "Id" if value.len() > MAX_UNIT_NAME => {
+            return Err(RecordError::Line {
+                line,
+                problem: format!(
+                    "Id is {} bytes long (systemd's unit names have at most {MAX_UNIT_NAME})",
+                    value.len()
+                ),
+            })
+        }
         "Id" => unit.id = value.to_string(),
         "ActiveState" => unit.active_state = value.to_string(),
         "InactiveExitTimestampMonotonic" => unit.inactive_exit_us = number(line, key, value)?,
@@ -100,7 +131,12 @@ fn apply_unit_property(
         "ActiveExitTimestampMonotonic" => unit.active_exit_us = number(line, key, value)?,
         "InactiveEnterTimestampMonotonic" => unit.inactive_enter_us = number(line, key, value)?,
         "After" => {
-            unit.after = value.split_whitespace().map(str::to_string).collect();
+            // A longer name is no unit's.
+            unit.after = value
+                .split_whitespace()
+                .filter(|a| a.len() <= MAX_UNIT_NAME)
+                .map(str::to_string)
+                .collect();
         }
         _ => {}
     }
@@ -117,13 +153,12 @@ enum Section {
 }
 
 fn parse_marker(line: usize, value: &str) -> Result<(u64, u64), RecordError> {
-    let bad = || {
-        RecordError::Line {
+    let bad = || RecordError::Line {
         line,
         problem: format!(
-            "marker_monotonic_ns is {value:?}: the workload could not write the marker or read its clock"
+            "marker_monotonic_ns is {}: the workload could not write the marker or read its clock",
+            quoted(value)
         ),
-    }
     };
     let mut it = value.split_whitespace();
     let before = it.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
@@ -142,7 +177,7 @@ fn parse_head(record: &mut Record, n: usize, line: &str) -> Result<(), RecordErr
             .map_or_else(|| v.parse().ok(), |h| u8::from_str_radix(h, 16).ok());
         record.marker_value = parsed.ok_or_else(|| RecordError::Line {
             line: n,
-            problem: format!("marker_value is {v:?}, not a byte"),
+            problem: format!("marker_value is {}, not a byte", quoted(v)),
         })?;
     } else if let Some(v) = line.strip_prefix("marker_monotonic_ns=") {
         record.marker_guest_ns = parse_marker(n, v)?;
@@ -150,8 +185,22 @@ fn parse_head(record: &mut Record, n: usize, line: &str) -> Result<(), RecordErr
     Ok(())
 }
 
-/// Parses a record.
+/// Adds the unit being read, if any, within [`MAX_UNITS`].
+fn push_unit(record: &mut Record, unit: &mut Option<UnitProps>) -> Result<(), RecordError> {
+    if let Some(u) = unit.take() {
+        if record.units.len() >= MAX_UNITS {
+            return Err(RecordError::TooManyUnits);
+        }
+        record.units.push(u);
+    }
+    Ok(())
+}
+
+/// Parses a record of at most [`MAX_RECORD_BYTES`] and [`MAX_UNITS`].
 pub fn parse(text: &str) -> Result<Record, RecordError> {
+    if text.len() > MAX_RECORD_BYTES {
+        return Err(RecordError::TooLarge(text.len()));
+    }
     let mut lines = text.lines().enumerate();
     match lines.next() {
         Some((_, l)) if l.trim() == RECORD_MAGIC => {}
@@ -171,7 +220,7 @@ pub fn parse(text: &str) -> Result<Record, RecordError> {
             _ => None,
         };
         if let Some(next) = next {
-            record.units.extend(unit.take());
+            push_unit(&mut record, &mut unit)?;
             section = next;
             continue;
         }
@@ -184,7 +233,7 @@ pub fn parse(text: &str) -> Result<Record, RecordError> {
             }
             Section::Units => {
                 if line.trim().is_empty() {
-                    record.units.extend(unit.take());
+                    push_unit(&mut record, &mut unit)?;
                 } else if let Some((k, v)) = line.split_once('=') {
                     let u = unit.get_or_insert_with(UnitProps::default);
                     apply_unit_property(u, n, k, v)?;
