@@ -52,6 +52,8 @@ pub fn read_record_file(image: &Path) -> Result<Option<String>, String> {
 pub struct RecordProbe {
     image: PathBuf,
     before: Option<String>,
+    /// The boot the image's journal ended with before this boot.
+    journal_before: Option<[u8; 16]>,
 }
 
 impl RecordProbe {
@@ -60,6 +62,10 @@ impl RecordProbe {
         RecordProbe {
             image: image.to_path_buf(),
             before: read_record_file(image).ok().flatten(),
+            journal_before: image::with_fs_at(image, |fs| Ok(journal::tail_boot(fs)))
+                .ok()
+                .flatten()
+                .flatten(),
         }
     }
 
@@ -77,7 +83,11 @@ impl RecordProbe {
                 error: Some(e),
                 ..Default::default()
             },
-            (None, Ok(None)) => return,
+            // Any systemd image: the units from its journal.
+            (None, Ok(None)) => match journal::units_doc(&self.image, doc, self.journal_before) {
+                Some(units) => units,
+                None => return,
+            },
             (Some(_), Ok(None)) => UnitsDoc {
                 source,
                 error: Some("the guest removed its record and wrote no new one in this boot (its workload did not finish)".into()),
@@ -213,11 +223,23 @@ pub fn units_doc(text: &str, source: &str, marks: &[TimelineMark]) -> UnitsDoc {
         ));
     };
     let clock = align(&record, marker.t_ns);
+    doc_of(&record, source, clock, marks, WORKLOAD_UNIT)
+}
+
+/// The units document of a record whose guest clock is aligned by
+/// `clock`, with its critical chain to `target`.
+fn doc_of(
+    record: &Record,
+    source: &str,
+    clock: UnitsClock,
+    marks: &[TimelineMark],
+    target: &str,
+) -> UnitsDoc {
     let first_run = marks
         .iter()
         .find(|m| m.source == MarkSource::Vmm && m.name == vmm_marks::FIRST_KVM_RUN)
         .map(|m| m.t_ns);
-    let critical_chain = chain::critical_chain(&record, WORKLOAD_UNIT)
+    let critical_chain = chain::critical_chain(record, target)
         .into_iter()
         .map(|l| ChainLink {
             active_ns: to_timeline(l.activated_us, clock.offset_ns),
@@ -229,9 +251,9 @@ pub fn units_doc(text: &str, source: &str, marks: &[TimelineMark]) -> UnitsDoc {
         source: source.to_string(),
         systemd_version: record.manager.get("Version").cloned().unwrap_or_default(),
         error: None,
-        startup: startup(&record, clock.offset_ns, first_run),
-        units: units_on_timeline(&record, clock.offset_ns),
-        chain_target: WORKLOAD_UNIT.to_string(),
+        startup: startup(record, clock.offset_ns, first_run),
+        units: units_on_timeline(record, clock.offset_ns),
+        chain_target: target.to_string(),
         critical_chain,
         clock: Some(clock),
     }
