@@ -222,6 +222,18 @@ fn read_checked(
     path: &str,
     used: &Rc<Cell<ReadStats>>,
 ) -> Result<Option<Vec<u8>>, String> {
+    with_checked_fs(image, len, used, |fs| read_in(fs, path)).map(Option::flatten)
+}
+
+/// Runs `f` over the image's ext4 file system once its superblock passed
+/// [`check_superblock`], with the crate reading through the bounded
+/// reader: `Ok(None)` when the image holds no ext4 file system.
+fn with_checked_fs<T>(
+    image: File,
+    len: u64,
+    used: &Rc<Cell<ReadStats>>,
+    f: impl FnOnce(&ext4_view::Ext4) -> Result<T, String>,
+) -> Result<Option<T>, String> {
     let mut sb = vec![0u8; SUPERBLOCK_SIZE];
     if len < SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE as u64
         || image.read_exact_at(&mut sb, SUPERBLOCK_OFFSET).is_err()
@@ -232,13 +244,34 @@ fn read_checked(
     check_superblock(&sb, len).map_err(|e| format!("the ext4 file system is implausible: {e}"))?;
     let reader = BoundedReader::new(image, len, Rc::clone(used));
     // The crate's own asserts and unwraps: a panic is an unreadable image.
-    catch_unwind(AssertUnwindSafe(|| read_in(reader, path)))
-        .unwrap_or_else(|_| Err("the ext4 reader failed on this file system".into()))
+    catch_unwind(AssertUnwindSafe(|| {
+        let fs = ext4_view::Ext4::load(Box::new(reader))
+            .map_err(|e| format!("the ext4 file system cannot be read: {e}"))?;
+        f(&fs).map(Some)
+    }))
+    .unwrap_or_else(|_| Err("the ext4 reader failed on this file system".into()))
 }
 
-fn read_in(reader: BoundedReader, path: &str) -> Result<Option<Vec<u8>>, String> {
-    let fs = ext4_view::Ext4::load(Box::new(reader))
-        .map_err(|e| format!("the ext4 file system cannot be read: {e}"))?;
+/// Runs `f` over the ext4 file system of the image at `image` (a file or
+/// a block device), opened read-only and without blocking, through the
+/// same checks and bounded reader as the record: `Ok(None)` when it
+/// cannot be opened or holds no ext4 file system.
+pub fn with_fs_at<T>(
+    image: &Path,
+    f: impl FnOnce(&ext4_view::Ext4) -> Result<T, String>,
+) -> Result<Option<T>, String> {
+    let Ok(file) = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(image)
+    else {
+        return Ok(None);
+    };
+    let len = (&file).seek(SeekFrom::End(0)).unwrap_or(0);
+    with_checked_fs(file, len, &Rc::default(), f)
+}
+
+fn read_in(fs: &ext4_view::Ext4, path: &str) -> Result<Option<Vec<u8>>, String> {
     let meta = match fs.metadata(path) {
         Ok(m) => m,
         Err(ext4_view::Ext4Error::NotFound) => return Ok(None),

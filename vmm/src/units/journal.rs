@@ -9,18 +9,22 @@
 //! it could not read is named, never a failure of the boot's timeline.
 
 use std::io::Read;
+use std::path::Path;
 
 use bootscope_model::journal::{self, units::FIELDS, BootUnits, Limits};
+use bootscope_model::mark::MarkSource;
+use bootscope_model::units::{UnitsClock, UnitsDoc};
 
 use super::record::{Record, UnitProps};
 use super::unit_files;
+use crate::timeline::Timeline;
 
 /// Where a persistent journal lives in the image.
 pub const JOURNAL_DIR: &str = "/var/log/journal";
-/// One journal file read at most (journald's own default cap is 128 MiB).
-pub const MAX_FILE_BYTES: u64 = 256 << 20;
-/// Journal files read at most (archives and the active file).
-pub const MAX_FILES: usize = 16;
+/// One journal file read at most (journald's own default cap).
+pub const MAX_FILE_BYTES: u64 = 128 << 20;
+/// Journal files read at most, the newest (archives and the active file).
+pub const MAX_FILES: usize = 8;
 
 /// The journal of an image: the files read, the boot they end with, and
 /// what could not be read.
@@ -231,6 +235,117 @@ pub fn chain_target(record: &Record, workload: &str) -> Option<String> {
                 .max_by_key(|u| u.active_enter_us)
                 .map(|u| u.id.clone())
         })
+}
+
+/// True when the image is a systemd root: it has systemd's manager.
+fn is_systemd_root(fs: &ext4_view::Ext4) -> bool {
+    ["/lib/systemd/systemd", "/usr/lib/systemd/systemd"]
+        .iter()
+        .any(|p| fs.exists(*p).unwrap_or(false))
+}
+
+/// The boot the active journal file ends with, from its header (56: the
+/// tail entry's boot id), to tell after a boot whether it wrote any.
+pub fn tail_boot(fs: &ext4_view::Ext4) -> Option<[u8; 16]> {
+    for machine in list(fs, JOURNAL_DIR).ok()? {
+        let path = format!("{JOURNAL_DIR}/{machine}/system.journal");
+        let Ok(file) = fs.open(&path) else { continue };
+        let mut head = [0u8; 72];
+        file.take(72).read_exact(&mut head).ok()?;
+        if head.starts_with(journal::file::SIGNATURE) {
+            return head[56..72].try_into().ok();
+        }
+    }
+    None
+}
+
+/// The guest clock's place on the timeline for a journal's boot, and
+/// what gave it: the kernel log's clock when `run --initcalls` aligned it
+/// (its stated error), else the kernel's `Run /init` console line (its
+/// record is stored before the line is printed, so the offset is at most
+/// the line's print time late). The journal's times are the kernel log's
+/// for the kernel's messages and `CLOCK_MONOTONIC` for the rest: both
+/// count from kvm-clock in a KVM guest.
+fn clock(boot: &BootUnits, timeline: &Timeline) -> Result<(UnitsClock, &'static str), String> {
+    if let Some(c) = timeline.initcalls.as_ref().and_then(|i| i.clock.as_ref()) {
+        let clock = UnitsClock {
+            offset_ns: c.offset_ns,
+            error_ns: c.error_ns,
+            ..UnitsClock::default()
+        };
+        return Ok((
+            clock,
+            "the kernel log's clock, aligned by its console lines",
+        ));
+    }
+    let run_init = timeline
+        .marks
+        .iter()
+        .find(|m| m.source == MarkSource::Serial && m.name.contains("run init"));
+    if let (Some(init_us), Some(mark)) = (boot.init_run_us, run_init) {
+        let guest_ns = init_us.saturating_mul(1000);
+        let clock = UnitsClock {
+            offset_ns: i64::try_from(i128::from(mark.t_ns) - i128::from(guest_ns)).unwrap_or(0),
+            error_ns: 0,
+            marker_t_ns: mark.t_ns,
+            marker_guest_ns: [guest_ns, guest_ns],
+        };
+        return Ok((clock, "the kernel's \"Run /init\" console line"));
+    }
+    Err("its times cannot be placed on the timeline: boot with the kernel's console on the serial port (console=ttyS0, not quiet) or with --initcalls".into())
+}
+
+/// The units of any systemd image from its journal, for an image without
+/// the record of a `guest build` workload: `None` when the image is not
+/// a systemd root (a data disk); else the units, or why there are none.
+/// `before`: the active journal's last boot before this boot.
+pub fn units_doc(image: &Path, timeline: &Timeline, before: Option<[u8; 16]>) -> Option<UnitsDoc> {
+    let mut source = format!(
+        "systemd's journal ({JOURNAL_DIR}) in the disk image {}",
+        image.display()
+    );
+    let read = super::image::with_fs_at(image, |fs| {
+        Ok(is_systemd_root(fs).then(|| record_from_image(fs)))
+    });
+    let fail = |source: &str, error: String| {
+        Some(UnitsDoc {
+            source: source.to_string(),
+            error: Some(error),
+            ..UnitsDoc::default()
+        })
+    };
+    let (record, journal) = match read {
+        Ok(None | Some(None)) => return None,
+        Err(e) => return fail(&source, e),
+        Ok(Some(Some(Err(e)))) => return fail(&source, e.to_string()),
+        Ok(Some(Some(Ok(v)))) => v,
+    };
+    let Some(boot) = &journal.boot else {
+        return fail(&source, "the journal holds no entry".into());
+    };
+    if before == Some(boot.boot_id) {
+        return fail(&source, "the journal ends with the boot before this one: journald kept this boot's entries in memory (systemd-journal-flush.service did not run)".into());
+    }
+    let (clock, by) = match clock(boot, timeline) {
+        Ok(c) => c,
+        Err(e) => return fail(&source, e),
+    };
+    source = format!(
+        "{source}: boot {} from {} file(s), clock from {by}",
+        journal::file::boot_id_hex(&boot.boot_id),
+        journal.files.len()
+    );
+    if !journal.problems.is_empty() {
+        source = format!("{source}; not read: {}", journal.problems.join("; "));
+    }
+    let target = chain_target(&record, super::WORKLOAD_UNIT).unwrap_or_default();
+    Some(super::doc_of(
+        &record,
+        &source,
+        clock,
+        &timeline.marks,
+        &target,
+    ))
 }
 
 #[cfg(test)]
@@ -447,6 +562,95 @@ mod image_tests {
         );
         assert_eq!(unit_files::ordering(&fs, "masked.service"), None);
         assert_eq!(unit_files::ordering(&fs, "absent.service"), None);
+    }
+
+    fn mark(name: &str, source: MarkSource, t_ns: u64) -> crate::timeline::TimelineMark {
+        crate::timeline::TimelineMark {
+            name: name.into(),
+            source,
+            t_ns,
+            value: None,
+            vcpu: None,
+        }
+    }
+
+    /// A systemd root with a journal: the units on the timeline's clock
+    /// through the `Run /init` console line, the chain to the target, and
+    /// why not when the clock or the journal is missing.
+    #[test]
+    fn units_of_a_systemd_image_from_its_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("root");
+        let machine = tree.join("var/log/journal/0123456789abcdef0123456789abcdef");
+        std::fs::create_dir_all(&machine).unwrap();
+        std::fs::create_dir_all(tree.join("lib/systemd/system")).unwrap();
+        std::fs::write(tree.join("lib/systemd/systemd"), b"\x7fELF").unwrap();
+        std::fs::write(
+            tree.join("lib/systemd/system/multi-user.target"),
+            "[Unit]\nWants=a.service\n",
+        )
+        .unwrap();
+        std::fs::write(machine.join("system.journal"), fixture_journal()).unwrap();
+        let image = dir.path().join("disk.img");
+        if image_of(&tree, &image).is_none() {
+            println!("SKIP: mkfs.ext4 is not installed (e2fsprogs)");
+            return;
+        }
+        let mut timeline = Timeline::default();
+        timeline.marks = vec![
+            mark(
+                crate::timeline::vmm_marks::FIRST_KVM_RUN,
+                MarkSource::Vmm,
+                1_000_000,
+            ),
+            // The kernel stored "Run /init" at 900 µs of its clock.
+            mark("serial: run init", MarkSource::Serial, 50_000_000),
+        ];
+        let doc = units_doc(&image, &timeline, None).unwrap();
+        assert_eq!(doc.error, None, "{}", doc.source);
+        assert!(doc.source.contains("Run /init"), "{}", doc.source);
+        assert_eq!(doc.clock.as_ref().unwrap().offset_ns, 50_000_000 - 900_000);
+        assert_eq!(doc.systemd_version, "252.39-1~deb12u2");
+        assert_eq!(doc.units.len(), 2);
+        let a = doc.unit("a.service").unwrap();
+        assert_eq!(a.start_ns, 2_000_000 + 49_100_000);
+        assert_eq!(a.duration_ns, 1_000_000);
+        assert_eq!(doc.chain_target, "multi-user.target");
+        let chain: Vec<&str> = doc.critical_chain.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(chain, ["multi-user.target", "a.service"]);
+        assert_eq!(doc.startup.as_ref().unwrap().userspace_ns, 2_000_000_000);
+
+        // The journal ends with the boot before: this boot kept it in memory.
+        let before = Some(doc_boot(&image));
+        let stale = units_doc(&image, &timeline, before).unwrap();
+        assert!(stale.error.unwrap().contains("boot before this one"));
+        // No console line and no initcalls: no clock, and it says what gives one.
+        timeline.marks.truncate(1);
+        let no_clock = units_doc(&image, &timeline, None).unwrap();
+        assert!(no_clock.error.unwrap().contains("console=ttyS0"));
+    }
+
+    fn doc_boot(image: &Path) -> [u8; 16] {
+        super::super::image::with_fs_at(image, |fs| Ok(tail_boot(fs)))
+            .unwrap()
+            .flatten()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_data_disk_has_no_units_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("root");
+        std::fs::create_dir_all(tree.join("data")).unwrap();
+        let image = dir.path().join("data.img");
+        if image_of(&tree, &image).is_none() {
+            println!("SKIP: mkfs.ext4 is not installed (e2fsprogs)");
+            return;
+        }
+        assert_eq!(units_doc(&image, &Timeline::default(), None), None);
+        let raw = dir.path().join("raw.img");
+        std::fs::write(&raw, vec![0u8; 65536]).unwrap();
+        assert_eq!(units_doc(&raw, &Timeline::default(), None), None);
     }
 
     #[test]
