@@ -152,7 +152,7 @@ fn apply(cfg: &mut VmConfig, o: Overrides) {
     cfg.cmdline = o.cmdline.unwrap_or(std::mem::take(&mut cfg.cmdline));
     cfg.acpi = o.acpi.unwrap_or(cfg.acpi);
     if let Some(d) = o.disks {
-        cfg.disks = d;
+        cfg.virtio.disks = d;
     }
 }
 

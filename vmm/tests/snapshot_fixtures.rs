@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bootscope_testkit::{require_kvm, Capture};
-use bootscope_vmm::console::MilestonePattern;
 use bootscope_vmm::snapshot::{self, MemoryRestore, RestoreRequest, SnapshotAt, SnapshotRequest};
 use bootscope_vmm::timeline::{Clock, Recorder, StopReason};
 use bootscope_vmm::vm::{
@@ -22,34 +21,17 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn config(kernel: &Path, console: Capture) -> VmConfig {
-    VmConfig {
-        kernel: kernel.to_path_buf(),
-        initrd: None,
-        cmdline: "console=ttyS0".into(),
-        memory_bytes: 64 << 20,
-        vcpus: 1,
-        console: Box::new(console),
-        patterns: MilestonePattern::defaults(),
-        timeout: Some(Duration::from_secs(20)),
-        allow_emulation: false,
-        map_images: false,
-        decompress: Default::default(),
-        memory: Default::default(),
-        sandbox: false,
-        stop_after: None,
-        acpi: true,
-        stop: None,
-        initcalls: false,
-        initcall_kernel: None,
-        modules: None,
-        before_first_run: None,
-        disks: Vec::new(),
-        // A virtio-rng transport in every snapshot (the fixtures never
-        // drive it): its state is saved and loaded too.
-        rng: true,
-        virtio_console: false,
-        host_tool: None,
-    }
+    let mut cfg = VmConfig::new(
+        kernel.to_path_buf(),
+        "console=ttyS0".into(),
+        Box::new(console),
+    );
+    cfg.memory_bytes = 64 << 20;
+    cfg.timeout = Some(Duration::from_secs(20));
+    // A virtio-rng transport in every snapshot (the fixtures never drive
+    // it): its state is saved and loaded too.
+    cfg.virtio.rng = true;
+    cfg
 }
 
 fn recorder() -> Arc<Recorder> {

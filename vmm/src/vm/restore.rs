@@ -78,7 +78,7 @@ pub fn check_identity(cfg: &VmConfig, req: &RestoreRequest) -> Result<(), Snapsh
             cfg.cmdline.clone(),
         ));
     }
-    if cfg.acpi != id.acpi || cfg.rng != id.rng || cfg.virtio_console != id.virtio_console {
+    if cfg.acpi != id.acpi || cfg.virtio.rng != id.rng || cfg.virtio.console != id.virtio_console {
         return Err(mismatch(
             "devices",
             format!(
@@ -87,19 +87,19 @@ pub fn check_identity(cfg: &VmConfig, req: &RestoreRequest) -> Result<(), Snapsh
             ),
             format!(
                 "acpi {} rng {} virtio console {}",
-                cfg.acpi, cfg.rng, cfg.virtio_console
+                cfg.acpi, cfg.virtio.rng, cfg.virtio.console
             ),
         ));
     }
-    if cfg.disks.len() != id.disks.len() {
+    if cfg.virtio.disks.len() != id.disks.len() {
         return Err(mismatch(
             "disks",
             id.disks.len().to_string(),
-            cfg.disks.len().to_string(),
+            cfg.virtio.disks.len().to_string(),
         ));
     }
     if !req.force {
-        for (d, spec) in id.disks.iter().zip(&cfg.disks) {
+        for (d, spec) in id.disks.iter().zip(&cfg.virtio.disks) {
             same_file("the disk", d, &spec.path)?;
         }
     }

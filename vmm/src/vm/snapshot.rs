@@ -153,16 +153,16 @@ impl VmBuilder {
         Ok(Identity {
             kernel: file(&cfg.kernel, true)?,
             initrd: cfg.initrd.as_deref().map(|p| file(p, true)).transpose()?,
-            disks: (cfg.disks.iter())
+            disks: (cfg.virtio.disks.iter())
                 .map(|d| file(&d.path, false))
                 .collect::<Result<_, _>>()?,
-            disks_readonly: cfg.disks.iter().map(|d| d.readonly).collect(),
+            disks_readonly: cfg.virtio.disks.iter().map(|d| d.readonly).collect(),
             cmdline: cfg.cmdline.clone(),
             memory_bytes: cfg.memory_bytes,
             vcpus: cfg.vcpus,
             acpi: cfg.acpi,
-            rng: cfg.rng,
-            virtio_console: cfg.virtio_console,
+            rng: cfg.virtio.rng,
+            virtio_console: cfg.virtio.console,
             regions: memory::layout(ram.backing.guest_memory()),
             cpuid,
         })
