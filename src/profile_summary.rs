@@ -12,7 +12,8 @@ fn ms(ns: u64) -> String {
     format!("{:.1} ms", ns as f64 / 1e6)
 }
 
-/// The short report printed after profiling.
+/// The short report printed after profiling, its control characters
+/// (but newlines) shown escaped.
 pub fn summary(p: &Profile, output: &Path) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -108,7 +109,9 @@ pub fn summary(p: &Profile, output: &Path) -> String {
             String::new()
         }
     );
-    s
+    // Names from the target (its thread names, its command) and the guest
+    // (functions, phases): the text rule for a terminal.
+    bootscope_model::text::printable_keeping(&s, &['\n']).into_owned()
 }
 
 /// The busiest 16 threads: their CPUs, run time and nodes.

@@ -713,7 +713,10 @@ fn signal_group(pgid: u32, sig: libc::c_int) {
     bootscope_model::proc::signal_group(pgid, sig);
 }
 
-/// A command line as a shell would need it, for messages.
+/// A command line as a shell would need it, for messages. A word with
+/// control characters is quoted as `$'...'` with them as escapes (`\e`,
+/// `\x07`), so the line is safe on a terminal and a shell still reads the
+/// same word.
 pub fn shell_words(argv: &[OsString]) -> String {
     argv.iter()
         .map(|a| {
@@ -723,12 +726,36 @@ pub fn shell_words(argv: &[OsString]) -> String {
                     .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
             {
                 s.into_owned()
+            } else if s.chars().any(char::is_control) {
+                ansi_c_quoted(&s)
             } else {
                 format!("'{}'", s.replace('\'', r"'\''"))
             }
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `s` in bash's ANSI-C quotes, its control characters as escapes.
+fn ansi_c_quoted(s: &str) -> String {
+    let mut out = String::from("$'");
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\u{1b}' => out.push_str("\\e"),
+            c if c.is_control() && u32::from(c) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", u32::from(c)));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
 }
 
 /// The console pattern whose first match is the userspace moment of a
