@@ -53,7 +53,7 @@ fn hostile_profile() -> Profile {
 
 #[test]
 fn hostile_thread_and_phase_names_are_shown_escaped() {
-    let mut app = App::new(&format!("{HOSTILE} (pid 4242)"), Theme::unicode());
+    let mut app = App::new(format!("{HOSTILE} (pid 4242)"), Theme::unicode());
     app.update(hostile_profile());
     let buf = draw(&app);
     assert_no_control(&buf);
