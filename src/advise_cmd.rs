@@ -278,7 +278,7 @@ fn inner(args: &AdviseArgs) -> Result<i32, AdviseError> {
         2 * plan.opts.runs
     );
     let mut report = plan.prove(check, tried, left, &mut |line: &str| {
-        eprintln!("advise: {line}")
+        eprintln!("advise: {}", bootscope_model::text::printable(line))
     })?;
     let signal = interrupts.received();
     report.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());

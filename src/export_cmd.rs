@@ -22,7 +22,30 @@ pub(crate) fn run(
     let text = export::render_bytes(&profile, format);
     match output {
         Some(path) => write_output(path, &text)?,
-        None => crate::stdout::print(text).map_err(crate::stdout::failure)?,
+        None => {
+            crate::stdout::print(for_terminal(text, format)?).map_err(crate::stdout::failure)?
+        }
     }
     Ok(0)
+}
+
+/// What goes to standard output: as rendered, unless it is a terminal.
+/// There text gets its control characters shown escaped (the text rule:
+/// names come from the target and the guest), and a binary format (pprof)
+/// is refused, as its bytes would be taken as escape sequences.
+fn for_terminal(
+    text: Vec<u8>,
+    format: bootscope_profiler::export::Format,
+) -> Result<Vec<u8>, Failure> {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        return Ok(text);
+    }
+    if format == bootscope_profiler::export::Format::Pprof {
+        return Err(usage(anyhow::anyhow!(
+            "--format pprof is binary and standard output is a terminal: give --output FILE \
+             or redirect standard output"
+        )));
+    }
+    Ok(bootscope_model::text::printable_bytes(&text, &['\n', '\t']).into_bytes())
 }

@@ -63,8 +63,10 @@ fn scratch_dir() -> Result<PathBuf> {
     Ok(DIR.get_or_init(|| dir).clone())
 }
 
-/// A console line without terminal escape sequences and control
-/// characters, which would move the cursor over the TUI.
+/// A console line for the TUI's console pane: its terminal escape
+/// sequences (a guest's colours, cursor moves, titles) taken out, a tab as
+/// a space, a carriage return dropped, and any other control character
+/// shown escaped by the text rule (`bootscope_model::text::printable`).
 fn printable(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars().peekable();
@@ -90,7 +92,12 @@ fn printable(line: &str) -> String {
                 _ => {}
             },
             '\t' => out.push(' '),
-            c if c.is_control() => {}
+            '\r' => {}
+            c if c.is_control() => {
+                out.push_str(&bootscope_model::text::printable(
+                    c.encode_utf8(&mut [0; 4]),
+                ));
+            }
             c => out.push(c),
         }
     }
@@ -522,6 +529,7 @@ mod tests {
         assert_eq!(printable("\x1b]0;title\x07ok\x1b]2;t\x1b\\!"), "ok!");
         assert_eq!(printable("\x1b[1;31mred\x1b[0m\tx"), "red x");
         assert_eq!(printable("plain µs"), "plain µs");
+        assert_eq!(printable("a\x07b\x08c\r"), "a\\u{07}b\\u{08}c");
     }
 
     #[test]

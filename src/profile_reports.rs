@@ -20,7 +20,9 @@ pub fn flamegraph(input: &Path) -> Result<Vec<u8>, String> {
             input.display()
         ));
     };
-    let folded = sites.folded();
+    // The folded names are printable (the text rule); inferno escapes
+    // markup but would pass the non-characters XML forbids.
+    let folded = sites.folded().replace(['\u{fffe}', '\u{ffff}'], "\u{fffd}");
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = "Exits by reason and guest function".into();
     opts.count_name = "exits".into();

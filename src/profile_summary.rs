@@ -9,7 +9,8 @@ use bootscope_model::human::ms;
 use bootscope_profiler::sites::{ExitSites, MODULE_SPACE, MODULE_TAG};
 use bootscope_profiler::Profile;
 
-/// The short report printed after profiling.
+/// The short report printed after profiling, its control characters
+/// (but newlines) shown escaped.
 pub fn summary(p: &Profile, output: &Path) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -105,7 +106,9 @@ pub fn summary(p: &Profile, output: &Path) -> String {
             String::new()
         }
     );
-    s
+    // Names from the target (its thread names, its command) and the guest
+    // (functions, phases): the text rule for a terminal.
+    bootscope_model::text::printable_keeping(&s, &['\n']).into_owned()
 }
 
 /// The busiest 16 threads: their CPUs, run time and nodes.

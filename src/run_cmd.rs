@@ -607,7 +607,10 @@ fn finish_run(args: &RunArgs, doc: &Timeline) -> Result<i32, Failure> {
                 guest.kernel, guest.kernel_format
             );
         }
-        eprint!("{}", bootscope_vmm::timeline::summary_table(doc));
+        // Mark, phase and unit names and the systemd version come from the
+        // guest: the text rule for a terminal.
+        let shown = |t: String| bootscope_model::text::printable_keeping(&t, &['\n']).into_owned();
+        eprint!("{}", shown(bootscope_vmm::timeline::summary_table(doc)));
         if let Some(mem) = &doc.memory {
             print_prealloc_summary(mem);
         }
@@ -615,7 +618,10 @@ fn finish_run(args: &RunArgs, doc: &Timeline) -> Result<i32, Failure> {
             eprintln!("KVM exits (KVM's own statistics): {exits}");
         }
         if let Some(initcalls) = &doc.initcalls {
-            eprint!("{}", bootscope_vmm::kernel_log::summary(initcalls, 10));
+            eprint!(
+                "{}",
+                shown(bootscope_vmm::kernel_log::summary(initcalls, 10))
+            );
         }
         if let Some(units) = &doc.units {
             let first_run = doc
@@ -623,7 +629,7 @@ fn finish_run(args: &RunArgs, doc: &Timeline) -> Result<i32, Failure> {
                 .iter()
                 .find(|m| m.name == vmm_marks::FIRST_KVM_RUN)
                 .map_or(0, |m| m.t_ns);
-            eprint!("{}", bootscope_vmm::units::summary(units, first_run));
+            eprint!("{}", shown(bootscope_vmm::units::summary(units, first_run)));
         }
         // The detail may quote the guest's console (a panic line): its
         // control characters are shown escaped, not sent to the terminal.

@@ -143,7 +143,9 @@ pub fn advice_text(advice: &Advice) -> String {
     if !advice.clear.is_empty() {
         let _ = writeln!(out, "checked, nothing found: {}", advice.clear.join(", "));
     }
-    out
+    // Subjects and evidence name what the documents hold (initcalls,
+    // units, modules): the text rule for a terminal.
+    bootscope_model::text::printable_keeping(&out, &['\n']).into_owned()
 }
 
 /// One measured result in words.
@@ -242,7 +244,7 @@ pub fn prove_text(p: &ProveReport) -> String {
             "interrupted by {s}: the fixes after it were not measured"
         );
     }
-    out
+    bootscope_model::text::printable_keeping(&out, &['\n']).into_owned()
 }
 
 /// The final command line as a shell takes it.

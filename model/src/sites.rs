@@ -329,9 +329,10 @@ impl ExitSites {
         }
         let mut out = String::new();
         for ((reason, function), n) in by {
-            // Flame graph tools split frames at ';' and the count at the
-            // last space.
-            let clean = |t: &str| t.replace([';', ' '], "_");
+            // Flame graph tools split frames at ';', the count at the last
+            // space and lines at a newline; the names come from the guest,
+            // so their control characters are shown escaped (the text rule).
+            let clean = |t: &str| crate::text::printable(&t.replace([';', ' '], "_")).into_owned();
             out.push_str(&format!("{};{} {n}\n", clean(&reason), clean(&function)));
         }
         out

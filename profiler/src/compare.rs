@@ -350,7 +350,9 @@ impl ProfileComparison {
         for w in &self.warnings {
             let _ = writeln!(s, "warning: {w}");
         }
-        s
+        // Phase and function names come from the profiles read: the text
+        // rule for a terminal.
+        bootscope_model::text::printable_keeping(&s, &['\n']).into_owned()
     }
 
     /// The report as JSON (pretty, with a final newline).

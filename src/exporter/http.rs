@@ -7,12 +7,20 @@
 //!   connection's start (a client that dribbles its head is dropped);
 //! - a connection: at most [`Limits::max_connection_age`] in all (then it
 //!   is closed once its current answer is sent, keep-alive or not);
+//! - output: a connection whose client does not read what it is sent
+//!   (its output has waited [`Limits::write_stall_timeout`] without going
+//!   out) is closed; an answer is not begun while the previous one still
+//!   waits to go out, so a client that pipelines requests and reads
+//!   nothing has one answer waiting and one request waiting for it, no
+//!   more (`http_output.rs`);
 //! - connections at once: at most [`Limits::max_connections`]. When that
-//!   many are open, a new one takes the place of the oldest that is not
-//!   being answered (still sending its head, or idle between requests), so
-//!   clients that hold connections without asking cannot keep a scraper
-//!   out; only when every open connection is being answered is the new one
-//!   closed at once;
+//!   many are open, a new one takes the place of the one whose output has
+//!   waited longest for its client to read, or else of the oldest that is
+//!   not being answered (still sending its head, or idle between
+//!   requests), so clients that hold connections without asking or without
+//!   reading cannot keep a scraper out; only when every open connection is
+//!   being answered and its answer going out is the new one closed at
+//!   once;
 //! - descriptors: an accept that fails for want of them (EMFILE, ENFILE)
 //!   or of memory closes the oldest connections not being answered, holds
 //!   the number of connections below where it failed for a while, and
@@ -30,6 +38,7 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -43,6 +52,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
+
+#[path = "http_output.rs"]
+mod output;
+use output::{Output, Watched};
 
 /// The content type of every answer: the Prometheus text format.
 pub const TEXT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -68,6 +81,9 @@ pub struct Limits {
     pub max_head_bytes: usize,
     /// Header lines in a request head.
     pub max_headers: usize,
+    /// Time an answer may wait for its client to read (no byte of it going
+    /// out) before the connection is closed.
+    pub write_stall_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -79,6 +95,7 @@ impl Default for Limits {
             shutdown_grace: Duration::from_secs(5),
             max_head_bytes: 16 * 1024,
             max_headers: 64,
+            write_stall_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -112,6 +129,8 @@ pub struct HttpStats {
     pub evicted: AtomicU64,
     /// Connections closed at once: every open one was being answered.
     pub refused: AtomicU64,
+    /// Connections closed because their client did not read their answer.
+    pub stalled: AtomicU64,
     /// Accepts that failed (EMFILE, ENFILE, ENOMEM, ...).
     pub accept_errors: AtomicU64,
 }
@@ -220,7 +239,10 @@ async fn answer(
     req: Request<Incoming>,
     pages: Arc<Pages>,
     answering: Answering,
+    output: Arc<Output>,
 ) -> Result<Response<Page>, Infallible> {
+    // A pipelined request waits for the previous answer to go out.
+    output.drained().await;
     let asked = Instant::now();
     let get = matches!(*req.method(), Method::GET | Method::HEAD);
     let text = |s: &'static str| Bytes::from_static(s.as_bytes());
@@ -256,18 +278,28 @@ async fn answer(
     Ok(response)
 }
 
+/// How a connection ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The client was done, a limit of age ended it, or it was closed to
+    /// make room.
+    Served,
+    /// Its client did not read its answer.
+    Stalled,
+}
+
 /// Serves one connection on `io` until the client is done with it, a limit
 /// ends it, or `close` is notified (dropped at once: it was not being
-/// answered).
-async fn serve_connection<I>(
-    io: I,
-    limits: Limits,
-    pages: Arc<Pages>,
-    answering: Arc<AtomicUsize>,
-    close: Arc<Notify>,
-) where
+/// answered, or its output waited).
+async fn serve_connection<I>(io: I, limits: Limits, pages: Arc<Pages>, slot: Slot) -> Ended
+where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let Slot {
+        answering,
+        close,
+        output,
+    } = slot;
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -279,25 +311,42 @@ async fn serve_connection<I>(
         // A client that closes its sending side after its request still
         // gets the answer.
         .half_close(true);
+    let served = output.clone();
     let service = hyper::service::service_fn(move |req| {
-        answer(req, pages.clone(), Answering::new(&answering))
+        answer(
+            req,
+            pages.clone(),
+            Answering::new(&answering),
+            served.clone(),
+        )
     });
+    let io = Watched {
+        io,
+        output: output.clone(),
+    };
     let conn = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     tokio::select! {
-        _ = conn.as_mut() => return,
-        () = close.notified() => return,
+        _ = conn.as_mut() => return Ended::Served,
+        () = close.notified() => return Ended::Served,
+        () = output.stalled(limits.write_stall_timeout) => return Ended::Stalled,
         () = tokio::time::sleep(limits.max_connection_age) => {}
     }
     conn.as_mut().graceful_shutdown();
-    let _ = tokio::time::timeout(limits.shutdown_grace, conn).await;
+    tokio::select! {
+        _ = tokio::time::timeout(limits.shutdown_grace, conn) => Ended::Served,
+        () = output.stalled(limits.write_stall_timeout) => Ended::Stalled,
+    }
 }
 
 /// One open connection, as the accept loop sees it.
+#[derive(Clone, Default)]
 struct Slot {
     /// Answers under way on it.
     answering: Arc<AtomicUsize>,
     close: Arc<Notify>,
+    /// Whether its output waits for the client to read.
+    output: Arc<Output>,
 }
 
 /// The open connections, oldest first, and how many may be open.
@@ -315,15 +364,23 @@ struct Connections {
 const LOWERED_FOR: Duration = Duration::from_secs(60);
 
 impl Connections {
-    /// Closes the oldest connection not being answered; false if every one
-    /// is.
+    /// Closes the connection whose output has waited longest for its
+    /// client to read, or else the oldest one not being answered; false if
+    /// every one is being answered and its answer going out.
     fn evict_one(&mut self, stats: &HttpStats) -> bool {
-        let oldest = self
+        let waiting = self
             .open
             .iter()
-            .find(|(_, s)| s.answering.load(Ordering::SeqCst) == 0)
-            .map(|(&id, _)| id);
-        let Some(id) = oldest else {
+            .filter_map(|(&id, s)| Some((s.output.waiting_for()?, id)))
+            .max()
+            .map(|(_, id)| id);
+        let oldest = || {
+            self.open
+                .iter()
+                .find(|(_, s)| s.answering.load(Ordering::SeqCst) == 0)
+                .map(|(&id, _)| id)
+        };
+        let Some(id) = waiting.or_else(oldest) else {
             return false;
         };
         if let Some(slot) = self.open.remove(&id) {
@@ -371,7 +428,7 @@ impl Server {
         self.stats.accepted.fetch_add(1, Ordering::Relaxed);
         // Small answers: no waiting for more to fill a segment.
         let _ = stream.set_nodelay(true);
-        let (id, slot_answering, slot_close) = {
+        let (id, slot) = {
             let mut c = self.connections();
             c.recover(&self.limits);
             if c.open.len() >= c.cap && !c.evict_one(&self.stats) {
@@ -381,26 +438,21 @@ impl Server {
             let id = c.next_id;
             c.next_id += 1;
             let slot = Slot {
-                answering: Arc::new(AtomicUsize::new(0)),
-                close: Arc::new(Notify::new()),
+                output: Arc::new(Output::of_socket(stream.as_raw_fd())),
+                ..Slot::default()
             };
-            let handles = (slot.answering.clone(), slot.close.clone());
-            c.open.insert(id, slot);
+            c.open.insert(id, slot.clone());
             self.stats
                 .open
                 .store(c.open.len() as u64, Ordering::Relaxed);
-            (id, handles.0, handles.1)
+            (id, slot)
         };
         let me = self.clone();
         tokio::spawn(async move {
-            serve_connection(
-                stream,
-                me.limits,
-                me.pages.clone(),
-                slot_answering,
-                slot_close,
-            )
-            .await;
+            let ended = serve_connection(stream, me.limits, me.pages.clone(), slot).await;
+            if ended == Ended::Stalled {
+                me.stats.stalled.fetch_add(1, Ordering::Relaxed);
+            }
             let mut c = me.connections();
             c.open.remove(&id);
             me.stats.open.store(c.open.len() as u64, Ordering::Relaxed);
@@ -570,8 +622,7 @@ pub fn answer_bytes(
                 server_side,
                 limits,
                 Pages::new(render),
-                Arc::new(AtomicUsize::new(0)),
-                Arc::new(Notify::new()),
+                Slot::default(),
             ));
             let (mut from_server, mut to_server) = tokio::io::split(client);
             let send = async {
@@ -593,150 +644,5 @@ pub fn answer_bytes(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Time for the server to close a connection after the client did:
-    /// wide, as the machine may be loaded.
-    const WITHIN: Duration = Duration::from_secs(10);
-
-    fn render() -> Render {
-        Arc::new(|| "bootscope_exporter_vms 3\n".to_string())
-    }
-
-    fn ask(request: &str) -> String {
-        let out = answer_bytes(request.as_bytes(), Limits::default(), render(), WITHIN).unwrap();
-        String::from_utf8(out).unwrap()
-    }
-
-    #[test]
-    fn the_pages_and_their_headers() {
-        let metrics = ask("GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\n\r\n");
-        assert!(metrics.starts_with("HTTP/1.1 200 OK\r\n"), "{metrics}");
-        assert!(metrics.contains(&format!("\r\ncontent-type: {TEXT_TYPE}\r\n")));
-        assert!(metrics.contains("\r\ncontent-length: 25\r\n"), "{metrics}");
-        assert!(metrics.ends_with("\r\n\r\nbootscope_exporter_vms 3\n"));
-        let head = ask("HEAD /metrics HTTP/1.1\r\n\r\n");
-        assert!(head.contains("\r\ncontent-length: 25\r\n"), "{head}");
-        assert!(head.ends_with("\r\n\r\n"), "{head}");
-        assert!(ask("GET / HTTP/1.1\r\n\r\n").ends_with(INDEX));
-        let missing = ask("GET /metric HTTP/1.1\r\n\r\n");
-        assert!(missing.starts_with("HTTP/1.1 404 "), "{missing}");
-        let post = ask("POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\nab");
-        assert!(post.starts_with("HTTP/1.1 405 "), "{post}");
-        assert!(post.contains("\r\nallow: GET, HEAD\r\n"), "{post}");
-    }
-
-    #[test]
-    fn pipelined_requests_are_answered_in_turn() {
-        let out = ask("GET / HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\n\r\n");
-        let statuses: Vec<_> = out
-            .match_indices("HTTP/1.1 ")
-            .map(|(i, _)| &out[i + 9..i + 12])
-            .collect();
-        assert_eq!(statuses, ["200", "200", "404"], "{out}");
-    }
-
-    #[test]
-    fn a_head_too_long_or_unfinished_ends_the_connection() {
-        let endless = format!("GET /metrics HTTP/1.1\r\nX: {}", "a".repeat(1 << 20));
-        let out = ask(&endless);
-        assert!(out.starts_with("HTTP/1.1 431 "), "{out}");
-        let many: String = (0..100).map(|i| format!("X-{i}: v\r\n")).collect();
-        let out = ask(&format!("GET /metrics HTTP/1.1\r\n{many}\r\n"));
-        assert!(out.starts_with("HTTP/1.1 431 "), "{out}");
-        assert!(ask("GET /metrics HTTP/1.1\r\nHost").is_empty());
-        assert!(ask("GET / HTTP/2.0\r\n\r\n").starts_with("HTTP/1.1 400 "));
-    }
-
-    #[test]
-    fn a_failed_rendering_is_a_500() {
-        let broken: Render = Arc::new(|| panic!("a rendering that fails"));
-        let out = answer_bytes(
-            b"GET /metrics HTTP/1.1\r\n\r\n",
-            Limits::default(),
-            broken,
-            WITHIN,
-        )
-        .unwrap();
-        let out = String::from_utf8(out).unwrap();
-        assert!(out.starts_with("HTTP/1.1 500 "), "{out}");
-    }
-
-    #[test]
-    fn scrapes_that_wait_share_the_next_exposition() {
-        let made = Arc::new(AtomicUsize::new(0));
-        let counted = made.clone();
-        let pages = Pages::new(Arc::new(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            format!("{}\n", counted.fetch_add(1, Ordering::SeqCst))
-        }));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let bodies = rt.block_on(async {
-            let mut asks = vec![tokio::spawn(pages.clone().exposition(Instant::now()))];
-            // The first is being made when the others ask.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            asks.extend((0..19).map(|_| tokio::spawn(pages.clone().exposition(Instant::now()))));
-            let mut bodies = Vec::new();
-            for a in asks {
-                bodies.push(a.await.unwrap().unwrap());
-            }
-            bodies
-        });
-        // The first asked alone; the 19 that waited share the second.
-        assert_eq!(made.load(Ordering::SeqCst), 2);
-        assert!(bodies[1..].iter().all(|b| b == &bodies[1]));
-        assert_ne!(bodies[0], bodies[1]);
-    }
-
-    fn connections(n: usize) -> (Connections, Vec<Arc<AtomicUsize>>) {
-        let mut c = Connections {
-            next_id: 0,
-            open: BTreeMap::new(),
-            cap: n,
-            lowered_at: None,
-        };
-        let mut answering = Vec::new();
-        for id in 0..n as u64 {
-            let a = Arc::new(AtomicUsize::new(0));
-            answering.push(a.clone());
-            c.open.insert(
-                id,
-                Slot {
-                    answering: a,
-                    close: Arc::new(Notify::new()),
-                },
-            );
-        }
-        (c, answering)
-    }
-
-    #[test]
-    fn the_oldest_connection_not_being_answered_makes_room() {
-        let stats = HttpStats::default();
-        let (mut c, answering) = connections(3);
-        answering[0].store(1, Ordering::SeqCst);
-        assert!(c.evict_one(&stats));
-        assert_eq!(c.open.keys().copied().collect::<Vec<_>>(), [0, 2]);
-        answering[2].store(1, Ordering::SeqCst);
-        assert!(!c.evict_one(&stats), "every one left is being answered");
-        assert_eq!(stats.evicted.load(Ordering::SeqCst), 1);
-    }
-
-    #[test]
-    fn out_of_descriptors_a_quarter_goes_and_the_cap_holds_for_a_while() {
-        let stats = HttpStats::default();
-        let (mut c, _answering) = connections(20);
-        assert_eq!(c.shed(&stats), 5);
-        assert_eq!((c.open.len(), c.cap), (15, 15));
-        let limits = Limits::default();
-        c.recover(&limits);
-        assert_eq!(c.cap, 15);
-        c.lowered_at = Some(Instant::now() - LOWERED_FOR);
-        c.recover(&limits);
-        assert_eq!(c.cap, limits.max_connections);
-    }
-}
+#[path = "http_tests.rs"]
+mod tests;

@@ -157,7 +157,7 @@ fn max_fds() -> Option<f64> {
 /// The HTTP server's connections and the process's descriptors.
 pub fn write_server_metrics(x: &mut Exposition, s: &HttpStats) {
     let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed) as f64;
-    let families: [(&'static str, &'static str, &'static str, Option<f64>); 7] = [
+    let families: [(&'static str, &'static str, &'static str, Option<f64>); 8] = [
         (
             "bootscope_exporter_http_connections",
             "gauge",
@@ -181,6 +181,12 @@ pub fn write_server_metrics(x: &mut Exposition, s: &HttpStats) {
             "counter",
             "HTTP connections closed at once because every open one was being answered.",
             Some(get(&s.refused)),
+        ),
+        (
+            "bootscope_exporter_http_connections_stalled_total",
+            "counter",
+            "HTTP connections closed because their client did not read its answer.",
+            Some(get(&s.stalled)),
         ),
         (
             "bootscope_exporter_http_accept_errors_total",

@@ -12,6 +12,7 @@
 //!  keys, or the last message
 //! ```
 
+use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Paragraph};
@@ -100,6 +101,18 @@ pub fn draw(f: &mut Frame, app: &App) {
     if app.show_help {
         draw_help(f, area, app);
     }
+    no_control_characters(f.buffer_mut());
+}
+
+/// The last guard of the text rule: names reach the panes through [`cut`]
+/// (control characters shown escaped); a cell that would still send one
+/// to the terminal shows U+FFFD instead.
+fn no_control_characters(buf: &mut Buffer) {
+    for cell in &mut buf.content {
+        if cell.symbol().chars().any(char::is_control) {
+            cell.set_symbol("\u{fffd}");
+        }
+    }
 }
 
 fn block<'a>(theme: &Theme, title: impl Into<Line<'a>>) -> Block<'a> {
@@ -108,10 +121,13 @@ fn block<'a>(theme: &Theme, title: impl Into<Line<'a>>) -> Block<'a> {
         .title(title.into().style(theme.title()))
 }
 
-/// `s` cut to `n` characters, marking the cut.
+/// `s` with its control characters shown escaped (the text rule:
+/// thread, phase, unit and function names come from the target or the
+/// guest), cut to `n` characters, marking the cut.
 fn cut(s: &str, n: usize) -> String {
+    let s = bootscope_model::text::printable(s);
     if s.chars().count() <= n {
-        return s.to_string();
+        return s.into_owned();
     }
     if n == 0 {
         return String::new();
@@ -138,5 +154,6 @@ mod tests {
     fn cut_marks_the_cut() {
         assert_eq!(cut("touch_pages_long_name", 8), "touch_p~");
         assert_eq!(cut("abc", 8), "abc");
+        assert_eq!(cut("\u{1b}]0;PWN\u{7}", 40), "\\e]0;PWN\\u{07}");
     }
 }

@@ -60,21 +60,9 @@ pub fn format_value(kind: MetricKind, v: f64) -> String {
     }
 }
 
-/// Escapes text for XML attributes and content; drops the control
-/// characters XML 1.0 forbids.
+/// Text for XML attributes and content: the one XML rule,
+/// [`bootscope_model::text::xml_text`] (control characters shown escaped,
+/// markup characters as entities).
 pub fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\t' | '\n' | '\r' => out.push(c),
-            c if (c as u32) < 0x20 => {}
-            c => out.push(c),
-        }
-    }
-    out
+    bootscope_model::text::xml_text(s).into_owned()
 }

@@ -115,7 +115,9 @@ impl CompareReport {
                 format_value(c.kind, n),
             );
         }
-        s
+        // Labels, metric and phase names come from the documents read: the
+        // text rule for a terminal.
+        bootscope_model::text::printable_keeping(&s, &['\n']).into_owned()
     }
 
     pub fn json(&self) -> String {
@@ -164,7 +166,9 @@ impl CheckReport {
             self.regressions,
             self.results.len()
         );
-        s
+        // Labels, metric and phase names come from the documents read: the
+        // text rule for a terminal.
+        bootscope_model::text::printable_keeping(&s, &['\n']).into_owned()
     }
 
     pub fn json(&self) -> String {

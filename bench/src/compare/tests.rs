@@ -321,7 +321,7 @@ fn junit_is_well_formed() {
     assert!(x.contains("base&lt;1&gt;.json"));
     assert_eq!(x.matches("<testcase").count(), 1);
     assert_eq!(x.matches("</testcase>").count(), 1);
-    assert_eq!(xml_escape("a\u{1}&\"'"), "a&amp;&quot;&apos;");
+    assert_eq!(xml_escape("a\u{1}&\"'"), "a\\u{01}&amp;&quot;&apos;");
 }
 
 #[test]

@@ -249,3 +249,23 @@ fn quoting_for_messages() {
         .collect();
     assert_eq!(shell_words(&odd), "'' '$x' console=ttyS0");
 }
+
+#[test]
+fn control_characters_are_quoted_as_escapes_a_shell_reads_back() {
+    let hostile = "x\u{1b}]0;PWN\u{7}\u{1b}[2J'\\\u{9b}\n";
+    let argv = vec![OsString::from("--cmdline"), OsString::from(hostile)];
+    let line = shell_words(&argv);
+    assert_eq!(
+        line, r"--cmdline $'x\e]0;PWN\x07\e[2J\'\\\u009b\n'",
+        "{line}"
+    );
+    assert!(!line.chars().any(char::is_control), "{line:?}");
+    // bash reads the same word back.
+    let Ok(out) = std::process::Command::new("bash")
+        .args(["-c", &format!("printf %s {}", &line["--cmdline ".len()..])])
+        .output()
+    else {
+        return;
+    };
+    assert_eq!(String::from_utf8_lossy(&out.stdout), hostile);
+}

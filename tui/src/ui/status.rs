@@ -76,7 +76,10 @@ pub fn draw_status(f: &mut Frame, area: Rect, app: &App) {
             },
         ),
         Span::raw(" "),
-        Span::styled(app.title.clone(), Style::new().add_modifier(Modifier::BOLD)),
+        Span::styled(
+            bootscope_model::text::printable(&app.title).into_owned(),
+            Style::new().add_modifier(Modifier::BOLD),
+        ),
         sep(),
         Span::raw(format!("{:.1} s", p.duration_ns as f64 / 1e9)),
     ];
