@@ -713,50 +713,6 @@ fn signal_group(pgid: u32, sig: libc::c_int) {
     bootscope_model::proc::signal_group(pgid, sig);
 }
 
-/// A command line as a shell would need it, for messages: a word of
-/// plain characters as it is (`console=ttyS0`, `--memory=1G`), a word
-/// with control characters quoted as `$'...'` with them as escapes (`\e`,
-/// `\x07`, safe on a terminal, read back the same by a shell), any other
-/// quoted by `shlex`.
-pub fn shell_words(argv: &[OsString]) -> String {
-    argv.iter()
-        .map(|a| {
-            let s = a.to_string_lossy();
-            let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c);
-            if !s.is_empty() && s.chars().all(plain) {
-                return s.into_owned();
-            }
-            if s.chars().any(char::is_control) {
-                return ansi_c_quoted(&s);
-            }
-            shlex::try_quote(&s).map_or_else(|_| format!("{s:?}"), |q| q.into_owned())
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// `s` in bash's ANSI-C quotes, its control characters as escapes.
-fn ansi_c_quoted(s: &str) -> String {
-    let mut out = String::from("$'");
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("\\'"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\u{1b}' => out.push_str("\\e"),
-            c if c.is_control() && u32::from(c) < 0x80 => {
-                out.push_str(&format!("\\x{:02x}", u32::from(c)));
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
-}
-
 /// The console pattern whose first match is the userspace moment of a
 /// command's boot: bench then reads the memory of its processes.
 pub const USERSPACE_PATTERN: &str = "userspace";
@@ -771,37 +727,10 @@ pub fn group_memory(pgid: u32) -> Option<bootscope_model::smaps::MemoryUse> {
         .reduce(MemoryUse::plus)
 }
 
-/// `2026-05-01T12:34:56Z` for a point in time.
-pub fn rfc3339_utc(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (H. Hinnant's
-/// algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
+mod time;
+mod words;
+pub use time::rfc3339_utc;
+pub use words::shell_words;
 
 #[cfg(test)]
 mod tests;
