@@ -19,6 +19,7 @@
 //!   reader reads;
 //! - [`profile`]: the profile document, which the profiler fills and
 //!   every reader reads; [`sites`]: its exit sites and their views;
+//!   [`samples`]: its samples, held compactly;
 //! - [`bench`]: the bench document, which `bench` fills and `compare`,
 //!   `check`, `plot` and `advise` read;
 //! - [`timeline_profile`]: a timeline as a profile (marks and phases);
@@ -45,6 +46,7 @@ pub mod output;
 pub mod proc;
 pub mod profile;
 pub mod prometheus;
+pub mod samples;
 pub mod sites;
 pub mod size;
 pub mod smaps;
