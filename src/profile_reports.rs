@@ -31,9 +31,17 @@ pub fn flamegraph(input: &Path) -> Result<Vec<u8>, String> {
 
 /// The schema a JSON file names, if it is JSON with one (an unreadable or
 /// non-JSON file is left to the bench reader, which says what is wrong).
+/// Only the document's head is read when it has the field (as bootscope
+/// writes it).
 fn schema_of(path: &Path) -> Option<String> {
-    let bytes = bootscope_model::input::read_input(path).ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let doc = bootscope_model::input::document::Document::open(path).ok()?;
+    if let Some(s) = doc.schema() {
+        return Some(s.to_string());
+    }
+    if doc.head_is_whole() || doc.schema_value().is_some() {
+        return None;
+    }
+    let v: serde_json::Value = doc.parse().ok()?;
     Some(v.get("schema")?.as_str()?.to_string())
 }
 

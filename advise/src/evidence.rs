@@ -71,6 +71,10 @@ pub struct Initrd {
     /// file could not be read.
     pub compression: Option<String>,
     pub bytes: Option<u64>,
+    /// Why the file was not read (it is not a regular file, it is
+    /// missing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unread: Option<String>,
 }
 
 /// Everything the rules can look at.
@@ -107,6 +111,19 @@ pub struct Evidence {
 }
 
 impl Evidence {
+    /// What the documents named but `advise` did not read, and why: one
+    /// line each.
+    pub fn notes(&self) -> Vec<String> {
+        self.initrd
+            .iter()
+            .filter_map(|i| {
+                let why = i.unread.as_ref()?;
+                let why = bootscope_model::text::printable(why);
+                Some(format!("the timeline's initrd was not read: {why}"))
+            })
+            .collect()
+    }
+
     /// The duration of phase `name`.
     pub fn phase_ns(&self, name: &str) -> Option<u64> {
         self.phases.iter().find(|(n, _)| n == name).map(|(_, d)| *d)
@@ -129,42 +146,27 @@ impl Evidence {
     }
 
     /// Reads one or two documents: a timeline and/or a profile of one boot.
+    /// Each is read as a stream by the input rules
+    /// ([`bootscope_model::input::document`]).
     pub fn read(paths: &[PathBuf]) -> Result<Self, AdviseError> {
         let mut timeline = None;
         let mut profile = None;
         for path in paths {
-            let bytes = std::fs::read(path).map_err(|source| AdviseError::Read {
-                path: path.clone(),
-                source,
-            })?;
-            let doc: serde_json::Value =
-                serde_json::from_slice(&bytes).map_err(|source| AdviseError::NotJson {
-                    path: path.clone(),
-                    source,
-                })?;
             let wrong = |problem: String| AdviseError::WrongDocument {
                 path: path.clone(),
                 problem,
             };
-            match doc.get("schema").and_then(serde_json::Value::as_str) {
-                Some(TIMELINE_SCHEMA_NAME) if timeline.is_none() => {
-                    let t = Timeline::parse(&doc).map_err(|e| wrong(e.to_string()))?;
-                    timeline = Some((path.clone(), t));
-                }
-                Some(PROFILE_SCHEMA_NAME) if profile.is_none() => {
-                    let p = Profile::parse(&doc).map_err(|e| wrong(e.to_string()))?;
-                    profile = Some((path.clone(), p));
-                }
-                Some(s @ (TIMELINE_SCHEMA_NAME | PROFILE_SCHEMA_NAME)) => {
+            match read_document(path)? {
+                Read::Timeline(t) if timeline.is_none() => timeline = Some((path.clone(), t)),
+                Read::Profile(p) if profile.is_none() => profile = Some((path.clone(), *p)),
+                second => {
+                    let s = match second {
+                        Read::Timeline(_) => TIMELINE_SCHEMA_NAME,
+                        Read::Profile(_) => PROFILE_SCHEMA_NAME,
+                    };
                     return Err(wrong(format!(
                         "a second {s} document: give at most one timeline and one profile, of the same boot"
-                    )))
-                }
-                other => {
-                    return Err(wrong(format!(
-                        "its \"schema\" is {}, not {TIMELINE_SCHEMA_NAME} or {PROFILE_SCHEMA_NAME}",
-                        other.map_or_else(|| "missing".into(), |s| format!("{s:?}"))
-                    )))
+                    )));
                 }
             }
         }
@@ -297,6 +299,43 @@ impl Evidence {
     }
 }
 
+/// A document `advise` reads.
+enum Read {
+    Timeline(Timeline),
+    Profile(Box<Profile>),
+}
+
+/// Reads a timeline or a profile: its head tells which, and a profile is
+/// read straight into its types.
+fn read_document(path: &Path) -> Result<Read, AdviseError> {
+    use bootscope_model::input::document::Document;
+    let wrong = |problem: String| AdviseError::WrongDocument {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let doc = Document::open(path)?;
+    if doc.schema() == Some(PROFILE_SCHEMA_NAME) {
+        Profile::check_head(&doc).map_err(|e| wrong(e.to_string()))?;
+        let p: Profile = doc.parse()?;
+        p.check_schema().map_err(|e| wrong(e.to_string()))?;
+        return Ok(Read::Profile(Box::new(p)));
+    }
+    let v: serde_json::Value = doc.parse()?;
+    match v.get("schema").and_then(serde_json::Value::as_str) {
+        Some(TIMELINE_SCHEMA_NAME) => Ok(Read::Timeline(
+            Timeline::parse(&v).map_err(|e| wrong(e.to_string()))?,
+        )),
+        Some(PROFILE_SCHEMA_NAME) => {
+            let p = Profile::parse(&v).map_err(|e| wrong(e.to_string()))?;
+            Ok(Read::Profile(Box::new(p)))
+        }
+        other => Err(wrong(format!(
+            "its \"schema\" is {}, not {TIMELINE_SCHEMA_NAME} or {PROFILE_SCHEMA_NAME}",
+            other.map_or_else(|| "missing".into(), |s| format!("{s:?}"))
+        ))),
+    }
+}
+
 /// Whether a profiled command is `bootscope run`.
 fn is_bootscope_run(command: &[String]) -> bool {
     command
@@ -344,23 +383,29 @@ pub fn compression_of(head: &[u8]) -> &'static str {
     )
 }
 
+/// What the initrd a timeline names is: its size and compression, read
+/// from its first bytes if it is a regular file
+/// ([`bootscope_model::input::open_named`]: a device, FIFO or socket is
+/// not opened, whatever the timeline says).
 fn inspect_initrd(path: &Path, mapped: bool) -> Initrd {
     use std::io::Read;
     let mut head = [0u8; 8];
-    let read = std::fs::File::open(path).and_then(|mut f| {
-        let len = f.metadata()?.len();
-        let n = f.read(&mut head)?;
-        Ok((len, n))
-    });
-    let (compression, bytes) = match read {
-        Ok((len, n)) => (Some(compression_of(&head[..n]).to_string()), Some(len)),
-        Err(_) => (None, None),
+    let read = bootscope_model::input::open_named(path)
+        .map_err(|e| e.to_string())
+        .and_then(|(mut f, meta)| {
+            let n = f.read(&mut head).map_err(|e| e.to_string())?;
+            Ok((meta.len(), n))
+        });
+    let (compression, bytes, unread) = match read {
+        Ok((len, n)) => (Some(compression_of(&head[..n]).to_string()), Some(len), None),
+        Err(why) => (None, None, Some(why)),
     };
     Initrd {
         path: path.display().to_string(),
         mapped,
         compression,
         bytes,
+        unread,
     }
 }
 

@@ -16,10 +16,31 @@ use crate::stats;
 
 const HINT: &str = "give a file written by `bootscope bench --output FILE`";
 
-/// Reads and checks a bench file: JSON, schema, version, shape.
+/// Reads and checks a bench file: JSON, schema, version, shape. The file
+/// is read as a stream ([`bootscope_model::input::document`]).
 pub fn read(path: &Path) -> Result<BenchDoc, BenchError> {
-    let bytes = bootscope_model::input::read_input(path)?;
-    parse(&bytes, path)
+    from_document(crate::schema::open(path, HINT)?)
+}
+
+/// [`read`] of a document already open.
+pub fn from_document(
+    doc: bootscope_model::input::document::Document,
+) -> Result<BenchDoc, BenchError> {
+    let path = doc.path().to_path_buf();
+    let kind = crate::schema::Kind {
+        schema: SCHEMA,
+        oldest: OLDEST_VERSION,
+        newest: VERSION,
+    };
+    let doc: BenchDoc = crate::schema::from_document(doc, HINT, kind)?;
+    if doc.configs.is_empty() {
+        return Err(BenchError::Malformed {
+            path,
+            schema: SCHEMA,
+            detail: "no configurations".into(),
+        });
+    }
+    Ok(doc)
 }
 
 /// [`read`] on bytes already read; `path` is for messages. The document is

@@ -25,11 +25,44 @@ use bench::bench_svg;
 use boot::{boot_svg, Boot};
 pub use svg::group_digits;
 
+const HINT: &str = "give a bench file (bootscope bench --output), a timeline \
+                    (bootscope run --timeline) or a profile (bootscope profile --output)";
+
+/// Renders the document at `path` (a timeline, profile or bench document)
+/// as an SVG document. It is read as a stream
+/// ([`bootscope_model::input::document`]): a bench file or a profile
+/// straight into its types once its head said which it is.
+pub fn render_file(path: &Path) -> Result<String, BenchError> {
+    let doc = crate::schema::open(path, HINT)?;
+    match doc.schema() {
+        Some("bootscope.bench") => Ok(bench_svg(&crate::doc::from_document(doc)?, path)),
+        Some("bootscope.profile") => {
+            let kind = crate::schema::Kind {
+                schema: bootscope_model::profile::PROFILE_SCHEMA_NAME,
+                oldest: bootscope_model::profile::PROFILE_SCHEMA_OLDEST,
+                newest: bootscope_model::profile::PROFILE_SCHEMA_VERSION,
+            };
+            let profile = crate::schema::from_document(doc, HINT, kind)?;
+            Ok(boot_svg(&Boot::from_profile(&profile), path))
+        }
+        // A timeline (small), or a head that did not tell: read whole.
+        _ => {
+            let value: serde_json::Value = doc
+                .parse()
+                .map_err(|e| crate::schema::document_error(e, HINT))?;
+            let bytes = serde_json::to_vec(&value).map_err(|e| BenchError::Malformed {
+                path: path.into(),
+                schema: "bootscope",
+                detail: e.to_string(),
+            })?;
+            render(&bytes, path)
+        }
+    }
+}
+
 /// Renders `bytes` (a timeline, profile or bench document read from
 /// `path`) as an SVG document.
 pub fn render(bytes: &[u8], path: &Path) -> Result<String, BenchError> {
-    const HINT: &str = "give a bench file (bootscope bench --output), a timeline \
-                        (bootscope run --timeline) or a profile (bootscope profile --output)";
     let not_json = |source| BenchError::NotJson {
         path: path.into(),
         hint: HINT,

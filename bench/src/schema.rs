@@ -10,6 +10,7 @@ use bootscope_model::profile::{
 use bootscope_model::timeline::{
     Timeline, TIMELINE_SCHEMA_MIN_VERSION, TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION,
 };
+use bootscope_model::input::document::{Document, DocumentError};
 use serde::Deserialize;
 
 use crate::error::BenchError;
@@ -27,6 +28,36 @@ pub fn head(bytes: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
     }
     let h: Head = serde_json::from_slice(bytes)?;
     Ok(serde_json::json!({ "schema": h.schema, "version": h.version }))
+}
+
+/// Opens the document at `path` by the input rules and reads its head
+/// ([`Document`]); `hint` says what file to give instead.
+pub fn open(path: &Path, hint: &'static str) -> Result<Document, BenchError> {
+    Document::open(path).map_err(|e| document_error(e, hint))
+}
+
+/// A [`DocumentError`] as a [`BenchError`].
+pub fn document_error(e: DocumentError, hint: &'static str) -> BenchError {
+    match e {
+        DocumentError::Input(e) => BenchError::Input(e),
+        other => BenchError::Document {
+            source: other,
+            hint,
+        },
+    }
+}
+
+/// The head of `doc` as [`head`] gives it from bytes; `None` when the
+/// head did not tell (its `schema` or `version` not among its first
+/// fields): the document's own fields are then checked once it is read.
+pub fn document_head(doc: &Document) -> Option<serde_json::Value> {
+    let found = doc.schema_value().is_some() && doc.version_value().is_some();
+    (found || doc.head_is_whole()).then(|| {
+        serde_json::json!({
+            "schema": doc.schema_value().cloned().unwrap_or_default(),
+            "version": doc.version_value().cloned().unwrap_or_default(),
+        })
+    })
 }
 
 /// Checks a document's `schema` and `version` fields.
@@ -77,10 +108,10 @@ pub fn check_schema_versions(
 
 /// Which document a reader takes: its `schema` name and the versions it
 /// reads.
-struct Kind {
-    schema: &'static str,
-    oldest: u32,
-    newest: u32,
+pub struct Kind {
+    pub schema: &'static str,
+    pub oldest: u32,
+    pub newest: u32,
 }
 
 /// Reads a document of `kind` into its type `T`, its `schema` and `version`
@@ -103,6 +134,82 @@ fn parse_document<T: serde::de::DeserializeOwned>(
         schema: kind.schema,
         detail: e.to_string(),
     })
+}
+
+/// Reads the document at `path`, of `kind`, into its type `T` as a
+/// stream ([`Document`]): its `schema` and `version` checked from its head
+/// (or, when its head does not have them, from what was read).
+fn read_document<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    hint: &'static str,
+    kind: Kind,
+) -> Result<T, BenchError> {
+    from_document(open(path, hint)?, hint, kind)
+}
+
+/// [`read_document`] of a document already open.
+pub fn from_document<T: serde::de::DeserializeOwned>(
+    doc: Document,
+    hint: &'static str,
+    kind: Kind,
+) -> Result<T, BenchError> {
+    let path = &doc.path().to_path_buf();
+    let check = |v: &serde_json::Value| {
+        check_schema_versions(v, path, kind.schema, kind.oldest, kind.newest, hint)
+    };
+    match document_head(&doc) {
+        Some(h) => {
+            check(&h)?;
+            doc.parse().map_err(|e| malformed(e, path, kind.schema, hint))
+        }
+        None => {
+            let v: serde_json::Value = doc.parse().map_err(|e| document_error(e, hint))?;
+            check(&v)?;
+            T::deserialize(&v).map_err(|e| BenchError::Malformed {
+                path: path.into(),
+                schema: kind.schema,
+                detail: e.to_string(),
+            })
+        }
+    }
+}
+
+/// A document's field error as [`BenchError::Malformed`], others as
+/// [`document_error`] gives them.
+pub fn malformed(
+    e: DocumentError,
+    path: &Path,
+    schema: &'static str,
+    hint: &'static str,
+) -> BenchError {
+    match e {
+        DocumentError::Fields { detail, .. } => BenchError::Malformed {
+            path: path.into(),
+            schema,
+            detail,
+        },
+        other => document_error(other, hint),
+    }
+}
+
+/// [`parse_timeline`] of the file at `path`, read as a stream.
+pub fn read_timeline(path: &Path, hint: &'static str) -> Result<Timeline, BenchError> {
+    let kind = Kind {
+        schema: TIMELINE_SCHEMA_NAME,
+        oldest: TIMELINE_SCHEMA_MIN_VERSION,
+        newest: TIMELINE_SCHEMA_VERSION,
+    };
+    read_document(path, hint, kind)
+}
+
+/// [`parse_profile`] of the file at `path`, read as a stream.
+pub fn read_profile(path: &Path, hint: &'static str) -> Result<Profile, BenchError> {
+    let kind = Kind {
+        schema: PROFILE_SCHEMA_NAME,
+        oldest: PROFILE_SCHEMA_OLDEST,
+        newest: PROFILE_SCHEMA_VERSION,
+    };
+    read_document(path, hint, kind)
 }
 
 /// Reads a `bootscope.timeline` document (`bootscope run --timeline`)
