@@ -505,7 +505,7 @@ mod tests {
             (
                 "noschema.json",
                 r#"[1,2,3]"#,
-                &["neither a bootscope profile", "missing"],
+                &["is not JSON", "first byte is '['"],
             ),
             (
                 "v9.json",
