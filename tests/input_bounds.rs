@@ -28,6 +28,8 @@ struct Measured {
 /// Runs `bootscope ARGS` (standard input empty) and measures its peak
 /// memory with `wait4`. A run still going after `limit` is a hang: it is
 /// killed and fails the test.
+// The child is reaped by `wait4` (which gives its own rusage), not `wait`.
+#[allow(clippy::zombie_processes)]
 fn measured(args: &[&str], dir: &Path, limit: Duration) -> Measured {
     let out = dir.join("stdout");
     let err = dir.join("stderr");
@@ -101,7 +103,11 @@ fn refused(m: &Measured, args: &[&str], needles: &[&str]) {
     assert_eq!(m.code, Some(2), "{args:?}: {}", m.stderr);
     assert!(!m.stderr.contains("panicked"), "{args:?}: {}", m.stderr);
     for n in needles {
-        assert!(m.stderr.contains(n), "{args:?}: stderr lacks {n:?}: {}", m.stderr);
+        assert!(
+            m.stderr.contains(n),
+            "{args:?}: stderr lacks {n:?}: {}",
+            m.stderr
+        );
     }
 }
 
@@ -133,9 +139,14 @@ fn a_fifo_that_gives_one_byte_and_then_nothing_is_refused_at_that_byte() {
     // The writer stays open and writes nothing more: a reader that wanted
     // more than the first byte would wait forever (and the run be killed
     // as a hang).
-    for (i, args) in [&["export", "--format", "json"][..], &["advise"], &["tui"], &["plot"]]
-        .iter()
-        .enumerate()
+    for (i, args) in [
+        &["export", "--format", "json"][..],
+        &["advise"],
+        &["tui"],
+        &["plot"],
+    ]
+    .iter()
+    .enumerate()
     {
         let (p, writer) = fifo_with(&d, &format!("fifo{i}"), b"x");
         let mut all = args.to_vec();
@@ -146,7 +157,11 @@ fn a_fifo_that_gives_one_byte_and_then_nothing_is_refused_at_that_byte() {
         }
         let m = measured(&all, &d, HANG);
         refused(&m, &all, &["first byte is 'x'"]);
-        assert!(m.max_rss_kib < REFUSED_RSS_KIB, "{all:?}: {} KiB", m.max_rss_kib);
+        assert!(
+            m.max_rss_kib < REFUSED_RSS_KIB,
+            "{all:?}: {} KiB",
+            m.max_rss_kib
+        );
         drop(writer);
     }
 }

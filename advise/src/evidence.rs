@@ -157,7 +157,7 @@ impl Evidence {
                 problem,
             };
             match read_document(path)? {
-                Read::Timeline(t) if timeline.is_none() => timeline = Some((path.clone(), t)),
+                Read::Timeline(t) if timeline.is_none() => timeline = Some((path.clone(), *t)),
                 Read::Profile(p) if profile.is_none() => profile = Some((path.clone(), *p)),
                 second => {
                     let s = match second {
@@ -301,7 +301,7 @@ impl Evidence {
 
 /// A document `advise` reads.
 enum Read {
-    Timeline(Timeline),
+    Timeline(Box<Timeline>),
     Profile(Box<Profile>),
 }
 
@@ -322,9 +322,9 @@ fn read_document(path: &Path) -> Result<Read, AdviseError> {
     }
     let v: serde_json::Value = doc.parse()?;
     match v.get("schema").and_then(serde_json::Value::as_str) {
-        Some(TIMELINE_SCHEMA_NAME) => Ok(Read::Timeline(
+        Some(TIMELINE_SCHEMA_NAME) => Ok(Read::Timeline(Box::new(
             Timeline::parse(&v).map_err(|e| wrong(e.to_string()))?,
-        )),
+        ))),
         Some(PROFILE_SCHEMA_NAME) => {
             let p = Profile::parse(&v).map_err(|e| wrong(e.to_string()))?;
             Ok(Read::Profile(Box::new(p)))
@@ -397,7 +397,11 @@ fn inspect_initrd(path: &Path, mapped: bool) -> Initrd {
             Ok((meta.len(), n))
         });
     let (compression, bytes, unread) = match read {
-        Ok((len, n)) => (Some(compression_of(&head[..n]).to_string()), Some(len), None),
+        Ok((len, n)) => (
+            Some(compression_of(&head[..n]).to_string()),
+            Some(len),
+            None,
+        ),
         Err(why) => (None, None, Some(why)),
     };
     Initrd {

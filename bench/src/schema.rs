@@ -4,13 +4,13 @@
 
 use std::path::Path;
 
+use bootscope_model::input::document::{Document, DocumentError};
 use bootscope_model::profile::{
     Profile, PROFILE_SCHEMA_NAME, PROFILE_SCHEMA_OLDEST, PROFILE_SCHEMA_VERSION,
 };
 use bootscope_model::timeline::{
     Timeline, TIMELINE_SCHEMA_MIN_VERSION, TIMELINE_SCHEMA_NAME, TIMELINE_SCHEMA_VERSION,
 };
-use bootscope_model::input::document::{Document, DocumentError};
 use serde::Deserialize;
 
 use crate::error::BenchError;
@@ -160,7 +160,8 @@ pub fn from_document<T: serde::de::DeserializeOwned>(
     match document_head(&doc) {
         Some(h) => {
             check(&h)?;
-            doc.parse().map_err(|e| malformed(e, path, kind.schema, hint))
+            doc.parse()
+                .map_err(|e| malformed(e, path, kind.schema, hint))
         }
         None => {
             let v: serde_json::Value = doc.parse().map_err(|e| document_error(e, hint))?;

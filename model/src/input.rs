@@ -451,7 +451,10 @@ mod tests {
         std::fs::write(&f, b"070701").unwrap();
         let link = d.path().join("link");
         std::os::unix::fs::symlink(&f, &link).unwrap();
-        assert_eq!(Input::open_named(&link).unwrap().read_all().unwrap(), b"070701");
+        assert_eq!(
+            Input::open_named(&link).unwrap().read_all().unwrap(),
+            b"070701"
+        );
         // A link to a device is the device.
         let dev = d.path().join("dev");
         std::os::unix::fs::symlink("/dev/null", &dev).unwrap();

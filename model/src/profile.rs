@@ -635,9 +635,9 @@ impl Profile {
             detail,
         };
         let as_read_error = |e: ProfileError| match e {
-            ProfileError::NotAProfile { .. } => {
-                malformed(format!("its \"schema\" field is not \"{PROFILE_SCHEMA_NAME}\""))
-            }
+            ProfileError::NotAProfile { .. } => malformed(format!(
+                "its \"schema\" field is not \"{PROFILE_SCHEMA_NAME}\""
+            )),
             ProfileError::Version { found } => ProfileReadError::Version {
                 path: p.clone(),
                 found,

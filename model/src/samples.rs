@@ -258,8 +258,8 @@ mod tests {
                 .map(|s| s.exits_by_reason.len() * 24)
                 .sum::<usize>();
         assert!(held < text, "{held} bytes held for {text} bytes of JSON");
-        let back: Vec<Sample> = serde_json::from_slice(&serde_json::to_vec(&samples).unwrap())
-            .unwrap();
+        let back: Vec<Sample> =
+            serde_json::from_slice(&serde_json::to_vec(&samples).unwrap()).unwrap();
         assert_eq!(back, samples);
     }
 }

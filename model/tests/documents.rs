@@ -102,10 +102,9 @@ fn profiles_read_as_a_stream_write_back_the_same_bytes() {
         assert_same(&path, &text, &streamed);
         // And as `profile --output` writes it (pretty).
         let pretty = serde_json::to_string_pretty(&p).unwrap();
-        let again = serde_json::to_string_pretty(
-            &serde_json::from_str::<Profile>(&pretty).unwrap(),
-        )
-        .unwrap();
+        let again =
+            serde_json::to_string_pretty(&serde_json::from_str::<Profile>(&pretty).unwrap())
+                .unwrap();
         assert_eq!(again, pretty, "{}", path.display());
     }
 }

@@ -146,8 +146,9 @@ impl Document {
         let taken = std::mem::take(&mut self.taken);
         let result = {
             let chain = Cursor::new(taken).chain(&mut self.rest);
-            let mut reader = BufReader::with_capacity(1 << 16, chain);
-            serde_json::from_reader(&mut reader)
+            // By value: `io::Bytes` over a `BufReader` reads from its
+            // buffer, not through a call per byte.
+            serde_json::from_reader(BufReader::with_capacity(1 << 16, chain))
         };
         result.map_err(|e| self.error(e))
     }
@@ -371,7 +372,11 @@ mod tests {
             assert!(e.to_string().contains(says), "{e}");
         }
         let e = Document::open(Path::new("/dev/zero")).unwrap_err();
-        assert!(e.to_string().contains("is not JSON (its first byte is 0x00"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("is not JSON (its first byte is 0x00"),
+            "{e}"
+        );
         // Cut short, or broken within the head: not JSON.
         let p = write(d.path(), "cut", b"{\"schema\": \"s\"");
         let e = Document::open(&p).unwrap_err();
