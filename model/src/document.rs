@@ -313,4 +313,37 @@ mod tests {
             "{e}"
         );
     }
+
+    #[test]
+    fn a_file_is_read_as_a_stream_and_decided_alike() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("p.json");
+        std::fs::write(&p, serde_json::to_vec(&Profile::new()).unwrap()).unwrap();
+        let doc = read_document(&p, &DocKind::ALL).unwrap();
+        assert_eq!(doc.kind(), DocKind::Profile);
+        let e = read_document(&p, &[DocKind::Timeline]).unwrap_err();
+        assert!(matches!(&e, DocumentError::Schema { found: Some(s) } if s == "bootscope.profile"));
+        std::fs::write(&p, b"{\"schema\": \"bootscope.profile\", \"version\": 9}").unwrap();
+        let e = read_document(&p, &DocKind::ALL).unwrap_err();
+        assert!(matches!(e, DocumentError::Version { found: 9, .. }), "{e}");
+        std::fs::write(
+            &p,
+            b"{\"schema\": \"bootscope.timeline\", \"version\": 1, \"phases\": 3}",
+        )
+        .unwrap();
+        let e = read_document(&p, &DocKind::ALL).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                DocumentError::Malformed {
+                    kind: DocKind::Timeline,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = read_document(Path::new("/dev/zero"), &DocKind::ALL).unwrap_err();
+        assert!(matches!(e, DocumentError::Read(_)), "{e}");
+        assert!(e.to_string().contains("its first byte is 0x00"), "{e}");
+    }
 }
