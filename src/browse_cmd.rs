@@ -47,13 +47,13 @@ fn parse_speed(s: &str) -> Result<f64, String> {
 /// The initcalls of a boot timeline, read from `path` as a stream by the
 /// input rules ([`bootscope_model::input::document`]).
 fn timeline_initcalls(path: &Path) -> Result<Option<Initcalls>, Failure> {
-    use bootscope_model::input::document::{Document, DocumentError};
-    let hint = |e: DocumentError| {
+    use bootscope_model::input::document::{JsonStream, StreamError};
+    let hint = |e: StreamError| {
         usage(anyhow!(
             "{e}; give a boot timeline (bootscope run --timeline FILE)"
         ))
     };
-    let doc = Document::open(path).map_err(hint)?;
+    let doc = JsonStream::open(path).map_err(hint)?;
     if doc.schema_value().is_some() && doc.schema() != Some(TIMELINE_SCHEMA_NAME) {
         return Err(not_a_timeline(path));
     }

@@ -35,7 +35,7 @@ pub fn flamegraph(input: &Path) -> Result<Vec<u8>, String> {
 /// Only the document's head is read when it has the field (as bootscope
 /// writes it).
 fn schema_of(path: &Path) -> Option<String> {
-    let doc = bootscope_model::input::document::Document::open(path).ok()?;
+    let doc = bootscope_model::input::document::JsonStream::open(path).ok()?;
     if let Some(s) = doc.schema() {
         return Some(s.to_string());
     }

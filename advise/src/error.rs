@@ -27,7 +27,7 @@ pub enum AdviseError {
     #[error("{source}; give a timeline (bootscope run --timeline FILE) or a profile (bootscope profile --output FILE)")]
     Document {
         #[from]
-        source: bootscope_model::input::document::DocumentError,
+        source: bootscope_model::input::document::StreamError,
     },
     /// JSON, but not a document advise reads.
     #[error("{path}: {problem}; give a timeline (bootscope run --timeline FILE) or a profile (bootscope profile --output FILE)")]

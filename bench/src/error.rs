@@ -30,7 +30,7 @@ pub enum BenchError {
     #[error("{source}; {hint}")]
     Document {
         #[source]
-        source: bootscope_model::input::document::DocumentError,
+        source: bootscope_model::input::document::StreamError,
         hint: &'static str,
     },
     /// An input file is JSON of another kind.

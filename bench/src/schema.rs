@@ -81,7 +81,7 @@ fn bench_error(
             schema: kind.schema(),
             detail,
         },
-        DocumentError::Read(bootscope_model::input::document::DocumentError::Input(e)) => {
+        DocumentError::Read(bootscope_model::input::document::StreamError::Input(e)) => {
             BenchError::Input(e)
         }
         DocumentError::Read(source) => BenchError::Document { source, hint },

@@ -155,7 +155,7 @@ pub enum DocumentError {
     /// The file could not be read as JSON: the input rules refused it, it
     /// could not be read, or it is not JSON ([`read_document`]).
     #[error(transparent)]
-    Read(#[from] crate::input::document::DocumentError),
+    Read(#[from] crate::input::document::StreamError),
 }
 
 /// Reads a document of one of the kinds in `accept`: its `schema` and
@@ -199,21 +199,21 @@ pub fn kind_of(
 }
 
 /// Reads the file at `path` as a document of one of the kinds in
-/// `accept`, as a bounded stream ([`crate::input::document::Document`]):
+/// `accept`, as a bounded stream ([`crate::input::document::JsonStream`]):
 /// the input rules first (a FIFO, a device or a file past the input limit
 /// is refused; the first byte must be `{`), then [`kind_of`] on the head
 /// the stream read, then the typed parse of the stream, with no JSON tree
 /// of the document.
 pub fn read_document(path: &Path, accept: &[DocKind]) -> Result<Document, DocumentError> {
-    from_stream(crate::input::document::Document::open(path)?, accept)
+    from_stream(crate::input::document::JsonStream::open(path)?, accept)
 }
 
 /// [`read_document`] of a stream already open.
 pub fn from_stream(
-    doc: crate::input::document::Document,
+    doc: crate::input::document::JsonStream,
     accept: &[DocKind],
 ) -> Result<Document, DocumentError> {
-    use crate::input::document::DocumentError as ReadError;
+    use crate::input::document::StreamError as ReadError;
     let found = doc.schema_value().is_some() && doc.version_value().is_some();
     if !(found || doc.head_is_whole()) {
         // The head did not tell (its fields not among the first 64 KiB,

@@ -622,7 +622,7 @@ impl Profile {
     /// before the rest is read (or after, when they are not among its
     /// first fields).
     pub fn read(path: &std::path::Path) -> Result<Self, ProfileReadError> {
-        use crate::input::document::{Document, DocumentError};
+        use crate::input::document::{JsonStream, StreamError};
         let p = path.display().to_string();
         let malformed = |detail| ProfileReadError::Malformed {
             path: p.clone(),
@@ -638,11 +638,11 @@ impl Profile {
             },
             ProfileError::Field(detail) => malformed(detail),
         };
-        let from_document = |e: DocumentError| match e {
-            DocumentError::Input(e) => ProfileReadError::Limits(e),
+        let from_document = |e: StreamError| match e {
+            StreamError::Input(e) => ProfileReadError::Limits(e),
             other => malformed(other.detail()),
         };
-        let doc = Document::open(path).map_err(from_document)?;
+        let doc = JsonStream::open(path).map_err(from_document)?;
         Self::check_head(&doc).map_err(as_read_error)?;
         let profile: Profile = doc.parse().map_err(from_document)?;
         profile.check_schema().map_err(as_read_error)?;
@@ -652,7 +652,7 @@ impl Profile {
     /// Checks the `schema` and `version` fields a document's head has
     /// (those it does not have are checked once it is read,
     /// [`Profile::check_schema`]).
-    pub fn check_head(doc: &crate::input::document::Document) -> Result<(), ProfileError> {
+    pub fn check_head(doc: &crate::input::document::JsonStream) -> Result<(), ProfileError> {
         let whole = doc.head_is_whole();
         match doc.schema_value() {
             Some(s) if s.as_str() == Some(PROFILE_SCHEMA_NAME) => {}

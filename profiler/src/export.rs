@@ -210,21 +210,21 @@ pub enum InputError {
 /// ([`bootscope_model::input::document`]): a profile straight into its
 /// types, after its `schema` and `version` were checked.
 pub fn read_input(path: &Path) -> Result<(Profile, InputKind), InputError> {
-    use bootscope_model::input::document::{Document, DocumentError};
+    use bootscope_model::input::document::{JsonStream, StreamError};
     let p = path.display().to_string();
     let from_document = |kind: &'static str| {
         let p = p.clone();
-        move |e: DocumentError| match e {
-            DocumentError::Input(e) => InputError::Limits(e),
-            DocumentError::NotJson { detail, .. } => InputError::NotJson { path: p, detail },
-            DocumentError::Fields { detail, .. } => InputError::Malformed {
+        move |e: StreamError| match e {
+            StreamError::Input(e) => InputError::Limits(e),
+            StreamError::NotJson { detail, .. } => InputError::NotJson { path: p, detail },
+            StreamError::Fields { detail, .. } => InputError::Malformed {
                 path: p,
                 kind,
                 detail,
             },
         }
     };
-    let doc = Document::open(path).map_err(from_document("document"))?;
+    let doc = JsonStream::open(path).map_err(from_document("document"))?;
     let (mut profile, kind) = if doc.schema() == Some(PROFILE_SCHEMA_NAME) {
         const KIND: &str = "profile";
         Profile::check_head(&doc).map_err(|e| profile_error(e, KIND).with_path(p.clone()))?;

@@ -8,9 +8,9 @@
 //!   '{')"), after one buffer of at most 64 KiB was read.
 //! - The document's head (its `schema` and `version` fields, which
 //!   bootscope writes first) is read before the rest
-//!   ([`Document::schema`], [`Document::version`]), so a reader can tell a
+//!   ([`JsonStream::schema`], [`JsonStream::version`]), so a reader can tell a
 //!   document of another kind or version before it parses the whole file.
-//!   What the head read took is kept and read again by [`Document::parse`]:
+//!   What the head read took is kept and read again by [`JsonStream::parse`]:
 //!   a FIFO or `/dev/stdin` is read once.
 //! - The parse reads the bounded stream ([`super::Limited`]): past the
 //!   input limit it stops with [`InputError::StreamTooLarge`].
@@ -30,7 +30,7 @@ pub const HEAD_MAX: usize = 64 << 10;
 
 /// Why a document cannot be read.
 #[derive(Debug, thiserror::Error)]
-pub enum DocumentError {
+pub enum StreamError {
     /// The input rules refused it, or it could not be read.
     #[error(transparent)]
     Input(#[from] InputError),
@@ -42,7 +42,7 @@ pub enum DocumentError {
     Fields { path: PathBuf, detail: String },
 }
 
-impl DocumentError {
+impl StreamError {
     /// Whether the error is the user's to fix (exit status 2): everything
     /// but a failed read.
     pub fn is_bad_input(&self) -> bool {
@@ -64,7 +64,7 @@ impl DocumentError {
 }
 
 /// A JSON document opened by the input rules, its head read.
-pub struct Document {
+pub struct JsonStream {
     path: PathBuf,
     /// What the head read took from the stream, read again first.
     taken: Vec<u8>,
@@ -76,9 +76,9 @@ pub struct Document {
     whole: bool,
 }
 
-impl fmt::Debug for Document {
+impl fmt::Debug for JsonStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Document")
+        f.debug_struct("JsonStream")
             .field("path", &self.path)
             .field("schema", &self.schema)
             .field("version", &self.version)
@@ -86,19 +86,19 @@ impl fmt::Debug for Document {
     }
 }
 
-impl Document {
+impl JsonStream {
     /// Opens `path` by the input rules and reads its head.
-    pub fn open(path: &Path) -> Result<Document, DocumentError> {
+    pub fn open(path: &Path) -> Result<JsonStream, StreamError> {
         let input = Input::open(path)?;
         Self::from_input(input)
     }
 
-    /// [`Document::open`] on an input already open.
-    pub fn from_input(input: Input) -> Result<Document, DocumentError> {
+    /// [`JsonStream::open`] on an input already open.
+    pub fn from_input(input: Input) -> Result<JsonStream, StreamError> {
         let path = input.path().to_path_buf();
         let mut rest = input.reader();
         first_brace(&mut rest, &path)?;
-        let mut doc = Document {
+        let mut doc = JsonStream {
             path,
             taken: Vec::new(),
             rest,
@@ -142,7 +142,7 @@ impl Document {
     }
 
     /// Parses the whole document into `T`, as a stream.
-    pub fn parse<T: DeserializeOwned>(mut self) -> Result<T, DocumentError> {
+    pub fn parse<T: DeserializeOwned>(mut self) -> Result<T, StreamError> {
         let taken = std::mem::take(&mut self.taken);
         let result = {
             let chain = Cursor::new(taken).chain(&mut self.rest);
@@ -155,7 +155,7 @@ impl Document {
 
     /// Reads the head: the top-level `schema` and `version` fields, up to
     /// [`HEAD_MAX`] bytes in.
-    fn read_head(&mut self) -> Result<(), DocumentError> {
+    fn read_head(&mut self) -> Result<(), StreamError> {
         let mut taker = Taker {
             inner: &mut self.rest,
             taken: Vec::new(),
@@ -177,23 +177,23 @@ impl Document {
         }
     }
 
-    fn error(&self, e: serde_json::Error) -> DocumentError {
+    fn error(&self, e: serde_json::Error) -> StreamError {
         use serde_json::error::Category;
         let path = self.path.clone();
         match e.classify() {
             Category::Io => {
                 let io = std::io::Error::other(e.to_string());
-                DocumentError::Input(self.rest.get_ref().error(io, path))
+                StreamError::Input(self.rest.get_ref().error(io, path))
             }
-            Category::Syntax => DocumentError::NotJson {
+            Category::Syntax => StreamError::NotJson {
                 path,
                 detail: e.to_string(),
             },
-            Category::Eof => DocumentError::NotJson {
+            Category::Eof => StreamError::NotJson {
                 path,
                 detail: format!("it ends early ({e})"),
             },
-            Category::Data => DocumentError::Fields {
+            Category::Data => StreamError::Fields {
                 path,
                 detail: e.to_string(),
             },
@@ -201,21 +201,21 @@ impl Document {
     }
 }
 
-/// Reads the JSON document at `path` into `T` ([`Document`]).
-pub fn read_document<T: DeserializeOwned>(path: &Path) -> Result<T, DocumentError> {
-    Document::open(path)?.parse()
+/// Reads the JSON document at `path` into `T` ([`JsonStream`]).
+pub fn read_document<T: DeserializeOwned>(path: &Path) -> Result<T, StreamError> {
+    JsonStream::open(path)?.parse()
 }
 
 /// Skips white space and checks that the document starts with `{`,
 /// reading no more than one buffer.
-fn first_brace(r: &mut BufReader<Limited>, path: &Path) -> Result<(), DocumentError> {
+fn first_brace(r: &mut BufReader<Limited>, path: &Path) -> Result<(), StreamError> {
     loop {
         let buf = match r.fill_buf() {
             Ok(b) => b,
             Err(e) => return Err(r.get_ref().error(e, path.to_path_buf()).into()),
         };
         let Some(&first) = buf.first() else {
-            return Err(DocumentError::NotJson {
+            return Err(StreamError::NotJson {
                 path: path.to_path_buf(),
                 detail: "it is empty".into(),
             });
@@ -228,7 +228,7 @@ fn first_brace(r: &mut BufReader<Limited>, path: &Path) -> Result<(), DocumentEr
             return if first == b'{' {
                 Ok(())
             } else {
-                Err(DocumentError::NotJson {
+                Err(StreamError::NotJson {
                     path: path.to_path_buf(),
                     detail: format!(
                         "its first byte is {}, and a JSON document starts with '{{'",
@@ -339,7 +339,7 @@ mod tests {
             "a.json",
             b" \n{\"schema\": \"s\", \"version\": 2, \"n\": [1, 2]}\n",
         );
-        let doc = Document::open(&p).unwrap();
+        let doc = JsonStream::open(&p).unwrap();
         assert_eq!((doc.schema(), doc.version()), (Some("s"), Some(2)));
         assert!(!doc.head_is_whole());
         let v: Doc = doc.parse().unwrap();
@@ -351,7 +351,7 @@ mod tests {
             vec!["7"; 100_000].join(",")
         );
         let p = write(d.path(), "b.json", long.as_bytes());
-        let doc = Document::open(&p).unwrap();
+        let doc = JsonStream::open(&p).unwrap();
         assert_eq!((doc.schema(), doc.version()), (None, None));
         let v: Doc = doc.parse().unwrap();
         assert_eq!((v.n.len(), v.version), (100_000, 1));
@@ -367,11 +367,11 @@ mod tests {
             (b"  \n", "empty"),
         ] {
             let p = write(d.path(), "x", text);
-            let e = Document::open(&p).unwrap_err();
-            assert!(matches!(e, DocumentError::NotJson { .. }), "{e}");
+            let e = JsonStream::open(&p).unwrap_err();
+            assert!(matches!(e, StreamError::NotJson { .. }), "{e}");
             assert!(e.to_string().contains(says), "{e}");
         }
-        let e = Document::open(Path::new("/dev/zero")).unwrap_err();
+        let e = JsonStream::open(Path::new("/dev/zero")).unwrap_err();
         assert!(
             e.to_string()
                 .contains("is not JSON (its first byte is 0x00"),
@@ -379,19 +379,19 @@ mod tests {
         );
         // Cut short, or broken within the head: not JSON.
         let p = write(d.path(), "cut", b"{\"schema\": \"s\"");
-        let e = Document::open(&p).unwrap_err();
-        assert!(matches!(e, DocumentError::NotJson { .. }), "{e}");
+        let e = JsonStream::open(&p).unwrap_err();
+        assert!(matches!(e, StreamError::NotJson { .. }), "{e}");
         let p = write(d.path(), "bad", b"{\"schema\" 1}");
         assert!(matches!(
-            Document::open(&p).unwrap_err(),
-            DocumentError::NotJson { .. }
+            JsonStream::open(&p).unwrap_err(),
+            StreamError::NotJson { .. }
         ));
         // JSON of the wrong shape: a field error.
         let p = write(d.path(), "shape", b"{\"schema\": \"s\", \"n\": \"x\"}");
-        let doc = Document::open(&p).unwrap();
+        let doc = JsonStream::open(&p).unwrap();
         assert!(doc.head_is_whole());
         let e = doc.parse::<Doc>().unwrap_err();
-        assert!(matches!(e, DocumentError::Fields { .. }), "{e}");
+        assert!(matches!(e, StreamError::Fields { .. }), "{e}");
     }
 
     #[test]
@@ -402,7 +402,7 @@ mod tests {
         text.extend(std::iter::repeat_n(b' ', 1 << 20));
         std::fs::write(&p, &text).unwrap();
         let input = Input::open_with_limit(Path::new("/dev/zero"), 1 << 20).unwrap();
-        assert!(Document::from_input(input).is_err());
+        assert!(JsonStream::from_input(input).is_err());
         let f = std::fs::File::open(&p).unwrap();
         let meta = f.metadata().unwrap();
         let input = Input {
@@ -411,12 +411,12 @@ mod tests {
             meta,
             limit: 1 << 19,
         };
-        let e = Document::from_input(input)
+        let e = JsonStream::from_input(input)
             .unwrap()
             .parse::<Doc>()
             .unwrap_err();
         assert!(
-            matches!(e, DocumentError::Input(InputError::StreamTooLarge { .. })),
+            matches!(e, StreamError::Input(InputError::StreamTooLarge { .. })),
             "{e}"
         );
     }
