@@ -222,12 +222,21 @@ fn host_kvm() -> String {
         .unwrap_or_default()
 }
 
+/// Reads the documents, and says what they named that was not read.
+fn read_evidence(paths: &[std::path::PathBuf]) -> Result<Evidence, AdviseError> {
+    let ev = Evidence::read(paths)?;
+    for note in ev.notes() {
+        eprintln!("advise: {note}");
+    }
+    Ok(ev)
+}
+
 fn inner(args: &AdviseArgs) -> Result<i32, AdviseError> {
     check_args(args)?;
     let given = if args.documents.is_empty() {
         None
     } else {
-        Some(Evidence::read(&args.documents)?)
+        Some(read_evidence(&args.documents)?)
     };
     if !args.prove {
         let ev = given.expect("checked: documents given");
@@ -267,7 +276,7 @@ fn inner(args: &AdviseArgs) -> Result<i32, AdviseError> {
     let check = plan.check_boot(given.is_none())?;
     let ev = match given {
         Some(ev) => ev,
-        None => Evidence::read(&check.documents)?,
+        None => read_evidence(&check.documents)?,
     };
     let advice = advise(&ev);
     eprint!("{}", advice_text(&advice));

@@ -761,12 +761,11 @@ fn check_inner(args: &CheckArgs) -> Result<i32, BenchError> {
 pub fn plot(args: PlotArgs) -> i32 {
     let run = || -> Result<i32, BenchError> {
         check_output_of("--output", &args.output, &[("INPUT.json", &args.input)])?;
-        let bytes = bootscope_model::input::read_input(&args.input)?;
         if args.flamegraph {
             let svg = crate::profile_reports::flamegraph(&args.input).map_err(BenchError::Usage)?;
             return Ok(write(&args.output, &svg));
         }
-        let svg = bootscope_bench::plot::render(&bytes, &args.input)?;
+        let svg = bootscope_bench::plot::render_file(&args.input)?;
         Ok(write(&args.output, svg.as_bytes()))
     };
     match run() {

@@ -44,23 +44,31 @@ fn parse_speed(s: &str) -> Result<f64, String> {
     }
 }
 
-/// The initcalls of a boot timeline, read from `path`.
+/// The initcalls of a boot timeline, read from `path` as a stream by the
+/// input rules ([`bootscope_model::input::document`]).
 fn timeline_initcalls(path: &Path) -> Result<Option<Initcalls>, Failure> {
-    let bytes =
-        std::fs::read(path).map_err(|e| usage(anyhow!("cannot read {}: {e}", path.display())))?;
-    let doc: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+    use bootscope_model::input::document::{JsonStream, StreamError};
+    let hint = |e: StreamError| {
         usage(anyhow!(
-            "{} is not JSON ({e}); give a boot timeline (bootscope run --timeline FILE)",
-            path.display()
+            "{e}; give a boot timeline (bootscope run --timeline FILE)"
         ))
-    })?;
+    };
+    let doc = JsonStream::open(path).map_err(hint)?;
+    if doc.schema_value().is_some() && doc.schema() != Some(TIMELINE_SCHEMA_NAME) {
+        return Err(not_a_timeline(path));
+    }
+    let doc: serde_json::Value = doc.parse().map_err(hint)?;
     if doc.get("schema").and_then(|s| s.as_str()) != Some(TIMELINE_SCHEMA_NAME) {
-        return Err(usage(anyhow!(
-            "{} is not a boot timeline (its \"schema\" is not \"{TIMELINE_SCHEMA_NAME}\"); --timeline takes the file of `bootscope run --timeline`",
-            path.display()
-        )));
+        return Err(not_a_timeline(path));
     }
     Ok(Initcalls::from_json(&doc))
+}
+
+fn not_a_timeline(path: &Path) -> Failure {
+    usage(anyhow!(
+        "{} is not a boot timeline (its \"schema\" is not \"{TIMELINE_SCHEMA_NAME}\"); --timeline takes the file of `bootscope run --timeline`",
+        path.display()
+    ))
 }
 
 pub fn run(args: BrowseArgs) -> Result<i32, Failure> {

@@ -32,13 +32,20 @@ pub fn flamegraph(input: &Path) -> Result<Vec<u8>, String> {
     Ok(svg)
 }
 
-/// The kind of document a file is, by the model's reader of document
-/// heads: its schema, if it is JSON with one (an unreadable or non-JSON
-/// file is left to the bench reader, which says what is wrong).
+/// The schema a JSON file names (its kind is then [`DocKind::of_schema`]), if it is JSON with one (an unreadable or
+/// non-JSON file is left to the bench reader, which says what is wrong).
+/// Only the document's head is read when it has the field (as bootscope
+/// writes it).
 fn schema_of(path: &Path) -> Option<String> {
-    let bytes = bootscope_model::input::read_input(path).ok()?;
-    let head = bootscope_model::document::head(&bytes).ok()?;
-    head.schema().map(str::to_string)
+    let doc = bootscope_model::input::document::JsonStream::open(path).ok()?;
+    if let Some(s) = doc.schema() {
+        return Some(s.to_string());
+    }
+    if doc.head_is_whole() || doc.schema_value().is_some() {
+        return None;
+    }
+    let v: serde_json::Value = doc.parse().ok()?;
+    Some(v.get("schema")?.as_str()?.to_string())
 }
 
 /// `bootscope compare` on profiles: None when no file given is a profile

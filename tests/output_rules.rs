@@ -59,7 +59,13 @@ fn assert_closed_pipe_is_quiet(args: &[&str]) {
     let o = to_closed_pipe(args);
     let e = stderr(&o);
     assert!(!e.contains("panicked"), "{args:?}: {e}");
-    assert!(!e.contains("error"), "{args:?}: {e}");
+    // advise's own notes on its evidence (an initrd not read names the
+    // system's error) are not about the output.
+    let about_output = e.lines().filter(|l| !l.starts_with("advise: "));
+    assert!(
+        about_output.clone().all(|l| !l.contains("error")),
+        "{args:?}: {e}"
+    );
     assert_eq!(o.status.code(), Some(0), "{args:?}: {e}");
 }
 

@@ -22,6 +22,13 @@ pub enum AdviseError {
         #[source]
         source: serde_json::Error,
     },
+    /// The document could not be read as JSON (the input rules, or
+    /// not JSON).
+    #[error("{source}; give a timeline (bootscope run --timeline FILE) or a profile (bootscope profile --output FILE)")]
+    Document {
+        #[from]
+        source: bootscope_model::input::document::StreamError,
+    },
     /// JSON, but not a document advise reads.
     #[error("{path}: {problem}; give a timeline (bootscope run --timeline FILE) or a profile (bootscope profile --output FILE)")]
     WrongDocument { path: PathBuf, problem: String },
@@ -45,6 +52,7 @@ impl AdviseError {
             | Self::WrongDocument { .. }
             | Self::Usage(_)
             | Self::DoesNotBoot(_) => true,
+            Self::Document { source } => source.is_bad_input(),
             Self::Bench(e) => e.is_bad_input(),
         }
     }

@@ -472,7 +472,9 @@ fn compressed_initramfs(ev: &Evidence) -> Vec<Found> {
             "populate_rootfs: {} unpacking the initramfs {} ({}{size})",
             human_ns(pr.duration_ns),
             initrd.path,
-            if compression == "unknown" {
+            if let Some(why) = &initrd.unread {
+                format!("not read: {why}")
+            } else if compression == "unknown" {
                 "not readable here: its compression is unknown".to_string()
             } else {
                 format!("{compression}-compressed")

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use bootscope_model::document::{parse_document, DocKind, Document, DocumentError};
+use bootscope_model::document::{read_document, DocKind, Document, DocumentError};
 use bootscope_model::profile::{Profile, PROFILE_SCHEMA_NAME};
 use bootscope_model::timeline::{Timeline, TIMELINE_SCHEMA_NAME};
 use serde::Serialize;
@@ -72,6 +72,10 @@ pub struct Initrd {
     /// file could not be read.
     pub compression: Option<String>,
     pub bytes: Option<u64>,
+    /// Why the file was not read (it is not a regular file, it is
+    /// missing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unread: Option<String>,
 }
 
 /// Everything the rules can look at.
@@ -108,6 +112,19 @@ pub struct Evidence {
 }
 
 impl Evidence {
+    /// What the documents named but `advise` did not read, and why: one
+    /// line each.
+    pub fn notes(&self) -> Vec<String> {
+        self.initrd
+            .iter()
+            .filter_map(|i| {
+                let why = i.unread.as_ref()?;
+                let why = bootscope_model::text::printable(why);
+                Some(format!("the timeline's initrd was not read: {why}"))
+            })
+            .collect()
+    }
+
     /// The duration of phase `name`.
     pub fn phase_ns(&self, name: &str) -> Option<u64> {
         self.phases.iter().find(|(n, _)| n == name).map(|(_, d)| *d)
@@ -130,19 +147,17 @@ impl Evidence {
     }
 
     /// Reads one or two documents: a timeline and/or a profile of one boot.
+    /// Each is read by the model's document reader, as a bounded stream by
+    /// the input rules ([`bootscope_model::document::read_document`]).
     pub fn read(paths: &[PathBuf]) -> Result<Self, AdviseError> {
         let mut timeline = None;
         let mut profile = None;
         for path in paths {
-            let bytes = std::fs::read(path).map_err(|source| AdviseError::Read {
-                path: path.clone(),
-                source,
-            })?;
             let wrong = |problem: String| AdviseError::WrongDocument {
                 path: path.clone(),
                 problem,
             };
-            match parse_document(&bytes, &[DocKind::Timeline, DocKind::Profile]) {
+            match read_document(path, &[DocKind::Timeline, DocKind::Profile]) {
                 Ok(Document::Timeline(t)) if timeline.is_none() => {
                     timeline = Some((path.clone(), *t));
                 }
@@ -161,6 +176,7 @@ impl Evidence {
                         source,
                     })
                 }
+                Err(DocumentError::Read(source)) => return Err(AdviseError::Document { source }),
                 Err(DocumentError::Schema { found }) => {
                     return Err(wrong(format!(
                         "its \"schema\" is {}, not {TIMELINE_SCHEMA_NAME} or {PROFILE_SCHEMA_NAME}",
@@ -336,23 +352,33 @@ pub fn compression_of(head: &[u8]) -> &'static str {
     )
 }
 
+/// What the initrd a timeline names is: its size and compression, read
+/// from its first bytes if it is a regular file
+/// ([`bootscope_model::input::open_named`]: a device, FIFO or socket is
+/// not opened, whatever the timeline says).
 fn inspect_initrd(path: &Path, mapped: bool) -> Initrd {
     use std::io::Read;
     let mut head = [0u8; 8];
-    let read = std::fs::File::open(path).and_then(|mut f| {
-        let len = f.metadata()?.len();
-        let n = f.read(&mut head)?;
-        Ok((len, n))
-    });
-    let (compression, bytes) = match read {
-        Ok((len, n)) => (Some(compression_of(&head[..n]).to_string()), Some(len)),
-        Err(_) => (None, None),
+    let read = bootscope_model::input::open_named(path)
+        .map_err(|e| e.to_string())
+        .and_then(|(mut f, meta)| {
+            let n = f.read(&mut head).map_err(|e| e.to_string())?;
+            Ok((meta.len(), n))
+        });
+    let (compression, bytes, unread) = match read {
+        Ok((len, n)) => (
+            Some(compression_of(&head[..n]).to_string()),
+            Some(len),
+            None,
+        ),
+        Err(why) => (None, None, Some(why)),
     };
     Initrd {
         path: path.display().to_string(),
         mapped,
         compression,
         bytes,
+        unread,
     }
 }
 

@@ -292,6 +292,7 @@ fn vmm_set_up_rules() {
             mapped: false,
             compression: Some("none".into()),
             bytes: Some(64 << 20),
+            unread: None,
         }),
         prealloc_ns: Some(300_000_000),
         ..Evidence::default()

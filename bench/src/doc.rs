@@ -15,10 +15,11 @@ use crate::stats;
 
 const HINT: &str = "give a file written by `bootscope bench --output FILE`";
 
-/// Reads and checks a bench file: JSON, schema, version, shape.
+/// Reads and checks a bench file: JSON, schema, version, shape. The file
+/// is read as a bounded stream by the model's document reader
+/// ([`crate::schema::read_bench`]).
 pub fn read(path: &Path) -> Result<BenchDoc, BenchError> {
-    let bytes = bootscope_model::input::read_input(path)?;
-    parse(&bytes, path)
+    checked(crate::schema::read_bench(path, HINT)?, path)
 }
 
 /// [`read`] on bytes already read; `path` is for messages. The document is

@@ -25,6 +25,14 @@ pub enum BenchError {
         #[source]
         source: serde_json::Error,
     },
+    /// An input document cannot be read as JSON (the input rules, or not
+    /// JSON: [`bootscope_model::input::document`]).
+    #[error("{source}; {hint}")]
+    Document {
+        #[source]
+        source: bootscope_model::input::document::StreamError,
+        hint: &'static str,
+    },
     /// An input file is JSON of another kind.
     #[error("{}: schema {found:?}, expected {expected}; {hint}", path.display())]
     WrongSchema {

@@ -24,21 +24,32 @@ use bench::bench_svg;
 use boot::{boot_svg, Boot};
 pub use svg::group_digits;
 
+const HINT: &str = "give a bench file (bootscope bench --output), a timeline \
+                    (bootscope run --timeline) or a profile (bootscope profile --output)";
+
+/// Renders the document at `path` (a timeline, profile or bench document)
+/// as an SVG document. It is read as a bounded stream by the model's
+/// document reader ([`crate::schema::read_any`]), straight into its types.
+pub fn render_file(path: &Path) -> Result<String, BenchError> {
+    draw(crate::schema::read_any(path, HINT, &ACCEPT)?, path)
+}
+
+/// What a plot is drawn of.
+const ACCEPT: [DocKind; 3] = [DocKind::Bench, DocKind::Timeline, DocKind::Profile];
+
 /// Renders `bytes` (a timeline, profile or bench document read from
 /// `path`) as an SVG document.
 pub fn render(bytes: &[u8], path: &Path) -> Result<String, BenchError> {
-    const HINT: &str = "give a bench file (bootscope bench --output), a timeline \
-                        (bootscope run --timeline) or a profile (bootscope profile --output)";
-    // A bench file (the large kind) is read straight into its types, never
-    // as a whole JSON tree.
-    let accept = [DocKind::Bench, DocKind::Timeline, DocKind::Profile];
-    Ok(
-        match crate::schema::parse_any(bytes, path, HINT, &accept)? {
-            Document::Bench(doc) => bench_svg(&crate::doc::checked(*doc, path)?, path),
-            Document::Timeline(timeline) => boot_svg(&Boot::from_timeline(&timeline), path),
-            Document::Profile(profile) => boot_svg(&Boot::from_profile(&profile), path),
-        },
-    )
+    draw(crate::schema::parse_any(bytes, path, HINT, &ACCEPT)?, path)
+}
+
+/// The plot of a document read from `path`.
+fn draw(doc: Document, path: &Path) -> Result<String, BenchError> {
+    Ok(match doc {
+        Document::Bench(doc) => bench_svg(&crate::doc::checked(*doc, path)?, path),
+        Document::Timeline(timeline) => boot_svg(&Boot::from_timeline(&timeline), path),
+        Document::Profile(profile) => boot_svg(&Boot::from_profile(&profile), path),
+    })
 }
 
 #[cfg(test)]

@@ -485,10 +485,8 @@ impl BenchPlan {
 
 /// Reads the timeline a run wrote; the problem in words where it cannot.
 fn read_timeline(path: &Path) -> Result<bootscope_model::timeline::Timeline, String> {
-    let bytes = bootscope_model::input::read_input(path)
-        .map_err(|e| format!("no timeline: {}", BenchError::from(e)))?;
-    crate::schema::parse_timeline(&bytes, path, metrics::TIMELINE_HINT).map_err(|e| match e {
-        BenchError::NotJson { .. } => format!("no timeline: {e}"),
+    crate::schema::read_timeline(path, metrics::TIMELINE_HINT).map_err(|e| match e {
+        BenchError::Input(_) | BenchError::Document { .. } => format!("no timeline: {e}"),
         e => e.to_string(),
     })
 }
@@ -496,8 +494,7 @@ fn read_timeline(path: &Path) -> Result<bootscope_model::timeline::Timeline, Str
 /// Reads the profile a run wrote (`bench --profile`).
 fn read_profile(path: &Path) -> Result<bootscope_model::profile::Profile, BenchError> {
     const HINT: &str = "give a file written by `bootscope profile --output FILE`";
-    let bytes = bootscope_model::input::read_input(path)?;
-    crate::schema::parse_profile(&bytes, path, HINT)
+    crate::schema::read_profile(path, HINT)
 }
 
 fn duration_ns(d: Duration) -> u64 {

@@ -1,12 +1,13 @@
 //! Every document bench reads is read by the model's one document reader
 //! ([`bootscope_model::document`]: its `schema` and `version` checked
-//! first, then read into its type); here its refusals become bench's
-//! errors, naming the file and what to give instead.
+//! first, then read into its type; a file as a bounded stream by the input
+//! rules); here its refusals become bench's errors, naming the file and
+//! what to give instead.
 
 use std::path::Path;
 
 use bootscope_model::bench::BenchDoc;
-use bootscope_model::document::{parse_document, DocumentError};
+use bootscope_model::document::{parse_document, read_document, DocumentError};
 pub use bootscope_model::document::{DocKind, Document};
 use bootscope_model::profile::Profile;
 use bootscope_model::timeline::Timeline;
@@ -30,7 +31,29 @@ pub fn parse_any(
     hint: &'static str,
     accept: &[DocKind],
 ) -> Result<Document, BenchError> {
-    parse_document(bytes, accept).map_err(|e| match e {
+    parse_document(bytes, accept).map_err(|e| bench_error(e, path, hint, accept))
+}
+
+/// Reads the file at `path` as a document of one of the kinds in
+/// `accept`, as a bounded stream by the input rules
+/// ([`bootscope_model::document::read_document`]); `hint` says what file
+/// to give instead.
+pub fn read_any(
+    path: &Path,
+    hint: &'static str,
+    accept: &[DocKind],
+) -> Result<Document, BenchError> {
+    read_document(path, accept).map_err(|e| bench_error(e, path, hint, accept))
+}
+
+/// A refusal of the document reader as a [`BenchError`].
+fn bench_error(
+    e: DocumentError,
+    path: &Path,
+    hint: &'static str,
+    accept: &[DocKind],
+) -> BenchError {
+    match e {
         DocumentError::NotJson(source) => BenchError::NotJson {
             path: path.into(),
             hint,
@@ -58,7 +81,11 @@ pub fn parse_any(
             schema: kind.schema(),
             detail,
         },
-    })
+        DocumentError::Read(bootscope_model::input::document::StreamError::Input(e)) => {
+            BenchError::Input(e)
+        }
+        DocumentError::Read(source) => BenchError::Document { source, hint },
+    }
 }
 
 /// Reads a document of `kind` and takes its type out of it.
@@ -74,6 +101,36 @@ fn parse_one<T>(
         schema: kind.schema(),
         detail: "read as another kind of document".into(),
     })
+}
+
+/// Reads the file at `path` as a document of `kind` ([`read_any`]) and
+/// takes its type out of it.
+fn read_one<T>(
+    path: &Path,
+    hint: &'static str,
+    kind: DocKind,
+    take: fn(Document) -> Option<T>,
+) -> Result<T, BenchError> {
+    take(read_any(path, hint, &[kind])?).ok_or_else(|| BenchError::Malformed {
+        path: path.into(),
+        schema: kind.schema(),
+        detail: "read as another kind of document".into(),
+    })
+}
+
+/// [`parse_timeline`] of the file at `path`, read as a stream.
+pub fn read_timeline(path: &Path, hint: &'static str) -> Result<Timeline, BenchError> {
+    read_one(path, hint, DocKind::Timeline, Document::into_timeline)
+}
+
+/// [`parse_profile`] of the file at `path`, read as a stream.
+pub fn read_profile(path: &Path, hint: &'static str) -> Result<Profile, BenchError> {
+    read_one(path, hint, DocKind::Profile, Document::into_profile)
+}
+
+/// [`parse_bench`] of the file at `path`, read as a stream.
+pub fn read_bench(path: &Path, hint: &'static str) -> Result<BenchDoc, BenchError> {
+    read_one(path, hint, DocKind::Bench, Document::into_bench)
 }
 
 /// Reads a `bootscope.timeline` document (`bootscope run --timeline`)

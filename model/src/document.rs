@@ -2,6 +2,11 @@
 //! reads the `schema` and `version` fields first (a skim of the JSON that
 //! builds no tree of the rest), then the whole document straight into its
 //! type: a [`Timeline`], a [`Profile`] or a [`BenchDoc`].
+//! [`read_document`] does the same for a file, read as a bounded stream
+//! by the input rules ([`crate::input::document`]): the same decision, on
+//! the head the stream read, then the typed parse of the stream.
+
+use std::path::Path;
 
 use serde::Deserialize;
 
@@ -147,29 +152,17 @@ pub enum DocumentError {
     /// The right schema and version, the wrong shape.
     #[error("malformed {} document: {detail}", kind.schema())]
     Malformed { kind: DocKind, detail: String },
+    /// The file could not be read as JSON: the input rules refused it, it
+    /// could not be read, or it is not JSON ([`read_document`]).
+    #[error(transparent)]
+    Read(#[from] crate::input::document::StreamError),
 }
 
 /// Reads a document of one of the kinds in `accept`: its `schema` and
 /// `version` checked first, on a skim, then read into its type.
 pub fn parse_document(bytes: &[u8], accept: &[DocKind]) -> Result<Document, DocumentError> {
     let head = head(bytes).map_err(DocumentError::NotJson)?;
-    let Some(kind) = head
-        .schema()
-        .and_then(DocKind::of_schema)
-        .filter(|k| accept.contains(k))
-    else {
-        return Err(DocumentError::Schema {
-            found: head.schema().map(str::to_string),
-        });
-    };
-    let found = head
-        .version
-        .as_u64()
-        .ok_or(DocumentError::NoVersion { kind })?;
-    let (oldest, newest) = kind.versions();
-    if !(u64::from(oldest)..=u64::from(newest)).contains(&found) {
-        return Err(DocumentError::Version { kind, found });
-    }
+    let kind = kind_of(&head.schema, &head.version, accept)?;
     let malformed = |e: serde_json::Error| DocumentError::Malformed {
         kind,
         detail: e.to_string(),
@@ -178,6 +171,83 @@ pub fn parse_document(bytes: &[u8], accept: &[DocKind]) -> Result<Document, Docu
         DocKind::Timeline => Document::Timeline(serde_json::from_slice(bytes).map_err(malformed)?),
         DocKind::Profile => Document::Profile(serde_json::from_slice(bytes).map_err(malformed)?),
         DocKind::Bench => Document::Bench(serde_json::from_slice(bytes).map_err(malformed)?),
+    })
+}
+
+/// The one decision of which document a `schema` and a `version` field
+/// (null where absent) make, among the kinds in `accept`.
+pub fn kind_of(
+    schema: &serde_json::Value,
+    version: &serde_json::Value,
+    accept: &[DocKind],
+) -> Result<DocKind, DocumentError> {
+    let schema = schema.as_str();
+    let Some(kind) = schema
+        .and_then(DocKind::of_schema)
+        .filter(|k| accept.contains(k))
+    else {
+        return Err(DocumentError::Schema {
+            found: schema.map(str::to_string),
+        });
+    };
+    let found = version.as_u64().ok_or(DocumentError::NoVersion { kind })?;
+    let (oldest, newest) = kind.versions();
+    if !(u64::from(oldest)..=u64::from(newest)).contains(&found) {
+        return Err(DocumentError::Version { kind, found });
+    }
+    Ok(kind)
+}
+
+/// Reads the file at `path` as a document of one of the kinds in
+/// `accept`, as a bounded stream ([`crate::input::document::JsonStream`]):
+/// the input rules first (a FIFO, a device or a file past the input limit
+/// is refused; the first byte must be `{`), then [`kind_of`] on the head
+/// the stream read, then the typed parse of the stream, with no JSON tree
+/// of the document.
+pub fn read_document(path: &Path, accept: &[DocKind]) -> Result<Document, DocumentError> {
+    from_stream(crate::input::document::JsonStream::open(path)?, accept)
+}
+
+/// [`read_document`] of a stream already open.
+pub fn from_stream(
+    doc: crate::input::document::JsonStream,
+    accept: &[DocKind],
+) -> Result<Document, DocumentError> {
+    use crate::input::document::StreamError as ReadError;
+    let found = doc.schema_value().is_some() && doc.version_value().is_some();
+    if !(found || doc.head_is_whole()) {
+        // The head did not tell (its fields not among the first 64 KiB,
+        // which bootscope does not write): the fields of what was read.
+        let v: serde_json::Value = doc.parse()?;
+        let null = serde_json::Value::Null;
+        let field = |name| v.get(name).unwrap_or(&null);
+        let kind = kind_of(field("schema"), field("version"), accept)?;
+        let malformed = |e: serde_json::Error| DocumentError::Malformed {
+            kind,
+            detail: e.to_string(),
+        };
+        return Ok(match kind {
+            DocKind::Timeline => {
+                Document::Timeline(Deserialize::deserialize(&v).map_err(malformed)?)
+            }
+            DocKind::Profile => Document::Profile(Deserialize::deserialize(&v).map_err(malformed)?),
+            DocKind::Bench => Document::Bench(Deserialize::deserialize(&v).map_err(malformed)?),
+        });
+    }
+    let null = serde_json::Value::Null;
+    let kind = kind_of(
+        doc.schema_value().unwrap_or(&null),
+        doc.version_value().unwrap_or(&null),
+        accept,
+    )?;
+    let malformed = |e: ReadError| match e {
+        ReadError::Fields { detail, .. } => DocumentError::Malformed { kind, detail },
+        other => DocumentError::Read(other),
+    };
+    Ok(match kind {
+        DocKind::Timeline => Document::Timeline(doc.parse().map_err(malformed)?),
+        DocKind::Profile => Document::Profile(doc.parse().map_err(malformed)?),
+        DocKind::Bench => Document::Bench(doc.parse().map_err(malformed)?),
     })
 }
 
@@ -242,5 +312,38 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_file_is_read_as_a_stream_and_decided_alike() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("p.json");
+        std::fs::write(&p, serde_json::to_vec(&Profile::new()).unwrap()).unwrap();
+        let doc = read_document(&p, &DocKind::ALL).unwrap();
+        assert_eq!(doc.kind(), DocKind::Profile);
+        let e = read_document(&p, &[DocKind::Timeline]).unwrap_err();
+        assert!(matches!(&e, DocumentError::Schema { found: Some(s) } if s == "bootscope.profile"));
+        std::fs::write(&p, b"{\"schema\": \"bootscope.profile\", \"version\": 9}").unwrap();
+        let e = read_document(&p, &DocKind::ALL).unwrap_err();
+        assert!(matches!(e, DocumentError::Version { found: 9, .. }), "{e}");
+        std::fs::write(
+            &p,
+            b"{\"schema\": \"bootscope.timeline\", \"version\": 1, \"phases\": 3}",
+        )
+        .unwrap();
+        let e = read_document(&p, &DocKind::ALL).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                DocumentError::Malformed {
+                    kind: DocKind::Timeline,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = read_document(Path::new("/dev/zero"), &DocKind::ALL).unwrap_err();
+        assert!(matches!(e, DocumentError::Read(_)), "{e}");
+        assert!(e.to_string().contains("its first byte is 0x00"), "{e}");
     }
 }

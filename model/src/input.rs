@@ -18,6 +18,15 @@
 //!   the limit and refused past it (`/dev/zero` does not exhaust memory).
 //!   The limit is [`DEFAULT_MAX_INPUT`], raised (or lowered) with the
 //!   environment variable [`MAX_INPUT_ENV`] (`BOOTSCOPE_MAX_INPUT=4G`).
+//! - A file that a document names (a timeline's initrd or kernel, a cache
+//!   file) is opened only if it is a regular file ([`open_named`]): its
+//!   type is checked before the file itself is opened, so a document that
+//!   names `/dev/watchdog`, a terminal or a FIFO does not make bootscope
+//!   open it.
+//! - JSON documents are parsed as a stream from the bounded reader
+//!   ([`document`]): a first byte that is not `{` ends the read at once.
+
+pub mod document;
 
 use std::ffi::OsString;
 use std::fs::{File, Metadata, OpenOptions};
@@ -62,6 +71,8 @@ pub enum InputError {
     },
     #[error("{} gives more than the input limit of {} (it is not a regular file, so it was read up to the limit); raise the limit with {MAX_INPUT_ENV}=SIZE if it is meant", path.display(), human_size(*limit))]
     StreamTooLarge { path: PathBuf, limit: u64 },
+    #[error("{} is a {what}, not a regular file: bootscope opens only regular files where a document names a file", path.display())]
+    NotRegular { path: PathBuf, what: &'static str },
     #[error("{MAX_INPUT_ENV}={value:?} is not a size: {why}; give one such as 2G")]
     BadLimit { value: OsString, why: String },
 }
@@ -146,6 +157,48 @@ pub fn set_blocking(file: &File) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Opens a file that a document names (an initrd, a kernel, a cache
+/// file) for reading, if it is a regular file: never a device, FIFO or
+/// socket, whatever the document says.
+///
+/// The path is first opened with `O_PATH`, which does not open the file
+/// itself (no device driver's `open` runs, a FIFO does not wait); its type
+/// is checked on that descriptor, and only a regular file is then opened
+/// for reading, through the same descriptor (`/proc/self/fd/N`), so what
+/// was checked is what is read. The result is checked again.
+pub fn open_named(path: &Path) -> Result<(File, Metadata), InputError> {
+    let open_err = |source| InputError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let handle = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(path)
+        .map_err(open_err)?;
+    let meta = handle.metadata().map_err(open_err)?;
+    if !meta.is_file() {
+        return Err(InputError::NotRegular {
+            path: path.to_path_buf(),
+            what: kind_name(meta.file_type()),
+        });
+    }
+    let by_fd = PathBuf::from(format!("/proc/self/fd/{}", handle.as_raw_fd()));
+    let (file, opened) = match open_nonblocking(&by_fd, 0) {
+        Ok(f) => f,
+        // Without /proc: the path again, checked to be the same file below.
+        Err(_) => open_nonblocking(path, 0).map_err(open_err)?,
+    };
+    use std::os::unix::fs::MetadataExt;
+    if !opened.is_file() || (opened.dev(), opened.ino()) != (meta.dev(), meta.ino()) {
+        return Err(InputError::NotRegular {
+            path: path.to_path_buf(),
+            what: kind_name(opened.file_type()),
+        });
+    }
+    Ok((file, opened))
+}
+
 /// An input file opened by the rules of [this module](self), to read
 /// whole or to stream.
 pub struct Input {
@@ -180,6 +233,26 @@ impl Input {
             });
         }
         if t.is_file() && meta.len() > limit {
+            return Err(InputError::TooLarge {
+                path: path.to_path_buf(),
+                size: meta.len(),
+                limit,
+            });
+        }
+        Ok(Input {
+            path: path.to_path_buf(),
+            file,
+            meta,
+            limit,
+        })
+    }
+
+    /// Opens a file that a document names ([`open_named`]: a regular file
+    /// only), with the limit [`max_input`] gives.
+    pub fn open_named(path: &Path) -> Result<Input, InputError> {
+        let limit = max_input()?;
+        let (file, meta) = open_named(path)?;
+        if meta.len() > limit {
             return Err(InputError::TooLarge {
                 path: path.to_path_buf(),
                 size: meta.len(),
@@ -358,6 +431,37 @@ mod tests {
         std::io::Write::write_all(&mut w, b"through").unwrap();
         drop(w);
         assert_eq!(input.read_all().unwrap(), b"through");
+    }
+
+    #[test]
+    fn a_named_file_is_opened_only_if_regular() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("fifo");
+        mkfifo(&fifo);
+        for (p, what) in [
+            (fifo.as_path(), "FIFO"),
+            (Path::new("/dev/null"), "character device"),
+            (d.path(), "directory"),
+        ] {
+            let e = open_named(p).unwrap_err();
+            assert!(matches!(e, InputError::NotRegular { .. }), "{e}");
+            assert!(e.to_string().contains(what), "{e}");
+        }
+        let f = d.path().join("initrd");
+        std::fs::write(&f, b"070701").unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        assert_eq!(
+            Input::open_named(&link).unwrap().read_all().unwrap(),
+            b"070701"
+        );
+        // A link to a device is the device.
+        let dev = d.path().join("dev");
+        std::os::unix::fs::symlink("/dev/null", &dev).unwrap();
+        assert!(matches!(
+            open_named(&dev).unwrap_err(),
+            InputError::NotRegular { .. }
+        ));
     }
 
     #[test]

@@ -25,6 +25,7 @@
 //!   reader reads;
 //! - [`profile`]: the profile document, which the profiler fills and
 //!   every reader reads; [`sites`]: its exit sites and their views;
+//!   [`samples`]: its samples, held compactly;
 //! - [`bench`]: the bench document, which `bench` fills and `compare`,
 //!   `check`, `plot` and `advise` read;
 //! - [`document`]: which document a file is, read into its type;
@@ -64,6 +65,7 @@ pub mod output;
 pub mod proc;
 pub mod profile;
 pub mod prometheus;
+pub mod samples;
 pub mod sites;
 pub mod size;
 pub mod smaps;

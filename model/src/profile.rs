@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use crate::mark::MarkSource;
+pub use crate::samples::{ReasonCounts, Sample};
 pub use crate::sites::{ExitSite, ExitSites, NpfRange, SiteSymbols};
 
 /// Value of the `schema` field.
@@ -561,16 +562,6 @@ pub struct PhaseSpan {
     pub end_ns: u64,
 }
 
-/// Cumulative counters at one instant.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Sample {
-    pub t_ns: u64,
-    pub exits_total: u64,
-    pub exits_by_reason: BTreeMap<String, u64>,
-    pub guest_faults: u64,
-    pub host_faults: u64,
-}
-
 /// Errors reading a profile file.
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileReadError {
@@ -626,23 +617,79 @@ impl Profile {
         }
     }
 
-    /// Reads and checks a profile file.
+    /// Reads and checks a profile file, as a stream
+    /// ([`crate::input::document`]): its `schema` and `version` are checked
+    /// before the rest is read (or after, when they are not among its
+    /// first fields).
     pub fn read(path: &std::path::Path) -> Result<Self, ProfileReadError> {
+        use crate::input::document::{JsonStream, StreamError};
         let p = path.display().to_string();
-        let bytes = crate::input::read_input(path)?;
-        let v: serde_json::Value =
-            serde_json::from_slice(&bytes).map_err(|e| ProfileReadError::Malformed {
+        let malformed = |detail| ProfileReadError::Malformed {
+            path: p.clone(),
+            detail,
+        };
+        let as_read_error = |e: ProfileError| match e {
+            ProfileError::NotAProfile { .. } => malformed(format!(
+                "its \"schema\" field is not \"{PROFILE_SCHEMA_NAME}\""
+            )),
+            ProfileError::Version { found } => ProfileReadError::Version {
                 path: p.clone(),
-                detail: e.to_string(),
-            })?;
-        Self::parse(&v).map_err(|e| match e {
-            ProfileError::NotAProfile { .. } => ProfileReadError::Malformed {
-                path: p,
-                detail: format!("its \"schema\" field is not \"{PROFILE_SCHEMA_NAME}\""),
+                found,
             },
-            ProfileError::Version { found } => ProfileReadError::Version { path: p, found },
-            ProfileError::Field(detail) => ProfileReadError::Malformed { path: p, detail },
-        })
+            ProfileError::Field(detail) => malformed(detail),
+        };
+        let from_document = |e: StreamError| match e {
+            StreamError::Input(e) => ProfileReadError::Limits(e),
+            other => malformed(other.detail()),
+        };
+        let doc = JsonStream::open(path).map_err(from_document)?;
+        Self::check_head(&doc).map_err(as_read_error)?;
+        let profile: Profile = doc.parse().map_err(from_document)?;
+        profile.check_schema().map_err(as_read_error)?;
+        Ok(profile)
+    }
+
+    /// Checks the `schema` and `version` fields a document's head has
+    /// (those it does not have are checked once it is read,
+    /// [`Profile::check_schema`]).
+    pub fn check_head(doc: &crate::input::document::JsonStream) -> Result<(), ProfileError> {
+        let whole = doc.head_is_whole();
+        match doc.schema_value() {
+            Some(s) if s.as_str() == Some(PROFILE_SCHEMA_NAME) => {}
+            None if !whole => {}
+            other => {
+                return Err(ProfileError::NotAProfile {
+                    found: other.map_or_else(|| "missing".into(), ToString::to_string),
+                })
+            }
+        }
+        match (doc.version_value(), doc.version()) {
+            (None, _) if !whole => Ok(()),
+            (_, Some(v)) if Self::reads_version(v) => Ok(()),
+            (_, found) => Err(ProfileError::Version {
+                found: found.unwrap_or(0),
+            }),
+        }
+    }
+
+    /// Checks the `schema` and `version` of a profile read.
+    pub fn check_schema(&self) -> Result<(), ProfileError> {
+        if self.schema != PROFILE_SCHEMA_NAME {
+            return Err(ProfileError::NotAProfile {
+                found: format!("{:?}", self.schema),
+            });
+        }
+        if !Self::reads_version(u64::from(self.version)) {
+            return Err(ProfileError::Version {
+                found: u64::from(self.version),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether this bootscope reads profiles of version `v`.
+    pub fn reads_version(v: u64) -> bool {
+        (u64::from(PROFILE_SCHEMA_OLDEST)..=u64::from(PROFILE_SCHEMA_VERSION)).contains(&v)
     }
 
     /// Checks a JSON document's `schema` and `version` and reads it as a

@@ -81,6 +81,35 @@ fn profiles_round_trip_byte_for_byte() {
 }
 
 #[test]
+fn profiles_read_as_a_stream_write_back_the_same_bytes() {
+    // `Profile::read`: the bounded stream, compact samples.
+    for path in files("tests/fixtures", ".profile.json") {
+        let p = Profile::read(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut streamed = if text.starts_with("{\n") {
+            serde_json::to_string_pretty(&p).unwrap()
+        } else {
+            serde_json::to_string(&p).unwrap()
+        };
+        for added in ADDED_SINCE_THE_FIXTURES {
+            if !text.contains(added) {
+                streamed = streamed.replace(added, "");
+            }
+        }
+        if text.ends_with('\n') {
+            streamed.push('\n');
+        }
+        assert_same(&path, &text, &streamed);
+        // And as `profile --output` writes it (pretty).
+        let pretty = serde_json::to_string_pretty(&p).unwrap();
+        let again =
+            serde_json::to_string_pretty(&serde_json::from_str::<Profile>(&pretty).unwrap())
+                .unwrap();
+        assert_eq!(again, pretty, "{}", path.display());
+    }
+}
+
+#[test]
 fn a_profile_as_bootscope_writes_it_round_trips() {
     // `profile --output` writes pretty JSON.
     for path in files("tests/fixtures", ".profile.json") {

@@ -206,17 +206,53 @@ pub enum InputError {
 }
 
 /// Reads a profile or a boot timeline, converts a timeline, and normalizes
-/// the result (see [`normalize`]).
+/// the result (see [`normalize`]). The file is read as a stream
+/// ([`bootscope_model::input::document`]): a profile straight into its
+/// types, after its `schema` and `version` were checked.
 pub fn read_input(path: &Path) -> Result<(Profile, InputKind), InputError> {
+    use bootscope_model::input::document::{JsonStream, StreamError};
     let p = path.display().to_string();
-    let bytes = bootscope_model::input::read_input(path)?;
-    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| InputError::NotJson {
-        path: p.clone(),
-        detail: e.to_string(),
-    })?;
-    let (mut profile, kind) = input_from_value(&v).map_err(|e| e.with_path(p))?;
+    let from_document = |kind: &'static str| {
+        let p = p.clone();
+        move |e: StreamError| match e {
+            StreamError::Input(e) => InputError::Limits(e),
+            StreamError::NotJson { detail, .. } => InputError::NotJson { path: p, detail },
+            StreamError::Fields { detail, .. } => InputError::Malformed {
+                path: p,
+                kind,
+                detail,
+            },
+        }
+    };
+    let doc = JsonStream::open(path).map_err(from_document("document"))?;
+    let (mut profile, kind) = if doc.schema() == Some(PROFILE_SCHEMA_NAME) {
+        const KIND: &str = "profile";
+        Profile::check_head(&doc).map_err(|e| profile_error(e, KIND).with_path(p.clone()))?;
+        let profile: Profile = doc.parse().map_err(from_document(KIND))?;
+        profile
+            .check_schema()
+            .map_err(|e| profile_error(e, KIND).with_path(p.clone()))?;
+        (profile, InputKind::Profile)
+    } else {
+        // A timeline (small), or a document whose head did not tell.
+        let v: serde_json::Value = doc.parse().map_err(from_document("document"))?;
+        input_from_value(&v).map_err(|e| e.with_path(p))?
+    };
     normalize(&mut profile);
     Ok((profile, kind))
+}
+
+fn profile_error(e: bootscope_model::profile::ProfileError, kind: &'static str) -> ValueError {
+    use bootscope_model::profile::ProfileError;
+    match e {
+        ProfileError::NotAProfile { found } => ValueError::UnknownSchema(found),
+        ProfileError::Version { found } => ValueError::Version {
+            kind,
+            found,
+            supported: PROFILE_SCHEMA_VERSION,
+        },
+        ProfileError::Field(detail) => ValueError::Malformed { kind, detail },
+    }
 }
 
 /// [`InputError`] before the path is known.
@@ -469,7 +505,7 @@ mod tests {
             (
                 "noschema.json",
                 r#"[1,2,3]"#,
-                &["neither a bootscope profile", "missing"],
+                &["is not JSON", "first byte is '['"],
             ),
             (
                 "v9.json",

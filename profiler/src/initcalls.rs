@@ -25,7 +25,7 @@ pub fn attribute(initcalls: &mut InitcallsDoc, slots: Option<&TimeSlots>, sample
                 s.t_ns,
                 SampledCounts {
                     exits: s.exits_total,
-                    exits_by_reason: s.exits_by_reason.clone(),
+                    exits_by_reason: s.exits_by_reason.to_map(),
                     guest_faults: s.guest_faults,
                     host_faults: s.host_faults,
                 },

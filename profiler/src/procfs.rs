@@ -155,7 +155,7 @@ impl ProcfsProfile {
         self.samples.push(Sample {
             t_ns: now,
             exits_total: p.exits.total,
-            exits_by_reason: BTreeMap::new(),
+            exits_by_reason: Default::default(),
             guest_faults: 0,
             host_faults: p.page_faults.host_total,
         });

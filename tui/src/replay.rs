@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use bootscope_model::profile::{HistBucket, Profile};
+use bootscope_model::profile::{HistBucket, Profile, Sample};
 
 use crate::ProfileSource;
 
@@ -95,14 +95,76 @@ fn scale_hist(h: &[HistBucket], frac: f64) -> Vec<HistBucket> {
         .collect()
 }
 
+/// The most samples a replayed profile keeps (the last ones by its time):
+/// what the panes draw (the fault rates of the last samples, one per
+/// column), so a profile of a million samples is not copied at every frame.
+pub const PANE_SAMPLES: usize = 4096;
+
+/// The last [`PANE_SAMPLES`] of `samples`.
+fn tail<'a>(samples: impl DoubleEndedIterator<Item = &'a Sample>) -> Vec<Sample> {
+    let mut last: Vec<Sample> = samples.rev().take(PANE_SAMPLES).cloned().collect();
+    last.reverse();
+    last
+}
+
+/// A copy of `p` without its samples (which can be most of it).
+fn without_samples(p: &Profile) -> Profile {
+    let Profile {
+        schema,
+        version,
+        target,
+        host,
+        duration_ns,
+        sources,
+        exits,
+        page_faults,
+        threads,
+        numa,
+        marks,
+        phases,
+        samples: _,
+        lost_events,
+        map_overflows,
+        startup,
+        collector,
+        time_slots,
+    } = p;
+    Profile {
+        schema: schema.clone(),
+        version: *version,
+        target: target.clone(),
+        host: host.clone(),
+        duration_ns: *duration_ns,
+        sources: sources.clone(),
+        exits: exits.clone(),
+        page_faults: page_faults.clone(),
+        threads: threads.clone(),
+        numa: numa.clone(),
+        marks: marks.clone(),
+        phases: phases.clone(),
+        samples: Vec::new(),
+        lost_events: *lost_events,
+        map_overflows: *map_overflows,
+        startup: startup.clone(),
+        collector: collector.clone(),
+        time_slots: time_slots.clone(),
+    }
+}
+
 /// The profile as it looked `t_ns` after profiling started (as far as the
 /// saved data tells): counters from the last sample by then, totals that
-/// samples do not hold scaled by the share of exits seen.
+/// samples do not hold scaled by the share of exits seen. Of the samples
+/// by then, the last [`PANE_SAMPLES`] are kept.
 pub fn profile_at(p: &Profile, t_ns: u64) -> Profile {
+    let mut out = without_samples(p);
+    out.samples = if t_ns >= p.duration_ns {
+        tail(p.samples.iter())
+    } else {
+        tail(p.samples.iter().filter(|s| s.t_ns <= t_ns))
+    };
     if t_ns >= p.duration_ns {
-        return p.clone();
+        return out;
     }
-    let mut out = p.clone();
     out.duration_ns = t_ns;
     out.target.ended_ns = None;
     out.target.exit_code = None;
@@ -111,7 +173,6 @@ pub fn profile_at(p: &Profile, t_ns: u64) -> Profile {
     for s in &mut out.phases {
         s.end_ns = s.end_ns.min(t_ns);
     }
-    out.samples.retain(|s| s.t_ns <= t_ns);
     let time_frac = t_ns as f64 / p.duration_ns.max(1) as f64;
     let last = out.samples.last().cloned();
     // Share of the exits seen by t: from the samples when they have any.
@@ -123,7 +184,7 @@ pub fn profile_at(p: &Profile, t_ns: u64) -> Profile {
     out.exits.total = scale(p.exits.total, exit_frac);
     for r in &mut out.exits.by_reason {
         r.count = match &last {
-            Some(s) if s.exits_by_reason.contains_key(&r.reason) => s.exits_by_reason[&r.reason],
+            Some(s) if s.exits_by_reason.contains_key(&r.reason) => s.exits_by_reason[&*r.reason],
             _ => scale(r.count, exit_frac),
         };
         r.latency_total_ns = r.latency_total_ns.map(|v| scale(v, exit_frac));

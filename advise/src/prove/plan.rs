@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bootscope_bench::doc::Machine;
 use bootscope_bench::runner::{self, DEFAULT_CONSOLE_PATTERNS};
-use bootscope_bench::{ConsolePattern, Side};
+use bootscope_bench::{BenchError, ConsolePattern, Side};
 use serde::Serialize;
 
 use super::options::{FixKind, ProveOptions};
@@ -255,11 +255,13 @@ impl ProvePlan {
         }
         let mark = match &self.target {
             ProveTarget::Bootscope { .. } => {
-                let bytes =
-                    std::fs::read(&timeline).map_err(|e| fail(format!("no timeline ({e})")))?;
                 let hint = bootscope_bench::metrics::TIMELINE_HINT;
-                let t = bootscope_bench::schema::parse_timeline(&bytes, &timeline, hint)
-                    .map_err(|e| fail(e.to_string()))?;
+                let t = bootscope_bench::schema::read_timeline(&timeline, hint).map_err(|e| {
+                    fail(match e {
+                        BenchError::Input(e) => format!("no timeline ({e})"),
+                        e => e.to_string(),
+                    })
+                })?;
                 let facts = bootscope_bench::metrics::from_timeline(&t);
                 if !facts.clean {
                     return Err(fail(format!("unclean end: {}", facts.detail)));

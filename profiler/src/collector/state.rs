@@ -276,10 +276,10 @@ impl State {
         let mut events = [0; bpf::SOURCE_COUNT];
         let exits = self.exit_reasons(false, &mut events);
         let faults = self.faults(&mut events);
-        let by_reason: BTreeMap<String, u64> = exits
+        let by_reason: bootscope_model::profile::ReasonCounts = exits
             .by_reason
             .iter()
-            .map(|r| (r.reason.clone(), r.count))
+            .map(|r| (r.reason.as_str(), r.count))
             .collect();
         self.sampler.samples.push(Sample {
             t_ns,

@@ -63,21 +63,21 @@ fn lanes(phases: &[PhaseSpan]) -> Vec<usize> {
 /// event, a reason not yet seen counting 0 and one missing later keeping
 /// its last value.
 fn sample_counters(p: &Profile, pid: u32, events: &mut Vec<Value>) {
-    let reasons: BTreeSet<&String> = p
+    let reasons: BTreeSet<&str> = p
         .samples
         .iter()
         .flat_map(|s| s.exits_by_reason.keys())
         .collect();
-    let mut last: BTreeMap<&String, u64> = reasons.iter().map(|r| (*r, 0)).collect();
+    let mut last: BTreeMap<&str, u64> = reasons.iter().map(|r| (*r, 0)).collect();
     for s in &p.samples {
-        for (r, n) in &s.exits_by_reason {
-            last.insert(r, *n);
+        for (r, n) in s.exits_by_reason.iter() {
+            last.insert(r, n);
         }
         let ts = us(s.t_ns);
         if !last.is_empty() {
             let args: Map<String, Value> = last
                 .iter()
-                .map(|(r, n)| ((*r).clone(), (*n).into()))
+                .map(|(r, n)| ((*r).to_string(), (*n).into()))
                 .collect();
             events.push(json!({
                 "ph": "C", "name": "VM exits", "cat": "exits", "pid": pid, "ts": ts, "args": args

@@ -44,6 +44,10 @@ fn bucket(lo_ns: u64, hi_ns: u64, count: u64) -> HistBucket {
     }
 }
 
+fn reason_counts(pairs: &[(&str, u64)]) -> crate::profile::ReasonCounts {
+    pairs.iter().map(|(k, v)| (*k, *v)).collect()
+}
+
 fn reasons(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
 }
@@ -172,21 +176,21 @@ fn samples() -> Vec<Sample> {
         Sample {
             t_ns: 100_000_000,
             exits_total: 200,
-            exits_by_reason: reasons(&[("io", 150), ("npf", 50)]),
+            exits_by_reason: reason_counts(&[("io", 150), ("npf", 50)]),
             guest_faults: 50,
             host_faults: 4_500,
         },
         Sample {
             t_ns: 500_000_000,
             exits_total: 700,
-            exits_by_reason: reasons(&[("io", 400), ("npf", 250), ("hlt", 50)]),
+            exits_by_reason: reason_counts(&[("io", 400), ("npf", 250), ("hlt", 50)]),
             guest_faults: 250,
             host_faults: 4_900,
         },
         Sample {
             t_ns: 900_000_000,
             exits_total: 1_000,
-            exits_by_reason: reasons(&[
+            exits_by_reason: reason_counts(&[
                 ("io", 600),
                 ("npf", 300),
                 ("hlt", 75),

@@ -220,7 +220,7 @@ pub fn add_phases_and_samples(p: &mut Profile, t_ms: u64) {
         p.samples.push(Sample {
             t_ns: k * 100 * MS,
             exits_total: f(21191) * k * 100 / t_ms.max(1),
-            exits_by_reason: BTreeMap::new(),
+            exits_by_reason: Default::default(),
             guest_faults: guest,
             host_faults: host,
         });
