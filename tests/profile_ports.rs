@@ -335,17 +335,24 @@ fn follows_a_vmm_started_by_the_command() {
         .and_then(|m| m.tgid)
         .expect("the 0x90 mark");
     assert_ne!(vmm_tgid, p.target.pid, "the VMM is a child of the shell");
-    // All but the few exits before the phase reached the kernel.
-    let in_phase: u64 = p
-        .exits
-        .by_phase
-        .iter()
-        .filter(|x| x.phase == "custom 0x90")
-        .flat_map(|x| x.by_reason.values())
-        .sum();
+    // The descendant's exits are filed under its own phases. The phase a
+    // descendant is in is set from the collector's thread when it reads
+    // the mark, so on a loaded host the first of the 1,000 writes after
+    // the mark may still land in the phase before it; none is lost: the
+    // two phases together hold every write, and the later one most.
+    let exits_in = |phase: &str| -> u64 {
+        p.exits
+            .by_phase
+            .iter()
+            .filter(|x| x.phase == phase)
+            .flat_map(|x| x.by_reason.values())
+            .sum()
+    };
+    let in_phase = exits_in("custom 0x90");
+    let before = exits_in("before first mark");
     assert!(
-        (900..=1001).contains(&in_phase),
-        "{in_phase} exits in custom 0x90: {:?}",
+        in_phase > 500 && in_phase <= 1001 && in_phase + before >= 1000,
+        "{in_phase} exits in custom 0x90, {before} before it: {:?}",
         p.exits.by_phase
     );
     let _ = std::fs::remove_dir_all(&dir);
