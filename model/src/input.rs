@@ -232,7 +232,18 @@ impl Input {
                 what: kind_name(t),
             });
         }
-        if t.is_file() && meta.len() > limit {
+        Input::within_limit(path, file, meta, limit)
+    }
+
+    /// An opened input, refused when it is a regular file larger than
+    /// `limit` (a device or FIFO is bounded as it is read).
+    fn within_limit(
+        path: &Path,
+        file: File,
+        meta: Metadata,
+        limit: u64,
+    ) -> Result<Input, InputError> {
+        if meta.file_type().is_file() && meta.len() > limit {
             return Err(InputError::TooLarge {
                 path: path.to_path_buf(),
                 size: meta.len(),
@@ -252,19 +263,7 @@ impl Input {
     pub fn open_named(path: &Path) -> Result<Input, InputError> {
         let limit = max_input()?;
         let (file, meta) = open_named(path)?;
-        if meta.len() > limit {
-            return Err(InputError::TooLarge {
-                path: path.to_path_buf(),
-                size: meta.len(),
-                limit,
-            });
-        }
-        Ok(Input {
-            path: path.to_path_buf(),
-            file,
-            meta,
-            limit,
-        })
+        Input::within_limit(path, file, meta, limit)
     }
 
     /// The file's metadata, from the open descriptor.

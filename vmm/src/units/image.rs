@@ -271,7 +271,7 @@ pub fn with_fs_at<T>(
     with_checked_fs(file, len, &Rc::default(), f)
 }
 
-fn read_in(fs: &ext4_view::Ext4, path: &str) -> Result<Option<Vec<u8>>, String> {
+pub(super) fn read_in(fs: &ext4_view::Ext4, path: &str) -> Result<Option<Vec<u8>>, String> {
     let meta = match fs.metadata(path) {
         Ok(m) => m,
         Err(ext4_view::Ext4Error::NotFound) => return Ok(None),

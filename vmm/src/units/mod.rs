@@ -59,13 +59,22 @@ pub struct RecordProbe {
 impl RecordProbe {
     /// Reads the image's record, if any, before the boot.
     pub fn before_boot(image: &Path) -> RecordProbe {
-        RecordProbe {
-            image: image.to_path_buf(),
-            before: read_record_file(image).ok().flatten(),
-            journal_before: image::with_fs_at(image, |fs| Ok(journal::tail_boot(fs)))
+        // One load of the file system for both: the record and the
+        // journal's last boot.
+        let (before, journal_before) = image::with_fs_at(image, |fs| {
+            let record = image::read_in(fs, RECORD_PATH)
                 .ok()
                 .flatten()
-                .flatten(),
+                .and_then(|b| String::from_utf8(b).ok());
+            Ok((record, journal::tail_boot(fs)))
+        })
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+        RecordProbe {
+            image: image.to_path_buf(),
+            before,
+            journal_before,
         }
     }
 
