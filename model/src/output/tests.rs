@@ -1,4 +1,5 @@
 use super::*;
+use std::ffi::OsStr;
 use std::os::unix::fs::symlink;
 
 fn scratch() -> tempfile::TempDir {
