@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::anyhow;
 use clap::Args;
 
+use bootscope_model::document::{read_document, DocKind, DocumentError};
 use bootscope_profiler::export::{self, InputKind, TIMELINE_SCHEMA_NAME};
 use bootscope_tui::{Browser, Initcalls, TuiOptions};
 
@@ -44,24 +45,28 @@ fn parse_speed(s: &str) -> Result<f64, String> {
     }
 }
 
-/// The initcalls of a boot timeline, read from `path` as a stream by the
-/// input rules ([`bootscope_model::input::document`]).
+/// The initcalls of a boot timeline, read from `path` by model's one
+/// document reader ([`read_document`]: a bounded stream, the kind decided
+/// on its head).
 fn timeline_initcalls(path: &Path) -> Result<Option<Initcalls>, Failure> {
-    use bootscope_model::input::document::{JsonStream, StreamError};
-    let hint = |e: StreamError| {
-        usage(anyhow!(
-            "{e}; give a boot timeline (bootscope run --timeline FILE)"
-        ))
+    let timeline = match read_document(path, &[DocKind::Timeline]) {
+        Ok(doc) => doc.into_timeline().ok_or_else(|| not_a_timeline(path))?,
+        Err(DocumentError::Schema { .. }) => return Err(not_a_timeline(path)),
+        Err(DocumentError::Read(e)) => {
+            return Err(usage(anyhow!(
+                "{e}; give a boot timeline (bootscope run --timeline FILE)"
+            )))
+        }
+        Err(e) => {
+            return Err(usage(anyhow!(
+                "{}: {e}; --timeline takes the file of `bootscope run --timeline`",
+                path.display()
+            )))
+        }
     };
-    let doc = JsonStream::open(path).map_err(hint)?;
-    if doc.schema_value().is_some() && doc.schema() != Some(TIMELINE_SCHEMA_NAME) {
-        return Err(not_a_timeline(path));
-    }
-    let doc: serde_json::Value = doc.parse().map_err(hint)?;
-    if doc.get("schema").and_then(|s| s.as_str()) != Some(TIMELINE_SCHEMA_NAME) {
-        return Err(not_a_timeline(path));
-    }
-    Ok(Initcalls::from_json(&doc))
+    Ok(timeline
+        .initcalls
+        .and_then(|ic| Initcalls::from_json(&serde_json::to_value(&ic).ok()?)))
 }
 
 fn not_a_timeline(path: &Path) -> Failure {

@@ -653,21 +653,24 @@ impl Profile {
     /// (those it does not have are checked once it is read,
     /// [`Profile::check_schema`]).
     pub fn check_head(doc: &crate::input::document::JsonStream) -> Result<(), ProfileError> {
+        use crate::document::{kind_of, DocKind, DocumentError};
         let whole = doc.head_is_whole();
-        match doc.schema_value() {
-            Some(s) if s.as_str() == Some(PROFILE_SCHEMA_NAME) => {}
-            None if !whole => {}
-            other => {
-                return Err(ProfileError::NotAProfile {
-                    found: other.map_or_else(|| "missing".into(), ToString::to_string),
-                })
-            }
-        }
-        match (doc.version_value(), doc.version()) {
-            (None, _) if !whole => Ok(()),
-            (_, Some(v)) if Self::reads_version(v) => Ok(()),
-            (_, found) => Err(ProfileError::Version {
-                found: found.unwrap_or(0),
+        // A field the head did not reach is taken as right here.
+        let schema = serde_json::Value::from(PROFILE_SCHEMA_NAME);
+        let version = serde_json::Value::from(PROFILE_SCHEMA_VERSION);
+        let null = serde_json::Value::Null;
+        let absent = |right| if whole { &null } else { right };
+        let schema_v = doc.schema_value().unwrap_or(absent(&schema));
+        let version_v = doc.version_value().unwrap_or(absent(&version));
+        match kind_of(schema_v, version_v, &[DocKind::Profile]) {
+            Ok(_) => Ok(()),
+            Err(DocumentError::Schema { .. }) => Err(ProfileError::NotAProfile {
+                found: doc
+                    .schema_value()
+                    .map_or_else(|| "missing".into(), ToString::to_string),
+            }),
+            Err(_) => Err(ProfileError::Version {
+                found: doc.version().unwrap_or(0),
             }),
         }
     }

@@ -20,7 +20,9 @@ use std::str::FromStr;
 
 use serde::Deserialize as _;
 
-use crate::profile::{Profile, PROFILE_SCHEMA_NAME, PROFILE_SCHEMA_OLDEST, PROFILE_SCHEMA_VERSION};
+use bootscope_model::document::{kind_of, DocKind, DocumentError};
+
+use crate::profile::{Profile, PROFILE_SCHEMA_NAME, PROFILE_SCHEMA_VERSION};
 
 pub use chrome::{to_chrome_trace, PHASES_TID};
 pub use csv::to_csv;
@@ -225,21 +227,67 @@ pub fn read_input(path: &Path) -> Result<(Profile, InputKind), InputError> {
         }
     };
     let doc = JsonStream::open(path).map_err(from_document("document"))?;
-    let (mut profile, kind) = if doc.schema() == Some(PROFILE_SCHEMA_NAME) {
-        const KIND: &str = "profile";
-        Profile::check_head(&doc).map_err(|e| profile_error(e, KIND).with_path(p.clone()))?;
-        let profile: Profile = doc.parse().map_err(from_document(KIND))?;
-        profile
-            .check_schema()
-            .map_err(|e| profile_error(e, KIND).with_path(p.clone()))?;
-        (profile, InputKind::Profile)
-    } else {
+    // Which document it is is model's one decision (`kind_of`), on the
+    // head the stream read; a head without both fields is decided on the
+    // fields of the whole document.
+    let null = serde_json::Value::Null;
+    let decided = match (doc.schema_value(), doc.version_value()) {
+        (schema, version) if (schema.is_some() && version.is_some()) || doc.head_is_whole() => {
+            Some(decide(schema, version.unwrap_or(&null)))
+        }
+        _ => None,
+    };
+    let (mut profile, kind) = match decided {
+        Some(Ok(DocKind::Profile)) => {
+            const KIND: &str = "profile";
+            let profile: Profile = doc.parse().map_err(from_document(KIND))?;
+            profile
+                .check_schema()
+                .map_err(|e| profile_error(e, KIND).with_path(p.clone()))?;
+            (profile, InputKind::Profile)
+        }
+        Some(Err(e)) => return Err(e.with_path(p)),
         // A timeline (small), or a document whose head did not tell.
-        let v: serde_json::Value = doc.parse().map_err(from_document("document"))?;
-        input_from_value(&v).map_err(|e| e.with_path(p))?
+        _ => {
+            let v: serde_json::Value = doc.parse().map_err(from_document("document"))?;
+            input_from_value(&v).map_err(|e| e.with_path(p))?
+        }
     };
     normalize(&mut profile);
     Ok((profile, kind))
+}
+
+/// The documents `export` reads.
+const INPUT_KINDS: [DocKind; 2] = [DocKind::Profile, DocKind::Timeline];
+
+/// Which of [`INPUT_KINDS`] a document with these `schema` and `version`
+/// fields is ([`kind_of`]), its refusal in `export`'s words.
+fn decide(
+    schema: Option<&serde_json::Value>,
+    version: &serde_json::Value,
+) -> Result<DocKind, ValueError> {
+    let null = serde_json::Value::Null;
+    kind_of(schema.unwrap_or(&null), version, &INPUT_KINDS).map_err(|e| {
+        let kind_name = |k: DocKind| match k {
+            DocKind::Timeline => "boot timeline",
+            other => other.name(),
+        };
+        match e {
+            DocumentError::NoVersion { kind } => ValueError::Version {
+                kind: kind_name(kind),
+                found: 0,
+                supported: kind.versions().1,
+            },
+            DocumentError::Version { kind, found } => ValueError::Version {
+                kind: kind_name(kind),
+                found,
+                supported: kind.versions().1,
+            },
+            _ => ValueError::UnknownSchema(
+                schema.map_or_else(|| "missing".to_string(), ToString::to_string),
+            ),
+        }
+    })
 }
 
 fn profile_error(e: bootscope_model::profile::ProfileError, kind: &'static str) -> ValueError {
@@ -289,26 +337,9 @@ impl ValueError {
 }
 
 fn input_from_value(v: &serde_json::Value) -> Result<(Profile, InputKind), ValueError> {
-    let schema = v.get("schema");
-    match schema.and_then(|s| s.as_str()) {
-        Some(PROFILE_SCHEMA_NAME) => {
-            const KIND: &str = "profile";
-            let found = v.get("version").and_then(|s| s.as_u64()).unwrap_or(0);
-            let readable = u64::from(PROFILE_SCHEMA_OLDEST)..=u64::from(PROFILE_SCHEMA_VERSION);
-            if !readable.contains(&found) {
-                return Err(ValueError::Version {
-                    kind: KIND,
-                    found,
-                    supported: PROFILE_SCHEMA_VERSION,
-                });
-            }
-            let profile = Profile::deserialize(v).map_err(|e| ValueError::Malformed {
-                kind: KIND,
-                detail: e.to_string(),
-            })?;
-            Ok((profile, InputKind::Profile))
-        }
-        Some(TIMELINE_SCHEMA_NAME) => {
+    let null = serde_json::Value::Null;
+    match decide(v.get("schema"), v.get("version").unwrap_or(&null))? {
+        DocKind::Timeline => {
             const KIND: &str = "boot timeline";
             let profile = profile_from_timeline(v).map_err(|e| match e {
                 TimelineError::Version { found } => ValueError::Version {
@@ -323,10 +354,13 @@ fn input_from_value(v: &serde_json::Value) -> Result<(Profile, InputKind), Value
             })?;
             Ok((profile, InputKind::Timeline))
         }
-        _ => Err(ValueError::UnknownSchema(match schema {
-            None => "missing".to_string(),
-            Some(s) => s.to_string(),
-        })),
+        _ => {
+            let profile = Profile::deserialize(v).map_err(|e| ValueError::Malformed {
+                kind: "profile",
+                detail: e.to_string(),
+            })?;
+            Ok((profile, InputKind::Profile))
+        }
     }
 }
 
