@@ -24,7 +24,7 @@ pub fn progress_line(label: &str, s: &StormRecord) -> String {
         ("storm:time_to_userspace:p99", "p99"),
     ] {
         if let Some(v) = s.metrics.get(name) {
-            let _ = write!(line, ", {label} {:.1} ms", *v as f64 / 1e6);
+            let _ = write!(line, ", {label} {}", bootscope_model::human::ms(*v));
         }
     }
     if let Some(v) = s.metrics.get("storm:memory:pss:sum") {

@@ -1,6 +1,7 @@
 //! Numbers as people read them, one form each for every report: sizes
 //! (`1 GiB`), counts with their digits grouped (`1,234,567`) and durations
-//! (`12.3 ms`, `2.13 s`).
+//! (`12.3 ms`, `2.13 s`; `1,234.5` ms in a table, `1234.567891` in CSV,
+//! `16ms` on a histogram's axis).
 
 /// Formats a byte count for messages: `1 GiB`, `2 MiB`, `12 KiB`, or bytes.
 pub fn human_size(bytes: u64) -> String {
@@ -48,7 +49,46 @@ pub fn group_digits_signed(n: i128) -> String {
 
 /// Nanoseconds as milliseconds with one decimal: `12.3 ms`.
 pub fn ms(ns: u64) -> String {
-    format!("{:.1} ms", ns as f64 / 1e6)
+    ms_f64(ns as f64)
+}
+
+/// [`ms`] of a figure that need not be whole (a mean, a spread).
+pub fn ms_f64(ns: f64) -> String {
+    format!("{:.1} ms", ns / 1e6)
+}
+
+/// Milliseconds with one decimal and their digits grouped, without the
+/// unit (a table's column says it): `1,234.5`, `-0.1`.
+pub fn ms_grouped(ns: f64) -> String {
+    let tenths = (ns / 1e5).round() as i64;
+    let whole = group_digits_signed(i128::from(tenths / 10));
+    let whole = if tenths < 0 && tenths / 10 == 0 {
+        format!("-{whole}")
+    } else {
+        whole
+    };
+    format!("{whole}.{}", (tenths % 10).unsigned_abs())
+}
+
+/// Nanoseconds as exact milliseconds with six decimals, for a number
+/// column (CSV): `1234.567891`.
+pub fn ms_exact(ns: u64) -> String {
+    format!("{}.{:06}", ns / 1_000_000, ns % 1_000_000)
+}
+
+/// A short duration in whole units, for a histogram's labels: `512ns`,
+/// `2µs`, `16ms`, `1s`; `micro` spells the microsecond (`µs`, or `us` for
+/// an ASCII terminal).
+pub fn ns_short(ns: u64, micro: &str) -> String {
+    if ns < 1_000 {
+        format!("{ns}ns")
+    } else if ns < 1_000_000 {
+        format!("{}{micro}", ns / 1_000)
+    } else if ns < 1_000_000_000 {
+        format!("{}ms", ns / 1_000_000)
+    } else {
+        format!("{}s", ns / 1_000_000_000)
+    }
 }
 
 /// Nanoseconds in words: `2.13 s`, `212.0 ms`, `40 µs`.
@@ -86,5 +126,15 @@ mod tests {
         assert_eq!(human_ns(2_130_000_000), "2.13 s");
         assert_eq!(human_ns(212_000_000), "212.0 ms");
         assert_eq!(human_ns(40_000), "40 µs");
+        assert_eq!(ms_f64(2.5e6), "2.5 ms");
+        assert_eq!(ms_grouped(1_234_549_999.0), "1,234.5");
+        assert_eq!(ms_grouped(-50_000.0), "-0.1");
+        assert_eq!(ms_grouped(-40_000.0), "0.0");
+        assert_eq!(ms_exact(1_234_567_891), "1234.567891");
+        assert_eq!(ms_exact(0), "0.000000");
+        assert_eq!(ns_short(512, "µs"), "512ns");
+        assert_eq!(ns_short(2048, "us"), "2us");
+        assert_eq!(ns_short(4_194_304, "µs"), "4ms");
+        assert_eq!(ns_short(3_000_000_000, "µs"), "3s");
     }
 }

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use bootscope_model::human::group_digits_signed as group;
+use bootscope_model::human::ms_grouped as ms_text;
 use serde::Serialize;
 
 use crate::sites::ExitSites;
@@ -85,18 +86,6 @@ impl PhaseChange {
         }
         out
     }
-}
-
-/// Milliseconds from nanoseconds, one decimal, digits grouped.
-fn ms_text(ns: f64) -> String {
-    let tenths = (ns / 1e5).round() as i64;
-    let whole = group(i128::from(tenths / 10));
-    let whole = if tenths < 0 && tenths / 10 == 0 {
-        format!("-{whole}")
-    } else {
-        whole
-    };
-    format!("{whole}.{}", (tenths % 10).unsigned_abs())
 }
 
 /// What the phase section says of one pair of boots.

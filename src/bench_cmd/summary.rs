@@ -10,6 +10,7 @@ use bootscope_bench::metrics::{self, MetricKind};
 use bootscope_bench::runner::Progress;
 use bootscope_bench::stats;
 use bootscope_bench::{Sample, TestKind};
+use bootscope_model::human::ms;
 
 /// The line printed after every run.
 pub(super) fn print_progress(p: &Progress) {
@@ -37,10 +38,10 @@ pub(super) fn print_progress(p: &Progress) {
     }
     let m = &r.metrics;
     if let Some(w) = m.get("wall") {
-        let _ = write!(line, ", wall {:.1} ms", *w as f64 / 1e6);
+        let _ = write!(line, ", wall {}", ms(*w));
     }
     if let Some(t) = m.get("time_to_userspace") {
-        let _ = write!(line, ", to userspace {:.1} ms", *t as f64 / 1e6);
+        let _ = write!(line, ", to userspace {}", ms(*t));
     }
     if let Some(e) = m.get("exits:total") {
         let _ = write!(line, ", {e} exits");

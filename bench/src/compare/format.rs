@@ -53,7 +53,7 @@ pub fn format_level(v: f64) -> String {
 /// A value in its unit: milliseconds for times, a count otherwise.
 pub fn format_value(kind: MetricKind, v: f64) -> String {
     match kind {
-        MetricKind::Time => format!("{:.1} ms", v / 1e6),
+        MetricKind::Time => bootscope_model::human::ms_f64(v),
         MetricKind::Count if v.fract() == 0.0 => format!("{v:.0}"),
         MetricKind::Count => format!("{v:.1}"),
         MetricKind::Bytes => format!("{:.1} MiB", v / 1_048_576.0),

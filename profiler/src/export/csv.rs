@@ -4,6 +4,8 @@ use std::fmt::Write as _;
 
 use super::CsvTable;
 use crate::profile::Profile;
+// Nanoseconds as exact milliseconds with six decimals (chrome.rs too).
+pub(super) use bootscope_model::human::ms_exact as ms;
 
 /// Renders one table of the profile.
 pub fn to_csv(p: &Profile, table: CsvTable) -> String {
@@ -37,11 +39,6 @@ fn row<S: AsRef<str>>(out: &mut String, fields: &[S]) {
         out.push_str(&field(f.as_ref()));
     }
     out.push('\n');
-}
-
-/// Nanoseconds as exact milliseconds with six decimals.
-pub(super) fn ms(ns: u64) -> String {
-    format!("{}.{:06}", ns / 1_000_000, ns % 1_000_000)
 }
 
 fn exits(p: &Profile, out: &mut String) {

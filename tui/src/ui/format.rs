@@ -16,26 +16,16 @@ pub fn fmt_rate(r: f64) -> String {
 
 /// A duration in milliseconds (one decimal below 10 s).
 pub fn fmt_ms(ns: u64) -> String {
-    let ms = ns as f64 / 1e6;
-    if ms < 10_000.0 {
-        format!("{ms:.1} ms")
+    if ns < 10_000_000_000 {
+        bootscope_model::human::ms(ns)
     } else {
-        format!("{} ms", fmt_count(ms.round() as u64))
+        format!("{} ms", fmt_count((ns as f64 / 1e6).round() as u64))
     }
 }
 
 /// A short duration for histogram labels: 512ns, 2us, 16ms, 1s.
 pub fn fmt_ns_short(ns: u64, ascii: bool) -> String {
-    let us = if ascii { "us" } else { "µs" };
-    if ns < 1_000 {
-        format!("{ns}ns")
-    } else if ns < 1_000_000 {
-        format!("{}{us}", ns / 1_000)
-    } else if ns < 1_000_000_000 {
-        format!("{}ms", ns / 1_000_000)
-    } else {
-        format!("{}s", ns / 1_000_000_000)
-    }
+    bootscope_model::human::ns_short(ns, if ascii { "us" } else { "µs" })
 }
 
 /// Bytes in binary units.
