@@ -286,6 +286,9 @@ impl VmBuilder {
         } else {
             None
         };
+        if cfg.acpi {
+            crate::devices::vmgenid::write_new_id(mem)?;
+        }
         let initrd = images.initrd.as_ref();
         match images.kernel.mode {
             EntryMode::Linux64 => {

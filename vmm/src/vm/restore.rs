@@ -220,6 +220,11 @@ pub fn restore(
             .map_err(kvm_failed("KVM_SET_CPUID2"))?;
         s.restore(fd).map_err(SnapshotError::from)?;
     }
+    if state.identity.acpi {
+        crate::devices::vmgenid::renew(&vm.vm, mem)
+            .map_err(|e| SnapshotError::Stopping(e.to_string()))?;
+        recorder.vmm(crate::devices::vmgenid::NEW_ID_MARK);
+    }
     recorder.vmm(restore_marks::STATE_RESTORED);
     recorder.vmm(vmm_marks::VCPUS_CREATED);
     if let Some(hook) = vm.cfg.before_first_run.take() {

@@ -161,7 +161,8 @@ fn dsdt(virtio: &[MmioWindow]) -> Vec<u8> {
         rtc_names.iter().map(|n| n as &dyn Aml).collect(),
     );
     let virtio = RawAml(virtio_devices(virtio));
-    let sb = aml::Scope::new("\\_SB_".into(), vec![&com1, &rtc, &virtio]);
+    let vmgenid = RawAml(super::vmgenid::devices());
+    let sb = aml::Scope::new("\\_SB_".into(), vec![&com1, &rtc, &virtio, &vmgenid]);
     // Name (_S5, Package () { 5, 0, 0, 0 }): SLP_TYPa, SLP_TYPb, reserved.
     let s5 = aml::Name::new(
         "_S5_".into(),
