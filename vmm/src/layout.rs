@@ -37,8 +37,8 @@ pub const ACPI_RSDP_START: u64 = 0xe_0000;
 /// follows).
 pub const ACPI_TABLES_END: u64 = VMGENID_START;
 /// The VM generation ID (16 bytes) the DSDT's `VGEN` device points at
-/// (`ADDR`): the last page of the BIOS area, reserved in the guest's
-/// memory map like the ACPI tables before it.
+/// (`ADDR`): the last page of the BIOS area, not RAM in the guest's
+/// memory map, like the ACPI tables before it.
 pub const VMGENID_START: u64 = 0xf_f000;
 /// Where high memory (and the protected-mode kernel) starts.
 pub const HIMEM_START: u64 = 0x10_0000;
