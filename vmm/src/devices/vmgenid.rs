@@ -29,7 +29,9 @@ pub enum VmGenIdError {
         #[source]
         source: vm_memory::GuestMemoryError,
     },
-    #[error("cannot raise the generic event device's interrupt {irq}: KVM_IRQ_LINE failed: {source}")]
+    #[error(
+        "cannot raise the generic event device's interrupt {irq}: KVM_IRQ_LINE failed: {source}"
+    )]
     Notify {
         irq: u32,
         #[source]

@@ -133,7 +133,14 @@ mod tests {
         let back: SavedImages = serde_json::from_str(&json).unwrap();
         let k2 = back.kernel().unwrap();
         assert_eq!(
-            (k2.format, k2.mode, k2.entry, k2.start, k2.end, k2.cmdline_max),
+            (
+                k2.format,
+                k2.mode,
+                k2.entry,
+                k2.start,
+                k2.end,
+                k2.cmdline_max
+            ),
             (k.format, k.mode, k.entry, k.start, k.end, k.cmdline_max)
         );
         assert_eq!(back.initrd(), Some(i));
