@@ -91,28 +91,44 @@ fn a_boot_writes_an_id_and_each_restore_renews_it() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+/// The vector the test routes the generic event device's pin to.
+const VECTOR: u8 = 0x51;
+
 #[test]
 fn renew_writes_a_fresh_id_and_raises_the_ged_interrupt() {
     require_kvm!();
     let kvm = Kvm::new().unwrap();
     let vm = kvm.create_vm().unwrap();
     vm.create_irq_chip().unwrap();
-    let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 2 << 20)]).unwrap();
-    let a = vmgenid::renew(&vm, &mem).unwrap();
-    assert_eq!(vmgenid::read_id(&mem).unwrap(), a);
-    let b = vmgenid::renew(&vm, &mem).unwrap();
-    assert_ne!(a, b, "two restores, two IDs");
-    assert_eq!(vmgenid::read_id(&mem).unwrap(), b);
-    // The pin is masked until a guest's GED driver unmasks it: the edge
-    // waits in the I/O APIC's interrupt request register.
+    // As a guest's GED driver leaves it: the pin unmasked, routed to a
+    // vector of vCPU 0, whose local APIC is enabled.
     let mut chip = kvm_bindings::kvm_irqchip {
         chip_id: KVM_IRQCHIP_IOAPIC,
         ..Default::default()
     };
     vm.get_irqchip(&mut chip).unwrap();
     // SAFETY: chip_id says the union holds the I/O APIC's state.
-    let irr = unsafe { chip.chip.ioapic.irr };
-    assert_ne!(irr & (1 << layout::GED_IRQ), 0, "irr {irr:#x}");
+    unsafe {
+        chip.chip.ioapic.redirtbl[layout::GED_IRQ as usize].bits = u64::from(VECTOR);
+    }
+    vm.set_irqchip(&chip).unwrap();
+    let vcpu = vm.create_vcpu(0).unwrap();
+    let mut lapic = vcpu.get_lapic().unwrap();
+    // Spurious interrupt vector register (0xf0): APIC software enabled.
+    lapic.regs[0xf1] |= 1;
+    vcpu.set_lapic(&lapic).unwrap();
+    let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 2 << 20)]).unwrap();
+    let a = vmgenid::renew(&vm, &mem).unwrap();
+    assert_eq!(vmgenid::read_id(&mem).unwrap(), a);
+    let b = vmgenid::renew(&vm, &mem).unwrap();
+    assert_ne!(a, b, "two restores, two IDs");
+    assert_eq!(vmgenid::read_id(&mem).unwrap(), b);
+    // The interrupt is pending in vCPU 0's interrupt request register
+    // (0x200 + 0x10 per 32 vectors).
+    let lapic = vcpu.get_lapic().unwrap();
+    let v = usize::from(VECTOR);
+    let irr = lapic.regs[0x200 + (v / 32) * 0x10 + (v % 32) / 8] as u8;
+    assert_ne!(irr & (1 << (v % 8)), 0, "IRR byte {irr:#x}");
 }
 
 #[test]
