@@ -20,9 +20,9 @@ pub(crate) struct RunArgs {
     /// Guest memory (e.g. 512M, 2G; a bare number is MiB).
     #[arg(long)]
     pub(crate) memory: Option<String>,
-    /// Number of vCPUs.
-    #[arg(long, default_value_t = 1)]
-    pub(crate) vcpus: u32,
+    /// Number of vCPUs [default: 1; with --restore, the snapshot's].
+    #[arg(long)]
+    pub(crate) vcpus: Option<u32>,
     /// Where the guest console goes: stdout, null or a file path.
     #[arg(long, default_value = "stdout")]
     pub(crate) serial: String,

@@ -106,7 +106,7 @@ fn vm_config(
     let mut cfg = VmConfig::new(kernel, cmdline, open_console(&tui_console.serial)?);
     cfg.initrd = initrd;
     cfg.memory_bytes = memory_bytes;
-    cfg.vcpus = args.vcpus;
+    cfg.vcpus = args.vcpus.unwrap_or(1);
     cfg.patterns = merge_patterns(patterns, !args.no_default_patterns);
     cfg.timeout = args.timeout;
     cfg.allow_emulation = args.allow_emulation;
@@ -497,6 +497,7 @@ fn attach_self_profile(
     config.defer_guest_programs = true;
     config.expected_threads = Some(
         args.vcpus
+            .unwrap_or(1)
             .saturating_add(prealloc.saturating_add(1).saturating_mul(regions))
             .saturating_add(16),
     );

@@ -10,7 +10,9 @@
 //! - Otherwise (every other command, and a second signal in one of those),
 //!   the process ends at once with 130 (SIGINT) or 143 (SIGTERM), after
 //!   removing the temporary files of the outputs being written
-//!   ([`bootscope_model::output::remove_temporary_files`]): an output
+//!   ([`bootscope_model::output::remove_temporary_files`]) and the
+//!   snapshot directories being written
+//!   ([`bootscope_vmm::snapshot::staging::remove_all`]): an output
 //!   being written keeps its previous contents and nothing is left beside
 //!   it. The process groups of the commands it launched
 //!   ([`bootscope_model::proc::ListedGroup`])
@@ -122,6 +124,7 @@ fn on_signal(sig: i32) {
         return;
     }
     bootscope_model::output::remove_temporary_files();
+    bootscope_vmm::snapshot::staging::remove_all();
     bootscope_model::proc::kill_listed_groups();
     // SAFETY: _exit ends the process at once; it has no preconditions. It
     // is used rather than `exit` so that no destructor or atexit handler

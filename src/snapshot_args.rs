@@ -116,6 +116,7 @@ pub(crate) fn prepare(mut args: RunArgs) -> Result<(RunArgs, RunMode), Failure> 
         MemoryRestoreArg::Copy => MemoryRestore::Copy,
         MemoryRestoreArg::Mmap => MemoryRestore::Mmap,
     };
+    check_memory_mode(memory, &args)?;
     let (force, verify) = (s.force, s.verify);
     let o = overrides(&args, id);
     let req = RestoreRequest {
@@ -127,12 +128,28 @@ pub(crate) fn prepare(mut args: RunArgs) -> Result<(RunArgs, RunMode), Failure> 
     Ok((args, RunMode::Restore(Box::new(req), o)))
 }
 
+/// `--memory-restore mmap` maps the memory file over guest memory, which a
+/// hugetlb mapping (`--hugepages`) cannot take: refused before anything
+/// runs, naming the mode that works.
+fn check_memory_mode(memory: MemoryRestore, args: &RunArgs) -> Result<(), Failure> {
+    if memory == MemoryRestore::Mmap {
+        if let Some(size) = &args.hugepages {
+            return Err(usage(anyhow::anyhow!(
+                "--memory-restore mmap cannot be used with --hugepages {size}: the snapshot's \
+                 memory file cannot be mapped over huge pages; use --memory-restore copy with \
+                 --hugepages, or leave --hugepages out"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// What the command line leaves at its default comes from the snapshot
 /// (memory size, vCPUs, command line, ACPI, disks).
 fn overrides(args: &RunArgs, id: &snapshot::Identity) -> Overrides {
     Overrides {
         memory_bytes: args.memory.is_none().then_some(id.memory_bytes),
-        vcpus: (args.vcpus == 1).then_some(id.vcpus),
+        vcpus: args.vcpus.is_none().then_some(id.vcpus),
         cmdline: (args.cmdline == DEFAULT_CMDLINE).then(|| id.cmdline.clone()),
         acpi: (!args.no_acpi).then_some(id.acpi),
         disks: args.devices.disks.is_empty().then(|| {

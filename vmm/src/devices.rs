@@ -22,6 +22,7 @@ use crate::timeline::{boot_time_port_mark_name, debug_port_mark_name, MarkSource
 use crate::x86::acpi;
 
 mod persist;
+pub mod vmgenid;
 pub use persist::{DevicesRestoreError, DevicesState, SerialRegisters};
 
 /// Interrupt trigger backed by an eventfd that KVM turns into an IRQ

@@ -33,8 +33,13 @@ pub const LOW_MEMORY_END: u64 = 0xa0000;
 /// Where the ACPI RSDP goes (the start of the BIOS read-only area the
 /// kernel scans); the other tables follow it.
 pub const ACPI_RSDP_START: u64 = 0xe_0000;
-/// End of the area the ACPI tables may use.
-pub const ACPI_TABLES_END: u64 = 0x10_0000;
+/// End of the area the ACPI tables may use (the VM generation ID's page
+/// follows).
+pub const ACPI_TABLES_END: u64 = VMGENID_START;
+/// The VM generation ID (16 bytes) the DSDT's `VGEN` device points at
+/// (`ADDR`): the last page of the BIOS area, not RAM in the guest's
+/// memory map, like the ACPI tables before it.
+pub const VMGENID_START: u64 = 0xf_f000;
 /// Where high memory (and the protected-mode kernel) starts.
 pub const HIMEM_START: u64 = 0x10_0000;
 /// Start of the 32-bit MMIO gap below 4 GiB: guest RAM is split around it.
@@ -53,8 +58,13 @@ pub const VIRTIO_MMIO_SIZE: u64 = 0x1000;
 pub const VIRTIO_IRQ_BASE: u32 = 5;
 /// The I/O APIC's last pin.
 pub const IOAPIC_LAST_PIN: u32 = 23;
-/// Most virtio devices a guest gets (one interrupt line each).
-pub const VIRTIO_MAX_DEVICES: usize = (IOAPIC_LAST_PIN - VIRTIO_IRQ_BASE + 1) as usize;
+/// The ACPI generic event device's interrupt (I/O APIC pin, edge
+/// triggered): raised after a restore, its `_EVT` notifies the VM
+/// generation ID device.
+pub const GED_IRQ: u32 = IOAPIC_LAST_PIN;
+/// Most virtio devices a guest gets (one interrupt line each, below the
+/// generic event device's).
+pub const VIRTIO_MAX_DEVICES: usize = (GED_IRQ - VIRTIO_IRQ_BASE) as usize;
 /// Value a guest writes to the boot timer to say "userspace started".
 pub const BOOT_TIMER_MAGIC: u8 = 123;
 /// Local APIC default base.
@@ -98,6 +108,7 @@ const _: () = assert!(
     VIRTIO_MMIO_START + VIRTIO_MAX_DEVICES as u64 * VIRTIO_MMIO_SIZE <= IOAPIC_DEFAULT_BASE
 );
 const _: () = assert!(VIRTIO_IRQ_BASE > SERIAL_IRQ);
+const _: () = assert!(VMGENID_START + 0x1000 <= HIMEM_START);
 
 pub use bootscope_model::timeline::GuestRegion;
 

@@ -78,6 +78,8 @@ fn nix_statvfs(path: &Path) -> std::io::Result<u64> {
 pub struct Staging {
     tmp: tempfile::TempDir,
     dir: PathBuf,
+    /// Its place in the list a signal's exit removes (`staging.rs`).
+    listed: super::staging::Listed,
 }
 
 impl Staging {
@@ -87,14 +89,20 @@ impl Staging {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "snapshot".into());
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!(".{name}."))
-            .permissions(std::fs::Permissions::from_mode(0o700))
-            .tempdir_in(&parent)
-            .map_err(io(&parent, "create a temporary directory in"))?;
+        let (tmp, listed) = super::staging::create(
+            || {
+                tempfile::Builder::new()
+                    .prefix(&format!(".{name}."))
+                    .permissions(std::fs::Permissions::from_mode(0o700))
+                    .tempdir_in(&parent)
+            },
+            |t| t.path().to_path_buf(),
+        )
+        .map_err(io(&parent, "create a temporary directory in"))?;
         Ok(Self {
             tmp,
             dir: dir.to_path_buf(),
+            listed,
         })
     }
 
@@ -120,11 +128,13 @@ impl Staging {
     /// Renames the finished snapshot into place (over an empty directory
     /// if there is one).
     pub fn finish(self) -> Result<PathBuf, SnapshotError> {
-        let tmp = self.tmp.path().to_path_buf();
-        std::fs::rename(&tmp, &self.dir).map_err(io(&self.dir, "rename the snapshot into"))?;
+        let Self { tmp, dir, listed } = self;
+        let path = tmp.path().to_path_buf();
+        super::staging::rename(listed, &path, &dir)
+            .map_err(io(&dir, "rename the snapshot into"))?;
         // Renamed: nothing is left to remove.
-        let _ = self.tmp.keep();
-        Ok(self.dir)
+        let _ = tmp.keep();
+        Ok(dir)
     }
 }
 

@@ -10,8 +10,10 @@
 //! before it builds the VM (`crate::vm::restore`).
 
 pub mod files;
+pub mod images;
 pub mod memory;
 pub mod point;
+pub mod staging;
 pub mod state;
 pub mod vcpu;
 pub mod vm_state;

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::images::SavedImages;
 use super::memory::MemoryRegion;
 use super::vcpu::VcpuState;
 use super::vm_state::VmState;
@@ -143,6 +144,9 @@ pub struct MachineState {
     /// The point it was taken at (`--snapshot-at`).
     pub taken_at: String,
     pub identity: Identity,
+    /// Where the boot put the kernel and initrd (the restore's timeline
+    /// describes them; they are not loaded again).
+    pub images: SavedImages,
     pub vcpus: Vec<VcpuState>,
     pub vm: VmState,
     pub devices: DevicesState,

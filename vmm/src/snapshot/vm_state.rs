@@ -2,7 +2,7 @@
 //! two PICs and the I/O APIC), the PIT and the KVM clock.
 
 use kvm_bindings::{
-    kvm_clock_data, kvm_irqchip, kvm_pit_state2, KVM_CLOCK_TSC_STABLE, KVM_IRQCHIP_IOAPIC,
+    kvm_clock_data, kvm_irqchip, kvm_pit_state2, KVM_CLOCK_REALTIME, KVM_IRQCHIP_IOAPIC,
     KVM_IRQCHIP_PIC_MASTER, KVM_IRQCHIP_PIC_SLAVE,
 };
 use kvm_ioctls::VmFd;
@@ -62,8 +62,15 @@ impl VmState {
     }
 
     /// Loads the state into a new VM whose irqchip and PIT exist, before
-    /// any vCPU runs. The clock goes on from where it stopped (KVM refuses
-    /// the TSC-stable flag on a set).
+    /// any vCPU runs. The KVM clock (`KVM_SET_CLOCK`): when the host gave
+    /// the host's real time with it at the snapshot (`KVM_CLOCK_REALTIME`,
+    /// Linux 5.16 and later on a TSC clocksource), it is set with that flag,
+    /// and KVM advances it by the real time that passed since: the guest's
+    /// monotonic clock steps forward by the time the snapshot sat (never
+    /// back), and its wall time (its boot time plus the KVM clock) is the
+    /// host's again. Without it, the clock goes on from the saved value:
+    /// still never back, but the guest's wall time then lags the host's by
+    /// that time until it corrects it itself (NTP).
     pub fn restore(&self, vm: &VmFd) -> Result<(), VmStateError> {
         for (c, what) in [
             (&self.pic_master, "master PIC"),
@@ -82,7 +89,7 @@ impl VmState {
             source,
         })?;
         let mut clock = self.clock;
-        clock.flags &= !KVM_CLOCK_TSC_STABLE;
+        clock.flags &= KVM_CLOCK_REALTIME;
         vm.set_clock(&clock).map_err(|source| VmStateError {
             what: "clock",
             ioctl: "KVM_SET_CLOCK",

@@ -32,7 +32,7 @@ pub fn parse(
 }
 
 /// Fills `buf` from the kernel's random pool.
-fn getrandom(buf: &mut [u8]) -> std::io::Result<()> {
+pub(crate) fn getrandom(buf: &mut [u8]) -> std::io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
         let rest = &mut buf[done..];

@@ -92,6 +92,17 @@ impl VmBuilder {
     /// host, the kernel's format unless only memory is set up) and creates
     /// the VM. Every bad input is found here, before anything is allocated.
     pub(super) fn new(cfg: VmConfig, recorder: Arc<Recorder>) -> Result<Self, VmError> {
+        let prepare = cfg.stop_after != Some(StopAfter::Memory);
+        Self::with_kernel(cfg, recorder, prepare)
+    }
+
+    /// As [`Self::new`]; `prepare`: probe the kernel and start its
+    /// decompression (a restore, whose memory holds the kernel, does not).
+    pub(super) fn with_kernel(
+        cfg: VmConfig,
+        recorder: Arc<Recorder>,
+        prepare: bool,
+    ) -> Result<Self, VmError> {
         let flavour = host::kvm_flavour(&host::HostRoot::default());
         let kvm = Kvm::new().map_err(VmError::OpenKvm)?;
         validate(&cfg, kvm.get_max_vcpus() as u32)?;
@@ -102,7 +113,7 @@ impl VmBuilder {
         plan.check_vcpus(cfg.vcpus).map_err(ConfigError::from)?;
         // Probe before allocating so a bad kernel fails fast; a bzImage's
         // payload decompresses on its own thread meanwhile.
-        let prepared = if cfg.stop_after != Some(StopAfter::Memory) {
+        let prepared = if prepare {
             Some(loader::prepare_kernel(
                 &cfg.kernel,
                 &cfg.decompress,
@@ -275,6 +286,9 @@ impl VmBuilder {
         } else {
             None
         };
+        if cfg.acpi {
+            crate::devices::vmgenid::write_new_id(mem)?;
+        }
         let initrd = images.initrd.as_ref();
         match images.kernel.mode {
             EntryMode::Linux64 => {
@@ -400,11 +414,12 @@ impl VmBuilder {
     }
 
     /// vCPU stage: every vCPU with its CPUID, boot MSRs, LAPIC and FPU; the
-    /// boot CPU also with its GDT, IDT, page tables and registers.
+    /// boot CPU also with its GDT, IDT, page tables and registers to enter
+    /// `kernel` (None: a restore, which loads every register after).
     pub(super) fn vcpus(
         &self,
         ram: &GuestRam,
-        images: &BootImages,
+        kernel: Option<&LoadedKernel>,
     ) -> Result<Vcpus, VcpuSetupError> {
         let supported_cpuid = self
             .kvm
@@ -445,8 +460,8 @@ impl VmBuilder {
                 .map_err(vcpu_ioctl("KVM_SET_LAPIC"))?;
             vcpu.set_fpu(&regs::boot_fpu())
                 .map_err(vcpu_ioctl("KVM_SET_FPU"))?;
-            if index == 0 {
-                boot_cpu_registers(&vcpu, ram.mem(), &images.kernel)?;
+            if let Some(kernel) = kernel.filter(|_| index == 0) {
+                boot_cpu_registers(&vcpu, ram.mem(), kernel)?;
             }
             // Older kernels lack binary stats; the timeline then has none.
             if let Ok(s) = StatsFd::open(&vcpu) {

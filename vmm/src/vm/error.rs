@@ -117,6 +117,9 @@ pub enum BootDataError {
     /// The PVH start info or its memory map could not be written.
     #[error("cannot write the PVH start info to guest memory: {0}")]
     PvhStartInfo(#[source] vm_memory::GuestMemoryError),
+    /// The VM generation ID could not be written.
+    #[error(transparent)]
+    VmGenId(#[from] crate::devices::vmgenid::VmGenIdError),
 }
 
 /// The devices stage failed: wiring the serial port's interrupt.

@@ -229,7 +229,7 @@ pub fn run(cfg: VmConfig, recorder: Arc<Recorder>) -> Result<RunReport, VmError>
         return Ok(vm.setup_only_report(StopAfter::Load, &ram, Some(&images)));
     }
     let devices = vm.devices(&ram)?;
-    let vcpus = vm.vcpus(&ram, &images)?;
+    let vcpus = vm.vcpus(&ram, Some(&images.kernel))?;
     vm.recorder.vmm(vmm_marks::VCPUS_CREATED);
     if let Some(hook) = vm.cfg.before_first_run.take() {
         hook();

@@ -1,6 +1,8 @@
 //! A run restored from a snapshot: the VM built as for a boot (memory,
-//! irqchip, devices, vCPUs), then the snapshot's memory, VM state, devices
-//! and vCPUs loaded over that set-up before the first `KVM_RUN`.
+//! irqchip, devices, vCPUs) but with no kernel loaded (its identity is
+//! checked, its bytes are in the snapshot's memory), then the snapshot's
+//! memory, VM state, devices and vCPUs loaded over that set-up before the
+//! first `KVM_RUN`.
 
 use std::sync::Arc;
 
@@ -12,6 +14,7 @@ use crate::timeline::{vmm_marks, Recorder};
 use vm_memory::GuestMemoryMmap;
 
 use super::builder::VmBuilder;
+use super::images::BootImages;
 use super::snapshot::restore_marks;
 use super::{RunReport, VmConfig, VmError};
 
@@ -41,9 +44,6 @@ fn same_file(
 /// Checks the configuration against what the snapshot was made for.
 pub fn check_identity(cfg: &VmConfig, req: &RestoreRequest) -> Result<(), SnapshotError> {
     let id = &req.snapshot.state.identity;
-    if cfg.kernel.display().to_string() != id.kernel.path {
-        same_file("the kernel", &id.kernel, &cfg.kernel)?;
-    }
     same_file("the kernel", &id.kernel, &cfg.kernel)?;
     match (&id.initrd, &cfg.initrd) {
         (Some(i), Some(p)) => same_file("the initrd", i, p)?,
@@ -173,7 +173,9 @@ pub fn restore(
 ) -> Result<RunReport, VmError> {
     check_identity(&cfg, &req)?;
     let state = &req.snapshot.state;
-    let mut vm = VmBuilder::new(cfg, recorder.clone())?;
+    // The kernel is neither read nor placed: its identity was checked
+    // above, and the snapshot's memory holds it.
+    let mut vm = VmBuilder::with_kernel(cfg, recorder.clone(), false)?;
     let ram = vm.memory()?;
     recorder.vmm(vmm_marks::MEMORY_READY);
     let mem = ram.backing.guest_memory();
@@ -187,11 +189,9 @@ pub fn restore(
         .into());
     }
     vm.irqchip()?;
-    // The kernel is loaded as for a boot (the timeline describes it); the
-    // snapshot's memory replaces it below.
-    let images = vm.load_kernel(&ram)?;
+    let images = BootImages::saved(&state.images)?;
     let devices = vm.devices(&ram)?;
-    let vcpus = vm.vcpus(&ram, &images)?;
+    let vcpus = vm.vcpus(&ram, None)?;
     if let Some(v) = vcpus.fds.first() {
         let host = super::snapshot::cpuid_of(v).map_err(kvm_failed("KVM_GET_CPUID2"))?;
         snapshot::check_cpu(&state.identity.cpuid, &host)?;
@@ -219,6 +219,11 @@ pub fn restore(
         fd.set_cpuid2(&cpuid)
             .map_err(kvm_failed("KVM_SET_CPUID2"))?;
         s.restore(fd).map_err(SnapshotError::from)?;
+    }
+    if state.identity.acpi {
+        crate::devices::vmgenid::renew(&vm.vm, mem)
+            .map_err(|e| SnapshotError::Stopping(e.to_string()))?;
+        recorder.vmm(crate::devices::vmgenid::NEW_ID_MARK);
     }
     recorder.vmm(restore_marks::STATE_RESTORED);
     recorder.vmm(vmm_marks::VCPUS_CREATED);

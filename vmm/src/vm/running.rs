@@ -120,7 +120,7 @@ impl VmBuilder {
 
         let ending = loop {
             let ending = self.wait_for_end(&rx, &devices, &vcpus.stats);
-            match self.snapshot_if_asked(&ram, &devices) {
+            match self.snapshot_if_asked(&ram, &images, &devices) {
                 SnapshotStep::NotAsked => break ending,
                 SnapshotStep::Resumed => {}
                 SnapshotStep::Ended(detail) => {

@@ -10,6 +10,7 @@ use kvm_bindings::KVM_MAX_CPUID_ENTRIES;
 use kvm_ioctls::{Kvm, VcpuFd};
 
 use crate::devices::Devices;
+use crate::snapshot::images::SavedImages;
 use crate::snapshot::state::{FileIdentity, Identity, MachineState, Manifest};
 use crate::snapshot::state::{MANIFEST_FILE, MEMORY_FILE, SCHEMA, STATE_FILE, VERSION};
 use crate::snapshot::vm_state::VmState;
@@ -18,6 +19,7 @@ use crate::snapshot::{SnapshotPoint, SnapshotRequest};
 use crate::timeline::{vmm_marks, Recorder};
 
 use super::builder::{GuestRam, VmBuilder};
+use super::images::BootImages;
 use super::{RunReport, VmConfig, VmError};
 
 pub use crate::timeline::restore_marks;
@@ -81,7 +83,7 @@ pub fn run_with_snapshot(
     vm.boot_data(&ram, &images)?;
     recorder.vmm(vmm_marks::KERNEL_LOADED);
     let devices = vm.devices(&ram)?;
-    let vcpus = vm.vcpus(&ram, &images)?;
+    let vcpus = vm.vcpus(&ram, Some(&images.kernel))?;
     let cpuid = match vcpus.fds.first() {
         Some(v) => {
             cpuid_of(v).map_err(|e| SnapshotError::Stopping(format!("KVM_GET_CPUID2: {e}")))?
@@ -103,7 +105,12 @@ impl VmBuilder {
     /// After the run loop woke: when the snapshot point was reached, parks
     /// every vCPU, writes the snapshot and releases them (to go on or to
     /// end).
-    pub(super) fn snapshot_if_asked(&self, ram: &GuestRam, devices: &Devices) -> SnapshotStep {
+    pub(super) fn snapshot_if_asked(
+        &self,
+        ram: &GuestRam,
+        images: &BootImages,
+        devices: &Devices,
+    ) -> SnapshotStep {
         let Some(point) = devices.snapshot_point().filter(|p| p.requested()) else {
             return SnapshotStep::NotAsked;
         };
@@ -120,7 +127,7 @@ impl VmBuilder {
         let taken = point
             .gather(kick, PARK_LIMIT)
             .map_err(SnapshotError::Stopping)
-            .and_then(|vcpus| self.write_snapshot(point, ram, devices, vcpus));
+            .and_then(|vcpus| self.write_snapshot(point, ram, images, devices, vcpus));
         let keep = point.request.keep_running;
         point.release(!keep || taken.is_err());
         match taken {
@@ -174,6 +181,7 @@ impl VmBuilder {
         &self,
         point: &SnapshotPoint,
         ram: &GuestRam,
+        images: &BootImages,
         devices: &Devices,
         vcpus: Vec<snapshot::vcpu::VcpuState>,
     ) -> Result<std::path::PathBuf, SnapshotError> {
@@ -197,6 +205,7 @@ impl VmBuilder {
         let state = MachineState {
             taken_at: point.at.to_string(),
             identity: self.identity(ram, point.cpuid.clone())?,
+            images: SavedImages::of(&images.kernel, images.initrd.as_ref()),
             vcpus,
             vm,
             devices: devices.save_state(),

@@ -161,7 +161,8 @@ fn dsdt(virtio: &[MmioWindow]) -> Vec<u8> {
         rtc_names.iter().map(|n| n as &dyn Aml).collect(),
     );
     let virtio = RawAml(virtio_devices(virtio));
-    let sb = aml::Scope::new("\\_SB_".into(), vec![&com1, &rtc, &virtio]);
+    let vmgenid = RawAml(super::vmgenid::devices());
+    let sb = aml::Scope::new("\\_SB_".into(), vec![&com1, &rtc, &virtio, &vmgenid]);
     // Name (_S5, Package () { 5, 0, 0, 0 }): SLP_TYPa, SLP_TYPb, reserved.
     let s5 = aml::Name::new(
         "_S5_".into(),
@@ -558,7 +559,10 @@ mod tests {
         assert_eq!(u32_at(d, irq + 5), layout::SERIAL_IRQ);
         // The RTC: I/O 0x70, 2 ports, and no interrupt.
         assert!(find(&d[rtc..], &[0x47, 0x01, 0x70, 0x00, 0x70, 0x00, 0x01, 0x02]).is_some());
-        assert!(find(&d[rtc..at], &[0x89]).is_none());
+        // (The VM generation ID's devices follow it; the GED has one.)
+        let vgen = find(d, b"VGEN").expect("VGEN device");
+        assert!(rtc < vgen && vgen < at);
+        assert!(find(&d[rtc..vgen], &[0x89]).is_none());
     }
 
     #[test]

@@ -4,3 +4,4 @@ pub mod acpi;
 pub mod cpuid;
 pub mod mptable;
 pub mod regs;
+pub mod vmgenid;
