@@ -18,7 +18,7 @@ use crate::devices::DevicesState;
 /// The manifest's schema name.
 pub const SCHEMA: &str = "bootscope-snapshot";
 /// The version this VMM writes and the newest it reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 pub const MANIFEST_FILE: &str = "snapshot.json";
 pub const STATE_FILE: &str = "state.json";
 pub const MEMORY_FILE: &str = "memory.raw";
