@@ -305,9 +305,9 @@ fn a_restore_refuses_a_damaged_or_untrusted_snapshot() {
     let d = fresh("newer");
     spoil(&d.join("snapshot.json"), |b| {
         let t = String::from_utf8(b.clone()).unwrap();
-        *b = t.replace("\"version\": 1", "\"version\": 2").into_bytes();
+        *b = t.replace("\"version\": 2", "\"version\": 3").into_bytes();
     });
-    assert!(refused(&kernel, &d, None).contains("version 2"));
+    assert!(refused(&kernel, &d, None).contains("version 3"));
     // Writable by others.
     let d = fresh("open");
     std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
