@@ -10,6 +10,10 @@ pub mod restore_marks {
     pub const VMM_SETUP: &str = "restore: vmm setup done";
     pub const MEMORY_COPIED: &str = "restore: memory copied";
     pub const MEMORY_MAPPED: &str = "restore: memory mapped";
+    /// Guest memory registered with `userfaultfd`, its handler running.
+    pub const MEMORY_REGISTERED: &str = "restore: memory registered";
+    /// The recorded working set loaded (`--prefetch`).
+    pub const PREFETCHED: &str = "restore: working set prefetched";
     /// The VM's, the devices' and the vCPUs' state loaded.
     pub const STATE_RESTORED: &str = "restore: state restored";
     /// A run that took a snapshot wrote it.
@@ -18,7 +22,8 @@ pub mod restore_marks {
 
 /// The phases of a restored run, None when the marks are not a restore's:
 /// - `vmm setup`: VMM start to the VM built;
-/// - `memory`: the memory file copied or mapped;
+/// - `memory`: the memory file copied, mapped or registered, and the
+///   recorded working set prefetched;
 /// - `state restored`: the VM's, devices' and vCPUs' state loaded;
 /// - `resume`: to the first `KVM_RUN`;
 /// - `guest`: first `KVM_RUN` to guest shutdown (the guest's own marks
@@ -31,8 +36,10 @@ pub fn phases(marks: &[TimelineMark]) -> Option<Vec<TimelinePhase>> {
             .find(|m| m.name == name && m.source == MarkSource::Vmm)
     };
     let restored = named(restore_marks::STATE_RESTORED)?;
-    let memory =
-        named(restore_marks::MEMORY_COPIED).or_else(|| named(restore_marks::MEMORY_MAPPED));
+    let memory = named(restore_marks::PREFETCHED)
+        .or_else(|| named(restore_marks::MEMORY_COPIED))
+        .or_else(|| named(restore_marks::MEMORY_MAPPED))
+        .or_else(|| named(restore_marks::MEMORY_REGISTERED));
     let steps = [
         (
             "vmm setup",
