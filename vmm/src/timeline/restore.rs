@@ -118,4 +118,22 @@ mod tests {
         );
         assert!(phases(&marks[..2]).is_none(), "a boot's marks");
     }
+
+    #[test]
+    fn a_prefetch_ends_the_memory_phase() {
+        let marks = [
+            mark(restore_marks::VMM_SETUP, 10),
+            mark(restore_marks::MEMORY_REGISTERED, 11),
+            mark(restore_marks::PREFETCHED, 14),
+            mark(restore_marks::STATE_RESTORED, 15),
+        ];
+        let p = phases(&marks).unwrap();
+        let memory = p.iter().find(|p| p.name == "memory").unwrap();
+        assert_eq!(
+            (memory.duration_ns, memory.to.as_str()),
+            (4, restore_marks::PREFETCHED)
+        );
+        let registered = phases(&[marks[0].clone(), marks[1].clone(), marks[3].clone()]).unwrap();
+        assert_eq!(registered[0].to, restore_marks::MEMORY_REGISTERED);
+    }
 }
