@@ -1,6 +1,7 @@
 //! `run`'s snapshot flags (`--snapshot DIR --snapshot-at MARK
-//! [--snapshot-continue]`, `--restore DIR [--memory-restore copy]
-//! [--verify] [--force]`): what they make of the command line, and which
+//! [--snapshot-continue]`, `--restore DIR [--memory-restore
+//! copy|mmap|uffd] [--prefetch] [--prefault-rest] [--no-record] [--verify]
+//! [--force]`): what they make of the command line, and which
 //! of the VMM's runs they start (docs/snapshot-schema.md).
 
 use std::path::PathBuf;
@@ -23,6 +24,9 @@ pub(crate) enum MemoryRestoreArg {
     /// Map the memory file privately: pages fault in as the guest touches
     /// them, shared between restores of one snapshot.
     Mmap,
+    /// Register guest memory with userfaultfd: a handler thread serves
+    /// each page the guest touches from the memory file.
+    Uffd,
 }
 
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -47,7 +51,8 @@ pub(crate) struct SnapshotArgs {
     #[arg(long, value_name = "DIR", conflicts_with_all = ["stop_after", "tui"])]
     pub(crate) restore: Option<PathBuf>,
     /// How --restore fills guest memory: copy (read the memory file's
-    /// data before resuming) or mmap (map it privately; pages fault in).
+    /// data before resuming), mmap (map it privately; pages fault in) or
+    /// uffd (a userfaultfd handler serves each page from the file).
     #[arg(long, value_enum, default_value = "copy", requires = "restore")]
     pub(crate) memory_restore: MemoryRestoreArg,
     /// With --restore: check the whole memory file against its digest
@@ -57,6 +62,25 @@ pub(crate) struct SnapshotArgs {
     /// With --restore: restore although a disk changed since the snapshot.
     #[arg(long, requires = "restore")]
     pub(crate) force: bool,
+    /// With --restore (mmap or uffd): load the working set an earlier
+    /// restore recorded (DIR/working-set) before the guest runs, in file
+    /// order and large batches; the rest comes on demand.
+    #[arg(long, requires = "restore")]
+    pub(crate) prefetch: bool,
+    /// With --restore (mmap or uffd): load the rest of the memory file in
+    /// the background after the guest resumed.
+    #[arg(long, requires = "restore")]
+    pub(crate) prefault_rest: bool,
+    /// With --restore: do not record the pages the guest touches up to its
+    /// next mark into DIR/working-set (a lazy restore records them).
+    #[arg(long, requires = "restore", conflicts_with = "prefetch")]
+    pub(crate) no_record: bool,
+    /// With --restore: the mark that ends the window whose pages are the
+    /// working set (a mark's name as the timeline gives it, e.g. `serial:
+    /// ready` for --serial-pattern ready=...); default: the guest's first
+    /// mark after it resumed.
+    #[arg(long, value_name = "MARK", requires = "restore")]
+    pub(crate) working_set_until: Option<String>,
 }
 
 /// Which of the VMM's runs `run` starts.
@@ -115,6 +139,14 @@ pub(crate) fn prepare(mut args: RunArgs) -> Result<(RunArgs, RunMode), Failure> 
     let memory = match s.memory_restore {
         MemoryRestoreArg::Copy => MemoryRestore::Copy,
         MemoryRestoreArg::Mmap => MemoryRestore::Mmap,
+        MemoryRestoreArg::Uffd => MemoryRestore::Uffd,
+    };
+    let lazy = snapshot::LazyOptions {
+        prefetch: s.prefetch,
+        prefault_rest: s.prefault_rest,
+        record: !s.no_record,
+        until: s.working_set_until.clone(),
+        fail_handler_after: None,
     };
     check_memory_mode(memory, &args)?;
     let (force, verify) = (s.force, s.verify);
@@ -124,6 +156,7 @@ pub(crate) fn prepare(mut args: RunArgs) -> Result<(RunArgs, RunMode), Failure> 
         memory,
         force,
         verify,
+        lazy,
     };
     Ok((args, RunMode::Restore(Box::new(req), o)))
 }

@@ -152,3 +152,96 @@ fn sigusr1_takes_the_snapshot() {
 fn bootscope_cmd() -> std::process::Command {
     support::bootscope()
 }
+
+/// `--memory-restore uffd` as a user meets it: a lazy restore records
+/// the working set, `--prefetch` loads it (the summary says how it went,
+/// the timeline has `restore_memory`), and a record that cannot be used
+/// exits 2 with `--prefetch`.
+#[test]
+fn a_uffd_restore_records_and_prefetches_its_working_set() {
+    require_kvm!();
+    let tmp = scratch("snapshot-uffd");
+    let disk = tmp.join("disk.img");
+    std::fs::write(&disk, vec![0u8; 8192]).unwrap();
+    let snap = tmp.join("snap");
+    let o = snapshot_ports(&snap, &disk);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let dir = snap.to_str().unwrap();
+    let restore = |extra: &[&str], timeline: &std::path::Path| {
+        let mut args = vec![
+            "run",
+            "--no-profile",
+            "--serial",
+            "null",
+            "--restore",
+            dir,
+            "--memory-restore",
+            "uffd",
+            "--timeline",
+            timeline.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        bootscope(&args)
+    };
+    // No record yet: --prefetch is refused.
+    let t = tmp.join("t0.json");
+    let o = restore(&["--prefetch"], &t);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("no working set recorded"),
+        "{}",
+        text(&o)
+    );
+    // Lazy: records.
+    let t = tmp.join("lazy.json");
+    let o = restore(&[], &t);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(stderr(&o).contains("restore memory (uffd)"), "{}", text(&o));
+    let doc = read_json(&t);
+    let m = &doc["restore_memory"];
+    assert_eq!(m["mode"], "uffd");
+    assert!(m["working_set"]["pages"].as_u64().unwrap() >= 1, "{m}");
+    assert!(m["faults"]["count"].as_u64().unwrap() >= 1, "{m}");
+    assert!(snap.join("working-set").is_file());
+    // Prefetched.
+    let t = tmp.join("prefetch.json");
+    let o = restore(&["--prefetch", "--prefault-rest"], &t);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(stderr(&o).contains("prefetch"), "{}", text(&o));
+    let doc = read_json(&t);
+    let p = &doc["restore_memory"]["prefetch"];
+    assert!(p["pages"].as_u64().unwrap() >= 1, "{p}");
+    let names: Vec<&str> = doc["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"restore: working set prefetched"),
+        "{names:?}"
+    );
+    // A record cut short: refused with --prefetch, a warning without.
+    let ws = snap.join("working-set");
+    let bytes = std::fs::read(&ws).unwrap();
+    std::fs::write(&ws, &bytes[..bytes.len() / 2]).unwrap();
+    let o = restore(&["--prefetch"], &tmp.join("t1.json"));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(stderr(&o).contains("working-set"), "{}", text(&o));
+    let t = tmp.join("t2.json");
+    let o = restore(&[], &t);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let w = read_json(&t)["restore_memory"]["warnings"].to_string();
+    assert!(w.contains("truncated"), "{w}");
+    // --prefetch with copy.
+    let o = bootscope(&[
+        "run",
+        "--no-profile",
+        "--no-summary",
+        "--restore",
+        dir,
+        "--prefetch",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&tmp);
+}

@@ -65,6 +65,7 @@ pub mod output;
 pub mod proc;
 pub mod profile;
 pub mod prometheus;
+pub mod restore_memory;
 pub mod samples;
 pub mod sites;
 pub mod size;

@@ -86,6 +86,10 @@ pub struct Timeline {
     /// end of the set-up `--stop-after` asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_memory: Option<crate::smaps::MemorySample>,
+    /// A restored run's memory: its working set, prefetch and faults
+    /// (`run --restore`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restore_memory: Option<crate::restore_memory::RestoreMemoryDoc>,
 }
 
 /// The `guest` object: what the guest was.

@@ -132,6 +132,8 @@ pub struct Recorder {
     listener: std::sync::OnceLock<MarkListener>,
     /// Called for every mark pushed: the snapshot point's trigger.
     snapshot_trigger: std::sync::OnceLock<MarkListener>,
+    /// Called for every mark pushed: a restore's end of its memory window.
+    window_trigger: std::sync::OnceLock<MarkListener>,
     /// What this process cost the host in memory at the first userspace
     /// mark (or at the end of the set-up `--stop-after` asked for).
     memory: std::sync::OnceLock<MemorySample>,
@@ -152,6 +154,7 @@ impl Recorder {
             marks: Mutex::new(Vec::new()),
             listener: std::sync::OnceLock::new(),
             snapshot_trigger: std::sync::OnceLock::new(),
+            window_trigger: std::sync::OnceLock::new(),
             memory: std::sync::OnceLock::new(),
         }
     }
@@ -189,6 +192,12 @@ impl Recorder {
     /// from now on (once).
     pub fn set_snapshot_trigger(&self, trigger: MarkListener) -> bool {
         self.snapshot_trigger.set(trigger).is_ok()
+    }
+
+    /// Installs a restore's memory window trigger, called for every mark
+    /// pushed from now on (once).
+    pub fn set_window_trigger(&self, trigger: MarkListener) -> bool {
+        self.window_trigger.set(trigger).is_ok()
     }
 
     pub fn clock(&self) -> Clock {
@@ -241,6 +250,9 @@ impl Recorder {
             l(&mark);
         }
         if let Some(t) = self.snapshot_trigger.get() {
+            t(&mark);
+        }
+        if let Some(t) = self.window_trigger.get() {
             t(&mark);
         }
         let userspace = is_userspace_start(&mark);
@@ -484,6 +496,9 @@ pub fn summary_table(doc: &Timeline) -> String {
         );
     }
     let _ = writeln!(out, "{:<44} {:>10} {:>12.3}", "total", "", ms(total));
+    if let Some(r) = &doc.restore_memory {
+        let _ = writeln!(out, "{}", r.summary_line());
+    }
     out
 }
 

@@ -74,6 +74,7 @@ fn restore_by(
         memory,
         force: false,
         verify: true,
+        lazy: Default::default(),
     };
     let r = restore(config(kernel, console.clone()), recorder(), req)?;
     Ok((r, console.text()))
@@ -221,6 +222,7 @@ fn refused(kernel: &Path, dir: &Path, cfg: Option<VmConfig>) -> String {
                 memory: MemoryRestore::Copy,
                 force: false,
                 verify: true,
+                lazy: Default::default(),
             };
             let cfg = cfg.unwrap_or_else(|| config(kernel, Capture::default()));
             restore(cfg, recorder(), req)
@@ -377,6 +379,7 @@ fn a_signal_snapshots_a_halted_guest() {
         memory: MemoryRestore::Copy,
         force: false,
         verify: false,
+        lazy: Default::default(),
     };
     let r = restore(cfg, recorder(), req).unwrap();
     let o = r.timeline.outcome.as_ref().unwrap();

@@ -157,7 +157,11 @@ fn open_checked(dir: &Path, name: &str) -> Result<(File, std::fs::Metadata), Sna
 }
 
 /// The rules of the cache: this user's, writable by no one else.
-fn check_owner(path: &Path, m: &std::fs::Metadata, kind_ok: bool) -> Result<(), SnapshotError> {
+pub(super) fn check_owner(
+    path: &Path,
+    m: &std::fs::Metadata,
+    kind_ok: bool,
+) -> Result<(), SnapshotError> {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     let why = if !kind_ok {

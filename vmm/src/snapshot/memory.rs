@@ -98,7 +98,7 @@ pub fn write(mem: &GuestMemoryMmap, file: &File) -> std::io::Result<MemoryWritte
 }
 
 /// `lseek` with `SEEK_DATA` or `SEEK_HOLE`; None past the end.
-fn seek(file: &File, offset: u64, whence: libc::c_int) -> std::io::Result<Option<u64>> {
+pub(super) fn seek(file: &File, offset: u64, whence: libc::c_int) -> std::io::Result<Option<u64>> {
     // SAFETY: lseek on a descriptor this function borrows; no memory is
     // passed.
     let r = unsafe { libc::lseek(file.as_raw_fd(), offset as libc::off_t, whence) };

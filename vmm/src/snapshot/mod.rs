@@ -13,10 +13,13 @@ pub mod files;
 pub mod images;
 pub mod memory;
 pub mod point;
+pub mod prefetch;
 pub mod staging;
 pub mod state;
+pub mod uffd;
 pub mod vcpu;
 pub mod vm_state;
+pub mod working_set;
 
 use std::path::PathBuf;
 
@@ -45,6 +48,41 @@ pub enum MemoryRestore {
     /// its pages in from the page cache as it touches them, and restores
     /// of one snapshot share the pages none of them wrote.
     Mmap,
+    /// Register guest memory with `userfaultfd` and serve each page the
+    /// guest touches from the file, on a handler thread.
+    Uffd,
+}
+
+impl MemoryRestore {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Copy => "copy",
+            Self::Mmap => "mmap",
+            Self::Uffd => "uffd",
+        }
+    }
+}
+
+/// The lazy restores' extras (`mmap`, `uffd`): the working set recorded
+/// and prefetched.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LazyOptions {
+    /// Load the recorded working set (`DIR/working-set`) before the first
+    /// `KVM_RUN` (`--prefetch`); a record that cannot be used is refused.
+    pub prefetch: bool,
+    /// Load the rest of the memory file in the background after resume
+    /// (`--prefault-rest`).
+    pub prefault_rest: bool,
+    /// Record the pages the guest touched up to its next mark into
+    /// `DIR/working-set` (a restore without `--prefetch`, unless
+    /// `--no-record`).
+    pub record: bool,
+    /// The mark that ends the window the working set is taken over (a
+    /// mark's name, e.g. `serial: ready`); None: the guest's first mark
+    /// after the first `KVM_RUN`.
+    pub until: Option<String>,
+    /// For tests: the userfaultfd handler fails after this many faults.
+    pub fail_handler_after: Option<u64>,
 }
 
 /// What `--restore` asks for.
@@ -56,6 +94,8 @@ pub struct RestoreRequest {
     /// Check guest memory against the snapshot's digest once it is
     /// restored (reads all of it; with `--verify`).
     pub verify: bool,
+    /// Working set recording and prefetch.
+    pub lazy: LazyOptions,
 }
 
 /// Why a snapshot could not be taken or restored. Bad input (the
@@ -107,6 +147,12 @@ pub enum SnapshotError {
     Devices(#[from] crate::devices::DevicesRestoreError),
     #[error("snapshot: {0}")]
     Stopping(String),
+    /// Memory a restore cannot set up as asked: `userfaultfd` unavailable,
+    /// no huge pages, a working set `--prefetch` cannot use.
+    #[error("{0}")]
+    MemoryRefused(String),
+    #[error("restore: guest memory: {0}")]
+    Memory(String),
 }
 
 impl SnapshotError {
@@ -123,6 +169,7 @@ impl SnapshotError {
                 | Self::CpuFeatures { .. }
                 | Self::TargetNotEmpty(_)
                 | Self::NoRoom { .. }
+                | Self::MemoryRefused(_)
         )
     }
 }

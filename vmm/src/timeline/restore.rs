@@ -10,6 +10,10 @@ pub mod restore_marks {
     pub const VMM_SETUP: &str = "restore: vmm setup done";
     pub const MEMORY_COPIED: &str = "restore: memory copied";
     pub const MEMORY_MAPPED: &str = "restore: memory mapped";
+    /// Guest memory registered with `userfaultfd`, its handler running.
+    pub const MEMORY_REGISTERED: &str = "restore: memory registered";
+    /// The recorded working set loaded (`--prefetch`).
+    pub const PREFETCHED: &str = "restore: working set prefetched";
     /// The VM's, the devices' and the vCPUs' state loaded.
     pub const STATE_RESTORED: &str = "restore: state restored";
     /// A run that took a snapshot wrote it.
@@ -18,7 +22,8 @@ pub mod restore_marks {
 
 /// The phases of a restored run, None when the marks are not a restore's:
 /// - `vmm setup`: VMM start to the VM built;
-/// - `memory`: the memory file copied or mapped;
+/// - `memory`: the memory file copied, mapped or registered, and the
+///   recorded working set prefetched;
 /// - `state restored`: the VM's, devices' and vCPUs' state loaded;
 /// - `resume`: to the first `KVM_RUN`;
 /// - `guest`: first `KVM_RUN` to guest shutdown (the guest's own marks
@@ -31,8 +36,10 @@ pub fn phases(marks: &[TimelineMark]) -> Option<Vec<TimelinePhase>> {
             .find(|m| m.name == name && m.source == MarkSource::Vmm)
     };
     let restored = named(restore_marks::STATE_RESTORED)?;
-    let memory =
-        named(restore_marks::MEMORY_COPIED).or_else(|| named(restore_marks::MEMORY_MAPPED));
+    let memory = named(restore_marks::PREFETCHED)
+        .or_else(|| named(restore_marks::MEMORY_COPIED))
+        .or_else(|| named(restore_marks::MEMORY_MAPPED))
+        .or_else(|| named(restore_marks::MEMORY_REGISTERED));
     let steps = [
         (
             "vmm setup",
@@ -110,5 +117,23 @@ mod tests {
             ]
         );
         assert!(phases(&marks[..2]).is_none(), "a boot's marks");
+    }
+
+    #[test]
+    fn a_prefetch_ends_the_memory_phase() {
+        let marks = [
+            mark(restore_marks::VMM_SETUP, 10),
+            mark(restore_marks::MEMORY_REGISTERED, 11),
+            mark(restore_marks::PREFETCHED, 14),
+            mark(restore_marks::STATE_RESTORED, 15),
+        ];
+        let p = phases(&marks).unwrap();
+        let memory = p.iter().find(|p| p.name == "memory").unwrap();
+        assert_eq!(
+            (memory.duration_ns, memory.to.as_str()),
+            (4, restore_marks::PREFETCHED)
+        );
+        let registered = phases(&[marks[0].clone(), marks[1].clone(), marks[3].clone()]).unwrap();
+        assert_eq!(registered[0].to, restore_marks::MEMORY_REGISTERED);
     }
 }

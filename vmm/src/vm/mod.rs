@@ -10,6 +10,7 @@ mod error;
 mod images;
 mod report;
 mod restore;
+mod restore_memory;
 mod running;
 mod snapshot;
 mod vcpu;

@@ -76,6 +76,7 @@ fn document(
         units: None,
         devices: Vec::new(),
         host_memory: recorder.memory_sample(),
+        restore_memory: None,
     }
 }
 

@@ -142,6 +142,8 @@ fn restore_memory(mem: &GuestMemoryMmap, req: &RestoreRequest) -> Result<(), Sna
         MemoryRestore::Copy => {
             memory::copy_in(mem, &snap.memory, regions).map_err(io("read"))?;
         }
+        // Registered with userfaultfd by `restore_memory::Session::start`.
+        MemoryRestore::Uffd => {}
         MemoryRestore::Mmap => {
             for r in regions {
                 let at = vm_memory::GuestAddress(r.guest_addr);
@@ -167,11 +169,13 @@ fn restore_memory(mem: &GuestMemoryMmap, req: &RestoreRequest) -> Result<(), Sna
 /// when the snapshot was opened; the configuration's and the CPU's are
 /// made here, before any vCPU runs.
 pub fn restore(
-    cfg: VmConfig,
+    mut cfg: VmConfig,
     recorder: Arc<Recorder>,
     req: RestoreRequest,
 ) -> Result<RunReport, VmError> {
     check_identity(&cfg, &req)?;
+    let run_stop = cfg.stop.get_or_insert_with(Default::default).clone();
+    let huge = cfg.memory.hugepages.map(|h| h.bytes());
     let state = &req.snapshot.state;
     // The kernel is neither read nor placed: its identity was checked
     // above, and the snapshot's memory holds it.
@@ -197,11 +201,9 @@ pub fn restore(
         snapshot::check_cpu(&state.identity.cpuid, &host)?;
     }
     recorder.vmm(restore_marks::VMM_SETUP);
+    let mut lazy = super::restore_memory::Session::start(mem, &req, &recorder, run_stop, huge)?;
     restore_memory(mem, &req)?;
-    recorder.vmm(match req.memory {
-        MemoryRestore::Copy => restore_marks::MEMORY_COPIED,
-        MemoryRestore::Mmap => restore_marks::MEMORY_MAPPED,
-    });
+    lazy.loaded(&req, &recorder)?;
     let cpuid = kvm_cpuid(&state.identity.cpuid)?;
     state.vm.restore(&vm.vm).map_err(SnapshotError::from)?;
     devices
@@ -230,5 +232,8 @@ pub fn restore(
     if let Some(hook) = vm.cfg.before_first_run.take() {
         hook();
     }
-    Ok(vm.run(ram, images, devices, vcpus)?)
+    lazy.resume(&req);
+    let mut report = vm.run(ram, images, devices, vcpus)?;
+    lazy.finish(&mut report.timeline, &req);
+    Ok(report)
 }

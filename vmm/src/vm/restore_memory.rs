@@ -1,0 +1,413 @@
+//! A restore's guest memory beyond the copy (`crate::snapshot`'s
+//! `memory`): the `userfaultfd` handler (`uffd`), the working set recorded
+//! up to the guest's next mark and prefetched on a later restore
+//! (`--prefetch`), the background prefault (`--prefault-rest`), and the
+//! timeline's `restore_memory` object that reports them.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use bootscope_model::hist::Log2Hist;
+use bootscope_model::mark::MarkSource;
+use bootscope_model::restore_memory::{FaultsDoc, PrefetchDoc, RestoreMemoryDoc, WorkingSetDoc};
+use vm_memory::GuestMemoryMmap;
+
+use crate::snapshot::prefetch::{self, Loaded};
+use crate::snapshot::uffd::{self, Fault, Handler, HandlerSetup, HostRegion, Server};
+use crate::snapshot::working_set::{self, WorkingSet, WorkingSetError, PAGE};
+use crate::snapshot::{MemoryRestore, RestoreRequest, SnapshotError};
+use crate::timeline::{restore_marks, vmm_marks, Recorder, StopReason, Timeline};
+
+/// Where the window from the first `KVM_RUN` ended, and (lazily mapped
+/// memory) the pages present then.
+#[derive(Default)]
+struct Window {
+    end: Mutex<Option<(String, u64)>>,
+    present: Mutex<Option<Vec<u64>>>,
+}
+
+struct Background {
+    stop: Arc<AtomicBool>,
+    pages: Arc<AtomicU64>,
+    thread: JoinHandle<Result<(), String>>,
+}
+
+/// A restore's memory, from before it is filled to after the run.
+pub(super) struct Session {
+    mode: MemoryRestore,
+    granule: u64,
+    regions: Vec<HostRegion>,
+    server: Option<Arc<Server>>,
+    handler: Option<Handler>,
+    /// The record `--prefetch` loads.
+    record: Option<WorkingSet>,
+    prefetched: Option<(Loaded, u64)>,
+    window: Arc<Window>,
+    background: Option<Background>,
+    warnings: Vec<String>,
+}
+
+fn refused(why: impl Into<String>) -> SnapshotError {
+    SnapshotError::MemoryRefused(why.into())
+}
+
+/// The record `--prefetch` asks for (refused when unusable), or without
+/// it a warning for a record that is there and unusable.
+fn read_record(
+    req: &RestoreRequest,
+    warnings: &mut Vec<String>,
+) -> Result<Option<WorkingSet>, SnapshotError> {
+    match working_set::read(&req.snapshot) {
+        Ok(set) if req.lazy.prefetch => Ok(Some(set)),
+        Ok(_) => Ok(None),
+        Err(e) if req.lazy.prefetch => Err(refused(format!("--prefetch: {e}"))),
+        Err(WorkingSetError::Missing(_)) => Ok(None),
+        Err(e) => {
+            warnings.push(format!("working set ignored: {e}"));
+            Ok(None)
+        }
+    }
+}
+
+impl Session {
+    /// Checks what is asked against the mode, reads the record, and with
+    /// `uffd` maps guest memory anew, registers it and starts the handler
+    /// (so that anything reading guest memory from here on, `--verify`
+    /// included, is served). `run_stop` stops the run if the handler dies.
+    pub(super) fn start(
+        mem: &GuestMemoryMmap,
+        req: &RestoreRequest,
+        recorder: &Recorder,
+        run_stop: Arc<AtomicBool>,
+        huge: Option<u64>,
+    ) -> Result<Self, SnapshotError> {
+        let lazy = &req.lazy;
+        let mode = req.memory;
+        if mode == MemoryRestore::Copy && (lazy.prefetch || lazy.prefault_rest) {
+            return Err(refused("--prefetch and --prefault-rest need --memory-restore uffd or mmap (copy loads all of memory first)"));
+        }
+        if mode == MemoryRestore::Mmap && huge.is_some() {
+            return Err(refused("--memory-restore mmap cannot put guest memory on huge pages (a file mapping is not hugetlb); restore with --memory-restore uffd or copy, or without --hugepages"));
+        }
+        let huge = huge.filter(|_| mode == MemoryRestore::Uffd);
+        if huge.is_some_and(|h| h > 2 << 20) {
+            return Err(refused("--memory-restore uffd serves 2 MiB huge pages at most; restore with --hugepages 2M"));
+        }
+        let mut warnings = Vec::new();
+        let record = read_record(req, &mut warnings)?;
+        let regions = uffd::host_regions(mem, &req.snapshot.state.identity.regions)
+            .map_err(SnapshotError::Memory)?;
+        let mut session = Self {
+            mode,
+            granule: huge.unwrap_or(PAGE),
+            regions,
+            server: None,
+            handler: None,
+            record,
+            prefetched: None,
+            window: Arc::default(),
+            background: None,
+            warnings,
+        };
+        if mode == MemoryRestore::Uffd {
+            let fd = uffd::open().map_err(refused)?;
+            let file = req
+                .snapshot
+                .memory
+                .try_clone()
+                .map_err(|e| SnapshotError::Memory(e.to_string()))?;
+            let server = Server::register(
+                fd,
+                session.regions.clone(),
+                file,
+                req.snapshot.manifest.memory_bytes,
+                huge,
+            )
+            .map_err(|e| {
+                if huge.is_some() {
+                    refused(e)
+                } else {
+                    SnapshotError::Memory(e)
+                }
+            })?;
+            let server = Arc::new(server);
+            let setup = HandlerSetup {
+                clock: recorder.clock(),
+                run_stop,
+                fail_after: lazy.fail_handler_after,
+            };
+            let handler = Handler::start(server.clone(), setup).map_err(|e| {
+                SnapshotError::Memory(format!("cannot start the userfaultfd handler: {e}"))
+            })?;
+            session.server = Some(server);
+            session.handler = Some(handler);
+        }
+        Ok(session)
+    }
+
+    /// After the memory is copied, mapped or registered: marks it, loads
+    /// the record (`--prefetch`) and arms the window's end.
+    pub(super) fn loaded(
+        &mut self,
+        req: &RestoreRequest,
+        recorder: &Arc<Recorder>,
+    ) -> Result<(), SnapshotError> {
+        recorder.vmm(match self.mode {
+            MemoryRestore::Copy => restore_marks::MEMORY_COPIED,
+            MemoryRestore::Mmap => restore_marks::MEMORY_MAPPED,
+            MemoryRestore::Uffd => restore_marks::MEMORY_REGISTERED,
+        });
+        if let Some(set) = &self.record {
+            let started = Instant::now();
+            let runs = prefetch::runs(set, &self.regions, self.granule);
+            let loaded = match &self.server {
+                Some(s) => prefetch::load_uffd(s, &runs),
+                None => prefetch::load_mmap(&req.snapshot.memory, &runs),
+            }
+            .map_err(SnapshotError::Memory)?;
+            self.prefetched = Some((loaded, started.elapsed().as_nanos() as u64));
+            recorder.vmm(restore_marks::PREFETCHED);
+        }
+        let window = self.window.clone();
+        let regions = self.regions.clone();
+        let lazily_mapped = self.mode == MemoryRestore::Mmap && !req.verify;
+        let clock = recorder.clock();
+        let until = req.lazy.until.clone();
+        recorder.set_window_trigger(Box::new(move |m| {
+            let ends = match &until {
+                Some(u) => m.name == *u,
+                None => m.source != MarkSource::Vmm,
+            } || m.name == vmm_marks::GUEST_SHUTDOWN;
+            let mut end = window.end.lock().unwrap_or_else(|e| e.into_inner());
+            if !ends || end.is_some() {
+                return;
+            }
+            *end = Some((m.name.clone(), m.t_ns.min(clock.now_ns())));
+            if lazily_mapped {
+                let present = prefetch::present_pages(&regions).ok();
+                *window.present.lock().unwrap_or_else(|e| e.into_inner()) = present;
+            }
+        }));
+        Ok(())
+    }
+
+    /// Just before the first `KVM_RUN`: starts the background prefault
+    /// (`--prefault-rest`).
+    pub(super) fn resume(&mut self, req: &RestoreRequest) {
+        if !req.lazy.prefault_rest || self.mode == MemoryRestore::Copy {
+            return;
+        }
+        let extents = match &self.server {
+            Some(s) => s.extents.clone(),
+            None => {
+                match uffd::Extents::of(&req.snapshot.memory, req.snapshot.manifest.memory_bytes) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        self.warnings.push(format!("no background prefault: {e}"));
+                        return;
+                    }
+                }
+            }
+        };
+        let empty = WorkingSet::default();
+        let runs = prefetch::rest(
+            &extents,
+            self.record.as_ref().unwrap_or(&empty),
+            &self.regions,
+            self.granule,
+        );
+        let (stop, pages) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let (s, p, server) = (stop.clone(), pages.clone(), self.server.clone());
+        let spawned = std::thread::Builder::new()
+            .name("prefault".into())
+            .spawn(move || prefetch::background(server.as_deref(), &runs, &s, &p));
+        match spawned {
+            Ok(thread) => {
+                self.background = Some(Background {
+                    stop,
+                    pages,
+                    thread,
+                })
+            }
+            Err(e) => self.warnings.push(format!("no background prefault: {e}")),
+        }
+    }
+
+    /// After the run: stops the threads, fills the timeline's
+    /// `restore_memory`, records the working set, and makes a failed
+    /// handler the run's outcome.
+    pub(super) fn finish(mut self, timeline: &mut Timeline, req: &RestoreRequest) {
+        let background = self.background.take().map(|b| {
+            b.stop.store(true, Ordering::SeqCst);
+            let why = match b.thread.join() {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e),
+                Err(_) => Some("the prefault thread panicked".to_string()),
+            };
+            if let Some(e) = why {
+                self.warnings
+                    .push(format!("background prefault stopped: {e}"));
+            }
+            b.pages.load(Ordering::Relaxed)
+        });
+        let (faults, failure) = match self.handler.take() {
+            Some(mut h) => {
+                h.stop();
+                let f =
+                    std::mem::take(&mut *h.log.faults.lock().unwrap_or_else(|e| e.into_inner()));
+                (Some(f), h.failure())
+            }
+            None => (None, None),
+        };
+        let start = mark_t(timeline, vmm_marks::FIRST_KVM_RUN).unwrap_or(0);
+        let (end_name, end) = self
+            .window
+            .end
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .or_else(|| {
+                mark_t(timeline, vmm_marks::GUEST_SHUTDOWN)
+                    .map(|t| (vmm_marks::GUEST_SHUTDOWN.to_string(), t))
+            })
+            .unwrap_or_else(|| ("none".into(), start));
+        let in_window = |t: u64| t >= start && t < end;
+        let window_faults: Vec<Fault> = faults
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|f| in_window(f.t_ns))
+            .collect();
+        let per_fault = self.granule / PAGE;
+        let touched = match (
+            &faults,
+            self.window
+                .present
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        ) {
+            (Some(_), _) => Some((
+                WorkingSet::from_pages(
+                    window_faults
+                        .iter()
+                        .flat_map(|f| f.page..f.page + per_fault)
+                        .collect(),
+                ),
+                "faults",
+            )),
+            (None, Some(p)) => Some((WorkingSet::from_pages(p), "pagemap")),
+            _ => None,
+        };
+        let mut doc = RestoreMemoryDoc {
+            mode: self.mode.name().into(),
+            page_bytes: self.granule,
+            window_end: end_name,
+            window_ns: end.saturating_sub(start),
+            background_pages: background,
+            error: failure.clone(),
+            ..Default::default()
+        };
+        doc.faults = faults
+            .as_ref()
+            .map(|all| faults_doc(&window_faults, all.len() as u64));
+        doc.prefetch = self.prefetch_doc(touched.as_ref().map(|t| &t.0), &window_faults);
+        let recorded = self.record_set(
+            req,
+            touched.as_ref(),
+            failure.is_some(),
+            background.is_some(),
+        );
+        doc.working_set = touched.map(|(set, source)| WorkingSetDoc {
+            pages: set.len(),
+            bytes: set.len() * PAGE,
+            recorded,
+            source: source.into(),
+        });
+        doc.warnings = std::mem::take(&mut self.warnings);
+        if let Some(why) = failure {
+            timeline.outcome = Some(bootscope_model::timeline::TimelineOutcome {
+                reason: StopReason::Error.name(),
+                clean: Some(false),
+                detail: format!("the userfaultfd handler failed: {why}; the VMM stopped the guest"),
+            });
+        }
+        timeline.restore_memory = Some(doc);
+    }
+
+    /// The prefetch's figures: misses are faults in the window (`uffd`) or
+    /// pages present outside the record (`mmap`).
+    fn prefetch_doc(
+        &self,
+        touched: Option<&WorkingSet>,
+        window_faults: &[Fault],
+    ) -> Option<PrefetchDoc> {
+        let (loaded, ns) = self.prefetched?;
+        let record = self.record.as_ref()?;
+        let misses = match (&self.server, touched) {
+            (Some(_), _) => window_faults.len() as u64 * (self.granule / PAGE),
+            (None, Some(t)) => t.pages.iter().filter(|p| !record.contains(**p)).count() as u64,
+            (None, None) => 0,
+        };
+        Some(PrefetchDoc {
+            pages: loaded.pages,
+            bytes: loaded.pages * PAGE,
+            batches: loaded.batches,
+            ns,
+            hits: None,
+            misses,
+            waste: None,
+        })
+    }
+
+    /// Writes `DIR/working-set` when this restore records one: lazily
+    /// (no prefetch, no background prefault, no `--verify` in `mmap`), the
+    /// handler alive, the set not empty. Returns its path.
+    fn record_set(
+        &mut self,
+        req: &RestoreRequest,
+        touched: Option<&(WorkingSet, &str)>,
+        failed: bool,
+        background: bool,
+    ) -> Option<String> {
+        let (set, _) = touched?;
+        if !req.lazy.record || req.lazy.prefetch || failed || background || set.is_empty() {
+            return None;
+        }
+        match working_set::write(&req.snapshot, set) {
+            Ok(p) => Some(p.display().to_string()),
+            Err(e) => {
+                self.warnings.push(format!("working set not recorded: {e}"));
+                None
+            }
+        }
+    }
+}
+
+fn mark_t(timeline: &Timeline, name: &str) -> Option<u64> {
+    timeline
+        .marks
+        .iter()
+        .find(|m| m.name == name && m.source == MarkSource::Vmm)
+        .map(|m| m.t_ns)
+}
+
+fn faults_doc(window: &[Fault], run_count: u64) -> FaultsDoc {
+    let mut hist = Log2Hist::default();
+    for f in window {
+        hist.add(f.service_ns);
+    }
+    FaultsDoc {
+        count: window.len() as u64,
+        copied: window.iter().filter(|f| !f.zero).count() as u64,
+        zero: window.iter().filter(|f| f.zero).count() as u64,
+        run_count,
+        wait_ns: window.iter().map(|f| f.service_ns).sum(),
+        latency: hist.buckets(),
+    }
+}
