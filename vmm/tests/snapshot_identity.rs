@@ -60,6 +60,7 @@ fn restore_once(kernel: &Path, dir: &Path) -> Vec<String> {
         memory: MemoryRestore::Copy,
         force: false,
         verify: false,
+        lazy: Default::default(),
     };
     let r = restore(config(kernel), recorder(), req).unwrap();
     r.timeline.marks.iter().map(|m| m.name.clone()).collect()
