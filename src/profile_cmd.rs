@@ -72,6 +72,13 @@ pub struct ProfileArgs {
     /// of the command launched).
     #[arg(long, value_name = "PATH", requires = "exit_sites")]
     pub guest_symbols: Option<PathBuf>,
+    /// Trace the guest kernel's initcalls: the command launched gets the
+    /// trace parameters on its guest's kernel command line, in its own
+    /// options (QEMU -append, Cloud Hypervisor --cmdline, Firecracker
+    /// boot_args in a private copy of its config; bootscope run
+    /// --initcalls). With --pid: says what to add.
+    #[arg(long)]
+    pub initcalls: bool,
     /// The command to launch and follow from its first instruction, after
     /// `--` (e.g. `-- qemu-system-x86_64 -enable-kvm ...`).
     #[arg(last = true, value_name = "COMMAND")]
@@ -158,6 +165,15 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         Some(pid) => check_pid(pid).map_err(usage)?,
         None => check_command(&command).map_err(usage)?,
     }
+    // With --initcalls, the command as rewritten (src/profile_launch.rs).
+    let launch = match args.pid {
+        Some(pid) if args.initcalls => {
+            return Err(usage(crate::profile_launch::pid_initcalls(pid)))
+        }
+        Some(_) => None,
+        None => Some(crate::profile_launch::prepare(&command, args.initcalls).map_err(usage)?),
+    };
+    let command = launch.as_ref().map_or(command, |l| l.command.clone());
     let symbols = if args.exit_sites {
         // Reading an input: a signal ends the command at once.
         let _immediate = crate::signals::Immediate::new();
@@ -228,6 +244,10 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     let mut profile = take_collector(collector, &slot, ended)?.finish();
     let signal = interrupts.received();
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
+    profile.target.vmm = Some(match (&launch, args.pid) {
+        (Some(l), _) => l.vmm.clone(),
+        (None, pid) => crate::profile_launch::pid_vmm(pid.unwrap_or_default()),
+    });
     let mut code = 0;
     if let Some(h) = held {
         let (exit_code, own) = stop_launched(h, &waited, signal)?;
