@@ -32,7 +32,7 @@ impl Need {
         match self {
             Self::Exits => "a profile: `bootscope run --output P.json` (run profiles itself), or `bootscope profile --output P.json -- VMM ...`",
             Self::ExitSitesOrPorts => "`run --exit-sites` (VMX/SVM hosts) names the guest functions; any profile has exits by port",
-            Self::Initcalls => "`run --initcalls` (or `bootscope initcalls` on another VMM's console with `initcall_debug`)",
+            Self::Initcalls => "`run --initcalls`, or `bootscope profile --initcalls -- VMM ...` (QEMU, Cloud Hypervisor, Firecracker: the trace parameters in the VMM's own options)",
             Self::Phases => "a timeline: `bootscope run --timeline T.json`",
             Self::Cmdline => "a timeline (`run --timeline`), or a profile of a command that names its kernel command line (`-append`, `--cmdline`)",
             Self::Guest => "a timeline: `bootscope run --timeline T.json`",

@@ -305,4 +305,56 @@ mod tests {
         );
         assert_eq!(t.cmdline_with(&[&virtio]), "console=hvc0 quiet");
     }
+
+    #[test]
+    fn a_qemu_command_rewritten_by_its_own_options() {
+        let t = ProveTarget::template(
+            "qemu-system-x86_64 -M microvm -nographic -serial stdio -kernel k -append 'console=ttyS0 quiet'",
+            None,
+            Some("ignored".into()),
+        )
+        .unwrap();
+        assert_eq!(t.vmm(), VmmKind::Qemu);
+        assert_eq!(t.cmdline(), "console=ttyS0 quiet");
+        let hvc = ConcreteChange::VmmOptions {
+            vmm: VmmKind::Qemu,
+            args: vec!["-chardev".into(), "stdio,id=c".into()],
+            replace: vec!["-serial".into()],
+            machine: Some("isa-serial=off".into()),
+            kernel: "console=hvc0".into(),
+        };
+        let nr = ConcreteChange::KernelArgs("8250.nr_uarts=1".into());
+        assert_eq!(
+            strings(t.argv(&[&hvc, &nr])),
+            [
+                "qemu-system-x86_64",
+                "-M",
+                "microvm,isa-serial=off",
+                "-nographic",
+                "-kernel",
+                "k",
+                "-append",
+                "console=hvc0 quiet 8250.nr_uarts=1",
+                "-monitor",
+                "none",
+                "-chardev",
+                "stdio,id=c"
+            ]
+        );
+        assert_eq!(t.refuses(&hvc), None);
+        let ch = ConcreteChange::VmmOptions {
+            vmm: VmmKind::CloudHypervisor,
+            args: Vec::new(),
+            replace: Vec::new(),
+            machine: None,
+            kernel: String::new(),
+        };
+        assert!(t
+            .refuses(&ch)
+            .unwrap()
+            .contains("a Cloud Hypervisor option"));
+        // Without {cmdline} and without -kernel: refused.
+        let e = ProveTarget::template("qemu-system-x86_64 -hda d.img", None, None).unwrap_err();
+        assert!(e.to_string().contains("QEMU is given no -kernel"), "{e}");
+    }
 }
