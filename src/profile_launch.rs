@@ -101,7 +101,7 @@ fn pid_command(pid: u32) -> Vec<String> {
 /// What `--pid` records about the VMM it follows: its kind, and the
 /// kernel command line its command names (not a Firecracker config, whose
 /// path is the process's own).
-pub fn pid_vmm(pid: u32) -> VmmRun {
+fn pid_vmm(pid: u32) -> VmmRun {
     let command = pid_command(pid);
     let kind = vmm::kind_of(&command);
     if kind == VmmKind::Firecracker {
@@ -111,6 +111,14 @@ pub fn pid_vmm(pid: u32) -> VmmRun {
         };
     }
     VmmRun::of_command(&command, Vec::new())
+}
+
+/// The profile's `target.vmm`: the launched command's, or `--pid`'s.
+pub fn record(launch: Option<&Launch>, pid: Option<u32>) -> VmmRun {
+    match launch {
+        Some(l) => l.vmm.clone(),
+        None => pid_vmm(pid.unwrap_or_default()),
+    }
 }
 
 /// `--pid` with `--initcalls`: a running VMM's kernel command line cannot
@@ -170,7 +178,9 @@ mod tests {
         ] {
             assert!(prepare(&words(bad), true).is_err(), "{bad}");
         }
-        let e = prepare(&words("qemu-system-x86_64 -hda d.img"), true).unwrap_err();
+        let e = prepare(&words("qemu-system-x86_64 -hda d.img"), true)
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("no -kernel"), "{e}");
     }
 
