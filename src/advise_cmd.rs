@@ -43,7 +43,9 @@ pub struct AdviseArgs {
     #[arg(long)]
     pub prove: bool,
     /// Another VMM's command line, with {cmdline} where its kernel command
-    /// line goes (QEMU: -append "{cmdline}").
+    /// line goes (QEMU: -append "{cmdline}"); a QEMU or Cloud Hypervisor
+    /// command with -kernel may leave it out (its own -append/--cmdline is
+    /// rewritten). VMM-option fixes rewrite the command itself.
     #[arg(long, value_name = "TEMPLATE", requires = "prove")]
     pub prove_command: Option<String>,
     /// The original kernel command line for --prove-command (default: the
@@ -69,8 +71,9 @@ pub struct AdviseArgs {
     /// time to userspace, boots paired by round, gives p below it.
     #[arg(long, default_value_t = 0.05)]
     pub level: f64,
-    /// The kinds of fix to try: kernel (command-line words), run
-    /// (bootscope run options); the others are reported as not tried.
+    /// The kinds of fix to try: kernel (command-line words), run (VMM
+    /// options: bootscope run's, or the other VMM's own); the others are
+    /// reported as not tried.
     #[arg(long, value_enum, value_delimiter = ',', default_values = ["kernel", "run"])]
     pub kinds: Vec<KindArg>,
     /// Also try fixes that weaken the guest's security (mitigations=off,
@@ -147,12 +150,7 @@ fn check_args(args: &AdviseArgs) -> Result<(), AdviseError> {
 
 fn target(args: &AdviseArgs, ev: Option<&Evidence>) -> Result<ProveTarget, AdviseError> {
     if let Some(t) = &args.prove_command {
-        let cmdline = args
-            .cmdline
-            .clone()
-            .or_else(|| ev.and_then(|e| e.cmdline.clone()))
-            .unwrap_or_default();
-        return ProveTarget::template(t, cmdline);
+        return ProveTarget::template(t, args.cmdline.clone(), ev.and_then(|e| e.cmdline.clone()));
     }
     let mut run_args: Vec<String> = Vec::new();
     for a in &args.args {

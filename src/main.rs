@@ -25,6 +25,7 @@ mod live_tui;
 mod manual_cmd;
 mod profile_cmd;
 mod profile_console;
+mod profile_launch;
 mod profile_reports;
 mod profile_summary;
 mod push;

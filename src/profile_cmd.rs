@@ -72,6 +72,13 @@ pub struct ProfileArgs {
     /// of the command launched).
     #[arg(long, value_name = "PATH", requires = "exit_sites")]
     pub guest_symbols: Option<PathBuf>,
+    /// Trace the guest kernel's initcalls: the command launched gets the
+    /// trace parameters on its guest's kernel command line, in its own
+    /// options (QEMU -append, Cloud Hypervisor --cmdline, Firecracker
+    /// boot_args in a private copy of its config; bootscope run
+    /// --initcalls). With --pid: says what to add.
+    #[arg(long)]
+    pub initcalls: bool,
     /// The command to launch and follow from its first instruction, after
     /// `--` (e.g. `-- qemu-system-x86_64 -enable-kvm ...`).
     #[arg(last = true, value_name = "COMMAND")]
@@ -138,6 +145,26 @@ fn check_command(command: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The target checked, and the command to launch: with --initcalls
+/// rewritten (src/profile_launch.rs); --pid with --initcalls refused.
+fn checked_target(
+    args: &ProfileArgs,
+    command: Vec<String>,
+) -> Result<(Vec<String>, Option<crate::profile_launch::Launch>), Failure> {
+    match args.pid {
+        Some(pid) => check_pid(pid).map_err(usage)?,
+        None => check_command(&command).map_err(usage)?,
+    }
+    match args.pid {
+        Some(pid) if args.initcalls => Err(usage(crate::profile_launch::pid_initcalls(pid))),
+        Some(_) => Ok((command, None)),
+        None => {
+            let l = crate::profile_launch::prepare(&command, args.initcalls).map_err(usage)?;
+            Ok((l.command.clone(), Some(l)))
+        }
+    }
+}
+
 /// Runs the subcommand; returns the exit status (a launched command's own
 /// status when it ended by itself).
 pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
@@ -154,10 +181,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    match args.pid {
-        Some(pid) => check_pid(pid).map_err(usage)?,
-        None => check_command(&command).map_err(usage)?,
-    }
+    let (command, launch) = checked_target(&args, command)?;
     let symbols = if args.exit_sites {
         // Reading an input: a signal ends the command at once.
         let _immediate = crate::signals::Immediate::new();
@@ -228,6 +252,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     let mut profile = take_collector(collector, &slot, ended)?.finish();
     let signal = interrupts.received();
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
+    profile.target.vmm = Some(crate::profile_launch::record(launch.as_ref(), args.pid));
     let mut code = 0;
     if let Some(h) = held {
         let (exit_code, own) = stop_launched(h, &waited, signal)?;

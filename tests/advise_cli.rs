@@ -98,9 +98,13 @@ fn bad_input_is_refused_before_any_boot() {
             p,
             "--prove",
             "--prove-command",
-            "qemu-system-x86_64 -append quiet",
+            "qemu-system-x86_64 -hda d.img",
         ],
-        "has no {cmdline}: put it where the VMM takes the kernel command line",
+        "has no {cmdline} (QEMU is given no -kernel",
+    );
+    refused(
+        &[p, "--prove", "--prove-command", "myvmm -append quiet"],
+        "has no {cmdline} (another VMM is not rewritten by advise): put it where the VMM takes the kernel command line",
     );
     refused(
         &["--prove", "--budget", "0", "--", "run"],
@@ -168,4 +172,63 @@ fn a_prove_command_that_does_not_boot_is_bad_input() {
         err.contains("does not boot as given") && err.contains("exit status 2"),
         "{err}"
     );
+}
+
+/// A profile of a QEMU microvm boot (the recorded quiet boot's exits
+/// with the CMOS RTC polls QEMU's microvm RTC causes), as `profile` of
+/// QEMU records it: advise names QEMU's options, not bootscope's.
+#[test]
+fn advice_on_a_qemu_profile_names_qemu_options() {
+    let mut p = read_json(recorded("lab-nosites-quiet.profile.json"));
+    let command = [
+        "qemu-system-x86_64",
+        "-M",
+        "microvm",
+        "-nographic",
+        "-serial",
+        "stdio",
+        "-kernel",
+        "k",
+        "-append",
+        "console=ttyS0",
+    ];
+    p["target"]["kind"] = "command".into();
+    p["target"]["command"] = serde_json::json!(command);
+    p["target"]["vmm"] = serde_json::json!({"kind": "qemu", "cmdline": "console=ttyS0"});
+    p["exits"]["total"] = (p["exits"]["total"].as_u64().unwrap() + 40_001).into();
+    let pio = p["exits"]["pio"].as_array_mut().unwrap();
+    for (port, direction, count) in [(0x70, "write", 20_001), (0x71, "read", 20_000)] {
+        pio.push(
+            serde_json::json!({"port": port, "direction": direction, "size": 1, "count": count}),
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("qemu.profile.json");
+    std::fs::write(&path, serde_json::to_vec(&p).unwrap()).unwrap();
+    let o = advise(&[path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("the CMOS RTC polled for the wall clock")
+            && text.contains("fix: QEMU options: -M ...,rtc=off (gives up; --prove tries it)"),
+        "{text}"
+    );
+    assert!(!text.contains("fix: bootscope run"), "{text}");
+    assert!(
+        text.contains("bootscope profile --initcalls -- VMM"),
+        "{text}"
+    );
+    assert!(!stderr(&o).contains("inferred"), "{}", stderr(&o));
+    // Without target.vmm, the VMM is inferred from the command, and said so.
+    p["target"].as_object_mut().unwrap().remove("vmm");
+    std::fs::write(&path, serde_json::to_vec(&p).unwrap()).unwrap();
+    let o = advise(&["--json", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("QEMU inferred from its command"),
+        "{}",
+        stderr(&o)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["vmm"], "qemu");
 }

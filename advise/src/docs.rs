@@ -2,7 +2,7 @@
 //! (a test keeps the committed file in sync: regenerate it with
 //! `BOOTSCOPE_WRITE_DOCS=1 cargo test --release -p bootscope-advise docs`).
 
-use crate::rules::{Change, Detector, Need, Risk, RULES};
+use crate::rules::{Change, Detector, Need, Risk, Way, RULES};
 
 /// The marker lines between which docs/advise.md holds the table.
 pub const BEGIN: &str = "<!-- rules: generated from advise/src/rules.rs -->";
@@ -66,6 +66,37 @@ fn change_words(c: &Change) -> String {
         Change::KernelArgs(a) => format!("kernel: `{a}`"),
         Change::RunFlags(f) => format!("run: `{}`", f.join(" ")),
         Change::Advice(a) => format!("advice: {a}"),
+        Change::InVmm(ways) => ways
+            .iter()
+            .map(|w| {
+                let how = match w.way {
+                    Way::Manual { how } => how.to_string(),
+                    Way::Options {
+                        args,
+                        replace,
+                        machine,
+                        kernel,
+                    } => {
+                        let mut parts = Vec::new();
+                        if let Some((props, types)) = machine {
+                            parts.push(format!("`-M {},{props}`", types.join("|")));
+                        }
+                        if !args.is_empty() {
+                            parts.push(format!("`{}`", args.join(" ")));
+                        }
+                        if !replace.is_empty() {
+                            parts.push(format!("in place of `{}`", replace.join("`, `")));
+                        }
+                        if !kernel.is_empty() {
+                            parts.push(format!("with `{kernel}`"));
+                        }
+                        parts.join(" ")
+                    }
+                };
+                format!("{}: {how}", w.vmm.name())
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
     }
 }
 

@@ -52,6 +52,14 @@ pub enum ConcreteChange {
     KernelArgs(String),
     RunFlags(Vec<String>),
     Advice(String),
+    /// Options of another VMM ([`crate::vmm_terms`]).
+    VmmOptions {
+        vmm: crate::rules::VmmKind,
+        args: Vec<String>,
+        replace: Vec<String>,
+        machine: Option<String>,
+        kernel: String,
+    },
 }
 
 impl ConcreteChange {
@@ -61,6 +69,29 @@ impl ConcreteChange {
             Self::KernelArgs(a) => format!("kernel command line: {a}"),
             Self::RunFlags(f) => format!("bootscope run {}", f.join(" ")),
             Self::Advice(a) => a.clone(),
+            Self::VmmOptions {
+                vmm,
+                args,
+                replace,
+                machine,
+                kernel,
+            } => {
+                let mut parts = Vec::new();
+                if let Some(m) = machine {
+                    parts.push(format!("-M ...,{m}"));
+                }
+                if !args.is_empty() {
+                    parts.push(args.join(" "));
+                }
+                let mut out = format!("{} options: {}", vmm.name(), parts.join(" "));
+                if !replace.is_empty() {
+                    out.push_str(&format!(" (in place of its {})", replace.join(", ")));
+                }
+                if !kernel.is_empty() {
+                    out.push_str(&format!("; kernel command line: {kernel}"));
+                }
+                out
+            }
         }
     }
 }
@@ -244,6 +275,12 @@ fn candidate(
             ConcreteChange::RunFlags(f.iter().map(|s| (*s).to_string()).collect())
         }
         Change::Advice(a) => ConcreteChange::Advice(a.into()),
+        Change::InVmm(ways) => match crate::vmm_terms::concrete(ways, ev)? {
+            ConcreteChange::RunFlags(f) if flags_given(&ev.vmm_command, &as_strs(&f)) => {
+                return None
+            }
+            c => c,
+        },
     };
     let triable = match (&change, fix.risk, &ev.vmm) {
         (ConcreteChange::Advice(_), _, _) => Triable::No,
@@ -259,6 +296,10 @@ fn candidate(
         triable,
         estimate_ns: accounts,
     })
+}
+
+fn as_strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
 }
 
 /// Whether a command holds the options `flags` (`--console virtio` as
@@ -556,7 +597,12 @@ fn has_entropy_device(ev: &Evidence) -> bool {
                 .map(String::as_str);
             last == Some("--rng") || last.is_none() && !cmd.iter().any(|a| a == "--no-acpi")
         }
-        Vmm::Other => cmd.iter().any(|a| a.contains("virtio-rng")),
+        // Cloud Hypervisor gives every guest a virtio-rng (`--rng`).
+        Vmm::CloudHypervisor => true,
+        Vmm::Firecracker => bootscope_model::vmm::firecracker::config_path(cmd)
+            .and_then(|p| bootscope_model::vmm::firecracker::read_config(&p).ok())
+            .is_some_and(|c| c.get("entropy").is_some()),
+        Vmm::Qemu | Vmm::Other => cmd.iter().any(|a| a.contains("virtio-rng")),
     }
 }
 

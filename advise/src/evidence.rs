@@ -11,17 +11,10 @@ use serde::Serialize;
 
 use crate::error::AdviseError;
 
-/// Whose VMM booted the guest.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Vmm {
-    /// `bootscope run`: its options can be tried.
-    #[default]
-    Bootscope,
-    /// Another VMM (a profile of its command): only the kernel command
-    /// line can be tried, through a template.
-    Other,
-}
+/// Whose VMM booted the guest: bootscope's `run` (its options can be
+/// tried), QEMU, Cloud Hypervisor, Firecracker (fixes in their own
+/// options), or one advise does not know (bootscope's terms).
+pub use bootscope_model::vmm::VmmKind as Vmm;
 
 /// Exits by reason, and where they came from.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -109,20 +102,32 @@ pub struct Evidence {
     pub initcalls: Option<Vec<Initcall>>,
     /// Why a recording of initcalls found none.
     pub initcalls_error: Option<String>,
+    /// The VMM was inferred from the profile's command (no `target.vmm`).
+    pub vmm_inferred: bool,
 }
 
 impl Evidence {
     /// What the documents named but `advise` did not read, and why: one
     /// line each.
     pub fn notes(&self) -> Vec<String> {
-        self.initrd
+        let mut notes: Vec<String> = self
+            .initrd
             .iter()
             .filter_map(|i| {
                 let why = i.unread.as_ref()?;
                 let why = bootscope_model::text::printable(why);
                 Some(format!("the timeline's initrd was not read: {why}"))
             })
-            .collect()
+            .collect();
+        if self.vmm == Vmm::Other {
+            notes.push("the profile does not say which VMM ran, and its command is not QEMU, Cloud Hypervisor, Firecracker or bootscope run: VMM options are given in bootscope run's terms".into());
+        } else if self.vmm_inferred && self.vmm != Vmm::Bootscope {
+            notes.push(format!(
+                "the profile does not record its VMM (target.vmm): {} inferred from its command",
+                self.vmm.name()
+            ));
+        }
+        notes
     }
 
     /// The duration of phase `name`.
@@ -252,15 +257,21 @@ impl Evidence {
 
     /// Adds what a profile says.
     pub fn add_profile(&mut self, p: &Profile) {
-        self.vmm = if p.target.kind == "self" || is_bootscope_run(&p.target.command) {
-            Vmm::Bootscope
-        } else {
-            Vmm::Other
+        self.vmm_inferred = p.target.vmm.is_none();
+        self.vmm = match &p.target.vmm {
+            _ if p.target.kind == "self" => Vmm::Bootscope,
+            Some(v) => v.kind,
+            None => bootscope_model::vmm::kind_of(&p.target.command),
         };
         self.host_kvm.clone_from(&p.host.kvm);
         self.vmm_command.clone_from(&p.target.command);
         if self.cmdline.is_none() {
-            self.cmdline = cmdline_from_command(&p.target.command);
+            self.cmdline = p
+                .target
+                .vmm
+                .as_ref()
+                .and_then(|v| v.cmdline.clone())
+                .or_else(|| cmdline_from_command(&p.target.command));
         }
         if self.phases.is_empty() {
             self.phases = p
@@ -315,18 +326,16 @@ impl Evidence {
     }
 }
 
-/// Whether a profiled command is `bootscope run`.
-fn is_bootscope_run(command: &[String]) -> bool {
-    command
-        .first()
-        .is_some_and(|p| Path::new(p).file_name().is_some_and(|n| n == "bootscope"))
-        && command.get(1).is_some_and(|s| s == "run")
-}
-
 /// The kernel command line in a VMM's own command line: QEMU's `-append`,
-/// Cloud Hypervisor's and bootscope's `--cmdline`.
+/// Cloud Hypervisor's and bootscope's `--cmdline`, Firecracker's
+/// `boot_args` ([`bootscope_model::vmm::kernel_cmdline_of`]).
 pub fn cmdline_from_command(command: &[String]) -> Option<String> {
-    bootscope_model::argv::flag_value(command, &["-append", "--cmdline"]).map(str::to_string)
+    match bootscope_model::vmm::kernel_cmdline_of(command) {
+        Ok(Some(c)) => Some(c),
+        // A VMM advise does not know: the usual spellings.
+        _ => bootscope_model::argv::flag_value(command, &["-append", "--cmdline"])
+            .map(str::to_string),
+    }
 }
 
 /// Compression of a file by its first bytes: what the kernel's

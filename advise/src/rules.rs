@@ -32,7 +32,7 @@ impl Need {
         match self {
             Self::Exits => "a profile: `bootscope run --output P.json` (run profiles itself), or `bootscope profile --output P.json -- VMM ...`",
             Self::ExitSitesOrPorts => "`run --exit-sites` (VMX/SVM hosts) names the guest functions; any profile has exits by port",
-            Self::Initcalls => "`run --initcalls` (or `bootscope initcalls` on another VMM's console with `initcall_debug`)",
+            Self::Initcalls => "`run --initcalls`, or `bootscope profile --initcalls -- VMM ...` (QEMU, Cloud Hypervisor, Firecracker: the trace parameters in the VMM's own options)",
             Self::Phases => "a timeline: `bootscope run --timeline T.json`",
             Self::Cmdline => "a timeline (`run --timeline`), or a profile of a command that names its kernel command line (`-append`, `--cmdline`)",
             Self::Guest => "a timeline: `bootscope run --timeline T.json`",
@@ -65,7 +65,99 @@ pub enum Change {
     /// A change to the kernel, its configuration, the initramfs or the
     /// VMM's set-up that cannot be tried automatically.
     Advice(&'static str),
+    /// A VMM option: how each VMM does it (a VMM not listed cannot).
+    InVmm(&'static [InVmm]),
 }
+
+pub use bootscope_model::vmm::VmmKind;
+
+/// How one VMM does a fix ([`Change::InVmm`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct InVmm {
+    pub vmm: VmmKind,
+    pub way: Way,
+}
+
+/// A fix in one VMM's terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Way {
+    /// `args` added to the VMM's command line, its options named in
+    /// `replace` removed first (with their values); QEMU's `{bus}` is
+    /// `device` (virtio-mmio) on microvm, `pci` elsewhere. `machine`:
+    /// QEMU machine properties added to `-M`, for the machine types
+    /// listed (`pc` also stands for QEMU's default and `pc-*`). `kernel`:
+    /// words set on the kernel command line with it (`key=value` in place
+    /// of that key's words).
+    Options {
+        args: &'static [&'static str],
+        replace: &'static [&'static str],
+        machine: Option<(&'static str, &'static [&'static str])>,
+        kernel: &'static str,
+    },
+    /// Not an option of that VMM: what to do there instead (not tried).
+    Manual { how: &'static str },
+}
+
+/// [`Way::Options`] without machine properties.
+const fn opts(
+    vmm: VmmKind,
+    args: &'static [&'static str],
+    replace: &'static [&'static str],
+    kernel: &'static str,
+) -> InVmm {
+    InVmm {
+        vmm,
+        way: Way::Options {
+            args,
+            replace,
+            machine: None,
+            kernel,
+        },
+    }
+}
+
+/// QEMU machine properties (`-M TYPE,PROPS`) for the machine `types`,
+/// with `args` and `kernel` words as [`Way::Options`].
+const fn qemu_machine(
+    props: &'static str,
+    types: &'static [&'static str],
+    args: &'static [&'static str],
+    replace: &'static [&'static str],
+    kernel: &'static str,
+) -> InVmm {
+    InVmm {
+        vmm: VmmKind::Qemu,
+        way: Way::Options {
+            args,
+            replace,
+            machine: Some((props, types)),
+            kernel,
+        },
+    }
+}
+
+const fn manual(vmm: VmmKind, how: &'static str) -> InVmm {
+    InVmm {
+        vmm,
+        way: Way::Manual { how },
+    }
+}
+
+/// QEMU's virtio console in place of the 8250 (QEMU's microvm
+/// documentation, docs/system/i386/microvm.rst).
+const QEMU_VIRTCONSOLE: &[&str] = &[
+    "-serial",
+    "none",
+    "-chardev",
+    "stdio,id=virtiocon0",
+    "-device",
+    "virtio-serial-{bus}",
+    "-device",
+    "virtconsole,chardev=virtiocon0",
+];
+/// Cloud Hypervisor's virtio console in place of its 8250.
+const CH_VIRTCONSOLE: &[&str] = &["--serial", "off", "--console", "tty"];
 
 /// One candidate fix of a rule.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -168,12 +260,33 @@ pub const RULES: &[Rule] = &[
                 source: "Documentation/admin-guide/kernel-parameters.txt: quiet, loglevel",
             },
             Fix {
-                change: Change::RunFlags(&["--console", "virtio"]),
+                change: Change::InVmm(&[
+                    opts(VmmKind::Bootscope, &["--console", "virtio"], &[], "console=hvc0"),
+                    opts(VmmKind::Qemu, QEMU_VIRTCONSOLE, &["-serial"], "console=hvc0"),
+                    opts(VmmKind::CloudHypervisor, CH_VIRTCONSOLE, &["--serial", "--console"], "console=hvc0"),
+                    manual(VmmKind::Firecracker, "Firecracker has no virtio console: keep quiet (or loglevel=4) on the kernel command line"),
+                ]),
                 risk: Risk::Low,
                 gives_up: "needs a kernel with virtio-console (CONFIG_VIRTIO_CONSOLE, hvc0); the command line's console=ttyS0 becomes console=hvc0; the earliest messages, before the driver, are not shown",
-                source: "Documentation/admin-guide/serial-console.rst; Firecracker and Cloud Hypervisor docs: virtio-console instead of the 8250 UART",
+                source: "Documentation/admin-guide/serial-console.rst; QEMU docs/system/i386/microvm.rst (virtconsole, console=hvc0); Cloud Hypervisor docs: --serial off --console tty",
             },
         ],
+    },
+    Rule {
+        id: "cmos-rtc",
+        title: "the CMOS RTC polled for the wall clock, one port exit per read",
+        detector: Detector::ExitsAt {
+            functions: &["mach_get_cmos_time", "mc146818_get_time", "mc146818_avoid_UIP", "rtc_cmos_read", "cmos_read"],
+            ports: (0x70, 0x71),
+        },
+        needs: &[Need::ExitSitesOrPorts],
+        off_with: &[],
+        fixes: &[Fix {
+            change: Change::InVmm(&[qemu_machine("rtc=off", &["microvm"], &[], &[], "")]),
+            risk: Risk::GivesUp,
+            gives_up: "no RTC: the guest takes the wall clock from kvmclock (KVM only); no /dev/rtc0 for hwclock",
+            source: "QEMU docs/system/i386/microvm.rst: rtc=off, the guest relying on kvmclock",
+        }],
     },
     Rule {
         id: "legacy-uarts",
@@ -181,12 +294,23 @@ pub const RULES: &[Rule] = &[
         detector: Detector::SlowInitcalls { names: &["serial8250_init"], min_ns: 1_000_000 },
         needs: &[Need::Initcalls],
         off_with: &[],
-        fixes: &[Fix {
-            change: Change::KernelArgs("8250.nr_uarts=1"),
-            risk: Risk::Low,
-            gives_up: "only ttyS0 is registered",
-            source: "Documentation/admin-guide/kernel-parameters.txt: 8250.nr_uarts",
-        }],
+        fixes: &[
+            Fix {
+                change: Change::KernelArgs("8250.nr_uarts=1"),
+                risk: Risk::Low,
+                gives_up: "only ttyS0 is registered",
+                source: "Documentation/admin-guide/kernel-parameters.txt: 8250.nr_uarts",
+            },
+            Fix {
+                change: Change::InVmm(&[
+                    qemu_machine("isa-serial=off", &["microvm"], QEMU_VIRTCONSOLE, &["-serial"], "console=hvc0 8250.nr_uarts=0"),
+                    opts(VmmKind::CloudHypervisor, CH_VIRTCONSOLE, &["--serial", "--console"], "console=hvc0 8250.nr_uarts=0"),
+                ]),
+                risk: Risk::GivesUp,
+                gives_up: "no UART at all: the console is the virtio console (hvc0, CONFIG_VIRTIO_CONSOLE), which shows nothing before its driver",
+                source: "QEMU docs/system/i386/microvm.rst: isa-serial=off; Documentation/admin-guide/kernel-parameters.txt: 8250.nr_uarts",
+            },
+        ],
     },
     Rule {
         id: "crypto-self-tests",
@@ -228,11 +352,18 @@ pub const RULES: &[Rule] = &[
         detector: Detector::SlowInitcalls { names: &["i8042_init"], min_ns: 1_000_000 },
         needs: &[Need::Initcalls],
         off_with: &[],
-        fixes: &[Fix {
+        fixes: &[
+        Fix {
             change: Change::KernelArgs("i8042.noaux i8042.nomux i8042.nopnp i8042.dumbkbd"),
             risk: Risk::Low,
             gives_up: "no PS/2 mouse; the keyboard is not probed",
             source: "Documentation/admin-guide/kernel-parameters.txt: i8042.noaux, i8042.nomux, i8042.nopnp, i8042.dumbkbd",
+        },
+        Fix {
+            change: Change::InVmm(&[qemu_machine("i8042=off", &["q35", "pc"], &[], &[], "")]),
+            risk: Risk::GivesUp,
+            gives_up: "no PS/2 controller: no PS/2 keyboard or mouse (QEMU's microvm has none already)",
+            source: "qemu-system-x86_64 -M q35,help (QEMU 7.2): i8042",
         }],
     },
     Rule {
@@ -316,13 +447,21 @@ pub const RULES: &[Rule] = &[
         off_with: &[],
         fixes: &[
             Fix {
-                change: Change::RunFlags(&["--prealloc-threads", "2"]),
+                change: Change::InVmm(&[
+                    opts(VmmKind::Bootscope, &["--prealloc-threads", "2"], &[], ""),
+                    manual(VmmKind::Qemu, "preallocate with several threads: -object memory-backend-ram,id=mem,size=SIZE,prealloc=on,prealloc-threads=4 -machine memory-backend=mem"),
+                ]),
                 risk: Risk::Low,
                 gives_up: "more host CPUs busy during set-up",
                 source: "bootscope run --help: --prealloc-threads; QEMU's memory-backend prealloc-threads",
             },
             Fix {
-                change: Change::RunFlags(&["--hugepages", "2M"]),
+                change: Change::InVmm(&[
+                    opts(VmmKind::Bootscope, &["--hugepages", "2M"], &[], ""),
+                    manual(VmmKind::Qemu, "-mem-path /dev/hugepages (or memory-backend-file,mem-path=/dev/hugepages)"),
+                    manual(VmmKind::CloudHypervisor, "--memory size=SIZE,hugepages=on"),
+                    manual(VmmKind::Firecracker, "\"huge_pages\": \"2M\" in machine-config"),
+                ]),
                 risk: Risk::GivesUp,
                 gives_up: "needs a hugetlb pool as large as guest memory (vm.nr_hugepages); the memory is not swappable",
                 source: "Documentation/admin-guide/mm/hugetlbpage.rst; Firecracker docs/hugepages.md",
@@ -363,10 +502,14 @@ pub const RULES: &[Rule] = &[
         off_with: &[],
         fixes: &[
             Fix {
-                change: Change::RunFlags(&["--rng"]),
+                change: Change::InVmm(&[
+                    opts(VmmKind::Bootscope, &["--rng"], &[], ""),
+                    opts(VmmKind::Qemu, &["-device", "virtio-rng-{bus}"], &[], ""),
+                    manual(VmmKind::Firecracker, "an entropy device: \"entropy\": {} in the config file"),
+                ]),
                 risk: Risk::Low,
                 gives_up: "needs a kernel with virtio-rng (CONFIG_HW_RANDOM_VIRTIO)",
-                source: "Documentation/admin-guide/hw_random.rst; QEMU's virtio-rng-device",
+                source: "Documentation/admin-guide/hw_random.rst; QEMU's virtio-rng-device; Firecracker docs/entropy.md",
             },
             Fix {
                 change: Change::KernelArgs("random.trust_cpu=on"),

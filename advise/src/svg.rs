@@ -127,6 +127,7 @@ fn short(c: &ConcreteChange) -> String {
         ConcreteChange::KernelArgs(a) => a.clone(),
         ConcreteChange::RunFlags(f) => f.join(" "),
         ConcreteChange::Advice(a) => a.clone(),
+        c @ ConcreteChange::VmmOptions { .. } => c.describe(),
     }
 }
 

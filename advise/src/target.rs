@@ -5,6 +5,8 @@
 
 use std::ffi::OsString;
 
+use bootscope_model::vmm::{self, VmmKind};
+
 use crate::error::AdviseError;
 use crate::evaluate::ConcreteChange;
 
@@ -23,8 +25,14 @@ pub enum ProveTarget {
         /// The kernel command line `run` uses without `--cmdline`.
         default_cmdline: String,
     },
-    /// Another VMM: its words, one of which holds `{cmdline}`.
-    Template { words: Vec<String>, cmdline: String },
+    /// Another VMM: its words, one of which holds `{cmdline}`, or a QEMU
+    /// or Cloud Hypervisor command whose own kernel command line is
+    /// rewritten (`placeholder` false).
+    Template {
+        words: Vec<String>,
+        cmdline: String,
+        placeholder: bool,
+    },
 }
 
 /// Splits a command template into words as a POSIX shell would for
@@ -38,18 +46,67 @@ pub fn split_words(s: &str) -> Result<Vec<String>, AdviseError> {
 }
 
 impl ProveTarget {
-    /// A template target; refuses one without `{cmdline}`.
-    pub fn template(template: &str, cmdline: String) -> Result<Self, AdviseError> {
+    /// A template target: `{cmdline}` where the VMM takes the kernel
+    /// command line (the original's is `given`, else the documents'), or a
+    /// QEMU or Cloud Hypervisor command that boots its own `-kernel` (its
+    /// `-append`/`--cmdline` is the original's unless `given`); refuses
+    /// anything else.
+    pub fn template(
+        template: &str,
+        given: Option<String>,
+        documents: Option<String>,
+    ) -> Result<Self, AdviseError> {
         let words = split_words(template)?;
         if words.is_empty() {
             return Err(AdviseError::Usage("--prove-command is empty: give the VMM's command line with {cmdline} where the kernel command line goes".into()));
         }
-        if !words.iter().any(|w| w.contains(PLACEHOLDER)) {
-            return Err(AdviseError::Usage(format!(
-                "--prove-command {template:?} has no {PLACEHOLDER}: put it where the VMM takes the kernel command line, e.g. QEMU's -append \"{PLACEHOLDER}\" or Cloud Hypervisor's --cmdline \"{PLACEHOLDER}\""
-            )));
+        if words.iter().any(|w| w.contains(PLACEHOLDER)) {
+            return Ok(Self::Template {
+                words,
+                cmdline: given.or(documents).unwrap_or_default(),
+                placeholder: true,
+            });
         }
-        Ok(Self::Template { words, cmdline })
+        let kind = vmm::kind_of(&words);
+        let own = match kind {
+            VmmKind::Qemu | VmmKind::CloudHypervisor => {
+                vmm::with_kernel_cmdline(&words, |c| Ok::<_, String>(c.to_string()))
+                    .map(|r| r.cmdline)
+                    .map_err(|e| e.to_string())
+            }
+            _ => Err(format!("{kind} is not rewritten by advise")),
+        };
+        match own {
+            Ok(own) => Ok(Self::Template {
+                words,
+                cmdline: given.unwrap_or(own),
+                placeholder: false,
+            }),
+            Err(why) => Err(AdviseError::Usage(format!(
+                "--prove-command {template:?} has no {PLACEHOLDER} ({why}): put it where the VMM takes the kernel command line, e.g. QEMU's -append \"{PLACEHOLDER}\" or Cloud Hypervisor's --cmdline \"{PLACEHOLDER}\""
+            ))),
+        }
+    }
+
+    /// Which VMM boots.
+    pub fn vmm(&self) -> VmmKind {
+        match self {
+            Self::Bootscope { .. } => VmmKind::Bootscope,
+            Self::Template { words, .. } => vmm::kind_of(words),
+        }
+    }
+
+    /// Why `change` cannot be tried on this boot, if so: another VMM's
+    /// option.
+    pub fn refuses(&self, change: &ConcreteChange) -> Option<String> {
+        match change {
+            ConcreteChange::VmmOptions { vmm, .. } if *vmm != self.vmm() => Some(format!(
+                "a {} option: the boot to prove is {}'s",
+                vmm.name(),
+                self.vmm().name()
+            )),
+            _ => None,
+        }
     }
 
     /// The kernel command line of the original boot.
@@ -91,7 +148,12 @@ impl ProveTarget {
                         .collect::<Vec<_>>()
                         .join(" ");
                 }
-                ConcreteChange::RunFlags(_) | ConcreteChange::Advice(_) => {}
+                ConcreteChange::VmmOptions { kernel, .. } if !kernel.is_empty() => {
+                    cmdline = crate::vmm_terms::set_kernel_words(&cmdline, kernel);
+                }
+                ConcreteChange::RunFlags(_)
+                | ConcreteChange::Advice(_)
+                | ConcreteChange::VmmOptions { .. } => {}
             }
         }
         cmdline
@@ -122,10 +184,39 @@ impl ProveTarget {
                 out.extend(flags);
                 out.into_iter().map(OsString::from).collect()
             }
-            Self::Template { words, .. } => words
-                .iter()
-                .map(|w| OsString::from(w.replace(PLACEHOLDER, &cmdline)))
-                .collect(),
+            Self::Template {
+                words, placeholder, ..
+            } => {
+                let mut words = words.clone();
+                for c in changes {
+                    if let ConcreteChange::VmmOptions {
+                        args,
+                        replace,
+                        machine,
+                        ..
+                    } = c
+                    {
+                        words = crate::vmm_terms::apply_options(
+                            &words,
+                            args,
+                            replace,
+                            machine.as_deref(),
+                        );
+                    }
+                }
+                if !placeholder {
+                    // Checked in `template`: the command names its kernel.
+                    if let Ok(r) =
+                        vmm::with_kernel_cmdline(&words, |_| Ok::<_, String>(cmdline.clone()))
+                    {
+                        words = r.argv;
+                    }
+                }
+                words
+                    .iter()
+                    .map(|w| OsString::from(w.replace(PLACEHOLDER, &cmdline)))
+                    .collect()
+            }
         }
     }
 }
@@ -157,11 +248,15 @@ mod tests {
 
     #[test]
     fn template_needs_the_placeholder() {
-        let e = ProveTarget::template("qemu -append quiet", String::new()).unwrap_err();
+        let e = ProveTarget::template("myvmm -append quiet", None, None).unwrap_err();
         assert!(e.to_string().contains("has no {cmdline}"), "{e}");
         assert!(e.is_bad_input());
-        let t =
-            ProveTarget::template("qemu -append \"{cmdline}\"", "console=ttyS0".into()).unwrap();
+        let t = ProveTarget::template(
+            "qemu -append \"{cmdline}\"",
+            None,
+            Some("console=ttyS0".into()),
+        )
+        .unwrap();
         let quiet = ConcreteChange::KernelArgs("quiet".into());
         assert_eq!(
             strings(t.argv(&[&quiet])),
@@ -209,5 +304,57 @@ mod tests {
             ["--cmdline", "console=hvc0 quiet", "--console", "virtio"]
         );
         assert_eq!(t.cmdline_with(&[&virtio]), "console=hvc0 quiet");
+    }
+
+    #[test]
+    fn a_qemu_command_rewritten_by_its_own_options() {
+        let t = ProveTarget::template(
+            "qemu-system-x86_64 -M microvm -nographic -serial stdio -kernel k -append 'console=ttyS0 quiet'",
+            None,
+            Some("ignored".into()),
+        )
+        .unwrap();
+        assert_eq!(t.vmm(), VmmKind::Qemu);
+        assert_eq!(t.cmdline(), "console=ttyS0 quiet");
+        let hvc = ConcreteChange::VmmOptions {
+            vmm: VmmKind::Qemu,
+            args: vec!["-chardev".into(), "stdio,id=c".into()],
+            replace: vec!["-serial".into()],
+            machine: Some("isa-serial=off".into()),
+            kernel: "console=hvc0".into(),
+        };
+        let nr = ConcreteChange::KernelArgs("8250.nr_uarts=1".into());
+        assert_eq!(
+            strings(t.argv(&[&hvc, &nr])),
+            [
+                "qemu-system-x86_64",
+                "-M",
+                "microvm,isa-serial=off",
+                "-nographic",
+                "-kernel",
+                "k",
+                "-append",
+                "console=hvc0 quiet 8250.nr_uarts=1",
+                "-monitor",
+                "none",
+                "-chardev",
+                "stdio,id=c"
+            ]
+        );
+        assert_eq!(t.refuses(&hvc), None);
+        let ch = ConcreteChange::VmmOptions {
+            vmm: VmmKind::CloudHypervisor,
+            args: Vec::new(),
+            replace: Vec::new(),
+            machine: None,
+            kernel: String::new(),
+        };
+        assert!(t
+            .refuses(&ch)
+            .unwrap()
+            .contains("a Cloud Hypervisor option"));
+        // Without {cmdline} and without -kernel: refused.
+        let e = ProveTarget::template("qemu-system-x86_64 -hda d.img", None, None).unwrap_err();
+        assert!(e.to_string().contains("QEMU is given no -kernel"), "{e}");
     }
 }

@@ -519,3 +519,110 @@ fn slow_guest_every_known_cause_found() {
         a.clear
     );
 }
+
+/// A QEMU microvm boot's exits as the nested lab showed them: the serial
+/// console and the CMOS RTC polled 20,000 times, by port (no sites).
+fn qemu_microvm() -> Evidence {
+    let mut ev = Evidence::read(&[fixture("lab-nosites-quiet.profile.json")]).unwrap();
+    ev.vmm = Vmm::Qemu;
+    ev.vmm_command =
+        "qemu-system-x86_64 -M microvm -nographic -serial stdio -kernel k -append console=ttyS0"
+            .split(' ')
+            .map(String::from)
+            .collect();
+    ev.cmdline = Some("console=ttyS0".into());
+    let exits = ev.exits.as_mut().unwrap();
+    exits
+        .pio
+        .extend([(0x70, 20_001), (0x71, 20_000), (0x3f8, 21_000)]);
+    exits.total += 61_001;
+    ev
+}
+
+fn describes(f: &Finding) -> Vec<String> {
+    f.fixes.iter().map(|c| c.change.describe()).collect()
+}
+
+#[test]
+fn qemu_boots_get_qemu_options() {
+    let ev = qemu_microvm();
+    let rtc = &found("cmos-rtc", &ev)[0];
+    assert!(
+        rtc.evidence[0].contains("port I/O on 0x70-0x71: 40,065 of 64,975 exits"),
+        "{:?}",
+        rtc.evidence
+    );
+    assert_eq!(describes(rtc), ["QEMU options: -M ...,rtc=off"]);
+    assert_eq!(rtc.fixes[0].triable, Triable::Yes);
+    let console = &found("serial-console", &ev)[0];
+    assert_eq!(
+        describes(console)[1],
+        "QEMU options: -serial none -chardev stdio,id=virtiocon0 -device virtio-serial-device -device virtconsole,chardev=virtiocon0 (in place of its -serial); kernel command line: console=hvc0"
+    );
+    // On q35 the transport is PCI, and there is no rtc=off.
+    let mut q35 = qemu_microvm();
+    q35.vmm_command[2] = "q35".into();
+    assert!(describes(&found("serial-console", &q35)[0])[1].contains("virtio-serial-pci"));
+    assert!(matches!(
+        evaluate(rule("cmos-rtc"), &q35),
+        RuleOutcome::Clear
+    ));
+    // Done already: no fix, no finding.
+    let mut off = qemu_microvm();
+    off.vmm_command[2] = "microvm,rtc=off".into();
+    assert!(matches!(
+        evaluate(rule("cmos-rtc"), &off),
+        RuleOutcome::Clear
+    ));
+    // No QEMU fix names a bootscope run option.
+    for f in advise(&ev).findings {
+        for c in &f.fixes {
+            assert!(
+                !matches!(c.change, ConcreteChange::RunFlags(_)),
+                "{}: {c:?}",
+                f.rule
+            );
+        }
+    }
+}
+
+#[test]
+fn each_vmm_in_its_own_terms() {
+    let mut ev = qemu_microvm();
+    ev.vmm = Vmm::CloudHypervisor;
+    ev.vmm_command = "cloud-hypervisor --serial tty --console off --kernel k"
+        .split(' ')
+        .map(String::from)
+        .collect();
+    let console = &found("serial-console", &ev)[0];
+    assert_eq!(
+        describes(console)[1],
+        "Cloud Hypervisor options: --serial off --console tty (in place of its --serial, --console); kernel command line: console=hvc0"
+    );
+    // Cloud Hypervisor always gives its guest a virtio-rng.
+    assert!(matches!(
+        evaluate(rule("no-entropy-source"), &ev),
+        RuleOutcome::Clear
+    ));
+    ev.vmm = Vmm::Firecracker;
+    ev.vmm_command = vec!["firecracker".into()];
+    let console = &found("serial-console", &ev)[0];
+    assert_eq!(
+        describes(console)[1],
+        "Firecracker: Firecracker has no virtio console: keep quiet (or loglevel=4) on the kernel command line"
+    );
+    assert_eq!(console.fixes[1].triable, Triable::No);
+    // A VMM advise does not know: bootscope's terms, with a note.
+    ev.vmm = Vmm::Other;
+    ev.vmm_command = vec!["myvmm".into()];
+    let console = &found("serial-console", &ev)[0];
+    assert_eq!(describes(console)[1], "bootscope run --console virtio");
+    assert_eq!(console.fixes[1].triable, Triable::BootscopeOnly);
+    assert!(
+        ev.notes()
+            .iter()
+            .any(|n| n.contains("bootscope run's terms")),
+        "{:?}",
+        ev.notes()
+    );
+}

@@ -34,6 +34,8 @@
 //! - [`devices`]: the timeline's `devices` section (virtio devices);
 //! - [`text`]: text from outside made safe to print on a terminal;
 //! - [`units`]: a systemd guest's units on the timeline's clock;
+//! - [`vmm`]: which VMM a command runs, its kernel command line and disks
+//!   in its own options;
 //! - [`journal`]: systemd's journal files, read from a guest's disk;
 //! - [`modules`]: the guest kernel's loaded modules, for naming exit sites;
 //! - [`prometheus`]: the Prometheus text format, one writer for every
@@ -75,3 +77,4 @@ pub mod threads;
 pub mod timeline;
 pub mod timeline_profile;
 pub mod units;
+pub mod vmm;

@@ -198,6 +198,9 @@ pub struct Target {
     /// up to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted_by: Option<String>,
+    /// Which VMM ran and the kernel command line it was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmm: Option<crate::vmm::VmmRun>,
 }
 
 /// The host it ran on.

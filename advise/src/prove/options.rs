@@ -103,7 +103,7 @@ pub struct ProveOptions {
 pub enum FixKind {
     /// Kernel command-line words.
     Kernel,
-    /// `bootscope run` options.
+    /// VMM options: `bootscope run`'s, or another VMM's own.
     Run,
 }
 
@@ -114,7 +114,7 @@ impl FixKind {
     pub(crate) fn of(change: &ConcreteChange) -> Option<Self> {
         match change {
             ConcreteChange::KernelArgs(_) => Some(Self::Kernel),
-            ConcreteChange::RunFlags(_) => Some(Self::Run),
+            ConcreteChange::RunFlags(_) | ConcreteChange::VmmOptions { .. } => Some(Self::Run),
             ConcreteChange::Advice(_) => None,
         }
     }

@@ -63,6 +63,7 @@ pub fn trials(
                             .into(),
                     )
                 }
+                (_, target) if target.refuses(&c.change).is_some() => target.refuses(&c.change),
                 _ if FixKind::of(&c.change).is_some_and(|k| !opts.kinds.contains(&k)) => {
                     Some("not among the --kinds to try".into())
                 }
@@ -205,8 +206,13 @@ impl ProvePlan {
                         "--no-summary".into(),
                         "--output".into(),
                         profile.clone().into(),
-                        "--".into(),
                     ]);
+                    // The initcalls, in the VMM's own options
+                    // (src/profile_launch.rs), for the rules that need them.
+                    if self.target.vmm() != bootscope_model::vmm::VmmKind::Other {
+                        argv.push("--initcalls".into());
+                    }
+                    argv.push("--".into());
                     documents.push(profile.clone());
                 }
                 argv.extend(self.target.argv(&[]));
@@ -341,7 +347,7 @@ mod tests {
             marker: ConsolePattern::parse("userspace=x").unwrap(),
             kinds: FixKind::ALL.to_vec(),
         };
-        let template = ProveTarget::template("qemu -append {cmdline}", String::new()).unwrap();
+        let template = ProveTarget::template("qemu -append {cmdline}", None, None).unwrap();
         let (tried, left) = trials(&advice, &opts, &template);
         let tried: Vec<_> = tried.iter().map(|t| t.change.describe()).collect();
         assert_eq!(tried, ["kernel command line: quiet"]);

@@ -218,6 +218,7 @@ impl AnyVm {
             exit_code: None,
             ended_ns: vm.and_then(|v| v.ended_ns),
             interrupted_by: None,
+            vmm: None,
         };
         p.marks
             .retain(|m| m.tgid.is_some_and(|t| self.root_of(t) == root));

@@ -51,6 +51,7 @@ impl Tasks {
                 exit_code: None,
                 ended_ns: None,
                 interrupted_by: None,
+                vmm: None,
             },
             target_pid,
             life,

@@ -1,0 +1,91 @@
+//! Firecracker's `--config-file`: read by the input rules, and rewritten
+//! into a private temporary copy (the user's file is never written).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::VmmArgsError;
+
+/// The largest config file read: a Firecracker config is a few KiB.
+const MAX_CONFIG: u64 = 1 << 20;
+
+/// Where `--config-file` is in Firecracker's arguments, and its path.
+pub fn config_arg(args: &[String]) -> Option<(usize, PathBuf)> {
+    crate::argv::flag_values(args, &["--config-file"])
+        .last()
+        .map(|(i, v)| (i, PathBuf::from(v)))
+}
+
+/// The path of Firecracker's `--config-file`.
+pub fn config_path(args: &[String]) -> Option<PathBuf> {
+    config_arg(args).map(|(_, p)| p)
+}
+
+/// The config file as JSON: a regular file only, at most 1 MiB
+/// ([`crate::input::Input::open_named`]).
+pub fn read_config(path: &Path) -> Result<serde_json::Value, VmmArgsError> {
+    let bad = |problem: String| VmmArgsError::Config {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let (file, meta) = crate::input::open_named(path).map_err(|e| bad(e.to_string()))?;
+    if meta.len() > MAX_CONFIG {
+        return Err(bad(format!(
+            "{} bytes, more than a config file's {MAX_CONFIG}",
+            meta.len()
+        )));
+    }
+    let value: serde_json::Value = serde_json::from_reader(std::io::Read::take(
+        std::io::BufReader::new(file),
+        MAX_CONFIG,
+    ))
+    .map_err(|e| bad(format!("not JSON: {e}")))?;
+    if !value.get("boot-source").is_some_and(|b| b.is_object()) {
+        return Err(bad("it has no \"boot-source\" object".into()));
+    }
+    Ok(value)
+}
+
+/// `config` with `boot-source.boot_args` set to `cmdline`, written to a
+/// new private file (mode 0600, listed for removal on a signal) in the
+/// temporary directory; `original` names the user's file for messages.
+pub fn write_private(
+    original: &Path,
+    config: &mut serde_json::Value,
+    cmdline: &str,
+) -> Result<crate::output::Temporary, VmmArgsError> {
+    if let Some(boot) = config
+        .get_mut("boot-source")
+        .and_then(|b| b.as_object_mut())
+    {
+        boot.insert("boot_args".into(), cmdline.into());
+    }
+    let bytes = serde_json::to_vec_pretty(config).map_err(|e| VmmArgsError::Config {
+        path: original.to_path_buf(),
+        problem: e.to_string(),
+    })?;
+    let mut temp = crate::output::Temporary::new_in(
+        &std::env::temp_dir(),
+        std::ffi::OsStr::new("bootscope-firecracker-"),
+        ".json",
+        0o600,
+    )
+    .map_err(VmmArgsError::Write)?;
+    temp.as_file_mut()
+        .write_all(&bytes)
+        .and_then(|()| temp.as_file_mut().flush())
+        .map_err(VmmArgsError::Write)?;
+    Ok(temp)
+}
+
+/// The `path_on_host` of every drive in a config.
+pub fn drive_paths(config: &serde_json::Value) -> Vec<PathBuf> {
+    config
+        .get("drives")
+        .and_then(|d| d.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d.get("path_on_host")?.as_str())
+        .map(PathBuf::from)
+        .collect()
+}
