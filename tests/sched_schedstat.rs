@@ -218,14 +218,7 @@ fn runqueue_wait_matches_schedstat() {
         .map(|t| t.parse().unwrap())
         .collect();
     let pid = workload_pid(&busy);
-    let start = Instant::now();
-    while !all_stopped(pid) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{pid} never stopped"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    support::wait_for(120, "the workload to stop", || all_stopped(pid).then_some(()));
     let threads = schedstat_waits(pid);
     let skipped = skipped_runs(child.id());
     signal(child.id(), libc::SIGINT);
