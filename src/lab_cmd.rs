@@ -87,8 +87,14 @@ pub(crate) fn cmd_lab(args: LabArgs, cli: &clap::Command) -> Result<i32, Failure
     // Every file the lab writes back, and every file it reads, checked by
     // the rules of every other output before anything is prepared (exit 2
     // at once).
-    crate::lab_files::check(&args.outputs, &inner_out, &args.inputs, &args.programs, &exe)
-        .map_err(usage)?;
+    crate::lab_files::check(
+        &args.outputs,
+        &inner_out,
+        &args.inputs,
+        &args.programs,
+        &exe,
+    )
+    .map_err(usage)?;
     let mut outputs = args.outputs;
     outputs.extend(inner_out);
     // A path the lab still refuses (an output named twice, one inside a

@@ -48,7 +48,14 @@ fn a_full_device_is_refused_as_a_lab_output() {
     );
     // The same for an output of the command run in the lab.
     expect_refused(
-        &["--", "run", "--kernel", "/bin/true", "--timeline", "/dev/full"],
+        &[
+            "--",
+            "run",
+            "--kernel",
+            "/bin/true",
+            "--timeline",
+            "/dev/full",
+        ],
         &["the output of the command in the lab", "/dev/full"],
     );
 }
@@ -64,15 +71,9 @@ fn an_output_that_is_a_file_carried_in_is_refused_and_kept() {
     std::os::unix::fs::symlink(&data, &other).unwrap();
     let e = s(&exe);
     for (args, flag) in [
-        (
-            vec!["--input", s(&data), "--output", s(&data)],
-            "--input",
-        ),
+        (vec!["--input", s(&data), "--output", s(&data)], "--input"),
         // The same file by another name.
-        (
-            vec!["--input", s(&data), "--output", s(&other)],
-            "--input",
-        ),
+        (vec!["--input", s(&data), "--output", s(&other)], "--input"),
         (
             vec!["--program", s(&data), "--output", s(&data)],
             "--program",
@@ -88,7 +89,16 @@ fn an_output_that_is_a_file_carried_in_is_refused_and_kept() {
     );
     // The command run in the lab writing over a file carried in.
     expect_refused(
-        &["--input", s(&data), "--", "run", "--kernel", "/bin/true", "--timeline", s(&data)],
+        &[
+            "--input",
+            s(&data),
+            "--",
+            "run",
+            "--kernel",
+            "/bin/true",
+            "--timeline",
+            s(&data),
+        ],
         &["the output of the command in the lab", "--input"],
     );
     assert_eq!(std::fs::read(&data).unwrap(), b"input data");
@@ -116,7 +126,10 @@ fn a_link_planted_in_a_sticky_directory_is_refused_as_a_lab_output() {
     );
     expect_refused(
         &["--", "run", "--kernel", "/bin/true", "--timeline", s(&link)],
-        &["the output of the command in the lab", "symbolic link owned by uid 65533"],
+        &[
+            "the output of the command in the lab",
+            "symbolic link owned by uid 65533",
+        ],
     );
     assert_eq!(std::fs::read(&victim).unwrap(), b"kept");
     let _ = std::fs::remove_dir_all(&d);

@@ -92,9 +92,7 @@ fn run_tui_shows_phases_threads_console_and_quits_clean() {
         "{live}"
     );
     // The final state stays on screen after the guest ends.
-    let ended = tmux.wait_for("the end of the run", cap(), |s| {
-        s.contains("ENDED")
-    });
+    let ended = tmux.wait_for("the end of the run", cap(), |s| s.contains("ENDED"));
     assert!(ended.contains("fixture: userspace reached"), "{ended}");
     assert!(ended.contains("vmm teardown"), "{ended}");
     assert!(ended.contains("vcpu0"), "{ended}");
@@ -174,9 +172,7 @@ fn profile_tui_shows_qemu_prealloc_threads_and_writes_the_profile() {
         bin(),
         out.display()
     ));
-    let ended = tmux.wait_for("the end of QEMU", cap(), |s| {
-        s.contains("ENDED (exit 0)")
-    });
+    let ended = tmux.wait_for("the end of QEMU", cap(), |s| s.contains("ENDED (exit 0)"));
     assert!(ended.contains("Preallocation threads (2 of"), "{ended}");
     let rows: Vec<&str> = ended
         .lines()
@@ -296,9 +292,7 @@ fn tui_browses_a_saved_profile_scrubs_switches_panes_and_quits() {
     // `4` jumps to the fourth phase's start (profiler attach, vmm setup,
     // guest boot, kernel); `n` to the next phase.
     tmux.send(&["4"]);
-    let kernel = tmux.wait_for("the kernel phase", cap(), |s| {
-        s.contains("| kernel |")
-    });
+    let kernel = tmux.wait_for("the kernel phase", cap(), |s| s.contains("| kernel |"));
     assert_ne!(kernel, stepped);
     tmux.send(&["n"]);
     tmux.wait_for("the userspace phase", cap(), |s| {
@@ -316,9 +310,7 @@ fn tui_browses_a_saved_profile_scrubs_switches_panes_and_quits() {
     });
     // x: the exit sites of the selected reason; i: the kernel's initcalls.
     tmux.send(&["x"]);
-    let sites = tmux.wait_for("the exit sites", cap(), |s| {
-        s.contains("Exit sites")
-    });
+    let sites = tmux.wait_for("the exit sites", cap(), |s| s.contains("Exit sites"));
     assert!(sites.contains("io_serial_"), "{sites}");
     tmux.send(&["i"]);
     let ic = tmux.wait_for("the initcalls", cap(), |s| {
