@@ -668,6 +668,9 @@ impl State {
                         status = "fallback".into();
                         detail = "exits.by_reason counts exits to the VMM by KVM_EXIT_* reason: kvm:kvm_exit did not fire".into();
                     }
+                    Source::SchedWaitSwitch if p.detail.is_empty() => {
+                        detail = super::sched::switch_detail(&self.bpf, p.spec.feeds);
+                    }
                     Source::KvmmmuSpteRequested
                         if faults.guest_source == "tracepoint:kvmmmu:kvm_mmu_spte_requested" =>
                     {
