@@ -31,13 +31,13 @@ pub(super) const WAITS_MAP: &str = "sched_waits";
 /// to begin (bpf/sched.bpf.c `sched_unseen`).
 const UNSEEN_MAP: &str = "sched_unseen";
 
-/// The switch program's source detail: what it feeds, and how many waits
-/// the kernel's account has that the profile lacks (runs of watched
-/// threads that no seen wait led to).
-pub(super) fn switch_detail(bpf: &BpfObject, feeds: &str) -> String {
+/// The switch program's source detail (`detail`, what it feeds), and how
+/// many waits the kernel's account has that the profile lacks (runs of
+/// watched threads that no seen wait led to).
+pub(super) fn switch_detail(bpf: &BpfObject, detail: &str) -> String {
     let unseen = percpu_sum(bpf, UNSEEN_MAP, 0);
     format!(
-        "feeds {feeds}; {unseen} runs of watched threads came after a wait not seen to begin, \
+        "{detail}; {unseen} runs of watched threads came after a wait not seen to begin, \
          not in runqueue_wait (schedstat counts them)"
     )
 }
