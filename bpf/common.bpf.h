@@ -45,7 +45,9 @@ char LICENSE[] SEC("license") __weak = "GPL";
 	})
 
 /* The process being profiled (see struct bs_target); userspace sets it
- * before attaching and writes its phase when a phase mark arrives. */
+ * before attaching. Its phase changes at a port mark in the phases
+ * collector (bs_switch_phase), and from userspace at the VMM's and the
+ * console's marks. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -55,8 +57,8 @@ struct {
 
 /* Processes (tgids) being profiled: the target and its descendants, each
  * with its boot phase index (0 = before the first phase mark). Userspace
- * adds the target and writes phases; task_newtask adds new child
- * processes, in their parent's phase. */
+ * adds the target; phases change as the target's do; task_newtask adds
+ * new child processes, in their parent's phase. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);

@@ -8,7 +8,9 @@
  * counted per {port, value}; only a change of value (or of who wrote it:
  * code in the upper, kernel half of the address space or below it) is
  * streamed as a mark, so a guest hammering the port cannot flood the ring
- * buffer.
+ * buffer. A streamed mark that opens a phase switches its process to it
+ * right here (bs_switch_phase), so what follows the write is filed under
+ * the new phase exactly.
  *
  * Who wrote it: kvm_pio carries no guest RIP, but on VMX/SVM hosts the
  * exits collector's kvm_exit program has just noted the I/O exit's RIP in
@@ -38,6 +40,24 @@ struct {
 	__type(value, __u64);
 } marker_last SEC(".maps");
 
+/* The phase each port write opens (see BS_MARK_SLOTS); userspace fills
+ * it before attaching. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BS_MARK_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} mark_phases SEC(".maps");
+
+/* Each followed process's boot progress (struct bs_phase_state). LRU: an
+ * ended process's entry goes when room is needed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct bs_phase_state);
+} phase_state SEC(".maps");
+
 /* The exits collector's map (exits.bpf.c defines it; this weak copy of its
  * definition lets the linker join the two). */
 struct {
@@ -63,6 +83,41 @@ static __always_inline __u64 bs_pio_rip(__u32 tgid, __u32 tid, __u32 *known)
 	return ex->rip;
 }
 
+/* Switches process tgid to the phase the port write of mark_phases slot
+ * `slot` opens, there and then: the exits, faults and waits that follow
+ * it are filed under the new phase however late userspace reads the
+ * mark. A boot phase before the one reached opens nothing (as
+ * profiler/src/phases.rs PhaseTracker decides for the same marks). */
+static __always_inline void bs_switch_phase(__u32 tgid, __u32 slot)
+{
+	struct bs_phase_state fresh = {}, *st;
+	__u32 zero = 0, *entry, phase, rank;
+	struct bs_target *t;
+
+	entry = bpf_map_lookup_elem(&mark_phases, &slot);
+	if (!entry || !(*entry & BS_MARK_PHASE_MASK))
+		return;
+	phase = (*entry & BS_MARK_PHASE_MASK) - 1;
+	rank = *entry >> BS_MARK_RANK_SHIFT;
+	st = bpf_map_lookup_elem(&phase_state, &tgid);
+	if (!st) {
+		bpf_map_update_elem(&phase_state, &tgid, &fresh, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&phase_state, &tgid);
+	}
+	if (st) {
+		if (rank && st->reached > rank)
+			return;
+		if (rank)
+			st->reached = rank;
+		st->switched_ns = bpf_ktime_get_ns();
+	}
+	t = bpf_map_lookup_elem(&target, &zero);
+	if (t && t->tgid == tgid && tgid != 0)
+		t->phase = phase;
+	if (bpf_map_lookup_elem(&followed, &tgid))
+		bpf_map_update_elem(&followed, &tgid, &phase, BPF_EXIST);
+}
+
 /* The first port I/O the guest's kernel makes (a guest RIP in the kernel
  * half, on any port but the marker ports), streamed once per process: the
  * kernel is running by then, which its console says only once its console
@@ -82,6 +137,7 @@ static __always_inline void bs_first_kernel_pio(__u32 tgid, __u32 tid, __u32 por
 	/* Another vCPU may have been first. */
 	if (bpf_map_update_elem(&marker_last, &key, &seen, BPF_NOEXIST))
 		return;
+	bs_switch_phase(tgid, BS_MARK_SLOT_KERNEL_FIRST);
 	e = bs_event_reserve(BS_EV_MARK, tgid, tid);
 	if (!e)
 		return;
@@ -135,6 +191,8 @@ int bs_marker_pio(void *ctx)
 	if (last && *last == stored)
 		return 0;
 	bpf_map_update_elem(&marker_last, &last_key, &stored, BPF_ANY);
+	bs_switch_phase(tgid, port == marker_port_debug ? BS_MARK_SLOT_DEBUG(who, value)
+							: BS_MARK_SLOT_BOOT_TIME(value));
 
 	e = bs_event_reserve(BS_EV_MARK, tgid, (__u32)id);
 	if (!e)

@@ -29,4 +29,29 @@ struct bs_marker_last_key {
 	__u32 port;
 };
 
+/* The phase a port write opens by itself, decided at the write (the
+ * mark_phases table, filled by userspace before attach from
+ * profiler/src/phases.rs): a slot per {port 0x80, who wrote it, value},
+ * per port 0xf4 value, and one for the first port I/O of the guest's
+ * kernel. */
+#define BS_MARK_SLOT_DEBUG(who, value) ((who) * 256 + ((value) & 0xff))
+#define BS_MARK_SLOT_BOOT_TIME(value) (3 * 256 + ((value) & 0xff))
+#define BS_MARK_SLOT_KERNEL_FIRST (4 * 256)
+#define BS_MARK_SLOTS (4 * 256 + 1)
+/* A slot's value: 0 opens nothing; else the phase index + 1 in bits 0-15
+ * and the boot phase's rank (1 firmware .. 4 userspace; 0 for a phase
+ * outside the boot's order) in bits 16-23. */
+#define BS_MARK_PHASE_MASK 0xffffU
+#define BS_MARK_RANK_SHIFT 16
+
+/* How far a followed process's boot got by its marks: the highest boot
+ * rank reached (0: none), and when its phase last changed at a port write
+ * (bpf_ktime_get_ns; 0: never). Userspace reads it to not undo, with a
+ * mark it read late, a switch made since. */
+struct bs_phase_state {
+	__u32 reached;
+	__u32 pad;
+	__u64 switched_ns;
+};
+
 #endif /* BOOTSCOPE_PHASES_H */

@@ -35,6 +35,18 @@ struct {
 	__type(value, struct bs_hist);
 } sched_waits SEC(".maps");
 
+/* Runs of a watched thread that no wait of the profile led to: switched
+ * in with no wait open, its queueing not seen (a program run the kernel
+ * skipped, a wake-up or switch out not seen, a thread seeded while it
+ * waited). The kernel's own account (schedstat) has such a wait; the
+ * profile says how many it lacks. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} sched_unseen SEC(".maps");
+
 /* A followed thread was queued now, unless it already waits (a wake-up of
  * a task still queued does not restart its wait). */
 static __always_inline void bs_sched_queued(__u32 tid)
@@ -142,8 +154,12 @@ int bs_sched_wait_switch(void *ctx)
 	if (next == 0)
 		return 0;
 	t = bpf_map_lookup_elem(&sched_tasks, &next);
-	if (!t || t->queued_ns == 0)
+	if (!t)
 		return 0;
+	if (t->queued_ns == 0) {
+		bs_percpu_inc(&sched_unseen, 0);
+		return 0;
+	}
 	if (t->tgid == 0 && t->pending_ns != 0) {
 		/* Ran before, and its switch out was not one of a followed
 		 * process: a child process nobody follows. */

@@ -83,10 +83,22 @@ pub(crate) fn cmd_lab(args: LabArgs, cli: &clap::Command) -> Result<i32, Failure
         Some(exe) => exe.clone(),
         None => std::env::current_exe().context("cannot find the bootscope executable")?,
     };
+    let inner_out = inner_outputs(cli, &args.args, args.exe.is_some()).map_err(usage)?;
+    // Every file the lab writes back, and every file it reads, checked by
+    // the rules of every other output before anything is prepared (exit 2
+    // at once).
+    crate::lab_files::check(
+        &args.outputs,
+        &inner_out,
+        &args.inputs,
+        &args.programs,
+        &exe,
+    )
+    .map_err(usage)?;
     let mut outputs = args.outputs;
-    outputs.extend(inner_outputs(cli, &args.args, args.exe.is_some()).map_err(usage)?);
-    // An output that cannot be written is the lab's error to report (exit
-    // 2, at once): nothing is prepared for a run that will not start.
+    outputs.extend(inner_out);
+    // A path the lab still refuses (an output named twice, one inside a
+    // directory carried in) is its error to report: nothing is prepared.
     let outputs_ok = outputs
         .iter()
         .all(|p| bootscope_model::output::check_writable(p).is_ok());

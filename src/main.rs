@@ -20,6 +20,7 @@ mod guest_cmd;
 mod guest_symbols;
 mod initcalls_cmd;
 mod lab_cmd;
+mod lab_files;
 mod lab_prepare;
 mod live_tui;
 mod manual_cmd;

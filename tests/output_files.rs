@@ -191,7 +191,6 @@ fn an_unwritable_directory_exits_2_before_anything_runs() {
         ],
     ];
     for args in cases {
-        let start = Instant::now();
         let o = output_within(&mut bootscope_cmd(&args), Duration::from_secs(20));
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
@@ -202,10 +201,6 @@ fn an_unwritable_directory_exits_2_before_anything_runs() {
         );
         assert!(!err.contains("bench:"), "{args:?}: no run started: {err}");
         assert!(!err.contains(".tmp"), "{args:?}: no temporary name: {err}");
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{args:?} was slow"
-        );
     }
 }
 
@@ -260,9 +255,10 @@ fn a_fifo_as_kernel_or_initrd_exits_2_at_once() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
-/// Waits until `pid` (a child that exits at once) is a zombie.
+/// Waits until `pid` (a child that exits at once) is a zombie; the cap
+/// only reports a child that never exits.
 fn wait_for_zombie(pid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + support::HANG_CAP;
     loop {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
         if stat

@@ -20,10 +20,13 @@
 //! ([`PER_WAIT_NS`]) times the number of waits, plus 1 %: a loaded
 //! machine makes more waits (more preemptions), not longer differences.
 //! On a loaded machine the profile also misses a few whole waits (the
-//! kernel's account has them, the programs did not see them end; some are
-//! program runs the kernel skipped, which it counts): then the totals are
-//! not the same waits, and only the upper bound and the number missing are
-//! checked.
+//! kernel's account has them, the programs did not see them begin or end):
+//! the profile says how many runs came after a wait not seen to begin (the
+//! switch program's source detail), and the kernel how many program runs
+//! it skipped. Those and a few waits neither accounts for
+//! ([`UNEXPLAINED_WAITS`]) bound a thread's waits missing; where a thread
+//! misses some, its totals are not the same waits, and only the upper
+//! bound is checked.
 
 mod support;
 
@@ -42,10 +45,11 @@ const BUSY_FOR: Duration = Duration::from_millis(1500);
 /// How far apart the profile and schedstat may time one wait (the two
 /// clocks' stamps at each of its ends).
 const PER_WAIT_NS: u64 = 20_000;
-/// Whole waits of a thread the profile may miss on a busy machine besides
-/// those of skipped program runs (at most 3 of a thread's 15-60 seen with
-/// two busy loops beside the test; none on a quiet machine).
-const MISSED_WAITS: u64 = 3;
+/// Whole waits of a thread the profile may miss on a busy machine that
+/// neither its count of unseen waits nor the kernel's count of skipped
+/// program runs accounts for (1 of a busy thread's 22 seen with two busy
+/// loops beside the test, both counts 0; none on a quiet machine).
+const UNEXPLAINED_WAITS: u64 = 3;
 
 /// The first CPU this process may run on.
 fn first_allowed_cpu() -> usize {
@@ -218,14 +222,9 @@ fn runqueue_wait_matches_schedstat() {
         .map(|t| t.parse().unwrap())
         .collect();
     let pid = workload_pid(&busy);
-    let start = Instant::now();
-    while !all_stopped(pid) {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{pid} never stopped"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    support::wait_for(120, "the workload to stop", || {
+        all_stopped(pid).then_some(())
+    });
     let threads = schedstat_waits(pid);
     let skipped = skipped_runs(child.id());
     signal(child.id(), libc::SIGINT);
@@ -311,6 +310,7 @@ fn check_waits(p: &bootscope_profiler::Profile, a: &Account) {
         .map(|s| format!("{} {} {}", s.name, s.status, s.detail))
         .collect::<Vec<_>>();
     assert_eq!(sched.len(), 3, "{sched:?}");
+    let unseen = unseen_runs(p);
     // Nothing but the sched collector attached.
     for s in &p.sources {
         if s.name.starts_with("tracepoint:") {
@@ -333,9 +333,11 @@ fn check_waits(p: &bootscope_profiler::Profile, a: &Account) {
         w.map_or((0, 0), |w| (w.total_ns, w.count))
     };
     let mut report = format!(
-        "program runs the kernel skipped: {}; lost events {}, map overflows {}\n",
+        "program runs the kernel skipped: {}; runs after an unseen wait: {unseen}; \
+         lost events {}, map overflows {}\n",
         a.skipped, p.lost_events, p.map_overflows
     );
+    let mut missing_all = 0;
     for &(tid, st) in &a.threads {
         let (got, count) = waits(tid);
         report.push_str(&format!(
@@ -377,12 +379,14 @@ fn check_waits(p: &bootscope_profiler::Profile, a: &Account) {
             );
         }
         // On a busy machine the profile misses a few whole waits of a
-        // thread (more where program runs were skipped): each is one the
-        // kernel counted and the programs did not see end. Where none is
-        // missing, both sides timed the same waits and must agree.
+        // thread: each one the kernel counted and the programs did not see
+        // begin (the profile counts those runs) or end (a skipped run).
+        // Where none is missing, both sides timed the same waits and must
+        // agree.
         let missing = runs.saturating_sub(count);
+        missing_all += missing;
         assert!(
-            missing <= MISSED_WAITS + 2 * a.skipped,
+            missing <= UNEXPLAINED_WAITS + unseen + 2 * a.skipped,
             "tid {tid}: {missing} waits missing\n{report}"
         );
         if missing == 0 {
@@ -394,5 +398,28 @@ fn check_waits(p: &bootscope_profiler::Profile, a: &Account) {
             eprintln!("tid {tid}: {missing} of {runs} waits not in the profile");
         }
     }
-    eprintln!("{report}");
+    // The waits missing beyond what the profile said it did not see begin
+    // and what skipped program runs lost (each at most two): reported.
+    let unexplained = missing_all.saturating_sub(unseen + 2 * a.skipped);
+    eprintln!("{report}waits missing in all: {missing_all}, unexplained: {unexplained}");
+}
+
+/// The runs of watched threads after a wait not seen to begin, as the
+/// switch program's source detail says.
+fn unseen_runs(p: &bootscope_profiler::Profile) -> u64 {
+    let s = p
+        .sources
+        .iter()
+        .find(|s| s.collector == "sched" && s.name.ends_with("sched_switch"))
+        .expect("the switch program's source");
+    let before = s
+        .detail
+        .split(" runs of watched threads came after a wait not seen to begin")
+        .next()
+        .unwrap_or_default();
+    before
+        .rsplit(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of unseen waits in {:?}", s.detail))
 }

@@ -4,8 +4,6 @@
 
 mod support;
 
-use std::time::Duration;
-
 use support::bootscope_output as bootscope;
 use support::*;
 
@@ -140,7 +138,10 @@ fn sigusr1_takes_the_snapshot() {
         .spawn()
         .unwrap();
     let pid = child.id() as i32;
-    std::thread::sleep(Duration::from_millis(1500));
+    // Signalled once it handles SIGUSR1, not after a guessed delay.
+    wait_for(120, "the run to handle SIGUSR1", || {
+        catches_signal(child.id(), libc::SIGUSR1).then_some(())
+    });
     // SAFETY: kill with a pid this test spawned and has not waited for.
     unsafe { libc::kill(pid, libc::SIGUSR1) };
     let o = child.wait_with_output().unwrap();

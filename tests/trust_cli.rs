@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::{fixture, is_root, lab_baseline, recorded, stderr};
 
@@ -140,6 +140,14 @@ fn a_serial_fifo_without_a_reader_is_refused_at_once() {
     );
 }
 
+/// Whether process `pid` has `path` open.
+fn has_open(pid: u32, path: &Path) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|rd| {
+        rd.flatten()
+            .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == path))
+    })
+}
+
 #[test]
 fn sigterm_ends_a_command_waiting_on_a_fifo() {
     let d = scratch();
@@ -157,17 +165,19 @@ fn sigterm_ends_a_command_waiting_on_a_fifo() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Signalled once it catches SIGTERM and has the FIFO open, whatever
+    // the host's load makes of its start.
+    let pid = child.id();
+    support::wait_for(120, "the command to open the FIFO", || {
+        (support::catches_signal(pid, libc::SIGTERM) && has_open(pid, &fifo)).then_some(())
+    });
     // SAFETY: kill with a valid pid and signal.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(start.elapsed() < Duration::from_secs(5), "SIGTERM ignored");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    // A command that ignored SIGTERM would wait for the FIFO for ever:
+    // the cap only reports that hang.
+    let status = support::wait_for(120, "the command to end after SIGTERM", || {
+        child.try_wait().unwrap()
+    });
     assert_eq!(status.code(), Some(143));
     drop(holder);
 }

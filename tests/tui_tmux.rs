@@ -18,6 +18,16 @@ use std::time::{Duration, Instant};
 
 use support::tmux::Tmux;
 
+/// How long a wait for the screen may take before it fails: generous, a
+/// loaded host must not fail a test; it only reports what never came.
+fn cap() -> Duration {
+    Duration::from_secs(120)
+}
+
+/// The guest's --timeout where the test stops the guest itself: far
+/// beyond [`cap`], so a guest left running shows as a wait that failed.
+const GUEST_TIMEOUT: u64 = 600;
+
 /// Asserts the terminal is as the shell left it: main screen, cursor
 /// shown, canonical mode with echo, no TUI left on screen.
 fn assert_clean(tmux: &Tmux, screen: &str) {
@@ -64,14 +74,14 @@ fn run_tui_shows_phases_threads_console_and_quits_clean() {
     let dir = scratch("tui-run");
     let timeline = dir.join("timeline.json");
     tmux.type_line(&format!(
-        "cd {} && {} run --tui --kernel {} --timeout 3 --timeline {}; echo EXIT=$?",
+        "cd {} && {} run --tui --kernel {} --timeout 5 --timeline {}; echo EXIT=$?",
         dir.display(),
         bin(),
         fixture("mini-bzimage-hlt.bin"),
         timeline.display()
     ));
     // Live: the guest reached userspace, which is the running phase.
-    let live = tmux.wait_for("the live boot", Duration::from_secs(30), |s| {
+    let live = tmux.wait_for("the live boot", cap(), |s| {
         s.contains("LIVE") && s.contains("userspace") && s.contains("vcpu0")
     });
     assert!(live.contains("Boot phases"), "{live}");
@@ -82,17 +92,19 @@ fn run_tui_shows_phases_threads_console_and_quits_clean() {
         "{live}"
     );
     // The final state stays on screen after the guest ends.
-    let ended = tmux.wait_for("the end of the run", Duration::from_secs(30), |s| {
-        s.contains("ENDED")
-    });
+    let ended = tmux.wait_for("the end of the run", cap(), |s| s.contains("ENDED"));
     assert!(ended.contains("fixture: userspace reached"), "{ended}");
     assert!(ended.contains("vmm teardown"), "{ended}");
     assert!(ended.contains("vcpu0"), "{ended}");
-    let held = Duration::from_millis(2500);
-    std::thread::sleep(held);
+    // How long the final screen was shown, as this test saw it: the run
+    // ended before it, so a teardown that counted the time shown would
+    // be at least this long, whatever the host's load.
+    let shown = Instant::now();
+    std::thread::sleep(Duration::from_millis(4000));
     assert!(tmux.screen().contains("ENDED"), "the final state went away");
     tmux.send(&["q"]);
-    let (code, screen) = tmux.wait_exit(Duration::from_secs(30));
+    let held = shown.elapsed();
+    let (code, screen) = tmux.wait_exit(cap());
     let all = tmux.screen_and_history();
     // The fixture halts forever: --timeout ends it, an unclean outcome.
     assert_eq!(code, 1, "{all}");
@@ -101,7 +113,7 @@ fn run_tui_shows_phases_threads_console_and_quits_clean() {
     // Looking at the final screen is not VMM teardown.
     let teardown = phase_ms(&timeline, "vmm teardown").expect("a teardown phase");
     assert!(
-        teardown < held.as_secs_f64() * 1000.0 * 0.6,
+        teardown < held.as_secs_f64() * 1000.0,
         "vmm teardown {teardown:.0} ms includes the time the final screen was shown"
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -115,28 +127,24 @@ fn ctrl_c_before_the_end_leaves_the_terminal_clean() {
     };
     let dir = scratch("tui-ctrlc");
     tmux.type_line(&format!(
-        "cd {} && {} run --tui --no-summary --kernel {} --timeout 4; echo EXIT=$?",
+        "cd {} && {} run --tui --no-summary --kernel {} --timeout {GUEST_TIMEOUT}; echo EXIT=$?",
         dir.display(),
         bin(),
         fixture("mini-bzimage-hlt.bin"),
     ));
-    tmux.wait_for("the live boot", Duration::from_secs(30), |s| {
+    tmux.wait_for("the live boot", cap(), |s| {
         s.contains("LIVE") && s.contains("userspace")
     });
     tmux.send(&["C-c"]);
-    // The UI closes at once and the guest is stopped, well before its
-    // --timeout.
-    let quit = Instant::now();
-    let s = tmux.wait_for("the UI to close", Duration::from_secs(5), |s| {
+    // The UI closes and the guest is stopped: the command ends long
+    // before the guest's --timeout, so waiting for its end (capped well
+    // under that timeout) tells a stopped guest from one left running.
+    let s = tmux.wait_for("the UI to close", cap(), |s| {
         s.contains("stopping the guest")
     });
     assert_eq!(tmux.display("#{alternate_on}"), "0", "{s}");
-    let (code, screen) = tmux.wait_exit(Duration::from_secs(30));
+    let (code, screen) = tmux.wait_exit(cap());
     assert_eq!(code, 1, "{screen}");
-    assert!(
-        quit.elapsed() < Duration::from_secs(3),
-        "the guest was not stopped: {screen}"
-    );
     assert_clean(&tmux, &screen);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -164,9 +172,7 @@ fn profile_tui_shows_qemu_prealloc_threads_and_writes_the_profile() {
         bin(),
         out.display()
     ));
-    let ended = tmux.wait_for("the end of QEMU", Duration::from_secs(60), |s| {
-        s.contains("ENDED (exit 0)")
-    });
+    let ended = tmux.wait_for("the end of QEMU", cap(), |s| s.contains("ENDED (exit 0)"));
     assert!(ended.contains("Preallocation threads (2 of"), "{ended}");
     let rows: Vec<&str> = ended
         .lines()
@@ -185,7 +191,7 @@ fn profile_tui_shows_qemu_prealloc_threads_and_writes_the_profile() {
     assert!(ended.contains("QEMU"), "{ended}");
     // `e` writes a snapshot of what is shown.
     tmux.send(&["e"]);
-    let s = tmux.wait_for("the snapshot", Duration::from_secs(10), |s| {
+    let s = tmux.wait_for("the snapshot", cap(), |s| {
         s.contains("snapshot written to ")
     });
     let snap = std::fs::read_dir(&dir)
@@ -204,7 +210,7 @@ fn profile_tui_shows_qemu_prealloc_threads_and_writes_the_profile() {
         2
     );
     tmux.send(&["q"]);
-    let (code, screen) = tmux.wait_exit(Duration::from_secs(30));
+    let (code, screen) = tmux.wait_exit(cap());
     assert_eq!(code, 0, "{screen}");
     assert_clean(&tmux, &screen);
     // The profile is written as without --tui.
@@ -263,7 +269,7 @@ fn tui_browses_a_saved_profile_scrubs_switches_panes_and_quits() {
         recorded("lab-replay.timeline.json"),
     ));
     // It opens at the end of the profile: the whole boot, every sample.
-    let end = tmux.wait_for("the replay", Duration::from_secs(20), |s| {
+    let end = tmux.wait_for("the replay", cap(), |s| {
         s.contains("REPLAY") && s.contains("vmm teardown")
     });
     let total = samples_seen(&end).expect("a sample count");
@@ -272,7 +278,7 @@ fn tui_browses_a_saved_profile_scrubs_switches_panes_and_quits() {
     assert!(end.contains("Exit reasons"), "{end}");
     // Home: the start, nothing seen yet.
     tmux.send(&["Home"]);
-    let start = tmux.wait_for("the start", Duration::from_secs(10), |s| {
+    let start = tmux.wait_for("the start", cap(), |s| {
         s.contains(&format!("sample 0/{total}"))
     });
     assert!(!start.contains("vmm teardown"), "{start}");
@@ -280,43 +286,39 @@ fn tui_browses_a_saved_profile_scrubs_switches_panes_and_quits() {
     for _ in 0..6 {
         tmux.send(&["Right"]);
     }
-    let stepped = tmux.wait_for("six steps", Duration::from_secs(10), |s| {
+    let stepped = tmux.wait_for("six steps", cap(), |s| {
         samples_seen(s).is_some_and(|n| n > 0 && n < total)
     });
     // `4` jumps to the fourth phase's start (profiler attach, vmm setup,
     // guest boot, kernel); `n` to the next phase.
     tmux.send(&["4"]);
-    let kernel = tmux.wait_for("the kernel phase", Duration::from_secs(10), |s| {
-        s.contains("| kernel |")
-    });
+    let kernel = tmux.wait_for("the kernel phase", cap(), |s| s.contains("| kernel |"));
     assert_ne!(kernel, stepped);
     tmux.send(&["n"]);
-    tmux.wait_for("the userspace phase", Duration::from_secs(10), |s| {
+    tmux.wait_for("the userspace phase", cap(), |s| {
         s.contains("| userspace |")
     });
     // Play runs on by itself.
     tmux.send(&["+", "+", "+", "+", "Space"]);
     let before = samples_seen(&tmux.screen()).unwrap();
-    tmux.wait_for("play to move on", Duration::from_secs(20), |s| {
+    tmux.wait_for("play to move on", cap(), |s| {
         samples_seen(s).is_some_and(|n| n > before)
     });
     tmux.send(&["Space", "End"]);
-    tmux.wait_for("the end again", Duration::from_secs(10), |s| {
+    tmux.wait_for("the end again", cap(), |s| {
         s.contains(&format!("sample {total}/{total}"))
     });
     // x: the exit sites of the selected reason; i: the kernel's initcalls.
     tmux.send(&["x"]);
-    let sites = tmux.wait_for("the exit sites", Duration::from_secs(10), |s| {
-        s.contains("Exit sites")
-    });
+    let sites = tmux.wait_for("the exit sites", cap(), |s| s.contains("Exit sites"));
     assert!(sites.contains("io_serial_"), "{sites}");
     tmux.send(&["i"]);
-    let ic = tmux.wait_for("the initcalls", Duration::from_secs(10), |s| {
+    let ic = tmux.wait_for("the initcalls", cap(), |s| {
         s.contains("initcalls ·") && s.contains("kernel ▾")
     });
     assert!(ic.contains("early ("), "{ic}");
     tmux.send(&["q"]);
-    let (code, screen) = tmux.wait_exit(Duration::from_secs(10));
+    let (code, screen) = tmux.wait_exit(cap());
     assert_eq!(code, 0, "{}", tmux.screen_and_history());
     assert_clean(&tmux, &screen);
     let _ = std::fs::remove_dir_all(&dir);

@@ -370,6 +370,33 @@ pub const MARK_RIP_KNOWN: u64 = 1 << 16;
 /// made (any port, no value).
 pub const MARK_KERNEL_FIRST: u64 = 1 << 17;
 
+/// The `mark_phases` table (bpf/phases.h): a slot per {port 0x80, who
+/// wrote it (0 unknown, 1 below the kernel half, 2 in it), value}, per
+/// port 0xf4 value, and one for the first port I/O of the guest's kernel.
+pub const MARK_SLOTS: u32 = 4 * 256 + 1;
+/// The slot of the first port I/O of the guest's kernel.
+pub const MARK_SLOT_KERNEL_FIRST: u32 = 4 * 256;
+/// The slot of a port 0x80 write of `value` by `who`.
+pub const fn mark_slot_debug(who: u32, value: u8) -> u32 {
+    who * 256 + value as u32
+}
+/// The slot of a port 0xf4 write of `value`.
+pub const fn mark_slot_boot_time(value: u8) -> u32 {
+    3 * 256 + value as u32
+}
+/// A slot's value: the phase index + 1 in bits 0-15, the boot rank from
+/// bit 16 (`BS_MARK_RANK_SHIFT`); 0 opens nothing.
+pub const MARK_RANK_SHIFT: u32 = 16;
+
+/// `struct bs_phase_state`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BsPhaseState {
+    pub reached: u32,
+    pub pad: u32,
+    pub switched_ns: u64,
+}
+
 /// `struct bs_marker_last_key`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -495,6 +522,7 @@ const _: () = assert!(size_of::<BsMarkerLastKey>() == 8);
 const _: () = assert!(size_of::<BsRunVal>() == 24);
 const _: () = assert!(size_of::<BsPfnRange>() == 24);
 const _: () = assert!(size_of::<BsTarget>() == 8);
+const _: () = assert!(size_of::<BsPhaseState>() == 16);
 const _: () = assert!(size_of::<BsNumaKey>() == 16);
 const _: () = assert!(size_of::<BsNumaVal>() == 16);
 const _: () = assert!(size_of::<BsSchedTask>() == 24);
@@ -512,6 +540,7 @@ macro_rules! pod {
 }
 
 pod!(
+    BsPhaseState,
     BsField,
     BsEvent,
     BsHist,

@@ -3,7 +3,9 @@
 //! Mark names are the VMM timeline's (`port 0x80: kernel 0x40`, ...), so a
 //! profile and a timeline of one boot line up. Each mark may open a phase;
 //! the phase's index is what the BPF side files exits and faults under
-//! (per process, written into the `phase` map when the mark arrives).
+//! (per process). A port write switches its process's phase in the kernel
+//! at the write itself, by a table filled from [`port_write_phase`]; the
+//! VMM's and the console's marks are told to the kernel when read.
 
 use bootscope_model::mark::{debug_port_mark_name, debug_port_range, MarkSource};
 
@@ -119,7 +121,7 @@ pub fn phase_of_mark(mark: &Mark) -> Option<String> {
 
 /// The order of the boot's own phases: a boot goes from firmware to the
 /// boot loader, the kernel and userspace, never back.
-fn boot_rank(phase: &str) -> Option<u8> {
+pub fn boot_rank(phase: &str) -> Option<u8> {
     match phase {
         "firmware" => Some(0),
         "bootloader" => Some(1),
@@ -141,6 +143,11 @@ pub struct PhaseTracker {
 
 impl PhaseTracker {
     /// The phase `mark` opens, given the marks before it (in time order).
+    /// The rank ([`boot_rank`]) of the furthest boot phase reached.
+    pub fn reached(&self) -> Option<u8> {
+        self.reached
+    }
+
     pub fn open(&mut self, mark: &Mark) -> Option<String> {
         let name = phase_of_mark(mark)?;
         if let Some(rank) = boot_rank(&name) {
@@ -151,6 +158,67 @@ impl PhaseTracker {
         }
         Some(name)
     }
+}
+
+/// The mark a kind of port write is, as [`phase_of_mark`] sees it: what
+/// the phases collector's `mark_phases` table (bpf/phases.h) is filled
+/// from, so that a port write opens in the kernel the phase its mark
+/// opens here.
+pub fn port_write_mark(port: PortWrite) -> Mark {
+    let (name, source, value, guest_rip) = match port {
+        PortWrite::Debug { who, value } => {
+            let rip = match who {
+                0 => None,
+                1 => Some(0),
+                _ => Some(KERNEL_HALF),
+            };
+            (
+                debug_port_write_name(value, rip),
+                MarkSource::DebugPort,
+                Some(u64::from(value)),
+                rip,
+            )
+        }
+        PortWrite::BootTime { value } => (
+            String::new(),
+            MarkSource::BootTimePort,
+            Some(u64::from(value)),
+            None,
+        ),
+        PortWrite::KernelFirst => (
+            FIRST_KERNEL_PIO.to_string(),
+            MarkSource::DebugPort,
+            None,
+            Some(KERNEL_HALF),
+        ),
+    };
+    Mark {
+        name,
+        source,
+        t_ns: 0,
+        value,
+        tgid: None,
+        guest_rip,
+    }
+}
+
+/// A kind of port write the BPF side decides a phase for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortWrite {
+    /// A write to port 0x80 of `value`, by `who` (0 unknown, 1 code below
+    /// the kernel half, 2 the kernel).
+    Debug { who: u8, value: u8 },
+    /// A write to port 0xf4 of `value`.
+    BootTime { value: u8 },
+    /// The first port I/O of the guest's kernel.
+    KernelFirst,
+}
+
+/// The phase a port write opens and its boot rank ([`boot_rank`]), as the
+/// BPF side applies it: the name is interned in `names`.
+pub fn port_write_phase(port: PortWrite, names: &mut PhaseNames) -> Option<(u32, Option<u8>)> {
+    let name = phase_of_mark(&port_write_mark(port))?;
+    Some((names.index(&name), boot_rank(&name)))
 }
 
 /// Interns phase names: index 0 is [`BEFORE_FIRST_MARK`].

@@ -172,9 +172,27 @@ pub fn run(cmd: &mut Command, stdin: Option<&str>) -> Output {
     child.wait_with_output().unwrap()
 }
 
-/// Runs `cmd` (standard input empty), which must end by itself within
-/// `limit`: a hang is killed and fails the test.
+/// Whether process `pid` has a handler for signal `sig` (`SigCgt` in its
+/// status): a test signals a child once it is ready, not after a guessed
+/// delay.
+pub fn catches_signal(pid: u32, sig: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|m| m & (1 << (sig - 1)) != 0)
+}
+
+/// The least time a command is given before it counts as hung.
+pub const HANG_CAP: Duration = Duration::from_secs(120);
+
+/// Runs `cmd` (standard input empty), which must end by itself: a hang is
+/// killed and fails the test. `limit` is how long the command takes at
+/// most on a quiet host; the cap is several times that (and at least
+/// [`HANG_CAP`]), so a loaded host does not fail a test that only waits.
 pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
+    let limit = (limit * 4).max(HANG_CAP);
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

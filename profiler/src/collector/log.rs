@@ -67,6 +67,11 @@ impl EventLog {
         changed.map(|idx| (tgid, idx))
     }
 
+    /// The boot rank process `tgid`'s boot reached by its marks.
+    pub(super) fn reached(&self, tgid: u32) -> Option<u8> {
+        self.current_phase.get(&tgid).and_then(|c| c.1.reached())
+    }
+
     /// The mark a port write event (`MARK`) stands for, at `t_ns`.
     pub(super) fn port_mark(&self, e: &BsEvent, t_ns: u64) -> Mark {
         let (port, value) = (e.arg0 & 0xffff, e.arg0 >> 32);

@@ -17,6 +17,7 @@ mod guest;
 mod load;
 mod log;
 mod maps;
+mod mark_phases;
 mod names;
 mod object;
 mod plan;
@@ -255,6 +256,9 @@ impl Collector {
             &mut stages,
         )?;
         fill_topology_maps(&mut ebpf, &topology)?;
+        // The phases port writes open, named as the marks' phases are.
+        let mut log = log::EventLog::new(config.boot_time_port);
+        mark_phases::fill(&mut ebpf, &mut log.phase_names)?;
 
         // The target, its live descendants and their threads.
         let (started, start_mono_ns) = given_origin.unwrap_or_else(|| clock_origin(None));
@@ -315,7 +319,7 @@ impl Collector {
                 (threads, tgids),
                 kernel_btf.reads_exit_codes(),
             ),
-            log: log::EventLog::new(config.boot_time_port),
+            log,
             sampler: sampler::Sampler::new(config.target.kvm_stats_reader()),
             any_vm: any_vm::AnyVm::default(),
         };

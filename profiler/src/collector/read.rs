@@ -9,6 +9,7 @@ use super::log::MAX_MARKS;
 use super::maps::percpu_sum;
 use super::names::{thread_role, vcpu_from_thread_name};
 use super::plan::{self, ProgramState};
+use super::sched;
 use super::state::State;
 use super::thread_info::read_comm;
 use crate::bpf::{self, CollectorKind, Source};
@@ -668,6 +669,7 @@ impl State {
                         status = "fallback".into();
                         detail = "exits.by_reason counts exits to the VMM by KVM_EXIT_* reason: kvm:kvm_exit did not fire".into();
                     }
+                    Source::SchedWaitSwitch => detail = sched::switch_detail(&self.bpf, &detail),
                     Source::KvmmmuSpteRequested
                         if faults.guest_source == "tracepoint:kvmmmu:kvm_mmu_spte_requested" =>
                     {

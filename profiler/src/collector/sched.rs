@@ -8,11 +8,14 @@
 //! A thread's wait is counted when the switch that runs it ends it; a new
 //! thread's first wait when it is first switched out (its process is known
 //! only then). What is read while a thread runs misses at most that one
-//! wait.
+//! wait. A run that no seen wait led to (its queueing not seen: a program
+//! run the kernel skipped, a thread seeded while it waited) is counted
+//! apart and said in the switch program's source detail: the kernel's
+//! account has that wait, the profile does not.
 
 use std::collections::BTreeMap;
 
-use super::maps::{hash_entries, SCHED_TASKS_MAP};
+use super::maps::{hash_entries, percpu_sum, SCHED_TASKS_MAP};
 use super::object::BpfObject;
 use super::tasks::Tasks;
 use super::thread_info::{read_comm, ThreadInfo};
@@ -23,6 +26,21 @@ use bootscope_model::hist;
 
 /// The map of waits (`struct bs_sched_key` -> `struct bs_hist`).
 pub(super) const WAITS_MAP: &str = "sched_waits";
+
+/// The per-CPU count of runs of watched threads whose wait was not seen
+/// to begin (bpf/sched.bpf.c `sched_unseen`).
+const UNSEEN_MAP: &str = "sched_unseen";
+
+/// The switch program's source detail (`detail`, what it feeds), and how
+/// many waits the kernel's account has that the profile lacks (runs of
+/// watched threads that no seen wait led to).
+pub(super) fn switch_detail(bpf: &BpfObject, detail: &str) -> String {
+    let unseen = percpu_sum(bpf, UNSEEN_MAP, 0);
+    format!(
+        "{detail}; {unseen} runs of watched threads came after a wait not seen to begin, \
+         not in runqueue_wait (schedstat counts them)"
+    )
+}
 
 /// Adds one {thread, phase} histogram to a thread's waits.
 fn add(wait: &mut RunqueueWait, phase: String, h: &BsHist) {

@@ -13,6 +13,7 @@ use bootscope_model::proc::thread_cpu_time;
 
 use super::any_vm::{self, AnyVm, View};
 use super::log::EventLog;
+use super::mark_phases;
 use super::object::BpfObject;
 use super::plan::ProgramState;
 use super::sampler::Sampler;
@@ -105,10 +106,25 @@ impl State {
     }
 
     /// Records a mark; if it opens a new phase for its process, tells the
-    /// kernel.
+    /// kernel. A port mark's phase the kernel switched to at the write
+    /// itself (`mark_phases`) where it sees the port writes; another mark's
+    /// is told here, unless the kernel switched the process's phase at a
+    /// port write after the mark.
     pub(super) fn push_mark(&mut self, mark: Mark) {
-        if let Some((tgid, idx)) = self.log.record(mark, self.tasks.target_pid) {
-            self.set_phase(tgid, idx);
+        let port = mark.source.is_port() && self.attached(Source::MarkerPio);
+        let mono_ns = mark.t_ns.saturating_add(self.clock.start_mono_ns);
+        let tgid = mark.tgid.unwrap_or(self.tasks.target_pid);
+        let opened = self.log.record(mark, self.tasks.target_pid);
+        if port {
+            return;
+        }
+        if let Some(rank) = self.log.reached(tgid) {
+            mark_phases::note_rank(&mut self.bpf, tgid, rank);
+        }
+        if let Some((tgid, idx)) = opened {
+            if !mark_phases::switched_after(&self.bpf, tgid, mono_ns) {
+                self.set_phase(tgid, idx);
+            }
         }
     }
 

@@ -1,0 +1,54 @@
+//! The files `bootscope lab` writes back and reads, checked before the lab
+//! starts by the rules of every other command's outputs
+//! ([`crate::common::check_output`]: the safe writer's link and directory
+//! rules, a memory device that takes no data refused) and refused where an
+//! output is one of the files carried in ([`crate::common::check_not_inputs`]).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use crate::common::{check_not_inputs, check_output};
+
+/// The label of an output named by the command run in the lab.
+const INNER_OUTPUT: &str = "the output of the command in the lab";
+
+/// Checks the lab's own `--output` files (`own`), the outputs of the
+/// command it runs (`inner`), and that none of them is one of the files it
+/// carries in (`--input`, `--program`, the `--exe` program or bootscope).
+/// An output whose directory does not exist yet is not probed: the lab
+/// makes that directory when it writes the file back.
+pub(crate) fn check(
+    own: &[PathBuf],
+    inner: &[PathBuf],
+    inputs: &[PathBuf],
+    programs: &[PathBuf],
+    exe: &Path,
+) -> Result<()> {
+    let outputs: Vec<(&str, &Path)> = own
+        .iter()
+        .map(|p| ("--output", p.as_path()))
+        .chain(inner.iter().map(|p| (INNER_OUTPUT, p.as_path())))
+        .collect();
+    for (flag, p) in &outputs {
+        if directory_exists(p) {
+            check_output(flag, p)?;
+        }
+    }
+    let read: Vec<(&str, &Path)> = inputs
+        .iter()
+        .map(|p| ("--input", p.as_path()))
+        .chain(programs.iter().map(|p| ("--program", p.as_path())))
+        .chain(std::iter::once(("the program run in the lab", exe)))
+        .collect();
+    check_not_inputs(&outputs, &read)
+}
+
+/// Whether the directory `p` would be written in exists (a relative name's
+/// is the current directory).
+fn directory_exists(p: &Path) -> bool {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.is_dir(),
+        _ => true,
+    }
+}
