@@ -72,6 +72,10 @@ pub struct ProfileArgs {
     /// of the command launched).
     #[arg(long, value_name = "PATH", requires = "exit_sites")]
     pub guest_symbols: Option<PathBuf>,
+    /// Do not read the guest's memory (docs/profiler.md, "Guest memory"):
+    /// no memory slots caught, the VMM never held at its guest's end.
+    #[arg(long)]
+    pub no_guest_memory: bool,
     /// The command to launch and follow from its first instruction, after
     /// `--` (e.g. `-- qemu-system-x86_64 -enable-kvm ...`).
     #[arg(last = true, value_name = "COMMAND")]
@@ -213,6 +217,19 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     if let Some(h) = held.as_mut() {
         h.release().context("cannot release the launched command")?;
     }
+    let guest_watch = (!args.no_guest_memory).then(|| {
+        crate::guest_mem::Watch::start(
+            collector.clone(),
+            crate::guest_mem::Plan {
+                pid: collector.target_pid(),
+                kernel: args
+                    .guest_symbols
+                    .clone()
+                    .or_else(|| crate::guest_symbols::command_kernel(&command)),
+                pgid: held.as_ref().map(HeldCommand::pgid),
+            },
+        )
+    });
     let started = Instant::now();
     let waited = wait_for_target(
         &args,
@@ -225,6 +242,9 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     )?;
     // A command that ended by itself has written its last console line.
     let ended = reader.as_ref().filter(|_| waited.status.is_some());
+    // Its last read done, the VMM continued: the collector is this
+    // thread's alone again.
+    let guest = guest_watch.map(crate::guest_mem::Watch::finish);
     let mut profile = take_collector(collector, &slot, ended)?.finish();
     let signal = interrupts.received();
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
@@ -244,7 +264,12 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
             code = exit_code.unwrap_or(0);
         }
     }
-    crate::guest_symbols::annotate(&mut profile, symbols.as_ref(), None);
+    let modules = guest.as_ref().and_then(|g| g.modules.as_ref());
+    crate::guest_symbols::annotate(&mut profile, symbols.as_ref(), modules);
+    if let Some(g) = guest {
+        crate::guest_mem::label_npf_ranges(&mut profile, &g.read);
+        profile.guest_read = Some(g.read);
+    }
     let json = serde_json::to_vec_pretty(&profile)?;
     crate::common::write_output(&args.output, &json)?;
     if !args.no_summary {

@@ -93,6 +93,9 @@ pub struct ReadPass {
     /// How long the VMM was held stopped (SIGSTOP to SIGCONT), if it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_ns: Option<u64>,
+    /// What made the kernel hold it (the guest's reset or power-off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_at: Option<String>,
     /// How long the reading took.
     pub read_ns: u64,
     /// Bytes of guest memory read.

@@ -17,6 +17,7 @@ mod guest;
 mod load;
 mod log;
 mod maps;
+mod memslots;
 mod names;
 mod object;
 mod plan;
@@ -31,6 +32,7 @@ mod thread_info;
 mod worker;
 pub use any_vm::FollowedVm;
 pub use config::{CollectorConfig, CollectorSet, TargetSpec};
+pub use memslots::{hold_reason, BsHeld, BsMemslot};
 pub use guest::GUEST_ATTACH_DELAY_ENV;
 pub use target::check_privileges;
 
