@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// its input closes, then continues them all. It ignores the terminal's
 /// and bootscope's signals (its own process group).
 const SCRIPT: &str = "trap '' INT TERM HUP; p=; while read -r x; do p=\"$p $x\"; done; \
-                      [ -n \"$p\" ] && kill -CONT -- $p 2>/dev/null; exit 0";
+                      for x in $p; do kill -CONT $x 2>/dev/null; done; exit 0";
 
 /// Continues the processes it was told of when bootscope ends.
 pub struct Watchdog {

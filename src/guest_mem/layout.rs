@@ -224,7 +224,7 @@ pub fn infer(pid: u32, maps: &[Mapping]) -> (GuestMemoryMap, Option<u64>) {
             );
         };
         searched += 1;
-        let Some(found) = scan(size, |off, buf| mem.read_virt(m.start + off, buf)) else {
+        let Some(found) = scan(size, |off, buf| mem.read_touched(off, buf)) else {
             continue;
         };
         if consistent(&mem, &found.info) {

@@ -185,7 +185,8 @@ impl Reader {
                     .unwrap_or_else(|_| (base as u64).wrapping_add(PHYSICAL_START));
                 ranges.push((start, IMAGE_SPAN));
             }
-            self.doc.boot_params = super::boot_params::find(mem, &ranges);
+            let touched = touched_pieces(mem, &ranges);
+            self.doc.boot_params = super::boot_params::find(mem, &touched);
             match &self.doc.boot_params {
                 Some(_) => self.doc.found("boot_params"),
                 None => self.doc.missing(
@@ -290,6 +291,23 @@ impl Reader {
     }
 }
 
+/// `ranges` cut in 1 MiB pieces, those the VMM never touched left out.
+fn touched_pieces(mem: &ProcessMemory, ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    const PIECE: u64 = 1 << 20;
+    let mut out = Vec::new();
+    for &(start, len) in ranges {
+        let mut at = start;
+        while at < start.saturating_add(len) {
+            let n = PIECE.min(start + len - at);
+            if mem.touched(at, n) {
+                out.push((at, n));
+            }
+            at += n;
+        }
+    }
+    out
+}
+
 /// The most kernel log records kept.
 const MAX_RECORDS: usize = 50_000;
 
@@ -298,6 +316,7 @@ const MAX_RECORDS: usize = 50_000;
 fn find_vmcoreinfo(mem: &ProcessMemory) -> Option<u64> {
     use bootscope_vmm::kernel_log::phys::PhysMemory;
     mem.ranges().into_iter().find_map(|(start, len)| {
-        layout::scan(len, |off, buf| mem.read_phys(start + off, buf)).map(|f| start + f.offset)
+        layout::scan(len, |off, buf| mem.read_touched(start + off, buf))
+        .map(|f| start + f.offset)
     })
 }

@@ -19,6 +19,8 @@ pub const MAX_READ: usize = (1 << 20) + 8192;
 /// The VMM's memory as its guest sees it.
 pub struct ProcessMemory {
     file: File,
+    /// `/proc/PID/pagemap`, for which pages the VMM has touched.
+    pagemap: Option<File>,
     slots: Vec<MemorySlot>,
     /// Where a scan for the kernel's data looks (all RAM slots if None).
     scan: Option<Vec<(u64, u64)>>,
@@ -31,8 +33,10 @@ impl ProcessMemory {
     /// Opens `pid`'s memory read-only; `budget` bytes may be read in all.
     pub fn open(pid: u32, slots: Vec<MemorySlot>, budget: u64) -> std::io::Result<Self> {
         let file = File::open(format!("/proc/{pid}/mem"))?;
+        let pagemap = File::open(format!("/proc/{pid}/pagemap")).ok();
         Ok(Self {
             file,
+            pagemap,
             slots,
             scan: None,
             budget: Cell::new(budget),
@@ -54,6 +58,71 @@ impl ProcessMemory {
     /// Reads refused or outside the slots so far.
     pub fn failed_reads(&self) -> u64 {
         self.failed.get()
+    }
+
+    /// False when no page of guest-physical `[gpa, gpa + len)` was ever
+    /// touched (present or swapped in the VMM, by `/proc/PID/pagemap`):
+    /// it reads as zeros, and a scan need not read it. True when unsure.
+    pub fn touched(&self, gpa: u64, len: u64) -> bool {
+        let Some(pm) = &self.pagemap else { return true };
+        let Some(s) = self.slots.iter().find(|s| s.hva_of(gpa, 1).is_some()) else {
+            return true;
+        };
+        let hva = s.hva + (gpa - s.gpa);
+        let len = len.min(s.gpa + s.size - gpa);
+        let pages = len.div_ceil(4096) as usize;
+        let mut b = vec![0u8; pages * 8];
+        if pm.read_exact_at(&mut b, hva / 4096 * 8).is_err() {
+            return true;
+        }
+        b.chunks_exact(8).any(|e| {
+            let v = u64::from_le_bytes(e.try_into().expect("8 bytes"));
+            v & (3 << 62) != 0
+        })
+    }
+
+    /// Which 4 KiB pages from guest-physical `gpa` (page aligned) the VMM
+    /// has touched, for `pages` pages inside one slot; None when unknown.
+    fn present(&self, gpa: u64, pages: usize) -> Option<Vec<bool>> {
+        let pm = self.pagemap.as_ref()?;
+        let s = self.slots.iter().find(|s| s.hva_of(gpa, pages as u64 * 4096).is_some())?;
+        let hva = s.hva + (gpa - s.gpa);
+        let mut b = vec![0u8; pages * 8];
+        pm.read_exact_at(&mut b, hva / 4096 * 8).ok()?;
+        Some(
+            b.chunks_exact(8)
+                .map(|e| u64::from_le_bytes(e.try_into().expect("8 bytes")) & (3 << 62) != 0)
+                .collect(),
+        )
+    }
+
+    /// For scans: fills `buf` from guest-physical `gpa`, reading only the
+    /// pages the VMM has touched (the others are zeros: reading them
+    /// would only map the zero page, and with transparent huge pages a
+    /// huge one that makes the next pages look touched); false when none
+    /// of them was.
+    pub fn read_touched(&self, gpa: u64, buf: &mut [u8]) -> bool {
+        let aligned = gpa % 4096 == 0 && buf.len() % 4096 == 0;
+        let Some(present) = aligned.then(|| self.present(gpa, buf.len() / 4096)).flatten() else {
+            return self.read_phys(gpa, buf);
+        };
+        if !present.iter().any(|&p| p) {
+            return false;
+        }
+        let mut i = 0;
+        while i < present.len() {
+            let run = present[i..].iter().take_while(|&&p| p == present[i]).count();
+            let part = &mut buf[i * 4096..(i + run) * 4096];
+            if present[i] {
+                if !self.read_phys(gpa + i as u64 * 4096, part) {
+                    return false;
+                }
+            } else {
+                part.fill(0);
+            }
+            i += run;
+        }
+        true
     }
 
     /// Reads `buf` at the VMM's virtual `hva`.
@@ -133,17 +202,51 @@ mod tests {
         let mut b = [0u8; 16];
         assert!(m.read_phys(0x1ff8, &mut b), "across the two slots");
         assert_eq!(&b[..], &data[4088..4104]);
+        // The 8 bytes in the slot are read, the rest is not.
         assert!(!m.read_phys(0x2ff8, &mut b), "past the last slot");
         assert!(!m.read_phys(0x0, &mut b), "below the first");
         assert_eq!(m.ranges(), vec![(0x1000, 4096), (0x2000, 4096)]);
         let mut big = vec![0u8; 8000];
         assert!(m.read_phys(0x1000, &mut big));
         assert_eq!(&big[..], &data[..8000]);
-        // 16 + 8000 of 10,000 read: 2,000 left.
+        // 16 + 8 + 8000 of 10,000 read: 1,976 left.
         assert!(!m.read_phys(0x1000, &mut vec![0u8; 3000]), "budget spent");
         assert!(m.read_phys(0x1000, &mut vec![0u8; 1000]));
-        assert_eq!(m.bytes_read(), 16 + 8000 + 1000);
+        assert_eq!(m.bytes_read(), 16 + 8 + 8000 + 1000);
         assert_eq!(m.failed_reads(), 3);
+        // Its pages are all touched; a fresh mapping's are not.
+        assert!(m.touched(0x1000, 8192));
+        // SAFETY: an anonymous private mapping of 1 MiB, unmapped below.
+        let fresh = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                1 << 20,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(fresh, libc::MAP_FAILED);
+        let s = vec![MemorySlot {
+            size: 1 << 20,
+            hva: fresh as u64,
+            kind: "ram".into(),
+            ..MemorySlot::default()
+        }];
+        let f = ProcessMemory::open(std::process::id(), s, 1 << 20).unwrap();
+        assert!(!f.touched(0x8_0000, 4096), "a page never touched");
+        // SAFETY: the page is in the mapping made above.
+        unsafe { *(fresh as *mut u8).add(0x8_0000) = 1 };
+        assert!(f.touched(0x7_f000, 8192), "a page written");
+        let mut two = vec![0xffu8; 3 * 4096];
+        assert!(f.read_touched(0x7_f000, &mut two));
+        assert_eq!(two[4096], 1);
+        assert!(two[..4096].iter().all(|&b| b == 0));
+        assert!(!f.read_touched(0x1000, &mut two), "none touched");
+        assert_eq!(f.bytes_read(), 4096, "only the touched page read");
+        // SAFETY: the mapping made above, not used after.
+        unsafe { libc::munmap(fresh, 1 << 20) };
         // An address the process has not mapped is a refused read.
         let s = vec![slot(0, 0, 0)];
         let mut none = ProcessMemory::open(std::process::id(), s, 1 << 20).unwrap();
