@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::common::{usage, Failure};
+use crate::guest_mem::Watch;
 use crate::profile_console::{take_collector, ConsolePlan, MarkSlot};
 use crate::profile_summary::summary;
 use std::sync::{Arc, Mutex};
@@ -162,17 +163,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         Some(pid) => check_pid(pid).map_err(usage)?,
         None => check_command(&command).map_err(usage)?,
     }
-    let symbols = if args.exit_sites {
-        // Reading an input: a signal ends the command at once.
-        let _immediate = crate::signals::Immediate::new();
-        crate::guest_symbols::load_symbols(
-            args.guest_symbols.as_deref(),
-            crate::guest_symbols::command_kernel(&command),
-        )
-        .map_err(|e| usage(anyhow::anyhow!(e)))?
-    } else {
-        None
-    };
+    let symbols = exit_site_symbols(&args, &command)?;
     let mut held = None;
     // Under --tui a launched command must not read the keys or write over
     // the screen: its output goes to a file, shown in the console pane.
@@ -214,22 +205,10 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     let reader = console
         .start(&slot)
         .context("cannot start reading the command's console")?;
+    let guest_watch = Watch::for_profile(&collector, &args, &command, held.as_ref());
     if let Some(h) = held.as_mut() {
         h.release().context("cannot release the launched command")?;
     }
-    let guest_watch = (!args.no_guest_memory).then(|| {
-        crate::guest_mem::Watch::start(
-            collector.clone(),
-            crate::guest_mem::Plan {
-                pid: collector.target_pid(),
-                kernel: args
-                    .guest_symbols
-                    .clone()
-                    .or_else(|| crate::guest_symbols::command_kernel(&command)),
-                pgid: held.as_ref().map(HeldCommand::pgid),
-            },
-        )
-    });
     let started = Instant::now();
     let waited = wait_for_target(
         &args,
@@ -242,9 +221,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     )?;
     // A command that ended by itself has written its last console line.
     let ended = reader.as_ref().filter(|_| waited.status.is_some());
-    // Its last read done, the VMM continued: the collector is this
-    // thread's alone again.
-    let guest = guest_watch.map(crate::guest_mem::Watch::finish);
+    let guest = guest_watch.map(Watch::finish);
     let mut profile = take_collector(collector, &slot, ended)?.finish();
     let signal = interrupts.received();
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
@@ -264,12 +241,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
             code = exit_code.unwrap_or(0);
         }
     }
-    let modules = guest.as_ref().and_then(|g| g.modules.as_ref());
-    crate::guest_symbols::annotate(&mut profile, symbols.as_ref(), modules);
-    if let Some(g) = guest {
-        crate::guest_mem::label_npf_ranges(&mut profile, &g.read);
-        profile.guest_read = Some(g.read);
-    }
+    crate::guest_mem::annotate(&mut profile, symbols.as_ref(), guest);
     let json = serde_json::to_vec_pretty(&profile)?;
     crate::common::write_output(&args.output, &json)?;
     if !args.no_summary {
@@ -283,6 +255,23 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         code = crate::signals::exit_status(sig);
     }
     Ok(crate::stdout::after_lost_output(code))
+}
+
+/// The guest kernel's symbols for `--exit-sites` (None without it).
+fn exit_site_symbols(
+    args: &ProfileArgs,
+    command: &[String],
+) -> Result<Option<bootscope_profiler::guest_symbols::SymbolTable>, Failure> {
+    if !args.exit_sites {
+        return Ok(None);
+    }
+    // Reading an input: a signal ends the command at once.
+    let _immediate = crate::signals::Immediate::new();
+    crate::guest_symbols::load_symbols(
+        args.guest_symbols.as_deref(),
+        crate::guest_symbols::command_kernel(command),
+    )
+    .map_err(|e| usage(anyhow::anyhow!(e)))
 }
 
 /// Starts the collector on `target` as the arguments ask.

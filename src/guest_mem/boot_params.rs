@@ -54,8 +54,8 @@ pub fn parse_page(page: &[u8]) -> Option<(Vec<E820Entry>, u64, usize)> {
     if e820.iter().any(|e| e.size == 0) || e820.iter().all(|e| e.kind != 1) {
         return None;
     }
-    let cmdline = u64::from(u32_at(page, CMD_LINE_PTR))
-        | (u64::from(u32_at(page, EXT_CMD_LINE_PTR)) << 32);
+    let cmdline =
+        u64::from(u32_at(page, CMD_LINE_PTR)) | (u64::from(u32_at(page, EXT_CMD_LINE_PTR)) << 32);
     let size = (u32_at(page, CMDLINE_SIZE) as usize).clamp(256, MAX_CMDLINE);
     Some((e820, cmdline, size))
 }

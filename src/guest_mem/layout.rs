@@ -153,7 +153,10 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// The text from the `OSRELEASE=` before `hit` to its NUL, and its start.
 fn text_around(buf: &[u8], hit: usize) -> Option<(usize, String)> {
     let from = hit.saturating_sub(PAGE);
-    let begin = from + buf[from..hit].windows(FIRST_KEY.len()).rposition(|w| w == FIRST_KEY)?;
+    let begin = from
+        + buf[from..hit]
+            .windows(FIRST_KEY.len())
+            .rposition(|w| w == FIRST_KEY)?;
     let limit = (begin + PAGE).min(buf.len());
     let end = begin + buf[begin..limit].iter().position(|&b| b == 0)?;
     let text = std::str::from_utf8(&buf[begin..end]).ok()?;
@@ -294,7 +297,11 @@ mod tests {
             .collect();
         assert_eq!(
             kinds,
-            [("ram", "[anon]"), ("rom", "/memfd:pc.ram"), ("device", "/dev/vfio/7")]
+            [
+                ("ram", "[anon]"),
+                ("rom", "/memfd:pc.ram"),
+                ("device", "/dev/vfio/7")
+            ]
         );
         assert_eq!(map.source, "ioctl");
         assert!(map.detail.starts_with("4 KVM_SET"), "{}", map.detail);

@@ -101,6 +101,30 @@ impl Watch {
         Watch { stop, thread }
     }
 
+    /// Starts watching for `bootscope profile` (before a launched command
+    /// is released: its first memory slot is caught and the hold armed):
+    /// the target is the VMM
+    /// until another process sets memory slots; the guest kernel is
+    /// `kernel` (`--guest-symbols`) or the launched command's.
+    /// None with `--no-guest-memory`.
+    pub fn for_profile(
+        collector: &Arc<Collector>,
+        args: &crate::profile_cmd::ProfileArgs,
+        command: &[String],
+        held: Option<&bootscope_profiler::launch::HeldCommand>,
+    ) -> Option<Self> {
+        if args.no_guest_memory {
+            return None;
+        }
+        let kernel = args.guest_symbols.clone();
+        let plan = Plan {
+            pid: collector.target_pid(),
+            kernel: kernel.or_else(|| crate::guest_symbols::command_kernel(command)),
+            pgid: held.map(bootscope_profiler::launch::HeldCommand::pgid),
+        };
+        Some(Self::start(collector.clone(), plan))
+    }
+
     /// Stops watching: a VMM still running is read once more (`end`).
     pub fn finish(self) -> Outcome {
         self.stop.store(true, Ordering::SeqCst);
@@ -174,5 +198,20 @@ pub fn label_npf_ranges(profile: &mut bootscope_profiler::Profile, read: &GuestR
         .collect();
     if let Some(sites) = profile.exits.sites.as_mut().filter(|_| !regions.is_empty()) {
         sites.label_npf_ranges(&regions);
+    }
+}
+
+/// Names the profile's sites (the modules read name those in module
+/// text), labels its NPF ranges and adds the `guest_read` section.
+pub fn annotate(
+    profile: &mut bootscope_profiler::Profile,
+    table: Option<&bootscope_profiler::guest_symbols::SymbolTable>,
+    guest: Option<Outcome>,
+) {
+    let modules = guest.as_ref().and_then(|g| g.modules.as_ref());
+    crate::guest_symbols::annotate(profile, table, modules);
+    if let Some(g) = guest {
+        label_npf_ranges(profile, &g.read);
+        profile.guest_read = Some(g.read);
     }
 }

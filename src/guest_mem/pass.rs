@@ -172,7 +172,10 @@ impl Reader {
             self.vmcoreinfo = find_vmcoreinfo(mem);
         }
         // The readers scan only where the text is (nowhere when it is not).
-        mem.scan_only(self.vmcoreinfo.map_or_else(Vec::new, |g| vec![(g & !0xfff, 8192)]));
+        mem.scan_only(
+            self.vmcoreinfo
+                .map_or_else(Vec::new, |g| vec![(g & !0xfff, 8192)]),
+        );
         let guest = StoppedGuest::new(mem);
         let info = guest.vmcoreinfo().ok().cloned();
         if self.doc.boot_params.is_none() {
@@ -235,7 +238,9 @@ impl Reader {
         let traced = cmdline
             .as_deref()
             .is_none_or(|c| c.contains("initcall:initcall_start"));
-        let logged = cmdline.as_deref().is_some_and(|c| c.contains("initcall_debug"));
+        let logged = cmdline
+            .as_deref()
+            .is_some_and(|c| c.contains("initcall_debug"));
         let doc = if traced && (cmdline.is_some() || self.kernel().is_ok()) {
             kernel_log::collect_traced(guest, &[], 0, self.kernel())
         } else if logged {
@@ -316,7 +321,6 @@ const MAX_RECORDS: usize = 50_000;
 fn find_vmcoreinfo(mem: &ProcessMemory) -> Option<u64> {
     use bootscope_vmm::kernel_log::phys::PhysMemory;
     mem.ranges().into_iter().find_map(|(start, len)| {
-        layout::scan(len, |off, buf| mem.read_touched(start + off, buf))
-        .map(|f| start + f.offset)
+        layout::scan(len, |off, buf| mem.read_touched(start + off, buf)).map(|f| start + f.offset)
     })
 }

@@ -85,7 +85,10 @@ impl ProcessMemory {
     /// has touched, for `pages` pages inside one slot; None when unknown.
     fn present(&self, gpa: u64, pages: usize) -> Option<Vec<bool>> {
         let pm = self.pagemap.as_ref()?;
-        let s = self.slots.iter().find(|s| s.hva_of(gpa, pages as u64 * 4096).is_some())?;
+        let s = self
+            .slots
+            .iter()
+            .find(|s| s.hva_of(gpa, pages as u64 * 4096).is_some())?;
         let hva = s.hva + (gpa - s.gpa);
         let mut b = vec![0u8; pages * 8];
         pm.read_exact_at(&mut b, hva / 4096 * 8).ok()?;
@@ -103,7 +106,10 @@ impl ProcessMemory {
     /// of them was.
     pub fn read_touched(&self, gpa: u64, buf: &mut [u8]) -> bool {
         let aligned = gpa % 4096 == 0 && buf.len() % 4096 == 0;
-        let Some(present) = aligned.then(|| self.present(gpa, buf.len() / 4096)).flatten() else {
+        let Some(present) = aligned
+            .then(|| self.present(gpa, buf.len() / 4096))
+            .flatten()
+        else {
             return self.read_phys(gpa, buf);
         };
         if !present.iter().any(|&p| p) {
@@ -111,7 +117,10 @@ impl ProcessMemory {
         }
         let mut i = 0;
         while i < present.len() {
-            let run = present[i..].iter().take_while(|&&p| p == present[i]).count();
+            let run = present[i..]
+                .iter()
+                .take_while(|&&p| p == present[i])
+                .count();
             let part = &mut buf[i * 4096..(i + run) * 4096];
             if present[i] {
                 if !self.read_phys(gpa + i as u64 * 4096, part) {

@@ -16,7 +16,11 @@ pub fn summary(g: &GuestRead) -> String {
         s,
         "guest memory of pid {}: map {} ({} slot(s))",
         g.pid,
-        if m.source.is_empty() { "none" } else { &m.source },
+        if m.source.is_empty() {
+            "none"
+        } else {
+            &m.source
+        },
         m.slots.len()
     );
     for slot in m.slots.iter().take(8) {
@@ -35,14 +39,21 @@ pub fn summary(g: &GuestRead) -> String {
             .held_ns
             .map(|h| format!(", VMM held {}", ms(h)))
             .unwrap_or_default();
-        let at = p.held_at.as_deref().map(|w| format!(" ({w})")).unwrap_or_default();
+        let at = p
+            .held_at
+            .as_deref()
+            .map(|w| format!(" ({w})"))
+            .unwrap_or_default();
         let _ = writeln!(
             s,
             "  read at {}{at}: {} KiB in {}{held}{}",
             p.at,
             p.bytes_read / 1024,
             ms(p.read_ns),
-            p.error.as_deref().map(|e| format!("; {e}")).unwrap_or_default()
+            p.error
+                .as_deref()
+                .map(|e| format!("; {e}"))
+                .unwrap_or_default()
         );
     }
     if let Some(b) = &g.boot_params {
@@ -62,7 +73,13 @@ pub fn summary(g: &GuestRead) -> String {
             l.records.len()
         );
         for r in l.records.iter().rev().take(LOG_TAIL).rev() {
-            let _ = writeln!(s, "    [{:>5}.{:06}] {}", r.ts_ns / 1_000_000_000, r.ts_ns % 1_000_000_000 / 1000, r.text);
+            let _ = writeln!(
+                s,
+                "    [{:>5}.{:06}] {}",
+                r.ts_ns / 1_000_000_000,
+                r.ts_ns % 1_000_000_000 / 1000,
+                r.text
+            );
         }
     }
     if let Some(i) = g.initcalls.as_ref().filter(|i| !i.initcalls.is_empty()) {
@@ -114,7 +131,10 @@ mod tests {
         let s = summary(&g);
         assert!(s.contains("map ioctl (1 slot(s))"), "{s}");
         assert!(s.contains("0x0010000000 ram    [anon]"), "{s}");
-        assert!(s.contains("read at shutdown (the guest reset): 4 KiB"), "{s}");
+        assert!(
+            s.contains("read at shutdown (the guest reset): 4 KiB"),
+            "{s}"
+        );
         assert!(s.contains("VMM held 3.0 ms"), "{s}");
         assert!(s.contains("[    1.500000] Run /init"), "{s}");
         assert!(s.contains("not read: initcalls: no trace events"), "{s}");

@@ -32,8 +32,8 @@ mod thread_info;
 mod worker;
 pub use any_vm::FollowedVm;
 pub use config::{CollectorConfig, CollectorSet, TargetSpec};
-pub use memslots::{hold_reason, BsHeld, BsMemslot};
 pub use guest::GUEST_ATTACH_DELAY_ENV;
+pub use memslots::{hold_reason, BsHeld, BsMemslot};
 pub use target::check_privileges;
 
 use std::collections::BTreeMap;
