@@ -17,6 +17,7 @@ mod doctor_cmd;
 mod export_cmd;
 mod exporter;
 mod guest_cmd;
+mod guest_mem;
 mod guest_symbols;
 mod initcalls_cmd;
 mod lab_cmd;

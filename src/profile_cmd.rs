@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::common::{usage, Failure};
+use crate::guest_mem::Watch;
 use crate::profile_console::{take_collector, ConsolePlan, MarkSlot};
 use crate::profile_summary::summary;
 use std::sync::{Arc, Mutex};
@@ -79,6 +80,10 @@ pub struct ProfileArgs {
     /// --initcalls). With --pid: says what to add.
     #[arg(long)]
     pub initcalls: bool,
+    /// Do not read the guest's memory (docs/profiler.md, "Guest memory"):
+    /// no memory slots caught, the VMM never held at its guest's end.
+    #[arg(long)]
+    pub no_guest_memory: bool,
     /// The command to launch and follow from its first instruction, after
     /// `--` (e.g. `-- qemu-system-x86_64 -enable-kvm ...`).
     #[arg(last = true, value_name = "COMMAND")]
@@ -182,17 +187,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let (command, launch) = checked_target(&args, command)?;
-    let symbols = if args.exit_sites {
-        // Reading an input: a signal ends the command at once.
-        let _immediate = crate::signals::Immediate::new();
-        crate::guest_symbols::load_symbols(
-            args.guest_symbols.as_deref(),
-            crate::guest_symbols::command_kernel(&command),
-        )
-        .map_err(|e| usage(anyhow::anyhow!(e)))?
-    } else {
-        None
-    };
+    let symbols = exit_site_symbols(&args, &command)?;
     let mut held = None;
     // Under --tui a launched command must not read the keys or write over
     // the screen: its output goes to a file, shown in the console pane.
@@ -234,6 +229,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     let reader = console
         .start(&slot)
         .context("cannot start reading the command's console")?;
+    let guest_watch = Watch::for_profile(&collector, &args, &command, held.as_ref());
     if let Some(h) = held.as_mut() {
         h.release().context("cannot release the launched command")?;
     }
@@ -249,6 +245,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     )?;
     // A command that ended by itself has written its last console line.
     let ended = reader.as_ref().filter(|_| waited.status.is_some());
+    let guest = guest_watch.map(Watch::finish);
     let mut profile = take_collector(collector, &slot, ended)?.finish();
     let signal = interrupts.received();
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
@@ -269,7 +266,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
             code = exit_code.unwrap_or(0);
         }
     }
-    crate::guest_symbols::annotate(&mut profile, symbols.as_ref(), None);
+    crate::guest_mem::annotate(&mut profile, symbols.as_ref(), guest);
     let json = serde_json::to_vec_pretty(&profile)?;
     crate::common::write_output(&args.output, &json)?;
     if !args.no_summary {
@@ -283,6 +280,23 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         code = crate::signals::exit_status(sig);
     }
     Ok(crate::stdout::after_lost_output(code))
+}
+
+/// The guest kernel's symbols for `--exit-sites` (None without it).
+fn exit_site_symbols(
+    args: &ProfileArgs,
+    command: &[String],
+) -> Result<Option<bootscope_profiler::guest_symbols::SymbolTable>, Failure> {
+    if !args.exit_sites {
+        return Ok(None);
+    }
+    // Reading an input: a signal ends the command at once.
+    let _immediate = crate::signals::Immediate::new();
+    crate::guest_symbols::load_symbols(
+        args.guest_symbols.as_deref(),
+        crate::guest_symbols::command_kernel(command),
+    )
+    .map_err(|e| usage(anyhow::anyhow!(e)))
 }
 
 /// Starts the collector on `target` as the arguments ask.

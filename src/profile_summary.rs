@@ -95,6 +95,9 @@ pub fn summary(p: &Profile, output: &Path) -> String {
             let _ = writeln!(s, "  {line}");
         }
     }
+    if let Some(g) = &p.guest_read {
+        s.push_str(&crate::guest_mem::summary::summary(g));
+    }
     cost_summary(&mut s, p);
     let _ = writeln!(
         s,
@@ -313,7 +316,7 @@ fn npf_summary(s: &mut String, sites: &ExitSites) {
     if by.iter().all(|r| r.2.is_none()) {
         let _ = writeln!(
             s,
-            "    (not labelled: the guest's memory layout is known for bootscope's own VMM only)"
+            "    (not labelled: the VM's memory slots were not learned; see guest memory below)"
         );
     }
 }

@@ -52,6 +52,7 @@ pub mod cache;
 pub mod cpulist;
 pub mod devices;
 pub mod document;
+pub mod guest_read;
 pub mod hist;
 pub mod host;
 pub mod human;

@@ -57,6 +57,10 @@ pub struct Profile {
     /// profiles written before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_slots: Option<TimeSlots>,
+    /// What was read out of the traced VM's memory (`bootscope profile`
+    /// of another VMM; absent otherwise and in older profiles).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_read: Option<crate::guest_read::GuestRead>,
 }
 
 /// Every exit and page fault of the target counted by the time slot it

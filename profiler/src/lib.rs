@@ -41,7 +41,8 @@ pub mod tracefs;
 /// every reader.
 pub use bootscope_model::{profile, sites};
 pub use collector::{
-    check_privileges, Collector, CollectorConfig, CollectorSet, FollowedVm, TargetSpec,
+    check_privileges, hold_reason, BsHeld, BsMemslot, Collector, CollectorConfig, CollectorSet,
+    FollowedVm, TargetSpec,
 };
 pub use error::ProfilerError;
 pub use profile::Profile;

@@ -18,6 +18,7 @@ mod load;
 mod log;
 mod maps;
 mod mark_phases;
+mod memslots;
 mod names;
 mod object;
 mod plan;
@@ -33,6 +34,7 @@ mod worker;
 pub use any_vm::FollowedVm;
 pub use config::{CollectorConfig, CollectorSet, TargetSpec};
 pub use guest::GUEST_ATTACH_DELAY_ENV;
+pub use memslots::{hold_reason, BsHeld, BsMemslot};
 pub use target::check_privileges;
 
 use std::collections::BTreeMap;

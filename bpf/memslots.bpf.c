@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+/* Guest memory collector: the VM's memory slots as the followed VMM sets
+ * them (KVM_SET_USER_MEMORY_REGION and ..._REGION2, caught at the ioctl's
+ * entry: what the VMM asked for, whether or not KVM accepted it), and the
+ * VMM stopped (SIGSTOP) at the exit that ends its guest, so that userspace
+ * reads the guest's memory before the VMM tears it down and continues it
+ * (SIGCONT) after. Nothing is written into the VMM.
+ *
+ * Not part of the programs table (src/bpf.rs PROGRAMS): attached by
+ * profiler/src/collector/memslots.rs when guest memory is to be read.
+ */
+#include "common.bpf.h"
+#include "memslots.h"
+
+#define BS_SIGSTOP 19
+#define BS_KVM_EXIT_SHUTDOWN 8
+#define BS_KVM_EXIT_SYSTEM_EVENT 24
+#define BS_KVM_PIO_OUT 1
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct bs_memslot_key);
+	__type(value, struct bs_memslot);
+} memslots SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct bs_held);
+} held_vmms SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bs_memslot_config);
+} memslot_config SEC(".maps");
+
+/* The record of syscalls:sys_enter_ioctl: the common header, the syscall
+ * number, then its arguments (fd, cmd, arg), each 8 bytes: the layout
+ * every syscall entry event shares. */
+struct bs_sys_enter_ioctl {
+	__u64 common;
+	__s64 nr;
+	__u64 args[3];
+};
+
+SEC("tracepoint/syscalls/sys_enter_ioctl")
+int bs_memslot_ioctl(struct bs_sys_enter_ioctl *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32, phase;
+	__u32 cmd = (__u32)ctx->args[1];
+	struct bs_memslot_key key = {};
+	struct bs_memslot r = {}, *old;
+
+	if (cmd != BS_KVM_SET_USER_MEMORY_REGION && cmd != BS_KVM_SET_USER_MEMORY_REGION2)
+		return 0;
+	if (!bs_follow(tgid, &phase))
+		return 0;
+	/* slot, flags, guest_phys_addr, memory_size, userspace_addr */
+	if (bpf_probe_read_user(&r, 32, (const void *)ctx->args[2]) != 0)
+		return 0;
+	key.tgid = tgid;
+	key.slot = r.slot;
+	r.ts_ns = bpf_ktime_get_ns();
+	old = bpf_map_lookup_elem(&memslots, &key);
+	r.calls = old ? old->calls + 1 : 1;
+	if (bpf_map_update_elem(&memslots, &key, &r, BPF_ANY) != 0)
+		bs_percpu_inc(&map_overflows, 0);
+	return 0;
+}
+
+/* Stops the current (followed) VMM once, if asked to. */
+static __always_inline void bs_hold(__u32 why)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32, zero = 0, phase;
+	struct bs_memslot_config *c = bpf_map_lookup_elem(&memslot_config, &zero);
+	struct bs_held h = {};
+
+	if (!c || !c->hold_at_shutdown || !bs_follow(tgid, &phase))
+		return;
+	h.ts_ns = bpf_ktime_get_ns();
+	h.why = why;
+	/* Once per VMM: userspace removes the record when it continued it. */
+	if (bpf_map_update_elem(&held_vmms, &tgid, &h, BPF_NOEXIST) != 0)
+		return;
+	if (bpf_send_signal(BS_SIGSTOP) == 0) {
+		h.signalled = 1;
+		bpf_map_update_elem(&held_vmms, &tgid, &h, BPF_EXIST);
+	}
+}
+
+/* kvm_pio(rw, port, size, count, data): a guest's reset by the i8042 or
+ * the reset control register. */
+SEC("raw_tp/kvm_pio")
+int bs_hold_pio(__u64 *ctx)
+{
+	__u32 rw = ctx[0], port = ctx[1];
+	__u8 val = 0;
+
+	if (rw != BS_KVM_PIO_OUT || (port != 0x64 && port != 0xcf9))
+		return 0;
+	if (bpf_probe_read_kernel(&val, 1, (const void *)ctx[4]) != 0)
+		return 0;
+	if (port == 0x64 && val == 0xfe)
+		bs_hold(BS_HOLD_I8042_RESET);
+	else if (port == 0xcf9 && (val & 0x4))
+		bs_hold(BS_HOLD_CF9_RESET);
+	return 0;
+}
+
+/* kvm_userspace_exit(reason, errno): a triple fault or a system event
+ * (power-off, reset) handed to the VMM. */
+SEC("raw_tp/kvm_userspace_exit")
+int bs_hold_exit(__u64 *ctx)
+{
+	__u32 reason = ctx[0];
+
+	if (reason == BS_KVM_EXIT_SHUTDOWN)
+		bs_hold(BS_HOLD_SHUTDOWN);
+	else if (reason == BS_KVM_EXIT_SYSTEM_EVENT)
+		bs_hold(BS_HOLD_SYSTEM_EVENT);
+	return 0;
+}

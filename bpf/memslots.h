@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/* Guest memory collector: types shared with profiler/src/collector/memslots.rs. */
+#ifndef BOOTSCOPE_MEMSLOTS_H
+#define BOOTSCOPE_MEMSLOTS_H
+
+/* _IOW(KVMIO, 0x46, struct kvm_userspace_memory_region) */
+#define BS_KVM_SET_USER_MEMORY_REGION 0x4020ae46u
+/* _IOW(KVMIO, 0x49, struct kvm_userspace_memory_region2) */
+#define BS_KVM_SET_USER_MEMORY_REGION2 0x40a0ae49u
+
+/* Why a followed VMM was stopped (SIGSTOP) for its memory to be read. */
+enum bs_hold_why {
+	BS_HOLD_I8042_RESET = 1, /* 0xfe to port 0x64 */
+	BS_HOLD_CF9_RESET = 2,   /* the reset bit to port 0xcf9 */
+	BS_HOLD_SHUTDOWN = 3,    /* KVM_EXIT_SHUTDOWN (triple fault) */
+	BS_HOLD_SYSTEM_EVENT = 4, /* KVM_EXIT_SYSTEM_EVENT */
+};
+
+struct bs_memslot_key {
+	__u32 tgid;
+	__u32 slot;
+};
+
+/* The first 32 bytes of both region structs, and when it was set. */
+struct bs_memslot {
+	__u32 slot;
+	__u32 flags;
+	__u64 gpa;
+	__u64 size;
+	__u64 uaddr;
+	__u64 ts_ns;
+	__u64 calls;
+};
+
+struct bs_held {
+	__u64 ts_ns;
+	__u32 why;
+	__u32 signalled;
+};
+
+struct bs_memslot_config {
+	/* Stop a followed VMM at the exit that ends its guest. */
+	__u32 hold_at_shutdown;
+	__u32 pad;
+};
+
+#endif /* BOOTSCOPE_MEMSLOTS_H */

@@ -1,0 +1,154 @@
+//! The kernel's `struct boot_params` (the "zero page") in guest RAM: the
+//! VMM's copy and the kernel's own (page aligned in its image), each a
+//! page with the setup header's `boot_flag` 0xAA55 and `HdrS` magic and a
+//! filled e820 table. From it: the command line and the e820 map.
+
+use bootscope_model::guest_read::{e820_name, BootParamsRead, E820Entry};
+use bootscope_vmm::kernel_log::phys::PhysMemory;
+
+const PAGE: u64 = 4096;
+const BOOT_FLAG: usize = 0x1fe;
+const HEADER: usize = 0x202;
+const E820_ENTRIES: usize = 0x1e8;
+const E820_TABLE: usize = 0x2d0;
+const E820_MAX: usize = 128;
+const CMD_LINE_PTR: usize = 0x228;
+const EXT_CMD_LINE_PTR: usize = 0x0c8;
+const CMDLINE_SIZE: usize = 0x238;
+/// The longest command line read.
+const MAX_CMDLINE: usize = 4096;
+const PIECE: u64 = 1 << 20;
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The boot parameters in one page, if it holds them.
+pub fn parse_page(page: &[u8]) -> Option<(Vec<E820Entry>, u64, usize)> {
+    if page.len() < PAGE as usize
+        || page[BOOT_FLAG..BOOT_FLAG + 2] != [0x55, 0xaa]
+        || &page[HEADER..HEADER + 4] != b"HdrS"
+    {
+        return None;
+    }
+    let n = page[E820_ENTRIES] as usize;
+    if n == 0 || n > E820_MAX {
+        return None;
+    }
+    let e820: Vec<E820Entry> = (0..n)
+        .map(|i| {
+            let at = E820_TABLE + i * 20;
+            let kind = u32_at(page, at + 16);
+            E820Entry {
+                addr: u64_at(page, at),
+                size: u64_at(page, at + 8),
+                kind,
+                name: e820_name(kind),
+            }
+        })
+        .collect();
+    if e820.iter().any(|e| e.size == 0) || e820.iter().all(|e| e.kind != 1) {
+        return None;
+    }
+    let cmdline =
+        u64::from(u32_at(page, CMD_LINE_PTR)) | (u64::from(u32_at(page, EXT_CMD_LINE_PTR)) << 32);
+    let size = (u32_at(page, CMDLINE_SIZE) as usize).clamp(256, MAX_CMDLINE);
+    Some((e820, cmdline, size))
+}
+
+/// Looks for the boot parameters in `ranges` (guest-physical), page by
+/// page; the first found with a command line wins.
+pub fn find(mem: &dyn PhysMemory, ranges: &[(u64, u64)]) -> Option<BootParamsRead> {
+    let mut buf = vec![0u8; PIECE as usize];
+    let mut first: Option<BootParamsRead> = None;
+    for &(start, len) in ranges {
+        let mut at = start;
+        while at < start + len {
+            let take = (start + len - at).min(PIECE) as usize;
+            if mem.read_phys(at, &mut buf[..take]) {
+                for (i, page) in buf[..take].chunks_exact(PAGE as usize).enumerate() {
+                    let Some((e820, ptr, size)) = parse_page(page) else {
+                        continue;
+                    };
+                    let cmdline = (ptr != 0).then(|| read_cmdline(mem, ptr, size)).flatten();
+                    let found = BootParamsRead {
+                        gpa: at + i as u64 * PAGE,
+                        cmdline,
+                        e820,
+                    };
+                    if found.cmdline.is_some() {
+                        return Some(found);
+                    }
+                    first.get_or_insert(found);
+                }
+            }
+            at += PIECE;
+        }
+    }
+    first
+}
+
+/// The NUL-terminated command line at `gpa`, at most `size` bytes.
+fn read_cmdline(mem: &dyn PhysMemory, gpa: u64, size: usize) -> Option<String> {
+    let mut b = vec![0u8; size];
+    // Near the end of RAM, a shorter read.
+    let got = [size, 256]
+        .into_iter()
+        .find(|&n| mem.read_phys(gpa, &mut b[..n]))?;
+    let end = b[..got].iter().position(|&c| c == 0)?;
+    Some(bootscope_model::text::printable(&String::from_utf8_lossy(&b[..end])).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Flat(Vec<u8>);
+
+    impl PhysMemory for Flat {
+        fn read_phys(&self, gpa: u64, buf: &mut [u8]) -> bool {
+            let Some(s) = self.0.get(gpa as usize..gpa as usize + buf.len()) else {
+                return false;
+            };
+            buf.copy_from_slice(s);
+            true
+        }
+        fn ranges(&self) -> Vec<(u64, u64)> {
+            vec![(0, self.0.len() as u64)]
+        }
+    }
+
+    #[test]
+    fn the_zero_page_gives_the_e820_map_and_the_command_line() {
+        let mut m = vec![0u8; 2 << 20];
+        let zp = 0x7000;
+        let p = &mut m[zp..zp + 4096];
+        p[BOOT_FLAG..BOOT_FLAG + 2].copy_from_slice(&[0x55, 0xaa]);
+        p[HEADER..HEADER + 4].copy_from_slice(b"HdrS");
+        p[E820_ENTRIES] = 2;
+        let entry = |p: &mut [u8], i: usize, addr: u64, size: u64, kind: u32| {
+            let at = E820_TABLE + i * 20;
+            p[at..at + 8].copy_from_slice(&addr.to_le_bytes());
+            p[at + 8..at + 16].copy_from_slice(&size.to_le_bytes());
+            p[at + 16..at + 20].copy_from_slice(&kind.to_le_bytes());
+        };
+        entry(p, 0, 0, 0x9fc00, 1);
+        entry(p, 1, 0xf0000, 0x10000, 2);
+        p[CMD_LINE_PTR..CMD_LINE_PTR + 4].copy_from_slice(&0x20000u32.to_le_bytes());
+        m[0x20000..0x20000 + 14].copy_from_slice(b"console=ttyS0\0");
+        // The kernel file's own header: no e820 entries, not taken.
+        m[0x10000 + BOOT_FLAG..0x10000 + BOOT_FLAG + 2].copy_from_slice(&[0x55, 0xaa]);
+        m[0x10000 + HEADER..0x10000 + HEADER + 4].copy_from_slice(b"HdrS");
+        let mem = Flat(m);
+        let b = find(&mem, &[(0, 2 << 20)]).unwrap();
+        assert_eq!(b.gpa, 0x7000);
+        assert_eq!(b.cmdline.as_deref(), Some("console=ttyS0"));
+        assert_eq!(b.e820.len(), 2);
+        assert_eq!(b.e820[1].name, "reserved");
+        assert!(find(&mem, &[(0x100000, 1 << 20)]).is_none());
+    }
+}

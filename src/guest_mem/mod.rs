@@ -1,0 +1,217 @@
+//! Guest memory of a traced VMM, read read-only (`bootscope profile`;
+//! docs/profiler.md, "Guest memory"): the VM's memory slots
+//! ([`layout`]), the VMM's memory read through them ([`process`]), at the
+//! moments that keep the data: when the guest reaches userspace, while it
+//! runs; at the exit that ends the guest, with the VMM held stopped for
+//! the read ([`hold`]); else when profiling stops. The readers are the
+//! VMM's own (`bootscope_vmm::kernel_log`): the kernel's log, its
+//! initcalls from its trace ring, its modules; and the boot parameters
+//! ([`boot_params`]).
+
+pub mod boot_params;
+pub mod hold;
+pub mod layout;
+mod pass;
+pub mod process;
+pub mod summary;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bootscope_model::guest_read::GuestRead;
+use bootscope_model::modules::GuestModules;
+use bootscope_profiler::Collector;
+
+/// How often the watcher looks for the userspace mark and a held VMM.
+const POLL: Duration = Duration::from_millis(5);
+
+/// What the watcher knows before it starts.
+pub struct Plan {
+    /// The VMM when known (`--pid`, or the launched command itself until
+    /// another process sets memory slots).
+    pub pid: u32,
+    /// The guest kernel's image, for its symbols and types (initcalls
+    /// from the trace ring, modules).
+    pub kernel: Option<PathBuf>,
+    /// A launched command's process group (the watchdog continues it).
+    pub pgid: Option<u32>,
+}
+
+/// What the watcher hands back.
+pub struct Outcome {
+    pub read: GuestRead,
+    /// The modules, with their symbols, for naming exit sites.
+    pub modules: Option<GuestModules>,
+}
+
+/// The watcher thread.
+pub struct Watch {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Outcome>,
+}
+
+impl Watch {
+    /// Starts watching; `collector` has the memory programs attached (or
+    /// said why not).
+    pub fn start(collector: Arc<Collector>, plan: Plan) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let mut missing = Vec::new();
+        let attached = collector.attach_memslot_programs();
+        let failed: Vec<String> = attached
+            .iter()
+            .filter_map(|(n, e)| e.as_ref().map(|e| format!("{n}: {e}")))
+            .collect();
+        if !failed.is_empty() {
+            missing.push((
+                "ioctl_capture",
+                format!("eBPF programs not attached ({})", failed.join("; ")),
+            ));
+        }
+        // Before any hold: it continues the VMM however bootscope ends.
+        let watchdog = hold::Watchdog::start().ok().map(|mut w| {
+            w.watch(&plan.pid.to_string());
+            if let Some(g) = plan.pgid {
+                w.watch(&format!("-{g}"));
+            }
+            w
+        });
+        let held_ok = failed.is_empty() && watchdog.is_some() && collector.hold_at_shutdown(true);
+        if !held_ok {
+            missing.push((
+                "shutdown",
+                "the VMM cannot be held at its guest's end (the eBPF programs or the watchdog \
+                 process could not be started): read when profiling stops instead"
+                    .to_string(),
+            ));
+        }
+        let thread = std::thread::Builder::new()
+            .name("bootscope-guest-mem".into())
+            .spawn(move || {
+                let mut reader = pass::Reader::new(plan, watchdog);
+                for (part, why) in missing {
+                    reader.doc.missing(part, why);
+                }
+                watch(&collector, reader, &flag)
+            })
+            .expect("a thread for reading guest memory");
+        Watch { stop, thread }
+    }
+
+    /// Starts watching for `bootscope profile` (before a launched command
+    /// is released: its first memory slot is caught and the hold armed):
+    /// the target is the VMM
+    /// until another process sets memory slots; the guest kernel is
+    /// `kernel` (`--guest-symbols`) or the launched command's.
+    /// None with `--no-guest-memory`.
+    pub fn for_profile(
+        collector: &Arc<Collector>,
+        args: &crate::profile_cmd::ProfileArgs,
+        command: &[String],
+        held: Option<&bootscope_profiler::launch::HeldCommand>,
+    ) -> Option<Self> {
+        if args.no_guest_memory {
+            return None;
+        }
+        let kernel = args.guest_symbols.clone();
+        let plan = Plan {
+            pid: collector.target_pid(),
+            kernel: kernel.or_else(|| crate::guest_symbols::command_kernel(command)),
+            pgid: held.map(bootscope_profiler::launch::HeldCommand::pgid),
+        };
+        Some(Self::start(collector.clone(), plan))
+    }
+
+    /// Stops watching: a VMM still running is read once more (`end`).
+    pub fn finish(self) -> Outcome {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().unwrap_or_else(|_| Outcome {
+            read: GuestRead::default(),
+            modules: None,
+        })
+    }
+}
+
+fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> Outcome {
+    reader.load_kernel();
+    let mut userspace_read = false;
+    let mut shutdown_read = false;
+    loop {
+        let ending = stop.load(Ordering::SeqCst);
+        reader.learn_pid(collector);
+        for (tgid, h) in collector.held_vmms() {
+            if reader.handled_hold(tgid) {
+                continue;
+            }
+            let since = Instant::now();
+            let held = hold::Held::adopt(tgid, since);
+            held.wait_stopped();
+            let t = collector.ktime_to_profile_ns(h.ts_ns);
+            reader.pass(collector, tgid, "shutdown", t, Some(&held));
+            reader.note_hold(tgid, bootscope_profiler::hold_reason(h.why));
+            drop(held);
+            shutdown_read = true;
+        }
+        if !userspace_read && !shutdown_read && collector.in_phase("userspace").is_some() {
+            userspace_read = true;
+            let t = collector.started().elapsed().as_nanos() as u64;
+            let pid = reader.pid();
+            reader.pass(collector, pid, "userspace", t, None);
+        }
+        if ending {
+            break;
+        }
+        std::thread::sleep(POLL);
+    }
+    collector.hold_at_shutdown(false);
+    if !shutdown_read {
+        let pid = reader.pid();
+        if hold::state(pid).is_some_and(|s| s != 'Z' && s != 'X') {
+            let t = collector.started().elapsed().as_nanos() as u64;
+            reader.pass(collector, pid, "end", t, None);
+        } else if !userspace_read {
+            reader.doc.missing(
+                "memory",
+                format!("process {pid} ended before its guest memory could be read"),
+            );
+        }
+    }
+    reader.finish()
+}
+
+/// Labels the profile's nested page fault ranges with the VM's memory
+/// slots (RAM, ROM, device memory, and what backs each in the VMM).
+pub fn label_npf_ranges(profile: &mut bootscope_profiler::Profile, read: &GuestRead) {
+    use bootscope_model::sites::GuestRegion;
+    let regions: Vec<GuestRegion> = read
+        .memory_map
+        .slots
+        .iter()
+        .map(|s| GuestRegion {
+            name: format!("{} (slot {}, {})", s.kind, s.slot, s.backing),
+            start: s.gpa,
+            end: s.gpa.saturating_add(s.size),
+        })
+        .collect();
+    if let Some(sites) = profile.exits.sites.as_mut().filter(|_| !regions.is_empty()) {
+        sites.label_npf_ranges(&regions);
+    }
+}
+
+/// Names the profile's sites (the modules read name those in module
+/// text), labels its NPF ranges and adds the `guest_read` section.
+pub fn annotate(
+    profile: &mut bootscope_profiler::Profile,
+    table: Option<&bootscope_profiler::guest_symbols::SymbolTable>,
+    guest: Option<Outcome>,
+) {
+    let modules = guest.as_ref().and_then(|g| g.modules.as_ref());
+    crate::guest_symbols::annotate(profile, table, modules);
+    if let Some(g) = guest {
+        label_npf_ranges(profile, &g.read);
+        profile.guest_read = Some(g.read);
+    }
+}

@@ -1,0 +1,326 @@
+//! One reading of a traced VM's memory, and what the passes have found.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use bootscope_model::guest_read::{
+    GuestMemoryMap, GuestRead, KernelLogLine, KernelLogRead, ModulesRead, ReadPass,
+};
+use bootscope_model::modules::GuestModules;
+use bootscope_profiler::Collector;
+use bootscope_vmm::kernel_log::{self, GuestKernel, StoppedGuest};
+
+use super::hold::{Held, Watchdog};
+use super::layout;
+use super::process::ProcessMemory;
+use super::{Outcome, Plan};
+
+/// The most one pass reads of guest memory in all.
+const PASS_BUDGET: u64 = 2 << 30;
+/// The low memory where VMMs put the boot parameters.
+const LOW: (u64, u64) = (0, 1 << 20);
+/// How much of the kernel image is searched for its own copy of them.
+const IMAGE_SPAN: u64 = 64 << 20;
+/// Where the kernel image starts above `phys_base`
+/// (`CONFIG_PHYSICAL_START`'s default).
+const PHYSICAL_START: u64 = 16 << 20;
+
+pub(super) struct Reader {
+    plan: Plan,
+    pub(super) doc: GuestRead,
+    modules: Option<GuestModules>,
+    /// Guest-physical address of the VMCOREINFO text, once found.
+    vmcoreinfo: Option<u64>,
+    kernel: Option<Result<Box<dyn GuestKernel>, String>>,
+    holds: BTreeSet<u32>,
+    watchdog: Option<Watchdog>,
+}
+
+impl Reader {
+    pub(super) fn new(plan: Plan, watchdog: Option<Watchdog>) -> Self {
+        let doc = GuestRead {
+            pid: plan.pid,
+            ..GuestRead::default()
+        };
+        Self {
+            plan,
+            doc,
+            modules: None,
+            vmcoreinfo: None,
+            kernel: None,
+            holds: BTreeSet::new(),
+            watchdog,
+        }
+    }
+
+    pub(super) fn pid(&self) -> u32 {
+        self.plan.pid
+    }
+
+    /// The VMM is the process that set memory slots, when one did.
+    pub(super) fn learn_pid(&mut self, collector: &Collector) {
+        let owners = collector.memory_slot_owners();
+        if let Some(&p) = owners.first().filter(|&&p| p != self.plan.pid) {
+            self.plan.pid = p;
+            self.doc.pid = p;
+            if let Some(w) = self.watchdog.as_mut() {
+                w.watch(&p.to_string());
+            }
+        }
+    }
+
+    /// True when `tgid`'s hold was read already.
+    pub(super) fn handled_hold(&self, tgid: u32) -> bool {
+        self.holds.contains(&tgid)
+    }
+
+    /// Records that `tgid`'s hold (for `why`) was read.
+    pub(super) fn note_hold(&mut self, tgid: u32, why: &str) {
+        self.holds.insert(tgid);
+        if let Some(p) = self.doc.passes.last_mut().filter(|p| p.at == "shutdown") {
+            p.held_at = Some(why.to_string());
+        }
+    }
+
+    /// The map of `pid`'s VM: its ioctls when seen, else inferred.
+    fn memory_map(&mut self, collector: &Collector, pid: u32) -> GuestMemoryMap {
+        let maps = layout::read_maps(pid);
+        let captured = collector.memory_slots(pid);
+        if !captured.is_empty() {
+            return layout::from_ioctls(&captured, &maps);
+        }
+        if self.doc.memory_map.source == "inferred" {
+            return self.doc.memory_map.clone();
+        }
+        let (map, at) = layout::infer(pid, &maps);
+        if at.is_some() {
+            self.vmcoreinfo = at;
+        }
+        map
+    }
+
+    /// Reads what there is to read now; `held` the VMM's hold, if held.
+    pub(super) fn pass(
+        &mut self,
+        collector: &Collector,
+        pid: u32,
+        at: &str,
+        t_ns: u64,
+        held: Option<&Held>,
+    ) {
+        let started = Instant::now();
+        let map = self.memory_map(collector, pid);
+        let mut pass = ReadPass {
+            at: at.into(),
+            t_ns,
+            ..ReadPass::default()
+        };
+        self.doc.pid = pid;
+        if map.slots.is_empty() {
+            self.doc.memory_map = map.clone();
+            self.doc.missing("memory_map", map.detail);
+            pass.error = Some("the VM's memory map is not known".into());
+        } else {
+            self.doc.found("memory_map");
+            self.doc.memory_map = map.clone();
+            match ProcessMemory::open(pid, map.slots, PASS_BUDGET) {
+                Ok(mut mem) => {
+                    self.read_all(&mut mem, at);
+                    pass.bytes_read = mem.bytes_read();
+                    pass.failed_reads = mem.failed_reads();
+                }
+                Err(e) => {
+                    let why = format!(
+                        "cannot open /proc/{pid}/mem read-only: {e} (reading another \
+                         process's memory needs root or CAP_SYS_PTRACE)"
+                    );
+                    self.doc.missing("memory", why.clone());
+                    pass.error = Some(why);
+                }
+            }
+        }
+        pass.read_ns = started.elapsed().as_nanos() as u64;
+        pass.held_ns = held.map(Held::held_ns);
+        self.doc.passes.push(pass);
+    }
+
+    /// Loads the guest kernel's symbols and types (before any hold).
+    pub(super) fn load_kernel(&mut self) {
+        let Some(path) = self.plan.kernel.clone() else {
+            self.kernel = Some(Err(
+                "no guest kernel image to name symbols from (give --guest-symbols, or launch \
+                 the VMM with its -kernel/--kernel)"
+                    .into(),
+            ));
+            return;
+        };
+        let loader = crate::guest_symbols::kernel_loader(path.clone());
+        self.kernel = Some(loader(&path));
+    }
+
+    fn kernel(&self) -> Result<&dyn GuestKernel, String> {
+        match &self.kernel {
+            Some(Ok(k)) => Ok(k.as_ref()),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err("the guest kernel's symbols were not loaded".into()),
+        }
+    }
+
+    /// Everything the readers find in `mem` now.
+    fn read_all(&mut self, mem: &mut ProcessMemory, at: &str) {
+        if self.vmcoreinfo.is_none() {
+            self.vmcoreinfo = find_vmcoreinfo(mem);
+        }
+        // The readers scan only where the text is (nowhere when it is not).
+        mem.scan_only(
+            self.vmcoreinfo
+                .map_or_else(Vec::new, |g| vec![(g & !0xfff, 8192)]),
+        );
+        let guest = StoppedGuest::new(mem);
+        let info = guest.vmcoreinfo().ok().cloned();
+        if self.doc.boot_params.is_none() {
+            let mut ranges = vec![LOW];
+            if let Some(i) = &info {
+                let base = i.number("phys_base").unwrap_or(0);
+                let start = i
+                    .symbol("_stext")
+                    .map(|s| bootscope_vmm::kernel_log::phys::image_to_phys(s, base) & !0xfff)
+                    .unwrap_or_else(|_| (base as u64).wrapping_add(PHYSICAL_START));
+                ranges.push((start, IMAGE_SPAN));
+            }
+            let touched = touched_pieces(mem, &ranges);
+            self.doc.boot_params = super::boot_params::find(mem, &touched);
+            match &self.doc.boot_params {
+                Some(_) => self.doc.found("boot_params"),
+                None => self.doc.missing(
+                    "boot_params",
+                    "no struct boot_params (boot flag 0xAA55, HdrS, an e820 table) in the low \
+                     megabyte or the kernel image",
+                ),
+            }
+        }
+        let guest = StoppedGuest::new(mem);
+        match kernel_log::read_log(&guest) {
+            Ok((info, read)) => {
+                self.doc.found("kernel_log");
+                self.doc.kernel_log = Some(KernelLogRead {
+                    os_release: info.os_release().map(str::to_string),
+                    at: at.into(),
+                    first_seq: read.first_seq,
+                    records: read
+                        .records
+                        .iter()
+                        .take(MAX_RECORDS)
+                        .map(|r| KernelLogLine {
+                            ts_ns: r.ts_nsec,
+                            text: r.text.clone(),
+                        })
+                        .collect(),
+                });
+            }
+            Err(e) => {
+                if self.doc.kernel_log.is_none() {
+                    self.doc.missing("kernel_log", e.to_string());
+                }
+                return;
+            }
+        }
+        self.read_initcalls(&guest);
+        self.read_modules(&guest);
+    }
+
+    fn read_initcalls(&mut self, guest: &StoppedGuest) {
+        let cmdline = self
+            .doc
+            .boot_params
+            .as_ref()
+            .and_then(|b| b.cmdline.clone());
+        let traced = cmdline
+            .as_deref()
+            .is_none_or(|c| c.contains("initcall:initcall_start"));
+        let logged = cmdline
+            .as_deref()
+            .is_some_and(|c| c.contains("initcall_debug"));
+        let doc = if traced && (cmdline.is_some() || self.kernel().is_ok()) {
+            kernel_log::collect_traced(guest, &[], 0, self.kernel())
+        } else if logged {
+            kernel_log::collect(guest, &[], 0)
+        } else {
+            self.doc.missing(
+                "initcalls",
+                "the guest's command line has neither the kernel's initcall trace events \
+                 (trace_event=initcall:... as `profile --initcalls` adds them) nor \
+                 initcall_debug",
+            );
+            return;
+        };
+        let better = self
+            .doc
+            .initcalls
+            .as_ref()
+            .is_none_or(|old| doc.initcalls.len() >= old.initcalls.len());
+        if !better {
+            return;
+        }
+        match (&doc.error, doc.initcalls.is_empty()) {
+            (Some(e), true) => self.doc.missing("initcalls", e.clone()),
+            _ => self.doc.found("initcalls"),
+        }
+        self.doc.initcalls = Some(doc);
+    }
+
+    fn read_modules(&mut self, guest: &StoppedGuest) {
+        let kernel = self.kernel();
+        if let Err(e) = &kernel {
+            self.doc.missing("modules", e.clone());
+            return;
+        }
+        let m = kernel_log::modules::collect(guest, kernel);
+        if m.modules.is_empty() && !m.warnings.is_empty() {
+            self.doc.missing("modules", m.warnings.join("; "));
+        } else {
+            self.doc.found("modules");
+        }
+        self.doc.modules = Some(ModulesRead {
+            modules: m.modules.clone(),
+            warnings: m.warnings.clone(),
+        });
+        self.modules = Some(m);
+    }
+
+    pub(super) fn finish(self) -> Outcome {
+        Outcome {
+            read: self.doc,
+            modules: self.modules,
+        }
+    }
+}
+
+/// `ranges` cut in 1 MiB pieces, those the VMM never touched left out.
+fn touched_pieces(mem: &ProcessMemory, ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    const PIECE: u64 = 1 << 20;
+    let mut out = Vec::new();
+    for &(start, len) in ranges {
+        let mut at = start;
+        while at < start.saturating_add(len) {
+            let n = PIECE.min(start + len - at);
+            if mem.touched(at, n) {
+                out.push((at, n));
+            }
+            at += n;
+        }
+    }
+    out
+}
+
+/// The most kernel log records kept.
+const MAX_RECORDS: usize = 50_000;
+
+/// The guest-physical address of the VMCOREINFO text, searching all RAM
+/// (within the pass's budget).
+fn find_vmcoreinfo(mem: &ProcessMemory) -> Option<u64> {
+    use bootscope_vmm::kernel_log::phys::PhysMemory;
+    mem.ranges().into_iter().find_map(|(start, len)| {
+        layout::scan(len, |off, buf| mem.read_touched(start + off, buf)).map(|f| start + f.offset)
+    })
+}
