@@ -34,6 +34,7 @@
 //! - [`devices`]: the timeline's `devices` section (virtio devices);
 //! - [`text`]: text from outside made safe to print on a terminal;
 //! - [`units`]: a systemd guest's units on the timeline's clock;
+//!   [`timeline_initramfs`]: its initramfs stage;
 //! - [`journal`]: systemd's journal files, read from a guest's disk;
 //! - [`modules`]: the guest kernel's loaded modules, for naming exit sites;
 //! - [`prometheus`]: the Prometheus text format, one writer for every
@@ -72,5 +73,6 @@ pub mod smaps;
 pub mod text;
 pub mod threads;
 pub mod timeline;
+pub mod timeline_initramfs;
 pub mod timeline_profile;
 pub mod units;
