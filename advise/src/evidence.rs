@@ -109,6 +109,8 @@ pub struct Evidence {
     pub initcalls: Option<Vec<Initcall>>,
     /// Why a recording of initcalls found none.
     pub initcalls_error: Option<String>,
+    /// A systemd guest's units (a timeline's `units`), when it has them.
+    pub units: Option<bootscope_model::units::UnitsDoc>,
 }
 
 impl Evidence {
@@ -234,6 +236,7 @@ impl Evidence {
             .map(|p| (p.name.clone(), p.end_ns.saturating_sub(p.start_ns)))
             .collect();
         self.prealloc_ns = t.memory.as_ref().and_then(|m| m.elapsed_ns);
+        self.units = t.units.clone().filter(|u| u.error.is_none());
         if let Some(ic) = &t.initcalls {
             self.initcalls_error.clone_from(&ic.error);
             self.initcalls = Some(

@@ -22,6 +22,7 @@ pub mod report;
 pub mod rules;
 pub mod svg;
 pub mod target;
+pub mod userspace;
 
 pub use error::AdviseError;
 pub use evaluate::{advise, evaluate, Advice, Finding};
