@@ -187,6 +187,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     // The console read for boot milestones (src/profile_console.rs).
     let console = ConsolePlan::new(&command, args.pid.is_some(), child_log.as_deref())
         .context("cannot set up reading the command's console")?;
+    let disk = crate::profile_units::before_launch(&command, args.pid.is_some());
     let target = match args.pid {
         Some(pid) => TargetSpec::Pid(pid),
         None => {
@@ -244,6 +245,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
             code = exit_code.unwrap_or(0);
         }
     }
+    crate::profile_units::after_exit(disk, &mut profile);
     crate::guest_symbols::annotate(&mut profile, symbols.as_ref(), None);
     let json = serde_json::to_vec_pretty(&profile)?;
     crate::common::write_output(&args.output, &json)?;

@@ -57,6 +57,10 @@ pub struct Profile {
     /// profiles written before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_slots: Option<TimeSlots>,
+    /// The systemd units of the disk image the profiled VMM booted (read
+    /// after it exited), as a timeline's `units` (docs/guest.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub units: Option<crate::units::UnitsDoc>,
 }
 
 /// Every exit and page fault of the target counted by the time slot it
