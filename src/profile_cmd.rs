@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use crate::common::{usage, Failure};
 use crate::profile_console::{take_collector, ConsolePlan, MarkSlot};
 use crate::profile_summary::summary;
+use crate::profile_units as disk_units;
 use std::sync::{Arc, Mutex};
 
 use bootscope_profiler::launch::HeldCommand;
@@ -187,7 +188,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     // The console read for boot milestones (src/profile_console.rs).
     let console = ConsolePlan::new(&command, args.pid.is_some(), child_log.as_deref())
         .context("cannot set up reading the command's console")?;
-    let disk = crate::profile_units::before_launch(&command, args.pid.is_some());
+    let disk = disk_units::before_launch(&command, args.pid.is_some());
     let target = match args.pid {
         Some(pid) => TargetSpec::Pid(pid),
         None => {
@@ -205,8 +206,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         }
     };
     // A held child that is dropped on an error exits without running.
-    let collector = start_collector(&args, target, &command)?;
-    let collector = Arc::new(collector);
+    let collector = Arc::new(start_collector(&args, target, &command)?);
     let slot: MarkSlot = Arc::new(Mutex::new(Some(collector.clone())));
     let reader = console
         .start(&slot)
@@ -226,7 +226,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     )?;
     // A command that ended by itself has written its last console line.
     let ended = reader.as_ref().filter(|_| waited.status.is_some());
-    let mut profile = take_collector(collector, &slot, ended)?.finish();
+    let mut profile = disk_units::after(disk, take_collector(collector, &slot, ended)?.finish());
     let signal = interrupts.received();
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
     let mut code = 0;
@@ -245,7 +245,6 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
             code = exit_code.unwrap_or(0);
         }
     }
-    crate::profile_units::after_exit(disk, &mut profile);
     crate::guest_symbols::annotate(&mut profile, symbols.as_ref(), None);
     let json = serde_json::to_vec_pretty(&profile)?;
     crate::common::write_output(&args.output, &json)?;

@@ -105,11 +105,12 @@ pub fn before_launch(command: &[String], attached: bool) -> Option<DiskUnits> {
     (!attached).then(|| DiskUnits::before(command)).flatten()
 }
 
-/// The units into the profile when an image was read before.
-pub fn after_exit(disk: Option<DiskUnits>, profile: &mut Profile) {
+/// The profile, with the image's units when an image was read before.
+pub fn after(disk: Option<DiskUnits>, mut profile: Profile) -> Profile {
     if let Some(d) = disk {
-        d.after(profile);
+        d.after(&mut profile);
     }
+    profile
 }
 
 #[cfg(test)]
