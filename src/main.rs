@@ -30,6 +30,7 @@ mod profile_console;
 mod profile_launch;
 mod profile_reports;
 mod profile_summary;
+mod profile_units;
 mod push;
 mod run_args;
 mod run_cmd;

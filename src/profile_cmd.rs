@@ -14,6 +14,7 @@ use crate::common::{usage, Failure};
 use crate::guest_mem::Watch;
 use crate::profile_console::{take_collector, ConsolePlan, MarkSlot};
 use crate::profile_summary::summary;
+use crate::profile_units as disk_units;
 use std::sync::{Arc, Mutex};
 
 use bootscope_profiler::launch::HeldCommand;
@@ -206,6 +207,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     // The console read for boot milestones (src/profile_console.rs).
     let console = ConsolePlan::new(&command, args.pid.is_some(), child_log.as_deref())
         .context("cannot set up reading the command's console")?;
+    let disk = disk_units::before_launch(&command, args.pid.is_some());
     let target = match args.pid {
         Some(pid) => TargetSpec::Pid(pid),
         None => {
@@ -223,8 +225,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         }
     };
     // A held child that is dropped on an error exits without running.
-    let collector = start_collector(&args, target, &command)?;
-    let collector = Arc::new(collector);
+    let collector = Arc::new(start_collector(&args, target, &command)?);
     let slot: MarkSlot = Arc::new(Mutex::new(Some(collector.clone())));
     let reader = console
         .start(&slot)
@@ -246,7 +247,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     // A command that ended by itself has written its last console line.
     let ended = reader.as_ref().filter(|_| waited.status.is_some());
     let guest = guest_watch.map(Watch::finish);
-    let mut profile = take_collector(collector, &slot, ended)?.finish();
+    let mut profile = disk_units::after(disk, take_collector(collector, &slot, ended)?.finish());
     let signal = interrupts.received();
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
     profile.target.vmm = Some(crate::profile_launch::record(launch.as_ref(), args.pid));

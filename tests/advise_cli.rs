@@ -232,3 +232,107 @@ fn advice_on_a_qemu_profile_names_qemu_options() {
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(doc["vmm"], "qemu");
 }
+
+/// A timeline of a systemd guest booted from its disk: kernel 0.5 s,
+/// userspace 2.6 s with an initramfs, udev settle and a slow unit on the
+/// chain to the workload, status lines on ttyS0.
+fn systemd_guest_timeline(dir: &std::path::Path) -> String {
+    let ms = 1_000_000u64;
+    let unit = |name: &str, start: u64, d: u64| {
+        serde_json::json!({"name": name, "start_ns": start * ms, "active_ns": (start + d) * ms,
+                           "duration_ns": d * ms, "state": "active",
+                           "guest_start_us": start * 1000, "guest_active_us": (start + d) * 1000})
+    };
+    let link = |name: &str, active: u64, d: u64| serde_json::json!({"name": name, "active_ns": active * ms, "duration_ns": d * ms});
+    let phase = |name: &str, start: u64, end: u64, from: &str, to: &str| {
+        serde_json::json!({"name": name, "start_ns": start * ms, "end_ns": end * ms,
+                           "duration_ns": (end - start) * ms, "from": from, "to": to})
+    };
+    let doc = serde_json::json!({
+        "schema": "bootscope.timeline", "version": 3, "clock": "CLOCK_MONOTONIC", "vmm": "bootscope 0.1.0",
+        "host_kvm": "svm",
+        "guest": {"kernel": "vmlinuz", "kernel_format": "bzimage", "cmdline": "console=ttyS0 root=/dev/vda1",
+                  "kernel_mapped_bytes": 0},
+        "outcome": {"reason": "acpi_power_off", "clean": true, "detail": ""},
+        "marks": [
+            {"name": "vmm: first KVM_RUN", "source": "vmm", "t_ns": 100 * ms},
+            {"name": "systemd: started", "source": "guest_clock", "t_ns": 600 * ms},
+            {"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 3_200 * ms, "value": 96}
+        ],
+        "phases": [
+            phase("kernel", 100, 600, "vmm: first KVM_RUN", "systemd: started"),
+            phase("userspace", 600, 3_200, "systemd: started", "vmm: guest shutdown")
+        ],
+        "units": {
+            "source": "systemd's journal in the disk image debian.raw",
+            "systemd_version": "252.39-1~deb12u2",
+            "units": [
+                unit("systemd-fsck-root.service", 1_100, 80),
+                unit("systemd-udev-settle.service", 1_200, 700),
+                unit("e2scrub_reap.service", 1_300, 400),
+                unit("bootscope-workload.service", 3_000, 10)
+            ],
+            "chain_target": "bootscope-workload.service",
+            "critical_chain": [
+                link("bootscope-workload.service", 3_010, 10),
+                link("multi-user.target", 3_000, 0),
+                link("e2scrub_reap.service", 1_700, 400),
+                link("systemd-udev-settle.service", 1_900, 700)
+            ],
+            "initramfs": {"source": "journal", "start_ns": 100 * ms, "end_ns": 600 * ms,
+                          "duration_ns": 500 * ms, "end": "systemd started",
+                          "steps": [], "drivers": ["virtio_blk"], "root_device": "vda1", "messages": 12}
+        }
+    });
+    let path = dir.join("debian.timeline.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn advice_on_a_systemd_guest_s_userspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = systemd_guest_timeline(dir.path());
+    let o = advise(&["--json", &t]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let findings = doc["findings"].as_array().unwrap();
+    let rule = |id: &str| {
+        findings
+            .iter()
+            .find(|f| f["rule"] == id)
+            .unwrap_or_else(|| panic!("no {id} in {findings:?}"))
+    };
+    // Ranked by the userspace time each accounts for.
+    assert_eq!(findings[0]["rule"], "wait-units");
+    assert_eq!(findings[0]["accounts_ns"], 700_000_000u64);
+    assert_eq!(rule("initramfs-stage")["accounts_ns"], 500_000_000u64);
+    let slow = rule("slow-unit-on-chain");
+    assert_eq!(slow["subject"], "e2scrub_reap.service");
+    assert_eq!(slow["phase"], "userspace");
+    assert_eq!(
+        slow["fixes"][0]["change"]["value"],
+        "systemd.mask=e2scrub_reap.service"
+    );
+    assert_eq!(slow["fixes"][0]["triable"], "yes");
+    assert_eq!(
+        rule("systemd-status-on-serial")["fixes"][0]["change"]["value"],
+        "systemd.show_status=false"
+    );
+    assert_eq!(
+        rule("root-fsck")["fixes"][0]["change"]["value"],
+        "fsck.mode=skip"
+    );
+
+    let o = advise(&[&t]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("multi-user.target waited for it; it accounts for 400.0 ms of the userspace phase's 2.60 s"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kernel command line: systemd.mask=systemd-udev-settle.service"),
+        "{text}"
+    );
+}

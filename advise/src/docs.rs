@@ -43,6 +43,25 @@ fn detector_words(d: &Detector) -> String {
             "one preallocation thread, or `memory.elapsed_ns`, of at least {} ms",
             *min_ns as f64 / 1e6
         ),
+        Detector::SlowChainUnits { min_ns } => format!(
+            "the {} slowest units on the critical chain (`units.critical_chain`), each taking at least {} ms to start (targets, devices, the root mount, journald and the wait units left out)",
+            crate::userspace::SLOWEST_ON_CHAIN,
+            *min_ns as f64 / 1e6
+        ),
+        Detector::WaitUnits { names } => format!(
+            "unit {} in `units.units`, by its duration",
+            names.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(" or ")
+        ),
+        Detector::StatusOnConsole => {
+            "the kernel command line's last `console=` is a serial port and the guest ran systemd; the userspace phase's port exits at the 8250 driver's functions (exit sites) when profiled".into()
+        }
+        Detector::InitramfsStage { min_ns } => format!(
+            "the initramfs stage (`units.initramfs`) of at least {} ms",
+            *min_ns as f64 / 1e6
+        ),
+        Detector::RootFsck => {
+            "`systemd-fsck-root.service`'s duration, or the initramfs stage's fsck line (no time attributed)".into()
+        }
         Detector::CmdlineLacks { absent } => format!(
             "no entropy device (bootscope: `run --no-rng` or `--no-acpi`; another VMM: none on its command line) and none of {} (no time attributed)",
             absent.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ")
@@ -58,6 +77,7 @@ fn need_words(n: Need) -> &'static str {
         Need::Phases => "phases",
         Need::Cmdline => "command line",
         Need::Guest => "timeline",
+        Need::Units => "units",
     }
 }
 

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::evidence::{Evidence, Vmm};
 use crate::rules::{Change, Detector, Fix, Need, Risk, Rule, NAMED_INITCALLS, RULES};
+use crate::userspace;
 
 /// -ENODEV: the return value of a probe that found no device.
 const ENODEV: i64 = -19;
@@ -176,11 +177,11 @@ pub fn advise_with(rules: &[Rule], ev: &Evidence) -> Advice {
 }
 
 /// Evidence a detector found: before fixes are attached.
-struct Found {
-    subject: Option<String>,
-    evidence: Vec<String>,
-    accounts_ns: Option<u64>,
-    phase: &'static str,
+pub(crate) struct Found {
+    pub(crate) subject: Option<String>,
+    pub(crate) evidence: Vec<String>,
+    pub(crate) accounts_ns: Option<u64>,
+    pub(crate) phase: &'static str,
 }
 
 /// Evaluates one rule on `ev`.
@@ -207,6 +208,11 @@ pub fn evaluate(rule: &Rule, ev: &Evidence) -> RuleOutcome {
         Detector::GuestDecompression => guest_decompression(ev),
         Detector::SerialPrealloc { min_ns } => serial_prealloc(ev, min_ns),
         Detector::CmdlineLacks { absent } => cmdline_lacks(ev, absent),
+        Detector::SlowChainUnits { min_ns } => userspace::slow_chain_units(ev, min_ns),
+        Detector::WaitUnits { names } => userspace::wait_units(ev, names),
+        Detector::StatusOnConsole => userspace::status_on_console(ev),
+        Detector::InitramfsStage { min_ns } => userspace::initramfs_stage(ev, min_ns),
+        Detector::RootFsck => userspace::root_fsck(ev),
     };
     let findings: Vec<Finding> = found
         .into_iter()
@@ -244,6 +250,7 @@ fn has(ev: &Evidence, need: Need) -> bool {
         Need::Phases => !ev.phases.is_empty(),
         Need::Cmdline => ev.cmdline.is_some(),
         Need::Guest => ev.vmm == Vmm::Bootscope && ev.kernel_format.is_some(),
+        Need::Units => ev.units.is_some(),
     }
 }
 
@@ -258,7 +265,9 @@ fn candidate(
     let change = match fix.change {
         Change::KernelArgs(a) => {
             // Only the words the command line lacks.
-            let args = a.replace("{initcall}", subject.unwrap_or_default());
+            let args = a
+                .replace("{initcall}", subject.unwrap_or_default())
+                .replace("{unit}", subject.unwrap_or_default());
             let missing: Vec<&str> = args
                 .split_whitespace()
                 .filter(|w| !ev.cmdline_has(w))
@@ -274,7 +283,9 @@ fn candidate(
             }
             ConcreteChange::RunFlags(f.iter().map(|s| (*s).to_string()).collect())
         }
-        Change::Advice(a) => ConcreteChange::Advice(a.into()),
+        Change::Advice(a) => {
+            ConcreteChange::Advice(a.replace("{unit}", subject.unwrap_or_default()))
+        }
         Change::InVmm(ways) => match crate::vmm_terms::concrete(ways, ev)? {
             ConcreteChange::RunFlags(f) if flags_given(&ev.vmm_command, &as_strs(&f)) => {
                 return None
@@ -291,7 +302,13 @@ fn candidate(
     Some(Candidate {
         change,
         risk: fix.risk,
-        gives_up: fix.gives_up.into(),
+        gives_up: fix
+            .gives_up
+            .replace("{unit}", subject.unwrap_or_default())
+            .replace(
+                "{what}",
+                &crate::userspace::what_it_does(subject.unwrap_or_default()),
+            ),
         source: fix.source.into(),
         triable,
         estimate_ns: accounts,

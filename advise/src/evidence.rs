@@ -104,6 +104,8 @@ pub struct Evidence {
     pub initcalls_error: Option<String>,
     /// The VMM was inferred from the profile's command (no `target.vmm`).
     pub vmm_inferred: bool,
+    /// A systemd guest's units (a timeline's `units`), when it has them.
+    pub units: Option<bootscope_model::units::UnitsDoc>,
 }
 
 impl Evidence {
@@ -239,6 +241,7 @@ impl Evidence {
             .map(|p| (p.name.clone(), p.end_ns.saturating_sub(p.start_ns)))
             .collect();
         self.prealloc_ns = t.memory.as_ref().and_then(|m| m.elapsed_ns);
+        self.units = t.units.clone().filter(|u| u.error.is_none());
         if let Some(ic) = &t.initcalls {
             self.initcalls_error.clone_from(&ic.error);
             self.initcalls = Some(

@@ -23,6 +23,7 @@ pub mod rules;
 pub mod svg;
 pub mod target;
 pub mod vmm_terms;
+pub mod userspace;
 
 pub use error::AdviseError;
 pub use evaluate::{advise, evaluate, Advice, Finding};

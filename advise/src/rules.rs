@@ -24,6 +24,8 @@ pub enum Need {
     Cmdline,
     /// How the kernel was loaded and the initrd given (a timeline).
     Guest,
+    /// A systemd guest's units and critical chain (a timeline's `units`).
+    Units,
 }
 
 impl Need {
@@ -36,6 +38,7 @@ impl Need {
             Self::Phases => "a timeline: `bootscope run --timeline T.json`",
             Self::Cmdline => "a timeline (`run --timeline`), or a profile of a command that names its kernel command line (`-append`, `--cmdline`)",
             Self::Guest => "a timeline: `bootscope run --timeline T.json`",
+            Self::Units => "a timeline of a systemd guest booted from its disk: `bootscope run --disk IMAGE --timeline T.json` (a `guest build` image, or any image with a persistent journal, booted with console=ttyS0 or --initcalls)",
         }
     }
 }
@@ -203,6 +206,20 @@ pub enum Detector {
     /// The kernel command line lacks all of `absent` (a setting it could
     /// have); no time is attributed.
     CmdlineLacks { absent: &'static [&'static str] },
+    /// The slowest units on the critical chain (at most
+    /// [`crate::userspace::SLOWEST_ON_CHAIN`]), each at least `min_ns`;
+    /// targets, devices, the root mount, journald and the wait units left
+    /// out.
+    SlowChainUnits { min_ns: u64 },
+    /// Units of these names that ran (they wait for devices or the network).
+    WaitUnits { names: &'static [&'static str] },
+    /// systemd's status lines on a serial console (`console=ttyS*`).
+    StatusOnConsole,
+    /// The initramfs stage, at least `min_ns`.
+    InitramfsStage { min_ns: u64 },
+    /// fsck of the root file system (`systemd-fsck-root.service`, or the
+    /// initramfs's fsck).
+    RootFsck,
 }
 
 /// One rule.
@@ -518,5 +535,94 @@ pub const RULES: &[Rule] = &[
                 source: "Documentation/admin-guide/kernel-parameters.txt: random.trust_cpu",
             },
         ],
+    },
+    Rule {
+        id: "slow-unit-on-chain",
+        title: "a slow unit on the critical chain to the workload",
+        detector: Detector::SlowChainUnits { min_ns: 20_000_000 },
+        needs: &[Need::Units],
+        off_with: &[],
+        fixes: &[
+            Fix {
+                change: Change::KernelArgs("systemd.mask={unit}"),
+                risk: Risk::GivesUp,
+                gives_up: "{unit} does not start in this boot: it {what}; units that require it fail, units ordered after it start sooner",
+                source: "man kernel-command-line(7), systemd(1): systemd.mask=",
+            },
+            Fix {
+                change: Change::Advice("mask it in the image for good: systemctl --root=MOUNTED-IMAGE mask {unit}"),
+                risk: Risk::GivesUp,
+                gives_up: "as systemd.mask=, for every boot of the image",
+                source: "man systemctl(1): mask, --root",
+            },
+        ],
+    },
+    Rule {
+        id: "wait-units",
+        title: "units waiting for devices or the network (udev settle, wait-online)",
+        detector: Detector::WaitUnits { names: crate::userspace::WAIT_UNITS },
+        needs: &[Need::Units],
+        off_with: &[],
+        fixes: &[Fix {
+            change: Change::KernelArgs("systemd.mask={unit}"),
+            risk: Risk::GivesUp,
+            gives_up: "{unit} does not run: it {what}; units ordered after it may start before the devices or the network are ready",
+            source: "man kernel-command-line(7): systemd.mask=; man systemd-udev-settle.service(8), systemd-networkd-wait-online.service(8)",
+        }],
+    },
+    Rule {
+        id: "systemd-status-on-serial",
+        title: "systemd's status lines written to the serial console",
+        detector: Detector::StatusOnConsole,
+        needs: &[Need::Units, Need::Cmdline],
+        off_with: &["quiet", "systemd.show_status"],
+        fixes: &[
+            Fix {
+                change: Change::KernelArgs("systemd.show_status=false"),
+                risk: Risk::GivesUp,
+                gives_up: "no unit status lines on the console (they stay in the journal); failures are still shown",
+                source: "man kernel-command-line(7), systemd(1): systemd.show_status=",
+            },
+            Fix {
+                change: Change::KernelArgs("quiet"),
+                risk: Risk::GivesUp,
+                gives_up: "the kernel's informational messages leave the console too (they stay in dmesg and the journal); console patterns on them (\"Run /init as init process\") no longer match",
+                source: "Documentation/admin-guide/kernel-parameters.txt: quiet; systemd(1): quiet also sets systemd.show_status=auto",
+            },
+        ],
+    },
+    Rule {
+        id: "initramfs-stage",
+        title: "the initramfs stage before the real root",
+        detector: Detector::InitramfsStage { min_ns: 50_000_000 },
+        needs: &[Need::Units],
+        off_with: &[],
+        fixes: &[
+            Fix {
+                change: Change::Advice("include only the modules this machine needs: MODULES=dep in /etc/initramfs-tools/initramfs.conf, then update-initramfs -u (dracut: --hostonly)"),
+                risk: Risk::Low,
+                gives_up: "the initramfs boots only hardware like this machine's (another disk controller needs MODULES=most again)",
+                source: "man initramfs.conf(5): MODULES; man dracut(8): --hostonly",
+            },
+            Fix {
+                change: Change::Advice("boot without an initramfs: a kernel with the root's disk and file system drivers built in (CONFIG_VIRTIO_BLK=y, CONFIG_EXT4_FS=y), root=/dev/vda1 on its command line and no --initrd"),
+                risk: Risk::GivesUp,
+                gives_up: "no early userspace: no root on LVM, LUKS, RAID or the network, no resume from hibernation, no fsck before the root is mounted (systemd-fsck-root does it after)",
+                source: "Documentation/admin-guide/initrd.rst; Documentation/filesystems/ramfs-rootfs-initramfs.rst",
+            },
+        ],
+    },
+    Rule {
+        id: "root-fsck",
+        title: "fsck of the root file system at boot",
+        detector: Detector::RootFsck,
+        needs: &[Need::Units],
+        off_with: &["fsck.mode"],
+        fixes: &[Fix {
+            change: Change::KernelArgs("fsck.mode=skip"),
+            risk: Risk::GivesUp,
+            gives_up: "the root file system is not checked at boot: damage is found later, or not at all",
+            source: "man systemd-fsck@.service(8): fsck.mode=; initramfs-tools honours it too",
+        }],
     },
 ];

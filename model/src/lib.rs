@@ -34,6 +34,7 @@
 //! - [`devices`]: the timeline's `devices` section (virtio devices);
 //! - [`text`]: text from outside made safe to print on a terminal;
 //! - [`units`]: a systemd guest's units on the timeline's clock;
+//!   [`timeline_initramfs`]: its initramfs stage;
 //! - [`vmm`]: which VMM a command runs, its kernel command line and disks
 //!   in its own options;
 //! - [`journal`]: systemd's journal files, read from a guest's disk;
@@ -76,6 +77,7 @@ pub mod smaps;
 pub mod text;
 pub mod threads;
 pub mod timeline;
+pub mod timeline_initramfs;
 pub mod timeline_profile;
 pub mod units;
 pub mod vmm;

@@ -61,6 +61,10 @@ pub struct Profile {
     /// of another VMM; absent otherwise and in older profiles).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_read: Option<crate::guest_read::GuestRead>,
+    /// The systemd units of the disk image the profiled VMM booted (read
+    /// after it exited), as a timeline's `units` (docs/guest.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub units: Option<crate::units::UnitsDoc>,
 }
 
 /// Every exit and page fault of the target counted by the time slot it

@@ -183,10 +183,30 @@ fn initcall_phases(
     Ok(())
 }
 
+/// The name of the initramfs stage as a phase.
+pub const INITRAMFS_PHASE: &str = "initramfs";
+
 /// The units of a systemd guest (`unit: NAME`, from leaving inactive to
-/// active), as phases nested in `userspace`.
+/// active), as phases nested in `userspace`, and its initramfs stage as
+/// the phase [`INITRAMFS_PHASE`].
 fn unit_phases(t: &Timeline, p: &mut Profile) {
     let Some(units) = &t.units else { return };
+    if let Some(stage) = &units.initramfs {
+        // A boot phase of its own, before `userspace` that holds it.
+        let at = p
+            .phases
+            .iter()
+            .position(|ph| ph.name == "userspace")
+            .unwrap_or(p.phases.len());
+        p.phases.insert(
+            at,
+            PhaseSpan {
+                name: INITRAMFS_PHASE.into(),
+                start_ns: stage.start_ns,
+                end_ns: stage.end_ns,
+            },
+        );
+    }
     for u in &units.units {
         p.phases.push(PhaseSpan {
             name: format!("{UNIT_PHASE_PREFIX}{}", u.name),

@@ -32,6 +32,10 @@ pub struct UnitsDoc {
     /// critical-chain` computes it: the target first, then each unit it
     /// waited for last.
     pub critical_chain: Vec<ChainLink>,
+    /// The initramfs stage: `Run /init` to the real root's init, and what
+    /// it did (absent without an initramfs, or where its ends are unknown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initramfs: Option<crate::timeline_initramfs::InitramfsStage>,
 }
 
 /// Guest clock to timeline clock: timeline ns = guest ns + `offset_ns`,

@@ -129,6 +129,7 @@ fn without_samples(p: &Profile) -> Profile {
         collector,
         time_slots,
         guest_read,
+        units,
     } = p;
     Profile {
         schema: schema.clone(),
@@ -150,6 +151,7 @@ fn without_samples(p: &Profile) -> Profile {
         collector: collector.clone(),
         time_slots: time_slots.clone(),
         guest_read: guest_read.clone(),
+        units: units.clone(),
     }
 }
 

@@ -41,6 +41,14 @@ impl Boot {
         // A systemd guest's critical chain to its workload, under `userspace`
         // (deepest first: the order the units became active).
         if let Some(units) = &t.units {
+            // The initramfs stage, where `userspace` starts.
+            if let Some(stage) = &units.initramfs {
+                phases.push((
+                    bootscope_model::timeline_profile::INITRAMFS_PHASE.to_string(),
+                    stage.start_ns as f64,
+                    stage.end_ns as f64,
+                ));
+            }
             for link in units.critical_chain.iter().rev() {
                 let start = link.active_ns.saturating_sub(link.duration_ns);
                 phases.push((
@@ -231,4 +239,38 @@ pub(super) fn boot_svg(b: &Boot, path: &Path) -> String {
     exit_bars(&mut svg, &b.exits_title, &b.exits, &b.sites);
     phase_stacks(&mut svg, &b.by_phase);
     svg.finish(&b.title)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bootscope_model::timeline_initramfs::InitramfsStage;
+    use bootscope_model::units::{ChainLink, UnitsDoc};
+
+    #[test]
+    fn the_initramfs_stage_and_the_chain_are_bars_under_userspace() {
+        let t = Timeline {
+            units: Some(UnitsDoc {
+                critical_chain: vec![ChainLink {
+                    name: "a.service".into(),
+                    active_ns: 9_000_000,
+                    duration_ns: 1_000_000,
+                }],
+                initramfs: Some(InitramfsStage {
+                    start_ns: 2_000_000,
+                    end_ns: 5_000_000,
+                    ..InitramfsStage::default()
+                }),
+                ..UnitsDoc::default()
+            }),
+            ..Timeline::default()
+        };
+        let boot = Boot::from_timeline(&t);
+        let names: Vec<&str> = boot.phases.iter().map(|p| p.0.as_str()).collect();
+        assert_eq!(names, ["initramfs", "chain: a.service"]);
+        assert_eq!(
+            (boot.phases[0].1, boot.phases[0].2),
+            (2_000_000.0, 5_000_000.0)
+        );
+    }
 }

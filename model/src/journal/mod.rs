@@ -18,4 +18,4 @@ pub mod file;
 pub mod units;
 
 pub use file::{parse, Entry, JournalError, JournalFile, Limits, Skipped};
-pub use units::{boot_units, BootUnits, StartupFinished, UnitTimes};
+pub use units::{boot_units, BootUnits, LogLine, StartupFinished, UnitTimes};

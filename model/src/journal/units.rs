@@ -95,6 +95,33 @@ pub struct BootUnits {
     pub systemd_start_us: Option<u64>,
     /// PID 1 switched from the initramfs to the real root.
     pub switch_root_us: Option<u64>,
+    /// The messages from the kernel's `Run /init` on (at most
+    /// [`MAX_STAGE_LOG`], none after `Switching root.`): what the
+    /// initramfs stage did.
+    pub stage_log: Vec<LogLine>,
+}
+
+/// Messages kept for the initramfs stage.
+pub const MAX_STAGE_LOG: usize = 4096;
+
+/// One message of the boot (µs of the guest's `CLOCK_MONOTONIC`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogLine {
+    pub at_us: u64,
+    /// `SYSLOG_IDENTIFIER` (`kernel` for the kernel's own messages).
+    pub ident: String,
+    pub text: String,
+}
+
+impl BootUnits {
+    /// The end of the initramfs stage (guest µs) and what ended it:
+    /// `Switching root.` of a systemd initramfs, else PID 1's first
+    /// message (systemd on the real root after another init).
+    pub fn initramfs_end_us(&self) -> Option<(u64, &'static str)> {
+        self.switch_root_us
+            .map(|t| (t, "switch root"))
+            .or_else(|| self.systemd_start_us.map(|t| (t, "systemd started")))
+    }
 }
 
 /// When an entry happened: the sender's own time where journald kept it
@@ -211,6 +238,20 @@ where
             && message.ends_with(" as init process")
         {
             out.init_run_us = Some(at);
+        }
+        if out.init_run_us.is_some()
+            && out.switch_root_us.is_none()
+            && out.stage_log.len() < MAX_STAGE_LOG
+        {
+            out.stage_log.push(LogLine {
+                at_us: at,
+                ident: entry
+                    .field("SYSLOG_IDENTIFIER")
+                    .or_else(|| (entry.field("_TRANSPORT") == Some("kernel")).then_some("kernel"))
+                    .unwrap_or("")
+                    .to_string(),
+                text: message.to_string(),
+            });
         }
         if !from_pid1(entry) {
             continue;
@@ -373,6 +414,11 @@ mod tests {
         assert_eq!(boot.units[0].starting_us, Some(95));
         assert_eq!(boot.units[0].done_us, Some(200));
         assert_eq!(boot.units[1].result, "failed");
+        // Everything from `Run /init` on is the initramfs stage's log.
+        assert_eq!(boot.stage_log.len(), 6);
+        assert_eq!(boot.stage_log[0].ident, "kernel");
+        assert_eq!(boot.stage_log[1].ident, "systemd");
+        assert_eq!(boot.initramfs_end_us(), Some((90, "systemd started")));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::path::Path;
 
 use bootscope_model::journal::{self, units::FIELDS, BootUnits, Limits};
 use bootscope_model::mark::MarkSource;
+use bootscope_model::timeline_initramfs::{self, InitramfsStage, StageMessage};
 use bootscope_model::units::{UnitsClock, UnitsDoc};
 
 use super::record::{Record, UnitProps};
@@ -339,12 +340,43 @@ pub fn units_doc(image: &Path, timeline: &Timeline, before: Option<[u8; 16]>) ->
         source = format!("{source}; not read: {}", journal.problems.join("; "));
     }
     let target = chain_target(&record, super::WORKLOAD_UNIT).unwrap_or_default();
-    Some(super::doc_of(
-        &record,
-        &source,
-        clock,
-        &timeline.marks,
-        &target,
+    let offset_ns = clock.offset_ns;
+    let mut units = super::doc_of(&record, &source, clock, &timeline.marks, &target);
+    let initrd = timeline.guest.as_ref().is_some_and(|g| g.initrd.is_some());
+    if initrd {
+        units.initramfs = initramfs_stage(boot, offset_ns, &units.units);
+    }
+    Some(units)
+}
+
+/// The initramfs stage of a journal's boot on the timeline (guest time
+/// plus `offset_ns`): `Run /init` to the switch root or systemd's start,
+/// with the messages logged between them.
+pub fn initramfs_stage(
+    boot: &BootUnits,
+    offset_ns: i64,
+    units: &[bootscope_model::units::Unit],
+) -> Option<InitramfsStage> {
+    let start_us = boot.init_run_us?;
+    let (end_us, end) = boot.initramfs_end_us()?;
+    let messages: Vec<StageMessage> = boot
+        .stage_log
+        .iter()
+        .map(|l| StageMessage {
+            t_ns: super::to_timeline(l.at_us, offset_ns),
+            ident: l.ident.clone(),
+            text: l.text.clone(),
+        })
+        .collect();
+    Some(timeline_initramfs::stage(
+        "systemd's journal: the kernel's \"Run /init\" to the real root's init, the messages between",
+        (
+            super::to_timeline(start_us, offset_ns),
+            super::to_timeline(end_us, offset_ns),
+        ),
+        end,
+        &messages,
+        units,
     ))
 }
 
@@ -619,6 +651,18 @@ mod image_tests {
         let chain: Vec<&str> = doc.critical_chain.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(chain, ["multi-user.target", "a.service"]);
         assert_eq!(doc.startup.as_ref().unwrap().userspace_ns, 2_000_000_000);
+        // Booted without an initrd: no initramfs stage.
+        assert_eq!(doc.initramfs, None);
+        timeline.guest = Some(crate::timeline::TimelineGuest {
+            initrd: Some("initrd.img".into()),
+            ..Default::default()
+        });
+        let with_initrd = units_doc(&image, &timeline, None).unwrap();
+        let stage = with_initrd.initramfs.unwrap();
+        // "Run /init" at 900 µs to systemd's first message at 1400 µs.
+        assert_eq!((stage.start_ns, stage.end_ns), (50_000_000, 50_500_000));
+        assert_eq!(stage.end, "systemd started");
+        assert_eq!(stage.messages, 2);
 
         // The journal ends with the boot before: this boot kept it in memory.
         let before = Some(doc_boot(&image));

@@ -16,6 +16,7 @@ pub mod unit_files;
 use std::path::{Path, PathBuf};
 
 use bootscope_model::mark::MarkSource;
+use bootscope_model::timeline_initramfs::{self, InitramfsStage};
 use bootscope_model::units::{ChainLink, Startup, Unit, UnitsClock, UnitsDoc};
 
 use crate::timeline::{derive_phases, vmm_marks, HostTool, Timeline, TimelineMark};
@@ -265,6 +266,7 @@ fn doc_of(
         chain_target: target.to_string(),
         critical_chain,
         clock: Some(clock),
+        initramfs: None,
     }
 }
 
@@ -289,7 +291,29 @@ pub fn apply(doc: &mut Timeline, units: UnitsDoc, tool: Option<&HostTool>) {
         doc.marks.sort_by_key(|m| m.t_ns);
         doc.phases = derive_phases(&doc.marks, tool);
     }
+    let mut units = units;
+    if units.initramfs.is_none() && doc.guest.as_ref().is_some_and(|g| g.initrd.is_some()) {
+        units.initramfs = console_stage(&doc.marks, &units);
+    }
     doc.units = Some(units);
+}
+
+/// The initramfs stage from the console's `Run /init` line to systemd's
+/// start, when the record says nothing of what came between.
+fn console_stage(marks: &[TimelineMark], units: &UnitsDoc) -> Option<InitramfsStage> {
+    let run_init = marks
+        .iter()
+        .find(|m| m.source == MarkSource::Serial && m.name.contains("run init"))?;
+    let start = units.startup.as_ref()?.systemd_start_ns;
+    (start > run_init.t_ns).then(|| {
+        timeline_initramfs::stage(
+            "the console's \"Run /init\" line to systemd's start (the record names no step between)",
+            (run_init.t_ns, start),
+            "systemd started",
+            &[],
+            &units.units,
+        )
+    })
 }
 
 pub use summary::summary;

@@ -6,6 +6,7 @@
 
 use std::fmt::Write as _;
 
+use bootscope_model::timeline_initramfs::InitramfsStage;
 use bootscope_model::units::{Unit, UnitsDoc};
 
 /// The most links of the critical chain the summary prints.
@@ -91,7 +92,54 @@ pub fn summary(units: &UnitsDoc, zero_ns: u64) -> String {
             ms(c.error_ns)
         );
     }
+    if let Some(stage) = &units.initramfs {
+        initramfs(&mut out, stage, zero_ns);
+    }
     out
+}
+
+/// The initramfs stage: its span and what it did.
+fn initramfs(out: &mut String, s: &InitramfsStage, zero_ns: u64) {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let _ = writeln!(
+        out,
+        "initramfs: {:.1} ms, @{:.1} (Run /init) to @{:.1} ({}), {} messages",
+        ms(s.duration_ns),
+        ms(s.start_ns.saturating_sub(zero_ns)),
+        ms(s.end_ns.saturating_sub(zero_ns)),
+        shown(&s.end, MAX_NAME_CHARS),
+        s.messages
+    );
+    let mut did = Vec::new();
+    if !s.drivers.is_empty() {
+        let names: Vec<String> = s.drivers.iter().take(8).map(|d| shown(d, 64)).collect();
+        did.push(format!("drivers {}", names.join(" ")));
+    }
+    if let Some(u) = s.step("udev") {
+        did.push(format!("udev @{:.1}", ms(u.t_ns.saturating_sub(zero_ns))));
+    }
+    if let Some(d) = s.step("device") {
+        did.push(format!(
+            "disk found @{:.1}",
+            ms(d.t_ns.saturating_sub(zero_ns))
+        ));
+    }
+    if let Some(m) = s.step("mount") {
+        did.push(format!(
+            "root {} mounted @{:.1}",
+            shown(&s.root_device, 64),
+            ms(m.t_ns.saturating_sub(zero_ns))
+        ));
+    }
+    if !s.fsck.is_empty() {
+        did.push(format!("fsck: {}", shown(&s.fsck, 120)));
+    }
+    if !s.units.is_empty() {
+        did.push(format!("{} units", s.units.len()));
+    }
+    if !did.is_empty() {
+        let _ = writeln!(out, "  {}", did.join("; "));
+    }
 }
 
 /// The slowest units, slowest first (ties by name).

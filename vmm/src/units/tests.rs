@@ -187,6 +187,39 @@ fn applied_units_end_the_kernel_phase_at_systemd_s_start() {
         "{text}"
     );
     assert!(text.contains("Startup finished in"), "{text}");
+    // Booted without an initrd: no initramfs stage.
+    assert!(!text.contains("initramfs:"), "{text}");
+}
+
+#[test]
+fn an_initrd_boot_has_its_stage_from_run_init_to_systemd() {
+    let mut marks = marks(1_000_000, 455_000_000_000);
+    marks.push(TimelineMark {
+        name: "serial: run init".into(),
+        source: MarkSource::Serial,
+        t_ns: 2_000_000,
+        value: None,
+        vcpu: None,
+    });
+    marks.sort_by_key(|m| m.t_ns);
+    let mut doc = Timeline {
+        guest: Some(crate::timeline::TimelineGuest {
+            initrd: Some("initrd.img".into()),
+            ..Default::default()
+        }),
+        marks,
+        ..Timeline::default()
+    };
+    let units = units_doc(FIXTURE, "fixture", &doc.marks);
+    let systemd_start = units.startup.as_ref().unwrap().systemd_start_ns;
+    apply(&mut doc, units, None);
+    let units = doc.units.as_ref().unwrap();
+    let stage = units.initramfs.as_ref().expect("an initramfs stage");
+    assert_eq!((stage.start_ns, stage.end_ns), (2_000_000, systemd_start));
+    assert_eq!(stage.duration_ns, systemd_start - 2_000_000);
+    let text = summary(units, 1_000_000);
+    assert!(text.contains("initramfs: "), "{text}");
+    assert!(text.contains("(Run /init)"), "{text}");
 }
 
 #[test]

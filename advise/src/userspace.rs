@@ -1,0 +1,469 @@
+//! The userspace rules' detectors: findings from a systemd guest's units,
+//! its critical chain and its initramfs stage (the timeline's `units`
+//! object, docs/timeline-schema.md). Each names the time it accounts for
+//! in the `userspace` phase.
+
+use bootscope_model::units::UnitsDoc;
+
+use crate::evaluate::{human_ns, thousands, Found};
+use crate::evidence::Evidence;
+
+/// Units that only wait (for devices, for the network): their own rule,
+/// left out of the slow-chain rule.
+pub const WAIT_UNITS: &[&str] = &[
+    "systemd-udev-settle.service",
+    "systemd-networkd-wait-online.service",
+    "NetworkManager-wait-online.service",
+    "ifupdown-wait-online.service",
+];
+
+/// How many of the critical chain's slowest units are findings.
+pub const SLOWEST_ON_CHAIN: usize = 5;
+
+/// Serial ports' console names on the kernel command line.
+const SERIAL_CONSOLES: &[&str] = &["console=ttyS", "console=ttyAMA", "console=hvc"];
+
+/// Guest functions that write the console's bytes to the UART.
+const SERIAL_FUNCTIONS: &[&str] = &[
+    "io_serial_out",
+    "io_serial_in",
+    "serial8250_console_putchar",
+    "wait_for_xmitr",
+];
+
+/// What well-known units do, for the risk of masking them.
+const WHAT_UNITS_DO: &[(&str, &str)] = &[
+    ("systemd-udev-settle.service", "waits until udev has handled every device event (deprecated; only units that still ask for it need it)"),
+    ("systemd-networkd-wait-online.service", "waits until systemd-networkd has configured the network"),
+    ("NetworkManager-wait-online.service", "waits until NetworkManager has configured the network"),
+    ("ifupdown-wait-online.service", "waits until ifupdown has brought the interfaces up"),
+    ("networking.service", "brings up the interfaces of /etc/network/interfaces"),
+    ("systemd-journal-flush.service", "moves the journal from /run to /var/log/journal (without it this boot's entries stay in memory)"),
+    ("e2scrub_reap.service", "removes stale e2scrub snapshots of LVM volumes"),
+    ("systemd-update-utmp.service", "records the boot in utmp/wtmp (last, who)"),
+    ("systemd-timesyncd.service", "synchronizes the clock over NTP"),
+    ("systemd-random-seed.service", "loads and saves the random seed across boots"),
+    ("systemd-fsck-root.service", "checks the root file system"),
+    ("systemd-remount-fs.service", "remounts the root file system with /etc/fstab's options (read-write)"),
+    ("systemd-tmpfiles-setup.service", "creates and cleans the files of tmpfiles.d"),
+    ("systemd-sysusers.service", "creates the system users of sysusers.d"),
+    ("systemd-logind.service", "manages user logins and seats"),
+    ("dbus.service", "the system message bus other services talk through"),
+    ("cron.service", "runs scheduled jobs"),
+    ("ssh.service", "the SSH server"),
+    ("apparmor.service", "loads the AppArmor profiles"),
+    ("keyboard-setup.service", "sets up the console keyboard layout"),
+    ("console-setup.service", "sets up the console font and keyboard"),
+];
+
+/// What `unit` does, in words, for a finding's risk.
+pub fn what_it_does(unit: &str) -> String {
+    if let Some((_, what)) = WHAT_UNITS_DO.iter().find(|(n, _)| *n == unit) {
+        return (*what).to_string();
+    }
+    if unit.starts_with("getty@tty") {
+        return "a login prompt on a virtual terminal (a VM without a display shows none)".into();
+    }
+    if unit.starts_with("serial-getty@") {
+        return "a login prompt on the serial console".into();
+    }
+    if unit.ends_with(".timer") {
+        return "a timer that starts its service later".into();
+    }
+    format!("what its unit file says (systemctl cat {unit})")
+}
+
+/// The units of a boot, when they are on its timeline.
+fn units(ev: &Evidence) -> Option<&UnitsDoc> {
+    ev.units.as_ref().filter(|u| u.error.is_none())
+}
+
+/// `ns` as a share of the userspace phase, in words.
+fn of_userspace(ev: &Evidence, ns: u64) -> String {
+    match ev.phase_ns("userspace").filter(|u| *u > 0) {
+        Some(user) => format!(
+            "{} of the userspace phase's {} ({:.0} %)",
+            human_ns(ns),
+            human_ns(user),
+            ns as f64 * 100.0 / user as f64
+        ),
+        None => format!("{} of the userspace phase", human_ns(ns)),
+    }
+}
+
+/// Units on the critical chain that cannot be masked, or should not be.
+fn unmaskable(name: &str, target: &str) -> bool {
+    name == target
+        || name == "-.mount"
+        || name == "systemd-journald.service"
+        || [".target", ".device", ".slice", ".scope", ".socket"]
+            .iter()
+            .any(|s| name.ends_with(s))
+        || WAIT_UNITS.contains(&name)
+}
+
+/// The slowest units on the critical chain (at least `min_ns` each), one
+/// finding each, with the unit that waited for it.
+pub(crate) fn slow_chain_units(ev: &Evidence, min_ns: u64) -> Vec<Found> {
+    let Some(u) = units(ev) else {
+        return Vec::new();
+    };
+    let chain = &u.critical_chain;
+    let mut slow: Vec<(usize, &bootscope_model::units::ChainLink)> = chain
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.duration_ns >= min_ns && !unmaskable(&l.name, &u.chain_target))
+        .collect();
+    slow.sort_by_key(|(_, l)| std::cmp::Reverse(l.duration_ns));
+    slow.truncate(SLOWEST_ON_CHAIN);
+    slow.into_iter()
+        .map(|(i, l)| {
+            let waiter = i
+                .checked_sub(1)
+                .and_then(|w| chain.get(w))
+                .map_or_else(|| u.chain_target.clone(), |w| w.name.clone());
+            Found {
+                subject: Some(l.name.clone()),
+                evidence: vec![
+                    format!(
+                        "{} is on the critical chain to {}: +{} to start, {} waited for it; it accounts for {}",
+                        l.name,
+                        u.chain_target,
+                        human_ns(l.duration_ns),
+                        waiter,
+                        of_userspace(ev, l.duration_ns)
+                    ),
+                    format!("what it does: {}", what_it_does(&l.name)),
+                ],
+                accounts_ns: Some(l.duration_ns),
+                phase: "userspace",
+            }
+        })
+        .collect()
+}
+
+/// Units that only wait (`names`) and ran in this boot, one finding each.
+pub(crate) fn wait_units(ev: &Evidence, names: &[&str]) -> Vec<Found> {
+    let Some(u) = units(ev) else {
+        return Vec::new();
+    };
+    u.units
+        .iter()
+        .filter(|unit| names.contains(&unit.name.as_str()) && unit.duration_ns > 0)
+        .map(|unit| {
+            let on_chain = u.critical_chain.iter().any(|l| l.name == unit.name);
+            Found {
+                subject: Some(unit.name.clone()),
+                evidence: vec![format!(
+                    "{} ran for {}{}: it {}; it accounts for {}",
+                    unit.name,
+                    human_ns(unit.duration_ns),
+                    if on_chain {
+                        format!(", on the critical chain to {}", u.chain_target)
+                    } else {
+                        String::new()
+                    },
+                    what_it_does(&unit.name),
+                    of_userspace(ev, unit.duration_ns)
+                )],
+                accounts_ns: Some(unit.duration_ns),
+                phase: "userspace",
+            }
+        })
+        .collect()
+}
+
+/// systemd's status lines written to a serial console: the console is a
+/// UART (`console=ttyS0`) and nothing keeps systemd quiet.
+pub(crate) fn status_on_console(ev: &Evidence) -> Vec<Found> {
+    let Some(u) = units(ev) else {
+        return Vec::new();
+    };
+    let words = ev.cmdline_words();
+    let Some(console) = words
+        .iter()
+        .rev()
+        .find(|w| w.starts_with("console="))
+        .filter(|w| SERIAL_CONSOLES.iter().any(|s| w.starts_with(s)))
+    else {
+        return Vec::new();
+    };
+    let mut evidence = vec![format!(
+        "systemd writes a status line per unit it starts to the console ({console}): {} units in this boot, each line a port exit per byte",
+        thousands(u.units.len() as u64)
+    )];
+    // The userspace console's exits, where the profile has exit sites.
+    let sites = ev.exits.as_ref().and_then(|e| e.sites.as_ref());
+    let (count, ns) = sites
+        .into_iter()
+        .flatten()
+        .filter(|s| {
+            s.phase == "userspace"
+                && s.function
+                    .as_deref()
+                    .is_some_and(|f| SERIAL_FUNCTIONS.contains(&f))
+        })
+        .fold((0, 0), |(c, n), s| (c + s.count, n + s.latency_ns));
+    let accounts = (ns > 0).then_some(ns);
+    match accounts {
+        Some(ns) => evidence.push(format!(
+            "{} serial port exits in the userspace phase, about {} by exit count x latency: {}",
+            thousands(count),
+            human_ns(ns),
+            of_userspace(ev, ns)
+        )),
+        None => evidence.push(
+            "no time attributed: a profile with exit sites (run --output P.json --exit-sites) counts the userspace console's port exits".into(),
+        ),
+    }
+    vec![Found {
+        subject: None,
+        evidence,
+        accounts_ns: accounts,
+        phase: "userspace",
+    }]
+}
+
+/// The initramfs stage, when it took at least `min_ns`.
+pub(crate) fn initramfs_stage(ev: &Evidence, min_ns: u64) -> Vec<Found> {
+    let Some(s) = units(ev).and_then(|u| u.initramfs.as_ref()) else {
+        return Vec::new();
+    };
+    if s.duration_ns < min_ns {
+        return Vec::new();
+    }
+    let mut evidence = vec![format!(
+        "the initramfs ran from the kernel's \"Run /init\" to {} ({} messages); it accounts for {}",
+        s.end,
+        s.messages,
+        of_userspace(ev, s.duration_ns)
+    )];
+    let mut did = Vec::new();
+    if !s.drivers.is_empty() {
+        did.push(format!("drivers that logged: {}", s.drivers.join(", ")));
+    }
+    if !s.root_device.is_empty() {
+        did.push(format!("root on {}", s.root_device));
+    }
+    if let Some(m) = s.step("mount") {
+        did.push(format!(
+            "root mounted {} after Run /init",
+            human_ns(m.t_ns.saturating_sub(s.start_ns))
+        ));
+    }
+    if !did.is_empty() {
+        evidence.push(did.join("; "));
+    }
+    vec![Found {
+        subject: None,
+        evidence,
+        accounts_ns: Some(s.duration_ns),
+        phase: "userspace",
+    }]
+}
+
+/// fsck of the root file system: `systemd-fsck-root.service`'s time, or
+/// the initramfs's fsck line.
+pub(crate) fn root_fsck(ev: &Evidence) -> Vec<Found> {
+    let Some(u) = units(ev) else {
+        return Vec::new();
+    };
+    if let Some(unit) = u
+        .unit("systemd-fsck-root.service")
+        .filter(|x| x.duration_ns > 0)
+    {
+        return vec![Found {
+            subject: Some(unit.name.clone()),
+            evidence: vec![format!(
+                "systemd-fsck-root.service checked the root file system for {}: {}",
+                human_ns(unit.duration_ns),
+                of_userspace(ev, unit.duration_ns)
+            )],
+            accounts_ns: Some(unit.duration_ns),
+            phase: "userspace",
+        }];
+    }
+    let Some(s) = u.initramfs.as_ref().filter(|s| !s.fsck.is_empty()) else {
+        return Vec::new();
+    };
+    vec![Found {
+        subject: None,
+        evidence: vec![format!(
+            "the initramfs checked the root file system: {} (no time attributed: the log has its line, not its span)",
+            s.fsck
+        )],
+        accounts_ns: None,
+        phase: "userspace",
+    }]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evaluate::{advise, ConcreteChange};
+    use bootscope_model::timeline_initramfs::InitramfsStage;
+    use bootscope_model::units::{ChainLink, Unit};
+
+    const MS: u64 = 1_000_000;
+
+    fn unit(name: &str, start_ms: u64, ms: u64) -> Unit {
+        Unit {
+            name: name.into(),
+            start_ns: start_ms * MS,
+            active_ns: Some((start_ms + ms) * MS),
+            duration_ns: ms * MS,
+            state: "active".into(),
+            ..Unit::default()
+        }
+    }
+
+    fn link(name: &str, active_ms: u64, ms: u64) -> ChainLink {
+        ChainLink {
+            name: name.into(),
+            active_ns: active_ms * MS,
+            duration_ns: ms * MS,
+        }
+    }
+
+    /// A Debian boot: an initramfs, udev settle and a slow service on the
+    /// chain, status lines on ttyS0.
+    fn evidence() -> Evidence {
+        let units = UnitsDoc {
+            units: vec![
+                unit("systemd-fsck-root.service", 1_100, 80),
+                unit("systemd-udev-settle.service", 1_200, 700),
+                unit("e2scrub_reap.service", 1_300, 400),
+                unit("multi-user.target", 3_000, 0),
+                unit("bootscope-workload.service", 3_000, 10),
+            ],
+            chain_target: "bootscope-workload.service".into(),
+            critical_chain: vec![
+                link("bootscope-workload.service", 3_010, 10),
+                link("multi-user.target", 3_000, 0),
+                link("e2scrub_reap.service", 1_700, 400),
+                link("systemd-udev-settle.service", 1_900, 700),
+                link("basic.target", 1_100, 0),
+            ],
+            initramfs: Some(InitramfsStage {
+                start_ns: 500 * MS,
+                end_ns: 1_000 * MS,
+                duration_ns: 500 * MS,
+                end: "systemd started".into(),
+                drivers: vec!["virtio_blk".into()],
+                root_device: "vda1".into(),
+                ..InitramfsStage::default()
+            }),
+            ..UnitsDoc::default()
+        };
+        Evidence {
+            cmdline: Some("console=ttyS0 root=/dev/vda1".into()),
+            phases: vec![
+                ("kernel".into(), 500 * MS),
+                ("userspace".into(), 2_600 * MS),
+            ],
+            units: Some(units),
+            ..Evidence::default()
+        }
+    }
+
+    #[test]
+    fn a_slow_unit_on_the_chain_is_masked_and_says_what_it_does() {
+        let ev = evidence();
+        let found = slow_chain_units(&ev, 20 * MS);
+        // The workload (the target), targets and the wait unit are left out.
+        assert_eq!(found.len(), 1);
+        let f = &found[0];
+        assert_eq!(f.subject.as_deref(), Some("e2scrub_reap.service"));
+        assert_eq!(f.accounts_ns, Some(400 * MS));
+        assert!(
+            f.evidence[0].contains("multi-user.target waited for it"),
+            "{:?}",
+            f.evidence
+        );
+        assert!(
+            f.evidence[0].contains("of the userspace phase's"),
+            "{:?}",
+            f.evidence
+        );
+        let advice = advise(&ev);
+        let finding = advice
+            .findings
+            .iter()
+            .find(|f| f.rule == "slow-unit-on-chain")
+            .unwrap();
+        assert_eq!(
+            finding.fixes[0].change,
+            ConcreteChange::KernelArgs("systemd.mask=e2scrub_reap.service".into())
+        );
+        assert!(
+            finding.fixes[0].gives_up.contains("LVM"),
+            "{}",
+            finding.fixes[0].gives_up
+        );
+        assert_eq!(finding.fixes[0].triable, crate::evaluate::Triable::Yes);
+    }
+
+    #[test]
+    fn every_userspace_rule_finds_its_part_of_a_debian_boot() {
+        let advice = advise(&evidence());
+        let rules: Vec<&str> = advice.findings.iter().map(|f| f.rule).collect();
+        for r in [
+            "slow-unit-on-chain",
+            "wait-units",
+            "systemd-status-on-serial",
+            "initramfs-stage",
+            "root-fsck",
+        ] {
+            assert!(rules.contains(&r), "{r} missing from {rules:?}");
+        }
+        // Ranked by time: udev settle (700 ms) before the initramfs (500 ms).
+        let at = |r: &str| rules.iter().position(|x| *x == r).unwrap();
+        assert!(at("wait-units") < at("initramfs-stage"));
+        let all_userspace = advice
+            .findings
+            .iter()
+            .filter(|f| f.phase == "userspace")
+            .count();
+        assert_eq!(all_userspace, 5);
+    }
+
+    #[test]
+    fn quiet_or_a_non_serial_console_clears_the_status_rule() {
+        let mut ev = evidence();
+        ev.cmdline = Some("console=ttyS0 quiet".into());
+        assert!(!advise(&ev)
+            .findings
+            .iter()
+            .any(|f| f.rule == "systemd-status-on-serial"));
+        ev.cmdline = Some("console=ttyS0 console=tty0".into());
+        assert!(status_on_console(&ev).is_empty());
+        ev.cmdline = Some("console=ttyS0 systemd.show_status=false".into());
+        assert!(!advise(&ev)
+            .findings
+            .iter()
+            .any(|f| f.rule == "systemd-status-on-serial"));
+    }
+
+    #[test]
+    fn without_units_the_rules_are_unchecked_and_say_what_records_them() {
+        let mut ev = evidence();
+        ev.units = None;
+        let advice = advise(&ev);
+        let unchecked: Vec<&str> = advice.unchecked.iter().map(|u| u.rule).collect();
+        assert!(unchecked.contains(&"slow-unit-on-chain"), "{unchecked:?}");
+        assert!(advice.findings.iter().all(|f| f.phase != "userspace"));
+    }
+
+    #[test]
+    fn short_stages_and_fast_units_are_no_findings() {
+        let mut ev = evidence();
+        assert!(initramfs_stage(&ev, 600 * MS).is_empty());
+        assert!(slow_chain_units(&ev, 500 * MS).is_empty());
+        ev.units
+            .as_mut()
+            .unwrap()
+            .units
+            .retain(|u| !u.name.contains("fsck"));
+        assert!(root_fsck(&ev).is_empty());
+    }
+}
