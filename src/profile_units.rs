@@ -8,59 +8,20 @@
 //! the profile's marks (the workload's port 0x80 write, or the console's
 //! `Run /init` line).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use bootscope_model::argv::{flag_value, flag_values};
 use bootscope_model::profile::Profile;
 use bootscope_model::timeline::{Timeline, TimelineMark};
 use bootscope_vmm::units::RecordProbe;
 
-/// Firecracker's configuration file read at most.
-const MAX_CONFIG_BYTES: u64 = 1 << 20;
-
-/// The disk image a VMM's command line boots from: the first one named,
-/// if it is a regular file.
+/// The disk image a VMM's command line boots from: the first one it names
+/// (in its own options: `bootscope_model::vmm::disk_images`) that is a
+/// regular file.
 pub fn disk_image(command: &[String]) -> Option<PathBuf> {
-    let named = qemu_disk(command)
-        .or_else(|| cloud_hypervisor_disk(command))
-        .or_else(|| firecracker_disk(command))?;
-    let path = PathBuf::from(named);
-    std::fs::metadata(&path)
-        .ok()
-        .filter(std::fs::Metadata::is_file)
-        .map(|_| path)
-}
-
-/// `key=` in a comma-separated option list (`file=disk.raw,if=virtio`;
-/// QEMU's `,,` for a comma in a value is not taken apart).
-fn option_value<'a>(list: &'a str, key: &str) -> Option<&'a str> {
-    list.split(',')
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-        .filter(|v| !v.is_empty())
-}
-
-fn qemu_disk(command: &[String]) -> Option<String> {
-    flag_values(command, &["-drive", "--drive"])
-        .find_map(|(_, v)| option_value(v, "file").map(str::to_string))
-        .or_else(|| flag_value(command, &["-hda", "--hda"]).map(str::to_string))
-}
-
-fn cloud_hypervisor_disk(command: &[String]) -> Option<String> {
-    flag_values(command, &["--disk"]).find_map(|(_, v)| option_value(v, "path").map(str::to_string))
-}
-
-/// The root drive (else the first) of Firecracker's `--config-file`.
-fn firecracker_disk(command: &[String]) -> Option<String> {
-    let config = flag_value(command, &["--config-file"])?;
-    let bytes =
-        bootscope_model::input::read_input_with_limit(Path::new(config), MAX_CONFIG_BYTES).ok()?;
-    let doc: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    let drives = doc.get("drives")?.as_array()?;
-    let root = drives
-        .iter()
-        .find(|d| d.get("is_root_device").and_then(serde_json::Value::as_bool) == Some(true))
-        .or_else(|| drives.first())?;
-    root.get("path_on_host")?.as_str().map(str::to_string)
+    bootscope_model::vmm::disk_images(command)
+        .ok()?
+        .into_iter()
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file()))
 }
 
 /// The image read before the VMM started.
@@ -122,29 +83,18 @@ mod tests {
     }
 
     #[test]
-    fn each_vmm_s_disk_flag_names_its_image() {
-        let q =
-            words("qemu-system-x86_64 -m 1G -drive if=virtio,format=raw,file=/img/a.raw -hda /b");
-        assert_eq!(qemu_disk(&q).as_deref(), Some("/img/a.raw"));
-        let q = words("qemu-system-x86_64 -hda /img/b.raw");
-        assert_eq!(qemu_disk(&q).as_deref(), Some("/img/b.raw"));
-        let q = words("qemu-system-x86_64 --drive=file=/img/c.raw,if=virtio");
-        assert_eq!(qemu_disk(&q).as_deref(), Some("/img/c.raw"));
-        let c =
-            words("cloud-hypervisor --kernel k --disk path=/img/d.raw,readonly=off --cmdline x");
-        assert_eq!(cloud_hypervisor_disk(&c).as_deref(), Some("/img/d.raw"));
-        assert_eq!(qemu_disk(&words("qemu -drive if=none")), None);
-        assert_eq!(cloud_hypervisor_disk(&words("ch --disk")), None);
-    }
-
-    #[test]
-    fn firecracker_s_root_drive_from_its_config() {
+    fn a_vmm_s_root_image_that_is_a_file() {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("vm.json");
+        let (data, root) = (dir.path().join("data.raw"), dir.path().join("root.raw"));
+        std::fs::write(&data, b"").unwrap();
+        std::fs::write(&root, b"").unwrap();
         std::fs::write(
             &config,
-            r#"{"drives": [{"drive_id": "data", "path_on_host": "/img/data.raw", "is_root_device": false},
-                           {"drive_id": "root", "path_on_host": "/img/root.raw", "is_root_device": true}]}"#,
+            serde_json::json!({"drives": [
+                {"drive_id": "data", "path_on_host": data, "is_root_device": false},
+                {"drive_id": "root", "path_on_host": root, "is_root_device": true}]})
+            .to_string(),
         )
         .unwrap();
         let f = vec![
@@ -152,9 +102,9 @@ mod tests {
             "--config-file".into(),
             config.to_str().unwrap().into(),
         ];
-        assert_eq!(firecracker_disk(&f).as_deref(), Some("/img/root.raw"));
+        assert_eq!(disk_image(&f), Some(root));
         std::fs::write(&config, b"not json").unwrap();
-        assert_eq!(firecracker_disk(&f), None);
+        assert_eq!(disk_image(&f), None);
         // A named image that is not a file is no image.
         assert_eq!(disk_image(&words("qemu -hda /nonexistent/x.raw")), None);
         let image = dir.path().join("disk.raw");

@@ -69,14 +69,20 @@ fn a_profiled_vmm_s_disk_image_gives_its_units() {
     }
     // The "VMM": its boot writes the journal into the image it was given
     // and prints the kernel's hand-over line on its console.
-    let script = format!(
-        "cp {} \"$2\" && echo 'Run /init as init process'",
-        booted.display()
-    );
+    let vmm = dir.path().join("qemu-system-x86_64");
+    std::fs::write(
+        &vmm,
+        format!(
+            "#!/bin/sh\ncp {} \"$2\" && echo 'Run /init as init process'\n",
+            booted.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&vmm, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let out = dir.path().join("p.json");
     let o = profile_command(
         &out,
-        &["sh", "-c", &script, "qemu", "-hda", image.to_str().unwrap()],
+        &[vmm.to_str().unwrap(), "-hda", image.to_str().unwrap()],
         None,
     );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));

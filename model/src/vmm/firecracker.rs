@@ -78,13 +78,14 @@ pub fn write_private(
     Ok(temp)
 }
 
-/// The `path_on_host` of every drive in a config.
+/// The `path_on_host` of every drive in a config, the root device's
+/// (`is_root_device`) first.
 pub fn drive_paths(config: &serde_json::Value) -> Vec<PathBuf> {
-    config
-        .get("drives")
-        .and_then(|d| d.as_array())
-        .into_iter()
-        .flatten()
+    let drives = config.get("drives").and_then(|d| d.as_array());
+    let is_root = |d: &serde_json::Value| d.get("is_root_device") == Some(&true.into());
+    let (root, other): (Vec<_>, Vec<_>) = drives.into_iter().flatten().partition(|d| is_root(d));
+    root.into_iter()
+        .chain(other)
         .filter_map(|d| d.get("path_on_host")?.as_str())
         .map(PathBuf::from)
         .collect()
