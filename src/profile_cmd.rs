@@ -226,6 +226,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     // A command that ended by itself has written its last console line.
     let ended = reader.as_ref().filter(|_| waited.status.is_some());
     let mut profile = take_collector(collector, &slot, ended)?.finish();
+    bootscope_profiler::restore_cmd::note_restore(&mut profile);
     let signal = interrupts.received();
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
     let mut code = 0;
@@ -274,6 +275,9 @@ fn start_collector(
     config.exit_sites = args.exit_sites;
     if let Some(set) = args.collect {
         config.collectors = set;
+    } else {
+        // The page-fault tail of a restore: on by default for restores.
+        config.collectors.tail = bootscope_profiler::restore_cmd::restore_of(command).is_some();
     }
     match Collector::start(config) {
         Ok(c) => Ok(c),

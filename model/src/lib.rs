@@ -50,6 +50,7 @@ pub mod cache;
 pub mod cpulist;
 pub mod devices;
 pub mod document;
+pub mod fault_tail;
 pub mod hist;
 pub mod host;
 pub mod human;

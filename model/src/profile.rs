@@ -57,6 +57,10 @@ pub struct Profile {
     /// profiles written before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_slots: Option<TimeSlots>,
+    /// The page-fault tail of a restore (the tail collector; absent when
+    /// it did not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault_tail: Option<crate::fault_tail::FaultTail>,
 }
 
 /// Every exit and page fault of the target counted by the time slot it

@@ -128,6 +128,7 @@ fn without_samples(p: &Profile) -> Profile {
         startup,
         collector,
         time_slots,
+        fault_tail,
     } = p;
     Profile {
         schema: schema.clone(),
@@ -148,6 +149,7 @@ fn without_samples(p: &Profile) -> Profile {
         startup: startup.clone(),
         collector: collector.clone(),
         time_slots: time_slots.clone(),
+        fault_tail: fault_tail.clone(),
     }
 }
 

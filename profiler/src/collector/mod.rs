@@ -23,6 +23,7 @@ mod plan;
 mod read;
 mod sampler;
 mod sched;
+mod tail;
 mod sites;
 mod state;
 mod target;
@@ -255,6 +256,9 @@ impl Collector {
             &mut stages,
         )?;
         fill_topology_maps(&mut ebpf, &topology)?;
+        if config.collectors.tail {
+            tail::arm(&mut ebpf).map_err(|e| map_error("tail_window", e))?;
+        }
 
         // The target, its live descendants and their threads.
         let (started, start_mono_ns) = given_origin.unwrap_or_else(|| clock_origin(None));

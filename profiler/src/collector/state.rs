@@ -107,6 +107,7 @@ impl State {
     /// Records a mark; if it opens a new phase for its process, tells the
     /// kernel.
     pub(super) fn push_mark(&mut self, mark: Mark) {
+        self.close_tail_window(&mark);
         if let Some((tgid, idx)) = self.log.record(mark, self.tasks.target_pid) {
             self.set_phase(tgid, idx);
         }
