@@ -447,9 +447,13 @@ mod tests {
         for n in FORMAT_NAMES {
             assert!(Format::parse(n, None).is_ok(), "{n}");
         }
-        for t in CSV_TABLE_NAMES {
+        for t in CSV_TABLE_NAMES.iter().filter(|t| **t != "fault-tail") {
             assert!(Format::parse("csv", Some(t)).is_ok(), "{t}");
         }
+        assert_eq!(
+            Format::parse("pprof", Some("fault-tail")),
+            Ok(Format::FaultTailPprof)
+        );
     }
 
     #[test]
