@@ -15,7 +15,7 @@ fn u(v: &serde_json::Value) -> u64 {
 
 #[test]
 fn a_restore_is_profiled_with_its_fault_tail() {
-    require_root!();
+    require_root!("to load the eBPF programs");
     require_kvm!();
     require_bpf!();
     let tmp = scratch("fault-tail");
@@ -53,7 +53,7 @@ fn a_restore_is_profiled_with_its_fault_tail() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
-        stdout(&o).contains("fault tail: "),
+        text(&o).contains("fault tail: "),
         "the summary's line: {}",
         text(&o)
     );
