@@ -86,8 +86,16 @@ fn a_restore_is_profiled_with_its_fault_tail() {
     assert!(!threads.is_empty(), "{h}");
     let minflt: u64 = threads.iter().map(|x| u(&x["minflt"])).sum();
     let majflt: u64 = threads.iter().map(|x| u(&x["majflt"])).sum();
-    assert_eq!(minflt, u(&h["minor_in_guest_faults"]) + u(&h["minor_other"]), "{h}");
-    assert_eq!(majflt, u(&h["major_in_guest_faults"]) + u(&h["major_other"]), "{h}");
+    assert_eq!(
+        minflt,
+        u(&h["minor_in_guest_faults"]) + u(&h["minor_other"]),
+        "{h}"
+    );
+    assert_eq!(
+        majflt,
+        u(&h["major_in_guest_faults"]) + u(&h["major_other"]),
+        "{h}"
+    );
 
     // Guest faults over the VM's life against KVM's own statistics: each
     // mapping KVM's MMU requested belongs to one fault KVM took
@@ -108,7 +116,12 @@ fn a_restore_is_profiled_with_its_fault_tail() {
         .iter()
         .flat_map(|b| b["counts"].as_array().unwrap().iter().map(u))
         .sum();
-    let kinds: u64 = t["by_kind"].as_array().unwrap().iter().map(|k| u(&k["count"])).sum();
+    let kinds: u64 = t["by_kind"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| u(&k["count"]))
+        .sum();
     assert_eq!(curve, u(&t["guest_faults"]));
     assert_eq!(kinds, u(&t["guest_faults"]));
     assert!(u(&t["working_set"]["pages"]) <= u(&t["guest_faults"]));

@@ -232,8 +232,14 @@ mod tests {
         };
         t.host.minor_in_guest_faults = 900;
         let line = t.summary_line();
-        assert!(line.starts_with("fault tail: 25.0 % of resume-to-ready (100"), "{line}");
-        assert!(line.contains("1,200 guest faults (900 host minor, 0 major)"), "{line}");
+        assert!(
+            line.starts_with("fault tail: 25.0 % of resume-to-ready (100"),
+            "{line}"
+        );
+        assert!(
+            line.contains("1,200 guest faults (900 host minor, 0 major)"),
+            "{line}"
+        );
         assert!(line.contains("1,000 pages"), "{line}");
         t.window.end_ns = None;
         assert!(t.summary_line().contains("still open"));

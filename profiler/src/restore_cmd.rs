@@ -50,14 +50,32 @@ mod tests {
 
     #[test]
     fn restores_are_told_from_boots() {
-        let ch = of("/usr/bin/cloud-hypervisor --restore source_url=file:///s,memory_restore_mode=ondemand").unwrap();
-        assert_eq!((ch.vmm.as_str(), ch.memory_mode.as_deref()), ("cloud-hypervisor", Some("ondemand")));
+        let ch = of(
+            "/usr/bin/cloud-hypervisor --restore source_url=file:///s,memory_restore_mode=ondemand",
+        )
+        .unwrap();
+        assert_eq!(
+            (ch.vmm.as_str(), ch.memory_mode.as_deref()),
+            ("cloud-hypervisor", Some("ondemand"))
+        );
         let ch = of("cloud-hypervisor --restore=source_url=file:///s").unwrap();
         assert_eq!(ch.memory_mode.as_deref(), Some("copy"));
         let b = of("bootscope run --restore /s --memory-restore mmap").unwrap();
-        assert_eq!((b.vmm.as_str(), b.memory_mode.as_deref()), ("bootscope", Some("mmap")));
-        assert_eq!(of("./target/release/bootscope run --restore /s").unwrap().memory_mode.as_deref(), Some("copy"));
-        assert_eq!(of("qemu-system-x86_64 -incoming exec:cat\\ s").unwrap().vmm, "qemu");
+        assert_eq!(
+            (b.vmm.as_str(), b.memory_mode.as_deref()),
+            ("bootscope", Some("mmap"))
+        );
+        assert_eq!(
+            of("./target/release/bootscope run --restore /s")
+                .unwrap()
+                .memory_mode
+                .as_deref(),
+            Some("copy")
+        );
+        assert_eq!(
+            of("qemu-system-x86_64 -incoming exec:cat\\ s").unwrap().vmm,
+            "qemu"
+        );
         assert!(of("cloud-hypervisor --kernel k").is_none());
         assert!(of("bootscope run --kernel k").is_none());
         assert!(of("bootscope profile --restore x").is_none());

@@ -62,12 +62,16 @@ impl State {
         if w.state != t::TAIL_ARMED || w.end_ns != 0 {
             return;
         }
-        let Some(start) = self.tail_start() else { return };
+        let Some(start) = self.tail_start() else {
+            return;
+        };
         let mono = self.clock.start_mono_ns + mark.t_ns;
         if mono < start.start_ns || mark.tgid.is_some_and(|p| p != start.tgid) {
             return;
         }
-        let Some(map) = self.bpf.map_mut(WINDOW_MAP) else { return };
+        let Some(map) = self.bpf.map_mut(WINDOW_MAP) else {
+            return;
+        };
         if let Ok(mut a) = Array::<&mut MapData, t::BsTailWindow>::try_from(map) {
             let _ = a.set(0, t::BsTailWindow { end_ns: mono, ..w }, 0);
         }
@@ -266,7 +270,11 @@ mod tests {
         let key = |kind, at| t::BsTailWhereKey { tgid: 1, kind, at };
         let val = |count, total_ns| t::BsTailWhere { count, total_ns };
         let r = places(
-            &[(key(0, 1), val(2, 10)), (key(1, 1), val(3, 30)), (key(0, 5), val(9, 1))],
+            &[
+                (key(0, 1), val(2, 10)),
+                (key(1, 1), val(3, 30)),
+                (key(0, 5), val(9, 1)),
+            ],
             true,
         );
         assert_eq!(r[0].gpa, Some(5 << 21));

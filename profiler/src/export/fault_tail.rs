@@ -89,9 +89,21 @@ fn service_histogram(out: &mut Text, t: Option<&FaultTail>) {
             );
         }
         let bucket = format!("{NAME}_bucket");
-        out.sample(&bucket, &[("kind", &k.kind), ("le", "+Inf")], &cumulative.to_string());
-        out.sample(&format!("{NAME}_sum"), &[("kind", &k.kind)], &seconds(k.wait_ns));
-        out.sample(&format!("{NAME}_count"), &[("kind", &k.kind)], &cumulative.to_string());
+        out.sample(
+            &bucket,
+            &[("kind", &k.kind), ("le", "+Inf")],
+            &cumulative.to_string(),
+        );
+        out.sample(
+            &format!("{NAME}_sum"),
+            &[("kind", &k.kind)],
+            &seconds(k.wait_ns),
+        );
+        out.sample(
+            &format!("{NAME}_count"),
+            &[("kind", &k.kind)],
+            &cumulative.to_string(),
+        );
     }
 }
 
@@ -100,29 +112,39 @@ fn service_histogram(out: &mut Text, t: Option<&FaultTail>) {
 /// run of buckets.
 pub fn chrome_counters(p: &Profile, pid: u32, events: &mut Vec<Value>) {
     let Some(t) = &p.fault_tail else { return };
-    let Some(start) = t.window.start_ns else { return };
+    let Some(start) = t.window.start_ns else {
+        return;
+    };
     let us = |ns: u64| ns as f64 / 1000.0;
     let per_ms = |n: u64| n as f64 * 1_000_000.0 / t.bucket_ns.max(1) as f64;
-    let zero: serde_json::Map<String, Value> =
-        KINDS.iter().map(|k| ((*k).to_string(), 0.0.into())).collect();
+    let zero: serde_json::Map<String, Value> = KINDS
+        .iter()
+        .map(|k| ((*k).to_string(), 0.0.into()))
+        .collect();
     let mut next = None;
     for b in &t.curve {
         if next.is_some_and(|n| n != b.t_ns) {
-            events.push(json!({ "ph": "C", "name": "guest faults per ms", "cat": "fault_tail",
-                "pid": pid, "ts": us(start + next.unwrap_or(0)), "args": zero }));
+            events.push(
+                json!({ "ph": "C", "name": "guest faults per ms", "cat": "fault_tail",
+                "pid": pid, "ts": us(start + next.unwrap_or(0)), "args": zero }),
+            );
         }
         let args: serde_json::Map<String, Value> = KINDS
             .iter()
             .zip(b.counts)
             .map(|(k, n)| ((*k).to_string(), per_ms(n).into()))
             .collect();
-        events.push(json!({ "ph": "C", "name": "guest faults per ms", "cat": "fault_tail",
-            "pid": pid, "ts": us(start + b.t_ns), "args": args }));
+        events.push(
+            json!({ "ph": "C", "name": "guest faults per ms", "cat": "fault_tail",
+            "pid": pid, "ts": us(start + b.t_ns), "args": args }),
+        );
         next = Some(b.t_ns + t.bucket_ns);
     }
     if let Some(n) = next {
-        events.push(json!({ "ph": "C", "name": "guest faults per ms", "cat": "fault_tail",
-            "pid": pid, "ts": us(start + n), "args": zero }));
+        events.push(
+            json!({ "ph": "C", "name": "guest faults per ms", "cat": "fault_tail",
+            "pid": pid, "ts": us(start + n), "args": zero }),
+        );
     }
 }
 
@@ -140,7 +162,11 @@ pub fn to_pprof(p: &Profile) -> Vec<u8> {
     }
     let mut frames: Vec<String> = vec!["fault tail".into()];
     if let Some(t) = &p.fault_tail {
-        let places = if t.sites.is_empty() { &t.regions } else { &t.sites };
+        let places = if t.sites.is_empty() {
+            &t.regions
+        } else {
+            &t.sites
+        };
         for w in places {
             let name = match (&w.label, w.rip, w.gpa) {
                 (Some(l), _, _) => l.clone(),
@@ -196,13 +222,27 @@ mod tests {
                 count: 3,
                 wait_ns: 9_000,
                 hist: vec![
-                    HistBucket { lo_ns: 2048, hi_ns: 4096, count: 2 },
-                    HistBucket { lo_ns: 4096, hi_ns: 8192, count: 1 },
+                    HistBucket {
+                        lo_ns: 2048,
+                        hi_ns: 4096,
+                        count: 2,
+                    },
+                    HistBucket {
+                        lo_ns: 4096,
+                        hi_ns: 8192,
+                        count: 1,
+                    },
                 ],
             }],
             curve: vec![
-                TailBucket { t_ns: 0, counts: [1, 2, 0, 0, 0] },
-                TailBucket { t_ns: 3_000_000, counts: [0, 1, 0, 0, 0] },
+                TailBucket {
+                    t_ns: 0,
+                    counts: [1, 2, 0, 0, 0],
+                },
+                TailBucket {
+                    t_ns: 3_000_000,
+                    counts: [0, 1, 0, 0, 0],
+                },
             ],
             regions: vec![TailWhere {
                 gpa: Some(0x20_0000),
@@ -221,13 +261,26 @@ mod tests {
         let mut out = Text::default();
         prometheus(&mut out, &profile());
         let text = out.finish();
-        assert!(text.contains("bootscope_fault_tail_guest_faults_total{kind=\"minor_anon\"} 3"), "{text}");
-        assert!(text.contains("bootscope_fault_tail_service_seconds_bucket{kind=\"minor_anon\",le=\"+Inf\"} 3"), "{text}");
-        assert!(text.contains("bootscope_fault_tail_window_seconds 0.005"), "{text}");
+        assert!(
+            text.contains("bootscope_fault_tail_guest_faults_total{kind=\"minor_anon\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "bootscope_fault_tail_service_seconds_bucket{kind=\"minor_anon\",le=\"+Inf\"} 3"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("bootscope_fault_tail_window_seconds 0.005"),
+            "{text}"
+        );
         // Families are declared without a tail too.
         let mut empty = Text::default();
         prometheus(&mut empty, &Profile::new());
-        assert!(empty.finish().contains("# TYPE bootscope_fault_tail_service_seconds histogram"));
+        assert!(empty
+            .finish()
+            .contains("# TYPE bootscope_fault_tail_service_seconds histogram"));
     }
 
     #[test]

@@ -54,8 +54,14 @@ mod tests {
             },
             bucket_ns: 1_000_000,
             curve: vec![
-                TailBucket { t_ns: 0, counts: [1, 2, 0, 0, 0] },
-                TailBucket { t_ns: 2_000_000, counts: [0, 7, 0, 0, 0] },
+                TailBucket {
+                    t_ns: 0,
+                    counts: [1, 2, 0, 0, 0],
+                },
+                TailBucket {
+                    t_ns: 2_000_000,
+                    counts: [0, 7, 0, 0, 0],
+                },
             ],
             ..Default::default()
         };
@@ -64,7 +70,10 @@ mod tests {
         assert!(line.contains("so far: 3 faults, peak 3/ms"), "{line}");
         let (line, data) = tail_series(&t, 20_000_000);
         assert_eq!(data, [3, 0, 7, 0, 0]);
-        assert!(line.contains("to the guest's mark: 10 faults, peak 7/ms"), "{line}");
+        assert!(
+            line.contains("to the guest's mark: 10 faults, peak 7/ms"),
+            "{line}"
+        );
         let empty = FaultTail::default();
         assert!(tail_series(&empty, 1).1.is_empty());
     }
