@@ -16,6 +16,7 @@ use crate::profile_summary::summary;
 use std::sync::{Arc, Mutex};
 
 use bootscope_profiler::launch::HeldCommand;
+use bootscope_profiler::restore_cmd::noted;
 use bootscope_profiler::{Collector, CollectorConfig, CollectorSet, TargetSpec};
 
 #[derive(clap::Args)]
@@ -225,8 +226,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     )?;
     // A command that ended by itself has written its last console line.
     let ended = reader.as_ref().filter(|_| waited.status.is_some());
-    let mut profile = take_collector(collector, &slot, ended)?.finish();
-    bootscope_profiler::restore_cmd::note_restore(&mut profile);
+    let mut profile = noted(take_collector(collector, &slot, ended)?.finish());
     let signal = interrupts.received();
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
     let mut code = 0;

@@ -13,12 +13,8 @@ fn u(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
 }
 
-#[test]
-fn a_restore_is_profiled_with_its_fault_tail() {
-    require_root!("to load the eBPF programs");
-    require_kvm!();
-    require_bpf!();
-    let tmp = scratch("fault-tail");
+/// The ports fixture's snapshot at its userspace mark (0x60), in `tmp`.
+fn snapshot(tmp: &std::path::Path) -> std::path::PathBuf {
     let disk = tmp.join("disk.img");
     std::fs::write(&disk, vec![0u8; 8192]).unwrap();
     let snap = tmp.join("snap");
@@ -38,6 +34,33 @@ fn a_restore_is_profiled_with_its_fault_tail() {
         "0x60",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    snap
+}
+
+/// A boot that is not a restore has no tail unless named.
+fn plain_boot_has_no_tail(tmp: &std::path::Path) {
+    let plain = tmp.join("plain.json");
+    let o = bootscope(&[
+        "run",
+        "--kernel",
+        &fixture("mini-bzimage-ports.bin"),
+        "--serial",
+        "null",
+        "--no-summary",
+        "--output",
+        plain.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(read_json(&plain).get("fault_tail").is_none());
+}
+
+#[test]
+fn a_restore_is_profiled_with_its_fault_tail() {
+    require_root!("to load the eBPF programs");
+    require_kvm!();
+    require_bpf!();
+    let tmp = scratch("fault-tail");
+    let snap = snapshot(&tmp);
     let profile = tmp.join("p.json");
     let timeline = tmp.join("t.json");
     let o = bootscope(&[
@@ -126,18 +149,5 @@ fn a_restore_is_profiled_with_its_fault_tail() {
     assert_eq!(kinds, u(&t["guest_faults"]));
     assert!(u(&t["working_set"]["pages"]) <= u(&t["guest_faults"]));
 
-    // Not a restore: no tail unless named.
-    let plain = tmp.join("plain.json");
-    let o = bootscope(&[
-        "run",
-        "--kernel",
-        &fixture("mini-bzimage-ports.bin"),
-        "--serial",
-        "null",
-        "--no-summary",
-        "--output",
-        plain.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(read_json(&plain).get("fault_tail").is_none());
+    plain_boot_has_no_tail(&tmp);
 }

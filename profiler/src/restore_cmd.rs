@@ -92,3 +92,9 @@ pub fn note_restore(profile: &mut crate::profile::Profile) {
         t.restore = restore;
     }
 }
+
+/// [`note_restore`] on a profile taken by value.
+pub fn noted(mut profile: crate::profile::Profile) -> crate::profile::Profile {
+    note_restore(&mut profile);
+    profile
+}
