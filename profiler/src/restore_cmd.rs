@@ -39,6 +39,21 @@ pub fn restore_of<S: AsRef<str>>(command: &[S]) -> Option<RestoreOf> {
     None
 }
 
+/// Names the restore in a profile's fault tail from its target's command
+/// line (`fault_tail.restore`).
+pub fn note_restore(profile: &mut crate::profile::Profile) {
+    let restore = restore_of(&profile.target.command);
+    if let Some(t) = profile.fault_tail.as_mut() {
+        t.restore = restore;
+    }
+}
+
+/// [`note_restore`] on a profile taken by value.
+pub fn noted(mut profile: crate::profile::Profile) -> crate::profile::Profile {
+    note_restore(&mut profile);
+    profile
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,19 +97,4 @@ mod tests {
         assert!(of("qemu-system-x86_64 -kernel k").is_none());
         assert!(restore_of::<&str>(&[]).is_none());
     }
-}
-
-/// Names the restore in a profile's fault tail from its target's command
-/// line (`fault_tail.restore`).
-pub fn note_restore(profile: &mut crate::profile::Profile) {
-    let restore = restore_of(&profile.target.command);
-    if let Some(t) = profile.fault_tail.as_mut() {
-        t.restore = restore;
-    }
-}
-
-/// [`note_restore`] on a profile taken by value.
-pub fn noted(mut profile: crate::profile::Profile) -> crate::profile::Profile {
-    note_restore(&mut profile);
-    profile
 }
