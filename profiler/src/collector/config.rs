@@ -62,6 +62,7 @@ impl CollectorSet {
     /// Every collector (`--collect all`).
     pub const ALL: Self = Self {
         sched: true,
+        tail: true,
         ..Self::DEFAULT
     };
 

@@ -622,12 +622,17 @@ mod tests {
         assert_eq!(all, CollectorSet::ALL);
         assert!(all.exits && all.exit_latency && all.faults && all.threads && all.numa);
         assert!(all.sched && !CollectorSet::DEFAULT.sched);
+        assert!(all.tail && !CollectorSet::DEFAULT.tail);
+        assert!(CollectorSet::parse("tail")
+            .unwrap()
+            .has(CollectorKind::Tail));
         let sched = CollectorSet::parse("sched").unwrap();
         assert!(sched.sched && sched.has(CollectorKind::Sched) && !sched.threads);
         assert_eq!(
             CollectorSet::DEFAULT,
             CollectorSet {
                 sched: false,
+                tail: false,
                 ..CollectorSet::ALL
             }
         );
