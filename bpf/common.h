@@ -95,7 +95,15 @@ enum bs_source {
 	BS_SRC_SCHED_WAKEUP = 20,
 	BS_SRC_SCHED_WAKEUP_NEW = 21,
 	BS_SRC_SCHED_WAIT_SWITCH = 22,
-	BS_SRC_COUNT = 23,
+	/* The fault-tail collector (tail.bpf.c). */
+	BS_SRC_TAIL_WALK = 23,
+	BS_SRC_TAIL_NPF = 24,
+	BS_SRC_TAIL_SPTE = 25,
+	BS_SRC_TAIL_FILEMAP_FAULT = 26,
+	BS_SRC_TAIL_FILEMAP_MAP = 27,
+	BS_SRC_TAIL_EXC_USER = 28,
+	BS_SRC_TAIL_EXC_KERNEL = 29,
+	BS_SRC_COUNT = 30,
 };
 
 /* What a ring buffer record reports. */

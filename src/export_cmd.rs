@@ -41,7 +41,8 @@ fn for_terminal(
     if !std::io::stdout().is_terminal() {
         return Ok(text);
     }
-    if format == bootscope_profiler::export::Format::Pprof {
+    use bootscope_profiler::export::Format;
+    if matches!(format, Format::Pprof | Format::FaultTailPprof) {
         return Err(usage(anyhow::anyhow!(
             "--format pprof is binary and standard output is a terminal: give --output FILE \
              or redirect standard output"

@@ -18,6 +18,7 @@ use crate::profile_units as disk_units;
 use std::sync::{Arc, Mutex};
 
 use bootscope_profiler::launch::HeldCommand;
+use bootscope_profiler::restore_cmd::noted;
 use bootscope_profiler::{Collector, CollectorConfig, CollectorSet, TargetSpec};
 
 #[derive(clap::Args)]
@@ -59,8 +60,9 @@ pub struct ProfileArgs {
     #[arg(long)]
     pub bpf_stats: bool,
     /// Profile with these collectors only (comma-separated: exits, faults,
-    /// threads, numa, phases, sched; all; default all but sched, the
-    /// run-queue waits of the target's threads): each one left out is eBPF
+    /// threads, numa, phases, sched, tail; all; default all but sched, the
+    /// run-queue waits of the target's threads, and tail, a restore's page-fault
+    /// tail, on for restores only): each one left out is eBPF
     /// programs not run on its events. exit-counts: the exits without their
     /// latency (one program per exit instead of two).
     #[arg(long, value_name = "LIST", value_parser = CollectorSet::parse)]
@@ -247,7 +249,10 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     // A command that ended by itself has written its last console line.
     let ended = reader.as_ref().filter(|_| waited.status.is_some());
     let guest = guest_watch.map(Watch::finish);
-    let mut profile = disk_units::after(disk, take_collector(collector, &slot, ended)?.finish());
+    let mut profile = noted(disk_units::after(
+        disk,
+        take_collector(collector, &slot, ended)?.finish(),
+    ));
     let signal = interrupts.received();
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
     profile.target.vmm = Some(crate::profile_launch::record(launch.as_ref(), args.pid));
@@ -314,6 +319,9 @@ fn start_collector(
     config.exit_sites = args.exit_sites;
     if let Some(set) = args.collect {
         config.collectors = set;
+    } else {
+        // The page-fault tail of a restore: on by default for restores.
+        config.collectors.tail = bootscope_profiler::restore_cmd::restore_of(command).is_some();
     }
     match Collector::start(config) {
         Ok(c) => Ok(c),

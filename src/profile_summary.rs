@@ -87,6 +87,9 @@ pub fn summary(p: &Profile, output: &Path) -> String {
         n.pages_remote,
         n.pages_unknown_node
     );
+    if let Some(t) = &p.fault_tail {
+        let _ = writeln!(s, "{}", t.summary_line());
+    }
     threads_summary(&mut s, p);
     let waits = bootscope_profiler::runqueue::phase_wait_lines(p);
     if !waits.is_empty() {

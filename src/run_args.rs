@@ -117,8 +117,9 @@ pub(crate) struct RunArgs {
     #[arg(long, conflicts_with = "no_profile")]
     pub(crate) bpf_stats: bool,
     /// Profile with these collectors only (comma-separated: exits, faults,
-    /// threads, numa, phases, sched; all; default all but sched, the
-    /// run-queue waits of the VMM's threads): each one left out is eBPF
+    /// threads, numa, phases, sched, tail; all; default all but sched, the
+    /// run-queue waits of the VMM's threads, and tail, a restore's page-fault
+    /// tail, on for restores only): each one left out is eBPF
     /// programs not run on its events. exit-counts: the exits without their
     /// latency (one program per exit instead of two).
     #[arg(long, value_name = "LIST", value_parser = bootscope_profiler::CollectorSet::parse, conflicts_with = "no_profile")]

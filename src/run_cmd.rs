@@ -491,6 +491,9 @@ fn attach_self_profile(
     }
     if let Some(set) = args.collect {
         config.collectors = set;
+    } else {
+        // The page-fault tail of a restore: on by default for restores.
+        config.collectors.tail = args.snapshot.restore.is_some();
     }
     // Attached beside the VMM's set-up, or not at all when the run stops
     // before its first KVM_RUN (guest_programs_gate).
@@ -562,6 +565,7 @@ fn finish_self_profile(
     std::mem::forget(collector);
     profile.target.kind = "self".into();
     profile.target.command = command_line();
+    bootscope_profiler::restore_cmd::note_restore(&mut profile);
     profile.target.exit_code = Some(if clean(doc) { 0 } else { 1 });
     let no_guest = TimelineGuest::default();
     let guest = doc.guest.as_ref().unwrap_or(&no_guest);

@@ -17,6 +17,7 @@ use crate::schema::{DocKind, Document};
 mod bench;
 mod boot;
 mod exits;
+mod fault_curve;
 mod initcalls;
 mod svg;
 

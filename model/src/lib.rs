@@ -54,6 +54,7 @@ pub mod cpulist;
 pub mod devices;
 pub mod document;
 pub mod guest_read;
+pub mod fault_tail;
 pub mod hist;
 pub mod host;
 pub mod human;

@@ -65,6 +65,10 @@ pub struct Profile {
     /// after it exited), as a timeline's `units` (docs/guest.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub units: Option<crate::units::UnitsDoc>,
+    /// The page-fault tail of a restore (the tail collector; absent when
+    /// it did not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault_tail: Option<crate::fault_tail::FaultTail>,
 }
 
 /// Every exit and page fault of the target counted by the time slot it

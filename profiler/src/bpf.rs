@@ -6,6 +6,8 @@
 
 use aya::Pod;
 
+pub mod tail;
+
 /// The collectors, compiled and linked by build.rs, embedded once.
 pub static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bootscope.bpf.o"));
@@ -59,6 +61,9 @@ pub enum CollectorKind {
     Phases,
     /// Run-queue waits (`--collect sched`).
     Sched,
+    /// The page-fault tail of a restore (`--collect tail`; on by default
+    /// for a restore).
+    Tail,
 }
 
 /// Index into `source_events` (`enum bs_source`).
@@ -88,10 +93,17 @@ pub enum Source {
     SchedWakeup = 20,
     SchedWakeupNew = 21,
     SchedWaitSwitch = 22,
+    TailWalk = 23,
+    TailNpf = 24,
+    TailSpte = 25,
+    TailFilemapFault = 26,
+    TailFilemapMap = 27,
+    TailExcUser = 28,
+    TailExcKernel = 29,
 }
 
 /// `BS_SRC_COUNT`.
-pub const SOURCE_COUNT: usize = 23;
+pub const SOURCE_COUNT: usize = 30;
 
 /// One BPF program: the tracepoint it attaches to and the fields it reads
 /// (each becomes the global `EVENT__FIELD`).
@@ -159,6 +171,13 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     spec!("bs_sched_wakeup", "sched", "sched_wakeup", SchedWakeup, Sched, ["pid"], [], "threads[].runqueue_wait (a wait starts when a thread is woken)"),
     spec!("bs_sched_wakeup_new", "sched", "sched_wakeup_new", SchedWakeupNew, Sched, ["pid"], [], "threads[].runqueue_wait (new threads, from their first queueing)"),
     spec!("bs_sched_wait_switch", "sched", "sched_switch", SchedWaitSwitch, Sched, ["prev_state", "next_pid"], [], "threads[].runqueue_wait (a wait ends at the switch in; a preempted thread waits again)"),
+    spec!("bs_tail_walk", "kvmmmu", "kvm_mmu_pagetable_walk", TailWalk, Tail, [], [], "fault_tail (a guest fault's service begins: the shadow MMU's walk, PVM)"),
+    spec!("bs_tail_npf", "kvm", "kvm_page_fault", TailNpf, Tail, [], [], "fault_tail (a guest fault's service begins: EPT violation or NPF, VMX/SVM)"),
+    spec!("bs_tail_spte", "kvmmmu", "kvm_mmu_spte_requested", TailSpte, Tail, ["gfn"], [], "fault_tail (a guest fault served: kind, service time, region, site, page)"),
+    spec!("bs_tail_filemap_fault", "filemap", "mm_filemap_fault", TailFilemapFault, Tail, [], [], "fault_tail kinds (file-backed)"),
+    spec!("bs_tail_filemap_map", "filemap", "mm_filemap_map_pages", TailFilemapMap, Tail, [], [], "fault_tail kinds (file-backed, fault-around)"),
+    spec!("bs_tail_exc_user", "exceptions", "page_fault_user", TailExcUser, Tail, [], [], "fault_tail.host (the VM's own threads' faults in the window)"),
+    spec!("bs_tail_exc_kernel", "exceptions", "page_fault_kernel", TailExcKernel, Tail, [], [], "fault_tail.host (kernel-mode faults of the VM's threads in the window)"),
 ];
 
 /// `struct bs_field`.

@@ -8,6 +8,7 @@
 
 mod chrome;
 mod csv;
+mod fault_tail;
 mod pprof;
 mod prometheus;
 mod timeline;
@@ -43,13 +44,15 @@ pub const FORMAT_NAMES: [&str; 6] = [
     "pprof",
 ];
 /// Names accepted for the CSV `--table`.
-pub const CSV_TABLE_NAMES: [&str; 6] = [
+/// (`fault-tail` is pprof's: `--format pprof --table fault-tail`).
+pub const CSV_TABLE_NAMES: [&str; 7] = [
     "exits",
     "latency",
     "phases",
     "threads",
     "exit-sites",
     "npf-ranges",
+    "fault-tail",
 ];
 
 /// One of the CSV tables.
@@ -105,6 +108,9 @@ pub enum Format {
     Folded,
     /// The exit sites as a gzipped pprof profile.
     Pprof,
+    /// A restore's fault tail as a gzipped pprof profile (`--format pprof
+    /// --table fault-tail`).
+    FaultTailPprof,
 }
 
 impl Format {
@@ -131,7 +137,7 @@ pub enum FormatError {
     #[error("unknown CSV table {0:?}; use one of exits, latency, phases, threads, exit-sites, npf-ranges")]
     UnknownTable(String),
     /// `--table` given with a format that has no tables.
-    #[error("--table only applies to --format csv (and --format json with --table exit-sites); the {0} format has a single form")]
+    #[error("--table only applies to --format csv (and --format json with --table exit-sites, --format pprof with --table fault-tail); the {0} format has a single form")]
     TableWithoutCsv(String),
 }
 
@@ -141,6 +147,7 @@ impl Format {
     pub fn parse(name: &str, table: Option<&str>) -> Result<Self, FormatError> {
         let format = match name {
             "json" if table == Some("exit-sites") => return Ok(Self::ExitSitesJson),
+            "pprof" if table == Some("fault-tail") => return Ok(Self::FaultTailPprof),
             "json" => Self::Json,
             "csv" => Self::Csv(
                 table
@@ -421,7 +428,7 @@ pub fn render(profile: &Profile, format: Format) -> String {
             .as_ref()
             .map(|s| s.folded())
             .unwrap_or_default(),
-        Format::Pprof => String::new(),
+        Format::Pprof | Format::FaultTailPprof => String::new(),
     }
 }
 
@@ -429,6 +436,7 @@ pub fn render(profile: &Profile, format: Format) -> String {
 pub fn render_bytes(profile: &Profile, format: Format) -> Vec<u8> {
     match format {
         Format::Pprof => to_pprof(profile),
+        Format::FaultTailPprof => fault_tail::to_pprof(profile),
         other => render(profile, other).into_bytes(),
     }
 }
@@ -473,9 +481,13 @@ mod tests {
         for n in FORMAT_NAMES {
             assert!(Format::parse(n, None).is_ok(), "{n}");
         }
-        for t in CSV_TABLE_NAMES {
+        for t in CSV_TABLE_NAMES.iter().filter(|t| **t != "fault-tail") {
             assert!(Format::parse("csv", Some(t)).is_ok(), "{t}");
         }
+        assert_eq!(
+            Format::parse("pprof", Some("fault-tail")),
+            Ok(Format::FaultTailPprof)
+        );
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub mod phases;
 pub mod procfs;
 mod pseudo;
 pub mod reasons;
+pub mod restore_cmd;
 pub mod runqueue;
 pub mod topology;
 pub mod tracefs;

@@ -130,6 +130,7 @@ fn without_samples(p: &Profile) -> Profile {
         time_slots,
         guest_read,
         units,
+        fault_tail,
     } = p;
     Profile {
         schema: schema.clone(),
@@ -152,6 +153,7 @@ fn without_samples(p: &Profile) -> Profile {
         time_slots: time_slots.clone(),
         guest_read: guest_read.clone(),
         units: units.clone(),
+        fault_tail: fault_tail.clone(),
     }
 }
 

@@ -23,6 +23,7 @@ use crate::theme::Theme;
 
 mod console;
 mod exits;
+mod fault_tail;
 mod faults;
 pub mod format;
 mod help;

@@ -29,6 +29,8 @@ pub(super) struct Boot {
     by_phase: Vec<(String, Vec<(String, f64)>)>,
     /// A timeline's initcalls (`run --initcalls`).
     initcalls: Option<Initcalls>,
+    /// A profile's page-fault tail of a restore.
+    fault_tail: Option<bootscope_model::fault_tail::FaultTail>,
 }
 
 impl Boot {
@@ -105,6 +107,7 @@ impl Boot {
             sites: BTreeMap::new(),
             by_phase: Vec::new(),
             initcalls: Initcalls::from_timeline(t.initcalls.as_ref()),
+            fault_tail: None,
         }
     }
 
@@ -145,6 +148,7 @@ impl Boot {
             sites: top_sites(p),
             by_phase: by_phase(p, &phase_names),
             initcalls: None,
+            fault_tail: p.fault_tail.clone(),
         }
     }
 }
@@ -226,6 +230,9 @@ pub(super) fn boot_svg(b: &Boot, path: &Path) -> String {
     }
     if b.phases.is_empty() && b.marks.is_empty() {
         svg.note("(no phases or marks in this file)");
+    }
+    if let Some(t) = &b.fault_tail {
+        super::fault_curve::draw(&mut svg, t, scale);
     }
     if let Some(ic) = &b.initcalls {
         let kernel = b

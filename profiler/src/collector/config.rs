@@ -52,12 +52,17 @@ pub struct CollectorSet {
     /// Run-queue waits of the target's threads (three programs on every
     /// wake-up and context switch of the host): only when named.
     pub sched: bool,
+    /// The page-fault tail of a restore (bpf/tail.bpf.c): on by default
+    /// only when the command is a restore (the CLI decides), else only
+    /// when named.
+    pub tail: bool,
 }
 
 impl CollectorSet {
     /// Every collector (`--collect all`).
     pub const ALL: Self = Self {
         sched: true,
+        tail: true,
         ..Self::DEFAULT
     };
 
@@ -72,11 +77,12 @@ impl CollectorSet {
         numa: true,
         phases: true,
         sched: false,
+        tail: false,
     };
 
     /// The collectors' names, as `--collect` takes them: `exit-counts` is
     /// the exits collector without the exits' latency.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "exits",
         "exit-counts",
         "faults",
@@ -84,6 +90,7 @@ impl CollectorSet {
         "numa",
         "phases",
         "sched",
+        "tail",
     ];
 
     /// A comma-separated list of collector names (`exits,phases`); `all`
@@ -97,6 +104,7 @@ impl CollectorSet {
             numa: false,
             phases: false,
             sched: false,
+            tail: false,
         };
         for name in list.split(',').map(str::trim) {
             match name {
@@ -110,6 +118,7 @@ impl CollectorSet {
                 "numa" => set.numa = true,
                 "phases" => set.phases = true,
                 "sched" => set.sched = true,
+                "tail" => set.tail = true,
                 "all" => set = Self::ALL,
                 "" => {
                     return Err(format!(
@@ -137,6 +146,7 @@ impl CollectorSet {
             CollectorKind::Numa => self.numa,
             CollectorKind::Phases => self.phases,
             CollectorKind::Sched => self.sched,
+            CollectorKind::Tail => self.tail,
         }
     }
 }

@@ -287,7 +287,7 @@ pub(super) fn load_object(
     let (mut loader, btf) = if !Path::new(KERNEL_BTF).exists() {
         // Nothing to parse: the loader is cheap as it is.
         (EbpfLoader::new(), KernelBtf::Missing)
-    } else if config.exit_codes {
+    } else if config.exit_codes || config.collectors.tail {
         (EbpfLoader::new(), KernelBtf::Used(None))
     } else {
         match loader_without_kernel_btf() {
@@ -303,12 +303,16 @@ pub(super) fn load_object(
     let boot_time_port = u32::from(config.boot_time_port);
     let fork_follows = u32::from(settings.fork_follows);
     let read_exit_code = u32::from(btf.reads_exit_codes());
+    // The tail programs read the task's fault counters the same way.
+    let tail_bucket_ns = super::tail::BUCKET_NS;
     let nr_ranges = topology.pfn_ranges.len().min(bpf::MAX_PFN_RANGES) as u32;
     loader
         .override_global("marker_port_debug", &debug_port, true)
         .override_global("marker_port_boot_time", &boot_time_port, true)
         .override_global("fork_follows", &fork_follows, true)
         .override_global("read_exit_code", &read_exit_code, true)
+        .override_global("read_fault_counters", &read_exit_code, true)
+        .override_global("tail_bucket_ns", &tail_bucket_ns, true)
         .override_global("nr_pfn_ranges", &nr_ranges, true)
         .map_max_entries("events", settings.ring_bytes);
     if let Some(threads) = config.expected_threads {

@@ -27,6 +27,7 @@ mod sampler;
 mod sched;
 mod sites;
 mod state;
+mod tail;
 mod target;
 mod tasks;
 mod thread_info;
@@ -261,6 +262,9 @@ impl Collector {
         // The phases port writes open, named as the marks' phases are.
         let mut log = log::EventLog::new(config.boot_time_port);
         mark_phases::fill(&mut ebpf, &mut log.phase_names)?;
+        if config.collectors.tail {
+            tail::arm(&mut ebpf).map_err(|e| map_error("tail_window", e))?;
+        }
 
         // The target, its live descendants and their threads.
         let (started, start_mono_ns) = given_origin.unwrap_or_else(|| clock_origin(None));
@@ -624,12 +628,17 @@ mod tests {
         assert_eq!(all, CollectorSet::ALL);
         assert!(all.exits && all.exit_latency && all.faults && all.threads && all.numa);
         assert!(all.sched && !CollectorSet::DEFAULT.sched);
+        assert!(all.tail && !CollectorSet::DEFAULT.tail);
+        assert!(CollectorSet::parse("tail")
+            .unwrap()
+            .has(CollectorKind::Tail));
         let sched = CollectorSet::parse("sched").unwrap();
         assert!(sched.sched && sched.has(CollectorKind::Sched) && !sched.threads);
         assert_eq!(
             CollectorSet::DEFAULT,
             CollectorSet {
                 sched: false,
+                tail: false,
                 ..CollectorSet::ALL
             }
         );

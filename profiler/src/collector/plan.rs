@@ -245,6 +245,14 @@ pub(super) fn not_needed(
             "not needed: kvm:kvm_exit gives the exit reasons on this {isa} host \
              (this is the PVM fallback)"
         )),
+        (Source::TailWalk, KvmBackend::Hardware(isa)) => Some(format!(
+            "not needed: kvm:kvm_page_fault begins a guest fault on this {isa} host"
+        )),
+        (Source::TailNpf, KvmBackend::Pvm) => Some(
+            "not attached: this is a PVM host (kvm_pvm), where a guest fault begins with \
+             kvmmmu:kvm_mmu_pagetable_walk"
+                .into(),
+        ),
         (Source::KvmmmuSpteRequested, KvmBackend::Hardware(isa)) => Some(format!(
             "not needed: kvm:kvm_page_fault counts guest faults on this {isa} host \
              (this is its fallback)"
@@ -271,6 +279,12 @@ const PROGRAM_MAPS: &[(&[&str], &str)] = &[
     (&["bs_sched_switch"], "run_time"),
     (&["bs_sched_wait_switch"], "sched_tasks"),
     (&["bs_sched_wait_switch"], "sched_waits"),
+    (&["bs_tail_spte"], "tail_threads"),
+    (&["bs_tail_spte"], "tail_curve"),
+    (&["bs_tail_spte"], "tail_regions"),
+    (&["bs_tail_spte"], "tail_sites"),
+    (&["bs_tail_spte"], "tail_latency"),
+    (&["bs_tail_spte"], "tail_pages"),
 ];
 
 /// The maps of [`PROGRAM_MAPS`] that no attached program writes.

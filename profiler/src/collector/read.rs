@@ -649,6 +649,7 @@ impl State {
                 CollectorKind::Numa => "numa",
                 CollectorKind::Phases => "phases",
                 CollectorKind::Sched => "sched",
+                CollectorKind::Tail => "tail",
             };
             if p.is_attached() {
                 match p.spec.source {
@@ -756,6 +757,7 @@ impl State {
         let (threads, numa) = self.threads_and_numa(now, &mut counts);
         let marks = self.log.sorted_marks();
         let phases = phases::derive_spans(&marks, now);
+        let fault_tail = self.fault_tail(&marks, &mut counts);
         Profile {
             sources: self.sources(&counts, &exits, &page_faults),
             target: self.tasks.target.clone(),
@@ -776,6 +778,7 @@ impl State {
                 sample_cpu_ns: self.sampler.sample_cpu.as_nanos() as u64,
                 cpu_ns: self.sampler.reader_cpu.as_nanos() as u64,
             }),
+            fault_tail,
             ..Profile::new()
         }
     }

@@ -111,6 +111,7 @@ impl State {
     /// is told here, unless the kernel switched the process's phase at a
     /// port write after the mark.
     pub(super) fn push_mark(&mut self, mark: Mark) {
+        self.close_tail_window(&mark);
         let port = mark.source.is_port() && self.attached(Source::MarkerPio);
         let mono_ns = mark.t_ns.saturating_add(self.clock.start_mono_ns);
         let tgid = mark.tgid.unwrap_or(self.tasks.target_pid);

@@ -224,6 +224,8 @@ pub fn to_chrome_trace(p: &Profile) -> String {
         sample_counters(p, pid, &mut events);
     }
 
+    super::fault_tail::chrome_counters(p, pid, &mut events);
+
     // Stable: equal times keep the order above (a phase before its marks).
     events.sort_by(|a, b| {
         a["ts"]

@@ -15,7 +15,7 @@ use crate::profile::Profile;
 
 /// One protobuf message being written.
 #[derive(Default)]
-struct Msg(Vec<u8>);
+pub(super) struct Msg(pub(super) Vec<u8>);
 
 impl Msg {
     fn varint(&mut self, mut v: u64) {
@@ -26,20 +26,20 @@ impl Msg {
         self.0.push(v as u8);
     }
     /// A varint field (wire type 0).
-    fn uint(&mut self, field: u32, v: u64) -> &mut Self {
+    pub(super) fn uint(&mut self, field: u32, v: u64) -> &mut Self {
         self.varint(u64::from(field) << 3);
         self.varint(v);
         self
     }
     /// A length-delimited field (wire type 2): a message, or packed
     /// varints.
-    fn bytes(&mut self, field: u32, b: &[u8]) -> &mut Self {
+    pub(super) fn bytes(&mut self, field: u32, b: &[u8]) -> &mut Self {
         self.varint((u64::from(field) << 3) | 2);
         self.varint(b.len() as u64);
         self.0.extend_from_slice(b);
         self
     }
-    fn packed(&mut self, field: u32, vs: &[u64]) -> &mut Self {
+    pub(super) fn packed(&mut self, field: u32, vs: &[u64]) -> &mut Self {
         let mut p = Msg::default();
         for &v in vs {
             p.varint(v);
@@ -49,19 +49,19 @@ impl Msg {
 }
 
 /// The string table: index 0 is "".
-struct Strings {
+pub(super) struct Strings {
     index: HashMap<String, u64>,
-    list: Vec<String>,
+    pub(super) list: Vec<String>,
 }
 
 impl Strings {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Strings {
             index: HashMap::from([(String::new(), 0)]),
             list: vec![String::new()],
         }
     }
-    fn id(&mut self, s: &str) -> u64 {
+    pub(super) fn id(&mut self, s: &str) -> u64 {
         if let Some(&i) = self.index.get(s) {
             return i;
         }

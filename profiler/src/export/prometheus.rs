@@ -48,6 +48,7 @@ pub fn to_prometheus(p: &Profile) -> String {
     exit_latencies(&mut out, p);
     boot_counts(&mut out, p);
     profiling_cost(&mut out, p);
+    super::fault_tail::prometheus(&mut out, p);
     out.family(
         "bootscope_profile_duration_seconds",
         "gauge",

@@ -17,7 +17,22 @@ pub fn draw_faults(f: &mut Frame, area: Rect, app: &App) {
     let b = block(t, " Page faults per second ");
     let inner = b.inner(area);
     f.render_widget(b, area);
-    let (guest, host) = app.fault_rates();
+    let (mut guest, host) = app.fault_rates();
+    // A restore's tail: the guest half shows the window's curve.
+    let tail = app
+        .profile
+        .fault_tail
+        .as_ref()
+        .map(|tail| super::fault_tail::tail_series(tail, app.profile.duration_ns));
+    let mut guest_detail = if pf.guest_source.is_empty() {
+        "no guest fault source fired".to_string()
+    } else {
+        short_source(&pf.guest_source).to_string()
+    };
+    if let Some((line, data)) = tail {
+        guest_detail = line;
+        guest = data;
+    }
     let halves: [Rect; 2] =
         Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(inner);
     let series = [
@@ -25,11 +40,7 @@ pub fn draw_faults(f: &mut Frame, area: Rect, app: &App) {
             "guest",
             pf.guest_total,
             app.rate(pf.guest_total, |p| p.page_faults.guest_total),
-            if pf.guest_source.is_empty() {
-                "no guest fault source fired".to_string()
-            } else {
-                short_source(&pf.guest_source).to_string()
-            },
+            guest_detail,
             guest,
             t.guest(),
         ),

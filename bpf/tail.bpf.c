@@ -1,0 +1,376 @@
+// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+/* Fault-tail collector: the page faults of a restored guest in the window
+ * from its first KVM_RUN to its next mark, each guest fault with what its
+ * service cost on the host.
+ *
+ * A guest fault KVM serves begins with kvmmmu:kvm_mmu_pagetable_walk (the
+ * shadow MMU's walk of the guest's tables: PVM) or kvm:kvm_page_fault (an
+ * EPT violation or NPF: VMX/SVM) and ends with kvmmmu:kvm_mmu_spte_requested
+ * (KVM about to map the page, its host page in hand). Between the two, KVM
+ * got the host page through get_user_pages, which raises no exception:
+ * the host faults it took are read from the thread's own fault counters
+ * (task_struct min_flt, maj_flt: what /proc/PID/task/TID/stat reports),
+ * before and after. A fault that went through the page cache
+ * (filemap:mm_filemap_fault or mm_filemap_map_pages in between) is
+ * file-backed. Host faults of the VM's threads outside a guest fault (the
+ * VMM's own threads, KVM's other work) are the counters' rest.
+ *
+ * The window opens at the first guest fault of a followed VM after
+ * userspace armed it, and closes at the guest's next mark (userspace sets
+ * end_ns). Everything is aggregated here: a curve of faults per time
+ * bucket and kind, faults per 2 MiB guest-physical region and per exit
+ * site (the guest RIP the exits collector noted, VMX/SVM with exit sites
+ * on), a service-time histogram per kind, and the distinct guest pages.
+ */
+#include "common.bpf.h"
+#include "exits.h"
+#include "tail.h"
+
+/* Set by userspace: the curve's bucket width, the distinct-page set's
+ * size, and whether the task counters can be read (the loader relocated
+ * the object against the kernel's BTF: CO-RE). */
+const volatile __u64 tail_bucket_ns = 1000000;
+const volatile __u32 read_fault_counters = 0;
+
+BS_FIELD(kvm_mmu_spte_requested, gfn);
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bs_tail_window);
+} tail_window SEC(".maps");
+
+/* Where and when the window opened (one entry, key 0, made once). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bs_tail_start);
+} tail_start SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BS_TT_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} tail_totals SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct bs_tail_thread);
+} tail_threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct bs_tail_curve_key);
+	__type(value, __u64);
+} tail_curve SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct bs_tail_where_key);
+	__type(value, struct bs_tail_where);
+} tail_regions SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct bs_tail_where_key);
+	__type(value, struct bs_tail_where);
+} tail_sites SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, struct bs_tail_lat_key);
+	__type(value, struct bs_hist);
+} tail_latency SEC(".maps");
+
+/* The distinct guest pages (gfn) faulted in the window: an entry is
+ * created once per page, and that creation is counted (BS_TT_PAGES). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1048576);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u64);
+	__type(value, __u8);
+} tail_pages SEC(".maps");
+
+/* The exits collector's map (exits.bpf.c defines it). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct bs_exit_start);
+} exit_start SEC(".maps") __weak;
+
+static __always_inline void bs_tail_add(__u32 idx, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&tail_totals, &idx);
+
+	if (v)
+		*v += n;
+}
+
+/* The window if it is open for tgid at now (*start_ns: its start), opening
+ * an armed one when may_open (a guest fault's start): the first program to
+ * create tail_start's entry opens it. */
+static __always_inline int bs_tail_win(__u32 tgid, __u64 now, int may_open, __u64 *start_ns)
+{
+	__u32 zero = 0;
+	struct bs_tail_window *w = bpf_map_lookup_elem(&tail_window, &zero);
+	struct bs_tail_start *s;
+
+	if (!w || w->state == BS_TAIL_OFF)
+		return 0;
+	s = bpf_map_lookup_elem(&tail_start, &zero);
+	if (!s) {
+		struct bs_tail_start init = { .tgid = tgid, .start_ns = now };
+
+		if (!may_open || w->state != BS_TAIL_ARMED)
+			return 0;
+		bpf_map_update_elem(&tail_start, &zero, &init, BPF_NOEXIST);
+		s = bpf_map_lookup_elem(&tail_start, &zero);
+		if (!s)
+			return 0;
+	}
+	if (s->tgid != tgid || (w->end_ns && now > w->end_ns))
+		return 0;
+	*start_ns = s->start_ns;
+	return 1;
+}
+
+/* The current thread's fault counters (0 without BTF). */
+static __always_inline void bs_tail_counters(__u64 *min, __u64 *maj)
+{
+	struct task_struct *task;
+
+	*min = 0;
+	*maj = 0;
+	if (!read_fault_counters)
+		return;
+	task = (struct task_struct *)bpf_get_current_task();
+	*min = BPF_CORE_READ(task, min_flt);
+	*maj = BPF_CORE_READ(task, maj_flt);
+}
+
+/* The thread's entry (made at its first event in the window) with the
+ * host faults since its last event in *dmin, *dmaj; its last counters
+ * are moved to now. */
+static __always_inline struct bs_tail_thread *bs_tail_step(__u32 tgid, __u32 tid, __u64 *dmin,
+							   __u64 *dmaj)
+{
+	struct bs_tail_thread *t;
+	__u64 min, maj;
+
+	bs_tail_counters(&min, &maj);
+	*dmin = 0;
+	*dmaj = 0;
+	t = bpf_map_lookup_elem(&tail_threads, &tid);
+	if (!t) {
+		struct bs_tail_thread init = {
+			.first_min = min, .first_maj = maj,
+			.last_min = min, .last_maj = maj, .tgid = tgid,
+		};
+
+		if (bpf_map_update_elem(&tail_threads, &tid, &init, BPF_NOEXIST) != 0)
+			bs_percpu_inc(&map_overflows, 0);
+		return bpf_map_lookup_elem(&tail_threads, &tid);
+	}
+	if (min > t->last_min)
+		*dmin = min - t->last_min;
+	if (maj > t->last_maj)
+		*dmaj = maj - t->last_maj;
+	t->last_min = min;
+	t->last_maj = maj;
+	return t;
+}
+
+/* A guest fault's service begins. */
+static __always_inline int bs_tail_begin(void)
+{
+	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns(), dmin, dmaj, start;
+	__u32 tgid = id >> 32, phase;
+	struct bs_tail_thread *t;
+
+	if (!bs_follow(tgid, &phase) || !bs_tail_win(tgid, now, 1, &start))
+		return 0;
+	t = bs_tail_step(tgid, (__u32)id, &dmin, &dmaj);
+	bs_tail_add(BS_TT_MINOR_OTHER, dmin);
+	bs_tail_add(BS_TT_MAJOR_OTHER, dmaj);
+	if (t) {
+		t->walk_ns = now;
+		t->file = 0;
+	}
+	return 0;
+}
+
+SEC("raw_tp/kvm_mmu_pagetable_walk")
+int bs_tail_walk(void *ctx)
+{
+	return bs_tail_begin();
+}
+
+SEC("raw_tp/kvm_page_fault")
+int bs_tail_npf(void *ctx)
+{
+	return bs_tail_begin();
+}
+
+static __always_inline void bs_tail_where(void *map, __u32 tgid, __u32 kind, __u64 at, __u64 ns)
+{
+	struct bs_tail_where_key key = { .tgid = tgid, .kind = kind, .at = at };
+	struct bs_tail_where *v = bpf_map_lookup_elem(map, &key);
+
+	if (!v) {
+		struct bs_tail_where zero = {};
+
+		bpf_map_update_elem(map, &key, &zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(map, &key);
+		if (!v) {
+			bs_percpu_inc(&map_overflows, 0);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&v->count, 1);
+	__sync_fetch_and_add(&v->total_ns, ns);
+}
+
+static __always_inline void bs_tail_latency(__u32 tgid, __u32 kind, __u64 ns)
+{
+	struct bs_tail_lat_key key = { .tgid = tgid, .kind = kind };
+	struct bs_hist *h = bpf_map_lookup_elem(&tail_latency, &key);
+
+	if (!h) {
+		struct bs_hist zero = {};
+
+		bpf_map_update_elem(&tail_latency, &key, &zero, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&tail_latency, &key);
+		if (!h) {
+			bs_percpu_inc(&map_overflows, 0);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&h->slots[bs_hist_slot(ns)], 1);
+	__sync_fetch_and_add(&h->count, 1);
+	__sync_fetch_and_add(&h->total_ns, ns);
+}
+
+static __always_inline __u32 bs_tail_kind(__u64 dmin, __u64 dmaj, __u32 file)
+{
+	if (dmaj)
+		return file ? BS_TAIL_MAJOR_FILE : BS_TAIL_MAJOR_ANON;
+	if (dmin)
+		return file ? BS_TAIL_MINOR_FILE : BS_TAIL_MINOR_ANON;
+	return BS_TAIL_RESIDENT;
+}
+
+/* A guest fault's service ends: KVM maps the page. */
+SEC("tracepoint/kvmmmu/kvm_mmu_spte_requested")
+int bs_tail_spte(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns(), dmin, dmaj, ns = 0, start;
+	__u32 tgid = id >> 32, tid = (__u32)id, phase, kind;
+	struct bs_tail_thread *t;
+	struct bs_exit_start *ex;
+	__u64 gfn, bucket;
+	__u8 one = 1;
+
+	if (!bs_follow(tgid, &phase))
+		return 0;
+	bs_tail_add(BS_TT_GUEST_ALL, 1);
+	if (!bs_tail_win(tgid, now, 0, &start))
+		return 0;
+	t = bs_tail_step(tgid, tid, &dmin, &dmaj);
+	if (!t)
+		return 0;
+	kind = bs_tail_kind(dmin, dmaj, t->file);
+	if (t->walk_ns && now > t->walk_ns)
+		ns = now - t->walk_ns;
+	t->walk_ns = 0;
+	t->file = 0;
+	bs_tail_add(BS_TT_GUEST, 1);
+	bs_tail_add(BS_TT_MINOR_IN_FAULT, dmin);
+	bs_tail_add(BS_TT_MAJOR_IN_FAULT, dmaj);
+	bs_tail_latency(tgid, kind, ns);
+	bucket = now > start ? (now - start) / (tail_bucket_ns ? tail_bucket_ns : 1) : 0;
+	{
+		struct bs_tail_curve_key ck = {
+			.tgid = tgid,
+			.bucket = bucket > 0xffffffffULL ? 0xffffffffU : (__u32)bucket,
+			.kind = kind,
+		};
+
+		bs_count(&tail_curve, &ck, 1);
+	}
+	gfn = BS_READ(ctx, kvm_mmu_spte_requested, gfn);
+	bs_tail_where(&tail_regions, tgid, kind, gfn >> (BS_TAIL_REGION_SHIFT - 12), ns);
+	ex = bpf_map_lookup_elem(&exit_start, &tid);
+	if (ex && ex->rip && ex->tgid == tgid)
+		bs_tail_where(&tail_sites, tgid, kind, ex->rip, ns);
+	if (bpf_map_update_elem(&tail_pages, &gfn, &one, BPF_NOEXIST) == 0)
+		bs_tail_add(BS_TT_PAGES, 1);
+	else if (!bpf_map_lookup_elem(&tail_pages, &gfn))
+		bs_tail_add(BS_TT_PAGES_BEYOND, 1);
+	return 0;
+}
+
+/* A fault of the thread's open guest fault went through the page cache. */
+static __always_inline int bs_tail_filemap(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct bs_tail_thread *t = bpf_map_lookup_elem(&tail_threads, &tid);
+
+	if (t && t->walk_ns)
+		t->file = 1;
+	return 0;
+}
+
+SEC("raw_tp/mm_filemap_fault")
+int bs_tail_filemap_fault(void *ctx)
+{
+	return bs_tail_filemap();
+}
+
+SEC("raw_tp/mm_filemap_map_pages")
+int bs_tail_filemap_map(void *ctx)
+{
+	return bs_tail_filemap();
+}
+
+/* A host exception of one of the VM's threads in the window: counted;
+ * the faults before it, outside a guest fault, go to the rest. */
+static __always_inline int bs_tail_exception(__u32 idx)
+{
+	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns(), dmin, dmaj, start;
+	__u32 tgid = id >> 32, tid = (__u32)id, phase;
+	struct bs_tail_thread *t;
+
+	if (!bs_follow(tgid, &phase) || !bs_tail_win(tgid, now, 0, &start))
+		return 0;
+	bs_tail_add(idx, 1);
+	t = bpf_map_lookup_elem(&tail_threads, &tid);
+	if (t && t->walk_ns)
+		return 0; /* inside a guest fault's service: counted at its end */
+	bs_tail_step(tgid, tid, &dmin, &dmaj);
+	bs_tail_add(BS_TT_MINOR_OTHER, dmin);
+	bs_tail_add(BS_TT_MAJOR_OTHER, dmaj);
+	return 0;
+}
+
+SEC("raw_tp/page_fault_user")
+int bs_tail_exc_user(void *ctx)
+{
+	return bs_tail_exception(BS_TT_EXC_USER);
+}
+
+SEC("raw_tp/page_fault_kernel")
+int bs_tail_exc_kernel(void *ctx)
+{
+	return bs_tail_exception(BS_TT_EXC_KERNEL);
+}

@@ -1,0 +1,285 @@
+//! The fault-tail collector's part (bpf/tail.bpf.c): the window armed
+//! before the target runs, closed at the guest's next mark, and the
+//! in-kernel counts read into the profile's `fault_tail`.
+
+use std::collections::BTreeMap;
+
+use aya::maps::{Array, MapData};
+use aya::Ebpf;
+use bootscope_model::fault_tail::{
+    FaultTail, TailBucket, TailHost, TailKind, TailThread, TailWhere, TailWindow, WorkingSet,
+    KINDS, PAGE_BYTES,
+};
+use bootscope_model::hist;
+
+use super::maps::{hash_entries, percpu_sum};
+use super::state::State;
+use crate::bpf::tail::{self as t, total};
+use crate::bpf::{self, BsHist, Source};
+use crate::profile::{Mark, MarkSource};
+
+const WINDOW_MAP: &str = "tail_window";
+const TOTALS_MAP: &str = "tail_totals";
+/// The VMM's mark of its first `KVM_RUN` (bootscope's own VMM).
+const FIRST_KVM_RUN: &str = "vmm: first KVM_RUN";
+
+/// The curve's bucket width: a millisecond.
+pub(super) const BUCKET_NS: u64 = 1_000_000;
+
+/// Arms the window: the next guest fault of a followed VM opens it.
+pub(super) fn arm(ebpf: &mut Ebpf) -> Result<(), String> {
+    let map = ebpf
+        .map_mut(WINDOW_MAP)
+        .ok_or_else(|| format!("map {WINDOW_MAP} is not in the object"))?;
+    let mut a = Array::<&mut MapData, t::BsTailWindow>::try_from(map).map_err(|e| e.to_string())?;
+    let w = t::BsTailWindow {
+        state: t::TAIL_ARMED,
+        ..Default::default()
+    };
+    a.set(0, w, 0).map_err(|e| e.to_string())
+}
+
+impl State {
+    fn tail_window(&self) -> Option<t::BsTailWindow> {
+        let a = Array::<&MapData, t::BsTailWindow>::try_from(self.bpf.map(WINDOW_MAP)?).ok()?;
+        a.get(&0, 0).ok()
+    }
+
+    fn tail_start(&self) -> Option<t::BsTailStart> {
+        hash_entries::<u32, t::BsTailStart>(&self.bpf, "tail_start")
+            .into_iter()
+            .map(|(_, s)| s)
+            .next()
+    }
+
+    /// Closes an open window at `mark` if it is the guest's first mark
+    /// since the window opened (a mark of the VMM's own does not close it).
+    pub(super) fn close_tail_window(&mut self, mark: &Mark) {
+        if mark.source == MarkSource::Vmm || !self.attached(Source::TailSpte) {
+            return;
+        }
+        let Some(w) = self.tail_window() else { return };
+        if w.state != t::TAIL_ARMED || w.end_ns != 0 {
+            return;
+        }
+        let Some(start) = self.tail_start() else {
+            return;
+        };
+        let mono = self.clock.start_mono_ns + mark.t_ns;
+        if mono < start.start_ns || mark.tgid.is_some_and(|p| p != start.tgid) {
+            return;
+        }
+        let Some(map) = self.bpf.map_mut(WINDOW_MAP) else {
+            return;
+        };
+        if let Ok(mut a) = Array::<&mut MapData, t::BsTailWindow>::try_from(map) {
+            let _ = a.set(0, t::BsTailWindow { end_ns: mono, ..w }, 0);
+        }
+    }
+
+    /// The profile's `fault_tail`, when the tail programs run; adds what
+    /// they counted to their sources' events.
+    pub(super) fn fault_tail(
+        &self,
+        marks: &[Mark],
+        events: &mut [u64; bpf::SOURCE_COUNT],
+    ) -> Option<FaultTail> {
+        if !self.attached(Source::TailSpte) {
+            return None;
+        }
+        let tot = |i: usize| percpu_sum(&self.bpf, TOTALS_MAP, i as u32);
+        events[Source::TailSpte as usize] += tot(total::GUEST_ALL);
+        events[Source::TailExcUser as usize] += tot(total::EXC_USER);
+        events[Source::TailExcKernel as usize] += tot(total::EXC_KERNEL);
+        let start = self.tail_start();
+        let window = self.tail_window().unwrap_or_default();
+        let to_t = |mono: u64| self.clock.ktime_to_t(mono);
+        let start_ns = start.map(|s| to_t(s.start_ns));
+        let end_ns = (window.end_ns != 0).then(|| to_t(window.end_ns));
+        let end_mark = end_ns.and_then(|e| {
+            marks
+                .iter()
+                .find(|m| m.t_ns == e && m.source != MarkSource::Vmm)
+                .map(|m| m.name.clone())
+        });
+        let first_kvm_run_ns = marks
+            .iter()
+            .find(|m| m.source == MarkSource::Vmm && m.name == FIRST_KVM_RUN)
+            .map(|m| m.t_ns);
+        let by_kind = self.tail_kinds();
+        let pages = tot(total::PAGES);
+        Some(FaultTail {
+            restore: None,
+            window: TailWindow {
+                start_ns,
+                first_kvm_run_ns,
+                end_ns,
+                end_mark,
+            },
+            bucket_ns: BUCKET_NS,
+            guest_faults: tot(total::GUEST),
+            guest_faults_total: tot(total::GUEST_ALL),
+            wait_ns: by_kind.iter().map(|k| k.wait_ns).sum(),
+            by_kind,
+            host: TailHost {
+                minor_in_guest_faults: tot(total::MINOR_IN_FAULT),
+                major_in_guest_faults: tot(total::MAJOR_IN_FAULT),
+                minor_other: tot(total::MINOR_OTHER),
+                major_other: tot(total::MAJOR_OTHER),
+                exceptions_user: tot(total::EXC_USER),
+                exceptions_kernel: tot(total::EXC_KERNEL),
+                threads: self.tail_threads(),
+            },
+            curve: curve(&hash_entries(&self.bpf, "tail_curve"), BUCKET_NS),
+            regions: places(&hash_entries(&self.bpf, "tail_regions"), true),
+            sites: places(&hash_entries(&self.bpf, "tail_sites"), false),
+            working_set: WorkingSet {
+                pages,
+                bytes: pages * PAGE_BYTES,
+                uncounted: tot(total::PAGES_BEYOND),
+            },
+        })
+    }
+
+    fn tail_kinds(&self) -> Vec<TailKind> {
+        let entries = hash_entries::<t::BsTailLatKey, BsHist>(&self.bpf, "tail_latency");
+        kinds(&entries)
+    }
+
+    fn tail_threads(&self) -> Vec<TailThread> {
+        let mut out: Vec<TailThread> =
+            hash_entries::<u32, t::BsTailThread>(&self.bpf, "tail_threads")
+                .into_iter()
+                .map(|(tid, th)| TailThread {
+                    tid,
+                    minflt: th.last_min.saturating_sub(th.first_min),
+                    majflt: th.last_maj.saturating_sub(th.first_maj),
+                })
+                .collect();
+        out.sort_by_key(|th| th.tid);
+        out
+    }
+}
+
+/// Latency histograms per kind (summed over processes), in [`KINDS`] order.
+fn kinds(entries: &[(t::BsTailLatKey, BsHist)]) -> Vec<TailKind> {
+    let mut slots = vec![vec![0u64; bpf::HIST_SLOTS]; t::KINDS];
+    let mut sums = [(0u64, 0u64); t::KINDS];
+    for (k, h) in entries {
+        let i = k.kind as usize;
+        if i >= t::KINDS {
+            continue;
+        }
+        hist::add_slots(&mut slots[i], &h.slots);
+        sums[i].0 += h.count;
+        sums[i].1 += h.total_ns;
+    }
+    (0..t::KINDS)
+        .filter(|&i| sums[i].0 > 0)
+        .map(|i| TailKind {
+            kind: KINDS[i].to_string(),
+            count: sums[i].0,
+            wait_ns: sums[i].1,
+            hist: hist::buckets(&slots[i]),
+        })
+        .collect()
+}
+
+/// The curve: one bucket per time bucket with faults, in time order.
+fn curve(entries: &[(t::BsTailCurveKey, u64)], bucket_ns: u64) -> Vec<TailBucket> {
+    let mut by: BTreeMap<u32, [u64; 5]> = BTreeMap::new();
+    for (k, n) in entries {
+        if (k.kind as usize) < t::KINDS {
+            by.entry(k.bucket).or_default()[k.kind as usize] += n;
+        }
+    }
+    by.into_iter()
+        .map(|(b, counts)| TailBucket {
+            t_ns: u64::from(b) * bucket_ns,
+            counts,
+        })
+        .collect()
+}
+
+/// Faults per place (region or site), most first.
+fn places(entries: &[(t::BsTailWhereKey, t::BsTailWhere)], regions: bool) -> Vec<TailWhere> {
+    let mut by: BTreeMap<u64, TailWhere> = BTreeMap::new();
+    for (k, v) in entries {
+        let w = by.entry(k.at).or_insert_with(|| TailWhere {
+            gpa: regions.then_some(k.at << t::REGION_SHIFT),
+            rip: (!regions).then_some(k.at),
+            ..Default::default()
+        });
+        w.faults += v.count;
+        if k.kind != 0 {
+            w.host_faults += v.count;
+        }
+        w.wait_ns += v.total_ns;
+    }
+    let mut out: Vec<TailWhere> = by.into_values().collect();
+    out.sort_by(|a, b| b.faults.cmp(&a.faults).then(a.gpa.cmp(&b.gpa)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hist_of(waits: &[u64]) -> BsHist {
+        let mut h = BsHist::default();
+        for &w in waits {
+            h.slots[hist::slot(w)] += 1;
+            h.count += 1;
+            h.total_ns += w;
+        }
+        h
+    }
+
+    #[test]
+    fn kinds_sum_processes_and_keep_the_order() {
+        let key = |tgid, kind| t::BsTailLatKey { tgid, kind };
+        let k = kinds(&[
+            (key(1, 3), hist_of(&[5_000_000])),
+            (key(1, 0), hist_of(&[1_000, 2_000])),
+            (key(2, 0), hist_of(&[3_000])),
+            (key(1, 9), hist_of(&[1])),
+        ]);
+        let names: Vec<&str> = k.iter().map(|k| k.kind.as_str()).collect();
+        assert_eq!(names, ["resident", "major_anon"]);
+        assert_eq!((k[0].count, k[0].wait_ns), (3, 6_000));
+        let in_hist: u64 = k[0].hist.iter().map(|b| b.count).sum();
+        assert_eq!(in_hist, 3);
+    }
+
+    #[test]
+    fn the_curve_is_in_time_order_by_kind() {
+        let key = |bucket, kind| t::BsTailCurveKey {
+            tgid: 1,
+            bucket,
+            kind,
+            pad: 0,
+        };
+        let c = curve(&[(key(3, 1), 4), (key(0, 0), 2), (key(3, 0), 1)], 1_000);
+        assert_eq!(c.len(), 2);
+        assert_eq!((c[0].t_ns, c[0].counts), (0, [2, 0, 0, 0, 0]));
+        assert_eq!((c[1].t_ns, c[1].total(), c[1].host()), (3_000, 5, 4));
+    }
+
+    #[test]
+    fn places_add_kinds_up_most_first() {
+        let key = |kind, at| t::BsTailWhereKey { tgid: 1, kind, at };
+        let val = |count, total_ns| t::BsTailWhere { count, total_ns };
+        let r = places(
+            &[
+                (key(0, 1), val(2, 10)),
+                (key(1, 1), val(3, 30)),
+                (key(0, 5), val(9, 1)),
+            ],
+            true,
+        );
+        assert_eq!(r[0].gpa, Some(5 << 21));
+        assert_eq!((r[1].faults, r[1].host_faults, r[1].wait_ns), (5, 3, 40));
+        let s = places(&[(key(0, 0xffff_8000), val(1, 1))], false);
+        assert_eq!((s[0].rip, s[0].gpa), (Some(0xffff_8000), None));
+    }
+}

@@ -1,0 +1,153 @@
+//! The fault-tail collector on a restore of bootscope's own VMM: on by
+//! default for `run --restore`, its window from the first `KVM_RUN` to the
+//! guest's next mark, its host faults against the kernel's own per-thread
+//! counters over the same window, and its guest faults against KVM's own
+//! statistics over the VM's life (the interval both sides count).
+
+mod support;
+
+use support::bootscope_output as bootscope;
+use support::*;
+
+fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// The ports fixture's snapshot at its userspace mark (0x60), in `tmp`.
+fn snapshot(tmp: &std::path::Path) -> std::path::PathBuf {
+    let disk = tmp.join("disk.img");
+    std::fs::write(&disk, vec![0u8; 8192]).unwrap();
+    let snap = tmp.join("snap");
+    let o = bootscope(&[
+        "run",
+        "--no-profile",
+        "--no-summary",
+        "--kernel",
+        &fixture("mini-bzimage-ports.bin"),
+        "--serial",
+        "null",
+        "--disk",
+        disk.to_str().unwrap(),
+        "--snapshot",
+        snap.to_str().unwrap(),
+        "--snapshot-at",
+        "0x60",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    snap
+}
+
+/// A boot that is not a restore has no tail unless named.
+fn plain_boot_has_no_tail(tmp: &std::path::Path) {
+    let plain = tmp.join("plain.json");
+    let o = bootscope(&[
+        "run",
+        "--kernel",
+        &fixture("mini-bzimage-ports.bin"),
+        "--serial",
+        "null",
+        "--no-summary",
+        "--output",
+        plain.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(read_json(&plain).get("fault_tail").is_none());
+}
+
+#[test]
+fn a_restore_is_profiled_with_its_fault_tail() {
+    require_root!("to load the eBPF programs");
+    require_kvm!();
+    require_bpf!();
+    let tmp = scratch("fault-tail");
+    let snap = snapshot(&tmp);
+    let profile = tmp.join("p.json");
+    let timeline = tmp.join("t.json");
+    let o = bootscope(&[
+        "run",
+        "--restore",
+        snap.to_str().unwrap(),
+        "--memory-restore",
+        "mmap",
+        "--output",
+        profile.to_str().unwrap(),
+        "--timeline",
+        timeline.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("fault tail: "),
+        "the summary's line: {}",
+        text(&o)
+    );
+    let p = read_json(&profile);
+    let t = &p["fault_tail"];
+    assert_eq!(t["restore"]["vmm"], "bootscope", "{t}");
+    assert_eq!(t["restore"]["memory_mode"], "mmap", "{t}");
+
+    // The window: from the first KVM_RUN to the guest's next mark, which
+    // is the first guest mark after the VMM's first KVM_RUN.
+    let w = &t["window"];
+    let run = u(&w["first_kvm_run_ns"]);
+    let end = u(&w["end_ns"]);
+    assert!(end > run, "{w}");
+    let next = p["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["source"] != "vmm" && u(&m["t_ns"]) >= run)
+        .min_by_key(|m| u(&m["t_ns"]))
+        .expect("a guest mark after the restore");
+    assert_eq!(w["end_mark"], next["name"], "{w}");
+    assert_eq!(u(&next["t_ns"]), end);
+
+    // Host faults: what the collector gave to guest faults and to the rest
+    // adds up, thread by thread summed, to the kernel's own counters
+    // (task min_flt/maj_flt, /proc/PID/task/TID/stat) over the window.
+    let h = &t["host"];
+    let threads = h["threads"].as_array().unwrap();
+    assert!(!threads.is_empty(), "{h}");
+    let minflt: u64 = threads.iter().map(|x| u(&x["minflt"])).sum();
+    let majflt: u64 = threads.iter().map(|x| u(&x["majflt"])).sum();
+    assert_eq!(
+        minflt,
+        u(&h["minor_in_guest_faults"]) + u(&h["minor_other"]),
+        "{h}"
+    );
+    assert_eq!(
+        majflt,
+        u(&h["major_in_guest_faults"]) + u(&h["major_other"]),
+        "{h}"
+    );
+
+    // Guest faults over the VM's life against KVM's own statistics: each
+    // mapping KVM's MMU requested belongs to one fault KVM took
+    // (pf_taken), and every fault fixed outside the fast path requested
+    // one.
+    let kvm = &read_json(&timeline)["kvm_stats"];
+    let total = u(&t["guest_faults_total"]);
+    assert!(total <= u(&kvm["pf_taken"]), "{total} vs {kvm}");
+    assert!(
+        total >= u(&kvm["pf_fixed"]).saturating_sub(u(&kvm["pf_fast"])),
+        "{total} vs {kvm}"
+    );
+    assert!(u(&t["guest_faults"]) <= total);
+    // The curve, the kinds and the working set agree with the count.
+    let curve: u64 = t["curve"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|b| b["counts"].as_array().unwrap().iter().map(u))
+        .sum();
+    let kinds: u64 = t["by_kind"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| u(&k["count"]))
+        .sum();
+    assert_eq!(curve, u(&t["guest_faults"]));
+    assert_eq!(kinds, u(&t["guest_faults"]));
+    assert!(u(&t["working_set"]["pages"]) <= u(&t["guest_faults"]));
+
+    plain_boot_has_no_tail(&tmp);
+}
