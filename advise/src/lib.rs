@@ -22,8 +22,8 @@ pub mod report;
 pub mod rules;
 pub mod svg;
 pub mod target;
-pub mod vmm_terms;
 pub mod userspace;
+pub mod vmm_terms;
 
 pub use error::AdviseError;
 pub use evaluate::{advise, evaluate, Advice, Finding};
