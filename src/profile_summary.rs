@@ -63,6 +63,36 @@ pub fn summary(p: &Profile, output: &Path) -> String {
             .collect();
         let _ = writeln!(s, "phases: {}", ph.join(", "));
     }
+    memory_summary(&mut s, p);
+    threads_summary(&mut s, p);
+    let waits = bootscope_profiler::runqueue::phase_wait_lines(p);
+    if !waits.is_empty() {
+        let _ = writeln!(s, "run-queue waits (runnable, not running):");
+        for line in waits {
+            let _ = writeln!(s, "  {line}");
+        }
+    }
+    if let Some(g) = &p.guest_read {
+        s.push_str(&crate::guest_mem::summary::summary(g));
+    }
+    cost_summary(&mut s, p);
+    let _ = writeln!(
+        s,
+        "lost events: {}{}",
+        p.lost_events,
+        if p.map_overflows > 0 {
+            format!(" (and {} not counted: a map was full)", p.map_overflows)
+        } else {
+            String::new()
+        }
+    );
+    // Names from the target (its thread names, its command) and the guest
+    // (functions, phases): the text rule for a terminal.
+    bootscope_model::text::printable_keeping(&s, &['\n']).into_owned()
+}
+
+/// Page faults, page allocations by node and a restore's fault tail.
+fn memory_summary(s: &mut String, p: &Profile) {
     let f = &p.page_faults;
     let _ = writeln!(
         s,
@@ -90,31 +120,6 @@ pub fn summary(p: &Profile, output: &Path) -> String {
     if let Some(t) = &p.fault_tail {
         let _ = writeln!(s, "{}", t.summary_line());
     }
-    threads_summary(&mut s, p);
-    let waits = bootscope_profiler::runqueue::phase_wait_lines(p);
-    if !waits.is_empty() {
-        let _ = writeln!(s, "run-queue waits (runnable, not running):");
-        for line in waits {
-            let _ = writeln!(s, "  {line}");
-        }
-    }
-    if let Some(g) = &p.guest_read {
-        s.push_str(&crate::guest_mem::summary::summary(g));
-    }
-    cost_summary(&mut s, p);
-    let _ = writeln!(
-        s,
-        "lost events: {}{}",
-        p.lost_events,
-        if p.map_overflows > 0 {
-            format!(" (and {} not counted: a map was full)", p.map_overflows)
-        } else {
-            String::new()
-        }
-    );
-    // Names from the target (its thread names, its command) and the guest
-    // (functions, phases): the text rule for a terminal.
-    bootscope_model::text::printable_keeping(&s, &['\n']).into_owned()
 }
 
 /// The busiest 16 threads: their CPUs, run time and nodes.

@@ -91,7 +91,7 @@ mod tests {
         std::fs::write(&root, b"").unwrap();
         std::fs::write(
             &config,
-            serde_json::json!({"drives": [
+            serde_json::json!({"boot-source": {"kernel_image_path": "vmlinux"}, "drives": [
                 {"drive_id": "data", "path_on_host": data, "is_root_device": false},
                 {"drive_id": "root", "path_on_host": root, "is_root_device": true}]})
             .to_string(),
@@ -102,15 +102,19 @@ mod tests {
             "--config-file".into(),
             config.to_str().unwrap().into(),
         ];
-        assert_eq!(disk_image(&f), Some(root));
+        let named = bootscope_model::vmm::disk_images(&f);
+        assert_eq!(disk_image(&f), Some(root), "{named:?}");
         std::fs::write(&config, b"not json").unwrap();
         assert_eq!(disk_image(&f), None);
         // A named image that is not a file is no image.
-        assert_eq!(disk_image(&words("qemu -hda /nonexistent/x.raw")), None);
+        assert_eq!(
+            disk_image(&words("qemu-system-x86_64 -hda /nonexistent/x.raw")),
+            None
+        );
         let image = dir.path().join("disk.raw");
         std::fs::write(&image, b"").unwrap();
         let q = vec![
-            "qemu".to_string(),
+            "qemu-system-x86_64".to_string(),
             "-hda".into(),
             image.to_str().unwrap().into(),
         ];

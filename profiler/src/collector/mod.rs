@@ -218,6 +218,29 @@ fn attach_setup_programs(
             .any(|p| p.is_attached() && fires_in_guest(&p.spec)))
 }
 
+/// The ring buffer's size: a power of two of at least a page.
+fn ring_size(asked: u32) -> u32 {
+    asked
+        .max(page_size() as u32)
+        .checked_next_power_of_two()
+        .unwrap_or(1 << 30)
+}
+
+/// The log of marks and phases, its phases' port writes opened in the
+/// object (named as the marks' phases are), and the fault tail's window
+/// armed when that collector runs.
+fn event_log(
+    ebpf: &mut aya::Ebpf,
+    config: &CollectorConfig,
+) -> Result<log::EventLog, ProfilerError> {
+    let mut log = log::EventLog::new(config.boot_time_port);
+    mark_phases::fill(ebpf, &mut log.phase_names)?;
+    if config.collectors.tail {
+        tail::arm(ebpf).map_err(|e| map_error("tail_window", e))?;
+    }
+    Ok(log)
+}
+
 impl Collector {
     /// Starts profiling. Tracepoints this kernel lacks are recorded as
     /// missing in `sources[]` and the rest goes on; errors are for what
@@ -233,11 +256,7 @@ impl Collector {
         stages.end("topology");
 
         let plan = plan_programs(&config.collectors, &tracefs, KvmBackend::detect());
-        let ring_bytes = config
-            .ring_buffer_bytes
-            .max(page_size() as u32)
-            .checked_next_power_of_two()
-            .unwrap_or(1 << 30);
+        let ring_bytes = ring_size(config.ring_buffer_bytes);
         stages.end("tracefs formats");
         let unused = unused_maps(&plan.programs);
         let settings = ObjectSettings {
@@ -259,12 +278,7 @@ impl Collector {
             &mut stages,
         )?;
         fill_topology_maps(&mut ebpf, &topology)?;
-        // The phases port writes open, named as the marks' phases are.
-        let mut log = log::EventLog::new(config.boot_time_port);
-        mark_phases::fill(&mut ebpf, &mut log.phase_names)?;
-        if config.collectors.tail {
-            tail::arm(&mut ebpf).map_err(|e| map_error("tail_window", e))?;
-        }
+        let log = event_log(&mut ebpf, &config)?;
 
         // The target, its live descendants and their threads.
         let (started, start_mono_ns) = given_origin.unwrap_or_else(|| clock_origin(None));

@@ -642,15 +642,7 @@ impl State {
             } else {
                 p.detail.clone()
             };
-            let collector = match p.spec.collector {
-                CollectorKind::Exits | CollectorKind::ExitLatency => "exits",
-                CollectorKind::Faults => "faults",
-                CollectorKind::Threads => "threads",
-                CollectorKind::Numa => "numa",
-                CollectorKind::Phases => "phases",
-                CollectorKind::Sched => "sched",
-                CollectorKind::Tail => "tail",
-            };
+            let collector = collector_name(p.spec.collector);
             if p.is_attached() {
                 match p.spec.source {
                     Source::KvmExit if events == 0 => {
@@ -781,5 +773,18 @@ impl State {
             fault_tail,
             ..Profile::new()
         }
+    }
+}
+
+/// The collector (`--collect` name) a program feeds.
+fn collector_name(kind: CollectorKind) -> &'static str {
+    match kind {
+        CollectorKind::Exits | CollectorKind::ExitLatency => "exits",
+        CollectorKind::Faults => "faults",
+        CollectorKind::Threads => "threads",
+        CollectorKind::Numa => "numa",
+        CollectorKind::Phases => "phases",
+        CollectorKind::Sched => "sched",
+        CollectorKind::Tail => "tail",
     }
 }
