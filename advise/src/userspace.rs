@@ -362,6 +362,8 @@ mod tests {
                 ("userspace".into(), 2_600 * MS),
             ],
             units: Some(units),
+            // A timeline: bootscope's run, with its virtio-rng.
+            vmm: crate::evidence::Vmm::Bootscope,
             ..Evidence::default()
         }
     }
@@ -424,7 +426,16 @@ mod tests {
             .iter()
             .filter(|f| f.phase == "userspace")
             .count();
-        assert_eq!(all_userspace, 5);
+        assert_eq!(
+            all_userspace,
+            5,
+            "{:?}",
+            advice
+                .findings
+                .iter()
+                .map(|f| (f.rule, &f.phase))
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]
@@ -451,7 +462,15 @@ mod tests {
         let advice = advise(&ev);
         let unchecked: Vec<&str> = advice.unchecked.iter().map(|u| u.rule).collect();
         assert!(unchecked.contains(&"slow-unit-on-chain"), "{unchecked:?}");
-        assert!(advice.findings.iter().all(|f| f.phase != "userspace"));
+        assert!(
+            advice.findings.iter().all(|f| f.phase != "userspace"),
+            "{:?}",
+            advice
+                .findings
+                .iter()
+                .map(|f| (f.rule, &f.phase))
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]
