@@ -12,9 +12,13 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The watchdog's script: collects pids (or `-PGID`) one per line until
-/// its input closes, then continues them all. It ignores the terminal's
-/// and bootscope's signals (its own process group).
-const SCRIPT: &str = "trap '' INT TERM HUP; p=; while read -r x; do p=\"$p $x\"; done; \
+/// its input closes, then continues them all; a `done` line (bootscope
+/// ended normally, having continued every process it held) ends it
+/// without continuing anything, so that a process stopped by someone else
+/// stays stopped. It ignores the terminal's and bootscope's signals (its
+/// own process group).
+const SCRIPT: &str = "trap '' INT TERM HUP; p=; while read -r x; do \
+                      [ \"$x\" = done ] && exit 0; p=\"$p $x\"; done; \
                       for x in $p; do kill -CONT $x 2>/dev/null; done; exit 0";
 
 /// Continues the processes it was told of when bootscope ends.
@@ -35,6 +39,12 @@ impl Watchdog {
             .spawn()?;
         let stdin = child.stdin.take();
         Ok(Self { child, stdin })
+    }
+
+    /// Ends it without continuing anything: bootscope continued every
+    /// process it held itself.
+    pub fn release(mut self) {
+        self.watch("done");
     }
 
     /// Tells it of `pid` (`-PGID` for a process group).
@@ -158,6 +168,24 @@ mod tests {
         assert_eq!(state(pid), Some('T'));
         drop(w);
         assert!(wait_state(pid, 'S'), "continued: {:?}", state(pid));
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+
+    #[test]
+    fn a_released_watchdog_leaves_a_process_someone_else_stopped_as_it_is() {
+        let mut c = sleeper();
+        let pid = c.id();
+        let mut w = Watchdog::start().unwrap();
+        assert!(w.watch(&pid.to_string()));
+        // Stopped by another (the user's Ctrl-Z, a debugger), not held.
+        assert!(signal(pid, libc::SIGSTOP));
+        assert!(wait_state(pid, 'T'));
+        w.release();
+        // The watchdog has exited (release waits for it): nothing more
+        // will continue the process.
+        assert_eq!(state(pid), Some('T'));
+        signal(pid, libc::SIGCONT);
         c.kill().unwrap();
         c.wait().unwrap();
     }

@@ -167,6 +167,14 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
         std::thread::sleep(POLL);
     }
     collector.hold_at_shutdown(false);
+    // A hold that fired after the last look: continued now.
+    for (tgid, _) in collector.held_vmms() {
+        if !reader.handled_hold(tgid) {
+            let held = hold::Held::adopt(tgid, Instant::now());
+            held.wait_stopped();
+            reader.note_hold(tgid, "not read: profiling ended");
+        }
+    }
     if !shutdown_read {
         let pid = reader.pid();
         if hold::state(pid).is_some_and(|s| s != 'Z' && s != 'X') {

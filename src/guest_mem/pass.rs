@@ -288,7 +288,12 @@ impl Reader {
         self.modules = Some(m);
     }
 
-    pub(super) fn finish(self) -> Outcome {
+    /// The reading's outcome; the watchdog released (every hold was
+    /// continued when it was dropped).
+    pub(super) fn finish(mut self) -> Outcome {
+        if let Some(w) = self.watchdog.take() {
+            w.release();
+        }
         Outcome {
             read: self.doc,
             modules: self.modules,
