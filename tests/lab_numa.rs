@@ -194,8 +194,13 @@ fn check_bound(run: &NumaRun) {
         // and each 2 MiB page is counted as 512).
         assert!(allocated[&node] >= 32768, "{allocated:?}");
     }
+    // Guest memory is all on its node (above); the VMM's other pages
+    // (a page table, a thread's stack) may rarely come from the other
+    // node: at most one in 10,000 of the pages allocated.
     let numa = &run.profile["numa"];
-    assert_eq!(numa["pages_remote"].as_u64(), Some(0), "{numa}");
+    let remote = numa["pages_remote"].as_u64().unwrap();
+    let all = numa["pages_allocated"].as_u64().unwrap();
+    assert!(remote * 10_000 <= all, "{numa}");
 }
 
 #[test]
