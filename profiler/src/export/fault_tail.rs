@@ -3,8 +3,6 @@
 //! fault-rate curve), and a pprof profile of the faults by guest exit site
 //! (or by guest-physical region where no site is known).
 
-use std::io::Write;
-
 use bootscope_model::fault_tail::{FaultTail, KINDS};
 use bootscope_model::prometheus::{seconds, Text};
 use serde_json::{json, Value};
@@ -181,25 +179,7 @@ pub fn to_pprof(p: &Profile) -> Vec<u8> {
             out.bytes(2, &m.0);
         }
     }
-    for (i, name) in frames.iter().enumerate() {
-        let id = i as u64 + 1;
-        let mut line = Msg::default();
-        line.uint(1, id);
-        let mut loc = Msg::default();
-        loc.uint(1, id).bytes(4, &line.0);
-        out.bytes(4, &loc.0);
-        let mut f = Msg::default();
-        let n = strings.id(name);
-        f.uint(1, id).uint(2, n).uint(3, n);
-        out.bytes(5, &f.0);
-    }
-    out.uint(14, strings.id("faults"));
-    for s in &strings.list {
-        out.bytes(6, s.as_bytes());
-    }
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    let _ = gz.write_all(&out.0);
-    gz.finish().unwrap_or_default()
+    super::pprof::finish(out, &frames, &mut strings, "faults")
 }
 
 #[cfg(test)]

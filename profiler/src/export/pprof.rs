@@ -111,6 +111,21 @@ pub fn to_pprof(p: &Profile) -> Vec<u8> {
     for m in samples {
         out.bytes(2, &m.0);
     }
+    // pprof shows the last sample type unless told: exits, as the summary
+    // ranks.
+    finish(out, &frames, &mut strings, "exits")
+}
+
+/// Ends a pprof profile whose samples are in `out`: a location and a
+/// function per frame name (ids from 1, in `frames`' order), the default
+/// sample type (Profile.default_sample_type, field 14), the string table,
+/// gzip-compressed.
+pub(super) fn finish(
+    mut out: Msg,
+    frames: &[String],
+    strings: &mut Strings,
+    default_type: &str,
+) -> Vec<u8> {
     for (i, name) in frames.iter().enumerate() {
         let id = i as u64 + 1;
         let mut line = Msg::default();
@@ -123,9 +138,7 @@ pub fn to_pprof(p: &Profile) -> Vec<u8> {
         f.uint(1, id).uint(2, n).uint(3, n);
         out.bytes(5, &f.0);
     }
-    // pprof shows the last sample type unless told: exits, as the summary
-    // ranks (Profile.default_sample_type, field 14).
-    out.uint(14, strings.id("exits"));
+    out.uint(14, strings.id(default_type));
     for s in &strings.list {
         out.bytes(6, s.as_bytes());
     }
