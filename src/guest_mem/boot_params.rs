@@ -92,6 +92,21 @@ pub fn find(mem: &dyn PhysMemory, ranges: &[(u64, u64)]) -> Option<BootParamsRea
     first
 }
 
+/// The boot parameters in the page at `gpa` (the kernel's own copy, found
+/// by its symbol), if they are there.
+pub fn read_at(mem: &dyn PhysMemory, gpa: u64) -> Option<BootParamsRead> {
+    let mut page = vec![0u8; PAGE as usize];
+    if !mem.read_phys(gpa, &mut page) {
+        return None;
+    }
+    let (e820, ptr, size) = parse_page(&page)?;
+    Some(BootParamsRead {
+        gpa,
+        cmdline: (ptr != 0).then(|| read_cmdline(mem, ptr, size)).flatten(),
+        e820,
+    })
+}
+
 /// The NUL-terminated command line at `gpa`, at most `size` bytes.
 fn read_cmdline(mem: &dyn PhysMemory, gpa: u64, size: usize) -> Option<String> {
     let mut b = vec![0u8; size];

@@ -9,6 +9,7 @@
 //! ([`boot_params`]).
 
 pub mod boot_params;
+pub mod console;
 pub mod hold;
 pub mod layout;
 mod pass;
@@ -24,6 +25,11 @@ use std::time::{Duration, Instant};
 use bootscope_model::guest_read::GuestRead;
 use bootscope_model::modules::GuestModules;
 use bootscope_profiler::Collector;
+
+/// The serial port whose lines (their bytes timed by eBPF as the guest
+/// writes them) put the guest kernel's log and initcalls on the profile's
+/// clock: COM1's, the console of every VMM's default guest.
+pub const SERIAL_PORT: u16 = 0x3f8;
 
 /// How often the watcher looks for the userspace mark and a held VMM.
 const POLL: Duration = Duration::from_millis(5);
@@ -119,7 +125,9 @@ impl Watch {
         let kernel = args.guest_symbols.clone();
         let plan = Plan {
             pid: collector.target_pid(),
-            kernel: kernel.or_else(|| crate::guest_symbols::command_kernel(command)),
+            kernel: kernel
+                .or_else(|| crate::guest_symbols::command_kernel(command))
+                .or_else(|| args.pid.and_then(crate::profile_launch::pid_kernel)),
             pgid: held.map(bootscope_profiler::launch::HeldCommand::pgid),
         };
         Some(Self::start(collector.clone(), plan))
@@ -218,8 +226,13 @@ pub fn annotate(
 ) {
     let modules = guest.as_ref().and_then(|g| g.modules.as_ref());
     crate::guest_symbols::annotate(profile, table, modules);
-    if let Some(g) = guest {
+    if let Some(mut g) = guest {
         label_npf_ranges(profile, &g.read);
+        // Initcalls on the profile's clock get the exits and faults of
+        // their own time.
+        if let Some(doc) = g.read.initcalls.as_mut().filter(|d| d.clock.is_some()) {
+            bootscope_profiler::initcalls::attribute_profile(doc, profile);
+        }
         profile.guest_read = Some(g.read);
     }
 }
