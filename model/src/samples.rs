@@ -253,7 +253,8 @@ mod tests {
 
     #[test]
     fn a_sample_with_a_field_missing_repeated_or_wrong_is_refused() {
-        let full = r#""t_ns": 1, "exits_total": 3, "exits_by_reason": {"io": 2}, "guest_faults": 4"#;
+        let full =
+            r#""t_ns": 1, "exits_total": 3, "exits_by_reason": {"io": 2}, "guest_faults": 4"#;
         for (text, says) in [
             (format!("{{{full}}}"), "missing field `host_faults`"),
             (
