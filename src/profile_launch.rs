@@ -98,6 +98,14 @@ pub fn pid_kernel(pid: u32) -> Option<std::path::PathBuf> {
     Some(cwd.join(kernel))
 }
 
+/// The guest kernel's command line in a running VMM's options (QEMU's
+/// `-append`, Cloud Hypervisor's `--cmdline`, ...).
+pub fn pid_kernel_cmdline(pid: u32) -> Option<String> {
+    bootscope_model::vmm::kernel_cmdline_of(&pid_command(pid))
+        .ok()
+        .flatten()
+}
+
 /// A running process's command line (`/proc/PID/cmdline`).
 fn pid_command(pid: u32) -> Vec<String> {
     std::fs::read(format!("/proc/{pid}/cmdline"))

@@ -42,6 +42,9 @@ pub struct Plan {
     /// The guest kernel's image, for its symbols and types (initcalls
     /// from the trace ring, modules).
     pub kernel: Option<PathBuf>,
+    /// The guest kernel's command line as the VMM's own options give it
+    /// (where the boot parameters are not found in guest memory).
+    pub cmdline: Option<String>,
     /// A launched command's process group (the watchdog continues it).
     pub pgid: Option<u32>,
 }
@@ -128,6 +131,12 @@ impl Watch {
             kernel: kernel
                 .or_else(|| crate::guest_symbols::command_kernel(command))
                 .or_else(|| args.pid.and_then(crate::profile_launch::pid_kernel)),
+            cmdline: match args.pid {
+                Some(pid) => crate::profile_launch::pid_kernel_cmdline(pid),
+                None => bootscope_model::vmm::kernel_cmdline_of(command)
+                    .ok()
+                    .flatten(),
+            },
             pgid: held.map(bootscope_profiler::launch::HeldCommand::pgid),
         };
         Some(Self::start(collector.clone(), plan))

@@ -201,11 +201,12 @@ impl Reader {
             }
             // The kernel's own copy, by its symbol; else a search of the
             // low megabyte (the VMM's copy) and the kernel image.
-            let by_symbol = self.kernel().ok().and_then(|k| {
-                let gpa = kernel_log::variable_phys(&guest, k, "boot_params").ok()?;
+            let by_symbol = self.kernel().and_then(|k| {
+                let gpa = kernel_log::variable_phys(&guest, k, "boot_params")?;
                 super::boot_params::read_at(guest.memory(), gpa)
             });
-            self.doc.boot_params = by_symbol.or_else(|| {
+            let why_not = by_symbol.as_ref().err().cloned();
+            self.doc.boot_params = by_symbol.ok().or_else(|| {
                 let touched = touched_pieces(mem, &ranges);
                 super::boot_params::find(mem, &touched)
             });
@@ -213,8 +214,11 @@ impl Reader {
                 Some(_) => self.doc.found("boot_params"),
                 None => self.doc.missing(
                     "boot_params",
-                    "no struct boot_params (boot flag 0xAA55, HdrS, an e820 table) in the low \
-                     megabyte or the kernel image",
+                    format!(
+                        "the kernel's `boot_params`: {}; and no struct boot_params (boot flag \
+                         0xAA55, HdrS, an e820 table) in the low megabyte or the kernel image",
+                        why_not.unwrap_or_default()
+                    ),
                 ),
             }
         }
@@ -256,7 +260,8 @@ impl Reader {
             .doc
             .boot_params
             .as_ref()
-            .and_then(|b| b.cmdline.clone());
+            .and_then(|b| b.cmdline.clone())
+            .or_else(|| self.plan.cmdline.clone());
         let traced = cmdline
             .as_deref()
             .is_none_or(|c| c.contains("initcall:initcall_start"));
