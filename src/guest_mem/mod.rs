@@ -14,6 +14,7 @@ pub mod hold;
 pub mod layout;
 mod pass;
 pub mod process;
+pub mod regions;
 pub mod summary;
 
 use std::path::PathBuf;
@@ -207,20 +208,16 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
     reader.finish()
 }
 
-/// Labels the profile's nested page fault ranges with the VM's memory
-/// slots (RAM, ROM, device memory, and what backs each in the VMM).
+/// Labels the profile's nested page fault ranges with what the VM has
+/// there: its memory slots (RAM, ROM, device memory, and what backs each
+/// in the VMM), the x86 devices at fixed addresses, the VMM's fixed device
+/// windows ([`regions`]).
 pub fn label_npf_ranges(profile: &mut bootscope_profiler::Profile, read: &GuestRead) {
-    use bootscope_model::sites::GuestRegion;
-    let regions: Vec<GuestRegion> = read
-        .memory_map
-        .slots
-        .iter()
-        .map(|s| GuestRegion {
-            name: format!("{} (slot {}, {})", s.kind, s.slot, s.backing),
-            start: s.gpa,
-            end: s.gpa.saturating_add(s.size),
-        })
-        .collect();
+    let vmm = profile.target.vmm.as_ref().map_or_else(
+        || bootscope_model::vmm::kind_of(&profile.target.command),
+        |v| v.kind,
+    );
+    let regions = regions::npf_regions(read, vmm);
     if let Some(sites) = profile.exits.sites.as_mut().filter(|_| !regions.is_empty()) {
         sites.label_npf_ranges(&regions);
     }
