@@ -90,8 +90,8 @@ ch_api() {
 
 # A child that ended stays a zombie until waited for: read its state.
 ch_alive() {
-    [ -n "$CH_PID" ] && [ -r "/proc/$CH_PID/stat" ] &&
-        read -r _ch_p _ch_c _ch_s _ch_r <"/proc/$CH_PID/stat" 2>/dev/null &&
+    [ -n "$CH_PID" ] &&
+        read -r _ch_p _ch_c _ch_s _ch_r 2>/dev/null <"/proc/$CH_PID/stat" &&
         [ "$_ch_s" != Z ]
 }
 
@@ -99,16 +99,17 @@ ch_api_quiet() {
     ch_api "$@" >/dev/null 2>&1
 }
 
-# ch_launch ARGS...: starts CH in the background with the API socket, the
-# serial port on a pty and no virtio console.
+# ch_launch ARGS...: starts CH in the background with the API socket.
+# A restore takes its devices (the serial port on a pty, no virtio
+# console) from the snapshot's config.json: CH refuses them beside
+# --restore.
 ch_launch() {
     ch_prepare || return 1
     rm -f "$CH_WORK/api.sock" "$CH_WORK/console.log"
     : >"$CH_WORK/console.log"
     ch_now
     CH_T_LAUNCH=$CH_NOW
-    "$CH" --api-socket "path=$CH_WORK/api.sock" --serial pty --console off "$@" \
-        >"$CH_WORK/ch.log" 2>&1 &
+    "$CH" --api-socket "path=$CH_WORK/api.sock" "$@" >"$CH_WORK/ch.log" 2>&1 &
     CH_PID=$!
 }
 
@@ -165,7 +166,7 @@ ch_boot() {
         echo "lab-ch: ch_boot KERNEL INITRD CMDLINE PATTERN" >&2
         return 1
     }
-    ch_launch --kernel "$1" --initramfs "$2" --cmdline "$3" \
+    ch_launch --kernel "$1" --initramfs "$2" --cmdline "$3" --serial pty --console off \
         --memory "size=$CH_MEMORY" --cpus "boot=$CH_CPUS" || return 1
     ch_until "API socket" ch_attach || return 1
     ch_wait_line "$4"
