@@ -71,7 +71,10 @@ fn ch_boots_snapshots_and_restores_in_the_lab() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(o.status.success(), "{out}");
-    assert!(out.contains("boot check: default guest's hello line"), "{out}");
+    assert!(
+        out.contains("boot check: default guest's hello line"),
+        "{out}"
+    );
 
     let tsv = std::fs::read_to_string(dir.join("ch-restore.tsv")).unwrap();
     let mut lines = tsv.lines();
