@@ -138,10 +138,13 @@ ch_until() {
     ch_now
     _ch_end=$((CH_NOW + CH_TIMEOUT * 1000))
     until "$@"; do
-        ch_alive || {
+        if ! ch_alive; then
+            # The reader may still hold CH's last lines: one more look.
+            usleep 300000
+            "$@" && return 0
             ch_fail "cloud-hypervisor ended while waiting for $_ch_what"
             return 1
-        }
+        fi
         ch_now
         [ "$CH_NOW" -lt "$_ch_end" ] || {
             ch_fail "no $_ch_what after ${CH_TIMEOUT}s"
