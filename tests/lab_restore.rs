@@ -4,7 +4,7 @@
 //! snapshotted at its port 0x80 mark 0x61, after it filled 64 MiB of its
 //! page cache; then it is restored under every `--memory-restore` mode,
 //! lazily (`uffd`, which records the working set) and with `--prefetch` of
-//! that record. Each restore must read back the same 64 MiB (the same
+//! that record (also on 2 MiB huge pages). Each restore must read back the same 64 MiB (the same
 //! SHA-256 as before the snapshot), see its uptime go on, draw random
 //! bytes no other restore drew (the VM generation ID reseeds its RNG),
 //! reach the next mark 0x62 and power off; the disk keeps the line written
@@ -23,12 +23,16 @@ use std::path::{Path, PathBuf};
 use bootscope_lab::restore_guest::{GuestReport, LINE_PREFIX, NEXT_MARK, SNAPSHOT_MARK};
 
 /// The restores, in the order the lab runs them: name and `run` flags.
-const RESTORES: [(&str, &str); 5] = [
+const RESTORES: [(&str, &str); 6] = [
     ("copy", "--memory-restore copy --no-record"),
     ("mmap", "--memory-restore mmap --no-record --force"),
     ("lazy", "--memory-restore uffd --force"),
     ("prefetch", "--memory-restore uffd --prefetch --force"),
     ("mmap-prefetch", "--memory-restore mmap --prefetch --force"),
+    (
+        "prefetch-2m",
+        "--memory-restore uffd --prefetch --hugepages 2M --force",
+    ),
 ];
 
 /// Every run's files in `out/`: console, timeline, bootscope's own output.
@@ -66,6 +70,8 @@ fn lab_script(dir: &Path, exe: &Path, kernel: &Path, initrd: &Path) -> String {
 {bb} mkdir -p out
 {touch}
 {bb} truncate -s 8M disk.raw
+# The 2 MiB restore's pool: guest memory (128 pages) and some to spare.
+echo 160 > /proc/sys/vm/nr_hugepages
 common="--no-profile --no-summary --timeout 1200"
 {exe} run --kernel {k} --initrd {i} --memory 256M $common --disk {d}/disk.raw --snapshot {d}/snap --snapshot-at {snap:#04x} --serial {d}/out/boot.log --timeline {d}/out/boot.json > out/boot.run 2>&1
 echo "boot exit $?" >> out/result.txt
@@ -257,6 +263,8 @@ fn check_restore_timeline(name: &str, doc: &serde_json::Value) {
         "uffd"
     };
     assert_eq!(memory["mode"], mode, "{name}: {memory}");
+    let page: u64 = if name.ends_with("-2m") { 2 << 20 } else { 4096 };
+    assert_eq!(memory["page_bytes"], page, "{name}: {memory}");
     if mode != "copy" {
         assert_eq!(memory["window_end"], next.as_str(), "{name}: {memory}");
     }
