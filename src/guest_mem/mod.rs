@@ -153,7 +153,25 @@ impl Watch {
     }
 }
 
+/// The calling thread's nice value: 19 while the guest runs (loading the
+/// kernel's symbols and reading memory then take the CPU time the guest
+/// leaves, so the profile costs the boot little on a host with no CPU to
+/// spare; still scheduled regularly, so the locks it takes are soon
+/// released), the process's own while a VMM is held (it waits for the
+/// read). Raising it back needs CAP_SYS_NICE (root has it); without, the
+/// hold's read runs at 19.
+fn set_background(background: bool) {
+    // SAFETY: plain system calls on the calling thread (its tid).
+    unsafe {
+        let tid = libc::gettid() as libc::id_t;
+        // The main thread's nice: the process's own.
+        let own = libc::getpriority(libc::PRIO_PROCESS, libc::getpid() as libc::id_t);
+        libc::setpriority(libc::PRIO_PROCESS, tid, if background { 19 } else { own });
+    }
+}
+
 fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> Outcome {
+    set_background(true);
     reader.load_kernel();
     let mut userspace_read = false;
     let mut shutdown_read = false;
@@ -165,12 +183,15 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
                 continue;
             }
             let since = Instant::now();
+            // The VMM waits for this read: at full priority.
+            set_background(false);
             let held = hold::Held::adopt(tgid, since);
             held.wait_stopped();
             let t = collector.ktime_to_profile_ns(h.ts_ns);
             reader.pass(collector, tgid, "shutdown", t, Some(&held));
             reader.note_hold(tgid, bootscope_profiler::hold_reason(h.why));
             drop(held);
+            set_background(true);
             shutdown_read = true;
         }
         if !userspace_read && !shutdown_read && collector.in_phase("userspace").is_some() {
@@ -185,6 +206,7 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
         std::thread::sleep(POLL);
     }
     collector.hold_at_shutdown(false);
+    set_background(false);
     // A hold that fired after the last look: continued now.
     for (tgid, _) in collector.held_vmms() {
         if !reader.handled_hold(tgid) {
