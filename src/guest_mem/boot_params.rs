@@ -27,12 +27,24 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-/// The boot parameters in one page, if it holds them.
+/// The boot parameters in one page, if it holds them (the setup header's
+/// boot flag and magic, and a filled e820 table).
 pub fn parse_page(page: &[u8]) -> Option<(Vec<E820Entry>, u64, usize)> {
     if page.len() < PAGE as usize
         || page[BOOT_FLAG..BOOT_FLAG + 2] != [0x55, 0xaa]
         || &page[HEADER..HEADER + 4] != b"HdrS"
     {
+        return None;
+    }
+    parse_table(page)
+}
+
+/// The e820 table and command line of boot parameters known to be at
+/// `page` (the kernel's own copy, by its symbol): a kernel entered at its
+/// PVH entry (Cloud Hypervisor, Firecracker, QEMU's PVH boot) fills them
+/// from the start info, without a setup header's boot flag or magic.
+fn parse_table(page: &[u8]) -> Option<(Vec<E820Entry>, u64, usize)> {
+    if page.len() < PAGE as usize {
         return None;
     }
     let n = page[E820_ENTRIES] as usize;
@@ -99,7 +111,7 @@ pub fn read_at(mem: &dyn PhysMemory, gpa: u64) -> Result<BootParamsRead, String>
     if !mem.read_phys(gpa, &mut page) {
         return Err(format!("its page at {gpa:#x} could not be read"));
     }
-    let (e820, ptr, size) = parse_page(&page).ok_or_else(|| {
+    let (e820, ptr, size) = parse_table(&page).ok_or_else(|| {
         format!(
             "its page at {gpa:#x} has boot flag {:#06x}, header {:?}, {} e820 entries",
             u16::from_le_bytes([page[BOOT_FLAG], page[BOOT_FLAG + 1]]),
@@ -172,5 +184,16 @@ mod tests {
         assert_eq!(b.e820.len(), 2);
         assert_eq!(b.e820[1].name, "reserved");
         assert!(find(&mem, &[(0x100000, 1 << 20)]).is_none());
+        // The kernel's own copy after a PVH entry: no setup header, found
+        // by its symbol only.
+        let mut m = mem.0;
+        m[zp + BOOT_FLAG..zp + HEADER + 4].fill(0);
+        let mem = Flat(m);
+        assert!(find(&mem, &[(0, 2 << 20)]).is_none());
+        let b = read_at(&mem, zp as u64).unwrap();
+        assert_eq!(b.cmdline.as_deref(), Some("console=ttyS0"));
+        assert_eq!(b.e820.len(), 2);
+        let e = read_at(&mem, 0x10000).unwrap_err();
+        assert!(e.contains("0 e820 entries"), "{e}");
     }
 }

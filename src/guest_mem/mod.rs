@@ -153,13 +153,12 @@ impl Watch {
     }
 }
 
-/// The calling thread's nice value: 19 while the guest runs (loading the
-/// kernel's symbols and reading memory then take the CPU time the guest
-/// leaves, so the profile costs the boot little on a host with no CPU to
-/// spare; still scheduled regularly, so the locks it takes are soon
-/// released), the process's own while a VMM is held (it waits for the
-/// read). Raising it back needs CAP_SYS_NICE (root has it); without, the
-/// hold's read runs at 19.
+/// The calling thread's nice value: 19 while it loads the kernel's
+/// symbols and reads memory with the guest running (that work then takes
+/// the CPU time the guest leaves, so a profile costs the boot little on a
+/// host with no CPU to spare), the process's own otherwise (looking for a
+/// held VMM, and reading it: it waits for the read). Raising it back needs
+/// CAP_SYS_NICE (root has it); without, the thread stays at 19.
 fn set_background(background: bool) {
     // SAFETY: plain system calls on the calling thread (its tid).
     unsafe {
@@ -173,6 +172,9 @@ fn set_background(background: bool) {
 fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> Outcome {
     set_background(true);
     reader.load_kernel();
+    // Looking for holds at the process's own priority: a hold is seen at
+    // once however busy the guest keeps the CPU.
+    set_background(false);
     let mut userspace_read = false;
     let mut shutdown_read = false;
     loop {
@@ -183,22 +185,24 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
                 continue;
             }
             let since = Instant::now();
-            // The VMM waits for this read: at full priority.
-            set_background(false);
             let held = hold::Held::adopt(tgid, since);
             held.wait_stopped();
             let t = collector.ktime_to_profile_ns(h.ts_ns);
             reader.pass(collector, tgid, "shutdown", t, Some(&held));
             reader.note_hold(tgid, bootscope_profiler::hold_reason(h.why));
             drop(held);
-            set_background(true);
             shutdown_read = true;
         }
         if !userspace_read && !shutdown_read && collector.in_phase("userspace").is_some() {
             userspace_read = true;
             let t = collector.started().elapsed().as_nanos() as u64;
             let pid = reader.pid();
+            // The guest runs on meanwhile: this read takes the CPU time it
+            // leaves (a hold that fires meanwhile stops the VMM, and the
+            // read then has the CPU to itself).
+            set_background(true);
             reader.pass(collector, pid, "userspace", t, None);
+            set_background(false);
         }
         if ending {
             break;
@@ -206,7 +210,6 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
         std::thread::sleep(POLL);
     }
     collector.hold_at_shutdown(false);
-    set_background(false);
     // A hold that fired after the last look: continued now.
     for (tgid, _) in collector.held_vmms() {
         if !reader.handled_hold(tgid) {
