@@ -1,4 +1,4 @@
-//! `bootscope profile` of QEMU in the lab (nested KVM with AMD SVM under
+//! `bootscope profile` of QEMU and Cloud Hypervisor in the lab (nested KVM with AMD SVM under
 //! QEMU's emulator, Debian's kernel and the default busybox guest): the
 //! guest's memory read through QEMU's, its initcalls put on the profile's
 //! clock by its serial lines (each byte timed by eBPF as the guest wrote
@@ -228,5 +228,99 @@ fn pid_of_a_running_qemu_reads_its_guest_memory_in_the_lab() {
     assert!(
         !missing.iter().any(|m| m["part"] == "modules"),
         "{missing:#?}"
+    );
+}
+
+/// Cloud Hypervisor (CH_BIN_DIR, default /usr/local/bin, as tests/lab_ch.rs
+/// finds it) booting the same guest from Debian's kernel decompressed
+/// (its PVH entry): initcalls on the profile's clock, held at its ACPI
+/// power-off (port 0x600), the kernel's boot parameters read by symbol.
+#[test]
+fn cloud_hypervisor_initcalls_land_on_the_profiles_clock_in_the_lab() {
+    let pre = require_lab_guest!("lab-ch-initcalls");
+    let dir = PathBuf::from(std::env::var_os("CH_BIN_DIR").unwrap_or("/usr/local/bin".into()));
+    let ch = dir.join("cloud-hypervisor");
+    if !ch.is_file() {
+        skip(format_args!(
+            "{} is missing (build Cloud Hypervisor as docs/lab.md says, or set CH_BIN_DIR)",
+            ch.display()
+        ));
+        return;
+    }
+    // The ELF kernel in a bzImage, as CH boots it.
+    let vmlinux = pre.dir.join("vmlinux");
+    let image = std::fs::read(&pre.kernel).unwrap();
+    let elf = bootscope_profiler::guest_symbols::image::KernelImage::parse(&image)
+        .expect("a bzImage")
+        .expect("its payload decompresses");
+    std::fs::write(&vmlinux, elf.bytes()).unwrap();
+    let out = pre.dir.join("ch-initcalls.json");
+    let exe = env!("CARGO_BIN_EXE_bootscope");
+    let o = run(
+        bootscope()
+            .current_dir(&pre.dir)
+            .args([
+                "lab",
+                "--timeout",
+                "1200",
+                "--retries",
+                "2",
+                "--program",
+                exe,
+            ])
+            .arg("--program")
+            .arg(&ch)
+            .args(["--", "profile", "--initcalls", "--output"])
+            .arg(&out)
+            .arg("--")
+            .arg(&ch)
+            .arg("--kernel")
+            .arg(&vmlinux)
+            .arg("--initramfs")
+            .arg(&pre.initrd)
+            .args(["--cmdline", "console=ttyS0 panic=-1", "--serial", "tty"])
+            .args([
+                "--console",
+                "off",
+                "--memory",
+                "size=256M",
+                "--cpus",
+                "boot=1",
+            ]),
+        None,
+    );
+    let console = String::from_utf8_lossy(&o.stdout);
+    println!("--- lab console ---\n{console}---");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let p = read_json(&out);
+    let g = &p["guest_read"];
+    let calls = g["initcalls"]["initcalls"].as_array().expect("initcalls");
+    assert!(calls.len() >= 300, "{} initcalls", calls.len());
+    assert!(g["initcalls"]["clock"]["anchors"].as_u64().unwrap() >= 10);
+    let (first_pio, run_init) = (
+        mark_t(&p, "port I/O: first by kernel code"),
+        mark_t(&p, "serial: run init"),
+    );
+    for c in calls {
+        let start = c["start_ns"].as_u64().unwrap();
+        assert!(first_pio <= start && start <= run_init, "{c:#}");
+    }
+    let shutdown = g["passes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["at"] == "shutdown")
+        .unwrap_or_else(|| panic!("no read at shutdown: {g:#}"));
+    assert!(
+        shutdown["held_at"].as_str().unwrap_or("").contains("ACPI"),
+        "{shutdown:#}"
+    );
+    // Its boot parameters, filled from the PVH start info: the command
+    // line CH was given.
+    let cmdline = g["boot_params"]["cmdline"].as_str().unwrap_or("");
+    assert!(
+        cmdline.starts_with("console=ttyS0 panic=-1"),
+        "{:#}",
+        g["boot_params"]
     );
 }
