@@ -13,6 +13,9 @@
 
 mod any_vm;
 mod config;
+mod exit_detail;
+mod exits;
+mod faults;
 mod guest;
 mod load;
 mod log;
@@ -26,11 +29,14 @@ mod read;
 mod sampler;
 mod sched;
 mod sites;
+mod sources;
 mod state;
 mod tail;
 mod target;
 mod tasks;
 mod thread_info;
+mod threads;
+mod time_slots;
 mod worker;
 pub use any_vm::FollowedVm;
 pub use config::{CollectorConfig, CollectorSet, TargetSpec};
