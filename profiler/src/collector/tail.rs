@@ -223,17 +223,8 @@ fn places(entries: &[(t::BsTailWhereKey, t::BsTailWhere)], regions: bool) -> Vec
 
 #[cfg(test)]
 mod tests {
+    use super::super::maps::hist_of;
     use super::*;
-
-    fn hist_of(waits: &[u64]) -> BsHist {
-        let mut h = BsHist::default();
-        for &w in waits {
-            h.slots[hist::slot(w)] += 1;
-            h.count += 1;
-            h.total_ns += w;
-        }
-        h
-    }
 
     #[test]
     fn kinds_sum_processes_and_keep_the_order() {
