@@ -17,35 +17,13 @@ fn marker(p: &bootscope_profiler::Profile, port: u32, value: u32) -> u64 {
         .unwrap_or(0)
 }
 
-#[test]
-fn counts_exactly_the_guest_port_writes() {
-    require_bpf!();
-    require_kvm!();
-    let dir = scratch("ports");
-    let out = dir.join("profile.json");
-    let o = profile_command(
-        &out,
-        &[
-            env!("CARGO_BIN_EXE_bootscope"),
-            "run",
-            "--kernel",
-            &fixture("mini-bzimage-ports.bin"),
-            "--serial",
-            "null",
-            "--no-summary",
-        ],
-        None,
-    );
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(0), "bootscope profile failed: {err}");
-    let p = read_profile(&out);
-
-    // The exact counts, per port and value.
-    assert_eq!(marker(&p, 0x80, 0x90), 1000, "{:?}", p.exits.marker_writes);
-    assert_eq!(marker(&p, 0x80, 0x40), 1);
-    assert_eq!(marker(&p, 0x80, 0x60), 1);
-    assert_eq!(marker(&p, 0xf4, 6), 1);
-    assert_eq!(marker(&p, 0xf4, 7), 1);
+/// The exact counts of the fixture's port writes, per port and value.
+fn check_port_counts(p: &bootscope_profiler::Profile) {
+    assert_eq!(marker(p, 0x80, 0x90), 1000, "{:?}", p.exits.marker_writes);
+    assert_eq!(marker(p, 0x80, 0x40), 1);
+    assert_eq!(marker(p, 0x80, 0x60), 1);
+    assert_eq!(marker(p, 0xf4, 6), 1);
+    assert_eq!(marker(p, 0xf4, 7), 1);
     let port80 = p
         .exits
         .pio
@@ -53,9 +31,11 @@ fn counts_exactly_the_guest_port_writes() {
         .find(|s| s.port == 0x80 && s.direction == "write")
         .expect("port 0x80 writes");
     assert_eq!(port80.count, 1002);
+}
 
-    // Exits: kvm_exit where it fires, the userspace-exit fallback on PVM;
-    // either way every port write is an exit to bootscope's VMM.
+/// Exits: kvm_exit where it fires, the userspace-exit fallback on PVM;
+/// either way every port write is an exit to bootscope's VMM.
+fn check_exits(p: &bootscope_profiler::Profile) {
     assert!(p.exits.total >= 1002, "exits {:?}", p.exits);
     if p.host.kvm == "pvm" {
         assert_eq!(p.exits.source, "tracepoint:kvm:kvm_userspace_exit");
@@ -87,6 +67,34 @@ fn counts_exactly_the_guest_port_writes() {
     if let Some(k) = p.exits.kvm_stats_exits {
         assert!(k >= 1002, "KVM's own count {k}");
     }
+}
+
+#[test]
+fn counts_exactly_the_guest_port_writes() {
+    require_bpf!();
+    require_kvm!();
+    let dir = scratch("ports");
+    let out = dir.join("profile.json");
+    let o = profile_command(
+        &out,
+        &[
+            env!("CARGO_BIN_EXE_bootscope"),
+            "run",
+            "--kernel",
+            &fixture("mini-bzimage-ports.bin"),
+            "--serial",
+            "null",
+            "--no-summary",
+        ],
+        None,
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "bootscope profile failed: {err}");
+    let p = read_profile(&out);
+
+    check_port_counts(&p);
+
+    check_exits(&p);
 
     // Marks and the phases they open, in the VMM timeline's names.
     let names: Vec<&str> = p.marks.iter().map(|m| m.name.as_str()).collect();

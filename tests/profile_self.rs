@@ -40,41 +40,11 @@ fn run_self_profiled(
     (o, p, t, d)
 }
 
-#[test]
-fn run_writes_its_own_profile() {
-    require_kvm!();
-    require_bpf!();
-    let (o, p, t, d) = run_self_profiled("self", "mini-bzimage-ports.bin", &[]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert_eq!(p["schema"], "bootscope.profile");
-    assert_eq!(p["target"]["kind"], "self");
-    let writes = p["exits"]["marker_writes"].as_array().unwrap();
-    let count = |port: u64, value: u64| {
-        writes
-            .iter()
-            .find(|w| w["port"] == port && w["value"] == value)
-            .and_then(|w| w["count"].as_u64())
-            .unwrap_or(0)
-    };
-    // Counted in the kernel, exactly as the guest wrote them.
-    assert_eq!(count(0x80, 0x90), 1000);
-    assert_eq!(count(0x80, 0x40), 1);
-    assert_eq!(count(0xf4, 7), 1);
-    // The VMM's own marks arrived in-process.
-    let marks: Vec<&str> = p["marks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["name"].as_str().unwrap())
-        .collect();
-    assert!(marks.contains(&"vmm: first KVM_RUN"), "{marks:?}");
-    // The profiler attached before the VMM started: its attach is a phase
-    // of its own, and the VMM's set-up starts after it.
+/// The profiler attached before the VMM started: its attach is a phase
+/// of its own, and the VMM's set-up starts after it; the guest programs
+/// were attached beside the set-up, and the VMM waited for them before
+/// its first KVM_RUN.
+fn check_attach_phases(p: &serde_json::Value, t: &serde_json::Value) {
     let tmarks: Vec<(&str, u64)> = t["marks"]
         .as_array()
         .unwrap()
@@ -125,6 +95,42 @@ fn run_writes_its_own_profile() {
     };
     assert!(sum(false) <= attached, "{} > {attached}", sum(false));
     assert!(sum(true) > 0 && sum(true) <= guest - attached, "{stages:?}");
+}
+
+#[test]
+fn run_writes_its_own_profile() {
+    require_kvm!();
+    require_bpf!();
+    let (o, p, t, d) = run_self_profiled("self", "mini-bzimage-ports.bin", &[]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(p["schema"], "bootscope.profile");
+    assert_eq!(p["target"]["kind"], "self");
+    let writes = p["exits"]["marker_writes"].as_array().unwrap();
+    let count = |port: u64, value: u64| {
+        writes
+            .iter()
+            .find(|w| w["port"] == port && w["value"] == value)
+            .and_then(|w| w["count"].as_u64())
+            .unwrap_or(0)
+    };
+    // Counted in the kernel, exactly as the guest wrote them.
+    assert_eq!(count(0x80, 0x90), 1000);
+    assert_eq!(count(0x80, 0x40), 1);
+    assert_eq!(count(0xf4, 7), 1);
+    // The VMM's own marks arrived in-process.
+    let marks: Vec<&str> = p["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert!(marks.contains(&"vmm: first KVM_RUN"), "{marks:?}");
+    check_attach_phases(&p, &t);
     // The vCPU thread is named and placed.
     let threads = p["threads"].as_array().unwrap();
     assert!(threads

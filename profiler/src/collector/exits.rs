@@ -14,8 +14,38 @@ use bootscope_model::hist;
 /// Exits counted per vCPU thread and per phase, while reading them.
 #[derive(Default)]
 struct ExitTally {
+    /// By ISA and reason code: the reason's name and count.
+    by_reason: BTreeMap<(u32, u32), (String, u64)>,
     by_vcpu: BTreeMap<(u32, u32), VcpuExits>,
     by_phase: BTreeMap<u32, BTreeMap<String, u64>>,
+}
+
+impl ExitTally {
+    /// Counts `n` exits of `reason` (ISA and code) named `name`, of the
+    /// vCPU thread keyed `thread` (`first` makes its entry), in `phase`.
+    fn add(
+        &mut self,
+        reason: (u32, u32),
+        name: String,
+        thread: (u32, u32),
+        first: impl FnOnce() -> VcpuExits,
+        phase: u32,
+        n: u64,
+    ) {
+        let r = self
+            .by_reason
+            .entry(reason)
+            .or_insert_with(|| (name.clone(), 0));
+        r.1 += n;
+        let v = self.by_vcpu.entry(thread).or_insert_with(first);
+        *v.by_reason.entry(name.clone()).or_default() += n;
+        *self
+            .by_phase
+            .entry(phase)
+            .or_default()
+            .entry(name)
+            .or_default() += n;
+    }
 }
 
 impl State {
@@ -95,8 +125,6 @@ impl State {
         out: &mut ExitProfile,
         tally: &mut ExitTally,
     ) {
-        let ExitTally { by_vcpu, by_phase } = tally;
-        let mut by_reason: BTreeMap<(u32, u32), (String, u64)> = BTreeMap::new();
         out.source = "tracepoint:kvm:kvm_exit".into();
         let isas: BTreeSet<u32> = exit_entries.keys().map(|k| k.isa).collect();
         out.isa = match isas.iter().copied().collect::<Vec<_>>()[..] {
@@ -131,25 +159,15 @@ impl State {
                 hist::add_slots(&mut e.0, &h.slots);
                 e.1 += h.total_ns;
             }
-            let r = by_reason
-                .entry((k.isa, k.reason))
-                .or_insert_with(|| (name.clone(), 0));
-            r.1 += n;
-            let v = by_vcpu
-                .entry((k.tgid, k.vcpu_id))
-                .or_insert_with(|| VcpuExits {
-                    vcpu: k.vcpu_id,
-                    tid: vcpu_tids.get(&(k.tgid, k.vcpu_id)).copied().unwrap_or(0),
-                    by_reason: BTreeMap::new(),
-                });
-            *v.by_reason.entry(name.clone()).or_default() += n;
-            *by_phase
-                .entry(k.phase)
-                .or_default()
-                .entry(name)
-                .or_default() += n;
+            let first = || VcpuExits {
+                vcpu: k.vcpu_id,
+                tid: vcpu_tids.get(&(k.tgid, k.vcpu_id)).copied().unwrap_or(0),
+                by_reason: BTreeMap::new(),
+            };
+            let thread = (k.tgid, k.vcpu_id);
+            tally.add((k.isa, k.reason), name, thread, first, k.phase, n);
         }
-        for ((isa, reason), (name, count)) in by_reason {
+        for ((isa, reason), (name, count)) in std::mem::take(&mut tally.by_reason) {
             let (hist_slots, total) = lat.remove(&(isa, reason)).unwrap_or_default();
             out.by_reason.push(ExitReasonStat {
                 reason: name,
@@ -169,8 +187,6 @@ impl State {
         out: &mut ExitProfile,
         tally: &mut ExitTally,
     ) {
-        let ExitTally { by_vcpu, by_phase } = tally;
-        let mut by_reason: BTreeMap<(u32, u32), (String, u64)> = BTreeMap::new();
         out.source = "tracepoint:kvm:kvm_userspace_exit".into();
         out.isa = "userspace".into();
         let mut vcpu_of_tid: HashMap<u32, u32> = HashMap::new();
@@ -191,24 +207,14 @@ impl State {
             let name = self.setup.reasons.userspace_name(k.code);
             out.total += n;
             events[Source::KvmUserspaceExit as usize] += n;
-            let r = by_reason
-                .entry((0, k.code))
-                .or_insert_with(|| (name.clone(), 0));
-            r.1 += n;
-            let vcpu = vcpu_of_tid.get(&k.tid).copied().unwrap_or(0);
-            let v = by_vcpu.entry((k.tgid, k.tid)).or_insert_with(|| VcpuExits {
-                vcpu,
+            let first = || VcpuExits {
+                vcpu: vcpu_of_tid.get(&k.tid).copied().unwrap_or(0),
                 tid: k.tid,
                 by_reason: BTreeMap::new(),
-            });
-            *v.by_reason.entry(name.clone()).or_default() += n;
-            *by_phase
-                .entry(k.phase)
-                .or_default()
-                .entry(name)
-                .or_default() += n;
+            };
+            tally.add((0, k.code), name, (k.tgid, k.tid), first, k.phase, *n);
         }
-        for ((_, code), (name, count)) in by_reason {
+        for ((_, code), (name, count)) in std::mem::take(&mut tally.by_reason) {
             out.by_reason.push(ExitReasonStat {
                 reason: name,
                 code: u64::from(code),
