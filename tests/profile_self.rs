@@ -40,63 +40,6 @@ fn run_self_profiled(
     (o, p, t, d)
 }
 
-/// The profiler attached before the VMM started: its attach is a phase
-/// of its own, and the VMM's set-up starts after it; the guest programs
-/// were attached beside the set-up, and the VMM waited for them before
-/// its first KVM_RUN.
-fn check_attach_phases(p: &serde_json::Value, t: &serde_json::Value) {
-    let tmarks: Vec<(&str, u64)> = t["marks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| (m["name"].as_str().unwrap(), m["t_ns"].as_u64().unwrap()))
-        .collect();
-    let at = |name: &str| tmarks.iter().find(|m| m.0 == name).map(|m| m.1);
-    let attached = at("vmm: profiler attached").expect("the attach mark");
-    assert!(attached <= at("vmm: memory ready").unwrap(), "{tmarks:?}");
-    let phases: Vec<(&str, u64, u64)> = t["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p["name"].as_str().unwrap(),
-                p["start_ns"].as_u64().unwrap(),
-                p["end_ns"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(phases[0], ("profiler attach", 0, attached), "{phases:?}");
-    assert_eq!(phases[1].0, "vmm setup", "{phases:?}");
-    assert_eq!(phases[1].1, attached, "{phases:?}");
-    // The guest programs were attached beside the set-up; the VMM waited
-    // for them before its first KVM_RUN.
-    let (wait, run) = (
-        at("vmm: waiting for the profiler's guest programs").expect("the wait mark"),
-        at("vmm: first KVM_RUN").unwrap(),
-    );
-    let guest = at("vmm: profiler's guest programs attached").expect("the guest mark");
-    assert!(attached < guest && guest <= run, "{tmarks:?}");
-    assert_eq!(phases[1].2, wait, "{phases:?}");
-    assert_eq!(
-        phases[2],
-        ("profiler guest attach", wait, run),
-        "{phases:?}"
-    );
-    // The profile's set-up stages all fall inside the first phase, the
-    // guest programs' stages after it.
-    let stages = p["startup"].as_array().unwrap();
-    let sum = |guest: bool| -> u64 {
-        stages
-            .iter()
-            .filter(|s| s["stage"].as_str().unwrap().starts_with("guest ") == guest)
-            .map(|s| s["ns"].as_u64().unwrap())
-            .sum()
-    };
-    assert!(sum(false) <= attached, "{} > {attached}", sum(false));
-    assert!(sum(true) > 0 && sum(true) <= guest - attached, "{stages:?}");
-}
-
 #[test]
 fn run_writes_its_own_profile() {
     require_kvm!();
@@ -161,6 +104,63 @@ fn run_writes_its_own_profile() {
         p["sources"]
     );
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The profiler attached before the VMM started: its attach is a phase
+/// of its own, and the VMM's set-up starts after it; the guest programs
+/// were attached beside the set-up, and the VMM waited for them before
+/// its first KVM_RUN.
+fn check_attach_phases(p: &serde_json::Value, t: &serde_json::Value) {
+    let tmarks: Vec<(&str, u64)> = t["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["name"].as_str().unwrap(), m["t_ns"].as_u64().unwrap()))
+        .collect();
+    let at = |name: &str| tmarks.iter().find(|m| m.0 == name).map(|m| m.1);
+    let attached = at("vmm: profiler attached").expect("the attach mark");
+    assert!(attached <= at("vmm: memory ready").unwrap(), "{tmarks:?}");
+    let phases: Vec<(&str, u64, u64)> = t["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap(),
+                p["start_ns"].as_u64().unwrap(),
+                p["end_ns"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(phases[0], ("profiler attach", 0, attached), "{phases:?}");
+    assert_eq!(phases[1].0, "vmm setup", "{phases:?}");
+    assert_eq!(phases[1].1, attached, "{phases:?}");
+    // The guest programs were attached beside the set-up; the VMM waited
+    // for them before its first KVM_RUN.
+    let (wait, run) = (
+        at("vmm: waiting for the profiler's guest programs").expect("the wait mark"),
+        at("vmm: first KVM_RUN").unwrap(),
+    );
+    let guest = at("vmm: profiler's guest programs attached").expect("the guest mark");
+    assert!(attached < guest && guest <= run, "{tmarks:?}");
+    assert_eq!(phases[1].2, wait, "{phases:?}");
+    assert_eq!(
+        phases[2],
+        ("profiler guest attach", wait, run),
+        "{phases:?}"
+    );
+    // The profile's set-up stages all fall inside the first phase, the
+    // guest programs' stages after it.
+    let stages = p["startup"].as_array().unwrap();
+    let sum = |guest: bool| -> u64 {
+        stages
+            .iter()
+            .filter(|s| s["stage"].as_str().unwrap().starts_with("guest ") == guest)
+            .map(|s| s["ns"].as_u64().unwrap())
+            .sum()
+    };
+    assert!(sum(false) <= attached, "{} > {attached}", sum(false));
+    assert!(sum(true) > 0 && sum(true) <= guest - attached, "{stages:?}");
 }
 
 /// The guest programs' attach held back (GUEST_ATTACH_DELAY_ENV) past the
