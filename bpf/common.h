@@ -6,7 +6,7 @@
 #ifndef BOOTSCOPE_COMMON_H
 #define BOOTSCOPE_COMMON_H
 
-#define BS_ABI_VERSION 7
+#define BS_ABI_VERSION 8
 
 #define BS_COMM_LEN 16
 /* log2 latency slots: slot i holds values in [2^i, 2^(i+1)) ns, slot 0 also
@@ -123,6 +123,10 @@ enum bs_event_kind {
 	/* A process not followed before ran a KVM guest (follow_any_vm):
 	 * followed from this event on; comm = the thread's name. */
 	BS_EV_VM_NEW = 5,
+	/* A line the guest wrote to its serial port (phases.bpf.c): ts_ns =
+	 * its last byte ('\n'), arg0 = the bpf_ktime_get_ns() of its first
+	 * byte, arg1 = its length in bytes, comm = its first 16 bytes. */
+	BS_EV_SERIAL_LINE = 6,
 };
 
 #define BS_CLONE_FLAGS_UNKNOWN 0xffffffffffffffffULL

@@ -93,21 +93,51 @@ static __always_inline void bs_hold(__u32 why)
 }
 
 /* kvm_pio(rw, port, size, count, data): a guest's reset by the i8042 or
- * the reset control register. */
+ * the reset control register, or its power-off through the ACPI sleep
+ * registers. */
 SEC("raw_tp/kvm_pio")
 int bs_hold_pio(__u64 *ctx)
 {
-	__u32 rw = ctx[0], port = ctx[1];
-	__u8 val = 0;
+	__u32 rw = ctx[0], port = ctx[1], size = ctx[2];
+	__u16 val = 0;
 
-	if (rw != BS_KVM_PIO_OUT || (port != 0x64 && port != 0xcf9))
+	if (rw != BS_KVM_PIO_OUT)
 		return 0;
-	if (bpf_probe_read_kernel(&val, 1, (const void *)ctx[4]) != 0)
+	if (port != 0x64 && port != 0xcf9 && port != BS_PM1A_CNT_Q35 &&
+	    port != BS_PM1A_CNT_PIIX4 && port != BS_SLEEP_CTL_PORT_CH)
 		return 0;
+	if (bpf_probe_read_kernel(&val, size >= 2 ? 2 : 1, (const void *)ctx[4]) != 0)
+		return 0;
+	if (size == 1)
+		val &= 0xff;
 	if (port == 0x64 && val == 0xfe)
 		bs_hold(BS_HOLD_I8042_RESET);
 	else if (port == 0xcf9 && (val & 0x4))
 		bs_hold(BS_HOLD_CF9_RESET);
+	else if ((port == BS_PM1A_CNT_Q35 || port == BS_PM1A_CNT_PIIX4) && size == 2 &&
+		 (val & BS_PM1_SLP_EN) && BS_PM1_SLP_TYP(val) == BS_S5)
+		bs_hold(BS_HOLD_ACPI_SLEEP);
+	else if (port == BS_SLEEP_CTL_PORT_CH && size == 1 && (val & BS_SLEEP_CTL_SLP_EN) &&
+		 BS_SLEEP_CTL_SLP_TYP(val) == BS_S5)
+		bs_hold(BS_HOLD_ACPI_SLEEP);
+	return 0;
+}
+
+/* kvm_mmio(type, len, gpa, val): a power-off through a hardware-reduced
+ * sleep control register in MMIO (QEMU microvm's generic event device). */
+SEC("raw_tp/kvm_mmio")
+int bs_hold_mmio(__u64 *ctx)
+{
+	__u32 type = ctx[0], len = ctx[1];
+	__u64 gpa = ctx[2];
+	__u8 val = 0;
+
+	if (type != BS_KVM_TRACE_MMIO_WRITE || len != 1 || gpa != BS_SLEEP_CTL_MMIO_MICROVM)
+		return 0;
+	if (bpf_probe_read_kernel(&val, 1, (const void *)ctx[3]) != 0)
+		return 0;
+	if ((val & BS_SLEEP_CTL_SLP_EN) && BS_SLEEP_CTL_SLP_TYP(val) == BS_S5)
+		bs_hold(BS_HOLD_ACPI_SLEEP);
 	return 0;
 }
 

@@ -14,7 +14,27 @@ enum bs_hold_why {
 	BS_HOLD_CF9_RESET = 2,   /* the reset bit to port 0xcf9 */
 	BS_HOLD_SHUTDOWN = 3,    /* KVM_EXIT_SHUTDOWN (triple fault) */
 	BS_HOLD_SYSTEM_EVENT = 4, /* KVM_EXIT_SYSTEM_EVENT */
+	BS_HOLD_ACPI_SLEEP = 5,  /* S5 asked of the ACPI sleep registers */
 };
+
+/* ACPI sleep: SLP_EN, and SLP_TYP 5 (the S5 value QEMU and Cloud
+ * Hypervisor give in their \_S5 objects), in a PM1 control register
+ * (16 bits: SLP_TYP in bits 10-12, SLP_EN bit 13) or a hardware-reduced
+ * sleep control register (8 bits: SLP_TYP in bits 2-4, SLP_EN bit 5). */
+#define BS_PM1_SLP_EN (1u << 13)
+#define BS_PM1_SLP_TYP(v) (((v) >> 10) & 7)
+#define BS_SLEEP_CTL_SLP_EN (1u << 5)
+#define BS_SLEEP_CTL_SLP_TYP(v) (((v) >> 2) & 7)
+#define BS_S5 5
+/* PM1a control: QEMU q35 (ICH9, PM base 0x600) and i440fx (PIIX4, PM
+ * base 0xb000). */
+#define BS_PM1A_CNT_Q35 0x604
+#define BS_PM1A_CNT_PIIX4 0xb004
+/* Sleep control: Cloud Hypervisor's port, QEMU microvm's GED register. */
+#define BS_SLEEP_CTL_PORT_CH 0x600
+#define BS_SLEEP_CTL_MMIO_MICROVM 0xfea00200ULL
+/* kvm_mmio's type of a write. */
+#define BS_KVM_TRACE_MMIO_WRITE 2
 
 struct bs_memslot_key {
 	__u32 tgid;

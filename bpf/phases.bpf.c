@@ -25,6 +25,9 @@
 
 const volatile __u32 marker_port_debug = 0x80;
 const volatile __u32 marker_port_boot_time = 0xf4;
+/* The guest's serial console (the 8250's transmit register); 0: its lines
+ * are not streamed. */
+const volatile __u32 serial_port = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -57,6 +60,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct bs_phase_state);
 } phase_state SEC(".maps");
+
+/* Each followed process's serial line in progress. LRU like phase_state. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, struct bs_serial_line);
+} serial_line SEC(".maps");
 
 /* The exits collector's map (exits.bpf.c defines it; this weak copy of its
  * definition lets the linker join the two). */
@@ -147,6 +158,44 @@ static __always_inline void bs_first_kernel_pio(__u32 tgid, __u32 tid, __u32 por
 	bpf_ringbuf_submit(e, 0);
 }
 
+/* A byte the guest wrote to its serial port: a line ends at '\n' and is
+ * streamed (BS_EV_SERIAL_LINE) with the times of its first and last
+ * bytes, so userspace can put the guest kernel's printk clock on the
+ * profile's (a console line carries its record's timestamp). One event a
+ * line: a guest printing without end costs a ring record per line, which
+ * the ring's size bounds (lost events are counted). */
+static __always_inline void bs_serial_byte(__u32 tgid, __u32 tid, __u8 byte)
+{
+	struct bs_serial_line fresh = {}, *line;
+	struct bs_event *e;
+	__u64 now = bpf_ktime_get_ns();
+
+	line = bpf_map_lookup_elem(&serial_line, &tgid);
+	if (!line) {
+		bpf_map_update_elem(&serial_line, &tgid, &fresh, BPF_NOEXIST);
+		line = bpf_map_lookup_elem(&serial_line, &tgid);
+		if (!line)
+			return;
+	}
+	if (line->len == 0)
+		line->first_ns = now;
+	if (line->len < sizeof(line->prefix))
+		line->prefix[line->len & (sizeof(line->prefix) - 1)] = byte;
+	line->len++;
+	if (byte != '\n')
+		return;
+	e = bs_event_reserve(BS_EV_SERIAL_LINE, tgid, tid);
+	if (e) {
+		e->ts_ns = now;
+		e->arg0 = line->first_ns;
+		e->arg1 = line->len;
+		__builtin_memcpy(e->comm, line->prefix, sizeof(e->comm));
+		bpf_ringbuf_submit(e, 0);
+	}
+	line->len = 0;
+	__builtin_memset(line->prefix, 0, sizeof(line->prefix));
+}
+
 SEC("tracepoint/kvm/kvm_pio")
 int bs_marker_pio(void *ctx)
 {
@@ -161,6 +210,9 @@ int bs_marker_pio(void *ctx)
 	if (!bs_followed_vm(tgid))
 		return 0;
 	port = BS_CTX(ctx, BS_P_KVM_PIO_PORT);
+	if (serial_port && port == serial_port && BS_CTX(ctx, BS_P_KVM_PIO_RW) &&
+	    BS_CTX(ctx, BS_P_KVM_PIO_SIZE) == 1)
+		bs_serial_byte(tgid, (__u32)id, (__u8)BS_CTX(ctx, BS_P_KVM_PIO_VAL));
 	if (port != marker_port_debug && port != marker_port_boot_time) {
 		bs_first_kernel_pio(tgid, (__u32)id, port);
 		return 0;

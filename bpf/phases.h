@@ -54,4 +54,14 @@ struct bs_phase_state {
 	__u64 switched_ns;
 };
 
+/* The serial line a followed process's guest is writing (its transmit
+ * register, one byte per port write): when its first byte came, how many
+ * bytes so far, and the first 16 of them. */
+struct bs_serial_line {
+	__u64 first_ns;
+	__u32 len;
+	__u32 pad;
+	char prefix[16];
+};
+
 #endif /* BOOTSCOPE_PHASES_H */

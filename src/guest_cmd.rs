@@ -2,6 +2,8 @@
 //! (docs/guest.md); the work is `bootscope_lab::debian`'s.
 //! `bootscope guest build default`: the default guest's initramfs, and the
 //! paths of its kernel and initramfs for scripts (`bootscope_lab::guest`).
+//! `bootscope guest build restore`: the restore guest's initramfs
+//! (`bootscope_lab::restore_guest`), the same way.
 
 use std::path::{Path, PathBuf};
 
@@ -45,6 +47,28 @@ enum Distro {
   mapfile -t guest < <(bootscope guest build default --out target/bench/guest.cpio)
   bootscope bench -- run --kernel \"${guest[0]}\" --initrd \"${guest[1]}\"")]
     Default(DefaultArgs),
+    /// The restore guest: Debian's kernel from /boot and a busybox
+    /// initramfs that fills 64 MiB of its page cache, marks port 0x80 with
+    /// 0x61 (the snapshot point: `run --snapshot-at 0x61`), reads them back,
+    /// marks 0x62, prints their checksum and powers off. Prints the
+    /// kernel's path and the initramfs's path, one per line, for scripts.
+    #[command(after_help = "In a script:
+  mapfile -t guest < <(bootscope guest build restore --out target/bench/restore.cpio)
+  bootscope run --kernel \"${guest[0]}\" --initrd \"${guest[1]}\" --snapshot snap --snapshot-at 0x61
+  bootscope run --restore snap --memory-restore uffd")]
+    Restore(RestoreArgs),
+}
+
+#[derive(Args)]
+struct RestoreArgs {
+    /// Where to write the initramfs (replaced atomically).
+    #[arg(long, short)]
+    out: PathBuf,
+    /// Carry the kernel's virtio-mmio and virtio-blk modules: with `run
+    /// --disk` the guest writes a line to its disk before the mark and
+    /// another after it.
+    #[arg(long)]
+    disk: bool,
 }
 
 #[derive(Args)]
@@ -74,7 +98,23 @@ pub fn run(args: GuestArgs) -> Result<i32, Failure> {
     match distro {
         Distro::Debian(args) => debian_image(args),
         Distro::Default(args) => default_guest(args),
+        Distro::Restore(args) => restore_guest(args),
     }
+}
+
+fn restore_guest(args: RestoreArgs) -> Result<i32, Failure> {
+    crate::common::check_output("--out", &args.out).map_err(usage)?;
+    let kernel = bootscope_lab::find_debian_kernel()
+        .map_err(|e| usage(anyhow!("the restore guest boots Debian's kernel: {e}")))?;
+    let built = if args.disk {
+        bootscope_lab::restore_guest::build_restore_initramfs_with_disk(&args.out, &kernel)
+    } else {
+        bootscope_lab::restore_guest::build_restore_initramfs(&args.out)
+    };
+    built.map_err(|e| usage(anyhow!("cannot build the restore guest: {e}")))?;
+    let text = format!("{}\n{}\n", kernel.vmlinuz.display(), args.out.display());
+    crate::stdout::print(text).map_err(crate::stdout::failure)?;
+    Ok(0)
 }
 
 fn default_guest(args: DefaultArgs) -> Result<i32, Failure> {

@@ -323,6 +323,14 @@ fn start_collector(
     config.ring_buffer_bytes = args.ring_buffer_kib.saturating_mul(1024);
     config.bpf_stats = args.bpf_stats;
     config.exit_sites = args.exit_sites;
+    if !args.no_guest_memory {
+        // Its lines put the guest kernel's clock on the profile's.
+        config.serial_port = Some(crate::guest_mem::SERIAL_PORT);
+    }
+    if args.initcalls {
+        // Each initcall's exits and faults, from the counts per slot.
+        config.time_slots = Some(Duration::from_nanos(bootscope_vmm::exit_slots::SLOT_NS));
+    }
     if let Some(set) = args.collect {
         config.collectors = set;
     } else {

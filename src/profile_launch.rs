@@ -86,6 +86,26 @@ fn bootscope_run(command: &[String], at: usize) -> Result<Launch> {
     })
 }
 
+/// The guest kernel a running VMM was started with (its `-kernel` or
+/// `--kernel` in `/proc/PID/cmdline`), a relative path taken from the
+/// VMM's working directory (`/proc/PID/cwd`).
+pub fn pid_kernel(pid: u32) -> Option<std::path::PathBuf> {
+    let kernel = crate::guest_symbols::command_kernel(&pid_command(pid))?;
+    if kernel.is_absolute() {
+        return Some(kernel);
+    }
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
+    Some(cwd.join(kernel))
+}
+
+/// The guest kernel's command line in a running VMM's options (QEMU's
+/// `-append`, Cloud Hypervisor's `--cmdline`, ...).
+pub fn pid_kernel_cmdline(pid: u32) -> Option<String> {
+    bootscope_model::vmm::kernel_cmdline_of(&pid_command(pid))
+        .ok()
+        .flatten()
+}
+
 /// A running process's command line (`/proc/PID/cmdline`).
 fn pid_command(pid: u32) -> Vec<String> {
     std::fs::read(format!("/proc/{pid}/cmdline"))
@@ -190,5 +210,40 @@ mod tests {
         let e = pid_initcalls(std::process::id()).to_string();
         assert!(e.contains("add `trace_buf_size=512K trace_event="), "{e}");
         assert!(e.contains("the VMM's kernel command line"), "{e}");
+    }
+
+    /// A running VMM's kernel, from its command line, a relative path
+    /// taken from its working directory.
+    #[test]
+    fn a_running_vmms_kernel_is_found_from_its_own_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "echo up; read -r _",
+                "vmm",
+                "-kernel",
+                "images/vmlinuz",
+            ])
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Its line says it runs with its own command line.
+        let mut up = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+            &mut up,
+        )
+        .unwrap();
+        assert_eq!(up, "up\n");
+        let found = pid_kernel(child.id());
+        drop(child.stdin.take());
+        child.wait().unwrap();
+        let cwd = dir.path().canonicalize().unwrap();
+        assert_eq!(found, Some(cwd.join("images/vmlinuz")));
+        // A process without one: none.
+        assert_eq!(pid_kernel(std::process::id()), None);
     }
 }

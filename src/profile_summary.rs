@@ -75,6 +75,9 @@ pub fn summary(p: &Profile, output: &Path) -> String {
     if let Some(g) = &p.guest_read {
         s.push_str(&crate::guest_mem::summary::summary(g));
     }
+    if let Some(units) = &p.units {
+        s.push_str(&bootscope_vmm::units::summary(units, guest_start_ns(p)));
+    }
     cost_summary(&mut s, p);
     let _ = writeln!(
         s,
@@ -89,6 +92,16 @@ pub fn summary(p: &Profile, output: &Path) -> String {
     // Names from the target (its thread names, its command) and the guest
     // (functions, phases): the text rule for a terminal.
     bootscope_model::text::printable_keeping(&s, &['\n']).into_owned()
+}
+
+/// When the guest started running, as near as the profile knows: the
+/// start of its first boot phase (firmware, boot loader or kernel; the
+/// VMM's first `KVM_RUN` is not seen from outside), else the profile's.
+fn guest_start_ns(p: &Profile) -> u64 {
+    p.phases
+        .iter()
+        .find(|x| matches!(x.name.as_str(), "firmware" | "bootloader" | "kernel"))
+        .map_or(0, |x| x.start_ns)
 }
 
 /// Page faults, page allocations by node and a restore's fault tail.

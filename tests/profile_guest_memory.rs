@@ -188,7 +188,11 @@ fn pid_of_a_vmm_whose_map_cannot_be_learned_says_why_and_succeeds() {
         missing.iter().any(|m| m["part"] == "memory_map"),
         "{missing:?}"
     );
-    assert_eq!(g["passes"][0]["at"], "end", "{g:#}");
+    // Read at its end, unheld (and at its userspace mark first when the
+    // profile started before the guest wrote it, as on a loaded host).
+    let passes = g["passes"].as_array().unwrap();
+    assert_eq!(passes.last().unwrap()["at"], "end", "{g:#}");
+    assert!(passes.iter().all(|p| p["at"] != "shutdown"), "{g:#}");
     assert_ne!(state(pid), Some('T'), "the VMM runs on");
     child.kill().unwrap();
     child.wait().unwrap();

@@ -243,19 +243,25 @@ impl Evidence {
         self.prealloc_ns = t.memory.as_ref().and_then(|m| m.elapsed_ns);
         self.units = t.units.clone().filter(|u| u.error.is_none());
         if let Some(ic) = &t.initcalls {
-            self.initcalls_error.clone_from(&ic.error);
-            self.initcalls = Some(
-                ic.initcalls
-                    .iter()
-                    .map(|i| Initcall {
-                        name: i.name.clone(),
-                        level: i.level.clone(),
-                        duration_ns: i.duration_ns,
-                        ret: i.ret,
-                    })
-                    .collect(),
-            );
+            self.add_initcalls(ic);
         }
+    }
+
+    /// Adds the initcalls of a boot (a timeline's, or those read from
+    /// another VMM's guest memory into a profile).
+    fn add_initcalls(&mut self, ic: &bootscope_model::initcalls::InitcallsDoc) {
+        self.initcalls_error.clone_from(&ic.error);
+        self.initcalls = Some(
+            ic.initcalls
+                .iter()
+                .map(|i| Initcall {
+                    name: i.name.clone(),
+                    level: i.level.clone(),
+                    duration_ns: i.duration_ns,
+                    ret: i.ret,
+                })
+                .collect(),
+        );
     }
 
     /// Adds what a profile says.
@@ -290,6 +296,16 @@ impl Evidence {
             .map(|t| (t.name.clone(), t.run_ns))
             .collect();
         self.guest_faults = Some(p.page_faults.guest_total);
+        // What the profile read of the guest (`profile --initcalls`, the
+        // units of its disk), where a timeline gave none.
+        if self.initcalls.is_none() {
+            if let Some(ic) = p.guest_read.as_ref().and_then(|g| g.initcalls.as_ref()) {
+                self.add_initcalls(ic);
+            }
+        }
+        if self.units.is_none() {
+            self.units = p.units.clone().filter(|u| u.error.is_none());
+        }
         let e = &p.exits;
         if e.source.is_empty() && e.total == 0 {
             return;
@@ -432,5 +448,43 @@ mod tests {
         assert!(ev.cmdline_has("8250.nr_uarts=1"));
         assert!(!ev.cmdline_has("8250.nr_uarts=4"));
         assert!(!ev.cmdline_has("loglevel"));
+    }
+
+    /// A profile of another VMM carries the initcalls read from its
+    /// guest's memory; a timeline's win where both have them.
+    #[test]
+    fn a_profiles_guest_initcalls_are_evidence() {
+        use bootscope_model::initcalls::{Initcall as Call, InitcallsDoc};
+        let doc = |name: &str| InitcallsDoc {
+            initcalls: vec![Call {
+                name: name.into(),
+                level: "device".into(),
+                duration_ns: 5_000_000,
+                ..Call::default()
+            }],
+            ..InitcallsDoc::default()
+        };
+        let p = Profile {
+            guest_read: Some(bootscope_model::guest_read::GuestRead {
+                initcalls: Some(doc("cmos_init")),
+                ..Default::default()
+            }),
+            ..Profile::default()
+        };
+        let mut ev = Evidence::default();
+        ev.add_profile(&p);
+        let calls = ev.initcalls.as_ref().unwrap();
+        assert_eq!(
+            (calls[0].name.as_str(), calls[0].duration_ns),
+            ("cmos_init", 5_000_000)
+        );
+        let t = Timeline {
+            initcalls: Some(doc("serial8250_init")),
+            ..Timeline::default()
+        };
+        let mut ev = Evidence::default();
+        ev.add_timeline(&t);
+        ev.add_profile(&p);
+        assert_eq!(ev.initcalls.unwrap()[0].name, "serial8250_init");
     }
 }

@@ -157,7 +157,8 @@ fn fix_result_text(out: &mut String, r: &FixResult) {
         let (b, n) = c.centers();
         let _ = write!(
             out,
-            "   time to userspace ({}s, {} rounds): {} -> {}, ratio {:.3}",
+            "   time to {} ({}s, {} rounds): {} -> {}, ratio {:.3}",
+            crate::prove::plan::measured_to(&c.metric),
             c.center,
             r.rounds,
             human_ns(b as u64),
@@ -215,12 +216,17 @@ pub fn prove_text(p: &ProveReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "\nproved: {} boots (up to {} rounds per fix, each booting both sides; {} at {}), original reaching {:?}",
+        "\nproved: {} boots (up to {} rounds per fix, each booting both sides; {} at {}), original reaching {:?}{}",
         p.boots,
         p.runs_per_side,
         p.test.title(),
         crate::prove::options::level(p.level),
-        p.check.userspace_mark
+        p.check.userspace_mark,
+        p.check
+            .workload_mark
+            .as_ref()
+            .map(|m| format!(", measured to the workload's mark {m:?}"))
+            .unwrap_or_default()
     );
     for r in &p.fixes {
         fix_result_text(&mut out, r);
@@ -251,7 +257,7 @@ pub fn prove_text(p: &ProveReport) -> String {
 pub fn final_command(p: &ProveReport) -> String {
     let argv: Vec<std::ffi::OsString> = p.final_command.iter().map(Into::into).collect();
     let words = bootscope_bench::runner::shell_words(&argv);
-    if p.metric == "time_to_userspace" {
+    if !p.metric.starts_with("console:") {
         format!("bootscope run {words}")
     } else {
         words

@@ -228,7 +228,13 @@ fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
         16,
         "start",
         &format!(
-            "Measured: time to userspace with the fix / without (up to {} rounds, {}, level {})",
+            "Measured: time to {} with the fix / without (up to {} rounds, {}, level {})",
+            // The mark is named in the check boot's line of the text report.
+            if p.metric.starts_with("mark:") {
+                "the workload's mark".to_string()
+            } else {
+                crate::prove::plan::measured_to(&p.metric)
+            },
             p.runs_per_side,
             p.test.title(),
             crate::prove::options::level(p.level)
@@ -385,6 +391,7 @@ mod tests {
             check: CheckBoot {
                 wall_ns: 1,
                 userspace_mark: "m".into(),
+                workload_mark: None,
                 documents: Vec::new(),
             },
             fixes: vec![

@@ -103,16 +103,26 @@ fn unmaskable(name: &str, target: &str) -> bool {
 }
 
 /// The slowest units on the critical chain (at least `min_ns` each), one
-/// finding each, with the unit that waited for it.
+/// finding each, with the unit that waited for it. A link that became
+/// active after the unit above it cannot have held it up (an `After=`
+/// read the wrong way round, such as a unit ordered after a target's
+/// alias): it is no finding.
 pub(crate) fn slow_chain_units(ev: &Evidence, min_ns: u64) -> Vec<Found> {
     let Some(u) = units(ev) else {
         return Vec::new();
     };
     let chain = &u.critical_chain;
+    let held_up = |i: usize| {
+        i.checked_sub(1)
+            .and_then(|w| chain.get(w))
+            .is_none_or(|w| chain[i].active_ns <= w.active_ns)
+    };
     let mut slow: Vec<(usize, &bootscope_model::units::ChainLink)> = chain
         .iter()
         .enumerate()
-        .filter(|(_, l)| l.duration_ns >= min_ns && !unmaskable(&l.name, &u.chain_target))
+        .filter(|(i, l)| {
+            l.duration_ns >= min_ns && !unmaskable(&l.name, &u.chain_target) && held_up(*i)
+        })
         .collect();
     slow.sort_by_key(|(_, l)| std::cmp::Reverse(l.duration_ns));
     slow.truncate(SLOWEST_ON_CHAIN);
@@ -366,6 +376,83 @@ mod tests {
             vmm: crate::evidence::Vmm::Bootscope,
             ..Evidence::default()
         }
+    }
+
+    /// A real boot: the timeline of a Debian 12 image made with mmdebstrap
+    /// (its own workload, units from its journal) booted with `run --disk`
+    /// in the lab, not quiet (tests/fixtures/README.md).
+    fn lab_boot() -> Evidence {
+        Evidence::read(&[std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/journal-debian12-own.timeline.json"
+        ))])
+        .unwrap()
+    }
+
+    #[test]
+    fn a_real_debian_boot_has_userspace_findings_with_units_and_seconds() {
+        let ev = lab_boot();
+        let advice = advise(&ev);
+        let user: Vec<_> = advice
+            .findings
+            .iter()
+            .filter(|f| f.phase == "userspace")
+            .collect();
+        let with_units: Vec<_> = user
+            .iter()
+            .filter(|f| {
+                f.subject
+                    .as_deref()
+                    .is_some_and(|s| s.ends_with(".service"))
+            })
+            .collect();
+        let listed: Vec<_> = user.iter().map(|f| (f.rule, &f.subject)).collect();
+        // Each with its time: the initramfs and the units (the status
+        // lines are timed by a profile's exit sites, not given here).
+        assert!(
+            user.iter().filter(|f| f.accounts_ns.is_some()).count() >= 3,
+            "{listed:?}"
+        );
+        assert!(with_units.len() >= 2, "{listed:?}");
+        let chain = &ev.units.as_ref().unwrap().critical_chain;
+        for f in &with_units {
+            assert_eq!(f.rule, "slow-unit-on-chain");
+            let unit = f.subject.as_deref().unwrap();
+            let link = chain.iter().find(|l| l.name == unit).unwrap();
+            assert_eq!(f.accounts_ns, Some(link.duration_ns));
+            assert!(link.duration_ns >= 20 * MS, "{unit}");
+            assert_eq!(
+                f.fixes[0].change,
+                ConcreteChange::KernelArgs(format!("systemd.mask={unit}"))
+            );
+        }
+        // systemd-update-utmp-runlevel.service is ordered after the
+        // default target (After=runlevel5.target, its alias) and became
+        // active after it: on the chain as read, but it held nothing up.
+        assert!(
+            !with_units
+                .iter()
+                .any(|f| f.subject.as_deref() == Some("systemd-update-utmp-runlevel.service")),
+            "{with_units:?}"
+        );
+        // Not quiet on ttyS0: systemd's status lines, a fix --prove tries.
+        let status = user
+            .iter()
+            .find(|f| f.rule == "systemd-status-on-serial")
+            .unwrap();
+        assert_eq!(
+            status.fixes[0].change,
+            ConcreteChange::KernelArgs("systemd.show_status=false".into())
+        );
+        assert_eq!(status.fixes[0].triable, crate::evaluate::Triable::Yes);
+        // Debian's initramfs-tools found the disk and mounted the root.
+        let stage = user.iter().find(|f| f.rule == "initramfs-stage").unwrap();
+        assert!(stage.accounts_ns.unwrap() > 1_000 * MS);
+        assert!(
+            stage.evidence.iter().any(|e| e.contains("virtio_blk")),
+            "{:?}",
+            stage.evidence
+        );
     }
 
     #[test]

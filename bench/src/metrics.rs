@@ -15,7 +15,7 @@
 //! | `exit-reason:NAME`, `exit-reason:total` | count | the profile's `exits.by_reason` (`bench --profile`) |
 //! | `faults:guest`, `faults:host` | count | the profile's `page_faults.guest_total` / `host_total` |
 //! | `pio:PORT DIRECTION` | count | the profile's `exits.pio`: the guest's port I/O to one port (`pio:0x3f8 write`), all access sizes together (`bench --profile`) |
-//! | `mark:NAME` | time | the profile's first mark `NAME` (`bench --profile`), from the profile's start: the launch of the command, or the process start of a `bootscope run` profiling itself; e.g. `mark:port 0x80: userspace 0x60` for either VMM |
+//! | `mark:NAME` | time | the first mark `NAME` the guest gave (every source but the VMM's own steps): from the timeline, nanoseconds since the VMM's process start (its `t_ns`); with `bench --profile`, the profile's first mark `NAME` from the profile's start (the launch of the command, or the process start of a `bootscope run` profiling itself), in its place; e.g. `mark:port 0x80: userspace 0x60` for either VMM: the time to a workload's marker |
 //! | `memory:rss`, `memory:pss`, `memory:uss` | bytes | the VMM's `/proc/PID/smaps_rollup` at the userspace mark (the timeline's `host_memory`; for a command, read by `bench` at its console's `userspace` pattern) |
 //! | `storm:METRIC:STAT`, `storm:makespan` | as METRIC, time | `bench --parallel N`: per storm, [`crate::storm`] |
 //! | `solo:METRIC` | as METRIC | `bench --parallel N`: the one VM booted alone before each storm |
@@ -23,6 +23,7 @@
 use std::collections::BTreeMap;
 
 pub use bootscope_model::bench::MetricKind;
+use bootscope_model::mark::MarkSource;
 use bootscope_model::profile::Profile;
 use bootscope_model::timeline::Timeline;
 
@@ -84,6 +85,9 @@ pub fn display_name(name: &str) -> String {
     }
     if let Some(m) = name.strip_prefix("memory:") {
         return format!("{} (host memory)", m.to_uppercase());
+    }
+    if let Some(mark) = name.strip_prefix("mark:") {
+        return format!("time to {mark}");
     }
     if let Some(p) = name.strip_prefix("phase:") {
         format!("{p} phase")
@@ -191,7 +195,26 @@ pub fn from_timeline(t: &Timeline) -> TimelineFacts {
     for (key, v) in t.kvm_stats.iter().flatten() {
         facts.metrics.insert(kvm_stat_metric(key), *v);
     }
+    facts.metrics.extend(timeline_marks(t));
     facts
+}
+
+/// The metric of the time to the mark `name`: `mark:NAME`.
+pub fn mark_metric(name: &str) -> String {
+    format!("mark:{name}")
+}
+
+/// The time to each mark the guest gave (its port writes, its console's
+/// milestones, systemd's start on its own clock), the first of each name:
+/// the timeline's `t_ns`, since the VMM's process start. The VMM's own
+/// steps are left out (the phases measure them).
+fn timeline_marks(t: &Timeline) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for m in t.marks.iter().filter(|m| m.source != MarkSource::Vmm) {
+        let e = out.entry(mark_metric(&m.name)).or_insert(m.t_ns);
+        *e = (*e).min(m.t_ns);
+    }
+    out
 }
 
 /// The host memory metrics of one VMM: `memory:rss`, `memory:pss`,
@@ -241,7 +264,7 @@ pub fn from_profile(p: &Profile) -> BTreeMap<String, u64> {
     // The first of each mark (the guest's port writes, its console's
     // milestones), on the profile's clock.
     for mark in &p.marks {
-        let e = m.entry(format!("mark:{}", mark.name)).or_insert(mark.t_ns);
+        let e = m.entry(mark_metric(&mark.name)).or_insert(mark.t_ns);
         *e = (*e).min(mark.t_ns);
     }
     // With `--bpf-stats`: what the kernel accounted to the eBPF programs.
@@ -299,7 +322,10 @@ mod tests {
             ],
             "kvm_stats": {"exits": 10, "io_exits": 7, "pf_fixed": 3, "insn_emulation": 2},
             "memory": {"regions": [], "elapsed_ns": 42},
-            "marks": [{"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 105}]
+            "marks": [
+                {"name": "vmm: first KVM_RUN", "source": "vmm", "t_ns": 5},
+                {"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 105}
+            ]
         });
         let f = read(&t).unwrap();
         assert_eq!(
@@ -331,10 +357,47 @@ mod tests {
         let f = read(&t).unwrap();
         assert_eq!(f.metrics["time_to_userspace"], 105);
         assert_eq!(f.metrics["phase:profiler attach"], 30);
+        assert!(f.metrics.keys().all(|k| !k.starts_with("mark:")));
         let bad = serde_json::json!({"schema": "bootscope.timeline", "version": 4});
         assert!(matches!(read(&bad), Err(BenchError::WrongVersion { .. })));
         let bad = serde_json::json!({"schema": "bootscope.timeline", "version": 2, "phases": 3});
         assert!(matches!(read(&bad), Err(BenchError::Malformed { .. })));
+    }
+
+    /// A disk boot: the userspace phase opens at systemd's start (its
+    /// journal, on the guest's clock), the workload writes its marker
+    /// later; the time to that marker is a metric of its own, from the
+    /// VMM's start, the first of each name, the VMM's own steps left out.
+    #[test]
+    fn time_to_the_workloads_marker() {
+        let t = serde_json::json!({
+            "schema": "bootscope.timeline", "version": 3,
+            "outcome": {"reason": "acpi_power_off", "clean": true, "detail": ""},
+            "phases": [
+                {"name": "vmm setup", "start_ns": 0, "end_ns": 10, "duration_ns": 10},
+                {"name": "kernel", "start_ns": 10, "end_ns": 400, "duration_ns": 390},
+                {"name": "userspace", "start_ns": 400, "end_ns": 2000, "duration_ns": 1600,
+                 "from": "systemd: started"}
+            ],
+            "marks": [
+                {"name": "vmm: first KVM_RUN", "source": "vmm", "t_ns": 10},
+                {"name": "serial: run init", "source": "serial", "t_ns": 300},
+                {"name": "systemd: started", "source": "guest_clock", "t_ns": 400},
+                {"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 1700, "value": 96},
+                {"name": "port 0x80: userspace 0x60", "source": "debug_port", "t_ns": 1800, "value": 96}
+            ]
+        });
+        let f = read(&t).unwrap();
+        assert_eq!(f.userspace_mark.as_deref(), Some("systemd: started"));
+        assert_eq!(f.metrics["time_to_userspace"], 400);
+        let marker = mark_metric("port 0x80: userspace 0x60");
+        assert_eq!(marker, "mark:port 0x80: userspace 0x60");
+        assert_eq!(f.metrics[&marker], 1700);
+        assert_eq!(f.metrics["mark:systemd: started"], 400);
+        assert_eq!(f.metrics["mark:serial: run init"], 300);
+        assert!(!f.metrics.contains_key("mark:vmm: first KVM_RUN"));
+        assert_eq!(kind(&marker), MetricKind::Time);
+        assert_eq!(display_name(&marker), "time to port 0x80: userspace 0x60");
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! * [`guest`] finds the Debian kernel and builds the project's default
 //!   (busybox) guest initramfs.
 //! * [`outer`] builds the outer guest and runs the lab.
+//! * [`restore_guest`] builds the restore guest, which checks itself across
+//!   a snapshot and restore, and reads what it printed.
 //! * [`debian`] builds a Debian guest with systemd as a raw disk image
 //!   (`bootscope guest build debian`).
 //!
@@ -34,6 +36,7 @@ pub mod debian;
 mod elf;
 pub mod guest;
 pub mod outer;
+pub mod restore_guest;
 mod transport;
 mod util;
 

@@ -36,7 +36,7 @@ use crate::{LabError, Result};
 mod heartbeat;
 mod init;
 mod initramfs;
-mod modules;
+pub(crate) mod modules;
 mod plan;
 mod qemu;
 mod terminal;

@@ -7,18 +7,24 @@
 //! one sorted slice of (name, count) pairs, not a tree of strings.
 //! Written back, a sample is the same JSON as a map of its reasons: the
 //! names in byte order, as a `BTreeMap<String, u64>` writes them.
+//!
+//! Reading them is [`read`]'s: a sample's fields and names are matched as
+//! bytes, each name first against the one at its place in the sample read
+//! before (the same names, in the same order, in every sample bootscope
+//! writes).
+
+mod read;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Serialize, Serializer};
 
 /// Cumulative counters at one instant.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Sample {
     pub t_ns: u64,
     pub exits_total: u64,
@@ -41,6 +47,10 @@ impl ReasonCounts {
     /// From (name, count) pairs in any order; of two with the same name,
     /// the later one counts (as a map's insert).
     fn from_pairs(mut pairs: Vec<(Arc<str>, u64)>) -> Self {
+        // As bootscope writes them: in order, each name once.
+        if pairs.is_sorted_by(|a, b| a.0 < b.0) {
+            return Self(pairs.into_boxed_slice());
+        }
         pairs.reverse();
         // Stable: of equal names the later pair (now first) is kept.
         pairs.sort_by(|a, b| a.0.cmp(&b.0));
@@ -138,48 +148,6 @@ impl Serialize for ReasonCounts {
     }
 }
 
-impl<'de> Deserialize<'de> for ReasonCounts {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = ReasonCounts;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a map of reasons to counts")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ReasonCounts, A::Error> {
-                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0).min(256));
-                while let Some(name) = map.next_key_seed(NameSeed)? {
-                    let count: u64 = map.next_value()?;
-                    pairs.push((name, count));
-                }
-                Ok(ReasonCounts::from_pairs(pairs))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-/// Reads a name straight into [`shared_name`] (no string of its own
-/// for a name already held).
-struct NameSeed;
-
-impl<'de> serde::de::DeserializeSeed<'de> for NameSeed {
-    type Value = Arc<str>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Arc<str>, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl Visitor<'_> for NameSeed {
-    type Value = Arc<str>;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a reason name")
-    }
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Arc<str>, E> {
-        Ok(shared_name(v))
-    }
-}
-
 /// The most names [`shared_name`] keeps per thread; past it, a name not
 /// kept is held on its own (correct, only less compact), so a document of
 /// endless distinct names does not grow the table.
@@ -190,7 +158,7 @@ thread_local! {
 }
 
 /// `name`, shared with every other use of it on this thread.
-fn shared_name(name: &str) -> Arc<str> {
+pub(crate) fn shared_name(name: &str) -> Arc<str> {
     NAMES.with(|names| {
         let mut names = names.borrow_mut();
         if let Some(n) = names.get(name) {
@@ -235,6 +203,86 @@ mod tests {
         let d: ReasonCounts = serde_json::from_str(r#"{"io":7}"#).unwrap();
         assert!(Arc::ptr_eq(&c.0[1].0, &d.0[0].0));
         assert!(serde_json::from_str::<ReasonCounts>(r#"{"io":-1}"#).is_err());
+    }
+
+    #[test]
+    fn samples_read_whatever_the_names_of_the_sample_before() {
+        // Each sample's names against the one before: the same, fewer,
+        // more, other names, another order, a repeated name.
+        let text = r#"[
+            {"t_ns": 1, "exits_total": 3, "exits_by_reason": {"hlt": 1, "io": 2}, "guest_faults": 4, "host_faults": 5},
+            {"t_ns": 2, "exits_total": 4, "exits_by_reason": {"hlt": 1, "io": 3}, "guest_faults": 4, "host_faults": 5},
+            {"t_ns": 3, "exits_total": 1, "exits_by_reason": {"io": 1}, "guest_faults": 4, "host_faults": 5},
+            {"exits_by_reason": {"npf": 2, "io": 1, "cpuid": 7, "io": 9}, "host_faults": 5, "guest_faults": 6, "exits_total": 19, "t_ns": 4, "other": [1, {"a": 2}]},
+            {"t_ns": 5, "exits_total": 0, "exits_by_reason": {}, "guest_faults": 0, "host_faults": 0},
+            [6, 2, {"i\u006f": 2}, 1, 1]
+        ]"#;
+        let samples: Vec<Sample> = serde_json::from_str(text).unwrap();
+        let reasons: Vec<BTreeMap<String, u64>> =
+            samples.iter().map(|s| s.exits_by_reason.to_map()).collect();
+        let map = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
+            pairs.iter().map(|(n, c)| (n.to_string(), *c)).collect()
+        };
+        assert_eq!(
+            reasons,
+            [
+                map(&[("hlt", 1), ("io", 2)]),
+                map(&[("hlt", 1), ("io", 3)]),
+                map(&[("io", 1)]),
+                map(&[("cpuid", 7), ("io", 9), ("npf", 2)]),
+                map(&[]),
+                map(&[("io", 2)]),
+            ]
+        );
+        let s = &samples[3];
+        assert_eq!(
+            (s.t_ns, s.exits_total, s.guest_faults, s.host_faults),
+            (4, 19, 6, 5)
+        );
+        assert_eq!((samples[5].t_ns, samples[5].host_faults), (6, 1));
+        // One name, one string: shared by every sample that has it.
+        assert!(Arc::ptr_eq(
+            &samples[0].exits_by_reason.0[1].0,
+            &samples[5].exits_by_reason.0[0].0
+        ));
+        // Written back as a map of reasons, in name order.
+        let back: Vec<Sample> =
+            serde_json::from_slice(&serde_json::to_vec(&samples).unwrap()).unwrap();
+        assert_eq!(back, samples);
+    }
+
+    #[test]
+    fn a_sample_with_a_field_missing_repeated_or_wrong_is_refused() {
+        let full =
+            r#""t_ns": 1, "exits_total": 3, "exits_by_reason": {"io": 2}, "guest_faults": 4"#;
+        for (text, says) in [
+            (format!("{{{full}}}"), "missing field `host_faults`"),
+            (
+                format!("{{{full}, \"host_faults\": 1, \"t_ns\": 2}}"),
+                "duplicate field `t_ns`",
+            ),
+            (
+                format!("{{{full}, \"host_faults\": 1, \"exits_by_reason\": {{}}}}"),
+                "duplicate field `exits_by_reason`",
+            ),
+            (
+                r#"{"t_ns": -1, "exits_total": 3, "exits_by_reason": {}, "guest_faults": 4, "host_faults": 5}"#.into(),
+                "invalid value",
+            ),
+            (
+                r#"{"t_ns": 1, "exits_total": 3, "exits_by_reason": {"io": "2"}, "guest_faults": 4, "host_faults": 5}"#.into(),
+                "invalid type",
+            ),
+            (
+                r#"{"t_ns": 1, "exits_total": 3, "exits_by_reason": {"\udc00": 1}, "guest_faults": 4, "host_faults": 5}"#.into(),
+                "not UTF-8",
+            ),
+            ("[1, 2, {}]".into(), "invalid length 3"),
+            ("7".into(), "expected struct Sample"),
+        ] {
+            let e = serde_json::from_str::<Sample>(&text).unwrap_err();
+            assert!(e.to_string().contains(says), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -92,6 +92,28 @@ pub fn find(mem: &dyn PhysMemory, ranges: &[(u64, u64)]) -> Option<BootParamsRea
     first
 }
 
+/// The boot parameters in the page at `gpa` (the kernel's own copy, found
+/// by its symbol); Err says what the page lacks.
+pub fn read_at(mem: &dyn PhysMemory, gpa: u64) -> Result<BootParamsRead, String> {
+    let mut page = vec![0u8; PAGE as usize];
+    if !mem.read_phys(gpa, &mut page) {
+        return Err(format!("its page at {gpa:#x} could not be read"));
+    }
+    let (e820, ptr, size) = parse_page(&page).ok_or_else(|| {
+        format!(
+            "its page at {gpa:#x} has boot flag {:#06x}, header {:?}, {} e820 entries",
+            u16::from_le_bytes([page[BOOT_FLAG], page[BOOT_FLAG + 1]]),
+            String::from_utf8_lossy(&page[HEADER..HEADER + 4]),
+            page[E820_ENTRIES]
+        )
+    })?;
+    Ok(BootParamsRead {
+        gpa,
+        cmdline: (ptr != 0).then(|| read_cmdline(mem, ptr, size)).flatten(),
+        e820,
+    })
+}
+
 /// The NUL-terminated command line at `gpa`, at most `size` bytes.
 fn read_cmdline(mem: &dyn PhysMemory, gpa: u64, size: usize) -> Option<String> {
     let mut b = vec![0u8; size];

@@ -9,10 +9,12 @@
 //! ([`boot_params`]).
 
 pub mod boot_params;
+pub mod console;
 pub mod hold;
 pub mod layout;
 mod pass;
 pub mod process;
+pub mod regions;
 pub mod summary;
 
 use std::path::PathBuf;
@@ -25,6 +27,11 @@ use bootscope_model::guest_read::GuestRead;
 use bootscope_model::modules::GuestModules;
 use bootscope_profiler::Collector;
 
+/// The serial port whose lines (their bytes timed by eBPF as the guest
+/// writes them) put the guest kernel's log and initcalls on the profile's
+/// clock: COM1's, the console of every VMM's default guest.
+pub const SERIAL_PORT: u16 = 0x3f8;
+
 /// How often the watcher looks for the userspace mark and a held VMM.
 const POLL: Duration = Duration::from_millis(5);
 
@@ -36,6 +43,9 @@ pub struct Plan {
     /// The guest kernel's image, for its symbols and types (initcalls
     /// from the trace ring, modules).
     pub kernel: Option<PathBuf>,
+    /// The guest kernel's command line as the VMM's own options give it
+    /// (where the boot parameters are not found in guest memory).
+    pub cmdline: Option<String>,
     /// A launched command's process group (the watchdog continues it).
     pub pgid: Option<u32>,
 }
@@ -119,7 +129,15 @@ impl Watch {
         let kernel = args.guest_symbols.clone();
         let plan = Plan {
             pid: collector.target_pid(),
-            kernel: kernel.or_else(|| crate::guest_symbols::command_kernel(command)),
+            kernel: kernel
+                .or_else(|| crate::guest_symbols::command_kernel(command))
+                .or_else(|| args.pid.and_then(crate::profile_launch::pid_kernel)),
+            cmdline: match args.pid {
+                Some(pid) => crate::profile_launch::pid_kernel_cmdline(pid),
+                None => bootscope_model::vmm::kernel_cmdline_of(command)
+                    .ok()
+                    .flatten(),
+            },
             pgid: held.map(bootscope_profiler::launch::HeldCommand::pgid),
         };
         Some(Self::start(collector.clone(), plan))
@@ -190,20 +208,16 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
     reader.finish()
 }
 
-/// Labels the profile's nested page fault ranges with the VM's memory
-/// slots (RAM, ROM, device memory, and what backs each in the VMM).
+/// Labels the profile's nested page fault ranges with what the VM has
+/// there: its memory slots (RAM, ROM, device memory, and what backs each
+/// in the VMM), the x86 devices at fixed addresses, the VMM's fixed device
+/// windows ([`regions`]).
 pub fn label_npf_ranges(profile: &mut bootscope_profiler::Profile, read: &GuestRead) {
-    use bootscope_model::sites::GuestRegion;
-    let regions: Vec<GuestRegion> = read
-        .memory_map
-        .slots
-        .iter()
-        .map(|s| GuestRegion {
-            name: format!("{} (slot {}, {})", s.kind, s.slot, s.backing),
-            start: s.gpa,
-            end: s.gpa.saturating_add(s.size),
-        })
-        .collect();
+    let vmm = profile.target.vmm.as_ref().map_or_else(
+        || bootscope_model::vmm::kind_of(&profile.target.command),
+        |v| v.kind,
+    );
+    let regions = regions::npf_regions(read, vmm);
     if let Some(sites) = profile.exits.sites.as_mut().filter(|_| !regions.is_empty()) {
         sites.label_npf_ranges(&regions);
     }
@@ -218,8 +232,13 @@ pub fn annotate(
 ) {
     let modules = guest.as_ref().and_then(|g| g.modules.as_ref());
     crate::guest_symbols::annotate(profile, table, modules);
-    if let Some(g) = guest {
+    if let Some(mut g) = guest {
         label_npf_ranges(profile, &g.read);
+        // Initcalls on the profile's clock get the exits and faults of
+        // their own time.
+        if let Some(doc) = g.read.initcalls.as_mut().filter(|d| d.clock.is_some()) {
+            bootscope_profiler::initcalls::attribute_profile(doc, profile);
+        }
         profile.guest_read = Some(g.read);
     }
 }

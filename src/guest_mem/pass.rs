@@ -7,7 +7,9 @@ use bootscope_model::guest_read::{
     GuestMemoryMap, GuestRead, KernelLogLine, KernelLogRead, ModulesRead, ReadPass,
 };
 use bootscope_model::modules::GuestModules;
+use bootscope_profiler::collector::SerialLine;
 use bootscope_profiler::Collector;
+use bootscope_vmm::console::ConsoleLine;
 use bootscope_vmm::kernel_log::{self, GuestKernel, StoppedGuest};
 
 use super::hold::{Held, Watchdog};
@@ -34,6 +36,9 @@ pub(super) struct Reader {
     kernel: Option<Result<Box<dyn GuestKernel>, String>>,
     holds: BTreeSet<u32>,
     watchdog: Option<Watchdog>,
+    /// The boot parameters were searched for (at the first pass that
+    /// found the kernel's data).
+    boot_params_searched: bool,
 }
 
 impl Reader {
@@ -50,6 +55,7 @@ impl Reader {
             kernel: None,
             holds: BTreeSet::new(),
             watchdog,
+            boot_params_searched: false,
         }
     }
 
@@ -125,7 +131,8 @@ impl Reader {
             self.doc.memory_map = map.clone();
             match ProcessMemory::open(pid, map.slots, PASS_BUDGET) {
                 Ok(mut mem) => {
-                    self.read_all(&mut mem, at);
+                    let (serial, _) = collector.serial_lines(pid);
+                    self.read_all(&mut mem, at, &serial);
                     pass.bytes_read = mem.bytes_read();
                     pass.failed_reads = mem.failed_reads();
                 }
@@ -167,7 +174,9 @@ impl Reader {
     }
 
     /// Everything the readers find in `mem` now.
-    fn read_all(&mut self, mem: &mut ProcessMemory, at: &str) {
+    /// `serial`: the guest's serial lines so far, which put its kernel's
+    /// clock on the profile's.
+    fn read_all(&mut self, mem: &mut ProcessMemory, at: &str, serial: &[SerialLine]) {
         if self.vmcoreinfo.is_none() {
             self.vmcoreinfo = find_vmcoreinfo(mem);
         }
@@ -178,7 +187,9 @@ impl Reader {
         );
         let guest = StoppedGuest::new(mem);
         let info = guest.vmcoreinfo().ok().cloned();
-        if self.doc.boot_params.is_none() {
+        // Searched once: what is not there at the first pass is not there
+        // later (and a search of the image would lengthen a hold).
+        if !std::mem::replace(&mut self.boot_params_searched, true) {
             let mut ranges = vec![LOW];
             if let Some(i) = &info {
                 let base = i.number("phys_base").unwrap_or(0);
@@ -188,20 +199,34 @@ impl Reader {
                     .unwrap_or_else(|_| (base as u64).wrapping_add(PHYSICAL_START));
                 ranges.push((start, IMAGE_SPAN));
             }
-            let touched = touched_pieces(mem, &ranges);
-            self.doc.boot_params = super::boot_params::find(mem, &touched);
+            // The kernel's own copy, by its symbol; else a search of the
+            // low megabyte (the VMM's copy) and the kernel image.
+            let by_symbol = self.kernel().and_then(|k| {
+                let gpa = kernel_log::variable_phys(&guest, k, "boot_params")?;
+                super::boot_params::read_at(guest.memory(), gpa)
+            });
+            let why_not = by_symbol.as_ref().err().cloned();
+            self.doc.boot_params = by_symbol.ok().or_else(|| {
+                let touched = touched_pieces(mem, &ranges);
+                super::boot_params::find(mem, &touched)
+            });
             match &self.doc.boot_params {
                 Some(_) => self.doc.found("boot_params"),
                 None => self.doc.missing(
                     "boot_params",
-                    "no struct boot_params (boot flag 0xAA55, HdrS, an e820 table) in the low \
-                     megabyte or the kernel image",
+                    format!(
+                        "the kernel's `boot_params`: {}; and no struct boot_params (boot flag \
+                         0xAA55, HdrS, an e820 table) in the low megabyte or the kernel image",
+                        why_not.unwrap_or_default()
+                    ),
                 ),
             }
         }
         let guest = StoppedGuest::new(mem);
+        let console;
         match kernel_log::read_log(&guest) {
             Ok((info, read)) => {
+                console = super::console::console_lines(serial, &read.records);
                 self.doc.found("kernel_log");
                 self.doc.kernel_log = Some(KernelLogRead {
                     os_release: info.os_release().map(str::to_string),
@@ -225,16 +250,18 @@ impl Reader {
                 return;
             }
         }
-        self.read_initcalls(&guest);
+        self.read_initcalls(&guest, &console);
         self.read_modules(&guest);
     }
 
-    fn read_initcalls(&mut self, guest: &StoppedGuest) {
+    /// The initcalls, on the profile's clock where `console` anchors it.
+    fn read_initcalls(&mut self, guest: &StoppedGuest, console: &[ConsoleLine]) {
         let cmdline = self
             .doc
             .boot_params
             .as_ref()
-            .and_then(|b| b.cmdline.clone());
+            .and_then(|b| b.cmdline.clone())
+            .or_else(|| self.plan.cmdline.clone());
         let traced = cmdline
             .as_deref()
             .is_none_or(|c| c.contains("initcall:initcall_start"));
@@ -242,9 +269,9 @@ impl Reader {
             .as_deref()
             .is_some_and(|c| c.contains("initcall_debug"));
         let doc = if traced && (cmdline.is_some() || self.kernel().is_ok()) {
-            kernel_log::collect_traced(guest, &[], 0, self.kernel())
+            kernel_log::collect_traced(guest, console, 0, self.kernel())
         } else if logged {
-            kernel_log::collect(guest, &[], 0)
+            kernel_log::collect(guest, console, 0)
         } else {
             self.doc.missing(
                 "initcalls",
@@ -325,7 +352,52 @@ const MAX_RECORDS: usize = 50_000;
 /// (within the pass's budget).
 fn find_vmcoreinfo(mem: &ProcessMemory) -> Option<u64> {
     use bootscope_vmm::kernel_log::phys::PhysMemory;
-    mem.ranges().into_iter().find_map(|(start, len)| {
-        layout::scan(len, |off, buf| mem.read_touched(start + off, buf)).map(|f| start + f.offset)
-    })
+    scan_order(mem.ranges())
+        .into_iter()
+        .find_map(|(start, len)| {
+            layout::scan(len, |off, buf| mem.read_touched(start + off, buf))
+                .map(|f| start + f.offset)
+        })
+}
+
+/// RAM in the order it is searched for the kernel's data: from where
+/// kernels load (`CONFIG_PHYSICAL_START`) upwards first, the memory below
+/// it last, so the search mostly ends within the kernel image.
+fn scan_order(ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    let (mut high, mut low) = (Vec::new(), Vec::new());
+    for (start, len) in ranges {
+        let end = start.saturating_add(len);
+        if start >= PHYSICAL_START {
+            high.push((start, len));
+        } else if end <= PHYSICAL_START {
+            low.push((start, len));
+        } else {
+            high.push((PHYSICAL_START, end - PHYSICAL_START));
+            low.push((start, PHYSICAL_START - start));
+        }
+    }
+    high.sort_unstable();
+    low.sort_unstable();
+    high.extend(low);
+    high
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_search_starts_where_kernels_load() {
+        let m = 1u64 << 20;
+        assert_eq!(
+            scan_order(vec![(0, 15 * m), (15 * m, 241 * m), (4096 * m, 64 * m)]),
+            vec![
+                (16 * m, 240 * m),
+                (4096 * m, 64 * m),
+                (0, 15 * m),
+                (15 * m, m)
+            ]
+        );
+        assert_eq!(scan_order(vec![]), vec![]);
+    }
 }

@@ -87,7 +87,11 @@ pub fn summary(g: &GuestRead) -> String {
     }
     if let Some(m) = &g.modules {
         let names: Vec<&str> = m.modules.iter().map(|m| m.name.as_str()).collect();
-        let _ = writeln!(s, "  modules: {}", names.join(", "));
+        if names.is_empty() && m.warnings.is_empty() {
+            let _ = writeln!(s, "  modules: none loaded");
+        } else if !names.is_empty() {
+            let _ = writeln!(s, "  modules: {}", names.join(", "));
+        }
     }
     for p in &g.missing {
         let _ = writeln!(s, "  not read: {}: {}", p.part, p.why);

@@ -62,3 +62,20 @@ pub fn qemu_for_the_lab() -> Option<(PathBuf, &'static Path)> {
 pub fn static_busybox() -> Option<PathBuf> {
     bootscope_lab::guest::static_busybox().map_err(skip).ok()
 }
+
+/// The restore guest (`bootscope_lab::restore_guest`) with its virtio disk
+/// driver, built into `dir` as `restore.cpio`, or a SKIP line saying why
+/// there is none.
+pub fn restore_guest(dir: &Path) -> Option<PathBuf> {
+    let kernel = bootscope_lab::guest::find_debian_kernel()
+        .map_err(skip)
+        .ok()?;
+    let initrd = dir.join("restore.cpio");
+    match bootscope_lab::restore_guest::build_restore_initramfs_with_disk(&initrd, &kernel) {
+        Ok(()) => Some(initrd),
+        Err(e) => {
+            skip(format_args!("cannot build the restore guest: {e}"));
+            None
+        }
+    }
+}

@@ -218,8 +218,14 @@ pub fn profile_at(p: &Profile, t_ns: u64) -> Profile {
     out.page_faults.host_total = host;
     out.page_faults.host_user = scale(p.page_faults.host_user, host_frac);
     out.page_faults.host_kernel = scale(p.page_faults.host_kernel, host_frac);
-    // Threads: those started by t, their pages and run time in proportion
-    // to how much of their life has passed.
+    threads_and_numa_at(&mut out, p, t_ns, time_frac);
+    out
+}
+
+/// The threads started by `t_ns`, their pages and run time in proportion
+/// to how much of their life has passed; the NUMA totals follow the
+/// threads' pages when threads allocated any (else the share of time).
+fn threads_and_numa_at(out: &mut Profile, p: &Profile, t_ns: u64, time_frac: f64) {
     out.threads.retain(|th| th.start_ns <= t_ns);
     let all_pages: u64 = p.threads.iter().map(|th| th.pages_allocated).sum();
     let mut pages_now = 0u64;
@@ -257,7 +263,6 @@ pub fn profile_at(p: &Profile, t_ns: u64) -> Profile {
         node.pages_local = scale(node.pages_local, numa_frac);
         node.pages_remote = scale(node.pages_remote, numa_frac);
     }
-    out
 }
 
 #[cfg(test)]

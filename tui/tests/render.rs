@@ -495,6 +495,20 @@ fn browse_app(browser: &bootscope_tui::Browser, app: &mut App) -> Buffer {
     render(120, 40, |f, _| ui::draw(f, app))
 }
 
+/// The exits of the sites in `io_serial_out`, of one phase or of all.
+fn io_serial_out(p: &Profile, phase: Option<&str>) -> u64 {
+    p.exits
+        .sites
+        .as_ref()
+        .unwrap()
+        .sites
+        .iter()
+        .filter(|s| s.function.as_deref() == Some("io_serial_out"))
+        .filter(|s| phase.is_none_or(|ph| s.phase == ph))
+        .map(|s| s.count)
+        .sum()
+}
+
 #[test]
 fn browsing_a_recorded_profile_moves_every_pane() {
     use bootscope_tui::browse::BrowseKey;
@@ -553,18 +567,6 @@ fn browsing_a_recorded_profile_moves_every_pane() {
     );
     // Sites at the kernel's start: those of the phases before it in full,
     // none of the kernel's.
-    let io_serial_out = |p: &Profile, phase: Option<&str>| -> u64 {
-        p.exits
-            .sites
-            .as_ref()
-            .unwrap()
-            .sites
-            .iter()
-            .filter(|s| s.function.as_deref() == Some("io_serial_out"))
-            .filter(|s| phase.is_none_or(|ph| s.phase == ph))
-            .map(|s| s.count)
-            .sum()
-    };
     let before_kernel = io_serial_out(&saved, Some("guest boot"));
     assert_eq!(io_serial_out(&app.profile, None), before_kernel);
     // Halfway through the kernel: half of the kernel's besides.

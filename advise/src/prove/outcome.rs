@@ -83,8 +83,14 @@ pub struct FixResult {
 #[derive(Clone, Debug, Serialize)]
 pub struct CheckBoot {
     pub wall_ns: u64,
-    /// The userspace mark (bootscope) or console pattern it reached.
+    /// The userspace mark (bootscope: the mark that opened its `userspace`
+    /// phase) or console pattern it reached.
     pub userspace_mark: String,
+    /// The guest's own mark after the `userspace` phase opened (a systemd
+    /// guest's workload writing port 0x80): every A/B bench measures the
+    /// time to it (`mark:NAME`), and a boot that misses it breaks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload_mark: Option<String>,
     /// Its timeline and profile (bootscope), for the evidence.
     #[serde(skip)]
     pub documents: Vec<PathBuf>,
@@ -93,7 +99,9 @@ pub struct CheckBoot {
 /// Everything `--prove` measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct ProveReport {
-    /// `time_to_userspace` (bootscope) or `console:userspace`.
+    /// What the A/B benches measured: `time_to_userspace` (bootscope),
+    /// `mark:NAME` (bootscope, to the check boot's workload mark) or
+    /// `console:userspace`.
     pub metric: String,
     pub test: TestKind,
     pub level: f64,

@@ -131,17 +131,59 @@ pub(crate) fn words(argv: &[OsString]) -> Vec<String> {
         .collect()
 }
 
+/// What the A/B benches measure, by bench's metric name: the time to the
+/// workload's mark when the check boot has one (a systemd guest's
+/// `port 0x80: userspace 0x60`, after the `userspace` phase opened at
+/// systemd's start), else the time to userspace (bootscope) or to the
+/// `--marker` line (another VMM).
+pub(crate) fn metric_of(target: &ProveTarget, check: &CheckBoot) -> String {
+    match (target, &check.workload_mark) {
+        (ProveTarget::Bootscope { .. }, Some(mark)) => bootscope_bench::metrics::mark_metric(mark),
+        (ProveTarget::Bootscope { .. }, None) => "time_to_userspace".into(),
+        (ProveTarget::Template { .. }, _) => "console:userspace".into(),
+    }
+}
+
+/// What a metric of [`metric_of`] is the time to, in words: `userspace`,
+/// the mark's name, or the `--marker` line.
+pub(crate) fn measured_to(metric: &str) -> String {
+    match metric {
+        "time_to_userspace" => "userspace".into(),
+        "console:userspace" => "the --marker line".into(),
+        m => m.strip_prefix("mark:").unwrap_or(m).to_string(),
+    }
+}
+
+/// The guest's own userspace mark, when it comes after the mark that
+/// opened the `userspace` phase: the mark of a workload that a systemd
+/// guest starts (the phase opens at `systemd: started`, placed from its
+/// journal). `None` when the guest's mark opens the phase itself.
+fn workload_mark(own: &str, facts: &bootscope_bench::metrics::TimelineFacts) -> Option<String> {
+    let opened = facts.userspace_mark.as_deref()?;
+    let at = |name: &str| {
+        facts
+            .metrics
+            .get(&bootscope_bench::metrics::mark_metric(name))
+            .copied()
+    };
+    (opened != own && at(own)? > at(opened)?).then(|| own.to_string())
+}
+
 impl ProvePlan {
-    pub(crate) fn metric(&self) -> &'static str {
-        match self.target {
-            ProveTarget::Bootscope { .. } => "time_to_userspace",
-            ProveTarget::Template { .. } => "console:userspace",
-        }
+    pub(crate) fn metric(&self, check: &CheckBoot) -> String {
+        metric_of(&self.target, check)
     }
 
-    pub(crate) fn side(&self, changes: &[&ConcreteChange]) -> Side {
+    /// A side of the A/B benches. A guest that marks userspace itself
+    /// boots with `--no-default-patterns`, so that time to userspace ends
+    /// at its mark on both sides; one whose workload marks it after the
+    /// phase opens (`check` has a workload mark) keeps the console's
+    /// patterns: the time to the mark does not depend on them, and its
+    /// journal is placed on the timeline by the `Run /init` line.
+    pub(crate) fn side(&self, changes: &[&ConcreteChange], check: &CheckBoot) -> Side {
         let mut argv = self.target.argv(changes);
         if self.guest_marks_userspace.load(Ordering::SeqCst)
+            && check.workload_mark.is_none()
             && !argv.iter().any(|a| a == "--no-default-patterns")
         {
             argv.push("--no-default-patterns".into());
@@ -274,9 +316,14 @@ impl ProvePlan {
                 }
                 if let Some(own) = guest_userspace_mark(&t) {
                     self.guest_marks_userspace.store(true, Ordering::SeqCst);
+                    let workload_mark = workload_mark(&own, &facts);
                     return Ok(CheckBoot {
                         wall_ns: u64::try_from(out.wall.as_nanos()).unwrap_or(u64::MAX),
-                        userspace_mark: own,
+                        userspace_mark: match &workload_mark {
+                            Some(_) => facts.userspace_mark.unwrap_or_default(),
+                            None => own,
+                        },
+                        workload_mark,
                         documents,
                     });
                 }
@@ -297,13 +344,14 @@ impl ProvePlan {
         Ok(CheckBoot {
             wall_ns: u64::try_from(out.wall.as_nanos()).unwrap_or(u64::MAX),
             userspace_mark: mark,
+            workload_mark: None,
             documents,
         })
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
@@ -327,6 +375,102 @@ mod tests {
         let marks =
             serde_json::json!([{"name": "serial: run init", "source": "serial", "t_ns": 5}]);
         assert_eq!(guest_userspace_mark(&t(marks)), None);
+    }
+
+    /// A test plan booting bootscope with `args`.
+    pub(crate) fn plan(args: &[&str]) -> ProvePlan {
+        ProvePlan {
+            exe: PathBuf::from("/bin/false"),
+            target: ProveTarget::Bootscope {
+                args: args.iter().map(|a| a.to_string()).collect(),
+                default_cmdline: "console=ttyS0".into(),
+            },
+            opts: ProveOptions {
+                budget: None,
+                runs: 6,
+                max_fixes: 4,
+                level: 0.05,
+                allow_unsafe: false,
+                run_timeout: Duration::from_secs(1),
+                marker: ConsolePattern::parse("userspace=x").unwrap(),
+                kinds: FixKind::ALL.to_vec(),
+            },
+            machine: Machine::default(),
+            work_dir: std::env::temp_dir(),
+            stop: Arc::new(AtomicBool::new(false)),
+            run_profiles_itself: false,
+            guest_marks_userspace: AtomicBool::new(true),
+        }
+    }
+
+    /// A check boot reaching `opened`, with the workload's mark `workload`.
+    pub(crate) fn check(opened: &str, workload: Option<&str>) -> CheckBoot {
+        CheckBoot {
+            wall_ns: 1,
+            userspace_mark: opened.into(),
+            workload_mark: workload.map(str::to_string),
+            documents: Vec::new(),
+        }
+    }
+
+    /// The facts of a timeline whose userspace phase opens at `opened`.
+    fn facts(opened: &str, marks: serde_json::Value) -> bootscope_bench::metrics::TimelineFacts {
+        let start = marks
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == opened)
+            .map(|m| m["t_ns"].as_u64().unwrap())
+            .unwrap();
+        let doc = serde_json::json!({
+            "schema": "bootscope.timeline", "version": 3, "marks": marks,
+            "phases": [{"name": "userspace", "start_ns": start, "end_ns": start + 1,
+                        "duration_ns": 1, "from": opened}]
+        });
+        let t = bootscope_model::timeline::Timeline::parse(&doc).unwrap();
+        bootscope_bench::metrics::from_timeline(&t)
+    }
+
+    #[test]
+    fn a_systemd_guest_is_measured_to_its_workloads_mark() {
+        const MARKER: &str = "port 0x80: userspace 0x60";
+        // A disk boot: the phase opens at systemd's start, the workload
+        // writes its marker seconds later.
+        let disk = facts(
+            "systemd: started",
+            serde_json::json!([
+                {"name": "systemd: started", "source": "guest_clock", "t_ns": 4_000},
+                {"name": MARKER, "source": "debug_port", "t_ns": 9_000, "value": 96}
+            ]),
+        );
+        assert_eq!(workload_mark(MARKER, &disk).as_deref(), Some(MARKER));
+        // The default guest: its marker opens the phase itself.
+        let initramfs = facts(
+            MARKER,
+            serde_json::json!([
+                {"name": "serial: run init", "source": "serial", "t_ns": 2_000},
+                {"name": MARKER, "source": "debug_port", "t_ns": 3_000, "value": 96}
+            ]),
+        );
+        assert_eq!(workload_mark(MARKER, &initramfs), None);
+        let p = plan(&["--disk", "d.raw"]);
+        let to_workload = check("systemd: started", Some(MARKER));
+        let to_userspace = check(MARKER, None);
+        assert_eq!(p.metric(&to_workload), "mark:port 0x80: userspace 0x60");
+        assert_eq!(measured_to(&p.metric(&to_workload)), MARKER);
+        assert_eq!(p.metric(&to_userspace), "time_to_userspace");
+        assert_eq!(measured_to(&p.metric(&to_userspace)), "userspace");
+        let template = ProveTarget::template("qemu -append {cmdline}", None, None).unwrap();
+        assert_eq!(metric_of(&template, &to_workload), "console:userspace");
+        // The console's patterns stay on for the disk boot (they place its
+        // journal), off where the guest's mark ends time to userspace.
+        let argv = |side: Side| match side {
+            Side::Bootscope(a) => words(&a),
+            Side::Command(_) => panic!("a bootscope side"),
+        };
+        let no_defaults = "--no-default-patterns".to_string();
+        assert!(!argv(p.side(&[], &to_workload)).contains(&no_defaults));
+        assert!(argv(p.side(&[], &to_userspace)).contains(&no_defaults));
     }
 
     #[test]

@@ -14,25 +14,31 @@ use crate::{LabError, Result};
 const ROOT_MODULE: &str = "kvm_amd";
 
 /// A kernel module ready to be put into the archive.
-pub(super) struct Module {
+pub(crate) struct Module {
     /// Module name as in `lsmod` (`kvm_amd`).
-    pub(super) name: String,
+    pub(crate) name: String,
     /// Path in the guest, always an uncompressed `.ko`.
-    pub(super) guest: PathBuf,
+    pub(crate) guest: PathBuf,
     /// Uncompressed contents.
-    pub(super) contents: Vec<u8>,
+    pub(crate) contents: Vec<u8>,
 }
 
 /// The KVM modules in load order (dependencies first), decompressed.
 pub(super) fn kvm_modules(kernel: &DebianKernel) -> Result<Vec<Module>> {
+    modules_with_deps(kernel, ROOT_MODULE)
+}
+
+/// The module `root` (a name as in `lsmod`) and the modules it needs, in
+/// load order (dependencies first), decompressed.
+pub(crate) fn modules_with_deps(kernel: &DebianKernel, root: &str) -> Result<Vec<Module>> {
     let dep_path = kernel.modules_dir.join("modules.dep");
     let text = fs::read_to_string(&dep_path).map_err(|e| LabError::ModuleDep {
-        module: ROOT_MODULE.into(),
+        module: root.into(),
         modules_dep: dep_path.clone(),
         reason: e.to_string(),
     })?;
-    let order = module_load_order(&text, ROOT_MODULE).map_err(|reason| LabError::ModuleDep {
-        module: ROOT_MODULE.into(),
+    let order = module_load_order(&text, root).map_err(|reason| LabError::ModuleDep {
+        module: root.into(),
         modules_dep: dep_path.clone(),
         reason,
     })?;

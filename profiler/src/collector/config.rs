@@ -212,6 +212,11 @@ pub struct CollectorConfig {
     /// default): the programs are loaded without that code and the map is
     /// one entry big.
     pub time_slots: Option<Duration>,
+    /// The guest's serial port whose lines are streamed with the times of
+    /// their first and last bytes ([`Collector::serial_lines`]): what puts
+    /// the guest kernel's printk clock on the profile's. None (the
+    /// default): not streamed.
+    pub serial_port: Option<u16>,
 }
 
 impl CollectorConfig {
@@ -235,6 +240,7 @@ impl CollectorConfig {
             exit_sites: false,
             defer_guest_programs: false,
             time_slots: None,
+            serial_port: None,
         }
     }
 }

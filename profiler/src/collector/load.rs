@@ -300,6 +300,7 @@ pub(super) fn load_object(
         loader.override_global(name.as_str(), field, true);
     }
     let debug_port = u32::from(config.debug_port);
+    let serial_port = u32::from(config.serial_port.unwrap_or(0));
     let boot_time_port = u32::from(config.boot_time_port);
     let fork_follows = u32::from(settings.fork_follows);
     let read_exit_code = u32::from(btf.reads_exit_codes());
@@ -309,6 +310,7 @@ pub(super) fn load_object(
     loader
         .override_global("marker_port_debug", &debug_port, true)
         .override_global("marker_port_boot_time", &boot_time_port, true)
+        .override_global("serial_port", &serial_port, true)
         .override_global("fork_follows", &fork_follows, true)
         .override_global("read_exit_code", &read_exit_code, true)
         .override_global("read_fault_counters", &read_exit_code, true)

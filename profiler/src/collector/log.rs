@@ -32,6 +32,11 @@ pub(super) struct EventLog {
     pub(super) marks_dropped: u64,
     /// Port marks kept so far (at most [`MAX_MARKS`]).
     pub(super) port_marks: usize,
+    /// The guests' serial lines (at most
+    /// [`super::serial::MAX_SERIAL_LINES`]).
+    pub(super) serial_lines: Vec<super::serial::SerialLine>,
+    /// Serial lines not kept.
+    pub(super) serial_lines_dropped: u64,
 }
 
 impl EventLog {
@@ -65,6 +70,15 @@ impl EventLog {
         }
         self.marks.push(mark);
         changed.map(|idx| (tgid, idx))
+    }
+
+    /// Keeps a serial line while fewer than the most are kept.
+    pub(super) fn push_serial_line(&mut self, line: super::serial::SerialLine) {
+        if self.serial_lines.len() >= super::serial::MAX_SERIAL_LINES {
+            self.serial_lines_dropped += 1;
+        } else {
+            self.serial_lines.push(line);
+        }
     }
 
     /// The boot rank process `tgid`'s boot reached by its marks.

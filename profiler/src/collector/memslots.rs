@@ -68,10 +68,11 @@ unsafe impl Pod for BsHeld {}
 // SAFETY: as above.
 unsafe impl Pod for BsMemslotConfig {}
 
-/// The programs: the ioctl catcher and the two that hold a VMM.
-pub const MEMSLOT_PROGRAMS: [(&str, &str, &str); 3] = [
+/// The programs: the ioctl catcher and the three that hold a VMM.
+pub const MEMSLOT_PROGRAMS: [(&str, &str, &str); 4] = [
     ("bs_memslot_ioctl", "syscalls", "sys_enter_ioctl"),
     ("bs_hold_pio", "", "kvm_pio"),
+    ("bs_hold_mmio", "", "kvm_mmio"),
     ("bs_hold_exit", "", "kvm_userspace_exit"),
 ];
 
@@ -82,6 +83,7 @@ pub fn hold_reason(why: u32) -> &'static str {
         2 => "the guest reset through port 0xcf9",
         3 => "the guest shut down (triple fault: KVM_EXIT_SHUTDOWN)",
         4 => "the guest asked for a power-off or reset (KVM_EXIT_SYSTEM_EVENT)",
+        5 => "the guest powered off through its ACPI sleep registers (S5)",
         _ => "the guest ended",
     }
 }

@@ -28,6 +28,7 @@ mod plan;
 mod read;
 mod sampler;
 mod sched;
+mod serial;
 mod sites;
 mod sources;
 mod state;
@@ -42,6 +43,7 @@ pub use any_vm::FollowedVm;
 pub use config::{CollectorConfig, CollectorSet, TargetSpec};
 pub use guest::GUEST_ATTACH_DELAY_ENV;
 pub use memslots::{hold_reason, BsHeld, BsMemslot};
+pub use serial::SerialLine;
 pub use target::check_privileges;
 
 use std::collections::BTreeMap;

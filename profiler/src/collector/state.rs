@@ -211,6 +211,10 @@ impl State {
                 }
             }
             bpf::event_kind::VM_NEW => self.note_vm(e.tgid, e.comm(), t),
+            bpf::event_kind::SERIAL_LINE => {
+                let line = super::serial::SerialLine::from_event(e, |ts| self.ktime_to_t(ts));
+                self.log.push_serial_line(line);
+            }
             _ => {}
         }
     }

@@ -55,7 +55,7 @@ impl State {
     /// Closes an open window at `mark` if it is the guest's first mark
     /// since the window opened (a mark of the VMM's own does not close it).
     pub(super) fn close_tail_window(&mut self, mark: &Mark) {
-        if mark.source == MarkSource::Vmm || !self.attached(Source::TailSpte) {
+        if mark.source == MarkSource::Vmm || !self.attached(Source::TailSpte) || derived(mark) {
             return;
         }
         let Some(w) = self.tail_window() else { return };
@@ -221,10 +221,42 @@ fn places(entries: &[(t::BsTailWhereKey, t::BsTailWhere)], regions: bool) -> Vec
     out
 }
 
+/// A mark the profiler derives from what the guest does, not one the
+/// guest writes to say where it is: the first port I/O of its kernel (a
+/// restored kernel makes one at once), a port 0x80 write of 0x00 (the
+/// kernel's `io_delay`). Such a mark does not end a restore's window.
+fn derived(mark: &Mark) -> bool {
+    mark.name.starts_with(crate::phases::FIRST_KERNEL_PIO)
+        || (mark.source == MarkSource::DebugPort && mark.value == Some(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::maps::hist_of;
     use super::*;
+
+    #[test]
+    fn derived_marks_do_not_end_a_restores_window() {
+        let first = crate::phases::first_kernel_pio_mark(0x3f9, 5, 1, 0xffff_ffff_8100_0000);
+        assert!(derived(&first));
+        let mark = |value| Mark {
+            name: "port 0x80".into(),
+            source: MarkSource::DebugPort,
+            t_ns: 9,
+            value: Some(value),
+            tgid: Some(1),
+            guest_rip: None,
+        };
+        assert!(derived(&mark(0)));
+        assert!(!derived(&mark(0x62)));
+        let serial = Mark {
+            name: "serial: run init".into(),
+            source: MarkSource::Serial,
+            value: None,
+            ..mark(0)
+        };
+        assert!(!derived(&serial));
+    }
 
     #[test]
     fn kinds_sum_processes_and_keep_the_order() {

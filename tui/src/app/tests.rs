@@ -1,5 +1,6 @@
 use super::*;
-use bootscope_model::profile::{ExitReasonStat, VcpuExits};
+use bootscope_model::profile::{ExitReasonStat, PhaseSpan, VcpuExits};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 fn key(c: char) -> KeyEvent {
     KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE)

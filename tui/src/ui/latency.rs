@@ -48,23 +48,7 @@ pub fn draw_latency(f: &mut Frame, area: Rect, app: &App) {
     let b = block(t, title);
     let inner = b.inner(area);
     let Some(s) = stat else {
-        let lines = if app.profile.exits.total > 0 {
-            vec![
-                Line::from("no exit reasons known"),
-                Line::styled(
-                    "latency is measured per reason by the eBPF exit tracepoints",
-                    t.dim(),
-                ),
-            ]
-        } else {
-            vec![
-                Line::from("no exits counted yet"),
-                Line::styled(
-                    "select a reason in the exit chart with the arrow keys",
-                    t.dim(),
-                ),
-            ]
-        };
+        let lines = no_reason_lines(app);
         f.render_widget(
             Paragraph::new(lines)
                 .block(b)
@@ -131,6 +115,28 @@ pub fn draw_latency(f: &mut Frame, area: Rect, app: &App) {
         ]));
     }
     inner_lines(f, area, b, lines);
+}
+
+/// What the pane says when no reason is selected: why none is.
+fn no_reason_lines(app: &App) -> Vec<Line<'static>> {
+    let t = &app.theme;
+    if app.profile.exits.total > 0 {
+        vec![
+            Line::from("no exit reasons known"),
+            Line::styled(
+                "latency is measured per reason by the eBPF exit tracepoints",
+                t.dim(),
+            ),
+        ]
+    } else {
+        vec![
+            Line::from("no exits counted yet"),
+            Line::styled(
+                "select a reason in the exit chart with the arrow keys",
+                t.dim(),
+            ),
+        ]
+    }
 }
 
 #[cfg(test)]

@@ -230,6 +230,24 @@ fn kaslr_slide(info: &VmcoreInfo, k: &dyn GuestKernel) -> Result<u64, String> {
     Ok(slide)
 }
 
+/// The guest-physical address of the kernel's variable `name` (its
+/// symbol in `kernel`'s table, moved by the booted kernel's KASLR slide,
+/// through the kernel's page tables).
+pub fn variable_phys(
+    guest: &StoppedGuest,
+    kernel: &dyn GuestKernel,
+    name: &str,
+) -> Result<u64, String> {
+    let info = guest.vmcoreinfo().map_err(|e| e.to_string())?;
+    let kv = kernel_virt(guest.memory(), info).map_err(|e| e.to_string())?;
+    let linked = kernel
+        .address_of(name)
+        .ok_or_else(|| format!("the kernel's symbol table has no `{name}`"))?;
+    let va = linked.wrapping_add(kaslr_slide(info, kernel)?);
+    kv.translate(va)
+        .ok_or_else(|| format!("`{name}` at {va:#x} is not mapped in the kernel's page tables"))
+}
+
 /// What to do instead when the trace method cannot read a kernel.
 const TRACE_FALLBACK: &str =
     "boot with --initcalls-method log to read initcall_debug's lines from the kernel log instead";

@@ -410,6 +410,26 @@ fn handle(
     }
 }
 
+/// Gives back the huge pages of `mem`'s hugetlb files (the set-up's
+/// memfds, mapped shared): a file holds the huge pages of its size
+/// reserved for as long as it lives, and [`map_fresh`] puts new private
+/// huge pages over its mappings, so without this a `uffd` restore on huge
+/// pages would need the pool to hold guest memory twice. Each file is
+/// truncated to nothing, which frees its pages and every reservation
+/// (punching a hole frees only the pages that were there, not the
+/// reservations of the others, on Linux 6.1); its mappings are replaced
+/// right after, before anything touches guest memory, and nothing reads
+/// the files again. Anonymous regions have no file.
+pub fn release_hugetlb_files(mem: &vm_memory::GuestMemoryMmap) -> std::io::Result<()> {
+    use vm_memory::GuestMemoryRegion;
+    for region in mem.iter() {
+        if let Some(fo) = region.file_offset() {
+            fo.file().set_len(0)?;
+        }
+    }
+    Ok(())
+}
+
 /// Host regions of `mem` laid out as `regions` in the file.
 pub fn host_regions(
     mem: &vm_memory::GuestMemoryMmap,

@@ -113,6 +113,13 @@ impl Session {
         };
         if mode == MemoryRestore::Uffd {
             let fd = uffd::open().map_err(refused)?;
+            if huge.is_some() {
+                uffd::release_hugetlb_files(mem).map_err(|e| {
+                    SnapshotError::Memory(format!(
+                        "cannot give back the set-up's huge pages before mapping guest memory anew: {e}"
+                    ))
+                })?;
+            }
             let file = req
                 .snapshot
                 .memory

@@ -1,0 +1,115 @@
+//! The journal of an image bootscope did not build, read back: the system
+//! journal a Debian 12 image made with mmdebstrap (its own workload unit,
+//! no `guest build` record) wrote in one boot under `bootscope run --disk`
+//! in the lab, and the timeline that boot wrote
+//! (`scripts/bench-lab-userspace`; tests/fixtures/README.md). The reader
+//! finds the boot's units and systemd's own `Startup finished` figures in
+//! the file, and they are the ones the timeline holds: each unit's start
+//! on the guest's clock, the timeline's userspace within 2 % of systemd's.
+
+use std::io::Read;
+
+use bootscope_model::journal::{self, boot_units, units::FIELDS, Limits};
+use bootscope_vmm::units::journal::{chain_target, record_of};
+use serde_json::Value;
+
+fn fixture(name: &str) -> String {
+    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn journal_bytes() -> Vec<u8> {
+    let file = std::fs::File::open(fixture("journal-debian12-own.journal.gz")).unwrap();
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+fn timeline() -> Value {
+    let text = std::fs::read_to_string(fixture("journal-debian12-own.timeline.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn the_real_journal_has_the_boots_units_and_systemds_figures() {
+    let bytes = journal_bytes();
+    let file = journal::parse(&bytes, FIELDS, &Limits::default()).unwrap();
+    assert!(file.skipped.is_empty(), "{:?}", file.skipped);
+    let boot = boot_units(&file.entries, None).unwrap();
+    assert_eq!(boot.boots_seen, 1);
+    assert_eq!(boot.boot_id, file.tail_boot_id);
+    assert!(boot.units.len() >= 30, "{} units", boot.units.len());
+    assert_eq!(boot.units_dropped, 0);
+    assert_eq!(boot.systemd_version.as_deref(), Some("252.39-1~deb12u2"));
+    // Debian's initramfs-tools ran /init, then systemd on the real root.
+    let run = boot.init_run_us.unwrap();
+    let started = boot.systemd_start_us.unwrap();
+    assert!(run < started, "{run} {started}");
+    assert_eq!(boot.switch_root_us, None);
+    let startup = boot.startup.as_ref().unwrap();
+    assert!(startup.line.contains("(userspace)"), "{}", startup.line);
+    // Its own workload ran; every job that started also ended.
+    let workload = boot.units.iter().find(|u| u.name == "workload.service");
+    assert_eq!(workload.map(|u| u.result.as_str()), Some("done"));
+    let unfinished: Vec<&str> = boot
+        .units
+        .iter()
+        .filter(|u| u.done_us.is_none())
+        .map(|u| u.name.as_str())
+        .collect();
+    assert!(unfinished.is_empty(), "{unfinished:?}");
+    // Without bootscope's workload the chain ends at the default target.
+    let record = record_of(&boot);
+    assert_eq!(record.units.len(), boot.units.len());
+    assert_eq!(
+        chain_target(&record, "bootscope-workload.service").as_deref(),
+        Some("graphical.target")
+    );
+}
+
+#[test]
+fn the_timeline_holds_the_journals_units_on_the_guests_clock() {
+    let bytes = journal_bytes();
+    let file = journal::parse(&bytes, FIELDS, &Limits::default()).unwrap();
+    let boot = boot_units(&file.entries, None).unwrap();
+    let t = timeline();
+    let units = &t["units"];
+    assert!(units["error"].is_null(), "{}", units["error"]);
+    let list = units["units"].as_array().unwrap();
+    assert_eq!(list.len(), boot.units.len());
+    let offset = units["clock"]["offset_ns"].as_i64().unwrap();
+    for u in list {
+        let name = u["name"].as_str().unwrap();
+        let j = boot.units.iter().find(|j| j.name == name).unwrap();
+        let guest_start = u["guest_start_us"].as_u64().unwrap();
+        assert_eq!(Some(guest_start), j.starting_us.or(j.done_us), "{name}");
+        let start = u["start_ns"].as_i64().unwrap();
+        assert_eq!(start, guest_start as i64 * 1000 + offset, "{name}");
+    }
+    // systemd's own userspace figure and the timeline's: within 2 %.
+    let s = &units["startup"];
+    let systemd_ns = boot.startup.as_ref().unwrap().userspace_us * 1000;
+    // The timeline has the figure systemd printed (`32.429s`), the journal
+    // its microseconds too.
+    let printed = s["userspace_ns"].as_u64().unwrap();
+    assert!(systemd_ns.abs_diff(printed) < 1_000_000, "{systemd_ns} {s}");
+    let ratio = s["timeline_userspace_ns"].as_f64().unwrap() / systemd_ns as f64;
+    assert!((0.98..=1.02).contains(&ratio), "{s}");
+    // The chain runs from the target down.
+    let chain = units["critical_chain"].as_array().unwrap();
+    assert_eq!(chain[0]["name"], units["chain_target"]);
+    assert!(chain.len() >= 3, "{chain:?}");
+    // The workload's marker came after systemd started, before shutdown.
+    let mark = |name: &str| {
+        t["marks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .and_then(|m| m["t_ns"].as_u64())
+            .unwrap_or_else(|| panic!("no mark {name}"))
+    };
+    assert!(mark("systemd: started") < mark("port 0x80: userspace 0x60"));
+    assert!(mark("port 0x80: userspace 0x60") < mark("vmm: guest shutdown"));
+}

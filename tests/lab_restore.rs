@@ -1,0 +1,324 @@
+//! Snapshot and restore of a real Linux guest with bootscope's VMM, in the
+//! lab (real nested KVM), in one lab run: the restore guest
+//! (`bootscope_lab::restore_guest`) boots with a virtio disk and is
+//! snapshotted at its port 0x80 mark 0x61, after it filled 64 MiB of its
+//! page cache; then it is restored under every `--memory-restore` mode,
+//! lazily (`uffd`, which records the working set) and with `--prefetch` of
+//! that record (also on 2 MiB huge pages). Each restore must read back the same 64 MiB (the same
+//! SHA-256 as before the snapshot), see its uptime go on, draw random
+//! bytes no other restore drew (the VM generation ID reseeds its RNG),
+//! reach the next mark 0x62 and power off; the disk keeps the line written
+//! before the snapshot and the last restore's line after it; a restore
+//! after the disk changed is refused without `--force`. The lazy restore's
+//! and the prefetching one's faults served on demand are printed (the
+//! figures in docs/benchmarks.md, "Lab restore").
+
+mod support;
+
+use support::*;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use bootscope_lab::restore_guest::{GuestReport, LINE_PREFIX, NEXT_MARK, SNAPSHOT_MARK};
+
+/// The restores, in the order the lab runs them: name and `run` flags.
+const RESTORES: [(&str, &str); 6] = [
+    ("copy", "--memory-restore copy --no-record"),
+    ("mmap", "--memory-restore mmap --no-record --force"),
+    ("lazy", "--memory-restore uffd --force"),
+    ("prefetch", "--memory-restore uffd --prefetch --force"),
+    ("mmap-prefetch", "--memory-restore mmap --prefetch --force"),
+    (
+        "prefetch-2m",
+        "--memory-restore uffd --prefetch --hugepages 2M --force",
+    ),
+];
+
+/// Every run's files in `out/`: console, timeline, bootscope's own output.
+fn outputs(dir: &Path) -> Vec<PathBuf> {
+    let mut files = vec![dir.join("out/result.txt"), dir.join("out/disk.txt")];
+    files.push(dir.join("out/refused.run"));
+    for name in std::iter::once("boot").chain(RESTORES.iter().map(|(n, _)| *n)) {
+        for ext in ["log", "json", "run"] {
+            files.push(dir.join(format!("out/{name}.{ext}")));
+        }
+    }
+    files
+}
+
+/// The lab machine's script: boot to the snapshot, restore each way, read
+/// the disk.
+fn lab_script(dir: &Path, exe: &Path, kernel: &Path, initrd: &Path) -> String {
+    let (d, exe, k, i) = (
+        dir.display(),
+        exe.display(),
+        kernel.display(),
+        initrd.display(),
+    );
+    let bb = "/bin/busybox";
+    let touch: Vec<String> = outputs(dir)
+        .iter()
+        .map(|p| format!("{bb} touch {}", p.display()))
+        .collect();
+    let restores: Vec<String> = RESTORES
+        .iter()
+        .map(|(name, flags)| format!("restore {name} {flags}"))
+        .collect();
+    format!(
+        r#"cd {d}
+{bb} mkdir -p out
+{touch}
+{bb} truncate -s 8M disk.raw
+# The 2 MiB restore's pool: guest memory (128 pages) and some to spare.
+echo 160 > /proc/sys/vm/nr_hugepages
+common="--no-profile --no-summary --timeout 1200"
+{exe} run --kernel {k} --initrd {i} --memory 256M $common --disk {d}/disk.raw --snapshot {d}/snap --snapshot-at {snap:#04x} --serial {d}/out/boot.log --timeline {d}/out/boot.json > out/boot.run 2>&1
+echo "boot exit $?" >> out/result.txt
+restore() {{
+  name=$1; shift
+  {exe} run --restore {d}/snap $common --serial {d}/out/$name.log --timeline {d}/out/$name.json "$@" > out/$name.run 2>&1
+  echo "$name exit $?" >> out/result.txt
+  [ -f {d}/snap/working-set ] && echo "$name working-set" >> out/result.txt
+}}
+{first}
+{exe} run --restore {d}/snap $common --serial {d}/out/refused.log > out/refused.run 2>&1
+echo "refused exit $?" >> out/result.txt
+{rest}
+{bb} dd if=disk.raw bs=512 count=1 2>/dev/null | {bb} head -n 1 > out/disk.txt
+{bb} dd if=disk.raw bs=512 skip=8 count=1 2>/dev/null | {bb} head -n 1 >> out/disk.txt
+exit 0
+"#,
+        touch = touch.join("\n"),
+        snap = SNAPSHOT_MARK,
+        first = restores[0],
+        rest = restores[1..].join("\n"),
+    )
+}
+
+/// `NAME exit CODE` from the result file.
+fn exit_code(result: &str, name: &str) -> Option<i32> {
+    result.lines().find_map(|l| {
+        l.strip_prefix(&format!("{name} exit "))?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+#[test]
+fn a_restored_linux_guest_reads_back_its_memory_in_every_mode_in_the_lab() {
+    let kernel = require_lab!();
+    let busybox = require_busybox!();
+    let dir = scratch("lab-restore");
+    let Some(initrd) = lab::restore_guest(&dir) else {
+        return;
+    };
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_bootscope"));
+    let script = dir.join("lab.sh");
+    std::fs::write(&script, lab_script(&dir, &exe, &kernel, &initrd)).unwrap();
+    let mut cmd = bootscope();
+    cmd.args([
+        "lab",
+        "--timeout",
+        "3000",
+        "--retries",
+        "2",
+        "--memory",
+        "2G",
+    ])
+    .arg("--exe")
+    .arg(&busybox)
+    .arg("--program")
+    .arg(&exe)
+    .arg("--input")
+    .arg(&kernel)
+    .arg("--input")
+    .arg(&initrd);
+    for file in outputs(&dir) {
+        cmd.arg("--output").arg(file);
+    }
+    let out = cmd
+        .arg("--")
+        .arg("sh")
+        .arg(&script)
+        .output()
+        .expect("bootscope lab runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
+    let read = |n: &str| std::fs::read_to_string(dir.join("out").join(n)).unwrap_or_default();
+    let result = read("result.txt");
+    let context = |name: &str| {
+        format!(
+            "result:\n{result}\n{name}.run:\n{}\n{name}.log:\n{}",
+            read(&format!("{name}.run")),
+            read(&format!("{name}.log"))
+        )
+    };
+    assert_eq!(exit_code(&result, "boot"), Some(0), "{}", context("boot"));
+    let boot = GuestReport::parse(&read("boot.log"));
+    let before = boot
+        .before_sum
+        .clone()
+        .expect("the checksum before the mark");
+    assert_eq!(before.len(), 64, "{}", context("boot"));
+    assert_eq!(boot.marks, vec![SNAPSHOT_MARK], "{}", context("boot"));
+    assert_eq!(boot.vmgenid, Some(true), "{}", context("boot"));
+    assert_eq!(
+        boot.disk.as_deref(),
+        Some("/dev/vda"),
+        "{}",
+        context("boot")
+    );
+    let boot_doc = read_json(dir.join("out/boot.json"));
+    assert_eq!(boot_doc["host_kvm"], "svm", "the lab is real nested SVM");
+
+    // A disk written since the snapshot: refused (exit 2) without --force.
+    assert_eq!(
+        exit_code(&result, "refused"),
+        Some(2),
+        "{}",
+        context("refused")
+    );
+    assert!(
+        read("refused.run").contains("--force"),
+        "{}",
+        context("refused")
+    );
+
+    let mut randoms = HashSet::new();
+    let mut last_random = String::new();
+    for (name, _) in RESTORES {
+        assert_eq!(exit_code(&result, name), Some(0), "{}", context(name));
+        let guest = GuestReport::parse(&read(&format!("{name}.log")));
+        check_restored_guest(name, &boot, &guest, &context(name));
+        let random = guest.after_random.clone().unwrap();
+        assert!(
+            randoms.insert(random.clone()),
+            "{name} drew another restore's random bytes: {random}"
+        );
+        last_random = random;
+        check_restore_timeline(name, &read_json(dir.join(format!("out/{name}.json"))));
+    }
+    // The lazy uffd restore recorded the working set.
+    assert!(
+        result.contains("lazy working-set") && !result.contains("mmap working-set"),
+        "{result}"
+    );
+    report_faults(&dir);
+
+    // The disk kept the line written before the snapshot and the last
+    // restore's line after it.
+    let disk = read("disk.txt");
+    let lines: Vec<&str> = disk.lines().collect();
+    let want_before = format!("{LINE_PREFIX} before {}", boot.before_random.unwrap());
+    let want_after = format!("{LINE_PREFIX} after {last_random}");
+    assert_eq!(lines, [want_before.as_str(), want_after.as_str()], "{disk}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One restore's guest: the buffer read back intact, the uptime not gone
+/// back, random bytes unlike the boot's, the next mark, the RNG reseeded.
+fn check_restored_guest(name: &str, boot: &GuestReport, guest: &GuestReport, context: &str) {
+    assert_eq!(
+        guest.after_sum, boot.before_sum,
+        "{name}: the buffer changed: {context}"
+    );
+    let (t0, t1) = (boot.before_uptime.unwrap(), guest.after_uptime);
+    let t1 = t1.unwrap_or_else(|| panic!("{name}: no uptime after the restore: {context}"));
+    assert!(
+        t1 >= t0,
+        "{name}: uptime went back from {t0} to {t1}: {context}"
+    );
+    assert_ne!(guest.after_random, boot.before_random, "{context}");
+    assert_eq!(guest.marks, vec![NEXT_MARK], "{name}: {context}");
+    assert!(
+        context.contains("crng reseeded due to virtual machine fork"),
+        "{name}: the guest's RNG was not reseeded from the new VM generation ID: {context}"
+    );
+}
+
+/// One restore's timeline: clean, a restore of this mode, the next mark
+/// reached and ending the working-set window.
+fn check_restore_timeline(name: &str, doc: &serde_json::Value) {
+    assert_eq!(doc["outcome"]["clean"], true, "{name}: {}", doc["outcome"]);
+    let next = format!("port 0x80: userspace {NEXT_MARK:#04x}");
+    let marks = doc["marks"].as_array().expect("marks");
+    assert!(
+        marks.iter().any(|m| m["name"] == next.as_str()),
+        "{name}: no {next} in {marks:?}"
+    );
+    assert!(
+        marks
+            .iter()
+            .any(|m| m["name"] == "restore: new VM generation ID"),
+        "{name}: {marks:?}"
+    );
+    let memory = &doc["restore_memory"];
+    let mode = if name.starts_with("mmap") {
+        "mmap"
+    } else if name == "copy" {
+        "copy"
+    } else {
+        "uffd"
+    };
+    assert_eq!(memory["mode"], mode, "{name}: {memory}");
+    let page: u64 = if name.ends_with("-2m") { 2 << 20 } else { 4096 };
+    assert_eq!(memory["page_bytes"], page, "{name}: {memory}");
+    if mode != "copy" {
+        assert_eq!(memory["window_end"], next.as_str(), "{name}: {memory}");
+    }
+}
+
+/// A mark's time in a timeline, in ms.
+fn mark_ms(doc: &serde_json::Value, name: &str) -> Option<f64> {
+    doc["marks"]
+        .as_array()?
+        .iter()
+        .find(|m| m["name"] == name)
+        .and_then(|m| m["t_ns"].as_f64())
+        .map(|ns| ns / 1e6)
+}
+
+/// Each restore's figures (restore to the next mark, the window from the
+/// first `KVM_RUN` to it, faults on demand, the prefetch) printed for
+/// docs/benchmarks.md; the cut in faults the issue asks for (at least
+/// 90 %) and the prefetch's coverage (at least 95 % of the touched pages)
+/// checked.
+fn report_faults(dir: &Path) {
+    let doc = |name: &str| read_json(dir.join(format!("out/{name}.json")));
+    let next = format!("port 0x80: userspace {NEXT_MARK:#04x}");
+    println!("lab restore: run, restore to next mark ms, window ms, faults on demand, prefetched pages, misses");
+    for (name, _) in RESTORES {
+        let d = doc(name);
+        let m = &d["restore_memory"];
+        let to_mark = mark_ms(&d, &next).unwrap_or(f64::NAN)
+            - mark_ms(&d, "vmm: process start").unwrap_or(0.0);
+        println!(
+            "lab restore: {name}, {to_mark:.0}, {:.0}, {}, {}, {}",
+            m["window_ns"].as_f64().unwrap_or(f64::NAN) / 1e6,
+            m["faults"]["count"],
+            m["prefetch"]["pages"],
+            m["prefetch"]["misses"],
+        );
+    }
+    let (lazy, prefetch) = (doc("lazy"), doc("prefetch"));
+    let (lazy, prefetch) = (&lazy["restore_memory"], &prefetch["restore_memory"]);
+    let faults = |m: &serde_json::Value| m["faults"]["count"].as_u64().unwrap_or(0);
+    let touched = lazy["working_set"]["pages"].as_u64().unwrap_or(0);
+    let pages = prefetch["prefetch"]["pages"].as_u64().unwrap_or(0);
+    let misses = prefetch["prefetch"]["misses"].as_u64().unwrap_or(u64::MAX);
+    // The guest read back 64 MiB: at least that many pages were touched.
+    assert!(touched >= 64 << 8, "{lazy}");
+    assert!(faults(lazy) >= 64 << 8, "{lazy}");
+    assert_eq!(
+        pages, touched,
+        "the record is the lazy restore's: {prefetch}"
+    );
+    assert!(
+        faults(prefetch) * 10 <= faults(lazy),
+        "the prefetch must cut the faults on demand by 90 %: {prefetch} against {lazy}"
+    );
+    // Touched pages of this restore outside the record: at most 5 %.
+    assert!(misses * 20 <= touched, "{prefetch}");
+}

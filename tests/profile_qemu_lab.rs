@@ -1,0 +1,232 @@
+//! `bootscope profile` of QEMU in the lab (nested KVM with AMD SVM under
+//! QEMU's emulator, Debian's kernel and the default busybox guest): the
+//! guest's memory read through QEMU's, its initcalls put on the profile's
+//! clock by its serial lines (each byte timed by eBPF as the guest wrote
+//! it) with the exits of their own time, QEMU held at its guest's ACPI
+//! power-off for the last read; and `--pid` of a QEMU already running,
+//! whose memory map is inferred. Cross-checked against independent
+//! sources: the guest's console marks (every initcall runs between the
+//! kernel's first port I/O and `Run /init`), KVM's own exit count (the
+//! initcalls' exits are part of it), the guest kernel's own log.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use support::*;
+
+/// QEMU `-M microvm` booting the lab's default guest, as its arguments.
+fn qemu_args(qemu: &Path, kernel: &Path, initrd: &Path) -> Vec<String> {
+    let mut v: Vec<String> = vec![qemu.display().to_string()];
+    v.extend(
+        [
+            "-enable-kvm",
+            "-M",
+            "microvm",
+            "-cpu",
+            "host",
+            "-m",
+            "256M",
+            "-smp",
+            "1",
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-no-reboot",
+            "-serial",
+            "stdio",
+            "-kernel",
+        ]
+        .map(String::from),
+    );
+    v.push(kernel.display().to_string());
+    v.push("-initrd".into());
+    v.push(initrd.display().to_string());
+    v.push("-append".into());
+    v.push("console=ttyS0 panic=-1".into());
+    v
+}
+
+/// The profile's mark named `name` (its time, ns).
+fn mark_t(p: &serde_json::Value, name: &str) -> u64 {
+    p["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"].as_str().unwrap().starts_with(name))
+        .unwrap_or_else(|| panic!("no mark {name}: {:#}", p["marks"]))["t_ns"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn qemu_initcalls_land_on_the_profiles_clock_with_their_exits_in_the_lab() {
+    let pre = require_lab_guest!("lab-qemu-initcalls");
+    let Some((qemu, firmware)) = lab::qemu_for_the_lab() else {
+        return;
+    };
+    let out = pre.dir.join("qemu-initcalls.json");
+    let exe = env!("CARGO_BIN_EXE_bootscope");
+    let o = run(
+        bootscope()
+            .current_dir(&pre.dir)
+            .args([
+                "lab",
+                "--timeout",
+                "1200",
+                "--retries",
+                "2",
+                "--program",
+                exe,
+            ])
+            .arg("--program")
+            .arg(&qemu)
+            .arg("--input")
+            .arg(firmware)
+            .args(["--", "profile", "--initcalls", "--output"])
+            .arg(&out)
+            .arg("--")
+            .args(qemu_args(&qemu, &pre.kernel, &pre.initrd)),
+        None,
+    );
+    let console = String::from_utf8_lossy(&o.stdout);
+    println!("--- lab console ---\n{console}---");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let p = read_json(&out);
+    let g = &p["guest_read"];
+    assert_eq!(g["memory_map"]["source"], "ioctl", "{:#}", g["memory_map"]);
+    // The guest kernel's own log, read from memory.
+    let log = g["kernel_log"]["records"]
+        .as_array()
+        .expect("the kernel log");
+    assert!(log.len() >= 100, "{} records", log.len());
+    assert!(
+        log.iter()
+            .any(|r| r["text"].as_str().unwrap().starts_with("Run /init")),
+        "no `Run /init` record"
+    );
+    // Every initcall on the profile's clock, between the kernel's first
+    // port I/O and init's start as the console has them.
+    let doc = &g["initcalls"];
+    let calls = doc["initcalls"].as_array().expect("initcalls");
+    assert!(calls.len() >= 300, "{} initcalls", calls.len());
+    let clock = &doc["clock"];
+    assert!(clock["anchors"].as_u64().unwrap() >= 10, "{clock:#}");
+    let first_pio = mark_t(&p, "port I/O: first by kernel code");
+    let run_init = mark_t(&p, "serial: run init");
+    for c in calls {
+        let (start, end) = (
+            c["start_ns"].as_u64().unwrap(),
+            c["start_ns"].as_u64().unwrap() + c["duration_ns"].as_u64().unwrap(),
+        );
+        assert!(
+            first_pio <= start && end <= run_init,
+            "{c:#} outside {first_pio}..{run_init}"
+        );
+    }
+    // Their exits, from the profiler's counts per slot: a part of the
+    // boot's, which equal KVM's own count.
+    let total = p["exits"]["total"].as_u64().unwrap();
+    assert_eq!(p["exits"]["kvm_stats_exits"].as_u64(), Some(total));
+    let in_initcalls: u64 = calls
+        .iter()
+        .filter_map(|c| c["counted"]["exits"].as_u64())
+        .sum();
+    assert!(
+        in_initcalls > 0 && in_initcalls <= total,
+        "{in_initcalls} of {total}"
+    );
+    // QEMU held at its guest's ACPI power-off, read, and continued: the
+    // profile ends with QEMU's own exit status 0.
+    let passes = g["passes"].as_array().unwrap();
+    let shutdown = passes
+        .iter()
+        .find(|r| r["at"] == "shutdown")
+        .unwrap_or_else(|| panic!("no read at shutdown: {passes:#?}"));
+    assert!(
+        shutdown["held_at"].as_str().unwrap_or("").contains("ACPI"),
+        "{shutdown:#}"
+    );
+}
+
+/// The script run in the lab for `--pid`: QEMU started in the background,
+/// profiled by its pid while its guest boots.
+fn pid_script(exe: &Path, qemu: &[String], out: &Path, console: &Path) -> String {
+    let quoted: Vec<String> = qemu.iter().map(|a| format!("'{a}'")).collect();
+    format!(
+        "set -e\n{} > {} 2>&1 &\nq=$!\nsleep 2\n{} profile --pid $q --output {}\nwait $q || true\n",
+        quoted.join(" "),
+        console.display(),
+        exe.display(),
+        out.display()
+    )
+}
+
+#[test]
+fn pid_of_a_running_qemu_reads_its_guest_memory_in_the_lab() {
+    let pre = require_lab_guest!("lab-qemu-pid");
+    let Some((qemu, firmware)) = lab::qemu_for_the_lab() else {
+        return;
+    };
+    let busybox = require_busybox!();
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_bootscope"));
+    let out_dir = pre.dir.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let (out, console) = (out_dir.join("pid.json"), out_dir.join("console.txt"));
+    let script = pre.dir.join("pid.sh");
+    let qemu_cmd = qemu_args(&qemu, &pre.kernel, &pre.initrd);
+    std::fs::write(&script, pid_script(&exe, &qemu_cmd, &out, &console)).unwrap();
+    let o = Command::new(&exe)
+        .args(["lab", "--timeout", "1200", "--retries", "2", "--exe"])
+        .arg(&busybox)
+        .arg("--program")
+        .arg(&exe)
+        .arg("--program")
+        .arg(&qemu)
+        .arg("--input")
+        .arg(firmware)
+        .arg("--input")
+        .arg(&pre.kernel)
+        .arg("--input")
+        .arg(&pre.initrd)
+        .arg("--output")
+        .arg(&out)
+        .arg("--output")
+        .arg(&console)
+        .args(["--", "sh"])
+        .arg(&script)
+        .output()
+        .expect("bootscope lab runs");
+    println!("{}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let guest_console = std::fs::read_to_string(&console).unwrap_or_default();
+    assert!(
+        guest_console.contains(bootscope_lab::guest::HELLO_LINE),
+        "{guest_console}"
+    );
+    let p = read_json(&out);
+    let g = &p["guest_read"];
+    // Its slots were set before bootscope came: the map is inferred from
+    // /proc/PID/maps and the guest kernel's VMCOREINFO.
+    assert_eq!(
+        g["memory_map"]["source"], "inferred",
+        "{:#}",
+        g["memory_map"]
+    );
+    let log = g["kernel_log"]["records"]
+        .as_array()
+        .expect("the kernel log");
+    assert!(
+        log.iter()
+            .any(|r| r["text"].as_str().unwrap().starts_with("Linux version")),
+        "no banner record"
+    );
+    // Its kernel, from its own command line, names the modules' symbols.
+    let missing = g["missing"].as_array().unwrap();
+    assert!(
+        !missing.iter().any(|m| m["part"] == "modules"),
+        "{missing:#?}"
+    );
+}
