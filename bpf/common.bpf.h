@@ -44,6 +44,17 @@ char LICENSE[] SEC("license") __weak = "GPL";
 		__v;                                                         \
 	})
 
+/* A map of the usual shape: its type, its size (userspace may resize it
+ * before load, by name), its key and value types. Maps with flags spell
+ * their definition out. */
+#define BS_MAP(name, map_type, entries, key_t, value_t) \
+	struct {                                       \
+		__uint(type, map_type);                \
+		__uint(max_entries, entries);          \
+		__type(key, key_t);                    \
+		__type(value, value_t);                \
+	} name SEC(".maps")
+
 /* The process being profiled (see struct bs_target); userspace sets it
  * before attaching. Its phase changes at a port mark in the phases
  * collector (bs_switch_phase), and from userspace at the VMM's and the
@@ -272,6 +283,37 @@ static __always_inline __u64 bs_hist_slot(__u64 ns)
 		slot = BS_HIST_SLOTS - 1;
 	BS_BARRIER_VAR(slot);
 	return slot & (BS_HIST_SLOTS - 1);
+}
+
+/* The value at key in map, created from init if absent; two CPUs may race
+ * to create it, so the loser finds the winner's. NULL, counted in
+ * map_overflows, when the map is full. */
+static __always_inline void *bs_lookup_or_init(void *map, const void *key, const void *init)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+
+	if (v)
+		return v;
+	bpf_map_update_elem(map, key, init, BPF_NOEXIST);
+	v = bpf_map_lookup_elem(map, key);
+	if (!v)
+		bs_percpu_inc(&map_overflows, 0);
+	return v;
+}
+
+/* Adds one value of ns to the log2 histogram at key in map (struct
+ * bs_hist values), creating it if needed; a full map is counted in
+ * map_overflows. */
+static __always_inline void bs_hist_count(void *map, const void *key, __u64 ns)
+{
+	struct bs_hist zero = {};
+	struct bs_hist *h = bs_lookup_or_init(map, key, &zero);
+
+	if (!h)
+		return;
+	__sync_fetch_and_add(&h->slots[bs_hist_slot(ns)], 1);
+	__sync_fetch_and_add(&h->count, 1);
+	__sync_fetch_and_add(&h->total_ns, ns);
 }
 
 /* Reserves a ring buffer record with the common header filled in, or

@@ -21,31 +21,16 @@
 #include "common.bpf.h"
 #include "sched.h"
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, struct bs_sched_task);
-} sched_tasks SEC(".maps");
+BS_MAP(sched_tasks, BPF_MAP_TYPE_HASH, 16384, __u32, struct bs_sched_task);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct bs_sched_key);
-	__type(value, struct bs_hist);
-} sched_waits SEC(".maps");
+BS_MAP(sched_waits, BPF_MAP_TYPE_HASH, 16384, struct bs_sched_key, struct bs_hist);
 
 /* Runs of a watched thread that no wait of the profile led to: switched
  * in with no wait open, its queueing not seen (a program run the kernel
  * skipped, a wake-up or switch out not seen, a thread seeded while it
  * waited). The kernel's own account (schedstat) has such a wait; the
  * profile says how many it lacks. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} sched_unseen SEC(".maps");
+BS_MAP(sched_unseen, BPF_MAP_TYPE_PERCPU_ARRAY, 1, __u32, __u64);
 
 /* A followed thread was queued now, unless it already waits (a wake-up of
  * a task still queued does not restart its wait). */
@@ -94,7 +79,6 @@ int bs_sched_wakeup_new(void *ctx)
 static __always_inline void bs_sched_wait(__u32 tgid, __u32 tid, __u64 ns)
 {
 	struct bs_sched_key key = {};
-	struct bs_hist *h;
 	__u32 phase;
 
 	if (!bs_follow(tgid, &phase))
@@ -102,20 +86,7 @@ static __always_inline void bs_sched_wait(__u32 tgid, __u32 tid, __u64 ns)
 	key.tgid = tgid;
 	key.tid = tid;
 	key.phase = phase;
-	h = bpf_map_lookup_elem(&sched_waits, &key);
-	if (!h) {
-		struct bs_hist zero = {};
-
-		bpf_map_update_elem(&sched_waits, &key, &zero, BPF_NOEXIST);
-		h = bpf_map_lookup_elem(&sched_waits, &key);
-		if (!h) {
-			bs_percpu_inc(&map_overflows, 0);
-			return;
-		}
-	}
-	__sync_fetch_and_add(&h->slots[bs_hist_slot(ns)], 1);
-	__sync_fetch_and_add(&h->count, 1);
-	__sync_fetch_and_add(&h->total_ns, ns);
+	bs_hist_count(&sched_waits, &key, ns);
 }
 
 /* Fires in prev (current), before the switch. */

@@ -34,62 +34,22 @@ const volatile __u32 read_fault_counters = 0;
 
 BS_FIELD(kvm_mmu_spte_requested, gfn);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct bs_tail_window);
-} tail_window SEC(".maps");
+BS_MAP(tail_window, BPF_MAP_TYPE_ARRAY, 1, __u32, struct bs_tail_window);
 
 /* Where and when the window opened (one entry, key 0, made once). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct bs_tail_start);
-} tail_start SEC(".maps");
+BS_MAP(tail_start, BPF_MAP_TYPE_HASH, 1, __u32, struct bs_tail_start);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, BS_TT_COUNT);
-	__type(key, __u32);
-	__type(value, __u64);
-} tail_totals SEC(".maps");
+BS_MAP(tail_totals, BPF_MAP_TYPE_PERCPU_ARRAY, BS_TT_COUNT, __u32, __u64);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, struct bs_tail_thread);
-} tail_threads SEC(".maps");
+BS_MAP(tail_threads, BPF_MAP_TYPE_HASH, 1024, __u32, struct bs_tail_thread);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct bs_tail_curve_key);
-	__type(value, __u64);
-} tail_curve SEC(".maps");
+BS_MAP(tail_curve, BPF_MAP_TYPE_HASH, 65536, struct bs_tail_curve_key, __u64);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct bs_tail_where_key);
-	__type(value, struct bs_tail_where);
-} tail_regions SEC(".maps");
+BS_MAP(tail_regions, BPF_MAP_TYPE_HASH, 16384, struct bs_tail_where_key, struct bs_tail_where);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct bs_tail_where_key);
-	__type(value, struct bs_tail_where);
-} tail_sites SEC(".maps");
+BS_MAP(tail_sites, BPF_MAP_TYPE_HASH, 16384, struct bs_tail_where_key, struct bs_tail_where);
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 64);
-	__type(key, struct bs_tail_lat_key);
-	__type(value, struct bs_hist);
-} tail_latency SEC(".maps");
+BS_MAP(tail_latency, BPF_MAP_TYPE_HASH, 64, struct bs_tail_lat_key, struct bs_hist);
 
 /* The distinct guest pages (gfn) faulted in the window: an entry is
  * created once per page, and that creation is counted (BS_TT_PAGES). */
@@ -102,12 +62,7 @@ struct {
 } tail_pages SEC(".maps");
 
 /* The exits collector's map (exits.bpf.c defines it). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u32);
-	__type(value, struct bs_exit_start);
-} exit_start SEC(".maps") __weak;
+BS_MAP(exit_start, BPF_MAP_TYPE_HASH, 8192, __u32, struct bs_exit_start) __weak;
 
 static __always_inline void bs_tail_add(__u32 idx, __u64 n)
 {
@@ -225,18 +180,11 @@ int bs_tail_npf(void *ctx)
 static __always_inline void bs_tail_where(void *map, __u32 tgid, __u32 kind, __u64 at, __u64 ns)
 {
 	struct bs_tail_where_key key = { .tgid = tgid, .kind = kind, .at = at };
-	struct bs_tail_where *v = bpf_map_lookup_elem(map, &key);
+	struct bs_tail_where zero = {};
+	struct bs_tail_where *v = bs_lookup_or_init(map, &key, &zero);
 
-	if (!v) {
-		struct bs_tail_where zero = {};
-
-		bpf_map_update_elem(map, &key, &zero, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(map, &key);
-		if (!v) {
-			bs_percpu_inc(&map_overflows, 0);
-			return;
-		}
-	}
+	if (!v)
+		return;
 	__sync_fetch_and_add(&v->count, 1);
 	__sync_fetch_and_add(&v->total_ns, ns);
 }
@@ -244,21 +192,8 @@ static __always_inline void bs_tail_where(void *map, __u32 tgid, __u32 kind, __u
 static __always_inline void bs_tail_latency(__u32 tgid, __u32 kind, __u64 ns)
 {
 	struct bs_tail_lat_key key = { .tgid = tgid, .kind = kind };
-	struct bs_hist *h = bpf_map_lookup_elem(&tail_latency, &key);
 
-	if (!h) {
-		struct bs_hist zero = {};
-
-		bpf_map_update_elem(&tail_latency, &key, &zero, BPF_NOEXIST);
-		h = bpf_map_lookup_elem(&tail_latency, &key);
-		if (!h) {
-			bs_percpu_inc(&map_overflows, 0);
-			return;
-		}
-	}
-	__sync_fetch_and_add(&h->slots[bs_hist_slot(ns)], 1);
-	__sync_fetch_and_add(&h->count, 1);
-	__sync_fetch_and_add(&h->total_ns, ns);
+	bs_hist_count(&tail_latency, &key, ns);
 }
 
 static __always_inline __u32 bs_tail_kind(__u64 dmin, __u64 dmaj, __u32 file)

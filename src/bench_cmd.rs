@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bootscope_bench::doc::{ConfigResult, Machine};
 use bootscope_bench::runner::{self, DEFAULT_CONSOLE_PATTERNS};
-use bootscope_bench::{BenchError, BenchPlan, ConfigPlan, ConsolePattern, Side};
+use bootscope_bench::{BenchDoc, BenchError, BenchPlan, ConfigPlan, ConsolePattern, Side};
 
 use crate::common::{write_output, EXIT_FAILURE, EXIT_USAGE};
 
@@ -271,16 +271,7 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
     }
     check_push(args.push.as_deref())?;
     let meta = bootscope_bench::provenance::parse_meta(&args.meta)?;
-    let sides = split_sides(&args.args)?;
-    if args.labels.len() > sides.len() {
-        return Err(BenchError::Usage(format!(
-            "{} --label given for {} configuration(s)",
-            args.labels.len(),
-            sides.len()
-        )));
-    }
-    let configs = labelled(sides, &args.labels);
-    check_profile_wanted(&configs, args.profile)?;
+    let configs = configs_of(&args)?;
     let patterns = console_patterns(&args)?;
     let exe = std::env::current_exe().map_err(|source| BenchError::Spawn {
         program: "bootscope (its own executable)".into(),
@@ -345,33 +336,57 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
         "bench",
         &crate::push::bench_text(&doc),
     );
+    Ok(bench_status(&doc, signal, args.output.is_some(), pushed))
+}
+
+/// The configurations to compare: the argument lists between `--`s, with
+/// their `--label`s.
+fn configs_of(args: &BenchArgs) -> Result<Vec<ConfigPlan>, BenchError> {
+    let sides = split_sides(&args.args)?;
+    if args.labels.len() > sides.len() {
+        return Err(BenchError::Usage(format!(
+            "{} --label given for {} configuration(s)",
+            args.labels.len(),
+            sides.len()
+        )));
+    }
+    let configs = labelled(sides, &args.labels);
+    check_profile_wanted(&configs, args.profile)?;
+    Ok(configs)
+}
+
+/// The bench's exit status once its results are out, with what went wrong
+/// said on standard error: the signal's status if one stopped it (the
+/// finished runs kept), a failure if a measured run failed, a
+/// configuration had no successful run or the push failed, else 0.
+fn bench_status(doc: &BenchDoc, signal: Option<i32>, written: bool, pushed: bool) -> i32 {
     if let Some(sig) = signal {
         let done: usize = doc.configs.iter().map(|c| c.runs.len()).sum();
         eprintln!(
             "bootscope: interrupted by {}: {done} finished run(s) kept{}",
             crate::signals::name(sig),
-            if args.output.is_some() {
-                " in the output file"
-            } else {
-                ""
-            }
+            if written { " in the output file" } else { "" }
         );
-        return Ok(crate::signals::exit_status(sig));
+        return crate::signals::exit_status(sig);
     }
     let failed: usize = doc.configs.iter().map(ConfigResult::failures).sum();
     let no_success = doc.configs.iter().any(|c| c.measured().count() == 0);
     if failed > 0 || no_success {
         eprintln!(
             "bootscope: error: {failed} measured run(s) failed{}",
-            if args.output.is_some() {
+            if written {
                 "; their errors are in the output file"
             } else {
                 ""
             }
         );
-        return Ok(EXIT_FAILURE);
+        return EXIT_FAILURE;
     }
-    Ok(if pushed { 0 } else { EXIT_FAILURE })
+    if pushed {
+        0
+    } else {
+        EXIT_FAILURE
+    }
 }
 
 mod readers;

@@ -333,11 +333,21 @@ mod tests {
         }
     }
 
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    /// The files `bootscope lab -- ARGS` brings back.
+    fn outputs(v: &[&str]) -> Vec<PathBuf> {
+        inner_outputs(&cli(), &os(v), false).unwrap()
+    }
+
+    fn paths(v: &[&str]) -> Vec<PathBuf> {
+        v.iter().map(PathBuf::from).collect()
+    }
+
     #[test]
-    fn lab_outputs_are_bootscope_s_own() {
-        let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
-        let outputs = |v: &[&str]| inner_outputs(&cli(), &os(v), false).unwrap();
-        let paths = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+    fn lab_outputs_of_profile_leave_the_command_s_flags_alone() {
         // The profiled command's flags are its own, whatever their names.
         let cmd = [
             "/x/cloud-hypervisor",
@@ -363,6 +373,10 @@ mod tests {
             outputs(&["profile", "--", "qemu", "-serial", "stdio"]),
             paths(&["profile.json"])
         );
+    }
+
+    #[test]
+    fn lab_outputs_of_run_demo_and_export() {
         assert_eq!(
             outputs(&[
                 "run",
@@ -388,6 +402,10 @@ mod tests {
             paths(&["e.json"])
         );
         assert!(outputs(&["doctor"]).is_empty());
+    }
+
+    #[test]
+    fn lab_outputs_of_bench_and_of_a_lab_in_the_lab() {
         // bench: its output and those of each `run`, not of --vs-command.
         assert_eq!(
             outputs(&[
@@ -420,6 +438,10 @@ mod tests {
             outputs(&["lab", "--exe", "/bin/sh", "--output", "o1", "--", "run", "-o", "x"]),
             paths(&["o1"])
         );
+    }
+
+    #[test]
+    fn lab_outputs_are_bootscope_s_own() {
         // --help inside is shown by the lab.
         assert!(outputs(&["profile", "--help"]).is_empty());
         // Another program's arguments are left alone with --exe...
@@ -438,7 +460,6 @@ mod tests {
 
     #[test]
     fn lab_run_without_kernel_gets_the_default_guest() {
-        let os = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
         let same = |v: &[&str]| {
             assert_eq!(with_default_guest(&cli(), os(v)).ok(), Some(os(v)), "{v:?}");
         };

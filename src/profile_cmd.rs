@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use bootscope_profiler::launch::HeldCommand;
 use bootscope_profiler::restore_cmd::noted;
-use bootscope_profiler::{Collector, CollectorConfig, CollectorSet, TargetSpec};
+use bootscope_profiler::{Collector, CollectorConfig, CollectorSet, Profile, TargetSpec};
 
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "command"])))]
@@ -191,7 +191,6 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         .collect();
     let (command, launch) = checked_target(&args, command)?;
     let symbols = exit_site_symbols(&args, &command)?;
-    let mut held = None;
     // Under --tui a launched command must not read the keys or write over
     // the screen: its output goes to a file, shown in the console pane.
     let child_log = if args.tui && args.pid.is_none() {
@@ -199,30 +198,17 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     } else {
         None
     };
-    // The launched command leads a process group of its own: SIGINT and
-    // SIGTERM go to the whole group, and nothing of it outlives the
-    // profile. At a terminal the group is the foreground job (as a shell
-    // makes it), so the command still reads it and gets its keys (Ctrl-C);
-    // not under --tui, which keeps the terminal.
-    let mut group = None;
-    let mut foreground = None;
     // The console read for boot milestones (src/profile_console.rs).
     let console = ConsolePlan::new(&command, args.pid.is_some(), child_log.as_deref())
         .context("cannot set up reading the command's console")?;
     let disk = disk_units::before_launch(&command, args.pid.is_some());
+    let mut launched = None;
     let target = match args.pid {
         Some(pid) => TargetSpec::Pid(pid),
         None => {
-            let h = crate::live_tui::with_child_stdio(child_log.as_deref(), || {
-                console.spawn(|| HeldCommand::spawn(&command))
-            })??
-            .with_context(|| format!("cannot start {}", command.join(" ")))?;
-            let pid = h.pid();
-            group = Some(bootscope_model::proc::ListedGroup::new(h.pgid()));
-            if child_log.is_none() {
-                foreground = Foreground::give(h.pgid());
-            }
-            held = Some(h);
+            let l = launch_command(&command, &console, child_log.as_deref())?;
+            let pid = l.held.pid();
+            launched = Some(l);
             TargetSpec::Launched(pid)
         }
     };
@@ -232,15 +218,18 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     let reader = console
         .start(&slot)
         .context("cannot start reading the command's console")?;
-    let guest_watch = Watch::for_profile(&collector, &args, &command, held.as_ref());
-    if let Some(h) = held.as_mut() {
-        h.release().context("cannot release the launched command")?;
+    let held = launched.as_ref().map(|l| &l.held);
+    let guest_watch = Watch::for_profile(&collector, &args, &command, held);
+    if let Some(l) = launched.as_mut() {
+        l.held
+            .release()
+            .context("cannot release the launched command")?;
     }
     let started = Instant::now();
     let waited = wait_for_target(
         &args,
         &collector,
-        held.as_mut(),
+        launched.as_mut().map(|l| &mut l.held),
         &interrupts,
         started,
         &command,
@@ -257,11 +246,16 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
     profile.target.vmm = Some(crate::profile_launch::record(launch.as_ref(), args.pid));
     let mut code = 0;
-    if let Some(h) = held {
-        let (exit_code, own) = stop_launched(h, &waited, signal)?;
-        drop(group.take());
+    if let Some(Launched {
+        foreground,
+        group,
+        held,
+    }) = launched
+    {
+        let (exit_code, own) = stop_launched(held, &waited, signal)?;
+        drop(group);
         // The group is gone: the terminal is this process's again.
-        drop(foreground.take());
+        drop(foreground);
         // Its output to the pipe has ended (unless something that left
         // the group holds it).
         if let Some(r) = reader {
@@ -273,11 +267,23 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         }
     }
     crate::guest_mem::annotate(&mut profile, symbols.as_ref(), guest);
-    let json = serde_json::to_vec_pretty(&profile)?;
+    write_profile(&args, &profile, signal, code)
+}
+
+/// Writes the profile and its summary, and says if a signal ended it: the
+/// exit status (`code`, the signal's status after one).
+fn write_profile(
+    args: &ProfileArgs,
+    profile: &Profile,
+    signal: Option<i32>,
+    code: i32,
+) -> Result<i32, Failure> {
+    let json = serde_json::to_vec_pretty(profile)?;
     crate::common::write_output(&args.output, &json)?;
     if !args.no_summary {
-        eprint!("{}", summary(&profile, &args.output));
+        eprint!("{}", summary(profile, &args.output));
     }
+    let mut code = code;
     if let Some(sig) = signal {
         eprintln!(
             "bootscope: interrupted by {}: the profile covers the time until then",
@@ -474,6 +480,42 @@ fn stop_launched(
     use std::os::unix::process::ExitStatusExt;
     let c = s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0));
     Ok((Some(c), waited.status.is_some()))
+}
+
+/// A command launched to be profiled. It leads a process group of its
+/// own: SIGINT and SIGTERM go to the whole group, and nothing of it
+/// outlives the profile (dropped, the terminal is given back, the group
+/// ended, a child still held ended before it runs).
+struct Launched {
+    foreground: Option<Foreground>,
+    group: bootscope_model::proc::ListedGroup,
+    held: HeldCommand,
+}
+
+/// Launches `command`, held before it runs, its console read by
+/// `console` and its output to `child_log` (under `--tui`). Without a log,
+/// at a terminal, its group is the foreground job (as a shell makes it),
+/// so the command still reads the terminal and gets its keys (Ctrl-C);
+/// not under --tui, which keeps the terminal.
+fn launch_command(
+    command: &[String],
+    console: &ConsolePlan,
+    child_log: Option<&Path>,
+) -> Result<Launched, Failure> {
+    let held = crate::live_tui::with_child_stdio(child_log, || {
+        console.spawn(|| HeldCommand::spawn(command))
+    })??
+    .with_context(|| format!("cannot start {}", command.join(" ")))?;
+    let group = bootscope_model::proc::ListedGroup::new(held.pgid());
+    let foreground = match child_log {
+        None => Foreground::give(held.pgid()),
+        Some(_) => None,
+    };
+    Ok(Launched {
+        foreground,
+        group,
+        held,
+    })
 }
 
 /// How long a launched command has to end after the signal bootscope got

@@ -137,43 +137,8 @@ fn a_small_storm_of_fixture_guests() {
     assert_eq!(doc["version"], 2);
     assert_eq!(doc["settings"]["parallel"], 3);
     let c = &doc["configs"][0];
-    let runs = c["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 2 * 4);
-    assert_eq!(runs.iter().filter(|r| r["solo"] == true).count(), 2);
-    assert_eq!(runs.iter().filter(|r| r["vm"].is_u64()).count(), 6);
-    for r in runs {
-        let m = &r["metrics"];
-        // The VMM read its own memory at the userspace mark: PSS between
-        // USS and RSS, and at least the guest memory the fixture touched.
-        let (uss, pss, rss) = (
-            m["memory:uss"].as_u64().unwrap(),
-            m["memory:pss"].as_u64().unwrap(),
-            m["memory:rss"].as_u64().unwrap(),
-        );
-        assert!(uss > 0 && uss <= pss && pss <= rss, "{r}");
-        assert!(m["time_to_userspace"].as_u64().unwrap() > 0, "{r}");
-    }
-    let storms = c["storms"].as_array().unwrap();
-    assert_eq!(storms.len(), 2);
-    for s in storms {
-        assert_eq!(s["ok"], true, "{s}");
-        let m = &s["metrics"];
-        let p = |stat: &str| {
-            m[format!("storm:time_to_userspace:{stat}")]
-                .as_u64()
-                .unwrap()
-        };
-        assert!(
-            p("p50") <= p("p90") && p("p90") <= p("p99") && p("p99") <= p("max"),
-            "{s}"
-        );
-        assert!(m["storm:makespan"].as_u64().unwrap() >= m["storm:wall:max"].as_u64().unwrap() / 2);
-        assert!(
-            m["storm:memory:pss:sum"].as_u64().unwrap()
-                >= m["storm:memory:pss:max"].as_u64().unwrap()
-        );
-        assert!(s["boots_per_second"].as_f64().unwrap() > 0.0);
-    }
+    check_storm_runs(c);
+    check_storms(c);
     assert_eq!(c["summary"]["storm:time_to_userspace:p99"]["n"], 2);
     assert_eq!(c["summary"]["storm:memory:pss:sum"]["unit"], "bytes");
     assert!(c["summary"]["solo:time_to_userspace"].is_object());
@@ -237,4 +202,51 @@ fn a_storm_of_memory_set_ups() {
         m["storm:memory:uss:sum"].as_u64().unwrap() >= 4 * (64 << 20),
         "{s}"
     );
+}
+
+/// The storm's runs, 2 rounds of one alone and 3 at once: each VMM read
+/// its own memory at the userspace mark, PSS between USS and RSS.
+fn check_storm_runs(c: &Value) {
+    let runs = c["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2 * 4);
+    assert_eq!(runs.iter().filter(|r| r["solo"] == true).count(), 2);
+    assert_eq!(runs.iter().filter(|r| r["vm"].is_u64()).count(), 6);
+    for r in runs {
+        let m = &r["metrics"];
+        // The VMM read its own memory at the userspace mark: PSS between
+        // USS and RSS, and at least the guest memory the fixture touched.
+        let (uss, pss, rss) = (
+            m["memory:uss"].as_u64().unwrap(),
+            m["memory:pss"].as_u64().unwrap(),
+            m["memory:rss"].as_u64().unwrap(),
+        );
+        assert!(uss > 0 && uss <= pss && pss <= rss, "{r}");
+        assert!(m["time_to_userspace"].as_u64().unwrap() > 0, "{r}");
+    }
+}
+
+/// Each storm: every VM ok, its percentiles in order, its makespan, memory
+/// sum and boot rate consistent.
+fn check_storms(c: &Value) {
+    let storms = c["storms"].as_array().unwrap();
+    assert_eq!(storms.len(), 2);
+    for s in storms {
+        assert_eq!(s["ok"], true, "{s}");
+        let m = &s["metrics"];
+        let p = |stat: &str| {
+            m[format!("storm:time_to_userspace:{stat}")]
+                .as_u64()
+                .unwrap()
+        };
+        assert!(
+            p("p50") <= p("p90") && p("p90") <= p("p99") && p("p99") <= p("max"),
+            "{s}"
+        );
+        assert!(m["storm:makespan"].as_u64().unwrap() >= m["storm:wall:max"].as_u64().unwrap() / 2);
+        assert!(
+            m["storm:memory:pss:sum"].as_u64().unwrap()
+                >= m["storm:memory:pss:max"].as_u64().unwrap()
+        );
+        assert!(s["boots_per_second"].as_f64().unwrap() > 0.0);
+    }
 }

@@ -7,34 +7,11 @@
 mod support;
 
 use support::bootscope_output as bootscope;
+use support::snapshot::ports_snapshot_with_disk;
 use support::*;
 
 fn u(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
-}
-
-/// The ports fixture's snapshot at its userspace mark (0x60), in `tmp`.
-fn snapshot(tmp: &std::path::Path) -> std::path::PathBuf {
-    let disk = tmp.join("disk.img");
-    std::fs::write(&disk, vec![0u8; 8192]).unwrap();
-    let snap = tmp.join("snap");
-    let o = bootscope(&[
-        "run",
-        "--no-profile",
-        "--no-summary",
-        "--kernel",
-        &fixture("mini-bzimage-ports.bin"),
-        "--serial",
-        "null",
-        "--disk",
-        disk.to_str().unwrap(),
-        "--snapshot",
-        snap.to_str().unwrap(),
-        "--snapshot-at",
-        "0x60",
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    snap
 }
 
 /// A boot that is not a restore has no tail unless named.
@@ -60,7 +37,7 @@ fn a_restore_is_profiled_with_its_fault_tail() {
     require_kvm!();
     require_bpf!();
     let tmp = scratch("fault-tail");
-    let snap = snapshot(&tmp);
+    let (snap, _disk) = ports_snapshot_with_disk(&tmp);
     let profile = tmp.join("p.json");
     let timeline = tmp.join("t.json");
     let o = bootscope(&[

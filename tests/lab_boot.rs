@@ -66,53 +66,8 @@ fn default_guest_boots_to_userspace_in_the_lab() {
         "the CMOS RTC must answer: {console}"
     );
     assert_eq!(doc["guest"]["kernel_format"], "bzimage");
-    // The kernel was decompressed by the VMM and entered directly, and the
-    // timeline says so.
-    let kb = &doc["guest"]["kernel_boot"];
-    assert_eq!(kb["decompressed_by"], "host", "{kb}");
-    assert_eq!(kb["compression"], "xz", "{kb}");
-    assert_eq!(kb["entry"], "linux64", "{kb}");
-    assert_eq!(kb["kaslr"], false, "{kb}");
-    assert!(
-        kb["decompressed_bytes"].as_u64().unwrap_or(0) > 1 << 20,
-        "{kb}"
-    );
-    let marks = doc["marks"].as_array().unwrap();
-    let has = |name: &str| marks.iter().any(|m| m["name"] == name);
-    assert!(
-        has("vmm: kernel decompressed") || has("vmm: kernel read from cache"),
-        "the decompression thread's mark: {marks:?}"
-    );
-    for m in [
-        "vmm: first KVM_RUN",
-        "serial: kernel banner",
-        "serial: run init",
-        "port 0x80: userspace 0x60",
-        "serial: two cpus",
-        "vmm: guest shutdown",
-    ] {
-        assert!(has(m), "mark {m:?} missing: {marks:?}");
-    }
-    let phase = |name: &str| {
-        doc["phases"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("phase {name} missing: {}", doc["phases"]))
-    };
-    let kernel = phase("kernel");
-    let user = phase("userspace");
-    assert!(kernel["duration_ns"].as_u64().unwrap() > 0);
-    assert!(user["start_ns"].as_u64().unwrap() >= kernel["end_ns"].as_u64().unwrap());
-    // The userspace phase opens at the guest's own marker (or the console
-    // line just before it).
-    let to = kernel["to"].as_str().unwrap();
-    assert!(
-        to == "serial: run init" || to == "port 0x80: userspace 0x60",
-        "{to}"
-    );
+    check_kernel_boot(&doc["guest"]["kernel_boot"]);
+    check_marks_and_phases(&doc);
     // KVM's own statistics saw the boot: thousands of exits, port I/O among
     // them.
     let exits = doc["kvm_stats"]["exits"].as_u64().expect("kvm_stats.exits");
@@ -241,4 +196,58 @@ fn killing_the_lab_kills_its_emulator() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+/// The kernel was decompressed by the VMM and entered directly, and the
+/// timeline says so.
+fn check_kernel_boot(kb: &serde_json::Value) {
+    assert_eq!(kb["decompressed_by"], "host", "{kb}");
+    assert_eq!(kb["compression"], "xz", "{kb}");
+    assert_eq!(kb["entry"], "linux64", "{kb}");
+    assert_eq!(kb["kaslr"], false, "{kb}");
+    assert!(
+        kb["decompressed_bytes"].as_u64().unwrap_or(0) > 1 << 20,
+        "{kb}"
+    );
+}
+
+/// The VMM's, the console's and the guest's marks, and the kernel and
+/// userspace phases between them.
+fn check_marks_and_phases(doc: &serde_json::Value) {
+    let marks = doc["marks"].as_array().unwrap();
+    let has = |name: &str| marks.iter().any(|m| m["name"] == name);
+    assert!(
+        has("vmm: kernel decompressed") || has("vmm: kernel read from cache"),
+        "the decompression thread's mark: {marks:?}"
+    );
+    for m in [
+        "vmm: first KVM_RUN",
+        "serial: kernel banner",
+        "serial: run init",
+        "port 0x80: userspace 0x60",
+        "serial: two cpus",
+        "vmm: guest shutdown",
+    ] {
+        assert!(has(m), "mark {m:?} missing: {marks:?}");
+    }
+    let phase = |name: &str| {
+        doc["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("phase {name} missing: {}", doc["phases"]))
+    };
+    let kernel = phase("kernel");
+    let user = phase("userspace");
+    assert!(kernel["duration_ns"].as_u64().unwrap() > 0);
+    assert!(user["start_ns"].as_u64().unwrap() >= kernel["end_ns"].as_u64().unwrap());
+    // The userspace phase opens at the guest's own marker (or the console
+    // line just before it).
+    let to = kernel["to"].as_str().unwrap();
+    assert!(
+        to == "serial: run init" || to == "port 0x80: userspace 0x60",
+        "{to}"
+    );
 }

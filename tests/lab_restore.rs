@@ -117,33 +117,7 @@ fn a_restored_linux_guest_reads_back_its_memory_in_every_mode_in_the_lab() {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_bootscope"));
     let script = dir.join("lab.sh");
     std::fs::write(&script, lab_script(&dir, &exe, &kernel, &initrd)).unwrap();
-    let mut cmd = bootscope();
-    cmd.args([
-        "lab",
-        "--timeout",
-        "3000",
-        "--retries",
-        "2",
-        "--memory",
-        "2G",
-    ])
-    .arg("--exe")
-    .arg(&busybox)
-    .arg("--program")
-    .arg(&exe)
-    .arg("--input")
-    .arg(&kernel)
-    .arg("--input")
-    .arg(&initrd);
-    for file in outputs(&dir) {
-        cmd.arg("--output").arg(file);
-    }
-    let out = cmd
-        .arg("--")
-        .arg("sh")
-        .arg(&script)
-        .output()
-        .expect("bootscope lab runs");
+    let out = run_lab(&dir, &exe, &busybox, &kernel, &initrd, &script);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
     let read = |n: &str| std::fs::read_to_string(dir.join("out").join(n)).unwrap_or_default();
@@ -215,6 +189,44 @@ fn a_restored_linux_guest_reads_back_its_memory_in_every_mode_in_the_lab() {
     let want_after = format!("{LINE_PREFIX} after {last_random}");
     assert_eq!(lines, [want_before.as_str(), want_after.as_str()], "{disk}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `bootscope lab` running `script` on busybox with the VMM, the kernel
+/// and the guest's initramfs carried in and every output brought back.
+fn run_lab(
+    dir: &Path,
+    exe: &Path,
+    busybox: &Path,
+    kernel: &Path,
+    initrd: &Path,
+    script: &Path,
+) -> std::process::Output {
+    let mut cmd = bootscope();
+    cmd.args([
+        "lab",
+        "--timeout",
+        "3000",
+        "--retries",
+        "2",
+        "--memory",
+        "2G",
+    ])
+    .arg("--exe")
+    .arg(busybox)
+    .arg("--program")
+    .arg(exe)
+    .arg("--input")
+    .arg(kernel)
+    .arg("--input")
+    .arg(initrd);
+    for file in outputs(dir) {
+        cmd.arg("--output").arg(file);
+    }
+    cmd.arg("--")
+        .arg("sh")
+        .arg(script)
+        .output()
+        .expect("bootscope lab runs")
 }
 
 /// One restore's guest: the buffer read back intact, the uptime not gone

@@ -153,6 +153,38 @@ exit 0
     )
 }
 
+/// An 8 MiB ext4 image `DIR/ro.img` holding `hello.txt`, for the guest's
+/// read-only disk.
+fn readonly_image(dir: &Path, mkfs: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir.join("ro")).unwrap();
+    std::fs::write(dir.join("ro/hello.txt"), "hello from the host\n").unwrap();
+    let ro = dir.join("ro.img");
+    let made = Command::new(mkfs)
+        .args(["-q", "-F", "-O", "^metadata_csum", "-d"])
+        .arg(dir.join("ro"))
+        .arg(&ro)
+        .arg("8M")
+        .status()
+        .expect("mkfs.ext4 runs");
+    assert!(made.success());
+    ro
+}
+
+/// The lab's `--input` of each file in `inputs` and `--output` of each
+/// file the script writes under `DIR/out`.
+fn inputs_and_outputs(dir: &Path, inputs: &[&Path]) -> Vec<std::ffi::OsString> {
+    let mut args = Vec::new();
+    for i in inputs {
+        args.push("--input".into());
+        args.push(i.as_os_str().to_owned());
+    }
+    for o in ["result.txt", "timeline.json", "serial.log", "run.log"] {
+        args.push("--output".into());
+        args.push(dir.join("out").join(o).into_os_string());
+    }
+    args
+}
+
 fn line_value<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
     text.lines()
         .find_map(|l| l.split_once(prefix).map(|(_, v)| v.trim()))
@@ -187,17 +219,7 @@ fn disk_data_survives_and_a_readonly_disk_refuses_writes_in_the_lab() {
     };
     let dir = scratch("lab-virtio");
     std::fs::create_dir_all(dir.join("out")).unwrap();
-    std::fs::create_dir_all(dir.join("ro")).unwrap();
-    std::fs::write(dir.join("ro/hello.txt"), "hello from the host\n").unwrap();
-    let ro = dir.join("ro.img");
-    let made = Command::new(&mkfs)
-        .args(["-q", "-F", "-O", "^metadata_csum", "-d"])
-        .arg(dir.join("ro"))
-        .arg(&ro)
-        .arg("8M")
-        .status()
-        .expect("mkfs.ext4 runs");
-    assert!(made.success());
+    let ro = readonly_image(&dir, &mkfs);
     let ro_before = std::fs::read(&ro).unwrap();
     let initrd = dir.join("virtio.cpio");
     initramfs(&initrd, &busybox, &modules);
@@ -210,20 +232,7 @@ fn disk_data_survives_and_a_readonly_disk_refuses_writes_in_the_lab() {
         .arg(&busybox)
         .arg("--program")
         .arg(&exe)
-        .args(["--input"])
-        .arg(&kernel)
-        .args(["--input"])
-        .arg(&initrd)
-        .args(["--input"])
-        .arg(&ro)
-        .args(["--output"])
-        .arg(dir.join("out/result.txt"))
-        .args(["--output"])
-        .arg(dir.join("out/timeline.json"))
-        .args(["--output"])
-        .arg(dir.join("out/serial.log"))
-        .args(["--output"])
-        .arg(dir.join("out/run.log"))
+        .args(inputs_and_outputs(&dir, &[&kernel, &initrd, &ro]))
         .arg("--")
         .arg("sh")
         .arg(&script)

@@ -40,53 +40,9 @@ fn counts_exactly_the_guest_port_writes() {
     assert_eq!(o.status.code(), Some(0), "bootscope profile failed: {err}");
     let p = read_profile(&out);
 
-    // The exact counts, per port and value.
-    assert_eq!(marker(&p, 0x80, 0x90), 1000, "{:?}", p.exits.marker_writes);
-    assert_eq!(marker(&p, 0x80, 0x40), 1);
-    assert_eq!(marker(&p, 0x80, 0x60), 1);
-    assert_eq!(marker(&p, 0xf4, 6), 1);
-    assert_eq!(marker(&p, 0xf4, 7), 1);
-    let port80 = p
-        .exits
-        .pio
-        .iter()
-        .find(|s| s.port == 0x80 && s.direction == "write")
-        .expect("port 0x80 writes");
-    assert_eq!(port80.count, 1002);
+    check_port_counts(&p);
 
-    // Exits: kvm_exit where it fires, the userspace-exit fallback on PVM;
-    // either way every port write is an exit to bootscope's VMM.
-    assert!(p.exits.total >= 1002, "exits {:?}", p.exits);
-    if p.host.kvm == "pvm" {
-        assert_eq!(p.exits.source, "tracepoint:kvm:kvm_userspace_exit");
-        assert_eq!(p.exits.isa, "userspace");
-        let io = p
-            .exits
-            .by_reason
-            .iter()
-            .find(|r| r.reason == "KVM_EXIT_IO")
-            .expect("KVM_EXIT_IO");
-        assert!(io.count >= 1002);
-        let fb = p
-            .sources
-            .iter()
-            .find(|s| s.name == "tracepoint:kvm:kvm_userspace_exit")
-            .unwrap();
-        assert_eq!(fb.status, "fallback");
-        // Raised only by the VMX/SVM code: not attached on PVM.
-        let exit = p
-            .sources
-            .iter()
-            .find(|s| s.name == "tracepoint:kvm:kvm_exit")
-            .unwrap();
-        assert_eq!(exit.status, "disabled", "{exit:?}");
-        assert!(exit.detail.contains("PVM"), "{exit:?}");
-    } else {
-        assert_eq!(p.exits.source, "tracepoint:kvm:kvm_exit");
-    }
-    if let Some(k) = p.exits.kvm_stats_exits {
-        assert!(k >= 1002, "KVM's own count {k}");
-    }
+    check_exits(&p);
 
     // Marks and the phases they open, in the VMM timeline's names.
     let names: Vec<&str> = p.marks.iter().map(|m| m.name.as_str()).collect();
@@ -428,4 +384,56 @@ fn collects_only_what_was_asked_for() {
         ],
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The exact counts of the fixture's port writes, per port and value.
+fn check_port_counts(p: &bootscope_profiler::Profile) {
+    assert_eq!(marker(p, 0x80, 0x90), 1000, "{:?}", p.exits.marker_writes);
+    assert_eq!(marker(p, 0x80, 0x40), 1);
+    assert_eq!(marker(p, 0x80, 0x60), 1);
+    assert_eq!(marker(p, 0xf4, 6), 1);
+    assert_eq!(marker(p, 0xf4, 7), 1);
+    let port80 = p
+        .exits
+        .pio
+        .iter()
+        .find(|s| s.port == 0x80 && s.direction == "write")
+        .expect("port 0x80 writes");
+    assert_eq!(port80.count, 1002);
+}
+
+/// Exits: kvm_exit where it fires, the userspace-exit fallback on PVM;
+/// either way every port write is an exit to bootscope's VMM.
+fn check_exits(p: &bootscope_profiler::Profile) {
+    assert!(p.exits.total >= 1002, "exits {:?}", p.exits);
+    if p.host.kvm == "pvm" {
+        assert_eq!(p.exits.source, "tracepoint:kvm:kvm_userspace_exit");
+        assert_eq!(p.exits.isa, "userspace");
+        let io = p
+            .exits
+            .by_reason
+            .iter()
+            .find(|r| r.reason == "KVM_EXIT_IO")
+            .expect("KVM_EXIT_IO");
+        assert!(io.count >= 1002);
+        let fb = p
+            .sources
+            .iter()
+            .find(|s| s.name == "tracepoint:kvm:kvm_userspace_exit")
+            .unwrap();
+        assert_eq!(fb.status, "fallback");
+        // Raised only by the VMX/SVM code: not attached on PVM.
+        let exit = p
+            .sources
+            .iter()
+            .find(|s| s.name == "tracepoint:kvm:kvm_exit")
+            .unwrap();
+        assert_eq!(exit.status, "disabled", "{exit:?}");
+        assert!(exit.detail.contains("PVM"), "{exit:?}");
+    } else {
+        assert_eq!(p.exits.source, "tracepoint:kvm:kvm_exit");
+    }
+    if let Some(k) = p.exits.kvm_stats_exits {
+        assert!(k >= 1002, "KVM's own count {k}");
+    }
 }

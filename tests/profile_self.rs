@@ -73,8 +73,44 @@ fn run_writes_its_own_profile() {
         .map(|m| m["name"].as_str().unwrap())
         .collect();
     assert!(marks.contains(&"vmm: first KVM_RUN"), "{marks:?}");
-    // The profiler attached before the VMM started: its attach is a phase
-    // of its own, and the VMM's set-up starts after it.
+    check_attach_phases(&p, &t);
+    // The vCPU thread is named and placed.
+    let threads = p["threads"].as_array().unwrap();
+    assert!(threads
+        .iter()
+        .any(|t| t["name"] == "vcpu0" && !t["cpus"].as_array().unwrap().is_empty()));
+    // A VMM profiling itself reads no exit codes, so the loader never
+    // parses the kernel's BTF (most of the profiler's start-up).
+    let btf = p["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "btf:vmlinux")
+        .unwrap();
+    assert_eq!(btf["status"], "disabled", "{btf}");
+    assert!(
+        threads.iter().all(|t| t["exit_code"].is_null()),
+        "{threads:?}"
+    );
+    // Cross-check: KVM's own exit count, as the VMM read it, matches the
+    // profile's copy.
+    // The profiler finds the VMM's statistics files once it says its vCPUs
+    // exist, and reads its copies after the VM is gone.
+    let vmm_exits = t["kvm_stats"]["exits"].as_u64().unwrap();
+    assert_eq!(
+        p["exits"]["kvm_stats_exits"].as_u64(),
+        Some(vmm_exits),
+        "{}",
+        p["sources"]
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The profiler attached before the VMM started: its attach is a phase
+/// of its own, and the VMM's set-up starts after it; the guest programs
+/// were attached beside the set-up, and the VMM waited for them before
+/// its first KVM_RUN.
+fn check_attach_phases(p: &serde_json::Value, t: &serde_json::Value) {
     let tmarks: Vec<(&str, u64)> = t["marks"]
         .as_array()
         .unwrap()
@@ -125,36 +161,6 @@ fn run_writes_its_own_profile() {
     };
     assert!(sum(false) <= attached, "{} > {attached}", sum(false));
     assert!(sum(true) > 0 && sum(true) <= guest - attached, "{stages:?}");
-    // The vCPU thread is named and placed.
-    let threads = p["threads"].as_array().unwrap();
-    assert!(threads
-        .iter()
-        .any(|t| t["name"] == "vcpu0" && !t["cpus"].as_array().unwrap().is_empty()));
-    // A VMM profiling itself reads no exit codes, so the loader never
-    // parses the kernel's BTF (most of the profiler's start-up).
-    let btf = p["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "btf:vmlinux")
-        .unwrap();
-    assert_eq!(btf["status"], "disabled", "{btf}");
-    assert!(
-        threads.iter().all(|t| t["exit_code"].is_null()),
-        "{threads:?}"
-    );
-    // Cross-check: KVM's own exit count, as the VMM read it, matches the
-    // profile's copy.
-    // The profiler finds the VMM's statistics files once it says its vCPUs
-    // exist, and reads its copies after the VM is gone.
-    let vmm_exits = t["kvm_stats"]["exits"].as_u64().unwrap();
-    assert_eq!(
-        p["exits"]["kvm_stats_exits"].as_u64(),
-        Some(vmm_exits),
-        "{}",
-        p["sources"]
-    );
-    let _ = std::fs::remove_dir_all(&d);
 }
 
 /// The guest programs' attach held back (GUEST_ATTACH_DELAY_ENV) past the

@@ -5,35 +5,14 @@
 mod support;
 
 use support::bootscope_output as bootscope;
+use support::snapshot::{ports_snapshot_with_disk, snapshot_ports, spawn_awaiting_sigusr1};
 use support::*;
-
-fn snapshot_ports(dir: &std::path::Path, disk: &std::path::Path) -> std::process::Output {
-    bootscope(&[
-        "run",
-        "--no-profile",
-        "--no-summary",
-        "--kernel",
-        &fixture("mini-bzimage-ports.bin"),
-        "--serial",
-        "null",
-        "--disk",
-        disk.to_str().unwrap(),
-        "--snapshot",
-        dir.to_str().unwrap(),
-        "--snapshot-at",
-        "0x60",
-    ])
-}
 
 #[test]
 fn a_snapshot_with_a_disk_restores_and_a_changed_disk_is_refused() {
     require_kvm!();
     let tmp = scratch("snapshot-cli");
-    let disk = tmp.join("disk.img");
-    std::fs::write(&disk, vec![0u8; 8192]).unwrap();
-    let snap = tmp.join("snap");
-    let o = snapshot_ports(&snap, &disk);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let (snap, disk) = ports_snapshot_with_disk(&tmp);
     let timeline = tmp.join("restored.json");
     let o = bootscope(&[
         "run",
@@ -104,7 +83,7 @@ fn a_snapshot_with_a_disk_restores_and_a_changed_disk_is_refused() {
     other.extend(["--memory", "128M", "--force"]);
     expect_usage_error(&other, &["memory size", "256 MiB", "128 MiB"]);
     // A snapshot directory that exists and is not empty.
-    let o = snapshot_ports(&snap, &disk);
+    let o = snapshot_ports(&snap, &["--disk", disk.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
         stderr(&o).contains("not an empty directory"),
@@ -119,39 +98,14 @@ fn sigusr1_takes_the_snapshot() {
     require_kvm!();
     let tmp = scratch("snapshot-usr1");
     let snap = tmp.join("snap");
-    let child = bootscope_cmd()
-        .args([
-            "run",
-            "--no-profile",
-            "--no-summary",
-            "--kernel",
-            &fixture("mini-bzimage-hlt.bin"),
-            "--serial",
-            "null",
-            "--snapshot",
-            snap.to_str().unwrap(),
-            "--snapshot-at",
-            "SIGUSR1",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_awaiting_sigusr1("mini-bzimage-hlt.bin", &snap, &[]);
     let pid = child.id() as i32;
-    // Signalled once it handles SIGUSR1, not after a guessed delay.
-    wait_for(120, "the run to handle SIGUSR1", || {
-        catches_signal(child.id(), libc::SIGUSR1).then_some(())
-    });
     // SAFETY: kill with a pid this test spawned and has not waited for.
     unsafe { libc::kill(pid, libc::SIGUSR1) };
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(snap.join("snapshot.json").is_file());
     let _ = std::fs::remove_dir_all(&tmp);
-}
-
-fn bootscope_cmd() -> std::process::Command {
-    support::bootscope()
 }
 
 /// `--memory-restore uffd` as a user meets it: a lazy restore records
@@ -162,11 +116,7 @@ fn bootscope_cmd() -> std::process::Command {
 fn a_uffd_restore_records_and_prefetches_its_working_set() {
     require_kvm!();
     let tmp = scratch("snapshot-uffd");
-    let disk = tmp.join("disk.img");
-    std::fs::write(&disk, vec![0u8; 8192]).unwrap();
-    let snap = tmp.join("snap");
-    let o = snapshot_ports(&snap, &disk);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let (snap, _disk) = ports_snapshot_with_disk(&tmp);
     let dir = snap.to_str().unwrap();
     let restore = |extra: &[&str], timeline: &std::path::Path| {
         let mut args = vec![

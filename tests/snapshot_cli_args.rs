@@ -8,32 +8,15 @@ mod support;
 use std::time::Duration;
 
 use support::bootscope_output as bootscope;
+use support::snapshot::{snapshot_ports, spawn_awaiting_sigusr1};
 use support::*;
-
-fn snapshot_two_vcpus(dir: &std::path::Path) -> std::process::Output {
-    bootscope(&[
-        "run",
-        "--no-profile",
-        "--no-summary",
-        "--kernel",
-        &fixture("mini-bzimage-ports.bin"),
-        "--serial",
-        "null",
-        "--vcpus",
-        "2",
-        "--snapshot",
-        dir.to_str().unwrap(),
-        "--snapshot-at",
-        "0x60",
-    ])
-}
 
 #[test]
 fn vcpus_1_given_is_checked_and_mmap_with_hugepages_is_refused() {
     require_kvm!();
     let tmp = scratch("snapshot-args");
     let snap = tmp.join("snap");
-    let o = snapshot_two_vcpus(&snap);
+    let o = snapshot_ports(&snap, &["--vcpus", "2"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let dir = snap.to_str().unwrap();
     let restore = ["run", "--no-profile", "--no-summary", "--restore", dir];
@@ -54,27 +37,9 @@ fn signals_during_a_snapshot_leave_nothing_half_written() {
     require_kvm!();
     let tmp = scratch("snapshot-sigint");
     let snap = tmp.join("snap");
-    let child = support::bootscope()
-        .args([
-            "run",
-            "--no-profile",
-            "--no-summary",
-            "--kernel",
-            &fixture("mini-bzimage-hlt.bin"),
-            "--serial",
-            "null",
-            "--memory",
-            "4G",
-            "--snapshot",
-            snap.to_str().unwrap(),
-            "--snapshot-at",
-            "SIGUSR1",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_awaiting_sigusr1("mini-bzimage-hlt.bin", &snap, &["--memory", "4G"]);
     let pid = child.id() as i32;
+    // The guest runs before the snapshot is asked for.
     std::thread::sleep(Duration::from_millis(1500));
     // The snapshot of 4 GiB is being written when the second SIGINT
     // comes (two signals sent back to back would merge into one).

@@ -89,15 +89,8 @@ fn verify(host_path: &Path, contents: &[u8], size: u64, sum: &str) -> Result<()>
 /// requested outputs (for error messages and the index range); `stream_path`
 /// is where the stream was read from.
 pub(crate) fn parse(data: &[u8], stream_path: &Path, outputs: &[PathBuf]) -> Result<Report> {
-    let corrupt = |line: usize, reason: String| LabError::StreamCorrupt {
-        path: stream_path.to_path_buf(),
-        line,
-        reason,
-    };
-    let truncated = |reason: String| LabError::StreamTruncated {
-        path: stream_path.to_path_buf(),
-        reason,
-    };
+    let corrupt = |line: usize, reason: String| corrupt_at(stream_path, line, reason);
+    let truncated = |reason: String| truncated_at(stream_path, reason);
     // A last line without its newline was cut off mid-write: ignore it, so
     // the records before it decide which error describes the truncation.
     let complete = match data.iter().rposition(|&b| b == b'\n') {
@@ -154,28 +147,8 @@ pub(crate) fn parse(data: &[u8], stream_path: &Path, outputs: &[PathBuf]) -> Res
                 let size: u64 = size
                     .parse()
                     .map_err(|_| corrupt(n, format!("bad size {size:?}")))?;
-                let end = format!("END {index}");
-                let mut encoded = Vec::new();
-                let mut ended = false;
-                for (m, body) in lines.by_ref() {
-                    if body == end {
-                        ended = true;
-                        break;
-                    }
-                    decode_base64_line(body, &mut encoded).map_err(|r| corrupt(m, r))?;
-                }
-                let host_path = &outputs[index];
-                if !ended {
-                    return Err(truncated(format!(
-                        "the contents of {} stop before their end marker",
-                        host_path.display()
-                    )));
-                }
-                let contents = gunzip(&encoded).map_err(|reason| LabError::OutputDamaged {
-                    path: host_path.clone(),
-                    reason,
-                })?;
-                verify(host_path, &contents, size, sum)?;
+                let contents = read_file(&mut lines, stream_path, &outputs[index], index)?;
+                verify(&outputs[index], &contents, size, sum)?;
                 report.files.insert(index, contents);
             }
             _ => return Err(corrupt(n, format!("unknown record {:?}", shorten(line)))),
@@ -188,6 +161,56 @@ pub(crate) fn parse(data: &[u8], stream_path: &Path, outputs: &[PathBuf]) -> Res
         }
         None => Err(truncated("it has no EXIT record".into())),
     }
+}
+
+/// The stream's error for a bad record on `line`.
+fn corrupt_at(stream_path: &Path, line: usize, reason: String) -> LabError {
+    LabError::StreamCorrupt {
+        path: stream_path.to_path_buf(),
+        line,
+        reason,
+    }
+}
+
+/// The stream's error for a stream cut short.
+fn truncated_at(stream_path: &Path, reason: String) -> LabError {
+    LabError::StreamTruncated {
+        path: stream_path.to_path_buf(),
+        reason,
+    }
+}
+
+/// The contents of output `index` (host path `host_path`): its base64
+/// lines up to `END index`, decoded and gunzipped.
+fn read_file<'a>(
+    lines: &mut impl Iterator<Item = (usize, &'a str)>,
+    stream_path: &Path,
+    host_path: &Path,
+    index: usize,
+) -> Result<Vec<u8>> {
+    let end = format!("END {index}");
+    let mut encoded = Vec::new();
+    let mut ended = false;
+    for (m, body) in lines.by_ref() {
+        if body == end {
+            ended = true;
+            break;
+        }
+        decode_base64_line(body, &mut encoded).map_err(|r| corrupt_at(stream_path, m, r))?;
+    }
+    if !ended {
+        return Err(truncated_at(
+            stream_path,
+            format!(
+                "the contents of {} stop before their end marker",
+                host_path.display()
+            ),
+        ));
+    }
+    gunzip(&encoded).map_err(|reason| LabError::OutputDamaged {
+        path: host_path.to_path_buf(),
+        reason,
+    })
 }
 
 fn parse_index(text: &str, outputs: &[PathBuf]) -> std::result::Result<usize, String> {

@@ -63,6 +63,28 @@ pub fn profile_from_timeline(doc: &Value) -> Result<Profile, TimelineError> {
         // `bootscope run` exits 0 exactly when the guest stopped cleanly.
         p.target.exit_code = Some(if clean { 0 } else { 1 });
     }
+    p.sources.push(DataSource {
+        name: "vmm".into(),
+        status: "attached".into(),
+        detail: vmm_detail(&t),
+        events: p.marks.len() as u64,
+        ..Default::default()
+    });
+    p.sources.push(kvm_stats_source(kvm_exits));
+
+    p.duration_ns = p
+        .marks
+        .iter()
+        .map(|m| m.t_ns)
+        .chain(p.phases.iter().map(|ph| ph.end_ns))
+        .max()
+        .unwrap_or(0);
+    Ok(p)
+}
+
+/// The `vmm` source's detail: the guest's kernel, vCPUs and memory, and
+/// the run's outcome.
+fn vmm_detail(t: &Timeline) -> String {
     let mut detail = String::from("boot timeline");
     if let Some(g) = &t.guest {
         if !g.kernel.is_empty() {
@@ -81,14 +103,13 @@ pub fn profile_from_timeline(doc: &Value) -> Result<Profile, TimelineError> {
     if let Some(o) = t.outcome.as_ref().filter(|o| !o.reason.is_empty()) {
         detail.push_str(&format!("; outcome {}", o.reason));
     }
-    p.sources.push(DataSource {
-        name: "vmm".into(),
-        status: "attached".into(),
-        detail,
-        events: p.marks.len() as u64,
-        ..Default::default()
-    });
-    p.sources.push(match kvm_exits {
+    detail
+}
+
+/// KVM's own exit count as a source: attached with the count the VMM read,
+/// or missing.
+fn kvm_stats_source(kvm_exits: Option<u64>) -> DataSource {
+    match kvm_exits {
         Some(n) => DataSource {
             name: "kvm_stats".into(),
             status: "attached".into(),
@@ -103,16 +124,7 @@ pub fn profile_from_timeline(doc: &Value) -> Result<Profile, TimelineError> {
             events: 0,
             ..Default::default()
         },
-    });
-
-    p.duration_ns = p
-        .marks
-        .iter()
-        .map(|m| m.t_ns)
-        .chain(p.phases.iter().map(|ph| ph.end_ns))
-        .max()
-        .unwrap_or(0);
-    Ok(p)
+    }
 }
 
 /// A level of the timeline's `initcalls` object.

@@ -18,6 +18,7 @@
 
 pub mod bench;
 pub mod lab;
+pub mod snapshot;
 
 pub use bootscope_testkit::tmux;
 

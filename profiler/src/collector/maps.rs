@@ -77,3 +77,15 @@ pub(super) fn map_error(name: &str, e: impl std::fmt::Display) -> ProfilerError 
         detail: e.to_string(),
     }
 }
+
+/// A histogram of these values, as the programs fill one (for tests).
+#[cfg(test)]
+pub(super) fn hist_of(values: &[u64]) -> crate::bpf::BsHist {
+    let mut h = crate::bpf::BsHist::default();
+    for &v in values {
+        h.slots[bootscope_model::hist::slot(v)] += 1;
+        h.count += 1;
+        h.total_ns += v;
+    }
+    h
+}

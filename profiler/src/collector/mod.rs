@@ -13,6 +13,9 @@
 
 mod any_vm;
 mod config;
+mod exit_detail;
+mod exits;
+mod faults;
 mod guest;
 mod load;
 mod log;
@@ -27,11 +30,14 @@ mod sampler;
 mod sched;
 mod serial;
 mod sites;
+mod sources;
 mod state;
 mod tail;
 mod target;
 mod tasks;
 mod thread_info;
+mod threads;
+mod time_slots;
 mod worker;
 pub use any_vm::FollowedVm;
 pub use config::{CollectorConfig, CollectorSet, TargetSpec};
@@ -243,6 +249,15 @@ fn event_log(
     Ok(log)
 }
 
+/// The ring buffer of marks and thread lifetimes, taken out of the loaded
+/// object for the worker thread to read.
+fn take_ring(ebpf: &mut BpfObject) -> Result<RingBuf<MapData>, ProfilerError> {
+    let ring = ebpf
+        .take_map("events")
+        .ok_or_else(|| map_error("events", "absent"))?;
+    RingBuf::try_from(ring).map_err(|e| map_error("events", e))
+}
+
 impl Collector {
     /// Starts profiling. Tracepoints this kernel lacks are recorded as
     /// missing in `sources[]` and the rest goes on; errors are for what
@@ -299,10 +314,7 @@ impl Collector {
         )?;
 
         let mut ebpf = BpfObject::new(ebpf);
-        let ring = ebpf
-            .take_map("events")
-            .ok_or_else(|| map_error("events", "absent"))?;
-        let ring = RingBuf::try_from(ring).map_err(|e| map_error("events", e))?;
+        let ring = take_ring(&mut ebpf)?;
 
         let host = host_info(&topology);
         let mut extra_sources = startup_sources(threads.len(), &topology);
@@ -323,16 +335,11 @@ impl Collector {
                 exit_sites: config.exit_sites,
                 guest_attached: None,
             },
-            clock: state::Clock {
-                started,
-                start_mono_ns,
-                finished_ns: None,
-                time_slots: config.time_slots.map(|w| state::SlotClock {
-                    width_ns: (w.as_nanos() as u64).max(1),
-                    base_mono_ns: slot_base_mono_ns,
-                    capacity: load::time_slot_entries(),
-                }),
-            },
+            clock: state::Clock::new(
+                (started, start_mono_ns),
+                config.time_slots,
+                slot_base_mono_ns,
+            ),
             tasks: tasks::Tasks::new(
                 kind.into(),
                 config.command.clone(),

@@ -128,17 +128,8 @@ pub(super) fn runqueue_waits(
 
 #[cfg(test)]
 mod tests {
+    use super::super::maps::hist_of;
     use super::*;
-
-    fn hist_of(waits: &[u64]) -> BsHist {
-        let mut h = BsHist::default();
-        for &w in waits {
-            h.slots[hist::slot(w)] += 1;
-            h.count += 1;
-            h.total_ns += w;
-        }
-        h
-    }
 
     fn key(tgid: u32, tid: u32, phase: u32) -> BsSchedKey {
         BsSchedKey { tgid, tid, phase }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use aya::Pod;
@@ -81,6 +81,27 @@ pub(super) struct SlotClock {
 }
 
 impl Clock {
+    /// A clock whose zero is `origin` (its `Instant` and CLOCK_MONOTONIC
+    /// time), with time slots of width `slots` (when on) from
+    /// `slot_base_mono_ns`.
+    pub(super) fn new(
+        origin: (Instant, u64),
+        slots: Option<Duration>,
+        slot_base_mono_ns: u64,
+    ) -> Clock {
+        let (started, start_mono_ns) = origin;
+        Clock {
+            started,
+            start_mono_ns,
+            finished_ns: None,
+            time_slots: slots.map(|w| SlotClock {
+                width_ns: (w.as_nanos() as u64).max(1),
+                base_mono_ns: slot_base_mono_ns,
+                capacity: super::load::time_slot_entries(),
+            }),
+        }
+    }
+
     /// Now, or the end of profiling once it ended (ns since the zero).
     pub(super) fn now_ns(&self) -> u64 {
         self.finished_ns

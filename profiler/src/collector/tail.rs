@@ -232,17 +232,8 @@ fn derived(mark: &Mark) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::maps::hist_of;
     use super::*;
-
-    fn hist_of(waits: &[u64]) -> BsHist {
-        let mut h = BsHist::default();
-        for &w in waits {
-            h.slots[hist::slot(w)] += 1;
-            h.count += 1;
-            h.total_ns += w;
-        }
-        h
-    }
 
     #[test]
     fn derived_marks_do_not_end_a_restores_window() {

@@ -149,23 +149,9 @@ fn thread_events(p: &Profile, pid: u32, meta: &mut Vec<Value>, events: &mut Vec<
     }
 }
 
-/// Renders the trace: metadata events first, then the others by time, one
-/// event per line.
-pub fn to_chrome_trace(p: &Profile) -> String {
-    let pid = if p.target.pid == 0 { 1 } else { p.target.pid };
-    let process_name = if p.target.name.is_empty() {
-        "bootscope profile".to_string()
-    } else {
-        p.target.name.clone()
-    };
-    let mut meta = vec![metadata(
-        "process_name",
-        pid,
-        None,
-        json!({ "name": process_name }),
-    )];
-    let mut events = Vec::new();
-
+/// The boot phases, each on a lane of its own where they overlap (a
+/// thread each, named and sorted first), and the marks on the first lane.
+fn phase_events(p: &Profile, pid: u32, meta: &mut Vec<Value>, events: &mut Vec<Value>) {
     let phase_lanes = lanes(&p.phases);
     let lane_count = phase_lanes.iter().max().map_or(1, |m| m + 1);
     for lane in 0..lane_count {
@@ -207,7 +193,48 @@ pub fn to_chrome_trace(p: &Profile) -> String {
             "ts": us(m.t_ns), "args": args
         }));
     }
+}
 
+/// The trace's `otherData`: the profile's schema, target, host and totals,
+/// as text.
+fn other_data(p: &Profile) -> Map<String, Value> {
+    let mut other = Map::new();
+    let mut put = |k: &str, v: String| {
+        other.insert(k.to_string(), Value::String(v));
+    };
+    put("schema", format!("{} v{}", p.schema, p.version));
+    put(
+        "target",
+        format!("{} {} (pid {})", p.target.kind, p.target.name, p.target.pid),
+    );
+    put("host_kvm", p.host.kvm.clone());
+    put("duration_ms", ms(p.duration_ns));
+    put("exits_total", p.exits.total.to_string());
+    if let Some(n) = p.exits.kvm_stats_exits {
+        put("kvm_stats_exits", n.to_string());
+    }
+    put("lost_events", p.lost_events.to_string());
+    other
+}
+
+/// Renders the trace: metadata events first, then the others by time, one
+/// event per line.
+pub fn to_chrome_trace(p: &Profile) -> String {
+    let pid = if p.target.pid == 0 { 1 } else { p.target.pid };
+    let process_name = if p.target.name.is_empty() {
+        "bootscope profile".to_string()
+    } else {
+        p.target.name.clone()
+    };
+    let mut meta = vec![metadata(
+        "process_name",
+        pid,
+        None,
+        json!({ "name": process_name }),
+    )];
+    let mut events = Vec::new();
+
+    phase_events(p, pid, &mut meta, &mut events);
     thread_events(p, pid, &mut meta, &mut events);
 
     if p.samples.is_empty() {
@@ -234,23 +261,7 @@ pub fn to_chrome_trace(p: &Profile) -> String {
             .unwrap_or(std::cmp::Ordering::Equal)
     });
 
-    let mut other = Map::new();
-    let mut put = |k: &str, v: String| {
-        other.insert(k.to_string(), Value::String(v));
-    };
-    put("schema", format!("{} v{}", p.schema, p.version));
-    put(
-        "target",
-        format!("{} {} (pid {})", p.target.kind, p.target.name, p.target.pid),
-    );
-    put("host_kvm", p.host.kvm.clone());
-    put("duration_ms", ms(p.duration_ns));
-    put("exits_total", p.exits.total.to_string());
-    if let Some(n) = p.exits.kvm_stats_exits {
-        put("kvm_stats_exits", n.to_string());
-    }
-    put("lost_events", p.lost_events.to_string());
-
+    let other = other_data(p);
     let mut out = String::from("{\"displayTimeUnit\":\"ms\",\n\"otherData\":");
     out.push_str(&Value::Object(other).to_string());
     out.push_str(",\n\"traceEvents\":[");

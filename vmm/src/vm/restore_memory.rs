@@ -249,40 +249,9 @@ impl Session {
     /// `restore_memory`, records the working set, and makes a failed
     /// handler the run's outcome.
     pub(super) fn finish(mut self, timeline: &mut Timeline, req: &RestoreRequest) {
-        let background = self.background.take().map(|b| {
-            b.stop.store(true, Ordering::SeqCst);
-            let why = match b.thread.join() {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(e),
-                Err(_) => Some("the prefault thread panicked".to_string()),
-            };
-            if let Some(e) = why {
-                self.warnings
-                    .push(format!("background prefault stopped: {e}"));
-            }
-            b.pages.load(Ordering::Relaxed)
-        });
-        let (faults, failure) = match self.handler.take() {
-            Some(mut h) => {
-                h.stop();
-                let f =
-                    std::mem::take(&mut *h.log.faults.lock().unwrap_or_else(|e| e.into_inner()));
-                (Some(f), h.failure())
-            }
-            None => (None, None),
-        };
-        let start = mark_t(timeline, vmm_marks::FIRST_KVM_RUN).unwrap_or(0);
-        let (end_name, end) = self
-            .window
-            .end
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .or_else(|| {
-                mark_t(timeline, vmm_marks::GUEST_SHUTDOWN)
-                    .map(|t| (vmm_marks::GUEST_SHUTDOWN.to_string(), t))
-            })
-            .unwrap_or_else(|| ("none".into(), start));
+        let background = self.stop_background();
+        let (faults, failure) = self.stop_handler();
+        let (start, end_name, end) = self.window_bounds(timeline);
         let in_window = |t: u64| t >= start && t < end;
         let window_faults: Vec<Fault> = faults
             .iter()
@@ -345,6 +314,57 @@ impl Session {
             });
         }
         timeline.restore_memory = Some(doc);
+    }
+
+    /// Stops the background prefault thread, if one runs: the pages it
+    /// loaded (a reason it stopped early among the warnings).
+    fn stop_background(&mut self) -> Option<u64> {
+        let b = self.background.take()?;
+        b.stop.store(true, Ordering::SeqCst);
+        let why = match b.thread.join() {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e),
+            Err(_) => Some("the prefault thread panicked".to_string()),
+        };
+        if let Some(e) = why {
+            self.warnings
+                .push(format!("background prefault stopped: {e}"));
+        }
+        Some(b.pages.load(Ordering::Relaxed))
+    }
+
+    /// Stops the userfaultfd handler, if one runs: the faults it served
+    /// and why it failed, if it did.
+    fn stop_handler(&mut self) -> (Option<Vec<Fault>>, Option<String>) {
+        match self.handler.take() {
+            Some(mut h) => {
+                h.stop();
+                let f =
+                    std::mem::take(&mut *h.log.faults.lock().unwrap_or_else(|e| e.into_inner()));
+                (Some(f), h.failure())
+            }
+            None => (None, None),
+        }
+    }
+
+    /// The window whose faults make the working set: from the first
+    /// `KVM_RUN` to the mark that ended it (the one asked for, else the
+    /// guest's next; else its shutdown; else empty): its start, the end
+    /// mark's name, its end.
+    fn window_bounds(&self, timeline: &Timeline) -> (u64, String, u64) {
+        let start = mark_t(timeline, vmm_marks::FIRST_KVM_RUN).unwrap_or(0);
+        let (end_name, end) = self
+            .window
+            .end
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .or_else(|| {
+                mark_t(timeline, vmm_marks::GUEST_SHUTDOWN)
+                    .map(|t| (vmm_marks::GUEST_SHUTDOWN.to_string(), t))
+            })
+            .unwrap_or_else(|| ("none".into(), start));
+        (start, end_name, end)
     }
 
     /// The prefetch's figures: misses are faults in the window (`uffd`) or
