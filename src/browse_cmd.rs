@@ -8,6 +8,7 @@ use clap::Args;
 
 use bootscope_model::document::{read_document, DocKind, DocumentError};
 use bootscope_profiler::export::{self, InputKind, TIMELINE_SCHEMA_NAME};
+use bootscope_tui::units::Units;
 use bootscope_tui::{Browser, Initcalls, TuiOptions};
 
 use crate::common::{usage, Failure};
@@ -49,6 +50,16 @@ fn parse_speed(s: &str) -> Result<f64, String> {
 /// document reader ([`read_document`]: a bounded stream, the kind decided
 /// on its head).
 fn timeline_initcalls(path: &Path) -> Result<Option<Initcalls>, Failure> {
+    Ok(initcalls_of(read_timeline(path)?.initcalls.as_ref()))
+}
+
+/// Initcalls as the TUI shows them.
+fn initcalls_of(ic: Option<&bootscope_model::initcalls::InitcallsDoc>) -> Option<Initcalls> {
+    Initcalls::from_json(&serde_json::to_value(ic?).ok()?)
+}
+
+/// The boot timeline at `path`.
+fn read_timeline(path: &Path) -> Result<bootscope_model::timeline::Timeline, Failure> {
     let timeline = match read_document(path, &[DocKind::Timeline]) {
         Ok(doc) => doc.into_timeline().ok_or_else(|| not_a_timeline(path))?,
         Err(DocumentError::Schema { .. }) => return Err(not_a_timeline(path)),
@@ -64,9 +75,7 @@ fn timeline_initcalls(path: &Path) -> Result<Option<Initcalls>, Failure> {
             )))
         }
     };
-    Ok(timeline
-        .initcalls
-        .and_then(|ic| Initcalls::from_json(&serde_json::to_value(&ic).ok()?)))
+    Ok(timeline)
 }
 
 fn not_a_timeline(path: &Path) -> Failure {
@@ -79,9 +88,24 @@ fn not_a_timeline(path: &Path) -> Failure {
 pub fn run(args: BrowseArgs) -> Result<i32, Failure> {
     let bad_input = |e: &dyn std::fmt::Display| usage(anyhow!("{e}"));
     let (profile, kind) = export::read_input(&args.input).map_err(|e| bad_input(&e))?;
-    let mut initcalls = match kind {
-        InputKind::Timeline => timeline_initcalls(&args.input)?,
-        InputKind::Profile => None,
+    // A profile of another VMM carries the initcalls read from its guest.
+    let (mut initcalls, units) = match kind {
+        InputKind::Timeline => {
+            let t = read_timeline(&args.input)?;
+            (
+                initcalls_of(t.initcalls.as_ref()),
+                t.units.as_ref().and_then(Units::from_doc),
+            )
+        }
+        InputKind::Profile => (
+            initcalls_of(
+                profile
+                    .guest_read
+                    .as_ref()
+                    .and_then(|g| g.initcalls.as_ref()),
+            ),
+            None,
+        ),
     };
     if let Some(t) = &args.timeline {
         initcalls = timeline_initcalls(t)?;
@@ -112,7 +136,7 @@ pub fn run(args: BrowseArgs) -> Result<i32, Failure> {
         },
         profile.target.pid
     );
-    let mut browser = Browser::new(profile, initcalls, args.speed);
+    let mut browser = Browser::new(profile, initcalls, args.speed).with_units(units);
     bootscope_tui::run_browse(&mut browser, title, TuiOptions::default())
         .map_err(|e| anyhow!("the TUI failed: {e}"))?;
     Ok(0)

@@ -41,6 +41,8 @@ pub enum BrowseKey {
 pub struct Browser {
     profile: Profile,
     initcalls: Option<Initcalls>,
+    /// A systemd guest's units (`u`): a profile's own, or a timeline's.
+    units: Option<crate::units::Units>,
     /// Positions the arrows step through, in time order.
     stops: Vec<u64>,
     /// Starts of the boot phases (initcall spans left out), in time order.
@@ -76,15 +78,28 @@ impl Browser {
         } else {
             1.0
         };
+        let units = profile
+            .units
+            .as_ref()
+            .and_then(crate::units::Units::from_doc);
         Self {
             profile,
             initcalls,
+            units,
             stops,
             phase_starts,
             t_ns: end,
             playing: false,
             speed,
         }
+    }
+
+    /// Shows `units` (a boot timeline's) where the profile has none.
+    pub fn with_units(mut self, units: Option<crate::units::Units>) -> Self {
+        if self.units.is_none() {
+            self.units = units;
+        }
+        self
     }
 
     pub fn t_ns(&self) -> u64 {
@@ -296,6 +311,7 @@ impl Browser {
         app.finished = self.t_ns >= self.end_ns();
         app.paused = false;
         app.initcalls = self.initcalls_now();
+        app.units.clone_from(&self.units);
         app.replay = Some(self.status());
     }
 }
@@ -580,6 +596,28 @@ mod tests {
         }
         assert_eq!(b.status().speed, MIN_SPEED);
         assert_eq!(Browser::new(saved(), None, f64::NAN).status().speed, 1.0);
+    }
+
+    #[test]
+    fn a_timelines_units_are_shown_where_the_profile_has_none() {
+        let row = |name: &str| crate::units::UnitRow {
+            name: name.into(),
+            start_ns: 10,
+            duration_ns: 5,
+            failed: false,
+        };
+        let units = crate::units::Units {
+            target: "workload.service".into(),
+            chain: vec![row("workload.service")],
+            others: vec![row("cron.service")],
+        };
+        let b = Browser::new(saved(), None, 1.0).with_units(Some(units.clone()));
+        let mut app = App::new("t", Theme::plain());
+        b.show(&mut app);
+        assert_eq!(app.units, Some(units));
+        let mut app = App::new("t", Theme::plain());
+        Browser::new(saved(), None, 1.0).show(&mut app);
+        assert_eq!(app.units, None);
     }
 
     #[test]
