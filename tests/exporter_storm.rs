@@ -17,7 +17,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const WAVES: usize = 10;
+/// What a wave may add to the exporter's anonymous memory per VM served,
+/// in the median wave: well under the tens of KiB a VM's profile kept for
+/// good would cost. Measured on a loaded host over 30 waves: steps of up to
+/// 900 KiB in the first three waves (the allocator's arenas, a worker
+/// thread), then 2 KiB a VM (3,648 to 3,876 KiB over 108 VMs); the median
+/// wave of 16 is in that plateau.
+const WAVE_KIB_PER_VM: u64 = 12;
+
+const WAVES: usize = 16;
 const VMS_PER_WAVE: usize = 4;
 /// How long an ended VM stays served (`--keep-ended`).
 const KEEP_ENDED_S: f64 = 1.0;
@@ -60,7 +68,9 @@ fn note(seen: &mut BTreeMap<u32, Seen>, text: &str) {
     }
 }
 
-/// The exporter's open descriptors and resident memory (KiB).
+/// The exporter's open descriptors and anonymous resident memory (KiB:
+/// its heap, stacks and arenas; not the pages of its program, which grow as
+/// code paths are first run).
 fn footprint(pid: u32) -> (usize, u64) {
     // The fewest descriptors of five looks 50 ms apart: a file the
     // exporter has open for a moment (a VM's /proc or statistics file read
@@ -77,12 +87,14 @@ fn footprint(pid: u32) -> (usize, u64) {
         .min()
         .unwrap();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let rss = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap();
-    (fds, rss)
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (fds, field("RssAnon:"))
 }
 
 /// A wave: `VMS_PER_WAVE` VMMs started together, waited for; their pids.
@@ -215,21 +227,39 @@ fn every_vm_of_a_storm_is_served_and_the_exporter_stays_flat() {
     // pages a VM (measured: about 6 KiB a VM in anonymous memory outside
     // the main heap, 2026-11-27); a VM's profile kept for good would be
     // tens of KiB each, a map or a ring buffer per VM far more.
-    eprintln!("exporter fds and RSS (KiB) after each wave: {footprints:?}");
+    eprintln!("exporter fds and anonymous RSS (KiB) after each wave: {footprints:?}");
     let distinct: BTreeSet<u32> = started.iter().copied().collect();
     assert_eq!(distinct.len(), WAVES * VMS_PER_WAVE);
     let (warm_fds, warm_rss) = footprints[0];
+    // A descriptor kept per VM would add one a VM, wave after wave; a
+    // wave's own VMs may still hold theirs (KVM's statistics files) until
+    // the scan that drops them, on a loaded host after the look.
     for (i, &(fds, _)) in footprints.iter().enumerate().skip(1) {
         assert!(
-            fds <= warm_fds,
+            fds <= warm_fds + VMS_PER_WAVE,
             "wave {i}: {fds} descriptors, {warm_fds} after the first"
         );
     }
-    let (_, last_rss) = footprints[WAVES - 1];
-    let vms_after = ((WAVES - 1) * VMS_PER_WAVE) as u64;
+    // A leak grows with every VM served, so in every wave; the allocator's
+    // warm-up and a worker thread started late (its stack and arena: a
+    // loaded host starts more) are steps in a wave or two. So the median
+    // wave's growth of anonymous memory is held to less than a kept
+    // profile per VM, and the whole to a few MiB.
+    let mut growth: Vec<u64> = footprints
+        .windows(2)
+        .skip(1)
+        .map(|w| w[1].1.saturating_sub(w[0].1))
+        .collect();
+    growth.sort_unstable();
+    let median = growth[growth.len() / 2];
     assert!(
-        last_rss <= warm_rss + 1024,
-        "resident memory grew {} KiB over {vms_after} VMs after the first wave: {footprints:?}",
+        median <= WAVE_KIB_PER_VM * VMS_PER_WAVE as u64,
+        "anonymous memory grew {median} KiB in the median wave of {VMS_PER_WAVE} VMs: {footprints:?}"
+    );
+    let (_, last_rss) = footprints[WAVES - 1];
+    assert!(
+        last_rss <= warm_rss + 4096,
+        "anonymous memory grew {} KiB after the first wave: {footprints:?}",
         last_rss.saturating_sub(warm_rss)
     );
     drop(exporter);

@@ -119,8 +119,17 @@ impl EventLog {
         for t in tgids {
             self.current_phase.remove(t);
         }
-        self.marks
-            .retain(|m| m.tgid.is_none_or(|t| !tgids.contains(&t)));
+        let mut port_dropped = 0;
+        self.marks.retain(|m| {
+            let keep = m.tgid.is_none_or(|t| !tgids.contains(&t));
+            if !keep && m.source.is_port() {
+                port_dropped += 1;
+            }
+            keep
+        });
+        // Room again for the port marks of the VMs still followed (an
+        // exporter follows VMs for days).
+        self.port_marks = self.port_marks.saturating_sub(port_dropped);
     }
 
     /// The marks in time order.
@@ -128,5 +137,37 @@ impl EventLog {
         let mut marks = self.marks.clone();
         marks.sort_by_key(|m| m.t_ns);
         marks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn port_mark(tgid: u32, value: u64) -> Mark {
+        Mark {
+            name: format!("port 0x80: 0x{value:x}"),
+            source: MarkSource::DebugPort,
+            t_ns: value,
+            value: Some(value),
+            tgid: Some(tgid),
+            guest_rip: None,
+        }
+    }
+
+    /// A forgotten VM's port marks make room for those of the VMs after it.
+    #[test]
+    fn forgetting_a_vm_frees_its_port_marks_room() {
+        let mut log = EventLog::new(0xf4);
+        for i in 0..MAX_MARKS as u64 {
+            log.record(port_mark(1, i), 1);
+        }
+        log.record(port_mark(2, 1), 2);
+        assert_eq!((log.marks.len(), log.marks_dropped), (MAX_MARKS, 1));
+        log.forget(&[1]);
+        assert!(log.marks.is_empty());
+        log.record(port_mark(2, 2), 2);
+        assert_eq!(log.marks.len(), 1);
+        assert_eq!(log.port_marks, 1);
     }
 }
