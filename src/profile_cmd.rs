@@ -323,8 +323,9 @@ fn start_collector(
     config.ring_buffer_bytes = args.ring_buffer_kib.saturating_mul(1024);
     config.bpf_stats = args.bpf_stats;
     config.exit_sites = args.exit_sites;
-    if !args.no_guest_memory {
-        // Its lines put the guest kernel's clock on the profile's.
+    if args.initcalls && !args.no_guest_memory {
+        // Its lines put the initcalls on the profile's clock (a program
+        // run per byte the guest prints: only when they are asked for).
         config.serial_port = Some(crate::guest_mem::SERIAL_PORT);
     }
     if args.initcalls {

@@ -184,7 +184,12 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
             if reader.handled_hold(tgid) {
                 continue;
             }
-            let since = Instant::now();
+            // Held since the kernel stopped it, not since it was seen.
+            let stopped_t = collector.ktime_to_profile_ns(h.ts_ns);
+            let now_t = collector.started().elapsed().as_nanos() as u64;
+            let since = Instant::now()
+                .checked_sub(Duration::from_nanos(now_t.saturating_sub(stopped_t)))
+                .unwrap_or_else(Instant::now);
             let held = hold::Held::adopt(tgid, since);
             held.wait_stopped();
             let t = collector.ktime_to_profile_ns(h.ts_ns);
