@@ -71,6 +71,24 @@ pub fn cache_file_symbols(vmlinux: &Path) -> Result<SymbolTable, SymbolsError> {
     SymbolTable::load_cached(vmlinux, &kept_table(vmlinux))
 }
 
+/// The VMM's kernel cache entry of the bzImage `kernel` (its payload
+/// decompressed, named by its digest; made on first use, found by the
+/// file's identity after): the image whose recovered symbol table is kept
+/// beside it, so a profile of another VMM booting the same kernel loads
+/// the table instead of decompressing and searching the bzImage again.
+/// None for what is not a bzImage or where the cache is not usable.
+pub fn cached_image(kernel: &Path) -> Option<PathBuf> {
+    use bootscope_vmm::kernel::cache;
+    use bootscope_vmm::loader::{probe_kernel, KernelFormat};
+    let probe = probe_kernel(kernel).ok()?;
+    let (KernelFormat::BzImage, Some(hdr)) = (probe.format, probe.setup_header) else {
+        return None;
+    };
+    let dir = cache::user_cache_dir().ok()?;
+    let k = cache::host_kernel(kernel, &hdr, Some(&dir)).ok()?;
+    k.cache_file.filter(|f| f.is_file())
+}
+
 /// Where the symbol table recovered from the kernel cache file `vmlinux`
 /// is kept: `FILE.kallsyms`.
 pub fn kept_table(vmlinux: &Path) -> PathBuf {

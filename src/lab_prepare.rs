@@ -12,7 +12,9 @@
 //! `--initcalls` (the trace method) or `--exit-sites` the kernel's symbol
 //! table is recovered here too and kept beside the entry, as the program
 //! keeps it after its first such run, so `vmm teardown` reads the table
-//! instead of searching the image for it.
+//! instead of searching the image for it. The same for the kernel of a
+//! VMM that `profile` launches (QEMU's `-kernel`, Cloud Hypervisor's
+//! `--kernel`): its symbols name what is read of the guest's memory.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -44,9 +46,13 @@ struct KernelUse {
 fn kernel_use(cli: &clap::Command, args: &[OsString]) -> Option<KernelUse> {
     let argv = std::iter::once(OsString::from("bootscope")).chain(args.iter().cloned());
     let matches = cli.clone().try_get_matches_from(argv).ok()?;
-    let ("run", run) = matches.subcommand()? else {
+    let (name, run) = matches.subcommand()?;
+    if name == "profile" {
+        return profiled_kernel_use(run);
+    }
+    if name != "run" {
         return None;
-    };
+    }
     let kernel = PathBuf::from(run.get_raw("kernel")?.next()?);
     let memory_only = run
         .get_raw("stop_after")
@@ -61,6 +67,24 @@ fn kernel_use(cli: &clap::Command, args: &[OsString]) -> Option<KernelUse> {
     Some(KernelUse {
         kernel,
         symbols: traced || run.get_flag("exit_sites"),
+    })
+}
+
+/// The kernel of the VMM `profile` launches (`-kernel`, `--kernel`: QEMU,
+/// Cloud Hypervisor), whose symbols the profile reads from its guest's
+/// memory unless told not to.
+fn profiled_kernel_use(profile: &clap::ArgMatches) -> Option<KernelUse> {
+    if profile.get_flag("no_guest_memory") {
+        return None;
+    }
+    let command: Vec<String> = profile
+        .get_raw("command")?
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let kernel = bootscope_model::argv::flag_value(&command, &["-kernel", "--kernel"])?;
+    Some(KernelUse {
+        kernel: PathBuf::from(kernel),
+        symbols: true,
     })
 }
 
@@ -208,7 +232,34 @@ mod tests {
             None
         );
         assert_eq!(k(&["run"]), None);
-        assert_eq!(k(&["profile", "--", "qemu", "-kernel", "/k"]), None);
+        // A profiled VMM's kernel: its symbols name the guest's memory.
+        assert_eq!(
+            k(&["profile", "--", "qemu", "-kernel", "/k"]),
+            uses("/k", true)
+        );
+        assert_eq!(
+            k(&[
+                "profile",
+                "--initcalls",
+                "--",
+                "cloud-hypervisor",
+                "--kernel",
+                "/k"
+            ]),
+            uses("/k", true)
+        );
+        assert_eq!(
+            k(&[
+                "profile",
+                "--no-guest-memory",
+                "--",
+                "qemu",
+                "-kernel",
+                "/k"
+            ]),
+            None
+        );
+        assert_eq!(k(&["profile", "--", "qemu", "-hda", "/d"]), None);
         assert_eq!(k(&["not-a-command"]), None);
     }
 

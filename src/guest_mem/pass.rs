@@ -162,7 +162,10 @@ impl Reader {
             return;
         };
         let loader = crate::guest_symbols::kernel_loader(path.clone());
-        self.kernel = Some(loader(&path));
+        // A bzImage's symbols from the kernel cache's copy and the table
+        // kept beside it (recovered once, read in milliseconds after).
+        let image = crate::guest_symbols::cached_image(&path).unwrap_or_else(|| path.clone());
+        self.kernel = Some(loader(&image));
     }
 
     fn kernel(&self) -> Result<&dyn GuestKernel, String> {
