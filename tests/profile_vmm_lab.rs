@@ -61,40 +61,66 @@ fn mark_t(p: &serde_json::Value, name: &str) -> u64 {
         .unwrap()
 }
 
+/// Runs `profile --initcalls -- VMM ARGS` in the lab (with the programs
+/// and inputs it needs carried in) and returns its profile; the lab's
+/// console is printed.
+fn profile_initcalls_in_lab(
+    pre: &lab::Prereqs,
+    tag: &str,
+    carry: &[(&str, &Path)],
+    vmm: &[String],
+) -> serde_json::Value {
+    let out = pre.dir.join(format!("{tag}.json"));
+    let exe = env!("CARGO_BIN_EXE_bootscope");
+    let mut cmd = bootscope();
+    cmd.current_dir(&pre.dir).args([
+        "lab",
+        "--timeout",
+        "1200",
+        "--retries",
+        "2",
+        "--program",
+        exe,
+    ]);
+    for (flag, path) in carry {
+        cmd.arg(flag).arg(path);
+    }
+    cmd.args(["--", "profile", "--initcalls", "--output"])
+        .arg(&out)
+        .arg("--")
+        .args(vmm);
+    let o = run(&mut cmd, None);
+    let console = String::from_utf8_lossy(&o.stdout);
+    println!("--- lab console ---\n{console}---");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    read_json(&out)
+}
+
+/// The VMM was held at its guest's ACPI power-off and read there.
+fn assert_held_at_acpi_power_off(g: &serde_json::Value) {
+    let passes = g["passes"].as_array().unwrap();
+    let shutdown = passes
+        .iter()
+        .find(|r| r["at"] == "shutdown")
+        .unwrap_or_else(|| panic!("no read at shutdown: {passes:#?}"));
+    assert!(
+        shutdown["held_at"].as_str().unwrap_or("").contains("ACPI"),
+        "{shutdown:#}"
+    );
+}
+
 #[test]
 fn qemu_initcalls_land_on_the_profiles_clock_with_their_exits_in_the_lab() {
     let pre = require_lab_guest!("lab-qemu-initcalls");
     let Some((qemu, firmware)) = lab::qemu_for_the_lab() else {
         return;
     };
-    let out = pre.dir.join("qemu-initcalls.json");
-    let exe = env!("CARGO_BIN_EXE_bootscope");
-    let o = run(
-        bootscope()
-            .current_dir(&pre.dir)
-            .args([
-                "lab",
-                "--timeout",
-                "1200",
-                "--retries",
-                "2",
-                "--program",
-                exe,
-            ])
-            .arg("--program")
-            .arg(&qemu)
-            .arg("--input")
-            .arg(firmware)
-            .args(["--", "profile", "--initcalls", "--output"])
-            .arg(&out)
-            .arg("--")
-            .args(qemu_args(&qemu, &pre.kernel, &pre.initrd)),
-        None,
+    let p = profile_initcalls_in_lab(
+        &pre,
+        "qemu-initcalls",
+        &[("--program", &qemu), ("--input", firmware)],
+        &qemu_args(&qemu, &pre.kernel, &pre.initrd),
     );
-    let console = String::from_utf8_lossy(&o.stdout);
-    println!("--- lab console ---\n{console}---");
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let p = read_json(&out);
     let g = &p["guest_read"];
     assert_eq!(g["memory_map"]["source"], "ioctl", "{:#}", g["memory_map"]);
     // The guest kernel's own log, read from memory.
@@ -140,15 +166,7 @@ fn qemu_initcalls_land_on_the_profiles_clock_with_their_exits_in_the_lab() {
     );
     // QEMU held at its guest's ACPI power-off, read, and continued: the
     // profile ends with QEMU's own exit status 0.
-    let passes = g["passes"].as_array().unwrap();
-    let shutdown = passes
-        .iter()
-        .find(|r| r["at"] == "shutdown")
-        .unwrap_or_else(|| panic!("no read at shutdown: {passes:#?}"));
-    assert!(
-        shutdown["held_at"].as_str().unwrap_or("").contains("ACPI"),
-        "{shutdown:#}"
-    );
+    assert_held_at_acpi_power_off(g);
 }
 
 /// The script run in the lab for `--pid`: QEMU started in the background,
@@ -254,45 +272,25 @@ fn cloud_hypervisor_initcalls_land_on_the_profiles_clock_in_the_lab() {
         .expect("a bzImage")
         .expect("its payload decompresses");
     std::fs::write(&vmlinux, elf.bytes()).unwrap();
-    let out = pre.dir.join("ch-initcalls.json");
-    let exe = env!("CARGO_BIN_EXE_bootscope");
-    let o = run(
-        bootscope()
-            .current_dir(&pre.dir)
-            .args([
-                "lab",
-                "--timeout",
-                "1200",
-                "--retries",
-                "2",
-                "--program",
-                exe,
-            ])
-            .arg("--program")
-            .arg(&ch)
-            .args(["--", "profile", "--initcalls", "--output"])
-            .arg(&out)
-            .arg("--")
-            .arg(&ch)
-            .arg("--kernel")
-            .arg(&vmlinux)
-            .arg("--initramfs")
-            .arg(&pre.initrd)
-            .args(["--cmdline", "console=ttyS0 panic=-1", "--serial", "tty"])
-            .args([
-                "--console",
-                "off",
-                "--memory",
-                "size=256M",
-                "--cpus",
-                "boot=1",
-            ]),
-        None,
+    let path = |p: &Path| p.display().to_string();
+    let mut vmm = vec![path(&ch), "--kernel".into(), path(&vmlinux)];
+    vmm.extend(["--initramfs".into(), path(&pre.initrd)]);
+    vmm.extend(
+        [
+            "--cmdline",
+            "console=ttyS0 panic=-1",
+            "--serial",
+            "tty",
+            "--console",
+            "off",
+            "--memory",
+            "size=256M",
+            "--cpus",
+            "boot=1",
+        ]
+        .map(String::from),
     );
-    let console = String::from_utf8_lossy(&o.stdout);
-    println!("--- lab console ---\n{console}---");
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let p = read_json(&out);
+    let p = profile_initcalls_in_lab(&pre, "ch-initcalls", &[("--program", &ch)], &vmm);
     let g = &p["guest_read"];
     let calls = g["initcalls"]["initcalls"].as_array().expect("initcalls");
     assert!(calls.len() >= 300, "{} initcalls", calls.len());
@@ -305,22 +303,5 @@ fn cloud_hypervisor_initcalls_land_on_the_profiles_clock_in_the_lab() {
         let start = c["start_ns"].as_u64().unwrap();
         assert!(first_pio <= start && start <= run_init, "{c:#}");
     }
-    let shutdown = g["passes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["at"] == "shutdown")
-        .unwrap_or_else(|| panic!("no read at shutdown: {g:#}"));
-    assert!(
-        shutdown["held_at"].as_str().unwrap_or("").contains("ACPI"),
-        "{shutdown:#}"
-    );
-    // Its boot parameters, filled from the PVH start info: the command
-    // line CH was given.
-    let cmdline = g["boot_params"]["cmdline"].as_str().unwrap_or("");
-    assert!(
-        cmdline.starts_with("console=ttyS0 panic=-1"),
-        "{:#}",
-        g["boot_params"]
-    );
+    assert_held_at_acpi_power_off(g);
 }

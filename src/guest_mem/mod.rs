@@ -192,8 +192,7 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
                 .unwrap_or_else(Instant::now);
             let held = hold::Held::adopt(tgid, since);
             held.wait_stopped();
-            let t = collector.ktime_to_profile_ns(h.ts_ns);
-            reader.pass(collector, tgid, "shutdown", t, Some(&held));
+            reader.pass(collector, tgid, "shutdown", stopped_t, Some(&held));
             reader.note_hold(tgid, bootscope_profiler::hold_reason(h.why));
             drop(held);
             shutdown_read = true;
