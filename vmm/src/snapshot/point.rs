@@ -2,7 +2,7 @@
 //! there: the mark that asks for it, each vCPU thread parking out of
 //! `KVM_RUN` with its state saved, and their release (to go on, or to end).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -76,6 +76,8 @@ struct Parking {
     threads: BTreeMap<u32, libc::pthread_t>,
     /// Each parked vCPU's saved state (or why it could not be saved).
     parked: BTreeMap<u32, Option<Result<VcpuState, String>>>,
+    /// vCPU threads that have ended.
+    ended: BTreeSet<u32>,
     /// Bumped to release the parked threads.
     generation: u64,
     /// With the release: whether the threads end (true) or go on.
@@ -89,6 +91,9 @@ pub struct SnapshotPoint {
     pub request: super::SnapshotRequest,
     /// The CPUID the guest sees (vCPU 0's).
     pub cpuid: Vec<super::CpuidLeaf>,
+    /// How many vCPU threads the VM starts: a snapshot waits for each one
+    /// to park, also for one whose thread has not started yet.
+    vcpus: u32,
     /// The MSRs to save (`KVM_GET_MSR_INDEX_LIST`).
     msr_indices: Vec<u32>,
     requested: AtomicBool,
@@ -103,11 +108,13 @@ impl SnapshotPoint {
         request: super::SnapshotRequest,
         msr_indices: Vec<u32>,
         cpuid: Vec<super::CpuidLeaf>,
+        vcpus: u32,
     ) -> Self {
         Self {
             at: request.at,
             request,
             cpuid,
+            vcpus,
             msr_indices,
             requested: AtomicBool::new(false),
             taken: AtomicBool::new(false),
@@ -154,7 +161,10 @@ impl SnapshotPoint {
 
     /// A vCPU thread ends: it is kicked no more.
     pub fn deregister(&self, index: u32) {
-        self.lock().threads.remove(&index);
+        let mut p = self.lock();
+        p.threads.remove(&index);
+        p.ended.insert(index);
+        drop(p);
         self.changed.notify_all();
     }
 
@@ -179,7 +189,9 @@ impl SnapshotPoint {
     }
 
     /// Kicks every running vCPU thread (with `kick`) until all are parked,
-    /// for at most `limit`; returns their states by index.
+    /// for at most `limit`; returns their states by index. A vCPU whose
+    /// thread has not started yet is waited for (it parks before its first
+    /// `KVM_RUN`); one whose thread has ended is left out.
     pub fn gather(
         &self,
         kick: impl Fn(libc::pthread_t),
@@ -188,9 +200,8 @@ impl SnapshotPoint {
         let deadline = Instant::now() + limit;
         let mut p = self.lock();
         loop {
-            let waiting: Vec<libc::pthread_t> = (p.threads.iter())
-                .filter(|(i, _)| !p.parked.contains_key(i))
-                .map(|(_, t)| *t)
+            let waiting: Vec<u32> = (0..self.vcpus)
+                .filter(|i| !p.parked.contains_key(i) && !p.ended.contains(i))
                 .collect();
             if waiting.is_empty() {
                 break;
@@ -203,8 +214,9 @@ impl SnapshotPoint {
                 ));
             }
             // Kicked under the lock: a registered thread has not ended.
-            for t in waiting {
-                kick(t);
+            // One not registered yet parks when it starts.
+            for t in waiting.iter().filter_map(|i| p.threads.get(i)) {
+                kick(*t);
             }
             p = (self.changed.wait_timeout(p, Duration::from_millis(2)))
                 .unwrap_or_else(|e| e.into_inner())
@@ -270,11 +282,78 @@ mod tests {
             keep_running: false,
             signal: None,
         };
-        let p = SnapshotPoint::new(request, Vec::new(), Vec::new());
+        let p = SnapshotPoint::new(request, Vec::new(), Vec::new(), 1);
         p.request();
         assert!(p.requested());
         p.release(false);
         p.request();
         assert!(!p.requested());
+    }
+
+    /// A vCPU thread that starts after the snapshot was asked for is
+    /// waited for, not taken for one that ended.
+    #[test]
+    fn a_thread_not_started_yet_is_waited_for() {
+        use std::sync::Arc;
+        let request = crate::snapshot::SnapshotRequest {
+            dir: "unused".into(),
+            at: SnapshotAt::Signal,
+            keep_running: false,
+            signal: None,
+        };
+        let p = Arc::new(SnapshotPoint::new(request, Vec::new(), Vec::new(), 2));
+        p.request();
+        // vCPU 0 registered; vCPU 1's thread starts only after the
+        // gathering began (its start is held until then).
+        p.register(0);
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let late = {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                go_rx.recv().unwrap();
+                p.register(1);
+                p.lock().parked.insert(1, Some(Err("vcpu1".into())));
+                p.changed.notify_all();
+            })
+        };
+        p.lock().parked.insert(0, Some(Err("vcpu0".into())));
+        let kicks = std::sync::atomic::AtomicUsize::new(0);
+        let gathered = std::thread::scope(|s| {
+            let g = s.spawn(|| {
+                p.gather(
+                    |_| {
+                        kicks.fetch_add(1, Ordering::SeqCst);
+                    },
+                    Duration::from_secs(600),
+                )
+            });
+            // The late thread starts while the gathering waits (a gathering
+            // that did not wait would have returned by then).
+            std::thread::sleep(Duration::from_millis(50));
+            go_tx.send(()).unwrap();
+            let gathered = g.join().unwrap();
+            // vCPU 1 had parked when the gathering returned.
+            assert!(p.lock().parked.contains_key(&1));
+            gathered
+        });
+        late.join().unwrap();
+        assert_eq!(gathered.err().as_deref(), Some("vcpu0"));
+        // An ended thread is not waited for.
+        p.release(false);
+        let request = crate::snapshot::SnapshotRequest {
+            dir: "unused".into(),
+            at: SnapshotAt::Signal,
+            keep_running: false,
+            signal: None,
+        };
+        let q = SnapshotPoint::new(request, Vec::new(), Vec::new(), 2);
+        q.register(0);
+        q.register(1);
+        q.deregister(1);
+        q.lock().parked.insert(0, Some(Err("only".into())));
+        assert_eq!(
+            q.gather(|_| {}, Duration::from_secs(600)).err().as_deref(),
+            Some("only")
+        );
     }
 }

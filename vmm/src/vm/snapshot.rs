@@ -90,7 +90,12 @@ pub fn run_with_snapshot(
         }
         None => Vec::new(),
     };
-    let point = Arc::new(SnapshotPoint::new(request, msrs.as_slice().to_vec(), cpuid));
+    let point = Arc::new(SnapshotPoint::new(
+        request,
+        msrs.as_slice().to_vec(),
+        cpuid,
+        vcpus.fds.len() as u32,
+    ));
     let on_mark = point.clone();
     recorder.set_snapshot_trigger(Box::new(move |m| on_mark.on_mark(m)));
     devices.set_snapshot_point(point);
