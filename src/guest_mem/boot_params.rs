@@ -27,6 +27,22 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
+/// The first `n` entries of the page's e820 table, as they are.
+fn entries(page: &[u8], n: usize) -> Vec<E820Entry> {
+    (0..n)
+        .map(|i| {
+            let at = E820_TABLE + i * 20;
+            let kind = u32_at(page, at + 16);
+            E820Entry {
+                addr: u64_at(page, at),
+                size: u64_at(page, at + 8),
+                kind,
+                name: e820_name(kind),
+            }
+        })
+        .collect()
+}
+
 /// The boot parameters in one page, if it holds them (the setup header's
 /// boot flag and magic, and a filled e820 table).
 pub fn parse_page(page: &[u8]) -> Option<(Vec<E820Entry>, u64, usize)> {
@@ -51,19 +67,11 @@ fn parse_table(page: &[u8]) -> Option<(Vec<E820Entry>, u64, usize)> {
     if n == 0 || n > E820_MAX {
         return None;
     }
-    let e820: Vec<E820Entry> = (0..n)
-        .map(|i| {
-            let at = E820_TABLE + i * 20;
-            let kind = u32_at(page, at + 16);
-            E820Entry {
-                addr: u64_at(page, at),
-                size: u64_at(page, at + 8),
-                kind,
-                name: e820_name(kind),
-            }
-        })
-        .collect();
-    if e820.iter().any(|e| e.size == 0) || e820.iter().all(|e| e.kind != 1) {
+    let e820 = entries(page, n);
+    // Empty entries are left out (a table sanitized in place can hold
+    // them); a table without RAM is not a memory map.
+    let e820: Vec<E820Entry> = e820.into_iter().filter(|e| e.size != 0).collect();
+    if e820.iter().all(|e| e.kind != 1) {
         return None;
     }
     let cmdline =
@@ -112,11 +120,17 @@ pub fn read_at(mem: &dyn PhysMemory, gpa: u64) -> Result<BootParamsRead, String>
         return Err(format!("its page at {gpa:#x} could not be read"));
     }
     let (e820, ptr, size) = parse_table(&page).ok_or_else(|| {
+        let n = page[E820_ENTRIES] as usize;
+        let kinds: Vec<String> = entries(&page, n.min(E820_MAX))
+            .iter()
+            .map(|e| format!("{:#x}+{:#x}:{}", e.addr, e.size, e.kind))
+            .collect();
         format!(
-            "its page at {gpa:#x} has boot flag {:#06x}, header {:?}, {} e820 entries",
+            "its page at {gpa:#x} has boot flag {:#06x}, header {:?}, {n} e820 entries \
+             (none RAM with a size: {})",
             u16::from_le_bytes([page[BOOT_FLAG], page[BOOT_FLAG + 1]]),
             String::from_utf8_lossy(&page[HEADER..HEADER + 4]),
-            page[E820_ENTRIES]
+            kinds.join(" ")
         )
     })?;
     Ok(BootParamsRead {
@@ -195,5 +209,12 @@ mod tests {
         assert_eq!(b.e820.len(), 2);
         let e = read_at(&mem, 0x10000).unwrap_err();
         assert!(e.contains("0 e820 entries"), "{e}");
+        // An empty entry in the table is left out, not a reason to refuse
+        // the table.
+        let mut m = mem.0;
+        m[zp + E820_ENTRIES] = 3;
+        let mem = Flat(m);
+        let b = read_at(&mem, zp as u64).unwrap();
+        assert_eq!(b.e820.len(), 2);
     }
 }
