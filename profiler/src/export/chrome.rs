@@ -509,7 +509,9 @@ mod tests {
             .iter()
             .any(|e| e["tid"] == GUEST_LOG_TID && e["args"]["name"] == "guest kernel log"));
         // Guest time + 1 ms, in microseconds.
-        let evil = log.iter().find(|e| e["args"]["guest_ts_ms"] == "150.000000");
+        let evil = log
+            .iter()
+            .find(|e| e["args"]["guest_ts_ms"] == "150.000000");
         let evil = evil.expect("the record at 150 ms");
         assert_eq!(evil["ts"], 151_000.0);
         assert_eq!(evil["name"], "evil \\e[2J, cleared");
@@ -520,7 +522,10 @@ mod tests {
         );
         let doc: Value = serde_json::from_str(&text).unwrap();
         let note = doc["otherData"]["guest_kernel_log"].as_str().unwrap();
-        assert!(note.starts_with("4 records") && note.contains("40 console lines"), "{note}");
+        assert!(
+            note.starts_with("4 records") && note.contains("40 console lines"),
+            "{note}"
+        );
 
         // Off the clock: no track, the count and why in otherData.
         let text = to_chrome_trace(&fixture::with_guest_log(false));
@@ -528,7 +533,10 @@ mod tests {
         assert!(events.iter().all(|e| e["cat"] != "guest_log"));
         let doc: Value = serde_json::from_str(&text).unwrap();
         let note = doc["otherData"]["guest_kernel_log"].as_str().unwrap();
-        assert!(note.contains("not on the trace") && note.contains("guest-log"), "{note}");
+        assert!(
+            note.contains("not on the trace") && note.contains("guest-log"),
+            "{note}"
+        );
         // Without a guest read, no word on it.
         let doc: Value = serde_json::from_str(&to_chrome_trace(&fixture::profile())).unwrap();
         assert!(doc["otherData"].get("guest_kernel_log").is_none());

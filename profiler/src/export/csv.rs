@@ -351,10 +351,7 @@ mod tests {
         assert_eq!(rows[0], ["guest_ts_ns", "t_ns", "text"]);
         assert_eq!(rows[1], ["0", "1000000", "Linux version 6.1.0-56-amd64"]);
         assert_eq!(rows[2], ["150000000", "151000000", "evil \\e[2J, cleared"]);
-        assert_eq!(
-            rows[3][2],
-            "Run /init as init process\\n  with arguments:"
-        );
+        assert_eq!(rows[3][2], "Run /init as init process\\n  with arguments:");
         // Off the clock: the guest's time alone.
         let rows = table(&fixture::with_guest_log(false), CsvTable::GuestLog);
         assert_eq!(rows[4], ["700000000", "", "reboot: Power down"]);

@@ -690,7 +690,11 @@ mod tests {
             Some(4.0)
         );
         assert_eq!(
-            value(&lines, "bootscope_guest_kernel_log_overwritten_records", &at),
+            value(
+                &lines,
+                "bootscope_guest_kernel_log_overwritten_records",
+                &at
+            ),
             Some(12.0)
         );
         // The guest's text stays out of the metrics.
