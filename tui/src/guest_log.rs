@@ -80,7 +80,10 @@ mod tests {
                 records: vec![
                     line(0, "Linux version 6.1"),
                     line(1_000_000_000, "title \u{1b}]0;pwned\u{7}"),
-                    line(2_000_000_000, "Run /init as init process\n  with arguments:"),
+                    line(
+                        2_000_000_000,
+                        "Run /init as init process\n  with arguments:",
+                    ),
                 ],
                 ..Default::default()
             }),
