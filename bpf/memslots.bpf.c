@@ -140,7 +140,7 @@ int bs_hold_pio(__u64 *ctx)
 	else if (port == 0xcf9 && (val & 0x4))
 		bs_hold(BS_HOLD_CF9_RESET);
 	else if ((port == BS_PM1A_CNT_Q35 || port == BS_PM1A_CNT_PIIX4) && size == 2 &&
-		 (val & BS_PM1_SLP_EN) && BS_PM1_SLP_TYP(val) == BS_S5)
+		 (val & BS_PM1_SLP_EN) && BS_PM1_SLP_TYP(val) == BS_S5_QEMU_PM1)
 		bs_hold(BS_HOLD_ACPI_SLEEP);
 	else if (port == BS_SLEEP_CTL_PORT_CH && size == 1 && (val & BS_SLEEP_CTL_SLP_EN) &&
 		 BS_SLEEP_CTL_SLP_TYP(val) == BS_S5)

@@ -17,15 +17,18 @@ enum bs_hold_why {
 	BS_HOLD_ACPI_SLEEP = 5,  /* S5 asked of the ACPI sleep registers */
 };
 
-/* ACPI sleep: SLP_EN, and SLP_TYP 5 (the S5 value QEMU and Cloud
- * Hypervisor give in their \_S5 objects), in a PM1 control register
- * (16 bits: SLP_TYP in bits 10-12, SLP_EN bit 13) or a hardware-reduced
- * sleep control register (8 bits: SLP_TYP in bits 2-4, SLP_EN bit 5). */
+/* ACPI sleep: SLP_EN, and the SLP_TYP of S5 as the VMM's \_S5 object
+ * gives it, in a PM1 control register (16 bits: SLP_TYP in bits 10-12,
+ * SLP_EN bit 13; QEMU's q35 and i440fx give S5 as 0, and QEMU's PM1
+ * control powers off on 0) or a hardware-reduced sleep control register
+ * (8 bits: SLP_TYP in bits 2-4, SLP_EN bit 5; QEMU microvm's generic
+ * event device and Cloud Hypervisor give S5 as 5). */
 #define BS_PM1_SLP_EN (1u << 13)
 #define BS_PM1_SLP_TYP(v) (((v) >> 10) & 7)
 #define BS_SLEEP_CTL_SLP_EN (1u << 5)
 #define BS_SLEEP_CTL_SLP_TYP(v) (((v) >> 2) & 7)
 #define BS_S5 5
+#define BS_S5_QEMU_PM1 0
 /* PM1a control: QEMU q35 (ICH9, PM base 0x600) and i440fx (PIIX4, PM
  * base 0xb000). */
 #define BS_PM1A_CNT_Q35 0x604

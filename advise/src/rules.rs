@@ -301,7 +301,7 @@ pub const RULES: &[Rule] = &[
         fixes: &[Fix {
             change: Change::InVmm(&[qemu_machine("rtc=off", &["microvm"], &[], &[], "")]),
             risk: Risk::GivesUp,
-            gives_up: "no RTC: the guest takes the wall clock from kvmclock (KVM only); no /dev/rtc0 for hwclock",
+            gives_up: "no RTC: the guest takes the wall clock from kvmclock (KVM only); no /dev/rtc0 for hwclock; an x86 kernel still registers its rtc_cmos device (QEMU 7.2 microvm does not set the FADT's no-CMOS-RTC flag), and where that device's probe is what polls (`rtc_cmos: broken or not accessible` in the log) it polls 0xff just as long: measured no saving (docs/benchmarks.md)",
             source: "QEMU docs/system/i386/microvm.rst: rtc=off, the guest relying on kvmclock",
         }],
     },

@@ -170,6 +170,14 @@ pub struct KernelLogLine {
     pub text: String,
 }
 
+impl KernelLogLine {
+    /// Its time on the profile's clock under `clock` (None: before the
+    /// profile's start, which a record cannot be unless `clock` is wrong).
+    pub fn profile_ns(&self, clock: &crate::initcalls::ClockAlignment) -> Option<u64> {
+        u64::try_from(i128::from(self.ts_ns) + i128::from(clock.offset_ns)).ok()
+    }
+}
+
 /// The kernel's loaded modules, as read.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -204,6 +212,14 @@ impl GuestRead {
     /// Forgets that `part` was missing (a later pass had it).
     pub fn found(&mut self, part: &str) {
         self.missing.retain(|m| m.part != part);
+    }
+
+    /// How the guest's clock (its log's `ts_ns`) maps onto the profile's:
+    /// the console lines anchored it (`profile --initcalls`, which
+    /// follows them to place the initcalls). None: the log stays on the
+    /// guest's clock alone.
+    pub fn log_clock(&self) -> Option<&crate::initcalls::ClockAlignment> {
+        self.initcalls.as_ref()?.clock.as_ref()
     }
 
     /// The slot holding guest-physical `gpa`.
@@ -244,6 +260,22 @@ mod tests {
         assert!(g.missing.is_empty());
         assert_eq!(e820_name(1), "RAM");
         assert_eq!(e820_name(20), "type 20");
+        assert!(g.log_clock().is_none());
+        g.initcalls = Some(InitcallsDoc {
+            clock: Some(crate::initcalls::ClockAlignment {
+                offset_ns: -2_000,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let clock = g.log_clock().unwrap().clone();
+        let line = |ts_ns| KernelLogLine {
+            ts_ns,
+            text: String::new(),
+        };
+        assert_eq!(line(5_000).profile_ns(&clock), Some(3_000));
+        assert_eq!(line(1_000).profile_ns(&clock), None);
+        g.initcalls = None;
         let v = serde_json::to_value(&g).unwrap();
         assert!(v.get("kernel_log").is_none());
         let back: GuestRead = serde_json::from_value(v).unwrap();

@@ -45,13 +45,14 @@ pub const FORMAT_NAMES: [&str; 6] = [
 ];
 /// Names accepted for the CSV `--table`.
 /// (`fault-tail` is pprof's: `--format pprof --table fault-tail`).
-pub const CSV_TABLE_NAMES: [&str; 7] = [
+pub const CSV_TABLE_NAMES: [&str; 8] = [
     "exits",
     "latency",
     "phases",
     "threads",
     "exit-sites",
     "npf-ranges",
+    "guest-log",
     "fault-tail",
 ];
 
@@ -73,6 +74,11 @@ pub enum CsvTable {
     /// Nested page faults by guest-physical range:
     /// `gpa_start,gpa_end,phase,label,count,latency_total_ns,latency_mean_ns`.
     NpfRanges,
+    /// The guest kernel's log read from its memory (`bootscope profile`
+    /// of another VMM): `guest_ts_ns,t_ns,text` (`t_ns` on the profile's
+    /// clock where the console anchored it, else empty; the text with
+    /// control characters escaped, one record a row).
+    GuestLog,
 }
 
 impl FromStr for CsvTable {
@@ -86,6 +92,7 @@ impl FromStr for CsvTable {
             "threads" => Ok(Self::Threads),
             "exit-sites" => Ok(Self::ExitSites),
             "npf-ranges" => Ok(Self::NpfRanges),
+            "guest-log" => Ok(Self::GuestLog),
             _ => Err(FormatError::UnknownTable(s.to_string())),
         }
     }
@@ -134,7 +141,7 @@ pub enum FormatError {
     #[error("unknown format {0:?}; use one of json, csv, prometheus, chrome-trace, folded, pprof")]
     UnknownFormat(String),
     /// Unknown `--table`.
-    #[error("unknown CSV table {0:?}; use one of exits, latency, phases, threads, exit-sites, npf-ranges")]
+    #[error("unknown CSV table {0:?}; use one of exits, latency, phases, threads, exit-sites, npf-ranges, guest-log")]
     UnknownTable(String),
     /// `--table` given with a format that has no tables.
     #[error("--table only applies to --format csv (and --format json with --table exit-sites, --format pprof with --table fault-tail); the {0} format has a single form")]

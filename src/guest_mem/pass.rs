@@ -140,6 +140,14 @@ impl Reader {
                     pass.bytes_read = mem.bytes_read();
                     pass.failed_reads = mem.failed_reads();
                 }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    let why = format!(
+                        "process {pid} ended before its memory was read (it was not held \
+                         at its guest's end: the guest stopped in a way the hold does not know)"
+                    );
+                    self.doc.missing("memory", why.clone());
+                    pass.error = Some(why);
+                }
                 Err(e) => {
                     let why = format!(
                         "cannot open /proc/{pid}/mem read-only: {e} (reading another \

@@ -4,7 +4,8 @@
 //! samples, the phases' starts, the start and the end), jumps to a phase,
 //! or plays at a chosen speed; every pane shows the profile as it was at
 //! that moment ([`profile_at`], exit sites by the phase they were made in,
-//! initcalls started by then).
+//! initcalls started by then; the guest kernel's log read from its
+//! memory, logged by then, in the console pane).
 //!
 //! [`Browser`] is the pure state (keys, position, what the panes get),
 //! unit-tested without a terminal; [`run_browse`] is its event loop.
@@ -312,6 +313,7 @@ impl Browser {
         app.paused = false;
         app.initcalls = self.initcalls_now();
         app.units.clone_from(&self.units);
+        app.console = crate::guest_log::console_at(&self.profile, self.t_ns);
         app.replay = Some(self.status());
     }
 }

@@ -7,7 +7,8 @@
 //! pane), [`event`] (input thread and tick), [`term`] (raw mode, alternate
 //! screen and their restoration), [`theme`] (colours and symbols from the
 //! environment), [`replay`] (a saved profile as a source), [`browse`] (a
-//! saved profile browsed with time scrubbing). Keys and panes are
+//! saved profile browsed with time scrubbing; [`guest_log`] its guest
+//! kernel log in the console pane). Keys and panes are
 //! described in docs/tui.md.
 //!
 //! ```no_run
@@ -31,6 +32,7 @@ pub use bootscope_model::profile::Profile;
 pub mod app;
 pub mod browse;
 pub mod event;
+pub mod guest_log;
 pub mod initcalls;
 pub mod replay;
 mod run;

@@ -4,8 +4,10 @@
 //! One process (the target's pid, or 1): a "boot phases" track with the
 //! phases as complete slices and the marks as process-wide instants, one
 //! track per thread with a slice for its lifetime, and counter tracks for
-//! exits by reason and page faults. Times are microseconds (floats, so
-//! nanoseconds survive).
+//! exits by reason and page faults; with the guest kernel's log read from
+//! its memory (`bootscope profile` of another VMM) on the profile's clock,
+//! a "guest kernel log" track with each record as an instant. Times are
+//! microseconds (floats, so nanoseconds survive).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,6 +19,9 @@ use crate::profile::{PhaseSpan, Profile};
 /// Thread id of the "boot phases" track (and base of its extra lanes).
 /// Above Linux's largest pid (2^22), so it never collides with a real thread.
 pub const PHASES_TID: u32 = 1_000_000_000;
+
+/// Thread id of the "guest kernel log" track, just below the phases'.
+pub const GUEST_LOG_TID: u32 = PHASES_TID - 1;
 
 /// Nanoseconds to the trace's microseconds.
 fn us(ns: u64) -> f64 {
@@ -195,6 +200,64 @@ fn phase_events(p: &Profile, pid: u32, meta: &mut Vec<Value>, events: &mut Vec<V
     }
 }
 
+/// The guest kernel's log on its own track, a record an instant at its
+/// time on the profile's clock: named by its first line, its whole text
+/// in `args`, both made printable (`bootscope_model::text`: the guest
+/// chose them). Without the clock, nothing: the records' count and why
+/// go to `otherData` ([`guest_log_note`]).
+fn guest_log_events(p: &Profile, pid: u32, meta: &mut Vec<Value>, events: &mut Vec<Value>) {
+    use bootscope_model::text::{printable, printable_keeping};
+    let Some(g) = &p.guest_read else {
+        return;
+    };
+    let (Some(log), Some(clock)) = (&g.kernel_log, g.log_clock()) else {
+        return;
+    };
+    meta.push(metadata(
+        "thread_name",
+        pid,
+        Some(GUEST_LOG_TID),
+        json!({ "name": "guest kernel log" }),
+    ));
+    meta.push(metadata(
+        "thread_sort_index",
+        pid,
+        Some(GUEST_LOG_TID),
+        json!({ "sort_index": -11 }),
+    ));
+    for r in &log.records {
+        let Some(t) = r.profile_ns(clock) else {
+            continue;
+        };
+        let first = r.text.lines().next().unwrap_or("");
+        events.push(json!({
+            "ph": "i", "s": "t", "name": printable(first), "cat": "guest_log", "pid": pid,
+            "tid": GUEST_LOG_TID, "ts": us(t),
+            "args": { "guest_ts_ms": ms(r.ts_ns), "text": printable_keeping(&r.text, &['\n']) }
+        }));
+    }
+}
+
+/// `otherData`'s word on the guest kernel's log: how many records were
+/// read, and whether they are on the track.
+fn guest_log_note(p: &Profile) -> Option<String> {
+    let g = p.guest_read.as_ref()?;
+    let log = g.kernel_log.as_ref()?;
+    let n = log.records.len();
+    Some(match g.log_clock() {
+        Some(c) => format!(
+            "{n} records read from guest memory at {}, on the \"guest kernel log\" track (the guest's clock placed within {} us by {} console lines)",
+            log.at,
+            c.error_ns / 1000,
+            c.anchors
+        ),
+        None => format!(
+            "{n} records read from guest memory at {}, not on the trace: no console line placed the guest's clock on the profile's (profile --initcalls does); export --format csv --table guest-log lists them",
+            log.at
+        ),
+    })
+}
+
 /// The trace's `otherData`: the profile's schema, target, host and totals,
 /// as text.
 fn other_data(p: &Profile) -> Map<String, Value> {
@@ -214,6 +277,9 @@ fn other_data(p: &Profile) -> Map<String, Value> {
         put("kvm_stats_exits", n.to_string());
     }
     put("lost_events", p.lost_events.to_string());
+    if let Some(note) = guest_log_note(p) {
+        put("guest_kernel_log", note);
+    }
     other
 }
 
@@ -236,6 +302,7 @@ pub fn to_chrome_trace(p: &Profile) -> String {
 
     phase_events(p, pid, &mut meta, &mut events);
     thread_events(p, pid, &mut meta, &mut events);
+    guest_log_events(p, pid, &mut meta, &mut events);
 
     if p.samples.is_empty() {
         let end_ns = p
@@ -311,7 +378,8 @@ mod tests {
                     assert!(e["tid"].is_u64(), "{e}");
                 }
                 "i" => {
-                    assert_eq!(e["s"], "p", "{e}");
+                    // Process-wide (marks), or on a thread's track.
+                    assert!(e["s"] == "p" || e["tid"].is_u64(), "{e}");
                     assert!(e["ts"].as_f64().unwrap() >= 0.0);
                 }
                 "C" => {
@@ -325,7 +393,7 @@ mod tests {
         }
         assert!(named_process, "no process_name");
         for e in &events {
-            if e["ph"] == "X" {
+            if e["ph"] == "X" || (e["ph"] == "i" && e["s"] == "t") {
                 let tid = e["tid"].as_u64().unwrap();
                 assert!(
                     named_threads.contains(&tid),
@@ -426,6 +494,52 @@ mod tests {
         assert_eq!(exits[1]["args"]["io"], 600);
         assert_eq!(exits[1]["args"][AWKWARD_REASON], 25);
         assert!(find(&events, "C", "page faults").is_empty());
+    }
+
+    #[test]
+    fn guest_log_on_its_track_at_the_profiles_time_made_printable() {
+        let text = to_chrome_trace(&fixture::with_guest_log(true));
+        assert!(!text.contains('\u{1b}') && !text.contains("\\u001b"));
+        let events = check(&text);
+        let log: Vec<&Value> = events.iter().filter(|e| e["cat"] == "guest_log").collect();
+        assert_eq!(log.len(), 4);
+        assert!(log.iter().all(|e| e["tid"] == GUEST_LOG_TID));
+        let names = find(&events, "M", "thread_name");
+        assert!(names
+            .iter()
+            .any(|e| e["tid"] == GUEST_LOG_TID && e["args"]["name"] == "guest kernel log"));
+        // Guest time + 1 ms, in microseconds.
+        let evil = log
+            .iter()
+            .find(|e| e["args"]["guest_ts_ms"] == "150.000000");
+        let evil = evil.expect("the record at 150 ms");
+        assert_eq!(evil["ts"], 151_000.0);
+        assert_eq!(evil["name"], "evil \\e[2J, cleared");
+        let init = find(&events, "i", "Run /init as init process");
+        assert_eq!(
+            init[0]["args"]["text"],
+            "Run /init as init process\n  with arguments:"
+        );
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        let note = doc["otherData"]["guest_kernel_log"].as_str().unwrap();
+        assert!(
+            note.starts_with("4 records") && note.contains("40 console lines"),
+            "{note}"
+        );
+
+        // Off the clock: no track, the count and why in otherData.
+        let text = to_chrome_trace(&fixture::with_guest_log(false));
+        let events = check(&text);
+        assert!(events.iter().all(|e| e["cat"] != "guest_log"));
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        let note = doc["otherData"]["guest_kernel_log"].as_str().unwrap();
+        assert!(
+            note.contains("not on the trace") && note.contains("guest-log"),
+            "{note}"
+        );
+        // Without a guest read, no word on it.
+        let doc: Value = serde_json::from_str(&to_chrome_trace(&fixture::profile())).unwrap();
+        assert!(doc["otherData"].get("guest_kernel_log").is_none());
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub fn to_csv(p: &Profile, table: CsvTable) -> String {
         CsvTable::Threads => threads(p, &mut out),
         CsvTable::ExitSites => exit_sites(p, &mut out),
         CsvTable::NpfRanges => npf_ranges(p, &mut out),
+        CsvTable::GuestLog => guest_log(p, &mut out),
     }
     out
 }
@@ -236,6 +237,32 @@ fn npf_ranges(p: &Profile, out: &mut String) {
     }
 }
 
+/// The guest kernel's log, one record a row: its text made printable
+/// (`bootscope_model::text::printable`: an escape sequence the guest wrote
+/// shows as `\e`, a record's second line after `\n`), so that a row is
+/// one line.
+fn guest_log(p: &Profile, out: &mut String) {
+    row(out, &["guest_ts_ns", "t_ns", "text"]);
+    let Some(g) = &p.guest_read else {
+        return;
+    };
+    let clock = g.log_clock();
+    for r in g.kernel_log.iter().flat_map(|l| &l.records) {
+        let t = clock
+            .and_then(|c| r.profile_ns(c))
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        row(
+            out,
+            &[
+                r.ts_ns.to_string(),
+                t,
+                bootscope_model::text::printable(&r.text).into_owned(),
+            ],
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::fixture::{self, AWKWARD_REASON};
@@ -313,6 +340,26 @@ mod tests {
         assert_eq!(field("cr\r"), "\"cr\r\"");
         let text = to_csv(&fixture::profile(), CsvTable::Exits);
         assert!(text.contains("\"pio_write \"\"0x3f8\"\", \\ line\nend\",7,"));
+    }
+
+    #[test]
+    fn guest_log_rows_are_one_line_each_on_the_profiles_clock() {
+        let text = to_csv(&fixture::with_guest_log(true), CsvTable::GuestLog);
+        assert_eq!(text.lines().count(), 5, "{text}");
+        assert!(!text.contains('\u{1b}'));
+        let rows = parse(&text);
+        assert_eq!(rows[0], ["guest_ts_ns", "t_ns", "text"]);
+        assert_eq!(rows[1], ["0", "1000000", "Linux version 6.1.0-56-amd64"]);
+        assert_eq!(rows[2], ["150000000", "151000000", "evil \\e[2J, cleared"]);
+        assert_eq!(rows[3][2], "Run /init as init process\\n  with arguments:");
+        // Off the clock: the guest's time alone.
+        let rows = table(&fixture::with_guest_log(false), CsvTable::GuestLog);
+        assert_eq!(rows[4], ["700000000", "", "reboot: Power down"]);
+        // A profile without a guest read: the header alone.
+        assert_eq!(
+            to_csv(&fixture::profile(), CsvTable::GuestLog),
+            "guest_ts_ns,t_ns,text\n"
+        );
     }
 
     #[test]

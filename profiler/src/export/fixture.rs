@@ -328,3 +328,42 @@ pub fn profile() -> Profile {
     p.lost_events = 3;
     p
 }
+
+/// [`profile`] with the guest kernel's log read from its memory: four
+/// records, one with an escape sequence and a comma, one of two lines;
+/// with `on_clock`, the console anchored the guest's clock 1 ms after the
+/// profile's (profile ns = guest ns + 1,000,000).
+pub fn with_guest_log(on_clock: bool) -> Profile {
+    use bootscope_model::guest_read::{GuestRead, KernelLogLine, KernelLogRead};
+    use bootscope_model::initcalls::{ClockAlignment, InitcallsDoc};
+    let line = |ts_ns, text: &str| KernelLogLine {
+        ts_ns,
+        text: text.into(),
+    };
+    let mut p = profile();
+    p.guest_read = Some(GuestRead {
+        pid: 4242,
+        kernel_log: Some(KernelLogRead {
+            os_release: Some("6.1.0-56-amd64".into()),
+            at: "shutdown".into(),
+            first_seq: 12,
+            records: vec![
+                line(0, "Linux version 6.1.0-56-amd64"),
+                line(150_000_000, "evil \u{1b}[2J, cleared"),
+                line(300_000_000, "Run /init as init process\n  with arguments:"),
+                line(700_000_000, "reboot: Power down"),
+            ],
+        }),
+        initcalls: on_clock.then(|| InitcallsDoc {
+            clock: Some(ClockAlignment {
+                offset_ns: 1_000_000,
+                error_ns: 500,
+                anchors: 40,
+                lower_anchors: 3,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    p
+}

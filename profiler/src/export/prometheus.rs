@@ -47,6 +47,7 @@ pub fn to_prometheus(p: &Profile) -> String {
     exit_counts(&mut out, p);
     exit_latencies(&mut out, p);
     boot_counts(&mut out, p);
+    guest_log_counts(&mut out, p);
     profiling_cost(&mut out, p);
     super::fault_tail::prometheus(&mut out, p);
     out.family(
@@ -224,6 +225,33 @@ fn boot_counts(out: &mut Text, p: &Profile) {
         &[],
         &p.lost_events.to_string(),
     );
+}
+
+/// The guest kernel's log read from its memory (`bootscope profile` of
+/// another VMM), as counts: the records read, by the read that had them
+/// (`userspace`, `shutdown`, `end`), and those the kernel's ring had
+/// overwritten before it (the sequence number of the oldest kept). The
+/// records' text is in the JSON and the CSV table `guest-log`.
+fn guest_log_counts(out: &mut Text, p: &Profile) {
+    let log = p.guest_read.as_ref().and_then(|g| g.kernel_log.as_ref());
+    let families = [
+        (
+            "bootscope_guest_kernel_log_records",
+            "Records of the guest kernel's log read from its memory, by the read that had them.",
+            log.map(|l| l.records.len() as u64),
+        ),
+        (
+            "bootscope_guest_kernel_log_overwritten_records",
+            "Records of the guest kernel's log overwritten in its ring before the read.",
+            log.map(|l| l.first_seq),
+        ),
+    ];
+    for (name, help, n) in families {
+        out.family(name, "gauge", help);
+        if let (Some(l), Some(n)) = (log, n) {
+            out.sample(name, &[("at", &l.at)], &n.to_string());
+        }
+    }
 }
 
 /// What profiling cost: start-up, eBPF program run time, reading.
@@ -650,6 +678,34 @@ mod tests {
         assert!(!text.contains("bootscope_bpf_program"));
         assert!(!text.contains("bootscope_profiler_startup"));
         assert!(!text.contains("bootscope_profiler_reading"));
+    }
+
+    #[test]
+    fn guest_log_as_counts() {
+        let text = to_prometheus(&fixture::with_guest_log(false));
+        let lines = parse(&text);
+        let at = [("at", "shutdown")];
+        assert_eq!(
+            value(&lines, "bootscope_guest_kernel_log_records", &at),
+            Some(4.0)
+        );
+        assert_eq!(
+            value(
+                &lines,
+                "bootscope_guest_kernel_log_overwritten_records",
+                &at
+            ),
+            Some(12.0)
+        );
+        // The guest's text stays out of the metrics.
+        assert!(!text.contains("evil"));
+        promtool_check(&text);
+        // No guest read: the families, without samples.
+        let text = to_prometheus(&fixture::profile());
+        assert!(text.contains("# TYPE bootscope_guest_kernel_log_records gauge\n"));
+        assert!(!parse(&text)
+            .iter()
+            .any(|l| l.name.starts_with("bootscope_guest_kernel_log")));
     }
 
     #[test]
