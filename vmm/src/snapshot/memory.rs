@@ -170,7 +170,9 @@ fn read_into(
     while pos < range.end {
         let n = (range.end - pos).min(CHUNK as u64) as usize;
         let at = GuestAddress(guest + (pos - range.start));
-        let got = mem.read_volatile_from(at, &mut src, n).map_err(guest_error)?;
+        let got = mem
+            .read_volatile_from(at, &mut src, n)
+            .map_err(guest_error)?;
         if got == 0 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
