@@ -33,6 +33,9 @@
 #       line was read from the pty, and CH_LINE, the line itself.
 #   ch_wait_exit        waits for CH to end (the guest powered off)
 #   ch_stop             kills CH if it still runs
+#   ch_vmlinux BZIMAGE OUT
+#       On the host (needs xz): writes the ELF vmlinux inside BZIMAGE (a
+#       Debian kernel, CONFIG_KERNEL_XZ) to OUT, unless OUT is newer.
 #
 # Every console line is stamped as it is read (a reader on the pty,
 # `read` builtins only), so a stamp does not depend on how often a wait
@@ -265,4 +268,25 @@ ch_stop() {
     fi
     CH_READER=
     CH_PTY=
+}
+
+# The vmlinux inside a bzImage: its payload is one xz stream (Debian's
+# CONFIG_KERNEL_XZ), found by its magic, as the kernel's
+# scripts/extract-vmlinux does.
+ch_vmlinux() {
+    if [ -s "$2" ] && [ ! "$1" -nt "$2" ]; then
+        return 0
+    fi
+    _ch_off=$(LC_ALL=C grep -abo "$(printf '\3757zXZ\000')" "$1" | head -n 1 | cut -d: -f1)
+    [ -n "$_ch_off" ] || {
+        echo "lab-ch: $1 has no xz payload (not a Debian CONFIG_KERNEL_XZ kernel?)" >&2
+        return 1
+    }
+    tail -c +$((_ch_off + 1)) "$1" | xz -dc --single-stream >"$2.tmp"
+    [ "$(head -c 4 "$2.tmp" | od -An -tx1 | tr -d ' ')" = 7f454c46 ] || {
+        echo "lab-ch: the xz payload of $1 is not an ELF vmlinux" >&2
+        rm -f "$2.tmp"
+        return 1
+    }
+    mv "$2.tmp" "$2"
 }

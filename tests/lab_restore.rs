@@ -77,7 +77,7 @@ common="--no-profile --no-summary --timeout 1200"
 echo "boot exit $?" >> out/result.txt
 restore() {{
   name=$1; shift
-  {exe} run --restore {d}/snap $common --serial {d}/out/$name.log --timeline {d}/out/$name.json "$@" > out/$name.run 2>&1
+  {exe} run --restore {d}/snap $common --serial {d}/out/$name.log --timeline {d}/out/$name.json --working-set-until "port 0x80: userspace {next:#04x}" "$@" > out/$name.run 2>&1
   echo "$name exit $?" >> out/result.txt
   [ -f {d}/snap/working-set ] && echo "$name working-set" >> out/result.txt
 }}
@@ -91,6 +91,7 @@ exit 0
 "#,
         touch = touch.join("\n"),
         snap = SNAPSHOT_MARK,
+        next = NEXT_MARK,
         first = restores[0],
         rest = restores[1..].join("\n"),
     )

@@ -8,13 +8,22 @@
 //! [`SNAPSHOT_MARK`] to I/O port 0x80: the snapshot point
 //! (`run --snapshot-at 0x61`; the VMM stops the vCPU at that port write).
 //! When the guest runs on (restored, or a boot that takes no snapshot) it
-//! prints the uptime again, reads the 64 MiB back (every page of the
-//! buffer touched, nothing computed) and writes [`NEXT_MARK`]: the window
+//! writes [`RESUMED_MARK`] at once (what a restore costs before the guest
+//! does anything), prints the uptime again, reads the 64 MiB back (every
+//! page of the buffer touched, nothing computed) and writes [`NEXT_MARK`]:
+//! the window
 //! from the restore to that mark is the memory's, not a checksum's (under
 //! the lab's emulation a SHA-256 of 64 MiB takes seconds). Then it prints
 //! the buffer's SHA-256 again, 16 new random bytes, writes a second disk
 //! line and powers off. Every line it prints starts with
 //! [`LINE_PREFIX`]; [`GuestReport::parse`] reads them from a console log.
+//!
+//! Given [`WAIT_FLAG`] on its kernel command line, the guest prints
+//! `waiting for a line` right after the snapshot mark and reads a line
+//! from its console before it goes on: a VMM that cannot stop a guest at a
+//! port write (Cloud Hypervisor, paused from outside) snapshots it there,
+//! and the restored guest goes on when that line is written; it also waits
+//! a second before it powers off, for a console read from a pty.
 
 use std::path::Path;
 
@@ -32,6 +41,16 @@ pub const SNAPSHOT_MARK: u8 = 0x61;
 /// restore's next mark (its checksum, random bytes and disk line follow,
 /// then it powers off).
 pub const NEXT_MARK: u8 = 0x62;
+
+/// The port 0x80 byte the guest writes first after the snapshot mark
+/// (after the console line it waits for under [`WAIT_FLAG`]), before it
+/// reads anything back: VMM start to this mark is the restore's own cost,
+/// this mark to [`NEXT_MARK`] the guest's work.
+pub const RESUMED_MARK: u8 = 0x63;
+
+/// The kernel command line word that makes the guest wait for a console
+/// line after the snapshot mark.
+pub const WAIT_FLAG: &str = "bootscope.restore_wait";
 
 /// The size of the buffer the guest fills before the mark and reads back
 /// after it, in MiB.
@@ -77,6 +96,8 @@ if [ -d /modules ]; then
   [ -b /dev/vda ] && disk=/dev/vda
   echo "{p} disk ${{disk:-none}}"
 fi
+wait_line=
+{bb} grep -qw '{wait_flag}' /proc/cmdline && wait_line=1
 disk_line() {{ [ -n "$disk" ] && printf '{p} %s\n' "$2" | {bb} dd of=$disk bs=512 seek=$(($1 / 512)) conv=notrunc,fsync 2>/dev/null; }}
 echo "{p} vmgenid $({bb} ls /sys/bus/acpi/drivers/vmgenid 2>/dev/null | {bb} grep -c :)"
 {bb} dd if=/dev/urandom of=/tmp/buffer bs=1048576 count={mib} 2>/dev/null
@@ -87,6 +108,11 @@ echo "{p} before random $r"
 disk_line {before_at} "before $r"
 echo "{p} mark {snap:#04x}"
 mark '\{snap:03o}'
+if [ -n "$wait_line" ]; then
+  echo "{p} waiting for a line"
+  read -r line
+fi
+mark '\{resumed:03o}'
 echo "{p} after uptime $(uptime)"
 {bb} dd if=/tmp/buffer of=/dev/null bs=1048576 2>/dev/null
 echo "{p} mark {next:#04x}"
@@ -95,12 +121,16 @@ echo "{p} after sum $({bb} sha256sum /tmp/buffer | {bb} cut -c1-64)"
 r=$(random)
 echo "{p} after random $r"
 disk_line {after_at} "after $r"
+# A pty that hangs up when its VMM ends drops what was not read yet.
+[ -n "$wait_line" ] && {bb} sleep 1
 {bb} poweroff -f
 "#,
         tmpfs = BUFFER_MIB + 16,
         mib = BUFFER_MIB,
         snap = SNAPSHOT_MARK,
         next = NEXT_MARK,
+        resumed = RESUMED_MARK,
+        wait_flag = WAIT_FLAG,
     )
 }
 
@@ -246,9 +276,16 @@ mod tests {
         // after them.
         let snap = s.find(r"mark '\141'").unwrap();
         let next = s.find(r"mark '\142'").unwrap();
+        let resumed = s.find(r"mark '\143'").unwrap();
         let read_back = s.find("if=/tmp/buffer of=/dev/null").unwrap();
         let after = s.find("after sum").unwrap();
-        assert!(snap < read_back && read_back < next && next < after, "{s}");
+        assert!(snap < resumed && resumed < read_back, "{s}");
+        assert!(read_back < next && next < after, "{s}");
+        // The console line is waited for only under the flag, between the
+        // snapshot mark and the resumed one.
+        let wait = s.find("read -r line").unwrap();
+        assert!(snap < wait && wait < resumed, "{s}");
+        assert!(s.contains("grep -qw 'bootscope.restore_wait' /proc/cmdline"));
         assert!(s.trim_end().ends_with("poweroff -f"));
     }
 

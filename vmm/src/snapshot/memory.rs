@@ -4,6 +4,7 @@
 //! the holes (fresh guest memory is zero already).
 
 use std::fs::File;
+use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 
@@ -155,6 +156,34 @@ fn clear_range(
     Ok(())
 }
 
+/// Reads the file's bytes `range` straight into guest memory at `guest`
+/// (no bounce buffer: one copy, from the page cache into the guest).
+fn read_into(
+    mem: &GuestMemoryMmap,
+    file: &File,
+    range: std::ops::Range<u64>,
+    guest: u64,
+) -> std::io::Result<()> {
+    let mut src = file;
+    src.seek(SeekFrom::Start(range.start))?;
+    let mut pos = range.start;
+    while pos < range.end {
+        let n = (range.end - pos).min(CHUNK as u64) as usize;
+        let at = GuestAddress(guest + (pos - range.start));
+        let got = mem
+            .read_volatile_from(at, &mut src, n)
+            .map_err(guest_error)?;
+        if got == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("the memory file ends at {pos} bytes, inside its data"),
+            ));
+        }
+        pos += got as u64;
+    }
+    Ok(())
+}
+
 /// Copies the memory file into guest memory laid out as `regions`: its
 /// data read, its holes made zero where the set-up wrote something.
 /// Returns the bytes copied.
@@ -176,15 +205,8 @@ pub fn copy_in(
                 break;
             }
             let hole = seek(file, data, libc::SEEK_HOLE)?.unwrap_or(end).min(end);
-            let mut pos = data;
-            while pos < hole {
-                let n = (hole - pos).min(CHUNK as u64) as usize;
-                file.read_exact_at(&mut buf[..n], pos)?;
-                mem.write_slice(&buf[..n], GuestAddress(guest(pos)))
-                    .map_err(guest_error)?;
-                pos += n as u64;
-                copied += n as u64;
-            }
+            read_into(mem, file, data..hole, guest(data))?;
+            copied += hole - data;
             at = hole;
         }
     }

@@ -128,6 +128,25 @@ fn kvm_failed(what: &'static str) -> impl Fn(kvm_ioctls::Error) -> SnapshotError
     move |e| SnapshotError::Stopping(format!("{what} failed: {e}"))
 }
 
+/// Tells each vCPU's guest that the host stopped it (`KVM_KVMCLOCK_CTRL`,
+/// as QEMU does when a VM runs again): its kvm-clock page then carries
+/// `PVCLOCK_GUEST_STOPPED`, which Linux's RCU stall, soft-lockup and
+/// workqueue watchdogs check before they take the clock's step over the
+/// time the snapshot sat for a stall (and print stack dumps on the
+/// console, hundreds of milliseconds on a serial port). True when every
+/// vCPU took it; false when the guest had no kvm-clock set up (EINVAL:
+/// nothing to tell).
+fn tell_guest_paused(fds: &[kvm_ioctls::VcpuFd]) -> Result<bool, SnapshotError> {
+    for fd in fds {
+        match fd.kvmclock_ctrl() {
+            Ok(()) => {}
+            Err(e) if e.errno() == libc::EINVAL => return Ok(false),
+            Err(e) => return Err(kvm_failed("KVM_KVMCLOCK_CTRL")(e)),
+        }
+    }
+    Ok(!fds.is_empty())
+}
+
 /// Fills guest memory from the snapshot's memory file, as `req.memory`
 /// says; with `req.verify` checks it against the snapshot's digest.
 fn restore_memory(mem: &GuestMemoryMmap, req: &RestoreRequest) -> Result<(), SnapshotError> {
@@ -221,6 +240,9 @@ pub fn restore(
         fd.set_cpuid2(&cpuid)
             .map_err(kvm_failed("KVM_SET_CPUID2"))?;
         s.restore(fd).map_err(SnapshotError::from)?;
+    }
+    if tell_guest_paused(&vcpus.fds)? {
+        recorder.vmm(restore_marks::GUEST_PAUSED);
     }
     if state.identity.acpi {
         crate::devices::vmgenid::renew(&vm.vm, mem)
