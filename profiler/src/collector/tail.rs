@@ -59,14 +59,16 @@ impl State {
             return;
         }
         let Some(w) = self.tail_window() else { return };
-        if w.state != t::TAIL_ARMED || w.end_ns != 0 {
+        if w.state != t::TAIL_ARMED {
             return;
         }
         let Some(start) = self.tail_start() else {
             return;
         };
         let mono = self.clock.start_mono_ns + mark.t_ns;
-        if mono < start.start_ns || mark.tgid.is_some_and(|p| p != start.tgid) {
+        // A mark read after a later one (the console's lines and the port
+        // writes arrive by different paths) still ends the window earlier.
+        if !ends_window(mark, mono, &start) || (w.end_ns != 0 && mono >= w.end_ns) {
             return;
         }
         let Some(map) = self.bpf.map_mut(WINDOW_MAP) else {
@@ -223,11 +225,28 @@ fn places(entries: &[(t::BsTailWhereKey, t::BsTailWhere)], regions: bool) -> Vec
 
 /// A mark the profiler derives from what the guest does, not one the
 /// guest writes to say where it is: the first port I/O of its kernel (a
-/// restored kernel makes one at once), a port 0x80 write of 0x00 (the
-/// kernel's `io_delay`). Such a mark does not end a restore's window.
+/// restored kernel makes one at once: its first serial write), a port 0x80
+/// write of 0x00 or one its kernel's code makes below the marks' range
+/// (`io_delay`). Such a mark does not end a restore's window.
 fn derived(mark: &Mark) -> bool {
-    mark.name.starts_with(crate::phases::FIRST_KERNEL_PIO)
-        || (mark.source == MarkSource::DebugPort && mark.value == Some(0))
+    if mark.name.starts_with(crate::phases::FIRST_KERNEL_PIO) {
+        return true;
+    }
+    mark.source == MarkSource::DebugPort
+        && mark.value.is_some_and(|v| {
+            v == 0
+                || u8::try_from(v).is_ok_and(|v| crate::phases::io_delay_write(v, mark.guest_rip))
+        })
+}
+
+/// Whether `mark` (at `mono_ns`, CLOCK_MONOTONIC) ends the window that
+/// opened at `start`: the guest's first mark after the window opened, of
+/// the process that opened it; not the VMM's own, nor a derived one.
+fn ends_window(mark: &Mark, mono_ns: u64, start: &t::BsTailStart) -> bool {
+    mark.source != MarkSource::Vmm
+        && !derived(mark)
+        && mono_ns >= start.start_ns
+        && mark.tgid.is_none_or(|p| p == start.tgid)
 }
 
 #[cfg(test)]
