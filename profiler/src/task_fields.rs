@@ -38,15 +38,40 @@ const KIND_ENUM64: u32 = 19;
 /// How many qualifiers and typedefs a member's type may go through.
 const MAX_CHAIN: usize = 16;
 
+const COUNTERS: [&str; 2] = ["min_flt", "maj_flt"];
+
 /// `task_struct`'s `min_flt` and `maj_flt` from the BTF at `path`: both
 /// must be there, 8-byte integers on byte boundaries, else the reason.
 pub fn fault_counters(path: &Path) -> Result<FaultCounters, String> {
+    scan(path).map(|(c, _)| c)
+}
+
+/// [`fault_counters`] through a record of where they were found (`cache`,
+/// a file of the cache directory), verified against the file before use:
+/// the same BTF header and length, and at the place recorded a
+/// `task_struct` record whose members there are `min_flt` and `maj_flt` at
+/// the offsets recorded. That reads a few hundred bytes of the file
+/// instead of all of it. A record that does not verify is replaced; one
+/// that cannot be written only costs the next profile the whole pass.
+pub fn fault_counters_cached(path: &Path, cache: Option<&Path>) -> Result<FaultCounters, String> {
+    if let Some(found) = cache.and_then(|c| cached(path, c)) {
+        return Ok(found);
+    }
+    let (found, place) = scan(path)?;
+    if let Some(c) = cache {
+        let _ = bootscope_model::output::write_file_with_mode(c, place.to_text().as_bytes(), 0o600);
+    }
+    Ok(found)
+}
+
+/// The whole pass over the file, with where the counters were found.
+fn scan(path: &Path) -> Result<(FaultCounters, Place), String> {
     let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let btf = Btf::new(&data).map_err(|e| format!("{}: {e}", path.display()))?;
-    let fields = btf
-        .struct_fields("task_struct", &["min_flt", "maj_flt"])
+    let (record, fields, members) = btf
+        .locate("task_struct", &COUNTERS)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    for (name, f) in ["min_flt", "maj_flt"].iter().zip(&fields) {
+    for (name, f) in COUNTERS.iter().zip(&fields) {
         if f.size != 8 {
             return Err(format!(
                 "{}: task_struct.{name} is {} bytes, not 8",
@@ -55,9 +80,127 @@ pub fn fault_counters(path: &Path) -> Result<FaultCounters, String> {
             ));
         }
     }
-    Ok(FaultCounters {
+    let mut header = [0u8; 24];
+    header.copy_from_slice(&data[..24]);
+    let place = Place {
+        header,
+        len: data.len() as u64,
+        record: record as u64,
+        members: [members[0], members[1]],
+        offsets: [fields[0].offset, fields[1].offset],
+    };
+    let counters = FaultCounters {
         min_flt: fields[0],
         maj_flt: fields[1],
+    };
+    Ok((counters, place))
+}
+
+/// Where the counters were found in one BTF file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Place {
+    /// The file's first 24 bytes (magic, version, flags, the sections'
+    /// offsets and lengths) and its length.
+    header: [u8; 24],
+    len: u64,
+    /// `task_struct`'s record: its byte offset in the type section.
+    record: u64,
+    /// The counters' member indices and byte offsets.
+    members: [u32; 2],
+    offsets: [u32; 2],
+}
+
+const PLACE_VERSION: &str = "bootscope task_struct fault counters 1";
+
+impl Place {
+    fn to_text(&self) -> String {
+        let hex: String = self.header.iter().map(|b| format!("{b:02x}")).collect();
+        let [m0, m1] = self.members;
+        let [o0, o1] = self.offsets;
+        format!(
+            "{PLACE_VERSION}\n{hex} {} {} {m0} {m1} {o0} {o1}\n",
+            self.len, self.record
+        )
+    }
+
+    fn from_text(text: &str) -> Option<Place> {
+        let mut lines = text.lines();
+        if lines.next()? != PLACE_VERSION {
+            return None;
+        }
+        let mut w = lines.next()?.split(' ');
+        let hex = w.next().filter(|h| h.len() == 48)?;
+        let mut header = [0u8; 24];
+        for (i, b) in header.iter_mut().enumerate() {
+            *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        let mut n = || w.next()?.parse::<u64>().ok();
+        let (len, record) = (n()?, n()?);
+        let mut small = || u32::try_from(n()?).ok();
+        let members = [small()?, small()?];
+        let offsets = [small()?, small()?];
+        Some(Place {
+            header,
+            len,
+            record,
+            members,
+            offsets,
+        })
+    }
+}
+
+/// The counters the record at `cache` names, if the BTF at `path` still
+/// has them there.
+fn cached(path: &Path, cache: &Path) -> Option<FaultCounters> {
+    use std::io::Read;
+    use std::os::unix::fs::FileExt;
+    let (f, _) = bootscope_model::cache::open_file(cache).ok()??;
+    let mut text = String::new();
+    f.take(4096).read_to_string(&mut text).ok()?;
+    let place = Place::from_text(&text)?;
+    let file = std::fs::File::open(path).ok()?;
+    let read = |at: u64, n: usize| -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; n];
+        file.read_exact_at(&mut buf, at).ok()?;
+        Some(buf)
+    };
+    if file.metadata().ok()?.len() != place.len || read(0, 24)? != place.header {
+        return None;
+    }
+    let field = |i: usize| u32_at(&place.header, 4 + 4 * i).map(u64::from);
+    let (hdr_len, type_off, str_off) = (field(0)?, field(1)?, field(3)?);
+    let at = hdr_len + type_off + place.record;
+    let head = read(at, 12)?;
+    let info = u32_at(&head, 4)?;
+    let kind_flag = info >> 31 != 0;
+    let name_is = |off: u32, want: &str| {
+        read(hdr_len + str_off + u64::from(off), want.len() + 1)
+            .is_some_and(|b| b[..want.len()] == *want.as_bytes() && b[want.len()] == 0)
+    };
+    if (info >> 24) & 0x1f != KIND_STRUCT || !name_is(u32_at(&head, 0)?, "task_struct") {
+        return None;
+    }
+    for ((&i, &offset), want) in place.members.iter().zip(&place.offsets).zip(COUNTERS) {
+        if i >= info & 0xffff {
+            return None;
+        }
+        let m = read(at + 12 + 12 * u64::from(i), 12)?;
+        let raw = u32_at(&m, 8)?;
+        let (bits, bitfield) = match kind_flag {
+            true => (raw & 0xff_ffff, raw >> 24),
+            false => (raw, 0),
+        };
+        if !name_is(u32_at(&m, 0)?, want) || bitfield != 0 || bits != offset * 8 {
+            return None;
+        }
+    }
+    let field = |i: usize| Field {
+        offset: place.offsets[i],
+        size: 8,
+    };
+    Some(FaultCounters {
+        min_flt: field(0),
+        maj_flt: field(1),
     })
 }
 
@@ -172,7 +315,16 @@ impl<'a> Btf<'a> {
 
     /// The fields `wanted` of the one structure named `name` (a structure
     /// declared once: a second definition is refused, not guessed among).
+    #[cfg(test)]
     fn struct_fields(&self, name: &str, wanted: &[&str]) -> Result<Vec<Field>, String> {
+        Ok(self.locate(name, wanted)?.1)
+    }
+
+    /// The fields `wanted` of the one structure named `name` (a structure
+    /// declared once: a second definition is refused, not guessed among),
+    /// with where its record is in the type section and the index of each
+    /// field among its members.
+    fn locate(&self, name: &str, wanted: &[&str]) -> Result<(usize, Vec<Field>, Vec<u32>), String> {
         let offsets = self.offsets()?;
         let mut found: Option<(usize, Header)> = None;
         for &at in &offsets {
@@ -186,11 +338,16 @@ impl<'a> Btf<'a> {
         }
         let (at, h) = found.ok_or_else(|| format!("no struct {name}"))?;
         let mut out = Vec::with_capacity(wanted.len());
+        let mut indices = Vec::with_capacity(wanted.len());
         for w in wanted {
-            let member = (0..h.vlen as usize)
-                .map(|i| at + 12 + 12 * i)
-                .find(|&m| u32_at(self.types, m).is_some_and(|n| self.name(n) == w.as_bytes()))
+            let index = (0..h.vlen as usize)
+                .find(|&i| {
+                    u32_at(self.types, at + 12 + 12 * i)
+                        .is_some_and(|n| self.name(n) == w.as_bytes())
+                })
                 .ok_or_else(|| format!("struct {name} has no member {w}"))?;
+            indices.push(index as u32);
+            let member = at + 12 + 12 * index;
             let ty = u32_at(self.types, member + 4).unwrap_or(0);
             let raw = u32_at(self.types, member + 8).unwrap_or(0);
             let (bits, bitfield) = if h.kind_flag {
@@ -206,7 +363,7 @@ impl<'a> Btf<'a> {
                 size: self.size_of(&offsets, ty)?,
             });
         }
-        Ok(out)
+        Ok((at, out, indices))
     }
 }
 
@@ -311,6 +468,48 @@ mod tests {
         assert!(err(&task(64, unknown), &["min_flt"]).contains("unknown kind 31"));
     }
 
+    #[test]
+    fn a_record_is_used_only_while_the_file_still_has_the_counters_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let (btf, cache) = (dir.path().join("vmlinux"), dir.path().join("counters"));
+        let want = FaultCounters {
+            min_flt: Field { offset: 8, size: 8 },
+            maj_flt: Field {
+                offset: 16,
+                size: 8,
+            },
+        };
+        std::fs::write(&btf, task(64, vec![])).unwrap();
+        assert_eq!(fault_counters_cached(&btf, Some(&cache)), Ok(want));
+        let text = std::fs::read_to_string(&cache).unwrap();
+        let place = Place::from_text(&text).expect("the record reads back");
+        assert_eq!(place.to_text(), text);
+        assert_eq!(cached(&btf, &cache), Some(want));
+        // Another kernel: min_flt elsewhere, the same length and header.
+        std::fs::write(&btf, task(128, vec![])).unwrap();
+        assert_eq!(cached(&btf, &cache), None);
+        let moved = FaultCounters {
+            min_flt: Field {
+                offset: 16,
+                size: 8,
+            },
+            ..want
+        };
+        assert_eq!(fault_counters_cached(&btf, Some(&cache)), Ok(moved));
+        assert_eq!(cached(&btf, &cache), Some(moved));
+        // Back to the first kernel: its record verifies again, the same
+        // naming another member's index does not.
+        std::fs::write(&btf, task(64, vec![])).unwrap();
+        std::fs::write(&cache, &text).unwrap();
+        assert_eq!(cached(&btf, &cache), Some(want));
+        let wrong = text.replace(" 1 2 8 16\n", " 0 2 8 16\n");
+        assert_ne!(wrong, text);
+        std::fs::write(&cache, wrong).unwrap();
+        assert_eq!(cached(&btf, &cache), None);
+        std::fs::write(&cache, "garbage").unwrap();
+        assert_eq!(fault_counters_cached(&btf, Some(&cache)), Ok(want));
+    }
+
     /// On this machine's kernel, the offsets found are the ones bpftool's
     /// own parse of the same file gives.
     #[test]
@@ -329,6 +528,10 @@ mod tests {
             _ => bootscope_testkit::skip_test!("bpftool cannot dump {}", path.display()),
         };
         let c = fault_counters(path).expect("task_struct's fault counters");
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("counters");
+        assert_eq!(fault_counters_cached(path, Some(&cache)), Ok(c));
+        assert_eq!(cached(path, &cache), Some(c), "the record verifies");
         let members: Vec<&str> = dump
             .lines()
             .skip_while(|l| !l.contains("STRUCT 'task_struct' "))

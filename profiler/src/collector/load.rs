@@ -366,7 +366,10 @@ pub(super) fn load_object(
 /// kernel's BTF without parsing all of it (crate::task_fields), and the
 /// data source saying how they are read.
 fn fault_counter_fields() -> ([u32; 3], DataSource) {
-    let found = crate::task_fields::fault_counters(Path::new(KERNEL_BTF));
+    let cache = bootscope_model::cache::cache_dir("btf")
+        .ok()
+        .map(|d| d.join("task-fault-counters"));
+    let found = crate::task_fields::fault_counters_cached(Path::new(KERNEL_BTF), cache.as_deref());
     let fields = match &found {
         Ok(c) => [1, c.min_flt.offset, c.maj_flt.offset],
         Err(_) => [0; 3],
