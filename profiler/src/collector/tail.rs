@@ -277,6 +277,70 @@ mod tests {
         assert!(!derived(&serial));
     }
 
+    /// A lab restore of the restore guest (testdata/lab-restore-marks.json):
+    /// after its first `KVM_RUN` the guest's kernel makes its first port
+    /// I/O (a serial write), and only then, its buffer read back, the guest
+    /// marks 0x62: the window ends there, as the timeline's does, also
+    /// with io_delay writes of its kernel in between.
+    #[test]
+    fn a_lab_restores_window_ends_at_the_guests_next_mark() {
+        #[derive(serde::Deserialize)]
+        struct Fixture {
+            window_start_ns: u64,
+            marks: Vec<Mark>,
+        }
+        let f: Fixture =
+            serde_json::from_str(include_str!("testdata/lab-restore-marks.json")).unwrap();
+        let tgid = f.marks[0].tgid.unwrap();
+        let start = t::BsTailStart {
+            tgid,
+            pad: 0,
+            start_ns: f.window_start_ns,
+        };
+        let end = |marks: &[Mark]| {
+            marks
+                .iter()
+                .find(|m| ends_window(m, m.t_ns, &start))
+                .map(|m| m.name.clone())
+        };
+        let next = Some("port 0x80: userspace 0x62".to_string());
+        assert_eq!(end(&f.marks), next);
+        // The first guest mark after the window opened is the derived one.
+        let first = f
+            .marks
+            .iter()
+            .find(|m| m.source != MarkSource::Vmm && m.t_ns >= f.window_start_ns);
+        assert!(first
+            .unwrap()
+            .name
+            .starts_with(crate::phases::FIRST_KERNEL_PIO));
+        // The kernel's io_delay writes (0x00, and any value below the
+        // marks' range from kernel code) in the window do not end it.
+        let mut marks = f.marks.clone();
+        let rip = Some(0xffff_ffff_8100_0000);
+        for (i, v) in [(0u8, 1u64), (0x20, 2)] {
+            marks.push(Mark {
+                name: crate::phases::debug_port_write_name(i, rip),
+                source: MarkSource::DebugPort,
+                t_ns: f.window_start_ns + v,
+                value: Some(u64::from(i)),
+                tgid: Some(tgid),
+                guest_rip: rip,
+            });
+        }
+        marks.sort_by_key(|m| m.t_ns);
+        assert_eq!(end(&marks), next);
+        // Another process's mark, or one before the window, does not.
+        let mark_62 = marks.iter().find(|m| m.value == Some(0x62)).unwrap();
+        assert!(ends_window(mark_62, mark_62.t_ns, &start));
+        let other = Mark {
+            tgid: Some(tgid + 1),
+            ..mark_62.clone()
+        };
+        assert!(!ends_window(&other, other.t_ns, &start));
+        assert!(!ends_window(mark_62, f.window_start_ns - 1, &start));
+    }
+
     #[test]
     fn kinds_sum_processes_and_keep_the_order() {
         let key = |tgid, kind| t::BsTailLatKey { tgid, kind };
