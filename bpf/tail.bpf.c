@@ -46,11 +46,23 @@ BS_MAP(tail_totals, BPF_MAP_TYPE_PERCPU_ARRAY, BS_TT_COUNT, __u32, __u64);
 
 BS_MAP(tail_threads, BPF_MAP_TYPE_HASH, 1024, __u32, struct bs_tail_thread);
 
-BS_MAP(tail_curve, BPF_MAP_TYPE_HASH, 65536, struct bs_tail_curve_key, __u64);
+/* The curve, regions and sites fill as faults come: not preallocated, so
+ * that creating them at start-up costs only their buckets (preallocating
+ * their 98,304 entries was most of the collector's start-up). */
+#define BS_TAIL_MAP(name, entries, key_t, value_t) \
+	struct {                                   \
+		__uint(type, BPF_MAP_TYPE_HASH);   \
+		__uint(max_entries, entries);      \
+		__uint(map_flags, BPF_F_NO_PREALLOC); \
+		__type(key, key_t);                \
+		__type(value, value_t);            \
+	} name SEC(".maps")
 
-BS_MAP(tail_regions, BPF_MAP_TYPE_HASH, 16384, struct bs_tail_where_key, struct bs_tail_where);
+BS_TAIL_MAP(tail_curve, 65536, struct bs_tail_curve_key, __u64);
 
-BS_MAP(tail_sites, BPF_MAP_TYPE_HASH, 16384, struct bs_tail_where_key, struct bs_tail_where);
+BS_TAIL_MAP(tail_regions, 16384, struct bs_tail_where_key, struct bs_tail_where);
+
+BS_TAIL_MAP(tail_sites, 16384, struct bs_tail_where_key, struct bs_tail_where);
 
 BS_MAP(tail_latency, BPF_MAP_TYPE_HASH, 64, struct bs_tail_lat_key, struct bs_hist);
 

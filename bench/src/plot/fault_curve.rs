@@ -69,6 +69,8 @@ pub(super) fn draw(svg: &mut Svg, t: &FaultTail, scale: Scale) {
 
 /// The guest code sites listed under the curve.
 const TOP_SITES: usize = 8;
+/// The longest site bar: the rest of the width is its label's.
+const SITE_BAR_W: f64 = PLOT_W * 0.85;
 
 /// The guest code that faulted most in the window (`sites`, most first):
 /// one bar per site, its length the site's faults, its host-fault share
@@ -88,7 +90,7 @@ fn draw_sites(svg: &mut Svg, t: &FaultTail) {
             &fit(&place, LEFT - 24.0),
             r##"text-anchor="end" fill="#333""##,
         );
-        let w = s.faults as f64 / top as f64 * PLOT_W;
+        let w = s.faults as f64 / top as f64 * SITE_BAR_W;
         let detail = format!(
             "{} faults ({} needed a host fault), {} waiting",
             group_digits(s.faults as f64),
@@ -103,7 +105,7 @@ fn draw_sites(svg: &mut Svg, t: &FaultTail) {
             KIND_COLORS[0],
             &format!("{place}: {detail}"),
         );
-        let host = s.host_faults as f64 / top as f64 * PLOT_W;
+        let host = s.host_faults as f64 / top as f64 * SITE_BAR_W;
         if host > 0.0 {
             svg.rect(
                 LEFT,
