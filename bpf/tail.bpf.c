@@ -26,11 +26,14 @@
 #include "exits.h"
 #include "tail.h"
 
-/* Set by userspace: the curve's bucket width, the distinct-page set's
- * size, and whether the task counters can be read (the loader relocated
- * the object against the kernel's BTF: CO-RE). */
+/* Set by userspace: the curve's bucket width, and whether the task
+ * counters can be read, at which offsets of task_struct (found in the
+ * kernel's BTF by profiler/src/task_fields.rs; no CO-RE relocation, so the
+ * loader need not parse all of it). */
 const volatile __u64 tail_bucket_ns = 1000000;
 const volatile __u32 read_fault_counters = 0;
+const volatile __u32 task_min_flt_off = 0;
+const volatile __u32 task_maj_flt_off = 0;
 
 BS_FIELD(kvm_mmu_spte_requested, gfn);
 
@@ -43,11 +46,23 @@ BS_MAP(tail_totals, BPF_MAP_TYPE_PERCPU_ARRAY, BS_TT_COUNT, __u32, __u64);
 
 BS_MAP(tail_threads, BPF_MAP_TYPE_HASH, 1024, __u32, struct bs_tail_thread);
 
-BS_MAP(tail_curve, BPF_MAP_TYPE_HASH, 65536, struct bs_tail_curve_key, __u64);
+/* The curve, regions and sites fill as faults come: not preallocated, so
+ * that creating them at start-up costs only their buckets (preallocating
+ * their 98,304 entries was most of the collector's start-up). */
+#define BS_TAIL_MAP(name, entries, key_t, value_t) \
+	struct {                                   \
+		__uint(type, BPF_MAP_TYPE_HASH);   \
+		__uint(max_entries, entries);      \
+		__uint(map_flags, BPF_F_NO_PREALLOC); \
+		__type(key, key_t);                \
+		__type(value, value_t);            \
+	} name SEC(".maps")
 
-BS_MAP(tail_regions, BPF_MAP_TYPE_HASH, 16384, struct bs_tail_where_key, struct bs_tail_where);
+BS_TAIL_MAP(tail_curve, 65536, struct bs_tail_curve_key, __u64);
 
-BS_MAP(tail_sites, BPF_MAP_TYPE_HASH, 16384, struct bs_tail_where_key, struct bs_tail_where);
+BS_TAIL_MAP(tail_regions, 16384, struct bs_tail_where_key, struct bs_tail_where);
+
+BS_TAIL_MAP(tail_sites, 16384, struct bs_tail_where_key, struct bs_tail_where);
 
 BS_MAP(tail_latency, BPF_MAP_TYPE_HASH, 64, struct bs_tail_lat_key, struct bs_hist);
 
@@ -100,18 +115,20 @@ static __always_inline int bs_tail_win(__u32 tgid, __u64 now, int may_open, __u6
 	return 1;
 }
 
-/* The current thread's fault counters (0 without BTF). */
+/* The current thread's fault counters (0 when their offsets are unknown). */
 static __always_inline void bs_tail_counters(__u64 *min, __u64 *maj)
 {
-	struct task_struct *task;
+	char *task;
 
 	*min = 0;
 	*maj = 0;
 	if (!read_fault_counters)
 		return;
-	task = (struct task_struct *)bpf_get_current_task();
-	*min = BPF_CORE_READ(task, min_flt);
-	*maj = BPF_CORE_READ(task, maj_flt);
+	task = (char *)bpf_get_current_task();
+	if (bpf_probe_read_kernel(min, sizeof(*min), task + task_min_flt_off))
+		*min = 0;
+	if (bpf_probe_read_kernel(maj, sizeof(*maj), task + task_maj_flt_off))
+		*maj = 0;
 }
 
 /* The thread's entry (made at its first event in the window) with the

@@ -128,6 +128,11 @@ pub fn annotate(
             eprintln!("bootscope: warning: exit sites: {w}");
         }
     }
+    // The fault tail's sites are exit sites too: the same slide names them.
+    let slide = sites.symbols.as_ref().and_then(|i| i.kaslr_offset);
+    if let Some(tail) = profile.fault_tail.as_mut() {
+        bootscope_profiler::guest_symbols::tail_sites::name_tail_sites(tail, table, slide, modules);
+    }
 }
 
 /// Labels the profile's nested page fault ranges and MMIO addresses with
@@ -147,6 +152,14 @@ pub fn label_npf_ranges(profile: &mut Profile, regions: &[bootscope_vmm::layout:
     }
     for m in &mut profile.exits.mmio {
         m.label = bootscope_profiler::sites::mmio_label(&regions, m.gpa);
+    }
+    // The fault tail's 2 MiB regions, by what the VMM placed there.
+    let tail = profile.fault_tail.as_mut().filter(|_| !regions.is_empty());
+    for r in tail.into_iter().flat_map(|t| t.regions.iter_mut()) {
+        if let Some(gpa) = r.gpa {
+            let end = gpa.saturating_add(bootscope_model::fault_tail::REGION_BYTES);
+            r.label = Some(bootscope_profiler::sites::region_label(&regions, gpa, end));
+        }
     }
 }
 

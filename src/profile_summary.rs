@@ -104,6 +104,9 @@ fn guest_start_ns(p: &Profile) -> u64 {
         .map_or(0, |x| x.start_ns)
 }
 
+/// The guest code named in the fault tail's line of the summary.
+const TAIL_SITES: usize = 3;
+
 /// Page faults, page allocations by node and a restore's fault tail.
 fn memory_summary(s: &mut String, p: &Profile) {
     let f = &p.page_faults;
@@ -132,6 +135,9 @@ fn memory_summary(s: &mut String, p: &Profile) {
     );
     if let Some(t) = &p.fault_tail {
         let _ = writeln!(s, "{}", t.summary_line());
+        if let Some(line) = t.top_sites_line(TAIL_SITES) {
+            let _ = writeln!(s, "{line}");
+        }
     }
 }
 

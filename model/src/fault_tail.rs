@@ -22,6 +22,9 @@ pub const KINDS: [&str; 5] = [
 /// The guest page size the working set is counted in.
 pub const PAGE_BYTES: u64 = 4096;
 
+/// The size of a guest-physical region of `regions` (2 MiB).
+pub const REGION_BYTES: u64 = 2 << 20;
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FaultTail {
     /// What restored the guest, when the profiler recognised it.
@@ -208,9 +211,81 @@ impl FaultTail {
     }
 }
 
+impl TailWhere {
+    /// What to call the place: its label, else its address.
+    pub fn place(&self) -> String {
+        match (&self.label, self.rip, self.gpa) {
+            (Some(l), _, _) => l.clone(),
+            (None, Some(rip), _) => format!("0x{rip:x}"),
+            (None, None, Some(gpa)) => format!("gpa 0x{gpa:x}"),
+            (None, None, None) => "?".into(),
+        }
+    }
+}
+
+impl FaultTail {
+    /// The summary's line on the guest code that faulted most in the
+    /// window (its `n` first sites, most first; `sites` is sorted so):
+    /// faults and the vCPU time they waited. None without sites (they need
+    /// the exits collector's exit sites: VMX/SVM, `--exit-sites`).
+    pub fn top_sites_line(&self, n: usize) -> Option<String> {
+        if self.sites.is_empty() {
+            return None;
+        }
+        let shown: Vec<String> = self
+            .sites
+            .iter()
+            .take(n)
+            .map(|s| {
+                format!(
+                    "{} {} ({})",
+                    s.place(),
+                    group_digits(s.faults),
+                    human_ns(s.wait_ns)
+                )
+            })
+            .collect();
+        let rest = self.sites.len().saturating_sub(n);
+        let more = if rest > 0 {
+            format!("; {} more sites", group_digits(rest as u64))
+        } else {
+            String::new()
+        };
+        Some(format!(
+            "fault tail by guest code: {}{more}",
+            shown.join(", ")
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_top_sites_line_names_the_most_faulting_code_first() {
+        let site = |label: Option<&str>, rip, faults, wait_ns| TailWhere {
+            rip: Some(rip),
+            label: label.map(String::from),
+            faults,
+            wait_ns,
+            ..Default::default()
+        };
+        let mut t = FaultTail::default();
+        assert_eq!(t.top_sites_line(3), None);
+        t.sites = vec![
+            site(Some("copy_user_generic+0x1a"), 1, 15_000, 1_200_000_000),
+            site(None, 0xffff_ffff_8100_1234, 300, 2_000_000),
+            site(Some("filemap_read+0x40"), 3, 20, 10_000),
+        ];
+        let line = t.top_sites_line(2).unwrap();
+        assert_eq!(
+            line,
+            "fault tail by guest code: copy_user_generic+0x1a 15,000 (1.20 s), \
+             0xffffffff81001234 300 (2.0 ms); 1 more sites"
+        );
+        assert!(!t.top_sites_line(3).unwrap().contains("more"));
+    }
 
     #[test]
     fn the_summary_line_says_the_share_spent_waiting() {

@@ -35,6 +35,7 @@ mod pseudo;
 pub mod reasons;
 pub mod restore_cmd;
 pub mod runqueue;
+pub mod task_fields;
 pub mod topology;
 pub mod tracefs;
 

@@ -33,6 +33,13 @@ fn boot_code_io_delay(value: u8, guest_rip: Option<u64>) -> bool {
     value == 0 && guest_rip.is_some_and(|rip| rip < KERNEL_HALF)
 }
 
+/// True when a port-0x80 write is none of the guest's marks but the
+/// kernel's or its boot code's `io_delay` (named `... by kernel code`,
+/// `... by boot code`).
+pub fn io_delay_write(value: u8, guest_rip: Option<u64>) -> bool {
+    kernel_non_marker(value, guest_rip) || boot_code_io_delay(value, guest_rip)
+}
+
 /// The name of a port-0x80 write's mark: `port 0x80: kernel 0x40` (its
 /// range and value), or, for a write that is no marker, `port 0x80: 0x00
 /// by kernel code` / `port 0x80: 0x00 by boot code`.

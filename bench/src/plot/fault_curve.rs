@@ -3,6 +3,7 @@
 //! faults by what their service took on the host.
 
 use bootscope_model::fault_tail::{FaultTail, KINDS};
+use bootscope_model::human::human_ns;
 
 use super::svg::*;
 
@@ -63,4 +64,63 @@ pub(super) fn draw(svg: &mut Svg, t: &FaultTail, scale: Scale) {
         x += 110.0;
     }
     svg.y += 16.0;
+    draw_sites(svg, t);
+}
+
+/// The guest code sites listed under the curve.
+const TOP_SITES: usize = 8;
+/// The longest site bar: the rest of the width is its label's.
+const SITE_BAR_W: f64 = PLOT_W * 0.85;
+
+/// The guest code that faulted most in the window (`sites`, most first):
+/// one bar per site, its length the site's faults, its host-fault share
+/// darker, with the faults and the vCPU time they waited beside it.
+fn draw_sites(svg: &mut Svg, t: &FaultTail) {
+    let Some(top) = t.sites.first().map(|s| s.faults.max(1)) else {
+        return;
+    };
+    svg.heading("Guest code that faulted most in the window", 12.0);
+    for s in t.sites.iter().take(TOP_SITES) {
+        svg.y += 4.0;
+        let y = svg.y;
+        let place = s.place();
+        svg.text(
+            LEFT - 8.0,
+            y + BAR_H - 3.0,
+            &fit(&place, LEFT - 24.0),
+            r##"text-anchor="end" fill="#333""##,
+        );
+        let w = s.faults as f64 / top as f64 * SITE_BAR_W;
+        let detail = format!(
+            "{} faults ({} needed a host fault), {} waiting",
+            group_digits(s.faults as f64),
+            group_digits(s.host_faults as f64),
+            human_ns(s.wait_ns)
+        );
+        svg.rect(
+            LEFT,
+            y,
+            w,
+            BAR_H,
+            KIND_COLORS[0],
+            &format!("{place}: {detail}"),
+        );
+        let host = s.host_faults as f64 / top as f64 * SITE_BAR_W;
+        if host > 0.0 {
+            svg.rect(
+                LEFT,
+                y,
+                host,
+                BAR_H,
+                KIND_COLORS[1],
+                &format!("{place}: {detail}"),
+            );
+        }
+        bar_label(svg, LEFT, LEFT + w, y + BAR_H - 3.0, &detail);
+        svg.y += ROW_H - 4.0;
+    }
+    let rest = t.sites.len().saturating_sub(TOP_SITES);
+    if rest > 0 {
+        svg.note(&format!("and {rest} more sites"));
+    }
 }

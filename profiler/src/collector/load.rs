@@ -283,11 +283,11 @@ pub(super) fn load_object(
     settings: &ObjectSettings,
     slot_base_mono_ns: u64,
     stages: &mut Stages,
-) -> Result<(Ebpf, KernelBtf), ProfilerError> {
+) -> Result<(Ebpf, KernelBtf, Option<DataSource>), ProfilerError> {
     let (mut loader, btf) = if !Path::new(KERNEL_BTF).exists() {
         // Nothing to parse: the loader is cheap as it is.
         (EbpfLoader::new(), KernelBtf::Missing)
-    } else if config.exit_codes || config.collectors.tail {
+    } else if config.exit_codes {
         (EbpfLoader::new(), KernelBtf::Used(None))
     } else {
         match loader_without_kernel_btf() {
@@ -296,6 +296,18 @@ pub(super) fn load_object(
         }
     };
     stages.end("loader");
+    let (fields, counters) = match config.collectors.tail {
+        true => {
+            let (fields, source) = fault_counter_fields();
+            stages.end("task fields");
+            (fields, Some(source))
+        }
+        false => ([0; 3], None),
+    };
+    loader
+        .override_global("read_fault_counters", &fields[0], true)
+        .override_global("task_min_flt_off", &fields[1], true)
+        .override_global("task_maj_flt_off", &fields[2], true);
     for (name, field) in settings.globals {
         loader.override_global(name.as_str(), field, true);
     }
@@ -304,7 +316,6 @@ pub(super) fn load_object(
     let boot_time_port = u32::from(config.boot_time_port);
     let fork_follows = u32::from(settings.fork_follows);
     let read_exit_code = u32::from(btf.reads_exit_codes());
-    // The tail programs read the task's fault counters the same way.
     let tail_bucket_ns = super::tail::BUCKET_NS;
     let nr_ranges = topology.pfn_ranges.len().min(bpf::MAX_PFN_RANGES) as u32;
     loader
@@ -313,7 +324,6 @@ pub(super) fn load_object(
         .override_global("serial_port", &serial_port, true)
         .override_global("fork_follows", &fork_follows, true)
         .override_global("read_exit_code", &read_exit_code, true)
-        .override_global("read_fault_counters", &read_exit_code, true)
         .override_global("tail_bucket_ns", &tail_bucket_ns, true)
         .override_global("nr_pfn_ranges", &nr_ranges, true)
         .map_max_entries("events", settings.ring_bytes);
@@ -348,7 +358,48 @@ pub(super) fn load_object(
         .load(object.bytes())
         .map_err(|source| ProfilerError::Load { source })?;
     stages.end("maps");
-    Ok((ebpf, btf))
+    Ok((ebpf, btf, counters))
+}
+
+/// The tail programs' globals for `task_struct`'s fault counters (read
+/// them or not, `min_flt`'s and `maj_flt`'s offsets), found in the
+/// kernel's BTF without parsing all of it (crate::task_fields), and the
+/// data source saying how they are read.
+fn fault_counter_fields() -> ([u32; 3], DataSource) {
+    let cache = bootscope_model::cache::cache_dir("btf")
+        .ok()
+        .map(|d| d.join("task-fault-counters"));
+    let found = crate::task_fields::fault_counters_cached(Path::new(KERNEL_BTF), cache.as_deref());
+    let fields = match &found {
+        Ok(c) => [1, c.min_flt.offset, c.maj_flt.offset],
+        Err(_) => [0; 3],
+    };
+    let (status, detail) = match found {
+        Ok(c) => (
+            "attached",
+            format!(
+                "task_struct min_flt at +{}, maj_flt at +{} ({KERNEL_BTF}): \
+                 the threads' fault counters read in each guest fault",
+                c.min_flt.offset, c.maj_flt.offset
+            ),
+        ),
+        Err(why) => (
+            "missing",
+            format!(
+                "the threads' fault counters are not read ({why}): every guest fault \
+                 counts as resident and no host fault is counted"
+            ),
+        ),
+    };
+    let source = DataSource {
+        name: "btf:task_struct fault counters".into(),
+        status: status.into(),
+        detail,
+        events: 0,
+        collector: "tail".into(),
+        ..Default::default()
+    };
+    (fields, source)
 }
 
 /// Fills the NUMA collector's lookup tables: each CPU's node and the page

@@ -287,7 +287,7 @@ impl Collector {
         // slot 0 starts there (else about now, before the programs load).
         let given_origin = config.origin.map(|o| clock_origin(Some(o)));
         let slot_base_mono_ns = given_origin.map_or_else(monotonic_ns, |(_, mono)| mono);
-        let (mut ebpf, kernel_btf) = load_object(
+        let (mut ebpf, kernel_btf, counters) = load_object(
             &config,
             &topology,
             &settings,
@@ -319,6 +319,7 @@ impl Collector {
         let host = host_info(&topology);
         let mut extra_sources = startup_sources(threads.len(), &topology);
         extra_sources.push(kernel_btf.source());
+        extra_sources.extend(counters);
         extra_sources.extend(stats_source);
         stages.end("finish");
         let state = State {

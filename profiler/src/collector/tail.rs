@@ -59,14 +59,16 @@ impl State {
             return;
         }
         let Some(w) = self.tail_window() else { return };
-        if w.state != t::TAIL_ARMED || w.end_ns != 0 {
+        if w.state != t::TAIL_ARMED {
             return;
         }
         let Some(start) = self.tail_start() else {
             return;
         };
         let mono = self.clock.start_mono_ns + mark.t_ns;
-        if mono < start.start_ns || mark.tgid.is_some_and(|p| p != start.tgid) {
+        // A mark read after a later one (the console's lines and the port
+        // writes arrive by different paths) still ends the window earlier.
+        if !ends_window(mark, mono, &start) || (w.end_ns != 0 && mono >= w.end_ns) {
             return;
         }
         let Some(map) = self.bpf.map_mut(WINDOW_MAP) else {
@@ -223,11 +225,28 @@ fn places(entries: &[(t::BsTailWhereKey, t::BsTailWhere)], regions: bool) -> Vec
 
 /// A mark the profiler derives from what the guest does, not one the
 /// guest writes to say where it is: the first port I/O of its kernel (a
-/// restored kernel makes one at once), a port 0x80 write of 0x00 (the
-/// kernel's `io_delay`). Such a mark does not end a restore's window.
+/// restored kernel makes one at once: its first serial write), a port 0x80
+/// write of 0x00 or one its kernel's code makes below the marks' range
+/// (`io_delay`). Such a mark does not end a restore's window.
 fn derived(mark: &Mark) -> bool {
-    mark.name.starts_with(crate::phases::FIRST_KERNEL_PIO)
-        || (mark.source == MarkSource::DebugPort && mark.value == Some(0))
+    if mark.name.starts_with(crate::phases::FIRST_KERNEL_PIO) {
+        return true;
+    }
+    mark.source == MarkSource::DebugPort
+        && mark.value.is_some_and(|v| {
+            v == 0
+                || u8::try_from(v).is_ok_and(|v| crate::phases::io_delay_write(v, mark.guest_rip))
+        })
+}
+
+/// Whether `mark` (at `mono_ns`, CLOCK_MONOTONIC) ends the window that
+/// opened at `start`: the guest's first mark after the window opened, of
+/// the process that opened it; not the VMM's own, nor a derived one.
+fn ends_window(mark: &Mark, mono_ns: u64, start: &t::BsTailStart) -> bool {
+    mark.source != MarkSource::Vmm
+        && !derived(mark)
+        && mono_ns >= start.start_ns
+        && mark.tgid.is_none_or(|p| p == start.tgid)
 }
 
 #[cfg(test)]
@@ -256,6 +275,70 @@ mod tests {
             ..mark(0)
         };
         assert!(!derived(&serial));
+    }
+
+    /// A lab restore of the restore guest (testdata/lab-restore-marks.json):
+    /// after its first `KVM_RUN` the guest's kernel makes its first port
+    /// I/O (a serial write), and only then, its buffer read back, the guest
+    /// marks 0x62: the window ends there, as the timeline's does, also
+    /// with io_delay writes of its kernel in between.
+    #[test]
+    fn a_lab_restores_window_ends_at_the_guests_next_mark() {
+        #[derive(serde::Deserialize)]
+        struct Fixture {
+            window_start_ns: u64,
+            marks: Vec<Mark>,
+        }
+        let f: Fixture =
+            serde_json::from_str(include_str!("testdata/lab-restore-marks.json")).unwrap();
+        let tgid = f.marks[0].tgid.unwrap();
+        let start = t::BsTailStart {
+            tgid,
+            pad: 0,
+            start_ns: f.window_start_ns,
+        };
+        let end = |marks: &[Mark]| {
+            marks
+                .iter()
+                .find(|m| ends_window(m, m.t_ns, &start))
+                .map(|m| m.name.clone())
+        };
+        let next = Some("port 0x80: userspace 0x62".to_string());
+        assert_eq!(end(&f.marks), next);
+        // The first guest mark after the window opened is the derived one.
+        let first = f
+            .marks
+            .iter()
+            .find(|m| m.source != MarkSource::Vmm && m.t_ns >= f.window_start_ns);
+        assert!(first
+            .unwrap()
+            .name
+            .starts_with(crate::phases::FIRST_KERNEL_PIO));
+        // The kernel's io_delay writes (0x00, and any value below the
+        // marks' range from kernel code) in the window do not end it.
+        let mut marks = f.marks.clone();
+        let rip = Some(0xffff_ffff_8100_0000);
+        for (i, v) in [(0u8, 1u64), (0x20, 2)] {
+            marks.push(Mark {
+                name: crate::phases::debug_port_write_name(i, rip),
+                source: MarkSource::DebugPort,
+                t_ns: f.window_start_ns + v,
+                value: Some(u64::from(i)),
+                tgid: Some(tgid),
+                guest_rip: rip,
+            });
+        }
+        marks.sort_by_key(|m| m.t_ns);
+        assert_eq!(end(&marks), next);
+        // Another process's mark, or one before the window, does not.
+        let mark_62 = marks.iter().find(|m| m.value == Some(0x62)).unwrap();
+        assert!(ends_window(mark_62, mark_62.t_ns, &start));
+        let other = Mark {
+            tgid: Some(tgid + 1),
+            ..mark_62.clone()
+        };
+        assert!(!ends_window(&other, other.t_ns, &start));
+        assert!(!ends_window(mark_62, f.window_start_ns - 1, &start));
     }
 
     #[test]

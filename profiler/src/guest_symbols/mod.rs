@@ -10,6 +10,7 @@ pub mod image;
 pub mod kallsyms;
 pub mod modules;
 pub mod slide;
+pub mod tail_sites;
 
 use std::path::{Path, PathBuf};
 
