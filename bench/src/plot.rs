@@ -20,6 +20,7 @@ mod exits;
 mod fault_curve;
 mod initcalls;
 mod svg;
+mod units;
 
 use bench::bench_svg;
 use boot::{boot_svg, Boot};
