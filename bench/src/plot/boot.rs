@@ -236,18 +236,23 @@ pub(super) fn boot_svg(b: &Boot, path: &Path) -> String {
             .map(|(i, p)| (p.1, p.2, PHASE_COLORS[i % PHASE_COLORS.len()]));
         initcalls::draw(&mut svg, ic, kernel);
     }
+    draw_units(&mut svg, b);
+    exit_bars(&mut svg, &b.exits_title, &b.exits, &b.sites);
+    phase_stacks(&mut svg, &b.by_phase);
+    svg.finish(&b.title)
+}
+
+/// A systemd guest's units, with the workload's port 0x80 mark (the
+/// chain's end).
+fn draw_units(svg: &mut Svg, b: &Boot) {
     if let Some(u) = &b.units {
-        // The workload's port 0x80 mark, the chain's end.
         let marker = b
             .marks
             .iter()
             .find(|m| m.0.starts_with("port 0x80"))
             .map(|m| (m.0.as_str(), m.1));
-        super::units::draw(&mut svg, u, marker);
+        super::units::draw(svg, u, marker);
     }
-    exit_bars(&mut svg, &b.exits_title, &b.exits, &b.sites);
-    phase_stacks(&mut svg, &b.by_phase);
-    svg.finish(&b.title)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 
-use bootscope_model::units::UnitsDoc;
+use bootscope_model::units::{Unit, UnitsDoc};
 
 use super::svg::*;
 
@@ -42,7 +42,7 @@ pub(super) fn draw(svg: &mut Svg, u: &UnitsDoc, marker: Option<(&str, f64)>) {
     if u.units.is_empty() {
         return;
     }
-    let mut units: Vec<&bootscope_model::units::Unit> = u.units.iter().collect();
+    let mut units: Vec<&Unit> = u.units.iter().collect();
     units.sort_by(|a, b| {
         a.start_ns
             .cmp(&b.start_ns)
@@ -79,46 +79,7 @@ pub(super) fn draw(svg: &mut Svg, u: &UnitsDoc, marker: Option<(&str, f64)>) {
     let scale = svg.time_axis(lo, hi, grid_h);
     let top = svg.y;
     for unit in &units {
-        let on_chain = chain.contains(unit.name.as_str());
-        let y = svg.y;
-        let weight = if on_chain {
-            r##" font-weight="bold" fill="#b00""##
-        } else {
-            ""
-        };
-        svg.text(
-            LEFT - 8.0,
-            y + UNIT_BAR_H,
-            &unit_label(&unit.name),
-            &format!(r#"text-anchor="end" font-size="{UNIT_FONT}"{weight}"#),
-        );
-        let (start, end) = (
-            unit.start_ns as f64,
-            unit.start_ns.saturating_add(unit.duration_ns) as f64,
-        );
-        let (x0, x1) = (scale.x(start), scale.x(end));
-        let color = match (on_chain, unit.state.as_str()) {
-            (true, _) => CHAIN_COLOR,
-            (false, "failed") => FAILED_COLOR,
-            _ => UNIT_COLOR,
-        };
-        let title = format!(
-            "{} ({}): {} to {}",
-            unit.name,
-            unit.state,
-            ms(start),
-            ms(end)
-        );
-        svg.rect(x0, y + 2.0, x1 - x0, UNIT_BAR_H, color, &title);
-        if on_chain || (end - start) / span >= LABEL_MIN_SHARE {
-            svg.text(
-                x1.max(x0 + 1.0) + 4.0,
-                y + UNIT_BAR_H,
-                &ms(end - start),
-                &format!(r##"font-size="{UNIT_FONT}" fill="#333""##),
-            );
-        }
-        svg.y += UNIT_ROW_H;
+        unit_row(svg, &scale, unit, chain.contains(unit.name.as_str()), span);
     }
     if let Some((name, t)) = marker.filter(|m| m.1 >= lo) {
         let x = scale.x(t);
@@ -137,4 +98,46 @@ pub(super) fn draw(svg: &mut Svg, u: &UnitsDoc, marker: Option<(&str, f64)>) {
         );
     }
     svg.y += 4.0;
+}
+
+/// One unit's row: its name, its bar, and its duration when on the chain
+/// or long enough.
+fn unit_row(svg: &mut Svg, scale: &Scale, unit: &Unit, on_chain: bool, span: f64) {
+    let y = svg.y;
+    let weight = if on_chain {
+        r##" font-weight="bold" fill="#b00""##
+    } else {
+        ""
+    };
+    svg.text(
+        LEFT - 8.0,
+        y + UNIT_BAR_H,
+        &unit_label(&unit.name),
+        &format!(r#"text-anchor="end" font-size="{UNIT_FONT}"{weight}"#),
+    );
+    let start = unit.start_ns as f64;
+    let end = unit.start_ns.saturating_add(unit.duration_ns) as f64;
+    let (x0, x1) = (scale.x(start), scale.x(end));
+    let color = match (on_chain, unit.state.as_str()) {
+        (true, _) => CHAIN_COLOR,
+        (false, "failed") => FAILED_COLOR,
+        _ => UNIT_COLOR,
+    };
+    let title = format!(
+        "{} ({}): {} to {}",
+        unit.name,
+        unit.state,
+        ms(start),
+        ms(end)
+    );
+    svg.rect(x0, y + 2.0, x1 - x0, UNIT_BAR_H, color, &title);
+    if on_chain || (end - start) / span >= LABEL_MIN_SHARE {
+        svg.text(
+            x1.max(x0 + 1.0) + 4.0,
+            y + UNIT_BAR_H,
+            &ms(end - start),
+            &format!(r##"font-size="{UNIT_FONT}" fill="#333""##),
+        );
+    }
+    svg.y += UNIT_ROW_H;
 }
