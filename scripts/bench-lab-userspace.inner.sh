@@ -32,6 +32,8 @@ boot)
     debugfs -R "rdump /var/log/journal $work" "$image" >/dev/null 2>&1 ||
         echo "debugfs could not read the journal of $image" >&2
     tar -cf "$out/journal.tar" -C "$work" journal
+    debugfs -R "dump /var/log/critical-chain.txt $out/critical-chain.txt" "$image" >/dev/null 2>&1 ||
+        echo "debugfs could not read systemd-analyze's chains in $image" >&2
     ;;
 prove)
     if [ $# -ne 13 ]; then

@@ -52,7 +52,10 @@ pub(crate) struct LabArgs {
     /// Also bring back this file, written in the lab, to the same path
     /// (repeatable). bootscope's own output files (--output, --timeline,
     /// --serial FILE of the command run) come back by themselves; files
-    /// written by a profiled command or an --exe program do not.
+    /// written by a profiled command or an --exe program do not. A file
+    /// that is also an --input is carried in and brought back over itself
+    /// (a disk image the guest writes: --input IMG --output IMG -- run
+    /// --disk IMG).
     #[arg(long = "output", value_name = "PATH")]
     pub(crate) outputs: Vec<PathBuf>,
     /// Keep address space layout randomization on in the lab machine. It is

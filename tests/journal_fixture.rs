@@ -10,7 +10,8 @@
 use std::io::Read;
 
 use bootscope_model::journal::{self, boot_units, units::FIELDS, Limits};
-use bootscope_vmm::units::journal::{chain_target, record_of};
+use bootscope_vmm::units::chain::critical_chain;
+use bootscope_vmm::units::journal::{chain_target, record_from_image, record_of};
 use serde_json::Value;
 
 fn fixture(name: &str) -> String {
@@ -112,4 +113,109 @@ fn the_timeline_holds_the_journals_units_on_the_guests_clock() {
     };
     assert!(mark("systemd: started") < mark("port 0x80: userspace 0x60"));
     assert!(mark("port 0x80: userspace 0x60") < mark("vmm: guest shutdown"));
+}
+
+/// The names on each chain `systemd-analyze critical-chain` printed, the
+/// unit it was asked about first.
+fn systemd_chains(text: &str) -> Vec<Vec<String>> {
+    let mut chains: Vec<Vec<String>> = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let tree = line.trim_start_matches([' ', '│', '├', '└', '─']);
+        let Some(name) = tree.split_whitespace().next() else {
+            continue;
+        };
+        if tree.len() == line.len() {
+            // Not in a tree: a chain's top, or the header's prose.
+            if name.contains('.') && !name.ends_with('.') {
+                chains.push(vec![name.to_string()]);
+            }
+        } else if let Some(chain) = chains.last_mut() {
+            chain.push(name.to_string());
+        }
+    }
+    chains
+}
+
+/// The image's unit files and its journal of one boot in an ext4 image
+/// (`mkfs.ext4 -d`), as `run --disk` finds them after the boot; `None`
+/// without mkfs.ext4 or tar.
+fn chain_image(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    let tree = dir.join("root");
+    let machine = tree.join("var/log/journal/5c0a1d3e7b9f4a2c8e6d0b1f3a5c7e90");
+    std::fs::create_dir_all(&machine).unwrap();
+    std::fs::create_dir_all(tree.join("lib/systemd")).unwrap();
+    std::fs::write(tree.join("lib/systemd/systemd"), b"\x7fELF").unwrap();
+    let mut journal = Vec::new();
+    let file = std::fs::File::open(fixture("journal-debian12-chain.journal.gz")).unwrap();
+    flate2::read::GzDecoder::new(file)
+        .read_to_end(&mut journal)
+        .unwrap();
+    std::fs::write(machine.join("system.journal"), journal).unwrap();
+    let untar = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(fixture("journal-debian12-chain.units.tar.gz"))
+        .arg("-C")
+        .arg(&tree)
+        .status()
+        .ok()?;
+    assert!(untar.success(), "tar failed");
+    let mkfs = ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())?;
+    let image = dir.join("own.raw");
+    let ok = std::process::Command::new(mkfs)
+        .args(["-q", "-F", "-d"])
+        .arg(&tree)
+        .arg(&image)
+        .arg("32M")
+        .status()
+        .ok()?;
+    assert!(ok.success(), "mkfs.ext4 failed");
+    Some(image)
+}
+
+/// The critical chain from the journal and the unit files of a real boot
+/// is the one systemd's own `systemd-analyze critical-chain` printed in
+/// that boot (the image's workload kept it): to the workload and to
+/// `graphical.target`, link by link, down to the first unit the journal
+/// does not hold (`-.mount`, mounted before systemd started, and the
+/// slices).
+#[test]
+fn the_chain_from_the_journal_is_the_one_systemd_analyze_printed() {
+    let dir = std::env::temp_dir().join(format!("bootscope-chain-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(image) = chain_image(&dir) else {
+        println!("SKIP: mkfs.ext4 or tar is not installed");
+        return;
+    };
+    let read = bootscope_vmm::units::image::with_fs_at(&image, |fs| {
+        record_from_image(fs).map_err(|e| e.to_string())
+    });
+    let (record, journal) = read.unwrap().unwrap();
+    assert!(journal.problems.is_empty(), "{:?}", journal.problems);
+    let text =
+        std::fs::read_to_string(fixture("journal-debian12-chain.critical-chain.txt")).unwrap();
+    let chains = systemd_chains(&text);
+    let tops: Vec<&str> = chains.iter().map(|c| c[0].as_str()).collect();
+    assert_eq!(tops, ["workload.service", "graphical.target"]);
+    for systemds in &chains {
+        let expected: Vec<&str> = systemds
+            .iter()
+            .map(String::as_str)
+            .take_while(|n| record.unit(n).is_some())
+            .collect();
+        // Down to systemd-journald.socket: only -.mount and -.slice are left.
+        assert_eq!(expected.len(), systemds.len() - 2, "{systemds:?}");
+        let ours: Vec<String> = critical_chain(&record, &systemds[0])
+            .into_iter()
+            .map(|l| l.name)
+            .collect();
+        assert_eq!(ours, expected);
+    }
+    // systemd-update-utmp-runlevel.service became active after
+    // graphical.target (ordered after its alias runlevel5.target, without
+    // default dependencies): not on the chain.
+    assert!(!chains[1].iter().any(|n| n.contains("utmp")));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -131,6 +131,37 @@ fn profiled_command_arguments_pass_through_unchanged() {
 }
 
 #[test]
+fn a_file_carried_in_and_brought_back_holds_what_the_lab_wrote() {
+    require_lab!();
+    let busybox = require_busybox!();
+    let dir = scratch("lab-in-out-real");
+    let img = dir.join("disk.img");
+    std::fs::write(&img, "host line\n").unwrap();
+    let img_s = img.to_str().unwrap();
+    // The command in the lab reads the file carried in and appends to it,
+    // as a guest writes its disk image.
+    let script = format!("cat {img_s} && echo lab line >> {img_s}");
+    let o = run(
+        bootscope()
+            .current_dir(&dir)
+            .args(["lab", "--timeout", "900", "--exe"])
+            .arg(&busybox)
+            .args([
+                "--input", img_s, "--output", img_s, "--", "sh", "-c", &script,
+            ]),
+        None,
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", stderr(&o));
+    assert!(out.contains("host line"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(&img).unwrap(),
+        "host line\nlab line\n"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn qemu_microvm_is_profiled_in_the_lab_with_its_own_serial_flag() {
     let pre = require_lab_guest!("lab-qemu-microvm");
     let Some((qemu, firmware)) = lab::qemu_for_the_lab() else {

@@ -61,7 +61,7 @@ fn a_full_device_is_refused_as_a_lab_output() {
 }
 
 #[test]
-fn an_output_that_is_a_file_carried_in_is_refused_and_kept() {
+fn an_output_that_is_a_program_carried_in_is_refused_and_kept() {
     let d = scratch("lab-out-in");
     let data = d.join("data.bin");
     std::fs::write(&data, b"input data").unwrap();
@@ -71,11 +71,13 @@ fn an_output_that_is_a_file_carried_in_is_refused_and_kept() {
     std::os::unix::fs::symlink(&data, &other).unwrap();
     let e = s(&exe);
     for (args, flag) in [
-        (vec!["--input", s(&data), "--output", s(&data)], "--input"),
-        // The same file by another name.
-        (vec!["--input", s(&data), "--output", s(&other)], "--input"),
         (
             vec!["--program", s(&data), "--output", s(&data)],
+            "--program",
+        ),
+        // The same file by another name.
+        (
+            vec!["--program", s(&data), "--output", s(&other)],
             "--program",
         ),
     ] {
@@ -102,6 +104,33 @@ fn an_output_that_is_a_file_carried_in_is_refused_and_kept() {
         &["the output of the command in the lab", "--input"],
     );
     assert_eq!(std::fs::read(&data).unwrap(), b"input data");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn an_input_the_lab_also_brings_back_goes_on_to_the_lab() {
+    // `--input IMG --output IMG`: carried in, brought back after the run
+    // (tests/lab_args.rs runs it); nothing refused, the lab goes on to
+    // look for QEMU (absent here), the file untouched.
+    let d = scratch("lab-in-out");
+    let img = d.join("disk.img");
+    std::fs::write(&img, b"image").unwrap();
+    let o = lab(&[
+        "--input",
+        s(&img),
+        "--output",
+        s(&img),
+        "--",
+        "run",
+        "--kernel",
+        "/bin/true",
+        "--disk",
+        s(&img),
+    ]);
+    let err = stderr(&o);
+    assert!(err.contains("QEMU"), "{err}");
+    assert!(!err.contains("would destroy"), "{err}");
+    assert_eq!(std::fs::read(&img).unwrap(), b"image");
     let _ = std::fs::remove_dir_all(&d);
 }
 

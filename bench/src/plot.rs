@@ -20,6 +20,7 @@ mod exits;
 mod fault_curve;
 mod initcalls;
 mod svg;
+mod units;
 
 use bench::bench_svg;
 use boot::{boot_svg, Boot};
@@ -92,22 +93,36 @@ mod tests {
     }
 
     #[test]
-    fn a_systemd_guest_s_critical_chain_is_drawn_under_userspace() {
+    fn a_systemd_guest_s_units_are_drawn_with_the_chain_in_red() {
+        let unit = |name: &str, start_ms: u64, ms: u64| {
+            serde_json::json!({"name": name, "start_ns": start_ms * 1_000_000,
+                "active_ns": (start_ms + ms) * 1_000_000, "duration_ns": ms * 1_000_000,
+                "state": "active"})
+        };
         let t = serde_json::json!({
             "schema": "bootscope.timeline", "version": 2,
-            "marks": [], "phases": [{"name": "userspace", "start_ns": 0, "end_ns": 9000000, "duration_ns": 9000000}],
-            "units": {"source": "t", "units": [], "chain_target": "w.service", "critical_chain": [
+            "marks": [{"name": "port 0x80: userspace 0x60", "t_ns": 8500000}],
+            "phases": [{"name": "userspace", "start_ns": 0, "end_ns": 9000000, "duration_ns": 9000000}],
+            "units": {"source": "t", "chain_target": "w.service",
+                "units": [unit("w.service", 8, 0), unit("multi-user.target", 7, 0),
+                          unit("slow.service", 2, 4), unit("other.service", 1, 1)],
+                "critical_chain": [
                 {"name": "w.service", "active_ns": 8000000, "duration_ns": 0},
                 {"name": "multi-user.target", "active_ns": 7000000, "duration_ns": 0},
                 {"name": "slow.service", "active_ns": 6000000, "duration_ns": 4000000}]}
         });
         let svg = render(t.to_string().as_bytes(), Path::new("t.json")).unwrap();
         let at = |s: &str| svg.find(s).unwrap_or_else(|| panic!("{s} missing"));
-        assert!(at(">chain: slow.service<") < at(">chain: w.service<"));
+        // By start, every unit; the chain's three in red.
+        assert!(at(">other.service<") < at(">slow.service<"));
+        assert!(at(">slow.service<") < at(">w.service<"));
         assert!(
-            svg.contains("chain: slow.service: 2.0 ms to 6.0 ms"),
+            svg.contains("slow.service (active): 2.0 ms to 6.0 ms"),
             "{svg}"
         );
+        assert_eq!(svg.matches(r##"fill="#d62728""##).count(), 3);
+        assert!(svg.contains("the critical chain to w.service in red (3 units)"));
+        assert!(svg.contains(r#"stroke-dasharray="4,3""#));
     }
 
     #[test]

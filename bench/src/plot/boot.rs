@@ -31,6 +31,8 @@ pub(super) struct Boot {
     initcalls: Option<Initcalls>,
     /// A profile's page-fault tail of a restore.
     fault_tail: Option<bootscope_model::fault_tail::FaultTail>,
+    /// A systemd guest's units (a timeline's, without an error).
+    units: Option<bootscope_model::units::UnitsDoc>,
 }
 
 impl Boot {
@@ -40,25 +42,14 @@ impl Boot {
             .iter()
             .map(|p| (p.name.clone(), p.start_ns as f64, p.end_ns as f64))
             .collect();
-        // A systemd guest's critical chain to its workload, under `userspace`
-        // (deepest first: the order the units became active).
-        if let Some(units) = &t.units {
-            // The initramfs stage, where `userspace` starts.
-            if let Some(stage) = &units.initramfs {
-                phases.push((
-                    bootscope_model::timeline_profile::INITRAMFS_PHASE.to_string(),
-                    stage.start_ns as f64,
-                    stage.end_ns as f64,
-                ));
-            }
-            for link in units.critical_chain.iter().rev() {
-                let start = link.active_ns.saturating_sub(link.duration_ns);
-                phases.push((
-                    format!("chain: {}", link.name),
-                    start as f64,
-                    link.active_ns as f64,
-                ));
-            }
+        // A systemd guest's initramfs stage, where `userspace` starts (its
+        // units are drawn in a section of their own).
+        if let Some(stage) = t.units.as_ref().and_then(|u| u.initramfs.as_ref()) {
+            phases.push((
+                bootscope_model::timeline_profile::INITRAMFS_PHASE.to_string(),
+                stage.start_ns as f64,
+                stage.end_ns as f64,
+            ));
         }
         let stats = t.kvm_stats.clone().unwrap_or_default();
         let mut exits: Vec<(String, f64)> = stats
@@ -108,6 +99,7 @@ impl Boot {
             by_phase: Vec::new(),
             initcalls: Initcalls::from_timeline(t.initcalls.as_ref()),
             fault_tail: None,
+            units: t.units.clone().filter(|u| u.error.is_none()),
         }
     }
 
@@ -149,6 +141,7 @@ impl Boot {
             by_phase: by_phase(p, &phase_names),
             initcalls: None,
             fault_tail: p.fault_tail.clone(),
+            units: None,
         }
     }
 }
@@ -243,9 +236,23 @@ pub(super) fn boot_svg(b: &Boot, path: &Path) -> String {
             .map(|(i, p)| (p.1, p.2, PHASE_COLORS[i % PHASE_COLORS.len()]));
         initcalls::draw(&mut svg, ic, kernel);
     }
+    draw_units(&mut svg, b);
     exit_bars(&mut svg, &b.exits_title, &b.exits, &b.sites);
     phase_stacks(&mut svg, &b.by_phase);
     svg.finish(&b.title)
+}
+
+/// A systemd guest's units, with the workload's port 0x80 mark (the
+/// chain's end).
+fn draw_units(svg: &mut Svg, b: &Boot) {
+    if let Some(u) = &b.units {
+        let marker = b
+            .marks
+            .iter()
+            .find(|m| m.0.starts_with("port 0x80"))
+            .map(|m| (m.0.as_str(), m.1));
+        super::units::draw(svg, u, marker);
+    }
 }
 
 #[cfg(test)]
@@ -274,10 +281,61 @@ mod tests {
         };
         let boot = Boot::from_timeline(&t);
         let names: Vec<&str> = boot.phases.iter().map(|p| p.0.as_str()).collect();
-        assert_eq!(names, ["initramfs", "chain: a.service"]);
+        assert_eq!(names, ["initramfs"]);
         assert_eq!(
             (boot.phases[0].1, boot.phases[0].2),
             (2_000_000.0, 5_000_000.0)
         );
+    }
+
+    fn unit(name: &str, start_ms: u64, ms: u64) -> bootscope_model::units::Unit {
+        bootscope_model::units::Unit {
+            name: name.into(),
+            start_ns: start_ms * 1_000_000,
+            active_ns: Some((start_ms + ms) * 1_000_000),
+            duration_ns: ms * 1_000_000,
+            state: "active".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_unit_is_a_bar_and_the_chain_is_red() {
+        let mut units: Vec<_> = (0..80)
+            .map(|i| unit(&format!("u{i:02}.service"), 100 + i, 5))
+            .collect();
+        units.push(unit("a<b>&\"c\".service", 300, 50));
+        let t = Timeline {
+            units: Some(UnitsDoc {
+                units,
+                chain_target: "u79.service".into(),
+                critical_chain: vec![ChainLink {
+                    name: "u79.service".into(),
+                    active_ns: 184_000_000,
+                    duration_ns: 5_000_000,
+                }],
+                ..UnitsDoc::default()
+            }),
+            ..Timeline::default()
+        };
+        let svg = boot_svg(&Boot::from_timeline(&t), Path::new("t.json"));
+        assert_eq!(
+            svg.matches("<rect").count() - 1,
+            81,
+            "a bar per unit and the page"
+        );
+        assert!(svg.contains("the critical chain to u79.service in red (1 units)"));
+        assert_eq!(svg.matches(r##"fill="#d62728""##).count(), 1);
+        // Names are escaped, in the label and the bar's title.
+        assert!(
+            svg.contains("a&lt;b&gt;&amp;&quot;c&quot;.service"),
+            "{svg}"
+        );
+        assert!(!svg.contains("a<b>"));
+        // A unit's error hides the section.
+        let mut broken = t.clone();
+        broken.units.as_mut().unwrap().error = Some("no journal".into());
+        let svg = boot_svg(&Boot::from_timeline(&broken), Path::new("t.json"));
+        assert!(!svg.contains("systemd units"));
     }
 }

@@ -33,6 +33,8 @@ const MESSAGE_UNIT_STARTING: &str = "7d4958e842da4a758f6c1cdc7b36dcc5";
 const MESSAGE_UNIT_STARTED: &str = "39f53479d3a045ac8e11786248231fbf";
 const MESSAGE_UNIT_FAILED: &str = "be02cf6855d2428ba40df7e9d022f03d";
 const MESSAGE_STARTUP_FINISHED: &str = "b07a249cd024414a82dd00cd181378ff";
+/// `UNIT: Deactivated successfully.`
+const MESSAGE_UNIT_SUCCESS: &str = "7ad2d189f7e94e70a38c781354912448";
 
 /// Units kept for one boot; a boot has a few hundred.
 pub const MAX_UNITS: usize = 10_000;
@@ -62,6 +64,13 @@ pub struct UnitTimes {
     pub done_us: Option<u64>,
     /// `done`, `failed`, or empty while the job had not ended.
     pub result: String,
+    /// Its start job ended without the unit becoming active: skipped for
+    /// an unmet condition (`... was skipped because of an unmet condition
+    /// check`), or a oneshot service that ran and went inactive
+    /// (`Deactivated successfully` before its job ended). systemd has no
+    /// activation time for it, and `systemd-analyze critical-chain` leaves
+    /// it off the chain.
+    pub never_active: bool,
 }
 
 /// systemd's `Startup finished in ...` message.
@@ -143,7 +152,11 @@ fn from_pid1(entry: &Entry) -> bool {
 enum Event {
     Starting,
     Done,
+    /// Done, the unit skipped for an unmet condition.
+    Skipped,
     Failed,
+    /// The unit went inactive, its processes having exited successfully.
+    Deactivated,
 }
 
 /// A unit name in a status text (`foo.service - Foo`, or a bare name).
@@ -181,10 +194,18 @@ fn event_of(entry: &Entry) -> Option<(Event, String)> {
         Some(MESSAGE_UNIT_STARTING) => Some(Event::Starting),
         Some(MESSAGE_UNIT_STARTED) => Some(Event::Done),
         Some(MESSAGE_UNIT_FAILED) => Some(Event::Failed),
+        Some(MESSAGE_UNIT_SUCCESS) => Some(Event::Deactivated),
         _ => None,
+    };
+    let by_id = match by_id {
+        Some(Event::Done) if message.contains(" was skipped because ") => Some(Event::Skipped),
+        other => other,
     };
     if let (Some(event), Some(unit)) = (by_id, entry.field("UNIT")) {
         return Some((event, unit.to_string()));
+    }
+    if by_id == Some(Event::Deactivated) {
+        return None;
     }
     let (event, unit) = event_in_text(message)?;
     Some((by_id.unwrap_or(event), unit.to_string()))
@@ -274,6 +295,8 @@ where
         };
         let i = match index.get(&name) {
             Some(&i) => i,
+            // A unit that went inactive without a start job in this boot.
+            None if event == Event::Deactivated => continue,
             None if out.units.len() >= MAX_UNITS => {
                 out.units_dropped += 1;
                 continue;
@@ -301,15 +324,21 @@ fn apply(unit: &mut UnitTimes, event: Event, at: u64) {
                 unit.starting_us = Some(at);
             }
         }
-        Event::Done | Event::Failed => {
+        Event::Done | Event::Skipped | Event::Failed => {
             if unit.done_us.is_none() {
                 unit.done_us = Some(at);
-                unit.result = if event == Event::Done {
-                    "done"
-                } else {
+                unit.never_active |= event == Event::Skipped;
+                unit.result = if event == Event::Failed {
                     "failed"
+                } else {
+                    "done"
                 }
                 .into();
+            }
+        }
+        Event::Deactivated => {
+            if unit.starting_us.is_some() && unit.done_us.is_none() {
+                unit.never_active = true;
             }
         }
     }
@@ -419,6 +448,48 @@ mod tests {
         assert_eq!(boot.stage_log[0].ident, "kernel");
         assert_eq!(boot.stage_log[1].ident, "systemd");
         assert_eq!(boot.initramfs_end_us(), Some((90, "systemd started")));
+    }
+
+    #[test]
+    fn oneshot_and_skipped_units_never_became_active() {
+        let pid1 = |at, id, unit, message| {
+            entry(
+                at,
+                &[
+                    ("_PID", "1"),
+                    ("MESSAGE_ID", id),
+                    ("UNIT", unit),
+                    ("MESSAGE", message),
+                ],
+            )
+        };
+        let entries = vec![
+            pid1(10, MESSAGE_UNIT_STARTING, "o.service", "Starting o.service - O..."),
+            pid1(20, MESSAGE_UNIT_SUCCESS, "o.service", "o.service: Deactivated successfully."),
+            pid1(21, MESSAGE_UNIT_STARTED, "o.service", "Finished o.service - O."),
+            pid1(30, MESSAGE_UNIT_STARTED, "f.service", "f.service - F was skipped because of an unmet condition check (ConditionFirstBoot=yes)."),
+            pid1(40, MESSAGE_UNIT_STARTING, "s.service", "Starting s.service - S..."),
+            pid1(50, MESSAGE_UNIT_STARTED, "s.service", "Started s.service - S."),
+            // Stopped later, at shutdown: it was active.
+            pid1(90, MESSAGE_UNIT_SUCCESS, "s.service", "s.service: Deactivated successfully."),
+            // No start job in this boot: not one of its units.
+            pid1(95, MESSAGE_UNIT_SUCCESS, "x.service", "x.service: Deactivated successfully."),
+        ];
+        let boot = boot_units(&entries, None).unwrap();
+        let never: Vec<(&str, bool, &str)> = boot
+            .units
+            .iter()
+            .map(|u| (u.name.as_str(), u.never_active, u.result.as_str()))
+            .collect();
+        assert_eq!(
+            never,
+            [
+                ("o.service", true, "done"),
+                ("f.service", true, "done"),
+                ("s.service", false, "done")
+            ]
+        );
+        assert_eq!(boot.units[0].done_us, Some(21));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use bootscope_model::timeline_initramfs::{self, InitramfsStage, StageMessage};
 use bootscope_model::units::{UnitsClock, UnitsDoc};
 
 use super::record::{Record, UnitProps};
-use super::unit_files;
+use super::{order, unit_files};
 use crate::timeline::Timeline;
 
 /// Where a persistent journal lives in the image.
@@ -152,7 +152,8 @@ pub fn read_image_journal(fs: &ext4_view::Ext4) -> Result<ImageJournal, NoJourna
 }
 
 /// The journal's boot as the record a `guest build` workload writes: each
-/// unit's start job as its activation (`Starting` to `Started`), systemd's
+/// unit's start job as its activation (`Starting` to `Started`; to
+/// inactive for a unit that never became active), systemd's
 /// `Startup finished` as the manager's timestamps and `systemd-analyze
 /// time`'s line. The journal has no `After=` and no marker: the chain and
 /// the clock come from elsewhere.
@@ -180,18 +181,22 @@ pub fn record_of(boot: &BootUnits) -> Record {
             let done = u.done_us.unwrap_or(0);
             let start = u.starting_us.or(u.done_us)?;
             let failed = u.result == "failed";
+            // A oneshot service that ran, or a unit skipped for a
+            // condition: systemd has no activation time for it.
+            let inactive = failed || u.never_active;
             Some(UnitProps {
                 id: u.name.clone(),
-                active_state: match (failed, u.done_us) {
-                    (true, _) => "failed",
-                    (false, Some(_)) => "active",
-                    (false, None) => "activating",
+                active_state: match (failed, u.never_active, u.done_us) {
+                    (true, _, _) => "failed",
+                    (false, true, _) => "inactive",
+                    (false, false, Some(_)) => "active",
+                    (false, false, None) => "activating",
                 }
                 .into(),
                 inactive_exit_us: start,
-                active_enter_us: if failed { 0 } else { done },
+                active_enter_us: if inactive { 0 } else { done },
                 active_exit_us: 0,
-                inactive_enter_us: if failed { done } else { 0 },
+                inactive_enter_us: if inactive { done } else { 0 },
                 after: Vec::new(),
             })
         })
@@ -199,19 +204,27 @@ pub fn record_of(boot: &BootUnits) -> Record {
     record
 }
 
-/// The image's last boot as a record, each unit ordered by its unit files
-/// (`After=`, for the critical chain), with the journal files read and
-/// their problems.
+/// The image's last boot as a record, each unit ordered as systemd's
+/// manager orders it by the unit files (`After=`, explicit and implicit,
+/// for the critical chain), with the journal files read and their
+/// problems.
 pub fn record_from_image(fs: &ext4_view::Ext4) -> Result<(Record, ImageJournal), NoJournal> {
     let journal = read_image_journal(fs)?;
     let Some(boot) = &journal.boot else {
         return Ok((Record::default(), journal));
     };
     let mut record = record_of(boot);
+    let orderings: Vec<(String, unit_files::Ordering)> = record
+        .units
+        .iter()
+        .map(|u| {
+            let ord = unit_files::ordering(fs, &u.id).unwrap_or_default();
+            (u.id.clone(), ord)
+        })
+        .collect();
+    let mut after = order::after_lists(&orderings, &mut |name| unit_files::alias_of(fs, name));
     for unit in &mut record.units {
-        if let Some(ord) = unit_files::ordering(fs, &unit.id) {
-            unit.after = unit_files::effective_after(&unit.id, &ord);
-        }
+        unit.after = after.remove(&unit.id).unwrap_or_default();
     }
     Ok((record, journal))
 }
@@ -236,6 +249,31 @@ pub fn chain_target(record: &Record, workload: &str) -> Option<String> {
                 .max_by_key(|u| u.active_enter_us)
                 .map(|u| u.id.clone())
         })
+}
+
+/// The unit the workload's marker belongs to: of the services (and
+/// scopes) that had started by the marker (`marker_us`, guest time) and
+/// had not stopped before it, the last one started, the one whose process
+/// wrote the port. Targets, mounts, sockets and the like run no workload.
+pub fn workload_unit(record: &Record, marker_us: u64) -> Option<String> {
+    record
+        .units
+        .iter()
+        .filter(|u| u.id.ends_with(".service") || u.id.ends_with(".scope"))
+        .filter(|u| u.inactive_exit_us > 0 && u.inactive_exit_us <= marker_us)
+        .filter(|u| u.inactive_enter_us == 0 || u.inactive_enter_us >= marker_us)
+        .max_by_key(|u| u.inactive_exit_us)
+        .map(|u| u.id.clone())
+}
+
+/// The guest time (µs) of the workload's marker: the first port 0x80
+/// write in userspace's range (0x60 to 0x7f), through the clock's offset.
+fn marker_us(timeline: &Timeline, offset_ns: i64) -> Option<u64> {
+    let m = timeline.marks.iter().find(|m| {
+        m.source == MarkSource::DebugPort && m.value.is_some_and(|v| (0x60..=0x7f).contains(&v))
+    })?;
+    let guest_ns = i128::from(m.t_ns) - i128::from(offset_ns);
+    u64::try_from(guest_ns / 1000).ok()
 }
 
 /// True when the image is a systemd root: it has systemd's manager.
@@ -339,7 +377,14 @@ pub fn units_doc(image: &Path, timeline: &Timeline, before: Option<[u8; 16]>) ->
     if !journal.problems.is_empty() {
         source = format!("{source}; not read: {}", journal.problems.join("; "));
     }
-    let target = chain_target(&record, super::WORKLOAD_UNIT).unwrap_or_default();
+    // The chain ends at the workload: bootscope's, else the unit the
+    // marker belongs to, else the default target.
+    let target = Some(super::WORKLOAD_UNIT)
+        .filter(|w| record.unit(w).is_some_and(|u| u.active_enter_us > 0))
+        .map(str::to_string)
+        .or_else(|| workload_unit(&record, marker_us(timeline, clock.offset_ns)?))
+        .or_else(|| chain_target(&record, super::WORKLOAD_UNIT))
+        .unwrap_or_default();
     let offset_ns = clock.offset_ns;
     let mut units = super::doc_of(&record, &source, clock, &timeline.marks, &target);
     let initrd = timeline.guest.as_ref().is_some_and(|g| g.initrd.is_some());
@@ -425,18 +470,28 @@ mod tests {
                     starting_us: Some(1_100_000),
                     done_us: Some(1_500_000),
                     result: "done".into(),
+                    never_active: false,
                 },
                 UnitTimes {
                     name: "multi-user.target".into(),
                     starting_us: None,
                     done_us: Some(2_900_000),
                     result: "done".into(),
+                    never_active: false,
+                },
+                UnitTimes {
+                    name: "oneshot.service".into(),
+                    starting_us: Some(1_100_000),
+                    done_us: Some(1_400_000),
+                    result: "done".into(),
+                    never_active: true,
                 },
                 UnitTimes {
                     name: "bad.service".into(),
                     starting_us: Some(1_200_000),
                     done_us: Some(1_300_000),
                     result: "failed".into(),
+                    never_active: false,
                 },
                 UnitTimes {
                     name: "never.service".into(),
@@ -448,7 +503,14 @@ mod tests {
         let r = record_of(&boot);
         assert_eq!(r.manager_us("UserspaceTimestampMonotonic"), 1_000_000);
         assert_eq!(r.manager_us("FinishTimestampMonotonic"), 3_000_000);
-        assert_eq!(r.units.len(), 3);
+        assert_eq!(r.units.len(), 4);
+        // Ran and went inactive: no activation time, as systemd has none.
+        let oneshot = r.unit("oneshot.service").unwrap();
+        assert_eq!(oneshot.active_state, "inactive");
+        assert_eq!(
+            (oneshot.active_enter_us, oneshot.inactive_enter_us),
+            (0, 1_400_000)
+        );
         let a = r.unit("a.service").unwrap();
         assert_eq!(
             (a.inactive_exit_us, a.active_enter_us),
@@ -467,6 +529,12 @@ mod tests {
             chain_target(&r, "w.service").as_deref(),
             Some("multi-user.target")
         );
+        // The marker at 1.25 s: a.service had started, bad.service too;
+        // the last started of those still running is bad.service until it
+        // failed (1.3 s); at 1.45 s the oneshot had ended too.
+        assert_eq!(workload_unit(&r, 1_250_000).as_deref(), Some("bad.service"));
+        assert_eq!(workload_unit(&r, 1_450_000).as_deref(), Some("a.service"));
+        assert_eq!(workload_unit(&r, 1_000_000), None);
     }
 }
 
@@ -530,70 +598,133 @@ mod image_tests {
         assert_eq!(boot.units.len(), 2);
         assert!(boot.startup.is_some());
         let (record, _) = record_from_image(&fs).unwrap();
-        // No unit files in this image: no ordering, the target still ends the chain.
-        assert!(record.units.iter().all(|u| u.after.is_empty()));
+        // No unit files in this image: a service's default ordering only,
+        // the target still ends the chain.
+        let after = |n: &str| record.unit(n).unwrap().after.clone();
+        assert_eq!(
+            after("a.service"),
+            ["sysinit.target", "basic.target", "systemd-journald.socket"]
+        );
+        assert!(after("multi-user.target").is_empty());
         assert_eq!(
             chain_target(&record, "w.service").as_deref(),
             Some("multi-user.target")
         );
     }
 
+    /// The unit files of a small image, as `write_unit_tree` lays them out.
+    const UNIT_FILES: &[(&str, &str)] = &[
+        (
+            "lib/systemd/system/a.service",
+            "[Unit]\nAfter=x.target\nBefore=b.service\n[Service]\nExecStart=/bin/true\n",
+        ),
+        (
+            "etc/systemd/system/a.service.d/10-late.conf",
+            "[Unit]\nAfter=y.service\n",
+        ),
+        (
+            "lib/systemd/system/getty@.service",
+            "[Unit]\nDefaultDependencies=no\nAfter=z.service\n[Service]\nStandardInput=tty\n",
+        ),
+        (
+            "lib/systemd/system/multi-user.target",
+            "[Unit]\nRequires=basic.target\n",
+        ),
+        (
+            "lib/systemd/system/graphical.target",
+            "[Unit]\nRequires=multi-user.target\nAfter=multi-user.target\n",
+        ),
+        (
+            "lib/systemd/system/utmp-runlevel.service",
+            "[Unit]\nDefaultDependencies=no\nAfter=runlevel5.target\n",
+        ),
+    ];
+
+    fn write_unit_tree(tree: &Path) {
+        for (path, text) in UNIT_FILES {
+            let path = tree.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        let lib = tree.join("lib/systemd/system");
+        let etc = tree.join("etc/systemd/system");
+        std::fs::create_dir_all(lib.join("graphical.target.wants")).unwrap();
+        std::fs::create_dir_all(etc.join("multi-user.target.wants")).unwrap();
+        let links = [
+            ("graphical.target", lib.join("runlevel5.target")),
+            (
+                "../utmp-runlevel.service",
+                lib.join("graphical.target.wants/utmp-runlevel.service"),
+            ),
+            (
+                "/lib/systemd/system/a.service",
+                etc.join("multi-user.target.wants/a.service"),
+            ),
+            ("/dev/null", etc.join("masked.service")),
+        ];
+        for (to, link) in links {
+            std::os::unix::fs::symlink(to, link).unwrap();
+        }
+    }
+
     #[test]
     fn unit_files_in_an_image_order_the_units() {
         let dir = tempfile::tempdir().unwrap();
         let tree = dir.path().join("root");
-        let lib = tree.join("lib/systemd/system");
-        let etc = tree.join("etc/systemd/system");
-        std::fs::create_dir_all(lib.join("multi-user.target.wants")).unwrap();
-        std::fs::create_dir_all(etc.join("a.service.d")).unwrap();
-        std::fs::create_dir_all(etc.join("multi-user.target.wants")).unwrap();
-        std::fs::write(
-            lib.join("a.service"),
-            "[Unit]\nAfter=x.target\n[Service]\nExecStart=/bin/true\n",
-        )
-        .unwrap();
-        std::fs::write(
-            etc.join("a.service.d/10-late.conf"),
-            "[Unit]\nAfter=y.service\n",
-        )
-        .unwrap();
-        std::fs::write(
-            lib.join("getty@.service"),
-            "[Unit]\nDefaultDependencies=no\nAfter=z.service\n",
-        )
-        .unwrap();
-        std::fs::write(
-            lib.join("multi-user.target"),
-            "[Unit]\nRequires=basic.target\n",
-        )
-        .unwrap();
-        std::os::unix::fs::symlink(
-            "/lib/systemd/system/a.service",
-            etc.join("multi-user.target.wants/a.service"),
-        )
-        .unwrap();
-        std::os::unix::fs::symlink("/dev/null", etc.join("masked.service")).unwrap();
+        write_unit_tree(&tree);
         let Some(fs) = image_of(&tree, &dir.path().join("u.img")) else {
             println!("SKIP: mkfs.ext4 is not installed (e2fsprogs)");
             return;
         };
-        let a = unit_files::ordering(&fs, "a.service").unwrap();
-        assert_eq!(
-            unit_files::effective_after("a.service", &a),
-            ["x.target", "y.service", "sysinit.target", "basic.target"]
-        );
-        let getty = unit_files::ordering(&fs, "getty@tty1.service").unwrap();
-        assert_eq!(
-            unit_files::effective_after("getty@tty1.service", &getty),
-            ["z.service"]
-        );
-        let target = unit_files::ordering(&fs, "multi-user.target").unwrap();
-        assert_eq!(
-            unit_files::effective_after("multi-user.target", &target),
-            ["basic.target", "a.service"]
-        );
         assert_eq!(unit_files::ordering(&fs, "masked.service"), None);
         assert_eq!(unit_files::ordering(&fs, "absent.service"), None);
+        assert_eq!(
+            unit_files::alias_of(&fs, "runlevel5.target").as_deref(),
+            Some("graphical.target")
+        );
+        assert_eq!(unit_files::alias_of(&fs, "graphical.target"), None);
+        let names = [
+            "a.service",
+            "b.service",
+            "getty@tty1.service",
+            "multi-user.target",
+            "graphical.target",
+            "utmp-runlevel.service",
+            "x.target",
+            "y.service",
+            "basic.target",
+            "sysinit.target",
+            "systemd-journald.socket",
+        ];
+        let units: Vec<(String, unit_files::Ordering)> = names
+            .iter()
+            .map(|n| {
+                (
+                    n.to_string(),
+                    unit_files::ordering(&fs, n).unwrap_or_default(),
+                )
+            })
+            .collect();
+        let after = order::after_lists(&units, &mut |n| unit_files::alias_of(&fs, n));
+        let of = |n: &str| after[n].iter().map(String::as_str).collect::<Vec<_>>();
+        let service = ["sysinit.target", "basic.target", "systemd-journald.socket"];
+        assert_eq!(
+            of("a.service"),
+            [&["x.target", "y.service"][..], &service].concat()
+        );
+        // a.service's Before=, the other end; b.service has no file.
+        assert_eq!(of("b.service"), [&["a.service"][..], &service].concat());
+        // No defaults, its terminal its output: its own After= only.
+        assert_eq!(of("getty@tty1.service"), ["z.service"]);
+        // Requires= and .wants order a target after what it wants...
+        assert_eq!(of("multi-user.target"), ["basic.target", "a.service"]);
+        // ... but not after a unit without defaults ordered after it (through
+        // its alias): systemd-update-utmp-runlevel's case.
+        assert_eq!(of("graphical.target"), ["multi-user.target"]);
+        assert_eq!(
+            of("utmp-runlevel.service"),
+            ["graphical.target", "systemd-journald.socket"]
+        );
     }
 
     fn mark(name: &str, source: MarkSource, t_ns: u64) -> crate::timeline::TimelineMark {
@@ -650,6 +781,20 @@ mod image_tests {
         assert_eq!(doc.chain_target, "multi-user.target");
         let chain: Vec<&str> = doc.critical_chain.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(chain, ["multi-user.target", "a.service"]);
+        // A port 0x80 write at 2.5 ms of the guest's clock, after a.service
+        // started: the chain ends at the unit it belongs to.
+        let mut marked = timeline.clone();
+        let marker_t = 2_500_000 + 49_100_000;
+        let mut marker = mark("port 0x80: userspace 0x60", MarkSource::DebugPort, marker_t);
+        marker.value = Some(0x60);
+        marked.marks.push(marker);
+        let to_workload = units_doc(&image, &marked, None).unwrap();
+        assert_eq!(to_workload.chain_target, "a.service");
+        assert_eq!(to_workload.critical_chain[0].name, "a.service");
+        // One before a.service started belongs to no unit.
+        marked.marks.last_mut().unwrap().t_ns = 1_900_000 + 49_100_000;
+        let early = units_doc(&image, &marked, None).unwrap();
+        assert_eq!(early.chain_target, "multi-user.target");
         assert_eq!(doc.startup.as_ref().unwrap().userspace_ns, 2_000_000_000);
         // Booted without an initrd: no initramfs stage.
         assert_eq!(doc.initramfs, None);

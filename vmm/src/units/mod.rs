@@ -9,6 +9,7 @@
 pub mod chain;
 pub mod image;
 pub mod journal;
+pub mod order;
 pub mod record;
 pub mod summary;
 pub mod unit_files;

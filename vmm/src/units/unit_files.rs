@@ -1,20 +1,22 @@
-//! The `After=` ordering of the units a boot ran, read from the unit files
-//! in the disk image: the journal says when each unit started, the unit
-//! files say what each waited for, and the critical chain needs both.
+//! What a boot's unit files say about its ordering, read from the disk
+//! image: the journal says when each unit started, the unit files say
+//! what each was ordered after, and the critical chain needs both
+//! (`order.rs` turns these into the `After=` lists systemd's manager has).
 //!
 //! Read as systemd loads a unit: the first file of that name in
 //! `/etc/systemd/system`, `/lib/systemd/system`, `/usr/lib/systemd/system`
 //! (a template `foo@.service` for an instance `foo@bar.service`), then its
-//! drop-ins (`NAME.d/*.conf` in each directory, by name); `After=` lines of
-//! the `[Unit]` section accumulate and an empty one resets them. Unless
-//! `DefaultDependencies=no`, a service is also ordered after
-//! `sysinit.target` and `basic.target`, a socket, timer or path unit after
-//! `sysinit.target`, and a target after the units it wants or requires
-//! (its `Wants=`/`Requires=` and its `.wants`/`.requires` directories).
-//! Units generated at boot (mounts from `/etc/fstab`, devices) have no
-//! file and so no `After=` here. The image is the guest's: each file is
-//! read within a size bound, and a unit that cannot be read has no
-//! ordering rather than failing the rest.
+//! drop-ins (`NAME.d/*.conf` in each directory, by name); list settings
+//! accumulate and an empty one resets them. Kept: `After=`, `Before=`,
+//! what the unit wants (`Wants=`, `Requires=`, `Requisite=`, `BindsTo=`
+//! and, for a target, its `.wants`/`.requires` directories),
+//! `DefaultDependencies=`, and what adds implicit ordering: a service's
+//! `BusName=` or `Type=dbus`, its `StandardOutput=`/`StandardError=`, the
+//! unit a socket, timer or path unit triggers (`Service=`, `Unit=`) and a
+//! timer's `OnCalendar=`. Units generated at boot (mounts from
+//! `/etc/fstab`, devices) have no file. The image is the guest's: each
+//! file is read within a size bound, and a unit that cannot be read has
+//! no ordering rather than failing the rest.
 
 use std::io::Read;
 
@@ -28,48 +30,110 @@ pub const UNIT_DIRS: &[&str] = &[
 const MAX_FILE_BYTES: u64 = 64 << 10;
 /// Drop-ins and `.wants` entries looked at per unit and directory.
 const MAX_DIR_ENTRIES: usize = 256;
-/// Names kept in one unit's `After=`.
-const MAX_AFTER: usize = 1024;
+/// Names kept in one unit's list (`After=`, `Before=`, wants).
+pub const MAX_NAMES: usize = 1024;
 
 /// What a unit's files say about its ordering.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ordering {
     pub after: Vec<String>,
+    pub before: Vec<String>,
+    /// `Wants=`, `Requires=`, `Requisite=`, `BindsTo=` (and a target's
+    /// `.wants`/`.requires` directories).
     pub wants: Vec<String>,
     pub default_dependencies: bool,
+    /// A service with `BusName=` (or `Type=dbus`): ordered after
+    /// `dbus.socket`.
+    pub bus_name: bool,
+    /// `StandardInput=`, `StandardOutput=` and `StandardError=` as set
+    /// (empty: the manager's default, the journal for the output).
+    pub std_input: String,
+    pub std_output: String,
+    pub std_error: String,
+    /// The unit a socket (`Service=`), timer or path unit (`Unit=`)
+    /// starts; empty: the one of its own name.
+    pub triggers: String,
+    /// A timer with `OnCalendar=`: ordered after `time-set.target` and
+    /// `time-sync.target`.
+    pub on_calendar: bool,
+}
+
+impl Default for Ordering {
+    /// A unit with no file of its own: default dependencies, no list.
+    fn default() -> Ordering {
+        Ordering {
+            after: Vec::new(),
+            before: Vec::new(),
+            wants: Vec::new(),
+            default_dependencies: true,
+            bus_name: false,
+            std_input: String::new(),
+            std_output: String::new(),
+            std_error: String::new(),
+            triggers: String::new(),
+            on_calendar: false,
+        }
+    }
+}
+
+/// A unit file's yes or no.
+fn boolean(value: &str) -> bool {
+    !matches!(value.trim(), "no" | "false" | "0" | "off")
+}
+
+/// Adds the names of a list setting's value to `list` (an empty value
+/// resets it).
+fn extend(list: &mut Vec<String>, value: &str) {
+    if value.trim().is_empty() {
+        list.clear();
+    }
+    for name in value.split_whitespace() {
+        if list.len() < MAX_NAMES && !list.iter().any(|n| n == name) {
+            list.push(name.to_string());
+        }
+    }
+}
+
+/// Applies one setting of `section` to `ord`.
+fn apply_setting(ord: &mut Ordering, section: &str, key: &str, value: &str) {
+    match (section, key) {
+        ("Unit", "After") => extend(&mut ord.after, value),
+        ("Unit", "Before") => extend(&mut ord.before, value),
+        ("Unit", "Wants" | "Requires" | "Requisite" | "BindsTo") => extend(&mut ord.wants, value),
+        ("Unit", "DefaultDependencies") => ord.default_dependencies = boolean(value),
+        ("Service", "BusName") => ord.bus_name = !value.trim().is_empty(),
+        ("Service", "Type") if value.trim() == "dbus" => ord.bus_name = true,
+        ("Service" | "Socket" | "Mount" | "Swap", "StandardInput") => {
+            ord.std_input = value.trim().to_string();
+        }
+        ("Service" | "Socket" | "Mount" | "Swap", "StandardOutput") => {
+            ord.std_output = value.trim().to_string();
+        }
+        ("Service" | "Socket" | "Mount" | "Swap", "StandardError") => {
+            ord.std_error = value.trim().to_string();
+        }
+        ("Socket", "Service") | ("Timer" | "Path", "Unit") => {
+            ord.triggers = value.trim().to_string();
+        }
+        ("Timer", "OnCalendar") => ord.on_calendar = !value.trim().is_empty(),
+        _ => {}
+    }
 }
 
 /// Applies one unit file's text to `ord`.
 pub fn apply_unit_text(ord: &mut Ordering, text: &str) {
-    let mut in_unit = false;
+    let mut section = "";
     for line in text.lines() {
         let line = line.trim();
-        if line.starts_with('[') {
-            in_unit = line == "[Unit]";
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name;
             continue;
         }
-        if !in_unit || line.starts_with('#') || line.starts_with(';') {
+        if line.starts_with('#') || line.starts_with(';') {
             continue;
         }
-        let Some((key, value)) = line.split_once('=') else {
-            continue;
-        };
-        let list = match key.trim() {
-            "After" => &mut ord.after,
-            "Wants" | "Requires" | "Requisite" | "BindsTo" => &mut ord.wants,
-            "DefaultDependencies" => {
-                ord.default_dependencies = !matches!(value.trim(), "no" | "false" | "0" | "off");
-                continue;
-            }
-            _ => continue,
-        };
-        if value.trim().is_empty() {
-            list.clear();
-        }
-        for name in value.split_whitespace() {
-            if list.len() < MAX_AFTER && !list.iter().any(|n| n == name) {
-                list.push(name.to_string());
-            }
+        if let Some((key, value)) = line.split_once('=') {
+            apply_setting(ord, section, key.trim(), value);
         }
     }
 }
@@ -138,32 +202,30 @@ pub fn ordering(fs: &ext4_view::Ext4, unit: &str) -> Option<Ordering> {
         }
         if unit.ends_with(".target") {
             for kind in ["wants", "requires"] {
-                ord.wants
-                    .extend(names_in(fs, &format!("{dir}/{unit}.{kind}")));
+                for name in names_in(fs, &format!("{dir}/{unit}.{kind}")) {
+                    extend(&mut ord.wants, &name);
+                }
             }
         }
     }
     Some(ord)
 }
 
-/// The `After=` systemd would use: the files' own, and the default
-/// dependencies of the unit's type.
-pub fn effective_after(unit: &str, ord: &Ordering) -> Vec<String> {
-    let mut after = ord.after.clone();
-    if ord.default_dependencies {
-        let implicit: Vec<String> = match unit.rsplit_once('.').map(|(_, t)| t) {
-            Some("service") => vec!["sysinit.target".into(), "basic.target".into()],
-            Some("socket" | "timer" | "path") => vec!["sysinit.target".into()],
-            Some("target") => ord.wants.clone(),
-            _ => Vec::new(),
-        };
-        for name in implicit {
-            if name != unit && after.len() < MAX_AFTER && !after.contains(&name) {
-                after.push(name);
-            }
-        }
+/// The unit `name` is an alias of (a unit file that is a symbolic link to
+/// another of a different name, such as `runlevel5.target` to
+/// `graphical.target`), as systemd loads it: `None` when it is no alias.
+pub fn alias_of(fs: &ext4_view::Ext4, name: &str) -> Option<String> {
+    let path = UNIT_DIRS.iter().find_map(|dir| {
+        let path = format!("{dir}/{name}");
+        fs.symlink_metadata(path.as_str()).ok().map(|m| (path, m))
+    })?;
+    if !path.1.is_symlink() {
+        return None;
     }
-    after
+    let target = fs.read_link(path.0.as_str()).ok()?;
+    let target = target.to_str().ok()?;
+    let base = target.rsplit('/').next()?;
+    (base != name && base.contains('.') && !target.starts_with("/dev/")).then(|| base.to_string())
 }
 
 #[cfg(test)]
@@ -171,45 +233,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn after_lines_accumulate_and_reset() {
-        let mut ord = Ordering {
-            default_dependencies: true,
-            ..Ordering::default()
-        };
+    fn settings_accumulate_and_reset_by_section() {
+        let mut ord = Ordering::default();
         apply_unit_text(
             &mut ord,
-            "[Unit]\nAfter=a.service b.target\n# After=c.service\nAfter=c.service a.service\n[Service]\nAfter=not-unit.service\n",
+            "[Unit]\nAfter=a.service b.target\n# After=c.service\nAfter=c.service a.service\nBefore=z.target\n[Service]\nAfter=not-unit.service\nType=dbus\nStandardOutput=tty\n",
         );
         assert_eq!(ord.after, ["a.service", "b.target", "c.service"]);
+        assert_eq!(ord.before, ["z.target"]);
+        assert!(ord.bus_name);
+        assert_eq!(ord.std_output, "tty");
         apply_unit_text(
             &mut ord,
-            "[Unit]\nAfter=\nAfter=d.mount\nDefaultDependencies=no\n",
+            "[Unit]\nAfter=\nAfter=d.mount\nDefaultDependencies=no\nRequires=r.service\n[Timer]\nOnCalendar=daily\nUnit=other.service\n",
         );
         assert_eq!(ord.after, ["d.mount"]);
+        assert_eq!(ord.wants, ["r.service"]);
         assert!(!ord.default_dependencies);
-    }
-
-    #[test]
-    fn default_dependencies_by_type() {
-        let ord = Ordering {
-            after: vec!["x.service".into()],
-            wants: vec!["w.service".into(), "t.target".into()],
-            default_dependencies: true,
-        };
-        assert_eq!(
-            effective_after("a.service", &ord),
-            ["x.service", "sysinit.target", "basic.target"]
+        assert!(ord.on_calendar);
+        assert_eq!(ord.triggers, "other.service");
+        // A [Socket]'s Service= is its trigger, a [Unit]'s is nothing.
+        let mut sock = Ordering::default();
+        apply_unit_text(
+            &mut sock,
+            "[Unit]\nService=x.service\n[Socket]\nService=y.service\n",
         );
-        assert_eq!(
-            effective_after("m.target", &ord),
-            ["x.service", "w.service", "t.target"]
-        );
-        assert_eq!(effective_after("a.mount", &ord), ["x.service"]);
-        let no = Ordering {
-            default_dependencies: false,
-            ..ord
-        };
-        assert_eq!(effective_after("a.service", &no), ["x.service"]);
+        assert_eq!(sock.triggers, "y.service");
     }
 
     #[test]
