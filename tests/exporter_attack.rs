@@ -543,12 +543,18 @@ fn clients_that_pipeline_and_never_read_do_not_keep_scrapes_out() {
     let text = get(addr, "/metrics", SCRAPE_WITHIN).unwrap();
     let stalled = sample(&text, "bootscope_exporter_http_connections_stalled_total");
     let evicted = sample(&text, "bootscope_exporter_http_connections_evicted_total");
+    let refused = sample(&text, "bootscope_exporter_http_connections_refused_total");
     // Every connection the clients opened again was one the exporter
-    // closed: to make room (whose client read least) or for not reading.
+    // closed: to make room (whose client read least), for not reading, or
+    // at once while every open one was being answered (on a loaded
+    // machine the kernel completes more connections than the exporter
+    // gets to answer).
     assert!(
-        stalled + evicted + 300.0 >= opened as f64,
-        "{opened} opened, {evicted} evicted, {stalled} stalled"
+        stalled + evicted + refused + 300.0 >= opened as f64,
+        "{opened} opened, {evicted} evicted, {stalled} stalled, {refused} refused"
     );
-    eprintln!("closed: {evicted} to make room, {stalled} for not reading");
+    eprintln!(
+        "closed: {evicted} to make room, {stalled} for not reading, {refused} refused at once"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
