@@ -623,7 +623,9 @@ fn compressed_vmm_kernel(ev: &Evidence, min_ns: u64) -> Vec<Found> {
 /// finds in `ev`: the kernel whose decompressed vmlinux its fix boots.
 pub fn kernel_to_decompress(ev: &Evidence) -> Option<&std::path::Path> {
     RULES.iter().find_map(|r| match r.detector {
-        Detector::CompressedVmmKernel { min_ns } if !compressed_vmm_kernel(ev, min_ns).is_empty() => {
+        Detector::CompressedVmmKernel { min_ns }
+            if !compressed_vmm_kernel(ev, min_ns).is_empty() =>
+        {
             ev.vmm_kernel.as_ref().map(|k| k.path.as_path())
         }
         _ => None,

@@ -25,12 +25,19 @@ fn kernel_file(dir: &Path, name: &str, bzimage: bool) -> PathBuf {
 }
 
 fn qemu_command(kernel: &Path) -> Vec<String> {
-    ["qemu-system-x86_64", "-M", "microvm", "-serial", "stdio", "-kernel"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([kernel.display().to_string()])
-        .chain(["-append".into(), "console=ttyS0 quiet".into()])
-        .collect()
+    [
+        "qemu-system-x86_64",
+        "-M",
+        "microvm",
+        "-serial",
+        "stdio",
+        "-kernel",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([kernel.display().to_string()])
+    .chain(["-append".into(), "console=ttyS0 quiet".into()])
+    .collect()
 }
 
 /// Evidence of a QEMU profile booting `kernel`, `before_ns` before the
@@ -63,21 +70,35 @@ fn fires_on_a_qemu_bzimage_with_a_long_time_before_the_kernel() {
     let dir = tempfile::tempdir().unwrap();
     let bz = kernel_file(dir.path(), "vmlinuz", true);
     let mut ev = evidence(Vmm::Qemu, &bz, 15_000_000_000);
-    assert_eq!(ev.vmm_kernel.as_ref().unwrap().format.as_deref(), Some("bzImage"));
+    assert_eq!(
+        ev.vmm_kernel.as_ref().unwrap().format.as_deref(),
+        Some("bzImage")
+    );
     assert_eq!(kernel_to_decompress(&ev), Some(bz.as_path()));
     // Without the vmlinux made: advice naming what to boot, not tried.
     let f = finding(&ev).expect("fires");
     assert_eq!(f.accounts_ns, Some(15_000_000_000));
-    assert!(matches!(&f.fixes[0].change, ConcreteChange::Advice(a) if a.contains("-kernel VMLINUX")));
+    assert!(
+        matches!(&f.fixes[0].change, ConcreteChange::Advice(a) if a.contains("-kernel VMLINUX"))
+    );
     // With it: QEMU's -kernel in place of the bzImage.
     let vmlinux = dir.path().join("vmlinux-abc");
     ev.vmm_kernel.as_mut().unwrap().vmlinux = Some(vmlinux.clone());
     let f = finding(&ev).expect("fires");
     assert!(f.evidence.iter().any(|e| e.contains("vmlinux-abc")));
     match &f.fixes[0].change {
-        ConcreteChange::VmmOptions { vmm, args, replace, machine, kernel } => {
+        ConcreteChange::VmmOptions {
+            vmm,
+            args,
+            replace,
+            machine,
+            kernel,
+        } => {
             assert_eq!(*vmm, Vmm::Qemu);
-            assert_eq!(args, &["-kernel".to_string(), vmlinux.display().to_string()]);
+            assert_eq!(
+                args,
+                &["-kernel".to_string(), vmlinux.display().to_string()]
+            );
             assert_eq!(replace, &["-kernel".to_string()]);
             assert_eq!((machine, kernel.as_str()), (&None, ""));
         }
@@ -96,7 +117,10 @@ fn does_not_fire_without_its_evidence() {
     assert_eq!(kernel_to_decompress(&ev), None);
     // An ELF given already.
     let ev = evidence(Vmm::Qemu, &elf, 15_000_000_000);
-    assert_eq!(ev.vmm_kernel.as_ref().unwrap().format.as_deref(), Some("elf"));
+    assert_eq!(
+        ev.vmm_kernel.as_ref().unwrap().format.as_deref(),
+        Some("elf")
+    );
     assert!(finding(&ev).is_none());
     // A kernel file not here: its format unknown.
     let ev = evidence(Vmm::Qemu, &dir.path().join("absent"), 15_000_000_000);
@@ -141,6 +165,10 @@ fn prove_command_boots_the_vmlinux() {
     assert_eq!(argv.iter().filter(|a| *a == "-kernel").count(), 1);
     assert!(argv.iter().any(|a| a == "console=ttyS0 quiet"), "{argv:?}");
     // The original keeps its bzImage.
-    let orig: Vec<String> = t.argv(&[]).into_iter().map(|a| a.into_string().unwrap()).collect();
+    let orig: Vec<String> = t
+        .argv(&[])
+        .into_iter()
+        .map(|a| a.into_string().unwrap())
+        .collect();
     assert!(orig.iter().any(|a| a == "/boot/vmlinuz"));
 }
