@@ -222,11 +222,64 @@ fn host_kvm() -> String {
 
 /// Reads the documents, and says what they named that was not read.
 fn read_evidence(paths: &[std::path::PathBuf]) -> Result<Evidence, AdviseError> {
-    let ev = Evidence::read(paths)?;
+    let mut ev = Evidence::read(paths)?;
     for note in ev.notes() {
         eprintln!("advise: {note}");
     }
+    keep_vmlinux(&mut ev);
     Ok(ev)
+}
+
+/// For a bzImage the `compressed-vmm-kernel` rule finds given to the VMM:
+/// its decompressed vmlinux made (or found) in the kernel cache, written
+/// there by the cache's safe writer and checked, and named in `ev`; or why
+/// not.
+fn keep_vmlinux(ev: &mut Evidence) {
+    let Some(kernel) = bootscope_advise::evaluate::kernel_to_decompress(ev).map(Path::to_path_buf)
+    else {
+        return;
+    };
+    let made = decompressed_vmlinux(&kernel);
+    let shown = kernel.display().to_string();
+    let shown = bootscope_model::text::printable(&shown);
+    match &made {
+        Ok(v) => eprintln!(
+            "advise: the decompressed vmlinux of {shown}: {}",
+            bootscope_model::text::printable(&v.display().to_string())
+        ),
+        Err(why) => eprintln!("advise: no vmlinux made of {shown}: {why}"),
+    }
+    if let Some(k) = ev.vmm_kernel.as_mut() {
+        match made {
+            Ok(v) => k.vmlinux = Some(v),
+            Err(why) => k.vmlinux_error = Some(why),
+        }
+    }
+}
+
+/// The kernel cache's file of bzImage `kernel`'s decompressed payload, an
+/// ELF with a PVH entry note (what QEMU's `-kernel` boots directly).
+fn decompressed_vmlinux(kernel: &Path) -> Result<PathBuf, String> {
+    use bootscope_vmm::kernel::{cache, elf};
+    use bootscope_vmm::loader::{probe_kernel, KernelFormat};
+    let probe = probe_kernel(kernel).map_err(|e| e.to_string())?;
+    let (KernelFormat::BzImage, Some(hdr)) = (probe.format, probe.setup_header) else {
+        return Err("not a bzImage".into());
+    };
+    let dir = cache::user_cache_dir().map_err(|e| format!("the kernel cache: {e}"))?;
+    let k = cache::host_kernel(kernel, &hdr, Some(&dir)).map_err(|e| e.to_string())?;
+    let file = k.cache_file.filter(|f| f.is_file()).ok_or_else(|| {
+        k.cache_note
+            .unwrap_or_else(|| "the kernel cache did not keep it".into())
+    })?;
+    let headers = elf::read_headers(k.bytes.as_slice()).map_err(|e| format!("{e:?}"))?;
+    if headers.pvh_entry.is_none() {
+        return Err(format!(
+            "{} has no PVH entry note (a kernel built without CONFIG_PVH): QEMU cannot boot it",
+            file.display()
+        ));
+    }
+    Ok(file)
 }
 
 fn inner(args: &AdviseArgs) -> Result<i32, AdviseError> {

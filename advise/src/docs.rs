@@ -39,6 +39,10 @@ fn detector_words(d: &Detector) -> String {
         Detector::GuestDecompression => {
             "`guest.kernel_boot.decompressed_by` is `guest`; the firmware/boot loader phase".into()
         }
+        Detector::CompressedVmmKernel { min_ns } => format!(
+            "QEMU's `-kernel` a bzImage (`HdrS` at 0x202) and at least {} ms before the `kernel` phase (from the VM's first exit to the kernel's first port I/O)",
+            *min_ns as f64 / 1e6
+        ),
         Detector::SerialPrealloc { min_ns } => format!(
             "one preallocation thread, or `memory.elapsed_ns`, of at least {} ms",
             *min_ns as f64 / 1e6

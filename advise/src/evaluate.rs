@@ -206,6 +206,7 @@ pub fn evaluate(rule: &Rule, ev: &Evidence) -> RuleOutcome {
         Detector::CompressedInitramfs => compressed_initramfs(ev),
         Detector::CopiedInitrd { min_bytes } => copied_initrd(ev, min_bytes),
         Detector::GuestDecompression => guest_decompression(ev),
+        Detector::CompressedVmmKernel { min_ns } => compressed_vmm_kernel(ev, min_ns),
         Detector::SerialPrealloc { min_ns } => serial_prealloc(ev, min_ns),
         Detector::CmdlineLacks { absent } => cmdline_lacks(ev, absent),
         Detector::SlowChainUnits { min_ns } => userspace::slow_chain_units(ev, min_ns),
@@ -577,6 +578,58 @@ fn guest_decompression(ev: &Evidence) -> Vec<Found> {
         accounts_ns: fw,
         phase: "firmware/boot loader",
     }]
+}
+
+/// The time before the `kernel` phase: the phases before it (firmware,
+/// boot loader), when the boot has a `kernel` phase.
+fn before_kernel_ns(ev: &Evidence) -> Option<u64> {
+    let at = ev.phases.iter().position(|(n, _)| n == "kernel")?;
+    Some(ev.phases[..at].iter().map(|(_, d)| *d).sum())
+}
+
+fn compressed_vmm_kernel(ev: &Evidence, min_ns: u64) -> Vec<Found> {
+    let Some(k) = ev.vmm_kernel.as_ref().filter(|k| k.is_bzimage()) else {
+        return Vec::new();
+    };
+    let Some(ns) = before_kernel_ns(ev).filter(|ns| *ns >= min_ns) else {
+        return Vec::new();
+    };
+    let mut evidence = vec![format!(
+        "{}'s -kernel {} is a bzImage: the guest decompresses its payload before the kernel runs; {} from the VM's first exit to the kernel's first port I/O",
+        ev.vmm.name(),
+        bootscope_model::text::printable(&k.path.display().to_string()),
+        human_ns(ns)
+    )];
+    match (&k.vmlinux, &k.vmlinux_error) {
+        (Some(v), _) => evidence.push(format!(
+            "its decompressed vmlinux, kept in the kernel cache: {}",
+            bootscope_model::text::printable(&v.display().to_string())
+        )),
+        (None, Some(why)) => evidence.push(format!(
+            "no vmlinux was made of it: {}",
+            bootscope_model::text::printable(why)
+        )),
+        (None, None) => {}
+    }
+    vec![Found {
+        subject: None,
+        evidence,
+        accounts_ns: Some(ns),
+        phase: "bootloader",
+    }]
+}
+
+/// The bzImage given to the VMM that the `compressed-vmm-kernel` rule
+/// finds in `ev`: the kernel whose decompressed vmlinux its fix boots.
+pub fn kernel_to_decompress(ev: &Evidence) -> Option<&std::path::Path> {
+    RULES.iter().find_map(|r| match r.detector {
+        Detector::CompressedVmmKernel { min_ns }
+            if !compressed_vmm_kernel(ev, min_ns).is_empty() =>
+        {
+            ev.vmm_kernel.as_ref().map(|k| k.path.as_path())
+        }
+        _ => None,
+    })
 }
 
 fn serial_prealloc(ev: &Evidence, min_ns: u64) -> Vec<Found> {

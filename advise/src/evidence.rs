@@ -71,6 +71,63 @@ pub struct Initrd {
     pub unread: Option<String>,
 }
 
+/// The kernel file another VMM was given (QEMU's `-kernel`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct VmmKernel {
+    pub path: PathBuf,
+    /// `bzImage` (a setup header: a compressed payload), `elf`, or
+    /// `other`; absent when the file could not be read here.
+    pub format: Option<String>,
+    /// The decompressed payload (an ELF vmlinux) in bootscope's kernel
+    /// cache, when the command made it ([`Evidence::vmm_kernel`]).
+    pub vmlinux: Option<PathBuf>,
+    /// Why no vmlinux could be made of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vmlinux_error: Option<String>,
+}
+
+impl VmmKernel {
+    /// The kernel given by QEMU's `-kernel` in `command`, its format read
+    /// from its first bytes.
+    pub fn of_qemu(command: &[String]) -> Option<Self> {
+        let path = PathBuf::from(bootscope_model::argv::flag_value(command, &["-kernel"])?);
+        let format = kernel_format_of(&path);
+        Some(Self {
+            path,
+            format,
+            vmlinux: None,
+            vmlinux_error: None,
+        })
+    }
+
+    /// Whether it is a bzImage (a compressed payload).
+    pub fn is_bzimage(&self) -> bool {
+        self.format.as_deref() == Some("bzImage")
+    }
+}
+
+/// A kernel file's format by its first bytes: `bzImage` (the setup
+/// header's `HdrS` at 0x202), `elf`, or `other`; None when unreadable.
+fn kernel_format_of(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(0x206);
+    std::fs::File::open(path)
+        .ok()?
+        .take(0x206)
+        .read_to_end(&mut head)
+        .ok()?;
+    Some(
+        if head.get(0x202..0x206) == Some(b"HdrS") {
+            "bzImage"
+        } else if head.starts_with(b"\x7fELF") {
+            "elf"
+        } else {
+            "other"
+        }
+        .to_string(),
+    )
+}
+
 /// Everything the rules can look at.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Evidence {
@@ -106,6 +163,8 @@ pub struct Evidence {
     pub vmm_inferred: bool,
     /// A systemd guest's units (a timeline's `units`), when it has them.
     pub units: Option<bootscope_model::units::UnitsDoc>,
+    /// QEMU's `-kernel` (a profile of QEMU).
+    pub vmm_kernel: Option<VmmKernel>,
 }
 
 impl Evidence {
@@ -274,6 +333,9 @@ impl Evidence {
         };
         self.host_kvm.clone_from(&p.host.kvm);
         self.vmm_command.clone_from(&p.target.command);
+        if self.vmm == Vmm::Qemu {
+            self.vmm_kernel = VmmKernel::of_qemu(&p.target.command);
+        }
         if self.cmdline.is_none() {
             self.cmdline = p
                 .target

@@ -201,6 +201,10 @@ pub enum Detector {
     CopiedInitrd { min_bytes: u64 },
     /// A bzImage whose decompressor ran in the guest.
     GuestDecompression,
+    /// A compressed bzImage given to QEMU with `-kernel`, and at least
+    /// `min_ns` from the VM's first exit to the kernel's first port I/O
+    /// (the phases before `kernel`), the guest decompressing it there.
+    CompressedVmmKernel { min_ns: u64 },
     /// Preallocation of guest memory by one thread, at least `min_ns`.
     SerialPrealloc { min_ns: u64 },
     /// The kernel command line lacks all of `absent` (a setting it could
@@ -454,6 +458,19 @@ pub const RULES: &[Rule] = &[
             risk: Risk::GivesUp,
             gives_up: "no KASLR (the decompressor randomizes the kernel's address)",
             source: "Documentation/arch/x86/boot.rst; Firecracker and Cloud Hypervisor boot uncompressed vmlinux/PVH kernels",
+        }],
+    },
+    Rule {
+        id: "compressed-vmm-kernel",
+        title: "a compressed bzImage given to QEMU, decompressed by the guest under emulation",
+        detector: Detector::CompressedVmmKernel { min_ns: 200_000_000 },
+        needs: &[Need::Phases],
+        off_with: &[],
+        fixes: &[Fix {
+            change: Change::InVmm(&[opts(VmmKind::Qemu, &["-kernel", "{vmlinux}"], &["-kernel"], "")]),
+            risk: Risk::GivesUp,
+            gives_up: "no KASLR (the decompressor randomizes the kernel's address); needs a kernel with a PVH entry (CONFIG_PVH, an ELF note QEMU boots directly); the vmlinux is the decompressed payload, kept in bootscope's kernel cache (about 8 times the bzImage's size)",
+            source: "QEMU docs/system/i386/microvm.rst and hw/i386/x86.c (an ELF -kernel with a PVH note is entered at its PVH entry); Documentation/arch/x86/boot.rst",
         }],
     },
     Rule {

@@ -60,7 +60,18 @@ pub fn concrete(ways: &[InVmm], ev: &Evidence) -> Option<ConcreteChange> {
                     return None;
                 }
             }
-            let args: Vec<String> = args.iter().map(|a| a.replace("{bus}", bus(cmd))).collect();
+            let vmlinux = ev.vmm_kernel.as_ref().and_then(|k| k.vmlinux.as_ref());
+            if args.iter().any(|a| a.contains("{vmlinux}")) && vmlinux.is_none() {
+                return Some(ConcreteChange::Advice(format!(
+                    "{}: -kernel VMLINUX, the bzImage's decompressed payload (an ELF with a PVH note; `bootscope advise` keeps one in its kernel cache where it can read the bzImage)",
+                    vmm.name()
+                )));
+            }
+            let vmlinux = vmlinux.map(|v| v.display().to_string()).unwrap_or_default();
+            let args: Vec<String> = args
+                .iter()
+                .map(|a| a.replace("{bus}", bus(cmd)).replace("{vmlinux}", &vmlinux))
+                .collect();
             if machine.is_none() && holds(cmd, &args) {
                 return None;
             }
