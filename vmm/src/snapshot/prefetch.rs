@@ -1,5 +1,8 @@
-//! Loading a recorded working set before the first `KVM_RUN`
-//! (`--prefetch`), the rest of the memory file in the background after
+//! Loading a recorded working set (`--prefetch`): with `uffd` from a
+//! thread while the guest runs ([`Prefetch`]), the handler serving the
+//! guest's faults meanwhile and moving the prefetch to where the guest
+//! faults; with `mmap` (or `--prefetch-first`) before the first
+//! `KVM_RUN`. Also the rest of the memory file in the background after
 //! resume (`--prefault-rest`), and finding the pages a lazily mapped guest
 //! touched (`/proc/self/pagemap`).
 //!
@@ -10,7 +13,7 @@
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use super::uffd::{HostRegion, Server};
 use super::working_set::{WorkingSet, PAGE};
@@ -88,6 +91,89 @@ pub fn load_uffd(server: &Server, runs: &[Run]) -> Result<Loaded, String> {
         done.batches += 1;
     }
     Ok(done)
+}
+
+/// A working set loaded while the guest runs: its runs, which are done,
+/// and where the guest last faulted in one not done (the run loaded next).
+pub struct Prefetch {
+    runs: Vec<Run>,
+    done: Vec<AtomicBool>,
+    /// The run the handler asks for next; `usize::MAX`: none.
+    jump: AtomicUsize,
+    /// 4 KiB pages loaded so far.
+    pub pages: AtomicU64,
+    pub batches: AtomicU64,
+    /// Times the handler moved the prefetch to the guest's fault.
+    pub jumps: AtomicU64,
+}
+
+impl Prefetch {
+    pub fn new(runs: Vec<Run>) -> Self {
+        let done = runs.iter().map(|_| AtomicBool::new(false)).collect();
+        Self {
+            runs,
+            done,
+            jump: AtomicUsize::new(usize::MAX),
+            pages: AtomicU64::default(),
+            batches: AtomicU64::default(),
+            jumps: AtomicU64::default(),
+        }
+    }
+
+    /// The index of the run holding file offset `off`.
+    fn run_of(&self, off: u64) -> Option<usize> {
+        let i = self.runs.partition_point(|r| r.file_offset + r.bytes <= off);
+        self.runs
+            .get(i)
+            .is_some_and(|r| r.file_offset <= off)
+            .then_some(i)
+    }
+
+    /// The guest faulted at file offset `off` (the handler serves that
+    /// page itself): when a run not loaded yet holds it, the prefetch
+    /// goes on from that run. True when it does.
+    pub fn fault_at(&self, off: u64) -> bool {
+        match self.run_of(off) {
+            Some(i) if !self.done[i].load(Ordering::Relaxed) => {
+                self.jump.store(i, Ordering::Relaxed);
+                self.jumps.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The next run to load after run `cursor`: the one the handler asked
+    /// for, else the next not done in file order, wrapping around once.
+    fn next(&self, cursor: usize) -> Option<usize> {
+        let j = self.jump.swap(usize::MAX, Ordering::Relaxed);
+        if j < self.runs.len() && !self.done[j].load(Ordering::Relaxed) {
+            return Some(j);
+        }
+        let n = self.runs.len();
+        (0..n)
+            .map(|k| (cursor + k) % n)
+            .find(|&i| !self.done[i].load(Ordering::Relaxed))
+    }
+
+    /// Loads every run through `server` (waking the faults waiting on
+    /// them), until done or `stop`.
+    pub fn load(&self, server: &Server, stop: &AtomicBool) -> Result<(), String> {
+        let mut buf = vec![0u8; BATCH as usize];
+        let mut cursor = 0;
+        while let Some(i) = self.next(cursor) {
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let r = self.runs[i];
+            let n = server.load(r.host, r.file_offset, &mut buf[..r.bytes as usize], true)?;
+            self.done[i].store(true, Ordering::Relaxed);
+            self.pages.fetch_add(n / PAGE, Ordering::Relaxed);
+            self.batches.fetch_add(1, Ordering::Relaxed);
+            cursor = i + 1;
+        }
+        Ok(())
+    }
 }
 
 fn madvise(host: usize, bytes: u64, advice: libc::c_int) -> std::io::Result<()> {
