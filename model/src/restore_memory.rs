@@ -136,7 +136,10 @@ impl RestoreMemoryDoc {
                 group_digits(p.pages),
                 human_ns(p.ns),
                 if p.background {
-                    format!(" while the guest ran ({} late faults)", group_digits(p.late))
+                    format!(
+                        " while the guest ran ({} late faults)",
+                        group_digits(p.late)
+                    )
                 } else {
                     String::new()
                 },

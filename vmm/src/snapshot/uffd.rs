@@ -226,7 +226,10 @@ impl Server {
             // region (the caller located it), `buf[done..]` is that many
             // readable bytes; the kernel copies them into pages it
             // allocates there.
-            let r = unsafe { self.uffd.copy(buf[done..].as_ptr().cast(), a as *mut _, len - done, wake) };
+            let r = unsafe {
+                self.uffd
+                    .copy(buf[done..].as_ptr().cast(), a as *mut _, len - done, wake)
+            };
             match r {
                 Ok(n) => {
                     copied += n as u64;

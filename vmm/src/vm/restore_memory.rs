@@ -240,7 +240,11 @@ impl Session {
             return Ok(());
         };
         live.start_ns = recorder.clock().now_ns();
-        let (p, stop, end) = (live.prefetch.clone(), live.stop.clone(), live.end_ns.clone());
+        let (p, stop, end) = (
+            live.prefetch.clone(),
+            live.stop.clone(),
+            live.end_ns.clone(),
+        );
         let rec = recorder.clone();
         let thread = std::thread::Builder::new()
             .name("prefetch".into())
@@ -271,7 +275,8 @@ impl Session {
             Some(Err(_)) => Some("the prefetch thread panicked".to_string()),
         };
         if let Some(e) = why {
-            self.warnings.push(format!("background prefetch stopped: {e}"));
+            self.warnings
+                .push(format!("background prefetch stopped: {e}"));
         }
         let end = match live.end_ns.load(Ordering::SeqCst) {
             0 => {
