@@ -339,6 +339,22 @@ mod tests {
         assert_eq!(r.len(), 3, "{r:?}");
     }
 
+    /// Test memory: every fifth page a hole, the others distinct.
+    fn test_content(bytes: u64) -> Vec<u8> {
+        let mut content = vec![0u8; bytes as usize];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for (i, page) in content.chunks_mut(PAGE as usize).enumerate() {
+            if i % 5 != 4 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                page[..8].copy_from_slice(&x.to_le_bytes());
+                page[PAGE as usize - 8..].copy_from_slice(&(i as u64).to_le_bytes());
+            }
+        }
+        content
+    }
+
     /// The record loaded by a thread while another thread touches guest
     /// memory out of order (its faults served by the handler, racing the
     /// load, moving it): every page ends up the file's, none twice, and
@@ -358,18 +374,7 @@ mod tests {
         let bytes: u64 = 32 << 20;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("memory");
-        let mut content = vec![0u8; bytes as usize];
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for (i, page) in content.chunks_mut(PAGE as usize).enumerate() {
-            // Every fifth page a hole, the others distinct.
-            if i % 5 != 4 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                page[..8].copy_from_slice(&x.to_le_bytes());
-                page[PAGE as usize - 8..].copy_from_slice(&(i as u64).to_le_bytes());
-            }
-        }
+        let content = test_content(bytes);
         std::fs::write(&path, &content).unwrap();
         let file = File::open(&path).unwrap();
         // SAFETY: a fresh anonymous mapping this test owns.
