@@ -49,18 +49,6 @@ fn qemu_args(qemu: &Path, kernel: &Path, initrd: &Path) -> Vec<String> {
     v
 }
 
-/// The profile's mark named `name` (its time, ns).
-fn mark_t(p: &serde_json::Value, name: &str) -> u64 {
-    p["marks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"].as_str().unwrap().starts_with(name))
-        .unwrap_or_else(|| panic!("no mark {name}: {:#}", p["marks"]))["t_ns"]
-        .as_u64()
-        .unwrap()
-}
-
 /// Runs `profile --initcalls -- VMM ARGS` in the lab (with the programs
 /// and inputs it needs carried in) and returns its profile; the lab's
 /// console is printed.
@@ -140,8 +128,8 @@ fn qemu_initcalls_land_on_the_profiles_clock_with_their_exits_in_the_lab() {
     assert!(calls.len() >= 300, "{} initcalls", calls.len());
     let clock = &doc["clock"];
     assert!(clock["anchors"].as_u64().unwrap() >= 10, "{clock:#}");
-    let first_pio = mark_t(&p, "port I/O: first by kernel code");
-    let run_init = mark_t(&p, "serial: run init");
+    let first_pio = lab::profile_mark_t(&p, "port I/O: first by kernel code");
+    let run_init = lab::profile_mark_t(&p, "serial: run init");
     for c in calls {
         let (start, end) = (
             c["start_ns"].as_u64().unwrap(),
@@ -296,8 +284,8 @@ fn cloud_hypervisor_initcalls_land_on_the_profiles_clock_in_the_lab() {
     assert!(calls.len() >= 300, "{} initcalls", calls.len());
     assert!(g["initcalls"]["clock"]["anchors"].as_u64().unwrap() >= 10);
     let (first_pio, run_init) = (
-        mark_t(&p, "port I/O: first by kernel code"),
-        mark_t(&p, "serial: run init"),
+        lab::profile_mark_t(&p, "port I/O: first by kernel code"),
+        lab::profile_mark_t(&p, "serial: run init"),
     );
     for c in calls {
         let start = c["start_ns"].as_u64().unwrap();

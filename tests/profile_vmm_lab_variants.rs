@@ -51,18 +51,6 @@ fn qemu_args(pre: &lab::Prereqs, qemu: &Path, machine: &str, extra: &[&str]) -> 
     v
 }
 
-/// The profile's mark whose name starts with `name` (its time, ns).
-fn mark_t(p: &serde_json::Value, name: &str) -> u64 {
-    p["marks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"].as_str().unwrap().starts_with(name))
-        .unwrap_or_else(|| panic!("no mark {name}: {:#}", p["marks"]))["t_ns"]
-        .as_u64()
-        .unwrap()
-}
-
 /// `bootscope lab` carrying bootscope, QEMU and its firmware
 /// directories, with the guest's kernel and initramfs.
 fn lab_command(pre: &lab::Prereqs, qemu: &Path, firmware: &[&Path]) -> Command {
@@ -117,8 +105,8 @@ fn assert_read_in_depth(p: &serde_json::Value) -> &serde_json::Value {
         "{:#}",
         doc["clock"]
     );
-    let first_pio = mark_t(p, "port I/O: first by kernel code");
-    let run_init = mark_t(p, "serial: run init");
+    let first_pio = lab::profile_mark_t(p, "port I/O: first by kernel code");
+    let run_init = lab::profile_mark_t(p, "serial: run init");
     for c in calls {
         let start = c["start_ns"].as_u64().unwrap();
         let end = start + c["duration_ns"].as_u64().unwrap();

@@ -79,3 +79,15 @@ pub fn restore_guest(dir: &Path) -> Option<PathBuf> {
         }
     }
 }
+
+/// A profile's first mark whose name starts with `name` (its time, ns).
+pub fn profile_mark_t(p: &serde_json::Value, name: &str) -> u64 {
+    p["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"].as_str().unwrap().starts_with(name))
+        .unwrap_or_else(|| panic!("no mark {name}: {:#}", p["marks"]))["t_ns"]
+        .as_u64()
+        .unwrap()
+}
