@@ -15,6 +15,7 @@ use bootscope_vmm::kernel_log::{self, GuestKernel, StoppedGuest};
 use super::hold::{Held, Watchdog};
 use super::layout;
 use super::process::ProcessMemory;
+use super::symbols::KernelSymbols;
 use super::{Outcome, Plan};
 
 /// The most one pass reads of guest memory in all.
@@ -33,7 +34,8 @@ pub(super) struct Reader {
     modules: Option<GuestModules>,
     /// Guest-physical address of the VMCOREINFO text, once found.
     vmcoreinfo: Option<u64>,
-    kernel: Option<Result<Box<dyn GuestKernel>, String>>,
+    /// The guest kernel's symbols, loaded on a thread of their own.
+    pub(super) symbols: KernelSymbols,
     holds: BTreeSet<u32>,
     watchdog: Option<Watchdog>,
     /// The boot parameters were searched for (at the first pass that
@@ -47,12 +49,13 @@ impl Reader {
             pid: plan.pid,
             ..GuestRead::default()
         };
+        let symbols = KernelSymbols::start(plan.kernel.clone());
         Self {
             plan,
             doc,
             modules: None,
             vmcoreinfo: None,
-            kernel: None,
+            symbols,
             holds: BTreeSet::new(),
             watchdog,
             boot_params_searched: false,
@@ -115,6 +118,7 @@ impl Reader {
         held: Option<&Held>,
     ) {
         let started = Instant::now();
+        self.symbols.ready();
         let map = self.memory_map(collector, pid);
         let mut pass = ReadPass {
             at: at.into(),
@@ -159,29 +163,8 @@ impl Reader {
         self.doc.passes.push(pass);
     }
 
-    /// Loads the guest kernel's symbols and types (before any hold).
-    pub(super) fn load_kernel(&mut self) {
-        let Some(path) = self.plan.kernel.clone() else {
-            self.kernel = Some(Err(
-                "no guest kernel image to name symbols from (give --guest-symbols, or launch \
-                 the VMM with its -kernel/--kernel)"
-                    .into(),
-            ));
-            return;
-        };
-        let loader = crate::guest_symbols::kernel_loader(path.clone());
-        // A bzImage's symbols from the kernel cache's copy and the table
-        // kept beside it (recovered once, read in milliseconds after).
-        let image = crate::guest_symbols::cached_image(&path).unwrap_or_else(|| path.clone());
-        self.kernel = Some(loader(&image));
-    }
-
     fn kernel(&self) -> Result<&dyn GuestKernel, String> {
-        match &self.kernel {
-            Some(Ok(k)) => Ok(k.as_ref()),
-            Some(Err(e)) => Err(e.clone()),
-            None => Err("the guest kernel's symbols were not loaded".into()),
-        }
+        self.symbols.get()
     }
 
     /// Everything the readers find in `mem` now.
@@ -196,42 +179,12 @@ impl Reader {
             self.vmcoreinfo
                 .map_or_else(Vec::new, |g| vec![(g & !0xfff, 8192)]),
         );
-        let guest = StoppedGuest::new(mem);
-        let info = guest.vmcoreinfo().ok().cloned();
         // Searched once: what is not there at the first pass is not there
-        // later (and a search of the image would lengthen a hold).
-        if !std::mem::replace(&mut self.boot_params_searched, true) {
-            let mut ranges = vec![LOW];
-            if let Some(i) = &info {
-                let base = i.number("phys_base").unwrap_or(0);
-                let start = i
-                    .symbol("_stext")
-                    .map(|s| bootscope_vmm::kernel_log::phys::image_to_phys(s, base) & !0xfff)
-                    .unwrap_or_else(|_| (base as u64).wrapping_add(PHYSICAL_START));
-                ranges.push((start, IMAGE_SPAN));
-            }
-            // The kernel's own copy, by its symbol; else a search of the
-            // low megabyte (the VMM's copy) and the kernel image.
-            let by_symbol = self.kernel().and_then(|k| {
-                let gpa = kernel_log::variable_phys(&guest, k, "boot_params")?;
-                super::boot_params::read_at(guest.memory(), gpa)
-            });
-            let why_not = by_symbol.as_ref().err().cloned();
-            self.doc.boot_params = by_symbol.ok().or_else(|| {
-                let touched = touched_pieces(mem, &ranges);
-                super::boot_params::find(mem, &touched)
-            });
-            match &self.doc.boot_params {
-                Some(_) => self.doc.found("boot_params"),
-                None => self.doc.missing(
-                    "boot_params",
-                    format!(
-                        "the kernel's `boot_params`: {}; and no struct boot_params (boot flag \
-                         0xAA55, HdrS, an e820 table) in the low megabyte or the kernel image",
-                        why_not.unwrap_or_default()
-                    ),
-                ),
-            }
+        // later (and a search of the image would lengthen a hold); again
+        // when the first search had no symbols yet and found nothing.
+        if !self.boot_params_searched {
+            self.read_boot_params(mem);
+            self.boot_params_searched = self.doc.boot_params.is_some() || !self.symbols.loading();
         }
         let guest = StoppedGuest::new(mem);
         let console;
@@ -263,6 +216,42 @@ impl Reader {
         }
         self.read_initcalls(&guest, &console);
         self.read_modules(&guest);
+    }
+
+    /// The boot parameters: the kernel's own copy by its symbol, else a
+    /// search of the low megabyte (the VMM's copy) and the kernel image.
+    fn read_boot_params(&mut self, mem: &ProcessMemory) {
+        let guest = StoppedGuest::new(mem);
+        let info = guest.vmcoreinfo().ok().cloned();
+        let mut ranges = vec![LOW];
+        if let Some(i) = &info {
+            let base = i.number("phys_base").unwrap_or(0);
+            let start = i
+                .symbol("_stext")
+                .map(|s| bootscope_vmm::kernel_log::phys::image_to_phys(s, base) & !0xfff)
+                .unwrap_or_else(|_| (base as u64).wrapping_add(PHYSICAL_START));
+            ranges.push((start, IMAGE_SPAN));
+        }
+        let by_symbol = self.kernel().and_then(|k| {
+            let gpa = kernel_log::variable_phys(&guest, k, "boot_params")?;
+            super::boot_params::read_at(guest.memory(), gpa)
+        });
+        let why_not = by_symbol.as_ref().err().cloned();
+        self.doc.boot_params = by_symbol.ok().or_else(|| {
+            let touched = touched_pieces(mem, &ranges);
+            super::boot_params::find(mem, &touched)
+        });
+        match &self.doc.boot_params {
+            Some(_) => self.doc.found("boot_params"),
+            None => self.doc.missing(
+                "boot_params",
+                format!(
+                    "the kernel's `boot_params`: {}; and no struct boot_params (boot flag \
+                     0xAA55, HdrS, an e820 table) in the low megabyte or the kernel image",
+                    why_not.unwrap_or_default()
+                ),
+            ),
+        }
     }
 
     /// The initcalls, on the profile's clock where `console` anchors it.
@@ -310,7 +299,10 @@ impl Reader {
     fn read_modules(&mut self, guest: &StoppedGuest) {
         let kernel = self.kernel();
         if let Err(e) = &kernel {
-            self.doc.missing("modules", e.clone());
+            // What an earlier pass read stays (this one had no symbols).
+            if self.doc.modules.is_none() {
+                self.doc.missing("modules", e.clone());
+            }
             return;
         }
         let m = kernel_log::modules::collect(guest, kernel);
@@ -327,11 +319,13 @@ impl Reader {
     }
 
     /// The reading's outcome; the watchdog released (every hold was
-    /// continued when it was dropped).
+    /// continued when it was dropped), the symbols' thread ended (what it
+    /// loaded is dropped here, its temporary files with it).
     pub(super) fn finish(mut self) -> Outcome {
         if let Some(w) = self.watchdog.take() {
             w.release();
         }
+        self.symbols.wait();
         Outcome {
             read: self.doc,
             modules: self.modules,
