@@ -54,7 +54,15 @@ pub struct Plan {
     pub cmdline: Option<String>,
     /// A launched command's process group (the watchdog continues it).
     pub pgid: Option<u32>,
+    /// How long reads that need the guest kernel's symbols wait for
+    /// their load, once the VMM no longer needs holding.
+    pub symbols_wait: Duration,
 }
+
+/// [`Plan::symbols_wait`] for `bootscope profile`: a kernel's first
+/// profile recovers its symbol table from the bzImage (tens of seconds in
+/// the lab's nested guest), later ones load it from the kernel cache.
+pub const SYMBOLS_WAIT: Duration = Duration::from_secs(300);
 
 /// What the watcher hands back.
 pub struct Outcome {
@@ -145,6 +153,7 @@ impl Watch {
                     .flatten(),
             },
             pgid: held.map(bootscope_profiler::launch::HeldCommand::pgid),
+            symbols_wait: SYMBOLS_WAIT,
         };
         Some(Self::start(collector.clone(), plan))
     }
@@ -202,6 +211,13 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
             drop(held);
             shutdown_read = true;
         }
+        // A copy a hold took is decoded once the symbols are there (the
+        // VMM was continued at once: this waits for nothing).
+        if reader.pending() && reader.symbols.ready() {
+            set_background(true);
+            reader.decode_pending();
+            set_background(false);
+        }
         // Read while the guest runs once the symbols are there (this read
         // may wait for nothing: it needs them, and the guest goes on).
         if !userspace_read
@@ -224,8 +240,24 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
         }
         std::thread::sleep(POLL);
     }
+    wind_down(
+        collector,
+        reader,
+        userspace_read || shutdown_read,
+        shutdown_read,
+    )
+}
+
+/// After profiling stopped: a hold that fired after the last look is
+/// continued; a VMM still running is read (waiting for the symbols, at
+/// most [`Plan::symbols_wait`]); a copy a hold took is decoded.
+fn wind_down(
+    collector: &Collector,
+    mut reader: pass::Reader,
+    read_once: bool,
+    shutdown_read: bool,
+) -> Outcome {
     collector.hold_at_shutdown(false);
-    // A hold that fired after the last look: continued now.
     for (tgid, _) in collector.held_vmms() {
         if !reader.handled_hold(tgid) {
             let held = hold::Held::adopt(tgid, Instant::now());
@@ -237,15 +269,19 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
         let pid = reader.pid();
         if hold::state(pid).is_some_and(|s| s != 'Z' && s != 'X') {
             // Unheld: this read may wait for the symbols.
-            reader.symbols.wait();
+            reader.wait_symbols();
             let t = collector.started().elapsed().as_nanos() as u64;
             reader.pass(collector, pid, "end", t, None);
-        } else if !userspace_read {
+        } else if !read_once {
             reader.doc.missing(
                 "memory",
                 format!("process {pid} ended before its guest memory could be read"),
             );
         }
+    }
+    if reader.pending() {
+        reader.wait_symbols();
+        reader.decode_pending();
     }
     reader.finish()
 }

@@ -24,12 +24,26 @@ const PASS_BUDGET: u64 = 2 << 30;
 const LOW: (u64, u64) = (0, 1 << 20);
 /// How much of the kernel image is searched for its own copy of them.
 const IMAGE_SPAN: u64 = 64 << 20;
+/// The most a held VMM's memory copy takes (the pages it touched, the
+/// kernel's first: see [`scan_order`]).
+const COPY_BUDGET: u64 = 1 << 30;
 /// Where the kernel image starts above `phys_base`
 /// (`CONFIG_PHYSICAL_START`'s default).
 const PHYSICAL_START: u64 = 16 << 20;
 
+/// A held VMM's memory, copied while the symbols were still being
+/// loaded, to be decoded once they are.
+struct Pending {
+    mem: ProcessMemory,
+    at: String,
+    serial: Vec<SerialLine>,
+    /// Its pass in `doc.passes`.
+    pass: usize,
+}
+
 pub(super) struct Reader {
     plan: Plan,
+    pending: Option<Pending>,
     pub(super) doc: GuestRead,
     modules: Option<GuestModules>,
     /// Guest-physical address of the VMCOREINFO text, once found.
@@ -52,6 +66,7 @@ impl Reader {
         let symbols = KernelSymbols::start(plan.kernel.clone());
         Self {
             plan,
+            pending: None,
             doc,
             modules: None,
             vmcoreinfo: None,
@@ -120,6 +135,20 @@ impl Reader {
         let started = Instant::now();
         self.symbols.ready();
         let map = self.memory_map(collector, pid);
+        let (serial, _) = collector.serial_lines(pid);
+        self.pass_with(map, serial, pid, (at, t_ns, started), held);
+    }
+
+    /// [`Self::pass`] with the map and serial lines learned: `when` is
+    /// the pass's name, its time on the profile's clock, when it started.
+    fn pass_with(
+        &mut self,
+        map: GuestMemoryMap,
+        serial: Vec<SerialLine>,
+        pid: u32,
+        (at, t_ns, started): (&str, u64, Instant),
+        held: Option<&Held>,
+    ) {
         let mut pass = ReadPass {
             at: at.into(),
             t_ns,
@@ -135,8 +164,11 @@ impl Reader {
             self.doc.memory_map = map.clone();
             match ProcessMemory::open(pid, map.slots, PASS_BUDGET) {
                 Ok(mut mem) => {
-                    let (serial, _) = collector.serial_lines(pid);
-                    self.read_all(&mut mem, at, &serial);
+                    if held.is_some() && !self.symbols.ready() {
+                        self.copy_for_later(&mem, at, serial, &mut pass);
+                    } else {
+                        self.read_all(&mut mem, at, &serial);
+                    }
                     pass.bytes_read = mem.bytes_read();
                     pass.failed_reads = mem.failed_reads();
                 }
@@ -161,6 +193,58 @@ impl Reader {
         pass.read_ns = started.elapsed().as_nanos() as u64;
         pass.held_ns = held.map(Held::held_ns);
         self.doc.passes.push(pass);
+    }
+
+    /// Copies what the VMM touched of its guest's RAM (bounded), to be
+    /// decoded by [`Self::decode_pending`] once the symbols are loaded:
+    /// the VMM held is continued without waiting for them.
+    fn copy_for_later(
+        &mut self,
+        mem: &ProcessMemory,
+        at: &str,
+        serial: Vec<SerialLine>,
+        pass: &mut ReadPass,
+    ) {
+        let (copy, copied) = mem.copy_touched(&scan_order(mem.ranges()), COPY_BUDGET, PASS_BUDGET);
+        if copied.pages_left > 0 {
+            pass.error = Some(format!(
+                "{} touched pages of guest memory were not copied (the copy's budget is {} \
+                 MiB): what the readers find there is missing",
+                copied.pages_left,
+                COPY_BUDGET >> 20
+            ));
+        }
+        self.pending = Some(Pending {
+            mem: copy,
+            at: at.into(),
+            serial,
+            pass: self.doc.passes.len(),
+        });
+    }
+
+    /// Waits for the symbols' load, at most the plan's time.
+    pub(super) fn wait_symbols(&mut self) {
+        self.symbols.wait_for(self.plan.symbols_wait);
+    }
+
+    /// True while a copy waits to be decoded.
+    pub(super) fn pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Decodes the copy a hold took (with the symbols as they are now:
+    /// what needs them and has none names why).
+    pub(super) fn decode_pending(&mut self) {
+        let Some(mut p) = self.pending.take() else {
+            return;
+        };
+        self.symbols.ready();
+        let started = Instant::now();
+        self.read_all(&mut p.mem, &p.at, &p.serial);
+        if let Some(pass) = self.doc.passes.get_mut(p.pass) {
+            pass.failed_reads += p.mem.failed_reads();
+            pass.read_ns += started.elapsed().as_nanos() as u64;
+        }
     }
 
     fn kernel(&self) -> Result<&dyn GuestKernel, String> {
@@ -319,13 +403,12 @@ impl Reader {
     }
 
     /// The reading's outcome; the watchdog released (every hold was
-    /// continued when it was dropped), the symbols' thread ended (what it
-    /// loaded is dropped here, its temporary files with it).
+    /// continued when it was dropped); what the symbols' thread loaded is
+    /// dropped here, its temporary files with it.
     pub(super) fn finish(mut self) -> Outcome {
         if let Some(w) = self.watchdog.take() {
             w.release();
         }
-        self.symbols.wait();
         Outcome {
             read: self.doc,
             modules: self.modules,
@@ -390,6 +473,143 @@ fn scan_order(ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guest_mem::boot_params::{BOOT_FLAG, CMD_LINE_PTR, E820_ENTRIES, HEADER};
+    use crate::guest_mem::SYMBOLS_WAIT;
+    use bootscope_model::guest_read::MemorySlot;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A guest's RAM (2 MiB) with the VMM's boot parameters at 0x7000.
+    fn guest_ram(cmdline: &str) -> Vec<u8> {
+        let mut m = vec![0u8; 2 << 20];
+        let p = &mut m[0x7000..0x8000];
+        p[BOOT_FLAG..BOOT_FLAG + 2].copy_from_slice(&[0x55, 0xaa]);
+        p[HEADER..HEADER + 4].copy_from_slice(b"HdrS");
+        p[E820_ENTRIES] = 1;
+        // One e820 entry: all 2 MiB usable RAM.
+        let e = super::super::boot_params::E820_TABLE;
+        p[e + 8..e + 16].copy_from_slice(&(2u64 << 20).to_le_bytes());
+        p[e + 16..e + 20].copy_from_slice(&1u32.to_le_bytes());
+        p[CMD_LINE_PTR..CMD_LINE_PTR + 4].copy_from_slice(&0x2_0000u32.to_le_bytes());
+        m[0x2_0000..0x2_0000 + cmdline.len()].copy_from_slice(cmdline.as_bytes());
+        m
+    }
+
+    /// The map of a "VMM" that is this process, its guest's RAM `ram`.
+    fn map_of(ram: &[u8]) -> GuestMemoryMap {
+        GuestMemoryMap {
+            source: "ioctl".into(),
+            detail: String::new(),
+            slots: vec![MemorySlot {
+                size: ram.len() as u64,
+                hva: ram.as_ptr() as u64,
+                kind: "ram".into(),
+                ..MemorySlot::default()
+            }],
+        }
+    }
+
+    struct Kernel;
+
+    impl GuestKernel for Kernel {
+        fn address_of(&self, _: &str) -> Option<u64> {
+            None
+        }
+        fn functions_at(&self, addrs: &[u64]) -> Vec<Option<String>> {
+            vec![None; addrs.len()]
+        }
+        fn btf(&self) -> Result<Vec<u8>, String> {
+            Err("none".into())
+        }
+        fn source(&self) -> String {
+            "a test kernel".into()
+        }
+    }
+
+    /// A reader whose symbols load only when the test sends on the
+    /// returned channel (a cold kernel cache, as slow as the test wants).
+    fn slow_reader(wait: Duration) -> (Reader, mpsc::Sender<()>) {
+        let plan = Plan {
+            pid: std::process::id(),
+            kernel: None,
+            cmdline: None,
+            pgid: None,
+            symbols_wait: wait,
+        };
+        let mut r = Reader::new(plan, None);
+        let (go, gate) = mpsc::channel::<()>();
+        r.symbols = KernelSymbols::spawn(move || {
+            gate.recv().map_err(|e| e.to_string())?;
+            Ok(Box::new(Kernel) as Box<dyn GuestKernel>)
+        });
+        (r, go)
+    }
+
+    /// A held pass of the "VMM" (this process: the hold continues it).
+    fn held_pass(r: &mut Reader, ram: &[u8]) {
+        let held = Held::adopt(std::process::id(), Instant::now());
+        let when = ("shutdown", 1, Instant::now());
+        r.pass_with(
+            map_of(ram),
+            Vec::new(),
+            std::process::id(),
+            when,
+            Some(&held),
+        );
+    }
+
+    #[test]
+    fn a_held_vmm_is_copied_without_waiting_and_decoded_once_the_symbols_load() {
+        let (mut r, go) = slow_reader(SYMBOLS_WAIT);
+        let mut ram = guest_ram("console=ttyS0 held");
+        // The load has not ended (it waits for `go`): the pass returns,
+        // its copy pending, nothing decoded yet.
+        held_pass(&mut r, &ram);
+        assert!(r.symbols.loading() && r.pending());
+        assert!(r.doc.boot_params.is_none());
+        let pass = &r.doc.passes[0];
+        // The pages written, not the 2 MiB (huge pages aside).
+        assert!(pass.bytes_read >= 2 * 4096, "{pass:?}");
+        assert!(pass.held_ns.is_some() && pass.error.is_none(), "{pass:?}");
+        // Continued, the VMM changes its memory (or exits): the copy
+        // keeps what the hold saw.
+        ram.fill(0);
+        go.send(()).unwrap();
+        r.wait_symbols();
+        assert!(!r.symbols.loading());
+        r.decode_pending();
+        assert!(!r.pending());
+        let b = r.doc.boot_params.as_ref().expect("read from the copy");
+        assert_eq!(b.cmdline.as_deref(), Some("console=ttyS0 held"));
+        assert_eq!(b.gpa, 0x7000);
+        // The decode had the symbols: what is missing is for the guest's
+        // want of a kernel log, not the load.
+        let why = |part: &str| {
+            r.doc
+                .missing
+                .iter()
+                .find(|m| m.part == part)
+                .map(|m| &m.why)
+        };
+        let log = why("kernel_log").expect("no kernel log in this guest");
+        assert!(!log.contains("still being loaded"), "{log}");
+        assert!(r.kernel().is_ok());
+    }
+
+    #[test]
+    fn symbols_still_loading_past_the_wait_are_named_with_the_limit() {
+        let (mut r, _go) = slow_reader(Duration::from_millis(1));
+        // No boot parameters: the symbol's reason is what is left.
+        let ram = vec![0x5au8; 1 << 20];
+        held_pass(&mut r, &ram);
+        assert!(r.pending());
+        r.wait_symbols();
+        r.decode_pending();
+        let m = r.doc.missing.iter().find(|m| m.part == "boot_params");
+        let why = &m.expect("boot parameters missing").why;
+        assert!(why.contains("waited 1ms for them, the limit"), "{why}");
+        assert!(r.symbols.loading());
+    }
 
     #[test]
     fn the_search_starts_where_kernels_load() {

@@ -1,21 +1,31 @@
 //! The guest kernel's symbols and types (for the initcalls in its trace
 //! ring, its modules, the boot parameters at their symbol), loaded on a
 //! thread of their own at nice 19 while the watcher looks for holds: a
-//! VMM held at its guest's end never waits for the load. A pass made
-//! before the load ended reads what needs no symbols (the kernel's log,
-//! the boot parameters by their search) and names the rest as missing,
-//! with why; a pass of a running guest waits until the load has ended.
+//! VMM held at its guest's end never waits for the load (what is read
+//! then is a copy of its memory, decoded once the load has ended). What
+//! needs the symbols waits for them, at most a bounded time
+//! ([`KernelSymbols::wait_for`]); past it, each part not read names why.
 
 use std::path::PathBuf;
-use std::thread::JoinHandle;
-use std::time::Instant;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bootscope_vmm::kernel_log::GuestKernel;
 
 type Loaded = Result<Box<dyn GuestKernel>, String>;
 
 enum State {
-    Loading(JoinHandle<Loaded>, Instant),
+    /// The load's result comes on the channel; the thread's id, for its
+    /// priority.
+    Loading {
+        result: Receiver<Loaded>,
+        tid: Arc<AtomicI32>,
+        started: Instant,
+        /// How long a wait was given up after, if one was.
+        gave_up: Option<Duration>,
+    },
     Done(Loaded),
 }
 
@@ -23,6 +33,8 @@ enum State {
 pub(super) struct KernelSymbols {
     state: State,
 }
+
+const PANICKED: &str = "loading the guest kernel's symbols failed (its thread panicked)";
 
 impl KernelSymbols {
     /// Starts loading the symbols of `kernel` (None: there is no image).
@@ -38,17 +50,27 @@ impl KernelSymbols {
     }
 
     /// Loads with `load` on a thread of its own, at nice 19.
-    fn spawn(load: impl FnOnce() -> Loaded + Send + 'static) -> Self {
-        let started = Instant::now();
+    pub(super) fn spawn(load: impl FnOnce() -> Loaded + Send + 'static) -> Self {
+        let (send, result) = mpsc::channel();
+        let tid = Arc::new(AtomicI32::new(0));
+        let own = tid.clone();
         let thread = std::thread::Builder::new()
             .name("bootscope-guest-symbols".into())
             .spawn(move || {
+                // SAFETY: a plain system call.
+                own.store(unsafe { libc::gettid() }, Ordering::SeqCst);
                 super::set_background(true);
-                load()
+                // The receiver may be gone (a wait given up): nothing to do.
+                let _ = send.send(load());
             });
         match thread {
-            Ok(t) => Self {
-                state: State::Loading(t, started),
+            Ok(_) => Self {
+                state: State::Loading {
+                    result,
+                    tid,
+                    started: Instant::now(),
+                    gave_up: None,
+                },
             },
             Err(e) => Self::done(Err(format!(
                 "cannot start a thread to load the guest kernel's symbols: {e}"
@@ -64,24 +86,40 @@ impl KernelSymbols {
 
     /// True once the load has ended (never waits).
     pub(super) fn ready(&mut self) -> bool {
-        if let State::Loading(t, _) = &self.state {
-            if !t.is_finished() {
-                return false;
-            }
-            self.wait();
+        let State::Loading { result, .. } = &self.state else {
+            return true;
+        };
+        match result.try_recv() {
+            Ok(loaded) => self.state = State::Done(loaded),
+            Err(TryRecvError::Disconnected) => self.state = State::Done(Err(PANICKED.into())),
+            Err(TryRecvError::Empty) => return false,
         }
         true
     }
 
-    /// Waits until the load has ended.
-    pub(super) fn wait(&mut self) {
-        let state = std::mem::replace(&mut self.state, State::Done(Err(String::new())));
-        self.state = match state {
-            State::Loading(t, _) => State::Done(t.join().unwrap_or_else(|_| {
-                Err("loading the guest kernel's symbols failed (its thread panicked)".into())
-            })),
-            done => done,
+    /// Waits until the load has ended, at most `limit`; the load goes on
+    /// at the process's own priority meanwhile (the wait is for it). True
+    /// when it has ended.
+    pub(super) fn wait_for(&mut self, limit: Duration) -> bool {
+        let State::Loading {
+            result,
+            tid,
+            gave_up,
+            ..
+        } = &mut self.state
+        else {
+            return true;
         };
+        set_priority_of(tid.load(Ordering::SeqCst), false);
+        match result.recv_timeout(limit) {
+            Ok(loaded) => self.state = State::Done(loaded),
+            Err(RecvTimeoutError::Disconnected) => self.state = State::Done(Err(PANICKED.into())),
+            Err(RecvTimeoutError::Timeout) => {
+                *gave_up = Some(limit);
+                return false;
+            }
+        }
+        true
     }
 
     /// The symbols, if loaded; Err says why not (or that they are still
@@ -90,7 +128,18 @@ impl KernelSymbols {
         match &self.state {
             State::Done(Ok(k)) => Ok(k.as_ref()),
             State::Done(Err(e)) => Err(e.clone()),
-            State::Loading(_, started) => Err(format!(
+            State::Loading {
+                started,
+                gave_up: Some(limit),
+                ..
+            } => Err(format!(
+                "the guest kernel's symbols were still being loaded {} ms after the load \
+                 started (waited {:?} for them, the limit): a first profile of a kernel \
+                 recovers its symbol table, later ones load it from the kernel cache",
+                started.elapsed().as_millis(),
+                limit
+            )),
+            State::Loading { started, .. } => Err(format!(
                 "the guest kernel's symbols were still being loaded ({} ms in) when guest \
                  memory was read",
                 started.elapsed().as_millis()
@@ -100,7 +149,23 @@ impl KernelSymbols {
 
     /// True while the load is in progress (as last seen by [`Self::ready`]).
     pub(super) fn loading(&self) -> bool {
-        matches!(self.state, State::Loading(..))
+        matches!(self.state, State::Loading { .. })
+    }
+}
+
+/// Sets thread `tid`'s nice to 19 (`background`) or the process's own.
+fn set_priority_of(tid: i32, background: bool) {
+    if tid <= 0 {
+        return;
+    }
+    // SAFETY: plain system calls.
+    unsafe {
+        let own = libc::getpriority(libc::PRIO_PROCESS, libc::getpid() as libc::id_t);
+        libc::setpriority(
+            libc::PRIO_PROCESS,
+            tid as libc::id_t,
+            if background { 19 } else { own },
+        );
     }
 }
 
@@ -145,8 +210,12 @@ mod tests {
         assert!(!s.ready());
         let e = s.get().err().unwrap();
         assert!(e.contains("still being loaded"), "{e}");
+        // A bounded wait gives up, and says so.
+        assert!(!s.wait_for(Duration::from_millis(1)));
+        let e = s.get().err().unwrap();
+        assert!(e.contains("waited 1ms for them, the limit"), "{e}");
         go.send(()).unwrap();
-        s.wait();
+        assert!(s.wait_for(Duration::from_secs(3600)));
         assert!(s.ready());
         assert_eq!(
             s.get().unwrap().address_of("boot_params"),
@@ -160,10 +229,10 @@ mod tests {
         assert!(s.ready());
         assert!(s.get().err().unwrap().contains("--guest-symbols"));
         let mut s = KernelSymbols::spawn(|| panic!("a bad image"));
-        s.wait();
+        s.wait_for(Duration::from_secs(3600));
         assert!(s.get().err().unwrap().contains("panicked"));
         let mut s = KernelSymbols::start(Some(PathBuf::from("/nonexistent/vmlinuz")));
-        s.wait();
+        s.wait_for(Duration::from_secs(3600));
         assert!(s.get().is_err());
     }
 }
