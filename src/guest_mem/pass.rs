@@ -10,6 +10,7 @@ use bootscope_model::modules::GuestModules;
 use bootscope_profiler::collector::SerialLine;
 use bootscope_profiler::Collector;
 use bootscope_vmm::console::ConsoleLine;
+use bootscope_vmm::kernel_log::phys::PhysMemory;
 use bootscope_vmm::kernel_log::{self, GuestKernel, StoppedGuest};
 
 use super::hold::{Held, Watchdog};
@@ -439,7 +440,6 @@ const MAX_RECORDS: usize = 50_000;
 /// The guest-physical address of the VMCOREINFO text, searching all RAM
 /// (within the pass's budget).
 fn find_vmcoreinfo(mem: &ProcessMemory) -> Option<u64> {
-    use bootscope_vmm::kernel_log::phys::PhysMemory;
     scan_order(mem.ranges())
         .into_iter()
         .find_map(|(start, len)| {
