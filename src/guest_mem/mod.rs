@@ -209,6 +209,9 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
             reader.pass(collector, tgid, "shutdown", stopped_t, Some(&held));
             reader.note_hold(tgid, bootscope_profiler::hold_reason(h.why));
             drop(held);
+            // The guest has ended: a load still in progress no longer
+            // takes CPU time from it.
+            reader.symbols.hurry();
             shutdown_read = true;
         }
         // A copy a hold took is decoded once the symbols are there (the

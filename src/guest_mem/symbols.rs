@@ -97,6 +97,14 @@ impl KernelSymbols {
         true
     }
 
+    /// Lets the load go on at the process's own priority (the guest it
+    /// would take CPU time from has ended).
+    pub(super) fn hurry(&self) {
+        if let State::Loading { tid, .. } = &self.state {
+            set_priority_of(tid.load(Ordering::SeqCst), false);
+        }
+    }
+
     /// Waits until the load has ended, at most `limit`; the load goes on
     /// at the process's own priority meanwhile (the wait is for it). True
     /// when it has ended.
