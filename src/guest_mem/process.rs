@@ -476,8 +476,10 @@ mod tests {
         assert!(copy.touched(0x8_0000, 1) && !copy.touched(0x7_f000, 4096));
         assert!(!copy.read_virt(fresh as u64, &mut b3), "a copy has no VMM");
         // SAFETY: as above: two more pages touched, one apart.
-        unsafe { *(fresh as *mut u8).add(0x2_0000) = 3 };
-        unsafe { *(fresh as *mut u8).add(0x9_0000) = 4 };
+        unsafe {
+            *(fresh as *mut u8).add(0x2_0000) = 3;
+            *(fresh as *mut u8).add(0x9_0000) = 4;
+        }
         let (part, copied) = f.copy_touched(&ram, 2 * 4096, 1 << 20);
         assert_eq!(
             copied,
