@@ -5,8 +5,8 @@
 //! stopped for the read, then continued), compared with what the VMM
 //! itself says in its timeline (an independent source); `--pid` of a
 //! running VMM whose map cannot be learned names why. (That a held VMM is
-//! continued when bootscope is killed is src/guest_mem/hold.rs's test,
-//! on a real process.)
+//! continued when bootscope is killed or interrupted is
+//! tests/profile_hold_kill.rs's.)
 //!
 //! The fixture guests are no Linux kernels (no VMCOREINFO): the kernel
 //! log, initcalls and modules are named missing with that reason here;

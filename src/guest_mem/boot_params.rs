@@ -7,12 +7,12 @@ use bootscope_model::guest_read::{e820_name, BootParamsRead, E820Entry};
 use bootscope_vmm::kernel_log::phys::PhysMemory;
 
 const PAGE: u64 = 4096;
-const BOOT_FLAG: usize = 0x1fe;
-const HEADER: usize = 0x202;
-const E820_ENTRIES: usize = 0x1e8;
-const E820_TABLE: usize = 0x2d0;
+pub(super) const BOOT_FLAG: usize = 0x1fe;
+pub(super) const HEADER: usize = 0x202;
+pub(super) const E820_ENTRIES: usize = 0x1e8;
+pub(super) const E820_TABLE: usize = 0x2d0;
 const E820_MAX: usize = 128;
-const CMD_LINE_PTR: usize = 0x228;
+pub(super) const CMD_LINE_PTR: usize = 0x228;
 const EXT_CMD_LINE_PTR: usize = 0x0c8;
 const CMDLINE_SIZE: usize = 0x238;
 /// The longest command line read.

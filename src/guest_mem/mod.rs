@@ -16,6 +16,7 @@ mod pass;
 pub mod process;
 pub mod regions;
 pub mod summary;
+mod symbols;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +34,12 @@ use bootscope_profiler::Collector;
 pub const SERIAL_PORT: u16 = 0x3f8;
 
 /// How often the watcher looks for the userspace mark and a held VMM.
-const POLL: Duration = Duration::from_millis(5);
+/// Each look is a wake-up for the whole boot, and one on the CPU of the
+/// guest's vCPU interrupts the guest (an `interrupt` exit): at 5 ms, the
+/// lab's QEMU boots had some 600 more of those than without the reader.
+/// A hold seen up to 20 ms late lengthens the VMM's teardown, after its
+/// guest's last instruction, not the boot.
+const POLL: Duration = Duration::from_millis(20);
 
 /// What the watcher knows before it starts.
 pub struct Plan {
@@ -48,7 +54,15 @@ pub struct Plan {
     pub cmdline: Option<String>,
     /// A launched command's process group (the watchdog continues it).
     pub pgid: Option<u32>,
+    /// How long reads that need the guest kernel's symbols wait for
+    /// their load, once the VMM no longer needs holding.
+    pub symbols_wait: Duration,
 }
+
+/// [`Plan::symbols_wait`] for `bootscope profile`: a kernel's first
+/// profile recovers its symbol table from the bzImage (tens of seconds in
+/// the lab's nested guest), later ones load it from the kernel cache.
+pub const SYMBOLS_WAIT: Duration = Duration::from_secs(300);
 
 /// What the watcher hands back.
 pub struct Outcome {
@@ -139,6 +153,7 @@ impl Watch {
                     .flatten(),
             },
             pgid: held.map(bootscope_profiler::launch::HeldCommand::pgid),
+            symbols_wait: SYMBOLS_WAIT,
         };
         Some(Self::start(collector.clone(), plan))
     }
@@ -154,10 +169,11 @@ impl Watch {
 }
 
 /// The calling thread's nice value: 19 while it loads the kernel's
-/// symbols and reads memory with the guest running (that work then takes
-/// the CPU time the guest leaves, so a profile costs the boot little on a
-/// host with no CPU to spare), the process's own otherwise (looking for a
-/// held VMM, and reading it: it waits for the read). Raising it back needs
+/// symbols (a thread of its own) and reads memory with the guest running
+/// (that work then takes the CPU time the guest leaves, so a profile costs
+/// the boot little on a host with no CPU to spare), the process's own
+/// otherwise (looking for a held VMM, and reading it: it waits for the
+/// read). Raising it back needs
 /// CAP_SYS_NICE (root has it); without, the thread stays at 19.
 fn set_background(background: bool) {
     // SAFETY: plain system calls on the calling thread (its tid).
@@ -170,11 +186,9 @@ fn set_background(background: bool) {
 }
 
 fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> Outcome {
-    set_background(true);
-    reader.load_kernel();
-    // Looking for holds at the process's own priority: a hold is seen at
-    // once however busy the guest keeps the CPU.
-    set_background(false);
+    // Looking for holds at the process's own priority, from the start (the
+    // kernel's symbols load meanwhile): a hold is seen at once however
+    // busy the guest keeps the CPU.
     let mut userspace_read = false;
     let mut shutdown_read = false;
     loop {
@@ -195,9 +209,25 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
             reader.pass(collector, tgid, "shutdown", stopped_t, Some(&held));
             reader.note_hold(tgid, bootscope_profiler::hold_reason(h.why));
             drop(held);
+            // The guest has ended: a load still in progress no longer
+            // takes CPU time from it.
+            reader.symbols.hurry();
             shutdown_read = true;
         }
-        if !userspace_read && !shutdown_read && collector.in_phase("userspace").is_some() {
+        // A copy a hold took is decoded once the symbols are there (the
+        // VMM was continued at once: this waits for nothing).
+        if reader.pending() && reader.symbols.ready() {
+            set_background(true);
+            reader.decode_pending();
+            set_background(false);
+        }
+        // Read while the guest runs once the symbols are there (this read
+        // may wait for nothing: it needs them, and the guest goes on).
+        if !userspace_read
+            && !shutdown_read
+            && reader.symbols.ready()
+            && collector.in_phase("userspace").is_some()
+        {
             userspace_read = true;
             let t = collector.started().elapsed().as_nanos() as u64;
             let pid = reader.pid();
@@ -213,8 +243,24 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
         }
         std::thread::sleep(POLL);
     }
+    wind_down(
+        collector,
+        reader,
+        userspace_read || shutdown_read,
+        shutdown_read,
+    )
+}
+
+/// After profiling stopped: a hold that fired after the last look is
+/// continued; a VMM still running is read (waiting for the symbols, at
+/// most [`Plan::symbols_wait`]); a copy a hold took is decoded.
+fn wind_down(
+    collector: &Collector,
+    mut reader: pass::Reader,
+    read_once: bool,
+    shutdown_read: bool,
+) -> Outcome {
     collector.hold_at_shutdown(false);
-    // A hold that fired after the last look: continued now.
     for (tgid, _) in collector.held_vmms() {
         if !reader.handled_hold(tgid) {
             let held = hold::Held::adopt(tgid, Instant::now());
@@ -225,14 +271,20 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
     if !shutdown_read {
         let pid = reader.pid();
         if hold::state(pid).is_some_and(|s| s != 'Z' && s != 'X') {
+            // Unheld: this read may wait for the symbols.
+            reader.wait_symbols();
             let t = collector.started().elapsed().as_nanos() as u64;
             reader.pass(collector, pid, "end", t, None);
-        } else if !userspace_read {
+        } else if !read_once {
             reader.doc.missing(
                 "memory",
                 format!("process {pid} ended before its guest memory could be read"),
             );
         }
+    }
+    if reader.pending() {
+        reader.wait_symbols();
+        reader.decode_pending();
     }
     reader.finish()
 }

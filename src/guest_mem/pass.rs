@@ -10,11 +10,13 @@ use bootscope_model::modules::GuestModules;
 use bootscope_profiler::collector::SerialLine;
 use bootscope_profiler::Collector;
 use bootscope_vmm::console::ConsoleLine;
+use bootscope_vmm::kernel_log::phys::PhysMemory;
 use bootscope_vmm::kernel_log::{self, GuestKernel, StoppedGuest};
 
 use super::hold::{Held, Watchdog};
 use super::layout;
 use super::process::ProcessMemory;
+use super::symbols::KernelSymbols;
 use super::{Outcome, Plan};
 
 /// The most one pass reads of guest memory in all.
@@ -23,17 +25,32 @@ const PASS_BUDGET: u64 = 2 << 30;
 const LOW: (u64, u64) = (0, 1 << 20);
 /// How much of the kernel image is searched for its own copy of them.
 const IMAGE_SPAN: u64 = 64 << 20;
+/// The most a held VMM's memory copy takes (the pages it touched, the
+/// kernel's first: see [`scan_order`]).
+const COPY_BUDGET: u64 = 1 << 30;
 /// Where the kernel image starts above `phys_base`
 /// (`CONFIG_PHYSICAL_START`'s default).
 const PHYSICAL_START: u64 = 16 << 20;
 
+/// A held VMM's memory, copied while the symbols were still being
+/// loaded, to be decoded once they are.
+struct Pending {
+    mem: ProcessMemory,
+    at: String,
+    serial: Vec<SerialLine>,
+    /// Its pass in `doc.passes`.
+    pass: usize,
+}
+
 pub(super) struct Reader {
     plan: Plan,
+    pending: Option<Pending>,
     pub(super) doc: GuestRead,
     modules: Option<GuestModules>,
     /// Guest-physical address of the VMCOREINFO text, once found.
     vmcoreinfo: Option<u64>,
-    kernel: Option<Result<Box<dyn GuestKernel>, String>>,
+    /// The guest kernel's symbols, loaded on a thread of their own.
+    pub(super) symbols: KernelSymbols,
     holds: BTreeSet<u32>,
     watchdog: Option<Watchdog>,
     /// The boot parameters were searched for (at the first pass that
@@ -47,12 +64,14 @@ impl Reader {
             pid: plan.pid,
             ..GuestRead::default()
         };
+        let symbols = KernelSymbols::start(plan.kernel.clone());
         Self {
             plan,
+            pending: None,
             doc,
             modules: None,
             vmcoreinfo: None,
-            kernel: None,
+            symbols,
             holds: BTreeSet::new(),
             watchdog,
             boot_params_searched: false,
@@ -115,7 +134,22 @@ impl Reader {
         held: Option<&Held>,
     ) {
         let started = Instant::now();
+        self.symbols.ready();
         let map = self.memory_map(collector, pid);
+        let (serial, _) = collector.serial_lines(pid);
+        self.pass_with(map, serial, pid, (at, t_ns, started), held);
+    }
+
+    /// [`Self::pass`] with the map and serial lines learned: `when` is
+    /// the pass's name, its time on the profile's clock, when it started.
+    fn pass_with(
+        &mut self,
+        map: GuestMemoryMap,
+        serial: Vec<SerialLine>,
+        pid: u32,
+        (at, t_ns, started): (&str, u64, Instant),
+        held: Option<&Held>,
+    ) {
         let mut pass = ReadPass {
             at: at.into(),
             t_ns,
@@ -131,8 +165,11 @@ impl Reader {
             self.doc.memory_map = map.clone();
             match ProcessMemory::open(pid, map.slots, PASS_BUDGET) {
                 Ok(mut mem) => {
-                    let (serial, _) = collector.serial_lines(pid);
-                    self.read_all(&mut mem, at, &serial);
+                    if held.is_some() && !self.symbols.ready() {
+                        self.copy_for_later(&mem, at, serial, &mut pass);
+                    } else {
+                        self.read_all(&mut mem, at, &serial);
+                    }
                     pass.bytes_read = mem.bytes_read();
                     pass.failed_reads = mem.failed_reads();
                 }
@@ -159,29 +196,60 @@ impl Reader {
         self.doc.passes.push(pass);
     }
 
-    /// Loads the guest kernel's symbols and types (before any hold).
-    pub(super) fn load_kernel(&mut self) {
-        let Some(path) = self.plan.kernel.clone() else {
-            self.kernel = Some(Err(
-                "no guest kernel image to name symbols from (give --guest-symbols, or launch \
-                 the VMM with its -kernel/--kernel)"
-                    .into(),
+    /// Copies what the VMM touched of its guest's RAM (bounded), to be
+    /// decoded by [`Self::decode_pending`] once the symbols are loaded:
+    /// the VMM held is continued without waiting for them.
+    fn copy_for_later(
+        &mut self,
+        mem: &ProcessMemory,
+        at: &str,
+        serial: Vec<SerialLine>,
+        pass: &mut ReadPass,
+    ) {
+        let (copy, copied) = mem.copy_touched(&scan_order(mem.ranges()), COPY_BUDGET, PASS_BUDGET);
+        if copied.pages_left > 0 {
+            pass.error = Some(format!(
+                "{} touched pages of guest memory were not copied (the copy's budget is {} \
+                 MiB): what the readers find there is missing",
+                copied.pages_left,
+                COPY_BUDGET >> 20
             ));
+        }
+        self.pending = Some(Pending {
+            mem: copy,
+            at: at.into(),
+            serial,
+            pass: self.doc.passes.len(),
+        });
+    }
+
+    /// Waits for the symbols' load, at most the plan's time.
+    pub(super) fn wait_symbols(&mut self) {
+        self.symbols.wait_for(self.plan.symbols_wait);
+    }
+
+    /// True while a copy waits to be decoded.
+    pub(super) fn pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Decodes the copy a hold took (with the symbols as they are now:
+    /// what needs them and has none names why).
+    pub(super) fn decode_pending(&mut self) {
+        let Some(mut p) = self.pending.take() else {
             return;
         };
-        let loader = crate::guest_symbols::kernel_loader(path.clone());
-        // A bzImage's symbols from the kernel cache's copy and the table
-        // kept beside it (recovered once, read in milliseconds after).
-        let image = crate::guest_symbols::cached_image(&path).unwrap_or_else(|| path.clone());
-        self.kernel = Some(loader(&image));
+        self.symbols.ready();
+        let started = Instant::now();
+        self.read_all(&mut p.mem, &p.at, &p.serial);
+        if let Some(pass) = self.doc.passes.get_mut(p.pass) {
+            pass.failed_reads += p.mem.failed_reads();
+            pass.read_ns += started.elapsed().as_nanos() as u64;
+        }
     }
 
     fn kernel(&self) -> Result<&dyn GuestKernel, String> {
-        match &self.kernel {
-            Some(Ok(k)) => Ok(k.as_ref()),
-            Some(Err(e)) => Err(e.clone()),
-            None => Err("the guest kernel's symbols were not loaded".into()),
-        }
+        self.symbols.get()
     }
 
     /// Everything the readers find in `mem` now.
@@ -196,42 +264,12 @@ impl Reader {
             self.vmcoreinfo
                 .map_or_else(Vec::new, |g| vec![(g & !0xfff, 8192)]),
         );
-        let guest = StoppedGuest::new(mem);
-        let info = guest.vmcoreinfo().ok().cloned();
         // Searched once: what is not there at the first pass is not there
-        // later (and a search of the image would lengthen a hold).
-        if !std::mem::replace(&mut self.boot_params_searched, true) {
-            let mut ranges = vec![LOW];
-            if let Some(i) = &info {
-                let base = i.number("phys_base").unwrap_or(0);
-                let start = i
-                    .symbol("_stext")
-                    .map(|s| bootscope_vmm::kernel_log::phys::image_to_phys(s, base) & !0xfff)
-                    .unwrap_or_else(|_| (base as u64).wrapping_add(PHYSICAL_START));
-                ranges.push((start, IMAGE_SPAN));
-            }
-            // The kernel's own copy, by its symbol; else a search of the
-            // low megabyte (the VMM's copy) and the kernel image.
-            let by_symbol = self.kernel().and_then(|k| {
-                let gpa = kernel_log::variable_phys(&guest, k, "boot_params")?;
-                super::boot_params::read_at(guest.memory(), gpa)
-            });
-            let why_not = by_symbol.as_ref().err().cloned();
-            self.doc.boot_params = by_symbol.ok().or_else(|| {
-                let touched = touched_pieces(mem, &ranges);
-                super::boot_params::find(mem, &touched)
-            });
-            match &self.doc.boot_params {
-                Some(_) => self.doc.found("boot_params"),
-                None => self.doc.missing(
-                    "boot_params",
-                    format!(
-                        "the kernel's `boot_params`: {}; and no struct boot_params (boot flag \
-                         0xAA55, HdrS, an e820 table) in the low megabyte or the kernel image",
-                        why_not.unwrap_or_default()
-                    ),
-                ),
-            }
+        // later (and a search of the image would lengthen a hold); again
+        // when the first search had no symbols yet and found nothing.
+        if !self.boot_params_searched {
+            self.read_boot_params(mem);
+            self.boot_params_searched = self.doc.boot_params.is_some() || !self.symbols.loading();
         }
         let guest = StoppedGuest::new(mem);
         let console;
@@ -263,6 +301,42 @@ impl Reader {
         }
         self.read_initcalls(&guest, &console);
         self.read_modules(&guest);
+    }
+
+    /// The boot parameters: the kernel's own copy by its symbol, else a
+    /// search of the low megabyte (the VMM's copy) and the kernel image.
+    fn read_boot_params(&mut self, mem: &ProcessMemory) {
+        let guest = StoppedGuest::new(mem);
+        let info = guest.vmcoreinfo().ok().cloned();
+        let mut ranges = vec![LOW];
+        if let Some(i) = &info {
+            let base = i.number("phys_base").unwrap_or(0);
+            let start = i
+                .symbol("_stext")
+                .map(|s| bootscope_vmm::kernel_log::phys::image_to_phys(s, base) & !0xfff)
+                .unwrap_or_else(|_| (base as u64).wrapping_add(PHYSICAL_START));
+            ranges.push((start, IMAGE_SPAN));
+        }
+        let by_symbol = self.kernel().and_then(|k| {
+            let gpa = kernel_log::variable_phys(&guest, k, "boot_params")?;
+            super::boot_params::read_at(guest.memory(), gpa)
+        });
+        let why_not = by_symbol.as_ref().err().cloned();
+        self.doc.boot_params = by_symbol.ok().or_else(|| {
+            let touched = touched_pieces(mem, &ranges);
+            super::boot_params::find(mem, &touched)
+        });
+        match &self.doc.boot_params {
+            Some(_) => self.doc.found("boot_params"),
+            None => self.doc.missing(
+                "boot_params",
+                format!(
+                    "the kernel's `boot_params`: {}; and no struct boot_params (boot flag \
+                     0xAA55, HdrS, an e820 table) in the low megabyte or the kernel image",
+                    why_not.unwrap_or_default()
+                ),
+            ),
+        }
     }
 
     /// The initcalls, on the profile's clock where `console` anchors it.
@@ -310,7 +384,10 @@ impl Reader {
     fn read_modules(&mut self, guest: &StoppedGuest) {
         let kernel = self.kernel();
         if let Err(e) = &kernel {
-            self.doc.missing("modules", e.clone());
+            // What an earlier pass read stays (this one had no symbols).
+            if self.doc.modules.is_none() {
+                self.doc.missing("modules", e.clone());
+            }
             return;
         }
         let m = kernel_log::modules::collect(guest, kernel);
@@ -327,7 +404,8 @@ impl Reader {
     }
 
     /// The reading's outcome; the watchdog released (every hold was
-    /// continued when it was dropped).
+    /// continued when it was dropped); what the symbols' thread loaded is
+    /// dropped here, its temporary files with it.
     pub(super) fn finish(mut self) -> Outcome {
         if let Some(w) = self.watchdog.take() {
             w.release();
@@ -362,7 +440,6 @@ const MAX_RECORDS: usize = 50_000;
 /// The guest-physical address of the VMCOREINFO text, searching all RAM
 /// (within the pass's budget).
 fn find_vmcoreinfo(mem: &ProcessMemory) -> Option<u64> {
-    use bootscope_vmm::kernel_log::phys::PhysMemory;
     scan_order(mem.ranges())
         .into_iter()
         .find_map(|(start, len)| {
@@ -396,6 +473,143 @@ fn scan_order(ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guest_mem::boot_params::{BOOT_FLAG, CMD_LINE_PTR, E820_ENTRIES, HEADER};
+    use crate::guest_mem::SYMBOLS_WAIT;
+    use bootscope_model::guest_read::MemorySlot;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A guest's RAM (2 MiB) with the VMM's boot parameters at 0x7000.
+    fn guest_ram(cmdline: &str) -> Vec<u8> {
+        let mut m = vec![0u8; 2 << 20];
+        let p = &mut m[0x7000..0x8000];
+        p[BOOT_FLAG..BOOT_FLAG + 2].copy_from_slice(&[0x55, 0xaa]);
+        p[HEADER..HEADER + 4].copy_from_slice(b"HdrS");
+        p[E820_ENTRIES] = 1;
+        // One e820 entry: all 2 MiB usable RAM.
+        let e = super::super::boot_params::E820_TABLE;
+        p[e + 8..e + 16].copy_from_slice(&(2u64 << 20).to_le_bytes());
+        p[e + 16..e + 20].copy_from_slice(&1u32.to_le_bytes());
+        p[CMD_LINE_PTR..CMD_LINE_PTR + 4].copy_from_slice(&0x2_0000u32.to_le_bytes());
+        m[0x2_0000..0x2_0000 + cmdline.len()].copy_from_slice(cmdline.as_bytes());
+        m
+    }
+
+    /// The map of a "VMM" that is this process, its guest's RAM `ram`.
+    fn map_of(ram: &[u8]) -> GuestMemoryMap {
+        GuestMemoryMap {
+            source: "ioctl".into(),
+            detail: String::new(),
+            slots: vec![MemorySlot {
+                size: ram.len() as u64,
+                hva: ram.as_ptr() as u64,
+                kind: "ram".into(),
+                ..MemorySlot::default()
+            }],
+        }
+    }
+
+    struct Kernel;
+
+    impl GuestKernel for Kernel {
+        fn address_of(&self, _: &str) -> Option<u64> {
+            None
+        }
+        fn functions_at(&self, addrs: &[u64]) -> Vec<Option<String>> {
+            vec![None; addrs.len()]
+        }
+        fn btf(&self) -> Result<Vec<u8>, String> {
+            Err("none".into())
+        }
+        fn source(&self) -> String {
+            "a test kernel".into()
+        }
+    }
+
+    /// A reader whose symbols load only when the test sends on the
+    /// returned channel (a cold kernel cache, as slow as the test wants).
+    fn slow_reader(wait: Duration) -> (Reader, mpsc::Sender<()>) {
+        let plan = Plan {
+            pid: std::process::id(),
+            kernel: None,
+            cmdline: None,
+            pgid: None,
+            symbols_wait: wait,
+        };
+        let mut r = Reader::new(plan, None);
+        let (go, gate) = mpsc::channel::<()>();
+        r.symbols = KernelSymbols::spawn(move || {
+            gate.recv().map_err(|e| e.to_string())?;
+            Ok(Box::new(Kernel) as Box<dyn GuestKernel>)
+        });
+        (r, go)
+    }
+
+    /// A held pass of the "VMM" (this process: the hold continues it).
+    fn held_pass(r: &mut Reader, ram: &[u8]) {
+        let held = Held::adopt(std::process::id(), Instant::now());
+        let when = ("shutdown", 1, Instant::now());
+        r.pass_with(
+            map_of(ram),
+            Vec::new(),
+            std::process::id(),
+            when,
+            Some(&held),
+        );
+    }
+
+    #[test]
+    fn a_held_vmm_is_copied_without_waiting_and_decoded_once_the_symbols_load() {
+        let (mut r, go) = slow_reader(SYMBOLS_WAIT);
+        let mut ram = guest_ram("console=ttyS0 held");
+        // The load has not ended (it waits for `go`): the pass returns,
+        // its copy pending, nothing decoded yet.
+        held_pass(&mut r, &ram);
+        assert!(r.symbols.loading() && r.pending());
+        assert!(r.doc.boot_params.is_none());
+        let pass = &r.doc.passes[0];
+        // The pages written, not the 2 MiB (huge pages aside).
+        assert!(pass.bytes_read >= 2 * 4096, "{pass:?}");
+        assert!(pass.held_ns.is_some() && pass.error.is_none(), "{pass:?}");
+        // Continued, the VMM changes its memory (or exits): the copy
+        // keeps what the hold saw.
+        ram.fill(0);
+        go.send(()).unwrap();
+        r.wait_symbols();
+        assert!(!r.symbols.loading());
+        r.decode_pending();
+        assert!(!r.pending());
+        let b = r.doc.boot_params.as_ref().expect("read from the copy");
+        assert_eq!(b.cmdline.as_deref(), Some("console=ttyS0 held"));
+        assert_eq!(b.gpa, 0x7000);
+        // The decode had the symbols: what is missing is for the guest's
+        // want of a kernel log, not the load.
+        let why = |part: &str| {
+            r.doc
+                .missing
+                .iter()
+                .find(|m| m.part == part)
+                .map(|m| &m.why)
+        };
+        let log = why("kernel_log").expect("no kernel log in this guest");
+        assert!(!log.contains("still being loaded"), "{log}");
+        assert!(r.kernel().is_ok());
+    }
+
+    #[test]
+    fn symbols_still_loading_past_the_wait_are_named_with_the_limit() {
+        let (mut r, _go) = slow_reader(Duration::from_millis(1));
+        // No boot parameters: the symbol's reason is what is left.
+        let ram = vec![0x5au8; 1 << 20];
+        held_pass(&mut r, &ram);
+        assert!(r.pending());
+        r.wait_symbols();
+        r.decode_pending();
+        let m = r.doc.missing.iter().find(|m| m.part == "boot_params");
+        let why = &m.expect("boot parameters missing").why;
+        assert!(why.contains("waited 1ms for them, the limit"), "{why}");
+        assert!(r.symbols.loading());
+    }
 
     #[test]
     fn the_search_starts_where_kernels_load() {

@@ -4,6 +4,10 @@
 //! pass at most a budget in all) and soft-failing: a refused read, an
 //! address outside the slots or a spent budget is a `false`, never a
 //! panic. Nothing is ever written.
+//!
+//! A [`ProcessMemory::copy_touched`] copy holds the pages the VMM had
+//! touched, taken while it is held, and reads like the VMM itself after
+//! it was continued (or has exited).
 
 use std::cell::Cell;
 use std::fs::File;
@@ -16,11 +20,84 @@ use bootscope_vmm::kernel_log::phys::PhysMemory;
 /// page more).
 pub const MAX_READ: usize = (1 << 20) + 8192;
 
+const PAGE: u64 = 4096;
+
+/// Where the bytes come from.
+enum Source {
+    /// The VMM's memory itself, and `/proc/PID/pagemap` for which pages
+    /// it has touched.
+    Live { file: File, pagemap: Option<File> },
+    /// A copy of the touched pages of its RAM slots.
+    Copy(PageCopy),
+}
+
+/// Runs of guest-physical pages copied (start, bytes), in address order;
+/// a RAM page outside them was untouched (zeros) or not copied.
+struct PageCopy {
+    runs: Vec<(u64, Vec<u8>)>,
+    /// Touched pages left uncopied (start, bytes): reading them fails.
+    left: Vec<(u64, u64)>,
+}
+
+impl PageCopy {
+    /// The run holding `gpa`, and the offset in it.
+    fn find(&self, gpa: u64) -> Option<(&[u8], usize)> {
+        let i = self
+            .runs
+            .partition_point(|(s, _)| *s <= gpa)
+            .checked_sub(1)?;
+        let (start, bytes) = &self.runs[i];
+        let off = (gpa - start) as usize;
+        (off < bytes.len()).then_some((bytes.as_slice(), off))
+    }
+
+    /// Fills `buf` from `gpa`: copied bytes, zeros where nothing was;
+    /// false when it overlaps pages left uncopied.
+    fn fill(&self, gpa: u64, buf: &mut [u8]) -> bool {
+        let end = gpa.saturating_add(buf.len() as u64);
+        if self.left.iter().any(|&(s, n)| s < end && gpa < s + n) {
+            return false;
+        }
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = gpa + done as u64;
+            let page_left = (PAGE - at % PAGE) as usize;
+            let n = match self.find(at) {
+                Some((run, off)) => {
+                    let n = (run.len() - off).min(buf.len() - done);
+                    buf[done..done + n].copy_from_slice(&run[off..off + n]);
+                    n
+                }
+                None => {
+                    let n = page_left.min(buf.len() - done);
+                    buf[done..done + n].fill(0);
+                    n
+                }
+            };
+            done += n;
+        }
+        true
+    }
+
+    /// True when the page at `gpa` was touched (copied or left).
+    fn touched(&self, gpa: u64) -> bool {
+        self.find(gpa).is_some() || self.left.iter().any(|&(s, n)| s <= gpa && gpa < s + n)
+    }
+}
+
+/// What [`ProcessMemory::copy_touched`] copied.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Copied {
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Touched pages left uncopied (the budget was spent, or a read was
+    /// refused).
+    pub pages_left: u64,
+}
+
 /// The VMM's memory as its guest sees it.
 pub struct ProcessMemory {
-    file: File,
-    /// `/proc/PID/pagemap`, for which pages the VMM has touched.
-    pagemap: Option<File>,
+    source: Source,
     slots: Vec<MemorySlot>,
     /// Where a scan for the kernel's data looks (all RAM slots if None).
     scan: Option<Vec<(u64, u64)>>,
@@ -35,8 +112,7 @@ impl ProcessMemory {
         let file = File::open(format!("/proc/{pid}/mem"))?;
         let pagemap = File::open(format!("/proc/{pid}/pagemap")).ok();
         Ok(Self {
-            file,
-            pagemap,
+            source: Source::Live { file, pagemap },
             slots,
             scan: None,
             budget: Cell::new(budget),
@@ -64,7 +140,16 @@ impl ProcessMemory {
     /// touched (present or swapped in the VMM, by `/proc/PID/pagemap`):
     /// it reads as zeros, and a scan need not read it. True when unsure.
     pub fn touched(&self, gpa: u64, len: u64) -> bool {
-        let Some(pm) = &self.pagemap else { return true };
+        let pm = match &self.source {
+            Source::Live {
+                pagemap: Some(pm), ..
+            } => pm,
+            Source::Live { pagemap: None, .. } => return true,
+            Source::Copy(c) => {
+                let (first, last) = (gpa / PAGE, gpa.saturating_add(len.max(1) - 1) / PAGE);
+                return (first..=last).any(|p| c.touched(p * PAGE));
+            }
+        };
         let Some(s) = self.slots.iter().find(|s| s.hva_of(gpa, 1).is_some()) else {
             return true;
         };
@@ -84,7 +169,13 @@ impl ProcessMemory {
     /// Which 4 KiB pages from guest-physical `gpa` (page aligned) the VMM
     /// has touched, for `pages` pages inside one slot; None when unknown.
     fn present(&self, gpa: u64, pages: usize) -> Option<Vec<bool>> {
-        let pm = self.pagemap.as_ref()?;
+        let pm = match &self.source {
+            Source::Live { pagemap, .. } => pagemap.as_ref()?,
+            Source::Copy(c) => {
+                let page = |i: usize| gpa + i as u64 * PAGE;
+                return Some((0..pages).map(|i| c.touched(page(i))).collect());
+            }
+        };
         let s = self
             .slots
             .iter()
@@ -134,17 +225,29 @@ impl ProcessMemory {
         true
     }
 
-    /// Reads `buf` at the VMM's virtual `hva`.
-    pub fn read_virt(&self, hva: u64, buf: &mut [u8]) -> bool {
-        let len = buf.len() as u64;
-        if buf.len() > MAX_READ || self.budget.get() < len {
+    /// Takes `len` bytes of the budget; false (a failed read) when spent.
+    fn spend(&self, len: usize) -> bool {
+        let len = len as u64;
+        if len > MAX_READ as u64 || self.budget.get() < len {
             self.failed.set(self.failed.get() + 1);
             return false;
         }
         self.budget.set(self.budget.get() - len);
-        match self.file.read_exact_at(buf, hva) {
+        true
+    }
+
+    /// Reads `buf` at the VMM's virtual `hva` (false for a copy).
+    pub fn read_virt(&self, hva: u64, buf: &mut [u8]) -> bool {
+        let Source::Live { file, .. } = &self.source else {
+            self.failed.set(self.failed.get() + 1);
+            return false;
+        };
+        if !self.spend(buf.len()) {
+            return false;
+        }
+        match file.read_exact_at(buf, hva) {
             Ok(()) => {
-                self.read.set(self.read.get() + len);
+                self.read.set(self.read.get() + buf.len() as u64);
                 true
             }
             Err(_) => {
@@ -152,6 +255,108 @@ impl ProcessMemory {
                 false
             }
         }
+    }
+
+    /// Reads `buf` at `gpa` in `slot` (the whole of it inside the slot).
+    fn read_in_slot(&self, slot: &MemorySlot, gpa: u64, buf: &mut [u8]) -> bool {
+        match &self.source {
+            Source::Live { .. } => self.read_virt(slot.hva + (gpa - slot.gpa), buf),
+            Source::Copy(_) if slot.kind != "ram" => {
+                self.failed.set(self.failed.get() + 1);
+                false
+            }
+            Source::Copy(c) => {
+                if !self.spend(buf.len()) {
+                    return false;
+                }
+                if !c.fill(gpa, buf) {
+                    self.failed.set(self.failed.get() + 1);
+                    return false;
+                }
+                self.read.set(self.read.get() + buf.len() as u64);
+                true
+            }
+        }
+    }
+
+    /// Copies `pages` touched pages from `gpa` into `runs`, within what is
+    /// left of `budget`.
+    fn copy_run(
+        &self,
+        gpa: u64,
+        pages: u64,
+        budget: u64,
+        copy: &mut PageCopy,
+        copied: &mut Copied,
+    ) {
+        let take = pages.min(budget.saturating_sub(copied.bytes) / PAGE);
+        let mut bytes = vec![0u8; (take * PAGE) as usize];
+        if take == 0 || !self.read_phys(gpa, &mut bytes) {
+            copied.pages_left += pages;
+            copy.left.push((gpa, pages * PAGE));
+            return;
+        }
+        copied.bytes += take * PAGE;
+        copied.pages_left += pages - take;
+        if take < pages {
+            copy.left.push((gpa + take * PAGE, (pages - take) * PAGE));
+        }
+        let runs = &mut copy.runs;
+        match runs.last_mut() {
+            Some((s, b)) if *s + b.len() as u64 == gpa => b.extend_from_slice(&bytes),
+            _ => runs.push((gpa, bytes)),
+        }
+    }
+
+    /// A copy of the pages of `ranges` (guest-physical RAM, in the order
+    /// given) that the VMM has touched, at most `budget` bytes; it reads
+    /// with a budget of `read_budget`. Untouched pages read as zeros in the
+    /// copy, as in the VMM.
+    pub fn copy_touched(
+        &self,
+        ranges: &[(u64, u64)],
+        budget: u64,
+        read_budget: u64,
+    ) -> (Self, Copied) {
+        let mut copy = PageCopy {
+            runs: Vec::new(),
+            left: Vec::new(),
+        };
+        let mut copied = Copied::default();
+        for &(start, len) in ranges {
+            let mut at = start & !(PAGE - 1);
+            let end = start.saturating_add(len);
+            while at < end {
+                let n = (1u64 << 20).min(end - at).div_ceil(PAGE) * PAGE;
+                let present = self
+                    .present(at, (n / PAGE) as usize)
+                    .unwrap_or_else(|| vec![true; (n / PAGE) as usize]);
+                let mut i = 0;
+                while i < present.len() {
+                    let run = present[i..]
+                        .iter()
+                        .take_while(|&&p| p == present[i])
+                        .count();
+                    if present[i] {
+                        let gpa = at + i as u64 * PAGE;
+                        self.copy_run(gpa, run as u64, budget, &mut copy, &mut copied);
+                    }
+                    i += run;
+                }
+                at += n;
+            }
+        }
+        copy.runs.sort_unstable_by_key(|(s, _)| *s);
+        copy.runs.dedup_by_key(|(s, _)| *s);
+        let copy = Self {
+            source: Source::Copy(copy),
+            slots: self.slots.clone(),
+            scan: self.scan.clone(),
+            budget: Cell::new(read_budget),
+            read: Cell::new(0),
+            failed: Cell::new(0),
+        };
+        (copy, copied)
     }
 }
 
@@ -167,8 +372,7 @@ impl PhysMemory for ProcessMemory {
             };
             let left_in_slot = (s.gpa + s.size - at) as usize;
             let n = left_in_slot.min(buf.len() - done);
-            let hva = s.hva + (at - s.gpa);
-            if !self.read_virt(hva, &mut buf[done..done + n]) {
+            if !self.read_in_slot(s, at, &mut buf[done..done + n]) {
                 return false;
             }
             done += n;
@@ -254,6 +458,40 @@ mod tests {
         assert!(two[..4096].iter().all(|&b| b == 0));
         assert!(!f.read_touched(0x1000, &mut two), "none touched");
         assert_eq!(f.bytes_read(), 4096, "only the touched page read");
+        // A copy keeps what the pages held when it was taken.
+        let ram = [(0u64, 1u64 << 20)];
+        let (copy, copied) = f.copy_touched(&ram, 1 << 20, 1 << 20);
+        assert_eq!(
+            copied,
+            Copied {
+                bytes: 4096,
+                pages_left: 0
+            }
+        );
+        // SAFETY: as above.
+        unsafe { *(fresh as *mut u8).add(0x8_0000) = 2 };
+        let mut b3 = [0xffu8; 3];
+        assert!(copy.read_phys(0x7_ffff, &mut b3));
+        assert_eq!(b3, [0, 1, 0], "copied byte, zeros around it");
+        assert!(copy.touched(0x8_0000, 1) && !copy.touched(0x7_f000, 4096));
+        assert!(!copy.read_virt(fresh as u64, &mut b3), "a copy has no VMM");
+        // SAFETY: as above: two more pages touched, one apart.
+        unsafe {
+            *(fresh as *mut u8).add(0x2_0000) = 3;
+            *(fresh as *mut u8).add(0x9_0000) = 4;
+        }
+        let (part, copied) = f.copy_touched(&ram, 2 * 4096, 1 << 20);
+        assert_eq!(
+            copied,
+            Copied {
+                bytes: 8192,
+                pages_left: 1
+            },
+            "budget"
+        );
+        assert!(part.touched(0x2_0000, 1) && part.touched(0x9_0000, 1));
+        assert!(part.read_phys(0x2_0000, &mut b3) && b3[0] == 3);
+        assert!(!part.read_phys(0x9_0000, &mut b3), "a page left uncopied");
         // SAFETY: the mapping made above, not used after.
         unsafe { libc::munmap(fresh, 1 << 20) };
         // An address the process has not mapped is a refused read.

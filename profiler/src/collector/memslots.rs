@@ -68,13 +68,39 @@ unsafe impl Pod for BsHeld {}
 // SAFETY: as above.
 unsafe impl Pod for BsMemslotConfig {}
 
-/// The programs: the ioctl catcher and the three that hold a VMM.
+/// The programs: the ioctl catcher and the three that hold a VMM, each
+/// with where it attaches (a tracepoint's system and event; a raw
+/// tracepoint's event; a kprobe's function).
 pub const MEMSLOT_PROGRAMS: [(&str, &str, &str); 4] = [
-    ("bs_memslot_ioctl", "syscalls", "sys_enter_ioctl"),
+    ("bs_memslot_kvm_ioctl", "", "kvm_vm_ioctl"),
     ("bs_hold_pio", "", "kvm_pio"),
     ("bs_hold_mmio", "", "kvm_mmio"),
     ("bs_hold_exit", "", "kvm_userspace_exit"),
 ];
+
+/// The ioctl catcher where its kprobe cannot be attached: at every
+/// ioctl's entry (a system call tracepoint sends every system call of
+/// every process through the kernel's slow path: the fallback only).
+const IOCTL_FALLBACK: (&str, &str, &str) = ("bs_memslot_ioctl", "syscalls", "sys_enter_ioctl");
+
+/// Loads and attaches program `name` of `ebpf` at `system`/`event`.
+fn attach(ebpf: &mut aya::Ebpf, (name, system, event): (&str, &str, &str)) -> Result<(), String> {
+    match ebpf.program_mut(name) {
+        Some(Program::TracePoint(p)) => p
+            .load()
+            .and_then(|_| p.attach(system, event).map(|_| ()))
+            .map_err(|e| e.to_string()),
+        Some(Program::RawTracePoint(p)) => p
+            .load()
+            .and_then(|_| p.attach(event).map(|_| ()))
+            .map_err(|e| e.to_string()),
+        Some(Program::KProbe(p)) => p
+            .load()
+            .and_then(|_| p.attach(event, 0).map(|_| ()))
+            .map_err(|e| e.to_string()),
+        _ => Err(format!("program {name} is not in the object")),
+    }
+}
 
 /// Why a VMM was held, by `enum bs_hold_why`.
 pub fn hold_reason(why: u32) -> &'static str {
@@ -101,19 +127,14 @@ impl Collector {
         };
         let out = MEMSLOT_PROGRAMS
             .iter()
-            .map(|&(name, system, event)| {
-                let r = match ebpf.program_mut(name) {
-                    Some(Program::TracePoint(p)) => p
-                        .load()
-                        .and_then(|_| p.attach(system, event).map(|_| ()))
-                        .map_err(|e| e.to_string()),
-                    Some(Program::RawTracePoint(p)) => p
-                        .load()
-                        .and_then(|_| p.attach(event).map(|_| ()))
-                        .map_err(|e| e.to_string()),
-                    _ => Err(format!("program {name} is not in the object")),
-                };
-                (name, r.err())
+            .map(|&program| {
+                let mut r = attach(&mut ebpf, program);
+                if let (Err(e), true) = (&r, program.0 == "bs_memslot_kvm_ioctl") {
+                    r = attach(&mut ebpf, IOCTL_FALLBACK).map_err(|e2| {
+                        format!("kprobe on kvm_vm_ioctl: {e}; sys_enter_ioctl: {e2}")
+                    });
+                }
+                (program.0, r.err())
             })
             .collect();
         st.bpf.put_programs(ebpf);

@@ -83,9 +83,10 @@ pub fn cmdline_with_trace(cmdline: &str) -> Result<String, TraceCmdline> {
     Ok(out.join(" "))
 }
 
-/// The guest kernel's symbols and types, loaded (after the guest stopped)
-/// from the image it booted.
-pub trait GuestKernel {
+/// The guest kernel's symbols and types, loaded from the image it booted
+/// (by the VMM after its guest stopped; by `profile`'s guest memory reader
+/// on a thread of its own while the traced guest runs, hence `Send`).
+pub trait GuestKernel: Send {
     /// Link-time address of a symbol.
     fn address_of(&self, name: &str) -> Option<u64>;
     /// The function holding each link-time address.
