@@ -27,8 +27,7 @@ fn values(line: &str) -> (u64, u64) {
 
 #[test]
 fn ch_restore_fault_counts_match_kvm_and_the_kernel() {
-    let Some((_, out)) = ch::run_lab_script("lab-ch-restore-profile", &[], "lab-ch-profile")
-    else {
+    let Some((_, out)) = ch::run_lab_script("lab-ch-restore-profile", &[], "lab-ch-profile") else {
         return;
     };
     let checks: Vec<&str> = out.lines().filter(|l| l.starts_with("check ")).collect();

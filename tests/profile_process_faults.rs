@@ -17,7 +17,14 @@ fn a_launched_command_s_faults_equal_the_kernel_s_count() {
     let mut cmd = bootscope();
     cmd.args(["profile", "--collect", "faults", "--no-summary", "--output"])
         .arg(&out)
-        .args(["--", "dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"]);
+        .args([
+            "--",
+            "dd",
+            "if=/dev/zero",
+            "of=/dev/null",
+            "bs=64M",
+            "count=1",
+        ]);
     let o = run(&mut cmd, None);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let p = read_json(&out);
