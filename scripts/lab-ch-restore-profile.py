@@ -4,24 +4,32 @@
     python3 scripts/lab-ch-restore-profile.py DIR
 
 DIR holds counts.tsv and MODE.prof.json per restore mode (copy, ondemand).
-For each mode, one line per check:
+For each mode, one line per check, each comparing two counts of the same
+interval, the VM's (and CH's) life:
 
     check MODE NAME profile=P reference=R diff=D% within_1pct=yes|no
 
-  kvm_pf_fixed    the profile's guest faults over the VM's life
-                  (`fault_tail.guest_faults_total`) against KVM's pf_fixed
-                  from CH's launch to the guest's `after sum` line
-  kvm_pf_taken    the same against pf_taken
-  proc_minflt     the host minor faults the profile counted in its window
-                  (`fault_tail.host`: in guest faults + other) against the
-                  CH process's minflt (/proc/PID/task/*/stat summed) from
-                  `resumed` to `go` (the window's span: the guest's first
-                  fault after the resume to its next mark, 0x63, written
-                  right after `go`)
-  proc_majflt     the same for major faults
+  kvm_pf_fixed    the guest faults the profile counted
+                  (`fault_tail.guest_faults_total`, KVM's MMU mapping a
+                  page: kvmmmu:kvm_mmu_spte_requested) against KVM's own
+                  pf_fixed of CH's VM (`fault_tail.kvm_pf_fixed`: debugfs
+                  kvm/PID-FD/pf_fixed, read when CH ended, the VM kept
+                  alive for that read)
+  kvm_pf_taken    the nested page faults the profile counted
+                  (`page_faults.guest_total`, kvm:kvm_page_fault, less
+                  `guest_mmio`, the faults on MMIO pages KVM answers from
+                  its cache before its page-fault handler counts them)
+                  against KVM's pf_taken, read the same way
+  proc_faults     the host page faults of CH's threads the profile counted
+                  (`page_faults.host_total`: page-fault exceptions, user and
+                  kernel mode) against the kernel's count of CH's faults over
+                  its life (`target.faults`: minflt + majflt of wait4's
+                  rusage, the counters /proc/PID/stat shows)
 
-then the lines of the interval table (every /proc interval read), for the
-reader to see where the counts fall. Exit 1 when an input is missing.
+then, per mode, what each counted over the window and the counters the
+script read itself while CH ran (KVM's debugfs totals, /proc/PID/stat and
+/proc/PID/task/*/stat) at its launch, after the resume, before `go` and at
+the guest's `after sum` line. Exit 1 when an input is missing.
 """
 import csv
 import json
@@ -45,36 +53,39 @@ def delta(row, a, b, c):
     return None if x is None or y is None else y - x
 
 
+def compare(mode, name, p, r):
+    if r is None or p is None:
+        print(f"check {mode} {name} profile={p} reference=- diff=- within_1pct=no")
+        return
+    d = pct(p, r)
+    ok = "yes" if abs(d) <= 1.0 else "no"
+    print(f"check {mode} {name} profile={p} reference={r} diff={d:+.2f}% within_1pct={ok}")
+
+
 def checks(mode, row, prof):
     ft = prof.get("fault_tail")
     if ft is None:
         print(f"check {mode} fault_tail missing from the profile")
         return
+    pf = prof.get("page_faults", {})
+    tf = prof.get("target", {}).get("faults")
+    compare(mode, "kvm_pf_fixed", ft.get("guest_faults_total"), ft.get("kvm_pf_fixed"))
+    compare(mode, "kvm_pf_taken", pf.get("guest_total", 0) - pf.get("guest_mmio", 0),
+            ft.get("kvm_pf_taken"))
+    compare(mode, "proc_faults", pf.get("host_total"),
+            None if tf is None else tf["minflt"] + tf["majflt"])
     host = ft.get("host", {})
-    pairs = [
-        ("kvm_pf_fixed", ft.get("guest_faults_total", 0), delta(row, "launch", "end", "pf_fixed")),
-        ("kvm_pf_taken", ft.get("guest_faults_total", 0), delta(row, "launch", "end", "pf_taken")),
-        ("proc_minflt", host.get("minor_in_guest_faults", 0) + host.get("minor_other", 0),
-         delta(row, "resumed", "go", "task_minflt")),
-        ("proc_majflt", host.get("major_in_guest_faults", 0) + host.get("major_other", 0),
-         delta(row, "resumed", "go", "task_majflt")),
-    ]
-    for name, p, r in pairs:
-        if r is None:
-            print(f"check {mode} {name} profile={p} reference=- diff=- within_1pct=no")
-            continue
-        d = pct(p, r)
-        ok = "yes" if abs(d) <= 1.0 else "no"
-        print(f"check {mode} {name} profile={p} reference={r} diff={d:+.2f}% within_1pct={ok}")
     w = ft.get("window", {})
     span = ((w.get("end_ns") or 0) - (w.get("start_ns") or 0)) / 1e6
-    threads = host.get("threads", [])
-    print(f"  {mode}: window {span:.1f} ms to {w.get('end_mark')}; guest faults "
-          f"{ft.get('guest_faults')} in window, {ft.get('guest_faults_total')} in all; host "
-          f"threads' window counters minflt {sum(t['minflt'] for t in threads)} "
-          f"majflt {sum(t['majflt'] for t in threads)}; host {json.dumps({k: v for k, v in host.items() if k != 'threads'})}")
-    for a, b in (("launch", "resumed"), ("resumed", "go"), ("go", "end"), ("resumed", "end")):
-        print(f"  {mode}: /proc {a}->{b}: process minflt {delta(row, a, b, 'minflt')} "
+    print(f"  {mode}: life: guest faults {ft.get('guest_faults_total')} (spte), "
+          f"{pf.get('guest_total')} (npf, {pf.get('guest_mmio')} mmio); KVM pf_fixed "
+          f"{ft.get('kvm_pf_fixed')} pf_taken {ft.get('kvm_pf_taken')}; host faults "
+          f"{pf.get('host_total')} (user {pf.get('host_user')}, kernel {pf.get('host_kernel')}); "
+          f"kernel's minflt/majflt {tf}")
+    print(f"  {mode}: window {span:.1f} ms to {w.get('end_mark')}: guest faults "
+          f"{ft.get('guest_faults')}; host {json.dumps({k: v for k, v in host.items() if k != 'threads'})}")
+    for a, b in (("launch", "resumed"), ("resumed", "go"), ("go", "end"), ("launch", "end")):
+        print(f"  {mode}: read by the script, {a}->{b}: process minflt {delta(row, a, b, 'minflt')} "
               f"majflt {delta(row, a, b, 'majflt')}; threads minflt "
               f"{delta(row, a, b, 'task_minflt')} majflt {delta(row, a, b, 'task_majflt')}; "
               f"kvm pf_fixed {delta(row, a, b, 'pf_fixed')} pf_taken {delta(row, a, b, 'pf_taken')}")

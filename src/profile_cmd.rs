@@ -17,7 +17,7 @@ use crate::profile_summary::summary;
 use crate::profile_units as disk_units;
 use std::sync::{Arc, Mutex};
 
-use bootscope_profiler::launch::HeldCommand;
+use bootscope_profiler::launch::{ChildFaults, HeldCommand};
 use bootscope_profiler::restore_cmd::noted;
 use bootscope_profiler::{Collector, CollectorConfig, CollectorSet, Profile, TargetSpec};
 
@@ -252,7 +252,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         held,
     }) = launched
     {
-        let (exit_code, own) = stop_launched(held, &waited, signal)?;
+        let (exit_code, own, faults) = stop_launched(held, &waited, signal)?;
         drop(group);
         // The group is gone: the terminal is this process's again.
         drop(foreground);
@@ -262,6 +262,10 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
             r.finish(CONSOLE_GRACE);
         }
         profile.target.exit_code = exit_code;
+        profile.target.faults = faults.map(|f| bootscope_model::profile::ProcessFaults {
+            minflt: f.minflt,
+            majflt: f.majflt,
+        });
         if own {
             code = exit_code.unwrap_or(0);
         }
@@ -439,7 +443,7 @@ fn stop_launched(
     mut h: HeldCommand,
     waited: &Waited,
     signal: Option<i32>,
-) -> Result<(Option<i32>, bool), Failure> {
+) -> Result<(Option<i32>, bool, Option<ChildFaults>), Failure> {
     let s = match waited.status {
         Some(s) => s,
         None => {
@@ -480,7 +484,7 @@ fn stop_launched(
     }
     use std::os::unix::process::ExitStatusExt;
     let c = s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0));
-    Ok((Some(c), waited.status.is_some()))
+    Ok((Some(c), waited.status.is_some(), h.faults()))
 }
 
 /// A command launched to be profiled. It leads a process group of its

@@ -12,25 +12,7 @@
 
 mod support;
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use support::*;
-
-/// The directory holding cloud-hypervisor and ch-remote, or a SKIP line.
-fn ch_bin_dir() -> Option<PathBuf> {
-    let dir = PathBuf::from(std::env::var_os("CH_BIN_DIR").unwrap_or("/usr/local/bin".into()));
-    for name in ["cloud-hypervisor", "ch-remote"] {
-        if !dir.join(name).is_file() {
-            skip(format_args!(
-                "{} is missing (build Cloud Hypervisor as docs/lab.md says, or set CH_BIN_DIR)",
-                dir.join(name).display()
-            ));
-            return None;
-        }
-    }
-    Some(dir)
-}
 
 /// One row of the bench's TSV, by column name.
 struct Row<'a> {
@@ -53,26 +35,9 @@ impl Row<'_> {
 
 #[test]
 fn ch_boots_snapshots_and_restores_in_the_lab() {
-    let Some(bin) = ch_bin_dir() else { return };
-    if lab::lab_kernel().is_none() || lab::static_busybox().is_none() {
+    let Some((dir, out)) = ch::run_lab_script("bench-lab-ch-restore", &["1"], "lab-ch") else {
         return;
-    }
-    let dir = scratch("lab-ch");
-    let o = Command::new("sh")
-        .arg("scripts/bench-lab-ch-restore")
-        .arg("1")
-        .arg(&dir)
-        .env("CH_BIN_DIR", &bin)
-        .env("BOOTSCOPE", env!("CARGO_BIN_EXE_bootscope"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("sh runs");
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(o.status.success(), "{out}");
+    };
     assert!(
         out.contains("boot check: default guest's hello line"),
         "{out}"
@@ -123,26 +88,11 @@ fn tsv_rows(tsv: &str) -> (Vec<&str>, Vec<Vec<&str>>) {
 /// before CH's on-demand restore, which resumes before CH's copying one.
 #[test]
 fn bootscope_and_ch_restore_one_guest_in_one_lab_run() {
-    let Some(bin) = ch_bin_dir() else { return };
-    if lab::lab_kernel().is_none() || lab::static_busybox().is_none() {
+    let Some((dir, out)) =
+        ch::run_lab_script("bench-lab-restore-vs-ch", &["1"], "lab-restore-vs-ch")
+    else {
         return;
-    }
-    let dir = scratch("lab-restore-vs-ch");
-    let o = Command::new("sh")
-        .arg("scripts/bench-lab-restore-vs-ch")
-        .arg("1")
-        .arg(&dir)
-        .env("CH_BIN_DIR", &bin)
-        .env("BOOTSCOPE", env!("CARGO_BIN_EXE_bootscope"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("sh runs");
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(o.status.success(), "{out}");
+    };
     let tsv = std::fs::read_to_string(dir.join("restore-vs-ch.tsv")).unwrap();
     let (names, values) = tsv_rows(&tsv);
     let rows: Vec<Row> = values

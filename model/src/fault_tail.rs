@@ -38,6 +38,13 @@ pub struct FaultTail {
     /// Guest faults KVM served since the programs attached, window or not
     /// (the interval of KVM's own statistics, for cross-checks).
     pub guest_faults_total: u64,
+    /// KVM's own `pf_fixed` and `pf_taken` statistics of the same VMs over
+    /// the same interval (debugfs, read when each VM ended or when the
+    /// profile was built); None where debugfs is unreadable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_pf_fixed: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_pf_taken: Option<u64>,
     /// Summed service time of the window's guest faults (vCPU time spent
     /// waiting for memory).
     pub wait_ns: u64,

@@ -125,6 +125,19 @@ pub struct Target {
     /// Which VMM ran and the kernel command line it was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vmm: Option<crate::vmm::VmmRun>,
+    /// The kernel's page-fault counts of a launched command over its life,
+    /// when it ended while profiled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub faults: Option<ProcessFaults>,
+}
+
+/// A process's page faults as the kernel counts them: every thread's
+/// `min_flt` and `maj_flt` summed (what `/proc/PID/stat` fields 10 and 12
+/// show while it lives; `wait4`'s rusage once it ended).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessFaults {
+    pub minflt: u64,
+    pub majflt: u64,
 }
 
 /// The host it ran on.

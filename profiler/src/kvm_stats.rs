@@ -34,6 +34,17 @@ pub const DEBUGFS: &str = "/sys/kernel/debug";
 /// The `exits` value of every VM of the given processes below `kvm_dir`
 /// (`<debugfs>/kvm`), keyed by directory name. Unreadable files are skipped.
 pub fn read_debugfs_exits(kvm_dir: &Path, pids: &[u32]) -> BTreeMap<String, u64> {
+    read_debugfs_stat(kvm_dir, pids, "exits")
+}
+
+/// KVM's guest page-fault statistics, in this order: `pf_fixed` (faults
+/// that mapped a page), `pf_taken` (every fault KVM's MMU handled).
+pub const FAULT_STATS: [&str; 2] = ["pf_fixed", "pf_taken"];
+
+/// One statistic (a file of a VM's directory, vCPUs summed) of every VM of
+/// the given processes below `kvm_dir`, keyed by directory name.
+/// Unreadable files are skipped.
+pub fn read_debugfs_stat(kvm_dir: &Path, pids: &[u32], stat: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for e in std::fs::read_dir(kvm_dir).into_iter().flatten().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -46,7 +57,7 @@ pub fn read_debugfs_exits(kvm_dir: &Path, pids: &[u32]) -> BTreeMap<String, u64>
         if !pids.contains(&pid) {
             continue;
         }
-        if let Some(v) = crate::pseudo::read(e.path().join("exits"))
+        if let Some(v) = crate::pseudo::read(e.path().join(stat))
             .ok()
             .and_then(|s| s.trim().parse().ok())
         {
@@ -175,6 +186,8 @@ fn vcpu_fds(tgid: u32) -> Vec<(u32, String)> {
 pub struct KvmStatsReader {
     debugfs: Result<PathBuf, String>,
     debugfs_values: BTreeMap<String, u64>,
+    /// [`FAULT_STATS`] of each VM, by directory name, read with `exits`.
+    debugfs_faults: BTreeMap<String, [u64; 2]>,
     vcpus: Vec<VcpuStats>,
     /// Counts of vCPUs whose stats file was closed.
     closed_total: u64,
@@ -210,6 +223,7 @@ impl KvmStatsReader {
         Self {
             debugfs,
             debugfs_values: BTreeMap::new(),
+            debugfs_faults: BTreeMap::new(),
             vcpus: Vec::new(),
             closed_total: 0,
             closed_count: 0,
@@ -281,6 +295,7 @@ impl KvmStatsReader {
                 let e = self.debugfs_values.entry(k).or_default();
                 *e = (*e).max(v);
             }
+            self.read_debugfs_faults(tgids);
             return;
         }
         for v in &mut self.vcpus {
@@ -358,6 +373,7 @@ impl KvmStatsReader {
                 let e = self.debugfs_values.entry(k).or_default();
                 *e = (*e).max(v);
             }
+            self.read_debugfs_faults(&[tgid]);
             self.held_vms.retain(|h| h.tgid != tgid);
         }
         let mut i = 0;
@@ -372,6 +388,33 @@ impl KvmStatsReader {
                 i += 1;
             }
         }
+    }
+
+    /// Reads [`FAULT_STATS`] of the processes' VMs from debugfs (counts
+    /// only grow: a VM already gone keeps its last values).
+    fn read_debugfs_faults(&mut self, tgids: &[u32]) {
+        let Ok(dir) = &self.debugfs else { return };
+        for (i, stat) in FAULT_STATS.iter().enumerate() {
+            for (k, v) in read_debugfs_stat(dir, tgids, stat) {
+                let e = &mut self.debugfs_faults.entry(k).or_default()[i];
+                *e = (*e).max(v);
+            }
+        }
+    }
+
+    /// KVM's [`FAULT_STATS`] summed over the VMs of process `tgid` (every
+    /// process: None), if any was read (debugfs only: the vCPU statistics
+    /// files are read for `exits` alone).
+    pub fn faults_of(&self, tgid: Option<u32>) -> Option<[u64; 2]> {
+        let prefix = tgid.map(|t| format!("{t}-"));
+        let mut mine = self
+            .debugfs_faults
+            .iter()
+            .filter(|(k, _)| prefix.as_ref().is_none_or(|p| k.starts_with(p)))
+            .map(|(_, v)| *v)
+            .peekable();
+        mine.peek()?;
+        Some(mine.fold([0, 0], |a, v| [a[0] + v[0], a[1] + v[1]]))
     }
 
     /// KVM's exit count of one process's VMs, if any was seen.
@@ -414,6 +457,7 @@ impl KvmStatsReader {
     pub fn forget(&mut self, tgid: u32) {
         let prefix = format!("{tgid}-");
         self.debugfs_values.retain(|k, _| !k.starts_with(&prefix));
+        self.debugfs_faults.retain(|k, _| !k.starts_with(&prefix));
         self.ever_held.retain(|k| !k.starts_with(&prefix));
         self.held_vms.retain(|h| h.tgid != tgid);
         self.vcpus.retain(|v| v.tgid != tgid);
@@ -510,6 +554,36 @@ mod tests {
         // Until a VM is held, debugfs is read every tick.
         let fresh = KvmStatsReader::with_debugfs(Ok(PathBuf::from("/nonexistent/kvm")));
         assert!(fresh.needs_frequent_reads());
+    }
+
+    #[test]
+    fn fault_statistics_are_summed_per_process_and_kept_at_their_last_read() {
+        let d = std::env::temp_dir().join(format!("bootscope-kvmfaults-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let write = |name: &str, fixed: u64, taken: u64| {
+            std::fs::create_dir_all(d.join(name)).unwrap();
+            std::fs::write(d.join(name).join("exits"), "9\n").unwrap();
+            std::fs::write(d.join(name).join("pf_fixed"), format!("{fixed}\n")).unwrap();
+            std::fs::write(d.join(name).join("pf_taken"), format!("{taken}\n")).unwrap();
+        };
+        write("100-11", 30, 35);
+        write("100-12", 4, 5);
+        write("200-11", 1000, 1001);
+        let mut r = KvmStatsReader::with_debugfs(Ok(d.clone()));
+        r.poll(&[100], false);
+        assert_eq!(r.faults_of(Some(100)), Some([34, 40]));
+        // Only the followed processes' VMs were read.
+        assert_eq!(r.faults_of(Some(200)), None);
+        assert_eq!(r.faults_of(None), Some([34, 40]));
+        // The final read at the process's end; a VM gone by then keeps
+        // what was read of it.
+        write("100-11", 50, 56);
+        std::fs::remove_dir_all(d.join("100-12")).unwrap();
+        r.release(100);
+        assert_eq!(r.faults_of(Some(100)), Some([54, 61]));
+        r.forget(100);
+        assert_eq!(r.faults_of(None), None);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

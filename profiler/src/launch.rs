@@ -29,6 +29,17 @@ pub struct HeldCommand {
     pid: libc::pid_t,
     release: Option<OwnedFd>,
     status: Option<ExitStatus>,
+    /// The kernel's fault counts of the ended child (see [`Self::faults`]).
+    faults: Option<ChildFaults>,
+}
+
+/// The kernel's page-fault counts of an ended child, every thread's summed
+/// (`wait4`'s rusage: the `min_flt`/`maj_flt` that `/proc/PID/stat` shows
+/// while the process lives).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChildFaults {
+    pub minflt: u64,
+    pub majflt: u64,
 }
 
 /// `program` as exec would find it: a path with a slash as is, else the
@@ -135,6 +146,7 @@ impl HeldCommand {
             pid,
             release: Some(write_end),
             status: None,
+            faults: None,
         })
     }
 
@@ -162,12 +174,18 @@ impl HeldCommand {
             return Ok(Some(s));
         }
         let mut status = 0i32;
+        // SAFETY: rusage is plain old data; all zeroes is a valid value.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
         loop {
-            // SAFETY: waitpid on our own child with a valid out pointer.
-            let rc = unsafe { libc::waitpid(self.pid, &mut status, flags) };
+            // SAFETY: wait4 on our own child with valid out pointers.
+            let rc = unsafe { libc::wait4(self.pid, &mut status, flags, &mut usage) };
             if rc == self.pid {
                 let s = ExitStatus::from_raw(status);
                 self.status = Some(s);
+                self.faults = Some(ChildFaults {
+                    minflt: usage.ru_minflt as u64,
+                    majflt: usage.ru_majflt as u64,
+                });
                 return Ok(Some(s));
             }
             if rc == 0 {
@@ -190,6 +208,12 @@ impl HeldCommand {
         self.release()?;
         self.wait_flags(0)?
             .ok_or_else(|| Error::other("waitpid returned no status"))
+    }
+
+    /// The kernel's fault counts of the child over its life, once it was
+    /// reaped (its children's too, if it waited for any).
+    pub fn faults(&self) -> Option<ChildFaults> {
+        self.faults
     }
 
     /// The child's process group: its own pid.

@@ -17,6 +17,7 @@
 #![allow(dead_code, unused_imports, unused_macros)]
 
 pub mod bench;
+pub mod ch;
 pub mod lab;
 pub mod snapshot;
 

@@ -219,6 +219,7 @@ impl AnyVm {
             ended_ns: vm.and_then(|v| v.ended_ns),
             interrupted_by: None,
             vmm: None,
+            faults: None,
         };
         p.marks
             .retain(|m| m.tgid.is_some_and(|t| self.root_of(t) == root));

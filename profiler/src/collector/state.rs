@@ -417,6 +417,11 @@ impl State {
         let mut p = self.build(now);
         self.any_vm.keep_own(&mut p, root, now);
         p.exits.kvm_stats_exits = self.sampler.kvm_stats.total_of(root);
+        if let Some(t) = p.fault_tail.as_mut() {
+            let kvm = self.sampler.kvm_stats.faults_of(Some(root));
+            t.kvm_pf_fixed = kvm.map(|k| k[0]);
+            t.kvm_pf_taken = kvm.map(|k| k[1]);
+        }
         p
     }
 

@@ -110,6 +110,7 @@ impl State {
             .map(|m| m.t_ns);
         let by_kind = self.tail_kinds();
         let pages = tot(total::PAGES);
+        let kvm = self.sampler.kvm_stats.faults_of(None);
         Some(FaultTail {
             restore: None,
             window: TailWindow {
@@ -121,6 +122,8 @@ impl State {
             bucket_ns: BUCKET_NS,
             guest_faults: tot(total::GUEST),
             guest_faults_total: tot(total::GUEST_ALL),
+            kvm_pf_fixed: kvm.map(|k| k[0]),
+            kvm_pf_taken: kvm.map(|k| k[1]),
             wait_ns: by_kind.iter().map(|k| k.wait_ns).sum(),
             by_kind,
             host: TailHost {

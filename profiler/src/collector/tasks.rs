@@ -52,6 +52,7 @@ impl Tasks {
                 ended_ns: None,
                 interrupted_by: None,
                 vmm: None,
+                faults: None,
             },
             target_pid,
             life,
