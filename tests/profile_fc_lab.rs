@@ -6,8 +6,8 @@
 //! own ioctls, the guest kernel's log read from its memory, every initcall
 //! on the profile's clock between the kernel's first port I/O and
 //! `Run /init`, the module list read, Firecracker held at its guest's
-//! reset through the i8042 (Firecracker's only way out on x86) and read
-//! there. Skipped (a `SKIP:` line) where Firecracker is not installed:
+//! reset through the i8042 (Firecracker's only way out on x86: the guest
+//! ends with `reboot -f`) and read there. Skipped (a `SKIP:` line) where Firecracker is not installed:
 //! `FC_BIN`, default /usr/local/bin/firecracker (docs/lab.md builds it).
 
 mod support;
@@ -47,6 +47,32 @@ fn vmlinux(pre: &lab::Prereqs) -> PathBuf {
     out
 }
 
+/// The default guest with an `/init` that ends in a reset (appended as a
+/// second archive, which replaces the first's `/init`): it mounts what the
+/// default guest mounts, prints its line, writes its userspace mark to
+/// port 0x80, and `reboot -f` (a reset through the i8042 with `reboot=k`).
+/// The default guest's `poweroff -f` halts the kernel: Firecracker has no
+/// power-off, and would run on.
+fn resetting_guest(pre: &lab::Prereqs) -> PathBuf {
+    let bb = "/bin/busybox";
+    let init = format!(
+        "#!/bin/sh\n{bb} mount -t proc proc /proc\n{bb} mount -t sysfs sysfs /sys\n\
+         {bb} mount -t devtmpfs devtmpfs /dev\necho '{hello}'\n\
+         [ -c /dev/port ] || {bb} mknod /dev/port c 1 4\n\
+         printf '\\{mark:03o}' | {bb} dd of=/dev/port bs=1 seek=128 count=1 conv=notrunc 2>/dev/null\n\
+         {bb} reboot -f\n",
+        hello = bootscope_lab::guest::HELLO_LINE,
+        mark = bootscope_lab::guest::USERSPACE_START_MARKER,
+    );
+    let mut bytes = std::fs::read(&pre.initrd).unwrap();
+    let mut cpio = bootscope_lab::cpio::Builder::new(Vec::new());
+    cpio.add_file_bytes("init", init.as_bytes(), 0o755).unwrap();
+    bytes.extend(cpio.finish().unwrap());
+    let out = pre.dir.join("guest-reset.cpio");
+    std::fs::write(&out, bytes).unwrap();
+    out
+}
+
 /// Firecracker's config for `kernel` and `initrd`: 1 vCPU, 256 MiB, no
 /// drives or network.
 fn config(kernel: &Path, initrd: &Path) -> serde_json::Value {
@@ -66,8 +92,9 @@ fn config(kernel: &Path, initrd: &Path) -> serde_json::Value {
 /// profile and the config file (which must be as it was written).
 fn profile_in_lab(pre: &lab::Prereqs, fc: &Path) -> (serde_json::Value, PathBuf, String) {
     let kernel = vmlinux(pre);
+    let initrd = resetting_guest(pre);
     let file = pre.dir.join("vm.json");
-    let written = serde_json::to_string_pretty(&config(&kernel, &pre.initrd)).unwrap();
+    let written = serde_json::to_string_pretty(&config(&kernel, &initrd)).unwrap();
     std::fs::write(&file, &written).unwrap();
     let out = pre.dir.join("fc-initcalls.json");
     let mut cmd = bootscope();
@@ -79,7 +106,7 @@ fn profile_in_lab(pre: &lab::Prereqs, fc: &Path) -> (serde_json::Value, PathBuf,
         .arg("--input")
         .arg(&kernel)
         .arg("--input")
-        .arg(&pre.initrd)
+        .arg(&initrd)
         .args(["--", "profile", "--initcalls", "--output"])
         .arg(&out)
         .arg("--")
