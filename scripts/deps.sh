@@ -25,6 +25,12 @@ command -v prometheus >/dev/null || need+=(prometheus)
 command -v prometheus-pushgateway >/dev/null || need+=(prometheus-pushgateway)
 # The Debian guest image (bootscope guest build debian, tests/lab_debian_guest.rs).
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+# Firecracker, optional (BOOTSCOPE_FIRECRACKER=1): its lab test
+# (tests/profile_fc_lab.rs) is skipped without it. Its build links libseccomp.
+if [ "${BOOTSCOPE_FIRECRACKER:-0}" = 1 ] && [ ! -x /usr/local/bin/firecracker ]; then
+    [ -f /usr/include/seccomp.h ] || need+=(libseccomp-dev)
+    command -v git >/dev/null || need+=(git)
+fi
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "bootscope: missing Debian packages: ${need[*]}; run as root or: sudo apt-get install -y ${need[*]}" >&2
@@ -41,4 +47,21 @@ if ! command -v cargo >/dev/null; then
         echo "bootscope: no Rust toolchain: install one with rustup (https://rustup.rs), Rust 1.85 or later" >&2
         exit 1
     fi
+fi
+# Firecracker built from its source outside this repository and installed
+# as /usr/local/bin/firecracker (docs/lab.md): the gnu target with the
+# stable toolchain (its rust-toolchain.toml names a newer one and the musl
+# target); FIRECRACKER_DIR holds the source and the build.
+if [ "${BOOTSCOPE_FIRECRACKER:-0}" = 1 ] && [ ! -x /usr/local/bin/firecracker ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "bootscope: BOOTSCOPE_FIRECRACKER=1 installs /usr/local/bin/firecracker: run as root" >&2
+        exit 1
+    fi
+    fc_dir=${FIRECRACKER_DIR:-/work/fc}
+    [ -d "$fc_dir/src" ] ||
+        git clone -q https://github.com/firecracker-microvm/firecracker "$fc_dir/src" >&2
+    echo "bootscope: building Firecracker in $fc_dir (about 15 minutes on 2 cores)" >&2
+    (cd "$fc_dir/src" && RUSTUP_TOOLCHAIN=stable CARGO_TARGET_DIR="$fc_dir/target" \
+        nice -n 10 cargo build --release -j2 -p firecracker >&2)
+    install -m 755 "$fc_dir/target/release/firecracker" /usr/local/bin/firecracker
 fi

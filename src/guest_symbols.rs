@@ -97,9 +97,18 @@ pub fn kept_table(vmlinux: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The kernel a launched command boots, for `profile -- COMMAND`.
+/// The kernel a launched command boots, for `profile -- COMMAND`: its
+/// `--kernel`/`-kernel`, or Firecracker's `kernel_image_path` in its
+/// `--config-file`.
 pub fn command_kernel(command: &[String]) -> Option<PathBuf> {
+    command_kernel_in(command, Path::new(""))
+}
+
+/// [`command_kernel`] of a command that runs in `cwd`: a relative
+/// Firecracker config is read from there.
+pub fn command_kernel_in(command: &[String], cwd: &Path) -> Option<PathBuf> {
     kernel_of_command(command)
+        .or_else(|| bootscope_model::vmm::firecracker::kernel_of(command, cwd))
 }
 
 /// Names the profile's sites (if any): the kernel image's from `table`,

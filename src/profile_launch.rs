@@ -87,15 +87,17 @@ fn bootscope_run(command: &[String], at: usize) -> Result<Launch> {
 }
 
 /// The guest kernel a running VMM was started with (its `-kernel` or
-/// `--kernel` in `/proc/PID/cmdline`), a relative path taken from the
-/// VMM's working directory (`/proc/PID/cwd`).
+/// `--kernel` in `/proc/PID/cmdline`, Firecracker's `kernel_image_path`
+/// in its `--config-file`), a relative path taken from the VMM's working
+/// directory (`/proc/PID/cwd`).
 pub fn pid_kernel(pid: u32) -> Option<std::path::PathBuf> {
-    let kernel = crate::guest_symbols::command_kernel(&pid_command(pid))?;
+    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
+    let base = cwd.clone().unwrap_or_default();
+    let kernel = crate::guest_symbols::command_kernel_in(&pid_command(pid), &base)?;
     if kernel.is_absolute() {
         return Some(kernel);
     }
-    let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok()?;
-    Some(cwd.join(kernel))
+    Some(cwd?.join(kernel))
 }
 
 /// The guest kernel's command line in a running VMM's options (QEMU's

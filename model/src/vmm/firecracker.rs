@@ -78,6 +78,22 @@ pub fn write_private(
     Ok(temp)
 }
 
+/// The guest kernel a Firecracker command boots: `kernel_image_path` of
+/// `boot-source` in its `--config-file`. Relative paths (the config's
+/// and the kernel's, which Firecracker takes from its own working
+/// directory) are taken from `cwd`. None: not Firecracker, no config, or
+/// one that cannot be read or names no kernel.
+pub fn kernel_of<S: AsRef<str>>(argv: &[S], cwd: &Path) -> Option<PathBuf> {
+    let (kind, at) = super::locate(argv);
+    if kind != super::VmmKind::Firecracker {
+        return None;
+    }
+    let args: Vec<String> = argv[at..].iter().map(|s| s.as_ref().to_string()).collect();
+    let config = read_config(&cwd.join(config_path(&args)?)).ok()?;
+    let kernel = config.pointer("/boot-source/kernel_image_path")?.as_str()?;
+    Some(cwd.join(kernel))
+}
+
 /// The `path_on_host` of every drive in a config, the root device's
 /// (`is_root_device`) first.
 pub fn drive_paths(config: &serde_json::Value) -> Vec<PathBuf> {

@@ -275,6 +275,42 @@ fn firecracker_api_and_unreadable_configs_refused() {
     assert!(with_kernel_cmdline(&argv, add_x).is_err());
 }
 
+/// Firecracker's kernel is in its config: found behind wrappers, a
+/// relative config and kernel taken from the VMM's directory.
+#[test]
+fn firecracker_kernel_from_its_config() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("vm.json"),
+        r#"{"boot-source": {"kernel_image_path": "images/vmlinux"}}"#,
+    )
+    .unwrap();
+    let argv = words("taskset -c 0 firecracker --no-api --config-file vm.json");
+    assert_eq!(
+        firecracker::kernel_of(&argv, dir.path()),
+        Some(dir.path().join("images/vmlinux"))
+    );
+    // From elsewhere the relative config is not there.
+    let elsewhere = tempfile::tempdir().unwrap();
+    assert_eq!(firecracker::kernel_of(&argv, elsewhere.path()), None);
+    // An absolute kernel path stays as it is.
+    let abs = dir.path().join("abs.json");
+    std::fs::write(&abs, r#"{"boot-source": {"kernel_image_path": "/k"}}"#).unwrap();
+    let argv = vec![
+        "firecracker".to_string(),
+        format!("--config-file={}", abs.display()),
+    ];
+    assert_eq!(
+        firecracker::kernel_of(&argv, elsewhere.path()),
+        Some(PathBuf::from("/k"))
+    );
+    // No kernel named, or not Firecracker: none.
+    std::fs::write(&abs, r#"{"boot-source": {}}"#).unwrap();
+    assert_eq!(firecracker::kernel_of(&argv, dir.path()), None);
+    let qemu = words("qemu-system-x86_64 --config-file vm.json");
+    assert_eq!(firecracker::kernel_of(&qemu, dir.path()), None);
+}
+
 #[test]
 fn other_commands_and_bootscope_refused() {
     let e = with_kernel_cmdline(&words("true"), add_x).err().unwrap();
