@@ -599,7 +599,13 @@ mod tests {
             Some("e2scrub_reap.service getty@tty1.service apt-daily.timer")
         );
         assert_eq!(f.accounts_ns, Some(555 * MS));
-        assert!(f.evidence[0].starts_with("3 units a VM rarely needs ran in this boot: e2scrub_reap.service 400"), "{:?}", f.evidence);
+        assert!(
+            f.evidence[0].starts_with(
+                "3 units a VM rarely needs ran in this boot: e2scrub_reap.service 400"
+            ),
+            "{:?}",
+            f.evidence
+        );
         let advice = advise(&ev);
         let finding = advice
             .findings
@@ -613,7 +619,9 @@ mod tests {
             )
         );
         assert!(
-            finding.fixes[0].gives_up.contains("getty@tty1.service a login prompt on a virtual terminal"),
+            finding.fixes[0]
+                .gives_up
+                .contains("getty@tty1.service a login prompt on a virtual terminal"),
             "{}",
             finding.fixes[0].gives_up
         );
