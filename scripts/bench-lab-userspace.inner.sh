@@ -7,12 +7,13 @@
 #       out of it with debugfs (carried in with its libraries), packed into
 #       OUT_DIR/journal.tar, which comes back to the host with the run's
 #       files.
-#   prove BOOTSCOPE KERNEL INITRD IMAGE CMDLINE OUT_DIR RUNS LEVEL FIXES BUDGET TIMELINE PROFILE
+#   prove BOOTSCOPE KERNEL INITRD IMAGE CMDLINE OUT_DIR RUNS LEVEL FIXES BUDGET TIMELINE PROFILE [RULES]
 #       boots the image twice first, unmeasured: the first boots of a lab
 #       session are the slowest (the emulator translates the code anew, and
 #       the image's first boots do one-time work), which would weigh on
 #       the first round of the first A/B bench only; then `advise --prove`
-#       with the boot step's TIMELINE and PROFILE as evidence.
+#       with the boot step's TIMELINE and PROFILE as evidence (with RULES,
+#       `--rules RULES`: only those rules' fixes).
 set -u
 if [ $# -lt 7 ]; then
     echo "usage: $0 boot|prove BOOTSCOPE KERNEL INITRD IMAGE CMDLINE OUT_DIR [...]" >&2
@@ -36,11 +37,13 @@ boot)
         echo "debugfs could not read systemd-analyze's chains in $image" >&2
     ;;
 prove)
-    if [ $# -ne 13 ]; then
-        echo "usage: $0 prove BOOTSCOPE KERNEL INITRD IMAGE CMDLINE OUT_DIR RUNS LEVEL FIXES BUDGET TIMELINE PROFILE" >&2
+    if [ $# -ne 13 ] && [ $# -ne 14 ]; then
+        echo "usage: $0 prove BOOTSCOPE KERNEL INITRD IMAGE CMDLINE OUT_DIR RUNS LEVEL FIXES BUDGET TIMELINE PROFILE [RULES]" >&2
         exit 2
     fi
-    runs=$8 level=$9 fixes=${10} budget=${11} timeline=${12} profile=${13}
+    runs=$8 level=$9 fixes=${10} budget=${11} timeline=${12} profile=${13} rules=${14:-}
+    set --
+    [ -n "$rules" ] && set -- --rules "$rules"
     for i in 1 2; do
         "$bootscope" run --kernel "$kernel" --initrd "$initrd" --disk "$image" --memory 512M \
             --timeout 1800 --cmdline "$cmdline" --serial null --no-profile --no-summary \
@@ -49,7 +52,7 @@ prove)
         echo "warm-up boot $i done" >&2
     done
     "$bootscope" advise "$timeline" "$profile" --prove --runs "$runs" --level "$level" \
-        --max-fixes "$fixes" --budget "$budget" --kinds kernel --run-timeout 1800 \
+        --max-fixes "$fixes" --budget "$budget" --kinds kernel "$@" --run-timeout 1800 \
         --output "$out/prove.json" --svg "$out/prove.svg" \
         -- run --kernel "$kernel" --initrd "$initrd" --disk "$image" --memory 512M \
         --timeout 1800 --cmdline "$cmdline" --serial null >"$out/prove.txt" 2>&1 || status=$?

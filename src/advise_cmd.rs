@@ -76,6 +76,16 @@ pub struct AdviseArgs {
     /// reported as not tried.
     #[arg(long, value_enum, value_delimiter = ',', default_values = ["kernel", "run"])]
     pub kinds: Vec<KindArg>,
+    /// Try only the fixes of these rules (comma-separated rule ids, as
+    /// advise lists them and docs/advise.md names them); default: every
+    /// rule's, the highest ranked first.
+    #[arg(
+        long,
+        value_name = "RULE,...",
+        value_delimiter = ',',
+        requires = "prove"
+    )]
+    pub rules: Vec<String>,
     /// Also try fixes that weaken the guest's security (mitigations=off,
     /// nokaslr, random.trust_cpu=on).
     #[arg(long)]
@@ -207,6 +217,7 @@ fn options(args: &AdviseArgs) -> Result<ProveOptions, AdviseError> {
                 KindArg::Run => FixKind::Run,
             })
             .collect(),
+        rules: args.rules.clone(),
     };
     opts.validate()?;
     Ok(opts)

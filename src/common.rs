@@ -54,6 +54,12 @@ pub fn command_line() -> Vec<String> {
 /// The longest time any duration flag accepts: 30 days.
 pub const MAX_SECONDS: f64 = 30.0 * 24.0 * 3600.0;
 
+/// Parses `--workload-unit` (a clap value parser): a systemd unit name.
+pub fn parse_unit_name(s: &str) -> Result<String, String> {
+    bootscope_vmm::units::check_unit_name(s)?;
+    Ok(s.to_string())
+}
+
 /// Parses a duration flag given in seconds (a clap value parser): a
 /// positive, finite number no larger than [`MAX_SECONDS`]. Huge values
 /// (1e30, 2^64) are refused here instead of overflowing a `Duration`.

@@ -87,6 +87,11 @@ pub struct ProfileArgs {
     /// no memory slots caught, the VMM never held at its guest's end.
     #[arg(long)]
     pub no_guest_memory: bool,
+    /// The systemd unit the critical chain ends at, when the command boots
+    /// a disk image file whose units go into the profile (as `run
+    /// --workload-unit`).
+    #[arg(long, value_name = "UNIT", value_parser = crate::common::parse_unit_name, conflicts_with = "pid")]
+    pub workload_unit: Option<String>,
     /// The command to launch and follow from its first instruction, after
     /// `--` (e.g. `-- qemu-system-x86_64 -enable-kvm ...`).
     #[arg(last = true, value_name = "COMMAND")]
@@ -201,7 +206,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     // The console read for boot milestones (src/profile_console.rs).
     let console = ConsolePlan::new(&command, args.pid.is_some(), child_log.as_deref())
         .context("cannot set up reading the command's console")?;
-    let disk = disk_units::before_launch(&command, args.pid.is_some());
+    let disk = disk_units::before_launch(&command, args.pid.is_some(), args.workload_unit.clone());
     let mut launched = None;
     let target = match args.pid {
         Some(pid) => TargetSpec::Pid(pid),

@@ -30,11 +30,12 @@ pub struct DiskUnits {
 }
 
 impl DiskUnits {
-    /// Reads the image the command names, if any, before it runs.
-    pub fn before(command: &[String]) -> Option<Self> {
+    /// Reads the image the command names, if any, before it runs; the
+    /// critical chain ends at `workload` when given (`--workload-unit`).
+    pub fn before(command: &[String], workload: Option<String>) -> Option<Self> {
         let image = disk_image(command)?;
         Some(Self {
-            probe: RecordProbe::before_boot(&image),
+            probe: RecordProbe::before_boot(&image).with_workload_unit(workload),
         })
     }
 
@@ -62,8 +63,14 @@ impl DiskUnits {
 }
 
 /// `Some(DiskUnits)` read before a launched command; nothing for `--pid`.
-pub fn before_launch(command: &[String], attached: bool) -> Option<DiskUnits> {
-    (!attached).then(|| DiskUnits::before(command)).flatten()
+pub fn before_launch(
+    command: &[String],
+    attached: bool,
+    workload: Option<String>,
+) -> Option<DiskUnits> {
+    (!attached)
+        .then(|| DiskUnits::before(command, workload))
+        .flatten()
 }
 
 /// The profile, with the image's units when an image was read before.

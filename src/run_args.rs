@@ -145,6 +145,12 @@ pub(crate) struct RunArgs {
     /// VMCOREINFO; costs the boot more).
     #[arg(long, value_enum, default_value = "trace", requires = "initcalls")]
     pub(crate) initcalls_method: InitcallMethod,
+    /// The systemd unit the critical chain ends at (the guest's workload,
+    /// such as myapp.service), for an image whose workload is not
+    /// bootscope-workload.service nor the unit that writes the port 0x80
+    /// marker; default: that unit, else the default target.
+    #[arg(long, value_name = "UNIT", value_parser = crate::common::parse_unit_name, requires = "disks")]
+    pub(crate) workload_unit: Option<String>,
     #[command(flatten)]
     pub(crate) devices: crate::device_args::DeviceArgs,
     #[command(flatten)]

@@ -41,9 +41,10 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     // A systemd guest's units record on the root disk, as it is before the
     // boot (docs/guest.md): after the boot it says whether the guest wrote
     // a new one.
-    let units_probe = (cfg.virtio.disks.first())
-        .filter(|d| !d.readonly)
-        .map(|d| bootscope_vmm::units::RecordProbe::before_boot(&d.path));
+    let units_probe = (cfg.virtio.disks.first()).filter(|d| !d.readonly).map(|d| {
+        bootscope_vmm::units::RecordProbe::before_boot(&d.path)
+            .with_workload_unit(args.workload_unit.clone())
+    });
     let symbols = early_symbols(&args, &cfg)?;
     // The programs the set-up needs attach before the VMM starts (`profiler
     // attach`), the guest programs beside its set-up, waited for before its

@@ -71,6 +71,22 @@ fn bad_disks_exit_2_naming_the_image() {
 }
 
 #[test]
+fn a_workload_unit_needs_a_unit_name_and_a_disk() {
+    let mut args = run_with_disk("/nonexistent/own.raw");
+    args.extend(["--workload-unit".into(), "app".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    expect_usage_error(
+        &args,
+        &["'app' is not a systemd unit name", "myapp.service"],
+    );
+    let kernel = fixture("mini-bzimage-reset.bin");
+    expect_usage_error(
+        &["run", "--kernel", &kernel, "--workload-unit", "app.service"],
+        &["--workload-unit", "--disk"],
+    );
+}
+
+#[test]
 fn virtio_devices_need_acpi() {
     require_kvm!();
     let dir = scratch("disk-acpi");

@@ -97,10 +97,18 @@ fn the_timeline_holds_the_journals_units_on_the_guests_clock() {
     assert!(systemd_ns.abs_diff(printed) < 1_000_000, "{systemd_ns} {s}");
     let ratio = s["timeline_userspace_ns"].as_f64().unwrap() / systemd_ns as f64;
     assert!((0.98..=1.02).contains(&ratio), "{s}");
-    // The chain runs from the target down.
+    // The chain runs from the workload down, and it is the one systemd's
+    // `systemd-analyze critical-chain workload.service` printed in that
+    // boot, down to the first unit the journal does not hold (`-.mount`).
     let chain = units["critical_chain"].as_array().unwrap();
+    assert_eq!(units["chain_target"], "workload.service");
     assert_eq!(chain[0]["name"], units["chain_target"]);
-    assert!(chain.len() >= 3, "{chain:?}");
+    let ours: Vec<&str> = chain.iter().map(|l| l["name"].as_str().unwrap()).collect();
+    let text = std::fs::read_to_string(fixture("journal-debian12-own.critical-chain.txt")).unwrap();
+    let systemds = &systemd_chains(&text)[0];
+    assert_eq!(systemds[0], "workload.service");
+    assert_eq!(ours[..], systemds[..systemds.len() - 2]);
+    assert_eq!(systemds[systemds.len() - 2..], ["-.mount", "-.slice"]);
     // The workload's marker came after systemd started, before shutdown.
     let mark = |name: &str| {
         t["marks"]

@@ -79,6 +79,8 @@ fn a_profiled_vmm_s_disk_image_gives_its_units() {
     )
     .unwrap();
     std::fs::set_permissions(&vmm, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let pristine = dir.path().join("pristine.raw");
+    std::fs::copy(&image, &pristine).unwrap();
     let out = dir.path().join("p.json");
     let o = profile_command(
         &out,
@@ -114,5 +116,37 @@ fn a_profiled_vmm_s_disk_image_gives_its_units() {
     assert_eq!(
         units["clock"]["offset_ns"].as_i64().unwrap(),
         run_init - 900_000
+    );
+
+    // The same boot with the workload named: the chain ends at it.
+    std::fs::copy(&pristine, &image).unwrap();
+    let named = dir.path().join("named.json");
+    let o = bootscope_output(&[
+        "profile",
+        "--workload-unit",
+        "a.service",
+        "--output",
+        named.to_str().unwrap(),
+        "--",
+        vmm.to_str().unwrap(),
+        "-hda",
+        image.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let units = &read_json(&named)["units"];
+    assert_eq!(units.get("error"), None, "{units}");
+    assert_eq!(units["chain_target"], "a.service");
+    assert_eq!(units["critical_chain"][0]["name"], "a.service");
+}
+
+#[test]
+fn a_workload_unit_that_is_no_unit_name_exits_2() {
+    expect_usage_error(
+        &["profile", "--workload-unit", "my app", "--", "true"],
+        &["my app", "is not a systemd unit name", "myapp.service"],
+    );
+    expect_usage_error(
+        &["profile", "--workload-unit", "a.service", "--pid", "1"],
+        &["--workload-unit", "--pid"],
     );
 }

@@ -56,6 +56,10 @@ fn detector_words(d: &Detector) -> String {
             "unit {} in `units.units`, by its duration",
             names.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(" or ")
         ),
+        Detector::RarelyNeededUnits => format!(
+            "units in `units.units` that a VM rarely needs: {}; one finding for all, their start-up times summed (they overlap: the saving is at most that)",
+            crate::userspace::RARELY_NEEDED_WORDS
+        ),
         Detector::StatusOnConsole => {
             "the kernel command line's last `console=` is a serial port and the guest ran systemd; the userspace phase's port exits at the 8250 driver's functions (exit sites) when profiled".into()
         }

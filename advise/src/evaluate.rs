@@ -211,6 +211,7 @@ pub fn evaluate(rule: &Rule, ev: &Evidence) -> RuleOutcome {
         Detector::CmdlineLacks { absent } => cmdline_lacks(ev, absent),
         Detector::SlowChainUnits { min_ns } => userspace::slow_chain_units(ev, min_ns),
         Detector::WaitUnits { names } => userspace::wait_units(ev, names),
+        Detector::RarelyNeededUnits => userspace::rarely_needed_units(ev),
         Detector::StatusOnConsole => userspace::status_on_console(ev),
         Detector::InitramfsStage { min_ns } => userspace::initramfs_stage(ev, min_ns),
         Detector::RootFsck => userspace::root_fsck(ev),
@@ -265,10 +266,16 @@ fn candidate(
 ) -> Option<Candidate> {
     let change = match fix.change {
         Change::KernelArgs(a) => {
-            // Only the words the command line lacks.
-            let args = a
-                .replace("{initcall}", subject.unwrap_or_default())
-                .replace("{unit}", subject.unwrap_or_default());
+            // Only the words the command line lacks; a subject of several
+            // units gives the words once for each.
+            let args = match subject {
+                Some(units) if a.contains("{unit}") => units
+                    .split_whitespace()
+                    .map(|u| a.replace("{unit}", u))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                _ => a.replace("{initcall}", subject.unwrap_or_default()),
+            };
             let missing: Vec<&str> = args
                 .split_whitespace()
                 .filter(|w| !ev.cmdline_has(w))

@@ -217,6 +217,9 @@ pub enum Detector {
     SlowChainUnits { min_ns: u64 },
     /// Units of these names that ran (they wait for devices or the network).
     WaitUnits { names: &'static [&'static str] },
+    /// Units a VM rarely needs that ran in this boot
+    /// ([`crate::userspace::rarely_needed`]): one finding for all of them.
+    RarelyNeededUnits,
     /// systemd's status lines on a serial console (`console=ttyS*`).
     StatusOnConsole,
     /// The initramfs stage, at least `min_ns`.
@@ -586,6 +589,27 @@ pub const RULES: &[Rule] = &[
             gives_up: "{unit} does not run: it {what}; units ordered after it may start before the devices or the network are ready",
             source: "man kernel-command-line(7): systemd.mask=; man systemd-udev-settle.service(8), systemd-networkd-wait-online.service(8)",
         }],
+    },
+    Rule {
+        id: "rarely-needed-units",
+        title: "units a VM rarely needs (gettys on virtual terminals, e2scrub_reap, utmp, early module loads, debugfs, timers)",
+        detector: Detector::RarelyNeededUnits,
+        needs: &[Need::Units],
+        off_with: &[],
+        fixes: &[
+            Fix {
+                change: Change::KernelArgs("systemd.mask={unit}"),
+                risk: Risk::GivesUp,
+                gives_up: "none of {unit} runs in this boot: {what}",
+                source: "man kernel-command-line(7), systemd(1): systemd.mask=",
+            },
+            Fix {
+                change: Change::Advice("mask them in the image for good: systemctl --root=MOUNTED-IMAGE mask {unit}"),
+                risk: Risk::GivesUp,
+                gives_up: "as systemd.mask=, for every boot of the image",
+                source: "man systemctl(1): mask, --root",
+            },
+        ],
     },
     Rule {
         id: "systemd-status-on-serial",

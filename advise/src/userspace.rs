@@ -41,6 +41,14 @@ const WHAT_UNITS_DO: &[(&str, &str)] = &[
     ("systemd-journal-flush.service", "moves the journal from /run to /var/log/journal (without it this boot's entries stay in memory)"),
     ("e2scrub_reap.service", "removes stale e2scrub snapshots of LVM volumes"),
     ("systemd-update-utmp.service", "records the boot in utmp/wtmp (last, who)"),
+    ("systemd-update-utmp-runlevel.service", "records the runlevel change in utmp/wtmp"),
+    ("modprobe@drm.service", "loads the graphics drivers' core early (a VM without a display has none to drive)"),
+    ("modprobe@efi_pstore.service", "loads efi_pstore early, to keep crash logs in EFI variables (none without EFI firmware)"),
+    ("modprobe@dm_mod.service", "loads device-mapper early (LVM, LUKS; the kernel loads it on demand too)"),
+    ("modprobe@fuse.service", "loads fuse early (file systems in userspace; loaded on demand too)"),
+    ("modprobe@loop.service", "loads the loop device driver early (loaded on demand too)"),
+    ("sys-kernel-debug.mount", "mounts debugfs on /sys/kernel/debug (for debugging)"),
+    ("sys-kernel-tracing.mount", "mounts tracefs on /sys/kernel/tracing (for tracing)"),
     ("systemd-timesyncd.service", "synchronizes the clock over NTP"),
     ("systemd-random-seed.service", "loads and saves the random seed across boots"),
     ("systemd-fsck-root.service", "checks the root file system"),
@@ -56,8 +64,50 @@ const WHAT_UNITS_DO: &[(&str, &str)] = &[
     ("console-setup.service", "sets up the console font and keyboard"),
 ];
 
-/// What `unit` does, in words, for a finding's risk.
+/// Units a VM rarely needs, by name; also every getty on a virtual
+/// terminal and every timer ([`rarely_needed`]). Not
+/// `systemd-journal-flush.service`: without it the boot's journal stays in
+/// memory and no units are read from the image.
+const RARELY_NEEDED: &[&str] = &[
+    "e2scrub_reap.service",
+    "systemd-update-utmp.service",
+    "systemd-update-utmp-runlevel.service",
+    "modprobe@drm.service",
+    "modprobe@efi_pstore.service",
+    "modprobe@dm_mod.service",
+    "modprobe@fuse.service",
+    "modprobe@loop.service",
+    "sys-kernel-debug.mount",
+    "sys-kernel-tracing.mount",
+];
+
+/// [`rarely_needed`]'s units, in words (docs/advise.md).
+pub const RARELY_NEEDED_WORDS: &str = "`getty@tty*.service` (a login prompt on a virtual terminal), `e2scrub_reap.service`, `systemd-update-utmp.service`, `systemd-update-utmp-runlevel.service`, the early module loads `modprobe@drm`, `@efi_pstore`, `@dm_mod`, `@fuse`, `@loop`, the debugfs and tracefs mounts, timers (`*.timer`)";
+
+/// Whether a VM rarely needs `unit`: a login prompt on a virtual terminal
+/// (a VM without a display shows none), a timer started at boot, or one
+/// of [`RARELY_NEEDED`].
+pub fn rarely_needed(unit: &str) -> bool {
+    RARELY_NEEDED.contains(&unit)
+        || (unit.starts_with("getty@tty") && unit.ends_with(".service"))
+        || (unit.ends_with(".timer") && unit.len() > ".timer".len())
+}
+
+/// What `unit` does, in words, for a finding's risk; for several units
+/// (separated by spaces), each one's.
 pub fn what_it_does(unit: &str) -> String {
+    let names: Vec<&str> = unit.split_whitespace().collect();
+    if names.len() > 1 {
+        return names
+            .iter()
+            .map(|n| format!("{n} {}", what_one_does(n)))
+            .collect::<Vec<_>>()
+            .join("; ");
+    }
+    what_one_does(unit)
+}
+
+fn what_one_does(unit: &str) -> String {
     if let Some((_, what)) = WHAT_UNITS_DO.iter().find(|(n, _)| *n == unit) {
         return (*what).to_string();
     }
@@ -181,6 +231,46 @@ pub(crate) fn wait_units(ev: &Evidence, names: &[&str]) -> Vec<Found> {
             }
         })
         .collect()
+}
+
+/// The units a VM rarely needs ([`rarely_needed`]) that ran in this boot:
+/// one finding, its subject their names (by start time), the time it
+/// accounts for their start-up times summed.
+pub(crate) fn rarely_needed_units(ev: &Evidence) -> Vec<Found> {
+    let Some(u) = units(ev) else {
+        return Vec::new();
+    };
+    let ran: Vec<&bootscope_model::units::Unit> = u
+        .units
+        .iter()
+        .filter(|unit| rarely_needed(&unit.name))
+        .collect();
+    if ran.is_empty() {
+        return Vec::new();
+    }
+    let total: u64 = ran.iter().map(|unit| unit.duration_ns).sum();
+    let each: Vec<String> = ran
+        .iter()
+        .map(|unit| format!("{} {}", unit.name, human_ns(unit.duration_ns)))
+        .collect();
+    let names: Vec<&str> = ran.iter().map(|unit| unit.name.as_str()).collect();
+    vec![Found {
+        subject: Some(names.join(" ")),
+        evidence: vec![
+            format!(
+                "{} units a VM rarely needs ran in this boot: {}",
+                ran.len(),
+                each.join(", ")
+            ),
+            format!(
+                "together {} of start-up (they overlap with other units: at most that is saved); {}",
+                human_ns(total),
+                of_userspace(ev, total)
+            ),
+        ],
+        accounts_ns: (total > 0).then_some(total),
+        phase: "userspace",
+    }]
 }
 
 /// systemd's status lines written to a serial console: the console is a
@@ -343,6 +433,10 @@ mod tests {
                 unit("systemd-fsck-root.service", 1_100, 80),
                 unit("systemd-udev-settle.service", 1_200, 700),
                 unit("e2scrub_reap.service", 1_300, 400),
+                unit("getty@tty1.service", 2_000, 150),
+                unit("serial-getty@ttyS0.service", 2_000, 150),
+                unit("apt-daily.timer", 2_100, 5),
+                unit("modprobe@configfs.service", 2_100, 50),
                 unit("multi-user.target", 3_000, 0),
                 unit("bootscope-workload.service", 3_000, 10),
             ],
@@ -401,9 +495,10 @@ mod tests {
         let with_units: Vec<_> = user
             .iter()
             .filter(|f| {
-                f.subject
-                    .as_deref()
-                    .is_some_and(|s| s.ends_with(".service"))
+                f.rule == "slow-unit-on-chain"
+                    || f.subject
+                        .as_deref()
+                        .is_some_and(|s| s.ends_with(".service") && !s.contains(' '))
             })
             .collect();
         let listed: Vec<_> = user.iter().map(|f| (f.rule, &f.subject)).collect();
@@ -493,6 +588,74 @@ mod tests {
     }
 
     #[test]
+    fn units_a_vm_rarely_needs_are_masked_together() {
+        let ev = evidence();
+        let found = rarely_needed_units(&ev);
+        assert_eq!(found.len(), 1);
+        let f = &found[0];
+        // The serial console's getty stays: it is the VM's login prompt.
+        assert_eq!(
+            f.subject.as_deref(),
+            Some("e2scrub_reap.service getty@tty1.service apt-daily.timer")
+        );
+        assert_eq!(f.accounts_ns, Some(555 * MS));
+        assert!(
+            f.evidence[0].starts_with(
+                "3 units a VM rarely needs ran in this boot: e2scrub_reap.service 400"
+            ),
+            "{:?}",
+            f.evidence
+        );
+        let advice = advise(&ev);
+        let finding = advice
+            .findings
+            .iter()
+            .find(|f| f.rule == "rarely-needed-units")
+            .unwrap();
+        assert_eq!(
+            finding.fixes[0].change,
+            ConcreteChange::KernelArgs(
+                "systemd.mask=e2scrub_reap.service systemd.mask=getty@tty1.service systemd.mask=apt-daily.timer".into()
+            )
+        );
+        assert!(
+            finding.fixes[0]
+                .gives_up
+                .contains("getty@tty1.service a login prompt on a virtual terminal"),
+            "{}",
+            finding.fixes[0].gives_up
+        );
+        assert_eq!(
+            finding.fixes[1].change,
+            ConcreteChange::Advice("mask them in the image for good: systemctl --root=MOUNTED-IMAGE mask e2scrub_reap.service getty@tty1.service apt-daily.timer".into())
+        );
+        // A word already on the command line is not added again; all of
+        // them there, no fix to try.
+        let mut masked = ev.clone();
+        masked.cmdline = Some("console=ttyS0 systemd.mask=getty@tty1.service".into());
+        let advice = advise(&masked);
+        let finding = advice
+            .findings
+            .iter()
+            .find(|f| f.rule == "rarely-needed-units")
+            .unwrap();
+        assert_eq!(
+            finding.fixes[0].change,
+            ConcreteChange::KernelArgs(
+                "systemd.mask=e2scrub_reap.service systemd.mask=apt-daily.timer".into()
+            )
+        );
+        let mut none = ev;
+        none.units
+            .as_mut()
+            .unwrap()
+            .units
+            .retain(|u| !rarely_needed(&u.name));
+        assert!(rarely_needed_units(&none).is_empty());
+        assert!(!rarely_needed(".timer") && !rarely_needed("getty@tty1.socket"));
+    }
+
+    #[test]
     fn every_userspace_rule_finds_its_part_of_a_debian_boot() {
         let advice = advise(&evidence());
         let rules: Vec<&str> = advice.findings.iter().map(|f| f.rule).collect();
@@ -502,6 +665,7 @@ mod tests {
             "systemd-status-on-serial",
             "initramfs-stage",
             "root-fsck",
+            "rarely-needed-units",
         ] {
             assert!(rules.contains(&r), "{r} missing from {rules:?}");
         }
@@ -515,7 +679,7 @@ mod tests {
             .count();
         assert_eq!(
             all_userspace,
-            5,
+            6,
             "{:?}",
             advice
                 .findings

@@ -84,7 +84,7 @@ fn record_text(text: &str) {
         assert!(r.units.len() <= record::MAX_UNITS);
     }
     let marks = marks();
-    let doc = units::units_doc(text, "fuzz", &marks);
+    let doc = units::units_doc(text, "fuzz", &marks, None);
     if doc.error.is_none() {
         assert!(parsed.is_ok() && doc.clock.is_some());
     }

@@ -95,6 +95,8 @@ pub struct ProveOptions {
     /// The kinds of fix to try (`--kinds`); the others are listed as not
     /// tried.
     pub kinds: Vec<FixKind>,
+    /// Try only the fixes of these rules (`--rules`, rule ids); empty: all.
+    pub rules: Vec<String>,
 }
 
 /// A kind of fix `--prove` can try.
@@ -135,6 +137,20 @@ impl ProveOptions {
             return Err(AdviseError::Usage(format!(
                 "--runs {}: the paired test on {} rounds can never give p below {} (its smallest p is {}, every round faster); give --runs {least} or more, or a larger --level",
                 self.runs, self.runs, level(self.level), smallest_p(p)
+            )));
+        }
+        if let Some(bad) = self
+            .rules
+            .iter()
+            .find(|r| !crate::rules::RULES.iter().any(|rule| rule.id == r.as_str()))
+        {
+            return Err(AdviseError::Usage(format!(
+                "--rules: no rule is named {bad:?}; the rules are {} (docs/advise.md)",
+                crate::rules::RULES
+                    .iter()
+                    .map(|r| r.id)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
         if self.max_fixes == 0 {

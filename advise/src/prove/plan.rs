@@ -67,6 +67,9 @@ pub fn trials(
                 _ if FixKind::of(&c.change).is_some_and(|k| !opts.kinds.contains(&k)) => {
                     Some("not among the --kinds to try".into())
                 }
+                _ if !opts.rules.is_empty() && !opts.rules.iter().any(|r| r == f.rule) => {
+                    Some("not among the --rules to try".into())
+                }
                 _ if tried.len() >= opts.max_fixes => {
                     Some(format!("beyond --max-fixes {}", opts.max_fixes))
                 }
@@ -394,6 +397,7 @@ pub(crate) mod tests {
                 run_timeout: Duration::from_secs(1),
                 marker: ConsolePattern::parse("userspace=x").unwrap(),
                 kinds: FixKind::ALL.to_vec(),
+                rules: Vec::new(),
             },
             machine: Machine::default(),
             work_dir: std::env::temp_dir(),
@@ -490,6 +494,7 @@ pub(crate) mod tests {
             run_timeout: Duration::from_secs(1),
             marker: ConsolePattern::parse("userspace=x").unwrap(),
             kinds: FixKind::ALL.to_vec(),
+            rules: Vec::new(),
         };
         let template = ProveTarget::template("qemu -append {cmdline}", None, None).unwrap();
         let (tried, left) = trials(&advice, &opts, &template);
@@ -539,6 +544,62 @@ pub(crate) mod tests {
         assert!(
             left.iter().any(|n| n.reason == "beyond --max-fixes 1"),
             "{left:?}"
+        );
+    }
+
+    #[test]
+    fn rules_pick_the_fixes_tried() {
+        let ev = Evidence::read(&[std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/lab-sites-loud.profile.json"
+        ))])
+        .unwrap();
+        let advice = advise(&ev);
+        let opts = ProveOptions {
+            budget: None,
+            runs: 2,
+            max_fixes: 4,
+            level: 0.05,
+            allow_unsafe: false,
+            run_timeout: Duration::from_secs(1),
+            marker: ConsolePattern::parse("userspace=x").unwrap(),
+            kinds: FixKind::ALL.to_vec(),
+            rules: Vec::new(),
+        };
+        let template = ProveTarget::template("qemu -append {cmdline}", None, None).unwrap();
+        // --rules: only the fixes of the rules named.
+        let is_quiet = |d: String| d == "kernel command line: quiet";
+        let quiet_rule = advice
+            .findings
+            .iter()
+            .find(|f| f.fixes.iter().any(|c| is_quiet(c.change.describe())))
+            .unwrap()
+            .rule;
+        let its_rule = ProveOptions {
+            rules: vec![quiet_rule.into()],
+            ..opts.clone()
+        };
+        let (one, _) = trials(&advice, &its_rule, &template);
+        assert!(one.iter().any(|t| is_quiet(t.change.describe())));
+        assert!(one.iter().all(|t| t.rule == quiet_rule));
+        let other_rule = ProveOptions {
+            rules: vec!["kaslr".into()],
+            ..opts.clone()
+        };
+        let (_, left_out) = trials(&advice, &other_rule, &template);
+        assert!(
+            left_out.iter().any(
+                |n| is_quiet(n.change.describe()) && n.reason == "not among the --rules to try"
+            ),
+            "{left_out:?}"
+        );
+        let mut unknown = opts.clone();
+        unknown.rules = vec!["no-such-rule".into()];
+        unknown.runs = 6;
+        let e = unknown.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("no rule is named \"no-such-rule\"") && e.contains("slow-unit-on-chain"),
+            "{e}"
         );
     }
 }

@@ -337,8 +337,15 @@ fn clock(boot: &BootUnits, timeline: &Timeline) -> Result<(UnitsClock, &'static 
 /// The units of any systemd image from its journal, for an image without
 /// the record of a `guest build` workload: `None` when the image is not
 /// a systemd root (a data disk); else the units, or why there are none.
-/// `before`: the active journal's last boot before this boot.
-pub fn units_doc(image: &Path, timeline: &Timeline, before: Option<[u8; 16]>) -> Option<UnitsDoc> {
+/// `before`: the active journal's last boot before this boot; `workload`:
+/// the unit the critical chain ends at when the user named it
+/// (`--workload-unit`).
+pub fn units_doc(
+    image: &Path,
+    timeline: &Timeline,
+    before: Option<[u8; 16]>,
+    workload: Option<&str>,
+) -> Option<UnitsDoc> {
     let mut source = format!(
         "systemd's journal ({JOURNAL_DIR}) in the disk image {}",
         image.display()
@@ -377,14 +384,19 @@ pub fn units_doc(image: &Path, timeline: &Timeline, before: Option<[u8; 16]>) ->
     if !journal.problems.is_empty() {
         source = format!("{source}; not read: {}", journal.problems.join("; "));
     }
-    // The chain ends at the workload: bootscope's, else the unit the
-    // marker belongs to, else the default target.
-    let target = Some(super::WORKLOAD_UNIT)
-        .filter(|w| record.unit(w).is_some_and(|u| u.active_enter_us > 0))
-        .map(str::to_string)
-        .or_else(|| workload_unit(&record, marker_us(timeline, clock.offset_ns)?))
-        .or_else(|| chain_target(&record, super::WORKLOAD_UNIT))
-        .unwrap_or_default();
+    // The chain ends at the workload: the one named, else bootscope's,
+    // else the unit the marker belongs to, else the default target.
+    let (target, note) = super::chain_end(&record, workload, || {
+        Some(super::WORKLOAD_UNIT)
+            .filter(|w| record.unit(w).is_some_and(|u| u.active_enter_us > 0))
+            .map(str::to_string)
+            .or_else(|| workload_unit(&record, marker_us(timeline, clock.offset_ns)?))
+            .or_else(|| chain_target(&record, super::WORKLOAD_UNIT))
+            .unwrap_or_default()
+    });
+    if let Some(note) = note {
+        source = format!("{source}; {note}");
+    }
     let offset_ns = clock.offset_ns;
     let mut units = super::doc_of(&record, &source, clock, &timeline.marks, &target);
     let initrd = timeline.guest.as_ref().is_some_and(|g| g.initrd.is_some());
@@ -769,7 +781,7 @@ mod image_tests {
             // The kernel stored "Run /init" at 900 µs of its clock.
             mark("serial: run init", MarkSource::Serial, 50_000_000),
         ];
-        let doc = units_doc(&image, &timeline, None).unwrap();
+        let doc = units_doc(&image, &timeline, None, None).unwrap();
         assert_eq!(doc.error, None, "{}", doc.source);
         assert!(doc.source.contains("Run /init"), "{}", doc.source);
         assert_eq!(doc.clock.as_ref().unwrap().offset_ns, 50_000_000 - 900_000);
@@ -788,13 +800,27 @@ mod image_tests {
         let mut marker = mark("port 0x80: userspace 0x60", MarkSource::DebugPort, marker_t);
         marker.value = Some(0x60);
         marked.marks.push(marker);
-        let to_workload = units_doc(&image, &marked, None).unwrap();
+        let to_workload = units_doc(&image, &marked, None, None).unwrap();
         assert_eq!(to_workload.chain_target, "a.service");
         assert_eq!(to_workload.critical_chain[0].name, "a.service");
         // One before a.service started belongs to no unit.
         marked.marks.last_mut().unwrap().t_ns = 1_900_000 + 49_100_000;
-        let early = units_doc(&image, &marked, None).unwrap();
+        let early = units_doc(&image, &marked, None, None).unwrap();
         assert_eq!(early.chain_target, "multi-user.target");
+        // Named by the user (--workload-unit): the chain ends there, marker
+        // or not; a unit this boot did not start leaves the automatic end,
+        // and the source says so.
+        let named = units_doc(&image, &marked, None, Some("a.service")).unwrap();
+        assert_eq!(named.chain_target, "a.service");
+        assert_eq!(named.source, early.source);
+        let absent = units_doc(&image, &marked, None, Some("app.service")).unwrap();
+        assert_eq!(absent.chain_target, "multi-user.target");
+        assert_eq!(absent.critical_chain, early.critical_chain);
+        assert!(
+            absent.source.ends_with("the workload unit app.service (--workload-unit) did not start in this boot, so the critical chain ends at multi-user.target"),
+            "{}",
+            absent.source
+        );
         assert_eq!(doc.startup.as_ref().unwrap().userspace_ns, 2_000_000_000);
         // Booted without an initrd: no initramfs stage.
         assert_eq!(doc.initramfs, None);
@@ -802,7 +828,7 @@ mod image_tests {
             initrd: Some("initrd.img".into()),
             ..Default::default()
         });
-        let with_initrd = units_doc(&image, &timeline, None).unwrap();
+        let with_initrd = units_doc(&image, &timeline, None, None).unwrap();
         let stage = with_initrd.initramfs.unwrap();
         // "Run /init" at 900 µs to systemd's first message at 1400 µs.
         assert_eq!((stage.start_ns, stage.end_ns), (50_000_000, 50_500_000));
@@ -811,11 +837,11 @@ mod image_tests {
 
         // The journal ends with the boot before: this boot kept it in memory.
         let before = Some(doc_boot(&image));
-        let stale = units_doc(&image, &timeline, before).unwrap();
+        let stale = units_doc(&image, &timeline, before, None).unwrap();
         assert!(stale.error.unwrap().contains("boot before this one"));
         // No console line and no initcalls: no clock, and it says what gives one.
         timeline.marks.truncate(1);
-        let no_clock = units_doc(&image, &timeline, None).unwrap();
+        let no_clock = units_doc(&image, &timeline, None, None).unwrap();
         assert!(no_clock.error.unwrap().contains("console=ttyS0"));
     }
 
@@ -836,10 +862,10 @@ mod image_tests {
             println!("SKIP: mkfs.ext4 is not installed (e2fsprogs)");
             return;
         }
-        assert_eq!(units_doc(&image, &Timeline::default(), None), None);
+        assert_eq!(units_doc(&image, &Timeline::default(), None, None), None);
         let raw = dir.path().join("raw.img");
         std::fs::write(&raw, vec![0u8; 65536]).unwrap();
-        assert_eq!(units_doc(&raw, &Timeline::default(), None), None);
+        assert_eq!(units_doc(&raw, &Timeline::default(), None, None), None);
     }
 
     #[test]

@@ -56,6 +56,65 @@ pub struct RecordProbe {
     before: Option<String>,
     /// The boot the image's journal ended with before this boot.
     journal_before: Option<[u8; 16]>,
+    /// Where the critical chain ends, when the user named the unit
+    /// (`--workload-unit`).
+    workload: Option<String>,
+}
+
+/// Unit name suffixes systemd knows.
+const UNIT_SUFFIXES: &[&str] = &[
+    ".service",
+    ".target",
+    ".socket",
+    ".mount",
+    ".automount",
+    ".swap",
+    ".path",
+    ".timer",
+    ".device",
+    ".slice",
+    ".scope",
+];
+
+/// Checks a unit name given on the command line (`--workload-unit`): a
+/// systemd unit name (at most 255 bytes, a unit type's suffix, no `/` or
+/// white space), or why not.
+pub fn check_unit_name(name: &str) -> Result<(), String> {
+    let suffixed = UNIT_SUFFIXES
+        .iter()
+        .any(|s| name.len() > s.len() && name.ends_with(s));
+    if name.len() > 255
+        || !suffixed
+        || name.contains(['/', '\\'])
+        || name.contains(char::is_whitespace)
+    {
+        return Err(format!(
+            "'{name}' is not a systemd unit name: give the unit's full name with its type, such as myapp.service or multi-user.target (systemctl list-units --all in the guest lists them)"
+        ));
+    }
+    Ok(())
+}
+
+/// The unit the critical chain ends at: `named` when this boot started
+/// it, else `automatic()`; with a note for the units' source when `named`
+/// did not start.
+fn chain_end(
+    record: &Record,
+    named: Option<&str>,
+    automatic: impl FnOnce() -> String,
+) -> (String, Option<String>) {
+    let Some(named) = named else {
+        return (automatic(), None);
+    };
+    if record.unit(named).is_some_and(|u| u.inactive_exit_us > 0) {
+        return (named.to_string(), None);
+    }
+    let fallback = automatic();
+    let note = format!(
+        "the workload unit {named} (--workload-unit) did not start in this boot, so the critical chain ends at {}",
+        if fallback.is_empty() { "no unit" } else { &fallback }
+    );
+    (fallback, Some(note))
 }
 
 impl RecordProbe {
@@ -77,7 +136,16 @@ impl RecordProbe {
             image: image.to_path_buf(),
             before,
             journal_before,
+            workload: None,
         }
+    }
+
+    /// Ends the critical chain at `unit` (`--workload-unit`) rather than
+    /// at the unit found by itself (bootscope's workload unit, the unit
+    /// that wrote the port 0x80 marker, the default target).
+    pub fn with_workload_unit(mut self, unit: Option<String>) -> RecordProbe {
+        self.workload = unit;
+        self
     }
 
     /// After the guest stopped: puts the units on the timeline when this
@@ -95,7 +163,12 @@ impl RecordProbe {
                 ..Default::default()
             },
             // Any systemd image: the units from its journal.
-            (None, Ok(None)) => match journal::units_doc(&self.image, doc, self.journal_before) {
+            (None, Ok(None)) => match journal::units_doc(
+                &self.image,
+                doc,
+                self.journal_before,
+                self.workload.as_deref(),
+            ) {
                 Some(units) => units,
                 None => return,
             },
@@ -113,7 +186,8 @@ impl RecordProbe {
                 // The record is the guest's: whatever it holds, the
                 // timeline keeps the boot's own figures and says why the
                 // units are missing.
-                std::panic::catch_unwind(|| units_doc(&text, &source, &doc.marks)).unwrap_or_else(
+                let workload = self.workload.as_deref();
+                std::panic::catch_unwind(|| units_doc(&text, &source, &doc.marks, workload)).unwrap_or_else(
                     |_| UnitsDoc {
                         source: source.clone(),
                         error: Some("the record could not be read (an internal error on its contents)".into()),
@@ -213,8 +287,15 @@ fn startup(record: &Record, offset_ns: i64, first_run_ns: Option<u64>) -> Option
     })
 }
 
-/// The units document from a record and the timeline's marks.
-pub fn units_doc(text: &str, source: &str, marks: &[TimelineMark]) -> UnitsDoc {
+/// The units document from a record and the timeline's marks, its chain
+/// ending at `workload` when given and started, else at bootscope's
+/// workload unit.
+pub fn units_doc(
+    text: &str,
+    source: &str,
+    marks: &[TimelineMark],
+    workload: Option<&str>,
+) -> UnitsDoc {
     let fail = |error: String| UnitsDoc {
         source: source.to_string(),
         error: Some(error),
@@ -234,7 +315,9 @@ pub fn units_doc(text: &str, source: &str, marks: &[TimelineMark]) -> UnitsDoc {
         ));
     };
     let clock = align(&record, marker.t_ns);
-    doc_of(&record, source, clock, marks, WORKLOAD_UNIT)
+    let (target, note) = chain_end(&record, workload, || WORKLOAD_UNIT.to_string());
+    let source = note.map_or_else(|| source.to_string(), |n| format!("{source}; {n}"));
+    doc_of(&record, &source, clock, marks, &target)
 }
 
 /// The units document of a record whose guest clock is aligned by

@@ -67,7 +67,7 @@ fn the_fixture_has_the_boot_s_units() {
 fn alignment_puts_the_marker_where_the_vmm_saw_it() {
     let r = fixture();
     let marker_t_ns = 455_876_543_210;
-    let doc = units_doc(FIXTURE, "fixture", &marks(1_000_000, marker_t_ns));
+    let doc = units_doc(FIXTURE, "fixture", &marks(1_000_000, marker_t_ns), None);
     assert_eq!(doc.error, None);
     let clock = doc.clock.as_ref().unwrap();
     let (before, after) = r.marker_guest_ns;
@@ -158,7 +158,7 @@ fn applied_units_end_the_kernel_phase_at_systemd_s_start() {
         "marks": marks, "phases": derive_phases(&marks, None), "kvm_stats": {}
     }))
     .unwrap();
-    let units = units_doc(FIXTURE, "fixture", &doc.marks);
+    let units = units_doc(FIXTURE, "fixture", &doc.marks, None);
     let startup = units.startup.clone().expect("systemd's startup line");
     apply(&mut doc, units, None);
     let kernel = doc.phase("kernel").unwrap();
@@ -210,7 +210,7 @@ fn an_initrd_boot_has_its_stage_from_run_init_to_systemd() {
         marks,
         ..Timeline::default()
     };
-    let units = units_doc(FIXTURE, "fixture", &doc.marks);
+    let units = units_doc(FIXTURE, "fixture", &doc.marks, None);
     let systemd_start = units.startup.as_ref().unwrap().systemd_start_ns;
     apply(&mut doc, units, None);
     let units = doc.units.as_ref().unwrap();
@@ -226,9 +226,56 @@ fn an_initrd_boot_has_its_stage_from_run_init_to_systemd() {
 fn a_record_without_this_boot_s_marker_is_stale() {
     let mut m = marks(1_000_000, 5_000_000_000);
     m.retain(|m| m.source != MarkSource::DebugPort);
-    let doc = units_doc(FIXTURE, "fixture", &m);
+    let doc = units_doc(FIXTURE, "fixture", &m, None);
     assert!(doc.error.unwrap().contains("earlier boot"));
     assert!(doc.units.is_empty());
-    let doc = units_doc("not a record", "fixture", &m);
+    let doc = units_doc("not a record", "fixture", &m, None);
     assert!(doc.error.unwrap().contains("unreadable"));
+}
+
+#[test]
+fn a_named_workload_unit_ends_the_record_s_chain() {
+    let m = marks(1_000_000, 5_000_000_000);
+    let own = units_doc(FIXTURE, "fixture", &m, None);
+    assert_eq!(own.chain_target, WORKLOAD_UNIT);
+    let named = units_doc(FIXTURE, "fixture", &m, Some("multi-user.target"));
+    assert_eq!(named.chain_target, "multi-user.target");
+    assert_eq!(named.source, "fixture");
+    // The chain below multi-user.target is the workload's, one link shorter.
+    let names =
+        |d: &UnitsDoc| -> Vec<String> { d.critical_chain.iter().map(|l| l.name.clone()).collect() };
+    assert_eq!(names(&named)[..], names(&own)[1..]);
+    let absent = units_doc(FIXTURE, "fixture", &m, Some("app.service"));
+    assert_eq!(absent.chain_target, WORKLOAD_UNIT);
+    assert!(
+        absent
+            .source
+            .contains("app.service (--workload-unit) did not start in this boot"),
+        "{}",
+        absent.source
+    );
+}
+
+#[test]
+fn a_workload_unit_name_is_checked() {
+    for good in [
+        "app.service",
+        "multi-user.target",
+        "getty@ttyS0.service",
+        "x.scope",
+    ] {
+        assert_eq!(check_unit_name(good), Ok(()), "{good}");
+    }
+    let long = format!("{}.service", "a".repeat(250));
+    for bad in [
+        "",
+        "app",
+        ".service",
+        "my app.service",
+        "../app.service",
+        long.as_str(),
+    ] {
+        let e = check_unit_name(bad).unwrap_err();
+        assert!(e.contains("is not a systemd unit name"), "{bad}: {e}");
+    }
 }

@@ -261,7 +261,7 @@ fn as_many_units_as_allowed_go_on_the_timeline_with_a_bounded_summary() {
         value: Some(0x60),
         vcpu: Some(0),
     }];
-    let doc = units_doc(&text, "chained", &marks);
+    let doc = units_doc(&text, "chained", &marks, None);
     assert_eq!(doc.error, None);
     assert_eq!(doc.units.len(), MAX_UNITS);
     assert_eq!(doc.critical_chain.len(), MAX_UNITS);
@@ -278,7 +278,7 @@ fn a_misaligned_record_saturates_instead_of_wrapping() {
         value: Some(0x60),
         vcpu: Some(0),
     }];
-    let doc = units_doc(text, "misaligned", &marks);
+    let doc = units_doc(text, "misaligned", &marks, None);
     assert_eq!(doc.error, None);
     assert_eq!(doc.clock.as_ref().unwrap().offset_ns, i64::MIN);
     let unit = &doc.units[0];
@@ -294,7 +294,7 @@ fn a_misaligned_record_saturates_instead_of_wrapping() {
         value: None,
         vcpu: None,
     });
-    let doc = units_doc(text, "misaligned", &marks);
+    let doc = units_doc(text, "misaligned", &marks, None);
     let s = doc.startup.as_ref().unwrap();
     assert_eq!((s.kernel_ns, s.userspace_ns), (u64::MAX, u64::MAX));
     assert_eq!(s.kernel_before_clock_ns, i64::MIN);
