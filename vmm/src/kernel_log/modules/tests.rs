@@ -1,4 +1,4 @@
-use super::super::btf::tests::BtfWriter;
+use bootscope_testkit::btf::BtfWriter;
 use super::super::ringbuffer::tests::FlatVirt;
 use super::*;
 
