@@ -322,8 +322,13 @@ impl Btf {
         let by_name = self.composites.get_or_init(|| {
             let mut m: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
             for id in 1..=self.type_count() {
-                if let Some(r) = self.record(id).filter(|r| r.is_composite() && r.name_off != 0) {
-                    m.entry(self.name(r.name_off).to_vec()).or_default().push(id);
+                if let Some(r) = self
+                    .record(id)
+                    .filter(|r| r.is_composite() && r.name_off != 0)
+                {
+                    m.entry(self.name(r.name_off).to_vec())
+                        .or_default()
+                        .push(id);
                 }
             }
             m

@@ -60,8 +60,8 @@ fn scan(path: &Path) -> Result<(FaultCounters, Place), String> {
     let len = data.len() as u64;
     let header: Option<[u8; 24]> = data.get(..24).and_then(|h| h.try_into().ok());
     let btf = Btf::from_vec(data).map_err(|e| format!("{}: {e}", path.display()))?;
-    let (record, fields, members) = locate(&btf, "task_struct", &COUNTERS)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let (record, fields, members) =
+        locate(&btf, "task_struct", &COUNTERS).map_err(|e| format!("{}: {e}", path.display()))?;
     for (name, f) in COUNTERS.iter().zip(&fields) {
         if f.size != 8 {
             return Err(format!(
@@ -236,7 +236,11 @@ mod tests {
         let int = w.int_named("int", 4);
         let td = w.refer("ulong", KIND_TYPEDEF, ulong);
         let c = w.refer("", KIND_CONST, td);
-        let members = [("pid", int, 0), ("min_flt", c, min_bits), ("maj_flt", ulong, 128)];
+        let members = [
+            ("pid", int, 0),
+            ("min_flt", c, min_bits),
+            ("maj_flt", ulong, 128),
+        ];
         w.composite("task_struct", kind::STRUCT, true, 24, &members);
         extra(&mut w);
         w.finish()

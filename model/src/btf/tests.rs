@@ -65,7 +65,11 @@ fn records_members_and_sizes_through_typedefs_and_qualifiers() {
     );
     let btf = Btf::parse(&w.finish()).unwrap();
     assert_eq!(btf.type_count(), 5);
-    assert_eq!(btf.ids_named(kind::STRUCT, "task_struct").collect::<Vec<_>>(), [task]);
+    assert_eq!(
+        btf.ids_named(kind::STRUCT, "task_struct")
+            .collect::<Vec<_>>(),
+        [task]
+    );
     let (i, m) = btf.member_named(task, "min_flt").unwrap();
     assert_eq!((i, m.bit_offset, m.is_bitfield()), (1, 64, false));
     assert_eq!(btf.type_size(m.ty), Ok(8));
@@ -87,7 +91,9 @@ fn records_members_and_sizes_through_typedefs_and_qualifiers() {
 fn damaged_blobs_are_refused() {
     assert!(Btf::parse(b"").unwrap_err().contains("shorter than"));
     assert!(Btf::parse(&[0u8; 24]).unwrap_err().contains("magic"));
-    assert!(Btf::parse(b"\x9f\xeb\x01\x00").unwrap_err().contains("header cut short"));
+    assert!(Btf::parse(b"\x9f\xeb\x01\x00")
+        .unwrap_err()
+        .contains("header cut short"));
     let mut w = BtfWriter::new();
     let long = w.int();
     w.strukt("s", 8, &[("a", long, 0)]);
@@ -115,7 +121,10 @@ fn damaged_blobs_are_refused() {
         w.int();
         w.raw(&[0, k << 24, 0]);
         let e = Btf::parse(&w.finish()).unwrap_err();
-        assert!(e.contains(&format!("BTF type 2 at byte 16 is of unknown kind {k}")), "{e}");
+        assert!(
+            e.contains(&format!("BTF type 2 at byte 16 is of unknown kind {k}")),
+            "{e}"
+        );
     }
     // A struct claiming more members than the section has.
     let mut w = BtfWriter::new();
@@ -149,7 +158,10 @@ fn hostile_blobs_end_every_walk() {
     let btf = Btf::parse(&w.finish()).unwrap();
     assert!(btf.resolve(2).is_none());
     assert!(btf.type_size(2).unwrap_err().contains("chain"));
-    assert!(btf.offset_of("looped", "x.z").unwrap_err().contains("type 2"));
+    assert!(btf
+        .offset_of("looped", "x.z")
+        .unwrap_err()
+        .contains("type 2"));
     assert_eq!(btf.offset_of("selfish", "y"), Ok(0));
     assert!(btf.offset_of("selfish", "nope").is_err());
     assert!(btf.offset_of("wide", "deep").is_err());
@@ -161,9 +173,15 @@ fn hostile_blobs_end_every_walk() {
     let long = w.int();
     w.composite("bits", kind::STRUCT, true, 8, &[("f", long, (3 << 24) | 4)]);
     let btf = Btf::parse(&w.finish()).unwrap();
-    assert!(btf.offset_of("bits", "f").unwrap_err().contains("bit field"));
+    assert!(btf
+        .offset_of("bits", "f")
+        .unwrap_err()
+        .contains("bit field"));
     let (_, m) = btf.member_named(2, "f").unwrap();
-    assert_eq!((m.bitfield_size, m.bit_offset, m.is_bitfield()), (3, 4, true));
+    assert_eq!(
+        (m.bitfield_size, m.bit_offset, m.is_bitfield()),
+        (3, 4, true)
+    );
 }
 
 #[test]

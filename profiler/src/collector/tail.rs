@@ -49,7 +49,10 @@ const THREADS_MOST: u32 = 1024;
 /// (2 MiB). Full maps are never silent: a page the set has no room for is
 /// counted in `working_set.uncounted`, any other entry in
 /// `map_overflows`.
-pub(super) fn map_sizes(memory_bytes: Option<u64>, threads: Option<u32>) -> [(&'static str, u32); 3] {
+pub(super) fn map_sizes(
+    memory_bytes: Option<u64>,
+    threads: Option<u32>,
+) -> [(&'static str, u32); 3] {
     let kinds = t::KINDS as u64;
     let (pages, regions) = match memory_bytes {
         Some(bytes) => {
@@ -57,7 +60,9 @@ pub(super) fn map_sizes(memory_bytes: Option<u64>, threads: Option<u32>) -> [(&'
             let regions = ((bytes >> t::REGION_SHIFT) + 16).saturating_mul(kinds);
             (
                 u32::try_from(pages).unwrap_or(u32::MAX).min(PAGES_MOST),
-                u32::try_from(regions).unwrap_or(u32::MAX).clamp(256, REGIONS_MOST),
+                u32::try_from(regions)
+                    .unwrap_or(u32::MAX)
+                    .clamp(256, REGIONS_MOST),
             )
         }
         None => (PAGES_UNKNOWN, REGIONS_MOST),
@@ -311,12 +316,21 @@ mod tests {
         // 256 MiB: 65,536 pages with room for a few beyond its RAM; 128
         // regions of 2 MiB, each up to 5 kinds.
         let mib = 1u64 << 20;
-        assert_eq!(sizes(Some(256 * mib), Some(20)), [65536 + 1024 + 256, 720, 64]);
+        assert_eq!(
+            sizes(Some(256 * mib), Some(20)),
+            [65536 + 1024 + 256, 720, 64]
+        );
         assert_eq!(sizes(Some(mib), Some(1)), [256 + 4 + 256, 256, 64]);
         // The largest guests are capped, as are the most threads.
-        assert_eq!(sizes(Some(1 << 40), Some(100_000)), [PAGES_MOST, REGIONS_MOST, THREADS_MOST]);
+        assert_eq!(
+            sizes(Some(1 << 40), Some(100_000)),
+            [PAGES_MOST, REGIONS_MOST, THREADS_MOST]
+        );
         assert_eq!(sizes(Some(u64::MAX), Some(u32::MAX))[0], PAGES_MOST);
-        assert_eq!(sizes(None, None), [PAGES_UNKNOWN, REGIONS_MOST, THREADS_MOST]);
+        assert_eq!(
+            sizes(None, None),
+            [PAGES_UNKNOWN, REGIONS_MOST, THREADS_MOST]
+        );
     }
 
     #[test]
