@@ -67,10 +67,13 @@ BS_TAIL_MAP(tail_sites, 16384, struct bs_tail_where_key, struct bs_tail_where);
 BS_MAP(tail_latency, BPF_MAP_TYPE_HASH, 64, struct bs_tail_lat_key, struct bs_hist);
 
 /* The distinct guest pages (gfn) faulted in the window: an entry is
- * created once per page, and that creation is counted (BS_TT_PAGES). */
+ * created once per page, and that creation is counted (BS_TT_PAGES); a
+ * page the set has no room for, in BS_TT_PAGES_BEYOND. Sized at load for
+ * the guest's memory (profiler/src/collector/tail.rs, map_sizes), as are
+ * tail_regions and tail_threads. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1048576);
+	__uint(max_entries, 262144);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u64);
 	__type(value, __u8);

@@ -57,7 +57,7 @@ enum bs_tail_total {
 	BS_TT_EXC_USER = 6,
 	BS_TT_EXC_KERNEL = 7,
 	BS_TT_PAGES = 8,
-	BS_TT_PAGES_BEYOND = 9, /* pages past the bitmap, not in the set */
+	BS_TT_PAGES_BEYOND = 9, /* faults on pages the full set had no room for */
 	BS_TT_COUNT = 10,
 };
 

@@ -49,7 +49,8 @@ pub(crate) fn cmd_run(args: RunArgs, clock: Clock) -> Result<i32, Failure> {
     // The programs the set-up needs attach before the VMM starts (`profiler
     // attach`), the guest programs beside its set-up, waited for before its
     // first KVM_RUN (`profiler guest attach`; attach_self_profile).
-    let collector = attach_self_profile(&args, &recorder, &mut cfg)?;
+    let guest_memory = run_mode.memory_bytes(&cfg);
+    let collector = attach_self_profile(&args, &recorder, &mut cfg, guest_memory)?;
     let report = if args.tui {
         crate::live_tui::run_vm(
             cfg,
@@ -471,6 +472,7 @@ fn attach_self_profile(
     args: &RunArgs,
     recorder: &Arc<Recorder>,
     cfg: &mut VmConfig,
+    guest_memory: u64,
 ) -> Result<Option<Arc<bootscope_profiler::Collector>>, Failure> {
     if args.no_profile {
         return Ok(None);
@@ -499,6 +501,7 @@ fn attach_self_profile(
     // Attached beside the VMM's set-up, or not at all when the run stops
     // before its first KVM_RUN (guest_programs_gate).
     config.defer_guest_programs = true;
+    config.guest_memory_bytes = Some(guest_memory);
     config.expected_threads = Some(
         args.vcpus
             .unwrap_or(1)

@@ -161,6 +161,17 @@ pub(crate) fn prepare(mut args: RunArgs) -> Result<(RunArgs, RunMode), Failure> 
     Ok((args, RunMode::Restore(Box::new(req), o)))
 }
 
+impl RunMode {
+    /// The guest's memory in bytes once the run starts: `cfg`'s, or a
+    /// restored snapshot's when the command line leaves it at its default.
+    pub(crate) fn memory_bytes(&self, cfg: &VmConfig) -> u64 {
+        match self {
+            RunMode::Restore(_, o) => o.memory_bytes.unwrap_or(cfg.memory_bytes),
+            _ => cfg.memory_bytes,
+        }
+    }
+}
+
 /// `--memory-restore mmap` maps the memory file over guest memory, which a
 /// hugetlb mapping (`--hugepages`) cannot take: refused before anything
 /// runs, naming the mode that works.

@@ -189,11 +189,17 @@ impl FaultTail {
     /// The summary's line: how much of resume-to-ready was spent waiting
     /// for memory.
     pub fn summary_line(&self) -> String {
-        let ws = format!(
+        let mut ws = format!(
             "working set {} pages ({})",
             group_digits(self.working_set.pages),
             human_size(self.working_set.bytes)
         );
+        if self.working_set.uncounted > 0 {
+            ws += &format!(
+                " and more: {} faults on pages the set had no room for",
+                group_digits(self.working_set.uncounted)
+            );
+        }
         let faults = format!(
             "{} guest faults ({} host minor, {} major)",
             group_digits(self.guest_faults),
@@ -323,6 +329,13 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("1,000 pages"), "{line}");
+        assert!(!line.contains("no room"), "{line}");
+        t.working_set.uncounted = 3_000;
+        let line = t.summary_line();
+        assert!(
+            line.contains("and more: 3,000 faults on pages the set had no room for"),
+            "{line}"
+        );
         t.window.end_ns = None;
         assert!(t.summary_line().contains("still open"));
         t.window.start_ns = None;

@@ -18,7 +18,9 @@
 //! - [`argv`]: `FLAG VALUE` and `FLAG=VALUE` in another program's argv;
 //! - [`proc`]: a process's threads from procfs; [`threads`]: the names
 //!   the VMM gives its threads and what a thread is from its name;
-//! - [`kvm_stats`]: KVM's binary statistics format;
+//! - [`kvm_stats`]: KVM's binary statistics format; [`btf`]: the kernel's
+//!   type information (BTF), for the VMM's reads of a guest kernel and the
+//!   profiler's of the host's;
 //! - [`smaps`]: what a process costs the host in memory (RSS, PSS, USS);
 //! - [`mark`]: where a timeline mark came from, and the port marks' names;
 //! - [`timeline`]: the timeline document, which the VMM fills and every
@@ -49,6 +51,7 @@
 
 pub mod argv;
 pub mod bench;
+pub mod btf;
 pub mod cache;
 pub mod cpulist;
 pub mod devices;

@@ -14,6 +14,7 @@
 //!
 //! The root crate's `tests/support/` re-uses all of it.
 
+pub mod btf;
 mod capability;
 mod capture;
 mod programs;

@@ -217,6 +217,13 @@ pub struct CollectorConfig {
     /// the guest kernel's printk clock on the profile's. None (the
     /// default): not streamed.
     pub serial_port: Option<u16>,
+    /// The guest's memory in bytes, when known (a VMM profiling itself
+    /// knows it). The fault-tail collector's set of distinct guest pages
+    /// and its per-region counts are then made for that guest instead of
+    /// for the largest one: the kernel zeroes a hash map's buckets when it
+    /// creates it. Pages beyond the set's room are counted in the
+    /// profile's `fault_tail.working_set.uncounted`.
+    pub guest_memory_bytes: Option<u64>,
 }
 
 impl CollectorConfig {
@@ -241,6 +248,7 @@ impl CollectorConfig {
             defer_guest_programs: false,
             time_slots: None,
             serial_port: None,
+            guest_memory_bytes: None,
         }
     }
 }

@@ -348,6 +348,10 @@ pub(super) fn load_object(
         "time_slots",
         if slot_ns > 0 { time_slot_entries() } else { 1 },
     );
+    let threads = config.expected_threads;
+    for (map, entries) in super::tail::map_sizes(config.guest_memory_bytes, threads) {
+        loader.map_max_entries(map, entries);
+    }
     // After the sizes above: an unused map stays small whatever they say.
     let site_maps: &[&str] = if config.exit_sites { &[] } else { &SITE_MAPS };
     for map in settings.unused_maps.iter().chain(site_maps) {

@@ -26,6 +26,60 @@ const FIRST_KVM_RUN: &str = "vmm: first KVM_RUN";
 /// The curve's bucket width: a millisecond.
 pub(super) const BUCKET_NS: u64 = 1_000_000;
 
+/// The distinct-page set's size when the guest's memory is not known
+/// (another VMM profiled from outside): 1 GiB of 4 KiB pages, 4 MiB of
+/// buckets. Pages beyond it are counted in `working_set.uncounted`.
+const PAGES_UNKNOWN: u32 = 1 << 18;
+/// The largest set made: 16 GiB of pages (64 MiB of buckets).
+const PAGES_MOST: u32 = 1 << 22;
+/// Room in the set for pages KVM maps beyond the guest's RAM (ROM,
+/// firmware, the VMM's own small regions).
+const PAGES_SLACK: u64 = 256;
+/// Per-region counts: the object's size, the most made.
+const REGIONS_MOST: u32 = 16384;
+/// Thread entries: the object's size (preallocated), the most made.
+const THREADS_MOST: u32 = 1024;
+
+/// The tail maps' sizes for a guest of `memory_bytes` whose VMM has at
+/// most `threads` threads (each when known). The kernel zeroes a hash
+/// map's buckets when it creates it, one per entry rounded up to a power
+/// of two, preallocated or not: sized for the largest guest, the
+/// distinct-page set alone was 16 MiB of them, most of the collector's
+/// start-up. Sized for this guest, a 256 MiB one's set has 128 Ki buckets
+/// (2 MiB). Full maps are never silent: a page the set has no room for is
+/// counted in `working_set.uncounted`, any other entry in
+/// `map_overflows`.
+pub(super) fn map_sizes(
+    memory_bytes: Option<u64>,
+    threads: Option<u32>,
+) -> [(&'static str, u32); 3] {
+    let kinds = t::KINDS as u64;
+    let (pages, regions) = match memory_bytes {
+        Some(bytes) => {
+            let pages = (bytes / PAGE_BYTES).saturating_add(bytes / PAGE_BYTES / 64) + PAGES_SLACK;
+            let regions = ((bytes >> t::REGION_SHIFT) + 16).saturating_mul(kinds);
+            (
+                u32::try_from(pages).unwrap_or(u32::MAX).min(PAGES_MOST),
+                u32::try_from(regions)
+                    .unwrap_or(u32::MAX)
+                    .clamp(256, REGIONS_MOST),
+            )
+        }
+        None => (PAGES_UNKNOWN, REGIONS_MOST),
+    };
+    let threads = threads.map_or(THREADS_MOST, |n| {
+        n.saturating_mul(2)
+            .checked_next_power_of_two()
+            .unwrap_or(u32::MAX)
+            .clamp(64, THREADS_MOST)
+    });
+    [
+        ("tail_pages", pages),
+        ("tail_regions", regions),
+        ("tail_threads", threads),
+    ]
+}
+
 /// Arms the window: the next guest fault of a followed VM opens it.
 pub(super) fn arm(ebpf: &mut Ebpf) -> Result<(), String> {
     let map = ebpf
@@ -256,6 +310,31 @@ fn ends_window(mark: &Mark, mono_ns: u64, start: &t::BsTailStart) -> bool {
 mod tests {
     use super::super::maps::hist_of;
     use super::*;
+
+    #[test]
+    fn the_maps_are_sized_for_the_guest() {
+        let sizes = |m, th| map_sizes(m, th).map(|(_, n)| n);
+        let names = map_sizes(None, None).map(|(name, _)| name);
+        assert_eq!(names, ["tail_pages", "tail_regions", "tail_threads"]);
+        // 256 MiB: 65,536 pages with room for a few beyond its RAM; 128
+        // regions of 2 MiB, each up to 5 kinds.
+        let mib = 1u64 << 20;
+        assert_eq!(
+            sizes(Some(256 * mib), Some(20)),
+            [65536 + 1024 + 256, 720, 64]
+        );
+        assert_eq!(sizes(Some(mib), Some(1)), [256 + 4 + 256, 256, 64]);
+        // The largest guests are capped, as are the most threads.
+        assert_eq!(
+            sizes(Some(1 << 40), Some(100_000)),
+            [PAGES_MOST, REGIONS_MOST, THREADS_MOST]
+        );
+        assert_eq!(sizes(Some(u64::MAX), Some(u32::MAX))[0], PAGES_MOST);
+        assert_eq!(
+            sizes(None, None),
+            [PAGES_UNKNOWN, REGIONS_MOST, THREADS_MOST]
+        );
+    }
 
     #[test]
     fn derived_marks_do_not_end_a_restores_window() {

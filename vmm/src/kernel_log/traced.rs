@@ -405,7 +405,7 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.starts_with("the kernel's BTF:"), "{e}");
-        let mut w = super::super::btf::tests::BtfWriter::new();
+        let mut w = bootscope_testkit::btf::BtfWriter::new();
         let long = w.int();
         w.strukt("trace_array", 8, &[("list", long, 0)]);
         let e = read(&mem, &NoSymbols(Ok(w.finish())), 0).err().unwrap();

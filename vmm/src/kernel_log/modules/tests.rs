@@ -1,6 +1,6 @@
-use super::super::btf::tests::BtfWriter;
 use super::super::ringbuffer::tests::FlatVirt;
 use super::*;
+use bootscope_testkit::btf::BtfWriter;
 
 /// Where the synthetic kernel's memory starts (the module area).
 const BASE: u64 = 0xffff_ffff_c000_0000;
