@@ -1,5 +1,8 @@
-//! Loading a recorded working set before the first `KVM_RUN`
-//! (`--prefetch`), the rest of the memory file in the background after
+//! Loading a recorded working set (`--prefetch`): with `uffd` from a
+//! thread while the guest runs ([`Prefetch`]), the handler serving the
+//! guest's faults meanwhile and moving the prefetch to where the guest
+//! faults; with `mmap` (or `--prefetch-first`) before the first
+//! `KVM_RUN`. Also the rest of the memory file in the background after
 //! resume (`--prefault-rest`), and finding the pages a lazily mapped guest
 //! touched (`/proc/self/pagemap`).
 //!
@@ -10,7 +13,7 @@
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use super::uffd::{HostRegion, Server};
 use super::working_set::{WorkingSet, PAGE};
@@ -88,6 +91,91 @@ pub fn load_uffd(server: &Server, runs: &[Run]) -> Result<Loaded, String> {
         done.batches += 1;
     }
     Ok(done)
+}
+
+/// A working set loaded while the guest runs: its runs, which are done,
+/// and where the guest last faulted in one not done (the run loaded next).
+pub struct Prefetch {
+    runs: Vec<Run>,
+    done: Vec<AtomicBool>,
+    /// The run the handler asks for next; `usize::MAX`: none.
+    jump: AtomicUsize,
+    /// 4 KiB pages loaded so far.
+    pub pages: AtomicU64,
+    pub batches: AtomicU64,
+    /// Times the handler moved the prefetch to the guest's fault.
+    pub jumps: AtomicU64,
+}
+
+impl Prefetch {
+    pub fn new(runs: Vec<Run>) -> Self {
+        let done = runs.iter().map(|_| AtomicBool::new(false)).collect();
+        Self {
+            runs,
+            done,
+            jump: AtomicUsize::new(usize::MAX),
+            pages: AtomicU64::default(),
+            batches: AtomicU64::default(),
+            jumps: AtomicU64::default(),
+        }
+    }
+
+    /// The index of the run holding file offset `off`.
+    fn run_of(&self, off: u64) -> Option<usize> {
+        let i = self
+            .runs
+            .partition_point(|r| r.file_offset + r.bytes <= off);
+        self.runs
+            .get(i)
+            .is_some_and(|r| r.file_offset <= off)
+            .then_some(i)
+    }
+
+    /// The guest faulted at file offset `off` (the handler serves that
+    /// page itself): when a run not loaded yet holds it, the prefetch
+    /// goes on from that run. True when it does.
+    pub fn fault_at(&self, off: u64) -> bool {
+        match self.run_of(off) {
+            Some(i) if !self.done[i].load(Ordering::Relaxed) => {
+                self.jump.store(i, Ordering::Relaxed);
+                self.jumps.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The next run to load after run `cursor`: the one the handler asked
+    /// for, else the next not done in file order, wrapping around once.
+    fn next(&self, cursor: usize) -> Option<usize> {
+        let j = self.jump.swap(usize::MAX, Ordering::Relaxed);
+        if j < self.runs.len() && !self.done[j].load(Ordering::Relaxed) {
+            return Some(j);
+        }
+        let n = self.runs.len();
+        (0..n)
+            .map(|k| (cursor + k) % n)
+            .find(|&i| !self.done[i].load(Ordering::Relaxed))
+    }
+
+    /// Loads every run through `server` (waking the faults waiting on
+    /// them), until done or `stop`.
+    pub fn load(&self, server: &Server, stop: &AtomicBool) -> Result<(), String> {
+        let mut buf = vec![0u8; BATCH as usize];
+        let mut cursor = 0;
+        while let Some(i) = self.next(cursor) {
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let r = self.runs[i];
+            let n = server.load(r.host, r.file_offset, &mut buf[..r.bytes as usize], true)?;
+            self.done[i].store(true, Ordering::Relaxed);
+            self.pages.fetch_add(n / PAGE, Ordering::Relaxed);
+            self.batches.fetch_add(1, Ordering::Relaxed);
+            cursor = i + 1;
+        }
+        Ok(())
+    }
 }
 
 fn madvise(host: usize, bytes: u64, advice: libc::c_int) -> std::io::Result<()> {
@@ -249,5 +337,127 @@ mod tests {
         let r = runs(&set, &regions, 2 << 20);
         assert_eq!(r[0].bytes, 2 << 20);
         assert_eq!(r.len(), 3, "{r:?}");
+    }
+
+    /// Test memory: every fifth page a hole, the others distinct.
+    fn test_content(bytes: u64) -> Vec<u8> {
+        let mut content = vec![0u8; bytes as usize];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for (i, page) in content.chunks_mut(PAGE as usize).enumerate() {
+            if i % 5 != 4 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                page[..8].copy_from_slice(&x.to_le_bytes());
+                page[PAGE as usize - 8..].copy_from_slice(&(i as u64).to_le_bytes());
+            }
+        }
+        content
+    }
+
+    /// The record loaded by a thread while another thread touches guest
+    /// memory out of order (its faults served by the handler, racing the
+    /// load, moving it): every page ends up the file's, none twice, and
+    /// the pages loaded plus the faults served make the record.
+    #[test]
+    fn a_background_load_racing_the_faults_leaves_every_page_exact() {
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use super::super::uffd::{self, Handler, HandlerSetup};
+        use crate::timeline::Clock;
+
+        let Ok(fd) = uffd::open() else {
+            eprintln!("SKIP: userfaultfd is not available to this process");
+            return;
+        };
+        let bytes: u64 = 32 << 20;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("memory");
+        let content = test_content(bytes);
+        std::fs::write(&path, &content).unwrap();
+        let file = File::open(&path).unwrap();
+        // SAFETY: a fresh anonymous mapping this test owns.
+        let host = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(host, libc::MAP_FAILED);
+        let regions = vec![HostRegion {
+            host: host as usize,
+            bytes,
+            file_offset: 0,
+        }];
+        let server = Arc::new(Server::register(fd, regions.clone(), file, bytes, None).unwrap());
+        // The record: the first 24 MiB, every page.
+        let record = WorkingSet::from_pages((0..(24 << 20) / PAGE).collect());
+        let live = Arc::new(Prefetch::new(runs(&record, &regions, PAGE)));
+        let mut handler = Handler::start(
+            server.clone(),
+            HandlerSetup {
+                clock: Clock::start(),
+                run_stop: Arc::default(),
+                fail_after: None,
+                prefetch: Some(live.clone()),
+            },
+        )
+        .unwrap();
+        let stop = AtomicBool::new(false);
+        let mem = host as usize;
+        let read = |page: u64| {
+            // SAFETY: a page of the mapping above, served by the handler.
+            unsafe { std::ptr::read_volatile((mem + (page * PAGE) as usize + 8) as *const u8) }
+        };
+        std::thread::scope(|s| {
+            // The guest: from the middle backwards, then the tail.
+            let g = s.spawn(|| {
+                let n = bytes / PAGE;
+                let mut sum = 0u64;
+                for p in (0..n / 2).rev().chain(n * 3 / 4..n) {
+                    sum += read(p) as u64;
+                }
+                sum
+            });
+            std::thread::sleep(Duration::from_millis(1));
+            live.load(&server, &stop).unwrap();
+            g.join().unwrap();
+        });
+        // SAFETY: the whole mapping; a page missing still would be
+        // served by the handler (the counts below tell that apart).
+        let got = unsafe { std::slice::from_raw_parts(mem as *const u8, bytes as usize) };
+        for (i, (a, b)) in got
+            .chunks(PAGE as usize)
+            .zip(content.chunks(PAGE as usize))
+            .enumerate()
+        {
+            assert!(a == b, "page {i} differs from the file");
+        }
+        handler.stop();
+        assert!(handler.failure().is_none(), "{:?}", handler.failure());
+        let faults = handler.log.faults.lock().unwrap();
+        let served_in_record = faults
+            .iter()
+            .filter(|f| record.contains(f.page) && !f.zero)
+            .count() as u64;
+        let loaded = live.pages.load(Ordering::Relaxed);
+        let holes_in_record = (0..record.len()).filter(|p| p % 5 == 4).count() as u64;
+        // A page comes once: by the load or by a fault (holes in the
+        // record are loaded as zeros by the load, or served as zero pages).
+        assert!(
+            loaded + served_in_record >= record.len() - holes_in_record,
+            "{loaded} + {served_in_record}"
+        );
+        assert!(
+            loaded + served_in_record <= record.len(),
+            "{loaded} + {served_in_record}"
+        );
+        // SAFETY: the mapping above, no longer used.
+        unsafe { libc::munmap(host, bytes as usize) };
     }
 }
