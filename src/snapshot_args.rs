@@ -1,6 +1,6 @@
 //! `run`'s snapshot flags (`--snapshot DIR --snapshot-at MARK
 //! [--snapshot-continue]`, `--restore DIR [--memory-restore
-//! copy|mmap|uffd] [--prefetch [--prefetch-first]] [--prefault-rest] [--no-record] [--verify]
+//! copy|mmap|uffd] [--prefetch [--prefetch-background]] [--prefault-rest] [--no-record] [--verify]
 //! [--force]`): what they make of the command line, and which
 //! of the VMM's runs they start (docs/snapshot-schema.md).
 
@@ -63,15 +63,15 @@ pub(crate) struct SnapshotArgs {
     #[arg(long, requires = "restore")]
     pub(crate) force: bool,
     /// With --restore (mmap or uffd): load the working set an earlier
-    /// restore recorded (DIR/working-set) in file order and large batches;
-    /// with uffd from a thread while the guest runs (its faults served at
-    /// once meanwhile), with mmap before it runs; the rest comes on demand.
+    /// restore recorded (DIR/working-set) in file order and large batches
+    /// before the guest runs; the rest comes on demand.
     #[arg(long, requires = "restore")]
     pub(crate) prefetch: bool,
-    /// With --prefetch and --memory-restore uffd: load the working set
-    /// before the guest runs, as mmap does.
+    /// With --prefetch and --memory-restore uffd: start the guest at once
+    /// and load the working set from a thread while it runs (its faults
+    /// served at once meanwhile, the load moved to the faulting part).
     #[arg(long, requires = "prefetch")]
-    pub(crate) prefetch_first: bool,
+    pub(crate) prefetch_background: bool,
     /// With --restore (mmap or uffd): load the rest of the memory file in
     /// the background after the guest resumed.
     #[arg(long, requires = "restore")]
@@ -148,7 +148,7 @@ pub(crate) fn prepare(mut args: RunArgs) -> Result<(RunArgs, RunMode), Failure> 
     };
     let lazy = snapshot::LazyOptions {
         prefetch: s.prefetch,
-        prefetch_first: s.prefetch_first,
+        prefetch_first: !s.prefetch_background,
         prefault_rest: s.prefault_rest,
         record: !s.no_record,
         until: s.working_set_until.clone(),

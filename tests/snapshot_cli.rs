@@ -172,6 +172,18 @@ fn a_uffd_restore_records_and_prefetches_its_working_set() {
         names.contains(&"restore: working set prefetched"),
         "{names:?}"
     );
+    assert_ne!(p["background"], true, "{p}");
+    // Loaded from a thread while the guest runs.
+    let t = tmp.join("background.json");
+    let o = restore(&["--prefetch", "--prefetch-background"], &t);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let doc = read_json(&t);
+    let p = &doc["restore_memory"]["prefetch"];
+    assert_eq!(p["background"], true, "{p}");
+    assert!(
+        p["pages"].as_u64().unwrap() + p["late"].as_u64().unwrap() >= 1,
+        "{p}"
+    );
     // A record cut short: refused with --prefetch, a warning without.
     let ws = snap.join("working-set");
     let bytes = std::fs::read(&ws).unwrap();

@@ -167,7 +167,7 @@ fn a_recorded_working_set_is_prefetched() {
         "{names:?}"
     );
 
-    // --prefetch-first: loaded before the first KVM_RUN, no late fault.
+    // Loaded before the first KVM_RUN (`run --prefetch`), no late fault.
     let mut first = lazy(true, false);
     first.prefetch_first = true;
     let (r, text) = restore_with(&dir, &initrd, MemoryRestore::Uffd, false, first).unwrap();

@@ -1,8 +1,7 @@
-//! Loading a recorded working set (`--prefetch`): with `uffd` from a
-//! thread while the guest runs ([`Prefetch`]), the handler serving the
-//! guest's faults meanwhile and moving the prefetch to where the guest
-//! faults; with `mmap` (or `--prefetch-first`) before the first
-//! `KVM_RUN`. Also the rest of the memory file in the background after
+//! Loading a recorded working set (`--prefetch`): before the first
+//! `KVM_RUN`, or with `uffd` and `--prefetch-background` from a thread
+//! while the guest runs ([`Prefetch`]), the handler serving the guest's
+//! faults meanwhile and moving the prefetch to where the guest faults. Also the rest of the memory file in the background after
 //! resume (`--prefault-rest`), and finding the pages a lazily mapped guest
 //! touched (`/proc/self/pagemap`).
 //!
