@@ -155,6 +155,14 @@ pub(crate) fn prepare(mut args: RunArgs) -> Result<(RunArgs, RunMode), Failure> 
         fail_handler_after: None,
     };
     check_memory_mode(memory, &args)?;
+    if s.prefetch_background && memory != MemoryRestore::Uffd {
+        return Err(usage(anyhow::anyhow!(
+            "--prefetch-background needs --memory-restore uffd (only the userfaultfd handler \
+             can serve the guest while a thread loads the working set); add \
+             --memory-restore uffd, or leave --prefetch-background out to load the working \
+             set before the guest runs"
+        )));
+    }
     let (force, verify) = (s.force, s.verify);
     let o = overrides(&args, id);
     let req = RestoreRequest {

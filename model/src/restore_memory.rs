@@ -74,9 +74,13 @@ pub struct PrefetchDoc {
     /// served on demand meanwhile.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub background: bool,
-    /// Faults on recorded pages the background load had not reached yet
-    /// (served on demand; not counted in `misses`).
+    /// Faults on recorded pages the background load had not reached yet,
+    /// filled by the handler (not counted in `misses`).
     pub late: u64,
+    /// Faults on recorded pages the background load filled while the
+    /// handler came to serve them: the guest waited for the load (not
+    /// counted in `late` or `misses`).
+    pub raced: u64,
     /// Times such a fault moved the background load to the faulting run.
     pub jumps: u64,
     /// Touched pages the prefetch had loaded: the pages of the window's
@@ -137,8 +141,9 @@ impl RestoreMemoryDoc {
                 human_ns(p.ns),
                 if p.background {
                     format!(
-                        " while the guest ran ({} late faults)",
-                        group_digits(p.late)
+                        " while the guest ran ({} late faults, {} met the load)",
+                        group_digits(p.late),
+                        group_digits(p.raced)
                     )
                 } else {
                     String::new()
@@ -210,8 +215,18 @@ mod tests {
         ] {
             assert!(line.contains(s), "{s}: {line}");
         }
+        assert!(!line.contains("late faults"), "{line}");
         let back: RestoreMemoryDoc =
             serde_json::from_str(&serde_json::to_string(&doc).unwrap()).unwrap();
         assert_eq!(back, doc);
+        // Loaded while the guest ran: the faults it did not beat.
+        let mut bg = doc.clone();
+        let p = bg.prefetch.as_mut().unwrap();
+        (p.background, p.late, p.raced) = (true, 7, 3);
+        let line = bg.summary_line();
+        assert!(
+            line.contains("while the guest ran (7 late faults, 3 met the load)"),
+            "{line}"
+        );
     }
 }

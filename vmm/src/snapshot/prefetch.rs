@@ -354,33 +354,69 @@ mod tests {
         content
     }
 
-    /// The record loaded by a thread while another thread touches guest
-    /// memory out of order (its faults served by the handler, racing the
-    /// load, moving it): every page ends up the file's, none twice, and
-    /// the pages loaded plus the faults served make the record.
+    fn run(at: u64) -> Run {
+        Run {
+            host: 0x1000_0000 + at as usize,
+            file_offset: at,
+            bytes: PAGE,
+        }
+    }
+
+    /// A fault in a run not loaded yet moves the load there; it goes on in
+    /// file order after it, wrapping round to the runs it skipped; a
+    /// fault in a loaded run or outside the record moves nothing.
     #[test]
-    fn a_background_load_racing_the_faults_leaves_every_page_exact() {
+    fn a_fault_moves_the_load_to_its_run_then_on_in_file_order() {
+        let p = Prefetch::new((0..5).map(|i| run(i * 4 * PAGE)).collect());
+        assert_eq!(p.next(0), Some(0));
+        p.done[0].store(true, Ordering::Relaxed);
+        assert!(p.fault_at(3 * 4 * PAGE + 100));
+        assert_eq!(p.jumps.load(Ordering::Relaxed), 1);
+        assert_eq!(p.next(1), Some(3), "the fault's run first");
+        p.done[3].store(true, Ordering::Relaxed);
+        assert_eq!(p.next(4), Some(4), "then on after it");
+        p.done[4].store(true, Ordering::Relaxed);
+        assert_eq!(p.next(5), Some(1), "then the runs skipped");
+        // Loaded already, between runs, past the record: no move.
+        assert!(!p.fault_at(0));
+        assert!(!p.fault_at(PAGE));
+        assert!(!p.fault_at(100 * PAGE));
+        assert_eq!(p.jumps.load(Ordering::Relaxed), 1);
+        p.done[1].store(true, Ordering::Relaxed);
+        p.done[2].store(true, Ordering::Relaxed);
+        assert_eq!(p.next(2), None);
+    }
+
+    /// Guest memory of `bytes` registered with a handler that moves
+    /// `live` to each fault: the server, the handler, the mapping.
+    fn served_memory(
+        content: &[u8],
+        dir: &std::path::Path,
+        record: &WorkingSet,
+    ) -> Option<(
+        std::sync::Arc<Server>,
+        super::super::uffd::Handler,
+        std::sync::Arc<Prefetch>,
+        usize,
+    )> {
         use std::sync::Arc;
-        use std::time::Duration;
 
         use super::super::uffd::{self, Handler, HandlerSetup};
         use crate::timeline::Clock;
 
         let Ok(fd) = uffd::open() else {
             eprintln!("SKIP: userfaultfd is not available to this process");
-            return;
+            return None;
         };
-        let bytes: u64 = 32 << 20;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("memory");
-        let content = test_content(bytes);
-        std::fs::write(&path, &content).unwrap();
+        let bytes = content.len();
+        let path = dir.join("memory");
+        std::fs::write(&path, content).unwrap();
         let file = File::open(&path).unwrap();
         // SAFETY: a fresh anonymous mapping this test owns.
         let host = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                bytes as usize,
+                bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
@@ -390,14 +426,13 @@ mod tests {
         assert_ne!(host, libc::MAP_FAILED);
         let regions = vec![HostRegion {
             host: host as usize,
-            bytes,
+            bytes: bytes as u64,
             file_offset: 0,
         }];
-        let server = Arc::new(Server::register(fd, regions.clone(), file, bytes, None).unwrap());
-        // The record: the first 24 MiB, every page.
-        let record = WorkingSet::from_pages((0..(24 << 20) / PAGE).collect());
-        let live = Arc::new(Prefetch::new(runs(&record, &regions, PAGE)));
-        let mut handler = Handler::start(
+        let server =
+            Arc::new(Server::register(fd, regions.clone(), file, bytes as u64, None).unwrap());
+        let live = Arc::new(Prefetch::new(runs(record, &regions, PAGE)));
+        let handler = Handler::start(
             server.clone(),
             HandlerSetup {
                 clock: Clock::start(),
@@ -407,28 +442,53 @@ mod tests {
             },
         )
         .unwrap();
-        let stop = AtomicBool::new(false);
-        let mem = host as usize;
+        Some((server, handler, live, host as usize))
+    }
+
+    /// The record loaded by a thread while another thread touches guest
+    /// memory out of order, its faults served by the handler and racing
+    /// the load. A fault before the load starts moves it to the fault's
+    /// run. Whatever the interleaving: every page ends up the file's, and
+    /// every recorded page was filled exactly once, by the load or by the
+    /// handler (a fault that met the load filled nothing).
+    #[test]
+    fn a_background_load_racing_the_faults_leaves_every_page_exact() {
+        let bytes: u64 = 32 << 20;
+        let n = bytes / PAGE;
+        let dir = tempfile::tempdir().unwrap();
+        let content = test_content(bytes);
+        // The record: the first 24 MiB, every page (three runs).
+        let record = WorkingSet::from_pages((0..n * 3 / 4).collect());
+        let Some((server, mut handler, live, mem)) =
+            served_memory(&content, dir.path(), &record)
+        else {
+            return;
+        };
         let read = |page: u64| {
             // SAFETY: a page of the mapping above, served by the handler.
             unsafe { std::ptr::read_volatile((mem + (page * PAGE) as usize + 8) as *const u8) }
         };
+        // Before the load: a fault in the last run, moved to before the
+        // access returns.
+        let first = n * 3 / 4 - 10;
+        read(first);
+        assert_eq!(live.jumps.load(Ordering::Relaxed), 1);
+        assert_eq!(live.jump.load(Ordering::Relaxed), 2);
+        let stop = AtomicBool::new(false);
+        let start = std::sync::Barrier::new(2);
         std::thread::scope(|s| {
             // The guest: from the middle backwards, then the tail.
             let g = s.spawn(|| {
-                let n = bytes / PAGE;
-                let mut sum = 0u64;
-                for p in (0..n / 2).rev().chain(n * 3 / 4..n) {
-                    sum += read(p) as u64;
-                }
-                sum
+                start.wait();
+                (0..n / 2).rev().chain(n * 3 / 4..n).for_each(|p| {
+                    read(p);
+                });
             });
-            std::thread::sleep(Duration::from_millis(1));
+            start.wait();
             live.load(&server, &stop).unwrap();
             g.join().unwrap();
         });
-        // SAFETY: the whole mapping; a page missing still would be
-        // served by the handler (the counts below tell that apart).
+        // SAFETY: the whole mapping, every page filled by now.
         let got = unsafe { std::slice::from_raw_parts(mem as *const u8, bytes as usize) };
         for (i, (a, b)) in got
             .chunks(PAGE as usize)
@@ -439,24 +499,20 @@ mod tests {
         }
         handler.stop();
         assert!(handler.failure().is_none(), "{:?}", handler.failure());
+        assert!(live.done.iter().all(|d| d.load(Ordering::Relaxed)));
         let faults = handler.log.faults.lock().unwrap();
-        let served_in_record = faults
-            .iter()
-            .filter(|f| record.contains(f.page) && !f.zero)
-            .count() as u64;
+        let filled: Vec<u64> = faults.iter().filter(|f| !f.raced).map(|f| f.page).collect();
+        let distinct = WorkingSet::from_pages(filled.clone());
+        assert_eq!(distinct.len(), filled.len() as u64, "a page filled twice");
+        let by_handler = filled.iter().filter(|p| record.contains(**p)).count() as u64;
         let loaded = live.pages.load(Ordering::Relaxed);
-        let holes_in_record = (0..record.len()).filter(|p| p % 5 == 4).count() as u64;
-        // A page comes once: by the load or by a fault (holes in the
-        // record are loaded as zeros by the load, or served as zero pages).
-        assert!(
-            loaded + served_in_record >= record.len() - holes_in_record,
-            "{loaded} + {served_in_record}"
-        );
-        assert!(
-            loaded + served_in_record <= record.len(),
-            "{loaded} + {served_in_record}"
-        );
+        assert_eq!(loaded + by_handler, record.len(), "{loaded} + {by_handler}");
+        assert!(by_handler >= 1, "the fault before the load");
+        // Outside the record only the handler fills: the tail, once each.
+        assert_eq!(filled.len() as u64 - by_handler, n / 4);
+        assert!(faults.iter().all(|f| !f.raced || record.contains(f.page)));
+        drop(faults);
         // SAFETY: the mapping above, no longer used.
-        unsafe { libc::munmap(host, bytes as usize) };
+        unsafe { libc::munmap(mem as *mut libc::c_void, bytes as usize) };
     }
 }

@@ -86,6 +86,21 @@ pub struct Fault {
     pub service_ns: u64,
     /// Served as a hole.
     pub zero: bool,
+    /// The page was there when the handler came to fill it (the
+    /// background prefetch loaded it first): nothing filled, the guest
+    /// only woken.
+    pub raced: bool,
+}
+
+/// How the handler served one fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Served {
+    /// The page's number in the memory file.
+    pub page: u64,
+    /// Served as a hole.
+    pub zero: bool,
+    /// Already there: filled by another thread first.
+    pub raced: bool,
 }
 
 /// What the handler recorded, shared with the VMM.
@@ -259,25 +274,45 @@ impl Server {
         let _ = self.uffd.wake(a as *mut _, len);
     }
 
-    /// Serves the fault at host address `addr`; returns its page number in
-    /// the file and whether it was a hole.
-    pub fn serve(&self, addr: usize, buf: &mut [u8]) -> Result<(u64, bool), String> {
+    /// The granule-aligned host address and file offset of a fault at
+    /// `addr`.
+    pub fn fault_offset(&self, addr: usize) -> Result<(usize, u64), String> {
+        let at = addr & !(self.granule as usize - 1);
+        match self.locate(at) {
+            Some((_, off)) => Ok((at, off)),
+            None => Err(format!("a fault at {addr:#x}, outside guest memory")),
+        }
+    }
+
+    /// Serves the fault at host address `addr`: its page number in the
+    /// file, whether it was a hole, and whether the page was there
+    /// already.
+    pub fn serve(&self, addr: usize, buf: &mut [u8]) -> Result<Served, String> {
         let g = self.granule as usize;
-        let at = addr & !(g - 1);
-        let Some((_, off)) = self.locate(at) else {
-            return Err(format!("a fault at {addr:#x}, outside guest memory"));
-        };
+        let (at, off) = self.fault_offset(addr)?;
+        let page = off / PAGE;
         if g as u64 == PAGE && self.extents.is_hole(off, PAGE) {
             // SAFETY: one page inside a registered guest memory region.
-            match unsafe { self.uffd.zeropage(at as *mut _, g, true) } {
-                Ok(_) => {}
-                Err(e) if errno_of(&e) == Some(libc::EEXIST) => self.wake(at, g),
+            let raced = match unsafe { self.uffd.zeropage(at as *mut _, g, true) } {
+                Ok(_) => false,
+                Err(e) if errno_of(&e) == Some(libc::EEXIST) => {
+                    self.wake(at, g);
+                    true
+                }
                 Err(e) => return Err(format!("UFFDIO_ZEROPAGE at {at:#x}: {e}")),
-            }
-            return Ok((off / PAGE, true));
+            };
+            return Ok(Served {
+                page,
+                zero: true,
+                raced,
+            });
         }
-        self.load(at, off, &mut buf[..g], true)?;
-        Ok((off / PAGE, false))
+        let copied = self.load(at, off, &mut buf[..g], true)?;
+        Ok(Served {
+            page,
+            zero: false,
+            raced: copied == 0,
+        })
     }
 }
 
@@ -397,19 +432,22 @@ fn handle(
                 return Err(format!("failing on purpose after {served} faults (a test)"));
             }
             let t_ns = setup.clock.now_ns();
-            let (page, zero) = server.serve(addr as usize, &mut buf)?;
-            let service_ns = setup.clock.now_ns().saturating_sub(t_ns);
             if let Some(p) = &setup.prefetch {
-                p.fault_at(page * PAGE);
+                // Moved before the guest is woken: once its access
+                // returns, the load goes on from there.
+                p.fault_at(server.fault_offset(addr as usize)?.1);
             }
+            let s = server.serve(addr as usize, &mut buf)?;
+            let service_ns = setup.clock.now_ns().saturating_sub(t_ns);
             log.faults
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(Fault {
-                    page,
+                    page: s.page,
                     t_ns,
                     service_ns,
-                    zero,
+                    zero: s.zero,
+                    raced: s.raced,
                 });
             served += 1;
         }

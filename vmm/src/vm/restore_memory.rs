@@ -474,13 +474,16 @@ impl Session {
         let (loaded, ns) = self.prefetched?;
         let record = self.record.as_ref()?;
         let per_fault = self.granule / PAGE;
-        let late = window_faults
-            .iter()
-            .filter(|f| record.contains(f.page))
-            .count() as u64
-            * per_fault;
+        let in_record = |raced: bool| {
+            window_faults
+                .iter()
+                .filter(|f| record.contains(f.page) && f.raced == raced)
+                .count() as u64
+                * per_fault
+        };
+        let (late, raced) = (in_record(false), in_record(true));
         let misses = match (&self.server, touched) {
-            (Some(_), _) => window_faults.len() as u64 * per_fault - late,
+            (Some(_), _) => window_faults.len() as u64 * per_fault - late - raced,
             (None, Some(t)) => t.pages.iter().filter(|p| !record.contains(**p)).count() as u64,
             (None, None) => 0,
         };
@@ -491,6 +494,7 @@ impl Session {
             ns,
             background: self.jumps.is_some(),
             late,
+            raced,
             jumps: self.jumps.unwrap_or(0),
             hits: None,
             misses,
