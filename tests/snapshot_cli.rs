@@ -186,11 +186,7 @@ fn a_uffd_restore_records_and_prefetches_its_working_set() {
         p["pages"].as_u64().unwrap() + p["late"].as_u64().unwrap() >= 1,
         "{p}"
     );
-    assert!(
-        stderr(&o).contains("while the guest ran"),
-        "{}",
-        text(&o)
-    );
+    assert!(stderr(&o).contains("while the guest ran"), "{}", text(&o));
     // A record cut short: refused with --prefetch, a warning without.
     let ws = snap.join("working-set");
     let bytes = std::fs::read(&ws).unwrap();

@@ -459,8 +459,7 @@ mod tests {
         let content = test_content(bytes);
         // The record: the first 24 MiB, every page (three runs).
         let record = WorkingSet::from_pages((0..n * 3 / 4).collect());
-        let Some((server, mut handler, live, mem)) =
-            served_memory(&content, dir.path(), &record)
+        let Some((server, mut handler, live, mem)) = served_memory(&content, dir.path(), &record)
         else {
             return;
         };
