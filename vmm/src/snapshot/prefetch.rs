@@ -387,18 +387,18 @@ mod tests {
         assert_eq!(p.next(2), None);
     }
 
-    /// Guest memory of `bytes` registered with a handler that moves
-    /// `live` to each fault: the server, the handler, the mapping.
-    fn served_memory(
-        content: &[u8],
-        dir: &std::path::Path,
-        record: &WorkingSet,
-    ) -> Option<(
+    /// What [`served_memory`] sets up.
+    type Served = (
         std::sync::Arc<Server>,
         super::super::uffd::Handler,
         std::sync::Arc<Prefetch>,
         usize,
-    )> {
+    );
+
+    /// Guest memory holding `content` served by a handler that moves the
+    /// load of `record` to each fault: the server, the handler, the load,
+    /// the mapping.
+    fn served_memory(content: &[u8], dir: &std::path::Path, record: &WorkingSet) -> Option<Served> {
         use std::sync::Arc;
 
         use super::super::uffd::{self, Handler, HandlerSetup};
