@@ -17,11 +17,44 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PR = {}
 exec(compile(open(os.path.join(HERE, "paired-ratios.py")).read(), "paired-ratios.py", "exec"), PR)
 
-MODES = ("ch-copy", "ch-ondemand", "copy", "mmap", "uffd", "uffd-prefetch", "uffd-prefetch-2m", "boot")
+MODES = ("ch-copy", "ch-ondemand", "copy", "mmap", "uffd", "uffd-prefetch", "uffd-prefetch-2m",
+         "uffd-prefetch-bg", "uffd-prefetch-bg-2m", "boot")
 NEXT = "port 0x80: userspace 0x62"
 RESUMED = "port 0x80: userspace 0x63"
 COLUMNS = ("round", "mode", "to_next_ms", "resume_ms", "work_ms", "readback_ms", "to_resumed_ms",
-           "uffd_faults", "misses", "pf_fixed", "sum_ok")
+           "uffd_faults", "misses", "late", "pf_fixed", "sum_ok")
+# The medians' columns: (key, heading).
+MEDIANS = (("to_next_ms", "to 0x62 ms"), ("resume_ms", "resume ms"), ("work_ms", "work ms"),
+           ("readback_ms", "0x63 to 0x62 ms"), ("to_resumed_ms", "to 0x63 ms"),
+           ("uffd_faults", "uffd faults"), ("misses", "misses"), ("late", "late faults"),
+           ("pf_fixed", "KVM pf_fixed"))
+BEST_CH = "the round's faster CH mode"
+# Paired ratios: (a, b, key); b BEST_CH is the round's faster CH mode.
+RATIOS = (
+    ("uffd-prefetch", BEST_CH, "to_next_ms"),
+    ("uffd-prefetch-2m", BEST_CH, "to_next_ms"),
+    ("uffd-prefetch-bg", BEST_CH, "to_next_ms"),
+    ("uffd-prefetch-bg-2m", BEST_CH, "to_next_ms"),
+    ("uffd-prefetch", "ch-copy", "to_next_ms"),
+    ("uffd-prefetch", "ch-ondemand", "to_next_ms"),
+    ("uffd-prefetch", "ch-ondemand", "resume_ms"),
+    ("uffd-prefetch-2m", "ch-ondemand", "resume_ms"),
+    ("uffd-prefetch-bg", "ch-ondemand", "resume_ms"),
+    ("uffd-prefetch-bg-2m", "ch-ondemand", "resume_ms"),
+    ("uffd-prefetch", "ch-copy", "work_ms"),
+    ("uffd-prefetch-2m", "ch-copy", "work_ms"),
+    ("uffd-prefetch-bg", "ch-copy", "work_ms"),
+    ("uffd-prefetch-bg-2m", "ch-copy", "work_ms"),
+    ("uffd-prefetch-bg-2m", "uffd-prefetch-2m", "to_next_ms"),
+    ("ch-ondemand", "ch-copy", "to_next_ms"),
+    ("copy", "boot", "to_next_ms"),
+    ("mmap", "boot", "to_next_ms"),
+    ("uffd-prefetch", "boot", "to_next_ms"),
+    ("uffd-prefetch-2m", "boot", "to_next_ms"),
+    ("copy", "boot", "to_resumed_ms"),
+    ("mmap", "boot", "to_resumed_ms"),
+    ("uffd-prefetch-2m", "boot", "to_resumed_ms"),
+)
 
 
 def sums(path):
@@ -36,6 +69,13 @@ def sums(path):
     return got
 
 
+def row(sum_ok, **figures):
+    """A run's row: `figures` by column, "-" where the run has none."""
+    out = {c: "-" for c in COLUMNS[2:]}
+    out.update(figures, sum_ok="yes" if sum_ok else "no")
+    return out
+
+
 def bootscope_row(t, mode, r, before):
     path = f"{t}/{mode}-{r}.json"
     if not os.path.exists(path):
@@ -46,20 +86,23 @@ def bootscope_row(t, mode, r, before):
         return None
     start = marks.get("vmm: process start", 0.0)
     first = marks.get("vmm: first KVM_RUN", float("nan"))
+    resumed = marks.get(RESUMED, float("nan"))
     mem = d.get("restore_memory") or {}
+    faults, prefetch = mem.get("faults") or {}, mem.get("prefetch") or {}
     after = sums(f"{t}/{mode}-{r}.console")
     want = after.get("before sum") if mode == "boot" else before
-    return {
-        "to_next_ms": marks[NEXT] - start,
-        "resume_ms": first - start,
-        "work_ms": marks[NEXT] - first,
-        "readback_ms": marks[NEXT] - marks.get(RESUMED, float("nan")),
-        "to_resumed_ms": marks.get(RESUMED, float("nan")) - start,
-        "uffd_faults": (mem.get("faults") or {}).get("count", "-") if mode.startswith("uffd") else "-",
-        "misses": (mem.get("prefetch") or {}).get("misses", "-") if "prefetch" in mode else "-",
-        "pf_fixed": (d.get("kvm_stats") or {}).get("pf_fixed", "-"),
-        "sum_ok": "yes" if want and after.get("after sum") == want else "no",
-    }
+    return row(
+        bool(want) and after.get("after sum") == want,
+        to_next_ms=marks[NEXT] - start,
+        resume_ms=first - start,
+        work_ms=marks[NEXT] - first,
+        readback_ms=marks[NEXT] - resumed,
+        to_resumed_ms=resumed - start,
+        uffd_faults=faults.get("count", "-"),
+        misses=prefetch.get("misses", "-"),
+        late=prefetch.get("late", "-") if prefetch.get("background") else "-",
+        pf_fixed=(d.get("kvm_stats") or {}).get("pf_fixed", "-"),
+    )
 
 
 def ch_rows(t, before):
@@ -67,33 +110,35 @@ def ch_rows(t, before):
     path = f"{t}/ch.tsv"
     if not os.path.exists(path):
         return rows
-    for row in csv.DictReader(open(path), delimiter="\t"):
-        after = sums(f"{t}/{row['mode']}-{row['round']}.console").get("after sum")
-        rows[(int(row["round"]), row["mode"])] = {
-            "to_next_ms": float(row["to_next_ms"]),
-            "resume_ms": float(row["resume_ms"]),
-            "work_ms": float(row["work_ms"]),
-            "readback_ms": "-",
-            "to_resumed_ms": "-",
-            "uffd_faults": "-",
-            "misses": "-",
-            "pf_fixed": row["pf_fixed"],
-            "sum_ok": "yes" if before and after == before else "no",
-        }
+    for r in csv.DictReader(open(path), delimiter="\t"):
+        after = sums(f"{t}/{r['mode']}-{r['round']}.console").get("after sum")
+        rows[(int(r["round"]), r["mode"])] = row(
+            bool(before) and after == before,
+            **{k: float(r[k]) for k in ("to_next_ms", "resume_ms", "work_ms")},
+            pf_fixed=r["pf_fixed"],
+        )
     return rows
 
 
-def ratio(runs, a, b, key, pick=None):
-    """Paired ratio a/b of `key` over the rounds having both (b may be a
-    function of the round's runs)."""
+def value(x, mode, key):
+    """`key` of `mode`'s run in round `x` (the faster CH mode's for
+    BEST_CH), a positive float, else None."""
+    if mode == BEST_CH:
+        v = min((x[m][key] for m in ("ch-copy", "ch-ondemand") if x.get(m)), default=None)
+    else:
+        v = (x.get(mode) or {}).get(key)
+    return v if isinstance(v, float) and v > 0 else None
+
+
+def ratio(runs, a, b, key):
+    """Paired ratio a/b of `key` over the rounds having both."""
     logs = []
     for x in runs.values():
-        bv = pick(x) if pick else (x.get(b) or {}).get(key)
-        av = (x.get(a) or {}).get(key)
-        if isinstance(av, float) and isinstance(bv, float) and av > 0 and bv > 0:
+        av, bv = value(x, a, key), value(x, b, key)
+        if av and bv:
             logs.append(math.log(av / bv))
     if len(logs) < 2:
-        return f"{a} / {b}: fewer than 2 pairs"
+        return f"{a} / {b}, {key}: fewer than 2 pairs"
     est, lo, hi, conf = PR["hl_interval"](logs)
     return f"{a} / {b}, {key}: {est:.3f} ({lo:.3f}-{hi:.3f}, {conf * 100:.1f} %, {len(logs)} pairs)"
 
@@ -124,39 +169,18 @@ def main():
     os.replace(tmp, f"{out}/restore-vs-ch.tsv")
     rec = json.load(open(f"{t}/record.json"))["restore_memory"]["working_set"]["pages"]
     print(f"restore guest, 256 MiB, 1 vCPU; working set recorded: {rec:,} pages; {rounds} rounds")
-    print("| mode | runs | to 0x62 ms | resume ms | work ms | 0x63 to 0x62 ms | to 0x63 ms "
-          "| uffd faults | misses | KVM pf_fixed |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| mode | runs | " + " | ".join(h for _, h in MEDIANS) + " |")
+    print("|---|---:|" + "---:|" * len(MEDIANS))
     missing = 0
     for m in MODES:
         got = [x[m] for x in runs.values() if x[m]]
         missing += rounds - len(got)
         num = [{k: (float(v) if isinstance(v, (int, float)) or str(v).isdigit() else v)
                 for k, v in g.items()} for g in got]
-        cells = [med(num, k) for k in ("to_next_ms", "resume_ms", "work_ms", "readback_ms",
-                                      "to_resumed_ms", "uffd_faults", "misses", "pf_fixed")]
-        print(f"| {m} | {len(got)} | " + " | ".join(cells) + " |")
-    best_ch = lambda x: min((x[m]["to_next_ms"] for m in ("ch-copy", "ch-ondemand") if x.get(m)),
-                            default=None)
+        print(f"| {m} | {len(got)} | " + " | ".join(med(num, k) for k, _ in MEDIANS) + " |")
     print("\npaired ratios (Hodges-Lehmann estimate, Wilcoxon interval):")
-    for line in (
-        ratio(runs, "uffd-prefetch", "the round's faster CH mode", "to_next_ms", best_ch),
-        ratio(runs, "uffd-prefetch-2m", "the round's faster CH mode", "to_next_ms", best_ch),
-        ratio(runs, "uffd-prefetch", "ch-copy", "to_next_ms"),
-        ratio(runs, "uffd-prefetch", "ch-ondemand", "to_next_ms"),
-        ratio(runs, "uffd-prefetch", "ch-ondemand", "resume_ms"),
-        ratio(runs, "uffd-prefetch", "ch-copy", "work_ms"),
-        ratio(runs, "uffd-prefetch-2m", "ch-copy", "work_ms"),
-        ratio(runs, "ch-ondemand", "ch-copy", "to_next_ms"),
-        ratio(runs, "copy", "boot", "to_next_ms"),
-        ratio(runs, "mmap", "boot", "to_next_ms"),
-        ratio(runs, "uffd-prefetch", "boot", "to_next_ms"),
-        ratio(runs, "uffd-prefetch-2m", "boot", "to_next_ms"),
-        ratio(runs, "copy", "boot", "to_resumed_ms"),
-        ratio(runs, "mmap", "boot", "to_resumed_ms"),
-        ratio(runs, "uffd-prefetch-2m", "boot", "to_resumed_ms"),
-    ):
-        print("  " + line)
+    for a, b, key in RATIOS:
+        print("  " + ratio(runs, a, b, key))
     bad = [(r, m) for r, x in runs.items() for m, row in x.items() if row and row["sum_ok"] != "yes"]
     print(f"\nruns missing: {missing}; checksums differing after a restore: {len(bad)} {bad or ''}")
     return 1 if bad or missing else 0

@@ -1,6 +1,6 @@
 //! `run`'s snapshot flags (`--snapshot DIR --snapshot-at MARK
 //! [--snapshot-continue]`, `--restore DIR [--memory-restore
-//! copy|mmap|uffd] [--prefetch] [--prefault-rest] [--no-record] [--verify]
+//! copy|mmap|uffd] [--prefetch [--prefetch-background]] [--prefault-rest] [--no-record] [--verify]
 //! [--force]`): what they make of the command line, and which
 //! of the VMM's runs they start (docs/snapshot-schema.md).
 
@@ -63,10 +63,15 @@ pub(crate) struct SnapshotArgs {
     #[arg(long, requires = "restore")]
     pub(crate) force: bool,
     /// With --restore (mmap or uffd): load the working set an earlier
-    /// restore recorded (DIR/working-set) before the guest runs, in file
-    /// order and large batches; the rest comes on demand.
+    /// restore recorded (DIR/working-set) in file order and large batches
+    /// before the guest runs; the rest comes on demand.
     #[arg(long, requires = "restore")]
     pub(crate) prefetch: bool,
+    /// With --prefetch and --memory-restore uffd: start the guest at once
+    /// and load the working set from a thread while it runs (its faults
+    /// served at once meanwhile, the load moved to the faulting part).
+    #[arg(long, requires = "prefetch")]
+    pub(crate) prefetch_background: bool,
     /// With --restore (mmap or uffd): load the rest of the memory file in
     /// the background after the guest resumed.
     #[arg(long, requires = "restore")]
@@ -143,12 +148,21 @@ pub(crate) fn prepare(mut args: RunArgs) -> Result<(RunArgs, RunMode), Failure> 
     };
     let lazy = snapshot::LazyOptions {
         prefetch: s.prefetch,
+        prefetch_first: !s.prefetch_background,
         prefault_rest: s.prefault_rest,
         record: !s.no_record,
         until: s.working_set_until.clone(),
         fail_handler_after: None,
     };
     check_memory_mode(memory, &args)?;
+    if s.prefetch_background && memory != MemoryRestore::Uffd {
+        return Err(usage(anyhow::anyhow!(
+            "--prefetch-background needs --memory-restore uffd (only the userfaultfd handler \
+             can serve the guest while a thread loads the working set); add \
+             --memory-restore uffd, or leave --prefetch-background out to load the working \
+             set before the guest runs"
+        )));
+    }
     let (force, verify) = (s.force, s.verify);
     let o = overrides(&args, id);
     let req = RestoreRequest {

@@ -115,6 +115,8 @@ fn bootscope_and_ch_restore_one_guest_in_one_lab_run() {
         "uffd",
         "uffd-prefetch",
         "uffd-prefetch-2m",
+        "uffd-prefetch-bg",
+        "uffd-prefetch-bg-2m",
         "boot",
     ];
     for m in modes {

@@ -172,6 +172,21 @@ fn a_uffd_restore_records_and_prefetches_its_working_set() {
         names.contains(&"restore: working set prefetched"),
         "{names:?}"
     );
+    assert_ne!(p["background"], true, "{p}");
+    // Loaded from a thread while the guest runs.
+    let t = tmp.join("background.json");
+    let o = restore(&["--prefetch", "--prefetch-background"], &t);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let doc = read_json(&t);
+    let p = &doc["restore_memory"]["prefetch"];
+    assert_eq!(p["background"], true, "{p}");
+    // Whatever the interleaving, each recorded page the guest touched was
+    // filled by the load or by the handler.
+    assert!(
+        p["pages"].as_u64().unwrap() + p["late"].as_u64().unwrap() >= 1,
+        "{p}"
+    );
+    assert!(stderr(&o).contains("while the guest ran"), "{}", text(&o));
     // A record cut short: refused with --prefetch, a warning without.
     let ws = snap.join("working-set");
     let bytes = std::fs::read(&ws).unwrap();
@@ -194,5 +209,23 @@ fn a_uffd_restore_records_and_prefetches_its_working_set() {
         "--prefetch",
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    // The background load needs the userfaultfd handler.
+    let o = bootscope(&[
+        "run",
+        "--no-profile",
+        "--no-summary",
+        "--restore",
+        dir,
+        "--memory-restore",
+        "mmap",
+        "--prefetch",
+        "--prefetch-background",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("--prefetch-background needs --memory-restore uffd"),
+        "{}",
+        text(&o)
+    );
     let _ = std::fs::remove_dir_all(&tmp);
 }

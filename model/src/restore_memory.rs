@@ -62,13 +62,27 @@ pub struct WorkingSetDoc {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PrefetchDoc {
-    /// Pages of the record loaded before the first `KVM_RUN`.
+    /// Pages of the record loaded (before the first `KVM_RUN`, or while
+    /// the guest ran with `background`).
     pub pages: u64,
     pub bytes: u64,
     /// Contiguous ranges it was loaded in.
     pub batches: u64,
     /// How long the load took, ns.
     pub ns: u64,
+    /// Loaded from a thread while the guest ran (`uffd`), its faults
+    /// served on demand meanwhile.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub background: bool,
+    /// Faults on recorded pages the background load had not reached yet,
+    /// filled by the handler (not counted in `misses`).
+    pub late: u64,
+    /// Faults on recorded pages the background load filled while the
+    /// handler came to serve them: the guest waited for the load (not
+    /// counted in `late` or `misses`).
+    pub raced: u64,
+    /// Times such a fault moved the background load to the faulting run.
+    pub jumps: u64,
     /// Touched pages the prefetch had loaded: the pages of the window's
     /// working set found in the record. None where the host cannot tell
     /// which loaded pages the guest touched (no idle page tracking).
@@ -122,9 +136,18 @@ impl RestoreMemoryDoc {
         if let Some(p) = &self.prefetch {
             let opt = |v: Option<u64>| v.map_or("?".to_string(), group_digits);
             parts.push(format!(
-                "prefetch {} pages in {}: {} hits, {} misses, {} waste",
+                "prefetch {} pages in {}{}: {} hits, {} misses, {} waste",
                 group_digits(p.pages),
                 human_ns(p.ns),
+                if p.background {
+                    format!(
+                        " while the guest ran ({} late faults, {} met the load)",
+                        group_digits(p.late),
+                        group_digits(p.raced)
+                    )
+                } else {
+                    String::new()
+                },
                 opt(p.hits),
                 group_digits(p.misses),
                 opt(p.waste)
@@ -192,8 +215,18 @@ mod tests {
         ] {
             assert!(line.contains(s), "{s}: {line}");
         }
+        assert!(!line.contains("late faults"), "{line}");
         let back: RestoreMemoryDoc =
             serde_json::from_str(&serde_json::to_string(&doc).unwrap()).unwrap();
         assert_eq!(back, doc);
+        // Loaded while the guest ran: the faults it did not beat.
+        let mut bg = doc.clone();
+        let p = bg.prefetch.as_mut().unwrap();
+        (p.background, p.late, p.raced) = (true, 7, 3);
+        let line = bg.summary_line();
+        assert!(
+            line.contains("while the guest ran (7 late faults, 3 met the load)"),
+            "{line}"
+        );
     }
 }

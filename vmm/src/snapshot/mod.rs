@@ -67,9 +67,15 @@ impl MemoryRestore {
 /// and prefetched.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LazyOptions {
-    /// Load the recorded working set (`DIR/working-set`) before the first
-    /// `KVM_RUN` (`--prefetch`); a record that cannot be used is refused.
+    /// Load the recorded working set (`DIR/working-set`) (`--prefetch`):
+    /// before the first `KVM_RUN`, or with `uffd` and not
+    /// [`Self::prefetch_first`] from a thread while the guest runs; a
+    /// record that cannot be used is refused.
     pub prefetch: bool,
+    /// With `uffd`, load the record before the first `KVM_RUN` (`run
+    /// --prefetch`); false: from a thread while the guest runs (`run
+    /// --prefetch --prefetch-background`).
+    pub prefetch_first: bool,
     /// Load the rest of the memory file in the background after resume
     /// (`--prefault-rest`).
     pub prefault_rest: bool,

@@ -1,5 +1,7 @@
-//! Loading a recorded working set before the first `KVM_RUN`
-//! (`--prefetch`), the rest of the memory file in the background after
+//! Loading a recorded working set (`--prefetch`): before the first
+//! `KVM_RUN`, or with `uffd` and `--prefetch-background` from a thread
+//! while the guest runs ([`Prefetch`]), the handler serving the guest's
+//! faults meanwhile and moving the prefetch to where the guest faults. Also the rest of the memory file in the background after
 //! resume (`--prefault-rest`), and finding the pages a lazily mapped guest
 //! touched (`/proc/self/pagemap`).
 //!
@@ -10,7 +12,7 @@
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use super::uffd::{HostRegion, Server};
 use super::working_set::{WorkingSet, PAGE};
@@ -88,6 +90,91 @@ pub fn load_uffd(server: &Server, runs: &[Run]) -> Result<Loaded, String> {
         done.batches += 1;
     }
     Ok(done)
+}
+
+/// A working set loaded while the guest runs: its runs, which are done,
+/// and where the guest last faulted in one not done (the run loaded next).
+pub struct Prefetch {
+    runs: Vec<Run>,
+    done: Vec<AtomicBool>,
+    /// The run the handler asks for next; `usize::MAX`: none.
+    jump: AtomicUsize,
+    /// 4 KiB pages loaded so far.
+    pub pages: AtomicU64,
+    pub batches: AtomicU64,
+    /// Times the handler moved the prefetch to the guest's fault.
+    pub jumps: AtomicU64,
+}
+
+impl Prefetch {
+    pub fn new(runs: Vec<Run>) -> Self {
+        let done = runs.iter().map(|_| AtomicBool::new(false)).collect();
+        Self {
+            runs,
+            done,
+            jump: AtomicUsize::new(usize::MAX),
+            pages: AtomicU64::default(),
+            batches: AtomicU64::default(),
+            jumps: AtomicU64::default(),
+        }
+    }
+
+    /// The index of the run holding file offset `off`.
+    fn run_of(&self, off: u64) -> Option<usize> {
+        let i = self
+            .runs
+            .partition_point(|r| r.file_offset + r.bytes <= off);
+        self.runs
+            .get(i)
+            .is_some_and(|r| r.file_offset <= off)
+            .then_some(i)
+    }
+
+    /// The guest faulted at file offset `off` (the handler serves that
+    /// page itself): when a run not loaded yet holds it, the prefetch
+    /// goes on from that run. True when it does.
+    pub fn fault_at(&self, off: u64) -> bool {
+        match self.run_of(off) {
+            Some(i) if !self.done[i].load(Ordering::Relaxed) => {
+                self.jump.store(i, Ordering::Relaxed);
+                self.jumps.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The next run to load after run `cursor`: the one the handler asked
+    /// for, else the next not done in file order, wrapping around once.
+    fn next(&self, cursor: usize) -> Option<usize> {
+        let j = self.jump.swap(usize::MAX, Ordering::Relaxed);
+        if j < self.runs.len() && !self.done[j].load(Ordering::Relaxed) {
+            return Some(j);
+        }
+        let n = self.runs.len();
+        (0..n)
+            .map(|k| (cursor + k) % n)
+            .find(|&i| !self.done[i].load(Ordering::Relaxed))
+    }
+
+    /// Loads every run through `server` (waking the faults waiting on
+    /// them), until done or `stop`.
+    pub fn load(&self, server: &Server, stop: &AtomicBool) -> Result<(), String> {
+        let mut buf = vec![0u8; BATCH as usize];
+        let mut cursor = 0;
+        while let Some(i) = self.next(cursor) {
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let r = self.runs[i];
+            let n = server.load(r.host, r.file_offset, &mut buf[..r.bytes as usize], true)?;
+            self.done[i].store(true, Ordering::Relaxed);
+            self.pages.fetch_add(n / PAGE, Ordering::Relaxed);
+            self.batches.fetch_add(1, Ordering::Relaxed);
+            cursor = i + 1;
+        }
+        Ok(())
+    }
 }
 
 fn madvise(host: usize, bytes: u64, advice: libc::c_int) -> std::io::Result<()> {
@@ -249,5 +336,182 @@ mod tests {
         let r = runs(&set, &regions, 2 << 20);
         assert_eq!(r[0].bytes, 2 << 20);
         assert_eq!(r.len(), 3, "{r:?}");
+    }
+
+    /// Test memory: every fifth page a hole, the others distinct.
+    fn test_content(bytes: u64) -> Vec<u8> {
+        let mut content = vec![0u8; bytes as usize];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for (i, page) in content.chunks_mut(PAGE as usize).enumerate() {
+            if i % 5 != 4 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                page[..8].copy_from_slice(&x.to_le_bytes());
+                page[PAGE as usize - 8..].copy_from_slice(&(i as u64).to_le_bytes());
+            }
+        }
+        content
+    }
+
+    fn run(at: u64) -> Run {
+        Run {
+            host: 0x1000_0000 + at as usize,
+            file_offset: at,
+            bytes: PAGE,
+        }
+    }
+
+    /// A fault in a run not loaded yet moves the load there; it goes on in
+    /// file order after it, wrapping round to the runs it skipped; a
+    /// fault in a loaded run or outside the record moves nothing.
+    #[test]
+    fn a_fault_moves_the_load_to_its_run_then_on_in_file_order() {
+        let p = Prefetch::new((0..5).map(|i| run(i * 4 * PAGE)).collect());
+        assert_eq!(p.next(0), Some(0));
+        p.done[0].store(true, Ordering::Relaxed);
+        assert!(p.fault_at(3 * 4 * PAGE + 100));
+        assert_eq!(p.jumps.load(Ordering::Relaxed), 1);
+        assert_eq!(p.next(1), Some(3), "the fault's run first");
+        p.done[3].store(true, Ordering::Relaxed);
+        assert_eq!(p.next(4), Some(4), "then on after it");
+        p.done[4].store(true, Ordering::Relaxed);
+        assert_eq!(p.next(5), Some(1), "then the runs skipped");
+        // Loaded already, between runs, past the record: no move.
+        assert!(!p.fault_at(0));
+        assert!(!p.fault_at(PAGE));
+        assert!(!p.fault_at(100 * PAGE));
+        assert_eq!(p.jumps.load(Ordering::Relaxed), 1);
+        p.done[1].store(true, Ordering::Relaxed);
+        p.done[2].store(true, Ordering::Relaxed);
+        assert_eq!(p.next(2), None);
+    }
+
+    /// What [`served_memory`] sets up.
+    type Served = (
+        std::sync::Arc<Server>,
+        super::super::uffd::Handler,
+        std::sync::Arc<Prefetch>,
+        usize,
+    );
+
+    /// Guest memory holding `content` served by a handler that moves the
+    /// load of `record` to each fault: the server, the handler, the load,
+    /// the mapping.
+    fn served_memory(content: &[u8], dir: &std::path::Path, record: &WorkingSet) -> Option<Served> {
+        use std::sync::Arc;
+
+        use super::super::uffd::{self, Handler, HandlerSetup};
+        use crate::timeline::Clock;
+
+        let Ok(fd) = uffd::open() else {
+            eprintln!("SKIP: userfaultfd is not available to this process");
+            return None;
+        };
+        let bytes = content.len();
+        let path = dir.join("memory");
+        std::fs::write(&path, content).unwrap();
+        let file = File::open(&path).unwrap();
+        // SAFETY: a fresh anonymous mapping this test owns.
+        let host = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(host, libc::MAP_FAILED);
+        let regions = vec![HostRegion {
+            host: host as usize,
+            bytes: bytes as u64,
+            file_offset: 0,
+        }];
+        let server =
+            Arc::new(Server::register(fd, regions.clone(), file, bytes as u64, None).unwrap());
+        let live = Arc::new(Prefetch::new(runs(record, &regions, PAGE)));
+        let handler = Handler::start(
+            server.clone(),
+            HandlerSetup {
+                clock: Clock::start(),
+                run_stop: Arc::default(),
+                fail_after: None,
+                prefetch: Some(live.clone()),
+            },
+        )
+        .unwrap();
+        Some((server, handler, live, host as usize))
+    }
+
+    /// The record loaded by a thread while another thread touches guest
+    /// memory out of order, its faults served by the handler and racing
+    /// the load. A fault before the load starts moves it to the fault's
+    /// run. Whatever the interleaving: every page ends up the file's, and
+    /// every recorded page was filled exactly once, by the load or by the
+    /// handler (a fault that met the load filled nothing).
+    #[test]
+    fn a_background_load_racing_the_faults_leaves_every_page_exact() {
+        let bytes: u64 = 32 << 20;
+        let n = bytes / PAGE;
+        let dir = tempfile::tempdir().unwrap();
+        let content = test_content(bytes);
+        // The record: the first 24 MiB, every page (three runs).
+        let record = WorkingSet::from_pages((0..n * 3 / 4).collect());
+        let Some((server, mut handler, live, mem)) = served_memory(&content, dir.path(), &record)
+        else {
+            return;
+        };
+        let read = |page: u64| {
+            // SAFETY: a page of the mapping above, served by the handler.
+            unsafe { std::ptr::read_volatile((mem + (page * PAGE) as usize + 8) as *const u8) }
+        };
+        // Before the load: a fault in the last run, moved to before the
+        // access returns.
+        let first = n * 3 / 4 - 10;
+        read(first);
+        assert_eq!(live.jumps.load(Ordering::Relaxed), 1);
+        assert_eq!(live.jump.load(Ordering::Relaxed), 2);
+        let stop = AtomicBool::new(false);
+        let start = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            // The guest: from the middle backwards, then the tail.
+            let g = s.spawn(|| {
+                start.wait();
+                (0..n / 2).rev().chain(n * 3 / 4..n).for_each(|p| {
+                    read(p);
+                });
+            });
+            start.wait();
+            live.load(&server, &stop).unwrap();
+            g.join().unwrap();
+        });
+        // SAFETY: the whole mapping, every page filled by now.
+        let got = unsafe { std::slice::from_raw_parts(mem as *const u8, bytes as usize) };
+        for (i, (a, b)) in got
+            .chunks(PAGE as usize)
+            .zip(content.chunks(PAGE as usize))
+            .enumerate()
+        {
+            assert!(a == b, "page {i} differs from the file");
+        }
+        handler.stop();
+        assert!(handler.failure().is_none(), "{:?}", handler.failure());
+        assert!(live.done.iter().all(|d| d.load(Ordering::Relaxed)));
+        let faults = handler.log.faults.lock().unwrap();
+        let filled: Vec<u64> = faults.iter().filter(|f| !f.raced).map(|f| f.page).collect();
+        let distinct = WorkingSet::from_pages(filled.clone());
+        assert_eq!(distinct.len(), filled.len() as u64, "a page filled twice");
+        let by_handler = filled.iter().filter(|p| record.contains(**p)).count() as u64;
+        let loaded = live.pages.load(Ordering::Relaxed);
+        assert_eq!(loaded + by_handler, record.len(), "{loaded} + {by_handler}");
+        assert!(by_handler >= 1, "the fault before the load");
+        // Outside the record only the handler fills: the tail, once each.
+        assert_eq!(filled.len() as u64 - by_handler, n / 4);
+        assert!(faults.iter().all(|f| !f.raced || record.contains(f.page)));
+        drop(faults);
+        // SAFETY: the mapping above, no longer used.
+        unsafe { libc::munmap(mem as *mut libc::c_void, bytes as usize) };
     }
 }

@@ -86,6 +86,21 @@ pub struct Fault {
     pub service_ns: u64,
     /// Served as a hole.
     pub zero: bool,
+    /// The page was there when the handler came to fill it (the
+    /// background prefetch loaded it first): nothing filled, the guest
+    /// only woken.
+    pub raced: bool,
+}
+
+/// How the handler served one fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Served {
+    /// The page's number in the memory file.
+    pub page: u64,
+    /// Served as a hole.
+    pub zero: bool,
+    /// Already there: filled by another thread first.
+    pub raced: bool,
 }
 
 /// What the handler recorded, shared with the VMM.
@@ -210,73 +225,94 @@ impl Server {
     }
 
     /// Loads `[off, off + len)` of the file at host address `at` (granule
-    /// aligned) with one `UFFDIO_COPY`, or page by page where some are
-    /// there already. `wake`: wake the threads waiting on it. Returns the
-    /// bytes loaded.
+    /// aligned) with one `UFFDIO_COPY`, going on past the granules that
+    /// are there already (the guest's own faults, served first). `wake`:
+    /// wake the threads waiting on it. Returns the bytes loaded.
     pub fn load(&self, at: usize, off: u64, buf: &mut [u8], wake: bool) -> Result<u64, String> {
         let len = buf.len();
         self.file
             .read_exact_at(buf, off)
             .map_err(|e| format!("cannot read the memory file at {off:#x}: {e}"))?;
-        // SAFETY: `at..at + len` lies in a registered guest memory region
-        // (the caller located it), `buf` is `len` readable bytes; the
-        // kernel copies them into pages it allocates there.
-        let r = unsafe { self.uffd.copy(buf.as_ptr().cast(), at as *mut _, len, wake) };
-        match r {
-            Ok(n) => Ok(n as u64),
-            Err(userfaultfd::Error::PartiallyCopied(_)) | Err(_) if len as u64 > self.granule => {
-                // Some page is there already: page by page, skipping those.
-                let mut done = 0;
-                for (i, chunk) in buf.chunks(self.granule as usize).enumerate() {
-                    let a = at + i * self.granule as usize;
-                    done += self.copy_one(a, chunk, wake)?;
+        let g = self.granule as usize;
+        let (mut done, mut copied, mut stalls) = (0usize, 0u64, 0u32);
+        while done < len {
+            let a = at + done;
+            // SAFETY: `a..at + len` lies in a registered guest memory
+            // region (the caller located it), `buf[done..]` is that many
+            // readable bytes; the kernel copies them into pages it
+            // allocates there.
+            let r = unsafe {
+                self.uffd
+                    .copy(buf[done..].as_ptr().cast(), a as *mut _, len - done, wake)
+            };
+            match r {
+                Ok(n) => {
+                    copied += n as u64;
+                    done = len;
                 }
-                Ok(done)
+                // Copied up to a granule that is there already (or the
+                // address space changed under it: tried again).
+                Err(userfaultfd::Error::PartiallyCopied(n)) => {
+                    copied += n as u64;
+                    done += n;
+                    stalls = if n == 0 { stalls + 1 } else { 0 };
+                    if stalls > 100 {
+                        return Err(format!("UFFDIO_COPY at {a:#x}: no progress"));
+                    }
+                }
+                Err(e) if errno_of(&e) == Some(libc::EEXIST) => {
+                    self.wake(a, g);
+                    done += g;
+                }
+                Err(e) => return Err(format!("UFFDIO_COPY at {a:#x}: {e}")),
             }
-            Err(e) if errno_of(&e) == Some(libc::EEXIST) => {
-                self.wake(at, len);
-                Ok(0)
-            }
-            Err(e) => Err(format!("UFFDIO_COPY at {at:#x}: {e}")),
         }
-    }
-
-    fn copy_one(&self, a: usize, chunk: &[u8], wake: bool) -> Result<u64, String> {
-        // SAFETY: as in `load`, for one granule inside its range.
-        let r = unsafe {
-            self.uffd
-                .copy(chunk.as_ptr().cast(), a as *mut _, chunk.len(), wake)
-        };
-        match r {
-            Ok(n) => Ok(n as u64),
-            Err(e) if errno_of(&e) == Some(libc::EEXIST) => Ok(0),
-            Err(e) => Err(format!("UFFDIO_COPY at {a:#x}: {e}")),
-        }
+        Ok(copied)
     }
 
     fn wake(&self, a: usize, len: usize) {
         let _ = self.uffd.wake(a as *mut _, len);
     }
 
-    /// Serves the fault at host address `addr`; returns its page number in
-    /// the file and whether it was a hole.
-    pub fn serve(&self, addr: usize, buf: &mut [u8]) -> Result<(u64, bool), String> {
+    /// The granule-aligned host address and file offset of a fault at
+    /// `addr`.
+    pub fn fault_offset(&self, addr: usize) -> Result<(usize, u64), String> {
+        let at = addr & !(self.granule as usize - 1);
+        match self.locate(at) {
+            Some((_, off)) => Ok((at, off)),
+            None => Err(format!("a fault at {addr:#x}, outside guest memory")),
+        }
+    }
+
+    /// Serves the fault at host address `addr`: its page number in the
+    /// file, whether it was a hole, and whether the page was there
+    /// already.
+    pub fn serve(&self, addr: usize, buf: &mut [u8]) -> Result<Served, String> {
         let g = self.granule as usize;
-        let at = addr & !(g - 1);
-        let Some((_, off)) = self.locate(at) else {
-            return Err(format!("a fault at {addr:#x}, outside guest memory"));
-        };
+        let (at, off) = self.fault_offset(addr)?;
+        let page = off / PAGE;
         if g as u64 == PAGE && self.extents.is_hole(off, PAGE) {
             // SAFETY: one page inside a registered guest memory region.
-            match unsafe { self.uffd.zeropage(at as *mut _, g, true) } {
-                Ok(_) => {}
-                Err(e) if errno_of(&e) == Some(libc::EEXIST) => self.wake(at, g),
+            let raced = match unsafe { self.uffd.zeropage(at as *mut _, g, true) } {
+                Ok(_) => false,
+                Err(e) if errno_of(&e) == Some(libc::EEXIST) => {
+                    self.wake(at, g);
+                    true
+                }
                 Err(e) => return Err(format!("UFFDIO_ZEROPAGE at {at:#x}: {e}")),
-            }
-            return Ok((off / PAGE, true));
+            };
+            return Ok(Served {
+                page,
+                zero: true,
+                raced,
+            });
         }
-        self.load(at, off, &mut buf[..g], true)?;
-        Ok((off / PAGE, false))
+        let copied = self.load(at, off, &mut buf[..g], true)?;
+        Ok(Served {
+            page,
+            zero: false,
+            raced: copied == 0,
+        })
     }
 }
 
@@ -294,6 +330,8 @@ pub struct HandlerSetup {
     pub run_stop: Arc<AtomicBool>,
     /// For tests: fail after serving this many faults.
     pub fail_after: Option<u64>,
+    /// The working set loaded while the guest runs: moved to each fault.
+    pub prefetch: Option<Arc<super::prefetch::Prefetch>>,
 }
 
 impl Handler {
@@ -394,16 +432,22 @@ fn handle(
                 return Err(format!("failing on purpose after {served} faults (a test)"));
             }
             let t_ns = setup.clock.now_ns();
-            let (page, zero) = server.serve(addr as usize, &mut buf)?;
+            if let Some(p) = &setup.prefetch {
+                // Moved before the guest is woken: once its access
+                // returns, the load goes on from there.
+                p.fault_at(server.fault_offset(addr as usize)?.1);
+            }
+            let s = server.serve(addr as usize, &mut buf)?;
             let service_ns = setup.clock.now_ns().saturating_sub(t_ns);
             log.faults
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(Fault {
-                    page,
+                    page: s.page,
                     t_ns,
                     service_ns,
-                    zero,
+                    zero: s.zero,
+                    raced: s.raced,
                 });
             served += 1;
         }

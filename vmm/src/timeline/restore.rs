@@ -14,6 +14,9 @@ pub mod restore_marks {
     pub const MEMORY_REGISTERED: &str = "restore: memory registered";
     /// The recorded working set loaded (`--prefetch`).
     pub const PREFETCHED: &str = "restore: working set prefetched";
+    /// The recorded working set loaded by a thread while the guest ran
+    /// (`--prefetch` with `uffd`); no phase ends on it.
+    pub const PREFETCH_DONE: &str = "restore: background prefetch done";
     /// The guest told the host stopped it (`KVM_KVMCLOCK_CTRL`), so that its
     /// watchdogs take the clock's step for no stall.
     pub const GUEST_PAUSED: &str = "restore: guest told it was paused";

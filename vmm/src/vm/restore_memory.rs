@@ -14,7 +14,7 @@ use bootscope_model::mark::MarkSource;
 use bootscope_model::restore_memory::{FaultsDoc, PrefetchDoc, RestoreMemoryDoc, WorkingSetDoc};
 use vm_memory::GuestMemoryMmap;
 
-use crate::snapshot::prefetch::{self, Loaded};
+use crate::snapshot::prefetch::{self, Loaded, Prefetch};
 use crate::snapshot::uffd::{self, Fault, Handler, HandlerSetup, HostRegion, Server};
 use crate::snapshot::working_set::{self, WorkingSet, WorkingSetError, PAGE};
 use crate::snapshot::{MemoryRestore, RestoreRequest, SnapshotError};
@@ -26,6 +26,16 @@ use crate::timeline::{restore_marks, vmm_marks, Recorder, StopReason, Timeline};
 struct Window {
     end: Mutex<Option<(String, u64)>>,
     present: Mutex<Option<Vec<u64>>>,
+}
+
+/// The record loaded by a thread while the guest runs (`uffd`).
+struct LivePrefetch {
+    prefetch: Arc<Prefetch>,
+    stop: Arc<AtomicBool>,
+    /// When it ended, on the run's clock (0: not yet).
+    end_ns: Arc<AtomicU64>,
+    start_ns: u64,
+    thread: Option<JoinHandle<Result<(), String>>>,
 }
 
 struct Background {
@@ -44,6 +54,10 @@ pub(super) struct Session {
     /// The record `--prefetch` loads.
     record: Option<WorkingSet>,
     prefetched: Option<(Loaded, u64)>,
+    live: Option<LivePrefetch>,
+    /// Set when the record was loaded while the guest ran: the times a
+    /// fault moved the load.
+    jumps: Option<u64>,
     window: Arc<Window>,
     background: Option<Background>,
     warnings: Vec<String>,
@@ -107,6 +121,8 @@ impl Session {
             handler: None,
             record,
             prefetched: None,
+            live: None,
+            jumps: None,
             window: Arc::default(),
             background: None,
             warnings,
@@ -140,10 +156,25 @@ impl Session {
                 }
             })?;
             let server = Arc::new(server);
+            let live = match &session.record {
+                Some(set) if !lazy.prefetch_first => {
+                    let runs = prefetch::runs(set, &session.regions, session.granule);
+                    Some(Arc::new(Prefetch::new(runs)))
+                }
+                _ => None,
+            };
+            session.live = live.clone().map(|prefetch| LivePrefetch {
+                prefetch,
+                stop: Arc::default(),
+                end_ns: Arc::default(),
+                start_ns: 0,
+                thread: None,
+            });
             let setup = HandlerSetup {
                 clock: recorder.clock(),
                 run_stop,
                 fail_after: lazy.fail_handler_after,
+                prefetch: live,
             };
             let handler = Handler::start(server.clone(), setup).map_err(|e| {
                 SnapshotError::Memory(format!("cannot start the userfaultfd handler: {e}"))
@@ -166,7 +197,9 @@ impl Session {
             MemoryRestore::Mmap => restore_marks::MEMORY_MAPPED,
             MemoryRestore::Uffd => restore_marks::MEMORY_REGISTERED,
         });
-        if let Some(set) = &self.record {
+        if self.live.is_some() {
+            self.start_live(recorder)?;
+        } else if let Some(set) = &self.record {
             let started = Instant::now();
             let runs = prefetch::runs(set, &self.regions, self.granule);
             let loaded = match &self.server {
@@ -198,6 +231,68 @@ impl Session {
             }
         }));
         Ok(())
+    }
+
+    /// Starts the thread that loads the record while the guest runs; it
+    /// marks its end (`restore: background prefetch done`).
+    fn start_live(&mut self, recorder: &Arc<Recorder>) -> Result<(), SnapshotError> {
+        let (Some(live), Some(server)) = (self.live.as_mut(), self.server.clone()) else {
+            return Ok(());
+        };
+        live.start_ns = recorder.clock().now_ns();
+        let (p, stop, end) = (
+            live.prefetch.clone(),
+            live.stop.clone(),
+            live.end_ns.clone(),
+        );
+        let rec = recorder.clone();
+        let thread = std::thread::Builder::new()
+            .name("prefetch".into())
+            .spawn(move || {
+                let r = p.load(&server, &stop);
+                if r.is_ok() && !stop.load(Ordering::SeqCst) {
+                    end.store(rec.clock().now_ns().max(1), Ordering::SeqCst);
+                    rec.vmm(restore_marks::PREFETCH_DONE);
+                }
+                r
+            })
+            .map_err(|e| SnapshotError::Memory(format!("cannot start the prefetch thread: {e}")))?;
+        live.thread = Some(thread);
+        Ok(())
+    }
+
+    /// Stops the background prefetch, if one runs: what it loaded and how
+    /// long it took (to the run's end when it did not finish; a reason it
+    /// stopped early among the warnings).
+    fn stop_live(&mut self, run_end_ns: u64) {
+        let Some(mut live) = self.live.take() else {
+            return;
+        };
+        live.stop.store(true, Ordering::SeqCst);
+        let why = match live.thread.take().map(|t| t.join()) {
+            Some(Ok(Ok(()))) | None => None,
+            Some(Ok(Err(e))) => Some(e),
+            Some(Err(_)) => Some("the prefetch thread panicked".to_string()),
+        };
+        if let Some(e) = why {
+            self.warnings
+                .push(format!("background prefetch stopped: {e}"));
+        }
+        let end = match live.end_ns.load(Ordering::SeqCst) {
+            0 => {
+                self.warnings
+                    .push("background prefetch unfinished when the run ended".into());
+                run_end_ns
+            }
+            t => t,
+        };
+        let p = &live.prefetch;
+        let loaded = Loaded {
+            pages: p.pages.load(Ordering::Relaxed),
+            batches: p.batches.load(Ordering::Relaxed),
+        };
+        self.prefetched = Some((loaded, end.saturating_sub(live.start_ns)));
+        self.jumps = Some(p.jumps.load(Ordering::Relaxed));
     }
 
     /// Just before the first `KVM_RUN`: starts the background prefault
@@ -250,6 +345,8 @@ impl Session {
     /// handler the run's outcome.
     pub(super) fn finish(mut self, timeline: &mut Timeline, req: &RestoreRequest) {
         let background = self.stop_background();
+        let run_end = timeline.marks.iter().map(|m| m.t_ns).max().unwrap_or(0);
+        self.stop_live(run_end);
         let (faults, failure) = self.stop_handler();
         let (start, end_name, end) = self.window_bounds(timeline);
         let in_window = |t: u64| t >= start && t < end;
@@ -376,8 +473,17 @@ impl Session {
     ) -> Option<PrefetchDoc> {
         let (loaded, ns) = self.prefetched?;
         let record = self.record.as_ref()?;
+        let per_fault = self.granule / PAGE;
+        let in_record = |raced: bool| {
+            window_faults
+                .iter()
+                .filter(|f| record.contains(f.page) && f.raced == raced)
+                .count() as u64
+                * per_fault
+        };
+        let (late, raced) = (in_record(false), in_record(true));
         let misses = match (&self.server, touched) {
-            (Some(_), _) => window_faults.len() as u64 * (self.granule / PAGE),
+            (Some(_), _) => window_faults.len() as u64 * per_fault - late - raced,
             (None, Some(t)) => t.pages.iter().filter(|p| !record.contains(**p)).count() as u64,
             (None, None) => 0,
         };
@@ -386,6 +492,10 @@ impl Session {
             bytes: loaded.pages * PAGE,
             batches: loaded.batches,
             ns,
+            background: self.jumps.is_some(),
+            late,
+            raced,
+            jumps: self.jumps.unwrap_or(0),
             hits: None,
             misses,
             waste: None,
