@@ -199,6 +199,13 @@ fn a_uffd_restore_records_and_prefetches_its_working_set() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let w = read_json(&t)["restore_memory"]["warnings"].to_string();
     assert!(w.contains("truncated"), "{w}");
+    prefetch_needing_uffd_is_refused(dir);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// `--prefetch` on a copied restore, and the background load without the
+/// userfaultfd handler: each exits 2 and says what to change.
+fn prefetch_needing_uffd_is_refused(dir: &str) {
     // --prefetch with copy.
     let o = bootscope(&[
         "run",
@@ -227,5 +234,4 @@ fn a_uffd_restore_records_and_prefetches_its_working_set() {
         "{}",
         text(&o)
     );
-    let _ = std::fs::remove_dir_all(&tmp);
 }
