@@ -257,6 +257,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         held,
     }) = launched
     {
+        let held_faults = held.held_faults();
         let (exit_code, own, faults) = stop_launched(held, &waited, signal)?;
         drop(group);
         // The group is gone: the terminal is this process's again.
@@ -270,6 +271,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         profile.target.faults = faults.map(|f| bootscope_model::profile::ProcessFaults {
             minflt: f.minflt,
             majflt: f.majflt,
+            held: held_faults.map_or(0, |h| h.minflt + h.majflt),
         });
         if own {
             code = exit_code.unwrap_or(0);

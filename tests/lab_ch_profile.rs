@@ -3,10 +3,12 @@
 //! while it waits for a console line, restored with `copy` and `ondemand`,
 //! each under `bootscope profile --collect ...,tail -- cloud-hypervisor
 //! --restore ...`. Over the same interval, CH's life, the profile's fault
-//! counts equal within 1 % KVM's own statistics of CH's VM (`pf_fixed`,
-//! `pf_taken`, read from debugfs when CH ended) and the kernel's count of
-//! CH's page faults (minflt + majflt, as /proc/PID/stat shows them), as
-//! scripts/lab-ch-restore-profile.py compares them. Skipped (SKIP line)
+//! counts equal within 1 % KVM's own statistic of CH's VM (`pf_fixed`, read
+//! from debugfs when CH ended) and the kernel's count of CH's page faults
+//! (minflt + majflt, as /proc/PID/stat shows them, less those before its
+//! exec), as scripts/lab-ch-restore-profile.py compares them. (KVM's
+//! `pf_taken` leaves out the MMIO faults KVM answers from its cache, which
+//! no tracepoint marks: not compared; docs/benchmarks.md.) Skipped (SKIP line)
 //! without the lab or without cloud-hypervisor and ch-remote (CH_BIN_DIR,
 //! default /usr/local/bin).
 
@@ -39,7 +41,7 @@ fn ch_restore_fault_counts_match_kvm_and_the_kernel() {
     };
     let mut fixed = Vec::new();
     for mode in ["copy", "ondemand"] {
-        for name in ["kvm_pf_fixed", "kvm_pf_taken", "proc_faults"] {
+        for name in ["kvm_pf_fixed", "proc_faults"] {
             let line = check(mode, name);
             assert!(line.ends_with("within_1pct=yes"), "{line}\n{out}");
             // Both sides counted something: an empty count proves nothing.

@@ -138,6 +138,13 @@ pub struct Target {
 pub struct ProcessFaults {
     pub minflt: u64,
     pub majflt: u64,
+    /// Of those, the faults the command took after its fork while held
+    /// before its exec, as the profiler started following it (its
+    /// `/proc/PID/stat` at the release): the profile's own counts begin
+    /// about there, so the like-for-like comparison with
+    /// `page_faults.host_total` is `minflt + majflt - held`.
+    #[serde(default)]
+    pub held: u64,
 }
 
 /// The host it ran on.

@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 pub const DEBUGFS: &str = "/sys/kernel/debug";
 
 /// The `exits` value of every VM of the given processes below `kvm_dir`
-/// (`<debugfs>/kvm`), keyed by directory name. Unreadable files are skipped.
+/// (`<debugfs>/kvm`), keyed `<tgid>-<fd>`. Unreadable files are skipped.
 pub fn read_debugfs_exits(kvm_dir: &Path, pids: &[u32]) -> BTreeMap<String, u64> {
     read_debugfs_stat(kvm_dir, pids, "exits")
 }
@@ -42,26 +42,57 @@ pub fn read_debugfs_exits(kvm_dir: &Path, pids: &[u32]) -> BTreeMap<String, u64>
 pub const FAULT_STATS: [&str; 2] = ["pf_fixed", "pf_taken"];
 
 /// One statistic (a file of a VM's directory, vCPUs summed) of every VM of
-/// the given processes below `kvm_dir`, keyed by directory name.
-/// Unreadable files are skipped.
+/// the given processes below `kvm_dir`, keyed `<tgid>-<fd>`. Unreadable
+/// files are skipped.
 pub fn read_debugfs_stat(kvm_dir: &Path, pids: &[u32], stat: &str) -> BTreeMap<String, u64> {
+    read_stat_of(kvm_dir, pids, stat, &mut BTreeMap::new())
+}
+
+/// The process (tgid) of thread `tid`, from `/proc/TID/status`.
+fn tgid_of(tid: u32) -> Option<u32> {
+    let s = crate::pseudo::read(format!("/proc/{tid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// [`read_debugfs_stat`], with `owners` remembering the process of each
+/// directory's thread. KVM names a VM's directory `<tid>-<fd>` after the
+/// thread that created the VM, which is not the process's main thread in
+/// every VMM (Cloud Hypervisor creates it on its `vmm` thread); the thread
+/// may have ended by the final read, hence the memory.
+fn read_stat_of(
+    kvm_dir: &Path,
+    pids: &[u32],
+    stat: &str,
+    owners: &mut BTreeMap<u32, u32>,
+) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for e in std::fs::read_dir(kvm_dir).into_iter().flatten().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
+        let Some((tid, fd)) = name
             .split_once('-')
-            .and_then(|(p, _)| p.parse::<u32>().ok())
+            .and_then(|(p, f)| Some((p.parse::<u32>().ok()?, f)))
         else {
             continue;
         };
-        if !pids.contains(&pid) {
+        let tgid = if pids.contains(&tid) {
+            tid
+        } else if let Some(&t) = owners.get(&tid) {
+            t
+        } else {
+            let Some(t) = tgid_of(tid) else { continue };
+            owners.insert(tid, t);
+            t
+        };
+        if !pids.contains(&tgid) {
             continue;
         }
         if let Some(v) = crate::pseudo::read(e.path().join(stat))
             .ok()
             .and_then(|s| s.trim().parse().ok())
         {
-            out.insert(name, v);
+            out.insert(format!("{tgid}-{fd}"), v);
         }
     }
     out
@@ -188,6 +219,8 @@ pub struct KvmStatsReader {
     debugfs_values: BTreeMap<String, u64>,
     /// [`FAULT_STATS`] of each VM, by directory name, read with `exits`.
     debugfs_faults: BTreeMap<String, [u64; 2]>,
+    /// The process of each thread that named a VM directory.
+    owners: BTreeMap<u32, u32>,
     vcpus: Vec<VcpuStats>,
     /// Counts of vCPUs whose stats file was closed.
     closed_total: u64,
@@ -224,6 +257,7 @@ impl KvmStatsReader {
             debugfs,
             debugfs_values: BTreeMap::new(),
             debugfs_faults: BTreeMap::new(),
+            owners: BTreeMap::new(),
             vcpus: Vec::new(),
             closed_total: 0,
             closed_count: 0,
@@ -281,7 +315,7 @@ impl KvmStatsReader {
     /// file: do it less often than plain reads.
     pub fn poll(&mut self, tgids: &[u32], rescan: bool) {
         if let Ok(dir) = &self.debugfs {
-            for (k, v) in read_debugfs_exits(dir, tgids) {
+            for (k, v) in read_stat_of(dir, tgids, "exits", &mut self.owners) {
                 if !self.ever_held.contains(&k) {
                     match hold_vm(&k) {
                         Ok(h) => {
@@ -369,7 +403,7 @@ impl KvmStatsReader {
     pub fn release(&mut self, tgid: u32) {
         if let Ok(dir) = &self.debugfs {
             // The final counts, while the copies still keep the VMs.
-            for (k, v) in read_debugfs_exits(dir, &[tgid]) {
+            for (k, v) in read_stat_of(dir, &[tgid], "exits", &mut self.owners) {
                 let e = self.debugfs_values.entry(k).or_default();
                 *e = (*e).max(v);
             }
@@ -395,7 +429,7 @@ impl KvmStatsReader {
     fn read_debugfs_faults(&mut self, tgids: &[u32]) {
         let Ok(dir) = &self.debugfs else { return };
         for (i, stat) in FAULT_STATS.iter().enumerate() {
-            for (k, v) in read_debugfs_stat(dir, tgids, stat) {
+            for (k, v) in read_stat_of(dir, tgids, stat, &mut self.owners) {
                 let e = &mut self.debugfs_faults.entry(k).or_default()[i];
                 *e = (*e).max(v);
             }
@@ -462,6 +496,7 @@ impl KvmStatsReader {
         self.held_vms.retain(|h| h.tgid != tgid);
         self.vcpus.retain(|v| v.tgid != tgid);
         self.closed_by_tgid.remove(&tgid);
+        self.owners.retain(|_, t| *t != tgid);
     }
 
     /// KVM's exit count over everything seen, if anything was seen.
@@ -599,6 +634,38 @@ mod tests {
         assert_eq!(got.values().sum::<u64>(), 12);
         assert_eq!(got.len(), 2);
         assert!(read_debugfs_exits(&d, &[300]).is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_vm_named_after_another_thread_counts_for_its_process() {
+        let d = std::env::temp_dir().join(format!("bootscope-kvmtid-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let own = std::process::id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            done_rx.recv().unwrap();
+        });
+        let tid = rx.recv().unwrap();
+        let name = format!("{tid}-9");
+        std::fs::create_dir_all(d.join(&name)).unwrap();
+        std::fs::write(d.join(&name).join("exits"), "5\n").unwrap();
+        std::fs::write(d.join(&name).join("pf_fixed"), "3\n").unwrap();
+        std::fs::write(d.join(&name).join("pf_taken"), "4\n").unwrap();
+        let got = read_debugfs_exits(&d, &[own]);
+        assert_eq!(got.get(&format!("{own}-9")), Some(&5), "{got:?}");
+        let mut r = KvmStatsReader::with_debugfs(Ok(d.clone()));
+        r.poll(&[own], false);
+        assert_eq!(r.faults_of(Some(own)), Some([3, 4]));
+        // The thread ends; the final read still finds its VM's process.
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        std::fs::write(d.join(&name).join("pf_fixed"), "8\n").unwrap();
+        r.release(own);
+        assert_eq!(r.faults_of(Some(own)), Some([8, 4]));
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -31,6 +31,8 @@ pub struct HeldCommand {
     status: Option<ExitStatus>,
     /// The kernel's fault counts of the ended child (see [`Self::faults`]).
     faults: Option<ChildFaults>,
+    /// Its counts when it was released (see [`Self::held_faults`]).
+    held_faults: Option<ChildFaults>,
 }
 
 /// The kernel's page-fault counts of an ended child, every thread's summed
@@ -50,6 +52,18 @@ pub fn resolve_program(program: &str) -> Option<PathBuf> {
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/bin:/bin"));
     bootscope_model::proc::find_in_path(program, &path)
+}
+
+/// `min_flt` and `maj_flt` of process `pid` (fields 10 and 12 of
+/// `/proc/PID/stat`).
+fn stat_faults(pid: u32) -> Option<ChildFaults> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which may hold spaces: state first.
+    let rest: Vec<&str> = s.rsplit_once(") ")?.1.split_whitespace().collect();
+    Some(ChildFaults {
+        minflt: rest.get(7)?.parse().ok()?,
+        majflt: rest.get(9)?.parse().ok()?,
+    })
 }
 
 fn cstring(b: &[u8]) -> Result<CString> {
@@ -147,6 +161,7 @@ impl HeldCommand {
             release: Some(write_end),
             status: None,
             faults: None,
+            held_faults: None,
         })
     }
 
@@ -158,6 +173,8 @@ impl HeldCommand {
     /// Lets the child exec.
     pub fn release(&mut self) -> Result<()> {
         if let Some(fd) = self.release.take() {
+            // What it took between the fork and now, waiting on the pipe.
+            self.held_faults = stat_faults(self.pid as u32);
             let byte = 1u8;
             // SAFETY: fd is open (owned here) and byte is a valid one-byte
             // buffer.
@@ -214,6 +231,14 @@ impl HeldCommand {
     /// reaped (its children's too, if it waited for any).
     pub fn faults(&self) -> Option<ChildFaults> {
         self.faults
+    }
+
+    /// The kernel's fault counts of the child at its release, before its
+    /// exec: the faults of its start after the fork, taken while the
+    /// profiler was setting up to follow it, so not in its counts. None if
+    /// `/proc/PID/stat` could not be read or it was never released.
+    pub fn held_faults(&self) -> Option<ChildFaults> {
+        self.held_faults
     }
 
     /// The child's process group: its own pid.
@@ -336,9 +361,14 @@ mod tests {
         assert_eq!(pgrp, h.pid());
         assert_eq!(h.pgid(), h.pid());
         h.release().unwrap();
+        // Its start after the fork (setpgid, the read it waited in) was
+        // counted before the exec, and is part of its life's count.
+        let held = h.held_faults().expect("read at the release");
         assert!(h.signal_group(libc::SIGKILL));
         let s = h.wait().unwrap();
         assert_eq!(s.signal(), Some(libc::SIGKILL));
+        let life = h.faults().unwrap();
+        assert!(life.minflt >= held.minflt && life.majflt >= held.majflt);
         assert!(bootscope_model::proc::group_members(h.pgid()).is_empty());
     }
 
