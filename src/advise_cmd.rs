@@ -308,15 +308,12 @@ fn inner(args: &AdviseArgs) -> Result<i32, AdviseError> {
     let target = target(args, given.as_ref())?;
     let opts = options(args)?;
     let interrupts = crate::signals::catch().map_err(|e| usage(format!("{e:#}")))?;
-    let work_dir = tempfile::Builder::new()
-        .prefix("bootscope-advise-")
-        .tempdir()
-        .map_err(|e| {
-            usage(format!(
-                "cannot create a private work directory in {}: {e}",
-                std::env::temp_dir().display()
-            ))
-        })?;
+    let work_dir = bootscope_model::output::private_temp_dir("bootscope-advise-").map_err(|e| {
+        usage(format!(
+            "cannot create a private work directory in {}: {e}",
+            std::env::temp_dir().display()
+        ))
+    })?;
     let exe = std::env::current_exe()
         .map_err(|e| usage(format!("cannot find bootscope's own executable: {e}")))?;
     let plan = ProvePlan {

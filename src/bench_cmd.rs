@@ -289,12 +289,12 @@ fn bench_inner(args: BenchArgs) -> Result<i32, BenchError> {
     };
     // The runs' own files go to a private directory (mode 0700, an
     // unpredictable name), removed when the bench ends.
-    let work_dir = tempfile::Builder::new()
-        .prefix("bootscope-bench-")
-        .tempdir()
-        .map_err(|source| BenchError::Write {
-            path: std::env::temp_dir(),
-            source,
+    let work_dir =
+        bootscope_model::output::private_temp_dir("bootscope-bench-").map_err(|source| {
+            BenchError::Write {
+                path: std::env::temp_dir(),
+                source,
+            }
         })?;
     let plan = BenchPlan {
         exe: exe.clone(),

@@ -124,9 +124,7 @@ fn prepare_kernel(usage: &KernelUse) -> Result<Option<Prepared>, String> {
     let (host_dir, scratch) = match cache::user_cache_dir() {
         Ok(dir) => (dir, None),
         Err(_) => {
-            let tmp = tempfile::Builder::new()
-                .prefix("bootscope-lab-kernel-")
-                .tempdir()
+            let tmp = bootscope_model::output::private_temp_dir("bootscope-lab-kernel-")
                 .map_err(|e| format!("cannot make a temporary cache directory: {e}"))?;
             (tmp.path().to_path_buf(), Some(tmp))
         }

@@ -55,9 +55,7 @@ fn scratch_dir() -> Result<PathBuf> {
     if let Some(d) = DIR.get() {
         return Ok(d.clone());
     }
-    let dir = tempfile::Builder::new()
-        .prefix("bootscope-tui-")
-        .tempdir()
+    let dir = bootscope_model::output::private_temp_dir("bootscope-tui-")
         .context("cannot create a private directory under the temporary directory")?
         .keep();
     Ok(DIR.get_or_init(|| dir).clone())

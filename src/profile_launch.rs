@@ -7,7 +7,6 @@
 //! which VMM ran for the profile's `target.vmm` (`bootscope_model::vmm`).
 
 use anyhow::{anyhow, bail, Result};
-use bootscope_model::output::Temporary;
 use bootscope_model::vmm::{self, VmmKind, VmmRun};
 
 /// The command to launch, and what the profile records about it.
@@ -15,7 +14,7 @@ pub struct Launch {
     pub command: Vec<String>,
     pub vmm: VmmRun,
     /// Firecracker's rewritten config: kept until the profile ends.
-    _config: Option<Temporary>,
+    _config: Option<bootscope_model::vmm::firecracker::PrivateConfig>,
 }
 
 /// The trace method's edit of a kernel command line.

@@ -9,11 +9,10 @@ use bootscope_model::proc;
 use crate::{LabError, Result};
 
 /// A private temporary directory `$TMPDIR/bootscope-<label>-<random>`
-/// (mode 0700, made by `tempfile`), removed with its contents when dropped.
+/// (mode 0700: [`bootscope_model::output::private_temp_dir`]), removed
+/// with its contents when dropped.
 pub(crate) fn temp_dir(label: &str) -> Result<tempfile::TempDir> {
-    tempfile::Builder::new()
-        .prefix(&format!("bootscope-{label}-"))
-        .tempdir()
+    bootscope_model::output::private_temp_dir(&format!("bootscope-{label}-"))
         .map_err(|e| LabError::io("create temporary directory", std::env::temp_dir(), e))
 }
 

@@ -429,13 +429,10 @@ mod tests {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
     }
 
-    /// A private scratch directory (tempfile makes it 0700 under a sticky
-    /// /tmp owned by root, a place the rules trust).
+    /// A private scratch directory (0700 under a sticky /tmp owned by
+    /// root, a place the rules trust).
     fn scratch() -> tempfile::TempDir {
-        tempfile::Builder::new()
-            .prefix("bootscope-cache-test-")
-            .tempdir()
-            .unwrap()
+        crate::output::private_temp_dir("bootscope-cache-test-").unwrap()
     }
 
     #[test]

@@ -112,7 +112,7 @@ mod temporary;
 
 use resolve::{existing_dir, kind, parent_dir, resolve, Kind};
 use temporary::{plain, temp_prefix};
-pub use temporary::{remove_temporary_files, Temporary};
+pub use temporary::{private_temp_dir, remove_temporary_files, Temporary};
 #[cfg(test)]
 use temporary::{temporaries, Registry};
 

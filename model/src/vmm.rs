@@ -176,7 +176,7 @@ pub struct Rewritten {
     pub cmdline: String,
     /// Firecracker's rewritten config (a private temporary file the new
     /// command names): keep it until the VMM has read it.
-    pub config: Option<crate::output::Temporary>,
+    pub config: Option<firecracker::PrivateConfig>,
 }
 
 /// QEMU's option names: `-name` or `--name`, the value always the next
@@ -335,7 +335,7 @@ fn rewritten(
     kind: VmmKind,
     argv: Vec<String>,
     cmdline: String,
-    config: Option<crate::output::Temporary>,
+    config: Option<firecracker::PrivateConfig>,
 ) -> Rewritten {
     Rewritten {
         kind,

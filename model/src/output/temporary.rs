@@ -105,6 +105,17 @@ pub fn remove_temporary_files() -> usize {
     temporaries().remove_all()
 }
 
+/// A new directory `$TMPDIR/PREFIX<random>` that only this user can enter
+/// (mode 0700 whatever the umask: `tempfile` alone would leave it 0755),
+/// removed with its contents when dropped. For a process's own scratch
+/// files: nobody else can plant, replace or read anything in it.
+pub fn private_temp_dir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
+}
+
 /// A temporary file listed for [`remove_temporary_files`]: created with an
 /// unpredictable name and `O_EXCL` in the given directory, removed when
 /// dropped, or renamed into place by [`Temporary::persist`]. For writers

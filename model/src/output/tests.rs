@@ -329,3 +329,21 @@ fn one_file_named_twice_is_found_however_spelt() {
     let null = Path::new("/dev/null");
     check_distinct(&[("--timeline", null), ("--output", null)]).unwrap();
 }
+
+/// A process's scratch directory is its user's alone, whatever the umask
+/// (`tempfile` by itself makes it 0777 less the umask), and goes when
+/// dropped.
+#[test]
+fn private_temp_dirs_are_0700_and_removed() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let d = super::private_temp_dir("bootscope-output-test-").unwrap();
+    let meta = std::fs::symlink_metadata(d.path()).unwrap();
+    assert!(meta.is_dir());
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o700);
+    assert_eq!(meta.uid(), unsafe { libc::geteuid() });
+    let name = d.path().file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with("bootscope-output-test-"), "{name}");
+    let path = d.path().to_path_buf();
+    drop(d);
+    assert!(!path.exists());
+}

@@ -46,14 +46,31 @@ pub fn read_config(path: &Path) -> Result<serde_json::Value, VmmArgsError> {
     Ok(value)
 }
 
+/// Firecracker's rewritten config: a file in a directory of its own that
+/// only this user can enter (mode 0700, an unpredictable name under the
+/// temporary directory), so no other user can replace or read it; both are
+/// removed when dropped, the file first (and on a signal, by the list of
+/// temporary files).
+pub struct PrivateConfig {
+    file: crate::output::Temporary,
+    _dir: tempfile::TempDir,
+}
+
+impl PrivateConfig {
+    /// The copy's path, for Firecracker's `--config-file`.
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+}
+
 /// `config` with `boot-source.boot_args` set to `cmdline`, written to a
-/// new private file (mode 0600, listed for removal on a signal) in the
-/// temporary directory; `original` names the user's file for messages.
+/// new private file (mode 0600, in a private directory: [`PrivateConfig`]);
+/// `original` names the user's file for messages.
 pub fn write_private(
     original: &Path,
     config: &mut serde_json::Value,
     cmdline: &str,
-) -> Result<crate::output::Temporary, VmmArgsError> {
+) -> Result<PrivateConfig, VmmArgsError> {
     if let Some(boot) = config
         .get_mut("boot-source")
         .and_then(|b| b.as_object_mut())
@@ -64,18 +81,20 @@ pub fn write_private(
         path: original.to_path_buf(),
         problem: e.to_string(),
     })?;
-    let mut temp = crate::output::Temporary::new_in(
-        &std::env::temp_dir(),
-        std::ffi::OsStr::new("bootscope-firecracker-"),
+    let dir =
+        crate::output::private_temp_dir("bootscope-firecracker-").map_err(VmmArgsError::Write)?;
+    let mut file = crate::output::Temporary::new_in(
+        dir.path(),
+        std::ffi::OsStr::new("config-"),
         ".json",
         0o600,
     )
     .map_err(VmmArgsError::Write)?;
-    temp.as_file_mut()
+    file.as_file_mut()
         .write_all(&bytes)
-        .and_then(|()| temp.as_file_mut().flush())
+        .and_then(|()| file.as_file_mut().flush())
         .map_err(VmmArgsError::Write)?;
-    Ok(temp)
+    Ok(PrivateConfig { file, _dir: dir })
 }
 
 /// The guest kernel a Firecracker command boots: `kernel_image_path` of

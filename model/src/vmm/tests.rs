@@ -204,6 +204,13 @@ fn firecracker_config_rewritten_into_a_private_copy() {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(temp.path()).unwrap().permissions().mode();
     assert_eq!(mode & 0o077, 0, "{mode:o}");
+    // Its directory is this user's alone: nobody else can replace the copy.
+    let parent = temp.path().parent().unwrap().to_path_buf();
+    let dir_meta = std::fs::symlink_metadata(&parent).unwrap();
+    assert!(dir_meta.is_dir());
+    assert_eq!(dir_meta.permissions().mode() & 0o777, 0o700);
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(dir_meta.uid(), unsafe { libc::geteuid() });
     let copy: serde_json::Value =
         serde_json::from_slice(&std::fs::read(temp.path()).unwrap()).unwrap();
     assert_eq!(
@@ -218,6 +225,7 @@ fn firecracker_config_rewritten_into_a_private_copy() {
     let path = temp.path().to_path_buf();
     drop(r);
     assert!(!path.exists(), "the private copy is removed with it");
+    assert!(!parent.exists(), "and its directory");
     assert_eq!(
         disk_images(&argv).unwrap(),
         [PathBuf::from("/img/root.ext4"), PathBuf::from("data.img")]
