@@ -340,7 +340,9 @@ fn private_temp_dirs_are_0700_and_removed() {
     let meta = std::fs::symlink_metadata(d.path()).unwrap();
     assert!(meta.is_dir());
     assert_eq!(meta.permissions().mode() & 0o7777, 0o700);
-    assert_eq!(meta.uid(), unsafe { libc::geteuid() });
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(meta.uid(), euid);
     let name = d.path().file_name().unwrap().to_string_lossy().into_owned();
     assert!(name.starts_with("bootscope-output-test-"), "{name}");
     let path = d.path().to_path_buf();
