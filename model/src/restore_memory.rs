@@ -75,7 +75,10 @@ pub struct PrefetchDoc {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub background: bool,
     /// Faults on recorded pages the background load had not reached yet,
-    /// filled by the handler (not counted in `misses`).
+    /// filled by the handler (not counted in `misses`). This and `raced`
+    /// and `misses` (`uffd`) count 4 KiB pages: a fault on a huge page
+    /// counts its pages, and is on a recorded page when the huge page
+    /// holds one (the load rounds the record out to whole huge pages).
     pub late: u64,
     /// Faults on recorded pages the background load filled while the
     /// handler came to serve them: the guest waited for the load (not

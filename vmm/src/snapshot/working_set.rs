@@ -86,6 +86,12 @@ impl WorkingSet {
         self.pages.binary_search(&page).is_ok()
     }
 
+    /// True when the set holds a page of `[first, first + n)`.
+    pub fn holds_any(&self, first: u64, n: u64) -> bool {
+        let i = self.pages.partition_point(|&p| p < first);
+        self.pages.get(i).is_some_and(|&p| p < first + n)
+    }
+
     /// `[first page, pages]` runs of consecutive pages.
     pub fn ranges(&self) -> Vec<[u64; 2]> {
         let mut out: Vec<[u64; 2]> = Vec::new();
@@ -291,5 +297,16 @@ mod tests {
         // Another memory size.
         let e = decode(&bytes, Path::new("ws"), STATE, 128 * PAGE).unwrap_err();
         assert!(e.to_string().contains("bytes of memory"), "{e}");
+    }
+
+    #[test]
+    fn a_range_holds_a_page_when_any_of_its_pages_is_in_the_set() {
+        let set = WorkingSet::from_pages(vec![5, 600, 1023]);
+        assert!(set.holds_any(0, 512));
+        assert!(set.holds_any(512, 512));
+        assert!(set.holds_any(1023, 1));
+        assert!(!set.holds_any(6, 594));
+        assert!(!set.holds_any(1024, 512));
+        assert!(!WorkingSet::default().holds_any(0, 512));
     }
 }

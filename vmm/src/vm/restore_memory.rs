@@ -473,17 +473,10 @@ impl Session {
     ) -> Option<PrefetchDoc> {
         let (loaded, ns) = self.prefetched?;
         let record = self.record.as_ref()?;
-        let per_fault = self.granule / PAGE;
-        let in_record = |raced: bool| {
-            window_faults
-                .iter()
-                .filter(|f| record.contains(f.page) && f.raced == raced)
-                .count() as u64
-                * per_fault
-        };
-        let (late, raced) = (in_record(false), in_record(true));
+        let split = split_faults(window_faults, record, self.granule);
+        let (late, raced) = (split.late, split.raced);
         let misses = match (&self.server, touched) {
-            (Some(_), _) => window_faults.len() as u64 * per_fault - late - raced,
+            (Some(_), _) => split.misses,
             (None, Some(t)) => t.pages.iter().filter(|p| !record.contains(**p)).count() as u64,
             (None, None) => 0,
         };
@@ -526,6 +519,33 @@ impl Session {
     }
 }
 
+/// The window's faults against the record, in 4 KiB pages (a fault
+/// covers `granule` bytes, all of them counted): filled by the handler
+/// before the background load reached them (`late`), met the load
+/// (`raced`), outside the record (`misses`). The load rounds the record
+/// out to whole granules, so a fault is in the record when its granule
+/// holds any recorded page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct FaultSplit {
+    late: u64,
+    raced: u64,
+    misses: u64,
+}
+
+fn split_faults(window_faults: &[Fault], record: &WorkingSet, granule: u64) -> FaultSplit {
+    let per_fault = granule / PAGE;
+    let mut split = FaultSplit::default();
+    for f in window_faults {
+        let slot = match (record.holds_any(f.page, per_fault), f.raced) {
+            (true, false) => &mut split.late,
+            (true, true) => &mut split.raced,
+            (false, _) => &mut split.misses,
+        };
+        *slot += per_fault;
+    }
+    split
+}
+
 fn mark_t(timeline: &Timeline, name: &str) -> Option<u64> {
     timeline
         .marks
@@ -546,5 +566,71 @@ fn faults_doc(window: &[Fault], run_count: u64) -> FaultsDoc {
         run_count,
         wait_ns: window.iter().map(|f| f.service_ns).sum(),
         latency: hist.buckets(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fault(page: u64, raced: bool) -> Fault {
+        Fault {
+            page,
+            t_ns: 0,
+            service_ns: 0,
+            zero: false,
+            raced,
+        }
+    }
+
+    /// On 4 KiB pages a fault is one page: late or raced when the record
+    /// holds it, else a miss.
+    #[test]
+    fn faults_on_4k_pages_split_by_the_record() {
+        let record = WorkingSet::from_pages(vec![3, 4, 9]);
+        let faults = [
+            fault(3, false),
+            fault(4, true),
+            fault(5, false),
+            fault(9, false),
+        ];
+        let split = split_faults(&faults, &record, PAGE);
+        assert_eq!(
+            split,
+            FaultSplit {
+                late: 2,
+                raced: 1,
+                misses: 1
+            }
+        );
+    }
+
+    /// On 2 MiB pages a fault names the huge page's first 4 KiB page; the
+    /// load rounded the record out to whole huge pages, so a fault on a
+    /// huge page holding any recorded page is late or raced, whichever of
+    /// its pages the record holds; only a huge page with none is a miss.
+    /// Each counts the huge page's 512 pages.
+    #[test]
+    fn faults_on_2m_pages_split_by_the_huge_pages_the_record_holds() {
+        let huge = 2 << 20;
+        let per = huge / PAGE;
+        // Huge page 0: its first page; 1: a page in its middle; 2: its
+        // last page; 3: none.
+        let record = WorkingSet::from_pages(vec![0, per + 100, 3 * per - 1]);
+        let faults = [
+            fault(0, false),
+            fault(per, false),
+            fault(2 * per, true),
+            fault(3 * per, false),
+        ];
+        let split = split_faults(&faults, &record, huge);
+        assert_eq!(
+            split,
+            FaultSplit {
+                late: 2 * per,
+                raced: per,
+                misses: per
+            }
+        );
     }
 }
