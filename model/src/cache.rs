@@ -34,6 +34,8 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use crate::proc::effective_uid;
+
 /// The cache of root when neither `XDG_CACHE_HOME` nor `HOME` is set.
 pub const ROOT_CACHE_DIR: &str = "/var/cache/bootscope";
 
@@ -55,11 +57,6 @@ pub enum CacheError {
     },
     #[error("{} is not trusted as a cache: {why}; fix it (or remove it and let bootscope create it again), or point XDG_CACHE_HOME at a directory of your own", path.display())]
     Untrusted { path: PathBuf, why: String },
-}
-
-fn effective_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
 }
 
 fn var(name: &str) -> Option<PathBuf> {

@@ -5,6 +5,12 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The calling process's effective user id.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// CPU time the calling thread has used (zero if the clock cannot be
 /// read).
 pub fn thread_cpu_time() -> Duration {

@@ -6,6 +6,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use super::OutputError;
+use crate::proc::effective_uid;
 
 /// The symbolic-link hops followed before giving up, as the kernel's
 /// `MAXSYMLINKS`.
@@ -32,11 +33,6 @@ pub(super) fn parent_dir(path: &Path) -> PathBuf {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     }
-}
-
-fn effective_uid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
 }
 
 /// Whether the file `meta` in `dir` was planted by another user: `dir` is

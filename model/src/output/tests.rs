@@ -340,8 +340,7 @@ fn private_temp_dirs_are_0700_and_removed() {
     let meta = std::fs::symlink_metadata(d.path()).unwrap();
     assert!(meta.is_dir());
     assert_eq!(meta.permissions().mode() & 0o7777, 0o700);
-    // SAFETY: geteuid takes no arguments and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = crate::proc::effective_uid();
     assert_eq!(meta.uid(), euid);
     let name = d.path().file_name().unwrap().to_string_lossy().into_owned();
     assert!(name.starts_with("bootscope-output-test-"), "{name}");

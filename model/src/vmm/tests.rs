@@ -210,8 +210,7 @@ fn firecracker_config_rewritten_into_a_private_copy() {
     assert!(dir_meta.is_dir());
     assert_eq!(dir_meta.permissions().mode() & 0o777, 0o700);
     use std::os::unix::fs::MetadataExt;
-    // SAFETY: geteuid takes no arguments and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = crate::proc::effective_uid();
     assert_eq!(dir_meta.uid(), euid);
     let copy: serde_json::Value =
         serde_json::from_slice(&std::fs::read(temp.path()).unwrap()).unwrap();
