@@ -206,21 +206,13 @@ impl ProcessMemory {
         if !present.iter().any(|&p| p) {
             return false;
         }
-        let mut i = 0;
-        while i < present.len() {
-            let run = present[i..]
-                .iter()
-                .take_while(|&&p| p == present[i])
-                .count();
+        for (i, run, touched) in runs(&present) {
             let part = &mut buf[i * 4096..(i + run) * 4096];
-            if present[i] {
-                if !self.read_phys(gpa + i as u64 * 4096, part) {
-                    return false;
-                }
-            } else {
+            if !touched {
                 part.fill(0);
+            } else if !self.read_phys(gpa + i as u64 * 4096, part) {
+                return false;
             }
-            i += run;
         }
         true
     }
@@ -331,17 +323,9 @@ impl ProcessMemory {
                 let present = self
                     .present(at, (n / PAGE) as usize)
                     .unwrap_or_else(|| vec![true; (n / PAGE) as usize]);
-                let mut i = 0;
-                while i < present.len() {
-                    let run = present[i..]
-                        .iter()
-                        .take_while(|&&p| p == present[i])
-                        .count();
-                    if present[i] {
-                        let gpa = at + i as u64 * PAGE;
-                        self.copy_run(gpa, run as u64, budget, &mut copy, &mut copied);
-                    }
-                    i += run;
+                for (i, run, _) in runs(&present).filter(|&(_, _, touched)| touched) {
+                    let gpa = at + i as u64 * PAGE;
+                    self.copy_run(gpa, run as u64, budget, &mut copy, &mut copied);
                 }
                 at += n;
             }
@@ -392,9 +376,33 @@ impl PhysMemory for ProcessMemory {
     }
 }
 
+/// The runs of equal flags in `flags`: `(first index, length, flag)`, in
+/// order.
+fn runs(flags: &[bool]) -> impl Iterator<Item = (usize, usize, bool)> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let &flag = flags.get(i)?;
+        let run = flags[i..].iter().take_while(|&&f| f == flag).count();
+        i += run;
+        Some((i - run, run, flag))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_of_equal_flags_cover_the_slice_in_order() {
+        let flags = [true, true, false, true, false, false, false];
+        let got: Vec<_> = runs(&flags).collect();
+        assert_eq!(
+            got,
+            [(0, 2, true), (2, 1, false), (3, 1, true), (4, 3, false)]
+        );
+        assert_eq!(runs(&[]).count(), 0);
+        assert_eq!(runs(&[false]).collect::<Vec<_>>(), [(0, 1, false)]);
+    }
 
     /// This process's own memory, as a "guest" of two slots over one
     /// buffer split in two out of order.
