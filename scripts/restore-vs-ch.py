@@ -150,6 +150,8 @@ def med(rows, key):
 
 def main():
     out, rounds = sys.argv[1], int(sys.argv[2])
+    # The modes run (argv[3], separated by spaces; default: all).
+    modes = tuple(m for m in MODES if len(sys.argv) < 4 or m in sys.argv[3].split())
     t = f"{out}/t"
     bs_before = sums(f"{t}/bs-snapshot.console").get("before sum")
     ch_before = sums(f"{t}/ch-snapshot.console").get("before sum")
@@ -157,7 +159,7 @@ def main():
     runs = {}
     for r in range(1, rounds + 1):
         runs[r] = {m: (chs.get((r, m)) if m.startswith("ch-") else bootscope_row(t, m, r, bs_before))
-                   for m in MODES}
+                   for m in modes}
     tmp = f"{out}/restore-vs-ch.tsv.tmp"
     with open(tmp, "w") as f:
         f.write("\t".join(COLUMNS) + "\n")
@@ -172,7 +174,7 @@ def main():
     print("| mode | runs | " + " | ".join(h for _, h in MEDIANS) + " |")
     print("|---|---:|" + "---:|" * len(MEDIANS))
     missing = 0
-    for m in MODES:
+    for m in modes:
         got = [x[m] for x in runs.values() if x[m]]
         missing += rounds - len(got)
         num = [{k: (float(v) if isinstance(v, (int, float)) or str(v).isdigit() else v)
@@ -180,6 +182,8 @@ def main():
         print(f"| {m} | {len(got)} | " + " | ".join(med(num, k) for k, _ in MEDIANS) + " |")
     print("\npaired ratios (Hodges-Lehmann estimate, Wilcoxon interval):")
     for a, b, key in RATIOS:
+        if not all(m in modes or (m == BEST_CH and {"ch-copy", "ch-ondemand"} & set(modes)) for m in (a, b)):
+            continue
         print("  " + ratio(runs, a, b, key))
     bad = [(r, m) for r, x in runs.items() for m, row in x.items() if row and row["sum_ok"] != "yes"]
     print(f"\nruns missing: {missing}; checksums differing after a restore: {len(bad)} {bad or ''}")

@@ -112,15 +112,16 @@ fn what_one_does(unit: &str) -> String {
         return (*what).to_string();
     }
     if unit.starts_with("getty@tty") {
-        return "a login prompt on a virtual terminal (a VM without a display shows none)".into();
+        return "shows a login prompt on a virtual terminal (a VM without a display shows none)"
+            .into();
     }
     if unit.starts_with("serial-getty@") {
-        return "a login prompt on the serial console".into();
+        return "shows a login prompt on the serial console".into();
     }
     if unit.ends_with(".timer") {
-        return "a timer that starts its service later".into();
+        return "is a timer that starts its service later".into();
     }
-    format!("what its unit file says (systemctl cat {unit})")
+    format!("does what its unit file describes (systemctl cat {unit})")
 }
 
 /// The units of a boot, when they are on its timeline.
@@ -588,6 +589,33 @@ mod tests {
     }
 
     #[test]
+    fn a_unit_with_no_known_description_reads_as_a_sentence() {
+        // Every description follows "it" in a fix's cost and "{unit}" in a
+        // list: a verb phrase, for known and unknown units alike.
+        let unknown = what_it_does("systemd-udevd.service");
+        assert_eq!(
+            unknown,
+            "does what its unit file describes (systemctl cat systemd-udevd.service)"
+        );
+        for unit in [
+            "getty@tty1.service",
+            "serial-getty@ttyS0.service",
+            "fstrim.timer",
+        ] {
+            let what = what_it_does(unit);
+            assert!(
+                what.starts_with("shows ") || what.starts_with("is "),
+                "{unit}: {what}"
+            );
+        }
+        let two = what_it_does("fstrim.timer x.service");
+        assert_eq!(
+            two,
+            "fstrim.timer is a timer that starts its service later; x.service does what its unit file describes (systemctl cat x.service)"
+        );
+    }
+
+    #[test]
     fn units_a_vm_rarely_needs_are_masked_together() {
         let ev = evidence();
         let found = rarely_needed_units(&ev);
@@ -621,7 +649,7 @@ mod tests {
         assert!(
             finding.fixes[0]
                 .gives_up
-                .contains("getty@tty1.service a login prompt on a virtual terminal"),
+                .contains("getty@tty1.service shows a login prompt on a virtual terminal"),
             "{}",
             finding.fixes[0].gives_up
         );
