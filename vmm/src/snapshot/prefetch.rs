@@ -6,7 +6,8 @@
 //! touched (`/proc/self/pagemap`).
 //!
 //! The pages go in file order, in contiguous runs of up to [`BATCH`]
-//! bytes: with `uffd` one `UFFDIO_COPY` per run, with `mmap` a
+//! bytes: with `uffd` one `UFFDIO_COPY` per run before the guest runs
+//! (copies of at most [`LIVE_COPY`] bytes while it does), with `mmap` a
 //! `readahead` of the file and one `MADV_POPULATE_WRITE` per run.
 
 use std::fs::File;
@@ -19,6 +20,43 @@ use super::working_set::{WorkingSet, PAGE};
 
 /// Largest run loaded at once.
 pub const BATCH: u64 = 8 << 20;
+
+/// Largest copy made at once while the guest runs (the background
+/// prefetch and prefault), or one huge page where that is larger. The
+/// kernel holds the process's mmap lock for reading through a whole
+/// `UFFDIO_COPY`, and a thread that needs it for writing (a new thread's
+/// stack, any `mmap`) waits for the copy to end, holding up every fault
+/// behind it; a run of [`BATCH`] bytes on 2 MiB pages kept the VMM's
+/// vCPU thread from starting for the time of several copies.
+pub const LIVE_COPY: u64 = 1 << 20;
+
+/// Loads run `r` through `server` in copies of at most [`LIVE_COPY`]
+/// bytes (a granule where that is larger), waking the faults waiting on
+/// them, until done or `stop`. Returns the bytes loaded and whether the
+/// whole run was.
+fn load_live(
+    server: &Server,
+    r: Run,
+    buf: &mut [u8],
+    stop: &AtomicBool,
+) -> Result<(u64, bool), String> {
+    let step = LIVE_COPY.max(server.granule);
+    let (mut loaded, mut at) = (0u64, 0u64);
+    while at < r.bytes {
+        if stop.load(Ordering::SeqCst) {
+            return Ok((loaded, false));
+        }
+        let len = (r.bytes - at).min(step);
+        loaded += server.load(
+            r.host + at as usize,
+            r.file_offset + at,
+            &mut buf[..len as usize],
+            true,
+        )?;
+        at += len;
+    }
+    Ok((loaded, true))
+}
 
 /// A run of pages: host address, file offset, bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,16 +198,18 @@ impl Prefetch {
     /// Loads every run through `server` (waking the faults waiting on
     /// them), until done or `stop`.
     pub fn load(&self, server: &Server, stop: &AtomicBool) -> Result<(), String> {
-        let mut buf = vec![0u8; BATCH as usize];
+        let mut buf = vec![0u8; LIVE_COPY.max(server.granule) as usize];
         let mut cursor = 0;
         while let Some(i) = self.next(cursor) {
             if stop.load(Ordering::SeqCst) {
                 break;
             }
-            let r = self.runs[i];
-            let n = server.load(r.host, r.file_offset, &mut buf[..r.bytes as usize], true)?;
-            self.done[i].store(true, Ordering::Relaxed);
+            let (n, whole) = load_live(server, self.runs[i], &mut buf, stop)?;
             self.pages.fetch_add(n / PAGE, Ordering::Relaxed);
+            if !whole {
+                break;
+            }
+            self.done[i].store(true, Ordering::Relaxed);
             self.batches.fetch_add(1, Ordering::Relaxed);
             cursor = i + 1;
         }
@@ -236,13 +276,13 @@ pub fn background(
     stop: &AtomicBool,
     pages: &AtomicU64,
 ) -> Result<(), String> {
-    let mut buf = vec![0u8; BATCH as usize];
+    let mut buf = vec![0u8; server.map_or(0, |s| LIVE_COPY.max(s.granule) as usize)];
     for r in runs {
         if stop.load(Ordering::SeqCst) {
             break;
         }
         let n = match server {
-            Some(s) => s.load(r.host, r.file_offset, &mut buf[..r.bytes as usize], true)?,
+            Some(s) => load_live(s, *r, &mut buf, stop)?.0,
             None => {
                 madvise(r.host, r.bytes, libc::MADV_POPULATE_READ)
                     .map_err(|e| format!("MADV_POPULATE_READ of guest memory: {e}"))?;
@@ -443,6 +483,51 @@ mod tests {
         )
         .unwrap();
         Some((server, handler, live, host as usize))
+    }
+
+    /// A live load copies a run in pieces of [`LIVE_COPY`] and checks
+    /// its stop between them: stopped, the run is not marked done, and
+    /// what was copied is counted; let go, every piece lands where the
+    /// file has it.
+    #[test]
+    fn a_live_load_copies_in_pieces_and_a_stopped_run_is_not_done() {
+        let bytes: u64 = 3 * LIVE_COPY + 2 * PAGE;
+        let dir = tempfile::tempdir().unwrap();
+        let content = test_content(bytes);
+        let record = WorkingSet::from_pages((0..bytes / PAGE).collect());
+        let Some((server, mut handler, live, mem)) = served_memory(&content, dir.path(), &record)
+        else {
+            return;
+        };
+        assert_eq!(live.runs.len(), 1, "one run of {bytes} bytes");
+        let stop = AtomicBool::new(true);
+        live.load(&server, &stop).unwrap();
+        assert_eq!(live.pages.load(Ordering::Relaxed), 0);
+        assert!(!live.done[0].load(Ordering::Relaxed));
+        let (n, whole) = load_live(
+            &server,
+            live.runs[0],
+            &mut vec![0; LIVE_COPY as usize],
+            &stop,
+        )
+        .unwrap();
+        assert_eq!((n, whole), (0, false));
+        stop.store(false, Ordering::SeqCst);
+        live.load(&server, &stop).unwrap();
+        assert!(live.done[0].load(Ordering::Relaxed));
+        assert_eq!(live.pages.load(Ordering::Relaxed), bytes / PAGE);
+        assert_eq!(live.batches.load(Ordering::Relaxed), 1);
+        // SAFETY: the whole mapping, loaded above.
+        let got = unsafe { std::slice::from_raw_parts(mem as *const u8, bytes as usize) };
+        assert!(
+            got == &content[..],
+            "the loaded memory differs from the file"
+        );
+        handler.stop();
+        assert!(handler.failure().is_none(), "{:?}", handler.failure());
+        assert!(handler.log.faults.lock().unwrap().is_empty(), "no fault");
+        // SAFETY: the mapping above, no longer used.
+        unsafe { libc::munmap(mem as *mut libc::c_void, bytes as usize) };
     }
 
     /// The record loaded by a thread while another thread touches guest
