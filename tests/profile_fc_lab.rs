@@ -7,7 +7,8 @@
 //! on the profile's clock between the kernel's first port I/O and
 //! `Run /init`, the module list read, Firecracker held at its guest's
 //! reset through the i8042 (Firecracker's only way out on x86: the guest
-//! ends with `reboot -f`) and read there. Skipped (a `SKIP:` line) where Firecracker is not installed:
+//! ends with `reboot -f`) and read there; and `profile --pid` of a
+//! Firecracker already running, its map inferred. Skipped (a `SKIP:` line) where Firecracker is not installed:
 //! `FC_BIN`, default /usr/local/bin/firecracker (docs/lab.md builds it).
 
 mod support;
@@ -157,6 +158,81 @@ fn firecracker_initcalls_land_on_the_profiles_clock_in_the_lab() {
     assert!(
         shutdown["held_at"].as_str().unwrap_or("").contains("i8042"),
         "{shutdown:#}"
+    );
+}
+
+/// `profile --pid` of a Firecracker already running in the lab: its
+/// memory slots were set before bootscope came, so the map is inferred
+/// (the VMM's mappings and the guest kernel's VMCOREINFO); the guest
+/// kernel's log and module list are read through it.
+#[test]
+fn pid_of_a_running_firecracker_reads_its_guest_memory_in_the_lab() {
+    let pre = require_lab_guest!("lab-fc-pid");
+    let Some(fc) = firecracker() else {
+        return;
+    };
+    let busybox = require_busybox!();
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_bootscope"));
+    let kernel = vmlinux(&pre);
+    let initrd = resetting_guest(&pre);
+    let file = pre.dir.join("vm.json");
+    std::fs::write(
+        &file,
+        serde_json::to_string_pretty(&config(&kernel, &initrd)).unwrap(),
+    )
+    .unwrap();
+    let out_dir = pre.dir.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let (out, console) = (out_dir.join("pid.json"), out_dir.join("console.txt"));
+    let script = pre.dir.join("pid.sh");
+    let vmm = [
+        fc.display().to_string(),
+        "--no-api".into(),
+        "--config-file".into(),
+        file.display().to_string(),
+    ];
+    std::fs::write(&script, lab::pid_script(&exe, &vmm, &out, &console)).unwrap();
+    let mut cmd = bootscope();
+    cmd.args(["lab", "--timeout", "1200", "--retries", "2", "--exe"])
+        .arg(&busybox)
+        .arg("--program")
+        .arg(&exe)
+        .arg("--program")
+        .arg(&fc);
+    for input in [&kernel, &initrd, &file] {
+        cmd.arg("--input").arg(input);
+    }
+    cmd.arg("--output")
+        .arg(&out)
+        .arg("--output")
+        .arg(&console)
+        .args(["--", "sh"])
+        .arg(&script);
+    let o = run(&mut cmd, None);
+    println!("{}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let guest_console = std::fs::read_to_string(&console).unwrap_or_default();
+    assert!(
+        guest_console.contains(bootscope_lab::guest::HELLO_LINE),
+        "{guest_console}"
+    );
+    let p = read_json(&out);
+    assert_eq!(
+        p["target"]["vmm"]["kind"], "firecracker",
+        "{:#}",
+        p["target"]
+    );
+    let g = &p["guest_read"];
+    assert_eq!(
+        g["memory_map"]["source"], "inferred",
+        "{:#}",
+        g["memory_map"]
+    );
+    assert_kernel_log(g);
+    let missing = g["missing"].as_array().unwrap();
+    assert!(
+        !missing.iter().any(|m| m["part"] == "modules"),
+        "{missing:#?}"
     );
 }
 

@@ -157,19 +157,6 @@ fn qemu_initcalls_land_on_the_profiles_clock_with_their_exits_in_the_lab() {
     assert_held_at_acpi_power_off(g);
 }
 
-/// The script run in the lab for `--pid`: QEMU started in the background,
-/// profiled by its pid while its guest boots.
-fn pid_script(exe: &Path, qemu: &[String], out: &Path, console: &Path) -> String {
-    let quoted: Vec<String> = qemu.iter().map(|a| format!("'{a}'")).collect();
-    format!(
-        "set -e\n{} > {} 2>&1 &\nq=$!\nsleep 2\n{} profile --pid $q --output {}\nwait $q || true\n",
-        quoted.join(" "),
-        console.display(),
-        exe.display(),
-        out.display()
-    )
-}
-
 #[test]
 fn pid_of_a_running_qemu_reads_its_guest_memory_in_the_lab() {
     let pre = require_lab_guest!("lab-qemu-pid");
@@ -183,7 +170,7 @@ fn pid_of_a_running_qemu_reads_its_guest_memory_in_the_lab() {
     let (out, console) = (out_dir.join("pid.json"), out_dir.join("console.txt"));
     let script = pre.dir.join("pid.sh");
     let qemu_cmd = qemu_args(&qemu, &pre.kernel, &pre.initrd);
-    std::fs::write(&script, pid_script(&exe, &qemu_cmd, &out, &console)).unwrap();
+    std::fs::write(&script, lab::pid_script(&exe, &qemu_cmd, &out, &console)).unwrap();
     let o = Command::new(&exe)
         .args(["lab", "--timeout", "1200", "--retries", "2", "--exe"])
         .arg(&busybox)

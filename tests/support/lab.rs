@@ -91,3 +91,18 @@ pub fn profile_mark_t(p: &serde_json::Value, name: &str) -> u64 {
         .as_u64()
         .unwrap()
 }
+
+/// The script run in the lab for `profile --pid`: the VMM command `vmm`
+/// started in the background (its output into `console`), given 2 s to
+/// map its guest's memory and start the kernel, then profiled by its pid
+/// into `out` while its guest boots; the script waits for the VMM.
+pub fn pid_script(exe: &Path, vmm: &[String], out: &Path, console: &Path) -> String {
+    let quoted: Vec<String> = vmm.iter().map(|a| format!("'{a}'")).collect();
+    format!(
+        "set -e\n{} > {} 2>&1 &\nq=$!\nsleep 2\n{} profile --pid $q --output {}\nwait $q || true\n",
+        quoted.join(" "),
+        console.display(),
+        exe.display(),
+        out.display()
+    )
+}

@@ -6,8 +6,8 @@
 //! touched (`/proc/self/pagemap`).
 //!
 //! The pages go in file order, in contiguous runs of up to [`BATCH`]
-//! bytes: with `uffd` one `UFFDIO_COPY` per run before the guest runs
-//! (copies of at most [`LIVE_COPY`] bytes while it does), with `mmap` a
+//! bytes: with `uffd` one `UFFDIO_COPY` per run (one per huge page while
+//! the guest runs on huge pages: [`live_copy`]), with `mmap` a
 //! `readahead` of the file and one `MADV_POPULATE_WRITE` per run.
 
 use std::fs::File;
@@ -22,17 +22,25 @@ use super::working_set::{WorkingSet, PAGE};
 pub const BATCH: u64 = 8 << 20;
 
 /// Largest copy made at once while the guest runs (the background
-/// prefetch and prefault), or one huge page where that is larger. The
-/// kernel holds the process's mmap lock for reading through a whole
-/// `UFFDIO_COPY`, and a thread that needs it for writing (a new thread's
-/// stack, any `mmap`) waits for the copy to end, holding up every fault
-/// behind it; a run of [`BATCH`] bytes on 2 MiB pages kept the VMM's
-/// vCPU thread from starting for the time of several copies.
-pub const LIVE_COPY: u64 = 1 << 20;
+/// prefetch and prefault) on pages of `granule` bytes: one huge page on
+/// huge pages, else a whole run (up to [`BATCH`]). The kernel holds the
+/// process's mmap lock for reading through a whole `UFFDIO_COPY`, and a
+/// thread that needs it for writing (a new thread's stack, any `mmap`)
+/// waits for the copy to end, holding up every fault queued behind it; on
+/// 2 MiB pages a run of [`BATCH`] bytes kept the vCPU thread from starting
+/// for several copies' time (resume 0.49 x with one huge page a copy in
+/// the lab, docs/benchmarks.md). On 4 KiB pages the copies are short
+/// already, and 1 MiB pieces cost more late faults than they saved.
+pub fn live_copy(granule: u64) -> u64 {
+    if granule > PAGE {
+        granule
+    } else {
+        BATCH
+    }
+}
 
-/// Loads run `r` through `server` in copies of at most [`LIVE_COPY`]
-/// bytes (a granule where that is larger), waking the faults waiting on
-/// them, until done or `stop`. Returns the bytes loaded and whether the
+/// Loads run `r` through `server` in copies of at most [`live_copy`]
+/// bytes, waking the faults waiting on them, until done or `stop`. Returns the bytes loaded and whether the
 /// whole run was.
 fn load_live(
     server: &Server,
@@ -40,7 +48,7 @@ fn load_live(
     buf: &mut [u8],
     stop: &AtomicBool,
 ) -> Result<(u64, bool), String> {
-    let step = LIVE_COPY.max(server.granule);
+    let step = live_copy(server.granule);
     let (mut loaded, mut at) = (0u64, 0u64);
     while at < r.bytes {
         if stop.load(Ordering::SeqCst) {
@@ -198,7 +206,7 @@ impl Prefetch {
     /// Loads every run through `server` (waking the faults waiting on
     /// them), until done or `stop`.
     pub fn load(&self, server: &Server, stop: &AtomicBool) -> Result<(), String> {
-        let mut buf = vec![0u8; LIVE_COPY.max(server.granule) as usize];
+        let mut buf = vec![0u8; live_copy(server.granule) as usize];
         let mut cursor = 0;
         while let Some(i) = self.next(cursor) {
             if stop.load(Ordering::SeqCst) {
@@ -276,7 +284,7 @@ pub fn background(
     stop: &AtomicBool,
     pages: &AtomicU64,
 ) -> Result<(), String> {
-    let mut buf = vec![0u8; server.map_or(0, |s| LIVE_COPY.max(s.granule) as usize)];
+    let mut buf = vec![0u8; server.map_or(0, |s| live_copy(s.granule) as usize)];
     for r in runs {
         if stop.load(Ordering::SeqCst) {
             break;
@@ -485,13 +493,14 @@ mod tests {
         Some((server, handler, live, host as usize))
     }
 
-    /// A live load copies a run in pieces of [`LIVE_COPY`] and checks
-    /// its stop between them: stopped, the run is not marked done, and
-    /// what was copied is counted; let go, every piece lands where the
-    /// file has it.
+    /// A live load checks its stop before each copy: stopped, the run
+    /// is not marked done and nothing is counted; let go, the run lands
+    /// where the file has it. On huge pages a copy is one huge page.
     #[test]
-    fn a_live_load_copies_in_pieces_and_a_stopped_run_is_not_done() {
-        let bytes: u64 = 3 * LIVE_COPY + 2 * PAGE;
+    fn a_live_load_stopped_leaves_its_run_not_done() {
+        assert_eq!(live_copy(2 << 20), 2 << 20);
+        assert_eq!(live_copy(PAGE), BATCH);
+        let bytes: u64 = 3 * (1 << 20) + 2 * PAGE;
         let dir = tempfile::tempdir().unwrap();
         let content = test_content(bytes);
         let record = WorkingSet::from_pages((0..bytes / PAGE).collect());
@@ -504,13 +513,8 @@ mod tests {
         live.load(&server, &stop).unwrap();
         assert_eq!(live.pages.load(Ordering::Relaxed), 0);
         assert!(!live.done[0].load(Ordering::Relaxed));
-        let (n, whole) = load_live(
-            &server,
-            live.runs[0],
-            &mut vec![0; LIVE_COPY as usize],
-            &stop,
-        )
-        .unwrap();
+        let (n, whole) =
+            load_live(&server, live.runs[0], &mut vec![0; BATCH as usize], &stop).unwrap();
         assert_eq!((n, whole), (0, false));
         stop.store(false, Ordering::SeqCst);
         live.load(&server, &stop).unwrap();
