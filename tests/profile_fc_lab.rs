@@ -141,8 +141,8 @@ fn firecracker_initcalls_land_on_the_profiles_clock_in_the_lab() {
     );
     let g = &p["guest_read"];
     assert_eq!(g["memory_map"]["source"], "ioctl", "{:#}", g["memory_map"]);
-    assert_kernel_log(g);
-    assert_initcalls_on_the_clock(&p);
+    lab::assert_kernel_log(g);
+    lab::assert_initcalls_on_the_clock(&p);
     // The module list was read (the default guest loads none).
     let missing = g["missing"].as_array().unwrap();
     assert!(
@@ -228,55 +228,10 @@ fn pid_of_a_running_firecracker_reads_its_guest_memory_in_the_lab() {
         "{:#}",
         g["memory_map"]
     );
-    assert_kernel_log(g);
+    lab::assert_kernel_log(g);
     let missing = g["missing"].as_array().unwrap();
     assert!(
         !missing.iter().any(|m| m["part"] == "modules"),
         "{missing:#?}"
-    );
-}
-
-/// The guest kernel's own log, read from memory: its banner and the
-/// start of init.
-fn assert_kernel_log(g: &serde_json::Value) {
-    let log = g["kernel_log"]["records"]
-        .as_array()
-        .expect("the kernel log");
-    assert!(log.len() >= 100, "{} records", log.len());
-    for start in ["Linux version", "Run /init"] {
-        assert!(
-            log.iter()
-                .any(|r| r["text"].as_str().unwrap().starts_with(start)),
-            "no `{start}` record"
-        );
-    }
-}
-
-/// Every initcall on the profile's clock, between the kernel's first port
-/// I/O and init's start as the console has them, with exits of their own
-/// that are a part of the boot's.
-fn assert_initcalls_on_the_clock(p: &serde_json::Value) {
-    let doc = &p["guest_read"]["initcalls"];
-    let calls = doc["initcalls"].as_array().expect("initcalls");
-    assert!(calls.len() >= 300, "{} initcalls", calls.len());
-    assert!(doc["clock"]["anchors"].as_u64().unwrap() >= 10, "{doc:#}");
-    let first_pio = lab::profile_mark_t(p, "port I/O: first by kernel code");
-    let run_init = lab::profile_mark_t(p, "serial: run init");
-    for c in calls {
-        let start = c["start_ns"].as_u64().unwrap();
-        let end = start + c["duration_ns"].as_u64().unwrap();
-        assert!(
-            first_pio <= start && end <= run_init,
-            "{c:#} outside {first_pio}..{run_init}"
-        );
-    }
-    let total = p["exits"]["total"].as_u64().unwrap();
-    let in_initcalls: u64 = calls
-        .iter()
-        .filter_map(|c| c["counted"]["exits"].as_u64())
-        .sum();
-    assert!(
-        in_initcalls > 0 && in_initcalls <= total,
-        "{in_initcalls} of {total}"
     );
 }

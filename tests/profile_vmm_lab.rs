@@ -111,47 +111,11 @@ fn qemu_initcalls_land_on_the_profiles_clock_with_their_exits_in_the_lab() {
     );
     let g = &p["guest_read"];
     assert_eq!(g["memory_map"]["source"], "ioctl", "{:#}", g["memory_map"]);
-    // The guest kernel's own log, read from memory.
-    let log = g["kernel_log"]["records"]
-        .as_array()
-        .expect("the kernel log");
-    assert!(log.len() >= 100, "{} records", log.len());
-    assert!(
-        log.iter()
-            .any(|r| r["text"].as_str().unwrap().starts_with("Run /init")),
-        "no `Run /init` record"
-    );
-    // Every initcall on the profile's clock, between the kernel's first
-    // port I/O and init's start as the console has them.
-    let doc = &g["initcalls"];
-    let calls = doc["initcalls"].as_array().expect("initcalls");
-    assert!(calls.len() >= 300, "{} initcalls", calls.len());
-    let clock = &doc["clock"];
-    assert!(clock["anchors"].as_u64().unwrap() >= 10, "{clock:#}");
-    let first_pio = lab::profile_mark_t(&p, "port I/O: first by kernel code");
-    let run_init = lab::profile_mark_t(&p, "serial: run init");
-    for c in calls {
-        let (start, end) = (
-            c["start_ns"].as_u64().unwrap(),
-            c["start_ns"].as_u64().unwrap() + c["duration_ns"].as_u64().unwrap(),
-        );
-        assert!(
-            first_pio <= start && end <= run_init,
-            "{c:#} outside {first_pio}..{run_init}"
-        );
-    }
-    // Their exits, from the profiler's counts per slot: a part of the
-    // boot's, which equal KVM's own count.
+    lab::assert_kernel_log(g);
+    lab::assert_initcalls_on_the_clock(&p);
+    // The boot's exits equal KVM's own count.
     let total = p["exits"]["total"].as_u64().unwrap();
     assert_eq!(p["exits"]["kvm_stats_exits"].as_u64(), Some(total));
-    let in_initcalls: u64 = calls
-        .iter()
-        .filter_map(|c| c["counted"]["exits"].as_u64())
-        .sum();
-    assert!(
-        in_initcalls > 0 && in_initcalls <= total,
-        "{in_initcalls} of {total}"
-    );
     // QEMU held at its guest's ACPI power-off, read, and continued: the
     // profile ends with QEMU's own exit status 0.
     assert_held_at_acpi_power_off(g);

@@ -106,3 +106,49 @@ pub fn pid_script(exe: &Path, vmm: &[String], out: &Path, console: &Path) -> Str
         out.display()
     )
 }
+
+/// The guest kernel's own log, read from memory (`guest_read` of a
+/// profile): at least 100 records, its banner and the start of init.
+pub fn assert_kernel_log(g: &serde_json::Value) {
+    let log = g["kernel_log"]["records"]
+        .as_array()
+        .expect("the kernel log");
+    assert!(log.len() >= 100, "{} records", log.len());
+    for start in ["Linux version", "Run /init"] {
+        assert!(
+            log.iter()
+                .any(|r| r["text"].as_str().unwrap().starts_with(start)),
+            "no `{start}` record"
+        );
+    }
+}
+
+/// Every initcall of profile `p` on the profile's clock (at least 300,
+/// aligned by at least 10 anchors), between the kernel's first port I/O
+/// and init's start as the console has them, with exits of their own
+/// (the profiler's counts per slot) that are a part of the boot's.
+pub fn assert_initcalls_on_the_clock(p: &serde_json::Value) {
+    let doc = &p["guest_read"]["initcalls"];
+    let calls = doc["initcalls"].as_array().expect("initcalls");
+    assert!(calls.len() >= 300, "{} initcalls", calls.len());
+    assert!(doc["clock"]["anchors"].as_u64().unwrap() >= 10, "{doc:#}");
+    let first_pio = profile_mark_t(p, "port I/O: first by kernel code");
+    let run_init = profile_mark_t(p, "serial: run init");
+    for c in calls {
+        let start = c["start_ns"].as_u64().unwrap();
+        let end = start + c["duration_ns"].as_u64().unwrap();
+        assert!(
+            first_pio <= start && end <= run_init,
+            "{c:#} outside {first_pio}..{run_init}"
+        );
+    }
+    let total = p["exits"]["total"].as_u64().unwrap();
+    let in_initcalls: u64 = calls
+        .iter()
+        .filter_map(|c| c["counted"]["exits"].as_u64())
+        .sum();
+    assert!(
+        in_initcalls > 0 && in_initcalls <= total,
+        "{in_initcalls} of {total}"
+    );
+}
