@@ -138,10 +138,42 @@ pub fn load_uffd(server: &Server, runs: &[Run]) -> Result<Loaded, String> {
     Ok(done)
 }
 
-/// A working set loaded while the guest runs: its runs, which are done,
-/// and where the guest last faulted in one not done (the run loaded next).
+/// The index of the run of `runs` (in file order) holding file offset
+/// `off`.
+fn run_index(runs: &[Run], off: u64) -> Option<usize> {
+    let i = runs.partition_point(|r| r.file_offset + r.bytes <= off);
+    runs.get(i)
+        .is_some_and(|r| r.file_offset <= off)
+        .then_some(i)
+}
+
+/// The order to load `runs` in: first the runs holding `order`'s pages
+/// (the guest's first-touch order), as they come, then the others in file
+/// order.
+fn load_order(runs: &[Run], order: &[u64]) -> Vec<usize> {
+    let mut seen = vec![false; runs.len()];
+    let mut seq = Vec::with_capacity(runs.len());
+    for &page in order {
+        if let Some(i) = run_index(runs, page * PAGE) {
+            if !std::mem::replace(&mut seen[i], true) {
+                seq.push(i);
+            }
+        }
+    }
+    seq.extend((0..runs.len()).filter(|&i| !seen[i]));
+    seq
+}
+
+/// A working set loaded while the guest runs: its runs, the order they
+/// load in (the guest's first-touch order where the record has it, else
+/// file order), which are done, and where the guest last faulted in one
+/// not done (the run loaded next, the load going on in its order after
+/// it).
 pub struct Prefetch {
     runs: Vec<Run>,
+    /// Run indices in load order, and each run's place in it.
+    seq: Vec<usize>,
+    place: Vec<usize>,
     done: Vec<AtomicBool>,
     /// The run the handler asks for next; `usize::MAX`: none.
     jump: AtomicUsize,
@@ -153,10 +185,19 @@ pub struct Prefetch {
 }
 
 impl Prefetch {
-    pub fn new(runs: Vec<Run>) -> Self {
+    /// `runs` in file order; `order`: the record's first-touch order
+    /// ([`WorkingSet::order`], empty: file order).
+    pub fn new(runs: Vec<Run>, order: &[u64]) -> Self {
         let done = runs.iter().map(|_| AtomicBool::new(false)).collect();
+        let seq = load_order(&runs, order);
+        let mut place = vec![0; runs.len()];
+        for (k, &i) in seq.iter().enumerate() {
+            place[i] = k;
+        }
         Self {
             runs,
+            seq,
+            place,
             done,
             jump: AtomicUsize::new(usize::MAX),
             pages: AtomicU64::default(),
@@ -167,13 +208,7 @@ impl Prefetch {
 
     /// The index of the run holding file offset `off`.
     fn run_of(&self, off: u64) -> Option<usize> {
-        let i = self
-            .runs
-            .partition_point(|r| r.file_offset + r.bytes <= off);
-        self.runs
-            .get(i)
-            .is_some_and(|r| r.file_offset <= off)
-            .then_some(i)
+        run_index(&self.runs, off)
     }
 
     /// The guest faulted at file offset `off` (the handler serves that
@@ -190,8 +225,9 @@ impl Prefetch {
         }
     }
 
-    /// The next run to load after run `cursor`: the one the handler asked
-    /// for, else the next not done in file order, wrapping around once.
+    /// The next run to load from place `cursor` of the load order: the
+    /// one the handler asked for, else the next not done in load order,
+    /// wrapping around once.
     fn next(&self, cursor: usize) -> Option<usize> {
         let j = self.jump.swap(usize::MAX, Ordering::Relaxed);
         if j < self.runs.len() && !self.done[j].load(Ordering::Relaxed) {
@@ -199,7 +235,7 @@ impl Prefetch {
         }
         let n = self.runs.len();
         (0..n)
-            .map(|k| (cursor + k) % n)
+            .map(|k| self.seq[(cursor + k) % n])
             .find(|&i| !self.done[i].load(Ordering::Relaxed))
     }
 
@@ -219,7 +255,7 @@ impl Prefetch {
             }
             self.done[i].store(true, Ordering::Relaxed);
             self.batches.fetch_add(1, Ordering::Relaxed);
-            cursor = i + 1;
+            cursor = self.place[i] + 1;
         }
         Ok(())
     }
@@ -271,7 +307,7 @@ pub fn rest(
     for &(start, end) in &extents.0 {
         pages.extend((start / PAGE..end.div_ceil(PAGE)).filter(|p| !set.contains(*p)));
     }
-    runs(&WorkingSet { pages }, regions, granule)
+    runs(&WorkingSet::from_pages(pages), regions, granule)
 }
 
 /// Loads `runs` in the background until done or `stop`; counts pages
@@ -415,7 +451,7 @@ mod tests {
     /// fault in a loaded run or outside the record moves nothing.
     #[test]
     fn a_fault_moves_the_load_to_its_run_then_on_in_file_order() {
-        let p = Prefetch::new((0..5).map(|i| run(i * 4 * PAGE)).collect());
+        let p = Prefetch::new((0..5).map(|i| run(i * 4 * PAGE)).collect(), &[]);
         assert_eq!(p.next(0), Some(0));
         p.done[0].store(true, Ordering::Relaxed);
         assert!(p.fault_at(3 * 4 * PAGE + 100));
@@ -433,6 +469,30 @@ mod tests {
         p.done[1].store(true, Ordering::Relaxed);
         p.done[2].store(true, Ordering::Relaxed);
         assert_eq!(p.next(2), None);
+    }
+
+    /// With a first-touch order the load starts with the runs the guest
+    /// touched first, in that order, then the rest in file order; a fault
+    /// moves it, and it goes on in its order after the fault's run.
+    #[test]
+    fn a_first_touch_order_leads_the_load_and_a_fault_moves_it_in_that_order() {
+        let runs: Vec<Run> = (0..5).map(|i| run(i * 4 * PAGE)).collect();
+        // Touched: run 3 (page 12), page 2 (in no run), run 1 (page 4),
+        // run 3 again.
+        let order = [12, 2, 4, 12];
+        assert_eq!(load_order(&runs, &order), [3, 1, 0, 2, 4]);
+        let p = Prefetch::new(runs, &order);
+        assert_eq!(p.next(0), Some(3));
+        p.done[3].store(true, Ordering::Relaxed);
+        assert_eq!(p.next(p.place[3] + 1), Some(1));
+        // A fault in run 2 moves the load there, then on after it: run 4.
+        assert!(p.fault_at(2 * 4 * PAGE));
+        assert_eq!(p.next(p.place[1] + 1), Some(2));
+        p.done[2].store(true, Ordering::Relaxed);
+        assert_eq!(p.next(p.place[2] + 1), Some(4));
+        p.done[4].store(true, Ordering::Relaxed);
+        // Wrapping round to what was skipped, in load order.
+        assert_eq!(p.next(0), Some(1));
     }
 
     /// What [`served_memory`] sets up.
@@ -479,7 +539,7 @@ mod tests {
         }];
         let server =
             Arc::new(Server::register(fd, regions.clone(), file, bytes as u64, None).unwrap());
-        let live = Arc::new(Prefetch::new(runs(record, &regions, PAGE)));
+        let live = Arc::new(Prefetch::new(runs(record, &regions, PAGE), &record.order));
         let handler = Handler::start(
             server.clone(),
             HandlerSetup {

@@ -15,7 +15,10 @@ use super::OpenSnapshot;
 pub const WORKING_SET_FILE: &str = "working-set";
 pub const SCHEMA: &str = "bootscope-working-set";
 /// The version this VMM writes and the only one it reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// The versions read: 1 has no first-touch order (its pages load in file
+/// order).
+const READ_VERSIONS: [u64; 2] = [1, 2];
 /// The record's page size.
 pub const PAGE: u64 = 4096;
 /// Largest record read: a range per page of a 64 GiB guest would not fit,
@@ -34,6 +37,11 @@ struct Body {
     pages: u64,
     /// `[first page, pages]`, in file order, not touching one another.
     ranges: Vec<[u64; 2]>,
+    /// Indices into `ranges` in the order the guest first touched them
+    /// (from the recording restore's faults; some or all of them, each
+    /// once). Absent: not known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    first_touched: Vec<u32>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -43,10 +51,16 @@ struct Sealed {
     sha256: String,
 }
 
-/// A working set: page numbers of the memory file, sorted, each once.
+/// A working set: page numbers of the memory file, sorted, each once;
+/// and where known, the order the guest first touched them in.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkingSet {
     pub pages: Vec<u64>,
+    /// Pages of the set in the order the guest first touched them, each
+    /// once (a page per fault from a recording restore; read back, the
+    /// first page of each range in its range's order). Empty: not known,
+    /// and a background load goes in file order.
+    pub order: Vec<u64>,
 }
 
 /// Why a record cannot be used.
@@ -71,7 +85,37 @@ impl WorkingSet {
     pub fn from_pages(mut pages: Vec<u64>) -> Self {
         pages.sort_unstable();
         pages.dedup();
-        Self { pages }
+        Self {
+            pages,
+            order: Vec::new(),
+        }
+    }
+
+    /// The set with `touched` (pages in the order the guest touched them,
+    /// with repeats and pages outside the set, which are left out) as its
+    /// first-touch order.
+    pub fn with_order(mut self, touched: impl IntoIterator<Item = u64>) -> Self {
+        let mut seen = std::collections::HashSet::new();
+        self.order = touched
+            .into_iter()
+            .filter(|&p| self.contains(p) && seen.insert(p))
+            .collect();
+        self
+    }
+
+    /// The indices of `ranges` (this set's [`Self::ranges`]) in first-touch
+    /// order, each once.
+    fn range_order(&self, ranges: &[[u64; 2]]) -> Vec<u32> {
+        let mut seen = vec![false; ranges.len()];
+        let mut out = Vec::new();
+        for &p in &self.order {
+            let i = ranges.partition_point(|r| r[0] + r[1] <= p);
+            if i < ranges.len() && ranges[i][0] <= p && !seen[i] {
+                seen[i] = true;
+                out.push(i as u32);
+            }
+        }
+        out
     }
 
     pub fn len(&self) -> u64 {
@@ -120,6 +164,7 @@ pub fn encode(set: &WorkingSet, state_sha256: &str, memory_bytes: u64) -> Vec<u8
         memory_bytes,
         page_bytes: PAGE,
         pages: set.len(),
+        first_touched: set.range_order(&set.ranges()),
         ranges: set.ranges(),
     };
     let text = serde_json::to_vec(&body).expect("a working set serializes");
@@ -151,9 +196,9 @@ pub fn decode(
         return Err(bad(format!("not a {SCHEMA} document")));
     }
     let version = body.and_then(|b| b.get("version")).and_then(|v| v.as_u64());
-    if version != Some(u64::from(VERSION)) {
+    if !version.is_some_and(|v| READ_VERSIONS.contains(&v)) {
         return Err(bad(format!(
-            "version {} is not the one this bootscope reads ({VERSION})",
+            "version {} is not one this bootscope reads (1 to {VERSION})",
             version.map_or("none".into(), |v| v.to_string())
         )));
     }
@@ -201,7 +246,21 @@ pub fn decode(
             pages.len()
         )));
     }
-    Ok(WorkingSet { pages })
+    let mut seen = vec![false; b.ranges.len()];
+    let mut order = Vec::with_capacity(b.first_touched.len());
+    for &i in &b.first_touched {
+        match seen.get_mut(i as usize) {
+            Some(s) if !*s => *s = true,
+            _ => {
+                return Err(bad(format!(
+                    "its first-touch order names range {i} twice or past its {} ranges",
+                    b.ranges.len()
+                )))
+            }
+        }
+        order.push(b.ranges[i as usize][0]);
+    }
+    Ok(WorkingSet { pages, order })
 }
 
 /// Reads `DIR/working-set` of an opened snapshot: this user's, writable by
@@ -297,6 +356,51 @@ mod tests {
         // Another memory size.
         let e = decode(&bytes, Path::new("ws"), STATE, 128 * PAGE).unwrap_err();
         assert!(e.to_string().contains("bytes of memory"), "{e}");
+    }
+
+    #[test]
+    fn the_first_touch_order_comes_back_by_range_and_bad_orders_are_refused() {
+        // Touched: 9, then 2 (range [1, 3]), 63, 2 again, 40 (not in the set).
+        let set = WorkingSet::from_pages(vec![5, 1, 2, 3, 9, 63]).with_order([9, 2, 63, 2, 40]);
+        assert_eq!(set.order, [9, 2, 63]);
+        let bytes = encode(&set, STATE, 64 * PAGE);
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert!(text.contains("\"first_touched\":[2,0,3]"), "{text}");
+        let back = decoded(&bytes).unwrap();
+        assert_eq!(back.pages, set.pages);
+        // Read back: each range's first page, in the ranges' order.
+        assert_eq!(back.order, [9, 1, 63]);
+        // Without an order none is written, and none comes back.
+        let plain = WorkingSet::from_pages(vec![1, 2]);
+        let text = String::from_utf8(encode(&plain, STATE, 64 * PAGE)).unwrap();
+        assert!(!text.contains("first_touched"), "{text}");
+        assert!(decoded(text.as_bytes()).unwrap().order.is_empty());
+        // A version 1 record (no order) is read.
+        let v1 = text.replace("\"version\":2", "\"version\":1");
+        let v1 = reseal(&v1);
+        assert_eq!(decoded(v1.as_bytes()).unwrap().pages, [1, 2]);
+        // An order naming a range twice, or past the ranges, sealed anew.
+        for bad in ["[2,0,2]", "[7]"] {
+            let t = reseal(
+                &String::from_utf8(bytes.clone())
+                    .unwrap()
+                    .replace("[2,0,3]", bad),
+            );
+            let e = decoded(t.as_bytes()).unwrap_err();
+            assert!(e.to_string().contains("first-touch order"), "{bad}: {e}");
+        }
+    }
+
+    /// `text` (a record) with its seal made anew for its body.
+    fn reseal(text: &str) -> String {
+        let v: serde_json::Value = serde_json::from_str(text).unwrap();
+        let body: Body = serde_json::from_value(v["body"].clone()).unwrap();
+        let body_text = serde_json::to_vec(&body).unwrap();
+        let sealed = Sealed {
+            sha256: digest(&body_text),
+            body,
+        };
+        serde_json::to_string(&sealed).unwrap()
     }
 
     #[test]

@@ -159,7 +159,7 @@ impl Session {
             let live = match &session.record {
                 Some(set) if !lazy.prefetch_first => {
                     let runs = prefetch::runs(set, &session.regions, session.granule);
-                    Some(Arc::new(Prefetch::new(runs)))
+                    Some(Arc::new(Prefetch::new(runs, &set.order)))
                 }
                 _ => None,
             };
@@ -365,13 +365,16 @@ impl Session {
                 .unwrap_or_else(|e| e.into_inner())
                 .take(),
         ) {
+            // The handler's faults come in the order it served them: the
+            // guest's first-touch order.
             (Some(_), _) => Some((
                 WorkingSet::from_pages(
                     window_faults
                         .iter()
                         .flat_map(|f| f.page..f.page + per_fault)
                         .collect(),
-                ),
+                )
+                .with_order(window_faults.iter().map(|f| f.page)),
                 "faults",
             )),
             (None, Some(p)) => Some((WorkingSet::from_pages(p), "pagemap")),
