@@ -86,6 +86,11 @@ pub struct PrefetchDoc {
     pub raced: u64,
     /// Times such a fault moved the background load to the faulting run.
     pub jumps: u64,
+    /// The background load went first through the runs the guest touched
+    /// first, in the record's first-touch order (`first_touched` of the
+    /// working-set record), then in file order; false: in file order.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub touch_order: bool,
     /// Touched pages the prefetch had loaded: the pages of the window's
     /// working set found in the record. None where the host cannot tell
     /// which loaded pages the guest touched (no idle page tracking).
@@ -144,7 +149,12 @@ impl RestoreMemoryDoc {
                 human_ns(p.ns),
                 if p.background {
                     format!(
-                        " while the guest ran ({} late faults, {} met the load)",
+                        " while the guest ran{} ({} late faults, {} met the load)",
+                        if p.touch_order {
+                            " in first-touch order"
+                        } else {
+                            ""
+                        },
                         group_digits(p.late),
                         group_digits(p.raced)
                     )
@@ -231,5 +241,14 @@ mod tests {
             line.contains("while the guest ran (7 late faults, 3 met the load)"),
             "{line}"
         );
+        bg.prefetch.as_mut().unwrap().touch_order = true;
+        let line = bg.summary_line();
+        assert!(
+            line.contains("while the guest ran in first-touch order (7 late faults"),
+            "{line}"
+        );
+        let back: RestoreMemoryDoc =
+            serde_json::from_str(&serde_json::to_string(&bg).unwrap()).unwrap();
+        assert_eq!(back, bg);
     }
 }

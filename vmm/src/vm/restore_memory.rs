@@ -492,6 +492,7 @@ impl Session {
             late,
             raced,
             jumps: self.jumps.unwrap_or(0),
+            touch_order: self.jumps.is_some() && !record.order.is_empty(),
             hits: None,
             misses,
             waste: None,
