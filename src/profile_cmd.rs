@@ -195,6 +195,8 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let (command, launch) = checked_target(&args, command)?;
+    // Which VMM `--pid` follows, read now: its /proc entry goes with it.
+    let pid_vmm = args.pid.map(crate::profile_launch::pid_vmm);
     let symbols = exit_site_symbols(&args, &command)?;
     // Under --tui a launched command must not read the keys or write over
     // the screen: its output goes to a file, shown in the console pane.
@@ -249,7 +251,7 @@ pub fn run(args: ProfileArgs) -> Result<i32, Failure> {
     ));
     let signal = interrupts.received();
     profile.target.interrupted_by = signal.map(|s| crate::signals::name(s).to_string());
-    profile.target.vmm = Some(crate::profile_launch::record(launch.as_ref(), args.pid));
+    profile.target.vmm = Some(crate::profile_launch::record(launch.as_ref(), pid_vmm));
     let mut code = 0;
     if let Some(Launched {
         foreground,

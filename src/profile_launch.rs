@@ -121,8 +121,9 @@ fn pid_command(pid: u32) -> Vec<String> {
 
 /// What `--pid` records about the VMM it follows: its kind, and the
 /// kernel command line its command names (not a Firecracker config, whose
-/// path is the process's own).
-fn pid_vmm(pid: u32) -> VmmRun {
+/// path is the process's own). Read from `/proc/PID/cmdline`, so while the
+/// process runs: once it has ended there is nothing to read.
+pub fn pid_vmm(pid: u32) -> VmmRun {
     let command = pid_command(pid);
     let kind = vmm::kind_of(&command);
     if kind == VmmKind::Firecracker {
@@ -134,11 +135,12 @@ fn pid_vmm(pid: u32) -> VmmRun {
     VmmRun::of_command(&command, Vec::new())
 }
 
-/// The profile's `target.vmm`: the launched command's, or `--pid`'s.
-pub fn record(launch: Option<&Launch>, pid: Option<u32>) -> VmmRun {
+/// The profile's `target.vmm`: the launched command's, or `--pid`'s,
+/// read while the process ran ([`pid_vmm`]).
+pub fn record(launch: Option<&Launch>, pid_vmm: Option<VmmRun>) -> VmmRun {
     match launch {
         Some(l) => l.vmm.clone(),
-        None => pid_vmm(pid.unwrap_or_default()),
+        None => pid_vmm.unwrap_or_default(),
     }
 }
 
@@ -171,6 +173,25 @@ pub fn pid_initcalls(pid: u32) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--pid`'s VMM is read from the running process: this test's own
+    /// (no VMM, so `Other` with its command), and for a pid that has
+    /// ended, nothing; the profile records what was read at its start.
+    #[test]
+    fn a_pid_is_known_by_its_command_while_it_runs() {
+        let me = pid_vmm(std::process::id());
+        assert_eq!(me.kind, VmmKind::Other);
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert_eq!(pid_command(pid), Vec::<String>::new());
+        let read_before = VmmRun {
+            kind: VmmKind::Firecracker,
+            ..VmmRun::default()
+        };
+        assert_eq!(record(None, Some(read_before.clone())), read_before);
+        assert_eq!(record(None, None).kind, VmmKind::Other);
+    }
 
     fn words(s: &str) -> Vec<String> {
         s.split(' ').map(String::from).collect()

@@ -164,6 +164,8 @@ fn pid_of_a_running_qemu_reads_its_guest_memory_in_the_lab() {
         "{guest_console}"
     );
     let p = read_json(&out);
+    // Known by its command, read while it ran.
+    assert_eq!(p["target"]["vmm"]["kind"], "qemu", "{:#}", p["target"]);
     let g = &p["guest_read"];
     // Its slots were set before bootscope came: the map is inferred from
     // /proc/PID/maps and the guest kernel's VMCOREINFO.
