@@ -68,7 +68,8 @@ pub(crate) struct SnapshotArgs {
     #[arg(long, requires = "restore")]
     pub(crate) prefetch: bool,
     /// With --prefetch and --memory-restore uffd: start the guest at once
-    /// and load the working set from a thread while it runs (its faults
+    /// and load the working set from a thread while it runs, in the order
+    /// the guest first touched it where the record has it (its faults
     /// served at once meanwhile, the load moved to the faulting part).
     #[arg(long, requires = "prefetch")]
     pub(crate) prefetch_background: bool,
