@@ -1,7 +1,8 @@
 # Cloud Hypervisor in the lab: boot, snapshot and restore, with times.
 # POSIX sh for the lab's busybox (`bootscope lab --exe /bin/busybox`);
-# sourced by scripts/bench-lab-ch-restore (run by tests/lab_ch.rs). docs/lab.md
-# says how Cloud Hypervisor is built and carried in.
+# sourced by scripts/bench-lab-ch-restore and scripts/bench-lab-restore-vs-ch
+# (run by tests/lab_ch.rs). docs/lab.md says how Cloud Hypervisor is built
+# and carried in.
 #
 # Set before calling, or take the defaults:
 #   CH            cloud-hypervisor binary   (/usr/local/bin/cloud-hypervisor)

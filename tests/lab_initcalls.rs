@@ -172,6 +172,9 @@ fn initcalls_of_the_default_guest_are_on_the_timeline_without_console_cost() {
     );
     let io = |d: &serde_json::Value| d["kvm_stats"]["io_exits"].as_u64().unwrap();
     let (with, without) = (io(&doc), io(&plain));
+    eprintln!(
+        "alignment error {error} ns; console +{extra_bytes} bytes; io exits {with} with, {without} without"
+    );
     assert!(
         with as f64 <= without as f64 * 1.05,
         "io exits {with} with --initcalls, {without} without"
@@ -239,6 +242,7 @@ fn profiled_initcalls_get_the_exits_the_kernel_counted() {
     let calls = ic["initcalls"].as_array().unwrap();
     assert!(calls.len() >= 300, "only {} initcalls", calls.len());
     let (mut vmm_io, mut bpf_io, mut faulted) = (0, 0, 0);
+    let mut apart = Vec::new();
     for c in calls {
         let counted = &c["counted"];
         assert!(c["sampled"].is_null(), "{c}");
@@ -248,16 +252,26 @@ fn profiled_initcalls_get_the_exits_the_kernel_counted() {
         let io = counted["exits_by_reason"]["io"].as_u64().unwrap_or(0);
         let vmm = c["io_exits"].as_u64().unwrap();
         // Partial slots are shared pro rata on both sides, so an exit near
-        // a slot's edge may round to a neighbour.
-        assert!(
-            io.abs_diff(vmm) <= 2 + vmm / 50,
-            "{}: {io} io exits counted in the kernel, {vmm} by the VMM",
-            c["name"]
-        );
+        // a slot's edge may round to a neighbour; and the VMM stamps an
+        // exit when it handles it, after the kernel's `kvm_exit`, so a
+        // vCPU thread preempted in between (a loaded host) moves the
+        // exits at an initcall's edge to its neighbour on the VMM's side.
+        if io.abs_diff(vmm) > 2 + vmm / 50 {
+            apart.push(format!(
+                "{}: {io} in the kernel, {vmm} by the VMM",
+                c["name"]
+            ));
+        }
         vmm_io += vmm;
         bpf_io += io;
         faulted += counted["guest_faults"].as_u64().unwrap();
     }
+    eprintln!(
+        "{} of {} initcalls' io exits apart: {apart:?}",
+        apart.len(),
+        calls.len()
+    );
+    assert!(apart.len() * 100 <= calls.len() * 2, "{apart:?}");
     assert!(vmm_io > 1_000, "{vmm_io}");
     assert!(
         bpf_io.abs_diff(vmm_io) * 100 <= vmm_io,
@@ -294,12 +308,44 @@ fn traced_durations_agree_with_the_kernels_own() {
     assert_eq!(compared + coarse, calls, "{check}");
     assert!(compared >= 200, "{compared} compared: {check}");
     // An interrupt, or the host preempting the vCPU, between the two
-    // clocks' readings of one initcall: some differ more. The lab's host
-    // is emulated, and how many depends on that host's load: 85 to 96 % of
-    // 385 agreed in the runs of 2026-11-27. A reading that does not follow
-    // the initcalls (a wrong clock, calls paired wrongly) agrees on few.
+    // clocks' readings of one initcall (`initcall_debug`'s probes print
+    // between them) pulls the two figures apart, either way. How many
+    // that touches depends on the host's load (the lab's host is
+    // emulated): 85 to 96 % of 385 agreed on a quiet host, 74 % with two
+    // busy loops beside the lab on its 2 CPUs. The slower initcalls (1 ms
+    // or more, where the 50 µs floor does not make agreement easy) agree
+    // in the median whatever the load: a wrong clock, or calls paired
+    // wrongly, fails that.
+    let fine = |c: &&serde_json::Value| {
+        c["guest_start_ns"].as_u64().unwrap() >= check["from_guest_ns"].as_u64().unwrap()
+    };
+    let pairs: Vec<(u64, u64)> = ic["initcalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(fine)
+        .filter_map(|c| {
+            let kernel = c["kernel_duration_ns"].as_u64()?;
+            Some((c["duration_ns"].as_u64().unwrap(), kernel))
+        })
+        .collect();
+    assert_eq!(pairs.len() as u64, compared, "{check}");
+    let mut slow: Vec<f64> = pairs
+        .iter()
+        .filter(|&&(_, k)| k >= 1_000_000)
+        .map(|&(t, k)| t as f64 / k as f64)
+        .collect();
+    slow.sort_by(f64::total_cmp);
+    let median = slow[slow.len() / 2];
+    eprintln!(
+        "durations: {agree} of {compared} agree; {} of 1 ms or more, \
+         median traced/kernel {median:.3}",
+        slow.len()
+    );
+    assert!(slow.len() >= 10, "{} initcalls of 1 ms or more", slow.len());
+    assert!((0.9..=1.1).contains(&median), "median {median}: {check}");
     assert!(
-        agree * 100 >= compared * 80,
+        agree * 100 >= compared * 50,
         "{agree} of {compared} agree: {check}"
     );
     let _ = std::fs::remove_dir_all(&p.dir);
