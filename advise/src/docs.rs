@@ -70,6 +70,11 @@ fn detector_words(d: &Detector) -> String {
         Detector::RootFsck => {
             "`systemd-fsck-root.service`'s duration, or the initramfs stage's fsck line (no time attributed)".into()
         }
+        Detector::WorkloadBehindTarget { min_ns } => format!(
+            "the critical chain's target is a service (the workload, found by its marker) that waited for {} on the chain, which was reached at least {} ms after `basic.target`; the units started in between listed",
+            crate::userspace::DEFAULT_TARGETS.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(" or "),
+            *min_ns as f64 / 1e6
+        ),
         Detector::CmdlineLacks { absent } => format!(
             "no entropy device (bootscope: `run --no-rng` or `--no-acpi`; another VMM: none on its command line) and none of {} (no time attributed)",
             absent.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", ")

@@ -215,6 +215,7 @@ pub fn evaluate(rule: &Rule, ev: &Evidence) -> RuleOutcome {
         Detector::StatusOnConsole => userspace::status_on_console(ev),
         Detector::InitramfsStage { min_ns } => userspace::initramfs_stage(ev, min_ns),
         Detector::RootFsck => userspace::root_fsck(ev),
+        Detector::WorkloadBehindTarget { min_ns } => userspace::workload_behind_target(ev, min_ns),
     };
     let findings: Vec<Finding> = found
         .into_iter()

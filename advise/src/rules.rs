@@ -227,6 +227,10 @@ pub enum Detector {
     /// fsck of the root file system (`systemd-fsck-root.service`, or the
     /// initramfs's fsck).
     RootFsck,
+    /// The workload waits on the critical chain for a default target
+    /// that waited at least `min_ns` after `basic.target`
+    /// ([`crate::userspace::workload_behind_target`]).
+    WorkloadBehindTarget { min_ns: u64 },
 }
 
 /// One rule.
@@ -650,6 +654,27 @@ pub const RULES: &[Rule] = &[
                 risk: Risk::GivesUp,
                 gives_up: "no early userspace: no root on LVM, LUKS, RAID or the network, no resume from hibernation, no fsck before the root is mounted (systemd-fsck-root does it after)",
                 source: "Documentation/admin-guide/initrd.rst; Documentation/filesystems/ramfs-rootfs-initramfs.rst",
+            },
+        ],
+    },
+    Rule {
+        id: "workload-behind-default-target",
+        title: "the workload waits for the default target's other units",
+        detector: Detector::WorkloadBehindTarget { min_ns: 100_000_000 },
+        needs: &[Need::Units],
+        off_with: &["systemd.unit"],
+        fixes: &[
+            Fix {
+                change: Change::KernelArgs("systemd.unit={unit}"),
+                risk: Risk::GivesUp,
+                gives_up: "systemd boots to {unit} instead of the default target: it starts {unit} with what it requires and wants (sysinit.target, basic.target, its own Requires= and Wants=), and none of the units only the default target wants (logins, gettys, cron, ssh) in this boot",
+                source: "man kernel-command-line(7), systemd(1): systemd.unit=; systemd.special(7): default.target",
+            },
+            Fix {
+                change: Change::Advice("order {unit} after what it uses, not after the default target: in its unit file replace After=multi-user.target with the units it needs (systemctl --root=MOUNTED-IMAGE edit --full {unit})"),
+                risk: Risk::Low,
+                gives_up: "{unit} starts as soon as what it needs is up, beside the default target's other units instead of after them",
+                source: "man systemd.unit(5): After=, Wants=; systemd.special(7): multi-user.target",
             },
         ],
     },

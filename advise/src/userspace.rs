@@ -325,6 +325,85 @@ pub(crate) fn status_on_console(ev: &Evidence) -> Vec<Found> {
     }]
 }
 
+/// Targets a workload unit is commonly ordered after (`After=`) to run at
+/// the end of the boot.
+pub const DEFAULT_TARGETS: &[&str] = &["multi-user.target", "graphical.target"];
+
+/// The workload (the chain's target, a service found by the marker)
+/// waits on the chain for a default target ([`DEFAULT_TARGETS`]), which
+/// itself waited at least `min_ns` after `basic.target` for the units it
+/// pulls in (logins, gettys, cron...). One finding, its subject the
+/// workload; the time it accounts for is that wait on the chain, an upper
+/// bound of the saving: the workload still needs what it requires itself.
+pub(crate) fn workload_behind_target(ev: &Evidence, min_ns: u64) -> Vec<Found> {
+    let Some(u) = units(ev) else {
+        return Vec::new();
+    };
+    let workload = u.chain_target.as_str();
+    if workload.ends_with(".target") || workload.is_empty() {
+        return Vec::new();
+    }
+    let chain = &u.critical_chain;
+    let link = |name: &str| chain.iter().find(|l| l.name == name);
+    let Some(target) = chain
+        .iter()
+        .find(|l| DEFAULT_TARGETS.contains(&l.name.as_str()))
+    else {
+        return Vec::new();
+    };
+    let Some(basic) = link("basic.target") else {
+        return Vec::new();
+    };
+    let wait = target.active_ns.saturating_sub(basic.active_ns);
+    if wait < min_ns {
+        return Vec::new();
+    }
+    // The units the target pulled in: started after basic.target, done
+    // by the time the target was reached (or still starting then).
+    let mut pulled: Vec<&bootscope_model::units::Unit> = u
+        .units
+        .iter()
+        .filter(|x| {
+            x.name != workload
+                && x.name != target.name
+                && !unmaskable(&x.name, workload)
+                && x.start_ns >= basic.active_ns
+                && x.start_ns <= target.active_ns
+        })
+        .collect();
+    pulled.sort_by_key(|x| std::cmp::Reverse(x.duration_ns));
+    let slowest: Vec<String> = pulled
+        .iter()
+        .take(SLOWEST_ON_CHAIN)
+        .map(|x| format!("{} {}", x.name, human_ns(x.duration_ns)))
+        .collect();
+    let mut evidence = vec![format!(
+        "{workload} is ordered after {}: on the critical chain it waited for it, and {} waited {} after basic.target; it accounts for {}",
+        target.name,
+        target.name,
+        human_ns(wait),
+        of_userspace(ev, wait)
+    )];
+    if !pulled.is_empty() {
+        evidence.push(format!(
+            "{} units started in that time{}: {}",
+            pulled.len(),
+            if pulled.len() > slowest.len() {
+                ", the slowest"
+            } else {
+                ""
+            },
+            slowest.join(", ")
+        ));
+    }
+    vec![Found {
+        subject: Some(workload.to_string()),
+        evidence,
+        accounts_ns: Some(wait),
+        phase: "userspace",
+    }]
+}
+
 /// The initramfs stage, when it took at least `min_ns`.
 pub(crate) fn initramfs_stage(ev: &Evidence, min_ns: u64) -> Vec<Found> {
     let Some(s) = units(ev).and_then(|u| u.initramfs.as_ref()) else {
@@ -497,9 +576,10 @@ mod tests {
             .iter()
             .filter(|f| {
                 f.rule == "slow-unit-on-chain"
-                    || f.subject
-                        .as_deref()
-                        .is_some_and(|s| s.ends_with(".service") && !s.contains(' '))
+                    || f.rule != "workload-behind-default-target"
+                        && f.subject
+                            .as_deref()
+                            .is_some_and(|s| s.ends_with(".service") && !s.contains(' '))
             })
             .collect();
         let listed: Vec<_> = user.iter().map(|f| (f.rule, &f.subject)).collect();
@@ -694,6 +774,7 @@ mod tests {
             "initramfs-stage",
             "root-fsck",
             "rarely-needed-units",
+            "workload-behind-default-target",
         ] {
             assert!(rules.contains(&r), "{r} missing from {rules:?}");
         }
@@ -707,7 +788,7 @@ mod tests {
             .count();
         assert_eq!(
             all_userspace,
-            6,
+            7,
             "{:?}",
             advice
                 .findings
@@ -763,5 +844,91 @@ mod tests {
             .units
             .retain(|u| !u.name.contains("fsck"));
         assert!(root_fsck(&ev).is_empty());
+    }
+
+    #[test]
+    fn a_workload_behind_the_default_target_boots_to_itself() {
+        let ev = evidence();
+        let found = workload_behind_target(&ev, 100 * MS);
+        assert_eq!(found.len(), 1);
+        let f = &found[0];
+        assert_eq!(f.subject.as_deref(), Some("bootscope-workload.service"));
+        // multi-user.target at 3.0 s, basic.target at 1.1 s.
+        assert_eq!(f.accounts_ns, Some(1_900 * MS));
+        // Started in between, the slowest first; not the wait unit (its
+        // own rule), the targets or the workload.
+        let started = &f.evidence[1];
+        assert!(
+            started.starts_with(
+                "6 units started in that time, the slowest: e2scrub_reap.service 400.0 ms"
+            ),
+            "{started}"
+        );
+        for left_out in ["udev-settle", "multi-user.target", "bootscope-workload"] {
+            assert!(!started.contains(left_out), "{started}");
+        }
+        let advice = advise(&ev);
+        let finding = advice
+            .findings
+            .iter()
+            .find(|f| f.rule == "workload-behind-default-target")
+            .expect("a finding");
+        assert_eq!(
+            finding.fixes[0].change,
+            ConcreteChange::KernelArgs("systemd.unit=bootscope-workload.service".into())
+        );
+        assert_eq!(finding.fixes[0].triable, crate::evaluate::Triable::Yes);
+        assert!(
+            finding.fixes[1]
+                .gives_up
+                .contains("bootscope-workload.service starts as soon as"),
+            "{:?}",
+            finding.fixes[1]
+        );
+    }
+
+    #[test]
+    fn a_boot_to_its_workload_or_a_chain_to_a_target_is_no_such_finding() {
+        // Booted with systemd.unit= already: the rule is clear.
+        let mut ev = evidence();
+        ev.cmdline = Some("console=ttyS0 root=/dev/vda1 systemd.unit=other.service".into());
+        assert!(!advise(&ev)
+            .findings
+            .iter()
+            .any(|f| f.rule == "workload-behind-default-target"));
+        // No workload known: the chain ends at a target.
+        let mut ev = evidence();
+        let u = ev.units.as_mut().unwrap();
+        u.chain_target = "multi-user.target".into();
+        u.critical_chain.remove(0);
+        assert!(workload_behind_target(&ev, 100 * MS).is_empty());
+        // A workload not ordered after a default target.
+        let mut ev = evidence();
+        let u = ev.units.as_mut().unwrap();
+        u.critical_chain.retain(|l| l.name != "multi-user.target");
+        assert!(workload_behind_target(&ev, 100 * MS).is_empty());
+        // A short wait.
+        assert!(workload_behind_target(&evidence(), 2_000 * MS).is_empty());
+    }
+
+    #[test]
+    fn a_real_debian_boot_waited_for_logind_behind_multi_user() {
+        let ev = lab_boot();
+        let found = workload_behind_target(&ev, 100 * MS);
+        assert_eq!(found.len(), 1);
+        let f = &found[0];
+        assert_eq!(f.subject.as_deref(), Some("workload.service"));
+        // multi-user.target 51.268 s, basic.target 47.430 s on the chain.
+        assert_eq!(f.accounts_ns, Some(51_267_668_418 - 47_430_102_418));
+        assert!(
+            f.evidence[0].contains("3.84 s after basic.target"),
+            "{:?}",
+            f.evidence
+        );
+        assert!(
+            f.evidence[1].contains("systemd-logind.service 2.07 s"),
+            "{:?}",
+            f.evidence
+        );
     }
 }
