@@ -1,10 +1,10 @@
 //! `bootscope profile --initcalls` of QEMU machines and memory set-ups
 //! other than `-M microvm` on anonymous RAM, in the lab (nested KVM under
-//! QEMU's emulator, Debian's kernel and the default busybox guest), one
-//! lab machine each: `-M q35` (firmware, PCI, its ACPI power-off at the
-//! ICH9's PM1a control port 0x604), guest RAM from a
-//! `memory-backend-memfd` object, and guest RAM in 2 MiB huge pages
-//! (`memory-backend-memfd,hugetlb=on`). Each must give the same depth:
+//! QEMU's emulator, Debian's kernel and the default busybox guest): `-M
+//! q35` (firmware, PCI, its ACPI power-off at the ICH9's PM1a control port
+//! 0x604) in one lab machine; guest RAM from a `memory-backend-memfd`
+//! object, then in 2 MiB huge pages (`memory-backend-memfd,hugetlb=on`),
+//! in another. Each must give the same depth:
 //! the guest's memory read through QEMU's, its initcalls on the profile's
 //! clock between the kernel's first port I/O and its `Run /init` line,
 //! QEMU held at its guest's power-off for the last read.
@@ -191,46 +191,35 @@ fn qemu_q35_is_read_and_held_at_its_acpi_power_off_in_the_lab() {
     ram_slot(g);
 }
 
-#[test]
-fn qemu_ram_from_a_memfd_backend_is_read_in_the_lab() {
-    let pre = require_lab_guest!("lab-qemu-memfd");
-    let Some((qemu, firmware)) = lab::qemu_for_the_lab() else {
-        return;
+/// The script run in the lab for the memory backends: QEMU's RAM from
+/// a `memory-backend-memfd` object profiled into `out[0]`; then a pool of
+/// 2 MiB pages for the guest's 256 MiB and the same in huge pages into
+/// `out[1]`, or a `SKIP:` line saying the lab kernel has none.
+fn backends_script(exe: &Path, memfd: &[String], huge: &[String], out: &[PathBuf; 2]) -> String {
+    let quoted = |v: &[String]| {
+        v.iter()
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(" ")
     };
-    let vmm = qemu_args(
-        &pre,
-        &qemu,
-        "microvm,memory-backend=mem",
-        &["-object", "memory-backend-memfd,id=mem,size=256M"],
-    );
-    let p = profile_in_lab(&pre, &qemu, &[firmware], &vmm);
-    let g = assert_read_in_depth(&p);
-    let slot = ram_slot(g);
-    assert!(
-        slot["backing"].as_str().unwrap().starts_with("/memfd:"),
-        "{slot:#}"
-    );
-}
-
-/// The script run in the lab for huge pages: a pool of 2 MiB pages for
-/// the guest's 256 MiB, or a `SKIP:` line saying the lab kernel has none.
-fn hugepages_script(exe: &Path, qemu: &[String], out: &Path) -> String {
-    let quoted: Vec<String> = qemu.iter().map(|a| format!("'{a}'")).collect();
     format!(
-        "f=/proc/sys/vm/nr_hugepages\n\
+        "{exe} profile --initcalls --output {} -- {} || exit 1\n\
+         f=/proc/sys/vm/nr_hugepages\n\
          if [ ! -w $f ]; then echo 'SKIP: the lab kernel has no hugetlb pool ($f missing)'; exit 0; fi\n\
          echo 160 > $f\n\
          n=$(cat $f)\n\
          if [ \"$n\" -lt 128 ]; then echo \"SKIP: the lab kernel gave $n huge pages of the 128 the guest needs\"; exit 0; fi\n\
-         {} profile --initcalls --output {} -- {}\n",
-        exe.display(),
-        out.display(),
-        quoted.join(" ")
+         {exe} profile --initcalls --output {} -- {}\n",
+        out[0].display(),
+        quoted(memfd),
+        out[1].display(),
+        quoted(huge),
+        exe = exe.display(),
     )
 }
 
 #[test]
-fn qemu_ram_in_huge_pages_is_read_in_the_lab() {
+fn qemu_ram_from_memfd_backends_in_small_and_huge_pages_is_read_in_the_lab() {
     let pre = require_lab_guest!("lab-qemu-hugepages");
     let Some((qemu, firmware)) = lab::qemu_for_the_lab() else {
         return;
@@ -239,8 +228,14 @@ fn qemu_ram_in_huge_pages_is_read_in_the_lab() {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_bootscope"));
     let out_dir = pre.dir.join("out");
     std::fs::create_dir_all(&out_dir).unwrap();
-    let out = out_dir.join("hugepages.json");
-    let vmm = qemu_args(
+    let out = [out_dir.join("memfd.json"), out_dir.join("hugepages.json")];
+    let memfd = qemu_args(
+        &pre,
+        &qemu,
+        "microvm,memory-backend=mem",
+        &["-object", "memory-backend-memfd,id=mem,size=256M"],
+    );
+    let huge = qemu_args(
         &pre,
         &qemu,
         "microvm,memory-backend=mem",
@@ -249,25 +244,30 @@ fn qemu_ram_in_huge_pages_is_read_in_the_lab() {
             "memory-backend-memfd,id=mem,size=256M,hugetlb=on,hugetlbsize=2M",
         ],
     );
-    let script = pre.dir.join("hugepages.sh");
-    std::fs::write(&script, hugepages_script(&exe, &vmm, &out)).unwrap();
+    let script = pre.dir.join("backends.sh");
+    std::fs::write(&script, backends_script(&exe, &memfd, &huge, &out)).unwrap();
     let mut cmd = lab_command(&pre, &qemu, &[firmware]);
     cmd.args(["--memory", "1G", "--exe"])
         .arg(&busybox)
         .arg("--output")
-        .arg(&out)
+        .arg(&out[0])
+        .arg("--output")
+        .arg(&out[1])
         .args(["--", "sh"])
         .arg(&script);
     let console = run_lab(cmd);
+    let memfd_read = |p: &serde_json::Value| {
+        let g = assert_read_in_depth(p);
+        let slot = ram_slot(g);
+        assert!(
+            slot["backing"].as_str().unwrap().starts_with("/memfd:"),
+            "{slot:#}"
+        );
+    };
+    memfd_read(&read_json(&out[0]));
     if let Some(line) = console.lines().find(|l| l.starts_with("SKIP: ")) {
         skip(&line["SKIP: ".len()..]);
         return;
     }
-    let p = read_json(&out);
-    let g = assert_read_in_depth(&p);
-    let slot = ram_slot(g);
-    assert!(
-        slot["backing"].as_str().unwrap().starts_with("/memfd:"),
-        "{slot:#}"
-    );
+    memfd_read(&read_json(&out[1]));
 }
