@@ -242,8 +242,7 @@ fn check_room(dir: &Path, need: u64) -> Result<(), GuestBuildError> {
 
 /// Checks the host before anything is built: root, the programs.
 pub fn check_host() -> Result<(), GuestBuildError> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if bootscope_model::proc::effective_uid() != 0 {
         return Err(GuestBuildError::NotRoot);
     }
     for (program, package) in [

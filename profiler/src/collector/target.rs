@@ -31,8 +31,7 @@ pub fn check_privileges() -> Result<(), ProfilerError> {
     if eff & CAP_SYS_ADMIN != 0 || (eff & CAP_BPF != 0 && eff & CAP_PERFMON != 0) {
         return Ok(());
     }
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = bootscope_model::proc::effective_uid();
     Err(ProfilerError::NotPrivileged {
         detail: format!("running as uid {euid} with effective capabilities {eff:#x}"),
     })

@@ -162,8 +162,7 @@ pub(super) fn check_owner(
     m: &std::fs::Metadata,
     kind_ok: bool,
 ) -> Result<(), SnapshotError> {
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
+    let uid = bootscope_model::proc::effective_uid();
     let why = if !kind_ok {
         Some("it is not a regular file".to_string())
     } else if m.uid() != uid {

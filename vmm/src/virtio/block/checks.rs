@@ -93,8 +93,7 @@ fn interface_name(magic: i64) -> Option<&'static str> {
 /// Refuses a writable disk whose permission bits let no one write it (its
 /// owner's when this user owns it): root's open would succeed regardless.
 pub(super) fn writable_mode(shown: &str, meta: &Metadata) -> Result<(), DiskError> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = bootscope_model::proc::effective_uid();
     let bits = if meta.uid() == me { 0o200 } else { 0o222 };
     if meta.mode() & bits == 0 {
         return Err(DiskError::ReadOnlyMode {
