@@ -477,14 +477,14 @@ pub(crate) mod tests {
         assert!(argv(p.side(&[], &to_userspace)).contains(&no_defaults));
     }
 
-    #[test]
-    fn trials_leave_out_advice_unsafe_and_run_options_of_a_template() {
+    /// Advice on a loud lab boot (tests/fixtures/lab-sites-loud), the
+    /// options of a short proof and a QEMU template.
+    fn loud_lab_boot() -> (crate::evaluate::Advice, ProveOptions, ProveTarget) {
         let ev = Evidence::read(&[std::path::PathBuf::from(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../tests/fixtures/lab-sites-loud.profile.json"
         ))])
         .unwrap();
-        let advice = advise(&ev);
         let opts = ProveOptions {
             budget: None,
             runs: 2,
@@ -497,6 +497,12 @@ pub(crate) mod tests {
             rules: Vec::new(),
         };
         let template = ProveTarget::template("qemu -append {cmdline}", None, None).unwrap();
+        (advise(&ev), opts, template)
+    }
+
+    #[test]
+    fn trials_leave_out_advice_unsafe_and_run_options_of_a_template() {
+        let (advice, opts, template) = loud_lab_boot();
         let (tried, left) = trials(&advice, &opts, &template);
         let tried: Vec<_> = tried.iter().map(|t| t.change.describe()).collect();
         assert_eq!(tried, ["kernel command line: quiet"]);
@@ -549,24 +555,7 @@ pub(crate) mod tests {
 
     #[test]
     fn rules_pick_the_fixes_tried() {
-        let ev = Evidence::read(&[std::path::PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/fixtures/lab-sites-loud.profile.json"
-        ))])
-        .unwrap();
-        let advice = advise(&ev);
-        let opts = ProveOptions {
-            budget: None,
-            runs: 2,
-            max_fixes: 4,
-            level: 0.05,
-            allow_unsafe: false,
-            run_timeout: Duration::from_secs(1),
-            marker: ConsolePattern::parse("userspace=x").unwrap(),
-            kinds: FixKind::ALL.to_vec(),
-            rules: Vec::new(),
-        };
-        let template = ProveTarget::template("qemu -append {cmdline}", None, None).unwrap();
+        let (advice, opts, template) = loud_lab_boot();
         // --rules: only the fixes of the rules named.
         let is_quiet = |d: String| d == "kernel command line: quiet";
         let quiet_rule = advice
