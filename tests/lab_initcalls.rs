@@ -14,78 +14,122 @@ mod support;
 
 use support::*;
 
-use std::path::Path;
+use std::sync::OnceLock;
 
-/// Boots the default guest in the lab, unprofiled; returns the timeline
-/// and console.
-fn boot(p: &lab::Prereqs, tag: &str, extra: &[&str]) -> (serde_json::Value, String) {
-    let mut args = vec!["--no-profile"];
-    args.extend(extra);
-    boot_with(p, tag, &args)
-}
-
-/// Boots the default guest in the lab with `args` (after the kernel,
-/// initrd and memory); returns the timeline and console.
-fn boot_with(p: &lab::Prereqs, tag: &str, extra: &[&str]) -> (serde_json::Value, String) {
-    boot_ending(p, tag, extra, 0)
-}
+use support::lab::{LabRun, LabRunResult};
 
 /// The default kernel command line of `run`.
 const CMDLINE: &str =
     "console=ttyS0 reboot=k panic=-1 pci=off io_delay=none i8042.noaux i8042.nomux i8042.dumbkbd";
 
-/// One lab boot of this file at a time: the duration check compares two
-/// clocks' readings around each initcall, which another lab machine
-/// running beside it on a small host would pull apart.
-static ONE_LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The boots of this file's tests, one after another in one lab machine
+/// (the duration check compares two clocks' readings around each
+/// initcall, which another lab machine running beside it on a small host
+/// would pull apart), booted by whichever test comes first; `None` where
+/// they cannot run (a SKIP line says why); `Err` with the first test's
+/// failure, which every test then reports instead of booting them again.
+type Boots = Result<Option<Vec<(&'static str, LabRunResult)>>, String>;
+static BOOTS: OnceLock<Boots> = OnceLock::new();
 
-/// [`boot_with`], the run ending with exit status `status`.
-fn boot_ending(
-    p: &lab::Prereqs,
-    tag: &str,
-    extra: &[&str],
-    status: i32,
-) -> (serde_json::Value, String) {
-    let _one = ONE_LAB.lock().unwrap_or_else(|e| e.into_inner());
-    let timeline = p.dir.join(format!("out/{tag}-timeline.json"));
-    let serial = p.dir.join(format!("out/{tag}-serial.log"));
-    std::fs::create_dir_all(timeline.parent().unwrap()).unwrap();
-    let out = bootscope()
-        .args(["lab", "--timeout", "900", "--", "run"])
-        .arg("--kernel")
-        .arg(&p.kernel)
-        .arg("--initrd")
-        .arg(&p.initrd)
-        .args(["--memory", "256M", "--timeout", "600"])
-        .args(extra)
-        .arg("--timeline")
-        .arg(&timeline)
-        .arg("--serial")
-        .arg(&serial)
-        .output()
-        .expect("bootscope lab runs");
-    // The lab passes on what ran inside on either stream.
-    let output = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(out.status.code(), Some(status), "{output}");
-    if extra.contains(&"--initcalls") {
-        assert!(output.contains("slowest initcalls"), "summary: {output}");
+/// The boot `tag` of [`BOOTS`], which must have ended with `status`.
+fn booted(p: &lab::Prereqs, tag: &str, status: i32) -> Option<&'static LabRunResult> {
+    let boots = BOOTS.get_or_init(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| boot_all(p))).map_err(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        })
+    });
+    let boots = match boots {
+        Ok(b) => b.as_ref()?,
+        Err(e) => panic!("the lab's boots failed: {e}"),
+    };
+    let (_, r) = boots.iter().find(|(t, _)| *t == tag).unwrap();
+    assert_eq!(r.status, Some(status), "{}", r.output);
+    if tag != "without" {
+        assert!(
+            r.output.contains("slowest initcalls"),
+            "summary: {}",
+            r.output
+        );
     }
-    let doc = read_json(&timeline);
-    (doc, read(&serial))
+    Some(r)
 }
 
-fn read(p: &Path) -> String {
-    std::fs::read_to_string(p).expect("serial log copied back from the lab")
+/// This file's boots, in one lab machine.
+fn boot_all(p: &lab::Prereqs) -> Option<Vec<(&'static str, LabRunResult)>> {
+    let profile = p.dir.join("out/profiled-profile.json");
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let runs = [
+        ("with", args(&["--no-profile", "--initcalls"]), vec![]),
+        ("without", args(&["--no-profile"]), vec![]),
+        (
+            "profiled",
+            args(&[
+                "--initcalls",
+                "--initcalls-method",
+                "log",
+                "--profile",
+                "--output",
+                profile.to_str().unwrap(),
+            ]),
+            vec![profile.clone()],
+        ),
+        (
+            "durations",
+            args(&[
+                "--no-profile",
+                "--initcalls",
+                "--cmdline",
+                &format!("{CMDLINE} quiet initcall_debug"),
+            ]),
+            vec![],
+        ),
+        (
+            "panic",
+            args(&[
+                "--no-profile",
+                "--initcalls",
+                "--cmdline",
+                &format!("{CMDLINE} rdinit=/nonexistent init=/nonexistent"),
+            ]),
+            vec![],
+        ),
+    ]
+    .map(|(tag, args, extra)| LabRun { tag, args, extra });
+    let results = lab::runs_in_one_lab(p, &runs)?;
+    Some(runs.iter().map(|r| r.tag).zip(results).collect())
+}
+
+/// The same boot without --initcalls. The console differs only by the
+/// longer command line (echoed twice), the log buffer's notice and three
+/// shutdown lines, some 700 bytes; printing the 670-odd initcalls' lines
+/// would add over 80,000. Port I/O exits follow the console bytes.
+fn assert_no_console_cost(with: &LabRunResult, without: &LabRunResult, error: u64) {
+    let extra_bytes = with.serial.len() as i64 - without.serial.len() as i64;
+    assert!(
+        extra_bytes < 2_000,
+        "the console grew by {extra_bytes} bytes with --initcalls"
+    );
+    let io = |d: &serde_json::Value| d["kvm_stats"]["io_exits"].as_u64().unwrap();
+    let (with, without) = (io(&with.timeline), io(&without.timeline));
+    eprintln!(
+        "alignment error {error} ns; console +{extra_bytes} bytes; io exits {with} with, {without} without"
+    );
+    assert!(
+        with as f64 <= without as f64 * 1.05,
+        "io exits {with} with --initcalls, {without} without"
+    );
 }
 
 #[test]
 fn initcalls_of_the_default_guest_are_on_the_timeline_without_console_cost() {
     let p = require_lab_guest!("initcalls");
-    let (doc, console) = boot(&p, "with", &["--initcalls"]);
+    let Some(with) = booted(&p, "with", 0) else {
+        return;
+    };
+    let (doc, console) = (&with.timeline, &with.serial);
     let ic = &doc["initcalls"];
     assert!(ic["error"].is_null(), "{}", ic["error"]);
     assert!(
@@ -160,25 +204,7 @@ fn initcalls_of_the_default_guest_are_on_the_timeline_without_console_cost() {
         "initcall lines reached the console"
     );
 
-    // The same boot without --initcalls. The console differs only by the
-    // longer command line (echoed twice), the log buffer's notice and three
-    // shutdown lines, some 700 bytes; printing the 670-odd initcalls' lines
-    // would add over 80,000. Port I/O exits follow the console bytes.
-    let (plain, plain_console) = boot(&p, "without", &[]);
-    let extra_bytes = console.len() as i64 - plain_console.len() as i64;
-    assert!(
-        extra_bytes < 2_000,
-        "the console grew by {extra_bytes} bytes with --initcalls"
-    );
-    let io = |d: &serde_json::Value| d["kvm_stats"]["io_exits"].as_u64().unwrap();
-    let (with, without) = (io(&doc), io(&plain));
-    eprintln!(
-        "alignment error {error} ns; console +{extra_bytes} bytes; io exits {with} with, {without} without"
-    );
-    assert!(
-        with as f64 <= without as f64 * 1.05,
-        "io exits {with} with --initcalls, {without} without"
-    );
+    assert_no_console_cost(with, booted(&p, "without", 0).unwrap(), error);
     let _ = std::fs::remove_dir_all(&p.dir);
 }
 
@@ -191,22 +217,12 @@ fn initcalls_of_the_default_guest_are_on_the_timeline_without_console_cost() {
 #[test]
 fn profiled_initcalls_get_the_exits_the_kernel_counted() {
     let p = require_lab_guest!("initcalls-profiled");
-    let profile_path = p.dir.join("out/profiled-profile.json");
-    let profile_arg = profile_path.to_str().unwrap().to_string();
-    let (doc, _) = boot_with(
-        &p,
-        "profiled",
-        &[
-            "--initcalls",
-            "--initcalls-method",
-            "log",
-            "--profile",
-            "--output",
-            &profile_arg,
-        ],
-    );
+    let Some(profiled) = booted(&p, "profiled", 0) else {
+        return;
+    };
+    let doc = &profiled.timeline;
     let profile: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&profile_path).expect("the profile")).unwrap();
+        serde_json::from_slice(&profiled.extra[0]).expect("the profile");
     let slots = &profile["time_slots"];
     assert_eq!(slots["slot_ns"], 100_000, "{slots}");
     assert_eq!(slots["start_ns"], 0, "{slots}");
@@ -295,8 +311,10 @@ fn profiled_initcalls_get_the_exits_the_kernel_counted() {
 #[test]
 fn traced_durations_agree_with_the_kernels_own() {
     let p = require_lab_guest!("initcalls-durations");
-    let cmdline = format!("{CMDLINE} quiet initcall_debug");
-    let (doc, _) = boot(&p, "durations", &["--initcalls", "--cmdline", &cmdline]);
+    let Some(durations) = booted(&p, "durations", 0) else {
+        return;
+    };
+    let doc = &durations.timeline;
     let ic = &doc["initcalls"];
     assert!(ic["error"].is_null(), "{}", ic["error"]);
     let calls = ic["initcalls"].as_array().unwrap().len() as u64;
@@ -356,13 +374,10 @@ fn traced_durations_agree_with_the_kernels_own() {
 #[test]
 fn a_boot_that_panics_keeps_its_initcalls() {
     let p = require_lab_guest!("initcalls-panic");
-    let cmdline = format!("{CMDLINE} rdinit=/nonexistent init=/nonexistent");
-    let (doc, console) = boot_ending(
-        &p,
-        "panic",
-        &["--no-profile", "--initcalls", "--cmdline", &cmdline],
-        1,
-    );
+    let Some(panic) = booted(&p, "panic", 1) else {
+        return;
+    };
+    let (doc, console) = (&panic.timeline, &panic.serial);
     assert!(console.contains("Kernel panic"), "{console}");
     let ic = &doc["initcalls"];
     assert!(ic["error"].is_null(), "{}", ic["error"]);

@@ -152,3 +152,101 @@ pub fn assert_initcalls_on_the_clock(p: &serde_json::Value) {
         "{in_initcalls} of {total}"
     );
 }
+
+/// One `bootscope run` of the default guest among several in one lab
+/// machine ([`runs_in_one_lab`]).
+pub struct LabRun {
+    /// Names its files (`out/TAG-*`).
+    pub tag: &'static str,
+    /// `run`'s arguments after the kernel, initrd, memory and timeout.
+    pub args: Vec<String>,
+    /// Files the run writes besides its timeline and serial log (a
+    /// profile's `--output`), brought back too.
+    pub extra: Vec<PathBuf>,
+}
+
+/// What one [`LabRun`] left.
+pub struct LabRunResult {
+    pub status: Option<i32>,
+    /// Its standard output and error.
+    pub output: String,
+    pub timeline: serde_json::Value,
+    pub serial: String,
+    /// The [`LabRun::extra`] files' bytes, in order.
+    pub extra: Vec<Vec<u8>>,
+}
+
+/// Runs `runs` one after another in one lab machine (one lab start
+/// instead of one each: the suite's lab time is mostly starts and
+/// boots), with the default guest of `p`; `None` after a SKIP line when
+/// there is no static busybox to run them with.
+pub fn runs_in_one_lab(p: &Prereqs, runs: &[LabRun]) -> Option<Vec<LabRunResult>> {
+    let busybox = static_busybox()?;
+    let exe = Path::new(env!("CARGO_BIN_EXE_bootscope"));
+    let out = p.dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let file = |tag: &str, what: &str| out.join(format!("{tag}-{what}"));
+    let q = |p: &Path| format!("'{}'", p.display());
+    let mut script = format!("mkdir -p {}\n", q(&out));
+    let mut outputs = Vec::new();
+    for r in runs {
+        let args: Vec<String> = r.args.iter().map(|a| format!("'{a}'")).collect();
+        script += &format!(
+            "{} run --kernel {} --initrd {} --memory 256M --timeout 600 {} --timeline {} --serial {} > {} 2>&1\necho $? > {}\n",
+            q(exe),
+            q(&p.kernel),
+            q(&p.initrd),
+            args.join(" "),
+            q(&file(r.tag, "timeline.json")),
+            q(&file(r.tag, "serial.log")),
+            q(&file(r.tag, "output.txt")),
+            q(&file(r.tag, "status")),
+        );
+        for what in ["timeline.json", "serial.log", "output.txt", "status"] {
+            outputs.push(file(r.tag, what));
+        }
+        outputs.extend(r.extra.iter().cloned());
+    }
+    let script_path = p.dir.join("runs.sh");
+    std::fs::write(&script_path, script).unwrap();
+    let timeout = (600 * runs.len()).to_string();
+    let mut cmd = super::bootscope();
+    cmd.args(["lab", "--timeout", &timeout, "--exe"])
+        .arg(&busybox)
+        .arg("--program")
+        .arg(exe)
+        .arg("--input")
+        .arg(&p.kernel)
+        .arg("--input")
+        .arg(&p.initrd);
+    for o in &outputs {
+        cmd.arg("--output").arg(o);
+    }
+    cmd.args(["--", "sh"]).arg(&script_path);
+    let o = super::run(&mut cmd, None);
+    let console = super::text(&o);
+    println!("--- lab ---\n{console}---");
+    assert_eq!(o.status.code(), Some(0), "{console}");
+    let read = |p: &Path| {
+        std::fs::read(p)
+            .unwrap_or_else(|e| panic!("{} not brought back: {e}\n{console}", p.display()))
+    };
+    Some(
+        runs.iter()
+            .map(|r| {
+                let text =
+                    |what: &str| String::from_utf8_lossy(&read(&file(r.tag, what))).into_owned();
+                let output = text("output.txt");
+                println!("--- {} ---\n{output}---", r.tag);
+                LabRunResult {
+                    status: text("status").trim().parse().ok(),
+                    timeline: serde_json::from_slice(&read(&file(r.tag, "timeline.json")))
+                        .unwrap_or_else(|e| panic!("{} timeline: {e}\n{output}", r.tag)),
+                    serial: text("serial.log"),
+                    extra: r.extra.iter().map(|x| read(x)).collect(),
+                    output,
+                }
+            })
+            .collect(),
+    )
+}
