@@ -17,6 +17,7 @@ pub mod docs;
 pub mod error;
 pub mod evaluate;
 pub mod evidence;
+pub mod kernel;
 pub mod prove;
 pub mod report;
 pub mod rules;
