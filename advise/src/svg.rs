@@ -156,7 +156,8 @@ fn ratio_row(out: &mut String, axis: &Axis, r: &FixResult, y: f64, label: &str) 
         y,
         12,
         "end",
-        &clip(&format!("{label}{}", changes.join(" + ")), 46),
+        // Fewer characters than a finding's label: kernel words are wide.
+        &clip(&format!("{label}{}", changes.join(" + ")), 40),
     );
     let colour = verdict_colour(r.verdict);
     let verdict = match r.verdict {
@@ -228,13 +229,26 @@ fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
         16,
         "start",
         &format!(
-            "Measured: time to {} with the fix / without (up to {} rounds, {}, level {})",
+            "Measured: time to {} with the fix / without",
             // The mark is named in the check boot's line of the text report.
             if p.metric.starts_with("mark:") {
                 "the workload's mark".to_string()
             } else {
                 crate::prove::plan::measured_to(&p.metric)
             },
+        ),
+    );
+    // The test on a line of its own: with the heading it is wider than
+    // the picture.
+    y += ROW;
+    text(
+        out,
+        20.0,
+        y,
+        12,
+        "start",
+        &format!(
+            "up to {} rounds, {}, level {}",
             p.runs_per_side,
             p.test.title(),
             crate::prove::options::level(p.level)
