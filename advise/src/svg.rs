@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use bootscope_bench::compare::xml_escape;
 
 use crate::evaluate::{human_ns, ConcreteChange};
-use crate::prove::{FixResult, Verdict};
+use crate::prove::{FixResult, ProveReport, Verdict};
 use crate::report::{final_command, AdviseDoc};
 
 const WIDTH: f64 = 1080.0;
@@ -216,11 +216,9 @@ fn ratio_row(out: &mut String, axis: &Axis, r: &FixResult, y: f64, label: &str) 
     );
 }
 
-/// Fixes: ratio of time to userspace, with fix / without.
-fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
-    let Some(p) = doc.prove else {
-        return y;
-    };
+/// The proof's heading: what was measured, then the test on a line of its
+/// own (with the heading it is wider than the picture).
+fn proof_heading(out: &mut String, p: &ProveReport, mut y: f64) -> f64 {
     y += 2.0 * ROW;
     text(
         out,
@@ -238,8 +236,6 @@ fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
             },
         ),
     );
-    // The test on a line of its own: with the heading it is wider than
-    // the picture.
     y += ROW;
     text(
         out,
@@ -254,6 +250,15 @@ fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
             crate::prove::options::level(p.level)
         ),
     );
+    y
+}
+
+/// Fixes: ratio of time to userspace, with fix / without.
+fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
+    let Some(p) = doc.prove else {
+        return y;
+    };
+    y = proof_heading(out, p, y);
     let rows: Vec<&FixResult> = p
         .fixes
         .iter()
@@ -358,7 +363,7 @@ mod tests {
     use super::*;
     use crate::evaluate::{Advice, ConcreteChange};
     use crate::evidence::Evidence;
-    use crate::prove::{CheckBoot, ProveReport};
+    use crate::prove::CheckBoot;
     use bootscope_bench::compare::compare_metric;
     use bootscope_bench::TestKind;
 
