@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What a wave may add to the exporter's anonymous memory per VM served,
-/// in the wave at the lower quartile of growth: well under the tens of KiB a VM's profile kept for
-/// good would cost. Measured on a loaded host over 30 waves: steps of up to
+/// in the wave at the lower quartile of growth: well under the tens of KiB
+/// a VM's profile kept for good would cost. Measured on a loaded host over 30 waves: steps of up to
 /// 900 KiB in the first three waves (the allocator's arenas, a worker
 /// thread), then 2 KiB a VM (3,648 to 3,876 KiB over 108 VMs); the lower
 /// quartile of 16 waves is in that plateau.
