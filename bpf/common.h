@@ -6,7 +6,7 @@
 #ifndef BOOTSCOPE_COMMON_H
 #define BOOTSCOPE_COMMON_H
 
-#define BS_ABI_VERSION 8
+#define BS_ABI_VERSION 9
 
 #define BS_COMM_LEN 16
 /* log2 latency slots: slot i holds values in [2^i, 2^(i+1)) ns, slot 0 also
@@ -103,7 +103,8 @@ enum bs_source {
 	BS_SRC_TAIL_FILEMAP_MAP = 27,
 	BS_SRC_TAIL_EXC_USER = 28,
 	BS_SRC_TAIL_EXC_KERNEL = 29,
-	BS_SRC_COUNT = 30,
+	BS_SRC_TAIL_SPTE_ALL = 30,
+	BS_SRC_COUNT = 31,
 };
 
 /* What a ring buffer record reports. */

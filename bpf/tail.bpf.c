@@ -225,6 +225,20 @@ static __always_inline __u32 bs_tail_kind(__u64 dmin, __u64 dmaj, __u32 file)
 	return BS_TAIL_RESIDENT;
 }
 
+/* Every guest fault KVM serves for a followed VM, window or not (the
+ * count compared with KVM's own statistics). It reads no field of the
+ * record, so it attaches raw and stays attached when the window's
+ * programs are detached at its end. */
+SEC("raw_tp/kvm_mmu_spte_requested")
+int bs_tail_spte_all(void *ctx)
+{
+	__u32 phase;
+
+	if (bs_follow(bpf_get_current_pid_tgid() >> 32, &phase))
+		bs_tail_add(BS_TT_GUEST_ALL, 1);
+	return 0;
+}
+
 /* A guest fault's service ends: KVM maps the page. */
 SEC("tracepoint/kvmmmu/kvm_mmu_spte_requested")
 int bs_tail_spte(void *ctx)
@@ -236,10 +250,7 @@ int bs_tail_spte(void *ctx)
 	__u64 gfn, bucket;
 	__u8 one = 1;
 
-	if (!bs_follow(tgid, &phase))
-		return 0;
-	bs_tail_add(BS_TT_GUEST_ALL, 1);
-	if (!bs_tail_win(tgid, now, 0, &start))
+	if (!bs_follow(tgid, &phase) || !bs_tail_win(tgid, now, 0, &start))
 		return 0;
 	t = bs_tail_step(tgid, tid, &dmin, &dmaj);
 	if (!t)

@@ -13,7 +13,7 @@ pub static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bootscope.bpf.o"));
 
 /// `BS_ABI_VERSION` in bpf/common.h.
-pub const BS_ABI_VERSION: u32 = 8;
+pub const BS_ABI_VERSION: u32 = 9;
 pub const COMM_LEN: usize = 16;
 pub const HIST_SLOTS: usize = bootscope_model::hist::HIST_SLOTS;
 pub const MAX_PFN_RANGES: usize = 64;
@@ -101,10 +101,11 @@ pub enum Source {
     TailFilemapMap = 27,
     TailExcUser = 28,
     TailExcKernel = 29,
+    TailSpteAll = 30,
 }
 
 /// `BS_SRC_COUNT`.
-pub const SOURCE_COUNT: usize = 30;
+pub const SOURCE_COUNT: usize = 31;
 
 /// One BPF program: the tracepoint it attaches to and the fields it reads
 /// (each becomes the global `EVENT__FIELD`).
@@ -174,11 +175,12 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     spec!("bs_sched_wait_switch", "sched", "sched_switch", SchedWaitSwitch, Sched, ["prev_state", "next_pid"], [], "threads[].runqueue_wait (a wait ends at the switch in; a preempted thread waits again)"),
     spec!("bs_tail_walk", "kvmmmu", "kvm_mmu_pagetable_walk", TailWalk, Tail, [], [], "fault_tail (a guest fault's service begins: the shadow MMU's walk, PVM)"),
     spec!("bs_tail_npf", "kvm", "kvm_page_fault", TailNpf, Tail, [], [], "fault_tail (a guest fault's service begins: EPT violation or NPF, VMX/SVM)"),
-    spec!("bs_tail_spte", "kvmmmu", "kvm_mmu_spte_requested", TailSpte, Tail, ["gfn"], [], "fault_tail (a guest fault served: kind, service time, region, site, page)"),
+    spec!("bs_tail_spte", "kvmmmu", "kvm_mmu_spte_requested", TailSpte, Tail, ["gfn"], [], "fault_tail (a guest fault served in the window: kind, service time, region, site, page)"),
     spec!("bs_tail_filemap_fault", "filemap", "mm_filemap_fault", TailFilemapFault, Tail, [], [], "fault_tail kinds (file-backed)"),
     spec!("bs_tail_filemap_map", "filemap", "mm_filemap_map_pages", TailFilemapMap, Tail, [], [], "fault_tail kinds (file-backed, fault-around)"),
     spec!("bs_tail_exc_user", "exceptions", "page_fault_user", TailExcUser, Tail, [], [], "fault_tail.host (the VM's own threads' faults in the window)"),
     spec!("bs_tail_exc_kernel", "exceptions", "page_fault_kernel", TailExcKernel, Tail, [], [], "fault_tail.host (kernel-mode faults of the VM's threads in the window)"),
+    spec!("bs_tail_spte_all", "kvmmmu", "kvm_mmu_spte_requested", TailSpteAll, Tail, [], [], "fault_tail.guest_faults_total (every guest fault served, window or not; stays attached after the window)"),
 ];
 
 /// `struct bs_field`.

@@ -49,6 +49,12 @@ impl BpfObject {
         self.programs.as_ref()?.program(name)
     }
 
+    /// A program to detach, unless the object is on the guest programs'
+    /// thread.
+    pub(super) fn program_mut(&mut self, name: &str) -> Option<&mut Program> {
+        self.programs.as_mut()?.program_mut(name)
+    }
+
     /// The object with the programs, for attaching more of them elsewhere.
     pub(super) fn take_programs(&mut self) -> Option<Ebpf> {
         self.programs.take()

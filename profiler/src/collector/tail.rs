@@ -20,6 +20,8 @@ use crate::profile::{Mark, MarkSource};
 
 const WINDOW_MAP: &str = "tail_window";
 const TOTALS_MAP: &str = "tail_totals";
+/// A window program's `sources[].detail` once the window's end detached it.
+const DETACHED: &str = "detached at the window's end (its counts are the window's)";
 /// The VMM's mark of its first `KVM_RUN` (bootscope's own VMM).
 const FIRST_KVM_RUN: &str = "vmm: first KVM_RUN";
 
@@ -129,7 +131,36 @@ impl State {
             return;
         };
         if let Ok(mut a) = Array::<&mut MapData, t::BsTailWindow>::try_from(map) {
-            let _ = a.set(0, t::BsTailWindow { end_ns: mono, ..w }, 0);
+            if a.set(0, t::BsTailWindow { end_ns: mono, ..w }, 0).is_ok() {
+                self.detach_window_programs();
+            }
+        }
+    }
+
+    /// Detaches the programs that only count in the window, once it has
+    /// ended: attached, each ran on every guest and host fault for the
+    /// rest of the target's life only to find the window closed (a classic
+    /// tracepoint's record built each time). `bs_tail_spte_all` stays: the
+    /// count over the VM's life. A mark read later that ends the window
+    /// earlier still can (the window's counts are kept in its maps).
+    fn detach_window_programs(&mut self) {
+        let bpf = &mut self.bpf;
+        for p in self.setup.programs.iter_mut().filter(|p| {
+            p.spec.collector == bpf::CollectorKind::Tail
+                && p.spec.source != Source::TailSpteAll
+                && p.is_attached()
+                && !p.detail.starts_with(DETACHED)
+        }) {
+            let unloaded = match bpf.program_mut(p.spec.program) {
+                Some(aya::programs::Program::TracePoint(prog)) => prog.unload(),
+                Some(aya::programs::Program::RawTracePoint(prog)) => prog.unload(),
+                _ => continue,
+            };
+            // One that cannot be detached runs on; its early return is
+            // all it costs.
+            if unloaded.is_ok() {
+                p.detail = DETACHED.into();
+            }
         }
     }
 
@@ -144,7 +175,8 @@ impl State {
             return None;
         }
         let tot = |i: usize| percpu_sum(&self.bpf, TOTALS_MAP, i as u32);
-        events[Source::TailSpte as usize] += tot(total::GUEST_ALL);
+        events[Source::TailSpteAll as usize] += tot(total::GUEST_ALL);
+        events[Source::TailSpte as usize] += tot(total::GUEST);
         events[Source::TailExcUser as usize] += tot(total::EXC_USER);
         events[Source::TailExcKernel as usize] += tot(total::EXC_KERNEL);
         let start = self.tail_start();
