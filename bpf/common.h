@@ -6,7 +6,7 @@
 #ifndef BOOTSCOPE_COMMON_H
 #define BOOTSCOPE_COMMON_H
 
-#define BS_ABI_VERSION 9
+#define BS_ABI_VERSION 10
 
 #define BS_COMM_LEN 16
 /* log2 latency slots: slot i holds values in [2^i, 2^(i+1)) ns, slot 0 also
@@ -128,6 +128,9 @@ enum bs_event_kind {
 	 * its last byte ('\n'), arg0 = the bpf_ktime_get_ns() of its first
 	 * byte, arg1 = its length in bytes, comm = its first 16 bytes. */
 	BS_EV_SERIAL_LINE = 6,
+	/* A followed VMM was stopped at its guest's end (memslots.bpf.c's
+	 * hold; the record is in held_vmms): userspace reads it at once. */
+	BS_EV_HELD = 7,
 };
 
 #define BS_CLONE_FLAGS_UNKNOWN 0xffffffffffffffffULL

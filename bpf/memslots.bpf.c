@@ -103,6 +103,7 @@ static __always_inline void bs_hold(__u32 why)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32, zero = 0, phase;
 	struct bs_memslot_config *c = bpf_map_lookup_elem(&memslot_config, &zero);
 	struct bs_held h = {};
+	struct bs_event *e;
 
 	if (!c || !c->hold_at_shutdown || !bs_follow(tgid, &phase))
 		return;
@@ -114,6 +115,12 @@ static __always_inline void bs_hold(__u32 why)
 	if (bpf_send_signal(BS_SIGSTOP) == 0) {
 		h.signalled = 1;
 		bpf_map_update_elem(&held_vmms, &tgid, &h, BPF_EXIST);
+	}
+	/* Wakes the reader, which otherwise looks only now and then. */
+	e = bs_event_reserve(BS_EV_HELD, tgid, (__u32)bpf_get_current_pid_tgid());
+	if (e) {
+		e->arg0 = why;
+		bpf_ringbuf_submit(e, 0);
 	}
 }
 

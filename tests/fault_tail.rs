@@ -31,6 +31,39 @@ fn plain_boot_has_no_tail(tmp: &std::path::Path) {
     assert!(read_json(&plain).get("fault_tail").is_none());
 }
 
+/// The window closed: its programs were detached, all but the count over
+/// the VM's life (`sources[]` of the tail collector, by program).
+fn window_programs_were_detached(p: &serde_json::Value) {
+    let tail: Vec<&serde_json::Value> = p["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["collector"] == "tail" && s["status"] == "attached")
+        .filter(|s| s["name"].as_str().unwrap_or("").starts_with("tracepoint:"))
+        .collect();
+    let life: Vec<_> = tail
+        .iter()
+        .filter(|s| {
+            s["detail"]
+                .as_str()
+                .unwrap_or("")
+                .contains("guest_faults_total")
+        })
+        .collect();
+    assert_eq!(life.len(), 1, "{tail:?}");
+    let detached = tail
+        .iter()
+        .filter(|s| {
+            s["detail"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("detached at the window's end")
+        })
+        .count();
+    assert_eq!(detached, tail.len() - 1, "{tail:?}");
+    assert!(detached >= 4, "{tail:?}");
+}
+
 #[test]
 fn a_restore_is_profiled_with_its_fault_tail() {
     require_root!("to load the eBPF programs");
@@ -126,36 +159,7 @@ fn a_restore_is_profiled_with_its_fault_tail() {
     assert_eq!(kinds, u(&t["guest_faults"]));
     assert!(u(&t["working_set"]["pages"]) <= u(&t["guest_faults"]));
 
-    // The window closed: its programs were detached, all but the count
-    // over the VM's life (sources[] of the tail collector, by program).
-    let tail: Vec<&serde_json::Value> = p["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["collector"] == "tail" && s["status"] == "attached")
-        .filter(|s| s["name"].as_str().unwrap_or("").starts_with("tracepoint:"))
-        .collect();
-    let life: Vec<_> = tail
-        .iter()
-        .filter(|s| {
-            s["detail"]
-                .as_str()
-                .unwrap_or("")
-                .contains("guest_faults_total")
-        })
-        .collect();
-    assert_eq!(life.len(), 1, "{tail:?}");
-    let detached = tail
-        .iter()
-        .filter(|s| {
-            s["detail"]
-                .as_str()
-                .unwrap_or("")
-                .starts_with("detached at the window's end")
-        })
-        .count();
-    assert_eq!(detached, tail.len() - 1, "{tail:?}");
-    assert!(detached >= 4, "{tail:?}");
+    window_programs_were_detached(&p);
 
     plain_boot_has_no_tail(&tmp);
 }

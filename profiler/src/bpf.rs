@@ -13,7 +13,7 @@ pub static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bootscope.bpf.o"));
 
 /// `BS_ABI_VERSION` in bpf/common.h.
-pub const BS_ABI_VERSION: u32 = 9;
+pub const BS_ABI_VERSION: u32 = 10;
 pub const COMM_LEN: usize = 16;
 pub const HIST_SLOTS: usize = bootscope_model::hist::HIST_SLOTS;
 pub const MAX_PFN_RANGES: usize = 64;
@@ -30,6 +30,7 @@ pub mod event_kind {
     pub const TASK_EXIT: u32 = 4;
     pub const VM_NEW: u32 = 5;
     pub const SERIAL_LINE: u32 = 6;
+    pub const HELD: u32 = 7;
 }
 
 /// Fault kinds (`enum bs_fault_kind`).

@@ -33,13 +33,14 @@ use bootscope_profiler::Collector;
 /// clock: COM1's, the console of every VMM's default guest.
 pub const SERIAL_PORT: u16 = 0x3f8;
 
-/// How often the watcher looks for the userspace mark and a held VMM.
-/// Each look is a wake-up for the whole boot, and one on the CPU of the
-/// guest's vCPU interrupts the guest (an `interrupt` exit): at 5 ms, the
-/// lab's QEMU boots had some 600 more of those than without the reader.
-/// A hold seen up to 20 ms late lengthens the VMM's teardown, after its
-/// guest's last instruction, not the boot.
-const POLL: Duration = Duration::from_millis(20);
+/// How long the watcher sleeps when nothing it waits for happened. It
+/// wakes at once on news ([`Collector::wait_news`]: a guest's mark, a VMM
+/// held at its guest's end, a new VM); this bounds what it learns without
+/// news (another process's memory slots, symbols loaded meanwhile). Each
+/// wake-up on the CPU of the guest's vCPU interrupts the guest (an
+/// `interrupt` exit), and on a one-CPU lab machine takes its time: looking
+/// every 20 ms cost such a boot about 3 % of its CPU.
+const IDLE_WAKE: Duration = Duration::from_millis(250);
 
 /// What the watcher knows before it starts.
 pub struct Plan {
@@ -75,6 +76,7 @@ pub struct Outcome {
 pub struct Watch {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<Outcome>,
+    collector: Arc<Collector>,
 }
 
 impl Watch {
@@ -83,6 +85,7 @@ impl Watch {
     pub fn start(collector: Arc<Collector>, plan: Plan) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let own = collector.clone();
         let mut missing = Vec::new();
         let attached = collector.attach_memslot_programs();
         let failed: Vec<String> = attached
@@ -122,7 +125,11 @@ impl Watch {
                 watch(&collector, reader, &flag)
             })
             .expect("a thread for reading guest memory");
-        Watch { stop, thread }
+        Watch {
+            stop,
+            thread,
+            collector: own,
+        }
     }
 
     /// Starts watching for `bootscope profile` (before a launched command
@@ -161,6 +168,7 @@ impl Watch {
     /// Stops watching: a VMM still running is read once more (`end`).
     pub fn finish(self) -> Outcome {
         self.stop.store(true, Ordering::SeqCst);
+        self.collector.wake_news();
         self.thread.join().unwrap_or_else(|_| Outcome {
             read: GuestRead::default(),
             modules: None,
@@ -168,20 +176,43 @@ impl Watch {
     }
 }
 
-/// The calling thread's nice value: 19 while it loads the kernel's
-/// symbols (a thread of its own) and reads memory with the guest running
-/// (that work then takes the CPU time the guest leaves, so a profile costs
-/// the boot little on a host with no CPU to spare), the process's own
+/// The calling thread in the background while it reads memory with the
+/// guest running ([`set_background_of`]), at the process's own priority
 /// otherwise (looking for a held VMM, and reading it: it waits for the
-/// read). Raising it back needs
-/// CAP_SYS_NICE (root has it); without, the thread stays at 19.
+/// read).
 fn set_background(background: bool) {
-    // SAFETY: plain system calls on the calling thread (its tid).
+    // SAFETY: a plain system call.
+    set_background_of(unsafe { libc::gettid() }, background);
+}
+
+/// Thread `tid` in the background: the `SCHED_IDLE` policy (it runs only
+/// on CPU time no other thread wants, and never preempts one), or nice 19
+/// where that policy is refused. Work there (loading the guest kernel's
+/// symbols, reading memory while the guest runs) takes the CPU time the
+/// guest leaves, so a profile costs the boot little on a host with no CPU
+/// to spare. Back to the normal policy at the process's own nice when
+/// not; raising the priority needs CAP_SYS_NICE (root has it), without
+/// which the thread stays in the background.
+fn set_background_of(tid: i32, background: bool) {
+    if tid <= 0 {
+        return;
+    }
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain system calls with a live sched_param.
     unsafe {
-        let tid = libc::gettid() as libc::id_t;
         // The main thread's nice: the process's own.
         let own = libc::getpriority(libc::PRIO_PROCESS, libc::getpid() as libc::id_t);
-        libc::setpriority(libc::PRIO_PROCESS, tid, if background { 19 } else { own });
+        let policy = if background {
+            libc::SCHED_IDLE
+        } else {
+            libc::SCHED_OTHER
+        };
+        libc::sched_setscheduler(tid, policy, &param);
+        libc::setpriority(
+            libc::PRIO_PROCESS,
+            tid as libc::id_t,
+            if background { 19 } else { own },
+        );
     }
 }
 
@@ -191,6 +222,7 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
     // busy the guest keeps the CPU.
     let mut userspace_read = false;
     let mut shutdown_read = false;
+    let mut news = 0;
     loop {
         let ending = stop.load(Ordering::SeqCst);
         reader.learn_pid(collector);
@@ -241,7 +273,7 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
         if ending {
             break;
         }
-        std::thread::sleep(POLL);
+        news = collector.wait_news(news, IDLE_WAKE);
     }
     wind_down(
         collector,

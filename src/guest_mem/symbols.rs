@@ -1,6 +1,6 @@
 //! The guest kernel's symbols and types (for the initcalls in its trace
 //! ring, its modules, the boot parameters at their symbol), loaded on a
-//! thread of their own at nice 19 while the watcher looks for holds: a
+//! thread of their own in the background while the watcher looks for holds: a
 //! VMM held at its guest's end never waits for the load (what is read
 //! then is a copy of its memory, decoded once the load has ended). What
 //! needs the symbols waits for them, at most a bounded time
@@ -49,7 +49,7 @@ impl KernelSymbols {
         Self::spawn(move || load(path))
     }
 
-    /// Loads with `load` on a thread of its own, at nice 19.
+    /// Loads with `load` on a thread of its own, in the background.
     pub(super) fn spawn(load: impl FnOnce() -> Loaded + Send + 'static) -> Self {
         let (send, result) = mpsc::channel();
         let tid = Arc::new(AtomicI32::new(0));
@@ -101,7 +101,7 @@ impl KernelSymbols {
     /// would take CPU time from has ended).
     pub(super) fn hurry(&self) {
         if let State::Loading { tid, .. } = &self.state {
-            set_priority_of(tid.load(Ordering::SeqCst), false);
+            super::set_background_of(tid.load(Ordering::SeqCst), false);
         }
     }
 
@@ -118,7 +118,7 @@ impl KernelSymbols {
         else {
             return true;
         };
-        set_priority_of(tid.load(Ordering::SeqCst), false);
+        super::set_background_of(tid.load(Ordering::SeqCst), false);
         match result.recv_timeout(limit) {
             Ok(loaded) => self.state = State::Done(loaded),
             Err(RecvTimeoutError::Disconnected) => self.state = State::Done(Err(PANICKED.into())),
@@ -158,22 +158,6 @@ impl KernelSymbols {
     /// True while the load is in progress (as last seen by [`Self::ready`]).
     pub(super) fn loading(&self) -> bool {
         matches!(self.state, State::Loading { .. })
-    }
-}
-
-/// Sets thread `tid`'s nice to 19 (`background`) or the process's own.
-fn set_priority_of(tid: i32, background: bool) {
-    if tid <= 0 {
-        return;
-    }
-    // SAFETY: plain system calls.
-    unsafe {
-        let own = libc::getpriority(libc::PRIO_PROCESS, libc::getpid() as libc::id_t);
-        libc::setpriority(
-            libc::PRIO_PROCESS,
-            tid as libc::id_t,
-            if background { 19 } else { own },
-        );
     }
 }
 

@@ -50,7 +50,7 @@ use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -90,9 +90,20 @@ struct Shared {
     /// ([`guest`]), and whether it is waited for.
     guest_tid: AtomicI32,
     guest_hurry: AtomicBool,
+    /// How many records that a reader of the profile may act on at once
+    /// (a guest's mark, a VMM held at its guest's end, a new VM) the worker
+    /// has applied, and the condition it signals each time.
+    news: Mutex<u64>,
+    news_changed: Condvar,
 }
 
 impl Shared {
+    /// Counts news and wakes whoever waits for it ([`Collector::wait_news`]).
+    fn tell_news(&self) {
+        *self.news.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.news_changed.notify_all();
+    }
+
     fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         let one: u64 = 1;
@@ -385,6 +396,8 @@ impl Collector {
             state: Mutex::new(state),
             guest_tid: AtomicI32::new(0),
             guest_hurry: AtomicBool::new(false),
+            news: Mutex::new(0),
+            news_changed: Condvar::new(),
         });
         let worker_shared = shared.clone();
         let sample_interval = config.sample_interval.max(Duration::from_millis(10));
@@ -504,6 +517,26 @@ impl Collector {
     /// profiles were taken) and the processes they started.
     pub fn forget(&self, tgids: &[u32]) {
         self.lock().forget_vms(tgids);
+    }
+
+    /// Waits until the worker has applied news past `seen` (a guest's
+    /// mark, a VMM held at its guest's end, a new VM), at most `limit`;
+    /// returns the count to pass next time. Lets a reader of the profile
+    /// sleep instead of looking every few milliseconds: on a one-CPU
+    /// machine each wake-up is taken from the guest.
+    pub fn wait_news(&self, seen: u64, limit: Duration) -> u64 {
+        let news = self.shared.news.lock().unwrap_or_else(|e| e.into_inner());
+        let (news, _) = self
+            .shared
+            .news_changed
+            .wait_timeout_while(news, limit, |n| *n == seen)
+            .unwrap_or_else(|e| e.into_inner());
+        *news
+    }
+
+    /// Wakes every [`Self::wait_news`] (a reader told to stop).
+    pub fn wake_news(&self) {
+        self.shared.tell_news();
     }
 
     /// A VMM profiling itself calls this once its vCPUs exist: their KVM

@@ -21,6 +21,13 @@ pub(super) fn sample_spacing(interval: Duration, cost: Duration) -> Duration {
     interval.max(cost.saturating_mul(SAMPLE_SPACING))
 }
 
+/// Whether a record of `kind` is news to a reader of the profile
+/// ([`super::Collector::wait_news`]).
+fn news(kind: u32) -> bool {
+    use crate::bpf::event_kind as k;
+    matches!(kind, k::MARK | k::HELD | k::VM_NEW)
+}
+
 /// Reads the ring buffer (on data, or every `drain_interval`) and samples
 /// counters every `sample_interval`, until told to stop.
 pub(super) fn worker_loop(
@@ -49,6 +56,10 @@ pub(super) fn worker_loop(
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             for e in &events {
                 st.apply_event(e);
+            }
+            drop(st);
+            if events.iter().any(|e| news(e.kind)) {
+                shared.tell_news();
             }
         }
     };
