@@ -42,6 +42,10 @@ pub const SERIAL_PORT: u16 = 0x3f8;
 /// every 20 ms cost such a boot about 3 % of its CPU.
 const IDLE_WAKE: Duration = Duration::from_millis(250);
 
+/// The latest the guest kernel's symbols start loading when no guest
+/// mark says the guest runs ([`Collector::guest_started`]).
+const SYMBOLS_START_LATEST: Duration = Duration::from_secs(3);
+
 /// What the watcher knows before it starts.
 pub struct Plan {
     /// The VMM when known (`--pid`, or the launched command itself until
@@ -223,9 +227,17 @@ fn watch(collector: &Collector, mut reader: pass::Reader, stop: &AtomicBool) -> 
     let mut userspace_read = false;
     let mut shutdown_read = false;
     let mut news = 0;
+    let began = Instant::now();
     loop {
         let ending = stop.load(Ordering::SeqCst);
         reader.learn_pid(collector);
+        // The symbols load once the VMM has set up (its guest runs), or
+        // after a bound for a guest that gives no mark.
+        if reader.symbols.waiting()
+            && (collector.guest_started() || began.elapsed() >= SYMBOLS_START_LATEST)
+        {
+            reader.symbols.begin();
+        }
         for (tgid, h) in collector.held_vmms() {
             if reader.handled_hold(tgid) {
                 continue;

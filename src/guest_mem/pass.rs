@@ -64,7 +64,7 @@ impl Reader {
             pid: plan.pid,
             ..GuestRead::default()
         };
-        let symbols = KernelSymbols::start(plan.kernel.clone());
+        let symbols = KernelSymbols::deferred(plan.kernel.clone());
         Self {
             plan,
             pending: None,

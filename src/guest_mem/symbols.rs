@@ -17,6 +17,8 @@ use bootscope_vmm::kernel_log::GuestKernel;
 type Loaded = Result<Box<dyn GuestKernel>, String>;
 
 enum State {
+    /// Not started yet: the VMM is setting up ([`KernelSymbols::begin`]).
+    Waiting(PathBuf),
     /// The load's result comes on the channel; the thread's id, for its
     /// priority.
     Loading {
@@ -37,16 +39,35 @@ pub(super) struct KernelSymbols {
 const PANICKED: &str = "loading the guest kernel's symbols failed (its thread panicked)";
 
 impl KernelSymbols {
-    /// Starts loading the symbols of `kernel` (None: there is no image).
-    pub(super) fn start(kernel: Option<PathBuf>) -> Self {
-        let Some(path) = kernel else {
-            return Self::done(Err(
+    /// The symbols of `kernel` (None: there is no image), to be loaded
+    /// from [`Self::begin`] on. The load reads and verifies the same
+    /// kernel cache files the VMM reads as it sets up: both at once, in
+    /// the same order, each waited for the other's page faults (the VMM's
+    /// kernel read took 2 to 3 times as long beside it in the lab).
+    pub(super) fn deferred(kernel: Option<PathBuf>) -> Self {
+        match kernel {
+            Some(path) => Self {
+                state: State::Waiting(path),
+            },
+            None => Self::done(Err(
                 "no guest kernel image to name symbols from (give --guest-symbols, or launch \
                  the VMM with its -kernel/--kernel)"
                     .into(),
-            ));
-        };
-        Self::spawn(move || load(path))
+            )),
+        }
+    }
+
+    /// Starts the load if it waits (the guest runs, or it is needed now).
+    pub(super) fn begin(&mut self) {
+        if let State::Waiting(path) = &self.state {
+            let path = path.clone();
+            *self = Self::spawn(move || load(path));
+        }
+    }
+
+    /// True while the load waits to start.
+    pub(super) fn waiting(&self) -> bool {
+        matches!(self.state, State::Waiting(_))
     }
 
     /// Loads with `load` on a thread of its own, in the background.
@@ -86,8 +107,10 @@ impl KernelSymbols {
 
     /// True once the load has ended (never waits).
     pub(super) fn ready(&mut self) -> bool {
-        let State::Loading { result, .. } = &self.state else {
-            return true;
+        let result = match &self.state {
+            State::Waiting(_) => return false,
+            State::Loading { result, .. } => result,
+            State::Done(_) => return true,
         };
         match result.try_recv() {
             Ok(loaded) => self.state = State::Done(loaded),
@@ -98,8 +121,9 @@ impl KernelSymbols {
     }
 
     /// Lets the load go on at the process's own priority (the guest it
-    /// would take CPU time from has ended).
-    pub(super) fn hurry(&self) {
+    /// would take CPU time from has ended), starting it if it waits.
+    pub(super) fn hurry(&mut self) {
+        self.begin();
         if let State::Loading { tid, .. } = &self.state {
             super::set_background_of(tid.load(Ordering::SeqCst), false);
         }
@@ -109,6 +133,7 @@ impl KernelSymbols {
     /// at the process's own priority meanwhile (the wait is for it). True
     /// when it has ended.
     pub(super) fn wait_for(&mut self, limit: Duration) -> bool {
+        self.begin();
         let State::Loading {
             result,
             tid,
@@ -136,6 +161,9 @@ impl KernelSymbols {
         match &self.state {
             State::Done(Ok(k)) => Ok(k.as_ref()),
             State::Done(Err(e)) => Err(e.clone()),
+            State::Waiting(_) => Err("the guest kernel's symbols were not loaded yet: their \
+                 load starts once the guest runs"
+                .into()),
             State::Loading {
                 started,
                 gave_up: Some(limit),
@@ -155,9 +183,10 @@ impl KernelSymbols {
         }
     }
 
-    /// True while the load is in progress (as last seen by [`Self::ready`]).
+    /// True while the load is in progress or waits to start (as last seen
+    /// by [`Self::ready`]).
     pub(super) fn loading(&self) -> bool {
-        matches!(self.state, State::Loading { .. })
+        matches!(self.state, State::Loading { .. } | State::Waiting(_))
     }
 }
 
@@ -217,14 +246,38 @@ mod tests {
 
     #[test]
     fn a_failed_or_panicking_load_says_why() {
-        let mut s = KernelSymbols::start(None);
+        let mut s = KernelSymbols::deferred(None);
         assert!(s.ready());
         assert!(s.get().err().unwrap().contains("--guest-symbols"));
         let mut s = KernelSymbols::spawn(|| panic!("a bad image"));
         s.wait_for(Duration::from_secs(3600));
         assert!(s.get().err().unwrap().contains("panicked"));
-        let mut s = KernelSymbols::start(Some(PathBuf::from("/nonexistent/vmlinuz")));
+        let mut s = KernelSymbols::deferred(Some(PathBuf::from("/nonexistent/vmlinuz")));
         s.wait_for(Duration::from_secs(3600));
         assert!(s.get().is_err());
+    }
+
+    #[test]
+    fn a_deferred_load_starts_when_begun_or_needed() {
+        let path = PathBuf::from("/nonexistent/vmlinuz");
+        // Waiting: nothing is loading yet, and what asks says why.
+        let mut s = KernelSymbols::deferred(Some(path.clone()));
+        assert!(s.waiting() && s.loading() && !s.ready());
+        let e = s.get().err().unwrap();
+        assert!(e.contains("not loaded yet"), "{e}");
+        // Begun: it loads (this image fails at once).
+        s.begin();
+        assert!(!s.waiting());
+        assert!(s.wait_for(Duration::from_secs(3600)));
+        assert!(!s.loading());
+        assert!(!s.get().err().unwrap().contains("not loaded yet"));
+        // A hold's hurry starts a waiting load; so does a wait.
+        for start in [KernelSymbols::hurry as fn(&mut KernelSymbols), |s| {
+            s.wait_for(Duration::from_secs(3600));
+        }] {
+            let mut s = KernelSymbols::deferred(Some(path.clone()));
+            start(&mut s);
+            assert!(!s.waiting());
+        }
     }
 }

@@ -209,6 +209,18 @@ impl Collector {
         self.lock().ktime_to_t(ts_ns)
     }
 
+    /// True once a guest has run: a mark of the guest's own (a port
+    /// write, the first port I/O of its kernel, a console line) or the
+    /// VMM's own mark of its first `KVM_RUN`. Before it, the VMM is
+    /// setting up.
+    pub fn guest_started(&self) -> bool {
+        let st = self.lock();
+        st.log
+            .marks
+            .iter()
+            .any(|m| m.source != crate::profile::MarkSource::Vmm || m.name == "vmm: first KVM_RUN")
+    }
+
     /// A process (among the target and those followed) in boot phase
     /// `phase` or past it by its marks, if any.
     pub fn in_phase(&self, phase: &str) -> Option<u32> {
