@@ -222,14 +222,19 @@ impl Collector {
     }
 
     /// A process (among the target and those followed) in boot phase
-    /// `phase` or past it by its marks, if any.
+    /// `phase` or past it by its marks, if any: a phase the guest's own
+    /// marks open after `userspace` (its workload's) is past it.
     pub fn in_phase(&self, phase: &str) -> Option<u32> {
         let st = self.lock();
         let names = &st.log.phase_names;
+        let rank = crate::phases::boot_rank(phase);
         st.log
             .current_phase
             .iter()
-            .find(|(_, (idx, _))| names.name(*idx) == phase)
+            .find(|(_, (idx, tracker))| {
+                names.name(*idx) == phase
+                    || rank.is_some_and(|r| tracker.reached().is_some_and(|got| got >= r))
+            })
             .map(|(tgid, _)| *tgid)
     }
 }
