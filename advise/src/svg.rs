@@ -17,6 +17,10 @@ const RIGHT: f64 = 40.0;
 const ROW: f64 = 26.0;
 /// Room right of the ratio axis for each row's figures.
 const NOTE: f64 = 310.0;
+/// Room for a row's label, right-aligned left of the bars.
+const LABEL_PX: f64 = LEFT - 8.0 - 20.0;
+/// Room for a line across the picture from its left margin.
+const LINE_PX: f64 = WIDTH - 20.0 - RIGHT;
 
 fn verdict_colour(v: Verdict) -> &'static str {
     match v {
@@ -35,12 +39,46 @@ fn text(out: &mut String, x: f64, y: f64, size: u32, anchor: &str, s: &str) {
     );
 }
 
-fn clip(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        format!("{}…", s.chars().take(n - 1).collect::<String>())
+/// A character's advance in a sans-serif font, in ems: DejaVu Sans's
+/// (the usual `sans-serif` on Linux, and among the widest), rounded up by
+/// class, so that text measured with it fits in any common sans-serif.
+fn advance_em(c: char) -> f64 {
+    match c {
+        'i' | 'j' | 'l' | '.' | ',' | ':' | ';' | '\'' | '|' | '!' | '`' => 0.32,
+        'f' | 't' | 'r' | 'I' | ' ' | '(' | ')' | '[' | ']' | '{' | '}' | '/' | '\\' | '-' => 0.42,
+        'm' | 'w' | 'M' | 'W' | '@' | '%' => 0.98,
+        '…' => 1.0,
+        'A'..='Z' => 0.78,
+        '0'..='9' | 'a'..='z' | '_' | '=' | '+' | '<' | '>' | '~' | '#' | '$' | '&' | '*' | '?' => {
+            0.64
+        }
+        _ if c.is_ascii() => 0.64,
+        _ => 1.0,
     }
+}
+
+/// The estimated width of `s` at `size` px ([`advance_em`]).
+fn width_px(s: &str, size: u32) -> f64 {
+    s.chars().map(advance_em).sum::<f64>() * f64::from(size)
+}
+
+/// `s` cut to fit in `px` at `size` px, with an ellipsis where it was cut.
+fn clip(s: &str, px: f64, size: u32) -> String {
+    if width_px(s, size) <= px {
+        return s.to_string();
+    }
+    let room = px - width_px("…", size);
+    let mut used = 0.0;
+    let mut out = String::new();
+    for c in s.chars() {
+        used += advance_em(c) * f64::from(size);
+        if used > room {
+            break;
+        }
+        out.push(c);
+    }
+    out.push('…');
+    out
 }
 
 /// Findings: one bar per finding, scaled to the largest.
@@ -73,7 +111,7 @@ fn findings(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
                 .map(|s| format!(": {s}"))
                 .unwrap_or_default()
         );
-        text(out, LEFT - 8.0, y, 12, "end", &clip(&label, 48));
+        text(out, LEFT - 8.0, y, 12, "end", &clip(&label, LABEL_PX, 12));
         match f.accounts_ns {
             Some(t) => {
                 let w = (t as f64 / max * span).max(1.0);
@@ -99,7 +137,7 @@ fn findings(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
         y += ROW * 0.2;
         let names: Vec<&str> = doc.advice.unchecked.iter().map(|u| u.rule).collect();
         let line = format!("not checked (data missing): {}", names.join(", "));
-        for part in wrap(&line, 150) {
+        for part in wrap(&line, LINE_PX, 12) {
             y += ROW * 0.8;
             text(out, 20.0, y, 12, "start", &part);
         }
@@ -132,11 +170,13 @@ fn short(c: &ConcreteChange) -> String {
 }
 
 /// Long text as lines of at most `width` characters, broken at spaces.
-fn wrap(s: &str, width: usize) -> Vec<String> {
+/// `s` in lines that each fit in `px` at `size` px, broken at spaces (a
+/// word wider than a line has one of its own).
+fn wrap(s: &str, px: f64, size: u32) -> Vec<String> {
     let mut lines = vec![String::new()];
     for word in s.split(' ') {
         let last = lines.last_mut().expect("one line at least");
-        if !last.is_empty() && last.chars().count() + 1 + word.chars().count() > width {
+        if !last.is_empty() && width_px(&format!("{last} {word}"), size) > px {
             lines.push(word.to_string());
         } else {
             if !last.is_empty() {
@@ -156,8 +196,7 @@ fn ratio_row(out: &mut String, axis: &Axis, r: &FixResult, y: f64, label: &str) 
         y,
         12,
         "end",
-        // Fewer characters than a finding's label: kernel words are wide.
-        &clip(&format!("{label}{}", changes.join(" + ")), 40),
+        &clip(&format!("{label}{}", changes.join(" + ")), LABEL_PX, 12),
     );
     let colour = verdict_colour(r.verdict);
     let verdict = match r.verdict {
@@ -312,12 +351,13 @@ fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
             "start",
             &clip(
                 &format!("not tried: {} ({})", n.change.describe(), n.reason),
-                140,
+                LINE_PX,
+                12,
             ),
         );
     }
     y += ROW * 0.4;
-    for line in wrap(&format!("final: {}", final_command(p)), 150) {
+    for line in wrap(&format!("final: {}", final_command(p)), LINE_PX, 12) {
         y += ROW * 0.8;
         text(out, 20.0, y, 12, "start", &line);
     }
@@ -343,7 +383,7 @@ pub fn report_svg(doc: &AdviseDoc) -> String {
             y,
             12,
             "start",
-            &clip(&format!("kernel command line: {c}"), 150),
+            &clip(&format!("kernel command line: {c}"), LINE_PX, 12),
         );
     }
     y += 20.0;
@@ -391,8 +431,31 @@ mod tests {
 
     #[test]
     fn long_lines_wrap_at_spaces() {
-        assert_eq!(wrap("a bb ccc dd", 6), ["a bb", "ccc dd"]);
-        assert_eq!(wrap("abcdefgh ij", 4), ["abcdefgh", "ij"]);
+        // "a bb" is 28 px at 12 px, "a bb ccc" 56, "ccc dd" 43.
+        assert_eq!(wrap("a bb ccc dd", 45.0, 12), ["a bb", "ccc dd"]);
+        assert_eq!(wrap("abcdefgh ij", 30.0, 12), ["abcdefgh", "ij"]);
+        for line in wrap(&"word ".repeat(100), 300.0, 12) {
+            assert!(width_px(&line, 12) <= 300.0, "{line}");
+        }
+    }
+
+    #[test]
+    fn labels_are_clipped_to_their_width_not_a_count() {
+        let fits = "rule: subject";
+        assert_eq!(clip(fits, LABEL_PX, 12), fits);
+        // Wide letters are cut sooner than narrow ones, each within the
+        // room, with the ellipsis.
+        let wide = clip(&"W".repeat(100), LABEL_PX, 12);
+        let narrow = clip(&"i".repeat(200), LABEL_PX, 12);
+        for s in [&wide, &narrow] {
+            assert!(s.ends_with('…'), "{s}");
+            assert!(width_px(s, 12) <= LABEL_PX, "{s}");
+        }
+        assert!(wide.chars().count() * 2 < narrow.chars().count());
+        // A row of kernel words (the case that ran out of the picture).
+        let words = "systemd.mask=e2scrub_reap.service + systemd.mask=getty@tty1.service";
+        let c = clip(words, LABEL_PX, 12);
+        assert!(c.len() < words.len() && width_px(&c, 12) <= LABEL_PX, "{c}");
     }
 
     #[test]
