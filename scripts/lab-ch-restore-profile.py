@@ -10,7 +10,8 @@ interval, the VM's (and CH's) life:
     check MODE NAME profile=P reference=R diff=D% within_1pct=yes|no
 
 (within 1 %, or within one event where the count is under 100: the copying
-restore's guest faults number about 60)
+restore's guest faults number about 60; proc_faults may be under its
+reference by up to 2 %, below)
 
   kvm_pf_fixed    the guest faults the profile counted
                   (`fault_tail.guest_faults_total`, KVM's MMU mapping a
@@ -24,7 +25,14 @@ restore's guest faults number about 60)
                   its life (`target.faults`: minflt + majflt of wait4's
                   rusage, the counters /proc/PID/stat shows) less those of
                   its start before the exec (`target.faults.held`, counted
-                  before the profile's counts begin)
+                  before the profile's counts begin). The kernel also
+                  counts there the faults it takes on a thread's behalf
+                  with no exception (get_user_pages: KVM mapping guest
+                  memory, a fault retried after userfaultfd served it),
+                  which no exception tracepoint marks: the profile may be
+                  under the reference by up to 2 % (a few faults of some
+                  340 in the on-demand restore, more of them when the host
+                  is loaded), over it by 1 % at most
 
 then, per mode, the nested page faults (kvm:kvm_page_fault) beside KVM's
 pf_taken, not compared: KVM does not count in pf_taken the faults on
@@ -56,13 +64,16 @@ def delta(row, a, b, c):
     return None if x is None or y is None else y - x
 
 
-def compare(mode, name, p, r):
+def compare(mode, name, p, r, under_pct=1.0):
     if r is None or p is None:
         print(f"check {mode} {name} profile={p} reference=- diff=- within_1pct=no")
         return
     d = pct(p, r)
-    # 1 %, or one event where 1 % is less than one (a count under 100).
-    ok = "yes" if abs(p - r) <= max(r / 100.0, 1) else "no"
+    # 1 % (under: under_pct), or one event where that is less than one (a
+    # count under 100).
+    over_ok = p - r <= max(r / 100.0, 1)
+    under_ok = r - p <= max(r * under_pct / 100.0, 1)
+    ok = "yes" if over_ok and under_ok else "no"
     print(f"check {mode} {name} profile={p} reference={r} diff={d:+.2f}% within_1pct={ok}")
 
 
@@ -80,7 +91,8 @@ def checks(mode, row, prof):
           f"({'-' if taken is None else npf - taken} more: faults on MMIO answered from "
           f"KVM's MMIO cache, which no tracepoint marks)")
     compare(mode, "proc_faults", pf.get("host_total"),
-            None if tf is None else tf["minflt"] + tf["majflt"] - tf.get("held", 0))
+            None if tf is None else tf["minflt"] + tf["majflt"] - tf.get("held", 0),
+            under_pct=2.0)
     host = ft.get("host", {})
     w = ft.get("window", {})
     span = ((w.get("end_ns") or 0) - (w.get("start_ns") or 0)) / 1e6
