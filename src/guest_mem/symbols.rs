@@ -40,10 +40,9 @@ const PANICKED: &str = "loading the guest kernel's symbols failed (its thread pa
 
 impl KernelSymbols {
     /// The symbols of `kernel` (None: there is no image), to be loaded
-    /// from [`Self::begin`] on. The load reads and verifies the same
-    /// kernel cache files the VMM reads as it sets up: both at once, in
-    /// the same order, each waited for the other's page faults (the VMM's
-    /// kernel read took 2 to 3 times as long beside it in the lab).
+    /// from [`Self::begin`] on: the load reads and verifies the same
+    /// kernel cache files the VMM reads while it sets up, and waits until
+    /// that set-up is over.
     pub(super) fn deferred(kernel: Option<PathBuf>) -> Self {
         match kernel {
             Some(path) => Self {

@@ -215,10 +215,9 @@ impl Collector {
     /// setting up.
     pub fn guest_started(&self) -> bool {
         let st = self.lock();
-        st.log
-            .marks
-            .iter()
-            .any(|m| m.source != crate::profile::MarkSource::Vmm || m.name == "vmm: first KVM_RUN")
+        st.log.marks.iter().any(|m| {
+            m.source != crate::profile::MarkSource::Vmm || m.name == super::tail::FIRST_KVM_RUN
+        })
     }
 
     /// A process (among the target and those followed) in boot phase

@@ -23,7 +23,7 @@ const TOTALS_MAP: &str = "tail_totals";
 /// A window program's `sources[].detail` once the window's end detached it.
 const DETACHED: &str = "detached at the window's end (its counts are the window's)";
 /// The VMM's mark of its first `KVM_RUN` (bootscope's own VMM).
-const FIRST_KVM_RUN: &str = "vmm: first KVM_RUN";
+pub(super) const FIRST_KVM_RUN: &str = "vmm: first KVM_RUN";
 
 /// The curve's bucket width: a millisecond.
 pub(super) const BUCKET_NS: u64 = 1_000_000;
@@ -149,15 +149,14 @@ impl State {
             p.spec.collector == bpf::CollectorKind::Tail
                 && p.spec.source != Source::TailSpteAll
                 && p.is_attached()
-                && !p.detail.starts_with(DETACHED)
         }) {
             let unloaded = match bpf.program_mut(p.spec.program) {
                 Some(aya::programs::Program::TracePoint(prog)) => prog.unload(),
                 Some(aya::programs::Program::RawTracePoint(prog)) => prog.unload(),
                 _ => continue,
             };
-            // One that cannot be detached runs on; its early return is
-            // all it costs.
+            // One that cannot be detached runs on (its early return is all
+            // it costs); one detached already is no longer loaded.
             if unloaded.is_ok() {
                 p.detail = DETACHED.into();
             }
