@@ -245,32 +245,45 @@ static __always_inline void bs_count_slot(__u64 ts, __u32 kind, __u32 code, __u3
 	bpf_map_update_elem(&time_slot_full_at, &zero, &slot, BPF_NOEXIST);
 }
 
-/* floor(log2(v)) for v > 0, 0 for v == 0 (bcc's bits.bpf.h log2l). */
-static __always_inline __u32 bs_log2(__u64 v)
-{
-	__u32 r, shift;
-
-	r = (v > 0xFFFFFFFFULL) << 5;
-	v >>= r;
-	shift = (v > 0xFFFF) << 4;
-	v >>= shift;
-	r |= shift;
-	shift = (v > 0xFF) << 3;
-	v >>= shift;
-	r |= shift;
-	shift = (v > 0xF) << 2;
-	v >>= shift;
-	r |= shift;
-	shift = (v > 0x3) << 1;
-	v >>= shift;
-	r |= shift;
-	r |= (v >> 1);
-	return r;
-}
-
 /* Keeps the compiler from reasoning about (and dropping) a bounds check the
  * verifier needs to see. */
 #define BS_BARRIER_VAR(v) asm volatile("" : "+r"(v))
+
+/* 1 when x is not 0, else 0, with no branch: x | -x has its top bit set
+ * for every x but 0. The barrier keeps the compiler from turning it back
+ * into a comparison, which the BPF backend makes a branch. */
+static __always_inline __u64 bs_nonzero(__u64 x)
+{
+	__u64 t = x | -x;
+
+	BS_BARRIER_VAR(t);
+	return t >> 63;
+}
+
+/* floor(log2(v)) for v > 0, 0 for v == 0, by halving the range five times
+ * (as bcc's bits.bpf.h log2l) with no branch: the verifier walks it once,
+ * where a branch per step made 32 paths of everything after it. */
+static __always_inline __u32 bs_log2(__u64 v)
+{
+	__u64 r, shift;
+
+	r = bs_nonzero(v >> 32) << 5;
+	v >>= r;
+	shift = bs_nonzero(v >> 16) << 4;
+	v >>= shift;
+	r |= shift;
+	shift = bs_nonzero(v >> 8) << 3;
+	v >>= shift;
+	r |= shift;
+	shift = bs_nonzero(v >> 4) << 2;
+	v >>= shift;
+	r |= shift;
+	shift = bs_nonzero(v >> 2) << 1;
+	v >>= shift;
+	r |= shift;
+	r |= v >> 1;
+	return (__u32)r;
+}
 
 /* The histogram slot of a value: log2, clamped to the last slot, then
  * masked so that even older verifiers see it in bounds (BS_HIST_SLOTS is a

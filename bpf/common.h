@@ -6,7 +6,7 @@
 #ifndef BOOTSCOPE_COMMON_H
 #define BOOTSCOPE_COMMON_H
 
-#define BS_ABI_VERSION 10
+#define BS_ABI_VERSION 11
 
 #define BS_COMM_LEN 16
 /* log2 latency slots: slot i holds values in [2^i, 2^(i+1)) ns, slot 0 also

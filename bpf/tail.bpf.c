@@ -39,8 +39,9 @@ BS_FIELD(kvm_mmu_spte_requested, gfn);
 
 BS_MAP(tail_window, BPF_MAP_TYPE_ARRAY, 1, __u32, struct bs_tail_window);
 
-/* Where and when the window opened (one entry, key 0, made once). */
-BS_MAP(tail_start, BPF_MAP_TYPE_HASH, 1, __u32, struct bs_tail_start);
+/* Where and when the window opened (key 0; tgid 0 until it opens). An
+ * array: its lookup is a load, on every fault. */
+BS_MAP(tail_start, BPF_MAP_TYPE_ARRAY, 1, __u32, struct bs_tail_start);
 
 BS_MAP(tail_totals, BPF_MAP_TYPE_PERCPU_ARRAY, BS_TT_COUNT, __u32, __u64);
 
@@ -66,18 +67,14 @@ BS_TAIL_MAP(tail_sites, 16384, struct bs_tail_where_key, struct bs_tail_where);
 
 BS_MAP(tail_latency, BPF_MAP_TYPE_HASH, 64, struct bs_tail_lat_key, struct bs_hist);
 
-/* The distinct guest pages (gfn) faulted in the window: an entry is
- * created once per page, and that creation is counted (BS_TT_PAGES); a
- * page the set has no room for, in BS_TT_PAGES_BEYOND. Sized at load for
- * the guest's memory (profiler/src/collector/tail.rs, map_sizes), as are
+/* The distinct guest pages (gfn) faulted in the window, one bit per page
+ * from guest-physical 0: entry i holds pages 64 i to 64 i + 63. A page's
+ * first fault sets its bit and is counted (BS_TT_PAGES); a page beyond
+ * the set's range, in BS_TT_PAGES_BEYOND. An array, so a fault costs a
+ * lookup and no allocation; its range is set at load for the guest's
+ * memory (profiler/src/collector/tail.rs, map_sizes), as are the sizes of
  * tail_regions and tail_threads. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 262144);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, __u64);
-	__type(value, __u8);
-} tail_pages SEC(".maps");
+BS_MAP(tail_pages, BPF_MAP_TYPE_ARRAY, 65536, __u32, __u64);
 
 /* The exits collector's map (exits.bpf.c defines it). */
 BS_MAP(exit_start, BPF_MAP_TYPE_HASH, 8192, __u32, struct bs_exit_start) __weak;
@@ -92,7 +89,7 @@ static __always_inline void bs_tail_add(__u32 idx, __u64 n)
 
 /* The window if it is open for tgid at now (*start_ns: its start), opening
  * an armed one when may_open (a guest fault's start): the first program to
- * create tail_start's entry opens it. */
+ * set tail_start's time opens it, then names its process. */
 static __always_inline int bs_tail_win(__u32 tgid, __u64 now, int may_open, __u64 *start_ns)
 {
 	__u32 zero = 0;
@@ -102,15 +99,16 @@ static __always_inline int bs_tail_win(__u32 tgid, __u64 now, int may_open, __u6
 	if (!w || w->state == BS_TAIL_OFF)
 		return 0;
 	s = bpf_map_lookup_elem(&tail_start, &zero);
-	if (!s) {
-		struct bs_tail_start init = { .tgid = tgid, .start_ns = now };
-
-		if (!may_open || w->state != BS_TAIL_ARMED)
+	if (!s)
+		return 0;
+	if (!s->tgid) {
+		/* Another CPU opening it at the same time wins or loses here;
+		 * the loser's fault, in the instant before the winner names
+		 * its process, is not the window's. */
+		if (!may_open || w->state != BS_TAIL_ARMED ||
+		    __sync_val_compare_and_swap(&s->start_ns, 0, now) != 0)
 			return 0;
-		bpf_map_update_elem(&tail_start, &zero, &init, BPF_NOEXIST);
-		s = bpf_map_lookup_elem(&tail_start, &zero);
-		if (!s)
-			return 0;
+		s->tgid = tgid;
 	}
 	if (s->tgid != tgid || (w->end_ns && now > w->end_ns))
 		return 0;
@@ -239,19 +237,63 @@ int bs_tail_spte_all(void *ctx)
 	return 0;
 }
 
-/* A guest fault's service ends: KVM maps the page. */
-SEC("tracepoint/kvmmmu/kvm_mmu_spte_requested")
-int bs_tail_spte(void *ctx)
+/* What a served guest fault adds to the window's counts, its kind and
+ * service time known: the latency histogram, the curve, its region, its
+ * exit site and its page. A global function, so the verifier checks it
+ * once for any kind and time, not again on each of the caller's paths
+ * (five kinds, each with its own known constant): that was most of the
+ * collector's verification, the larger part of its start-up. */
+__attribute__((noinline)) int bs_tail_account(__u64 id, __u32 kind, __u64 ns, __u64 gfn,
+					      __u64 bucket)
 {
-	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns(), dmin, dmaj, ns = 0, start;
-	__u32 tgid = id >> 32, tid = (__u32)id, phase, kind;
-	struct bs_tail_thread *t;
+	__u32 tgid = id >> 32, tid = (__u32)id, word;
 	struct bs_exit_start *ex;
-	__u64 gfn, bucket;
-	__u8 one = 1;
+	__u64 *bits = NULL;
 
-	if (!bs_follow(tgid, &phase) || !bs_tail_win(tgid, now, 0, &start))
+	if (kind >= BS_TAIL_KINDS)
 		return 0;
+	{
+		struct bs_tail_curve_key ck = {
+			.tgid = tgid,
+			.bucket = bucket > 0xffffffffULL ? 0xffffffffU : (__u32)bucket,
+			.kind = kind,
+		};
+
+		bs_count(&tail_curve, &ck, 1);
+	}
+	bs_tail_where(&tail_regions, tgid, kind, gfn >> (BS_TAIL_REGION_SHIFT - 12), ns);
+	ex = bpf_map_lookup_elem(&exit_start, &tid);
+	if (ex && ex->rip && ex->tgid == tgid)
+		bs_tail_where(&tail_sites, tgid, kind, ex->rip, ns);
+	if ((gfn >> 6) <= 0xffffffffULL) {
+		word = (__u32)(gfn >> 6);
+		bits = bpf_map_lookup_elem(&tail_pages, &word);
+	}
+	if (!bits) {
+		bs_tail_add(BS_TT_PAGES_BEYOND, 1);
+	} else {
+		__u64 bit = 1ULL << (gfn & 63);
+
+		/* Set already: no atomic. Two vCPUs on one new page: the
+		 * fetch tells which set it first. */
+		if (!(*bits & bit) && !(__sync_fetch_and_or(bits, bit) & bit))
+			bs_tail_add(BS_TT_PAGES, 1);
+	}
+	/* Last: the histogram's slot is found by branches, each a path of
+	 * its own to the end. */
+	bs_tail_latency(tgid, kind, ns);
+	return 0;
+}
+
+/* A guest fault of the window served: its kind (from the host faults the
+ * thread took since it began) and service time, then what it adds. A
+ * global function too: verified once, whatever the caller knows. */
+__attribute__((noinline)) int bs_tail_served(__u64 id, __u64 now, __u64 start, __u64 gfn)
+{
+	__u32 tgid = id >> 32, tid = (__u32)id, kind;
+	__u64 dmin, dmaj, ns = 0, bucket;
+	struct bs_tail_thread *t;
+
 	t = bs_tail_step(tgid, tid, &dmin, &dmaj);
 	if (!t)
 		return 0;
@@ -263,26 +305,20 @@ int bs_tail_spte(void *ctx)
 	bs_tail_add(BS_TT_GUEST, 1);
 	bs_tail_add(BS_TT_MINOR_IN_FAULT, dmin);
 	bs_tail_add(BS_TT_MAJOR_IN_FAULT, dmaj);
-	bs_tail_latency(tgid, kind, ns);
 	bucket = now > start ? (now - start) / (tail_bucket_ns ? tail_bucket_ns : 1) : 0;
-	{
-		struct bs_tail_curve_key ck = {
-			.tgid = tgid,
-			.bucket = bucket > 0xffffffffULL ? 0xffffffffU : (__u32)bucket,
-			.kind = kind,
-		};
+	return bs_tail_account(id, kind, ns, gfn, bucket);
+}
 
-		bs_count(&tail_curve, &ck, 1);
-	}
-	gfn = BS_READ(ctx, kvm_mmu_spte_requested, gfn);
-	bs_tail_where(&tail_regions, tgid, kind, gfn >> (BS_TAIL_REGION_SHIFT - 12), ns);
-	ex = bpf_map_lookup_elem(&exit_start, &tid);
-	if (ex && ex->rip && ex->tgid == tgid)
-		bs_tail_where(&tail_sites, tgid, kind, ex->rip, ns);
-	if (bpf_map_update_elem(&tail_pages, &gfn, &one, BPF_NOEXIST) == 0)
-		bs_tail_add(BS_TT_PAGES, 1);
-	else if (!bpf_map_lookup_elem(&tail_pages, &gfn))
-		bs_tail_add(BS_TT_PAGES_BEYOND, 1);
+/* A guest fault's service ends: KVM maps the page. */
+SEC("tracepoint/kvmmmu/kvm_mmu_spte_requested")
+int bs_tail_spte(void *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns(), start;
+	__u32 phase;
+
+	if (!bs_follow(id >> 32, &phase) || !bs_tail_win(id >> 32, now, 0, &start))
+		return 0;
+	bs_tail_served(id, now, start, BS_READ(ctx, kvm_mmu_spte_requested, gfn));
 	return 0;
 }
 

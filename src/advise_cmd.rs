@@ -63,6 +63,12 @@ pub struct AdviseArgs {
     /// Try at most this many fixes (the highest ranked).
     #[arg(long, default_value_t = 4)]
     pub max_fixes: usize,
+    /// Bench all the fixes to try together first: when that set is
+    /// accepted it is the proven command line, and each fix is then
+    /// measured alone for its share, as the budget allows. Savings too
+    /// small to show one by one on a noisy host can show together.
+    #[arg(long, requires = "prove")]
+    pub together_first: bool,
     /// Rounds of each A/B bench (a round boots each side once, ABBA); at
     /// 0.05 at least 6. A bench stops early once its outcome is settled.
     #[arg(long, default_value_t = 6)]
@@ -205,6 +211,7 @@ fn options(args: &AdviseArgs) -> Result<ProveOptions, AdviseError> {
         budget,
         runs: args.runs,
         max_fixes: args.max_fixes,
+        together_first: args.together_first,
         level: args.level,
         allow_unsafe: args.allow_unsafe,
         run_timeout: args.run_timeout,

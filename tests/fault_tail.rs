@@ -62,6 +62,25 @@ fn window_programs_were_detached(p: &serde_json::Value) {
         .count();
     assert_eq!(detached, tail.len() - 1, "{tail:?}");
     assert!(detached >= 4, "{tail:?}");
+    // With --bpf-stats, a detached program keeps the runs the kernel
+    // counted until it was detached: the window's end ran at least once
+    // for each of the window's guest faults.
+    for s in &tail {
+        assert!(s["runs"].as_u64().is_some(), "no run count: {s}");
+    }
+    let spte = tail
+        .iter()
+        .find(|s| {
+            s["name"] == "tracepoint:kvmmmu:kvm_mmu_spte_requested"
+                && s["detail"].as_str().unwrap_or("").starts_with("detached")
+        })
+        .expect("the window's end program");
+    let faults = p["fault_tail"]["guest_faults"].as_u64().unwrap();
+    println!(
+        "window end: {} runs for {faults} guest faults",
+        spte["runs"]
+    );
+    assert!(spte["runs"].as_u64().unwrap() >= faults, "{spte}");
 }
 
 #[test]
@@ -83,6 +102,7 @@ fn a_restore_is_profiled_with_its_fault_tail() {
         profile.to_str().unwrap(),
         "--timeline",
         timeline.to_str().unwrap(),
+        "--bpf-stats",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(

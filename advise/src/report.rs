@@ -234,7 +234,23 @@ pub fn prove_text(p: &ProveReport) -> String {
     for n in &p.not_tried {
         let _ = writeln!(out, "not tried: {} ({})", n.change.describe(), n.reason);
     }
+    if let Some(t) = &p.together {
+        let _ = writeln!(
+            out,
+            "all {} fixes together, measured first, against the original:",
+            t.changes.len()
+        );
+        fix_result_text(&mut out, t);
+    }
     match &p.combined {
+        Some(c) if p.combined_first => {
+            let _ = writeln!(
+                out,
+                "all {} fixes together, measured first, against the original (the proven line):",
+                c.changes.len()
+            );
+            fix_result_text(&mut out, c);
+        }
         Some(c) if c.changes.len() > 1 => {
             out.push_str("combined, against the original:\n");
             fix_result_text(&mut out, c);

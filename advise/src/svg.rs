@@ -302,6 +302,7 @@ fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
         .fixes
         .iter()
         .chain(p.combined.iter().filter(|c| c.changes.len() > 1))
+        .chain(p.together.iter())
         .collect();
     let mut lo: f64 = 0.9;
     let mut hi: f64 = 1.1;
@@ -327,7 +328,14 @@ fn proven(out: &mut String, doc: &AdviseDoc, mut y: f64) -> f64 {
         y += ROW;
         ratio_row(out, &axis, r, y, "");
     }
-    if let Some(c) = p.combined.as_ref().filter(|c| c.changes.len() > 1) {
+    // The set benched together: accepted (the combination), or, with
+    // --together-first, not accepted before the single fixes decided.
+    for c in p
+        .combined
+        .iter()
+        .filter(|c| c.changes.len() > 1)
+        .chain(p.together.iter())
+    {
         y += ROW;
         ratio_row(out, &axis, c, y, "together: ");
     }
@@ -492,6 +500,8 @@ mod tests {
             ],
             not_tried: Vec::new(),
             combined: None,
+            combined_first: false,
+            together: None,
             final_command: vec!["--cmdline".into(), "console=ttyS0 quiet".into()],
             final_cmdline: "console=ttyS0 quiet".into(),
             interrupted_by: None,

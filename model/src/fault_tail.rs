@@ -180,7 +180,7 @@ pub struct WorkingSet {
     /// Distinct guest pages faulted in the window.
     pub pages: u64,
     pub bytes: u64,
-    /// Faults on pages the in-kernel set had no room for (not in `pages`).
+    /// Faults on pages above the in-kernel set's range (not in `pages`).
     #[serde(default)]
     pub uncounted: u64,
 }
@@ -196,7 +196,7 @@ impl FaultTail {
         );
         if self.working_set.uncounted > 0 {
             ws += &format!(
-                " and more: {} faults on pages the set had no room for",
+                " and more: {} faults on pages above the set's range",
                 group_digits(self.working_set.uncounted)
             );
         }
@@ -333,7 +333,7 @@ mod tests {
         t.working_set.uncounted = 3_000;
         let line = t.summary_line();
         assert!(
-            line.contains("and more: 3,000 faults on pages the set had no room for"),
+            line.contains("and more: 3,000 faults on pages above the set's range"),
             "{line}"
         );
         t.window.end_ns = None;

@@ -188,6 +188,11 @@ pub struct DataSource {
     pub runs: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_ns: Option<u64>,
+    /// With `--bpf-stats`: the instructions the kernel's verifier processed
+    /// to accept this program (its share of the start-up), where the
+    /// kernel reports it (Linux 5.16 and later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_insns: Option<u32>,
 }
 
 pub use crate::hist::HistBucket;

@@ -13,7 +13,7 @@ pub static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bootscope.bpf.o"));
 
 /// `BS_ABI_VERSION` in bpf/common.h.
-pub const BS_ABI_VERSION: u32 = 10;
+pub const BS_ABI_VERSION: u32 = 11;
 pub const COMM_LEN: usize = 16;
 pub const HIST_SLOTS: usize = bootscope_model::hist::HIST_SLOTS;
 pub const MAX_PFN_RANGES: usize = 64;

@@ -388,7 +388,36 @@ impl ProvePlan {
         Ok(r)
     }
 
-    /// Measures each trial, then the accepted ones together.
+    /// With `--together-first` and two trials or more, all of them benched
+    /// together: accepted, that set is the proven line whatever the single
+    /// fixes show after it.
+    fn together_first(
+        &self,
+        trials: &[Trial],
+        check: &CheckBoot,
+        boots: &mut u32,
+        started: Instant,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<Option<FixResult>, AdviseError> {
+        if !self.opts.together_first
+            || trials.len() < 2
+            || self.stopped()
+            || !self.affordable(*boots, started, check)
+        {
+            return Ok(None);
+        }
+        let s = Subject {
+            name: format!("all {} fixes together", trials.len()),
+            changes: trials.iter().map(|t| &t.change).collect(),
+            rules: trials.iter().map(|t| t.rule).collect(),
+            estimate_ns: None,
+            phase: combined_phase(trials),
+        };
+        Ok(Some(self.measure(&s, check, boots, progress)?))
+    }
+
+    /// Measures each trial (with `--together-first`, all of them together
+    /// first), then the accepted ones together.
     pub fn prove(
         &self,
         check: CheckBoot,
@@ -400,6 +429,10 @@ impl ProvePlan {
         let mut boots = 1u32;
         let mut fixes = Vec::new();
         let count = trials.len();
+        let together = self.together_first(&trials, &check, &mut boots, started, progress)?;
+        let together_proven = together
+            .as_ref()
+            .is_some_and(|t| t.verdict == Verdict::Accepted);
         for (i, t) in trials.iter().enumerate() {
             if self.stopped() || !self.affordable(boots, started, &check) {
                 not_tried.push(NotTried {
@@ -429,7 +462,9 @@ impl ProvePlan {
             .flat_map(|f| f.changes.iter())
             .collect();
         let mut combined = None;
-        if accepted.len() == 1 {
+        if together_proven {
+            combined = together.clone();
+        } else if accepted.len() == 1 {
             combined = fixes
                 .iter()
                 .find(|f| f.verdict == Verdict::Accepted)
@@ -448,7 +483,9 @@ impl ProvePlan {
             };
             combined = Some(self.measure(&s, &check, &mut boots, progress)?);
         }
+        let all: Vec<&ConcreteChange> = trials.iter().map(|t| &t.change).collect();
         let final_changes: Vec<&ConcreteChange> = match &combined {
+            Some(_) if together_proven => all,
             Some(c) if c.verdict == Verdict::Accepted => accepted,
             _ => Vec::new(),
         };
@@ -466,11 +503,23 @@ impl ProvePlan {
             check,
             fixes,
             not_tried,
+            together: together.filter(|_| !together_proven),
+            combined_first: together_proven,
             combined,
             final_command: words(&final_argv),
             final_cmdline,
             interrupted_by: None,
         })
+    }
+}
+
+/// The phase a set of fixes acts on: theirs when they agree, else the
+/// boot as a whole (`kernel` and `userspace` together are the time to the
+/// workload's mark).
+fn combined_phase(trials: &[Trial]) -> String {
+    match trials.first() {
+        Some(t) if trials.iter().all(|u| u.phase == t.phase) => t.phase.clone(),
+        _ => "kernel".into(),
     }
 }
 

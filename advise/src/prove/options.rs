@@ -85,6 +85,8 @@ pub struct ProveOptions {
     /// Measured boots per side of each A/B bench.
     pub runs: u32,
     pub max_fixes: usize,
+    /// Bench all the fixes together before each alone (`--together-first`).
+    pub together_first: bool,
     /// Significance level of the test (and 1 - confidence of the ratio's
     /// interval).
     pub level: f64,

@@ -118,6 +118,14 @@ pub struct ProveReport {
     /// two or more were accepted; with one it is that fix's result).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub combined: Option<FixResult>,
+    /// `combined` is all the fixes tried, benched together before any
+    /// alone (`--together-first`) and accepted.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub combined_first: bool,
+    /// All the fixes tried together (`--together-first`) when that bench
+    /// did not accept them: the single fixes decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub together: Option<FixResult>,
     /// The command line with the accepted (and, combined, still
     /// accepted) fixes.
     pub final_command: Vec<String>,

@@ -392,6 +392,7 @@ pub(crate) mod tests {
                 budget: None,
                 runs: 6,
                 max_fixes: 4,
+                together_first: false,
                 level: 0.05,
                 allow_unsafe: false,
                 run_timeout: Duration::from_secs(1),
@@ -489,6 +490,7 @@ pub(crate) mod tests {
             budget: None,
             runs: 2,
             max_fixes: 4,
+            together_first: false,
             level: 0.05,
             allow_unsafe: false,
             run_timeout: Duration::from_secs(1),
@@ -543,6 +545,7 @@ pub(crate) mod tests {
         let opts = ProveOptions {
             allow_unsafe: true,
             max_fixes: 1,
+            together_first: false,
             ..opts
         };
         let (tried, left) = trials(&advice, &opts, &template);

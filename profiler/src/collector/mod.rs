@@ -346,6 +346,7 @@ impl Collector {
                 ring_bytes,
                 exit_sites: config.exit_sites,
                 guest_attached: None,
+                detached_runs: BTreeMap::new(),
             },
             clock: state::Clock::new(
                 (started, start_mono_ns),

@@ -2,6 +2,7 @@
 //! the ring buffer, KVM's own statistics and the VMM's marks.
 
 use super::log::MAX_MARKS;
+use super::object::BpfObject;
 use super::plan::ProgramState;
 use super::sched;
 use super::state::State;
@@ -88,8 +89,9 @@ impl State {
                 _ => {}
             }
         }
-        let (runs, run_ns) = match self.program_run_stats(p) {
-            Some((runs, ns)) => (Some(runs), Some(ns)),
+        let stats = self.program_run_stats(p);
+        let (runs, run_ns) = match stats {
+            Some(s) => (Some(s.runs), Some(s.run_ns)),
             None => (None, None),
         };
         DataSource {
@@ -100,6 +102,7 @@ impl State {
             collector: collector_name(p.spec.collector).into(),
             runs,
             run_ns,
+            verified_insns: stats.and_then(|s| s.verified_insns),
         }
     }
 
@@ -129,16 +132,36 @@ impl State {
 
     /// Runs and run time of an attached program, when the kernel keeps
     /// them (`--bpf-stats`).
-    pub(super) fn program_run_stats(&self, p: &ProgramState) -> Option<(u64, u64)> {
+    pub(super) fn program_run_stats(&self, p: &ProgramState) -> Option<RunStats> {
         self.setup.bpf_stats.as_ref()?;
         if !p.is_attached() {
             return None;
         }
-        let info = self.bpf.program(p.spec.program)?.info().ok()?;
-        Some((
-            info.run_count(),
-            u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
-        ))
+        if let Some(&runs) = self.setup.detached_runs.get(p.spec.program) {
+            return Some(runs);
+        }
+        RunStats::of(&self.bpf, p.spec.program)
+    }
+}
+
+/// What the kernel keeps of a program's runs (`--bpf-stats`), and what
+/// its verifier processed.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RunStats {
+    pub(super) runs: u64,
+    pub(super) run_ns: u64,
+    pub(super) verified_insns: Option<u32>,
+}
+
+impl RunStats {
+    /// The loaded program's, read from the kernel.
+    pub(super) fn of(bpf: &BpfObject, program: &str) -> Option<Self> {
+        let info = bpf.program(program)?.info().ok()?;
+        Some(Self {
+            runs: info.run_count(),
+            run_ns: u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX),
+            verified_insns: info.verified_instruction_count(),
+        })
     }
 }
 

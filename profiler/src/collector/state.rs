@@ -59,6 +59,9 @@ pub(super) struct Setup {
     pub(super) exit_sites: bool,
     /// When the deferred guest programs' attach ended.
     pub(super) guest_attached: Option<Instant>,
+    /// Runs and run time (`--bpf-stats`) of programs detached before the
+    /// end, read as they were detached, by program name.
+    pub(super) detached_runs: BTreeMap<&'static str, super::sources::RunStats>,
 }
 
 /// The profile's clock: its zero, and the in-kernel time slots.

@@ -28,15 +28,18 @@ pub(super) const FIRST_KVM_RUN: &str = "vmm: first KVM_RUN";
 /// The curve's bucket width: a millisecond.
 pub(super) const BUCKET_NS: u64 = 1_000_000;
 
-/// The distinct-page set's size when the guest's memory is not known
-/// (another VMM profiled from outside): 1 GiB of 4 KiB pages, 4 MiB of
-/// buckets. Pages beyond it are counted in `working_set.uncounted`.
-const PAGES_UNKNOWN: u32 = 1 << 18;
-/// The largest set made: 16 GiB of pages (64 MiB of buckets).
-const PAGES_MOST: u32 = 1 << 22;
-/// Room in the set for pages KVM maps beyond the guest's RAM (ROM,
-/// firmware, the VMM's own small regions).
-const PAGES_SLACK: u64 = 256;
+/// Guest pages per entry of the distinct-page set (one bit each).
+const PAGES_PER_WORD: u64 = 64;
+/// The guest-physical range the set covers beyond the guest's RAM: VMMs
+/// put RAM past the 32-bit hole below 4 GiB, firmware and ROM just under
+/// 4 GiB, their own small regions near it.
+const RANGE_SLACK: u64 = 4 << 30;
+/// The set's range when the guest's memory is not known (another VMM
+/// profiled from outside): 64 GiB of guest-physical space, 2 MiB of bits.
+/// Pages above it are counted in `working_set.uncounted`.
+const RANGE_UNKNOWN: u64 = 64 << 30;
+/// The largest set made: 1 TiB of guest-physical space (32 MiB of bits).
+const RANGE_MOST: u64 = 1 << 40;
 /// Per-region counts: the object's size, the most made.
 const REGIONS_MOST: u32 = 16384;
 /// Thread entries: the object's size (preallocated), the most made.
@@ -45,29 +48,32 @@ const THREADS_MOST: u32 = 1024;
 /// The tail maps' sizes for a guest of `memory_bytes` whose VMM has at
 /// most `threads` threads (each when known). The kernel zeroes a hash
 /// map's buckets when it creates it, one per entry rounded up to a power
-/// of two, preallocated or not: sized for the largest guest, the
-/// distinct-page set alone was 16 MiB of them, most of the collector's
-/// start-up. Sized for this guest, a 256 MiB one's set has 128 Ki buckets
-/// (2 MiB). Full maps are never silent: a page the set has no room for is
-/// counted in `working_set.uncounted`, any other entry in
+/// of two, preallocated or not, and an array's values: each map is made
+/// for this guest. The distinct-page set is a bitmap over guest-physical
+/// space from 0 to the guest's RAM and 4 GiB beyond (a 256 MiB guest's
+/// is 136 KiB). Full maps are never silent: a page above the set's range
+/// is counted in `working_set.uncounted`, any other entry in
 /// `map_overflows`.
 pub(super) fn map_sizes(
     memory_bytes: Option<u64>,
     threads: Option<u32>,
 ) -> [(&'static str, u32); 3] {
     let kinds = t::KINDS as u64;
+    let words = |range: u64| {
+        let words = range.min(RANGE_MOST) / PAGE_BYTES / PAGES_PER_WORD;
+        u32::try_from(words).unwrap_or(u32::MAX)
+    };
     let (pages, regions) = match memory_bytes {
         Some(bytes) => {
-            let pages = (bytes / PAGE_BYTES).saturating_add(bytes / PAGE_BYTES / 64) + PAGES_SLACK;
             let regions = ((bytes >> t::REGION_SHIFT) + 16).saturating_mul(kinds);
             (
-                u32::try_from(pages).unwrap_or(u32::MAX).min(PAGES_MOST),
+                words(bytes.saturating_add(RANGE_SLACK)),
                 u32::try_from(regions)
                     .unwrap_or(u32::MAX)
                     .clamp(256, REGIONS_MOST),
             )
         }
-        None => (PAGES_UNKNOWN, REGIONS_MOST),
+        None => (words(RANGE_UNKNOWN), REGIONS_MOST),
     };
     let threads = threads.map_or(THREADS_MOST, |n| {
         n.saturating_mul(2)
@@ -102,10 +108,8 @@ impl State {
     }
 
     fn tail_start(&self) -> Option<t::BsTailStart> {
-        hash_entries::<u32, t::BsTailStart>(&self.bpf, "tail_start")
-            .into_iter()
-            .map(|(_, s)| s)
-            .next()
+        let a = Array::<&MapData, t::BsTailStart>::try_from(self.bpf.map("tail_start")?).ok()?;
+        a.get(&0, 0).ok().filter(|s| s.tgid != 0)
     }
 
     /// Closes an open window at `mark` if it is the guest's first mark
@@ -145,11 +149,16 @@ impl State {
     /// earlier still can (the window's counts are kept in its maps).
     fn detach_window_programs(&mut self) {
         let bpf = &mut self.bpf;
+        let keep_runs = self.setup.bpf_stats.is_some();
         for p in self.setup.programs.iter_mut().filter(|p| {
             p.spec.collector == bpf::CollectorKind::Tail
                 && p.spec.source != Source::TailSpteAll
                 && p.is_attached()
         }) {
+            // The kernel's run statistics go with the program: kept first.
+            let runs = keep_runs
+                .then(|| super::sources::RunStats::of(bpf, p.spec.program))
+                .flatten();
             let unloaded = match bpf.program_mut(p.spec.program) {
                 Some(aya::programs::Program::TracePoint(prog)) => prog.unload(),
                 Some(aya::programs::Program::RawTracePoint(prog)) => prog.unload(),
@@ -159,6 +168,9 @@ impl State {
             // it costs); one detached already is no longer loaded.
             if unloaded.is_ok() {
                 p.detail = DETACHED.into();
+                if let Some(runs) = runs {
+                    self.setup.detached_runs.insert(p.spec.program, runs);
+                }
             }
         }
     }
@@ -347,24 +359,26 @@ mod tests {
         let sizes = |m, th| map_sizes(m, th).map(|(_, n)| n);
         let names = map_sizes(None, None).map(|(name, _)| name);
         assert_eq!(names, ["tail_pages", "tail_regions", "tail_threads"]);
-        // 256 MiB: 65,536 pages with room for a few beyond its RAM; 128
-        // regions of 2 MiB, each up to 5 kinds.
+        // 256 MiB: a bit for each page of guest-physical space up to 4
+        // GiB above its RAM, 64 to an entry; 128 regions of 2 MiB, each up
+        // to 5 kinds.
         let mib = 1u64 << 20;
+        let words = |bytes: u64| (bytes / 4096 / 64) as u32;
         assert_eq!(
             sizes(Some(256 * mib), Some(20)),
-            [65536 + 1024 + 256, 720, 64]
+            [words((256 + 4096) * mib), 720, 64]
         );
-        assert_eq!(sizes(Some(mib), Some(1)), [256 + 4 + 256, 256, 64]);
-        // The largest guests are capped, as are the most threads.
+        assert_eq!(sizes(Some(256 * mib), Some(20))[0], 17_408);
+        assert_eq!(sizes(Some(mib), Some(1)), [words(4097 * mib), 256, 64]);
+        // The largest guests are capped (1 TiB of space: 4 Mi entries), as
+        // are the most threads.
         assert_eq!(
             sizes(Some(1 << 40), Some(100_000)),
-            [PAGES_MOST, REGIONS_MOST, THREADS_MOST]
+            [1 << 22, REGIONS_MOST, THREADS_MOST]
         );
-        assert_eq!(sizes(Some(u64::MAX), Some(u32::MAX))[0], PAGES_MOST);
-        assert_eq!(
-            sizes(None, None),
-            [PAGES_UNKNOWN, REGIONS_MOST, THREADS_MOST]
-        );
+        assert_eq!(sizes(Some(u64::MAX), Some(u32::MAX))[0], 1 << 22);
+        // Unknown: 64 GiB of space.
+        assert_eq!(sizes(None, None), [1 << 18, REGIONS_MOST, THREADS_MOST]);
     }
 
     #[test]
