@@ -189,14 +189,21 @@ fn wrap(s: &str, px: f64, size: u32) -> Vec<String> {
 }
 
 fn ratio_row(out: &mut String, axis: &Axis, r: &FixResult, y: f64, label: &str) {
-    let changes: Vec<String> = r.changes.iter().map(short).collect();
+    // A set of more than two fixes by its size: their words would be
+    // clipped to the first one's (the final command line lists them).
+    let what = if r.changes.len() > 2 {
+        format!("{} fixes", r.changes.len())
+    } else {
+        let changes: Vec<String> = r.changes.iter().map(short).collect();
+        changes.join(" + ")
+    };
     text(
         out,
         LEFT - 8.0,
         y,
         12,
         "end",
-        &clip(&format!("{label}{}", changes.join(" + ")), LABEL_PX, 12),
+        &clip(&format!("{label}{what}"), LABEL_PX, 12),
     );
     let colour = verdict_colour(r.verdict);
     let verdict = match r.verdict {
@@ -533,5 +540,34 @@ mod tests {
             svg.contains("stroke=\"#2e7d32\" stroke-width=\"2\""),
             "{svg}"
         );
+
+        // --together-first: a set of three, accepted first, is one row
+        // named by its size; one not accepted is a row too.
+        let three = |verdict| {
+            let mut r = result(
+                "quiet",
+                &base,
+                &[6.0e9, 6.1e9, 5.9e9, 6.2e9, 6.3e9, 5.8e9],
+                verdict,
+            );
+            r.changes = ["quiet", "8250.nr_uarts=1", "systemd.unit=w.service"]
+                .iter()
+                .map(|w| ConcreteChange::KernelArgs((*w).into()))
+                .collect();
+            r
+        };
+        let first = ProveReport {
+            combined: Some(three(Verdict::Accepted)),
+            combined_first: true,
+            ..report.clone()
+        };
+        let svg = report_svg(&AdviseDoc::new(&ev, &advice, Some(&first)));
+        assert!(svg.contains(">together: 3 fixes</text>"), "{svg}");
+        let not = ProveReport {
+            together: Some(three(Verdict::NotSignificant)),
+            ..report
+        };
+        let svg = report_svg(&AdviseDoc::new(&ev, &advice, Some(&not)));
+        assert!(svg.contains(">together: 3 fixes</text>"), "{svg}");
     }
 }

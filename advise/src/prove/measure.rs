@@ -438,10 +438,13 @@ impl ProvePlan {
                 not_tried.push(NotTried {
                     rule: t.rule,
                     change: t.change.clone(),
-                    reason: if self.stopped() {
-                        "interrupted".into()
-                    } else {
-                        "beyond the --budget".into()
+                    reason: match (self.stopped(), &together) {
+                        (true, _) => "interrupted".into(),
+                        (false, None) => "beyond the --budget".into(),
+                        (false, Some(_)) => {
+                            "alone: beyond the --budget (measured in the set of all together)"
+                                .into()
+                        }
                     },
                 });
                 continue;
