@@ -429,19 +429,25 @@ impl ProvePlan {
         let mut boots = 1u32;
         let mut fixes = Vec::new();
         let count = trials.len();
-        let together = self.together_first(&trials, &check, &mut boots, started, progress)?;
+        let mut together = self.together_first(&trials, &check, &mut boots, started, progress)?;
         let together_proven = together
             .as_ref()
             .is_some_and(|t| t.verdict == Verdict::Accepted);
+        // Accepted, the set is the combination; else it is reported apart.
+        let mut combined = if together_proven {
+            together.take()
+        } else {
+            None
+        };
         for (i, t) in trials.iter().enumerate() {
             if self.stopped() || !self.affordable(boots, started, &check) {
                 not_tried.push(NotTried {
                     rule: t.rule,
                     change: t.change.clone(),
-                    reason: match (self.stopped(), &together) {
+                    reason: match (self.stopped(), together.is_some() || together_proven) {
                         (true, _) => "interrupted".into(),
-                        (false, None) => "beyond the --budget".into(),
-                        (false, Some(_)) => {
+                        (false, false) => "beyond the --budget".into(),
+                        (false, true) => {
                             "alone: beyond the --budget (measured in the set of all together)"
                                 .into()
                         }
@@ -464,9 +470,8 @@ impl ProvePlan {
             .filter(|f| f.verdict == Verdict::Accepted)
             .flat_map(|f| f.changes.iter())
             .collect();
-        let mut combined = None;
         if together_proven {
-            combined = together.clone();
+            // The set proven first is the combination.
         } else if accepted.len() == 1 {
             combined = fixes
                 .iter()
@@ -486,10 +491,10 @@ impl ProvePlan {
             };
             combined = Some(self.measure(&s, &check, &mut boots, progress)?);
         }
-        let all: Vec<&ConcreteChange> = trials.iter().map(|t| &t.change).collect();
+        // The combination's changes: the set proven first, the one accepted
+        // fix, or the accepted ones benched together.
         let final_changes: Vec<&ConcreteChange> = match &combined {
-            Some(_) if together_proven => all,
-            Some(c) if c.verdict == Verdict::Accepted => accepted,
+            Some(c) if c.verdict == Verdict::Accepted => c.changes.iter().collect(),
             _ => Vec::new(),
         };
         let final_argv = self.target.argv(&final_changes);
@@ -506,7 +511,7 @@ impl ProvePlan {
             check,
             fixes,
             not_tried,
-            together: together.filter(|_| !together_proven),
+            together,
             combined_first: together_proven,
             combined,
             final_command: words(&final_argv),
