@@ -48,7 +48,7 @@ fn detector_words(d: &Detector) -> String {
             *min_ns as f64 / 1e6
         ),
         Detector::SlowChainUnits { min_ns } => format!(
-            "the {} slowest units on the critical chain (`units.critical_chain`), each taking at least {} ms to start (targets, devices, the root mount, journald, the wait units and a unit that became active after the one above it on the chain left out)",
+            "the {} slowest units on the critical chain (`units.critical_chain`), each taking at least {} ms to start (targets, devices, the root mount, journald, systemd-udevd (devices reach systemd through it), the wait units and a unit that became active after the one above it on the chain left out)",
             crate::userspace::SLOWEST_ON_CHAIN,
             *min_ns as f64 / 1e6
         ),
