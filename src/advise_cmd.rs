@@ -245,7 +245,46 @@ fn read_evidence(paths: &[std::path::PathBuf]) -> Result<Evidence, AdviseError> 
         eprintln!("advise: {note}");
     }
     keep_vmlinux(&mut ev);
+    keep_initrd_cpio(&mut ev);
     Ok(ev)
+}
+
+/// For an initrd whose unpacking the `compressed-initramfs` rule can time
+/// (the boot's initcalls have `populate_rootfs`): its initramfs as one
+/// uncompressed archive made (or found, verified) in bootscope's cache,
+/// and named in `ev`; or why not. A plain archive needs none.
+fn keep_initrd_cpio(ev: &mut Evidence) {
+    let unpacks = ev
+        .initcalls
+        .iter()
+        .flatten()
+        .any(|i| i.name == "populate_rootfs");
+    let Some(initrd) = ev
+        .initrd
+        .as_mut()
+        .filter(|i| unpacks && i.unread.is_none() && i.compression.as_deref() != Some("unknown"))
+    else {
+        return;
+    };
+    let path = Path::new(&initrd.path).to_path_buf();
+    let shown = bootscope_model::text::printable(&initrd.path).to_string();
+    let made = bootscope_vmm::kernel::initrd::user_cache_dir()
+        .map_err(|e| format!("the initrd cache: {e}"))
+        .and_then(|dir| bootscope_vmm::kernel::initrd::cached_cpio(&path, &dir));
+    match made {
+        Ok(Some(file)) => {
+            eprintln!(
+                "advise: the initramfs of {shown} as one uncompressed archive: {}",
+                bootscope_model::text::printable(&file.display().to_string())
+            );
+            initrd.cpio = Some(file);
+        }
+        Ok(None) => {}
+        Err(why) => {
+            eprintln!("advise: no uncompressed archive made of {shown}: {why}");
+            initrd.cpio_error = Some(why);
+        }
+    }
 }
 
 /// For a bzImage the `compressed-vmm-kernel` rule finds given to the VMM:

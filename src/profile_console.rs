@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bootscope_model::mark::MarkSource;
 use bootscope_profiler::Collector;
-use bootscope_vmm::console::{LineMatcher, MilestonePattern};
+use bootscope_vmm::console::{Hit, LineMatcher, MilestonePattern};
 
 /// How often a console file is read for new lines: a milestone's time is
 /// when it was read, up to this much after the guest wrote it.
@@ -70,14 +70,15 @@ pub fn named_console_file(command: &[String]) -> Option<PathBuf> {
 /// collector is finished, so a late console line adds nothing.
 pub type MarkSlot = Arc<Mutex<Option<Arc<Collector>>>>;
 
-fn record(slot: &MarkSlot, hits: Vec<String>, at: Instant) {
+fn record(slot: &MarkSlot, hits: Vec<Hit>, at: Instant) {
     if hits.is_empty() {
         return;
     }
     let guard = slot.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(c) = guard.as_ref() {
         for h in hits {
-            c.add_mark_at(&format!("serial: {h}"), MarkSource::Serial, None, at);
+            let name = format!("serial: {}", h.name);
+            c.add_mark_at(&name, MarkSource::Serial, h.guest_ns, at);
         }
     }
 }

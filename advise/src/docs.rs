@@ -31,7 +31,7 @@ fn detector_words(d: &Detector) -> String {
             *min_ns as f64 / 1e6
         ),
         Detector::CompressedInitramfs => {
-            "`populate_rootfs`'s duration, with an initrd that is not a plain cpio (by its magic bytes)".into()
+            "the initramfs's unpacking, from `populate_rootfs`'s start to the kernel's `Freeing initrd memory` (mark `serial: initrd freed`, at the line's printk timestamp moved to the initcalls' clock; else `populate_rootfs`'s duration), with an initrd that is not a plain cpio (by its magic bytes, or compressed archives after a plain one), and the initcall that waited for it".into()
         }
         Detector::CopiedInitrd { min_bytes } => {
             format!("an initrd of at least {} MiB copied, not mapped", min_bytes >> 20)

@@ -51,6 +51,8 @@ pub struct SiteExits {
 pub struct Initcall {
     pub name: String,
     pub level: String,
+    /// On the document's clock (0 when unknown).
+    pub start_ns: u64,
     pub duration_ns: u64,
     pub ret: i64,
 }
@@ -69,7 +71,22 @@ pub struct Initrd {
     /// missing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unread: Option<String>,
+    /// When the guest's kernel freed it, the initramfs unpacked (the
+    /// console's `Freeing initrd memory`: a timeline's `serial: initrd
+    /// freed`), on the initcalls' clock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub freed_ns: Option<u64>,
+    /// Its initramfs as one uncompressed cpio archive, in bootscope's
+    /// cache (made by `bootscope advise` for a compressed initrd).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpio: Option<PathBuf>,
+    /// Why no such archive was made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpio_error: Option<String>,
 }
+
+/// The timeline mark of the initramfs unpacked (vmm/src/console.rs).
+pub const INITRD_FREED_MARK: &str = "serial: initrd freed";
 
 /// The kernel file another VMM was given (QEMU's `-kernel`).
 #[derive(Clone, Debug, Default, Serialize)]
@@ -288,10 +305,13 @@ impl Evidence {
             }
             self.memory_bytes = g.memory_bytes.or(self.memory_bytes);
             if let Some(path) = &g.initrd {
-                self.initrd = Some(inspect_initrd(
-                    Path::new(path),
-                    g.initrd_mapped_from_file.unwrap_or(false),
-                ));
+                let mut initrd =
+                    inspect_initrd(Path::new(path), g.initrd_mapped_from_file.unwrap_or(false));
+                initrd.freed_ns = freed_at(
+                    t.marks.iter().map(|m| (m.name.as_str(), m.t_ns, m.value)),
+                    t.initcalls.as_ref(),
+                );
+                self.initrd = Some(initrd);
             }
         }
         self.phases = t
@@ -316,6 +336,7 @@ impl Evidence {
                 .map(|i| Initcall {
                     name: i.name.clone(),
                     level: i.level.clone(),
+                    start_ns: i.start_ns,
                     duration_ns: i.duration_ns,
                     ret: i.ret,
                 })
@@ -335,6 +356,9 @@ impl Evidence {
         self.vmm_command.clone_from(&p.target.command);
         if self.vmm == Vmm::Qemu {
             self.vmm_kernel = VmmKernel::of_qemu(&p.target.command);
+        }
+        if self.initrd.is_none() {
+            self.initrd = vmm_initrd(self.vmm, p);
         }
         if self.cmdline.is_none() {
             self.cmdline = p
@@ -442,6 +466,44 @@ pub fn compression_of(head: &[u8]) -> &'static str {
     )
 }
 
+/// The initrd another VMM was given (QEMU's `-initrd`, Cloud Hypervisor's
+/// `--initramfs`), and when its guest freed it.
+fn vmm_initrd(vmm: Vmm, p: &Profile) -> Option<Initrd> {
+    let flag: &[&str] = match vmm {
+        Vmm::Qemu => &["-initrd"],
+        Vmm::CloudHypervisor => &["--initramfs"],
+        _ => return None,
+    };
+    let args = p.target.command.get(1..).unwrap_or_default();
+    let path = bootscope_model::argv::flag_value(args, flag)?;
+    let mut initrd = inspect_initrd(Path::new(path), false);
+    initrd.freed_ns = freed_at(
+        p.marks.iter().map(|m| (m.name.as_str(), m.t_ns, m.value)),
+        p.guest_read.as_ref().and_then(|g| g.initcalls.as_ref()),
+    );
+    Some(initrd)
+}
+
+/// When the guest's kernel freed its initrd, on the initcalls' clock: the
+/// console line's own printk timestamp moved by the initcalls' alignment
+/// (the line reaches a slow console later), else when the line was read.
+fn freed_at<'a>(
+    mut marks: impl Iterator<Item = (&'a str, u64, Option<u64>)>,
+    initcalls: Option<&bootscope_model::initcalls::InitcallsDoc>,
+) -> Option<u64> {
+    let (_, read_ns, logged) = marks.find(|(name, _, _)| *name == INITRD_FREED_MARK)?;
+    let offset = initcalls
+        .and_then(|ic| ic.clock.as_ref())
+        .map(|c| c.offset_ns);
+    match (logged, offset) {
+        (Some(guest), Some(off)) => u64::try_from(i128::from(guest) + i128::from(off))
+            .ok()
+            .filter(|&t| t <= read_ns)
+            .or(Some(read_ns)),
+        _ => Some(read_ns),
+    }
+}
+
 /// What the initrd a timeline names is: its size and compression, read
 /// from its first bytes if it is a regular file
 /// ([`bootscope_model::input::open_named`]: a device, FIFO or socket is
@@ -469,6 +531,7 @@ fn inspect_initrd(path: &Path, mapped: bool) -> Initrd {
         compression,
         bytes,
         unread,
+        ..Initrd::default()
     }
 }
 

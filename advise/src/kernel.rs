@@ -187,37 +187,70 @@ pub(crate) fn compressed_initramfs(ev: &Evidence) -> Vec<Found> {
     let Some(initrd) = &ev.initrd else {
         return Vec::new();
     };
-    let Some(pr) = ev
-        .initcalls
-        .iter()
-        .flatten()
-        .find(|i| i.name == "populate_rootfs")
-    else {
+    let initcalls = ev.initcalls.iter().flatten();
+    let Some(pr) = initcalls.clone().find(|i| i.name == "populate_rootfs") else {
         return Vec::new();
     };
     let compression = initrd.compression.as_deref().unwrap_or("unknown");
-    if compression == "none" {
+    // A plain archive first can still have compressed ones after it (a
+    // copy was made only if so).
+    if compression == "none" && initrd.cpio.is_none() {
         return Vec::new();
     }
     let size = initrd
         .bytes
         .map(|b| format!(", {} bytes", thousands(b)))
         .unwrap_or_default();
+    let what = if let Some(why) = &initrd.unread {
+        format!("not read: {why}")
+    } else if compression == "unknown" {
+        "not readable here: its compression is unknown".to_string()
+    } else if compression == "none" {
+        "compressed archives after an uncompressed one".to_string()
+    } else {
+        format!("{compression}-compressed")
+    };
+    // The kernel unpacks asynchronously: populate_rootfs returns at once
+    // and the unpacking runs beside the initcalls after it, until the
+    // kernel frees the initrd; a module load and /init wait for it.
+    let unpacked = initrd
+        .freed_ns
+        .filter(|&f| pr.start_ns > 0 && f > pr.start_ns)
+        .map(|f| (f, f - pr.start_ns));
+    let Some((freed, took)) = unpacked.filter(|(_, took)| *took > pr.duration_ns) else {
+        return vec![Found {
+            subject: Some("populate_rootfs".into()),
+            evidence: vec![format!(
+                "populate_rootfs: {} unpacking the initramfs {} ({what}{size}); the unpacking's end was not seen (the console's \"Freeing initrd memory\" line: not with quiet)",
+                human_ns(pr.duration_ns),
+                initrd.path,
+            )],
+            accounts_ns: Some(pr.duration_ns),
+            phase: "kernel",
+        }];
+    };
+    let mut evidence = vec![format!(
+        "the initramfs {} ({what}{size}) was unpacked from populate_rootfs to the kernel freeing it (\"Freeing initrd memory\"): {}, beside the initcalls after it",
+        initrd.path,
+        human_ns(took),
+    )];
+    // The initcall running when the unpacking ended: one that loads a
+    // module waits for the initramfs there.
+    if let Some(w) = initcalls
+        .filter(|i| i.name != pr.name && i.start_ns > pr.start_ns && i.start_ns < freed)
+        .filter(|i| i.start_ns + i.duration_ns >= freed)
+        .max_by_key(|i| i.duration_ns)
+    {
+        evidence.push(format!(
+            "{} ran across its end ({}): an initcall that loads a module waits for the initramfs to be unpacked",
+            w.name,
+            human_ns(w.duration_ns)
+        ));
+    }
     vec![Found {
         subject: Some("populate_rootfs".into()),
-        evidence: vec![format!(
-            "populate_rootfs: {} unpacking the initramfs {} ({}{size})",
-            human_ns(pr.duration_ns),
-            initrd.path,
-            if let Some(why) = &initrd.unread {
-                format!("not read: {why}")
-            } else if compression == "unknown" {
-                "not readable here: its compression is unknown".to_string()
-            } else {
-                format!("{compression}-compressed")
-            }
-        )],
-        accounts_ns: Some(pr.duration_ns),
+        evidence,
+        accounts_ns: Some(took),
         phase: "kernel",
     }]
 }

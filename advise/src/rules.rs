@@ -432,14 +432,27 @@ pub const RULES: &[Rule] = &[
         id: "compressed-initramfs",
         title: "the kernel decompressing the initramfs (populate_rootfs)",
         detector: Detector::CompressedInitramfs,
-        needs: &[Need::Initcalls, Need::Guest],
+        needs: &[Need::Initcalls],
         off_with: &[],
-        fixes: &[Fix {
-            change: Change::Advice("give an uncompressed cpio archive as the initramfs (or one compressed with lz4, the fastest to unpack)"),
-            risk: Risk::Low,
-            gives_up: "a larger file to store and read (the VMM copies or maps it)",
-            source: "Documentation/driver-api/early-userspace/buffer-format.rst; Documentation/filesystems/ramfs-rootfs-initramfs.rst",
-        }],
+        fixes: &[
+            Fix {
+                change: Change::InVmm(&[
+                    opts(VmmKind::Bootscope, &["--initrd", "{initrd_cpio}"], &["--initrd"], ""),
+                    opts(VmmKind::Qemu, &["-initrd", "{initrd_cpio}"], &["-initrd"], ""),
+                    opts(VmmKind::CloudHypervisor, &["--initramfs", "{initrd_cpio}"], &["--initramfs"], ""),
+                    manual(VmmKind::Firecracker, "give the uncompressed archive as boot-source's initrd_path (bootscope advise keeps one in its cache)"),
+                ]),
+                risk: Risk::Low,
+                gives_up: "a larger file to store, read and copy into guest memory: the same initramfs as one uncompressed cpio archive, kept in bootscope's cache (made once from the initrd, named by its SHA-256)",
+                source: "Documentation/driver-api/early-userspace/buffer-format.rst (concatenated and compressed archives unpack to the same files); init/initramfs.c: do_populate_rootfs, wait_for_initramfs",
+            },
+            Fix {
+                change: Change::Advice("build the image's initramfs uncompressed for good: COMPRESS=none in /etc/initramfs-tools/initramfs.conf, then update-initramfs -u (dracut: --no-compress; or lz4, the fastest to unpack)"),
+                risk: Risk::Low,
+                gives_up: "a larger file to store and read (the VMM copies or maps it)",
+                source: "man initramfs.conf(5): COMPRESS; man dracut(8): --no-compress; Documentation/filesystems/ramfs-rootfs-initramfs.rst",
+            },
+        ],
     },
     Rule {
         id: "copied-initrd",

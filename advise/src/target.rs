@@ -172,9 +172,25 @@ impl ProveTarget {
             .collect();
         match self {
             Self::Bootscope { args, .. } => {
+                // `run` options in place of others (`--initrd FILE`).
                 let mut out: Vec<String> = args.clone();
-                match cmdline_arg(args) {
-                    Some((i, _)) if args[i] == "--cmdline" => out[i + 1] = cmdline,
+                for c in changes {
+                    if let ConcreteChange::VmmOptions {
+                        vmm: VmmKind::Bootscope,
+                        args,
+                        replace,
+                        ..
+                    } = c
+                    {
+                        let run: Vec<String> = std::iter::once("run".to_string())
+                            .chain(out.iter().cloned())
+                            .collect();
+                        out = crate::vmm_terms::apply_options(&run, args, replace, None)[1..]
+                            .to_vec();
+                    }
+                }
+                match cmdline_arg(&out) {
+                    Some((i, _)) if out[i] == "--cmdline" => out[i + 1] = cmdline,
                     Some((i, _)) => out[i] = format!("--cmdline={cmdline}"),
                     None => {
                         out.push("--cmdline".into());
@@ -304,6 +320,52 @@ mod tests {
             ["--cmdline", "console=hvc0 quiet", "--console", "virtio"]
         );
         assert_eq!(t.cmdline_with(&[&virtio]), "console=hvc0 quiet");
+        // A run option in place of another (the initrd as one archive),
+        // before or after the command line, in either spelling.
+        let cpio = ConcreteChange::VmmOptions {
+            vmm: VmmKind::Bootscope,
+            args: vec!["--initrd".into(), "/c/i.cpio".into()],
+            replace: vec!["--initrd".into()],
+            machine: None,
+            kernel: String::new(),
+        };
+        for (args, want) in [
+            (
+                vec!["--initrd", "i.img", "--cmdline", "q", "--kernel", "k"],
+                vec![
+                    "--cmdline",
+                    "q quiet",
+                    "--kernel",
+                    "k",
+                    "--initrd",
+                    "/c/i.cpio",
+                ],
+            ),
+            (
+                vec!["--kernel", "k", "--initrd=i.img"],
+                vec![
+                    "--kernel",
+                    "k",
+                    "--initrd",
+                    "/c/i.cpio",
+                    "--cmdline",
+                    "x quiet",
+                ],
+            ),
+        ] {
+            let t = ProveTarget::Bootscope {
+                args: args.into_iter().map(String::from).collect(),
+                default_cmdline: "x".into(),
+            };
+            assert_eq!(strings(t.argv(&[&cpio, &quiet])), want);
+            assert!(t.refuses(&cpio).is_none());
+        }
+        let qemu = ProveTarget::template(
+            "qemu-system-x86_64 -kernel k -append '{cmdline}'",
+            None,
+            None,
+        );
+        assert!(qemu.unwrap().refuses(&cpio).unwrap().contains("bootscope"));
     }
 
     #[test]

@@ -42,9 +42,22 @@ pub fn concrete(ways: &[InVmm], ev: &Evidence) -> Option<ConcreteChange> {
     let way = ways.iter().find(|w| w.vmm == vmm)?.way;
     match way {
         Way::Manual { how } => Some(ConcreteChange::Advice(format!("{}: {how}", vmm.name()))),
-        Way::Options { args, .. } if vmm == VmmKind::Bootscope => Some(ConcreteChange::RunFlags(
-            args.iter().map(|s| (*s).to_string()).collect(),
-        )),
+        Way::Options { args, replace, .. } if vmm == VmmKind::Bootscope => {
+            let args = match with_files(args, ev, vmm) {
+                Ok(args) => args,
+                Err(advice) => return Some(advice),
+            };
+            if replace.is_empty() {
+                return Some(ConcreteChange::RunFlags(args));
+            }
+            Some(ConcreteChange::VmmOptions {
+                vmm,
+                args,
+                replace: replace.iter().map(|s| (*s).to_string()).collect(),
+                machine: None,
+                kernel: String::new(),
+            })
+        }
         Way::Options {
             args,
             replace,
@@ -60,18 +73,11 @@ pub fn concrete(ways: &[InVmm], ev: &Evidence) -> Option<ConcreteChange> {
                     return None;
                 }
             }
-            let vmlinux = ev.vmm_kernel.as_ref().and_then(|k| k.vmlinux.as_ref());
-            if args.iter().any(|a| a.contains("{vmlinux}")) && vmlinux.is_none() {
-                return Some(ConcreteChange::Advice(format!(
-                    "{}: -kernel VMLINUX, the bzImage's decompressed payload (an ELF with a PVH note; `bootscope advise` keeps one in its kernel cache where it can read the bzImage)",
-                    vmm.name()
-                )));
-            }
-            let vmlinux = vmlinux.map(|v| v.display().to_string()).unwrap_or_default();
-            let args: Vec<String> = args
-                .iter()
-                .map(|a| a.replace("{bus}", bus(cmd)).replace("{vmlinux}", &vmlinux))
-                .collect();
+            let args = match with_files(args, ev, vmm) {
+                Ok(args) => args,
+                Err(advice) => return Some(advice),
+            };
+            let args: Vec<String> = args.iter().map(|a| a.replace("{bus}", bus(cmd))).collect();
             if machine.is_none() && holds(cmd, &args) {
                 return None;
             }
@@ -84,6 +90,44 @@ pub fn concrete(ways: &[InVmm], ev: &Evidence) -> Option<ConcreteChange> {
             })
         }
     }
+}
+
+/// `args` with the files advise made in place of their placeholders
+/// (`{vmlinux}`: the bzImage's decompressed payload; `{initrd_cpio}`: the
+/// initrd as one uncompressed archive); a file that was not made turns
+/// the fix into advice (`Err`).
+fn with_files(args: &[&str], ev: &Evidence, vmm: VmmKind) -> Result<Vec<String>, ConcreteChange> {
+    let uses = |p: &str| args.iter().any(|a| a.contains(p));
+    let vmlinux = ev.vmm_kernel.as_ref().and_then(|k| k.vmlinux.as_ref());
+    if uses("{vmlinux}") && vmlinux.is_none() {
+        return Err(ConcreteChange::Advice(format!(
+            "{}: -kernel VMLINUX, the bzImage's decompressed payload (an ELF with a PVH note; `bootscope advise` keeps one in its kernel cache where it can read the bzImage)",
+            vmm.name()
+        )));
+    }
+    let cpio = ev.initrd.as_ref().and_then(|i| i.cpio.as_ref());
+    if uses("{initrd_cpio}") && cpio.is_none() {
+        let why = ev
+            .initrd
+            .as_ref()
+            .and_then(|i| i.cpio_error.as_deref())
+            .map(|why| format!(" (none was made here: {why})"))
+            .unwrap_or_default();
+        return Err(ConcreteChange::Advice(format!(
+            "{}: give the initramfs as one uncompressed cpio archive (`bootscope advise` keeps one in its cache where it can read the initrd){why}",
+            vmm.name()
+        )));
+    }
+    let show =
+        |p: Option<&std::path::PathBuf>| p.map(|v| v.display().to_string()).unwrap_or_default();
+    let (vmlinux, cpio) = (show(vmlinux), show(cpio));
+    Ok(args
+        .iter()
+        .map(|a| {
+            a.replace("{vmlinux}", &vmlinux)
+                .replace("{initrd_cpio}", &cpio)
+        })
+        .collect())
 }
 
 /// `words` with `key=value` words of `kernel` in place of that key's

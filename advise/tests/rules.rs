@@ -157,6 +157,7 @@ fn with_initcalls(calls: &[(&str, u64, i64)]) -> Evidence {
                 .map(|(name, ns, ret)| Initcall {
                     name: (*name).into(),
                     level: "device".into(),
+                    start_ns: 0,
                     duration_ns: *ns,
                     ret: *ret,
                 })
@@ -272,11 +273,75 @@ fn compressed_initramfs_by_its_magic() {
         "{:?}",
         f.evidence
     );
+    // No uncompressed archive made (advise makes it): advice to make one.
     assert_eq!(f.fixes[0].triable, Triable::No);
     assert!(matches!(
         evaluate(rule("compressed-initramfs"), &timeline(&plain)),
         RuleOutcome::Clear
     ));
+}
+
+#[test]
+fn the_initramfs_unpacked_beside_the_initcalls_is_timed_to_its_freeing() {
+    let dir = tempfile::tempdir().unwrap();
+    let zst = dir.path().join("initrd.img");
+    std::fs::write(&zst, [0x28, 0xb5, 0x2f, 0xfd, 0, 0, 0, 0]).unwrap();
+    let ms = 1_000_000u64;
+    let path = dir.path().join("t.json");
+    // populate_rootfs returns at once; the unpacking ends 2.7 s later, as
+    // a module load that waited for it does.
+    let doc = serde_json::json!({
+        "schema": "bootscope.timeline", "version": 1,
+        "guest": {"kernel": "k", "kernel_format": "bzimage", "cmdline": "console=ttyS0",
+                  "initrd": zst, "initrd_mapped_from_file": false},
+        // The console showed the line 3 s after the kernel logged it at
+        // 2.7 s on its own clock (the initcalls' offset: 1 s).
+        "marks": [{"name": "serial: initrd freed", "t_ns": 6_700 * ms, "source": "serial", "value": 2_700 * ms}],
+        "phases": [],
+        "initcalls": {"method": "m", "clock": {"offset_ns": 1_000 * ms, "error_ns": 1000, "anchors": 3}, "initcalls": [
+            {"name": "populate_rootfs", "level": "rootfs", "start_ns": 1_000 * ms, "duration_ns": 6 * ms, "ret": 0},
+            {"name": "inet_init", "level": "fs", "start_ns": 1_100 * ms, "duration_ns": 200 * ms, "ret": 0},
+            {"name": "crypto_kdf108_init", "level": "late", "start_ns": 1_400 * ms, "duration_ns": 2_305 * ms, "ret": 0}]}
+    });
+    std::fs::write(&path, doc.to_string()).unwrap();
+    let mut ev = Evidence::read(&[path]).unwrap();
+    let f = &found("compressed-initramfs", &ev)[0];
+    assert_eq!(f.accounts_ns, Some(2_700 * ms));
+    assert!(
+        f.evidence[0].contains("zstd-compressed"),
+        "{:?}",
+        f.evidence
+    );
+    assert!(
+        f.evidence[1].starts_with("crypto_kdf108_init ran across its end (2.31 s)"),
+        "{:?}",
+        f.evidence
+    );
+    // With the archive made, bootscope's run boots it in place of the initrd.
+    ev.initrd.as_mut().unwrap().cpio = Some("/cache/initrd-ab.cpio".into());
+    let f = &found("compressed-initramfs", &ev)[0];
+    assert_eq!(
+        f.fixes[0].change,
+        ConcreteChange::VmmOptions {
+            vmm: Vmm::Bootscope,
+            args: vec!["--initrd".into(), "/cache/initrd-ab.cpio".into()],
+            replace: vec!["--initrd".into()],
+            machine: None,
+            kernel: String::new(),
+        }
+    );
+    assert_eq!(f.fixes[0].triable, Triable::Yes);
+    // QEMU's own option, for a QEMU boot.
+    ev.vmm = Vmm::Qemu;
+    ev.vmm_command = ["qemu-system-x86_64", "-kernel", "k", "-initrd", "i"]
+        .map(String::from)
+        .to_vec();
+    let f = &found("compressed-initramfs", &ev)[0];
+    assert!(
+        matches!(&f.fixes[0].change, ConcreteChange::VmmOptions { args, .. } if args[0] == "-initrd"),
+        "{:?}",
+        f.fixes[0].change
+    );
 }
 
 #[test]
@@ -292,7 +357,7 @@ fn vmm_set_up_rules() {
             mapped: false,
             compression: Some("none".into()),
             bytes: Some(64 << 20),
-            unread: None,
+            ..Initrd::default()
         }),
         prealloc_ns: Some(300_000_000),
         ..Evidence::default()

@@ -9,10 +9,12 @@ use regex::Regex;
 
 use crate::timeline::{vmm_marks, MarkSource, Recorder};
 
-/// The patterns matched by default: the kernel banner, the end of kernel
-/// init, and the hand-over to the init process.
+/// The patterns matched by default: the kernel banner, the initramfs
+/// unpacked (the kernel frees the initrd then), the end of kernel init,
+/// and the hand-over to the init process.
 pub const DEFAULT_PATTERNS: &[(&str, &str)] = &[
     ("kernel banner", r"Linux version \S+"),
+    ("initrd freed", r"Freeing initrd memory"),
     ("free initmem", r"Freeing unused kernel"),
     ("run init", r"Run \S+ as init process"),
 ];
@@ -86,6 +88,38 @@ pub fn merge_patterns(user: Vec<MilestonePattern>, keep_defaults: bool) -> Vec<M
     out
 }
 
+/// A pattern that matched a console line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hit {
+    pub name: String,
+    /// The line's printk timestamp (`[    5.284232] ...`), in
+    /// nanoseconds on the guest kernel's clock: when the kernel logged it,
+    /// which a slow console shows later.
+    pub guest_ns: Option<u64>,
+}
+
+impl PartialEq<&str> for Hit {
+    fn eq(&self, other: &&str) -> bool {
+        self.name == *other
+    }
+}
+
+/// The printk timestamp a kernel console line starts with, in
+/// nanoseconds: `[ SECONDS.MICROSECONDS]`.
+pub fn printk_ns(line: &str) -> Option<u64> {
+    let inner = line.strip_prefix('[')?.split_once(']')?.0.trim_start();
+    let (secs, frac) = inner.split_once('.')?;
+    if secs.is_empty()
+        || frac.len() != 6
+        || !(secs.bytes().chain(frac.bytes())).all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let secs: u64 = secs.parse().ok()?;
+    let micros: u64 = frac.parse().ok()?;
+    secs.checked_mul(1_000_000_000)?.checked_add(micros * 1_000)
+}
+
 /// Splits console bytes into lines and reports the first match of each
 /// pattern.
 #[derive(Debug)]
@@ -104,7 +138,7 @@ impl LineMatcher {
 
     /// Feeds bytes; returns the names of patterns that matched a line
     /// completed by these bytes (each pattern fires once).
-    pub fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<Hit> {
         let mut hits = Vec::new();
         for &b in bytes {
             if b == b'\n' {
@@ -117,7 +151,7 @@ impl LineMatcher {
     }
 
     /// Matches a final line that had no newline.
-    pub fn flush(&mut self) -> Vec<String> {
+    pub fn flush(&mut self) -> Vec<Hit> {
         let mut hits = Vec::new();
         if !self.line.is_empty() {
             self.finish_line(&mut hits);
@@ -125,12 +159,15 @@ impl LineMatcher {
         hits
     }
 
-    fn finish_line(&mut self, hits: &mut Vec<String>) {
+    fn finish_line(&mut self, hits: &mut Vec<Hit>) {
         let text = String::from_utf8_lossy(&self.line);
         for (p, fired) in self.patterns.iter_mut() {
             if !*fired && p.regex.is_match(&text) {
                 *fired = true;
-                hits.push(p.name.clone());
+                hits.push(Hit {
+                    name: p.name.clone(),
+                    guest_ns: printk_ns(&text),
+                });
             }
         }
         self.line.clear();
@@ -314,10 +351,14 @@ impl ConsoleSink {
         }
     }
 
-    fn record(&self, hits: Vec<String>) {
-        for name in hits {
-            self.recorder
-                .guest(format!("serial: {name}"), MarkSource::Serial, None, None);
+    fn record(&self, hits: Vec<Hit>) {
+        for h in hits {
+            self.recorder.guest(
+                format!("serial: {}", h.name),
+                MarkSource::Serial,
+                h.guest_ns,
+                None,
+            );
         }
     }
 
@@ -444,10 +485,37 @@ mod tests {
     fn default_patterns_match_real_kernel_lines() {
         let mut m = LineMatcher::new(MilestonePattern::defaults());
         let log = b"[    0.000000] Linux version 6.1.0-28-amd64 (debian-kernel@lists.debian.org)\n\
+[    1.100] Freeing initrd memory: 30444K\n\
 [    1.234] Freeing unused kernel image (initmem) memory: 2800K\n\
 [    1.300] Run /init as init process\n";
         let hits = m.feed(log);
-        assert_eq!(hits, ["kernel banner", "free initmem", "run init"]);
+        assert_eq!(
+            hits,
+            ["kernel banner", "initrd freed", "free initmem", "run init"]
+        );
+    }
+
+    #[test]
+    fn a_kernel_lines_printk_stamp_goes_with_its_hit() {
+        assert_eq!(
+            printk_ns("[    5.284232] Freeing initrd memory"),
+            Some(5_284_232_000)
+        );
+        assert_eq!(printk_ns("[12345.000001] x"), Some(12_345_000_001_000));
+        for not in [
+            "Run /init",
+            "[ 5.28] x",
+            "[    x.284232] x",
+            "[    5.284232 x",
+            "[.123456] x",
+        ] {
+            assert_eq!(printk_ns(not), None, "{not}");
+        }
+        let mut m = LineMatcher::new(MilestonePattern::defaults());
+        let hits =
+            m.feed(b"[    5.284232] Freeing initrd memory: 30444K\nRun /init as init process\n");
+        assert_eq!(hits[0].guest_ns, Some(5_284_232_000));
+        assert_eq!(hits[1].guest_ns, None);
     }
 
     #[test]

@@ -241,7 +241,7 @@ impl Devices {
                     self.recorder.guest(
                         debug_port_mark_name(value),
                         MarkSource::DebugPort,
-                        Some(value),
+                        Some(u64::from(value)),
                         Some(vcpu),
                     );
                 }
@@ -257,7 +257,7 @@ impl Devices {
                     self.recorder.guest(
                         boot_time_port_mark_name(value),
                         MarkSource::BootTimePort,
-                        Some(value),
+                        Some(u64::from(value)),
                         Some(vcpu),
                     );
                 }
@@ -290,7 +290,7 @@ impl Devices {
                 self.recorder.guest(
                     "boot timer: guest boot done (123)".to_string(),
                     MarkSource::BootTimer,
-                    Some(layout::BOOT_TIMER_MAGIC),
+                    Some(u64::from(layout::BOOT_TIMER_MAGIC)),
                     Some(vcpu),
                 );
             }

@@ -235,12 +235,12 @@ impl Recorder {
     }
 
     /// Records a guest-side mark now.
-    pub fn guest(&self, name: String, source: MarkSource, value: Option<u8>, vcpu: Option<u32>) {
+    pub fn guest(&self, name: String, source: MarkSource, value: Option<u64>, vcpu: Option<u32>) {
         self.push(TimelineMark {
             name,
             source,
             t_ns: self.clock.now_ns(),
-            value: value.map(u64::from),
+            value,
             vcpu,
         });
     }

@@ -7,3 +7,4 @@ pub mod cache;
 pub mod decompress;
 pub mod elf;
 pub mod identity;
+pub mod initrd;
