@@ -612,4 +612,54 @@ mod tests {
         ev.add_profile(&p);
         assert_eq!(ev.initcalls.unwrap()[0].name, "serial8250_init");
     }
+
+    /// QEMU's `-initrd` is the profile's initrd, freed when its kernel
+    /// logged it (the console line's printk stamp on the initcalls' clock).
+    #[test]
+    fn another_vmms_initrd_and_its_freeing_are_evidence() {
+        use bootscope_model::initcalls::{ClockAlignment, InitcallsDoc};
+        use bootscope_model::profile::{Mark, MarkSource};
+        let dir = tempfile::tempdir().unwrap();
+        let initrd = dir.path().join("initrd.img");
+        std::fs::write(&initrd, [0x1f, 0x8b, 8, 0]).unwrap();
+        let mut p = Profile::default();
+        p.target.command = ["qemu-system-x86_64", "-kernel", "k", "-initrd"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([initrd.display().to_string()])
+            .collect();
+        p.marks = vec![Mark {
+            name: INITRD_FREED_MARK.into(),
+            source: MarkSource::Serial,
+            t_ns: 9_000_000_000,
+            value: Some(2_000_000_000),
+            ..Mark::default()
+        }];
+        p.guest_read = Some(bootscope_model::guest_read::GuestRead {
+            initcalls: Some(InitcallsDoc {
+                clock: Some(ClockAlignment {
+                    offset_ns: 1_500_000_000,
+                    ..ClockAlignment::default()
+                }),
+                ..InitcallsDoc::default()
+            }),
+            ..Default::default()
+        });
+        let mut ev = Evidence::default();
+        ev.add_profile(&p);
+        assert_eq!(ev.vmm, Vmm::Qemu);
+        let i = ev.initrd.as_ref().unwrap();
+        assert_eq!(i.compression.as_deref(), Some("gzip"));
+        assert_eq!(i.freed_ns, Some(3_500_000_000));
+        // Without the alignment: when the line was read.
+        p.guest_read = None;
+        let mut ev = Evidence::default();
+        ev.add_profile(&p);
+        assert_eq!(ev.initrd.unwrap().freed_ns, Some(9_000_000_000));
+        // Firecracker's is in its configuration file: none here.
+        p.target.command[0] = "firecracker".into();
+        let mut ev = Evidence::default();
+        ev.add_profile(&p);
+        assert!(ev.initrd.is_none());
+    }
 }
