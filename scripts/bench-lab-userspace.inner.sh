@@ -7,8 +7,8 @@
 #       out of it with debugfs (carried in with its libraries), packed into
 #       OUT_DIR/journal.tar, which comes back to the host with the run's
 #       files.
-#   prove BOOTSCOPE KERNEL INITRD IMAGE CMDLINE OUT_DIR RUNS LEVEL FIXES BUDGET TIMELINE PROFILE [RULES [TOGETHER]]
-#       (TOGETHER 1: advise --together-first)
+#   prove BOOTSCOPE KERNEL INITRD IMAGE CMDLINE OUT_DIR RUNS LEVEL FIXES BUDGET TIMELINE PROFILE [RULES [TOGETHER [KINDS]]]
+#       (TOGETHER 1: advise --together-first; KINDS: advise --kinds, default kernel)
 #       boots the image twice first, unmeasured: the first boots of a lab
 #       session are the slowest (the emulator translates the code anew, and
 #       the image's first boots do one-time work), which would weigh on
@@ -38,11 +38,11 @@ boot)
         echo "debugfs could not read systemd-analyze's chains in $image" >&2
     ;;
 prove)
-    if [ $# -lt 13 ] || [ $# -gt 15 ]; then
-        echo "usage: $0 prove BOOTSCOPE KERNEL INITRD IMAGE CMDLINE OUT_DIR RUNS LEVEL FIXES BUDGET TIMELINE PROFILE [RULES [TOGETHER]]" >&2
+    if [ $# -lt 13 ] || [ $# -gt 16 ]; then
+        echo "usage: $0 prove BOOTSCOPE KERNEL INITRD IMAGE CMDLINE OUT_DIR RUNS LEVEL FIXES BUDGET TIMELINE PROFILE [RULES [TOGETHER [KINDS]]]" >&2
         exit 2
     fi
-    runs=$8 level=$9 fixes=${10} budget=${11} timeline=${12} profile=${13} rules=${14:-} together=${15:-0}
+    runs=$8 level=$9 fixes=${10} budget=${11} timeline=${12} profile=${13} rules=${14:-} together=${15:-0} kinds=${16:-kernel}
     set --
     [ -n "$rules" ] && set -- --rules "$rules"
     [ "$together" = 1 ] && set -- "$@" --together-first
@@ -54,7 +54,7 @@ prove)
         echo "warm-up boot $i done" >&2
     done
     "$bootscope" advise "$timeline" "$profile" --prove --runs "$runs" --level "$level" \
-        --max-fixes "$fixes" --budget "$budget" --kinds kernel "$@" --run-timeout 1800 \
+        --max-fixes "$fixes" --budget "$budget" --kinds "$kinds" "$@" --run-timeout 1800 \
         --output "$out/prove.json" --svg "$out/prove.svg" \
         -- run --kernel "$kernel" --initrd "$initrd" --disk "$image" --memory 512M \
         --timeout 1800 --cmdline "$cmdline" --serial null >"$out/prove.txt" 2>&1 || status=$?
