@@ -45,9 +45,19 @@ pub fn trials(
     let mut tried = Vec::new();
     let mut left = Vec::new();
     let mut seen = BTreeSet::new();
+    let allowed = |rule: &str| opts.rules.is_empty() || opts.rules.iter().any(|r| r == rule);
+    // A fix two rules propose (`quiet`) is tried under the one --rules
+    // names, wherever that one is listed.
+    let wanted: BTreeSet<String> = advice
+        .findings
+        .iter()
+        .filter(|f| allowed(f.rule))
+        .flat_map(|f| f.fixes.iter().map(|c| format!("{:?}", c.change)))
+        .collect();
     for f in &advice.findings {
         for c in &f.fixes {
-            if !seen.insert(format!("{:?}", c.change)) {
+            let key = format!("{:?}", c.change);
+            if (!allowed(f.rule) && wanted.contains(&key)) || !seen.insert(key) {
                 continue;
             }
             let reason = match (c.triable, target) {
@@ -67,9 +77,7 @@ pub fn trials(
                 _ if FixKind::of(&c.change).is_some_and(|k| !opts.kinds.contains(&k)) => {
                     Some("not among the --kinds to try".into())
                 }
-                _ if !opts.rules.is_empty() && !opts.rules.iter().any(|r| r == f.rule) => {
-                    Some("not among the --rules to try".into())
-                }
+                _ if !allowed(f.rule) => Some("not among the --rules to try".into()),
                 _ if tried.len() >= opts.max_fixes => {
                     Some(format!("beyond --max-fixes {}", opts.max_fixes))
                 }
@@ -585,6 +593,30 @@ pub(crate) mod tests {
             ),
             "{left_out:?}"
         );
+        // `quiet` is also systemd-status-on-serial's fix, listed after the
+        // serial console's: named alone, that rule still tries it.
+        let mut also = advice.clone();
+        let mut status = also
+            .findings
+            .iter()
+            .find(|f| f.rule == quiet_rule)
+            .unwrap()
+            .clone();
+        status.rule = "systemd-status-on-serial";
+        status.fixes.retain(|c| is_quiet(c.change.describe()));
+        also.findings.push(status);
+        let second = ProveOptions {
+            rules: vec!["systemd-status-on-serial".into()],
+            ..opts.clone()
+        };
+        let (tried, left_out) = trials(&also, &second, &template);
+        assert!(
+            tried
+                .iter()
+                .any(|t| is_quiet(t.change.describe()) && t.rule == "systemd-status-on-serial"),
+            "{tried:?}"
+        );
+        assert!(!left_out.iter().any(|n| is_quiet(n.change.describe())));
         let mut unknown = opts.clone();
         unknown.rules = vec!["no-such-rule".into()];
         unknown.runs = 6;
