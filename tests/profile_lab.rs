@@ -7,7 +7,7 @@ mod support;
 
 use support::*;
 
-use bootscope_profiler::profile::{DataSource, ExitReasonStat};
+use bootscope_profiler::profile::{DataSource, ExitReasonStat, MarkSource};
 use bootscope_profiler::Profile;
 use std::path::PathBuf;
 
@@ -279,7 +279,11 @@ fn qemu_phases_follow_the_guests_console_in_the_lab() {
     assert!(first.t_ns < banner, "{first:?} banner at {banner}");
     // Port 0x80 writes of 0x00 (io_delay) are not firmware markers: every
     // one carries its guest RIP and is named by who made it.
-    for m in p.marks.iter().filter(|m| m.value == Some(0)) {
+    for m in p
+        .marks
+        .iter()
+        .filter(|m| m.source == MarkSource::DebugPort && m.value == Some(0))
+    {
         let rip = m.guest_rip.unwrap_or_else(|| panic!("no RIP: {m:?}"));
         let by = if rip >= half { "kernel" } else { "boot" };
         assert_eq!(m.name, format!("port 0x80: 0x00 by {by} code"), "{m:?}");
