@@ -218,6 +218,14 @@ fn self_profile_sees_every_exit_from_the_first_kvm_run_in_the_lab() {
 /// port I/O (from kernel text), and the userspace phase at QEMU's console
 /// line of init (`-serial stdio`, on bootscope's pipe), in the order the
 /// guest's own console has them.
+/// The port 0x80 writes of 0x00 (console marks carry a value too: their
+/// line's printk stamp).
+fn io_delay_writes(p: &Profile) -> impl Iterator<Item = &bootscope_profiler::profile::Mark> {
+    p.marks
+        .iter()
+        .filter(|m| m.source == MarkSource::DebugPort && m.value == Some(0))
+}
+
 #[test]
 fn qemu_phases_follow_the_guests_console_in_the_lab() {
     let pre = require_lab_guest!("lab-qemu-phases");
@@ -279,11 +287,7 @@ fn qemu_phases_follow_the_guests_console_in_the_lab() {
     assert!(first.t_ns < banner, "{first:?} banner at {banner}");
     // Port 0x80 writes of 0x00 (io_delay) are not firmware markers: every
     // one carries its guest RIP and is named by who made it.
-    for m in p
-        .marks
-        .iter()
-        .filter(|m| m.source == MarkSource::DebugPort && m.value == Some(0))
-    {
+    for m in io_delay_writes(&p) {
         let rip = m.guest_rip.unwrap_or_else(|| panic!("no RIP: {m:?}"));
         let by = if rip >= half { "kernel" } else { "boot" };
         assert_eq!(m.name, format!("port 0x80: 0x00 by {by} code"), "{m:?}");
