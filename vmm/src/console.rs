@@ -105,19 +105,15 @@ impl PartialEq<&str> for Hit {
 }
 
 /// The printk timestamp a kernel console line starts with, in
-/// nanoseconds: `[ SECONDS.MICROSECONDS]`.
+/// nanoseconds: `[ SECONDS.MICROSECONDS]` (read as a console log's are:
+/// [`crate::kernel_log::console_log`]).
 pub fn printk_ns(line: &str) -> Option<u64> {
-    let inner = line.strip_prefix('[')?.split_once(']')?.0.trim_start();
-    let (secs, frac) = inner.split_once('.')?;
-    if secs.is_empty()
-        || frac.len() != 6
-        || !(secs.bytes().chain(frac.bytes())).all(|b| b.is_ascii_digit())
-    {
+    let inner = line.strip_prefix('[')?.split_once(']')?.0;
+    let frac = inner.split_once('.')?.1;
+    if frac.len() != 6 {
         return None;
     }
-    let secs: u64 = secs.parse().ok()?;
-    let micros: u64 = frac.parse().ok()?;
-    secs.checked_mul(1_000_000_000)?.checked_add(micros * 1_000)
+    crate::kernel_log::console_log::stamp_ns(inner).flatten()
 }
 
 /// Splits console bytes into lines and reports the first match of each

@@ -27,7 +27,7 @@ pub struct BadTimestamp {
 
 /// `SECONDS.MICROSECONDS` in nanoseconds; Some(None) for a number too
 /// large; None for no timestamp.
-fn stamp_ns(stamp: &str) -> Option<Option<u64>> {
+pub(crate) fn stamp_ns(stamp: &str) -> Option<Option<u64>> {
     let (s, us) = stamp.trim().split_once('.')?;
     let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
     if !digits(s) || !digits(us) {
