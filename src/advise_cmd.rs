@@ -281,6 +281,8 @@ fn keep_initrd_cpio(ev: &mut Evidence) {
         }
         Ok(None) => {}
         Err(why) => {
+            // It names files: shown as text, whatever their bytes.
+            let why = bootscope_model::text::printable(&why).to_string();
             eprintln!("advise: no uncompressed archive made of {shown}: {why}");
             initrd.cpio_error = Some(why);
         }
