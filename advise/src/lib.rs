@@ -13,6 +13,7 @@
 // disk). Tests may print.
 #![deny(clippy::print_stdout)]
 
+pub mod detector;
 pub mod docs;
 pub mod error;
 pub mod evaluate;
