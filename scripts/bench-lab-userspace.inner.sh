@@ -7,8 +7,9 @@
 #       out of it with debugfs (carried in with its libraries), packed into
 #       OUT_DIR/journal.tar, which comes back to the host with the run's
 #       files.
-#   prove BOOTSCOPE KERNEL INITRD IMAGE CMDLINE OUT_DIR RUNS LEVEL FIXES BUDGET TIMELINE PROFILE [RULES [TOGETHER [KINDS]]]
-#       (TOGETHER 1: advise --together-first; KINDS: advise --kinds, default kernel)
+#   prove BOOTSCOPE KERNEL INITRD IMAGE CMDLINE OUT_DIR RUNS LEVEL FIXES BUDGET TIMELINE PROFILE [RULES [TOGETHER [KINDS [UNSAFE]]]]
+#       (TOGETHER 1: advise --together-first; KINDS: advise --kinds, default kernel;
+#       UNSAFE 1: advise --allow-unsafe)
 #       boots the image twice first, unmeasured: the first boots of a lab
 #       session are the slowest (the emulator translates the code anew, and
 #       the image's first boots do one-time work), which would weigh on
@@ -38,14 +39,15 @@ boot)
         echo "debugfs could not read systemd-analyze's chains in $image" >&2
     ;;
 prove)
-    if [ $# -lt 13 ] || [ $# -gt 16 ]; then
-        echo "usage: $0 prove BOOTSCOPE KERNEL INITRD IMAGE CMDLINE OUT_DIR RUNS LEVEL FIXES BUDGET TIMELINE PROFILE [RULES [TOGETHER [KINDS]]]" >&2
+    if [ $# -lt 13 ] || [ $# -gt 17 ]; then
+        echo "usage: $0 prove BOOTSCOPE KERNEL INITRD IMAGE CMDLINE OUT_DIR RUNS LEVEL FIXES BUDGET TIMELINE PROFILE [RULES [TOGETHER [KINDS [UNSAFE]]]]" >&2
         exit 2
     fi
-    runs=$8 level=$9 fixes=${10} budget=${11} timeline=${12} profile=${13} rules=${14:-} together=${15:-0} kinds=${16:-kernel}
+    runs=$8 level=$9 fixes=${10} budget=${11} timeline=${12} profile=${13} rules=${14:-} together=${15:-0} kinds=${16:-kernel} unsafe=${17:-0}
     set --
     [ -n "$rules" ] && set -- --rules "$rules"
     [ "$together" = 1 ] && set -- "$@" --together-first
+    [ "$unsafe" = 1 ] && set -- "$@" --allow-unsafe
     for i in 1 2; do
         "$bootscope" run --kernel "$kernel" --initrd "$initrd" --disk "$image" --memory 512M \
             --timeout 1800 --cmdline "$cmdline" --serial null --no-profile --no-summary \

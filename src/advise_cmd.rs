@@ -246,7 +246,44 @@ fn read_evidence(paths: &[std::path::PathBuf]) -> Result<Evidence, AdviseError> 
     }
     keep_vmlinux(&mut ev);
     keep_initrd_cpio(&mut ev);
+    keep_initrd_modules(&mut ev);
     Ok(ev)
+}
+
+/// For a boot whose initramfs stage the `initramfs-stage` rule can time
+/// and whose loaded modules were read: its initramfs with only those
+/// modules (and what they need) made (or found, verified) in bootscope's
+/// cache, and named in `ev`; or why not.
+fn keep_initrd_modules(ev: &mut Evidence) {
+    let staged = ev.units.as_ref().is_some_and(|u| u.initramfs.is_some());
+    let Some(modules) = ev.guest_modules.clone().filter(|_| staged) else {
+        return;
+    };
+    let Some(initrd) = ev.initrd.as_mut().filter(|i| i.unread.is_none()) else {
+        return;
+    };
+    let path = Path::new(&initrd.path).to_path_buf();
+    let shown = bootscope_model::text::printable(&initrd.path).to_string();
+    let made = bootscope_vmm::kernel::initrd::user_cache_dir()
+        .map_err(|e| format!("the initrd cache: {e}"))
+        .and_then(|dir| {
+            bootscope_vmm::kernel::initrd_modules::cached_modules_cpio(&path, &dir, &modules)
+        });
+    match made {
+        Ok(file) => {
+            eprintln!(
+                "advise: the initramfs of {shown} with only the boot's {} modules: {}",
+                modules.len(),
+                bootscope_model::text::printable(&file.display().to_string())
+            );
+            initrd.modules_cpio = Some(file);
+        }
+        Err(why) => {
+            let why = bootscope_model::text::printable(&why).to_string();
+            eprintln!("advise: no archive with only the boot's modules made of {shown}: {why}");
+            initrd.modules_cpio_error = Some(why);
+        }
+    }
 }
 
 /// For an initrd whose unpacking the `compressed-initramfs` rule can time

@@ -83,6 +83,14 @@ pub struct Initrd {
     /// Why no such archive was made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpio_error: Option<String>,
+    /// Its initramfs with only the modules the boot loaded (and what they
+    /// need), in bootscope's cache (made by `bootscope advise` where the
+    /// boot's loaded modules are known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub modules_cpio: Option<PathBuf>,
+    /// Why no such archive was made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub modules_cpio_error: Option<String>,
 }
 
 /// The timeline mark of the initramfs unpacked (vmm/src/console.rs).
@@ -182,6 +190,10 @@ pub struct Evidence {
     pub units: Option<bootscope_model::units::UnitsDoc>,
     /// QEMU's `-kernel` (a profile of QEMU).
     pub vmm_kernel: Option<VmmKernel>,
+    /// The modules the guest's kernel had loaded, by name, as read from
+    /// its memory (a profile's exit sites, or `guest_read`); `None`: not
+    /// read.
+    pub guest_modules: Option<Vec<String>>,
 }
 
 impl Evidence {
@@ -391,6 +403,15 @@ impl Evidence {
         }
         if self.units.is_none() {
             self.units = p.units.clone().filter(|u| u.error.is_none());
+        }
+        if self.guest_modules.is_none() {
+            let own = p.exits.sites.as_ref().and_then(|s| s.symbols.as_ref());
+            let read = p.guest_read.as_ref().and_then(|g| g.modules.as_ref());
+            self.guest_modules = own
+                .map(|s| &s.modules)
+                .filter(|m| !m.is_empty())
+                .or(read.map(|r| &r.modules))
+                .map(|m| m.iter().map(|m| m.name.clone()).collect());
         }
         let e = &p.exits;
         if e.source.is_empty() && e.total == 0 {

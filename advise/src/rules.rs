@@ -551,7 +551,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         id: "rarely-needed-units",
-        title: "units a VM rarely needs (gettys on virtual terminals, e2scrub_reap, utmp, early module loads, debugfs, timers)",
+        title: "units a VM rarely needs (gettys on virtual terminals, e2scrub_reap, utmp, early module loads, debugfs and other special mounts, timers)",
         detector: Detector::RarelyNeededUnits,
         needs: &[Need::Units],
         off_with: &[],
@@ -598,6 +598,17 @@ pub const RULES: &[Rule] = &[
         needs: &[Need::Units],
         off_with: &[],
         fixes: &[
+            Fix {
+                change: Change::InVmm(&[
+                    opts(VmmKind::Bootscope, &["--initrd", "{initrd_modules}"], &["--initrd"], ""),
+                    opts(VmmKind::Qemu, &["-initrd", "{initrd_modules}"], &["-initrd"], ""),
+                    opts(VmmKind::CloudHypervisor, &["--initramfs", "{initrd_modules}"], &["--initramfs"], ""),
+                    manual(VmmKind::Firecracker, "give the archive with only this boot's modules as boot-source's initrd_path (bootscope advise keeps one in its cache)"),
+                ]),
+                risk: Risk::Low,
+                gives_up: "the initramfs keeps only the modules this boot loaded and what they need (as MODULES=dep would): it boots only hardware like this VM's; one uncompressed cpio archive in bootscope's cache, made from the initrd (named by its SHA-256 and the modules')",
+                source: "man initramfs.conf(5): MODULES; Documentation/driver-api/early-userspace/buffer-format.rst; modules.dep(5)",
+            },
             Fix {
                 change: Change::Advice("include only the modules this machine needs: MODULES=dep in /etc/initramfs-tools/initramfs.conf, then update-initramfs -u (dracut: --hostonly)"),
                 risk: Risk::Low,

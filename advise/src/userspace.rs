@@ -49,6 +49,11 @@ const WHAT_UNITS_DO: &[(&str, &str)] = &[
     ("modprobe@loop.service", "loads the loop device driver early (loaded on demand too)"),
     ("sys-kernel-debug.mount", "mounts debugfs on /sys/kernel/debug (for debugging)"),
     ("sys-kernel-tracing.mount", "mounts tracefs on /sys/kernel/tracing (for tracing)"),
+    ("dev-mqueue.mount", "mounts the POSIX message queue file system on /dev/mqueue (to list queues; mq_open() works without it)"),
+    ("dev-hugepages.mount", "mounts hugetlbfs on /dev/hugepages (for programs that map huge pages through files)"),
+    ("modprobe@configfs.service", "loads configfs early (kernel objects configured from userspace: NVMe-oF or iSCSI targets, USB gadgets)"),
+    ("sys-kernel-config.mount", "mounts configfs on /sys/kernel/config (NVMe-oF or iSCSI targets, USB gadgets)"),
+    ("sys-fs-fuse-connections.mount", "mounts fusectl on /sys/fs/fuse/connections (to abort stuck FUSE mounts)"),
     ("systemd-timesyncd.service", "synchronizes the clock over NTP"),
     ("systemd-random-seed.service", "loads and saves the random seed across boots"),
     ("systemd-fsck-root.service", "checks the root file system"),
@@ -81,10 +86,15 @@ const RARELY_NEEDED: &[&str] = &[
     "modprobe@loop.service",
     "sys-kernel-debug.mount",
     "sys-kernel-tracing.mount",
+    "dev-mqueue.mount",
+    "dev-hugepages.mount",
+    "modprobe@configfs.service",
+    "sys-kernel-config.mount",
+    "sys-fs-fuse-connections.mount",
 ];
 
 /// [`rarely_needed`]'s units, in words (docs/advise.md).
-pub const RARELY_NEEDED_WORDS: &str = "`getty@tty*.service` (a login prompt on a virtual terminal), `e2scrub_reap.service`, `systemd-update-utmp.service`, `systemd-update-utmp-runlevel.service`, the early module loads `modprobe@drm`, `@efi_pstore`, `@dm_mod`, `@fuse`, `@loop`, the debugfs and tracefs mounts, timers (`*.timer`)";
+pub const RARELY_NEEDED_WORDS: &str = "`getty@tty*.service` (a login prompt on a virtual terminal), `e2scrub_reap.service`, `systemd-update-utmp.service`, `systemd-update-utmp-runlevel.service`, the early module loads `modprobe@drm`, `@efi_pstore`, `@dm_mod`, `@fuse`, `@loop`, `@configfs`, the debugfs, tracefs, configfs, fusectl, mqueue and hugetlbfs mounts, timers (`*.timer`)";
 
 /// Whether a VM rarely needs `unit`: a login prompt on a virtual terminal
 /// (a VM without a display shows none), a timer started at boot, or one
@@ -523,7 +533,7 @@ mod tests {
                 unit("getty@tty1.service", 2_000, 150),
                 unit("serial-getty@ttyS0.service", 2_000, 150),
                 unit("apt-daily.timer", 2_100, 5),
-                unit("modprobe@configfs.service", 2_100, 50),
+                unit("systemd-sysctl.service", 2_100, 50),
                 unit("multi-user.target", 3_000, 0),
                 unit("bootscope-workload.service", 3_000, 10),
             ],

@@ -94,8 +94,9 @@ pub fn concrete(ways: &[InVmm], ev: &Evidence) -> Option<ConcreteChange> {
 
 /// `args` with the files advise made in place of their placeholders
 /// (`{vmlinux}`: the bzImage's decompressed payload; `{initrd_cpio}`: the
-/// initrd as one uncompressed archive); a file that was not made turns
-/// the fix into advice (`Err`).
+/// initrd as one uncompressed archive; `{initrd_modules}`: that archive
+/// with only the boot's modules); a file that was not made turns the fix
+/// into advice (`Err`).
 fn with_files(args: &[&str], ev: &Evidence, vmm: VmmKind) -> Result<Vec<String>, ConcreteChange> {
     let uses = |p: &str| args.iter().any(|a| a.contains(p));
     let vmlinux = ev.vmm_kernel.as_ref().and_then(|k| k.vmlinux.as_ref());
@@ -118,14 +119,33 @@ fn with_files(args: &[&str], ev: &Evidence, vmm: VmmKind) -> Result<Vec<String>,
             vmm.name()
         )));
     }
+    let modules = ev.initrd.as_ref().and_then(|i| i.modules_cpio.as_ref());
+    if uses("{initrd_modules}") && modules.is_none() {
+        let why = ev
+            .initrd
+            .as_ref()
+            .and_then(|i| i.modules_cpio_error.clone())
+            .or_else(|| {
+                ev.guest_modules.is_none().then(|| {
+                    "the boot's loaded modules were not read (a profile with --exit-sites, or of another VMM with its guest memory read, has them)".to_string()
+                })
+            })
+            .map(|why| format!(" (none was made here: {why})"))
+            .unwrap_or_default();
+        return Err(ConcreteChange::Advice(format!(
+            "{}: give an initramfs with only the modules this boot loaded (`bootscope advise` makes one in its cache from the initrd and the profile's module list){why}",
+            vmm.name()
+        )));
+    }
     let show =
         |p: Option<&std::path::PathBuf>| p.map(|v| v.display().to_string()).unwrap_or_default();
-    let (vmlinux, cpio) = (show(vmlinux), show(cpio));
+    let (vmlinux, cpio, modules) = (show(vmlinux), show(cpio), show(modules));
     Ok(args
         .iter()
         .map(|a| {
             a.replace("{vmlinux}", &vmlinux)
                 .replace("{initrd_cpio}", &cpio)
+                .replace("{initrd_modules}", &modules)
         })
         .collect())
 }

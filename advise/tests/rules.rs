@@ -696,3 +696,81 @@ fn each_vmm_in_its_own_terms() {
         ev.notes()
     );
 }
+
+#[test]
+fn the_initramfs_stage_is_tried_with_only_the_modules_the_boot_loaded() {
+    let mut ev = Evidence::read(&[fixture("journal-debian12-own.timeline.json")]).unwrap();
+    let fix = |ev: &Evidence| found("initramfs-stage", ev)[0].fixes[0].clone();
+    // The boot's modules not read (a timeline alone): advice that says so.
+    let f = fix(&ev);
+    assert_eq!(f.triable, Triable::No);
+    assert!(
+        matches!(&f.change, ConcreteChange::Advice(a) if a.contains("loaded modules were not read")),
+        "{:?}",
+        f.change
+    );
+    // Read, but no archive could be made: advice with why.
+    ev.guest_modules = Some(vec!["ext4".into(), "virtio_blk".into()]);
+    ev.initrd.as_mut().unwrap().modules_cpio_error = Some("it has no modules.dep".into());
+    let f = fix(&ev);
+    assert!(
+        matches!(&f.change, ConcreteChange::Advice(a) if a.contains("none was made here: it has no modules.dep")),
+        "{:?}",
+        f.change
+    );
+    // Made: bootscope's run boots it in place of the initrd, --prove tries it.
+    ev.initrd.as_mut().unwrap().modules_cpio = Some("/cache/initrd-ab-modules-cd.cpio".into());
+    let f = fix(&ev);
+    assert_eq!(
+        f.change,
+        ConcreteChange::VmmOptions {
+            vmm: Vmm::Bootscope,
+            args: vec!["--initrd".into(), "/cache/initrd-ab-modules-cd.cpio".into()],
+            replace: vec!["--initrd".into()],
+            machine: None,
+            kernel: String::new(),
+        }
+    );
+    assert_eq!(f.triable, Triable::Yes);
+    // Cloud Hypervisor's own option, for its boot.
+    ev.vmm = Vmm::CloudHypervisor;
+    ev.vmm_command = ["cloud-hypervisor", "--kernel", "k", "--initramfs", "i"]
+        .map(String::from)
+        .to_vec();
+    let f = fix(&ev);
+    assert!(
+        matches!(&f.change, ConcreteChange::VmmOptions { args, .. } if args[0] == "--initramfs"),
+        "{:?}",
+        f.change
+    );
+}
+
+#[test]
+fn the_boots_loaded_modules_come_from_its_exit_sites_or_guest_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let base: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("lab-sites-loud.profile.json")).unwrap(),
+    )
+    .unwrap();
+    let read = |doc: &serde_json::Value| {
+        let path = dir.path().join("p.json");
+        std::fs::write(&path, doc.to_string()).unwrap();
+        Evidence::read(&[path]).unwrap().guest_modules
+    };
+    let module = |name: &str| serde_json::json!({"name": name, "text_base": 1, "text_size": 4096, "text_symbols": 0});
+    let mut own = base.clone();
+    own["exits"]["sites"]["symbols"]["modules"] =
+        serde_json::json!([module("virtio_blk"), module("ext4")]);
+    assert_eq!(
+        read(&own),
+        Some(vec!["virtio_blk".to_string(), "ext4".into()])
+    );
+    // Another VMM's boot: the guest memory reader's list.
+    let mut other = base.clone();
+    other["guest_read"] = serde_json::json!({"modules": {"modules": [module("virtio_pci")]}});
+    assert_eq!(read(&other), Some(vec!["virtio_pci".to_string()]));
+    // Neither read: not known (no archive is made, the fix stays advice).
+    let mut none = base;
+    none["exits"]["sites"]["symbols"]["modules"] = serde_json::json!([]);
+    assert_eq!(read(&none), None);
+}

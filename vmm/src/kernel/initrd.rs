@@ -79,40 +79,65 @@ pub fn uncompressed(initrd: &[u8]) -> Result<Unpacked, String> {
     })
 }
 
+/// One `newc` entry of an archive: where it starts and ends (4-byte
+/// aligned), its name (without the NUL) and its data.
+pub(crate) struct Entry<'a> {
+    pub start: usize,
+    pub end: usize,
+    pub name: &'a [u8],
+    pub data: &'a [u8],
+    /// The archive's last entry (`TRAILER!!!`).
+    pub trailer: bool,
+}
+
+/// The `newc` entry at byte `at` of `a` (an archive starts 4-byte aligned
+/// at 0); the error says what is wrong and where.
+pub(crate) fn entry_at(a: &[u8], at: usize) -> Result<Entry<'_>, String> {
+    let align = |n: usize| n.div_ceil(4) * 4;
+    let head = a
+        .get(at..at + HEADER)
+        .ok_or_else(|| format!("it ends inside the header at byte {at}"))?;
+    if !(head.starts_with(b"070701") || head.starts_with(b"070702")) {
+        return Err(format!("no cpio header at byte {at}"));
+    }
+    let field = |i: usize| {
+        let digits = &head[6 + 8 * i..6 + 8 * (i + 1)];
+        std::str::from_utf8(digits)
+            .ok()
+            .and_then(|s| usize::from_str_radix(s, 16).ok())
+            .ok_or_else(|| format!("a header field at byte {at} is not hexadecimal"))
+    };
+    let (file_size, name_size) = (field(6)?, field(11)?);
+    let name_end = at + HEADER + name_size;
+    let name = a
+        .get(at + HEADER..name_end)
+        .ok_or_else(|| format!("it ends inside the name at byte {at}"))?;
+    let data = align(name_end);
+    let next = data
+        .checked_add(file_size)
+        .map(align)
+        .filter(|&n| n <= align(a.len()))
+        .ok_or_else(|| format!("the entry at byte {at} runs past the end"))?;
+    let name = name.strip_suffix(b"\0").unwrap_or(name);
+    Ok(Entry {
+        start: at,
+        end: next.min(a.len()),
+        name,
+        data: &a[data.min(a.len())..(data + file_size).min(a.len())],
+        trailer: name == TRAILER,
+    })
+}
+
 /// Where the `newc` archive at the start of `a` ends: after its trailer's
 /// entry, 4-byte aligned.
 fn archive_end(a: &[u8]) -> Result<usize, String> {
-    let align = |n: usize| n.div_ceil(4) * 4;
     let mut at = 0;
     loop {
-        let head = a
-            .get(at..at + HEADER)
-            .ok_or_else(|| format!("it ends inside the header at byte {at}"))?;
-        if !(head.starts_with(b"070701") || head.starts_with(b"070702")) {
-            return Err(format!("no cpio header at byte {at}"));
+        let e = entry_at(a, at)?;
+        if e.trailer {
+            return Ok(e.end);
         }
-        let field = |i: usize| {
-            let digits = &head[6 + 8 * i..6 + 8 * (i + 1)];
-            std::str::from_utf8(digits)
-                .ok()
-                .and_then(|s| usize::from_str_radix(s, 16).ok())
-                .ok_or_else(|| format!("a header field at byte {at} is not hexadecimal"))
-        };
-        let (file_size, name_size) = (field(6)?, field(11)?);
-        let name_end = at + HEADER + name_size;
-        let name = a
-            .get(at + HEADER..name_end)
-            .ok_or_else(|| format!("it ends inside the name at byte {at}"))?;
-        let data = align(name_end);
-        let next = data
-            .checked_add(file_size)
-            .map(align)
-            .filter(|&n| n <= align(a.len()))
-            .ok_or_else(|| format!("the entry at byte {at} runs past the end"))?;
-        if name.strip_suffix(b"\0") == Some(TRAILER) {
-            return Ok(next.min(a.len()));
-        }
-        at = next;
+        at = e.end;
     }
 }
 

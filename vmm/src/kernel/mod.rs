@@ -8,3 +8,4 @@ pub mod decompress;
 pub mod elf;
 pub mod identity;
 pub mod initrd;
+pub mod initrd_modules;
