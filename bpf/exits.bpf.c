@@ -29,6 +29,7 @@
  */
 #include "common.bpf.h"
 #include "exits.h"
+#include "hold.bpf.h"
 
 /* Exit counts and latency histograms. Not preallocated (a histogram is
  * 272 bytes): entries are added once per key, looked up on every exit. */
@@ -276,6 +277,7 @@ int bs_kvm_exit(void *ctx)
 	reason = BS_CTX(ctx, BS_P_KVM_EXIT_EXIT_REASON);
 	if (isa == BS_ISA_VMX)
 		reason &= BS_VMX_REASON_MASK;
+	bs_hold_if_exit(isa, reason);
 	vcpu_id = BS_CTX(ctx, BS_P_KVM_EXIT_VCPU_ID);
 	if (exit_sites_on) {
 		rip = BS_CTX(ctx, BS_P_KVM_EXIT_GUEST_RIP);
@@ -373,6 +375,8 @@ int bs_kvm_userspace_exit(void *ctx)
 			   : (__u32)BS_CTX(ctx, BS_P_KVM_USERSPACE_EXIT_REASON);
 	key.phase = phase;
 	bs_count(&uexit_counts, &key, 1);
+	if (err >= 0)
+		bs_hold_if_uexit(key.code);
 	if (time_slot_ns)
 		bs_count_slot(bpf_ktime_get_ns(), BS_SLOT_UEXIT, key.code, 0);
 	return 0;
@@ -407,6 +411,8 @@ int bs_kvm_mmio(void *ctx)
 	key.type = BS_CTX(ctx, BS_P_KVM_MMIO_TYPE);
 	key.gpa = BS_CTX(ctx, BS_P_KVM_MMIO_GPA);
 	bs_count(&mmio_counts, &key, 1);
+	bs_hold_if_mmio(key.type, BS_CTX(ctx, BS_P_KVM_MMIO_LEN), key.gpa,
+			BS_CTX(ctx, BS_P_KVM_MMIO_VAL));
 	return 0;
 }
 

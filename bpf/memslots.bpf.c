@@ -8,16 +8,13 @@
  * after. Nothing is written into the VMM.
  *
  * Not part of the programs table (src/bpf.rs PROGRAMS): attached by
- * profiler/src/collector/memslots.rs when guest memory is to be read.
+ * profiler/src/collector/memslots.rs when guest memory is to be read; a
+ * hold program only where no exit or marker program already checks its
+ * exits (hold.bpf.h).
  */
 #include "common.bpf.h"
 #include <bpf/bpf_tracing.h>
-#include "memslots.h"
-
-#define BS_SIGSTOP 19
-#define BS_KVM_EXIT_SHUTDOWN 8
-#define BS_KVM_EXIT_SYSTEM_EVENT 24
-#define BS_KVM_PIO_OUT 1
+#include "hold.bpf.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -25,20 +22,6 @@ struct {
 	__type(key, struct bs_memslot_key);
 	__type(value, struct bs_memslot);
 } memslots SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 64);
-	__type(key, __u32);
-	__type(value, struct bs_held);
-} held_vmms SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct bs_memslot_config);
-} memslot_config SEC(".maps");
 
 /* Records the slot a followed VMM sets with `cmd` and the user pointer
  * `arg` (KVM_SET_USER_MEMORY_REGION or ..._REGION2; any other ioctl is
@@ -97,33 +80,6 @@ int bs_memslot_ioctl(struct bs_sys_enter_ioctl *ctx)
 	return 0;
 }
 
-/* Stops the current (followed) VMM once, if asked to. */
-static __always_inline void bs_hold(__u32 why)
-{
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32, zero = 0, phase;
-	struct bs_memslot_config *c = bpf_map_lookup_elem(&memslot_config, &zero);
-	struct bs_held h = {};
-	struct bs_event *e;
-
-	if (!c || !c->hold_at_shutdown || !bs_follow(tgid, &phase))
-		return;
-	h.ts_ns = bpf_ktime_get_ns();
-	h.why = why;
-	/* Once per VMM: userspace removes the record when it continued it. */
-	if (bpf_map_update_elem(&held_vmms, &tgid, &h, BPF_NOEXIST) != 0)
-		return;
-	if (bpf_send_signal(BS_SIGSTOP) == 0) {
-		h.signalled = 1;
-		bpf_map_update_elem(&held_vmms, &tgid, &h, BPF_EXIST);
-	}
-	/* Wakes the reader, which otherwise looks only now and then. */
-	e = bs_event_reserve(BS_EV_HELD, tgid, (__u32)bpf_get_current_pid_tgid());
-	if (e) {
-		e->arg0 = why;
-		bpf_ringbuf_submit(e, 0);
-	}
-}
-
 /* kvm_pio(rw, port, size, count, data): a guest's reset by the i8042 or
  * the reset control register, or its power-off through the ACPI sleep
  * registers. */
@@ -135,23 +91,9 @@ int bs_hold_pio(__u64 *ctx)
 
 	if (rw != BS_KVM_PIO_OUT)
 		return 0;
-	if (port != 0x64 && port != 0xcf9 && port != BS_PM1A_CNT_Q35 &&
-	    port != BS_PM1A_CNT_PIIX4 && port != BS_SLEEP_CTL_PORT_CH)
-		return 0;
 	if (bpf_probe_read_kernel(&val, size >= 2 ? 2 : 1, (const void *)ctx[4]) != 0)
 		return 0;
-	if (size == 1)
-		val &= 0xff;
-	if (port == 0x64 && val == 0xfe)
-		bs_hold(BS_HOLD_I8042_RESET);
-	else if (port == 0xcf9 && (val & 0x4))
-		bs_hold(BS_HOLD_CF9_RESET);
-	else if ((port == BS_PM1A_CNT_Q35 || port == BS_PM1A_CNT_PIIX4) && size == 2 &&
-		 (val & BS_PM1_SLP_EN) && BS_PM1_SLP_TYP(val) == BS_S5_QEMU_PM1)
-		bs_hold(BS_HOLD_ACPI_SLEEP);
-	else if (port == BS_SLEEP_CTL_PORT_CH && size == 1 && (val & BS_SLEEP_CTL_SLP_EN) &&
-		 BS_SLEEP_CTL_SLP_TYP(val) == BS_S5)
-		bs_hold(BS_HOLD_ACPI_SLEEP);
+	bs_hold_if_pio(rw, port, size, val);
 	return 0;
 }
 
@@ -168,8 +110,7 @@ int bs_hold_mmio(__u64 *ctx)
 		return 0;
 	if (bpf_probe_read_kernel(&val, 1, (const void *)ctx[3]) != 0)
 		return 0;
-	if ((val & BS_SLEEP_CTL_SLP_EN) && BS_SLEEP_CTL_SLP_TYP(val) == BS_S5)
-		bs_hold(BS_HOLD_ACPI_SLEEP);
+	bs_hold_if_mmio(type, len, gpa, val);
 	return 0;
 }
 
@@ -178,11 +119,6 @@ int bs_hold_mmio(__u64 *ctx)
 SEC("raw_tp/kvm_userspace_exit")
 int bs_hold_exit(__u64 *ctx)
 {
-	__u32 reason = ctx[0];
-
-	if (reason == BS_KVM_EXIT_SHUTDOWN)
-		bs_hold(BS_HOLD_SHUTDOWN);
-	else if (reason == BS_KVM_EXIT_SYSTEM_EVENT)
-		bs_hold(BS_HOLD_SYSTEM_EVENT);
+	bs_hold_if_uexit(ctx[0]);
 	return 0;
 }

@@ -21,6 +21,7 @@
  */
 #include "common.bpf.h"
 #include "exits.h"
+#include "hold.bpf.h"
 #include "phases.h"
 
 const volatile __u32 marker_port_debug = 0x80;
@@ -215,6 +216,8 @@ int bs_marker_pio(void *ctx)
 		bs_serial_byte(tgid, (__u32)id, (__u8)BS_CTX(ctx, BS_P_KVM_PIO_VAL));
 	if (port != marker_port_debug && port != marker_port_boot_time) {
 		bs_first_kernel_pio(tgid, (__u32)id, port);
+		bs_hold_if_pio(BS_CTX(ctx, BS_P_KVM_PIO_RW), port, BS_CTX(ctx, BS_P_KVM_PIO_SIZE),
+			       BS_CTX(ctx, BS_P_KVM_PIO_VAL));
 		return 0;
 	}
 	if (!BS_CTX(ctx, BS_P_KVM_PIO_RW))

@@ -160,7 +160,7 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     spec!("bs_kvm_entry", "kvm", "kvm_entry", KvmEntry, ExitLatency, [], [], "exits.by_reason[].latency_hist (exit to next entry)"),
     spec!("bs_kvm_userspace_exit", "kvm", "kvm_userspace_exit", KvmUserspaceExit, Exits, ["reason", "errno"], [], "exits.by_reason when kvm_exit does not fire (PVM)"),
     spec!("bs_kvm_pio", "kvm", "kvm_pio", KvmPio, Exits, ["rw", "port", "size"], [], "exits.pio"),
-    spec!("bs_kvm_mmio", "kvm", "kvm_mmio", KvmMmio, Exits, ["type", "gpa"], [], "exits.mmio"),
+    spec!("bs_kvm_mmio", "kvm", "kvm_mmio", KvmMmio, Exits, ["type", "gpa"], ["len", "val"], "exits.mmio"),
     spec!("bs_kvm_msr", "kvm", "kvm_msr", KvmMsr, Exits, ["write", "ecx"], ["exception"], "exits.msr"),
     spec!("bs_kvm_cpuid", "kvm", "kvm_cpuid", KvmCpuid, Exits, ["function", "index"], [], "exits.cpuid"),
     spec!("bs_kvm_emulate_insn", "kvm", "kvm_emulate_insn", KvmEmulateInsn, Exits, [], ["failed"], "exits.emulated_instructions"),

@@ -48,6 +48,8 @@ pub const PATCH_SLOTS: &[(&str, &str)] = &[
     ("sched_wakeup_new", "pid"),
     ("sched_switch", "prev_state"),
     ("sched_switch", "next_pid"),
+    ("kvm_mmio", "len"),
+    ("kvm_mmio", "val"),
 ];
 
 /// The slot of an (event, field), if programs load it directly.

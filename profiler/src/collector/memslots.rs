@@ -83,6 +83,23 @@ pub const MEMSLOT_PROGRAMS: [(&str, &str, &str); 4] = [
 /// every process through the kernel's slow path: the fallback only).
 const IOCTL_FALLBACK: (&str, &str, &str) = ("bs_memslot_ioctl", "syscalls", "sys_enter_ioctl");
 
+/// The programs of the profile that check the exits hold program `name`
+/// checks (bpf/hold.bpf.h), where it need not run beside them (any one
+/// of them attached does): the marker program sees every port write, the
+/// exits collector every MMIO access and every exit's reason (a triple
+/// fault as SVM's SHUTDOWN or VMX's TRIPLE_FAULT on those hosts, the
+/// return to the VMM on PVM). On VMX and SVM hosts a
+/// `KVM_EXIT_SYSTEM_EVENT` (x86 makes it only for SEV and Hyper-V guests)
+/// is then not a hold: the VMM is read when profiling stops.
+fn hold_checked_by(name: &str) -> &'static [&'static str] {
+    match name {
+        "bs_hold_pio" => &["bs_marker_pio"],
+        "bs_hold_mmio" => &["bs_kvm_mmio"],
+        "bs_hold_exit" => &["bs_kvm_exit", "bs_kvm_userspace_exit"],
+        _ => &[],
+    }
+}
+
 /// Loads and attaches program `name` of `ebpf` at `system`/`event`.
 fn attach(ebpf: &mut aya::Ebpf, (name, system, event): (&str, &str, &str)) -> Result<(), String> {
     match ebpf.program_mut(name) {
@@ -125,9 +142,23 @@ impl Collector {
                 .map(|(p, _, _)| (*p, Some("the programs are being attached elsewhere".into())))
                 .collect();
         };
+        let planned = |name: &str| {
+            st.setup
+                .programs
+                .iter()
+                .any(|p| p.spec.program == name && p.is_attached())
+        };
+        let folded: Vec<&str> = MEMSLOT_PROGRAMS
+            .iter()
+            .map(|(p, _, _)| *p)
+            .filter(|p| hold_checked_by(p).iter().any(|by| planned(by)))
+            .collect();
         let out = MEMSLOT_PROGRAMS
             .iter()
             .map(|&program| {
+                if folded.contains(&program.0) {
+                    return (program.0, None);
+                }
                 let mut r = attach(&mut ebpf, program);
                 if let (Err(e), true) = (&r, program.0 == "bs_memslot_kvm_ioctl") {
                     r = attach(&mut ebpf, IOCTL_FALLBACK).map_err(|e2| {
