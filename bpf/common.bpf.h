@@ -115,15 +115,16 @@ const volatile __u64 time_slot_ns __weak = 0;
 /* bpf_ktime_get_ns() at the start of slot 0 (the profile's zero). */
 const volatile __u64 time_slot_base_ns __weak = 0;
 
-/* Counts per {slot, kind, code, isa}. Not preallocated, and one entry big
- * unless slots are on: entries are added in time order, so when it is full
- * the slots that lose counts are the latest ones. */
+/* Counts per {run of slots, kind, code, isa} (struct bs_slot_run). Not
+ * preallocated, and one entry big unless slots are on: entries are added
+ * in time order, so when it is full the slots that lose counts are the
+ * latest ones. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 131072);
+	__uint(max_entries, 65536);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct bs_slot_key);
-	__type(value, __u64);
+	__type(value, struct bs_slot_run);
 } time_slots SEC(".maps") __weak;
 
 /* Events not counted per slot because time_slots was full, by
@@ -212,33 +213,37 @@ static __always_inline void bs_count(void *map, const void *key, __u64 n)
 	bs_percpu_inc(&map_overflows, 0);
 }
 
+static const struct bs_slot_run bs_zero_run;
+
 /* Counts one event of kind/code/isa that happened at ts (bpf_ktime_get_ns)
- * in its time slot; a full map is counted in time_slot_overflows, never
+ * in its time slot, in the entry of the slot's run (made, zeroed, by the
+ * run's first event); a full map is counted in time_slot_overflows, never
  * silently. Nothing at all when slots are off. */
 static __always_inline void bs_count_slot(__u64 ts, __u32 kind, __u32 code, __u32 isa)
 {
 	struct bs_slot_key key = {};
-	__u64 one = 1, slot, *v;
-	__u32 zero = 0;
+	struct bs_slot_run *v;
+	__u64 slot;
+	__u32 zero = 0, i;
 
 	if (!time_slot_ns)
 		return;
 	slot = ts > time_slot_base_ns ? (ts - time_slot_base_ns) / time_slot_ns : 0;
-	key.slot = slot > 0xffffffffULL ? 0xffffffffU : (__u32)slot;
+	if (slot > 0xffffffffULL)
+		slot = 0xffffffffULL;
+	i = (__u32)slot & (BS_SLOT_RUN - 1);
+	key.slot = (__u32)slot & ~(__u32)(BS_SLOT_RUN - 1);
 	key.kind = kind;
 	key.code = code;
 	key.isa = isa;
 	v = bpf_map_lookup_elem(&time_slots, &key);
-	if (v) {
-		__sync_fetch_and_add(v, 1);
-		return;
+	if (!v) {
+		/* Another CPU may make it first: either way, look it up again. */
+		bpf_map_update_elem(&time_slots, &key, &bs_zero_run, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&time_slots, &key);
 	}
-	if (bpf_map_update_elem(&time_slots, &key, &one, BPF_NOEXIST) == 0)
-		return;
-	/* Another CPU created it first, or the map is full. */
-	v = bpf_map_lookup_elem(&time_slots, &key);
 	if (v) {
-		__sync_fetch_and_add(v, 1);
+		__sync_fetch_and_add(&v->n[i], 1);
 		return;
 	}
 	bs_percpu_inc(&time_slot_overflows, kind);

@@ -164,11 +164,22 @@ enum bs_slot_kind {
 	BS_SLOT_KINDS = 3,
 };
 
+/* Slots are counted in runs of BS_SLOT_RUN: one map entry per run, kind,
+ * code and isa, so that a new entry is made once per run (3.2 ms at
+ * 100 us slots) and not for almost every exit. */
+#define BS_SLOT_RUN 32
+
 struct bs_slot_key {
+	/* The run's first slot (a multiple of BS_SLOT_RUN). */
 	__u32 slot;
 	__u32 kind;
 	__u32 code;
 	__u32 isa;
+};
+
+/* Counts of the run's slots: n[i] is slot (key.slot + i). */
+struct bs_slot_run {
+	__u32 n[BS_SLOT_RUN];
 };
 
 /* A log2 histogram of nanoseconds, updated with atomic adds. */

@@ -438,7 +438,8 @@ pub struct BsFaultKey {
     pub kind: u32,
 }
 
-/// `struct bs_slot_key`.
+/// `struct bs_slot_key`: `slot` is the first slot of a run of
+/// [`SLOT_RUN`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BsSlotKey {
@@ -446,6 +447,16 @@ pub struct BsSlotKey {
     pub kind: u32,
     pub code: u32,
     pub isa: u32,
+}
+
+/// `BS_SLOT_RUN`: slots counted in one map entry.
+pub const SLOT_RUN: usize = 32;
+
+/// `struct bs_slot_run`: `n[i]` counts slot `key.slot + i`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BsSlotRun {
+    pub n: [u32; SLOT_RUN],
 }
 
 /// `struct bs_run_key`.
@@ -540,6 +551,7 @@ const _: () = assert!(size_of::<BsEmulateKey>() == 12);
 const _: () = assert!(size_of::<BsMarkerKey>() == 12);
 const _: () = assert!(size_of::<BsFaultKey>() == 16);
 const _: () = assert!(size_of::<BsSlotKey>() == 16);
+const _: () = assert!(size_of::<BsSlotRun>() == 128);
 const _: () = assert!(size_of::<BsRunKey>() == 8);
 const _: () = assert!(size_of::<BsMarkerLastKey>() == 8);
 const _: () = assert!(size_of::<BsRunVal>() == 24);
@@ -583,6 +595,7 @@ pod!(
     BsMarkerLastKey,
     BsFaultKey,
     BsSlotKey,
+    BsSlotRun,
     BsRunKey,
     BsRunVal,
     BsPfnRange,

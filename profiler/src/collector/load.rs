@@ -257,13 +257,13 @@ pub(super) struct ObjectSettings<'a> {
 /// The maps only exit sites fill: one entry big without `--exit-sites`.
 pub(super) const SITE_MAPS: [&str; 2] = ["exit_sites", "npf_ranges"];
 
-/// Entries of the per-time-slot map when slots are on: one per slot and
-/// exit reason (or fault kind) that occurred in it. A boot of tens of
-/// thousands of exits fills a fraction; a guest that stays up keeps adding
-/// a few per timer tick, and once it is full the latest slots lose counts
-/// (counted in `time_slot_overflows`). Not preallocated: what is not used
-/// costs only its buckets (16 bytes each).
-pub(super) const TIME_SLOT_ENTRIES: u32 = 262_144;
+/// Entries of the per-time-slot map when slots are on: one per run of
+/// [`crate::bpf::SLOT_RUN`] slots (3.2 ms) and exit reason (or fault kind) that
+/// occurred in it. A boot of tens of thousands of exits fills a fraction;
+/// a guest that stays up keeps adding a few per run, and once it is full
+/// the latest slots lose counts (counted in `time_slot_overflows`). Not
+/// preallocated: what is not used costs only its buckets (16 bytes each).
+pub(super) const TIME_SLOT_ENTRIES: u32 = 65_536;
 
 /// [`TIME_SLOT_ENTRIES`], or `BOOTSCOPE_TIME_SLOT_ENTRIES` where set (tests
 /// fill a small map on purpose).

@@ -21,14 +21,16 @@ impl State {
         faults: &PageFaultProfile,
     ) -> Option<TimeSlots> {
         let clock = self.clock.time_slots?;
-        let entries = self.entries::<bpf::BsSlotKey, u64>("time_slots");
+        let entries = self.entries::<bpf::BsSlotKey, bpf::BsSlotRun>("time_slots");
         let used = entries.len() as u64;
         let slot_of = |ts: u64| ts.saturating_sub(clock.base_mono_ns) / clock.width_ns;
         let mut counts: BTreeMap<(u32, u32, u32, u64), u64> = BTreeMap::new();
-        for (k, n) in entries {
-            *counts
-                .entry((k.kind, k.code, k.isa, u64::from(k.slot)))
-                .or_default() += n;
+        for (k, run) in entries {
+            for (i, &n) in run.n.iter().enumerate().filter(|(_, n)| **n > 0) {
+                *counts
+                    .entry((k.kind, k.code, k.isa, u64::from(k.slot) + i as u64))
+                    .or_default() += u64::from(n);
+            }
         }
         for (_, e) in self.entries::<u32, bpf::BsExitStart>("exit_start") {
             if e.ts_ns != 0 {
