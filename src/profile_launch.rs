@@ -203,7 +203,7 @@ mod tests {
         assert_eq!(l.vmm.kind, VmmKind::Qemu);
         assert_eq!(
             l.command[4],
-            "quiet trace_buf_size=512K trace_event=initcall:initcall_level,initcall:initcall_start,initcall:initcall_finish trace_clock=perf"
+            "quiet trace_buf_size=512K trace_event=initcall:* trace_clock=perf"
         );
         assert_eq!(l.vmm.added.len(), 3);
         let l = prepare(&words("bootscope run --kernel k"), true).unwrap();

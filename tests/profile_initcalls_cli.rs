@@ -12,7 +12,7 @@ use support::*;
 
 const ADDED: [&str; 3] = [
     "trace_buf_size=512K",
-    "trace_event=initcall:initcall_level,initcall:initcall_start,initcall:initcall_finish",
+    "trace_event=initcall:*",
     "trace_clock=perf",
 ];
 

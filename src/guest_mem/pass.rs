@@ -349,7 +349,7 @@ impl Reader {
             .or_else(|| self.plan.cmdline.clone());
         let traced = cmdline
             .as_deref()
-            .is_none_or(|c| c.contains("initcall:initcall_start"));
+            .is_none_or(kernel_log::traced::has_trace_events);
         let logged = cmdline
             .as_deref()
             .is_some_and(|c| c.contains("initcall_debug"));

@@ -2,8 +2,10 @@
 //! trace ring buffer during the boot and read out of guest memory after it
 //! (`run --initcalls`, the default method).
 //!
-//! `trace_event=initcall:initcall_level,initcall:initcall_start,initcall:initcall_finish`
-//! enables the three events from `start_kernel` on; `trace_clock=perf`
+//! `trace_event=initcall:*` enables the system's three events
+//! (`initcall_level`, `initcall_start`, `initcall_finish`) from
+//! `start_kernel` on, in the fewest bytes (the kernel echoes its command
+//! line twice on the console, each byte a port exit); `trace_clock=perf`
 //! stamps them with `local_clock()`, the clock of printk's timestamps, so
 //! the console lines align them to the VMM's clock as they do the log
 //! ([`super::align`]). Each event is a few dozen bytes written into a
@@ -21,9 +23,25 @@ use super::initcalls::GuestInitcall;
 use super::ringbuffer::VirtMemory;
 use super::trace_ring::{self, RawEvent, TraceLayout, TraceRead};
 
-/// What `--initcalls` adds to the kernel command line for this method.
-pub const TRACE_EVENTS: &str =
-    "initcall:initcall_level,initcall:initcall_start,initcall:initcall_finish";
+/// What `--initcalls` adds to the kernel command line for this method:
+/// every event of the `initcall` system (the three the reader reads).
+pub const TRACE_EVENTS: &str = "initcall:*";
+/// The events one by one, as a `trace_event=` list may name them.
+const EACH_EVENT: [&str; 3] = [
+    "initcall:initcall_level",
+    "initcall:initcall_start",
+    "initcall:initcall_finish",
+];
+
+/// Whether a kernel command line enables the initcall trace events (the
+/// system, or its start event by name, in a `trace_event=` list).
+pub fn has_trace_events(cmdline: &str) -> bool {
+    cmdline
+        .split(' ')
+        .filter_map(|w| w.strip_prefix("trace_event="))
+        .flat_map(|list| list.split(','))
+        .any(|e| e == TRACE_EVENTS || e == "initcall:initcall_start" || e == "*:*")
+}
 /// The trace clock: `local_clock()`, as printk's.
 pub const TRACE_CLOCK: &str = "perf";
 /// Per-CPU trace buffer: about 14,000 initcalls' events.
@@ -49,7 +67,7 @@ pub fn cmdline_with_trace(cmdline: &str) -> Result<String, TraceCmdline> {
         match word.split_once('=') {
             Some(("trace_event", list)) => {
                 for e in list.split(',').filter(|e| !e.is_empty()) {
-                    if !TRACE_EVENTS.split(',').any(|t| t == e) {
+                    if e != TRACE_EVENTS && !EACH_EVENT.contains(&e) {
                         events = format!("{e},{events}");
                     }
                 }
@@ -259,6 +277,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_events_are_recognised_on_a_command_line() {
+        assert!(has_trace_events(&cmdline_with_trace("quiet").unwrap()));
+        for yes in [
+            "quiet trace_event=initcall:*",
+            "trace_event=irq:irq_handler_entry,initcall:initcall_start x",
+            "trace_event=*:*",
+        ] {
+            assert!(has_trace_events(yes), "{yes}");
+        }
+        for no in [
+            "quiet",
+            "initcall_debug",
+            "trace_event=irq:* initcall:*",
+            "trace_event=initcall:initcall_level",
+        ] {
+            assert!(!has_trace_events(no), "{no}");
+        }
+    }
+
+    #[test]
     fn the_command_line_gets_the_events_clock_and_buffer() {
         let c = cmdline_with_trace("console=ttyS0 quiet").unwrap();
         assert_eq!(
@@ -278,6 +316,15 @@ mod tests {
             "{c}"
         );
         assert_eq!(c.matches("trace_buf_size").count(), 1);
+        // The events named one by one become the system's one entry.
+        let c = cmdline_with_trace(
+            "trace_event=initcall:initcall_start,initcall:initcall_finish,irq:irq_handler_entry",
+        )
+        .unwrap();
+        assert!(
+            c.contains(" trace_event=irq:irq_handler_entry,initcall:* "),
+            "{c}"
+        );
         let e = cmdline_with_trace("quiet trace_clock=global").unwrap_err();
         assert!(e.to_string().contains("`trace_clock=global`"), "{e}");
         assert!(cmdline_with_trace("tp_printk").is_err());
