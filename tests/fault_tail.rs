@@ -113,6 +113,20 @@ fn a_restore_is_profiled_with_its_fault_tail() {
     let p = read_json(&profile);
     let t = &p["fault_tail"];
     assert_eq!(t["restore"]["vmm"], "bootscope", "{t}");
+    // How the window's end reads a fault's frame: raw where the kernel's
+    // BTF places kvm_page_fault's gfn, else from the classic record.
+    let gfn = p["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "btf:kvm_page_fault gfn")
+        .expect("the gfn's source");
+    let raw = gfn["status"] == "attached";
+    assert_eq!(
+        gfn["detail"].as_str().unwrap().contains("attached raw"),
+        raw,
+        "{gfn}"
+    );
     assert_eq!(t["restore"]["memory_mode"], "mmap", "{t}");
 
     // The window: from the first KVM_RUN to the guest's next mark, which

@@ -1,16 +1,19 @@
-//! Where a few `task_struct` fields lie in this kernel, found in its BTF
-//! (`/sys/kernel/btf/vmlinux`) by the workspace's BTF reader
-//! ([`bootscope_model::btf`]), which indexes the type records in one pass
-//! and decodes only the structure asked for.
+//! Where a few kernel structure fields lie in this kernel, found in its
+//! BTF (`/sys/kernel/btf/vmlinux`, and a module's split BTF beside it) by
+//! the workspace's BTF reader ([`bootscope_model::btf`]), which indexes
+//! the type records in one pass and decodes only the structure asked for.
 //!
 //! The fault-tail collector reads the thread's fault counters
-//! (`task_struct` `min_flt`, `maj_flt`) at offsets given to it as globals,
-//! so the object is not relocated against the kernel's BTF (CO-RE): aya's
-//! loader parses every type of the 5 MB file into memory for that, the
-//! largest part of the profiler's start-up, where this pass only walks the
-//! records (a few milliseconds) and keeps nothing but the offsets.
+//! (`task_struct` `min_flt`, `maj_flt`) and a served guest fault's frame
+//! (`kvm_page_fault` `gfn`, the raw tracepoint's argument) at offsets
+//! given to it as globals, so the object is not relocated against the
+//! kernel's BTF (CO-RE): aya's loader parses every type of the 5 MB file
+//! into memory for that, the largest part of the profiler's start-up,
+//! where this pass only walks the records (a few milliseconds) and keeps
+//! nothing but the offsets, in a record verified against the file before
+//! each use.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use bootscope_model::btf::{kind, Btf, Layout, Member, Record, MEMBER_BYTES, RECORD_BYTES};
 
@@ -33,56 +36,166 @@ const COUNTERS: [&str; 2] = ["min_flt", "maj_flt"];
 /// `task_struct`'s `min_flt` and `maj_flt` from the BTF at `path`: both
 /// must be there, 8-byte integers on byte boundaries, else the reason.
 pub fn fault_counters(path: &Path) -> Result<FaultCounters, String> {
-    scan(path).map(|(c, _)| c)
+    scan(path, "task_struct", &COUNTERS).map(|(f, _)| counters(&f))
 }
 
 /// [`fault_counters`] through a record of where they were found (`cache`,
-/// a file of the cache directory), verified against the file before use:
-/// the same BTF header and length, and at the place recorded a
-/// `task_struct` record whose members there are `min_flt` and `maj_flt` at
+/// a file of the cache directory): see [`fields_cached`].
+pub fn fault_counters_cached(path: &Path, cache: Option<&Path>) -> Result<FaultCounters, String> {
+    fields_cached(path, cache, "task_struct", &COUNTERS).map(|f| counters(&f))
+}
+
+fn counters(f: &[Field]) -> FaultCounters {
+    FaultCounters {
+        min_flt: f[0],
+        maj_flt: f[1],
+    }
+}
+
+/// The 8-byte fields `wanted` (at most [`MAX_WANTED`]) of `struct name`
+/// in the BTF at `path`, through a record of where they were found
+/// (`cache`, a file of the cache directory), verified against the file
+/// before use: the same BTF header and length, and at the place recorded
+/// a record of `struct name` whose members there are named as wanted at
 /// the offsets recorded. That reads a few hundred bytes of the file
 /// instead of all of it. A record that does not verify is replaced; one
 /// that cannot be written only costs the next profile the whole pass.
-pub fn fault_counters_cached(path: &Path, cache: Option<&Path>) -> Result<FaultCounters, String> {
-    if let Some(found) = cache.and_then(|c| cached(path, c)) {
+pub fn fields_cached(
+    path: &Path,
+    cache: Option<&Path>,
+    name: &str,
+    wanted: &[&str],
+) -> Result<Vec<Field>, String> {
+    if let Some(found) = cache.and_then(|c| cached(path, c, name, wanted)) {
         return Ok(found);
     }
-    let (found, place) = scan(path)?;
+    let (found, place) = scan(path, name, wanted)?;
     if let Some(c) = cache {
         let _ = bootscope_model::output::write_file_with_mode(c, place.to_text().as_bytes(), 0o600);
     }
     Ok(found)
 }
 
-/// The whole pass over the file, with where the counters were found.
-fn scan(path: &Path) -> Result<(FaultCounters, Place), String> {
-    let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+/// Fields a record may name.
+pub const MAX_WANTED: usize = 4;
+
+/// The whole pass over the file, with where the fields were found.
+fn scan(path: &Path, name: &str, wanted: &[&str]) -> Result<(Vec<Field>, Place), String> {
+    let at = |e: String| format!("{}: {e}", path.display());
+    if wanted.is_empty() || wanted.len() > MAX_WANTED {
+        return Err(at(format!("{} fields asked for", wanted.len())));
+    }
+    let data = std::fs::read(path).map_err(|e| at(e.to_string()))?;
     let len = data.len() as u64;
     let header: Option<[u8; 24]> = data.get(..24).and_then(|h| h.try_into().ok());
-    let btf = Btf::from_vec(data).map_err(|e| format!("{}: {e}", path.display()))?;
-    let (record, fields, members) =
-        locate(&btf, "task_struct", &COUNTERS).map_err(|e| format!("{}: {e}", path.display()))?;
-    for (name, f) in COUNTERS.iter().zip(&fields) {
+    let btf = Btf::from_vec(data).map_err(at)?;
+    let (record, fields, members) = locate(&btf, name, wanted).map_err(at)?;
+    for (w, f) in wanted.iter().zip(&fields) {
         if f.size != 8 {
-            return Err(format!(
-                "{}: task_struct.{name} is {} bytes, not 8",
-                path.display(),
-                f.size
-            ));
+            return Err(at(format!("{name}.{w} is {} bytes, not 8", f.size)));
         }
     }
     let place = Place {
-        header: header.ok_or_else(|| format!("{}: shorter than a BTF header", path.display()))?,
+        name: name.to_string(),
+        wanted: wanted.iter().map(|w| w.to_string()).collect(),
+        header: header.ok_or_else(|| at("shorter than a BTF header".into()))?,
         len,
         record: record as u64,
-        members: [members[0], members[1]],
-        offsets: [fields[0].offset, fields[1].offset],
+        members,
+        offsets: fields.iter().map(|f| f.offset).collect(),
     };
-    let counters = FaultCounters {
-        min_flt: fields[0],
-        maj_flt: fields[1],
+    Ok((fields, place))
+}
+
+/// `struct kvm_page_fault`'s `gfn`, the frame a guest fault maps (the
+/// raw `kvmmmu:kvm_mmu_spte_requested` tracepoint's one argument is the
+/// fault): from KVM's module BTF (`kvm` beside `vmlinux` in `btf_dir`,
+/// split BTF over the kernel's), else from the kernel's own (KVM built
+/// in) through the record at `cache`. With the BTF it was found in.
+pub fn kvm_fault_gfn(btf_dir: &Path, cache: Option<&Path>) -> Result<(Field, PathBuf), String> {
+    let (vmlinux, module) = (btf_dir.join("vmlinux"), btf_dir.join("kvm"));
+    if module.exists() {
+        split_field(&vmlinux, &module, "kvm_page_fault", "gfn").map(|f| (f, module))
+    } else {
+        let f = fields_cached(&vmlinux, cache, "kvm_page_fault", &["gfn"])?;
+        Ok((f[0], vmlinux))
+    }
+}
+
+/// Base strings read one by one at most this many times in a split BTF.
+const MAX_BASE_NAMES: usize = 1 << 16;
+
+/// Field `field` of the one `struct name` of the split BTF at `module`
+/// over the base BTF at `base`. The module's records are its own (ids
+/// after the base's); a name offset below the base's string section's
+/// length is a string of the base's, read from the file alone (the base's
+/// types are never walked). Its size is not checked (the member's type
+/// may be the base's): only that it is no bit field and whole bytes, 8
+/// assumed, as `gfn_t` is `u64` in every kernel with the structure.
+fn split_field(base: &Path, module: &Path, name: &str, field: &str) -> Result<Field, String> {
+    use std::os::unix::fs::FileExt;
+    let at = |p: &Path, e: String| format!("{}: {e}", p.display());
+    let file = std::fs::File::open(base).map_err(|e| at(base, e.to_string()))?;
+    let base_len = file.metadata().map_err(|e| at(base, e.to_string()))?.len();
+    let mut header = [0u8; 24];
+    file.read_exact_at(&mut header, 0)
+        .map_err(|e| at(base, e.to_string()))?;
+    let strings = Layout::of(&header, usize::try_from(base_len).unwrap_or(usize::MAX))
+        .map_err(|e| at(base, e))?
+        .strings;
+    let data = std::fs::read(module).map_err(|e| at(module, e.to_string()))?;
+    let btf = Btf::from_vec(data).map_err(|e| at(module, e))?;
+    let split_at = strings.len() as u32;
+    let mut base_reads = 0usize;
+    // Whether the name at `off` (in the base's strings or the module's)
+    // is `want`.
+    let mut name_is = |off: u32, want: &str| -> Result<bool, String> {
+        if off >= split_at {
+            return Ok(btf.name(off - split_at) == want.as_bytes());
+        }
+        base_reads += 1;
+        if base_reads > MAX_BASE_NAMES {
+            return Err(at(
+                module,
+                format!("over {MAX_BASE_NAMES} names in the base's strings"),
+            ));
+        }
+        let mut buf = vec![0u8; want.len() + 1];
+        let end = strings.start as u64 + u64::from(off) + buf.len() as u64;
+        if end > strings.end as u64 {
+            return Ok(false);
+        }
+        file.read_exact_at(&mut buf, strings.start as u64 + u64::from(off))
+            .map_err(|e| at(base, e.to_string()))?;
+        Ok(buf[..want.len()] == *want.as_bytes() && buf[want.len()] == 0)
     };
-    Ok((counters, place))
+    let mut found = None;
+    for id in 1..=btf.type_count() {
+        let Some(r) = btf.record(id) else { continue };
+        if r.kind != kind::STRUCT || r.vlen == 0 || !name_is(r.name_off, name)? {
+            continue;
+        }
+        if found.replace(id).is_some() {
+            return Err(at(
+                module,
+                format!("struct {name} is defined more than once"),
+            ));
+        }
+    }
+    let id = found.ok_or_else(|| at(module, format!("no struct {name}")))?;
+    for m in btf.members(id) {
+        if !name_is(m.name_off, field)? {
+            continue;
+        }
+        if m.is_bitfield() {
+            return Err(at(module, format!("{name}.{field} is a bit field")));
+        }
+        return Ok(Field {
+            offset: m.bit_offset / 8,
+            size: 8,
+        });
+    }
+    Err(at(module, format!("struct {name} has no member {field}")))
 }
 
 /// The fields `wanted` of the one structure named `name` (a structure
@@ -114,30 +227,37 @@ fn locate(btf: &Btf, name: &str, wanted: &[&str]) -> Result<(usize, Vec<Field>, 
     Ok((record, out, indices))
 }
 
-/// Where the counters were found in one BTF file.
+/// Where the fields were found in one BTF file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Place {
+    /// The structure and the fields asked for.
+    name: String,
+    wanted: Vec<String>,
     /// The file's first 24 bytes (magic, version, flags, the sections'
     /// offsets and lengths) and its length.
     header: [u8; 24],
     len: u64,
-    /// `task_struct`'s record: its byte offset in the type section.
+    /// The structure's record: its byte offset in the type section.
     record: u64,
-    /// The counters' member indices and byte offsets.
-    members: [u32; 2],
-    offsets: [u32; 2],
+    /// The fields' member indices and byte offsets.
+    members: Vec<u32>,
+    offsets: Vec<u32>,
 }
 
-const PLACE_VERSION: &str = "bootscope task_struct fault counters 1";
+const PLACE_VERSION: &str = "bootscope btf fields 2";
 
 impl Place {
     fn to_text(&self) -> String {
         let hex: String = self.header.iter().map(|b| format!("{b:02x}")).collect();
-        let [m0, m1] = self.members;
-        let [o0, o1] = self.offsets;
+        let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
         format!(
-            "{PLACE_VERSION}\n{hex} {} {} {m0} {m1} {o0} {o1}\n",
-            self.len, self.record
+            "{PLACE_VERSION}\n{} {}\n{hex} {} {} {} {}\n",
+            self.name,
+            self.wanted.join(","),
+            self.len,
+            self.record,
+            list(&self.members),
+            list(&self.offsets)
         )
     }
 
@@ -146,6 +266,8 @@ impl Place {
         if lines.next()? != PLACE_VERSION {
             return None;
         }
+        let (name, wanted) = lines.next()?.split_once(' ')?;
+        let wanted: Vec<String> = wanted.split(',').map(String::from).collect();
         let mut w = lines.next()?.split(' ');
         let hex = w.next().filter(|h| h.len() == 48)?;
         let mut header = [0u8; 24];
@@ -154,10 +276,18 @@ impl Place {
         }
         let mut n = || w.next()?.parse::<u64>().ok();
         let (len, record) = (n()?, n()?);
-        let mut small = || u32::try_from(n()?).ok();
-        let members = [small()?, small()?];
-        let offsets = [small()?, small()?];
+        let mut list = || -> Option<Vec<u32>> {
+            w.next()?
+                .split(',')
+                .map(|x| x.parse::<u32>().ok())
+                .collect::<Option<Vec<u32>>>()
+                .filter(|v| v.len() == wanted.len())
+        };
+        let members = list()?;
+        let offsets = list()?;
         Some(Place {
+            name: name.to_string(),
+            wanted,
             header,
             len,
             record,
@@ -167,15 +297,24 @@ impl Place {
     }
 }
 
-/// The counters the record at `cache` names, if the BTF at `path` still
-/// has them there.
-fn cached(path: &Path, cache: &Path) -> Option<FaultCounters> {
+/// The fields the record at `cache` names, if it is the record of `struct
+/// name`'s `wanted` and the BTF at `path` still has them there.
+fn cached(path: &Path, cache: &Path, name: &str, wanted: &[&str]) -> Option<Vec<Field>> {
     use std::io::Read;
     use std::os::unix::fs::FileExt;
     let (f, _) = bootscope_model::cache::open_file(cache).ok()??;
     let mut text = String::new();
     f.take(4096).read_to_string(&mut text).ok()?;
     let place = Place::from_text(&text)?;
+    if place.name != name
+        || place
+            .wanted
+            .iter()
+            .map(String::as_str)
+            .ne(wanted.iter().copied())
+    {
+        return None;
+    }
     let file = std::fs::File::open(path).ok()?;
     let read = |at: usize, n: usize| -> Option<Vec<u8>> {
         let mut buf = vec![0u8; n];
@@ -197,10 +336,10 @@ fn cached(path: &Path, cache: &Path) -> Option<FaultCounters> {
         within(&layout.strings, off as usize, want.len() + 1)
             .is_some_and(|b| b[..want.len()] == *want.as_bytes() && b[want.len()] == 0)
     };
-    if head.kind != kind::STRUCT || !name_is(head.name_off, "task_struct") {
+    if head.kind != kind::STRUCT || !name_is(head.name_off, name) {
         return None;
     }
-    for ((&i, &offset), want) in place.members.iter().zip(&place.offsets).zip(COUNTERS) {
+    for ((&i, &offset), want) in place.members.iter().zip(&place.offsets).zip(wanted) {
         if i >= head.vlen {
             return None;
         }
@@ -210,14 +349,13 @@ fn cached(path: &Path, cache: &Path) -> Option<FaultCounters> {
             return None;
         }
     }
-    let field = |i: usize| Field {
-        offset: place.offsets[i],
-        size: 8,
-    };
-    Some(FaultCounters {
-        min_flt: field(0),
-        maj_flt: field(1),
-    })
+    Some(
+        place
+            .offsets
+            .iter()
+            .map(|&offset| Field { offset, size: 8 })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -244,6 +382,10 @@ mod tests {
         w.composite("task_struct", kind::STRUCT, true, 24, &members);
         extra(&mut w);
         w.finish()
+    }
+
+    fn cached_counters(btf: &Path, cache: &Path) -> Option<FaultCounters> {
+        cached(btf, cache, "task_struct", &COUNTERS).map(|f| counters(&f))
     }
 
     fn fields(data: &[u8], wanted: &[&str]) -> Result<Vec<Field>, String> {
@@ -304,10 +446,10 @@ mod tests {
         let text = std::fs::read_to_string(&cache).unwrap();
         let place = Place::from_text(&text).expect("the record reads back");
         assert_eq!(place.to_text(), text);
-        assert_eq!(cached(&btf, &cache), Some(want));
+        assert_eq!(cached_counters(&btf, &cache), Some(want));
         // Another kernel: min_flt elsewhere, the same length and header.
         std::fs::write(&btf, task(128, |_| {})).unwrap();
-        assert_eq!(cached(&btf, &cache), None);
+        assert_eq!(cached_counters(&btf, &cache), None);
         let moved = FaultCounters {
             min_flt: Field {
                 offset: 16,
@@ -316,18 +458,93 @@ mod tests {
             ..want
         };
         assert_eq!(fault_counters_cached(&btf, Some(&cache)), Ok(moved));
-        assert_eq!(cached(&btf, &cache), Some(moved));
+        assert_eq!(cached_counters(&btf, &cache), Some(moved));
         // Back to the first kernel: its record verifies again, the same
         // naming another member's index does not.
         std::fs::write(&btf, task(64, |_| {})).unwrap();
         std::fs::write(&cache, &text).unwrap();
-        assert_eq!(cached(&btf, &cache), Some(want));
-        let wrong = text.replace(" 1 2 8 16\n", " 0 2 8 16\n");
+        assert_eq!(cached_counters(&btf, &cache), Some(want));
+        let wrong = text.replace(" 1,2 8,16\n", " 0,2 8,16\n");
         assert_ne!(wrong, text);
         std::fs::write(&cache, wrong).unwrap();
-        assert_eq!(cached(&btf, &cache), None);
+        assert_eq!(cached_counters(&btf, &cache), None);
         std::fs::write(&cache, "garbage").unwrap();
         assert_eq!(fault_counters_cached(&btf, Some(&cache)), Ok(want));
+    }
+
+    /// A module's split BTF: its own names after the base's strings, and
+    /// names the base has (here `gfn`, a member of a base struct) at the
+    /// base's offsets.
+    #[test]
+    fn a_field_of_a_modules_split_btf() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut b = BtfWriter::new();
+        let u64_ = b.int_named("long long unsigned int", 8);
+        b.strukt("frame", 8, &[("gfn", u64_, 0)]);
+        let base = b.finish();
+        let split_at = u32::from_le_bytes(base[20..24].try_into().unwrap());
+        let base_gfn = {
+            let strings =
+                &base[24 + u32::from_le_bytes(base[16..20].try_into().unwrap()) as usize..];
+            strings.windows(4).position(|w| w == b"gfn\0").unwrap() as u32
+        };
+        let module = |gfn_name: u32, gfn_bits: u32, twice: bool| {
+            let mut m = BtfWriter::new();
+            let own = |m: &mut BtfWriter, s: &str| split_at + m.name(s);
+            let (n, addr) = (own(&mut m, "kvm_page_fault"), own(&mut m, "addr"));
+            let words = [
+                n,
+                (kind::STRUCT << 24) | 2,
+                80,
+                addr,
+                1,
+                0,
+                gfn_name,
+                1,
+                gfn_bits,
+            ];
+            m.raw(&words);
+            if twice {
+                m.raw(&words);
+            }
+            m.finish()
+        };
+        let (bp, mp) = (dir.path().join("vmlinux"), dir.path().join("kvm"));
+        std::fs::write(&bp, &base).unwrap();
+        let field = |data: Vec<u8>| {
+            std::fs::write(&mp, data).unwrap();
+            kvm_fault_gfn(dir.path(), None).map(|(f, p)| {
+                assert_eq!(p, mp);
+                f
+            })
+        };
+        assert_eq!(
+            field(module(base_gfn, 256, false)),
+            Ok(Field {
+                offset: 32,
+                size: 8
+            })
+        );
+        // The module's own string.
+        let mut m = BtfWriter::new();
+        let gfn_own = split_at + {
+            m.name("kvm_page_fault");
+            m.name("addr");
+            m.name("gfn")
+        };
+        let (n, addr) = (split_at + 1, split_at + 1 + 15);
+        m.raw(&[n, (kind::STRUCT << 24) | 2, 80, addr, 1, 0, gfn_own, 1, 64]);
+        assert_eq!(field(m.finish()), Ok(Field { offset: 8, size: 8 }));
+        let err = |d| field(d).unwrap_err();
+        assert!(err(module(base_gfn, 258, false)).contains("bit field"));
+        assert!(err(module(base_gfn, 256, true)).contains("more than once"));
+        assert!(err(module(split_at + 10_000, 256, false)).contains("no member gfn"));
+        assert!(err(b"\x9f\xeb".to_vec()).contains("kvm"));
+        // No module: the kernel's own BTF, which has no such struct here.
+        std::fs::remove_file(&mp).unwrap();
+        assert!(kvm_fault_gfn(dir.path(), None)
+            .unwrap_err()
+            .contains("no struct kvm_page_fault"));
     }
 
     /// On this machine's kernel, the offsets found are the ones bpftool's
@@ -351,7 +568,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = dir.path().join("counters");
         assert_eq!(fault_counters_cached(path, Some(&cache)), Ok(c));
-        assert_eq!(cached(path, &cache), Some(c), "the record verifies");
+        assert_eq!(
+            cached_counters(path, &cache),
+            Some(c),
+            "the record verifies"
+        );
         let members: Vec<&str> = dump
             .lines()
             .skip_while(|l| !l.contains("STRUCT 'task_struct' "))
@@ -367,5 +588,59 @@ mod tests {
         };
         assert_eq!(c.min_flt.offset * 8, bits("min_flt"));
         assert_eq!(c.maj_flt.offset * 8, bits("maj_flt"));
+    }
+
+    /// On this machine's kernel, `kvm_page_fault`'s `gfn` is where
+    /// bpftool's own parse of the same file (KVM's module BTF, or the
+    /// kernel's with KVM built in) puts it.
+    #[test]
+    fn this_kernels_kvm_fault_gfn_matches_bpftool() {
+        let dir = Path::new("/sys/kernel/btf");
+        let cache = tempfile::tempdir().unwrap();
+        let found = kvm_fault_gfn(dir, Some(&cache.path().join("gfn")));
+        let file = if dir.join("kvm").exists() {
+            dir.join("kvm")
+        } else {
+            dir.join("vmlinux")
+        };
+        let mut cmd = std::process::Command::new("bpftool");
+        cmd.args(["btf", "dump", "file"]).arg(&file);
+        if file.ends_with("kvm") {
+            cmd.arg("base").arg(dir.join("vmlinux"));
+        }
+        let dump = match cmd.args(["format", "raw"]).output() {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+            _ => bootscope_testkit::skip_test!("bpftool cannot dump {}", file.display()),
+        };
+        let bits = dump
+            .lines()
+            .skip_while(|l| !l.contains("STRUCT 'kvm_page_fault' "))
+            .skip(1)
+            .take_while(|l| l.starts_with('\t'))
+            .find(|l| l.trim_start().starts_with("'gfn' "))
+            .map(|l| {
+                l.rsplit("bits_offset=")
+                    .next()
+                    .unwrap()
+                    .parse::<u32>()
+                    .unwrap()
+            });
+        match bits {
+            None => assert!(
+                found.is_err(),
+                "{found:?} where bpftool has no kvm_page_fault.gfn"
+            ),
+            Some(bits) => {
+                let (f, from) = found.expect("kvm_page_fault.gfn");
+                assert_eq!((f.offset * 8, from), (bits, file));
+                // Again, through the record where one was made.
+                assert_eq!(
+                    kvm_fault_gfn(dir, Some(&cache.path().join("gfn")))
+                        .unwrap()
+                        .0,
+                    f
+                );
+            }
+        }
     }
 }

@@ -283,7 +283,7 @@ pub(super) fn load_object(
     settings: &ObjectSettings,
     slot_base_mono_ns: u64,
     stages: &mut Stages,
-) -> Result<(Ebpf, KernelBtf, Option<DataSource>), ProfilerError> {
+) -> Result<Loaded, ProfilerError> {
     let (mut loader, btf) = if !Path::new(KERNEL_BTF).exists() {
         // Nothing to parse: the loader is cheap as it is.
         (EbpfLoader::new(), KernelBtf::Missing)
@@ -296,18 +296,21 @@ pub(super) fn load_object(
         }
     };
     stages.end("loader");
-    let (fields, counters) = match config.collectors.tail {
+    let (fields, gfn, sources) = match config.collectors.tail {
         true => {
-            let (fields, source) = fault_counter_fields();
+            let (fields, counters) = fault_counter_fields();
+            let (gfn, gfn_source) = spte_gfn_field();
             stages.end("task fields");
-            (fields, Some(source))
+            (fields, gfn, vec![counters, gfn_source])
         }
-        false => ([0; 3], None),
+        false => ([0; 3], None, Vec::new()),
     };
+    let gfn_off = gfn.unwrap_or(0);
     loader
         .override_global("read_fault_counters", &fields[0], true)
         .override_global("task_min_flt_off", &fields[1], true)
-        .override_global("task_maj_flt_off", &fields[2], true);
+        .override_global("task_maj_flt_off", &fields[2], true)
+        .override_global("spte_gfn_off", &gfn_off, true);
     for (name, field) in settings.globals {
         loader.override_global(name.as_str(), field, true);
     }
@@ -362,7 +365,78 @@ pub(super) fn load_object(
         .load(object.bytes())
         .map_err(|source| ProfilerError::Load { source })?;
     stages.end("maps");
-    Ok((ebpf, btf, counters))
+    Ok(Loaded {
+        ebpf,
+        btf,
+        sources,
+        spte_gfn: gfn,
+    })
+}
+
+/// What [`load_object`] made and found.
+pub(super) struct Loaded {
+    pub(super) ebpf: Ebpf,
+    pub(super) btf: KernelBtf,
+    /// What the tail collector's offsets came from.
+    pub(super) sources: Vec<DataSource>,
+    /// `struct kvm_page_fault`'s `gfn` offset, when found: the window's
+    /// end then attaches raw (`bs_tail_spte_raw`).
+    pub(super) spte_gfn: Option<u32>,
+}
+
+/// The window's end program, `bs_tail_spte`, replaced by its raw twin
+/// where `gfn` (the offset of `struct kvm_page_fault`'s `gfn`) is known.
+pub(super) fn use_raw_spte(programs: &mut [ProgramState], gfn: Option<u32>) {
+    if gfn.is_none() {
+        return;
+    }
+    for p in programs
+        .iter_mut()
+        .filter(|p| p.spec.program == "bs_tail_spte")
+    {
+        p.spec.program = "bs_tail_spte_raw";
+        p.spec.fields = &[];
+    }
+}
+
+/// The offset of `struct kvm_page_fault`'s `gfn` in this kernel (KVM's
+/// module BTF, or the kernel's own with a record in the cache), and the
+/// data source saying how the window's end reads a fault's frame.
+fn spte_gfn_field() -> (Option<u32>, DataSource) {
+    let cache = bootscope_model::cache::cache_dir("btf")
+        .ok()
+        .map(|d| d.join("kvm-page-fault-gfn"));
+    let btf_dir = Path::new(KERNEL_BTF).parent().unwrap_or(Path::new("/"));
+    let found = crate::task_fields::kvm_fault_gfn(btf_dir, cache.as_deref());
+    let (gfn, status, detail) = match found {
+        Ok((f, from)) => (
+            Some(f.offset),
+            "attached",
+            format!(
+                "kvm_page_fault gfn at +{} ({}): the window's end attached raw, \
+                 reading the fault it is given",
+                f.offset,
+                from.display()
+            ),
+        ),
+        Err(why) => (
+            None,
+            "missing",
+            format!(
+                "the window's end attached as a classic tracepoint, its record built at \
+                 each guest fault ({why})"
+            ),
+        ),
+    };
+    let source = DataSource {
+        name: "btf:kvm_page_fault gfn".into(),
+        status: status.into(),
+        detail,
+        events: 0,
+        collector: "tail".into(),
+        ..Default::default()
+    };
+    (gfn, source)
 }
 
 /// The tail programs' globals for `task_struct`'s fault counters (read

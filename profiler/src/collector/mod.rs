@@ -65,8 +65,8 @@ use crate::topology::{page_size, Topology};
 
 use guest::{fires_in_guest, GuestAttach};
 use load::{
-    attach_programs, enable_run_stats, fill_topology_maps, load_object, ObjectSettings, Stages,
-    SETUP_STAGES,
+    attach_programs, enable_run_stats, fill_topology_maps, load_object, use_raw_spte, Loaded,
+    ObjectSettings, Stages, SETUP_STAGES,
 };
 use maps::{kernel_release, map_error};
 pub use names::{thread_role, vcpu_from_thread_name};
@@ -298,7 +298,12 @@ impl Collector {
         // slot 0 starts there (else about now, before the programs load).
         let given_origin = config.origin.map(|o| clock_origin(Some(o)));
         let slot_base_mono_ns = given_origin.map_or_else(monotonic_ns, |(_, mono)| mono);
-        let (mut ebpf, kernel_btf, counters) = load_object(
+        let Loaded {
+            mut ebpf,
+            btf: kernel_btf,
+            sources: counters,
+            spte_gfn,
+        } = load_object(
             &config,
             &topology,
             &settings,
@@ -317,6 +322,7 @@ impl Collector {
         // Before attaching, so that every run of ours is counted.
         let (bpf_stats, stats_source) = enable_run_stats(config.bpf_stats);
         let mut programs = plan.programs;
+        use_raw_spte(&mut programs, spte_gfn);
         let deferred = attach_setup_programs(
             &mut ebpf,
             &mut programs,
