@@ -121,7 +121,10 @@ pub(crate) struct RunArgs {
     /// run-queue waits of the VMM's threads, and tail, a restore's page-fault
     /// tail, on for restores only): each one left out is eBPF
     /// programs not run on its events. exit-counts: the exits without their
-    /// latency (one program per exit instead of two).
+    /// latency (one program per exit instead of two). tail-total: the tail
+    /// with its guest faults also counted over the VM's life (a program on
+    /// every guest fault after the window too: for checks against KVM's
+    /// own statistics).
     #[arg(long, value_name = "LIST", value_parser = bootscope_profiler::CollectorSet::parse, conflicts_with = "no_profile")]
     pub(crate) collect: Option<bootscope_profiler::CollectorSet>,
     /// Count exits by the guest code that made them (`exits.sites`), named

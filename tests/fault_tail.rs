@@ -31,6 +31,38 @@ fn plain_boot_has_no_tail(tmp: &std::path::Path) {
     assert!(read_json(&plain).get("fault_tail").is_none());
 }
 
+/// The default for a restore: the tail without its count over the VM's
+/// life (no program left on every guest fault after the window).
+fn the_life_count_is_asked_for(tmp: &std::path::Path, snap: &std::path::Path) {
+    let p = tmp.join("default.json");
+    let o = bootscope(&[
+        "run",
+        "--restore",
+        snap.to_str().unwrap(),
+        "--memory-restore",
+        "mmap",
+        "--no-summary",
+        "--output",
+        p.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let p = read_json(&p);
+    assert!(p["fault_tail"].is_object(), "{}", p["fault_tail"]);
+    assert!(p["fault_tail"].get("guest_faults_total").is_none());
+    let life = p["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| {
+            s["detail"]
+                .as_str()
+                .unwrap_or("")
+                .contains("--collect tail-total")
+        })
+        .expect("the life count's program");
+    assert_eq!(life["status"], "disabled", "{life}");
+}
+
 /// The window closed: its programs were detached, all but the count over
 /// the VM's life (`sources[]` of the tail collector, by program).
 fn window_programs_were_detached(p: &serde_json::Value) {
@@ -98,6 +130,8 @@ fn a_restore_is_profiled_with_its_fault_tail() {
         snap.to_str().unwrap(),
         "--memory-restore",
         "mmap",
+        "--collect",
+        "exits,faults,threads,numa,phases,tail-total",
         "--output",
         profile.to_str().unwrap(),
         "--timeline",
@@ -196,4 +230,5 @@ fn a_restore_is_profiled_with_its_fault_tail() {
     window_programs_were_detached(&p);
 
     plain_boot_has_no_tail(&tmp);
+    the_life_count_is_asked_for(&tmp, &snap);
 }

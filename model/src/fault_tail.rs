@@ -36,8 +36,10 @@ pub struct FaultTail {
     /// Guest faults KVM served in the window.
     pub guest_faults: u64,
     /// Guest faults KVM served since the programs attached, window or not
-    /// (the interval of KVM's own statistics, for cross-checks).
-    pub guest_faults_total: u64,
+    /// (the interval of KVM's own statistics, for cross-checks); counted
+    /// only with `--collect tail-total`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_faults_total: Option<u64>,
     /// KVM's own `pf_fixed` and `pf_taken` statistics of the same VMs over
     /// the same interval (debugfs, read when each VM ended or when the
     /// profile was built); None where debugfs is unreadable.

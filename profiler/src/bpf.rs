@@ -66,6 +66,10 @@ pub enum CollectorKind {
     /// The page-fault tail of a restore (`--collect tail`; on by default
     /// for a restore).
     Tail,
+    /// The tail's count of guest faults over the VM's life, a program on
+    /// every guest fault for as long as the VM runs (`--collect
+    /// tail-total`): for cross-checks against KVM's own statistics.
+    TailTotal,
 }
 
 /// Index into `source_events` (`enum bs_source`).
@@ -181,7 +185,7 @@ pub const PROGRAMS: &[ProgramSpec] = &[
     spec!("bs_tail_filemap_map", "filemap", "mm_filemap_map_pages", TailFilemapMap, Tail, [], [], "fault_tail kinds (file-backed, fault-around)"),
     spec!("bs_tail_exc_user", "exceptions", "page_fault_user", TailExcUser, Tail, [], [], "fault_tail.host (the VM's own threads' faults in the window)"),
     spec!("bs_tail_exc_kernel", "exceptions", "page_fault_kernel", TailExcKernel, Tail, [], [], "fault_tail.host (kernel-mode faults of the VM's threads in the window)"),
-    spec!("bs_tail_spte_all", "kvmmmu", "kvm_mmu_spte_requested", TailSpteAll, Tail, [], [], "fault_tail.guest_faults_total (every guest fault served, window or not; stays attached after the window)"),
+    spec!("bs_tail_spte_all", "kvmmmu", "kvm_mmu_spte_requested", TailSpteAll, TailTotal, [], [], "fault_tail.guest_faults_total (every guest fault served, window or not; stays attached after the window)"),
 ];
 
 /// `struct bs_field`.

@@ -56,6 +56,10 @@ pub struct CollectorSet {
     /// only when the command is a restore (the CLI decides), else only
     /// when named.
     pub tail: bool,
+    /// With `tail`: its guest faults also counted over the VM's life
+    /// (`tail-total`, for cross-checks with KVM's statistics; a program
+    /// on every guest fault after the window too): only when named.
+    pub tail_total: bool,
 }
 
 impl CollectorSet {
@@ -63,6 +67,7 @@ impl CollectorSet {
     pub const ALL: Self = Self {
         sched: true,
         tail: true,
+        tail_total: true,
         ..Self::DEFAULT
     };
 
@@ -78,11 +83,13 @@ impl CollectorSet {
         phases: true,
         sched: false,
         tail: false,
+        tail_total: false,
     };
 
     /// The collectors' names, as `--collect` takes them: `exit-counts` is
-    /// the exits collector without the exits' latency.
-    pub const NAMES: [&'static str; 8] = [
+    /// the exits collector without the exits' latency, `tail-total` the
+    /// tail with its count over the VM's life.
+    pub const NAMES: [&'static str; 9] = [
         "exits",
         "exit-counts",
         "faults",
@@ -91,6 +98,7 @@ impl CollectorSet {
         "phases",
         "sched",
         "tail",
+        "tail-total",
     ];
 
     /// A comma-separated list of collector names (`exits,phases`); `all`
@@ -105,6 +113,7 @@ impl CollectorSet {
             phases: false,
             sched: false,
             tail: false,
+            tail_total: false,
         };
         for name in list.split(',').map(str::trim) {
             match name {
@@ -119,6 +128,10 @@ impl CollectorSet {
                 "phases" => set.phases = true,
                 "sched" => set.sched = true,
                 "tail" => set.tail = true,
+                "tail-total" => {
+                    set.tail = true;
+                    set.tail_total = true;
+                }
                 "all" => set = Self::ALL,
                 "" => {
                     return Err(format!(
@@ -147,6 +160,7 @@ impl CollectorSet {
             CollectorKind::Phases => self.phases,
             CollectorKind::Sched => self.sched,
             CollectorKind::Tail => self.tail,
+            CollectorKind::TailTotal => self.tail && self.tail_total,
         }
     }
 }

@@ -703,9 +703,15 @@ mod tests {
             CollectorSet {
                 sched: false,
                 tail: false,
+                tail_total: false,
                 ..CollectorSet::ALL
             }
         );
+        // The life count comes with the tail, and only when named.
+        let total = CollectorSet::parse("tail-total").unwrap();
+        assert!(total.has(CollectorKind::Tail) && total.has(CollectorKind::TailTotal));
+        let tail = CollectorSet::parse("tail").unwrap();
+        assert!(!tail.has(CollectorKind::TailTotal));
         let each = CollectorSet::parse(&CollectorSet::NAMES.join(",")).unwrap();
         assert_eq!(each, CollectorSet::ALL);
         // Exits counted, their latency not; named with exits, exits wins.

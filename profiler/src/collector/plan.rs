@@ -135,6 +135,10 @@ fn disabled(spec: &ProgramSpec, collectors: &CollectorSet) -> ProgramState {
         "exit latency not asked for (--collect exit-counts): each exit is counted \
                      by the next exit of its vCPU, or when the profile is read"
             .into()
+    } else if spec.collector == CollectorKind::TailTotal && collectors.tail {
+        "the tail's count over the VM's life not asked for (--collect tail-total): \
+         fault_tail.guest_faults_total is left out"
+            .into()
     } else {
         "collector not enabled".into()
     };

@@ -174,6 +174,6 @@ fn collector_name(kind: CollectorKind) -> &'static str {
         CollectorKind::Numa => "numa",
         CollectorKind::Phases => "phases",
         CollectorKind::Sched => "sched",
-        CollectorKind::Tail => "tail",
+        CollectorKind::Tail | CollectorKind::TailTotal => "tail",
     }
 }

@@ -150,11 +150,12 @@ impl State {
     fn detach_window_programs(&mut self) {
         let bpf = &mut self.bpf;
         let keep_runs = self.setup.bpf_stats.is_some();
-        for p in self.setup.programs.iter_mut().filter(|p| {
-            p.spec.collector == bpf::CollectorKind::Tail
-                && p.spec.source != Source::TailSpteAll
-                && p.is_attached()
-        }) {
+        for p in self
+            .setup
+            .programs
+            .iter_mut()
+            .filter(|p| p.spec.collector == bpf::CollectorKind::Tail && p.is_attached())
+        {
             // The kernel's run statistics go with the program: kept first.
             let runs = keep_runs
                 .then(|| super::sources::RunStats::of(bpf, p.spec.program))
@@ -218,7 +219,9 @@ impl State {
             },
             bucket_ns: BUCKET_NS,
             guest_faults: tot(total::GUEST),
-            guest_faults_total: tot(total::GUEST_ALL),
+            guest_faults_total: self
+                .attached(Source::TailSpteAll)
+                .then(|| tot(total::GUEST_ALL)),
             kvm_pf_fixed: kvm.map(|k| k[0]),
             kvm_pf_taken: kvm.map(|k| k[1]),
             wait_ns: by_kind.iter().map(|k| k.wait_ns).sum(),
