@@ -31,6 +31,23 @@ fn plain_boot_has_no_tail(tmp: &std::path::Path) {
     assert!(read_json(&plain).get("fault_tail").is_none());
 }
 
+/// How the window's end reads a fault's frame: raw where the kernel's
+/// BTF places kvm_page_fault's gfn, else from the classic record.
+fn window_end_reads_the_frame(p: &serde_json::Value) {
+    let gfn = p["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "btf:kvm_page_fault gfn")
+        .expect("the gfn's source");
+    let raw = gfn["status"] == "attached";
+    assert_eq!(
+        gfn["detail"].as_str().unwrap().contains("attached raw"),
+        raw,
+        "{gfn}"
+    );
+}
+
 /// The default for a restore: the tail without its count over the VM's
 /// life (no program left on every guest fault after the window).
 fn the_life_count_is_asked_for(tmp: &std::path::Path, snap: &std::path::Path) {
@@ -147,20 +164,7 @@ fn a_restore_is_profiled_with_its_fault_tail() {
     let p = read_json(&profile);
     let t = &p["fault_tail"];
     assert_eq!(t["restore"]["vmm"], "bootscope", "{t}");
-    // How the window's end reads a fault's frame: raw where the kernel's
-    // BTF places kvm_page_fault's gfn, else from the classic record.
-    let gfn = p["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "btf:kvm_page_fault gfn")
-        .expect("the gfn's source");
-    let raw = gfn["status"] == "attached";
-    assert_eq!(
-        gfn["detail"].as_str().unwrap().contains("attached raw"),
-        raw,
-        "{gfn}"
-    );
+    window_end_reads_the_frame(&p);
     assert_eq!(t["restore"]["memory_mode"], "mmap", "{t}");
 
     // The window: from the first KVM_RUN to the guest's next mark, which

@@ -367,8 +367,8 @@ pub(super) fn load_object(
     stages.end("maps");
     Ok(Loaded {
         ebpf,
-        btf,
-        sources,
+        kernel_btf: btf,
+        counters: sources,
         spte_gfn: gfn,
     })
 }
@@ -376,9 +376,9 @@ pub(super) fn load_object(
 /// What [`load_object`] made and found.
 pub(super) struct Loaded {
     pub(super) ebpf: Ebpf,
-    pub(super) btf: KernelBtf,
+    pub(super) kernel_btf: KernelBtf,
     /// What the tail collector's offsets came from.
-    pub(super) sources: Vec<DataSource>,
+    pub(super) counters: Vec<DataSource>,
     /// `struct kvm_page_fault`'s `gfn` offset, when found: the window's
     /// end then attaches raw (`bs_tail_spte_raw`).
     pub(super) spte_gfn: Option<u32>,

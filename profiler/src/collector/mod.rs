@@ -65,7 +65,7 @@ use crate::topology::{page_size, Topology};
 
 use guest::{fires_in_guest, GuestAttach};
 use load::{
-    attach_programs, enable_run_stats, fill_topology_maps, load_object, use_raw_spte, Loaded,
+    attach_programs, enable_run_stats, fill_topology_maps, load_object, use_raw_spte,
     ObjectSettings, Stages, SETUP_STAGES,
 };
 use maps::{kernel_release, map_error};
@@ -297,19 +297,9 @@ impl Collector {
         // An origin given is the profile's zero whenever it is read; time
         // slot 0 starts there (else about now, before the programs load).
         let given_origin = config.origin.map(|o| clock_origin(Some(o)));
-        let slot_base_mono_ns = given_origin.map_or_else(monotonic_ns, |(_, mono)| mono);
-        let Loaded {
-            mut ebpf,
-            btf: kernel_btf,
-            sources: counters,
-            spte_gfn,
-        } = load_object(
-            &config,
-            &topology,
-            &settings,
-            slot_base_mono_ns,
-            &mut stages,
-        )?;
+        let slot_base = given_origin.map_or_else(monotonic_ns, |(_, mono)| mono);
+        let loaded = load_object(&config, &topology, &settings, slot_base, &mut stages)?;
+        let mut ebpf = loaded.ebpf;
         fill_topology_maps(&mut ebpf, &topology)?;
         let log = event_log(&mut ebpf, &config)?;
 
@@ -322,7 +312,7 @@ impl Collector {
         // Before attaching, so that every run of ours is counted.
         let (bpf_stats, stats_source) = enable_run_stats(config.bpf_stats);
         let mut programs = plan.programs;
-        use_raw_spte(&mut programs, spte_gfn);
+        use_raw_spte(&mut programs, loaded.spte_gfn);
         let deferred = attach_setup_programs(
             &mut ebpf,
             &mut programs,
@@ -335,8 +325,8 @@ impl Collector {
 
         let host = host_info(&topology);
         let mut extra_sources = startup_sources(threads.len(), &topology);
-        extra_sources.push(kernel_btf.source());
-        extra_sources.extend(counters);
+        extra_sources.push(loaded.kernel_btf.source());
+        extra_sources.extend(loaded.counters);
         extra_sources.extend(stats_source);
         stages.end("finish");
         let state = State {
@@ -354,18 +344,14 @@ impl Collector {
                 guest_attached: None,
                 detached_runs: BTreeMap::new(),
             },
-            clock: state::Clock::new(
-                (started, start_mono_ns),
-                config.time_slots,
-                slot_base_mono_ns,
-            ),
+            clock: state::Clock::new((started, start_mono_ns), config.time_slots, slot_base),
             tasks: tasks::Tasks::new(
                 kind.into(),
                 config.command.clone(),
                 target_pid,
                 TargetLife::watch(target_pid, config.target.never_ends()),
                 (threads, tgids),
-                kernel_btf.reads_exit_codes(),
+                loaded.kernel_btf.reads_exit_codes(),
             ),
             log,
             sampler: sampler::Sampler::new(config.target.kvm_stats_reader()),
