@@ -14,6 +14,8 @@ pub enum Detector {
     ExitsAt {
         functions: &'static [&'static str],
         ports: (u16, u16),
+        /// Less than this (estimated) is no finding.
+        min_ns: u64,
     },
     /// Exits of these reasons (count x latency).
     ExitReasons { reasons: &'static [&'static str] },

@@ -11,11 +11,20 @@ pub const END: &str = "<!-- end of rules -->";
 
 fn detector_words(d: &Detector) -> String {
     match d {
-        Detector::ExitsAt { functions, ports } => format!(
-            "port I/O exits before userspace at {} (exit sites); without sites, port I/O on {:#x}-{:#x} x the io exits' mean latency",
+        Detector::ExitsAt {
+            functions,
+            ports,
+            min_ns,
+        } => format!(
+            "port I/O exits before userspace at {} (exit sites); without sites, port I/O on {:#x}-{:#x} x the io exits' mean latency{}",
             functions.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", "),
             ports.0,
-            ports.1
+            ports.1,
+            if *min_ns > 0 {
+                format!("; at least {} ms", min_ns / 1_000_000)
+            } else {
+                String::new()
+            }
         ),
         Detector::ExitReasons { reasons } => format!(
             "exits of reason {} (count x latency)",

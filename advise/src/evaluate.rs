@@ -189,7 +189,14 @@ pub fn evaluate(rule: &Rule, ev: &Evidence) -> RuleOutcome {
         return RuleOutcome::Clear;
     }
     let found = match rule.detector {
-        Detector::ExitsAt { functions, ports } => exits_at(ev, functions, ports),
+        Detector::ExitsAt {
+            functions,
+            ports,
+            min_ns,
+        } => exits_at(ev, functions, ports)
+            .into_iter()
+            .filter(|f| f.accounts_ns.is_none_or(|ns| ns >= min_ns))
+            .collect(),
         Detector::ExitReasons { reasons } => exit_reasons(ev, reasons),
         Detector::SlowInitcalls { names, min_ns } => merged(initcalls(ev, |i| {
             names.contains(&i.name.as_str()) && i.duration_ns >= min_ns

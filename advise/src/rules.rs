@@ -219,6 +219,7 @@ pub const RULES: &[Rule] = &[
         detector: Detector::ExitsAt {
             functions: &["io_serial_out", "io_serial_in", "serial8250_console_putchar", "wait_for_xmitr"],
             ports: (0x3f8, 0x3ff),
+            min_ns: 0,
         },
         needs: &[Need::ExitSitesOrPorts],
         off_with: &[],
@@ -248,15 +249,24 @@ pub const RULES: &[Rule] = &[
         detector: Detector::ExitsAt {
             functions: &["mach_get_cmos_time", "mc146818_get_time", "mc146818_avoid_UIP", "rtc_cmos_read", "cmos_read"],
             ports: (0x70, 0x71),
+            min_ns: 50_000_000,
         },
         needs: &[Need::ExitSitesOrPorts],
         off_with: &[],
-        fixes: &[Fix {
-            change: Change::InVmm(&[qemu_machine("rtc=off", &["microvm"], &[], &[], "")]),
-            risk: Risk::GivesUp,
-            gives_up: "no RTC: the guest takes the wall clock from kvmclock (KVM only); no /dev/rtc0 for hwclock; an x86 kernel still registers its rtc_cmos device (QEMU 7.2 microvm does not set the FADT's no-CMOS-RTC flag), and where that device's probe is what polls (`rtc_cmos: broken or not accessible` in the log) it polls 0xff just as long: measured no saving (docs/benchmarks.md)",
-            source: "QEMU docs/system/i386/microvm.rst: rtc=off, the guest relying on kvmclock",
-        }],
+        fixes: &[
+            Fix {
+                change: Change::KernelArgs("initcall_blacklist=cmos_init"),
+                risk: Risk::GivesUp,
+                gives_up: "no RTC driver: no /dev/rtc0 for hwclock or RTC wake alarms; the wall clock from kvmclock (KVM only); only the rtc_cmos driver's probe (the cmos_init initcall, where a lab boot of QEMU microvm polled 0x70/0x71 40,001 times, rtc=off or not) is left out: a read of the CMOS clock by the kernel's own timekeeping before the initcalls stays; needs a kernel with kallsyms (initcall names)",
+                source: "Documentation/admin-guide/kernel-parameters.txt: initcall_blacklist",
+            },
+            Fix {
+                change: Change::InVmm(&[qemu_machine("rtc=off", &["microvm"], &[], &[], "")]),
+                risk: Risk::GivesUp,
+                gives_up: "no RTC: the guest takes the wall clock from kvmclock (KVM only); no /dev/rtc0 for hwclock; an x86 kernel still registers its rtc_cmos device (QEMU 7.2 microvm does not set the FADT's no-CMOS-RTC flag), and where that device's probe is what polls (`rtc_cmos: broken or not accessible` in the log) it polls 0xff just as long: measured no saving (docs/benchmarks.md)",
+                source: "QEMU docs/system/i386/microvm.rst: rtc=off, the guest relying on kvmclock",
+            },
+        ],
     },
     Rule {
         id: "legacy-uarts",
