@@ -66,10 +66,25 @@ pub fn fields_cached(
     name: &str,
     wanted: &[&str],
 ) -> Result<Vec<Field>, String> {
-    if let Some(found) = cache.and_then(|c| cached(path, c, name, wanted)) {
+    fields_cached_over(None, path, cache, name, wanted)
+}
+
+/// [`fields_cached`] of the BTF at `path`, split BTF over the one at
+/// `base` where given ([`split_scan`]).
+fn fields_cached_over(
+    base: Option<&Path>,
+    path: &Path,
+    cache: Option<&Path>,
+    name: &str,
+    wanted: &[&str],
+) -> Result<Vec<Field>, String> {
+    if let Some(found) = cache.and_then(|c| cached(base, path, c, name, wanted)) {
         return Ok(found);
     }
-    let (found, place) = scan(path, name, wanted)?;
+    let (found, place) = match base {
+        Some(base) => split_scan(base, path, name, wanted)?,
+        None => scan(path, name, wanted)?,
+    };
     if let Some(c) = cache {
         let _ = bootscope_model::output::write_file_with_mode(c, place.to_text().as_bytes(), 0o600);
     }
@@ -114,37 +129,73 @@ fn scan(path: &Path, name: &str, wanted: &[&str]) -> Result<(Vec<Field>, Place),
 /// in) through the record at `cache`. With the BTF it was found in.
 pub fn kvm_fault_gfn(btf_dir: &Path, cache: Option<&Path>) -> Result<(Field, PathBuf), String> {
     let (vmlinux, module) = (btf_dir.join("vmlinux"), btf_dir.join("kvm"));
-    if module.exists() {
-        split_field(&vmlinux, &module, "kvm_page_fault", "gfn").map(|f| (f, module))
-    } else {
-        let f = fields_cached(&vmlinux, cache, "kvm_page_fault", &["gfn"])?;
-        Ok((f[0], vmlinux))
+    let (base, from) = match module.exists() {
+        true => (Some(vmlinux.as_path()), module.clone()),
+        false => (None, vmlinux.clone()),
+    };
+    let f = fields_cached_over(base, &from, cache, "kvm_page_fault", &["gfn"])?;
+    Ok((f[0], from))
+}
+
+/// The string section of the BTF at `base` (its file, and where the
+/// section lies in it), for names a split BTF takes from it.
+fn base_strings(base: &Path) -> Result<(std::fs::File, std::ops::Range<usize>), String> {
+    use std::os::unix::fs::FileExt;
+    let at = |e: std::io::Error| format!("{}: {e}", base.display());
+    let file = std::fs::File::open(base).map_err(at)?;
+    let len = file.metadata().map_err(at)?.len();
+    let mut header = [0u8; 24];
+    file.read_exact_at(&mut header, 0).map_err(at)?;
+    let strings = Layout::of(&header, usize::try_from(len).unwrap_or(usize::MAX))
+        .map_err(|e| format!("{}: {e}", base.display()))?
+        .strings;
+    Ok((file, strings))
+}
+
+/// Whether the string at `off` of the section `strings` of `file` is
+/// `want` (false past the section's end); None when the file cannot be
+/// read.
+fn name_in_file(
+    file: &std::fs::File,
+    strings: &std::ops::Range<usize>,
+    off: usize,
+    want: &str,
+) -> Option<bool> {
+    use std::os::unix::fs::FileExt;
+    let at = strings.start.checked_add(off)?;
+    if at.checked_add(want.len() + 1)? > strings.end {
+        return Some(false);
     }
+    let mut buf = vec![0u8; want.len() + 1];
+    file.read_exact_at(&mut buf, at as u64).ok()?;
+    Some(buf[..want.len()] == *want.as_bytes() && buf[want.len()] == 0)
 }
 
 /// Base strings read one by one at most this many times in a split BTF.
 const MAX_BASE_NAMES: usize = 1 << 16;
 
-/// Field `field` of the one `struct name` of the split BTF at `module`
-/// over the base BTF at `base`. The module's records are its own (ids
-/// after the base's); a name offset below the base's string section's
-/// length is a string of the base's, read from the file alone (the base's
-/// types are never walked). Its size is not checked (the member's type
-/// may be the base's): only that it is no bit field and whole bytes, 8
-/// assumed, as `gfn_t` is `u64` in every kernel with the structure.
-fn split_field(base: &Path, module: &Path, name: &str, field: &str) -> Result<Field, String> {
-    use std::os::unix::fs::FileExt;
-    let at = |p: &Path, e: String| format!("{}: {e}", p.display());
-    let file = std::fs::File::open(base).map_err(|e| at(base, e.to_string()))?;
-    let base_len = file.metadata().map_err(|e| at(base, e.to_string()))?.len();
-    let mut header = [0u8; 24];
-    file.read_exact_at(&mut header, 0)
-        .map_err(|e| at(base, e.to_string()))?;
-    let strings = Layout::of(&header, usize::try_from(base_len).unwrap_or(usize::MAX))
-        .map_err(|e| at(base, e))?
-        .strings;
-    let data = std::fs::read(module).map_err(|e| at(module, e.to_string()))?;
-    let btf = Btf::from_vec(data).map_err(|e| at(module, e))?;
+/// [`scan`] of the split BTF at `module` over the base BTF at `base`:
+/// the module's records are its own (ids after the base's); a name offset
+/// below the base's string section's length is a string of the base's,
+/// read from its file alone (the base's types are never walked). The
+/// fields' sizes are not checked (a member's type may be the base's):
+/// only that each is no bit field, 8 bytes assumed (`gfn_t` is `u64` in
+/// every kernel with `kvm_page_fault`).
+fn split_scan(
+    base: &Path,
+    module: &Path,
+    name: &str,
+    wanted: &[&str],
+) -> Result<(Vec<Field>, Place), String> {
+    let at = |e: String| format!("{}: {e}", module.display());
+    if wanted.is_empty() || wanted.len() > MAX_WANTED {
+        return Err(at(format!("{} fields asked for", wanted.len())));
+    }
+    let (file, strings) = base_strings(base)?;
+    let data = std::fs::read(module).map_err(|e| at(e.to_string()))?;
+    let len = data.len() as u64;
+    let header: Option<[u8; 24]> = data.get(..24).and_then(|h| h.try_into().ok());
+    let btf = Btf::from_vec(data).map_err(at)?;
     let split_at = strings.len() as u32;
     let mut base_reads = 0usize;
     // Whether the name at `off` (in the base's strings or the module's)
@@ -155,19 +206,12 @@ fn split_field(base: &Path, module: &Path, name: &str, field: &str) -> Result<Fi
         }
         base_reads += 1;
         if base_reads > MAX_BASE_NAMES {
-            return Err(at(
-                module,
-                format!("over {MAX_BASE_NAMES} names in the base's strings"),
-            ));
+            return Err(at(format!(
+                "over {MAX_BASE_NAMES} names in the base's strings"
+            )));
         }
-        let mut buf = vec![0u8; want.len() + 1];
-        let end = strings.start as u64 + u64::from(off) + buf.len() as u64;
-        if end > strings.end as u64 {
-            return Ok(false);
-        }
-        file.read_exact_at(&mut buf, strings.start as u64 + u64::from(off))
-            .map_err(|e| at(base, e.to_string()))?;
-        Ok(buf[..want.len()] == *want.as_bytes() && buf[want.len()] == 0)
+        name_in_file(&file, &strings, off as usize, want)
+            .ok_or_else(|| format!("{}: unreadable", base.display()))
     };
     let mut found = None;
     for id in 1..=btf.type_count() {
@@ -176,26 +220,39 @@ fn split_field(base: &Path, module: &Path, name: &str, field: &str) -> Result<Fi
             continue;
         }
         if found.replace(id).is_some() {
-            return Err(at(
-                module,
-                format!("struct {name} is defined more than once"),
-            ));
+            return Err(at(format!("struct {name} is defined more than once")));
         }
     }
-    let id = found.ok_or_else(|| at(module, format!("no struct {name}")))?;
-    for m in btf.members(id) {
-        if !name_is(m.name_off, field)? {
-            continue;
+    let id = found.ok_or_else(|| at(format!("no struct {name}")))?;
+    let (mut fields, mut members) = (Vec::new(), Vec::new());
+    for w in wanted {
+        let mut hit = None;
+        for (i, m) in btf.members(id).enumerate() {
+            if name_is(m.name_off, w)? {
+                hit = Some((i as u32, m));
+                break;
+            }
         }
+        let (i, m) = hit.ok_or_else(|| at(format!("struct {name} has no member {w}")))?;
         if m.is_bitfield() {
-            return Err(at(module, format!("{name}.{field} is a bit field")));
+            return Err(at(format!("{name}.{w} is a bit field")));
         }
-        return Ok(Field {
+        members.push(i);
+        fields.push(Field {
             offset: m.bit_offset / 8,
             size: 8,
         });
     }
-    Err(at(module, format!("struct {name} has no member {field}")))
+    let place = Place {
+        name: name.to_string(),
+        wanted: wanted.iter().map(|w| w.to_string()).collect(),
+        header: header.ok_or_else(|| at("shorter than a BTF header".into()))?,
+        len,
+        record: btf.record_offset(id).unwrap_or(0) as u64,
+        members,
+        offsets: fields.iter().map(|f| f.offset).collect(),
+    };
+    Ok((fields, place))
 }
 
 /// The fields `wanted` of the one structure named `name` (a structure
@@ -298,8 +355,15 @@ impl Place {
 }
 
 /// The fields the record at `cache` names, if it is the record of `struct
-/// name`'s `wanted` and the BTF at `path` still has them there.
-fn cached(path: &Path, cache: &Path, name: &str, wanted: &[&str]) -> Option<Vec<Field>> {
+/// name`'s `wanted` and the BTF at `path` (split BTF over `base` where
+/// given) still has them there.
+fn cached(
+    base: Option<&Path>,
+    path: &Path,
+    cache: &Path,
+    name: &str,
+    wanted: &[&str],
+) -> Option<Vec<Field>> {
     use std::io::Read;
     use std::os::unix::fs::FileExt;
     let (f, _) = bootscope_model::cache::open_file(cache).ok()??;
@@ -332,9 +396,18 @@ fn cached(path: &Path, cache: &Path, name: &str, wanted: &[&str]) -> Option<Vec<
     };
     let record = usize::try_from(place.record).ok()?;
     let head = Record::decode(&within(&layout.types, record, RECORD_BYTES)?)?;
+    let base = match base {
+        Some(b) => Some(base_strings(b).ok()?),
+        None => None,
+    };
     let name_is = |off: u32, want: &str| {
-        within(&layout.strings, off as usize, want.len() + 1)
-            .is_some_and(|b| b[..want.len()] == *want.as_bytes() && b[want.len()] == 0)
+        let off = off as usize;
+        match &base {
+            Some((bf, bs)) if off < bs.len() => name_in_file(bf, bs, off, want),
+            Some((_, bs)) => name_in_file(&file, &layout.strings, off - bs.len(), want),
+            None => name_in_file(&file, &layout.strings, off, want),
+        }
+        .unwrap_or(false)
     };
     if head.kind != kind::STRUCT || !name_is(head.name_off, name) {
         return None;
@@ -385,7 +458,7 @@ mod tests {
     }
 
     fn cached_counters(btf: &Path, cache: &Path) -> Option<FaultCounters> {
-        cached(btf, cache, "task_struct", &COUNTERS).map(|f| counters(&f))
+        cached(None, btf, cache, "task_struct", &COUNTERS).map(|f| counters(&f))
     }
 
     fn fields(data: &[u8], wanted: &[&str]) -> Result<Vec<Field>, String> {
@@ -535,6 +608,27 @@ mod tests {
         let (n, addr) = (split_at + 1, split_at + 1 + 15);
         m.raw(&[n, (kind::STRUCT << 24) | 2, 80, addr, 1, 0, gfn_own, 1, 64]);
         assert_eq!(field(m.finish()), Ok(Field { offset: 8, size: 8 }));
+        // Through a record: made at the first lookup, verified against
+        // both files at the next, remade when the module changed.
+        let cache = dir.path().join("gfn-record");
+        std::fs::write(&mp, module(base_gfn, 256, false)).unwrap();
+        let via = || kvm_fault_gfn(dir.path(), Some(&cache)).map(|(f, _)| f.offset);
+        assert_eq!(via(), Ok(32));
+        let record = std::fs::read_to_string(&cache).unwrap();
+        assert_eq!(
+            cached(Some(&bp), &mp, &cache, "kvm_page_fault", &["gfn"]),
+            Some(vec![Field {
+                offset: 32,
+                size: 8
+            }])
+        );
+        std::fs::write(&mp, module(base_gfn, 320, false)).unwrap();
+        assert_eq!(
+            cached(Some(&bp), &mp, &cache, "kvm_page_fault", &["gfn"]),
+            None
+        );
+        assert_eq!(via(), Ok(40));
+        assert_ne!(std::fs::read_to_string(&cache).unwrap(), record);
         let err = |d| field(d).unwrap_err();
         assert!(err(module(base_gfn, 258, false)).contains("bit field"));
         assert!(err(module(base_gfn, 256, true)).contains("more than once"));
