@@ -309,39 +309,45 @@ __attribute__((noinline)) int bs_tail_served(__u64 id, __u64 now, __u64 start, _
 	return bs_tail_account(id, kind, ns, gfn, bucket);
 }
 
-/* A guest fault's service ends: KVM maps the page. */
-SEC("tracepoint/kvmmmu/kvm_mmu_spte_requested")
-int bs_tail_spte(void *ctx)
-{
-	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns(), start;
-	__u32 phase;
-
-	if (!bs_follow(id >> 32, &phase) || !bs_tail_win(id >> 32, now, 0, &start))
-		return 0;
-	bs_tail_served(id, now, start, BS_READ(ctx, kvm_mmu_spte_requested, gfn));
-	return 0;
-}
-
 /* Where struct kvm_page_fault's gfn is (from the kernel's BTF), set
  * before load when bs_tail_spte_raw replaces bs_tail_spte. */
 const volatile __u32 spte_gfn_off = 0;
 
-/* The same, attached raw: its argument is the struct kvm_page_fault being
- * served, whose gfn is read at spte_gfn_off. No record is built for it,
- * and the kernel's perf tracepoint machinery is never engaged (in the
- * lab, a classic tracepoint program attached there slowed the guest's
- * faults after it was detached). */
-SEC("raw_tp/kvm_mmu_spte_requested")
-int bs_tail_spte_raw(struct bpf_raw_tracepoint_args *ctx)
+/* A guest fault's service ends: KVM maps the page. The frame is read from
+ * the classic record's gfn field, or (raw) from the struct kvm_page_fault
+ * that is the raw tracepoint's argument, only once the fault is known to
+ * be one of the window's. */
+static __always_inline int bs_tail_end(void *ctx, int raw)
 {
 	__u64 id = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns(), start, gfn = 0;
 	__u32 phase;
 
 	if (!bs_follow(id >> 32, &phase) || !bs_tail_win(id >> 32, now, 0, &start))
 		return 0;
-	bpf_probe_read_kernel(&gfn, sizeof(gfn), (void *)ctx->args[0] + spte_gfn_off);
+	if (raw)
+		bpf_probe_read_kernel(&gfn, sizeof(gfn),
+				      (void *)((struct bpf_raw_tracepoint_args *)ctx)->args[0] +
+					      spte_gfn_off);
+	else
+		gfn = BS_READ(ctx, kvm_mmu_spte_requested, gfn);
 	bs_tail_served(id, now, start, gfn);
 	return 0;
+}
+
+SEC("tracepoint/kvmmmu/kvm_mmu_spte_requested")
+int bs_tail_spte(void *ctx)
+{
+	return bs_tail_end(ctx, 0);
+}
+
+/* The same, attached raw: no record is built for it, and the kernel's
+ * perf tracepoint machinery is never engaged (in the lab, a classic
+ * tracepoint program attached there slowed the guest's faults after it
+ * was detached). */
+SEC("raw_tp/kvm_mmu_spte_requested")
+int bs_tail_spte_raw(void *ctx)
+{
+	return bs_tail_end(ctx, 1);
 }
 
 /* A fault of the thread's open guest fault went through the page cache. */

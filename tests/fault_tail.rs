@@ -31,21 +31,25 @@ fn plain_boot_has_no_tail(tmp: &std::path::Path) {
     assert!(read_json(&plain).get("fault_tail").is_none());
 }
 
+/// The profile's `sources[]`.
+fn sources(p: &serde_json::Value) -> &[serde_json::Value] {
+    p["sources"].as_array().expect("sources[]")
+}
+
+/// A source's `detail`, empty when it has none.
+fn detail(s: &serde_json::Value) -> &str {
+    s["detail"].as_str().unwrap_or("")
+}
+
 /// How the window's end reads a fault's frame: raw where the kernel's
 /// BTF places kvm_page_fault's gfn, else from the classic record.
 fn window_end_reads_the_frame(p: &serde_json::Value) {
-    let gfn = p["sources"]
-        .as_array()
-        .unwrap()
+    let gfn = sources(p)
         .iter()
         .find(|s| s["name"] == "btf:kvm_page_fault gfn")
         .expect("the gfn's source");
     let raw = gfn["status"] == "attached";
-    assert_eq!(
-        gfn["detail"].as_str().unwrap().contains("attached raw"),
-        raw,
-        "{gfn}"
-    );
+    assert_eq!(detail(gfn).contains("attached raw"), raw, "{gfn}");
 }
 
 /// The default for a restore: the tail without its count over the VM's
@@ -66,16 +70,9 @@ fn the_life_count_is_asked_for(tmp: &std::path::Path, snap: &std::path::Path) {
     let p = read_json(&p);
     assert!(p["fault_tail"].is_object(), "{}", p["fault_tail"]);
     assert!(p["fault_tail"].get("guest_faults_total").is_none());
-    let life = p["sources"]
-        .as_array()
-        .unwrap()
+    let life = sources(&p)
         .iter()
-        .find(|s| {
-            s["detail"]
-                .as_str()
-                .unwrap_or("")
-                .contains("--collect tail-total")
-        })
+        .find(|s| detail(s).contains("--collect tail-total"))
         .expect("the life count's program");
     assert_eq!(life["status"], "disabled", "{life}");
 }
@@ -83,31 +80,19 @@ fn the_life_count_is_asked_for(tmp: &std::path::Path, snap: &std::path::Path) {
 /// The window closed: its programs were detached, all but the count over
 /// the VM's life (`sources[]` of the tail collector, by program).
 fn window_programs_were_detached(p: &serde_json::Value) {
-    let tail: Vec<&serde_json::Value> = p["sources"]
-        .as_array()
-        .unwrap()
+    let tail: Vec<&serde_json::Value> = sources(p)
         .iter()
         .filter(|s| s["collector"] == "tail" && s["status"] == "attached")
         .filter(|s| s["name"].as_str().unwrap_or("").starts_with("tracepoint:"))
         .collect();
     let life: Vec<_> = tail
         .iter()
-        .filter(|s| {
-            s["detail"]
-                .as_str()
-                .unwrap_or("")
-                .contains("guest_faults_total")
-        })
+        .filter(|s| detail(s).contains("guest_faults_total"))
         .collect();
     assert_eq!(life.len(), 1, "{tail:?}");
     let detached = tail
         .iter()
-        .filter(|s| {
-            s["detail"]
-                .as_str()
-                .unwrap_or("")
-                .starts_with("detached at the window's end")
-        })
+        .filter(|s| detail(s).starts_with("detached at the window's end"))
         .count();
     assert_eq!(detached, tail.len() - 1, "{tail:?}");
     assert!(detached >= 4, "{tail:?}");
@@ -121,7 +106,7 @@ fn window_programs_were_detached(p: &serde_json::Value) {
         .iter()
         .find(|s| {
             s["name"] == "tracepoint:kvmmmu:kvm_mmu_spte_requested"
-                && s["detail"].as_str().unwrap_or("").starts_with("detached")
+                && detail(s).starts_with("detached")
         })
         .expect("the window's end program");
     let faults = p["fault_tail"]["guest_faults"].as_u64().unwrap();

@@ -403,9 +403,7 @@ pub(super) fn use_raw_spte(programs: &mut [ProgramState], gfn: Option<u32>) {
 /// module BTF, or the kernel's own with a record in the cache), and the
 /// data source saying how the window's end reads a fault's frame.
 fn spte_gfn_field() -> (Option<u32>, DataSource) {
-    let cache = bootscope_model::cache::cache_dir("btf")
-        .ok()
-        .map(|d| d.join("kvm-page-fault-gfn"));
+    let cache = btf_record("kvm-page-fault-gfn");
     let btf_dir = Path::new(KERNEL_BTF).parent().unwrap_or(Path::new("/"));
     let found = crate::task_fields::kvm_fault_gfn(btf_dir, cache.as_deref());
     let (gfn, status, detail) = match found {
@@ -439,14 +437,20 @@ fn spte_gfn_field() -> (Option<u32>, DataSource) {
     (gfn, source)
 }
 
+/// Where the record of the fields named `name` is kept (the cache's
+/// `btf` directory), when there is a cache.
+fn btf_record(name: &str) -> Option<std::path::PathBuf> {
+    bootscope_model::cache::cache_dir("btf")
+        .ok()
+        .map(|d| d.join(name))
+}
+
 /// The tail programs' globals for `task_struct`'s fault counters (read
 /// them or not, `min_flt`'s and `maj_flt`'s offsets), found in the
 /// kernel's BTF without parsing all of it (crate::task_fields), and the
 /// data source saying how they are read.
 fn fault_counter_fields() -> ([u32; 3], DataSource) {
-    let cache = bootscope_model::cache::cache_dir("btf")
-        .ok()
-        .map(|d| d.join("task-fault-counters"));
+    let cache = btf_record("task-fault-counters");
     let found = crate::task_fields::fault_counters_cached(Path::new(KERNEL_BTF), cache.as_deref());
     let fields = match &found {
         Ok(c) => [1, c.min_flt.offset, c.maj_flt.offset],

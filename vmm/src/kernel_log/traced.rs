@@ -40,7 +40,7 @@ pub fn has_trace_events(cmdline: &str) -> bool {
         .split(' ')
         .filter_map(|w| w.strip_prefix("trace_event="))
         .flat_map(|list| list.split(','))
-        .any(|e| e == TRACE_EVENTS || e == "initcall:initcall_start" || e == "*:*")
+        .any(|e| e == TRACE_EVENTS || e == EACH_EVENT[1] || e == "*:*")
 }
 /// The trace clock: `local_clock()`, as printk's.
 pub const TRACE_CLOCK: &str = "perf";
