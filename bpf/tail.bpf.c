@@ -61,11 +61,18 @@ BS_MAP(tail_threads, BPF_MAP_TYPE_HASH, 1024, __u32, struct bs_tail_thread);
 
 BS_TAIL_MAP(tail_curve, 65536, struct bs_tail_curve_key, __u64);
 
-BS_TAIL_MAP(tail_regions, 16384, struct bs_tail_where_key, struct bs_tail_where);
-
 BS_TAIL_MAP(tail_sites, 16384, struct bs_tail_where_key, struct bs_tail_where);
 
-BS_MAP(tail_latency, BPF_MAP_TYPE_HASH, 64, struct bs_tail_lat_key, struct bs_hist);
+/* Faults per 2 MiB guest-physical region and kind: entry
+ * region * BS_TAIL_KINDS + kind, from guest-physical 0 over the range the
+ * loader sets for the guest (profiler/src/collector/tail.rs, map_sizes); a
+ * fault above it is counted in map_overflows. An array, as the two below:
+ * the window has one process, so a fault's entry is found by index (a
+ * load the verifier inlines), not hashed. */
+BS_MAP(tail_regions, BPF_MAP_TYPE_ARRAY, 16384, __u32, struct bs_tail_where);
+
+/* The service-time histogram of each kind (entry: the kind). */
+BS_MAP(tail_latency, BPF_MAP_TYPE_ARRAY, BS_TAIL_KINDS, __u32, struct bs_hist);
 
 /* The distinct guest pages (gfn) faulted in the window, one bit per page
  * from guest-physical 0: entry i holds pages 64 i to 64 i + 63. A page's
@@ -126,6 +133,16 @@ static __always_inline void bs_tail_counters(__u64 *min, __u64 *maj)
 	if (!read_fault_counters)
 		return;
 	task = (char *)bpf_get_current_task();
+	if (task_maj_flt_off == task_min_flt_off + sizeof(__u64)) {
+		/* Side by side, as in every kernel so far: one read. */
+		__u64 both[2] = {};
+
+		if (!bpf_probe_read_kernel(both, sizeof(both), task + task_min_flt_off)) {
+			*min = both[0];
+			*maj = both[1];
+		}
+		return;
+	}
 	if (bpf_probe_read_kernel(min, sizeof(*min), task + task_min_flt_off))
 		*min = 0;
 	if (bpf_probe_read_kernel(maj, sizeof(*maj), task + task_maj_flt_off))
@@ -207,11 +224,22 @@ static __always_inline void bs_tail_where(void *map, __u32 tgid, __u32 kind, __u
 	__sync_fetch_and_add(&v->total_ns, ns);
 }
 
-static __always_inline void bs_tail_latency(__u32 tgid, __u32 kind, __u64 ns)
+/* A fault of kind at 2 MiB region `region`, served in ns. */
+static __always_inline void bs_tail_region(__u32 kind, __u64 region, __u64 ns)
 {
-	struct bs_tail_lat_key key = { .tgid = tgid, .kind = kind };
+	struct bs_tail_where *v = NULL;
+	__u32 idx;
 
-	bs_hist_count(&tail_latency, &key, ns);
+	if (region < 0xffffffffULL / BS_TAIL_KINDS) {
+		idx = (__u32)region * BS_TAIL_KINDS + kind;
+		v = bpf_map_lookup_elem(&tail_regions, &idx);
+	}
+	if (!v) {
+		bs_percpu_inc(&map_overflows, 0);
+		return;
+	}
+	__sync_fetch_and_add(&v->count, 1);
+	__sync_fetch_and_add(&v->total_ns, ns);
 }
 
 static __always_inline __u32 bs_tail_kind(__u64 dmin, __u64 dmaj, __u32 file)
@@ -261,7 +289,7 @@ __attribute__((noinline)) int bs_tail_account(__u64 id, __u32 kind, __u64 ns, __
 
 		bs_count(&tail_curve, &ck, 1);
 	}
-	bs_tail_where(&tail_regions, tgid, kind, gfn >> (BS_TAIL_REGION_SHIFT - 12), ns);
+	bs_tail_region(kind, gfn >> (BS_TAIL_REGION_SHIFT - 12), ns);
 	ex = bpf_map_lookup_elem(&exit_start, &tid);
 	if (ex && ex->rip && ex->tgid == tgid)
 		bs_tail_where(&tail_sites, tgid, kind, ex->rip, ns);
@@ -281,7 +309,7 @@ __attribute__((noinline)) int bs_tail_account(__u64 id, __u32 kind, __u64 ns, __
 	}
 	/* Last: the histogram's slot is found by branches, each a path of
 	 * its own to the end. */
-	bs_tail_latency(tgid, kind, ns);
+	bs_hist_count(&tail_latency, &kind, ns);
 	return 0;
 }
 

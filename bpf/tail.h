@@ -82,22 +82,17 @@ struct bs_tail_curve_key {
 	__u32 pad;
 };
 
-/* Faults per guest-physical region (2 MiB) or per exit site (guest RIP). */
+/* Faults per exit site (guest RIP). */
 struct bs_tail_where_key {
 	__u32 tgid;
 	__u32 kind;
-	__u64 at; /* region index (gpa >> 21) or guest RIP */
+	__u64 at; /* guest RIP */
 };
 
+/* A site's or a region's faults and their service time. */
 struct bs_tail_where {
 	__u64 count;
 	__u64 total_ns;
-};
-
-/* Latency (service time) per {process, kind}: value struct bs_hist. */
-struct bs_tail_lat_key {
-	__u32 tgid;
-	__u32 kind;
 };
 
 #define BS_TAIL_REGION_SHIFT 21

@@ -85,21 +85,12 @@ pub struct BsTailWhere {
     pub total_ns: u64,
 }
 
-/// `struct bs_tail_lat_key`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BsTailLatKey {
-    pub tgid: u32,
-    pub kind: u32,
-}
-
 const _: () = assert!(size_of::<BsTailWindow>() == 16);
 const _: () = assert!(size_of::<BsTailStart>() == 16);
 const _: () = assert!(size_of::<BsTailThread>() == 48);
 const _: () = assert!(size_of::<BsTailCurveKey>() == 16);
 const _: () = assert!(size_of::<BsTailWhereKey>() == 16);
 const _: () = assert!(size_of::<BsTailWhere>() == 16);
-const _: () = assert!(size_of::<BsTailLatKey>() == 8);
 
 macro_rules! pod {
     ($($t:ty),*) => {
@@ -117,6 +108,5 @@ pod!(
     BsTailThread,
     BsTailCurveKey,
     BsTailWhereKey,
-    BsTailWhere,
-    BsTailLatKey
+    BsTailWhere
 );

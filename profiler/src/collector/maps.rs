@@ -3,7 +3,7 @@
 //! gives; the sched programs' table of threads to watch; and the running
 //! kernel's release.
 
-use aya::maps::{HashMap as BpfHashMap, IterableMap, Map, MapData, PerCpuArray};
+use aya::maps::{Array, HashMap as BpfHashMap, IterableMap, Map, MapData, PerCpuArray};
 use aya::Pod;
 
 use super::object::BpfObject;
@@ -57,6 +57,23 @@ pub(super) fn hash_entries<K: Pod, V: Pod>(bpf: &BpfObject, name: &str) -> Vec<(
     match crate::batch::read::<K, V>(h.map()) {
         Ok(entries) => entries,
         Err(_) => h.iter().filter_map(Result::ok).collect(),
+    }
+}
+
+/// An array map's entries (index, value), in index order.
+pub(super) fn array_entries<V: Pod>(bpf: &BpfObject, name: &str) -> Vec<(u32, V)> {
+    let Some(map) = bpf.map(name) else {
+        return Vec::new();
+    };
+    // try_from checks the value size against V.
+    let Ok(a) = Array::<&MapData, V>::try_from(map) else {
+        return Vec::new();
+    };
+    match crate::batch::read::<u32, V>(a.map()) {
+        Ok(entries) => entries,
+        Err(_) => (0..a.len())
+            .filter_map(|i| a.get(&i, 0).ok().map(|v| (i, v)))
+            .collect(),
     }
 }
 

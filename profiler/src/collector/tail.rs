@@ -12,7 +12,7 @@ use bootscope_model::fault_tail::{
 };
 use bootscope_model::hist;
 
-use super::maps::{hash_entries, percpu_sum};
+use super::maps::{array_entries, hash_entries, percpu_sum};
 use super::state::State;
 use crate::bpf::tail::{self as t, total};
 use crate::bpf::{self, BsHist, Source};
@@ -40,8 +40,10 @@ const RANGE_SLACK: u64 = 4 << 30;
 const RANGE_UNKNOWN: u64 = 64 << 30;
 /// The largest set made: 1 TiB of guest-physical space (32 MiB of bits).
 const RANGE_MOST: u64 = 1 << 40;
-/// Per-region counts: the object's size, the most made.
-const REGIONS_MOST: u32 = 16384;
+/// Per-region counts (an array, one entry per 2 MiB region and kind over
+/// the same range as the page set): the most made, 4 MiB of entries
+/// (102 GiB of guest-physical space); a fault above is a map overflow.
+const REGIONS_MOST: u32 = 1 << 18;
 /// Thread entries: the object's size (preallocated), the most made.
 const THREADS_MOST: u32 = 1024;
 
@@ -63,18 +65,12 @@ pub(super) fn map_sizes(
         let words = range.min(RANGE_MOST) / PAGE_BYTES / PAGES_PER_WORD;
         u32::try_from(words).unwrap_or(u32::MAX)
     };
-    let (pages, regions) = match memory_bytes {
-        Some(bytes) => {
-            let regions = ((bytes >> t::REGION_SHIFT) + 16).saturating_mul(kinds);
-            (
-                words(bytes.saturating_add(RANGE_SLACK)),
-                u32::try_from(regions)
-                    .unwrap_or(u32::MAX)
-                    .clamp(256, REGIONS_MOST),
-            )
-        }
-        None => (words(RANGE_UNKNOWN), REGIONS_MOST),
-    };
+    let range = memory_bytes.map_or(RANGE_UNKNOWN, |b| b.saturating_add(RANGE_SLACK));
+    let regions = (range.min(RANGE_MOST) >> t::REGION_SHIFT).saturating_mul(kinds);
+    let (pages, regions) = (
+        words(range),
+        u32::try_from(regions).unwrap_or(u32::MAX).min(REGIONS_MOST),
+    );
     let threads = threads.map_or(THREADS_MOST, |n| {
         n.saturating_mul(2)
             .checked_next_power_of_two()
@@ -236,7 +232,7 @@ impl State {
                 threads: self.tail_threads(),
             },
             curve: curve(&hash_entries(&self.bpf, "tail_curve"), BUCKET_NS),
-            regions: places(&hash_entries(&self.bpf, "tail_regions"), true),
+            regions: regions(&array_entries(&self.bpf, "tail_regions")),
             sites: places(&hash_entries(&self.bpf, "tail_sites"), false),
             working_set: WorkingSet {
                 pages,
@@ -247,8 +243,7 @@ impl State {
     }
 
     fn tail_kinds(&self) -> Vec<TailKind> {
-        let entries = hash_entries::<t::BsTailLatKey, BsHist>(&self.bpf, "tail_latency");
-        kinds(&entries)
+        kinds(&array_entries::<BsHist>(&self.bpf, "tail_latency"))
     }
 
     fn tail_threads(&self) -> Vec<TailThread> {
@@ -266,12 +261,12 @@ impl State {
     }
 }
 
-/// Latency histograms per kind (summed over processes), in [`KINDS`] order.
-fn kinds(entries: &[(t::BsTailLatKey, BsHist)]) -> Vec<TailKind> {
+/// Latency histograms per kind (entry: the kind), in [`KINDS`] order.
+fn kinds(entries: &[(u32, BsHist)]) -> Vec<TailKind> {
     let mut slots = vec![vec![0u64; bpf::HIST_SLOTS]; t::KINDS];
     let mut sums = [(0u64, 0u64); t::KINDS];
-    for (k, h) in entries {
-        let i = k.kind as usize;
+    for (kind, h) in entries {
+        let i = *kind as usize;
         if i >= t::KINDS {
             continue;
         }
@@ -304,6 +299,24 @@ fn curve(entries: &[(t::BsTailCurveKey, u64)], bucket_ns: u64) -> Vec<TailBucket
             counts,
         })
         .collect()
+}
+
+/// Faults per region, from the array's entries (region * kinds + kind),
+/// most first.
+fn regions(entries: &[(u32, t::BsTailWhere)]) -> Vec<TailWhere> {
+    let keyed: Vec<(t::BsTailWhereKey, t::BsTailWhere)> = entries
+        .iter()
+        .filter(|(_, v)| v.count > 0)
+        .map(|(i, v)| {
+            let key = t::BsTailWhereKey {
+                tgid: 0,
+                kind: i % t::KINDS as u32,
+                at: u64::from(i / t::KINDS as u32),
+            };
+            (key, *v)
+        })
+        .collect();
+    places(&keyed, true)
 }
 
 /// Faults per place (region or site), most first.
@@ -363,16 +376,16 @@ mod tests {
         let names = map_sizes(None, None).map(|(name, _)| name);
         assert_eq!(names, ["tail_pages", "tail_regions", "tail_threads"]);
         // 256 MiB: a bit for each page of guest-physical space up to 4
-        // GiB above its RAM, 64 to an entry; 128 regions of 2 MiB, each up
-        // to 5 kinds.
+        // GiB above its RAM, 64 to an entry; over the same space, 2,176
+        // regions of 2 MiB, each with 5 kinds.
         let mib = 1u64 << 20;
         let words = |bytes: u64| (bytes / 4096 / 64) as u32;
         assert_eq!(
             sizes(Some(256 * mib), Some(20)),
-            [words((256 + 4096) * mib), 720, 64]
+            [words((256 + 4096) * mib), 2176 * 5, 64]
         );
         assert_eq!(sizes(Some(256 * mib), Some(20))[0], 17_408);
-        assert_eq!(sizes(Some(mib), Some(1)), [words(4097 * mib), 256, 64]);
+        assert_eq!(sizes(Some(mib), Some(1)), [words(4097 * mib), 2048 * 5, 64]);
         // The largest guests are capped (1 TiB of space: 4 Mi entries), as
         // are the most threads.
         assert_eq!(
@@ -381,7 +394,7 @@ mod tests {
         );
         assert_eq!(sizes(Some(u64::MAX), Some(u32::MAX))[0], 1 << 22);
         // Unknown: 64 GiB of space.
-        assert_eq!(sizes(None, None), [1 << 18, REGIONS_MOST, THREADS_MOST]);
+        assert_eq!(sizes(None, None), [1 << 18, 32768 * 5, THREADS_MOST]);
     }
 
     #[test]
@@ -472,19 +485,39 @@ mod tests {
     }
 
     #[test]
-    fn kinds_sum_processes_and_keep_the_order() {
-        let key = |tgid, kind| t::BsTailLatKey { tgid, kind };
+    fn kinds_keep_the_order_and_leave_out_empty_and_unknown_ones() {
         let k = kinds(&[
-            (key(1, 3), hist_of(&[5_000_000])),
-            (key(1, 0), hist_of(&[1_000, 2_000])),
-            (key(2, 0), hist_of(&[3_000])),
-            (key(1, 9), hist_of(&[1])),
+            (0, hist_of(&[1_000, 2_000, 3_000])),
+            (1, hist_of(&[])),
+            (3, hist_of(&[5_000_000])),
+            (9, hist_of(&[1])),
         ]);
         let names: Vec<&str> = k.iter().map(|k| k.kind.as_str()).collect();
         assert_eq!(names, ["resident", "major_anon"]);
         assert_eq!((k[0].count, k[0].wait_ns), (3, 6_000));
         let in_hist: u64 = k[0].hist.iter().map(|b| b.count).sum();
         assert_eq!(in_hist, 3);
+    }
+
+    #[test]
+    fn regions_are_read_from_their_array_index() {
+        let val = |count, total_ns| t::BsTailWhere { count, total_ns };
+        let kinds = t::KINDS as u32;
+        // Region 1 resident (2) and minor anonymous (3); region 5 resident
+        // (9); the empty entries left out.
+        let r = regions(&[
+            (0, val(0, 0)),
+            (kinds, val(2, 10)),
+            (kinds + 1, val(3, 30)),
+            (kinds + 2, val(0, 0)),
+            (5 * kinds, val(9, 1)),
+        ]);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].gpa, Some(5 << 21));
+        assert_eq!(
+            (r[1].gpa, r[1].faults, r[1].host_faults, r[1].wait_ns),
+            (Some(1 << 21), 5, 3, 40)
+        );
     }
 
     #[test]
