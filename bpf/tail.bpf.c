@@ -66,9 +66,9 @@ BS_TAIL_MAP(tail_sites, 16384, struct bs_tail_where_key, struct bs_tail_where);
 /* Faults per 2 MiB guest-physical region and kind: entry
  * region * BS_TAIL_KINDS + kind, from guest-physical 0 over the range the
  * loader sets for the guest (profiler/src/collector/tail.rs, map_sizes); a
- * fault above it is counted in map_overflows. An array, as the two below:
- * the window has one process, so a fault's entry is found by index (a
- * load the verifier inlines), not hashed. */
+ * fault above it is counted in map_overflows. An array, as the histograms
+ * below: the window has one process, so a fault's entry is found by index
+ * (a load the verifier inlines), not hashed. */
 BS_MAP(tail_regions, BPF_MAP_TYPE_ARRAY, 16384, __u32, struct bs_tail_where);
 
 /* The service-time histogram of each kind (entry: the kind). */
@@ -307,8 +307,7 @@ __attribute__((noinline)) int bs_tail_account(__u64 id, __u32 kind, __u64 ns, __
 		if (!(*bits & bit) && !(__sync_fetch_and_or(bits, bit) & bit))
 			bs_tail_add(BS_TT_PAGES, 1);
 	}
-	/* Last: the histogram's slot is found by branches, each a path of
-	 * its own to the end. */
+	/* The service-time histogram of the fault's kind (kind checked above). */
 	bs_hist_count(&tail_latency, &kind, ns);
 	return 0;
 }
