@@ -1,4 +1,4 @@
-//! Reading a whole eBPF hash map in a few system calls.
+//! Reading a whole eBPF hash or array map in a few system calls.
 //!
 //! aya iterates a hash map entry by entry: a `BPF_MAP_GET_NEXT_KEY` and a
 //! `BPF_MAP_LOOKUP_ELEM` per entry, two system calls each. The collector
@@ -57,7 +57,24 @@ pub fn read<K: Pod, V: Pod>(map: &MapData) -> io::Result<Vec<(K, V)>> {
         return Err(io::ErrorKind::Unsupported.into());
     }
     let fd = map.fd().as_fd().as_raw_fd();
-    SCRATCH.with_borrow_mut(|buf| read_with::<K, V>(fd, buf))
+    SCRATCH.with_borrow_mut(|buf| read_with::<K, V>(fd, buf, FIRST_CHUNK))
+}
+
+/// Entries asked for by a call on an array: all of a small one at once, a
+/// large one (a guest's per-region counts: thousands of entries) in a few
+/// calls of at most this many.
+const ARRAY_CHUNK: usize = 2048;
+
+/// Every entry of an array map (index, value) whose values are `V` (the
+/// caller has checked the size, e.g. with aya's `Array::try_from`), in
+/// chunks of up to [`ARRAY_CHUNK`] entries; `Err` as [`read`].
+pub fn read_array<V: Pod>(map: &MapData, entries: u32) -> io::Result<Vec<(u32, V)>> {
+    if UNSUPPORTED.load(Ordering::Relaxed) {
+        return Err(io::ErrorKind::Unsupported.into());
+    }
+    let fd = map.fd().as_fd().as_raw_fd();
+    let chunk = (entries as usize).clamp(1, ARRAY_CHUNK);
+    SCRATCH.with_borrow_mut(|buf| read_with::<u32, V>(fd, buf, chunk))
 }
 
 thread_local! {
@@ -68,10 +85,14 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-fn read_with<K: Pod, V: Pod>(fd: i32, buf: &mut Vec<u8>) -> io::Result<Vec<(K, V)>> {
+fn read_with<K: Pod, V: Pod>(
+    fd: i32,
+    buf: &mut Vec<u8>,
+    first_chunk: usize,
+) -> io::Result<Vec<(K, V)>> {
     let (ksize, vsize) = (size_of::<K>(), size_of::<V>());
     let mut out = Vec::new();
-    let mut chunk = FIRST_CHUNK;
+    let mut chunk = first_chunk;
     // The position between calls (a bucket index for hash maps: 4 bytes;
     // room for 8).
     let mut in_batch = 0u64;
@@ -201,6 +222,36 @@ mod tests {
         check_map(Map::LruHashMap(m), 1000);
         let empty = create(bpf_map_type::BPF_MAP_TYPE_HASH, "bs_t_empty").unwrap();
         assert!(read::<u64, [u64; 5]>(&empty).unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_array_is_read_whole_in_chunks() {
+        // 5,000 entries: three calls of 2,048.
+        let obj =
+            aya_obj::Map::new_from_params(bpf_map_type::BPF_MAP_TYPE_ARRAY as u32, 4, 16, 5000, 0);
+        let m = match MapData::create(obj, "bs_t_array", None) {
+            Ok(m) => m,
+            Err(e) if !bootscope_testkit::is_root() => {
+                eprintln!("SKIP: creating an eBPF map needs root or CAP_BPF ({e})");
+                return;
+            }
+            Err(e) => panic!("creating an eBPF map as root: {e}"),
+        };
+        let mut a = aya::maps::Array::<MapData, [u64; 2]>::try_from(Map::Array(m)).unwrap();
+        for i in (0..5000u32).step_by(7) {
+            a.set(i, [u64::from(i), !u64::from(i)], 0).unwrap();
+        }
+        let all = read_array::<[u64; 2]>(a.map(), a.len()).expect("batch read (Linux 5.6+)");
+        assert_eq!(all.len(), 5000);
+        for (n, (i, v)) in all.iter().enumerate() {
+            assert_eq!(*i as usize, n);
+            let want = if i % 7 == 0 {
+                [u64::from(*i), !u64::from(*i)]
+            } else {
+                [0, 0]
+            };
+            assert_eq!(*v, want, "entry {i}");
+        }
     }
 
     #[test]

@@ -69,7 +69,7 @@ pub(super) fn array_entries<V: Pod>(bpf: &BpfObject, name: &str) -> Vec<(u32, V)
     let Ok(a) = Array::<&MapData, V>::try_from(map) else {
         return Vec::new();
     };
-    match crate::batch::read::<u32, V>(a.map()) {
+    match crate::batch::read_array::<V>(a.map(), a.len()) {
         Ok(entries) => entries,
         Err(_) => (0..a.len())
             .filter_map(|i| a.get(&i, 0).ok().map(|v| (i, v)))
