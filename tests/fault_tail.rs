@@ -199,26 +199,10 @@ fn a_restore_is_profiled_with_its_fault_tail() {
         "{total} vs {kvm}"
     );
     assert!(u(&t["guest_faults"]) <= total);
-    the_parts_add_up_to_the_count(t);
+    fault_tail_parts_add_up(t);
 
     window_programs_were_detached(&p);
 
     plain_boot_has_no_tail(&tmp);
     the_life_count_is_asked_for(&tmp, &snap);
-}
-
-/// The curve, the kinds and the regions each add up to the window's guest
-/// faults; the working set is no more pages than faults.
-fn the_parts_add_up_to_the_count(t: &serde_json::Value) {
-    let sum = |part: &str, count: fn(&serde_json::Value) -> u64| -> u64 {
-        t[part].as_array().unwrap().iter().map(count).sum()
-    };
-    let curve = sum("curve", |b| {
-        b["counts"].as_array().unwrap().iter().map(u).sum()
-    });
-    let guest = u(&t["guest_faults"]);
-    assert_eq!(curve, guest, "curve");
-    assert_eq!(sum("by_kind", |k| u(&k["count"])), guest, "by_kind");
-    assert_eq!(sum("regions", |r| u(&r["faults"])), guest, "regions");
-    assert!(u(&t["working_set"]["pages"]) <= guest);
 }

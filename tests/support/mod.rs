@@ -308,6 +308,25 @@ pub fn read_json(path: impl AsRef<Path>) -> serde_json::Value {
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// A profile's `fault_tail` (`t`) whose curve, kinds and regions each add
+/// up to its guest faults, with a working set of no more pages than
+/// faults; returns the guest faults.
+pub fn fault_tail_parts_add_up(t: &serde_json::Value) -> u64 {
+    let u = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"));
+    let sum = |part: &str, count: &dyn Fn(&serde_json::Value) -> u64| -> u64 {
+        t[part].as_array().unwrap().iter().map(count).sum()
+    };
+    let guest = u(&t["guest_faults"]);
+    let curve = sum("curve", &|b| {
+        b["counts"].as_array().unwrap().iter().map(u).sum()
+    });
+    assert_eq!(curve, guest, "curve: {t}");
+    assert_eq!(sum("by_kind", &|k| u(&k["count"])), guest, "by_kind: {t}");
+    assert_eq!(sum("regions", &|r| u(&r["faults"])), guest, "regions: {t}");
+    assert!(u(&t["working_set"]["pages"]) <= guest, "{t}");
+    guest
+}
+
 pub fn read_profile(path: &Path) -> bootscope_profiler::Profile {
     bootscope_profiler::Profile::read(path).expect("a valid profile")
 }
