@@ -256,7 +256,23 @@ fn report_hangs(dir: &Path, result: &str) {
         };
         let doc: serde_json::Value = serde_json::from_str(&hung("json")).unwrap_or_default();
         let console = hung("log");
-        let tail: Vec<&str> = console.lines().rev().take(20).collect();
+        // The guest's text, its control characters escaped for the terminal.
+        let tail: Vec<String> = console
+            .lines()
+            .rev()
+            .take(20)
+            .map(|l| {
+                l.chars()
+                    .map(|c| {
+                        if c.is_control() {
+                            c.escape_default().to_string()
+                        } else {
+                            c.to_string()
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
         println!(
             "lab restore: {name} timed out after {RUN_TIMEOUT_S} s and was run again; outcome {}; devices {}; its console's end:\n{}",
             doc["outcome"],

@@ -53,11 +53,7 @@ fn is_unsupported(e: &io::Error) -> bool {
 /// read the map with aya's iterator instead. Entries added or changed while
 /// the read goes on may or may not be seen, as with the iterator.
 pub fn read<K: Pod, V: Pod>(map: &MapData) -> io::Result<Vec<(K, V)>> {
-    if UNSUPPORTED.load(Ordering::Relaxed) {
-        return Err(io::ErrorKind::Unsupported.into());
-    }
-    let fd = map.fd().as_fd().as_raw_fd();
-    SCRATCH.with_borrow_mut(|buf| read_with::<K, V>(fd, buf, FIRST_CHUNK))
+    read_from(map, FIRST_CHUNK)
 }
 
 /// Entries asked for by a call on an array: all of a small one at once, a
@@ -69,12 +65,17 @@ const ARRAY_CHUNK: usize = 2048;
 /// caller has checked the size, e.g. with aya's `Array::try_from`), in
 /// chunks of up to [`ARRAY_CHUNK`] entries; `Err` as [`read`].
 pub fn read_array<V: Pod>(map: &MapData, entries: u32) -> io::Result<Vec<(u32, V)>> {
+    read_from(map, (entries as usize).clamp(1, ARRAY_CHUNK))
+}
+
+/// A batch read starting with `first_chunk` entries a call, unless the
+/// kernel refused one before.
+fn read_from<K: Pod, V: Pod>(map: &MapData, first_chunk: usize) -> io::Result<Vec<(K, V)>> {
     if UNSUPPORTED.load(Ordering::Relaxed) {
         return Err(io::ErrorKind::Unsupported.into());
     }
     let fd = map.fd().as_fd().as_raw_fd();
-    let chunk = (entries as usize).clamp(1, ARRAY_CHUNK);
-    SCRATCH.with_borrow_mut(|buf| read_with::<u32, V>(fd, buf, chunk))
+    SCRATCH.with_borrow_mut(|buf| read_with::<K, V>(fd, buf, first_chunk))
 }
 
 thread_local! {

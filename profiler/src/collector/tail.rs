@@ -233,7 +233,7 @@ impl State {
             },
             curve: curve(&hash_entries(&self.bpf, "tail_curve"), BUCKET_NS),
             regions: regions(&array_entries(&self.bpf, "tail_regions")),
-            sites: places(&hash_entries(&self.bpf, "tail_sites"), false),
+            sites: sites(&hash_entries(&self.bpf, "tail_sites")),
             working_set: WorkingSet {
                 pages,
                 bytes: pages * PAGE_BYTES,
@@ -304,32 +304,36 @@ fn curve(entries: &[(t::BsTailCurveKey, u64)], bucket_ns: u64) -> Vec<TailBucket
 /// Faults per region, from the array's entries (region * kinds + kind),
 /// most first.
 fn regions(entries: &[(u32, t::BsTailWhere)]) -> Vec<TailWhere> {
-    let keyed: Vec<(t::BsTailWhereKey, t::BsTailWhere)> = entries
-        .iter()
-        .filter(|(_, v)| v.count > 0)
-        .map(|(i, v)| {
-            let key = t::BsTailWhereKey {
-                tgid: 0,
-                kind: i % t::KINDS as u32,
-                at: u64::from(i / t::KINDS as u32),
-            };
-            (key, *v)
-        })
-        .collect();
-    places(&keyed, true)
+    let kinds = t::KINDS as u32;
+    places(
+        entries
+            .iter()
+            .filter(|(_, v)| v.count > 0)
+            .map(|(i, v)| (i % kinds, u64::from(i / kinds), v)),
+        true,
+    )
 }
 
-/// Faults per place (region or site), most first.
-fn places(entries: &[(t::BsTailWhereKey, t::BsTailWhere)], regions: bool) -> Vec<TailWhere> {
+/// Faults per exit site (guest RIP), most first.
+fn sites(entries: &[(t::BsTailWhereKey, t::BsTailWhere)]) -> Vec<TailWhere> {
+    places(entries.iter().map(|(k, v)| (k.kind, k.at, v)), false)
+}
+
+/// Faults per place (region index or site), from (kind, place, counts),
+/// most first.
+fn places<'a>(
+    entries: impl IntoIterator<Item = (u32, u64, &'a t::BsTailWhere)>,
+    regions: bool,
+) -> Vec<TailWhere> {
     let mut by: BTreeMap<u64, TailWhere> = BTreeMap::new();
-    for (k, v) in entries {
-        let w = by.entry(k.at).or_insert_with(|| TailWhere {
-            gpa: regions.then_some(k.at << t::REGION_SHIFT),
-            rip: (!regions).then_some(k.at),
+    for (kind, at, v) in entries {
+        let w = by.entry(at).or_insert_with(|| TailWhere {
+            gpa: regions.then_some(at << t::REGION_SHIFT),
+            rip: (!regions).then_some(at),
             ..Default::default()
         });
         w.faults += v.count;
-        if k.kind != 0 {
+        if kind != 0 {
             w.host_faults += v.count;
         }
         w.wait_ns += v.total_ns;
@@ -538,17 +542,11 @@ mod tests {
     fn places_add_kinds_up_most_first() {
         let key = |kind, at| t::BsTailWhereKey { tgid: 1, kind, at };
         let val = |count, total_ns| t::BsTailWhere { count, total_ns };
-        let r = places(
-            &[
-                (key(0, 1), val(2, 10)),
-                (key(1, 1), val(3, 30)),
-                (key(0, 5), val(9, 1)),
-            ],
-            true,
-        );
+        let (a, b, c) = (val(2, 10), val(3, 30), val(9, 1));
+        let r = places([(0, 1, &a), (1, 1, &b), (0, 5, &c)], true);
         assert_eq!(r[0].gpa, Some(5 << 21));
         assert_eq!((r[1].faults, r[1].host_faults, r[1].wait_ns), (5, 3, 40));
-        let s = places(&[(key(0, 0xffff_8000), val(1, 1))], false);
+        let s = sites(&[(key(0, 0xffff_8000), val(1, 1))]);
         assert_eq!((s[0].rip, s[0].gpa), (Some(0xffff_8000), None));
     }
 }
